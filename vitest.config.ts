@@ -2,9 +2,11 @@ import { defineConfig } from "vitest/config";
 
 // Workspace packages export their TypeScript sources under the "source" condition,
 // so tests run against src/ without a build step.
+// No "import" condition: vitest hands these to Node as --conditions, which also apply to require(),
+// and CommonJS packages (pg requiring pg-pool) would then load the ESM build of their dependencies.
 export default defineConfig({
-  resolve: { conditions: ["source", "module", "node", "import", "default"] },
-  ssr: { resolve: { conditions: ["source", "module", "node", "import", "default"] } },
+  resolve: { conditions: ["source", "module", "node", "default"] },
+  ssr: { resolve: { conditions: ["source", "module", "node", "default"] } },
   test: {
     include: ["packages/*/src/**/*.test.ts", "test/**/*.test.ts"],
     testTimeout: 60_000,

@@ -1,1 +1,5 @@
-export {};
+export { Redlock, type RedlockOptions, type AcquireOptions } from "./redlock.js";
+export { Lease } from "./lease.js";
+export { LockNotAcquiredError, LeaseLostError, type NodeFailure } from "./errors.js";
+export { resourceKeys, type ResourceKeys } from "./keys.js";
+export type { RedisClient } from "./quorum.js";

@@ -1,0 +1,107 @@
+import { performance } from "node:perf_hooks";
+import { LeaseLostError } from "./errors.js";
+
+/** The operations a Lease delegates to its Redlock (kept narrow so the lease holds no client state). */
+export interface LeaseOwner {
+  extendLease(lease: Lease, ttlMs: number): Promise<number>;
+  releaseLease(lease: Lease): Promise<void>;
+}
+
+/**
+ * A granted lease. Storage only ever needs `{ resource, token }`; the rest serves the holder.
+ *
+ * `signal` aborts, with a LeaseLostError as reason, the moment the lease is known lost: its validity
+ * ran out, an extension could not confirm a majority, or it was released. Work that must not outlive
+ * the lease should watch it; writes that must not outlive it should carry the token to a fenced
+ * store, which is the actual guarantee. The AbortController and its expiry timer are created on
+ * first access of `signal`: a lease nobody watches costs no timer and no controller.
+ */
+export class Lease {
+  readonly resource: string;
+  readonly token: bigint;
+  /** This lease's random value on the nodes; extend/release touch only keys holding it. */
+  readonly value: string;
+  readonly #owner: LeaseOwner;
+  #validUntil: number;
+  /** Monotonic deadline (performance.now() ms): wall-clock jumps on this machine neither stretch nor cut it. */
+  #deadline: number;
+  /** "released" stays a plain marker until someone asks for the reason: release is the hot path. */
+  #lost: LeaseLostError | "released" | undefined;
+  #controller: AbortController | undefined;
+  #expiryTimer: NodeJS.Timeout | undefined;
+  #released: Promise<void> | undefined;
+
+  constructor(owner: LeaseOwner, resource: string, token: bigint, value: string, validityMs: number) {
+    this.#owner = owner;
+    this.resource = resource;
+    this.token = token;
+    this.value = value;
+    this.#validUntil = Date.now() + validityMs;
+    this.#deadline = performance.now() + validityMs;
+  }
+
+  /** Epoch ms until which the lease is valid (TTL − elapsed − drift at the last acquire/extend). */
+  get validUntil(): number {
+    return this.#validUntil;
+  }
+
+  /** Remaining validity in ms (0 once expired or lost). */
+  get remainingMs(): number {
+    return this.lostReason === undefined ? Math.max(0, this.#deadline - performance.now()) : 0;
+  }
+
+  /** Why the lease is lost, or undefined while it is valid. Expiry is noticed on read, not only by the timer. */
+  get lostReason(): LeaseLostError | undefined {
+    if (this.#lost === undefined && performance.now() >= this.#deadline) this.lose(new LeaseLostError(this.resource, this.token, "expired"));
+    if (this.#lost === "released") this.#lost = new LeaseLostError(this.resource, this.token, "released");
+    return this.#lost;
+  }
+
+  get signal(): AbortSignal {
+    if (this.#controller === undefined) {
+      this.#controller = new AbortController();
+      const lost = this.lostReason;
+      if (lost !== undefined) this.#controller.abort(lost);
+      else this.#armExpiry();
+    }
+    return this.#controller.signal;
+  }
+
+  /** Extends the lease on a majority; throws LeaseLostError (and aborts `signal`) if that cannot be confirmed in time. */
+  async extend(ttlMs: number): Promise<void> {
+    const lost = this.lostReason;
+    if (lost !== undefined) throw lost;
+    const validityMs = await this.#owner.extendLease(this, ttlMs);
+    const lostMeanwhile = this.lostReason;
+    if (lostMeanwhile !== undefined) throw lostMeanwhile;
+    this.#validUntil = Date.now() + validityMs;
+    this.#deadline = performance.now() + validityMs;
+    this.#armExpiry();
+  }
+
+  /** Releases on every node. Idempotent: later calls return the first call's promise. */
+  release(): Promise<void> {
+    this.#released ??= (async () => {
+      this.lose("released");
+      await this.#owner.releaseLease(this);
+    })();
+    return this.#released;
+  }
+
+  /** Marks the lease lost (the first reason wins), aborts `signal` if anyone holds it, stops the timer. */
+  lose(reason: LeaseLostError | "released"): void {
+    clearTimeout(this.#expiryTimer);
+    this.#expiryTimer = undefined;
+    if (this.#lost !== undefined) return;
+    this.#lost = reason;
+    if (this.#controller !== undefined) this.#controller.abort(this.lostReason);
+  }
+
+  #armExpiry(): void {
+    if (this.#controller === undefined) return;
+    clearTimeout(this.#expiryTimer);
+    // setTimeout runs on the monotonic clock, so a wall-clock jump on this machine does not stretch the lease.
+    this.#expiryTimer = setTimeout(() => this.lose(new LeaseLostError(this.resource, this.token, "expired")), Math.max(0, this.#deadline - performance.now()));
+    this.#expiryTimer.unref();
+  }
+}

@@ -1,0 +1,176 @@
+import type { Redis, Cluster } from "ioredis";
+import type { NodeFailure } from "./errors.js";
+import type { Script } from "./scripts.js";
+
+export type RedisClient = Redis | Cluster;
+
+/** One node's answer to one fan-out: a value, or why it does not count. */
+export type Reply<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly failure: NodeFailure };
+
+export function quorumOf(nodes: number): number {
+  return Math.floor(nodes / 2) + 1;
+}
+
+/** EVALSHA, loading the script with EVAL only when the node does not have it cached yet. */
+export async function runScript(client: RedisClient, script: Script, keys: readonly string[], args: readonly (string | number)[]): Promise<unknown> {
+  try {
+    return await client.evalsha(script.sha, keys.length, ...keys, ...args);
+  } catch (err) {
+    if (err instanceof Error && err.message.startsWith("NOSCRIPT")) {
+      return client.eval(script.source, keys.length, ...keys, ...args);
+    }
+    throw err;
+  }
+}
+
+/**
+ * Sends to every node at once and resolves as soon as `decided` (called with each reply as it
+ * arrives; callers keep their own tally) says the outcome is known,
+ * every node has answered, or `timeoutMs` has passed (unanswered nodes then read as timeouts).
+ * One timer per fan-out, not one per node: the timeout is per node in effect, since all requests
+ * leave together. Replies that arrive after resolution are ignored; callers that must clean up
+ * after slow nodes (acquire) address every node again, not just the ones that answered.
+ */
+export function fanOut<T>(
+  count: number,
+  send: (node: number) => Promise<T>,
+  timeoutMs: number,
+  decided: (reply: Reply<T>, node: number) => boolean,
+): Promise<Reply<T>[]> {
+  return new Promise((resolve) => {
+    const replies: (Reply<T> | undefined)[] = new Array<Reply<T> | undefined>(count).fill(undefined);
+    let answered = 0;
+    let done = false;
+    const finish = (timedOut: boolean): void => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      resolve(replies.map((r, node) => r ?? { ok: false, failure: { node, reason: timedOut ? "timeout" : "unanswered" } }));
+    };
+    const timer = setTimeout(() => finish(true), timeoutMs);
+    for (let node = 0; node < count; node++) {
+      send(node).then(
+        (value) => {
+          if (done) return;
+          const reply: Reply<T> = { ok: true, value };
+          replies[node] = reply;
+          answered++;
+          if (decided(reply, node) || answered === count) finish(false);
+        },
+        (err: unknown) => {
+          if (done) return;
+          const reply: Reply<T> = { ok: false, failure: { node, reason: "error", detail: err instanceof Error ? err.message : String(err) } };
+          replies[node] = reply;
+          answered++;
+          if (decided(reply, node) || answered === count) finish(false);
+        },
+      );
+    }
+  });
+}
+
+/** What one node said to the acquire script. */
+export interface Grant {
+  readonly granted: boolean;
+  readonly counter: bigint;
+}
+
+export function parseGrant(raw: unknown): Grant {
+  if (!Array.isArray(raw) || raw.length !== 2) throw new Error(`unexpected acquire reply: ${JSON.stringify(raw)}`);
+  const [flag, counter] = raw as [unknown, unknown];
+  if (typeof counter !== "string" || !/^\d+$/.test(counter)) throw new Error(`unexpected fence counter: ${String(counter)}`);
+  return { granted: flag === 1, counter: BigInt(counter) };
+}
+
+/** The token a set of acquire replies points to, and which granting nodes count for it. */
+export interface TokenChoice {
+  readonly token: bigint;
+  /** Granting nodes whose own INCR returned exactly `token`: they count without another round trip. */
+  readonly counted: readonly number[];
+  /** Granting nodes below `token`: publishing can raise them to it and make them count. */
+  readonly behind: readonly number[];
+}
+
+/**
+ * Chooses the candidate token (PROTOCOL.md, "Choosing the token"). The base is the maximum counter
+ * among the nodes that granted us the lease: any earlier lease was counted on a majority, which
+ * shares a node with our granting majority, whose INCR therefore returned more than that token.
+ * A node that refused us but reported a higher counter than every granting node is evidence that
+ * a granting node lost data; the candidate then goes one past it, so that the token cannot repeat a
+ * value that node's counter already passed. Equal counters on refusing nodes do not raise it:
+ * that is the ordinary footprint of a competitor's failed attempt, and raising on it would cost a
+ * publish round trip under contention for nothing.
+ * Returns undefined while fewer than a quorum granted.
+ */
+export function chooseToken(replies: readonly (Reply<Grant> | undefined)[], quorum: number): TokenChoice | undefined {
+  let grantedCount = 0;
+  let grantMax = -1n;
+  let refusedMax = -1n;
+  for (const reply of replies) {
+    if (reply === undefined || !reply.ok) continue;
+    if (reply.value.granted) {
+      grantedCount++;
+      if (reply.value.counter > grantMax) grantMax = reply.value.counter;
+    } else if (reply.value.counter > refusedMax) {
+      refusedMax = reply.value.counter;
+    }
+  }
+  if (grantedCount < quorum) return undefined;
+  const token = refusedMax > grantMax ? refusedMax + 1n : grantMax;
+  const counted: number[] = [];
+  const behind: number[] = [];
+  replies.forEach((reply, node) => {
+    if (reply === undefined || !reply.ok || !reply.value.granted) return;
+    if (reply.value.counter === token) counted.push(node);
+    else behind.push(node);
+  });
+  return { token, counted, behind };
+}
+
+/**
+ * Incremental view of an acquire fan-out, updated per reply so that deciding costs O(1) per reply:
+ * decided once a quorum granted with the same maximum counter and no refusing node is above it
+ * (the steady state: no publish round trip), or once so many refused that no quorum is possible.
+ */
+export class AcquireTally {
+  #granted = 0;
+  #refused = 0;
+  #grantMax = -1n;
+  #atGrantMax = 0;
+  #refusedMax = -1n;
+  constructor(
+    readonly nodes: number,
+    readonly quorum: number,
+  ) {}
+
+  add(reply: Reply<Grant>): boolean {
+    if (!reply.ok || !reply.value.granted) {
+      this.#refused++;
+      if (reply.ok && reply.value.counter > this.#refusedMax) this.#refusedMax = reply.value.counter;
+    } else {
+      this.#granted++;
+      const { counter } = reply.value;
+      if (counter > this.#grantMax) {
+        this.#grantMax = counter;
+        this.#atGrantMax = 1;
+      } else if (counter === this.#grantMax) {
+        this.#atGrantMax++;
+      }
+    }
+    if (this.#refused > this.nodes - this.quorum) return true;
+    return this.#atGrantMax >= this.quorum && this.#refusedMax <= this.#grantMax;
+  }
+}
+
+/** Per-node reasons of a failed fan-out, for errors. */
+export function failures<T>(replies: readonly Reply<T>[], isFailure: (value: T, node: number) => NodeFailure | undefined): NodeFailure[] {
+  const out: NodeFailure[] = [];
+  replies.forEach((reply, node) => {
+    if (!reply.ok) out.push(reply.failure);
+    else {
+      const failure = isFailure(reply.value, node);
+      if (failure !== undefined) out.push(failure);
+    }
+  });
+  return out;
+}

@@ -1,0 +1,194 @@
+import { existsSync, readFileSync, readdirSync } from "node:fs";
+import { chown, mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import pg from "pg";
+import { dockerAvailable } from "./docker.js";
+import { freePort } from "./ports.js";
+import { killHard, requireExecutable, spawnTracked, waitFor, type Spawned } from "./processes.js";
+
+export interface StartedPostgres {
+  /** A connection string for pg.Pool / pg.Client. */
+  readonly url: string;
+  /** env: DATABASE_URL as given; docker: a postgres:16 container; local: the machine's PostgreSQL binaries. */
+  readonly source: "env" | "docker" | "local";
+  /** Kills the server and removes its data; idempotent. A DATABASE_URL server is left untouched. */
+  stop(): Promise<void>;
+}
+
+const LOOPBACK = "127.0.0.1";
+const START_TIMEOUT_MS = 20_000;
+const INSTALL_HINT = "apt-get install postgresql";
+
+/**
+ * A real PostgreSQL for tests and benchmarks: DATABASE_URL if set, else a postgres:16 container when
+ * a Docker engine answers, else a private server from the machine's binaries on a free loopback port.
+ */
+export async function startPostgres(): Promise<StartedPostgres> {
+  const fromEnv = process.env.DATABASE_URL;
+  if (fromEnv !== undefined && fromEnv !== "") return { url: fromEnv, source: "env", stop: () => Promise.resolve() };
+  if (await dockerAvailable()) return startDockerPostgres();
+  return startLocalPostgres();
+}
+
+/** Resolves once a fresh connection answers a query: accepting TCP alone does not mean recovery is over. */
+export async function answersQuery(url: string): Promise<boolean> {
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 2_000 });
+  // A refused connection also emits 'error' on the client; without a listener it would crash the process.
+  client.on("error", () => undefined);
+  try {
+    await client.connect();
+    const result = await client.query<{ one: number }>("SELECT 1 AS one");
+    return result.rows[0]?.one === 1;
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+}
+
+async function startDockerPostgres(): Promise<StartedPostgres> {
+  const { GenericContainer, Wait } = await import("testcontainers");
+  const container = await new GenericContainer("postgres:16")
+    .withEnvironment({ POSTGRES_USER: "fenced", POSTGRES_PASSWORD: "fenced", POSTGRES_DB: "fenced" })
+    .withExposedPorts(5432)
+    // The data is throwaway: tmpfs and fsync=off keep start-up and commits fast.
+    .withTmpFs({ "/var/lib/postgresql/data": "rw" })
+    .withCommand(["postgres", "-c", "fsync=off", "-c", "full_page_writes=off"])
+    // The entrypoint starts a temporary server for init scripts first; the second message is the real one.
+    .withWaitStrategy(Wait.forLogMessage(/database system is ready to accept connections/, 2))
+    .start();
+  const url = `postgres://fenced:fenced@${container.getHost()}:${container.getMappedPort(5432)}/fenced`;
+  let stopped: Promise<void> | undefined;
+  const stop = (): Promise<void> => (stopped ??= container.stop().then(() => undefined));
+  try {
+    await waitFor("postgres container to answer a query", () => answersQuery(url), START_TIMEOUT_MS);
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  return { url, source: "docker", stop };
+}
+
+/** Directories where distributions put initdb/postgres outside PATH (Debian: /usr/lib/postgresql/<major>/bin), newest first. */
+export function postgresBinDirs(): string[] {
+  const dirs: string[] = [];
+  try {
+    const majors = readdirSync("/usr/lib/postgresql")
+      .filter((name) => /^\d+$/.test(name))
+      .sort((a, b) => Number(b) - Number(a));
+    for (const major of majors) dirs.push(join("/usr/lib/postgresql", major, "bin"));
+  } catch {
+    // not a Debian-style layout
+  }
+  dirs.push("/usr/local/pgsql/bin");
+  return dirs;
+}
+
+/** initdb and postgres from the same installation: a data dir from another major would refuse to start. */
+export function findPostgresBinaries(extraDirs: readonly string[] = postgresBinDirs()): { initdb: string; postgres: string } {
+  const initdb = requireExecutable("initdb", INSTALL_HINT, extraDirs);
+  const postgres = join(dirname(initdb), "postgres");
+  if (!existsSync(postgres)) throw new Error(`'postgres' was not found next to ${initdb}. Install PostgreSQL (${INSTALL_HINT}), or set DATABASE_URL.`);
+  return { initdb, postgres };
+}
+
+/**
+ * PostgreSQL refuses to run as root. When we are root, run it as the `postgres` system user
+ * (the postgresql package creates it); otherwise as ourselves.
+ */
+function serverIdentity(): { uid: number; gid: number } | undefined {
+  if (process.getuid?.() !== 0) return undefined;
+  let passwd = "";
+  try {
+    passwd = readFileSync("/etc/passwd", "utf8");
+  } catch {
+    // fall through to the error below
+  }
+  for (const line of passwd.split("\n")) {
+    const [name, , uid, gid] = line.split(":");
+    if (name === "postgres" && uid !== undefined && gid !== undefined) return { uid: Number(uid), gid: Number(gid) };
+  }
+  throw new Error(`PostgreSQL cannot run as root and there is no 'postgres' user to run it as. Install PostgreSQL (${INSTALL_HINT}), run as a non-root user, or set DATABASE_URL.`);
+}
+
+class PortTaken extends Error {}
+
+async function startLocalPostgres(): Promise<StartedPostgres> {
+  const bins = findPostgresBinaries();
+  const identity = serverIdentity();
+  const dir = await mkdtemp(join(tmpdir(), "fenced-pg-"));
+  try {
+    // The server user must own the directory: it holds the data dir and the unix socket.
+    if (identity !== undefined) await chown(dir, identity.uid, identity.gid);
+    const dataDir = join(dir, "data");
+    // Trust auth is acceptable only because the server listens on loopback and a private socket dir, and dies with us.
+    await runToEnd(bins.initdb, ["-D", dataDir, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"], dir, identity);
+    for (let attempt = 1; ; attempt++) {
+      const port = await freePort();
+      try {
+        const spawned = await launch(bins.postgres, dataDir, dir, port, identity);
+        return localHandle(spawned, dir, `postgres://postgres@${LOOPBACK}:${port}/postgres`);
+      } catch (err) {
+        if (!(err instanceof PortTaken) || attempt >= 8) throw err;
+      }
+    }
+  } catch (err) {
+    await rm(dir, { recursive: true, force: true });
+    throw err;
+  }
+}
+
+/** Runs a set-up command as the server user and waits for it; tracked so it cannot outlive us. */
+async function runToEnd(command: string, args: readonly string[], cwd: string, identity: { uid: number; gid: number } | undefined): Promise<void> {
+  const spawned = spawnTracked(command, args, { cwd, ...identity, env: { ...process.env, LC_ALL: "C" } });
+  await spawned.exited;
+  if (spawned.child.exitCode !== 0) {
+    throw new Error(`${command} ${args.join(" ")} failed (${String(spawned.child.exitCode ?? spawned.child.signalCode)}):\n${spawned.output()}`);
+  }
+}
+
+async function launch(binary: string, dataDir: string, socketDir: string, port: number, identity: { uid: number; gid: number } | undefined): Promise<Spawned> {
+  const settings = [
+    `listen_addresses=${LOOPBACK}`,
+    `port=${port}`,
+    // A private socket dir: no clash with a system server's /var/run/postgresql, no permission issues.
+    `unix_socket_directories=${socketDir}`,
+    // Throwaway data: durability settings only cost time here.
+    "fsync=off",
+    "synchronous_commit=off",
+    "full_page_writes=off",
+    "max_connections=200",
+  ];
+  const args = ["-D", dataDir, ...settings.flatMap((s) => ["-c", s])];
+  // Run postgres in the foreground (not pg_ctl, which daemonises): spawnTracked kills it with us.
+  const spawned = spawnTracked(binary, args, { cwd: socketDir, ...identity, env: { ...process.env, LC_ALL: "C" } });
+  let exited = false;
+  void spawned.exited.then(() => {
+    exited = true;
+  });
+  const url = `postgres://postgres@${LOOPBACK}:${port}/postgres`;
+  try {
+    await waitFor(`postgres on port ${port}`, async () => exited || (await answersQuery(url)), START_TIMEOUT_MS, () => spawned.output());
+  } catch (err) {
+    await killHard(spawned);
+    throw err;
+  }
+  if (exited) {
+    const output = spawned.output();
+    if (/could not bind|address already in use/i.test(output)) throw new PortTaken(output);
+    throw new Error(`postgres on port ${port} exited during start-up:\n${output}`);
+  }
+  return spawned;
+}
+
+function localHandle(spawned: Spawned, dir: string, url: string): StartedPostgres {
+  let stopped: Promise<void> | undefined;
+  const stop = async (): Promise<void> => {
+    // SIGQUIT is PostgreSQL's immediate shutdown: the postmaster kills its backends and removes its
+    // shared memory before exiting. SIGKILL would orphan the SysV segment; it is only the fallback.
+    if (spawned.child.exitCode === null && spawned.child.signalCode === null) spawned.child.kill("SIGQUIT");
+    const gone = await Promise.race([spawned.exited.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 5_000).unref())]);
+    if (!gone) await killHard(spawned);
+    await rm(dir, { recursive: true, force: true });
+  };
+  return { url, source: "local", stop: () => (stopped ??= stop()) };
+}
