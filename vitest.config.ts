@@ -4,9 +4,11 @@ import { defineConfig } from "vitest/config";
 // so tests run against src/ without a build step.
 // No "import" condition: vitest hands these to Node as --conditions, which also apply to require(),
 // and CommonJS packages (pg requiring pg-pool) would then load the ESM build of their dependencies.
+// No "module" condition either: it is a bundler convention, and Node given it loads the AWS SDK's
+// dist-es build, whose extensionless relative imports Node cannot resolve.
 export default defineConfig({
-  resolve: { conditions: ["source", "module", "node", "default"] },
-  ssr: { resolve: { conditions: ["source", "module", "node", "default"] } },
+  resolve: { conditions: ["source", "node", "default"] },
+  ssr: { resolve: { conditions: ["source", "node", "default"] } },
   test: {
     include: ["packages/*/src/**/*.test.ts", "test/**/*.test.ts"],
     testTimeout: 60_000,

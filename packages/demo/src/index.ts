@@ -1,1 +1,1 @@
-export {};
+export { clockJump, type ClockJumpResult, type Narrator } from "./clock-jump.js";

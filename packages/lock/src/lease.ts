@@ -47,7 +47,7 @@ export class Lease {
 
   /** Remaining validity in ms (0 once expired or lost). */
   get remainingMs(): number {
-    return this.lostReason === undefined ? Math.max(0, this.#deadline - performance.now()) : 0;
+    return this.lostReason === undefined ? Math.max(0, Math.floor(this.#deadline - performance.now())) : 0;
   }
 
   /** Why the lease is lost, or undefined while it is valid. Expiry is noticed on read, not only by the timer. */

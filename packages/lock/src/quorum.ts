@@ -133,7 +133,6 @@ export function chooseToken(replies: readonly (Reply<Grant> | undefined)[], quor
  * (the steady state: no publish round trip), or once so many refused that no quorum is possible.
  */
 export class AcquireTally {
-  #granted = 0;
   #refused = 0;
   #grantMax = -1n;
   #atGrantMax = 0;
@@ -148,7 +147,6 @@ export class AcquireTally {
       this.#refused++;
       if (reply.ok && reply.value.counter > this.#refusedMax) this.#refusedMax = reply.value.counter;
     } else {
-      this.#granted++;
       const { counter } = reply.value;
       if (counter > this.#grantMax) {
         this.#grantMax = counter;

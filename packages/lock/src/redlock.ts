@@ -4,7 +4,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { LeaseLostError, LockNotAcquiredError, type NodeFailure } from "./errors.js";
 import { resourceKeys } from "./keys.js";
 import { Lease, type LeaseOwner } from "./lease.js";
-import { AcquireTally, chooseToken, failures, fanOut, parseGrant, quorumOf, runScript, type Grant, type RedisClient, type Reply } from "./quorum.js";
+import { AcquireTally, chooseToken, failures, fanOut, parseGrant, quorumOf, runScript, type Grant, type RedisClient } from "./quorum.js";
 import { SCRIPTS } from "./scripts.js";
 
 export interface RedlockOptions {
@@ -66,7 +66,7 @@ export class Redlock implements LeaseOwner {
   readonly #extensionAttempts: number;
 
   constructor(clients: readonly RedisClient[], options: RedlockOptions = {}) {
-    if (!Array.isArray(clients) || clients.length < 1) throw new RangeError("Redlock needs at least one Redis client");
+    if (typeof clients !== "object" || clients === null || !(clients.length >= 1)) throw new RangeError("Redlock needs at least one Redis client");
     this.clients = [...clients];
     this.quorum = quorumOf(clients.length);
     this.#driftFactor = options.driftFactor ?? 0.01;

@@ -1,0 +1,181 @@
+import { randomBytes } from "node:crypto";
+import { DeleteObjectCommand, GetObjectCommand, PutObjectCommand, type S3Client } from "@aws-sdk/client-s3";
+
+/**
+ * The one primitive the S3 store is built on: a PUT that lands only if the object is absent
+ * (If-None-Match: *) or still has a given ETag (If-Match), made portable across AWS S3, MinIO and
+ * Ceph radosgw, which disagree on details.
+ */
+
+/** How a failed conditional PUT is to be understood. */
+export type Failure =
+  /** 412, or AWS's 404 for If-Match on a missing key (radosgw answers 412): the condition did not hold. */
+  | "precondition"
+  /** 409 ConditionalRequestConflict: a concurrent conditional write on the same key; re-read and retry. */
+  | "conflict"
+  /**
+   * 5xx, timeouts, resets: the write may or may not have landed (and radosgw answers the loser of a
+   * true race with 500). Only reading the object back can tell.
+   */
+  | "ambiguous"
+  /** Anything else (403, 400, NoSuchBucket): retrying cannot help. */
+  | "fatal";
+
+export type Condition = { readonly ifNoneMatch: true } | { readonly ifMatch: string };
+
+export type WriteOutcome = { readonly ok: true; readonly etag: string } | { readonly ok: false; readonly failure: Failure; readonly error: unknown };
+
+export interface StoredObject {
+  /** Bare (unquoted) ETag. */
+  readonly etag: string;
+  readonly body: Buffer;
+}
+
+/** 412/409 are not modelled exception classes in the SDK: the HTTP status is the reliable signal. */
+export function statusOf(err: unknown): number | undefined {
+  if (typeof err !== "object" || err === null) return undefined;
+  return (err as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode;
+}
+
+function codeOf(err: unknown): string | undefined {
+  if (typeof err !== "object" || err === null) return undefined;
+  const { Code, name } = err as { Code?: unknown; name?: unknown };
+  return typeof Code === "string" ? Code : typeof name === "string" ? name : undefined;
+}
+
+export function classify(err: unknown): Failure {
+  const status = statusOf(err);
+  if (status === undefined) return "ambiguous"; // no response at all: the request may still have landed
+  if (status === 412) return "precondition";
+  if (status === 409) return "conflict";
+  if (status === 404) return codeOf(err) === "NoSuchBucket" ? "fatal" : "precondition";
+  if (status >= 500) return "ambiguous";
+  return "fatal";
+}
+
+/** ETags travel quoted in responses; keep them bare so the quoting can be chosen per backend when sending. */
+export function bareEtag(etag: string): string {
+  return etag.replace(/^W\//, "").replaceAll('"', "");
+}
+
+export type EtagForm = "bare" | "quoted";
+
+export class ConditionalObjects {
+  /**
+   * radosgw matches If-Match only against the bare ETag (a quoted one always fails); AWS and MinIO
+   * accept the bare form too. Bare is tried first; a backend that refuses its own current ETag in
+   * that form gets the quoted one, once (see noteRefusedOwnEtag).
+   */
+  private form: EtagForm = "bare";
+  private formSettled = false;
+
+  constructor(
+    readonly client: S3Client,
+    readonly bucket: string,
+  ) {}
+
+  get etagForm(): EtagForm {
+    return this.form;
+  }
+
+  /** Fixes the form after a probe proved it (verify()). */
+  settleEtagForm(form: EtagForm): void {
+    this.form = form;
+    this.formSettled = true;
+  }
+
+  /**
+   * A 412 came back although the object still had exactly the ETag we sent: the backend did not
+   * recognise our spelling of it. ETags of our objects never repeat, so no other explanation exists.
+   * Returns false when switching cannot help (both forms failed, or the form was already proven).
+   */
+  noteRefusedOwnEtag(): boolean {
+    if (this.formSettled) return false;
+    this.form = this.form === "bare" ? "quoted" : "bare";
+    this.formSettled = true;
+    return true;
+  }
+
+  private ifMatchHeader(etag: string): string {
+    return this.form === "bare" ? etag : `"${etag}"`;
+  }
+
+  async read(key: string): Promise<StoredObject | undefined> {
+    try {
+      const res = await this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: key }));
+      if (res.Body === undefined || res.ETag === undefined) throw new Error(`GET ${key} returned no body or no ETag`);
+      return { etag: bareEtag(res.ETag), body: Buffer.from(await res.Body.transformToByteArray()) };
+    } catch (err) {
+      if (statusOf(err) === 404 && codeOf(err) !== "NoSuchBucket") return undefined;
+      throw err;
+    }
+  }
+
+  async write(key: string, body: Buffer, condition: Condition): Promise<WriteOutcome> {
+    try {
+      const res = await this.client.send(
+        new PutObjectCommand({
+          Bucket: this.bucket,
+          Key: key,
+          Body: body,
+          ContentLength: body.length,
+          ...("ifMatch" in condition ? { IfMatch: this.ifMatchHeader(condition.ifMatch) } : { IfNoneMatch: "*" }),
+        }),
+      );
+      if (res.ETag === undefined) throw new Error(`PUT ${key} returned no ETag`);
+      if ("ifMatch" in condition) this.formSettled = true;
+      return { ok: true, etag: bareEtag(res.ETag) };
+    } catch (err) {
+      return { ok: false, failure: classify(err), error: err };
+    }
+  }
+
+  /** Unconditional: only used on objects whose names are unique per write (data, probes). */
+  async remove(key: string): Promise<void> {
+    await this.client.send(new DeleteObjectCommand({ Bucket: this.bucket, Key: key }));
+  }
+
+  /**
+   * Proves that the backend honours both conditions on PUT, and learns its ETag spelling. Emulators
+   * exist that accept the headers and ignore them (or honour them on GET only); a store built on one
+   * would silently lose the ratchet.
+   */
+  async probe(keyPrefix: string): Promise<{ etagForm: EtagForm }> {
+    const key = `${keyPrefix}${randomBytes(16).toString("hex")}`;
+    const missing = `${key}-missing`;
+    const fail = (what: string): never => {
+      throw new Error(`S3 backend at bucket ${JSON.stringify(this.bucket)} does not honour conditional writes: ${what}. Fenced writes would not be safe on it.`);
+    };
+    try {
+      const created = await this.write(key, Buffer.from("probe-1"), { ifNoneMatch: true });
+      if (!created.ok) throw created.error;
+      const again = await this.write(key, Buffer.from("probe-2"), { ifNoneMatch: true });
+      if (again.ok) fail("PUT with If-None-Match: * replaced an existing object");
+      if (!again.ok && again.failure !== "precondition" && again.failure !== "conflict") throw again.error;
+
+      let swapped: WriteOutcome | undefined;
+      for (const form of ["bare", "quoted"] as const) {
+        this.form = form;
+        swapped = await this.write(key, Buffer.from(`probe-3-${form}`), { ifMatch: created.etag });
+        if (swapped.ok || swapped.failure !== "precondition") break;
+      }
+      if (swapped === undefined || !swapped.ok) {
+        if (swapped !== undefined && swapped.failure !== "precondition") throw swapped.error;
+        fail("PUT with If-Match on the current ETag was refused in both quoted and unquoted form");
+      }
+      this.settleEtagForm(this.form);
+
+      const stale = await this.write(key, Buffer.from("probe-4"), { ifMatch: created.etag });
+      if (stale.ok) fail("PUT with a stale If-Match ETag replaced the object");
+      if (!stale.ok && stale.failure !== "precondition" && stale.failure !== "conflict") throw stale.error;
+      const absent = await this.write(missing, Buffer.from("probe-5"), { ifMatch: created.etag });
+      if (absent.ok) fail("PUT with If-Match on a missing key created it");
+      if (!absent.ok && absent.failure !== "precondition" && absent.failure !== "conflict") throw absent.error;
+      const now = await this.read(key);
+      if (now?.body.toString() !== `probe-3-${this.form}`) fail("a refused conditional PUT changed the object");
+      return { etagForm: this.form };
+    } finally {
+      await Promise.allSettled([this.remove(key), this.remove(missing)]);
+    }
+  }
+}

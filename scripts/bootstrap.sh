@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Makes a fresh Debian machine with Node.js ready to run fenced's demo and tests:
+# the servers they start (redis-server, PostgreSQL, Ceph radosgw), gcc for the clock shim,
+# pnpm, and the workspace's packages. Idempotent and quick when everything is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export DEBIAN_FRONTEND=noninteractive
+
+missing=()
+command -v redis-server >/dev/null || missing+=(redis-server)
+command -v redis-cli >/dev/null || missing+=(redis-tools)
+compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || missing+=(postgresql)
+command -v radosgw >/dev/null || missing+=(radosgw)
+command -v ceph-mon >/dev/null || missing+=(ceph-mon)
+command -v ceph-osd >/dev/null || missing+=(ceph-osd)
+command -v gcc >/dev/null || missing+=(gcc libc6-dev)
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "installing ${missing[*]} (Debian packages)" >&2
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # The distribution starts its own instances; fenced starts private ones on free ports.
+  $sudo service redis-server stop >/dev/null 2>&1 || true
+  $sudo service postgresql stop >/dev/null 2>&1 || true
+fi
+
+if ! command -v pnpm >/dev/null || ! pnpm --version | grep -q '^10\.'; then
+  npm install -g pnpm@10.34.9 >/dev/null 2>&1
+fi
+pnpm install --frozen-lockfile >/dev/null
