@@ -2,9 +2,12 @@
 // redis-server nodes, at concurrency 1 and 16, in the same run; then the heap after 100,000
 // acquire/release cycles against the heap after the first 1,000. JSON lines on stdout.
 import { Redis } from "ioredis";
-import NodeRedlock from "redlock";
+import type PeerRedlock from "../node_modules/redlock/dist/index.js";
 import { Redlock } from "@fenced/lock";
 import { startRedisNodes } from "@fenced/servers";
+
+// node-redlock's package.json "exports" hides its type declarations; borrow them by path.
+const NodeRedlock = (await import("redlock")).default as unknown as typeof PeerRedlock;
 
 const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 3_000);
 const ROUNDS = 2;

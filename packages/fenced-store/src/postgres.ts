@@ -114,12 +114,7 @@ export class FencedPostgres {
       if (row === undefined) throw await this.staleError(this.pool, fence);
       return { version: String(row.version), token: fence.token };
     }
-    return this.fenced(fence, async (client) => {
-      const { rows } = await client.query<{ version: string }>(this.query("updateIfVersion", [key, json, token, fence.resource, ifVersion]));
-      const row = rows[0];
-      if (row === undefined) throw await this.mismatch(client, key, ifVersion);
-      return { version: String(row.version), token: fence.token };
-    });
+    return this.conditional(fence, key, ifVersion, this.query("putIfVersion", [fence.resource, token, key, json, ifVersion]));
   }
 
   /** The record under `key`, or undefined. Reading needs no fence: only writes are ordered. */
@@ -136,14 +131,13 @@ export class FencedPostgres {
   async delete(key: string, options: PgWriteOptions): Promise<boolean> {
     assertKey(key);
     const { fence, ifVersion } = writeOptions(options);
-    return this.fenced(fence, async (client) => {
-      if (ifVersion === undefined) {
-        const { rows } = await client.query(this.query("deleteAny", [key]));
-        return rows.length > 0;
-      }
-      const { rows } = await client.query(this.query("deleteIfVersion", [key, ifVersion]));
-      if (rows.length === 0) throw await this.mismatch(client, key, ifVersion);
+    if (ifVersion !== undefined) {
+      await this.conditional(fence, key, ifVersion, this.query("deleteIfVersion", [fence.resource, fence.token.toString(), key, ifVersion]));
       return true;
+    }
+    return this.fenced(fence, async (client) => {
+      const { rows } = await client.query(this.query("deleteAny", [key]));
+      return rows.length > 0;
     });
   }
 
@@ -165,6 +159,20 @@ export class FencedPostgres {
       const { rows } = await client.query(this.query("ratchet", [fence.resource, fence.token.toString()]));
       if (rows.length === 0) throw await this.staleError(client, fence);
       return work(client);
+    });
+  }
+
+  /**
+   * BEGIN; ratchet and conditional write in one statement; COMMIT. Refused either way, the
+   * transaction rolls back, so a version mismatch does not leave the ratchet raised either.
+   */
+  private conditional(fence: Fence, key: string, expected: string, statement: QueryConfig<Param[]>): Promise<PgPutResult> {
+    return this.inTransaction(async (client) => {
+      const { rows } = await client.query<{ token: string | null; version: string | null }>(statement);
+      const row = rows[0];
+      if (row === undefined || row.token === null) throw await this.staleError(client, fence);
+      if (row.version === null) throw await this.mismatch(client, key, expected);
+      return { version: String(row.version), token: fence.token };
     });
   }
 

@@ -43,7 +43,20 @@ function codeOf(err: unknown): string | undefined {
   return typeof Code === "string" ? Code : typeof name === "string" ? name : undefined;
 }
 
+/**
+ * A 500 answer to a conditional PUT, taken out of the SDK's hands: its retry would wait a backoff
+ * (about 100 ms) only to learn what one read of the object tells at once. radosgw answers the loser
+ * of every race this way, so under contention the SDK's retries dominated the latency. Deliberately
+ * without `cause` or `$metadata`: the SDK's retry classification looks into both.
+ */
+class ServerErrorNotRetried extends Error {
+  constructor(readonly original: unknown) {
+    super("conditional PUT answered 500");
+  }
+}
+
 export function classify(err: unknown): Failure {
+  if (err instanceof ServerErrorNotRetried) return "ambiguous";
   const status = statusOf(err);
   if (status === undefined) return "ambiguous"; // no response at all: the request may still have landed
   if (status === 412) return "precondition";
@@ -113,15 +126,26 @@ export class ConditionalObjects {
 
   async write(key: string, body: Buffer, condition: Condition): Promise<WriteOutcome> {
     try {
-      const res = await this.client.send(
-        new PutObjectCommand({
-          Bucket: this.bucket,
-          Key: key,
-          Body: body,
-          ContentLength: body.length,
-          ...("ifMatch" in condition ? { IfMatch: this.ifMatchHeader(condition.ifMatch) } : { IfNoneMatch: "*" }),
-        }),
+      const command = new PutObjectCommand({
+        Bucket: this.bucket,
+        Key: key,
+        Body: body,
+        ContentLength: body.length,
+        ...("ifMatch" in condition ? { IfMatch: this.ifMatchHeader(condition.ifMatch) } : { IfNoneMatch: "*" }),
+      });
+      // Inside the SDK's retry loop (same step, lower priority), so it sees the 500 before the retry does.
+      command.middlewareStack.add(
+        (next) => async (args) => {
+          try {
+            return await next(args);
+          } catch (err) {
+            if (statusOf(err) === 500) throw new ServerErrorNotRetried(err);
+            throw err;
+          }
+        },
+        { step: "finalizeRequest", priority: "low", name: "fencedNoRetryOn500" },
       );
+      const res = await this.client.send(command);
       if (res.ETag === undefined) throw new Error(`PUT ${key} returned no ETag`);
       if ("ifMatch" in condition) this.formSettled = true;
       return { ok: true, etag: bareEtag(res.ETag) };

@@ -58,8 +58,11 @@ const ManifestHeaderSchema = z.strictObject({
   /** The fence of the write that produced this version. */
   resource: z.string(),
   token: TokenString,
-  /** The per-object ratchet: the highest token accepted on this key, per resource. */
-  tokens: z.record(z.string(), TokenString),
+  /**
+   * The per-object ratchet: the highest token accepted on this key, per resource, as [resource, token]
+   * pairs (a list, not an object: a resource may be named "__proto__").
+   */
+  tokens: z.array(z.tuple([z.string(), TokenString])),
   /** Where the body is: after the header line (inline), in a data object, or nowhere (tombstone). */
   body: z.discriminatedUnion("kind", [
     z.strictObject({ kind: z.literal("inline"), size: z.number().int().nonnegative() }),
@@ -105,8 +108,16 @@ export function decodeManifest(key: string, bytes: Buffer): { header: ManifestHe
 
 /** The highest token the manifest has accepted for a resource, if any. */
 export function highestFor(header: ManifestHeader | undefined, resource: string): bigint | undefined {
-  const token = header?.tokens[resource];
-  return token === undefined ? undefined : BigInt(token);
+  const pair = header?.tokens.find(([r]) => r === resource);
+  return pair === undefined ? undefined : BigInt(pair[1]);
+}
+
+/** The ratchet after accepting `token` for `resource`: that resource's entry raised, the others kept. */
+export function raisedTokens(header: ManifestHeader | undefined, resource: string, token: bigint): [string, string][] {
+  const others = (header?.tokens ?? []).filter(([r]) => r !== resource);
+  const previous = highestFor(header, resource);
+  const highest = previous !== undefined && previous > token ? previous : token;
+  return [...others, [resource, highest.toString()]];
 }
 
 const FenceSchema = z.strictObject({

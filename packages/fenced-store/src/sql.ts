@@ -26,12 +26,16 @@ export interface Statements {
   readonly highest: string;
   /** $1 resource, $2 token, $3 key, $4 value (JSON text) → one row { version } when accepted, zero rows when fenced. */
   readonly putUnconditional: string;
-  /** $1 key, $2 value, $3 token, $4 resource, $5 expected version → { version } | no row. Run after `ratchet`. */
-  readonly updateIfVersion: string;
-  /** $1 key → { version } | no row. Run after `ratchet`. */
-  readonly deleteAny: string;
-  /** $1 key, $2 expected version → { version } | no row. Run after `ratchet`. */
+  /**
+   * $1 resource, $2 token, $3 key, $4 value, $5 expected version → one row { token, version }:
+   * token null = fenced, version null = version mismatch. Run inside BEGIN…COMMIT, so that a
+   * mismatch can be rolled back together with the ratchet it raised.
+   */
+  readonly putIfVersion: string;
+  /** $1 resource, $2 token, $3 key, $4 expected version → one row { token, version } as putIfVersion. */
   readonly deleteIfVersion: string;
+  /** $1 key → { version } | no row. Run after `ratchet`, in its transaction. */
+  readonly deleteAny: string;
   /** $1 key → { version } | no row. */
   readonly currentVersion: string;
   /** $1 key → { value, version, token, resource } | no row. */
@@ -83,14 +87,29 @@ SELECT $3, $4::jsonb, ratchet.token, $1 FROM ratchet
 ON CONFLICT (key) DO UPDATE
 SET value = EXCLUDED.value, version = EXCLUDED.version, token = EXCLUDED.token, resource = EXCLUDED.resource
 RETURNING r.version`,
-    // Separate statements after the ratchet, inside its transaction: each takes a fresh snapshot
-    // once the fence row lock is held, so it sees every write this resource committed before us.
-    updateIfVersion: `UPDATE ${records}
-SET value = $2::jsonb, version = nextval('${versions}'), token = $3::bigint, resource = $4
-WHERE key = $1 AND version = $5::bigint
-RETURNING version`,
+    // A conditional write needs no fresh snapshot: the UPDATE finds the row as of the statement's
+    // snapshot, but before changing it locks it and, if a concurrent transaction changed or deleted it
+    // meanwhile, re-evaluates "version = $5" on the newest version (READ COMMITTED), so it succeeds
+    // only if the record is still at the version the caller read. EXISTS (… ratchet) is an
+    // uncorrelated sub-select, run once before the first row is locked: the fence row is locked first.
+    putIfVersion: `WITH ratchet AS (${ratchet}),
+written AS (
+  UPDATE ${records}
+  SET value = $4::jsonb, version = nextval('${versions}'), token = $2::bigint, resource = $1
+  WHERE key = $3 AND version = $5::bigint AND EXISTS (SELECT 1 FROM ratchet)
+  RETURNING version
+)
+SELECT (SELECT token FROM ratchet) AS token, (SELECT version FROM written) AS version`,
+    deleteIfVersion: `WITH ratchet AS (${ratchet}),
+deleted AS (
+  DELETE FROM ${records} WHERE key = $3 AND version = $4::bigint AND EXISTS (SELECT 1 FROM ratchet)
+  RETURNING version
+)
+SELECT (SELECT token FROM ratchet) AS token, (SELECT version FROM deleted) AS version`,
+    // An unconditional delete must also remove a row committed while we waited for the fence lock,
+    // which the waiting statement's snapshot cannot see; so it runs as its own statement after the
+    // ratchet, and its fresh snapshot sees every write this resource committed before us.
     deleteAny: `DELETE FROM ${records} WHERE key = $1 RETURNING version`,
-    deleteIfVersion: `DELETE FROM ${records} WHERE key = $1 AND version = $2::bigint RETURNING version`,
     currentVersion: `SELECT version FROM ${records} WHERE key = $1`,
     get: `SELECT value, version, token, resource FROM ${records} WHERE key = $1`,
   };

@@ -69,6 +69,20 @@ export class Lease {
 
   /** Extends the lease on a majority; throws LeaseLostError (and aborts `signal`) if that cannot be confirmed in time. */
   async extend(ttlMs: number): Promise<void> {
+    try {
+      await this.tryExtend(ttlMs);
+    } catch (err) {
+      if (err instanceof LeaseLostError) this.lose(err);
+      throw err;
+    }
+  }
+
+  /**
+   * @internal One extension round that leaves the lease as it was when it fails, so that using()
+   * can retry (extensionAttempts) a round that failed on timeouts while the lease is still valid.
+   * Losing the lease here on the first failed round would make those retries dead code.
+   */
+  async tryExtend(ttlMs: number): Promise<void> {
     const lost = this.lostReason;
     if (lost !== undefined) throw lost;
     const validityMs = await this.#owner.extendLease(this, ttlMs);

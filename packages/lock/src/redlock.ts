@@ -106,7 +106,8 @@ export class Redlock implements LeaseOwner {
 
   /**
    * Runs `routine` under the lease, extending it ahead of expiry. If an extension cannot confirm a
-   * majority, `lease.signal` aborts at once with the failing nodes as reason, and using() rethrows
+   * majority (after `extensionAttempts` rounds, or at once when a majority answers that it no longer
+   * holds the lease), `lease.signal` aborts with the failing nodes as reason, and using() rethrows
    * that LeaseLostError after the routine settles: its work may have run unprotected.
    */
   async using<T>(resource: string, ttlMs: number, routine: (lease: Lease) => Promise<T>, options: AcquireOptions = {}): Promise<T> {
@@ -120,7 +121,7 @@ export class Redlock implements LeaseOwner {
     const extendRound = async (): Promise<void> => {
       for (let attempt = 1; attempt <= this.#extensionAttempts && !lease.signal.aborted; attempt++) {
         try {
-          await lease.extend(ttlMs);
+          await lease.tryExtend(ttlMs);
           schedule();
           return;
         } catch (err) {
@@ -150,12 +151,17 @@ export class Redlock implements LeaseOwner {
     const value = randomBytes(16).toString("hex");
     const start = performance.now();
     const tally = new AcquireTally(this.clients.length, this.quorum);
+    // Once the fan-out has resolved, a node that answers NOSCRIPT must not get the acquire again
+    // (see runScript): the release that follows may already have run there.
+    let fanningOut = true;
+    const stillWanted = (): boolean => fanningOut;
     const replies = await fanOut(
       this.clients.length,
-      async (node) => parseGrant(await runScript(this.#client(node), SCRIPTS.acquire, [keys.lease, keys.counter], [value, ttlMs])),
+      (node) => runScript(this.#client(node), SCRIPTS.acquire, [keys.lease, keys.counter], [value, ttlMs], stillWanted).then(parseGrant),
       this.#nodeTimeoutMs,
       (reply) => tally.add(reply),
     );
+    fanningOut = false;
     const choice = chooseToken(replies, this.quorum);
     let counted = choice?.counted.length ?? 0;
     if (choice !== undefined && counted < this.quorum && choice.behind.length > 0) {
@@ -177,7 +183,7 @@ export class Redlock implements LeaseOwner {
     let moved = 0;
     await fanOut(
       nodes.length,
-      async (i) => runScript(this.#client(nodes[i] as number), SCRIPTS.publish, [lease, counter], [value, token.toString()]),
+      (i) => runScript(this.#client(nodes[i] as number), SCRIPTS.publish, [lease, counter], [value, token.toString()]),
       this.#nodeTimeoutMs,
       (reply) => reply.ok && reply.value === 1 && ++moved >= needed,
     );
@@ -193,7 +199,7 @@ export class Redlock implements LeaseOwner {
     let confirmed = 0;
     const replies = await fanOut(
       this.clients.length,
-      async (node) => runScript(this.#client(node), SCRIPTS.extend, [keys.lease], [lease.value, ttlMs]),
+      (node) => runScript(this.#client(node), SCRIPTS.extend, [keys.lease], [lease.value, ttlMs]),
       this.#nodeTimeoutMs,
       (reply) => reply.ok && reply.value === 1 && ++confirmed >= this.quorum,
     );
@@ -201,9 +207,8 @@ export class Redlock implements LeaseOwner {
     // A majority confirmed after the old validity ended proves nothing: another client may have held it meanwhile.
     if (confirmed < this.quorum || now > deadline) {
       const reasons = failures(replies, (v, node) => (v === 1 ? undefined : { node, reason: "not-held" }));
-      const error = new LeaseLostError(lease.resource, lease.token, now > deadline ? "expired" : "quorum-lost", reasons);
-      lease.lose(error);
-      throw error;
+      // Not lease.lose() here: Lease.extend() does that, using() first retries (see Lease.tryExtend).
+      throw new LeaseLostError(lease.resource, lease.token, now > deadline ? "expired" : "quorum-lost", reasons);
     }
     return Math.floor(ttlMs - (now - start) - (ttlMs * this.#driftFactor + 2));
   }
@@ -223,7 +228,7 @@ export class Redlock implements LeaseOwner {
     let answered = 0;
     await fanOut(
       this.clients.length,
-      async (node) => runScript(this.#client(node), SCRIPTS.release, [lease], [value]),
+      (node) => runScript(this.#client(node), SCRIPTS.release, [lease], [value]),
       this.#nodeTimeoutMs,
       () => ++answered >= needed,
     );

@@ -39,7 +39,6 @@ describe("startPostgres", () => {
       return;
     }
     expect(startMs).toBeLessThan(10_000);
-    const port = new URL(server.url).port;
     const { rows: dirRows } = await client.query<{ data_directory: string }>("SHOW data_directory");
     const dataDir = dirRows[0]?.data_directory ?? "";
     expect(existsSync(dataDir)).toBe(true);

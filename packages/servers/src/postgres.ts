@@ -16,6 +16,15 @@ export interface StartedPostgres {
   stop(): Promise<void>;
 }
 
+export interface StartPostgresOptions {
+  /**
+   * Keep PostgreSQL's durability settings (fsync, synchronous_commit, full_page_writes) at their
+   * defaults, for benchmarks that must pay a real commit flush. Default false: test data is
+   * throwaway and a flush per commit only costs time. Has no effect on a DATABASE_URL server.
+   */
+  readonly durable?: boolean;
+}
+
 const LOOPBACK = "127.0.0.1";
 const START_TIMEOUT_MS = 20_000;
 const INSTALL_HINT = "apt-get install postgresql";
@@ -24,12 +33,16 @@ const INSTALL_HINT = "apt-get install postgresql";
  * A real PostgreSQL for tests and benchmarks: DATABASE_URL if set, else a postgres:16 container when
  * a Docker engine answers, else a private server from the machine's binaries on a free loopback port.
  */
-export async function startPostgres(): Promise<StartedPostgres> {
+export async function startPostgres(options: StartPostgresOptions = {}): Promise<StartedPostgres> {
   const fromEnv = process.env.DATABASE_URL;
   if (fromEnv !== undefined && fromEnv !== "") return { url: fromEnv, source: "env", stop: () => Promise.resolve() };
-  if (await dockerAvailable()) return startDockerPostgres();
-  return startLocalPostgres();
+  const durable = options.durable ?? false;
+  if (await dockerAvailable()) return startDockerPostgres(durable);
+  return startLocalPostgres(durable);
 }
+
+/** Throwaway data: durability settings only cost time. */
+const FAST_SETTINGS = ["fsync=off", "synchronous_commit=off", "full_page_writes=off"];
 
 /** Resolves once a fresh connection answers a query: accepting TCP alone does not mean recovery is over. */
 export async function answersQuery(url: string): Promise<boolean> {
@@ -45,14 +58,14 @@ export async function answersQuery(url: string): Promise<boolean> {
   }
 }
 
-async function startDockerPostgres(): Promise<StartedPostgres> {
+async function startDockerPostgres(durable: boolean): Promise<StartedPostgres> {
   const { GenericContainer, Wait } = await import("testcontainers");
-  const container = await new GenericContainer("postgres:16")
+  let definition = new GenericContainer("postgres:16")
     .withEnvironment({ POSTGRES_USER: "fenced", POSTGRES_PASSWORD: "fenced", POSTGRES_DB: "fenced" })
-    .withExposedPorts(5432)
-    // The data is throwaway: tmpfs and fsync=off keep start-up and commits fast.
-    .withTmpFs({ "/var/lib/postgresql/data": "rw" })
-    .withCommand(["postgres", "-c", "fsync=off", "-c", "full_page_writes=off"])
+    .withExposedPorts(5432);
+  // The data is throwaway: tmpfs and no flushes keep start-up and commits fast.
+  if (!durable) definition = definition.withTmpFs({ "/var/lib/postgresql/data": "rw" }).withCommand(["postgres", ...FAST_SETTINGS.flatMap((s) => ["-c", s])]);
+  const container = await definition
     // The entrypoint starts a temporary server for init scripts first; the second message is the real one.
     .withWaitStrategy(Wait.forLogMessage(/database system is ready to accept connections/, 2))
     .start();
@@ -112,7 +125,7 @@ function serverIdentity(): { uid: number; gid: number } | undefined {
 
 class PortTaken extends Error {}
 
-async function startLocalPostgres(): Promise<StartedPostgres> {
+async function startLocalPostgres(durable: boolean): Promise<StartedPostgres> {
   const bins = findPostgresBinaries();
   const identity = serverIdentity();
   const dir = await mkdtemp(join(tmpdir(), "fenced-pg-"));
@@ -125,7 +138,7 @@ async function startLocalPostgres(): Promise<StartedPostgres> {
     for (let attempt = 1; ; attempt++) {
       const port = await freePort();
       try {
-        const spawned = await launch(bins.postgres, dataDir, dir, port, identity);
+        const spawned = await launch(bins.postgres, dataDir, dir, port, identity, durable);
         return localHandle(spawned, dir, `postgres://postgres@${LOOPBACK}:${port}/postgres`);
       } catch (err) {
         if (!(err instanceof PortTaken) || attempt >= 8) throw err;
@@ -146,17 +159,14 @@ async function runToEnd(command: string, args: readonly string[], cwd: string, i
   }
 }
 
-async function launch(binary: string, dataDir: string, socketDir: string, port: number, identity: { uid: number; gid: number } | undefined): Promise<Spawned> {
+async function launch(binary: string, dataDir: string, socketDir: string, port: number, identity: { uid: number; gid: number } | undefined, durable: boolean): Promise<Spawned> {
   const settings = [
     `listen_addresses=${LOOPBACK}`,
     `port=${port}`,
     // A private socket dir: no clash with a system server's /var/run/postgresql, no permission issues.
     `unix_socket_directories=${socketDir}`,
-    // Throwaway data: durability settings only cost time here.
-    "fsync=off",
-    "synchronous_commit=off",
-    "full_page_writes=off",
     "max_connections=200",
+    ...(durable ? [] : FAST_SETTINGS),
   ];
   const args = ["-D", dataDir, ...settings.flatMap((s) => ["-c", s])];
   // Run postgres in the foreground (not pg_ctl, which daemonises): spawnTracked kills it with us.

@@ -1,0 +1,92 @@
+import { Readable } from "node:stream";
+import { GetObjectCommand, PutObjectCommand, type S3Client } from "@aws-sdk/client-s3";
+import { statusOf } from "./s3-conditional.js";
+import { putOnce, uploadStream } from "./s3-multipart.js";
+
+/** Parts of one stream uploading at once: enough to keep a link busy, few enough to bound memory. */
+const PART_CONCURRENCY = 2;
+
+/** What put() accepts: bytes in memory, or a stream that is sent without being buffered whole. */
+export type S3Body = string | Uint8Array | Readable;
+
+// eslint-disable-next-line no-control-regex
+const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
+
+export function assertBody(body: unknown): asserts body is S3Body {
+  if (typeof body === "string" || body instanceof Uint8Array) return;
+  if (body instanceof Readable) {
+    if (body.readableObjectMode) throw new TypeError("body stream must be a byte stream, not an object-mode stream");
+    if (body.destroyed || body.readableEnded) throw new TypeError("body stream has already been consumed or destroyed");
+    return;
+  }
+  throw new TypeError(`body must be a string, a Uint8Array or a Readable stream, got ${body === null ? "null" : typeof body}`);
+}
+
+export function assertContentType(contentType: unknown): asserts contentType is string | undefined {
+  if (contentType === undefined) return;
+  if (typeof contentType !== "string") throw new TypeError("contentType must be a string");
+  if (contentType.length === 0 || contentType.length > 256) throw new RangeError("contentType must be 1 to 256 characters");
+  if (CONTROL.test(contentType)) throw new RangeError("contentType must not contain control characters");
+}
+
+export function assertContentLength(contentLength: unknown, body: S3Body): asserts contentLength is number | undefined {
+  if (contentLength === undefined) return;
+  if (!(body instanceof Readable)) throw new TypeError("contentLength is only for stream bodies (the length of bytes in memory is known)");
+  if (typeof contentLength !== "number" || !Number.isSafeInteger(contentLength) || contentLength < 0) {
+    throw new RangeError("contentLength must be a non-negative safe integer");
+  }
+}
+
+/** Bytes in memory as a Buffer (no copy for a Uint8Array); streams stay streams. */
+export function toPayload(body: S3Body): Buffer | Readable {
+  if (typeof body === "string") return Buffer.from(body, "utf8");
+  if (body instanceof Uint8Array) return Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+  return body;
+}
+
+export interface UploadOptions {
+  readonly contentType: string | undefined;
+  /** Known length of a stream body: one streamed PUT instead of a multipart upload. */
+  readonly contentLength: number | undefined;
+  /** Multipart part size for streams of unknown length. */
+  readonly partSize: number;
+}
+
+/**
+ * Writes a data object under a name no other write uses. Bytes and streams of known length go in
+ * one PUT with If-None-Match: * (data is never overwritten in place); a stream of unknown length
+ * goes multipart, holding a few parts in memory, and relies on the unique name alone, because
+ * conditions on completing a multipart upload are not portable.
+ */
+export async function uploadData(client: S3Client, bucket: string, key: string, body: Buffer | Readable, options: UploadOptions): Promise<void> {
+  const contentType = options.contentType === undefined ? {} : { ContentType: options.contentType };
+  if (Buffer.isBuffer(body) || options.contentLength !== undefined) {
+    const length = Buffer.isBuffer(body) ? body.length : options.contentLength;
+    await putOnce(client, new PutObjectCommand({ Bucket: bucket, Key: key, Body: body, ContentLength: length, IfNoneMatch: "*", ...contentType }));
+    return;
+  }
+  await uploadStream(client, bucket, key, body, { contentType: options.contentType, partSize: options.partSize, concurrency: PART_CONCURRENCY });
+}
+
+export interface DataObject {
+  readonly body: Readable;
+  readonly size: number | undefined;
+}
+
+/** Opens a data object; undefined when it is gone (superseded and cleaned up since the manifest was read). */
+export async function openData(client: S3Client, bucket: string, key: string): Promise<DataObject | undefined> {
+  try {
+    const res = await client.send(new GetObjectCommand({ Bucket: bucket, Key: key }));
+    if (!(res.Body instanceof Readable)) throw new Error(`GET ${key} did not return a Node.js stream`);
+    return { body: res.Body, size: res.ContentLength };
+  } catch (err) {
+    if (statusOf(err) === 404 && (err as { Code?: unknown }).Code !== "NoSuchBucket") return undefined;
+    throw err;
+  }
+}
+
+export async function readAll(stream: Readable): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of stream) chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as Uint8Array));
+  return Buffer.concat(chunks);
+}

@@ -1,0 +1,107 @@
+import type { Readable } from "node:stream";
+import { statusOf } from "./s3-conditional.js";
+import {
+  AbortMultipartUploadCommand,
+  CompleteMultipartUploadCommand,
+  CreateMultipartUploadCommand,
+  PutObjectCommand,
+  UploadPartCommand,
+  type CompletedPart,
+  type S3Client,
+} from "@aws-sdk/client-s3";
+
+export interface MultipartOptions {
+  readonly contentType: string | undefined;
+  readonly partSize: number;
+  /** Parts uploading at once. Memory held: (concurrency + 1) × partSize, whatever the body's length. */
+  readonly concurrency: number;
+}
+
+/**
+ * Streams a body of unknown length to S3 as a multipart upload. Part buffers are allocated once and
+ * reused, so memory stays flat at (concurrency + 1) part buffers: reading pauses (backpressure) while
+ * every buffer is in flight. Freshly allocated buffers per part would leave the release of that
+ * memory to the garbage collector's timing, which lets a long upload's footprint drift far above it.
+ * A body that fits in one part is sent as one create-only PUT instead.
+ */
+export async function uploadStream(client: S3Client, bucket: string, key: string, body: Readable, options: MultipartOptions): Promise<void> {
+  const { partSize, concurrency } = options;
+  const contentType = options.contentType === undefined ? {} : { ContentType: options.contentType };
+  const free: Buffer[] = [];
+  const take = (): Buffer => free.pop() ?? Buffer.allocUnsafe(partSize);
+  const parts: CompletedPart[] = [];
+  const inFlight = new Set<Promise<void>>();
+  let uploadId: string | undefined;
+  let launched = 0;
+  let failure: { error: unknown } | undefined;
+
+  const sendPart = async (buffer: Buffer, length: number): Promise<void> => {
+    while (inFlight.size >= concurrency) await Promise.race(inFlight);
+    if (failure !== undefined) throw failure.error;
+    if (uploadId === undefined) {
+      const created = await client.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: key, ...contentType }));
+      if (created.UploadId === undefined) throw new Error(`CreateMultipartUpload for ${key} returned no UploadId`);
+      uploadId = created.UploadId;
+    }
+    const partNumber = ++launched;
+    const upload = client
+      .send(new UploadPartCommand({ Bucket: bucket, Key: key, UploadId: uploadId, PartNumber: partNumber, Body: buffer.subarray(0, length), ContentLength: length }))
+      .then(
+        (res) => {
+          parts.push({ PartNumber: partNumber, ETag: res.ETag });
+          free.push(buffer);
+        },
+        (error: unknown) => {
+          failure ??= { error };
+        },
+      )
+      .finally(() => inFlight.delete(upload));
+    inFlight.add(upload);
+  };
+
+  try {
+    let current = take();
+    let filled = 0;
+    for await (const chunk of body) {
+      const bytes = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as Uint8Array);
+      for (let offset = 0; offset < bytes.length; ) {
+        const n = Math.min(bytes.length - offset, partSize - filled);
+        bytes.copy(current, filled, offset, offset + n);
+        filled += n;
+        offset += n;
+        if (filled === partSize) {
+          await sendPart(current, filled);
+          current = take();
+          filled = 0;
+        }
+      }
+    }
+    if (launched === 0) {
+      await putOnce(client, new PutObjectCommand({ Bucket: bucket, Key: key, Body: current.subarray(0, filled), ContentLength: filled, IfNoneMatch: "*", ...contentType }));
+      return;
+    }
+    if (filled > 0) await sendPart(current, filled);
+    while (inFlight.size > 0) await Promise.race(inFlight);
+    if (failure !== undefined) throw failure.error;
+    parts.sort((a, b) => (a.PartNumber ?? 0) - (b.PartNumber ?? 0));
+    await client.send(new CompleteMultipartUploadCommand({ Bucket: bucket, Key: key, UploadId: uploadId, MultipartUpload: { Parts: parts } }));
+  } catch (err) {
+    body.destroy();
+    await Promise.allSettled(inFlight);
+    // Parts of an abandoned upload are stored (and billed) until aborted.
+    if (uploadId !== undefined) await client.send(new AbortMultipartUploadCommand({ Bucket: bucket, Key: key, UploadId: uploadId })).catch(() => undefined);
+    throw err;
+  }
+}
+
+/**
+ * A create-only PUT of a data object. Its name is unique to one write, so "already exists" (412) can
+ * only be an earlier attempt of this same request that the SDK retried after losing its response.
+ */
+export async function putOnce(client: S3Client, command: PutObjectCommand): Promise<void> {
+  try {
+    await client.send(command);
+  } catch (err) {
+    if (statusOf(err) !== 412) throw err;
+  }
+}

@@ -1,0 +1,114 @@
+import type { S3Client } from "@aws-sdk/client-s3";
+import { startS3, type StartedS3 } from "@fenced/servers";
+import fc from "fast-check";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { StaleTokenError } from "./errors.js";
+import { FencedS3 } from "./s3.js";
+import type { ManifestHeader } from "./s3-manifest.js";
+import { auditManifests, listKeys } from "./s3-test-support.js";
+
+let server: StartedS3;
+let client: S3Client;
+let bucket: string;
+/** Every manifest the server accepted, whichever writer sent it: the history the invariants are checked on. */
+let accepted: ManifestHeader[];
+
+beforeAll(async () => {
+  server = await startS3();
+  client = server.client();
+  accepted = auditManifests(client);
+  bucket = await server.createBucket();
+});
+afterAll(async () => {
+  await server?.stop();
+});
+
+interface Writer {
+  readonly token: bigint;
+  /** Milliseconds before the writer starts: together with real concurrency, the interleaving. */
+  readonly delay: number;
+  readonly op: "put" | "update" | "delete";
+  /** Small bodies are inlined in the manifest; large ones go to a data object. */
+  readonly large: boolean;
+  /** Without the resource fence only the manifest's own ratchet stands between this writer and the key. */
+  readonly checkResourceFence: boolean;
+}
+
+const writerArb: fc.Arbitrary<Writer> = fc.record({
+  token: fc.bigInt({ min: 0n, max: 8n }),
+  delay: fc.integer({ min: 0, max: 15 }),
+  op: fc.constantFrom("put", "put", "update", "delete"),
+  large: fc.boolean(),
+  checkResourceFence: fc.boolean(),
+});
+
+let run = 0;
+
+describe("FencedS3 under random concurrent interleavings", () => {
+  it("accepted tokens never decrease, the final state is the last accepted write, a refused write changes nothing", async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.array(writerArb, { minLength: 2, maxLength: 8 }), async (writers) => {
+        // A fresh key and resource per run: the resource fence spans every key of its resource.
+        const key = `prop/${++run}`;
+        const manifestsBefore = accepted.length;
+        const bodyOf = (i: number): string => (writers[i]?.large ? `writer ${i} `.repeat(8_000) : `writer ${i}`);
+        const outcomes = await Promise.allSettled(
+          writers.map(async (w, i) => {
+            // Separate instances: nothing is shared between writers but the server, as with separate processes.
+            const store = new FencedS3(client, { bucket, inlineLimit: 1024, checkResourceFence: w.checkResourceFence });
+            await new Promise((r) => setTimeout(r, w.delay));
+            const fence = { resource: `prop-${run}`, token: w.token };
+            const result =
+              w.op === "put"
+                ? await store.put(key, bodyOf(i), { fence })
+                : w.op === "delete"
+                  ? await store.delete(key, { fence })
+                  : await store.update(key, () => bodyOf(i), { fence });
+            await store.flush();
+            return result;
+          }),
+        );
+
+        const history = accepted.slice(manifestsBefore).filter((h) => h.key === key);
+        history.sort((a, b) => a.seq - b.seq);
+        // The manifest CAS admits one successor per version: seq is 1..n without gap or repeat.
+        expect(history.map((h) => h.seq)).toEqual(history.map((_, i) => i + 1));
+        // The ratchet: accepted tokens never decrease.
+        for (let i = 1; i < history.length; i++) expect(BigInt(history[i]?.token ?? -1)).toBeGreaterThanOrEqual(BigInt(history[i - 1]?.token ?? -1));
+
+        const acknowledged = new Map<string, number>();
+        for (const [i, o] of outcomes.entries()) {
+          if (o.status === "fulfilled") {
+            acknowledged.set(o.value.version, i);
+            expect(o.value.token).toBe(writers[i]?.token);
+          } else {
+            // Refused only for a stale token, and only in favour of a token some writer really presented
+            // (the resource fence may hold one whose own data write then lost to a higher one).
+            expect(o.reason).toBeInstanceOf(StaleTokenError);
+            const err = o.reason as StaleTokenError;
+            expect(err.highest).toBeGreaterThan(err.token);
+            expect(writers.some((w) => w.token === err.highest)).toBe(true);
+          }
+        }
+        // Exactly the acknowledged writes are in the history: a refused write left no manifest behind.
+        expect(history.map((h) => h.writeId).sort()).toEqual([...acknowledged.keys()].sort());
+
+        // The final state is the last accepted write.
+        const last = history.at(-1);
+        const reader = new FencedS3(client, { bucket });
+        const final = await reader.getBytes(key);
+        if (last === undefined || last.body.kind === "tombstone") {
+          expect(final).toBeUndefined();
+        } else {
+          const writer = acknowledged.get(last.writeId) ?? -1;
+          expect(final?.version).toBe(last.writeId);
+          expect(final?.body.toString()).toBe(bodyOf(writer));
+        }
+        // No data object survives but the current one: superseded and refused bodies are gone.
+        const data = await listKeys(client, bucket, `fenced/data/${key}/`);
+        expect(data).toEqual(last?.body.kind === "object" ? [last.body.dataKey] : []);
+      }),
+      { numRuns: 40, endOnFailure: true },
+    );
+  });
+});

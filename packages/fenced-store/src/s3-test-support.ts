@@ -1,0 +1,107 @@
+import { randomBytes } from "node:crypto";
+import { ListObjectsV2Command, type S3Client } from "@aws-sdk/client-s3";
+import { decodeManifest, type ManifestHeader } from "./s3-manifest.js";
+
+/**
+ * Tools for the S3 tests: they act on a real client's middleware stack, so the store under test
+ * runs unmodified against a real server while a test holds, fails or watches individual requests.
+ */
+
+export interface RequestInfo {
+  readonly command: string;
+  readonly key: string | undefined;
+  readonly input: Record<string, unknown>;
+}
+
+type Around = (info: RequestInfo, send: () => Promise<unknown>) => Promise<unknown>;
+
+/** Wraps every request of the client; `around` decides when (and whether) it is sent. */
+export function intercept(client: S3Client, around: Around): () => void {
+  const name = `intercept-${randomBytes(4).toString("hex")}`;
+  client.middlewareStack.add(
+    (next, context) => async (args) => {
+      const input = args.input as Record<string, unknown>;
+      const info = { command: context.commandName ?? "", key: typeof input.Key === "string" ? input.Key : undefined, input };
+      return (await around(info, () => next(args))) as Awaited<ReturnType<typeof next>>;
+    },
+    { step: "initialize", name },
+  );
+  return () => {
+    client.middlewareStack.remove(name);
+  };
+}
+
+export function isManifestPut(info: RequestInfo): boolean {
+  return info.command === "PutObjectCommand" && (info.key?.includes("/manifests/") ?? false);
+}
+
+export interface Gate {
+  /** Resolves when the first matching request has arrived and is being held. */
+  readonly reached: Promise<void>;
+  /** Lets the held request go (and every later one). */
+  release(): void;
+}
+
+/** Holds the first request that matches until release(): "the process pauses right here". */
+export function holdFirst(client: S3Client, match: (info: RequestInfo) => boolean): Gate {
+  let arrived!: () => void;
+  let open!: () => void;
+  const reached = new Promise<void>((r) => (arrived = r));
+  const released = new Promise<void>((r) => (open = r));
+  let held = false;
+  intercept(client, async (info, send) => {
+    if (!held && match(info)) {
+      held = true;
+      arrived();
+      await released;
+    }
+    return send();
+  });
+  return { reached, release: () => open() };
+}
+
+/** An error shaped like the SDK's for a given HTTP status (or, without one, like a lost connection). */
+export function fakeError(status: number | undefined, name: string): Error {
+  const err = new Error(`injected ${name}`);
+  err.name = name;
+  if (status !== undefined) Object.assign(err, { $metadata: { httpStatusCode: status }, Code: name });
+  return err;
+}
+
+/** Strips conditional headers on the wire, like an emulator that accepts and ignores them. */
+export function ignoreConditions(client: S3Client): void {
+  client.middlewareStack.add(
+    (next) => async (args) => {
+      const headers = (args.request as { headers?: Record<string, string> }).headers ?? {};
+      for (const h of Object.keys(headers)) if (/^if-(none-)?match$/i.test(h)) delete headers[h];
+      return next(args);
+    },
+    { step: "build", name: `ignore-conditions-${randomBytes(4).toString("hex")}` },
+  );
+}
+
+/** Records the header of every manifest PUT the server accepted, in the order the responses came. */
+export function auditManifests(client: S3Client): ManifestHeader[] {
+  const accepted: ManifestHeader[] = [];
+  intercept(client, async (info, send) => {
+    const out = await send();
+    if (isManifestPut(info) && Buffer.isBuffer(info.input.Body)) {
+      const key = (info.key ?? "").replace(/^.*?\/manifests\//, "");
+      accepted.push(decodeManifest(key, info.input.Body).header);
+    }
+    return out;
+  });
+  return accepted;
+}
+
+/** Every key in the bucket under a prefix. */
+export async function listKeys(client: S3Client, bucket: string, prefix = ""): Promise<string[]> {
+  const keys: string[] = [];
+  let token: string | undefined;
+  do {
+    const page = await client.send(new ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, ContinuationToken: token }));
+    for (const o of page.Contents ?? []) if (o.Key !== undefined) keys.push(o.Key);
+    token = page.NextContinuationToken;
+  } while (token !== undefined);
+  return keys.sort();
+}

@@ -1,0 +1,125 @@
+import { performance } from "node:perf_hooks";
+import { setTimeout as sleep } from "node:timers/promises";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { LeaseLostError } from "./errors.js";
+import type { Lease } from "./lease.js";
+import { Redlock } from "./redlock.js";
+import { holdAs, leaseValuesOn, ready, startTestNodes, type TestNodes } from "./test-support.js";
+import { resourceKeys } from "./keys.js";
+
+const TTL_MS = 3_000;
+
+/** The signal's reason once it aborts, or "still valid" if it has not aborted within `withinMs`. */
+function lossOf(lease: Lease, withinMs: number): Promise<{ reason: unknown; at: number } | "still valid"> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve("still valid"), withinMs);
+    const onAbort = (): void => {
+      clearTimeout(timer);
+      resolve({ reason: lease.signal.reason, at: performance.now() });
+    };
+    if (lease.signal.aborted) onAbort();
+    else lease.signal.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+describe("losing the majority while holding a lease in using()", () => {
+  let t: TestNodes;
+  beforeAll(async () => {
+    t = await startTestNodes(5, { faults: true }, { failFast: true });
+  });
+  afterEach(async () => {
+    // Every test starts from 5 healthy nodes.
+    await Promise.all(
+      t.nodes.map(async (node, i) => {
+        if (node.paused) node.resume();
+        if (!node.running) {
+          await node.restart({ keepData: true });
+          await Promise.all([ready(t.clients[i]!), ready(t.admin[i]!)]);
+        }
+      }),
+    );
+  });
+  afterAll(async () => {
+    await t?.stop();
+  });
+
+  for (const fault of ["killed", "paused"] as const) {
+    it(`3 of 5 nodes ${fault}: lease.signal aborts with quorum-lost naming them, before the TTL, and using() rejects with that error`, async () => {
+      const redlock = new Redlock(t.clients, { nodeTimeoutMs: 100, retryCount: 0 });
+      let loss: Awaited<ReturnType<typeof lossOf>> | undefined;
+      let acquiredAt = 0;
+      const outcome = await redlock
+        .using(`majority-loss-${fault}`, TTL_MS, async (lease) => {
+          acquiredAt = performance.now();
+          expect(lease.signal.aborted).toBe(false);
+          const victims = t.nodes.slice(2);
+          if (fault === "killed") await Promise.all(victims.map((n) => n.kill()));
+          else for (const node of victims) node.pause();
+          loss = await lossOf(lease, TTL_MS + 1_000);
+          return "routine finished";
+        })
+        .then(
+          (value) => ({ value }),
+          (error: unknown) => ({ error }),
+        );
+
+      expect(loss).not.toBe("still valid");
+      const { reason, at } = loss as { reason: unknown; at: number };
+      expect(at - acquiredAt).toBeLessThan(TTL_MS);
+      expect(reason).toBeInstanceOf(LeaseLostError);
+      const lost = reason as LeaseLostError;
+      expect(lost.kind).toBe("quorum-lost");
+      expect(lost.nodes.map((n) => n.node)).toEqual([2, 3, 4]);
+      expect(lost.nodes.every((n) => n.reason === (fault === "killed" ? "error" : "timeout"))).toBe(true);
+      expect(outcome).toEqual({ error: reason });
+    });
+  }
+
+  it("a majority that answers 'not held' (keys overwritten) ends the lease at the next extension", async () => {
+    const resource = "majority-overwritten";
+    const redlock = new Redlock(t.clients, { nodeTimeoutMs: 100, retryCount: 0 });
+    let loss: Awaited<ReturnType<typeof lossOf>> | undefined;
+    const outcome = await redlock
+      .using(resource, 1_000, async (lease) => {
+        for (const redis of t.admin.slice(0, 3)) await holdAs(redis, resource, "usurper", 10_000);
+        loss = await lossOf(lease, 2_000);
+      })
+      .catch((e: unknown) => e);
+    expect(loss).not.toBe("still valid");
+    const reason = (loss as { reason: unknown }).reason as LeaseLostError;
+    expect(reason.kind).toBe("quorum-lost");
+    expect(reason.nodes).toEqual([
+      { node: 0, reason: "not-held" },
+      { node: 1, reason: "not-held" },
+      { node: 2, reason: "not-held" },
+    ]);
+    expect(outcome).toBe(reason);
+    // The usurper's keys survive the release at the end of using().
+    expect(await leaseValuesOn(t.admin, resource)).toEqual(["usurper", "usurper", "usurper", null, null]);
+  });
+
+  it("using() retries an extension round that failed on timeouts, so a majority that is silent for one round does not end the lease", async () => {
+    const resource = "extension-retry";
+    const nodeTimeoutMs = 300;
+    const threshold = 1_500;
+    const redlock = new Redlock(t.clients, { nodeTimeoutMs, retryCount: 0, automaticExtensionThresholdMs: threshold, extensionAttempts: 3 });
+    const pttlsAfter: number[] = [];
+    let aborted: unknown;
+    const result = await redlock.using(resource, TTL_MS, async (lease) => {
+      // using() extends when `threshold` of validity is left; make 3 nodes silent across the first round only.
+      const extensionAt = lease.validUntil - threshold;
+      await sleep(Math.max(0, extensionAt - 100 - Date.now()));
+      for (const node of t.nodes.slice(2)) node.pause();
+      await sleep(Math.max(0, extensionAt + nodeTimeoutMs + 150 - Date.now()));
+      for (const node of t.nodes.slice(2)) node.resume();
+      await sleep(Math.max(0, extensionAt + 2 * nodeTimeoutMs + 200 - Date.now()));
+      aborted = lease.signal.aborted ? lease.signal.reason : false;
+      pttlsAfter.push(...(await Promise.all(t.admin.map((r) => r.pttl(resourceKeys(resource).lease)))));
+      return lease.token;
+    });
+    expect(aborted).toBe(false);
+    expect(typeof result).toBe("bigint");
+    // The retried round extended the key on every node again (it was set with the 3 s TTL well over a second earlier).
+    for (const pttl of pttlsAfter) expect(pttl).toBeGreaterThan(TTL_MS - 700);
+  });
+});

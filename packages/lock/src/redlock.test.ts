@@ -1,0 +1,290 @@
+import { performance } from "node:perf_hooks";
+import { setTimeout as sleep } from "node:timers/promises";
+import type { Redis } from "ioredis";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { LeaseLostError, LockNotAcquiredError } from "./errors.js";
+import { resourceKeys } from "./keys.js";
+import { Redlock } from "./redlock.js";
+import { counterOn, countersOn, holdAs, leaseValuesOn, startTestNodes, type TestNodes } from "./test-support.js";
+
+/** Calls of every command except INFO (which the probing itself issues), summed over the nodes. */
+async function commandsServed(admin: readonly Redis[]): Promise<number> {
+  let total = 0;
+  for (const redis of admin) {
+    const stats = await redis.info("commandstats");
+    for (const [, name, calls] of stats.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) if (name !== "info") total += Number(calls);
+  }
+  return total;
+}
+
+function pttls(admin: readonly Redis[], resource: string): Promise<number[]> {
+  return Promise.all(admin.map((r) => r.pttl(resourceKeys(resource).lease)));
+}
+
+describe("Redlock over 5 nodes", () => {
+  let t: TestNodes;
+  let redlock: Redlock;
+
+  beforeAll(async () => {
+    t = await startTestNodes(5);
+    redlock = new Redlock(t.clients, { retryCount: 0 });
+  });
+  afterAll(async () => {
+    await t?.stop();
+  });
+
+  it("rejects bad input with TypeError/RangeError before sending anything to Redis", async () => {
+    const before = await commandsServed(t.admin);
+    expect(() => new Redlock([])).toThrow(RangeError);
+    expect(() => new Redlock(undefined as unknown as Redis[])).toThrow(RangeError);
+    expect(() => new Redlock(t.clients, { retryCount: -1 })).toThrow(RangeError);
+    expect(() => new Redlock(t.clients, { retryDelayMs: Number.NaN })).toThrow(RangeError);
+    expect(() => new Redlock(t.clients, { nodeTimeoutMs: 0 })).toThrow(RangeError);
+    expect(() => new Redlock(t.clients, { driftFactor: -0.1 })).toThrow(RangeError);
+    expect(() => new Redlock(t.clients, { extensionAttempts: 0 })).toThrow(RangeError);
+
+    const badResources: [unknown, typeof TypeError | typeof RangeError][] = [
+      ["", RangeError],
+      ["r".repeat(513), RangeError],
+      [42, TypeError],
+      [null, TypeError],
+      [undefined, TypeError],
+      [Symbol("r"), TypeError],
+    ];
+    for (const [resource, error] of badResources) {
+      await expect(redlock.acquire(resource as string, 1_000)).rejects.toThrow(error);
+    }
+    const badTtls: [unknown, typeof TypeError | typeof RangeError][] = [
+      [0, RangeError],
+      [-1, RangeError],
+      [2 ** 31, RangeError],
+      [1.5, TypeError],
+      [Number.NaN, TypeError],
+      [Number.POSITIVE_INFINITY, TypeError],
+      ["1000", TypeError],
+    ];
+    for (const [ttl, error] of badTtls) {
+      await expect(redlock.acquire("valid", ttl as number)).rejects.toThrow(error);
+    }
+    await expect(redlock.acquire("valid", 1_000, { retryCount: -1 })).rejects.toThrow(RangeError);
+    let routineRan = false;
+    const routine = (): Promise<void> => {
+      routineRan = true;
+      return Promise.resolve();
+    };
+    await expect(redlock.using("", 1_000, routine)).rejects.toThrow(RangeError);
+    await expect(redlock.using("valid", 0, routine)).rejects.toThrow(RangeError);
+    expect(routineRan).toBe(false);
+
+    expect(await commandsServed(t.admin)).toBe(before);
+    expect(await Promise.all(t.admin.map((r) => r.dbsize()))).toEqual([0, 0, 0, 0, 0]);
+  });
+
+  it("accepts a resource of exactly 512 characters", async () => {
+    const lease = await redlock.acquire("r".repeat(512), 1_000);
+    expect(lease.resource).toHaveLength(512);
+    await lease.release();
+  });
+
+  it("acquire sets the lease value with the TTL on every node and hands out the counter as a bigint token", async () => {
+    const resource = "basic/acquire";
+    const before = Date.now();
+    const lease = await redlock.acquire(resource, 5_000);
+    try {
+      expect(lease.resource).toBe(resource);
+      expect(typeof lease.token).toBe("bigint");
+      expect(lease.token).toBe(1n);
+      expect(await countersOn(t.admin, resource)).toEqual([1n, 1n, 1n, 1n, 1n]);
+      expect(await leaseValuesOn(t.admin, resource)).toEqual(Array(5).fill(lease.value));
+      for (const pttl of await pttls(t.admin, resource)) expect(pttl).toBeGreaterThan(4_000);
+      // validity = TTL − elapsed − drift (1 % + 2 ms): just under the TTL, never above it.
+      expect(lease.validUntil).toBeGreaterThan(before + 4_800);
+      expect(lease.validUntil).toBeLessThanOrEqual(Date.now() + 5_000 - 52);
+      expect(lease.remainingMs).toBeGreaterThan(4_800);
+      expect(lease.signal.aborted).toBe(false);
+    } finally {
+      await lease.release();
+    }
+  });
+
+  it("a second acquirer is refused while the lease is held, with 'held' from every node, and gets a larger token after release", async () => {
+    const resource = "basic/exclusive";
+    const other = new Redlock(await t.moreClients(), { retryCount: 0 });
+    const first = await redlock.acquire(resource, 5_000);
+    const refused = await other.acquire(resource, 5_000).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(LockNotAcquiredError);
+    const error = refused as LockNotAcquiredError;
+    expect(error.resource).toBe(resource);
+    expect(error.attempts).toBe(1);
+    // The tally stops as soon as 3 refused; the rest may be reported as not waited for.
+    const held = error.nodes.filter((n) => n.reason === "held").map((n) => n.node);
+    expect(held.length).toBeGreaterThanOrEqual(3);
+    expect(error.nodes.every((n) => n.reason === "held" || n.reason === "unanswered")).toBe(true);
+    expect(await leaseValuesOn(t.admin, resource)).toEqual(Array(5).fill(first.value));
+
+    await first.release();
+    const second = await other.acquire(resource, 5_000);
+    expect(second.token).toBeGreaterThan(first.token);
+    expect(await leaseValuesOn(t.admin, resource)).toEqual(Array(5).fill(second.value));
+    await second.release();
+  });
+
+  it("counters are per resource", async () => {
+    const a1 = await redlock.acquire("per-resource/a", 1_000);
+    await a1.release();
+    const a2 = await redlock.acquire("per-resource/a", 1_000);
+    await a2.release();
+    const b = await redlock.acquire("per-resource/b", 1_000);
+    await b.release();
+    expect([a1.token, a2.token, b.token]).toEqual([1n, 2n, 1n]);
+  });
+
+  it("extend() lengthens the key's PTTL on every node and moves validUntil", async () => {
+    const resource = "basic/extend";
+    const lease = await redlock.acquire(resource, 1_000);
+    try {
+      for (const pttl of await pttls(t.admin, resource)) expect(pttl).toBeLessThanOrEqual(1_000);
+      const oldValidUntil = lease.validUntil;
+      await lease.extend(20_000);
+      for (const pttl of await pttls(t.admin, resource)) {
+        expect(pttl).toBeGreaterThan(19_000);
+        expect(pttl).toBeLessThanOrEqual(20_000);
+      }
+      expect(lease.validUntil).toBeGreaterThan(oldValidUntil + 18_000);
+      expect(lease.remainingMs).toBeGreaterThan(19_000);
+      expect(await leaseValuesOn(t.admin, resource)).toEqual(Array(5).fill(lease.value));
+      await expect(lease.extend(0)).rejects.toThrow(RangeError);
+      await expect(lease.extend(1.5)).rejects.toThrow(TypeError);
+    } finally {
+      await lease.release();
+    }
+  });
+
+  it("release() removes the key everywhere, is idempotent, and ends the lease", async () => {
+    const resource = "basic/release";
+    const lease = await redlock.acquire(resource, 5_000);
+    const signal = lease.signal;
+    await lease.release();
+    expect(await leaseValuesOn(t.admin, resource)).toEqual(Array(5).fill(null));
+    await lease.release();
+    expect(await leaseValuesOn(t.admin, resource)).toEqual(Array(5).fill(null));
+    expect(signal.aborted).toBe(true);
+    expect(signal.reason).toBeInstanceOf(LeaseLostError);
+    expect((signal.reason as LeaseLostError).kind).toBe("released");
+    expect(lease.remainingMs).toBe(0);
+    await expect(lease.extend(5_000)).rejects.toMatchObject({ name: "LeaseLostError", kind: "released" });
+    // Release only waits for a majority; the last nodes answer in the background.
+    await sleep(20);
+    expect(await leaseValuesOn(t.admin, resource)).toEqual(Array(5).fill(null));
+  });
+
+  it("release() never deletes another holder's key", async () => {
+    const resource = "basic/foreign";
+    const lease = await redlock.acquire(resource, 5_000);
+    for (const redis of t.admin) await holdAs(redis, resource, "someone-else", 5_000);
+    await lease.release();
+    await sleep(20);
+    expect(await leaseValuesOn(t.admin, resource)).toEqual(Array(5).fill("someone-else"));
+    for (const redis of t.admin) await redis.del(resourceKeys(resource).lease);
+  });
+
+  it("extend() fails with quorum-lost once a majority no longer holds this lease's value, and does not touch the other value", async () => {
+    const resource = "basic/extend-foreign";
+    const lease = await redlock.acquire(resource, 5_000);
+    for (const redis of t.admin.slice(0, 3)) await holdAs(redis, resource, "someone-else", 5_000);
+    const error = await lease.extend(30_000).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(LeaseLostError);
+    expect((error as LeaseLostError).kind).toBe("quorum-lost");
+    expect((error as LeaseLostError).nodes.map((n) => [n.node, n.reason])).toEqual([[0, "not-held"], [1, "not-held"], [2, "not-held"]]);
+    expect(lease.signal.aborted).toBe(true);
+    for (const pttl of (await pttls(t.admin, resource)).slice(0, 3)) expect(pttl).toBeLessThanOrEqual(5_000);
+    expect(await leaseValuesOn(t.admin, resource)).toEqual(["someone-else", "someone-else", "someone-else", lease.value, lease.value]);
+    await lease.release();
+    expect(await leaseValuesOn(t.admin, resource)).toEqual(["someone-else", "someone-else", "someone-else", null, null]);
+  });
+
+  it("a lease that is not extended aborts its signal with kind 'expired' when its validity ends", async () => {
+    const resource = "basic/expiry";
+    const lease = await redlock.acquire(resource, 300);
+    const grantedAt = performance.now();
+    const validity = lease.remainingMs;
+    expect(validity).toBeGreaterThan(200);
+    expect(validity).toBeLessThan(300);
+    const reason = await new Promise<unknown>((resolve) => lease.signal.addEventListener("abort", () => resolve(lease.signal.reason), { once: true }));
+    const abortedAfter = performance.now() - grantedAt;
+    expect(reason).toBeInstanceOf(LeaseLostError);
+    expect((reason as LeaseLostError).kind).toBe("expired");
+    expect((reason as LeaseLostError).token).toBe(lease.token);
+    expect(abortedAfter).toBeGreaterThanOrEqual(validity - 2);
+    expect(abortedAfter).toBeLessThan(validity + 250);
+    expect(lease.remainingMs).toBe(0);
+    await expect(lease.extend(1_000)).rejects.toMatchObject({ kind: "expired" });
+    await lease.release();
+  });
+
+  it("using() keeps extending a lease past its TTL; the token stays the same and the key never expires", async () => {
+    const resource = "basic/using";
+    const ttl = 400;
+    const samples: number[] = [];
+    let seen: { token: bigint; aborted: boolean } | undefined;
+    const result = await redlock.using(resource, ttl, async (lease) => {
+      const start = performance.now();
+      while (performance.now() - start < 3 * ttl) {
+        samples.push(...(await pttls(t.admin, resource)));
+        expect(await leaseValuesOn(t.admin, resource)).toEqual(Array(5).fill(lease.value));
+        await sleep(50);
+      }
+      seen = { token: lease.token, aborted: lease.signal.aborted };
+      expect(await countersOn(t.admin, resource)).toEqual(Array(5).fill(lease.token));
+      return "done";
+    });
+    expect(result).toBe("done");
+    expect(seen).toEqual({ token: 1n, aborted: false });
+    expect(samples.length).toBeGreaterThan(5 * 10);
+    for (const pttl of samples) expect(pttl).toBeGreaterThan(0);
+    expect(await leaseValuesOn(t.admin, resource)).toEqual(Array(5).fill(null));
+    expect(await counterOn(t.admin[0]!, resource)).toBe(1n);
+  });
+
+  it("using() releases the lease and rethrows when the routine throws", async () => {
+    const resource = "basic/using-throws";
+    let signal: AbortSignal | undefined;
+    await expect(
+      redlock.using(resource, 5_000, (lease) => {
+        signal = lease.signal;
+        return Promise.reject(new Error("routine failed"));
+      }),
+    ).rejects.toThrow("routine failed");
+    expect(signal?.aborted).toBe(true);
+    expect((signal?.reason as LeaseLostError).kind).toBe("released");
+    expect(await leaseValuesOn(t.admin, resource)).toEqual(Array(5).fill(null));
+  });
+});
+
+describe("Redlock over a single node", () => {
+  let t: TestNodes;
+  beforeAll(async () => {
+    t = await startTestNodes(1);
+  });
+  afterAll(async () => {
+    await t?.stop();
+  });
+
+  it("hands out tokens 1, 2, 3, … and is exclusive", async () => {
+    const redlock = new Redlock(t.clients, { retryCount: 0 });
+    const other = new Redlock(await t.moreClients(), { retryCount: 0 });
+    expect(redlock.quorum).toBe(1);
+    const tokens: bigint[] = [];
+    for (let i = 0; i < 20; i++) {
+      const lease = await (i % 2 === 0 ? redlock : other).acquire("single", 5_000);
+      tokens.push(lease.token);
+      const refused = await (i % 2 === 0 ? other : redlock).acquire("single", 5_000).catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(LockNotAcquiredError);
+      expect((refused as LockNotAcquiredError).nodes).toEqual([{ node: 0, reason: "held" }]);
+      expect(await leaseValuesOn(t.admin, "single")).toEqual([lease.value]);
+      await lease.release();
+    }
+    expect(tokens).toEqual(Array.from({ length: 20 }, (_, i) => BigInt(i + 1)));
+    expect(await counterOn(t.admin[0]!, "single")).toBe(20n);
+  });
+});

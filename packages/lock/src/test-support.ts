@@ -1,0 +1,128 @@
+// Shared by the lock's tests (not part of the published build: see tsconfig.build.json).
+import { Redis } from "ioredis";
+import { startRedisNodes, type RedisNodeHandle, type RedisNodes, type StartRedisOptions } from "@fenced/servers";
+import { resourceKeys } from "./keys.js";
+import { SCRIPTS } from "./scripts.js";
+
+export interface ClientSettings {
+  /**
+   * A killed node errors at once instead of queueing commands until it is back: no offline queue,
+   * no retries of in-flight commands. A paused node still accepts the
+   * commands (its socket stays open) and runs them when it resumes.
+   */
+  readonly failFast?: boolean;
+  /** Client-side timeout; the command is still sent and may run later. */
+  readonly commandTimeout?: number;
+}
+
+export async function connect(node: RedisNodeHandle, settings: ClientSettings = {}): Promise<Redis> {
+  const redis = new Redis({
+    host: node.host,
+    port: node.port,
+    lazyConnect: true,
+    // Reconnect quickly after a node restart (the default backs off up to 2 s).
+    retryStrategy: () => 20,
+    ...(settings.failFast === true ? { enableOfflineQueue: false, maxRetriesPerRequest: 0 } : {}),
+    ...(settings.commandTimeout === undefined ? {} : { commandTimeout: settings.commandTimeout }),
+  });
+  // Killed nodes make clients emit connection errors; the tests look at command results instead.
+  redis.on("error", () => undefined);
+  await redis.connect();
+  return redis;
+}
+
+export interface TestNodes {
+  readonly set: RedisNodes;
+  readonly nodes: readonly RedisNodeHandle[];
+  /** One client per node, for the lock under test. */
+  readonly clients: Redis[];
+  /** One more client per node, for looking at what the lock left on the servers. */
+  readonly admin: Redis[];
+  /** Another client per node (for a second lock user); disconnected by stop(). */
+  moreClients(settings?: ClientSettings): Promise<Redis[]>;
+  /** Disconnects every client and stops the servers. */
+  stop(): Promise<void>;
+}
+
+export async function startTestNodes(count: number, options: StartRedisOptions = {}, settings: ClientSettings = {}): Promise<TestNodes> {
+  const set = await startRedisNodes(count, options);
+  const opened: Redis[] = [];
+  const moreClients = async (s: ClientSettings = {}): Promise<Redis[]> => {
+    const clients = await Promise.all(set.nodes.map((node) => connect(node, s)));
+    opened.push(...clients);
+    return clients;
+  };
+  try {
+    const clients = await moreClients(settings);
+    const admin = await moreClients();
+    return {
+      set,
+      nodes: set.nodes,
+      clients,
+      admin,
+      moreClients,
+      stop: async () => {
+        for (const client of opened) client.disconnect();
+        await set.stop();
+      },
+    };
+  } catch (err) {
+    for (const client of opened) client.disconnect();
+    await set.stop();
+    throw err;
+  }
+}
+
+/** The resource's fence counter on one node (0 when the key does not exist). */
+export async function counterOn(redis: Redis, resource: string): Promise<bigint> {
+  return BigInt((await redis.get(resourceKeys(resource).counter)) ?? "0");
+}
+
+export function countersOn(redises: readonly Redis[], resource: string): Promise<bigint[]> {
+  return Promise.all(redises.map((r) => counterOn(r, resource)));
+}
+
+/** The value of the resource's lease key on each node (null where there is none). */
+export function leaseValuesOn(redises: readonly Redis[], resource: string): Promise<(string | null)[]> {
+  return Promise.all(redises.map((r) => r.get(resourceKeys(resource).lease)));
+}
+
+/** Sets the lease key on a node as another client would hold it. */
+export async function holdAs(redis: Redis, resource: string, value: string, ttlMs: number): Promise<void> {
+  await redis.set(resourceKeys(resource).lease, value, "PX", ttlMs);
+}
+
+/** Resolves once the client is connected and ready again (after a node restart). */
+export async function ready(redis: Redis, timeoutMs = 5_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (redis.status !== "ready") {
+    if (Date.now() > deadline) throw new Error(`client did not become ready within ${timeoutMs} ms (status ${redis.status})`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+export function maxOf(values: readonly bigint[]): bigint {
+  return values.reduce((a, b) => (b > a ? b : a), -1n);
+}
+
+/** A small deterministic PRNG (mulberry32), so that a failing run can be replayed from its seed. */
+export function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/**
+ * Loads the lock's scripts on a node, as a node that has served the lock for a while has them.
+ * Tests that count on exact counter values use it after a restart: on a node with an empty script
+ * cache a call costs an extra round trip (NOSCRIPT, then EVAL), so that node may answer after an
+ * attempt was decided, and miss it.
+ */
+export async function loadScripts(redis: Redis): Promise<void> {
+  await Promise.all(Object.values(SCRIPTS).map((script) => redis.script("LOAD", script.source)));
+}
