@@ -264,11 +264,17 @@ describe("FencedPostgres: transaction()", () => {
   });
 
   it("migrate() is idempotent and safe when several run at once", async () => {
-    const store = await h.store("migrate");
-    await Promise.all([store.migrate(), store.migrate(), store.migrate(), store.migrate()]);
-    await store.put("k", 1, { fence: fence("r", 1n) });
-    await store.migrate();
-    expect(await store.get("k")).toMatchObject({ value: 1 });
+    // Fresh schemas each round: concurrent CREATE … IF NOT EXISTS alone can collide in the catalogs.
+    for (let round = 0; round < 5; round++) {
+      const schema = `t_migrate_${round}_${process.pid}`;
+      await h.pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+      const stores = Array.from({ length: 6 }, () => new FencedPostgres(h.pool, { schema }));
+      await Promise.all(stores.map((s) => s.migrate()));
+      await stores[0]?.put("k", round, { fence: fence("r", 1n) });
+      await stores[1]?.migrate();
+      expect(await stores[2]?.get("k")).toMatchObject({ value: round });
+      await h.pool.query(`DROP SCHEMA "${schema}" CASCADE`);
+    }
   });
 });
 

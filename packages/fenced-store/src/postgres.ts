@@ -80,10 +80,28 @@ export class FencedPostgres {
 
   /** Creates the schema, tables and sequence if missing. Idempotent; concurrent callers serialise on an advisory lock. */
   async migrate(): Promise<void> {
-    await this.inTransaction(async (client) => {
-      await client.query(this.sql.migrateLock, [`fenced.migrate:${this.schema}`]);
-      for (const ddl of this.sql.migrate) await client.query(ddl);
-    });
+    const lock = [`fenced.migrate:${this.schema}`];
+    const client = await this.pool.connect();
+    let broken: Error | undefined;
+    try {
+      await client.query(this.sql.migrateLock, lock);
+      try {
+        await client.query(BEGIN);
+        for (const ddl of this.sql.migrate) await client.query(ddl);
+        await client.query(COMMIT);
+      } catch (err) {
+        await client.query(ROLLBACK).catch(() => undefined);
+        throw err;
+      } finally {
+        await client.query(this.sql.migrateUnlock, lock);
+      }
+    } catch (err) {
+      // If the unlock (or anything) failed, discard the connection: closing it drops a session lock still held.
+      broken = err instanceof Error ? err : new Error(String(err));
+      throw err;
+    } finally {
+      client.release(broken);
+    }
   }
 
   /**

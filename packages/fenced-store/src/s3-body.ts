@@ -15,7 +15,7 @@ const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
 export function assertBody(body: unknown): asserts body is S3Body {
   if (typeof body === "string" || body instanceof Uint8Array) return;
   if (body instanceof Readable) {
-    if (body.readableObjectMode) throw new TypeError("body stream must be a byte stream, not an object-mode stream");
+    // Object mode is allowed (Readable.from([buffer]) is one); its chunks are checked as they come.
     if (body.destroyed || body.readableEnded) throw new TypeError("body stream has already been consumed or destroyed");
     return;
   }

@@ -75,13 +75,14 @@ describe("FencedS3: failures and ambiguous outcomes", () => {
 
   it("a write that lost its response while a higher token overtook it reports StaleTokenError", async () => {
     const other = server.client();
-    let store34!: FencedS3;
+    const late: { store34?: FencedS3 } = {};
     const { client, bucket, store } = await faulty(async (send) => {
       await send(); // 33's write lands ...
-      await store34.put("k", "from 34", { fence: fence(34) }); // ... is overwritten by 34 at once ...
+      await late.store34?.put("k", "from 34", { fence: fence(34) }); // ... is overwritten by 34 at once ...
       throw fakeError(undefined, "TimeoutError"); // ... and 33 never heard back.
     });
-    store34 = new FencedS3(other, { bucket });
+    const store34 = new FencedS3(other, { bucket });
+    late.store34 = store34;
     await expect(store.put("k", "from 33", { fence: fence(33) })).rejects.toBeInstanceOf(StaleTokenError);
     expect((await store.getBytes("k"))?.body.toString()).toBe("from 34");
     await Promise.all([store.flush(), store34.flush()]);

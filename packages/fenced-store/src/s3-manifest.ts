@@ -113,7 +113,7 @@ export function highestFor(header: ManifestHeader | undefined, resource: string)
 }
 
 /** The ratchet after accepting `token` for `resource`: that resource's entry raised, the others kept. */
-export function raisedTokens(header: ManifestHeader | undefined, resource: string, token: bigint): [string, string][] {
+function raisedTokens(header: ManifestHeader | undefined, resource: string, token: bigint): [string, string][] {
   const others = (header?.tokens ?? []).filter(([r]) => r !== resource);
   const previous = highestFor(header, resource);
   const highest = previous !== undefined && previous > token ? previous : token;
@@ -145,4 +145,27 @@ export function decodeFence(resource: string, bytes: Buffer): bigint {
   if (!result.success) throw new Error(`fence object of resource ${JSON.stringify(resource)} is not a ${FENCE_FORMAT} body: ${result.error.message}`);
   if (result.data.resource !== resource) throw new Error(`fence object of resource ${JSON.stringify(resource)} belongs to ${JSON.stringify(result.data.resource)}`);
   return BigInt(result.data.token);
+}
+
+/** The header of the write that replaces `prev`: next seq, the writer's fence, the ratchet raised. */
+export function nextHeader(
+  prev: ManifestHeader | undefined,
+  key: string,
+  fence: { readonly resource: string; readonly token: bigint },
+  writeId: string,
+  body: ManifestHeader["body"],
+  contentType: string | undefined,
+): ManifestHeader {
+  return {
+    format: MANIFEST_FORMAT,
+    key,
+    writeId,
+    seq: (prev?.seq ?? 0) + 1,
+    resource: fence.resource,
+    token: fence.token.toString(),
+    tokens: raisedTokens(prev, fence.resource, fence.token),
+    body,
+    ...(contentType === undefined ? {} : { contentType }),
+    writtenAt: new Date().toISOString(),
+  };
 }

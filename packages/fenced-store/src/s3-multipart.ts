@@ -62,8 +62,7 @@ export async function uploadStream(client: S3Client, bucket: string, key: string
   try {
     let current = take();
     let filled = 0;
-    for await (const chunk of body) {
-      const bytes = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as Uint8Array);
+    for await (const bytes of chunksOf(body)) {
       for (let offset = 0; offset < bytes.length; ) {
         const n = Math.min(bytes.length - offset, partSize - filled);
         bytes.copy(current, filled, offset, offset + n);
@@ -103,5 +102,52 @@ export async function putOnce(client: S3Client, command: PutObjectCommand): Prom
     await client.send(command);
   } catch (err) {
     if (statusOf(err) !== 412) throw err;
+  }
+}
+
+/**
+ * The chunks of a byte stream as they were pushed, one at a time, pausing the stream between them.
+ * Async iteration of a Readable calls read(), which concatenates everything buffered into a fresh
+ * copy; over a long upload those short-lived copies, released only when the collector runs,
+ * doubled the memory the part buffers take.
+ */
+async function* chunksOf(stream: Readable): AsyncGenerator<Buffer> {
+  const queue: Buffer[] = [];
+  let ended = false;
+  let error: { error: unknown } | undefined;
+  let wake: (() => void) | undefined;
+  const onData = (chunk: unknown): void => {
+    stream.pause();
+    if (Buffer.isBuffer(chunk)) queue.push(chunk);
+    else if (chunk instanceof Uint8Array) queue.push(Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength));
+    else if (typeof chunk === "string") queue.push(Buffer.from(chunk, "utf8"));
+    else error ??= { error: new TypeError(`body stream yielded a ${chunk === null ? "null" : typeof chunk}, not bytes or a string`) };
+    wake?.();
+  };
+  const onEnd = (): void => {
+    ended = true;
+    wake?.();
+  };
+  const onError = (err: unknown): void => {
+    error ??= { error: err };
+    wake?.();
+  };
+  stream.on("data", onData).once("end", onEnd).once("error", onError);
+  try {
+    for (;;) {
+      const next = queue.shift();
+      if (next !== undefined) {
+        yield next;
+        continue;
+      }
+      if (error !== undefined) throw error.error;
+      if (ended) return;
+      const woken = new Promise<void>((resolve) => (wake = resolve));
+      stream.resume();
+      await woken;
+      wake = undefined;
+    }
+  } finally {
+    stream.off("data", onData).off("end", onEnd).off("error", onError);
   }
 }

@@ -15,8 +15,8 @@ import {
   highestFor,
   manifestKey,
   newId,
+  nextHeader,
   probeKeyPrefix,
-  raisedTokens,
   type ManifestHeader,
 } from "./s3-manifest.js";
 
@@ -72,6 +72,8 @@ type Content =
   | { readonly kind: "tombstone" };
 
 const CACHE_ENTRIES = 4096;
+/** Writes of a key that read its manifest first after this store lost a race on it twice in one write. */
+const CONTENDED_READ_FIRST = 16;
 
 /**
  * Fenced writes to S3. Each key has a small manifest that is compare-and-swapped (If-Match on its
@@ -84,8 +86,13 @@ export class FencedS3 {
   readonly prefix: string;
   private readonly options: ResolvedOptions;
   private readonly objects: ConditionalObjects;
-  /** Last manifest seen per key: a write whose CAS on it succeeds needs no read first. */
-  private readonly cache = new Map<string, Snapshot | null>();
+  /**
+   * Last manifest seen per key: a write whose CAS on it succeeds needs no read first. After a lost
+   * race on a key, its next few writes read first anyway: a writer swapping on a remembered manifest
+   * takes one round trip where a loser needs two (read, swap), so under steady contention the same
+   * writers would keep winning and a loser could starve.
+   */
+  private readonly cache = new Map<string, { snap: Snapshot | null; readFirst: number }>();
   /** Best-effort deletions of superseded data objects, awaited by flush(). */
   private readonly pending = new Set<Promise<void>>();
 
@@ -202,27 +209,31 @@ export class FencedS3 {
    * a write that is bound to be refused.
    */
   private async commit(key: string, fence: Fence, content: Content, ifVersion: string | null | undefined, contentType: string | undefined): Promise<S3PutResult> {
-    const data = content.kind === "object" ? dataKey(this.prefix, key, newId()) : undefined;
+    const data = content.kind === "object" ? { key: dataKey(this.prefix, key, newId()), content } : undefined;
     let uploading: Promise<void> | undefined;
+    const upload = (): Promise<void> | undefined =>
+      data === undefined
+        ? undefined
+        : (uploading ??= uploadData(this.client, this.bucket, data.key, data.content.payload, {
+            contentType,
+            contentLength: data.content.length,
+            partSize: this.options.partSize,
+          }));
     // The manifest an ambiguous attempt was sent against, while it is still current: until the
     // manifest moves on, that attempt may land late, so our data object must not be deleted.
     let inFlightTarget: string | null | undefined;
     try {
-      const upload = (): Promise<void> =>
-        (uploading ??= uploadData(this.client, this.bucket, data ?? "", content.kind === "object" ? content.payload : Buffer.alloc(0), {
-          contentType,
-          contentLength: content.kind === "object" ? content.length : undefined,
-          partSize: this.options.partSize,
-        }));
       const fenceRead = this.options.checkResourceFence ? this.readFence(fence.resource) : Promise.resolve(undefined);
       const cached = this.cache.get(key);
       // A key this store has not seen is assumed absent: the write goes out as a create, and if the
       // key exists the create fails and the loop below reads it; a new key then costs one request.
       // Only a stream (sent once, never for nothing) and an ifVersion (needs the version) read first.
-      const readFirst = cached === undefined && (typeof ifVersion === "string" || (content.kind === "object" && !Buffer.isBuffer(content.payload)));
-      const manifestRead = readFirst ? this.readManifest(key).then((m) => m?.snap ?? null) : Promise.resolve(cached ?? null);
+      const unseenNeedsRead = typeof ifVersion === "string" || (content.kind === "object" && !Buffer.isBuffer(content.payload));
+      const readFirst = cached === undefined ? unseenNeedsRead : cached.readFirst > 0;
+      if (cached !== undefined && cached.readFirst > 0) cached.readFirst--;
+      const manifestRead = readFirst ? this.readManifest(key).then((m) => m?.snap ?? null) : Promise.resolve(cached?.snap ?? null);
       // Bytes in memory upload while the checks run; a stream waits for them, so a stale writer never sends it.
-      if (content.kind === "object" && Buffer.isBuffer(content.payload)) upload().catch(() => undefined);
+      if (data !== undefined && Buffer.isBuffer(data.content.payload)) upload()?.catch(() => undefined);
       const [fenceSnap, first] = await Promise.all([fenceRead, manifestRead]);
 
       if (fenceSnap != null && fence.token < fenceSnap.token) throw new StaleTokenError(fence.resource, fence.token, fenceSnap.token);
@@ -235,18 +246,25 @@ export class FencedS3 {
       }
       if (problem !== undefined) throw problem;
       if (fenceSnap !== undefined && (fenceSnap === null || fence.token > fenceSnap.token)) await this.raiseFence(fence, fenceSnap);
-      if (data !== undefined) await upload();
+      await upload();
 
       const target = manifestKey(this.prefix, key);
       const replaced = new Map<string, Snapshot | null>();
+      const body: ManifestHeader["body"] =
+        content.kind === "inline" ? { kind: "inline", size: content.bytes.length } : data !== undefined ? { kind: "object", dataKey: data.key } : { kind: "tombstone" };
       for (let attempt = 1; ; attempt++) {
-        const header = nextHeader(snap, key, fence, newId(), content, data, contentType);
+        const header = nextHeader(snap?.header, key, fence, newId(), body, content.kind === "tombstone" ? undefined : contentType);
         replaced.set(header.writeId, snap);
-        const body = encodeManifest(header, content.kind === "inline" ? content.bytes : undefined);
-        const outcome = await this.objects.write(target, body, condition(snap));
+        const outcome = await this.objects.write(target, encodeManifest(header, content.kind === "inline" ? content.bytes : undefined), condition(snap));
         if (outcome.ok) return this.accepted(key, { etag: outcome.etag, header }, snap, fence);
         if (outcome.failure === "fatal") throw outcome.error;
         if (outcome.failure === "ambiguous") inFlightTarget = snap?.etag ?? null;
+        // A first failure is usually a remembered manifest gone stale; repeated ones are contention.
+        // Pause before reading, not after: the next swap must go out on a manifest read just before.
+        if (attempt > 1) {
+          this.contended(key);
+          await contentionPause(attempt);
+        }
         // Whatever went wrong, the manifest itself says whether one of our attempts landed.
         const current = (await this.readManifest(key))?.snap ?? null;
         // A manifest never comes back once replaced, so an attempt against a replaced one can never land.
@@ -258,7 +276,6 @@ export class FencedS3 {
           throw refusedOwnEtag(target);
         }
         if (attempt >= this.options.maxAttempts) throw new Error(`put ${JSON.stringify(key)} gave up after ${attempt} conflicting writes`);
-        await contentionPause(attempt);
         snap = current;
         const refused = refusal(key, fence, snap, ifVersion);
         if (refused !== undefined) throw refused;
@@ -267,7 +284,7 @@ export class FencedS3 {
       // Our data object is an orphan unless a manifest we sent may still point at it.
       if (uploading !== undefined && data !== undefined && inFlightTarget === undefined) {
         await uploading.catch(() => undefined);
-        await this.objects.remove(data).catch(() => undefined);
+        await this.objects.remove(data.key).catch(() => undefined);
       }
       throw err;
     }
@@ -307,12 +324,18 @@ export class FencedS3 {
   }
 
   private remember(key: string, snap: Snapshot | null): void {
+    const readFirst = this.cache.get(key)?.readFirst ?? 0;
     this.cache.delete(key); // re-insert: Map order is the LRU order
-    this.cache.set(key, snap);
+    this.cache.set(key, { snap, readFirst });
     if (this.cache.size > CACHE_ENTRIES) {
       const oldest = this.cache.keys().next();
       if (oldest.done !== true) this.cache.delete(oldest.value);
     }
+  }
+
+  private contended(key: string): void {
+    const entry = this.cache.get(key);
+    if (entry !== undefined) entry.readFirst = CONTENDED_READ_FIRST;
   }
 
   private async readManifest(key: string): Promise<{ snap: Snapshot; inline: Buffer | undefined } | null> {
@@ -363,31 +386,6 @@ function refusal(key: string, fence: Fence, snap: Snapshot | null, ifVersion: st
   if (ifVersion === null ? snap === null : actual === ifVersion) return undefined;
   const visible = snap !== null && snap.header.body.kind !== "tombstone" ? actual : undefined;
   return new VersionMismatchError(key, ifVersion ?? "(absent)", visible);
-}
-
-function nextHeader(
-  prev: Snapshot | null,
-  key: string,
-  fence: Fence,
-  writeId: string,
-  content: Content,
-  data: string | undefined,
-  contentType: string | undefined,
-): ManifestHeader {
-  const body: ManifestHeader["body"] =
-    content.kind === "inline" ? { kind: "inline", size: content.bytes.length } : content.kind === "object" ? { kind: "object", dataKey: data ?? "" } : { kind: "tombstone" };
-  return {
-    format: "fenced-s3-manifest/1",
-    key,
-    writeId,
-    seq: (prev?.header.seq ?? 0) + 1,
-    resource: fence.resource,
-    token: fence.token.toString(),
-    tokens: raisedTokens(prev?.header, fence.resource, fence.token),
-    body,
-    ...(contentType === undefined || content.kind === "tombstone" ? {} : { contentType }),
-    writtenAt: new Date().toISOString(),
-  };
 }
 
 /**

@@ -18,6 +18,8 @@ export function quoteSchema(schema: unknown): string {
 export interface Statements {
   /** $1 = lock name. Serialises concurrent migrate() calls: concurrent CREATE … IF NOT EXISTS can still collide in the catalogs. */
   readonly migrateLock: string;
+  /** $1 = lock name. */
+  readonly migrateUnlock: string;
   /** Plain DDL, no parameters; idempotent. */
   readonly migrate: readonly string[];
   /** $1 resource, $2 token → one row { token } when accepted, zero rows when fenced. */
@@ -56,7 +58,12 @@ ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token WHERE f.token <= EXC
 RETURNING f.token`;
 
   return {
-    migrateLock: "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+    // A session-level lock, taken before the migration's transaction begins: a transaction that
+    // starts after the previous holder committed refreshes its catalog caches at BEGIN, so its
+    // IF NOT EXISTS checks see the objects that holder created (a lock taken inside an already
+    // open transaction could leave a stale "does not exist" cached, and CREATE would then collide).
+    migrateLock: "SELECT pg_advisory_lock(hashtextextended($1, 0))",
+    migrateUnlock: "SELECT pg_advisory_unlock(hashtextextended($1, 0))",
     migrate: [
       `CREATE SCHEMA IF NOT EXISTS ${schema}`,
       `CREATE TABLE IF NOT EXISTS ${fence} (

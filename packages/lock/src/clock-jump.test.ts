@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { resourceKeys } from "./keys.js";
 import { Redlock } from "./redlock.js";
-import { countersOn, holdAs, leaseValuesOn, startTestNodes, type TestNodes } from "./test-support.js";
+import { countersOn, holdAs, leaseValuesOn, loadScripts, startTestNodes, type TestNodes } from "./test-support.js";
 
 /**
  * Kleppmann's "How to do distributed locking" scenario, with a real clock jump on node C:
@@ -16,6 +16,7 @@ describe("the article's clock jump on node C", () => {
   let t: TestNodes;
   beforeAll(async () => {
     t = await startTestNodes(5, { clockControl: [2] });
+    await Promise.all(t.admin.map(loadScripts));
   });
   afterAll(async () => {
     await t?.stop();

@@ -70,9 +70,8 @@ describe("faults on a minority of 5 nodes", () => {
     const resource = "script-cache/after";
     const nodeC = t.nodes[2]!;
     nodeC.pause();
-    let lease;
     try {
-      lease = await new Redlock(t.clients, { retryCount: 0, nodeTimeoutMs: 500 }).acquire(resource, 10_000);
+      const lease = await new Redlock(t.clients, { retryCount: 0, nodeTimeoutMs: 500 }).acquire(resource, 10_000);
       await lease.release();
     } finally {
       nodeC.resume();
@@ -172,7 +171,7 @@ describe("a node restarted without its data", () => {
     await Promise.all(t.admin.map(loadScripts));
   });
   afterEach(async () => {
-    await Promise.all(t.nodes.map((node, i) => (node.running ? undefined : restart(t, i, true))));
+    await Promise.all(t.nodes.map((node, i) => (node.running ? Promise.resolve() : restart(t, i, true))));
   });
   afterAll(async () => {
     await t?.stop();

@@ -105,7 +105,10 @@ describe("the protocol over a model of N nodes without data loss", () => {
    */
   it("hands out strictly increasing tokens whatever the grants, arrival orders and publish outcomes", () => {
     const step = fc.record({
-      outcome: fc.array(fc.constantFrom("grant", "refuse", "fail"), { minLength: 9, maxLength: 9 }),
+      outcome: fc.array(
+        fc.oneof({ weight: 6, arbitrary: fc.constant("grant") }, { weight: 2, arbitrary: fc.constant("refuse") }, { weight: 1, arbitrary: fc.constant("fail") }),
+        { minLength: 9, maxLength: 9 },
+      ),
       order: fc.shuffledSubarray([0, 1, 2, 3, 4, 5, 6, 7, 8], { minLength: 9 }),
       publishReaches: fc.array(fc.boolean(), { minLength: 9, maxLength: 9 }),
     });
@@ -149,6 +152,6 @@ describe("the protocol over a model of N nodes without data loss", () => {
       { numRuns: 1_000 },
     );
     // The property is only worth something if the model does hand out tokens.
-    expect(issuedInAllRuns).toBeGreaterThan(1_000);
+    expect(issuedInAllRuns).toBeGreaterThan(2_000);
   });
 });

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LeaseLostError, LockNotAcquiredError } from "./errors.js";
 import { resourceKeys } from "./keys.js";
 import { Redlock } from "./redlock.js";
-import { counterOn, countersOn, holdAs, leaseValuesOn, startTestNodes, type TestNodes } from "./test-support.js";
+import { counterOn, countersOn, drained, holdAs, leaseValuesOn, loadScripts, startTestNodes, type TestNodes } from "./test-support.js";
 
 /** Calls of every command except INFO (which the probing itself issues), summed over the nodes. */
 async function commandsServed(admin: readonly Redis[]): Promise<number> {
@@ -27,6 +27,8 @@ describe("Redlock over 5 nodes", () => {
 
   beforeAll(async () => {
     t = await startTestNodes(5);
+    // Preloaded, so that drained() is exact (see there).
+    await Promise.all(t.admin.map(loadScripts));
     redlock = new Redlock(t.clients, { retryCount: 0 });
   });
   afterAll(async () => {
@@ -91,6 +93,7 @@ describe("Redlock over 5 nodes", () => {
     const before = Date.now();
     const lease = await redlock.acquire(resource, 5_000);
     try {
+      await drained(t.clients);
       expect(lease.resource).toBe(resource);
       expect(typeof lease.token).toBe("bigint");
       expect(lease.token).toBe(1n);
@@ -98,9 +101,9 @@ describe("Redlock over 5 nodes", () => {
       expect(await leaseValuesOn(t.admin, resource)).toEqual(Array(5).fill(lease.value));
       for (const pttl of await pttls(t.admin, resource)) expect(pttl).toBeGreaterThan(4_000);
       // validity = TTL − elapsed − drift (1 % + 2 ms): just under the TTL, never above it.
-      expect(lease.validUntil).toBeGreaterThan(before + 4_800);
+      expect(lease.validUntil).toBeGreaterThan(before + 4_000);
       expect(lease.validUntil).toBeLessThanOrEqual(Date.now() + 5_000 - 52);
-      expect(lease.remainingMs).toBeGreaterThan(4_800);
+      expect(lease.remainingMs).toBeGreaterThan(4_000);
       expect(lease.signal.aborted).toBe(false);
     } finally {
       await lease.release();
@@ -109,8 +112,10 @@ describe("Redlock over 5 nodes", () => {
 
   it("a second acquirer is refused while the lease is held, with 'held' from every node, and gets a larger token after release", async () => {
     const resource = "basic/exclusive";
-    const other = new Redlock(await t.moreClients(), { retryCount: 0 });
+    const otherClients = await t.moreClients();
+    const other = new Redlock(otherClients, { retryCount: 0 });
     const first = await redlock.acquire(resource, 5_000);
+    await drained(t.clients);
     const refused = await other.acquire(resource, 5_000).catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(LockNotAcquiredError);
     const error = refused as LockNotAcquiredError;
@@ -124,6 +129,7 @@ describe("Redlock over 5 nodes", () => {
 
     await first.release();
     const second = await other.acquire(resource, 5_000);
+    await drained(otherClients);
     expect(second.token).toBeGreaterThan(first.token);
     expect(await leaseValuesOn(t.admin, resource)).toEqual(Array(5).fill(second.value));
     await second.release();
@@ -143,9 +149,11 @@ describe("Redlock over 5 nodes", () => {
     const resource = "basic/extend";
     const lease = await redlock.acquire(resource, 1_000);
     try {
+      await drained(t.clients);
       for (const pttl of await pttls(t.admin, resource)) expect(pttl).toBeLessThanOrEqual(1_000);
       const oldValidUntil = lease.validUntil;
       await lease.extend(20_000);
+      await drained(t.clients);
       for (const pttl of await pttls(t.admin, resource)) {
         expect(pttl).toBeGreaterThan(19_000);
         expect(pttl).toBeLessThanOrEqual(20_000);
@@ -165,25 +173,25 @@ describe("Redlock over 5 nodes", () => {
     const lease = await redlock.acquire(resource, 5_000);
     const signal = lease.signal;
     await lease.release();
+    await drained(t.clients);
     expect(await leaseValuesOn(t.admin, resource)).toEqual(Array(5).fill(null));
     await lease.release();
+    await drained(t.clients);
     expect(await leaseValuesOn(t.admin, resource)).toEqual(Array(5).fill(null));
     expect(signal.aborted).toBe(true);
     expect(signal.reason).toBeInstanceOf(LeaseLostError);
     expect((signal.reason as LeaseLostError).kind).toBe("released");
     expect(lease.remainingMs).toBe(0);
     await expect(lease.extend(5_000)).rejects.toMatchObject({ name: "LeaseLostError", kind: "released" });
-    // Release only waits for a majority; the last nodes answer in the background.
-    await sleep(20);
-    expect(await leaseValuesOn(t.admin, resource)).toEqual(Array(5).fill(null));
   });
 
   it("release() never deletes another holder's key", async () => {
     const resource = "basic/foreign";
     const lease = await redlock.acquire(resource, 5_000);
+    await drained(t.clients);
     for (const redis of t.admin) await holdAs(redis, resource, "someone-else", 5_000);
     await lease.release();
-    await sleep(20);
+    await drained(t.clients);
     expect(await leaseValuesOn(t.admin, resource)).toEqual(Array(5).fill("someone-else"));
     for (const redis of t.admin) await redis.del(resourceKeys(resource).lease);
   });
@@ -191,6 +199,7 @@ describe("Redlock over 5 nodes", () => {
   it("extend() fails with quorum-lost once a majority no longer holds this lease's value, and does not touch the other value", async () => {
     const resource = "basic/extend-foreign";
     const lease = await redlock.acquire(resource, 5_000);
+    await drained(t.clients);
     for (const redis of t.admin.slice(0, 3)) await holdAs(redis, resource, "someone-else", 5_000);
     const error = await lease.extend(30_000).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(LeaseLostError);
@@ -200,23 +209,24 @@ describe("Redlock over 5 nodes", () => {
     for (const pttl of (await pttls(t.admin, resource)).slice(0, 3)) expect(pttl).toBeLessThanOrEqual(5_000);
     expect(await leaseValuesOn(t.admin, resource)).toEqual(["someone-else", "someone-else", "someone-else", lease.value, lease.value]);
     await lease.release();
+    await drained(t.clients);
     expect(await leaseValuesOn(t.admin, resource)).toEqual(["someone-else", "someone-else", "someone-else", null, null]);
   });
 
   it("a lease that is not extended aborts its signal with kind 'expired' when its validity ends", async () => {
     const resource = "basic/expiry";
-    const lease = await redlock.acquire(resource, 300);
+    const lease = await redlock.acquire(resource, 500);
     const grantedAt = performance.now();
     const validity = lease.remainingMs;
-    expect(validity).toBeGreaterThan(200);
-    expect(validity).toBeLessThan(300);
+    expect(validity).toBeGreaterThan(0);
+    expect(validity).toBeLessThan(500 - 5); // the drift allowance: 1 % + 2 ms
     const reason = await new Promise<unknown>((resolve) => lease.signal.addEventListener("abort", () => resolve(lease.signal.reason), { once: true }));
     const abortedAfter = performance.now() - grantedAt;
     expect(reason).toBeInstanceOf(LeaseLostError);
     expect((reason as LeaseLostError).kind).toBe("expired");
     expect((reason as LeaseLostError).token).toBe(lease.token);
     expect(abortedAfter).toBeGreaterThanOrEqual(validity - 2);
-    expect(abortedAfter).toBeLessThan(validity + 250);
+    expect(abortedAfter).toBeLessThan(validity + 1_000);
     expect(lease.remainingMs).toBe(0);
     await expect(lease.extend(1_000)).rejects.toMatchObject({ kind: "expired" });
     await lease.release();
@@ -224,12 +234,13 @@ describe("Redlock over 5 nodes", () => {
 
   it("using() keeps extending a lease past its TTL; the token stays the same and the key never expires", async () => {
     const resource = "basic/using";
-    const ttl = 400;
+    const ttl = 800;
     const samples: number[] = [];
     let seen: { token: bigint; aborted: boolean } | undefined;
     const result = await redlock.using(resource, ttl, async (lease) => {
+      await drained(t.clients);
       const start = performance.now();
-      while (performance.now() - start < 3 * ttl) {
+      while (performance.now() - start < 2.5 * ttl) {
         samples.push(...(await pttls(t.admin, resource)));
         expect(await leaseValuesOn(t.admin, resource)).toEqual(Array(5).fill(lease.value));
         await sleep(50);
@@ -239,8 +250,9 @@ describe("Redlock over 5 nodes", () => {
       return "done";
     });
     expect(result).toBe("done");
+    await drained(t.clients);
     expect(seen).toEqual({ token: 1n, aborted: false });
-    expect(samples.length).toBeGreaterThan(5 * 10);
+    expect(samples.length).toBeGreaterThan(5 * 15);
     for (const pttl of samples) expect(pttl).toBeGreaterThan(0);
     expect(await leaseValuesOn(t.admin, resource)).toEqual(Array(5).fill(null));
     expect(await counterOn(t.admin[0]!, resource)).toBe(1n);
@@ -257,6 +269,7 @@ describe("Redlock over 5 nodes", () => {
     ).rejects.toThrow("routine failed");
     expect(signal?.aborted).toBe(true);
     expect((signal?.reason as LeaseLostError).kind).toBe("released");
+    await drained(t.clients);
     expect(await leaseValuesOn(t.admin, resource)).toEqual(Array(5).fill(null));
   });
 });

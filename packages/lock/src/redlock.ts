@@ -115,7 +115,7 @@ export class Redlock implements LeaseOwner {
     const threshold = this.#extensionThresholdMs ?? ttlMs / 2;
     let timer: NodeJS.Timeout | undefined;
     const schedule = (): void => {
-      const wait = Math.max(0, lease.validUntil - Date.now() - threshold);
+      const wait = Math.max(0, lease.remainingMs - threshold);
       timer = setTimeout(() => void extendRound(), wait);
     };
     const extendRound = async (): Promise<void> => {
@@ -130,6 +130,9 @@ export class Redlock implements LeaseOwner {
             lease.lose(err instanceof LeaseLostError ? err : new LeaseLostError(resource, lease.token, "quorum-lost"));
             return;
           }
+          // Spread the remaining attempts over part of the remaining validity, so that a short
+          // blip does not use them all up at once, and none of them lands after expiry.
+          await sleep(Math.min(this.#retryDelayMs, lease.remainingMs / (2 * (this.#extensionAttempts - attempt + 1))));
         }
       }
     };

@@ -126,3 +126,13 @@ export function prng(seed: number): () => number {
 export async function loadScripts(redis: Redis): Promise<void> {
   await Promise.all(Object.values(SCRIPTS).map((script) => redis.script("LOAD", script.source)));
 }
+
+/**
+ * Resolves once the servers have run every command sent on these connections so far (a connection's
+ * commands run in order). release() and acquire() return once a majority answered; tests that then
+ * look at every node wait for the rest with this. Exact only while no NOSCRIPT fallback is pending:
+ * load the scripts first (loadScripts).
+ */
+export async function drained(clients: readonly Redis[]): Promise<void> {
+  await Promise.all(clients.map((c) => c.ping()));
+}

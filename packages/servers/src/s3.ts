@@ -1,5 +1,6 @@
 import { execFile } from "node:child_process";
 import { randomBytes, randomUUID } from "node:crypto";
+import { rmSync } from "node:fs";
 import { mkdir, mkdtemp, readFile, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -7,7 +8,7 @@ import { promisify } from "node:util";
 import { CreateBucketCommand, DeleteBucketCommand, DeleteObjectsCommand, ListObjectsV2Command, S3Client } from "@aws-sdk/client-s3";
 import { dockerAvailable } from "./docker.js";
 import { freePort } from "./ports.js";
-import { killHard, requireExecutable, spawnTracked, waitFor, type Spawned } from "./processes.js";
+import { killHard, requireExecutable, spawnTracked, type Spawned } from "./processes.js";
 
 export interface StartedS3 {
   readonly endpoint: string;
@@ -219,12 +220,25 @@ async function startLocalCeph(): Promise<StartedS3> {
   throw lastError;
 }
 
+/** Cluster directories not yet removed: a process that exits without stop() still leaves none behind. */
+const liveDirs = new Set<string>();
+let exitHooked = false;
+
 async function startCephOnce(bins: CephBinaries): Promise<StartedS3> {
   const dir = await mkdtemp(join(tmpdir(), "fenced-ceph-"));
+  liveDirs.add(dir);
+  if (!exitHooked) {
+    exitHooked = true;
+    // The daemons themselves are killed by spawnTracked's own exit hook.
+    process.once("exit", () => {
+      for (const d of liveDirs) rmSync(d, { recursive: true, force: true });
+    });
+  }
   const daemons: Spawned[] = [];
   const shutdown = async (): Promise<void> => {
     await Promise.all(daemons.map((d) => killHard(d)));
     await rm(dir, { recursive: true, force: true });
+    liveDirs.delete(dir);
   };
   const diagnostics = async (): Promise<string> => {
     const parts = daemons.map((d) => d.output());
@@ -267,15 +281,20 @@ async function startCephOnce(bins: CephBinaries): Promise<StartedS3> {
     daemons.push(rgw);
     const endpoint = `http://${LOOPBACK}:${rgwPort}`;
     // A daemon that dies during start-up (bad config, port taken) fails the start at once, not at the timeout.
-    const died = Promise.race(daemons.map((d) => d.exited)).then(() => {
-      throw new Error("a Ceph daemon exited during start-up");
-    });
-    died.catch(() => undefined);
-    const answers = async (): Promise<boolean> => (await fetch(endpoint, { signal: AbortSignal.timeout(2_000) })).status < 500;
-    try {
-      await Promise.race([waitFor("radosgw to answer HTTP", answers, START_TIMEOUT_MS), died]);
-    } catch (err) {
-      throw new Error(`${err instanceof Error ? err.message : String(err)}\n${await diagnostics()}`);
+    let exited: string | undefined;
+    for (const [name, d] of [["ceph-mon", daemons[0]], ["ceph-osd", daemons[1]], ["radosgw", rgw]] as const) {
+      void d?.exited.then(() => (exited ??= name));
+    }
+    const deadline = Date.now() + START_TIMEOUT_MS;
+    for (;;) {
+      if (exited !== undefined) throw new Error(`${exited} exited during start-up\n${await diagnostics()}`);
+      try {
+        if ((await fetch(endpoint, { signal: AbortSignal.timeout(2_000) })).status < 500) break;
+      } catch {
+        // not listening yet
+      }
+      if (Date.now() > deadline) throw new Error(`radosgw did not answer HTTP within ${START_TIMEOUT_MS} ms\n${await diagnostics()}`);
+      await new Promise((r) => setTimeout(r, 25));
     }
 
     const accessKeyId = `fenced${randomBytes(6).toString("hex")}`;
