@@ -7,7 +7,7 @@ import { Redlock } from "@fenced/lock";
 import { startRedisNodes } from "@fenced/servers";
 
 // node-redlock's package.json "exports" hides its type declarations; borrow them by path.
-const NodeRedlock = (await import("redlock")).default as unknown as typeof PeerRedlock;
+const NodeRedlock = ((await import("redlock")) as { default: unknown }).default as typeof PeerRedlock;
 
 const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 3_000);
 const ROUNDS = 2;
