@@ -10,7 +10,7 @@ import { startRedisNodes } from "@fenced/servers";
 const NodeRedlock = ((await import("redlock")) as { default: unknown }).default as typeof PeerRedlock;
 
 const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 3_000);
-const ROUNDS = 2;
+const ROUNDS = 3;
 
 type Op = (worker: number) => Promise<void>;
 
