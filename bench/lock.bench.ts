@@ -5,37 +5,13 @@ import { Redis } from "ioredis";
 import type PeerRedlock from "../node_modules/redlock/dist/index.js";
 import { Redlock } from "@fenced/lock";
 import { startRedisNodes } from "@fenced/servers";
+import { emit, measure, type Op } from "./measure.js";
 
 // node-redlock's package.json "exports" hides its type declarations; borrow them by path.
 const NodeRedlock = ((await import("redlock")) as { default: unknown }).default as typeof PeerRedlock;
 
 const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 3_000);
 const ROUNDS = 3;
-
-type Op = (worker: number) => Promise<void>;
-
-async function measure(op: Op, concurrency: number, durationMs: number): Promise<{ ops: number; opsPerSec: number; p50Ms: number; p99Ms: number }> {
-  const latencies: number[] = [];
-  const start = performance.now();
-  const end = start + durationMs;
-  await Promise.all(
-    Array.from({ length: concurrency }, async (_, worker) => {
-      while (performance.now() < end) {
-        const t0 = performance.now();
-        await op(worker);
-        latencies.push(performance.now() - t0);
-      }
-    }),
-  );
-  const elapsed = performance.now() - start;
-  latencies.sort((a, b) => a - b);
-  const pct = (p: number): number => Number((latencies[Math.min(latencies.length - 1, Math.floor(latencies.length * p))] ?? 0).toFixed(3));
-  return { ops: latencies.length, opsPerSec: Math.round((latencies.length / elapsed) * 1000), p50Ms: pct(0.5), p99Ms: pct(0.99) };
-}
-
-function emit(line: Record<string, unknown>): void {
-  process.stdout.write(`${JSON.stringify(line)}\n`);
-}
 
 async function compare(persistence: "fsync-always" | "none"): Promise<void> {
   const cluster = await startRedisNodes(5, { persistence });

@@ -6,36 +6,11 @@ import { Readable } from "node:stream";
 import { PutObjectCommand } from "@aws-sdk/client-s3";
 import { FencedS3 } from "@fenced/store";
 import { startS3 } from "@fenced/servers";
+import { emit, measure, type Op } from "./measure.js";
 
 const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 3_000);
 const ROUNDS = 2;
 const STREAM_BYTES = Number(process.env.BENCH_STREAM_BYTES ?? 512 * 1024 * 1024);
-
-type Op = (worker: number, i: number) => Promise<void>;
-
-async function measure(op: Op, concurrency: number, durationMs: number): Promise<{ ops: number; opsPerSec: number; p50Ms: number; p99Ms: number }> {
-  const latencies: number[] = [];
-  const start = performance.now();
-  const end = start + durationMs;
-  let i = 0;
-  await Promise.all(
-    Array.from({ length: concurrency }, async (_, worker) => {
-      while (performance.now() < end) {
-        const t0 = performance.now();
-        await op(worker, i++);
-        latencies.push(performance.now() - t0);
-      }
-    }),
-  );
-  const elapsed = performance.now() - start;
-  latencies.sort((a, b) => a - b);
-  const pct = (p: number): number => Number((latencies[Math.min(latencies.length - 1, Math.floor(latencies.length * p))] ?? 0).toFixed(3));
-  return { ops: latencies.length, opsPerSec: Math.round((latencies.length / elapsed) * 1000), p50Ms: pct(0.5), p99Ms: pct(0.99) };
-}
-
-function emit(line: Record<string, unknown>): void {
-  process.stdout.write(`${JSON.stringify(line)}\n`);
-}
 
 const server = await startS3();
 try {
