@@ -1,4 +1,4 @@
-export { Redlock, type RedlockOptions, type AcquireOptions } from "./redlock.js";
+export { Redlock, type RedlockOptions, type AcquireOptions, type HeldLease } from "./redlock.js";
 export { Lease } from "./lease.js";
 export { LockNotAcquiredError, LeaseLostError, type NodeFailure } from "./errors.js";
 export { resourceKeys, type ResourceKeys } from "./keys.js";

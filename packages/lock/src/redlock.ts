@@ -24,6 +24,17 @@ export interface RedlockOptions {
   readonly extensionAttempts?: number;
 }
 
+/**
+ * What identifies a lease on the nodes: enough for a process other than the one that acquired it
+ * (for example another instance of a stateless HTTP gateway) to extend or release it. `value` is the
+ * lease's random secret (`Lease.value`): whoever knows it can extend or release that lease, nothing more.
+ */
+export interface HeldLease {
+  readonly resource: string;
+  readonly token: bigint;
+  readonly value: string;
+}
+
 export interface AcquireOptions {
   readonly retryCount?: number;
   /** Abandons the retry loop (not an attempt in flight). */
@@ -37,6 +48,19 @@ function assertResource(resource: unknown): asserts resource is string {
   if (typeof resource !== "string") throw new TypeError(`resource must be a string, got ${typeof resource}`);
   if (resource.length === 0) throw new RangeError("resource must not be empty");
   if (resource.length > MAX_RESOURCE_LENGTH) throw new RangeError(`resource must be at most ${MAX_RESOURCE_LENGTH} characters, got ${resource.length}`);
+}
+
+// What #attempt generates; anything else cannot be a lease value and is refused before any I/O.
+const LEASE_VALUE = /^[0-9a-f]{32}$/;
+
+function assertHeld(held: unknown): asserts held is HeldLease {
+  if (typeof held !== "object" || held === null) throw new TypeError("held must be an object { resource, token, value }");
+  const { resource, token, value } = held as Record<string, unknown>;
+  assertResource(resource);
+  if (typeof token !== "bigint") throw new TypeError(`token must be a bigint, got ${typeof token}`);
+  if (token < 0n) throw new RangeError(`token must not be negative, got ${token}`);
+  if (typeof value !== "string") throw new TypeError(`value must be a string, got ${typeof value}`);
+  if (!LEASE_VALUE.test(value)) throw new RangeError("value is not a lease value (32 lowercase hex digits)");
 }
 
 function assertTtl(ttlMs: unknown): asserts ttlMs is number {
@@ -146,6 +170,37 @@ export class Redlock implements LeaseOwner {
       clearTimeout(timer);
       await lease.release();
     }
+  }
+
+  /**
+   * Extends a lease that another process acquired and handed on as `{ resource, token, value }`.
+   * Nothing about its previous validity is known here, so the round is judged as if the lease had
+   * just been granted for `ttlMs`: it counts only if a quorum confirms, before that much time has
+   * passed, that it still holds `value`. The caller must extend before the lease's validUntil, as
+   * Lease.extend() checks for itself: past it, the nodes that confirm may include ones that received
+   * the acquisition's write late, after another client held a majority (PROTOCOL.md, "Gateway").
+   * Resolves with a Lease carrying the new validity (extend()/release() work on it as usual); throws
+   * LeaseLostError otherwise. The token is not checked against the nodes (they do not keep it per
+   * lease): it is carried along.
+   */
+  async extend(held: HeldLease, ttlMs: number): Promise<Lease> {
+    assertHeld(held);
+    assertTtl(ttlMs);
+    const lease = new Lease(this, held.resource, held.token, held.value, ttlMs);
+    await lease.extend(ttlMs);
+    // As for acquire: a round that took longer than the TTL (minus drift) leaves no validity to hand out.
+    const lost = lease.lostReason;
+    if (lost !== undefined) throw lost;
+    return lease;
+  }
+
+  /**
+   * Releases a lease that another process acquired (see extend(held)): deletes the lease key on every
+   * node where it still holds `value`, never a key holding another value. Idempotent.
+   */
+  async release(held: HeldLease): Promise<void> {
+    assertHeld(held);
+    await this.#releaseAll(resourceKeys(held.resource).lease, held.value, false);
   }
 
   /** One acquisition round: grant + counter on all nodes, publish if needed, then the validity. */

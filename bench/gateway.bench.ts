@@ -1,0 +1,224 @@
+// HTTP gateway benchmark. The gateway runs as its own process, as deployed: the fenced-gateway bin,
+// compiled (tsc, as `pnpm build` does) and run by plain node, so that it has its own event loop and
+// its memory and CPU can be read from /proc without a TypeScript loader's share. JSON lines on stdout:
+// - fenced Postgres writes through the gateway by 64 concurrent keep-alive clients, against the same
+//   writes through FencedPostgres in this process (same server, same run, alternating rounds);
+//   latency percentiles, the gateway's RSS under that load and its CPU time per write;
+// - a 512 MiB object PUT (known length, then chunked) and GET streamed through the gateway, with its RSS.
+// Every process (benchmark, gateway, PostgreSQL, radosgw) shares this machine's cores.
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { createHash } from "node:crypto";
+import { once } from "node:events";
+import { readFileSync, writeFileSync } from "node:fs";
+import { Agent, request, type IncomingMessage } from "node:http";
+import { createRequire } from "node:module";
+import { availableParallelism } from "node:os";
+import { fileURLToPath } from "node:url";
+import pg from "pg";
+import { Pool } from "undici";
+import { FencedPostgres } from "@fenced/store";
+import { startPostgres, startS3 } from "@fenced/servers";
+import { emit, measure, type Measured, type Op } from "./measure.js";
+
+const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 3_000);
+const ROUNDS = 2;
+const CONCURRENCY = 64;
+const STREAM_BYTES = Number(process.env.BENCH_STREAM_BYTES ?? 512 * 1024 * 1024);
+const POOL_SIZE = 16;
+const KEY = "bench-key-0123456789abcdef";
+const MB = 1024 * 1024;
+const ROOT = fileURLToPath(new URL("../", import.meta.url));
+const CLI = fileURLToPath(new URL("../packages/fenced-store/dist/gateway/cli.js", import.meta.url));
+const CLK_TCK = Number(execFileSync("getconf", ["CLK_TCK"]).toString().trim()) || 100;
+
+interface GatewayProcess {
+  readonly port: number;
+  /** Resident memory now and its peak since start (or since resetPeak), in MiB, from /proc. */
+  rssMb(): { now: number; peak: number };
+  resetPeak(): void;
+  /** User + system CPU time the gateway has used, in seconds. */
+  cpuSeconds(): number;
+  stop(): Promise<void>;
+}
+
+/** Compiles the lock and the store to their dist/ directories, where the bin and its imports resolve. */
+function build(): void {
+  const tsc = createRequire(import.meta.url).resolve("typescript/bin/tsc");
+  for (const pkg of ["lock", "fenced-store"]) execFileSync(process.execPath, [tsc, "-p", `packages/${pkg}/tsconfig.build.json`], { cwd: ROOT, stdio: "inherit" });
+}
+
+async function startGateway(args: string[], env: Record<string, string>): Promise<GatewayProcess> {
+  const child: ChildProcess = spawn(process.execPath, [CLI, "--port", "0", "--log-level", "info", ...args], {
+    env: { ...process.env, FENCED_GATEWAY_API_KEYS: JSON.stringify([{ id: "bench", key: KEY, resources: [""], keys: [""] }]), ...env },
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  const pid = child.pid ?? 0;
+  const port = await new Promise<number>((resolve, reject) => {
+    let buffered = "";
+    child.stdout?.on("data", (d: Buffer) => {
+      buffered += d.toString();
+      for (const line of buffered.split("\n")) {
+        if (line.includes('"msg":"listening"')) resolve(Number((JSON.parse(line) as { port: number }).port));
+      }
+      buffered = buffered.slice(buffered.lastIndexOf("\n") + 1);
+    });
+    child.once("exit", (code) => reject(new Error(`the gateway exited with ${String(code)} before listening`)));
+  });
+  child.stdout?.resume();
+  const status = (field: string): number => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0) / 1024;
+  return {
+    port,
+    rssMb: () => ({ now: Math.round(status("VmRSS")), peak: Math.round(status("VmHWM")) }),
+    // "5" resets the peak resident set size (Linux ≥ 4.0), so each phase reports its own peak.
+    resetPeak: () => writeFileSync(`/proc/${pid}/clear_refs`, "5"),
+    cpuSeconds: () => {
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      return (Number(fields[11]) + Number(fields[12])) / CLK_TCK; // utime, stime
+    },
+    stop: async () => {
+      const exited = once(child, "exit");
+      child.kill("SIGTERM");
+      await exited;
+    },
+  };
+}
+
+const agent = new Agent({ keepAlive: true, maxSockets: CONCURRENCY });
+
+function send(port: number, method: string, path: string, headers: Record<string, string | number>, body?: string): Promise<IncomingMessage> {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: "127.0.0.1", port, method, path, headers, agent }, resolve);
+    req.on("error", reject);
+    req.end(body);
+  });
+}
+
+const value = (w: number, i: number): string => JSON.stringify({ writer: w, seq: i, note: "invoice total updated" });
+
+build();
+const postgres = await startPostgres();
+const s3 = await startS3();
+const pool = new pg.Pool({ connectionString: postgres.url, max: POOL_SIZE });
+let gateway: GatewayProcess | undefined;
+try {
+  const bucket = await s3.createBucket();
+  gateway = await startGateway(["--postgres", postgres.url, "--postgres-schema", "bench_gateway", "--postgres-pool-size", String(POOL_SIZE), "--s3-endpoint", s3.endpoint, "--s3-bucket", bucket, "--s3-region", s3.region], {
+    FENCED_GATEWAY_S3_ACCESS_KEY_ID: s3.accessKeyId,
+    FENCED_GATEWAY_S3_SECRET_ACCESS_KEY: s3.secretAccessKey,
+  });
+  const gw = gateway;
+  const library = new FencedPostgres(pool, { schema: "bench_library" });
+  await library.migrate();
+  const setting = { server: "throwaway (fsync=off, synchronous_commit=off)", source: postgres.source, rows: "per-worker", concurrency: CONCURRENCY, cores: availableParallelism() };
+
+  // 64 keep-alive connections, one per client; undici costs this process less CPU per request than
+  // node:http's client, and every microsecond the load generator spends is taken from the gateway.
+  const clients = new Pool(`http://127.0.0.1:${gw.port}`, { connections: CONCURRENCY, pipelining: 1 });
+  // Worker w writes row w under resource w, as a client holding one lease per row would.
+  const impls: Record<"gateway" | "library", Op> = {
+    gateway: async (w, i) => {
+      const res = await clients.request({
+        method: "PUT",
+        path: `/v1/records/row/${w}`,
+        headers: { authorization: `Bearer ${KEY}`, "fencing-token": "1", "fencing-resource": `writer/${w}`, "content-type": "application/json" },
+        body: value(w, i),
+      });
+      await res.body.dump();
+      if (res.statusCode !== 200) throw new Error(`gateway answered ${res.statusCode}`);
+    },
+    library: async (w, i) => {
+      await library.put(`row/${w}`, JSON.parse(value(w, i)) as Record<string, unknown>, { fence: { resource: `writer/${w}`, token: 1n } });
+    },
+  };
+
+  // A fresh gateway process needs a few thousand requests before V8 has optimised its hot paths
+  // and grown its young generation; until then it runs at about half speed. Steady state is the goal.
+  await measure(impls.gateway, CONCURRENCY, 3_000);
+  const best: Partial<Record<"gateway" | "library", Measured & { round: number }>> = {};
+  let peakRss = 0;
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const impl of ["gateway", "library"] as const) {
+      await measure(impls[impl], CONCURRENCY, 500); // warm-up: connections, prepared statements, JIT
+      const extra: Record<string, unknown> = {};
+      if (impl === "gateway") {
+        gw.resetPeak();
+        const cpu0 = gw.cpuSeconds();
+        const r = await measure(impls[impl], CONCURRENCY, DURATION_MS);
+        const rss = gw.rssMb();
+        peakRss = Math.max(peakRss, rss.peak);
+        Object.assign(extra, r, { gatewayRssMb: rss.now, gatewayPeakRssMb: rss.peak, gatewayCpuUsPerWrite: Math.round(((gw.cpuSeconds() - cpu0) * 1e6) / r.ops) });
+      } else {
+        Object.assign(extra, await measure(impls[impl], CONCURRENCY, DURATION_MS));
+      }
+      const r = extra as unknown as Measured;
+      emit({ bench: "gateway-postgres-put", impl, ...setting, round, ...extra });
+      if ((best[impl]?.opsPerSec ?? 0) < r.opsPerSec) best[impl] = { ...r, round };
+    }
+  }
+  await clients.close();
+  const g = best.gateway;
+  const l = best.library;
+  emit({
+    bench: "gateway-postgres-put",
+    ...setting,
+    ratio: Number(((l?.opsPerSec ?? 0) / (g?.opsPerSec ?? 1)).toFixed(3)),
+    ratioOf: "library writes/s ÷ gateway writes/s (best round each): what the HTTP hop costs per write",
+    gatewayOpsPerSec: g?.opsPerSec,
+    gatewayP50Ms: g?.p50Ms,
+    gatewayP99Ms: g?.p99Ms,
+    gatewayPeakRssMb: peakRss,
+    goal: { opsPerSec: 5_000, p99Ms: 20, rssMb: 200 },
+    met: { opsPerSec: (g?.opsPerSec ?? 0) >= 5_000, p99Ms: (g?.p99Ms ?? Infinity) < 20, rssMb: peakRss < 200 },
+  });
+
+  // 512 MiB through the gateway, generated and checked on the fly in this process: the gateway
+  // must pass it on as it arrives, never holding it whole.
+  const chunk = Buffer.alloc(MB);
+  for (let i = 0; i < chunk.length; i++) chunk[i] = (i * 131) % 251;
+  for (const length of ["known", "unknown"] as const) {
+    gw.resetPeak();
+    const before = gw.rssMb().now;
+    const digest = createHash("sha256");
+    const t0 = performance.now();
+    const put = await new Promise<IncomingMessage>((resolve, reject) => {
+      const headers: Record<string, string | number> = { authorization: `Bearer ${KEY}`, "fencing-token": "1", "content-type": "application/octet-stream" };
+      if (length === "known") headers["content-length"] = STREAM_BYTES;
+      else headers["transfer-encoding"] = "chunked";
+      const req = request({ host: "127.0.0.1", port: gw.port, method: "PUT", path: "/v1/objects/bench/big", headers }, resolve);
+      req.on("error", reject);
+      void (async () => {
+        for (let sent = 0; sent < STREAM_BYTES; sent += chunk.length) {
+          const part = chunk.subarray(0, Math.min(chunk.length, STREAM_BYTES - sent));
+          digest.update(part);
+          if (!req.write(part)) await once(req, "drain");
+        }
+        req.end();
+      })().catch(reject);
+    });
+    put.resume();
+    await once(put, "end");
+    if (put.statusCode !== 200) throw new Error(`stream PUT answered ${put.statusCode}`);
+    const putSeconds = (performance.now() - t0) / 1000;
+    const putPeak = gw.rssMb().peak;
+    emit({ bench: "gateway-object-stream", op: "put", length, bytes: STREAM_BYTES, seconds: Number(putSeconds.toFixed(2)), mbPerSec: Number((STREAM_BYTES / MB / putSeconds).toFixed(1)), gatewayRssBeforeMb: before, gatewayPeakRssMb: putPeak, goalMaxRssMb: 200 });
+
+    gw.resetPeak();
+    const t1 = performance.now();
+    const got = await send(gw.port, "GET", "/v1/objects/bench/big", { authorization: `Bearer ${KEY}` });
+    const check = createHash("sha256");
+    let received = 0;
+    for await (const part of got) {
+      received += (part as Buffer).length;
+      check.update(part as Buffer);
+    }
+    const getSeconds = (performance.now() - t1) / 1000;
+    if (got.statusCode !== 200 || received !== STREAM_BYTES || check.digest("hex") !== digest.digest("hex")) throw new Error(`GET returned ${received} bytes (${got.statusCode}) that differ from what was put`);
+    emit({ bench: "gateway-object-stream", op: "get", length, bytes: received, seconds: Number(getSeconds.toFixed(2)), mbPerSec: Number((received / MB / getSeconds).toFixed(1)), gatewayPeakRssMb: gw.rssMb().peak, bodyVerified: "sha256", goalMaxRssMb: 200 });
+  }
+} finally {
+  agent.destroy();
+  await gateway?.stop();
+  await pool.end();
+  await Promise.allSettled([s3.stop(), postgres.stop()]);
+}

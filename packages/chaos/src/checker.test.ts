@@ -1,0 +1,180 @@
+import { describe, expect, it } from "vitest";
+import { check } from "./checker.js";
+import { logEntry, type HistoryEvent } from "./history.js";
+
+/**
+ * Hand-made histories on one resource "r". Each helper emits the events a worker would report for
+ * one increment; times are explicit so that the real-time order is exactly what the test says.
+ */
+const R = "r";
+let wall = 0;
+const at = (mono: number): { mono: number; wall: number } => ({ mono, wall: ++wall });
+
+interface Inc {
+  op: string;
+  token: number;
+  read: number;
+  invoke: number;
+  writeStart: number;
+  ack: number;
+  lease?: string;
+  /** The op whose increment was last in the document read. */
+  head?: string;
+}
+
+function increment({ op, token, read, invoke, writeStart, ack, lease, head }: Inc): HistoryEvent[] {
+  const worker = Number(op.split(".")[0]);
+  const base = { op, worker, resource: R };
+  const held = { token: String(token), lease: lease ?? `lease-${op}` };
+  return [
+    { type: "invoke", ...base, ...at(invoke) },
+    { type: "acquired", ...base, ...held, ...at(invoke + 1) },
+    { type: "read", ...base, token: held.token, count: read, head: head ?? null, ...at(invoke + 2) },
+    { type: "ok", ...base, ...held, read, wrote: read + 1, writeStart, ...at(ack) },
+  ];
+}
+
+function stale(op: string, token: number, invoke: number, end: number): HistoryEvent[] {
+  const base = { op, worker: Number(op.split(".")[0]), resource: R };
+  return [
+    { type: "invoke", ...base, ...at(invoke) },
+    { type: "acquired", ...base, token: String(token), lease: `lease-${op}`, ...at(invoke + 1) },
+    { type: "fail", ...base, token: String(token), lease: `lease-${op}`, reason: "stale", message: "stale fencing token", ...at(end) },
+  ];
+}
+
+function final(entries: [op: string, token: number][], mono = 10_000): HistoryEvent {
+  return { type: "final", resource: R, count: entries.length, log: entries.map(([op, t]) => logEntry(op, String(t))), ...at(mono) };
+}
+
+const pause = (worker: number, start: number, end: number): HistoryEvent[] => [
+  { type: "nemesis", fault: 0, kind: "pause-in-rmw", target: `worker ${worker}`, phase: "start", worker, ...at(start) },
+  { type: "nemesis", fault: 0, kind: "pause-in-rmw", target: `worker ${worker}`, phase: "end", worker, ...at(end) },
+];
+
+describe("checker", () => {
+  it("a clean history (one stale writer refused) has no violation", () => {
+    const history = [
+      ...increment({ op: "0.0", token: 1, read: 0, invoke: 0, writeStart: 5, ack: 6 }),
+      ...increment({ op: "1.0", token: 2, read: 1, invoke: 10, writeStart: 15, ack: 16, head: "0.0" }),
+      ...stale("0.1", 3, 20, 40),
+      ...increment({ op: "1.1", token: 4, read: 2, invoke: 30, writeStart: 35, ack: 36, head: "1.0" }),
+      final([["0.0", 1], ["1.0", 2], ["1.1", 4]]),
+    ];
+    const result = check(history);
+    expect(result.valid).toBe(true);
+    expect(result.violations).toEqual({ "lost-update": 0, "token-decrease": 0, "duplicate-token": 0 });
+    expect(result.ops).toMatchObject({ total: 4, ok: 3, fail: 1, info: 0, incomplete: 0 });
+    expect(result.ops.failByReason.stale).toBe(1);
+    expect(result.firstViolation).toBeUndefined();
+    expect(result.final).toEqual({ r: { count: 3, increments: 3 } });
+  });
+
+  it("finds a lost update and names the write that overwrote it", () => {
+    // Two holders with increasing tokens both read 0, and both writes are acknowledged: the
+    // ratchet accepts both (2 > 1), and 0.0's increment is gone.
+    const history = [
+      ...increment({ op: "0.0", token: 1, read: 0, invoke: 0, writeStart: 50, ack: 51 }),
+      ...pause(1, 10, 60),
+      ...increment({ op: "1.0", token: 2, read: 0, invoke: 5, writeStart: 60, ack: 61 }),
+      final([["1.0", 2]]),
+    ];
+    const result = check(history);
+    expect(result.valid).toBe(false);
+    expect(result.violations).toEqual({ "lost-update": 1, "token-decrease": 0, "duplicate-token": 0 });
+    const v = result.first["lost-update"];
+    expect(v?.ops).toEqual(["0.0", "1.0"]);
+    expect(v?.message).toMatch(/0\.0 \(token 1\).*not in the final counter.*overwritten by 1\.0/);
+    // The sub-history holds both operations and the pause that happened meanwhile, in time order.
+    const ops = new Set(v?.subHistory.flatMap((e) => ("op" in e ? [e.op] : [])));
+    expect(ops).toEqual(new Set(["0.0", "1.0"]));
+    expect(v?.subHistory.some((e) => e.type === "nemesis")).toBe(true);
+    const times = v?.subHistory.map((e) => e.mono) ?? [];
+    expect(times).toEqual([...times].sort((a, b) => a - b));
+  });
+
+  it("names the write that dropped a lost increment even when it read a higher count", () => {
+    // 0.1 is acknowledged on top of 0.0; 2.0 had read the document before 0.0 at count 1, so its
+    // write (acknowledged later) drops 0.0 and 0.1 although it read a higher count than 0.0 wrote.
+    const history = [
+      ...increment({ op: "1.0", token: 1, read: 0, invoke: 0, writeStart: 2, ack: 3 }),
+      ...increment({ op: "2.0", token: 2, read: 1, invoke: 4, writeStart: 60, ack: 61, head: "1.0" }),
+      ...increment({ op: "0.0", token: 3, read: 1, invoke: 20, writeStart: 22, ack: 23, head: "1.0" }),
+      ...increment({ op: "0.1", token: 4, read: 2, invoke: 30, writeStart: 32, ack: 33, head: "0.0" }),
+      ...increment({ op: "1.1", token: 5, read: 2, invoke: 70, writeStart: 72, ack: 73, head: "2.0" }),
+      final([["1.0", 1], ["2.0", 2], ["1.1", 5]]),
+    ];
+    const result = check(history);
+    expect(result.violations["lost-update"]).toBe(2);
+    expect(result.first["lost-update"]?.message).toMatch(/^0\.0 .*overwritten by 2\.0/);
+  });
+
+  it("finds a decreasing token: a stale holder's write accepted after a newer holder's", () => {
+    // 0.0 holds token 1, is paused past its lease; 1.0 (token 2) writes and is acknowledged; then
+    // 0.0 wakes up and its write (sent after 1.0's ack) is accepted: the unfenced failure.
+    const history = [
+      ...pause(0, 3, 100),
+      ...increment({ op: "1.0", token: 2, read: 0, invoke: 10, writeStart: 20, ack: 21 }),
+      ...increment({ op: "0.0", token: 1, read: 0, invoke: 0, writeStart: 100, ack: 101 }),
+      final([["0.0", 1]]),
+    ];
+    const result = check(history);
+    expect(result.violations["token-decrease"]).toBe(1);
+    expect(result.first["token-decrease"]?.ops).toEqual(["0.0", "1.0"]);
+    expect(result.first["token-decrease"]?.message).toMatch(/0\.0 wrote with token 1 after 1\.0 had been acknowledged with token 2/);
+    // 1.0's increment is also lost, and that is reported first (it was acknowledged earlier).
+    expect(result.violations["lost-update"]).toBe(1);
+    expect(result.firstViolation?.kind).toBe("lost-update");
+  });
+
+  it("finds a decreasing token in the final counter's chain even when the timestamps overlap", () => {
+    const history = [
+      ...increment({ op: "0.0", token: 5, read: 0, invoke: 0, writeStart: 10, ack: 30 }),
+      ...increment({ op: "1.0", token: 4, read: 1, invoke: 0, writeStart: 20, ack: 40 }),
+      final([["0.0", 5], ["1.0", 4]]),
+    ];
+    const result = check(history);
+    expect(result.violations).toEqual({ "lost-update": 0, "token-decrease": 1, "duplicate-token": 0 });
+    expect(result.first["token-decrease"]?.message).toMatch(/1\.0 \(token 4\) directly follows 0\.0 \(token 5\)/);
+  });
+
+  it("finds a duplicate token: two leases accepted with the same token", () => {
+    const history = [
+      ...increment({ op: "0.0", token: 7, read: 0, invoke: 0, writeStart: 5, ack: 6, lease: "aaa" }),
+      ...increment({ op: "1.0", token: 7, read: 1, invoke: 10, writeStart: 15, ack: 16, lease: "bbb" }),
+      final([["0.0", 7], ["1.0", 7]]),
+    ];
+    const result = check(history);
+    expect(result.violations).toEqual({ "lost-update": 0, "token-decrease": 0, "duplicate-token": 1 });
+    expect(result.first["duplicate-token"]?.ops).toEqual(["0.0", "1.0"]);
+    expect(result.first["duplicate-token"]?.message).toMatch(/same token 7 under 2 different leases/);
+  });
+
+  it("the same lease writing twice with its token is not a duplicate", () => {
+    const history = [
+      ...increment({ op: "0.0", token: 7, read: 0, invoke: 0, writeStart: 5, ack: 6, lease: "aaa" }),
+      ...increment({ op: "0.1", token: 7, read: 1, invoke: 10, writeStart: 15, ack: 16, lease: "aaa" }),
+      final([["0.0", 7], ["0.1", 7]]),
+    ];
+    expect(check(history).valid).toBe(true);
+  });
+
+  it("an indeterminate write is never a lost update, and a failed write that landed is counted apart", () => {
+    const base = { worker: 0, resource: R };
+    const history: HistoryEvent[] = [
+      { type: "invoke", op: "0.0", ...base, ...at(0) },
+      { type: "info", op: "0.0", ...base, token: "1", lease: "l0", message: "connection reset", writeStart: 5, ...at(9) },
+      { type: "invoke", op: "0.1", ...base, ...at(10) },
+      { type: "fail", op: "0.1", ...base, token: "2", lease: "l1", reason: "stale", message: "reported stale after an ambiguous attempt", ...at(19) },
+      final([["0.1", 2]]),
+    ];
+    const result = check(history);
+    expect(result.valid).toBe(true);
+    expect(result.ops).toMatchObject({ ok: 0, info: 1, fail: 1 });
+    expect(result.failedButApplied).toBe(1);
+  });
+
+  it("refuses to check a history without the final read", () => {
+    expect(() => check(increment({ op: "0.0", token: 1, read: 0, invoke: 0, writeStart: 5, ack: 6 }))).toThrow(/no final read/);
+  });
+});

@@ -1,0 +1,97 @@
+#!/usr/bin/env node
+import { Command, InvalidArgumentError, Option } from "commander";
+import { check, describeEvent } from "./checker.js";
+import { BACKENDS, MODES, readHistoryFile, type Backend, type Mode } from "./history.js";
+import { runChaos, type ChaosSummary } from "./suite.js";
+
+function positiveInt(value: string): number {
+  const n = Number(value);
+  if (!Number.isSafeInteger(n) || n < 1) throw new InvalidArgumentError("must be a positive integer");
+  return n;
+}
+
+function nonNegativeInt(value: string): number {
+  const n = Number(value);
+  if (!Number.isSafeInteger(n) || n < 0) throw new InvalidArgumentError("must be a non-negative integer");
+  return n;
+}
+
+const program = new Command()
+  .name("fenced-chaos")
+  .description(
+    "Fault injection with a history checker: workers increment counters under Redlock leases while a seeded nemesis " +
+      "pauses workers, pauses/kills Redis nodes, jumps a node's clock and delays packets; the checker then looks for " +
+      "lost updates, decreasing tokens and duplicate tokens. Exits non-zero if 'full' shows a violation or 'unfenced' shows none.",
+  )
+  .option("--ops <n>", "operations per configuration and backend", positiveInt, 2000)
+  .option("--seed <n>", "seed of the fault schedule (same seed, same faults)", nonNegativeInt)
+  .addOption(new Option("--config <name>", "configuration to run").choices([...MODES, "all"]).default("all"))
+  .addOption(new Option("--backend <name>", "store to run against").choices([...BACKENDS, "both"]).default("both"))
+  .option("--ttl <ms>", "lease TTL in ms", positiveInt, 600)
+  .option("--workers <n>", "worker processes", positiveInt, 5)
+  .option("--json", "print the summary as JSON, as the last line on stdout", false)
+  .option("--out <dir>", "write an SVG plot and the JSON-lines history of every run to this directory")
+  .option("--check-history <file>", "only check a history written by --out, and exit non-zero if it has a violation")
+  .parse();
+
+const options = program.opts<{
+  ops: number;
+  seed?: number;
+  config: Mode | "all";
+  backend: Backend | "both";
+  ttl: number;
+  workers: number;
+  json: boolean;
+  out?: string;
+  checkHistory?: string;
+}>();
+
+if (options.checkHistory !== undefined) {
+  const result = check(readHistoryFile(options.checkHistory));
+  const { first: _first, firstViolation, victims: _victims, ...counts } = result;
+  const sub = firstViolation?.subHistory.map(describeEvent) ?? [];
+  process.stdout.write(`${JSON.stringify({ ...counts, firstViolation: firstViolation === undefined ? null : { kind: firstViolation.kind, message: firstViolation.message, subHistory: sub } })}\n`);
+  process.exit(result.valid ? 0 : 1);
+}
+const seed = options.seed ?? Math.floor(Math.random() * 2 ** 31);
+const configs = options.config === "all" ? MODES : [options.config];
+const backends = options.backend === "both" ? BACKENDS : [options.backend];
+
+// Progress goes to stderr so that stdout stays the summary alone under --json.
+const log = (line: string): void => void process.stderr.write(`${line}\n`);
+log(`chaos: seed ${seed}, ${options.ops} operations per configuration, configurations ${configs.join(", ")}, backends ${backends.join(", ")}`);
+
+const summary = await runChaos({
+  ops: options.ops,
+  seed,
+  configs,
+  backends,
+  ttlMs: options.ttl,
+  workers: options.workers,
+  log,
+  ...(options.out === undefined ? {} : { out: options.out }),
+});
+
+if (options.json) {
+  process.stdout.write(`${JSON.stringify(summary)}\n`);
+} else {
+  process.stdout.write(report(summary));
+}
+process.exit(summary.pass ? 0 : 1);
+
+function report(s: ChaosSummary): string {
+  const lines: string[] = [`seed ${s.seed}: ${s.ops} operations, TTL ${s.ttlMs} ms, ${s.workers} workers, ${s.redisNodes} Redis nodes`];
+  lines.push(`faults: ${Object.entries(s.faults).map(([k, v]) => `${k} ${v}`).join(", ")}`);
+  for (const [backend, byMode] of Object.entries(s.runs)) {
+    for (const [mode, run] of Object.entries(byMode ?? {})) {
+      const v = Object.entries(run.violations).map(([k, n]) => `${k} ${n}`).join(", ");
+      lines.push(`\n${backend}/${mode}: ${run.ops} ops (ok ${run.ok}, fail ${run.fail}, indeterminate ${run.indeterminate}) in ${(run.durationMs / 1000).toFixed(1)} s; violations: ${v}`);
+      if (run.firstViolation !== undefined) {
+        lines.push(`  first violation (${run.firstViolation.kind}): ${run.firstViolation.message}`);
+        for (const event of run.firstViolation.subHistory) lines.push(`    ${event}`);
+      }
+    }
+  }
+  lines.push(s.pass ? "\nPASS" : `\nFAIL\n${s.failures.map((f) => `  ${f}`).join("\n")}`);
+  return `${lines.join("\n")}\n`;
+}

@@ -1,0 +1,152 @@
+import { GetObjectCommand, PutObjectCommand, S3Client } from "@aws-sdk/client-s3";
+import { FencedPostgres, FencedS3, type Fence } from "@fenced/store";
+import pg from "pg";
+import { EMPTY_DOC, parseDoc, type CounterDoc, type Mode } from "./history.js";
+
+/** How a worker (or the controller) reaches the store of one run; JSON, so it can cross the process boundary. */
+export type StoreConnection =
+  | { readonly backend: "postgres"; readonly url: string; readonly schema: string }
+  | {
+      readonly backend: "s3";
+      readonly endpoint: string;
+      readonly region: string;
+      readonly accessKeyId: string;
+      readonly secretAccessKey: string;
+      readonly bucket: string;
+    };
+
+/**
+ * The counter documents as one configuration reads and writes them:
+ * - unfenced: a plain UPDATE / a plain PutObject (the token is carried but nobody checks it);
+ * - ratchet: a fenced put, nothing else;
+ * - full: register() right after acquiring, and every put carries ifVersion (the version read).
+ */
+export interface CounterStore {
+  read(key: string): Promise<{ doc: CounterDoc; version: string | undefined }>;
+  write(key: string, doc: CounterDoc, fence: Fence, version: string | undefined): Promise<void>;
+  /** Fence-on-acquire (only used in "full"). */
+  register(fence: Fence): Promise<void>;
+  /** Creates the namespace and an empty counter; run once by the controller before the workers start. */
+  init(keys: readonly { key: string; resource: string }[]): Promise<void>;
+  close(): Promise<void>;
+}
+
+export function openCounterStore(connection: StoreConnection, mode: Mode): CounterStore {
+  return connection.backend === "postgres" ? new PostgresCounters(connection, mode) : new S3Counters(connection, mode);
+}
+
+/** The fence of the initial empty document: below every token the lock hands out. */
+const INITIAL = (resource: string): Fence => ({ resource, token: 0n });
+
+class PostgresCounters implements CounterStore {
+  private readonly pool: pg.Pool;
+  private readonly store: FencedPostgres;
+  private readonly plainUpdate: string;
+
+  constructor(
+    connection: Extract<StoreConnection, { backend: "postgres" }>,
+    private readonly mode: Mode,
+  ) {
+    this.pool = new pg.Pool({ connectionString: connection.url, max: 2 });
+    // An idle connection broken by a fault would otherwise be an unhandled 'error' that kills the worker.
+    this.pool.on("error", () => undefined);
+    this.store = new FencedPostgres(this.pool, { schema: connection.schema });
+    // The schema name passed FencedPostgres's check (/^[a-z_][a-z0-9_]{0,62}$/), so it is safe to quote here.
+    this.plainUpdate = `UPDATE "${connection.schema}".records SET value = $2 WHERE key = $1`;
+  }
+
+  async read(key: string): Promise<{ doc: CounterDoc; version: string | undefined }> {
+    // get() is an ordinary SELECT in every mode: reads are never fenced.
+    const record = await this.store.get(key);
+    if (record === undefined) throw new Error(`counter ${key} does not exist`);
+    return { doc: parseDoc(record.value), version: record.version };
+  }
+
+  async write(key: string, doc: CounterDoc, fence: Fence, version: string | undefined): Promise<void> {
+    const value = { count: doc.count, log: [...doc.log] };
+    if (this.mode === "unfenced") {
+      const result = await this.pool.query(this.plainUpdate, [key, JSON.stringify(value)]);
+      if (result.rowCount !== 1) throw new Error(`plain UPDATE of ${key} touched ${String(result.rowCount)} rows`);
+      return;
+    }
+    await this.store.put(key, value, this.mode === "full" && version !== undefined ? { fence, ifVersion: version } : { fence });
+  }
+
+  async register(fence: Fence): Promise<void> {
+    await this.store.register(fence);
+  }
+
+  async init(keys: readonly { key: string; resource: string }[]): Promise<void> {
+    await this.store.migrate();
+    for (const { key, resource } of keys) await this.store.put(key, { count: 0, log: [] }, { fence: INITIAL(resource) });
+  }
+
+  async close(): Promise<void> {
+    await this.pool.end();
+  }
+}
+
+class S3Counters implements CounterStore {
+  private readonly client: S3Client;
+  private readonly store: FencedS3;
+  private readonly bucket: string;
+
+  constructor(
+    connection: Extract<StoreConnection, { backend: "s3" }>,
+    private readonly mode: Mode,
+  ) {
+    this.client = new S3Client({
+      endpoint: connection.endpoint,
+      region: connection.region,
+      credentials: { accessKeyId: connection.accessKeyId, secretAccessKey: connection.secretAccessKey },
+      forcePathStyle: true,
+      requestChecksumCalculation: "WHEN_REQUIRED",
+      responseChecksumValidation: "WHEN_REQUIRED",
+    });
+    this.bucket = connection.bucket;
+    // The document grows by one log entry per increment; inlining it keeps every write one conditional PUT.
+    this.store = new FencedS3(this.client, { bucket: connection.bucket, inlineLimit: 4 * 1024 * 1024 });
+  }
+
+  async read(key: string): Promise<{ doc: CounterDoc; version: string | undefined }> {
+    if (this.mode === "unfenced") {
+      const object = await this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: plainKey(key) }));
+      const text = (await object.Body?.transformToString("utf8")) ?? "";
+      return { doc: parseDoc(JSON.parse(text)), version: undefined };
+    }
+    const object = await this.store.getBytes(key);
+    if (object === undefined) throw new Error(`counter ${key} does not exist`);
+    return { doc: parseDoc(JSON.parse(object.body.toString("utf8"))), version: object.version };
+  }
+
+  async write(key: string, doc: CounterDoc, fence: Fence, version: string | undefined): Promise<void> {
+    const body = Buffer.from(JSON.stringify(doc));
+    if (this.mode === "unfenced") {
+      await this.client.send(new PutObjectCommand({ Bucket: this.bucket, Key: plainKey(key), Body: body, ContentType: "application/json" }));
+      return;
+    }
+    const options = this.mode === "full" && version !== undefined ? { fence, ifVersion: version } : { fence };
+    await this.store.put(key, body, { ...options, contentType: "application/json" });
+  }
+
+  async register(fence: Fence): Promise<void> {
+    await this.store.register(fence);
+  }
+
+  async init(keys: readonly { key: string; resource: string }[]): Promise<void> {
+    for (const { key, resource } of keys) {
+      if (this.mode === "unfenced") await this.write(key, EMPTY_DOC, INITIAL(resource), undefined);
+      else await this.store.put(key, Buffer.from(JSON.stringify(EMPTY_DOC)), { fence: INITIAL(resource), contentType: "application/json" });
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.store.flush();
+    this.client.destroy();
+  }
+}
+
+/** Plain (unfenced) objects live beside the fenced store's prefix, never inside it. */
+function plainKey(key: string): string {
+  return `plain/${key}.json`;
+}

@@ -1,0 +1,106 @@
+import { createServer, connect, type Server, type Socket } from "node:net";
+import { performance } from "node:perf_hooks";
+import { afterEach, describe, expect, it } from "vitest";
+import { DelayProxy } from "./delay-proxy.js";
+
+/** An echo server: every byte comes back, so a round trip crosses the proxy once each way. */
+async function echoServer(): Promise<{ server: Server; port: number }> {
+  const server = createServer((s) => s.pipe(s));
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const address = server.address();
+  if (address === null || typeof address === "string") throw new Error("no port");
+  return { server, port: address.port };
+}
+
+function open(port: number): Promise<Socket> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, "127.0.0.1", () => resolve(socket));
+    socket.once("error", reject);
+  });
+}
+
+/** Sends `text` and resolves with the ms until all of it came back. */
+function roundTrip(socket: Socket, text: string): Promise<number> {
+  const started = performance.now();
+  return new Promise((resolve) => {
+    let got = "";
+    const onData = (chunk: Buffer): void => {
+      got += chunk.toString();
+      if (got.length >= text.length) {
+        socket.off("data", onData);
+        resolve(performance.now() - started);
+      }
+    };
+    socket.on("data", onData);
+    socket.write(text);
+  });
+}
+
+const cleanup: (() => Promise<void> | void)[] = [];
+afterEach(async () => {
+  for (const f of cleanup.splice(0).reverse()) await f();
+});
+
+describe("delay proxy", () => {
+  it("forwards without delay, then delays each direction by what was added, then not once removed", async () => {
+    const { server, port } = await echoServer();
+    cleanup.push(() => new Promise<void>((r) => server.close(() => r())));
+    const proxy = await DelayProxy.start("127.0.0.1", port);
+    cleanup.push(() => proxy.close());
+    const socket = await open(proxy.port);
+    cleanup.push(() => void socket.destroy());
+
+    expect(await roundTrip(socket, "a")).toBeLessThan(100);
+    const removeUp = proxy.addDelay("up", 150);
+    expect(await roundTrip(socket, "b")).toBeGreaterThanOrEqual(145);
+    const removeDown = proxy.addDelay("down", 200);
+    expect(await roundTrip(socket, "c")).toBeGreaterThanOrEqual(345);
+    removeUp();
+    removeDown();
+    expect(await roundTrip(socket, "d")).toBeLessThan(100);
+  });
+
+  it("keeps the order of the bytes when the delay shrinks mid-stream, and overlapping delays use the largest", async () => {
+    const { server, port } = await echoServer();
+    cleanup.push(() => new Promise<void>((r) => server.close(() => r())));
+    const proxy = await DelayProxy.start("127.0.0.1", port);
+    cleanup.push(() => proxy.close());
+    const socket = await open(proxy.port);
+    cleanup.push(() => void socket.destroy());
+
+    const long = proxy.addDelay("both", 120);
+    const short = proxy.addDelay("up", 30);
+    expect(proxy.delayMs("up")).toBe(120);
+    let received = "";
+    socket.on("data", (c: Buffer) => (received += c.toString()));
+    socket.write("first-");
+    long();
+    expect(proxy.delayMs("up")).toBe(30);
+    short();
+    socket.write("second");
+    await new Promise((r) => setTimeout(r, 400));
+    expect(received).toBe("first-second");
+  });
+
+  it("passes a server that dies, or is down, on to the client as a closed connection, so that it reconnects", async () => {
+    // A server that drops every connection at its first byte, like a node killed mid-request.
+    const server = createServer((s) => s.once("data", () => s.destroy()));
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const address = server.address();
+    if (address === null || typeof address === "string") throw new Error("no port");
+    const proxy = await DelayProxy.start("127.0.0.1", address.port);
+    cleanup.push(() => proxy.close());
+    proxy.addDelay("both", 50);
+
+    const first = await open(proxy.port);
+    first.on("error", () => undefined);
+    const firstClosed = new Promise<void>((resolve) => first.once("close", () => resolve()));
+    first.write("x");
+    await firstClosed;
+
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+    const second = await open(proxy.port);
+    second.on("error", () => undefined);
+    await new Promise<void>((resolve) => second.once("close", () => resolve()));
+  });
+});

@@ -1,0 +1,120 @@
+import type { RedisNodeHandle } from "@fenced/servers";
+import { describe, expect, it } from "vitest";
+import type { DelayProxy } from "./delay-proxy.js";
+import { FaultInjector, type FaultTargets } from "./fault-injector.js";
+import type { NemesisEvent } from "./history.js";
+import type { Fault } from "./nemesis.js";
+
+/** Records what the injector does instead of doing it. */
+function fakes(): { targets: FaultTargets; actions: string[]; delays: () => number } {
+  const actions: string[] = [];
+  let delays = 0;
+  const node = (name: string): RedisNodeHandle => {
+    let running = true;
+    let paused = false;
+    return {
+      name,
+      host: "127.0.0.1",
+      port: 0,
+      url: "",
+      controllable: true,
+      get running() {
+        return running;
+      },
+      get paused() {
+        return paused;
+      },
+      kill: () => {
+        running = false;
+        actions.push(`kill ${name}`);
+        return Promise.resolve();
+      },
+      restart: (o) => {
+        running = true;
+        actions.push(`restart ${name} keepData=${String(o?.keepData)}`);
+        return Promise.resolve();
+      },
+      pause: () => {
+        paused = true;
+        actions.push(`pause ${name}`);
+      },
+      resume: () => {
+        paused = false;
+        actions.push(`resume ${name}`);
+      },
+      setClockOffsetMs: (ms) => void actions.push(`clock ${name} ${ms}`),
+    };
+  };
+  const proxy = {
+    addDelay: (directions: string, ms: number) => {
+      delays++;
+      actions.push(`delay ${directions} ${ms}`);
+      return () => void delays--;
+    },
+  } as unknown as DelayProxy;
+  const targets: FaultTargets = {
+    pauseWorker: (w) => void actions.push(`stop worker ${w}`),
+    resumeWorker: (w) => void actions.push(`cont worker ${w}`),
+    armPauseInRmw: (w, fault) => void actions.push(`arm worker ${w} for ${fault}`),
+    releaseWorker: (w, fault) => void actions.push(`release worker ${w} from ${fault}`),
+    redis: [node("A"), node("B"), node("C")],
+    proxy: () => proxy,
+  };
+  return { targets, actions, delays: () => delays };
+}
+
+describe("fault injector", () => {
+  it("applies faults on time and stop() undoes every one still active, releasing a worker stopped between read and write too", async () => {
+    const schedule: Fault[] = [
+      { id: 0, at: 0, kind: "pause-worker", worker: 1, durationMs: 60_000 },
+      { id: 1, at: 0, kind: "kill-redis", node: 1, durationMs: 60_000 },
+      { id: 2, at: 0, kind: "pause-redis", node: 2, durationMs: 60_000 },
+      { id: 3, at: 0, kind: "clock-jump", node: 0, jumpMs: 700, durationMs: 0 },
+      { id: 4, at: 0, kind: "clock-jump", node: 0, jumpMs: 500, durationMs: 0 },
+      { id: 5, at: 0, kind: "delay", worker: 0, link: "store", directions: "up", delayMs: 900, durationMs: 60_000 },
+      { id: 6, at: 0, kind: "pause-in-rmw", worker: 3, durationMs: 60_000 },
+      // Far in the future: must never be applied.
+      { id: 7, at: 3_600_000, kind: "pause-worker", worker: 2, durationMs: 1 },
+    ];
+    const { targets, actions, delays } = fakes();
+    const events: NemesisEvent[] = [];
+    const started = performance.now();
+    const injector = new FaultInjector(schedule[Symbol.iterator](), targets, (e) => events.push(e), () => performance.now() - started, 600);
+    injector.start();
+    await new Promise((r) => setTimeout(r, 100));
+    injector.reachedRmw(3, 6, 50);
+    expect(actions).toEqual(expect.arrayContaining(["stop worker 1", "kill B", "pause C", "clock A 700", "clock A 1200", "delay up 900", "arm worker 3 for 6", "stop worker 3"]));
+    expect(delays()).toBe(1);
+
+    await injector.stop();
+    expect(actions).toEqual(expect.arrayContaining(["cont worker 1", "restart B keepData=true", "resume C", "cont worker 3"]));
+    // The waiting worker is told to go on before it is continued.
+    expect(actions.indexOf("release worker 3 from 6")).toBe(actions.indexOf("cont worker 3") - 1);
+    expect(actions).not.toContain("stop worker 2");
+    expect(delays()).toBe(0);
+    expect(injector.faults).toEqual({ "pause-worker": 1, "pause-in-rmw": 1, "pause-redis": 1, "kill-redis": 1, "clock-jump": 2, delay: 1 });
+    // Every fault that started has ended (a clock jump is instantaneous: both at once).
+    const starts = events.filter((e) => e.phase === "start").map((e) => e.fault);
+    const ends = events.filter((e) => e.phase === "end").map((e) => e.fault);
+    expect(new Set(ends)).toEqual(new Set(starts));
+
+    // A worker reporting after stop() is released at once rather than left waiting.
+    injector.reachedRmw(0, 99, 0);
+    await new Promise((r) => setTimeout(r, 10));
+    expect(actions.slice(-3)).toEqual(["stop worker 0", "release worker 0 from 99", "cont worker 0"]);
+  });
+
+  it("records an armed pause that never found its worker between read and write as missed", async () => {
+    const { targets } = fakes();
+    const events: NemesisEvent[] = [];
+    const started = performance.now();
+    const schedule: Fault[] = [{ id: 0, at: 0, kind: "pause-in-rmw", worker: 0, durationMs: 1_000 }];
+    // TTL 10 ms: the arm window is two TTLs.
+    const injector = new FaultInjector(schedule[Symbol.iterator](), targets, (e) => events.push(e), () => performance.now() - started, 10);
+    injector.start();
+    await new Promise((r) => setTimeout(r, 80));
+    await injector.stop();
+    expect(events.map((e) => e.phase)).toEqual(["missed"]);
+    expect(injector.missed).toBe(1);
+  });
+});

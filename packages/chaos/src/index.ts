@@ -1,0 +1,6 @@
+export { check, describeEvent, VIOLATION_KINDS, type CheckResult, type Violation, type ViolationKind } from "./checker.js";
+export { DelayProxy, type Direction, type Directions } from "./delay-proxy.js";
+export { faultSchedule, planFaults, type Fault, type ScheduleOptions } from "./nemesis.js";
+export { plotHistory } from "./plot.js";
+export { runChaos, verdict, type ChaosOptions, type ChaosSummary, type RunSummary } from "./suite.js";
+export type { HistoryEvent, Mode, Backend } from "./history.js";

@@ -1,0 +1,147 @@
+import type { Directions } from "./delay-proxy.js";
+import type { FaultKind } from "./history.js";
+import { Random } from "./random.js";
+
+/**
+ * The nemesis's schedule: a seeded, endless sequence of faults at times relative to the start of a
+ * run. It depends on the seed and the shape of the cluster only, never on what happens during the
+ * run, so the same seed gives the same faults at the same offsets to every configuration, and a run
+ * can be replayed. A run consumes the schedule until its operations are done.
+ */
+
+interface FaultBase {
+  /** Position in the schedule, from 0. */
+  readonly id: number;
+  /** ms after the run's start. */
+  readonly at: number;
+  /** How long the fault lasts (0 for the instantaneous clock jump). */
+  readonly durationMs: number;
+}
+
+/** Where a delay applies: between a worker and the store, or between a worker and Redis node `n`. */
+export type Link = "store" | number;
+
+export type Fault =
+  /** SIGSTOP a worker wherever it is, SIGCONT after durationMs (longer than the TTL). */
+  | (FaultBase & { readonly kind: "pause-worker"; readonly worker: number })
+  /**
+   * SIGSTOP a worker at the worst moment: holding a lease, after its read, before its write (a GC
+   * pause in the middle of a read-modify-write). The worker is armed, reports reaching that point
+   * within the fault's window and waits there to be stopped; a random SIGSTOP lands there only by luck.
+   */
+  | (FaultBase & { readonly kind: "pause-in-rmw"; readonly worker: number })
+  /** SIGSTOP a Redis node (it keeps its connections and answers nothing), SIGCONT after durationMs. */
+  | (FaultBase & { readonly kind: "pause-redis"; readonly node: number })
+  /** SIGKILL a Redis node, restart it with its data after durationMs. */
+  | (FaultBase & { readonly kind: "kill-redis"; readonly node: number })
+  /** Moves one Redis node's wall clock forward by jumpMs (cumulative); its keys expire early. */
+  | (FaultBase & { readonly kind: "clock-jump"; readonly node: number; readonly jumpMs: number })
+  /** Holds back one worker's packets on one link by delayMs, for durationMs. */
+  | (FaultBase & { readonly kind: "delay"; readonly worker: number; readonly link: Link; readonly directions: Directions; readonly delayMs: number });
+
+export interface ScheduleOptions {
+  readonly seed: number;
+  readonly ttlMs: number;
+  readonly workers: number;
+  readonly redisNodes: number;
+  /** The one Redis node started with clock control. */
+  readonly clockNode: number;
+  /** Mean time between the starts of two faults; default 0.8 × TTL. */
+  readonly meanGapMs?: number;
+}
+
+/** Relative frequencies. The targeted pause is the one that makes stale writers; the rest stress liveness and ordering. */
+const WEIGHTS: Readonly<Record<FaultKind, number>> = {
+  "pause-in-rmw": 3,
+  "pause-worker": 2,
+  delay: 2,
+  "pause-redis": 1,
+  "kill-redis": 1,
+  "clock-jump": 1,
+};
+
+/** A restarted node needs a moment to come back; it stays counted as faulty that much longer. */
+const RESTART_MARGIN_MS = 1_000;
+
+export function* faultSchedule(options: ScheduleOptions): Generator<Fault, never> {
+  const { ttlMs, workers, redisNodes, clockNode } = options;
+  if (workers < 1 || redisNodes < 1 || ttlMs <= 0) throw new RangeError("faultSchedule needs ≥ 1 worker, ≥ 1 Redis node and a positive TTL");
+  if (clockNode < 0 || clockNode >= redisNodes) throw new RangeError(`clockNode ${clockNode} is not one of the ${redisNodes} nodes`);
+  const rnd = new Random(options.seed);
+  const meanGap = options.meanGapMs ?? ttlMs * 0.8;
+  // At most a minority of nodes may be paused or down at once: the lock is only promised to work
+  // with a majority up, and a nemesis that takes the majority shows nothing but unavailability.
+  const minority = Math.floor((redisNodes - 1) / 2);
+  const nodeBusyUntil: number[] = Array.from({ length: redisNodes }, () => 0);
+  // The first fault waits one TTL, so every configuration starts from a healthy cluster.
+  let at = ttlMs;
+  for (let id = 0; ; id++) {
+    at += Math.round(rnd.between(0.4, 1.6) * meanGap);
+    let kind = rnd.weighted(WEIGHTS);
+    const freeNodes = nodeBusyUntil.flatMap((until, node) => (until <= at ? [node] : []));
+    if ((kind === "pause-redis" || kind === "kill-redis") && (redisNodes - freeNodes.length >= minority || freeNodes.length === 0)) {
+      kind = "pause-in-rmw";
+    }
+    const base = { id, at };
+    switch (kind) {
+      case "pause-worker":
+      case "pause-in-rmw":
+        // Longer than the TTL by a margin: the lease must really expire while the worker sleeps.
+        yield { ...base, kind, worker: rnd.int(0, workers - 1), durationMs: Math.round(rnd.between(1.5, 3) * ttlMs) };
+        break;
+      case "pause-redis":
+      case "kill-redis": {
+        const node = rnd.pick(freeNodes);
+        const durationMs = Math.round(rnd.between(0.3, 2) * ttlMs);
+        nodeBusyUntil[node] = at + durationMs + (kind === "kill-redis" ? RESTART_MARGIN_MS : 0);
+        yield { ...base, kind, node, durationMs };
+        break;
+      }
+      case "clock-jump":
+        yield { ...base, kind, node: clockNode, jumpMs: Math.round(rnd.between(1, 3) * ttlMs), durationMs: 0 };
+        break;
+      case "delay": {
+        const link: Link = rnd.next() < 0.6 ? "store" : rnd.int(0, redisNodes - 1);
+        const directions = rnd.pick<Directions>(["up", "down", "both"]);
+        yield {
+          ...base,
+          kind,
+          worker: rnd.int(0, workers - 1),
+          link,
+          directions,
+          // Beyond the TTL: a request sent under a valid lease arrives after it expired.
+          delayMs: Math.round(rnd.between(1, 2.5) * ttlMs),
+          durationMs: Math.round(rnd.between(1, 3) * ttlMs),
+        };
+        break;
+      }
+    }
+  }
+}
+
+/** The faults of a schedule that start before `horizonMs`. */
+export function planFaults(options: ScheduleOptions, horizonMs: number): Fault[] {
+  const faults: Fault[] = [];
+  for (const fault of faultSchedule(options)) {
+    if (fault.at >= horizonMs) break;
+    faults.push(fault);
+  }
+  return faults;
+}
+
+/** A human-readable target, as recorded in the history and shown in the plot. */
+export function describeTarget(fault: Fault, nodeNames: readonly string[]): string {
+  const node = (n: number): string => `redis ${nodeNames[n] ?? String(n)}`;
+  switch (fault.kind) {
+    case "pause-worker":
+    case "pause-in-rmw":
+      return `worker ${fault.worker}`;
+    case "pause-redis":
+    case "kill-redis":
+      return node(fault.node);
+    case "clock-jump":
+      return `${node(fault.node)} +${fault.jumpMs} ms`;
+    case "delay":
+      return `worker ${fault.worker} → ${fault.link === "store" ? "store" : node(fault.link)} (${fault.directions}, ${fault.delayMs} ms)`;
+  }
+}

@@ -1,0 +1,62 @@
+import { randomBytes } from "node:crypto";
+import { startPostgres, startS3 } from "@fenced/servers";
+import type { StoreConnection } from "./counter-store.js";
+import type { Backend, Mode } from "./history.js";
+
+/**
+ * One real store server per backend, shared by the configurations of a chaos run: each
+ * configuration gets its own schema or bucket, so runs never see each other's data or ratchets.
+ */
+export interface StoreServer {
+  readonly backend: Backend;
+  /** Where the server listens; the workers' delay proxies forward here. */
+  readonly host: string;
+  readonly port: number;
+  /** A fresh namespace (schema / bucket) for one configuration, connected directly. */
+  namespace(mode: Mode): Promise<StoreConnection>;
+  stop(): Promise<void>;
+}
+
+function hostPort(url: string, defaultPort: number): { host: string; port: number } {
+  const parsed = new URL(url);
+  return { host: parsed.hostname, port: parsed.port === "" ? defaultPort : Number(parsed.port) };
+}
+
+export async function startStoreServer(backend: Backend): Promise<StoreServer> {
+  const suffix = (): string => randomBytes(4).toString("hex");
+  if (backend === "postgres") {
+    const pg = await startPostgres();
+    return {
+      backend,
+      ...hostPort(pg.url, 5432),
+      namespace: (mode) => Promise.resolve({ backend, url: pg.url, schema: `chaos_${mode}_${suffix()}` }),
+      stop: () => pg.stop(),
+    };
+  }
+  const s3 = await startS3();
+  return {
+    backend,
+    ...hostPort(s3.endpoint, s3.endpoint.startsWith("https:") ? 443 : 80),
+    namespace: async (mode) => ({
+      backend,
+      endpoint: s3.endpoint,
+      region: s3.region,
+      accessKeyId: s3.accessKeyId,
+      secretAccessKey: s3.secretAccessKey,
+      bucket: await s3.createBucket(`chaos-${mode}-${suffix()}`),
+    }),
+    stop: () => s3.stop(),
+  };
+}
+
+/** The same connection, sent through a proxy listening on 127.0.0.1:port. */
+export function throughProxy(connection: StoreConnection, port: number): StoreConnection {
+  const rewrite = (url: string): string => {
+    const parsed = new URL(url);
+    parsed.hostname = "127.0.0.1";
+    parsed.port = String(port);
+    // URL adds a trailing slash to a bare origin; the S3 client would then sign a different path.
+    return connection.backend === "s3" ? parsed.origin : parsed.toString();
+  };
+  return connection.backend === "postgres" ? { ...connection, url: rewrite(connection.url) } : { ...connection, endpoint: rewrite(connection.endpoint) };
+}

@@ -1,0 +1,152 @@
+import { mkdir, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { describeEvent, VIOLATION_KINDS, type ViolationKind } from "./checker.js";
+import { historyToJsonLines, type Backend, type FaultKind, type Mode } from "./history.js";
+import { plotHistory } from "./plot.js";
+import { runConfiguration, type RunResult } from "./run.js";
+import { startStoreServer } from "./store-server.js";
+
+export interface ChaosOptions {
+  /** Operations per configuration and backend. */
+  readonly ops: number;
+  readonly seed: number;
+  readonly configs: readonly Mode[];
+  readonly backends: readonly Backend[];
+  /** Lease TTL: short, so that pauses longer than it are cheap and stale writers really happen. */
+  readonly ttlMs?: number;
+  readonly workers?: number;
+  readonly resources?: number;
+  readonly redisNodes?: number;
+  readonly workMs?: number;
+  /** Directory for the SVG plots and JSON-lines histories; none written if undefined. */
+  readonly out?: string;
+  readonly log?: (line: string) => void;
+}
+
+export interface RunSummary {
+  readonly ops: number;
+  readonly ok: number;
+  readonly fail: number;
+  readonly indeterminate: number;
+  readonly failByReason: Readonly<Record<string, number>>;
+  readonly durationMs: number;
+  readonly timedOut: boolean;
+  readonly problems: readonly string[];
+  readonly faults: Readonly<Record<FaultKind, number>>;
+  readonly faultsMissed: number;
+  readonly violations: Readonly<Record<ViolationKind, number>>;
+  readonly failedButApplied: number;
+  readonly finalCount: number;
+  readonly firstViolation?: { readonly kind: ViolationKind; readonly message: string; readonly subHistory: readonly string[] };
+}
+
+export interface ChaosSummary {
+  readonly seed: number;
+  readonly opsPerRun: number;
+  readonly ttlMs: number;
+  readonly workers: number;
+  readonly resources: number;
+  readonly redisNodes: number;
+  readonly workMs: number;
+  /** Operations over every configuration and backend. */
+  readonly ops: number;
+  readonly faults: Readonly<Record<FaultKind, number>>;
+  readonly runs: Partial<Record<Backend, Partial<Record<Mode, RunSummary>>>>;
+  readonly pass: boolean;
+  /** Why the run failed: full showed a violation, unfenced showed none, a run timed out or made no progress. */
+  readonly failures: readonly string[];
+}
+
+/** Sub-histories can span a long pause; the summary keeps their start and end. */
+const SUB_HISTORY_LINES = 24;
+
+function summarize(result: RunResult): RunSummary {
+  const c = result.check;
+  const first = c.firstViolation;
+  let subHistory = first?.subHistory.map(describeEvent) ?? [];
+  if (subHistory.length > SUB_HISTORY_LINES) {
+    const half = SUB_HISTORY_LINES / 2;
+    subHistory = [...subHistory.slice(0, half), `… ${subHistory.length - SUB_HISTORY_LINES} more events …`, ...subHistory.slice(-half)];
+  }
+  return {
+    ops: c.ops.total,
+    ok: c.ops.ok,
+    fail: c.ops.fail,
+    indeterminate: c.ops.info,
+    failByReason: c.ops.failByReason,
+    durationMs: result.durationMs,
+    timedOut: result.timedOut,
+    problems: result.problems,
+    faults: result.faults,
+    faultsMissed: result.faultsMissed,
+    violations: c.violations,
+    failedButApplied: c.failedButApplied,
+    finalCount: Object.values(c.final).reduce((sum, f) => sum + f.count, 0),
+    ...(first === undefined ? {} : { firstViolation: { kind: first.kind, message: first.message, subHistory } }),
+  };
+}
+
+const total = (v: Readonly<Record<ViolationKind, number>>): number => VIOLATION_KINDS.reduce((sum, k) => sum + v[k], 0);
+
+/** What makes a chaos run fail: the properties of the three configurations, and progress. */
+export function verdict(runs: ChaosSummary["runs"]): string[] {
+  const failures: string[] = [];
+  for (const [backend, byMode] of Object.entries(runs)) {
+    for (const [mode, run] of Object.entries(byMode ?? {})) {
+      const where = `${backend}/${mode}`;
+      if (run.timedOut) failures.push(`${where}: timed out after ${run.ops} operations`);
+      for (const problem of run.problems) failures.push(`${where}: ${problem}`);
+      if (run.ok === 0) failures.push(`${where}: no operation succeeded`);
+      if (mode === "full" && total(run.violations) > 0) failures.push(`${where}: ${total(run.violations)} violation(s) ${JSON.stringify(run.violations)}`);
+      // Unfenced writes under a lease are expected to break; if they do not, the faults were too gentle to prove anything.
+      if (mode === "unfenced" && total(run.violations) === 0) failures.push(`${where}: no violation — the nemesis is too gentle to show anything`);
+    }
+  }
+  return failures;
+}
+
+export async function runChaos(options: ChaosOptions): Promise<ChaosSummary> {
+  const log = options.log ?? (() => undefined);
+  const settings = {
+    ttlMs: options.ttlMs ?? 600,
+    workers: options.workers ?? 5,
+    resources: options.resources ?? 2,
+    redisNodes: options.redisNodes ?? 5,
+    workMs: options.workMs ?? 2,
+  };
+  if (options.out !== undefined) await mkdir(options.out, { recursive: true });
+  const runs: Partial<Record<Backend, Partial<Record<Mode, RunSummary>>>> = {};
+  const faults: Record<FaultKind, number> = { "pause-worker": 0, "pause-in-rmw": 0, "pause-redis": 0, "kill-redis": 0, "clock-jump": 0, delay: 0 };
+  let ops = 0;
+  for (const backend of options.backends) {
+    log(`starting ${backend}`);
+    const store = await startStoreServer(backend);
+    try {
+      for (const mode of options.configs) {
+        const result = await runConfiguration({
+          mode,
+          store,
+          ops: options.ops,
+          seed: options.seed,
+          ...settings,
+          // Generous: the quick mode takes seconds per configuration; only a hung run gets near this.
+          timeoutMs: Math.max(120_000, options.ops * 100),
+          log,
+        });
+        const summary = summarize(result);
+        (runs[backend] ??= {})[mode] = summary;
+        ops += summary.ops;
+        for (const [kind, n] of Object.entries(result.faults) as [FaultKind, number][]) faults[kind] += n;
+        if (options.out !== undefined) {
+          const name = join(options.out, `${backend}-${mode}`);
+          await writeFile(`${name}.history.jsonl`, historyToJsonLines(result.history));
+          await writeFile(`${name}.svg`, plotHistory(result.history, result.check, { title: `${backend} · ${mode} · seed ${options.seed}`, ttlMs: settings.ttlMs }));
+        }
+      }
+    } finally {
+      await store.stop();
+    }
+  }
+  const failures = verdict(runs);
+  return { seed: options.seed, opsPerRun: options.ops, ...settings, ops, faults, runs, pass: failures.length === 0, failures };
+}

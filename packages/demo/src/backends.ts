@@ -1,0 +1,271 @@
+import { GetObjectCommand, NoSuchKey, PutObjectCommand, S3Client } from "@aws-sdk/client-s3";
+import pg from "pg";
+import { FencedPostgres, FencedS3, StaleTokenError, VersionMismatchError, type Fence } from "@fenced/store";
+
+export type BackendName = "s3" | "postgres";
+export const BACKENDS: readonly BackendName[] = ["s3", "postgres"];
+
+/**
+ * Everything a client needs to reach a backend. Plain data: it travels over IPC to the paused
+ * client's process, which opens its own connections (a separate process shares nothing).
+ */
+export type BackendConfig =
+  | {
+      readonly kind: "s3";
+      readonly endpoint: string;
+      readonly region: string;
+      readonly accessKeyId: string;
+      readonly secretAccessKey: string;
+      readonly bucket: string;
+      /** Plain objects live here; FencedS3 keeps its manifests under its own prefix beside them. */
+      readonly prefix: string;
+    }
+  | { readonly kind: "postgres"; readonly url: string; readonly schema: string };
+
+/** The "file" every scenario edits: each client appends one entry, so a lost update is a missing entry. */
+export interface FileDoc {
+  readonly entries: readonly string[];
+}
+
+export interface ReadResult {
+  readonly doc: FileDoc;
+  /** The version a fenced store reports (for ifVersion); undefined for plain reads. */
+  readonly version: string | undefined;
+}
+
+export type RefusalName = "StaleTokenError" | "VersionMismatchError";
+
+/** Why the storage refused a write, in plain data (tokens as decimal strings, as in the JSON output). */
+export interface Refusal {
+  readonly error: RefusalName;
+  readonly message: string;
+  readonly token?: string;
+  readonly highest?: string;
+  readonly expected?: string;
+  readonly actual?: string;
+}
+
+export type WriteOutcome = { readonly accepted: true; readonly version: string | undefined } | { readonly accepted: false; readonly refusal: Refusal };
+
+export interface WriteOptions {
+  readonly fence: Fence;
+  readonly ifVersion?: string | undefined;
+}
+
+/**
+ * One client's view of the storage. The unfenced variant is what most code does today (a plain
+ * PutObject, a plain UPDATE); it ignores the fence. The fenced one hands the lease to FencedS3 /
+ * FencedPostgres. Refusals come back as values; any other failure throws, since it is a real error.
+ */
+export interface DemoStore {
+  readonly fenced: boolean;
+  read(key: string): Promise<ReadResult>;
+  write(key: string, doc: FileDoc, options: WriteOptions): Promise<WriteOutcome>;
+  /** Fence-on-acquire: only a fenced store can do it. */
+  register(fence: Fence): Promise<WriteOutcome>;
+  close(): Promise<void>;
+}
+
+export function openStore(config: BackendConfig, fenced: boolean): DemoStore {
+  if (config.kind === "s3") return fenced ? new FencedS3Store(config) : new PlainS3Store(config);
+  return fenced ? new FencedPgStore(config) : new PlainPgStore(config);
+}
+
+/** Storage a store opened by openStore expects: the bucket exists; the schema, tables and sequence exist. */
+export async function prepareBackend(config: BackendConfig): Promise<void> {
+  if (config.kind === "s3") return;
+  const pool = new pg.Pool({ connectionString: config.url, max: 1 });
+  try {
+    await pool.query(`CREATE SCHEMA IF NOT EXISTS ${quoteIdent(config.schema)}`);
+    await pool.query(`CREATE TABLE IF NOT EXISTS ${plainTable(config.schema)} (key text PRIMARY KEY, doc jsonb NOT NULL)`);
+    await new FencedPostgres(pool, { schema: config.schema }).migrate();
+  } finally {
+    await pool.end();
+  }
+}
+
+/** Removes what prepareBackend made, for servers the demo does not own (its own servers vanish whole). */
+export async function dropBackend(config: BackendConfig): Promise<void> {
+  if (config.kind !== "postgres") return;
+  const pool = new pg.Pool({ connectionString: config.url, max: 1 });
+  try {
+    await pool.query(`DROP SCHEMA IF EXISTS ${quoteIdent(config.schema)} CASCADE`);
+  } finally {
+    await pool.end();
+  }
+}
+
+export function s3Client(config: Extract<BackendConfig, { kind: "s3" }>): S3Client {
+  return new S3Client({
+    endpoint: config.endpoint,
+    region: config.region,
+    credentials: { accessKeyId: config.accessKeyId, secretAccessKey: config.secretAccessKey },
+    forcePathStyle: true,
+    // radosgw answers 411 to the SDK's default streaming checksums; see @fenced/servers.
+    requestChecksumCalculation: "WHEN_REQUIRED",
+    responseChecksumValidation: "WHEN_REQUIRED",
+  });
+}
+
+export function refusalOf(err: unknown): Refusal | undefined {
+  if (err instanceof StaleTokenError) {
+    return { error: "StaleTokenError", message: err.message, token: err.token.toString(), highest: err.highest.toString() };
+  }
+  if (err instanceof VersionMismatchError) {
+    return { error: "VersionMismatchError", message: err.message, expected: err.expected, ...(err.actual === undefined ? {} : { actual: err.actual }) };
+  }
+  return undefined;
+}
+
+async function refusedOr<T extends WriteOutcome>(write: () => Promise<T>): Promise<WriteOutcome> {
+  try {
+    return await write();
+  } catch (err) {
+    const refusal = refusalOf(err);
+    if (refusal === undefined) throw err;
+    return { accepted: false, refusal };
+  }
+}
+
+function parseDoc(text: string): FileDoc {
+  const value = JSON.parse(text) as unknown;
+  if (typeof value !== "object" || value === null || !Array.isArray((value as { entries?: unknown }).entries)) {
+    throw new Error(`the file does not hold a demo document: ${text.slice(0, 200)}`);
+  }
+  return { entries: (value as { entries: unknown[] }).entries.map(String) };
+}
+
+const EMPTY: ReadResult = { doc: { entries: [] }, version: undefined };
+
+class PlainS3Store implements DemoStore {
+  readonly fenced = false;
+  private readonly client: S3Client;
+  constructor(private readonly config: Extract<BackendConfig, { kind: "s3" }>) {
+    this.client = s3Client(config);
+  }
+  async read(key: string): Promise<ReadResult> {
+    try {
+      const res = await this.client.send(new GetObjectCommand({ Bucket: this.config.bucket, Key: this.config.prefix + key }));
+      return { doc: parseDoc((await res.Body?.transformToString("utf8")) ?? ""), version: undefined };
+    } catch (err) {
+      if (err instanceof NoSuchKey) return EMPTY;
+      throw err;
+    }
+  }
+  async write(key: string, doc: FileDoc): Promise<WriteOutcome> {
+    // The everyday write: last writer wins, whoever it is and whatever it read.
+    await this.client.send(
+      new PutObjectCommand({ Bucket: this.config.bucket, Key: this.config.prefix + key, Body: JSON.stringify(doc), ContentType: "application/json" }),
+    );
+    return { accepted: true, version: undefined };
+  }
+  register(): Promise<WriteOutcome> {
+    return Promise.reject(new Error("an unfenced store has nothing to register a token with"));
+  }
+  close(): Promise<void> {
+    this.client.destroy();
+    return Promise.resolve();
+  }
+}
+
+class FencedS3Store implements DemoStore {
+  readonly fenced = true;
+  private readonly client: S3Client;
+  private readonly store: FencedS3;
+  constructor(config: Extract<BackendConfig, { kind: "s3" }>) {
+    this.client = s3Client(config);
+    this.store = new FencedS3(this.client, { bucket: config.bucket, prefix: `${config.prefix}fenced/` });
+  }
+  async read(key: string): Promise<ReadResult> {
+    const found = await this.store.getBytes(key);
+    return found === undefined ? EMPTY : { doc: parseDoc(found.body.toString("utf8")), version: found.version };
+  }
+  write(key: string, doc: FileDoc, options: WriteOptions): Promise<WriteOutcome> {
+    return refusedOr(async () => {
+      const res = await this.store.put(key, Buffer.from(JSON.stringify(doc)), {
+        fence: options.fence,
+        contentType: "application/json",
+        ...(options.ifVersion === undefined ? {} : { ifVersion: options.ifVersion }),
+      });
+      return { accepted: true, version: res.version };
+    });
+  }
+  register(fence: Fence): Promise<WriteOutcome> {
+    return refusedOr(async () => {
+      await this.store.register(fence);
+      return { accepted: true, version: undefined };
+    });
+  }
+  async close(): Promise<void> {
+    await this.store.flush();
+    this.client.destroy();
+  }
+}
+
+class PlainPgStore implements DemoStore {
+  readonly fenced = false;
+  private readonly pool: pg.Pool;
+  constructor(private readonly config: Extract<BackendConfig, { kind: "postgres" }>) {
+    this.pool = new pg.Pool({ connectionString: config.url, max: 2 });
+  }
+  async read(key: string): Promise<ReadResult> {
+    const { rows } = await this.pool.query<{ doc: FileDoc }>(`SELECT doc FROM ${plainTable(this.config.schema)} WHERE key = $1`, [key]);
+    const row = rows[0];
+    return row === undefined ? EMPTY : { doc: { entries: row.doc.entries.map(String) }, version: undefined };
+  }
+  async write(key: string, doc: FileDoc): Promise<WriteOutcome> {
+    const table = plainTable(this.config.schema);
+    const json = JSON.stringify(doc);
+    // A plain UPDATE, as most code does it; the INSERT only creates the file the first time.
+    const updated = await this.pool.query(`UPDATE ${table} SET doc = $2 WHERE key = $1`, [key, json]);
+    if (updated.rowCount === 0) await this.pool.query(`INSERT INTO ${table} (key, doc) VALUES ($1, $2)`, [key, json]);
+    return { accepted: true, version: undefined };
+  }
+  register(): Promise<WriteOutcome> {
+    return Promise.reject(new Error("an unfenced store has nothing to register a token with"));
+  }
+  close(): Promise<void> {
+    return this.pool.end();
+  }
+}
+
+class FencedPgStore implements DemoStore {
+  readonly fenced = true;
+  private readonly pool: pg.Pool;
+  private readonly store: FencedPostgres;
+  constructor(config: Extract<BackendConfig, { kind: "postgres" }>) {
+    this.pool = new pg.Pool({ connectionString: config.url, max: 2 });
+    this.store = new FencedPostgres(this.pool, { schema: config.schema });
+  }
+  async read(key: string): Promise<ReadResult> {
+    const found = await this.store.get<FileDoc>(key);
+    return found === undefined ? EMPTY : { doc: { entries: found.value.entries.map(String) }, version: found.version };
+  }
+  write(key: string, doc: FileDoc, options: WriteOptions): Promise<WriteOutcome> {
+    return refusedOr(async () => {
+      const res = await this.store.put(key, { entries: [...doc.entries] }, {
+        fence: options.fence,
+        ...(options.ifVersion === undefined ? {} : { ifVersion: options.ifVersion }),
+      });
+      return { accepted: true, version: res.version };
+    });
+  }
+  register(fence: Fence): Promise<WriteOutcome> {
+    return refusedOr(async () => {
+      await this.store.register(fence);
+      return { accepted: true, version: undefined };
+    });
+  }
+  close(): Promise<void> {
+    return this.pool.end();
+  }
+}
+
+function quoteIdent(name: string): string {
+  if (!/^[a-z_][a-z0-9_]{0,62}$/.test(name)) throw new RangeError(`not a schema name the demo makes: ${JSON.stringify(name)}`);
+  return `"${name}"`;
+}
+
+function plainTable(schema: string): string {
+  return `${quoteIdent(schema)}.plain_files`;
+}

@@ -1,0 +1,176 @@
+import { performance } from "node:perf_hooks";
+import type { S3Client } from "@aws-sdk/client-s3";
+import express, { type Express, type NextFunction, type Request, type Response } from "express";
+import type { Pool } from "pg";
+import { pino, type Logger } from "pino";
+import { z } from "zod";
+import { FencedPostgres } from "../postgres.js";
+import { FencedS3, type FencedS3Options } from "../s3.js";
+import { ApiKeys, type ApiKeyConfig } from "./auth.js";
+import { accounting, type Limits, type RouteContext } from "./context.js";
+import { postgresHealth, s3Health, type BackendHealth } from "./health.js";
+import { GatewayMetrics } from "./metrics.js";
+import { classify, HttpProblem, sendProblem } from "./problem.js";
+import { leasesRouter, type LeaseBackendOptions, type RedisHealth } from "./routes-leases.js";
+import { objectsRouter } from "./routes-objects.js";
+import { recordsRouter } from "./routes-records.js";
+
+export interface GatewayOptions {
+  readonly apiKeys: readonly ApiKeyConfig[];
+  /** /v1/records: FencedPostgres on this pool. Omitted: the routes answer 404. */
+  readonly records?: { readonly pool: Pool; readonly schema?: string };
+  /** /v1/objects: FencedS3 with this client (create it with requestChecksumCalculation "WHEN_REQUIRED" for radosgw). */
+  readonly objects?: { readonly client: S3Client } & FencedS3Options;
+  /** /v1/leases: Redlock over these Redis nodes. */
+  readonly leases?: LeaseBackendOptions;
+  /** Defaults: records 1 MiB, objects 5 GiB, leases 1 h. */
+  readonly limits?: { readonly recordBytes?: number | undefined; readonly objectBytes?: number | undefined; readonly maxTtlMs?: number | undefined };
+  readonly logger?: Logger;
+  /** Node process metrics (memory, event loop, GC) in /metrics. Default true. */
+  readonly defaultMetrics?: boolean;
+  /** Per-backend deadline of GET /healthz. Default 2,000 ms. */
+  readonly healthTimeoutMs?: number;
+}
+
+export interface HealthReport {
+  readonly status: "ok" | "unavailable";
+  readonly checks: { postgres?: BackendHealth; s3?: BackendHealth; redis?: RedisHealth };
+}
+
+export interface Gateway {
+  readonly app: Express;
+  readonly metrics: GatewayMetrics;
+  readonly records: FencedPostgres | undefined;
+  readonly objects: FencedS3 | undefined;
+  /** Creates the Postgres tables (migrate) and proves the S3 backend honours conditional writes (verify). */
+  prepare(options?: { readonly migrate?: boolean; readonly verify?: boolean }): Promise<void>;
+  health(): Promise<HealthReport>;
+}
+
+const limitsSchema = z.strictObject({
+  recordBytes: z.number().int().min(1).max(64 * 1024 * 1024).default(1024 * 1024),
+  objectBytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).default(5 * 1024 ** 3),
+  maxTtlMs: z.number().int().min(1).max(2 ** 31 - 1).default(3_600_000),
+});
+
+const DEFAULT_INLINE = 64 * 1024;
+
+/**
+ * The HTTP gateway: an express app over the fenced stores and the lock. It keeps no state between
+ * requests — every ratchet lives in Postgres/S3 and every lease in Redis, and a lease id carries what
+ * any instance needs to extend or release it — so any number of instances can serve one deployment.
+ */
+export function createGateway(options: GatewayOptions): Gateway {
+  const logger = options.logger ?? pino({ name: "fenced-gateway" });
+  const metrics = new GatewayMetrics(options.defaultMetrics === undefined ? {} : { defaultMetrics: options.defaultMetrics });
+  const healthTimeoutMs = options.healthTimeoutMs ?? 2_000;
+  const limits: Limits = { ...limitsSchema.parse(options.limits ?? {}), inlineBytes: options.objects?.inlineLimit ?? DEFAULT_INLINE };
+  const ctx: RouteContext = { auth: new ApiKeys(options.apiKeys), metrics, logger, limits };
+  const records = options.records === undefined ? undefined : new FencedPostgres(options.records.pool, options.records.schema === undefined ? {} : { schema: options.records.schema });
+  const objects = options.objects === undefined ? undefined : new FencedS3(options.objects.client, options.objects);
+
+  const app = express();
+  // Before the first route: the router reads these when it is created. "/V1/RECORDS" is not a route.
+  app.set("case sensitive routing", true);
+  app.set("strict routing", true);
+  app.set("etag", false);
+  app.set("query parser", false);
+  app.disable("x-powered-by");
+
+  app.use((req, res, next) => {
+    const started = performance.now();
+    const route = routeOf(req.path);
+    res.once("close", () => account(ctx, req, res, route, performance.now() - started));
+    next();
+  });
+
+  const leases = options.leases === undefined ? undefined : leasesRouter(ctx, options.leases);
+  app.use("/v1/records", records === undefined ? disabled("records") : recordsRouter(ctx, records));
+  app.use("/v1/objects", objects === undefined ? disabled("objects") : objectsRouter(ctx, objects));
+  app.use("/v1/leases", leases === undefined ? disabled("leases") : leases.router);
+
+  const health = async (): Promise<HealthReport> => {
+    const [postgres, s3, redis] = await Promise.all([
+      options.records === undefined ? undefined : postgresHealth(options.records.pool, healthTimeoutMs),
+      options.objects === undefined ? undefined : s3Health(options.objects.client, options.objects.bucket, healthTimeoutMs),
+      leases?.health(healthTimeoutMs),
+    ]);
+    const checks = { ...(postgres && { postgres }), ...(s3 && { s3 }), ...(redis && { redis }) };
+    return { status: Object.values(checks).every((c) => c.ok) ? "ok" : "unavailable", checks };
+  };
+  // Unauthenticated, for load balancers and scrapers: neither names a key, a resource or a secret.
+  app.get("/healthz", async (_req, res) => {
+    const report = await health();
+    res.status(report.status === "ok" ? 200 : 503).json(report);
+  });
+  app.get("/metrics", async (_req, res) => {
+    res.setHeader("Content-Type", metrics.registry.contentType);
+    res.send(await metrics.registry.metrics());
+  });
+  app.use(() => {
+    throw new HttpProblem("notFound", "no such route");
+  });
+  app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => fail(ctx, err, req, res));
+
+  return {
+    app,
+    metrics,
+    records,
+    objects,
+    health,
+    async prepare(p = {}) {
+      if (records !== undefined && (p.migrate ?? true)) await records.migrate();
+      if (objects !== undefined && (p.verify ?? true)) await objects.verify();
+    },
+  };
+}
+
+function routeOf(path: string): string {
+  for (const route of ["records", "objects", "leases"]) if (path.startsWith(`/v1/${route}`)) return route;
+  return path === "/healthz" || path === "/metrics" ? path.slice(1) : "other";
+}
+
+function disabled(what: string) {
+  return () => {
+    throw new HttpProblem("notFound", `${what} are not enabled on this gateway`);
+  };
+}
+
+function fail(ctx: RouteContext, err: unknown, req: Request, res: Response): void {
+  const problem = classify(err);
+  if (problem.body.status >= 500) ctx.logger.error({ err, method: req.method, path: req.path }, "request failed");
+  if (res.headersSent) {
+    // Mid-stream (a GET whose source failed): a cut connection is the only honest signal left.
+    res.destroy();
+    return;
+  }
+  // The client still waits for "100 Continue" and will not send the body: this connection cannot carry another request.
+  if (/^100-continue$/i.test(req.headers.expect ?? "") && res.locals.continued !== true) res.setHeader("Connection", "close");
+  sendProblem(res, problem);
+}
+
+const REASONS: Record<string, string> = {
+  stale: "stale_token",
+  version: "version_mismatch",
+  invalid: "invalid_request",
+  unauthorized: "unauthorized",
+  forbidden: "forbidden",
+  tooLarge: "too_large",
+  mediaType: "unsupported_media_type",
+  notFound: "not_found",
+  unavailable: "unavailable",
+};
+
+function account(ctx: RouteContext, req: Request, res: Response, route: string, ms: number): void {
+  const a = accounting(res);
+  // A response cut short: the client went away (499, as nginx logs it) or the gateway cut it.
+  const status = res.writableFinished ? res.statusCode : 499;
+  ctx.metrics.request(route, req.method, status, ms / 1000);
+  if (a.write !== undefined) {
+    if (a.accepted === true) ctx.metrics.writeAccepted(a.write.store, a.write.op);
+    else ctx.metrics.writeRejected(a.write.store, a.write.op, a.problem === undefined ? (status === 499 ? "aborted" : "error") : (REASONS[a.problem] ?? "error"));
+  }
+  const level = status >= 500 ? "warn" : status >= 400 ? "info" : "debug";
+  // Checked first: at the default level a successful request costs no log object at all.
+  if (ctx.logger.isLevelEnabled(level)) ctx.logger[level]({ method: req.method, route, status, ms: Math.round(ms * 10) / 10, apiKey: a.principal, problem: a.problem }, "request");
+}

@@ -1,0 +1,102 @@
+import { createHash, timingSafeEqual } from "node:crypto";
+import type { Request } from "express";
+import { z } from "zod";
+import { HttpProblem } from "./problem.js";
+
+/**
+ * An API key and what it may touch. `resources` and `keys` are prefixes ("" = everything; end a
+ * prefix with "/" to mean a folder: "orders" also matches "orders-archive"). A write needs both its
+ * key and its fence's resource in scope; a lease needs its resource in scope.
+ */
+export const apiKeySchema = z
+  .strictObject({
+    id: z.string().regex(/^[A-Za-z0-9._-]{1,64}$/, "id: 1 to 64 of A-Z a-z 0-9 . _ -"),
+    /** The secret itself (at least 16 characters of the bearer-token alphabet) … */
+    key: z
+      .string()
+      .regex(/^[A-Za-z0-9._~+/-]{16,256}=*$/, "key: 16 to 256 characters of A-Z a-z 0-9 . _ ~ + / - (RFC 6750 b64token)")
+      .optional(),
+    /** … or its SHA-256 in hex, so that a config file need not hold the secret. */
+    sha256: z
+      .string()
+      .regex(/^[0-9a-f]{64}$/, "sha256: 64 lowercase hex digits")
+      .optional(),
+    resources: z.array(z.string().max(512)).min(1),
+    keys: z.array(z.string().max(512)).min(1),
+    /** Reads only: writes and leases answer 403. */
+    readOnly: z.boolean().default(false),
+  })
+  .refine((k) => (k.key === undefined) !== (k.sha256 === undefined), { message: "give exactly one of key and sha256" });
+
+export type ApiKeyConfig = z.input<typeof apiKeySchema>;
+
+export interface Principal {
+  readonly id: string;
+  readonly resources: readonly string[];
+  readonly keys: readonly string[];
+  readonly readOnly: boolean;
+}
+
+const REALM = 'Bearer realm="fenced-gateway"';
+const BEARER = /^Bearer +([A-Za-z0-9._~+/-]+=*) *$/i;
+
+function sha256(text: string): Buffer {
+  return createHash("sha256").update(text, "utf8").digest();
+}
+
+export class ApiKeys {
+  readonly #digests: Buffer[];
+  readonly #principals: Principal[];
+
+  constructor(configs: readonly ApiKeyConfig[]) {
+    const parsed = z.array(apiKeySchema).min(1, "at least one API key is needed").parse(configs);
+    const ids = new Set<string>();
+    this.#digests = [];
+    this.#principals = [];
+    for (const k of parsed) {
+      if (ids.has(k.id)) throw new RangeError(`duplicate API key id ${JSON.stringify(k.id)}`);
+      ids.add(k.id);
+      this.#digests.push(k.sha256 !== undefined ? Buffer.from(k.sha256, "hex") : sha256(k.key ?? ""));
+      this.#principals.push({ id: k.id, resources: [...k.resources], keys: [...k.keys], readOnly: k.readOnly });
+    }
+    const digests = new Set(this.#digests.map((d) => d.toString("hex")));
+    if (digests.size !== this.#digests.length) throw new RangeError("two API keys have the same secret");
+  }
+
+  /**
+   * The principal for the request's bearer key, or 401. Comparing SHA-256 digests makes every
+   * comparison the same length, and timingSafeEqual against every configured key, without stopping
+   * at a match, keeps the time independent of which key (if any) matched and of how much of it did.
+   */
+  authenticate(req: Request): Principal {
+    const header = req.headers.authorization;
+    if (header === undefined || header === "") throw new HttpProblem("unauthorized", "an API key is required: Authorization: Bearer <key>", {}, { "WWW-Authenticate": REALM });
+    const presented = BEARER.exec(header)?.[1];
+    const digest = sha256(presented ?? header);
+    let match = -1;
+    for (let i = 0; i < this.#digests.length; i++) {
+      if (timingSafeEqual(digest, this.#digests[i] as Buffer) && match === -1) match = i;
+    }
+    const principal = presented === undefined ? undefined : this.#principals[match];
+    if (principal === undefined) {
+      throw new HttpProblem("unauthorized", "the API key is not valid", {}, { "WWW-Authenticate": `${REALM}, error="invalid_token"` });
+    }
+    return principal;
+  }
+}
+
+function inScope(prefixes: readonly string[], name: string): boolean {
+  return prefixes.some((p) => name.startsWith(p));
+}
+
+export function requireKey(principal: Principal, key: string): void {
+  if (!inScope(principal.keys, key)) throw new HttpProblem("forbidden", `API key ${principal.id} may not access key ${JSON.stringify(key)}`);
+}
+
+export function requireResource(principal: Principal, resource: string): void {
+  if (!inScope(principal.resources, resource)) throw new HttpProblem("forbidden", `API key ${principal.id} may not use resource ${JSON.stringify(resource)}`);
+}
+
+export function requireWrite(principal: Principal): void {
+  if (principal.readOnly) throw new HttpProblem("forbidden", `API key ${principal.id} is read-only`);
+}

@@ -1,0 +1,95 @@
+import express, { type Request, type RequestHandler, type Response } from "express";
+import type { Logger } from "pino";
+import type { ApiKeys } from "./auth.js";
+import type { GatewayMetrics, StoreName, WriteOp } from "./metrics.js";
+import { HttpProblem } from "./problem.js";
+import { sendContinue } from "./request-body.js";
+
+export interface Limits {
+  /** Largest JSON record body, in bytes (413 above). */
+  readonly recordBytes: number;
+  /** Largest object body, in bytes (413 above: at once when Content-Length says so, else when the stream passes it). */
+  readonly objectBytes: number;
+  /** Longest lease a client may ask for. */
+  readonly maxTtlMs: number;
+  /** Object bodies of known length up to this size are read into memory and stored inline in the manifest. */
+  readonly inlineBytes: number;
+}
+
+/** What every route module gets from createGateway. */
+export interface RouteContext {
+  readonly auth: ApiKeys;
+  readonly metrics: GatewayMetrics;
+  readonly logger: Logger;
+  readonly limits: Limits;
+}
+
+/** res.locals fields the request accounting in app.ts reads once the response is over. */
+export interface Accounting {
+  write?: { readonly store: StoreName; readonly op: WriteOp };
+  /** Set the moment the store accepted the write: a client that hangs up afterwards does not undo it. */
+  accepted?: boolean;
+  principal?: string;
+  problem?: string;
+}
+
+export function accounting(res: Response): Accounting {
+  return res.locals as Accounting;
+}
+
+export function markWrite(res: Response, store: StoreName, op: WriteOp): void {
+  accounting(res).write = { store, op };
+}
+
+export function markAccepted(res: Response): void {
+  accounting(res).accepted = true;
+}
+
+/**
+ * A JSON body parser for one route: media type checked first (415), then the size limit (413, also
+ * when Content-Length alone announces too much), then the syntax (400). Compressed bodies are
+ * refused (415) rather than inflated: the limit must bound what the gateway holds, not what it received.
+ */
+export function jsonBody(limitBytes: number): (req: Request, res: Response) => Promise<unknown> {
+  const parser: RequestHandler = express.json({
+    limit: limitBytes,
+    inflate: false,
+    strict: false,
+    type: () => true,
+    // An empty body would parse as {} and be stored as such: a missing body is a client mistake.
+    verify: (_req, _res, buf) => {
+      if (buf.length === 0) throw new HttpProblem("invalid", "body: a JSON value is required");
+    },
+  });
+  return (req, res) => {
+    const type = req.headers["content-type"];
+    if (type === undefined || req.is("application/json") === false) {
+      return Promise.reject(new HttpProblem("mediaType", `body: expected Content-Type application/json, got ${JSON.stringify(type ?? null)}`));
+    }
+    if (req.headers["content-length"] === undefined && req.headers["transfer-encoding"] === undefined) {
+      return Promise.reject(new HttpProblem("invalid", "body: a JSON value is required"));
+    }
+    sendContinue(req, res);
+    return new Promise((resolve, reject) => {
+      parser(req, res, (err?: unknown) => {
+        if (err === undefined) resolve((req as { body?: unknown }).body);
+        else reject(err instanceof Error ? err : new Error("the body parser failed"));
+      });
+    });
+  };
+}
+
+/** A JSON answer to a write, in one piece: res.json's negotiation and freshness checks serve GETs, not writes. */
+export function sendJson(res: Response, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.statusCode = status;
+  res.setHeader("Content-Type", "application/json; charset=utf-8");
+  res.setHeader("Content-Length", Buffer.byteLength(text));
+  res.end(text);
+}
+
+/** 405 with Allow, for a method the route does not serve. */
+export function methodNotAllowed(res: Response, allow: string): never {
+  res.setHeader("Allow", allow);
+  throw new HttpProblem("method", `this resource allows ${allow}`);
+}

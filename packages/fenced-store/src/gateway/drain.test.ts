@@ -1,0 +1,157 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { once } from "node:events";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { Agent, request as httpRequest, type ClientRequest, type IncomingMessage } from "node:http";
+import { connect } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { startPostgres, startS3, type StartedPostgres, type StartedS3 } from "@fenced/servers";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { FencedS3 } from "../s3.js";
+import { KEYS } from "./test-support.js";
+
+/**
+ * The fenced-gateway binary as a child process: configured from a file, the environment and flags,
+ * it serves, and on SIGTERM stops accepting connections, closes idle ones, lets the request in
+ * flight finish and exits 0.
+ */
+const CLI = fileURLToPath(new URL("./cli.ts", import.meta.url));
+const ROOT = fileURLToPath(new URL("../../../../", import.meta.url));
+
+let postgres: StartedPostgres;
+let s3: StartedS3;
+let bucket: string;
+let dir: string;
+
+beforeAll(async () => {
+  [postgres, s3] = await Promise.all([startPostgres(), startS3()]);
+  bucket = await s3.createBucket();
+  dir = await mkdtemp(join(tmpdir(), "fenced-gateway-"));
+});
+afterAll(async () => {
+  await Promise.allSettled([postgres?.stop(), s3?.stop()]);
+  if (dir !== undefined) await rm(dir, { recursive: true, force: true });
+});
+
+interface Child {
+  readonly process: ChildProcess;
+  readonly lines: Record<string, unknown>[];
+  /** Resolves with the first log line whose msg is `msg`. */
+  waitFor(msg: string): Promise<Record<string, unknown>>;
+  readonly exited: Promise<number | null>;
+  stderr(): string;
+}
+
+function startCli(args: string[], env: Record<string, string>): Child {
+  const child = spawn(process.execPath, ["--conditions=source", "--import", "tsx", CLI, ...args], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  const lines: Record<string, unknown>[] = [];
+  const waiters: { msg: string; resolve: (line: Record<string, unknown>) => void }[] = [];
+  let buffered = "";
+  let err = "";
+  child.stderr?.on("data", (d: Buffer) => (err += d.toString()));
+  child.stdout?.on("data", (d: Buffer) => {
+    buffered += d.toString();
+    let nl: number;
+    while ((nl = buffered.indexOf("\n")) >= 0) {
+      const line = JSON.parse(buffered.slice(0, nl)) as Record<string, unknown>;
+      buffered = buffered.slice(nl + 1);
+      lines.push(line);
+      for (const w of waiters.filter((w) => w.msg === line.msg)) w.resolve(line);
+    }
+  });
+  const exited = once(child, "exit").then(([code]) => code as number | null);
+  return {
+    process: child,
+    lines,
+    exited,
+    stderr: () => err,
+    waitFor: (msg) => {
+      const seen = lines.find((l) => l.msg === msg);
+      if (seen !== undefined) return Promise.resolve(seen);
+      return Promise.race([
+        new Promise<Record<string, unknown>>((resolve) => waiters.push({ msg, resolve })),
+        exited.then((code) => Promise.reject(new Error(`the gateway exited (${code}) before logging "${msg}": ${err}`))),
+      ]);
+    },
+  };
+}
+
+function refused(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect(port, "127.0.0.1");
+    socket.once("connect", () => {
+      socket.destroy();
+      resolve(false);
+    });
+    socket.once("error", (e: NodeJS.ErrnoException) => resolve(e.code === "ECONNREFUSED"));
+  });
+}
+
+describe("fenced-gateway (the CLI)", () => {
+  it("drains on SIGTERM: new connections refused, idle ones closed, the upload in flight completes", async () => {
+    const configFile = join(dir, "gateway.json");
+    await writeFile(configFile, JSON.stringify({ apiKeys: [{ id: "admin", key: KEYS.admin, resources: [""], keys: [""] }], s3: { bucket, region: s3.region } }));
+    const child = startCli(["--port", "0", "--postgres", postgres.url, "--s3-endpoint", s3.endpoint, "--drain-timeout-ms", "20000"], {
+      FENCED_GATEWAY_CONFIG: configFile,
+      FENCED_GATEWAY_S3_ACCESS_KEY_ID: s3.accessKeyId,
+      FENCED_GATEWAY_S3_SECRET_ACCESS_KEY: s3.secretAccessKey,
+    });
+    try {
+      const listening = await child.waitFor("listening");
+      const port = Number(listening.port);
+      expect(listening).toMatchObject({ records: true, objects: true, leases: false });
+
+      // An idle keep-alive connection, left open by a finished request.
+      const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+      const health = await new Promise<IncomingMessage>((resolve) => httpRequest({ port, path: "/healthz", agent }, resolve).end());
+      health.resume();
+      await once(health, "end");
+      const idle = Object.values(agent.freeSockets).flat()[0];
+      expect(idle).toBeDefined();
+      const idleClosed = idle === undefined ? Promise.resolve() : once(idle, "close");
+
+      // An upload in flight: half its body sent, the rest held back until after SIGTERM.
+      const half = Buffer.alloc(512 * 1024, 7);
+      let upload!: ClientRequest;
+      const response = new Promise<{ status: number; connection: string | undefined; body: string }>((resolve, reject) => {
+        upload = httpRequest(
+          { port, method: "PUT", path: "/v1/objects/drain/in-flight", headers: { authorization: `Bearer ${KEYS.admin}`, "fencing-token": "1", "content-length": 2 * half.length } },
+          (res) => {
+            let body = "";
+            res.on("data", (d: Buffer) => (body += d.toString()));
+            res.on("end", () => resolve({ status: res.statusCode ?? 0, connection: res.headers.connection, body }));
+          },
+        );
+        upload.on("error", reject);
+      });
+      upload.write(half);
+      await new Promise((r) => setTimeout(r, 300));
+
+      child.process.kill("SIGTERM");
+      const draining = await child.waitFor("draining");
+      expect(draining.inFlight).toBe(1);
+      expect(await refused(port)).toBe(true);
+      await idleClosed;
+
+      upload.end(half);
+      const answer = await response;
+      expect(answer.status, answer.body).toBe(200);
+      expect(answer.connection).toBe("close");
+      expect(await child.exited).toBe(0);
+      expect(child.lines.find((l) => l.msg === "stopped")).toMatchObject({ drained: true });
+
+      const stored = await new FencedS3(s3.client(), { bucket }).getBytes("drain/in-flight");
+      expect(stored?.body.length).toBe(2 * half.length);
+      agent.destroy();
+    } finally {
+      child.process.kill("SIGKILL");
+    }
+  });
+
+  it("refuses to start without API keys, naming what is missing (exit 2)", async () => {
+    const child = startCli(["--port", "0"], {});
+    expect(await child.exited).toBe(2);
+    expect(child.stderr()).toMatch(/apiKeys/);
+  });
+});

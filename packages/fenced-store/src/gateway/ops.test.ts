@@ -1,0 +1,134 @@
+import { setTimeout as sleep } from "node:timers/promises";
+import pg from "pg";
+import { pino } from "pino";
+import { freePort } from "@fenced/servers";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createGateway } from "./app.js";
+import type { RedisHealth } from "./routes-leases.js";
+import { serve } from "./server.js";
+import { bearer, httpClient, KEYS, runGateway, startBackends, writeHeaders, type Backends, type RunningGateway } from "./test-support.js";
+
+/** /metrics and /healthz, against real backends, including ones that are down. */
+let backends: Backends;
+let gw: RunningGateway;
+
+beforeAll(async () => {
+  backends = await startBackends({ redis: 3, redisFaults: true, postgres: true, s3: true });
+  gw = await runGateway(backends.gatewayOptions({ defaultMetrics: true, healthTimeoutMs: 500 }));
+});
+afterAll(async () => {
+  await gw?.close();
+  await backends?.stop();
+});
+
+/** The value of one series in Prometheus' text format, or undefined. */
+function series(text: string, name: string, labels: string): number | undefined {
+  const line = text.split("\n").find((l) => l.startsWith(`${name}{${labels}} `));
+  return line === undefined ? undefined : Number(line.slice(line.lastIndexOf(" ") + 1));
+}
+
+const json = { "content-type": "application/json" };
+
+describe("/metrics", () => {
+  it("counts accepted and rejected writes by reason, store latency, requests and leases", async () => {
+    const c = gw.client;
+    for (let i = 0; i < 3; i++) expect((await c.send({ method: "PUT", path: "/v1/records/m/a", headers: { ...writeHeaders(KEYS.admin, 5n), ...json }, body: "1" })).status).toBe(200);
+    expect((await c.send({ method: "PUT", path: "/v1/records/m/a", headers: { ...writeHeaders(KEYS.admin, 4n), ...json }, body: "1" })).status).toBe(409);
+    expect((await c.send({ method: "PUT", path: "/v1/records/m/a", headers: { ...writeHeaders(KEYS.admin, "-4"), ...json }, body: "1" })).status).toBe(400);
+    expect((await c.send({ method: "PUT", path: "/v1/records/m/a", headers: { "fencing-token": "5", ...json }, body: "1" })).status).toBe(401);
+    expect((await c.send({ method: "DELETE", path: "/v1/objects/m/b", headers: writeHeaders(KEYS.admin, 1n) })).status).toBe(204);
+    const lease = await c.json("POST", "/v1/leases", { resource: "m/lease", ttlMs: 1_000 }, bearer(KEYS.admin));
+    expect(lease.status).toBe(201);
+    const forged = lease.json<{ leaseId: string }>().leaseId.replace(/\.[0-9a-f]{32}\./, `.${"a".repeat(32)}.`);
+    expect((await c.json("POST", `/v1/leases/${forged}/extend`, { ttlMs: 1_000 }, bearer(KEYS.admin))).status).toBe(409);
+    await sleep(20); // each request is counted when its response has closed
+
+    const res = await c.send({ method: "GET", path: "/metrics" });
+    expect(res.status).toBe(200);
+    expect(res.headers["content-type"]).toMatch(/^text\/plain; version=0\.0\.4/);
+    const text = res.text();
+    expect(series(text, "fenced_gateway_writes_accepted_total", 'store="records",op="put"')).toBe(3);
+    expect(series(text, "fenced_gateway_writes_accepted_total", 'store="objects",op="delete"')).toBe(1);
+    expect(series(text, "fenced_gateway_writes_rejected_total", 'store="records",op="put",reason="stale_token"')).toBe(1);
+    expect(series(text, "fenced_gateway_writes_rejected_total", 'store="records",op="put",reason="invalid_request"')).toBe(1);
+    expect(series(text, "fenced_gateway_writes_rejected_total", 'store="records",op="put",reason="unauthorized"')).toBe(1);
+    // The store saw the four writes that passed validation, not the two refused at the door.
+    expect(series(text, "fenced_gateway_store_duration_seconds_count", 'store="records",op="put"')).toBe(4);
+    expect(series(text, "fenced_gateway_request_duration_seconds_count", 'route="records",method="PUT",status="200"')).toBe(3);
+    expect(series(text, "fenced_gateway_request_duration_seconds_bucket", 'le="+Inf",route="records",method="PUT",status="409"')).toBe(1);
+    expect(series(text, "fenced_gateway_leases_total", 'event="granted"')).toBe(1);
+    expect(series(text, "fenced_gateway_leases_lost_total", 'kind="quorum-lost"')).toBe(1);
+    expect(text).toMatch(/^fenced_gateway_process_resident_memory_bytes \d+/m);
+    // No key, resource or API key id ever becomes a label.
+    expect(text).not.toMatch(/m\/a|m\/lease|admin/);
+  });
+});
+
+describe("/healthz", () => {
+  type Report = { status: string; checks: { postgres?: { ok: boolean; error?: string }; s3?: { ok: boolean }; redis?: RedisHealth } };
+
+  it("200 with every backend's check while all answer", async () => {
+    const res = await gw.client.send({ method: "GET", path: "/healthz" });
+    expect(res.status).toBe(200);
+    expect(res.json<Report>()).toEqual({
+      status: "ok",
+      checks: { postgres: { ok: true }, s3: { ok: true }, redis: { ok: true, quorum: 2, nodes: [{ ok: true }, { ok: true }, { ok: true }] } },
+    });
+  });
+
+  it("503 naming Postgres when it does not answer; its writes are 503 too, never 500", async () => {
+    const dead = new pg.Pool({ connectionString: `postgres://nobody@127.0.0.1:${await freePort()}/none`, connectionTimeoutMillis: 300 });
+    dead.on("error", () => undefined);
+    const gateway = createGateway({ ...backends.gatewayOptions({ healthTimeoutMs: 1_000 }), records: { pool: dead }, logger: pino({ level: "silent" }) });
+    const serving = await serve(gateway.app);
+    const client = httpClient(serving.port);
+    try {
+      const res = await client.send({ method: "GET", path: "/healthz" });
+      expect(res.status).toBe(503);
+      const report = res.json<Report>();
+      expect(report.status).toBe("unavailable");
+      expect(report.checks.postgres?.ok).toBe(false);
+      expect(report.checks.postgres?.error).toMatch(/ECONNREFUSED|connect/);
+      expect(report.checks.s3?.ok).toBe(true);
+      const write = await client.send({ method: "PUT", path: "/v1/records/x", headers: { ...writeHeaders(KEYS.admin, 1n), ...json }, body: "1" });
+      expect(write.status).toBe(503);
+      expect(write.headers["retry-after"]).toBe("1");
+    } finally {
+      client.close();
+      await serving.drain(1_000);
+      await dead.end();
+    }
+  });
+
+  it("503 naming S3 when the bucket is not there", async () => {
+    const options = backends.gatewayOptions({ healthTimeoutMs: 1_000 });
+    const gateway = createGateway({ ...options, objects: { client: backends.s3Client as NonNullable<Backends["s3Client"]>, bucket: "no-such-bucket-here" } });
+    const serving = await serve(gateway.app);
+    const client = httpClient(serving.port);
+    try {
+      const res = await client.send({ method: "GET", path: "/healthz" });
+      expect(res.status).toBe(503);
+      expect(res.json<Report>().checks).toMatchObject({ s3: { ok: false }, postgres: { ok: true } });
+    } finally {
+      client.close();
+      await serving.drain(1_000);
+    }
+  });
+
+  it("Redis: healthy while a quorum of lock nodes answers, 503 (and leases 503) once it does not", async () => {
+    const nodes = backends.redis?.nodes ?? [];
+    await nodes[0]?.kill();
+    const one = await gw.client.send({ method: "GET", path: "/healthz" });
+    expect(one.status).toBe(200);
+    expect(one.json<Report>().checks.redis).toMatchObject({ ok: true, nodes: [{ ok: false }, { ok: true }, { ok: true }] });
+    expect((await gw.client.json("POST", "/v1/leases", { resource: "h/1", ttlMs: 1_000 }, bearer(KEYS.admin))).status).toBe(201);
+
+    await nodes[1]?.kill();
+    const two = await gw.client.send({ method: "GET", path: "/healthz" });
+    expect(two.status).toBe(503);
+    expect(two.json<Report>().checks.redis).toMatchObject({ ok: false, nodes: [{ ok: false }, { ok: false }, { ok: true }] });
+    const lease = await gw.client.json("POST", "/v1/leases", { resource: "h/2", ttlMs: 1_000 }, bearer(KEYS.admin));
+    expect(lease.status).toBe(503);
+    expect(lease.json()).toMatchObject({ type: "/problems/unavailable" });
+  });
+});

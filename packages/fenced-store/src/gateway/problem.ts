@@ -1,0 +1,103 @@
+import type { Response } from "express";
+import { ZodError } from "zod";
+import { StaleTokenError, VersionMismatchError } from "../errors.js";
+
+/**
+ * RFC 9457 problem details. `type` is a relative URI reference naming the kind of problem; clients
+ * branch on it (two 409s differ: a stale token is final, a held lock is worth retrying).
+ */
+export interface ProblemBody {
+  readonly type: string;
+  readonly title: string;
+  readonly status: number;
+  readonly detail?: string;
+  readonly [extension: string]: unknown;
+}
+
+export const PROBLEM_TYPES = {
+  invalid: { status: 400, type: "/problems/invalid-request", title: "The request is malformed" },
+  unauthorized: { status: 401, type: "/problems/unauthorized", title: "Missing or invalid API key" },
+  forbidden: { status: 403, type: "/problems/forbidden", title: "Outside the API key's scope" },
+  notFound: { status: 404, type: "/problems/not-found", title: "Not found" },
+  method: { status: 405, type: "/problems/method-not-allowed", title: "Method not allowed" },
+  stale: { status: 409, type: "/problems/stale-token", title: "Stale fencing token" },
+  lockHeld: { status: 409, type: "/problems/lock-held", title: "The lock is held by another lease" },
+  leaseLost: { status: 409, type: "/problems/lease-lost", title: "The lease is lost" },
+  version: { status: 412, type: "/problems/version-mismatch", title: "Version mismatch" },
+  tooLarge: { status: 413, type: "/problems/too-large", title: "Body too large" },
+  mediaType: { status: 415, type: "/problems/unsupported-media-type", title: "Unsupported media type" },
+  unavailable: { status: 503, type: "/problems/unavailable", title: "A backend is unavailable" },
+  internal: { status: 500, type: "/problems/internal", title: "Internal error" },
+} as const;
+
+export type ProblemKind = keyof typeof PROBLEM_TYPES;
+
+/** An error that already knows its HTTP answer. Thrown by validation, auth and the routes. */
+export class HttpProblem extends Error {
+  constructor(
+    readonly kind: ProblemKind,
+    detail: string,
+    readonly extensions: Readonly<Record<string, unknown>> = {},
+    readonly headers: Readonly<Record<string, string>> = {},
+  ) {
+    super(detail);
+    this.name = "HttpProblem";
+  }
+}
+
+export interface Classified {
+  readonly kind: ProblemKind;
+  readonly body: ProblemBody;
+  readonly headers: Readonly<Record<string, string>>;
+}
+
+// Socket-level failures talking to Postgres, S3 or Redis: the backend, not the client, is at fault.
+const UNAVAILABLE_CODES = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH", "57P01", "57P03"]);
+// …and a store that gave up under contention: the same request may well succeed a moment later.
+const UNAVAILABLE_MESSAGE = /timeout exceeded when trying to connect|Connection terminated|connect ECONNREFUSED|gave up after \d+ conflicting writes|changed \d+ times while it was being read/;
+
+function make(kind: ProblemKind, detail: string | undefined, extensions: Readonly<Record<string, unknown>> = {}, headers: Readonly<Record<string, string>> = {}): Classified {
+  const t = PROBLEM_TYPES[kind];
+  return { kind, body: { ...extensions, type: t.type, title: t.title, status: t.status, ...(detail === undefined ? {} : { detail }) }, headers };
+}
+
+/**
+ * The one place that turns an error into a status. A client mistake is always a 4xx; only what
+ * the gateway or a backend did wrong is a 5xx, and its detail never leaves the process.
+ */
+export function classify(err: unknown): Classified {
+  if (err instanceof HttpProblem) return make(err.kind, err.message, err.extensions, err.headers);
+  if (err instanceof StaleTokenError) {
+    // Tokens are 64-bit: decimal strings, never JSON numbers (a double would round them).
+    return make("stale", err.message, { resource: err.resource, token: err.token.toString(), highest: err.highest.toString() });
+  }
+  if (err instanceof VersionMismatchError) return make("version", err.message, { key: err.key, expected: err.expected, actual: err.actual ?? null });
+  if (err instanceof ZodError) {
+    const errors = err.issues.map((i) => ({ path: i.path.map(String).join("."), message: i.message }));
+    return make("invalid", errors.map((e) => (e.path === "" ? e.message : `${e.path}: ${e.message}`)).join("; "), { errors });
+  }
+  const e = err as { status?: unknown; expose?: unknown; type?: unknown; message?: unknown; code?: unknown } | null;
+  // http-errors from body-parser and express (entity.too.large, entity.parse.failed, charset.unsupported, …).
+  if (e !== null && typeof e === "object" && typeof e.status === "number" && e.status >= 400 && e.status < 500 && e.expose === true) {
+    const detail = typeof e.message === "string" ? e.message : undefined;
+    if (e.status === 413) return make("tooLarge", detail);
+    if (e.status === 415) return make("mediaType", detail);
+    return make("invalid", detail);
+  }
+  // A path segment that is not valid percent-encoding (express decodes route parameters).
+  if (err instanceof URIError) return make("invalid", err.message);
+  // The stores validate every argument before any I/O and document TypeError/RangeError as "your input is malformed".
+  if (err instanceof TypeError || err instanceof RangeError) return make("invalid", err.message);
+  if (e !== null && typeof e === "object" && ((typeof e.code === "string" && UNAVAILABLE_CODES.has(e.code)) || (typeof e.message === "string" && UNAVAILABLE_MESSAGE.test(e.message)))) {
+    return make("unavailable", "a backend could not be reached; retry later", {}, { "Retry-After": "1" });
+  }
+  return make("internal", "the request failed inside the gateway; see its log");
+}
+
+export function sendProblem(res: Response, problem: Classified): void {
+  res.locals.problem = problem.kind;
+  res.status(problem.body.status);
+  for (const [name, value] of Object.entries(problem.headers)) res.setHeader(name, value);
+  res.setHeader("Content-Type", "application/problem+json");
+  res.send(JSON.stringify(problem.body));
+}

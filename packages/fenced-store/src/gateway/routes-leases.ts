@@ -1,0 +1,130 @@
+// The only gateway module that imports @fenced/lock: the stores and the rest of the gateway know a
+// fence only as { resource, token }, and a gateway without Redis never loads the lock.
+import { Router, type Request, type Response } from "express";
+import { LeaseLostError, LockNotAcquiredError, Redlock, type Lease, type RedisClient, type RedlockOptions } from "@fenced/lock";
+import { requireResource, requireWrite, type Principal } from "./auth.js";
+import { jsonBody, methodNotAllowed, type RouteContext } from "./context.js";
+import { decodeLeaseId, encodeLeaseId } from "./lease-id.js";
+import { HttpProblem } from "./problem.js";
+import { leaseBodySchema } from "./validation.js";
+
+export interface LeaseBackendOptions {
+  /** One ioredis client per independent lock node (or one Cluster client). */
+  readonly clients: readonly RedisClient[];
+  /** Lock settings. Default retryCount 0: a held lock answers 409 at once and the client decides when to retry. */
+  readonly redlock?: RedlockOptions;
+}
+
+export interface RedisHealth {
+  readonly ok: boolean;
+  readonly quorum: number;
+  readonly nodes: readonly { readonly ok: boolean; readonly error?: string }[];
+}
+
+const BODY_LIMIT = 16 * 1024;
+
+function leaseJson(lease: Lease): Record<string, unknown> {
+  return {
+    resource: lease.resource,
+    // A decimal string: JSON numbers are doubles, tokens are 64-bit.
+    token: lease.token.toString(),
+    leaseId: encodeLeaseId(lease),
+    validUntil: lease.validUntil,
+  };
+}
+
+export function leasesRouter(ctx: RouteContext, options: LeaseBackendOptions): { router: Router; health(timeoutMs: number): Promise<RedisHealth> } {
+  const redlock = new Redlock(options.clients, { retryCount: 0, ...options.redlock });
+  const bodies = leaseBodySchema(ctx.limits.maxTtlMs);
+  const readBody = jsonBody(BODY_LIMIT);
+  const router = Router({ caseSensitive: true, strict: true });
+
+  const principalFor = (req: Request, res: Response): Principal => {
+    const principal = ctx.auth.authenticate(req);
+    res.locals.principal = principal.id;
+    requireWrite(principal);
+    return principal;
+  };
+
+  router.post("/", async (req, res) => {
+    const principal = principalFor(req, res);
+    const { resource, ttlMs } = bodies.create.parse(await readBody(req, res));
+    requireResource(principal, resource);
+    let lease: Lease;
+    try {
+      lease = await ctx.metrics.time("leases", "acquire", () => redlock.acquire(resource, ttlMs));
+    } catch (err) {
+      if (!(err instanceof LockNotAcquiredError)) throw err;
+      // So many nodes failed or timed out that no quorum was possible: the lock is down, not busy.
+      const unreachable = err.nodes.filter((n) => n.reason === "error" || n.reason === "timeout").length;
+      if (unreachable > redlock.clients.length - redlock.quorum) {
+        throw new HttpProblem("unavailable", "too few lock nodes answered", { resource }, { "Retry-After": "1" });
+      }
+      // Otherwise contention (held elsewhere, or a round lost to a concurrent one): worth retrying.
+      ctx.metrics.lease("refused");
+      throw new HttpProblem("lockHeld", err.message, { resource }, { "Retry-After": "1" });
+    }
+    ctx.metrics.lease("granted");
+    const body = leaseJson(lease);
+    res.status(201).setHeader("Location", `/v1/leases/${String(body.leaseId)}`).json(body);
+  });
+  router.all("/", (_req, res) => methodNotAllowed(res, "POST"));
+
+  router.post("/:leaseId/extend", async (req, res) => {
+    const principal = principalFor(req, res);
+    const held = decodeLeaseId(String(req.params.leaseId));
+    // The id names its resource; the caller's key must cover it, whoever the lease was issued to.
+    requireResource(principal, held.resource);
+    const { ttlMs } = bodies.extend.parse(await readBody(req, res));
+    let lease: Lease;
+    try {
+      lease = await ctx.metrics.time("leases", "extend", () => redlock.extend(held, ttlMs));
+    } catch (err) {
+      if (!(err instanceof LeaseLostError)) throw err;
+      const notHeld = err.nodes.filter((n) => n.reason === "not-held").length;
+      // Lost for certain: it expired, or a majority answered that they no longer hold it. Otherwise
+      // too few nodes answered to tell: the lease may still be alive, and a retry may confirm it.
+      if (err.kind === "expired" || notHeld > redlock.clients.length - redlock.quorum) {
+        ctx.metrics.leaseLost(err.kind);
+        throw new HttpProblem("leaseLost", err.message, { resource: held.resource, token: held.token.toString(), kind: err.kind });
+      }
+      throw new HttpProblem("unavailable", "too few lock nodes answered to confirm the extension", { resource: held.resource }, { "Retry-After": "1" });
+    }
+    ctx.metrics.lease("extended");
+    res.json(leaseJson(lease));
+  });
+  router.all("/:leaseId/extend", (_req, res) => methodNotAllowed(res, "POST"));
+
+  router.delete("/:leaseId", async (req, res) => {
+    const principal = principalFor(req, res);
+    const held = decodeLeaseId(String(req.params.leaseId));
+    requireResource(principal, held.resource);
+    // Deletes the key only where it still holds this lease's value: a stale id releases nothing.
+    await ctx.metrics.time("leases", "release", () => redlock.release(held));
+    ctx.metrics.lease("released");
+    res.status(204).end();
+  });
+  router.all("/:leaseId", (_req, res) => methodNotAllowed(res, "DELETE"));
+
+  const health = async (timeoutMs: number): Promise<RedisHealth> => {
+    const nodes = await Promise.all(redlock.clients.map((client) => ping(client, timeoutMs)));
+    // The lock works while a quorum answers; report every node so an operator sees which one is down.
+    return { ok: nodes.filter((n) => n.ok).length >= redlock.quorum, quorum: redlock.quorum, nodes };
+  };
+  return { router, health };
+}
+
+async function ping(client: RedisClient, timeoutMs: number): Promise<{ ok: boolean; error?: string }> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
+    });
+    const answer = await Promise.race([client.ping(), timeout]);
+    return answer === "PONG" ? { ok: true } : { ok: false, error: `unexpected answer ${String(answer)}` };
+  } catch (err) {
+    return { ok: false, error: err instanceof Error ? err.message : String(err) };
+  } finally {
+    clearTimeout(timer);
+  }
+}

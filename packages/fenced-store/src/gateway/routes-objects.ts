@@ -1,0 +1,118 @@
+import { pipeline } from "node:stream/promises";
+import { Router, type Request, type Response } from "express";
+import type { FencedS3 } from "../s3.js";
+import { assertContentType } from "../s3-body.js";
+import { requireKey, requireResource, requireWrite, type Principal } from "./auth.js";
+import { markAccepted, markWrite, methodNotAllowed, sendJson, type RouteContext } from "./context.js";
+import { HttpProblem } from "./problem.js";
+import { readSmall, streamUpload } from "./request-body.js";
+import { encodeHeaderText, etag, fenceFromHeaders, ifVersionFromHeaders, keyFromPath, OBJECT_VERSION } from "./validation.js";
+
+const DEFAULT_CONTENT_TYPE = "application/octet-stream";
+
+/**
+ * /v1/objects/{key}: bodies in FencedS3, streamed both ways. The checks run in the same order as for
+ * records, all before the store is called; the store then reads the fence and the manifest before it
+ * reads the body, so a stale writer's body is never read (nor, with Expect: 100-continue, sent).
+ */
+export function objectsRouter(ctx: RouteContext, store: FencedS3): Router {
+  const router = Router({ caseSensitive: true, strict: true });
+
+  const begin = (req: Request, res: Response): { principal: Principal; key: string } => {
+    const principal = ctx.auth.authenticate(req);
+    res.locals.principal = principal.id;
+    const key = keyFromPath(req.path);
+    requireKey(principal, key);
+    return { principal, key };
+  };
+
+  const writeFence = (req: Request, principal: Principal, key: string) => {
+    requireWrite(principal);
+    const fence = fenceFromHeaders(req, key);
+    requireResource(principal, fence.resource);
+    const ifVersion = ifVersionFromHeaders(req, OBJECT_VERSION);
+    return ifVersion === undefined ? { fence } : { fence, ifVersion };
+  };
+
+  const get = async (req: Request, res: Response): Promise<void> => {
+    const { key } = begin(req, res);
+    const object = await ctx.metrics.time("objects", "get", () => store.get(key));
+    if (object === undefined) throw new HttpProblem("notFound", `no object under ${JSON.stringify(key)}`);
+    res.setHeader("ETag", etag(object.version));
+    res.setHeader("Fencing-Token", object.token.toString());
+    res.setHeader("Fencing-Resource", encodeHeaderText(object.resource));
+    res.setHeader("Content-Type", object.contentType ?? DEFAULT_CONTENT_TYPE);
+    if (object.size !== undefined) res.setHeader("Content-Length", String(object.size));
+    if (req.method === "HEAD") {
+      // The body holds an S3 connection: give it back rather than read bytes nobody will see.
+      object.body.destroy();
+      res.end();
+      return;
+    }
+    res.status(200);
+    // Backpressure end to end: S3 is read only as fast as the client reads the response.
+    await pipeline(object.body, res);
+  };
+
+  const put = async (req: Request, res: Response): Promise<void> => {
+    markWrite(res, "objects", "put");
+    const { principal, key } = begin(req, res);
+    const options = writeFence(req, principal, key);
+    const contentType = req.headers["content-type"] ?? DEFAULT_CONTENT_TYPE;
+    assertContentType(contentType);
+    const encoding = req.headers["content-encoding"];
+    // Stored bytes are served back as they are: an encoded body would come back without its encoding.
+    if (encoding !== undefined && encoding.toLowerCase() !== "identity") throw new HttpProblem("mediaType", "Content-Encoding is not supported; send the bytes to store");
+    const announced = req.headers["content-length"];
+    // Node's parser has already refused a malformed Content-Length (and one sent with chunked encoding).
+    const length = announced === undefined ? (req.headers["transfer-encoding"] === undefined ? 0 : undefined) : Number(announced);
+    if (length !== undefined && length > ctx.limits.objectBytes) throw new HttpProblem("tooLarge", `body: ${length} bytes, at most ${ctx.limits.objectBytes}`);
+
+    let result;
+    if (length !== undefined && length <= ctx.limits.inlineBytes) {
+      const bytes = await readSmall(req, res, length);
+      result = await ctx.metrics.time("objects", "put", () => store.put(key, bytes, { ...options, contentType }));
+    } else {
+      const upload = streamUpload(req, res, ctx.limits.objectBytes);
+      try {
+        result = await ctx.metrics.time("objects", "put", () => store.put(key, upload.body, { ...options, contentType, ...(length === undefined ? {} : { contentLength: length }) }));
+      } catch (err) {
+        upload.abandon();
+        // Whatever the store made of the destroyed stream, the cause was the size.
+        if (upload.tooLarge()) throw new HttpProblem("tooLarge", `body: more than ${ctx.limits.objectBytes} bytes`);
+        throw err;
+      }
+    }
+    markAccepted(res);
+    res.setHeader("ETag", etag(result.version));
+    res.setHeader("Fencing-Token", result.token.toString());
+    sendJson(res, 200, { version: result.version, token: result.token.toString() });
+  };
+
+  const remove = async (req: Request, res: Response): Promise<void> => {
+    markWrite(res, "objects", "delete");
+    const { principal, key } = begin(req, res);
+    const options = writeFence(req, principal, key);
+    // A tombstone: the key's ratchet survives the delete (PROTOCOL.md, "Tombstones").
+    const result = await ctx.metrics.time("objects", "delete", () => store.delete(key, options));
+    markAccepted(res);
+    res.setHeader("ETag", etag(result.version));
+    res.setHeader("Fencing-Token", result.token.toString());
+    res.status(204).end();
+  };
+
+  router.use(async (req, res) => {
+    switch (req.method) {
+      case "GET":
+      case "HEAD":
+        return get(req, res);
+      case "PUT":
+        return put(req, res);
+      case "DELETE":
+        return remove(req, res);
+      default:
+        methodNotAllowed(res, "GET, HEAD, PUT, DELETE");
+    }
+  });
+  return router;
+}

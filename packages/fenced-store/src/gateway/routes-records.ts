@@ -1,0 +1,83 @@
+import { Router, type Request, type Response } from "express";
+import type { FencedPostgres } from "../postgres.js";
+import { assertJsonValue } from "../json.js";
+import { requireKey, requireResource, requireWrite, type Principal } from "./auth.js";
+import { jsonBody, markAccepted, markWrite, methodNotAllowed, sendJson, type RouteContext } from "./context.js";
+import { HttpProblem } from "./problem.js";
+import { encodeHeaderText, etag, fenceFromHeaders, ifVersionFromHeaders, keyFromPath, RECORD_VERSION } from "./validation.js";
+
+/**
+ * /v1/records/{key}: JSON records in FencedPostgres. The checks run in a fixed order — credentials
+ * (401), key (400), key scope (403), fence (400/403), precondition (400), body (415/413/400) — and
+ * all of them before the store is called, so a refused request never reaches Postgres. The store
+ * then decides the ratchet (409) and the version (412) inside its transaction.
+ */
+export function recordsRouter(ctx: RouteContext, store: FencedPostgres): Router {
+  const router = Router({ caseSensitive: true, strict: true });
+  const readBody = jsonBody(ctx.limits.recordBytes);
+
+  const begin = (req: Request, res: Response): { principal: Principal; key: string } => {
+    const principal = ctx.auth.authenticate(req);
+    res.locals.principal = principal.id;
+    const key = keyFromPath(req.path);
+    requireKey(principal, key);
+    return { principal, key };
+  };
+
+  const writeFence = (req: Request, principal: Principal, key: string) => {
+    requireWrite(principal);
+    const fence = fenceFromHeaders(req, key);
+    requireResource(principal, fence.resource);
+    const ifVersion = ifVersionFromHeaders(req, RECORD_VERSION);
+    return ifVersion === undefined ? { fence } : { fence, ifVersion };
+  };
+
+  const get = async (req: Request, res: Response): Promise<void> => {
+    const { key } = begin(req, res);
+    const record = await ctx.metrics.time("records", "get", () => store.get(key));
+    if (record === undefined) throw new HttpProblem("notFound", `no record under ${JSON.stringify(key)}`);
+    res.setHeader("ETag", etag(record.version));
+    res.setHeader("Fencing-Token", record.token.toString());
+    res.setHeader("Fencing-Resource", encodeHeaderText(record.resource));
+    res.json(record.value);
+  };
+
+  const put = async (req: Request, res: Response): Promise<void> => {
+    markWrite(res, "records", "put");
+    const { principal, key } = begin(req, res);
+    const options = writeFence(req, principal, key);
+    const value = await readBody(req, res);
+    // JSON.parse output can still hold what jsonb refuses (U+0000, lone surrogates) or nest too deep.
+    assertJsonValue(value);
+    const result = await ctx.metrics.time("records", "put", () => store.put(key, value, options));
+    markAccepted(res);
+    res.setHeader("ETag", etag(result.version));
+    res.setHeader("Fencing-Token", result.token.toString());
+    sendJson(res, 200, { version: result.version, token: result.token.toString() });
+  };
+
+  const remove = async (req: Request, res: Response): Promise<void> => {
+    markWrite(res, "records", "delete");
+    const { principal, key } = begin(req, res);
+    const options = writeFence(req, principal, key);
+    await ctx.metrics.time("records", "delete", () => store.delete(key, options));
+    markAccepted(res);
+    res.setHeader("Fencing-Token", options.fence.token.toString());
+    res.status(204).end();
+  };
+
+  router.use(async (req, res) => {
+    switch (req.method) {
+      case "GET":
+      case "HEAD":
+        return get(req, res);
+      case "PUT":
+        return put(req, res);
+      case "DELETE":
+        return remove(req, res);
+      default:
+        methodNotAllowed(res, "GET, HEAD, PUT, DELETE");
+    }
+  });
+  return router;
+}

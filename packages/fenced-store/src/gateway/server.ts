@@ -1,0 +1,102 @@
+import { createServer, IncomingMessage, ServerResponse, type Server } from "node:http";
+import type { Socket } from "node:net";
+import type { AddressInfo } from "node:net";
+import type { Express } from "express";
+
+export interface ServeOptions {
+  readonly host?: string;
+  /** 0 picks a free port (see `port` on the result). */
+  readonly port?: number;
+  /** How long an idle keep-alive connection stays open. Default 5 s (Node's). */
+  readonly keepAliveTimeoutMs?: number;
+  /** Longest time to receive one whole request, body included: bounds slow uploads. Default 10 min. */
+  readonly requestTimeoutMs?: number;
+}
+
+export interface Serving {
+  readonly server: Server;
+  readonly host: string;
+  readonly port: number;
+  /** Requests being served right now. */
+  inFlight(): number;
+  /**
+   * Graceful stop: no new connections; idle keep-alive connections closed at once; every request in
+   * flight runs to completion and its connection closes after the response. Resolves true once the
+   * last one is done, or false after `timeoutMs`, when whatever is left is cut.
+   */
+  drain(timeoutMs: number): Promise<boolean>;
+}
+
+/**
+ * Request and response classes whose instances are born with the app's prototypes. Express gives
+ * every request and response its own prototype (Object.setPrototypeOf) on arrival; done to a live
+ * object, that changes its hidden class, and Node's HTTP code then runs megamorphic on every request,
+ * which about doubles the CPU time a request costs. Born with the prototype, the switch is a no-op.
+ */
+function expressClasses(app: Express): { IncomingMessage: typeof IncomingMessage; ServerResponse: typeof ServerResponse } {
+  function Request(this: IncomingMessage, socket: Socket): void {
+    IncomingMessage.call(this, socket);
+  }
+  Request.prototype = app.request;
+  function Response(this: ServerResponse, req: IncomingMessage, options?: unknown): void {
+    (ServerResponse as unknown as (this: ServerResponse, req: IncomingMessage, options?: unknown) => void).call(this, req, options);
+  }
+  Response.prototype = app.response;
+  return { IncomingMessage: Request as unknown as typeof IncomingMessage, ServerResponse: Response as unknown as typeof ServerResponse };
+}
+
+/** Serves the app on a node:http server that knows its requests, so that it can drain them. */
+export async function serve(app: Express, options: ServeOptions = {}): Promise<Serving> {
+  // The tracker listens before the app, so that it sees each request before any response can start.
+  const server = createServer(expressClasses(app));
+  server.keepAliveTimeout = options.keepAliveTimeoutMs ?? 5_000;
+  // Node's default (300 s) would cut a large upload on a slow link; 0 would let a trickling client hold a socket forever.
+  server.requestTimeout = options.requestTimeoutMs ?? 600_000;
+  const active = new Set<ServerResponse>();
+  let draining = false;
+
+  server.on("request", (_req: IncomingMessage, res: ServerResponse) => {
+    // Arrived on a kept-alive connection while draining: serve it, then close that connection.
+    if (draining) res.setHeader("Connection", "close");
+    active.add(res);
+    res.once("close", () => active.delete(res));
+  });
+  server.on("request", app);
+  // Without a listener Node answers "100 Continue" by itself before the app has looked at the headers;
+  // with it, the routes send it when they want the body (request-body.ts).
+  server.on("checkContinue", (req: IncomingMessage, res: ServerResponse) => server.emit("request", req, res));
+
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(options.port ?? 0, options.host ?? "127.0.0.1", () => {
+      server.off("error", reject);
+      resolve();
+    });
+  });
+  const address = server.address() as AddressInfo;
+
+  const drain = (timeoutMs: number): Promise<boolean> => {
+    draining = true;
+    return new Promise((resolve) => {
+      const closed = new Promise<void>((done) => server.close(() => done()));
+      // server.close() stops accepting and closes idle connections; a response not yet started
+      // learns to close its connection, so that no client keeps sending requests into a stopping server.
+      for (const res of active) if (!res.headersSent) res.setHeader("Connection", "close");
+      server.closeIdleConnections();
+      // A connection that was mid-request when close() ran becomes idle after its response.
+      const sweeper = setInterval(() => server.closeIdleConnections(), 50);
+      const deadline = setTimeout(() => {
+        clearInterval(sweeper);
+        server.closeAllConnections();
+        resolve(false);
+      }, timeoutMs);
+      void closed.then(() => {
+        clearInterval(sweeper);
+        clearTimeout(deadline);
+        resolve(true);
+      });
+    });
+  };
+
+  return { server, host: address.address, port: address.port, inFlight: () => active.size, drain };
+}

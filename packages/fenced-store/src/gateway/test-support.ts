@@ -1,0 +1,193 @@
+// Shared by the gateway's tests (not part of the published build: see tsconfig.build.json).
+import { Agent, request as httpRequest } from "node:http";
+import { Readable } from "node:stream";
+import type { S3Client } from "@aws-sdk/client-s3";
+import { Redis } from "ioredis";
+import pg from "pg";
+import { pino } from "pino";
+import { startPostgres, startRedisNodes, startS3, type RedisNodes, type StartedS3 } from "@fenced/servers";
+import { createGateway, type Gateway, type GatewayOptions } from "./app.js";
+import type { ApiKeyConfig } from "./auth.js";
+import { serve, type Serving } from "./server.js";
+
+/** Keys the tests authenticate with: everything, one team's prefixes, and read-only. */
+export const KEYS = {
+  admin: "admin-key-0123456789abcdef",
+  teamA: "team-a-key-0123456789abcdef",
+  reader: "reader-key-0123456789abcdef",
+} as const;
+
+export const API_KEYS: ApiKeyConfig[] = [
+  { id: "admin", key: KEYS.admin, resources: [""], keys: [""] },
+  { id: "team-a", key: KEYS.teamA, resources: ["team-a/"], keys: ["team-a/"] },
+  { id: "reader", key: KEYS.reader, resources: [""], keys: [""], readOnly: true },
+];
+
+export const bearer = (key: string): Record<string, string> => ({ authorization: `Bearer ${key}` });
+
+export interface Backends {
+  readonly pool: pg.Pool | undefined;
+  readonly s3: StartedS3 | undefined;
+  readonly s3Client: S3Client | undefined;
+  readonly bucket: string | undefined;
+  readonly redis: RedisNodes | undefined;
+  readonly redisClients: Redis[];
+  /** Options for createGateway over these backends. */
+  gatewayOptions(extra?: Partial<GatewayOptions>): GatewayOptions;
+  stop(): Promise<void>;
+}
+
+/** Real servers, each only if asked for: tests that need no lock start no Redis. */
+export async function startBackends(want: { redis?: number; redisFaults?: boolean; postgres?: boolean; s3?: boolean }): Promise<Backends> {
+  const [postgres, s3, redis] = await Promise.all([
+    want.postgres === true ? startPostgres() : Promise.resolve(undefined),
+    want.s3 === true ? startS3() : Promise.resolve(undefined),
+    want.redis === undefined ? Promise.resolve(undefined) : startRedisNodes(want.redis, { faults: want.redisFaults ?? false }),
+  ]);
+  const pool = postgres === undefined ? undefined : new pg.Pool({ connectionString: postgres.url, max: 24 });
+  // Idle connections see the server go away at the end of a file; that is not a test failure.
+  pool?.on("error", () => undefined);
+  const s3Client = s3?.client();
+  const bucket = s3 === undefined ? undefined : await s3.createBucket();
+  const redisClients = (redis?.urls ?? []).map((url) => {
+    const client = new Redis(url);
+    client.on("error", () => undefined); // tests that stop a node look at the answers, not at these events
+    return client;
+  });
+  return {
+    pool,
+    s3,
+    s3Client,
+    bucket,
+    redis,
+    redisClients,
+    gatewayOptions(extra = {}) {
+      return {
+        apiKeys: API_KEYS,
+        logger: pino({ level: "silent" }),
+        defaultMetrics: false,
+        ...(pool === undefined ? {} : { records: { pool, schema: `gw_${Math.random().toString(36).slice(2, 10)}` } }),
+        ...(s3Client === undefined || bucket === undefined ? {} : { objects: { client: s3Client, bucket, prefix: `gw-${Math.random().toString(36).slice(2, 10)}/` } }),
+        ...(redisClients.length === 0 ? {} : { leases: { clients: redisClients } }),
+        ...extra,
+      };
+    },
+    async stop() {
+      for (const c of redisClients) c.disconnect();
+      await Promise.allSettled([pool?.end(), s3?.stop(), redis?.stop(), postgres?.stop()]);
+    },
+  };
+}
+
+export interface RunningGateway {
+  readonly gateway: Gateway;
+  readonly serving: Serving;
+  readonly client: HttpClient;
+  close(): Promise<void>;
+}
+
+export async function runGateway(options: GatewayOptions): Promise<RunningGateway> {
+  const gateway = createGateway(options);
+  await gateway.prepare();
+  const serving = await serve(gateway.app, { port: 0 });
+  const client = httpClient(serving.port);
+  return {
+    gateway,
+    serving,
+    client,
+    async close() {
+      client.close();
+      await serving.drain(2_000);
+    },
+  };
+}
+
+export interface Answer {
+  readonly status: number;
+  readonly headers: Record<string, string | string[] | undefined>;
+  readonly body: Buffer;
+  json<T = Record<string, unknown>>(): T;
+  text(): string;
+}
+
+export interface Ask {
+  readonly method: string;
+  /** Sent verbatim: no normalisation of '..' or '//' on the way, as a hostile client would send it. */
+  readonly path: string;
+  readonly headers?: Record<string, string | number | string[]>;
+  readonly body?: string | Buffer | Readable | undefined;
+}
+
+export interface HttpClient {
+  readonly port: number;
+  send(ask: Ask): Promise<Answer>;
+  /** JSON body with Content-Type application/json. */
+  json(method: string, path: string, body: unknown, headers?: Record<string, string>): Promise<Answer>;
+  close(): void;
+}
+
+/** Keep-alive HTTP/1.1 over node:http: connections are reused, so thousands of requests cost no handshakes. */
+export function httpClient(port: number, maxSockets = 64, timeoutMs = 15_000): HttpClient {
+  const agent = new Agent({ keepAlive: true, maxSockets });
+  const send = (ask: Ask): Promise<Answer> =>
+    new Promise((resolve, reject) => {
+      const headers: Record<string, string | number | string[]> = { ...ask.headers };
+      // Node sends a DELETE's body without a length (and means to close the connection after it): say how long it is.
+      if ((typeof ask.body === "string" || Buffer.isBuffer(ask.body)) && !Object.keys(headers).some((h) => h.toLowerCase() === "content-length")) {
+        headers["content-length"] = Buffer.byteLength(ask.body);
+      }
+      const req = httpRequest({ host: "127.0.0.1", port, method: ask.method, path: ask.path, headers, agent }, (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (c: Buffer) => chunks.push(c));
+        res.on("error", reject);
+        res.on("end", () => {
+          const body = Buffer.concat(chunks);
+          resolve({
+            status: res.statusCode ?? 0,
+            headers: res.headers,
+            body,
+            json: <T>() => JSON.parse(body.toString("utf8")) as T,
+            text: () => body.toString("utf8"),
+          });
+        });
+      });
+      // A request the gateway never answers is a failure of its own, named, rather than a test timeout.
+      req.setTimeout(timeoutMs, () => req.destroy(new Error(`no answer within ${timeoutMs} ms: ${ask.method} ${ask.path.slice(0, 200)}`)));
+      req.on("error", reject);
+      const body = ask.body;
+      if (body instanceof Readable) body.pipe(req);
+      else req.end(body);
+    });
+  return {
+    port,
+    send,
+    json: (method, path, body, headers = {}) =>
+      send({ method, path, headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) }),
+    close: () => agent.destroy(),
+  };
+}
+
+/** A write's headers: key, token and optionally resource/If-Match. */
+export function writeHeaders(key: string, token: bigint | string, extra: Record<string, string> = {}): Record<string, string> {
+  return { ...bearer(key), "fencing-token": String(token), ...extra };
+}
+
+/** A snapshot of everything the gateway's stores hold: what "nothing was written" is compared against. */
+export async function snapshot(pool: pg.Pool | undefined, schema: string | undefined, s3: S3Client | undefined, bucket: string | undefined): Promise<string> {
+  const parts: string[] = [];
+  if (pool !== undefined && schema !== undefined) {
+    const fence = await pool.query(`SELECT resource, token::text FROM "${schema}".fence ORDER BY resource`);
+    const records = await pool.query(`SELECT key, value::text, version::text, token::text, resource FROM "${schema}".records ORDER BY key`);
+    parts.push(JSON.stringify(fence.rows), JSON.stringify(records.rows));
+  }
+  if (s3 !== undefined && bucket !== undefined) {
+    const { ListObjectsV2Command } = await import("@aws-sdk/client-s3");
+    let token: string | undefined;
+    do {
+      const page = await s3.send(new ListObjectsV2Command({ Bucket: bucket, ContinuationToken: token }));
+      for (const o of page.Contents ?? []) parts.push(`${o.Key ?? ""} ${o.ETag ?? ""} ${o.Size ?? ""}`);
+      token = page.NextContinuationToken;
+    } while (token !== undefined);
+  }
+  return parts.join("\n");
+}

@@ -1,0 +1,115 @@
+import fc from "fast-check";
+import type { Request } from "express";
+import { describe, expect, it } from "vitest";
+import { z } from "zod";
+import { StaleTokenError, VersionMismatchError } from "../errors.js";
+import { MAX_TOKEN } from "../fence.js";
+import { ApiKeys } from "./auth.js";
+import { loadConfig } from "./config.js";
+import { decodeLeaseId, encodeLeaseId } from "./lease-id.js";
+import { classify, HttpProblem } from "./problem.js";
+import { decodeHeaderText, encodeHeaderText, keyFromPath, tokenSchema } from "./validation.js";
+
+/** The gateway's pure parts: no server needed. */
+describe("lease ids", () => {
+  it("round-trip every resource and token, and have exactly one spelling", () => {
+    // eslint-disable-next-line no-control-regex -- the control characters a resource may not hold
+    const resource = fc.string({ unit: "grapheme", minLength: 1, maxLength: 100 }).filter((r) => !/[\u0000-\u001f\u007f-\u009f]/.test(r));
+    fc.assert(
+      fc.property(resource, fc.bigInt({ min: 0n, max: MAX_TOKEN }), fc.stringMatching(/^[0-9a-f]{32}$/), (r, token, value) => {
+        const id = encodeLeaseId({ resource: r, token, value });
+        expect(id).toMatch(/^[0-9A-Za-z._-]+$/); // a path segment as it is
+        expect(decodeLeaseId(id)).toEqual({ resource: r, token, value });
+      }),
+    );
+  });
+
+  it("refuse anything they did not produce", () => {
+    const value = "0".repeat(32);
+    for (const bad of ["", "1", `1.${value}`, `1.${value}.`, `01.${value}.YQ`, `-1.${value}.YQ`, `${MAX_TOKEN + 1n}.${value}.YQ`, `1.${"A".repeat(32)}.YQ`, `1.${value}.YQ==`, `1.${value}.YR`, `1.${value}.wA`, `1.${value}.AA`, `1.${value}.${"eA".repeat(2000)}`]) {
+      expect(() => decodeLeaseId(bad), bad).toThrow(HttpProblem);
+    }
+  });
+});
+
+describe("request parts", () => {
+  it("tokens: decimal strings from 0 to 2^63-1, one spelling each", () => {
+    expect(tokenSchema.parse("0")).toBe(0n);
+    expect(tokenSchema.parse(MAX_TOKEN.toString())).toBe(MAX_TOKEN);
+    for (const bad of ["", "-1", "01", "1.0", "1e3", " 1", "0x1", (MAX_TOKEN + 1n).toString(), "99999999999999999999", "1, 2"]) {
+      expect(tokenSchema.safeParse(bad).success, bad).toBe(false);
+    }
+  });
+
+  it("keys: decoded once and checked by the store's rules", () => {
+    expect(keyFromPath("/a/b%20c")).toBe("a/b c");
+    expect(keyFromPath("/a%2Fb")).toBe("a/b");
+    for (const bad of ["/", "/a/../b", "/a/%2e%2E/b", "//a", "/a/", "/a%00", "/%zz", "/%C2%85", `/${"k".repeat(513)}`]) expect(() => keyFromPath(bad), bad).toThrow(HttpProblem);
+  });
+
+  it("header text: percent-encoding round-trips any well-formed string", () => {
+    fc.assert(
+      fc.property(fc.string({ unit: "grapheme" }), (s) => {
+        expect(decodeHeaderText(encodeHeaderText(s), "x")).toBe(s);
+      }),
+    );
+    expect(encodeHeaderText("a/b c%ü")).toBe("a/b%20c%25%C3%BC");
+  });
+});
+
+describe("problems", () => {
+  it("map each error to its status; a client mistake is never a 5xx", () => {
+    const stale = classify(new StaleTokenError("r", 33n, 2n ** 62n));
+    expect(stale.body).toMatchObject({ status: 409, type: "/problems/stale-token", token: "33", highest: (2n ** 62n).toString() });
+    expect(classify(new VersionMismatchError("k", "1", undefined)).body).toMatchObject({ status: 412, actual: null });
+    expect(classify(z.strictObject({ a: z.number() }).safeParse({ b: 1 }).error).body.status).toBe(400);
+    expect(classify(new RangeError("bad")).body.status).toBe(400);
+    expect(classify(new URIError("bad")).body.status).toBe(400);
+    expect(classify(Object.assign(new Error("too big"), { status: 413, expose: true })).body.status).toBe(413);
+    expect(classify(Object.assign(new Error("charset"), { status: 415, expose: true })).body.status).toBe(415);
+    expect(classify(Object.assign(new Error("connect ECONNREFUSED"), { code: "ECONNREFUSED" })).body.status).toBe(503);
+    const internal = classify(new Error("secret detail"));
+    expect(internal.body.status).toBe(500);
+    expect(JSON.stringify(internal.body)).not.toContain("secret detail");
+  });
+});
+
+describe("API keys", () => {
+  const req = (authorization?: string): Request => ({ headers: authorization === undefined ? {} : { authorization } }) as Request;
+
+  it("refuse weak, duplicate or ambiguous configurations", () => {
+    expect(() => new ApiKeys([])).toThrow();
+    expect(() => new ApiKeys([{ id: "a", key: "short", resources: [""], keys: [""] }])).toThrow();
+    expect(() => new ApiKeys([{ id: "a", key: "k".repeat(16), sha256: "0".repeat(64), resources: [""], keys: [""] }])).toThrow();
+    expect(() => new ApiKeys([{ id: "a", key: "k".repeat(16), resources: [""], keys: [""] }, { id: "a", key: "j".repeat(16), resources: [""], keys: [""] }])).toThrow(/duplicate/);
+    expect(() => new ApiKeys([{ id: "a", key: "k".repeat(16), resources: [""], keys: [""] }, { id: "b", key: "k".repeat(16), resources: [""], keys: [""] }])).toThrow(/same secret/);
+  });
+
+  it("authenticate the bearer key (scheme case-insensitive, secret exact)", () => {
+    const keys = new ApiKeys([{ id: "a", key: "k".repeat(16), resources: ["r/"], keys: ["k/"] }]);
+    expect(keys.authenticate(req(`Bearer ${"k".repeat(16)}`)).id).toBe("a");
+    expect(keys.authenticate(req(`bearer ${"k".repeat(16)}`)).id).toBe("a");
+    for (const bad of [undefined, "", "Bearer", `Bearer ${"k".repeat(15)}`, `Bearer ${"K".repeat(16)}`, `Basic ${"k".repeat(16)}`, "k".repeat(16)]) {
+      expect(() => keys.authenticate(req(bad)), String(bad)).toThrow(HttpProblem);
+    }
+  });
+});
+
+describe("configuration", () => {
+  const file = JSON.stringify({ apiKeys: [{ id: "f", key: "f".repeat(16), resources: [""], keys: [""] }], port: 1000, postgres: { url: "postgres://file", poolSize: 4 }, s3: { bucket: "file-bucket" } });
+  const read = (): string => file;
+
+  it("file < environment < flags, section by section", () => {
+    const c = loadConfig({ config: "x.json", port: "3000" }, { FENCED_GATEWAY_PORT: "2000", FENCED_GATEWAY_POSTGRES_URL: "postgres://env", FENCED_GATEWAY_S3_REGION: "eu-west-1" }, read);
+    expect(c.port).toBe(3000);
+    expect(c.postgres).toMatchObject({ url: "postgres://env", poolSize: 4 });
+    expect(c.s3).toMatchObject({ bucket: "file-bucket", region: "eu-west-1" });
+    expect(c.apiKeys[0]?.id).toBe("f");
+    expect(loadConfig({ migrate: false, redis: "redis://a:1, redis://b:2" }, { FENCED_GATEWAY_CONFIG: "x.json" }, read)).toMatchObject({ migrate: false, redis: { urls: ["redis://a:1", "redis://b:2"], retryCount: 0 } });
+  });
+
+  it("names every bad field", () => {
+    expect(() => loadConfig({ port: "http" }, { FENCED_GATEWAY_API_KEYS: "[]" })).toThrow(/port[\s\S]*apiKeys|apiKeys[\s\S]*port/);
+    expect(() => loadConfig({}, { FENCED_GATEWAY_API_KEYS: "not json" })).toThrow(/FENCED_GATEWAY_API_KEYS/);
+  });
+});

@@ -1,0 +1,147 @@
+import type { Request } from "express";
+import { z } from "zod";
+import { assertKey, assertResource, MAX_TOKEN, type Fence } from "../fence.js";
+import { HttpProblem } from "./problem.js";
+
+/**
+ * Tokens travel as decimal strings, never JSON numbers: a double holds 53 bits, a token 63. No sign,
+ * no leading zeros, no exponent: one spelling per value, so a token is compared, logged and echoed
+ * exactly as the lock issued it.
+ */
+export const TOKEN_PATTERN = /^(0|[1-9][0-9]{0,18})$/;
+
+export const tokenSchema = z
+  .string()
+  .regex(TOKEN_PATTERN, "a token is a decimal string: 0 or 1-19 digits without a leading zero")
+  // zod runs every check even after one failed: BigInt() must only ever see the pattern's digits.
+  .refine((s) => !TOKEN_PATTERN.test(s) || BigInt(s) <= MAX_TOKEN, `a token is at most ${MAX_TOKEN}`)
+  .transform((s) => BigInt(s));
+
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+function storeRule(assert: (value: unknown) => void) {
+  return (value: string, ctx: z.RefinementCtx): void => {
+    try {
+      assert(value);
+    } catch (err) {
+      ctx.addIssue({ code: "custom", message: err instanceof Error ? err.message : String(err) });
+    }
+  };
+}
+
+/** The stores' own rules, plus well-formed UTF-16: a lone surrogate would not survive UTF-8 (lease ids, headers, S3 keys). */
+export const resourceSchema = z
+  .string()
+  .superRefine(storeRule(assertResource))
+  .refine((s) => !LONE_SURROGATE.test(s), "a resource must be well-formed Unicode");
+
+export function leaseBodySchema(maxTtlMs: number) {
+  const ttlMs = z.number().int().min(1).max(maxTtlMs);
+  return {
+    create: z.strictObject({ resource: resourceSchema, ttlMs }),
+    extend: z.strictObject({ ttlMs }),
+  };
+}
+
+function invalid(message: string, where: string): HttpProblem {
+  return new HttpProblem("invalid", `${where}: ${message}`, { errors: [{ path: where, message }] });
+}
+
+/**
+ * The key is the raw path after the route's prefix, percent-decoded once. Parsing it here rather
+ * than with a route parameter keeps one rule for '%2F' and '/' (both are a '/'), and assertKey then
+ * refuses '.'/'..' segments, empty segments and control characters in whatever form they arrived.
+ */
+export function keyFromPath(rawPath: string): string {
+  let key: string;
+  try {
+    key = decodeURIComponent(rawPath.startsWith("/") ? rawPath.slice(1) : rawPath);
+  } catch {
+    throw invalid("not valid percent-encoded UTF-8", "key");
+  }
+  try {
+    assertKey(key);
+  } catch (err) {
+    throw invalid(err instanceof Error ? err.message : String(err), "key");
+  }
+  return key;
+}
+
+function single(req: Request, name: string): string | undefined {
+  const value = req.headers[name];
+  // Node joins repeated unknown headers with ", ", which no valid value contains; arrays come from set-cookie-like headers only.
+  return Array.isArray(value) ? value.join(", ") : value;
+}
+
+/**
+ * Header values carry bytes, not Unicode: a resource travels percent-encoded (UTF-8), like the key
+ * in the path, and '%' itself as %25.
+ */
+export function decodeHeaderText(value: string, where: string): string {
+  try {
+    return decodeURIComponent(value);
+  } catch {
+    throw invalid("not valid percent-encoded UTF-8", where);
+  }
+}
+
+/** Percent-encodes what a header value cannot carry as is (and '%', so that decoding is exact). */
+export function encodeHeaderText(text: string): string {
+  return text.replace(/[^\x21-\x24\x26-\x7e]/gu, (c) => {
+    try {
+      return encodeURIComponent(c);
+    } catch {
+      // A lone surrogate (possible in a resource written through the library): U+FFFD, as UTF-8 decoding would.
+      return "%EF%BF%BD";
+    }
+  });
+}
+
+/** Fencing-Token (required) and Fencing-Resource (default: the key) of a write. */
+export function fenceFromHeaders(req: Request, key: string): Fence {
+  const rawToken = single(req, "fencing-token");
+  if (rawToken === undefined) throw invalid("a write needs a Fencing-Token header (the lease's token, a decimal string)", "Fencing-Token");
+  const rawResource = single(req, "fencing-resource");
+  const resource = rawResource === undefined ? key : decodeHeaderText(rawResource, "Fencing-Resource");
+  // The schemas are the definition; a well-formed write (the hot path) is recognised without
+  // building their results, and only a refusal runs them, for their explanation.
+  const fast = TOKEN_PATTERN.test(rawToken) && BigInt(rawToken) <= MAX_TOKEN;
+  if (!fast) {
+    const token = tokenSchema.safeParse(rawToken);
+    throw invalid(token.success ? "malformed" : (token.error.issues[0]?.message ?? "malformed"), "Fencing-Token");
+  }
+  // A key that passed assertKey always satisfies the resource rules (shorter, no control characters, well-formed).
+  if (rawResource !== undefined) {
+    const checked = resourceSchema.safeParse(resource);
+    if (!checked.success) throw invalid(checked.error.issues[0]?.message ?? "malformed", "Fencing-Resource");
+  }
+  return { resource, token: BigInt(rawToken) };
+}
+
+// Strong tags only: If-Match compares strongly, and the gateway never issues weak ones.
+const ENTITY_TAG = /^"([\x21\x23-\x7e]*)"$|^([\x21\x23-\x7e]+)$/;
+
+/**
+ * If-Match: one entity tag, the version a read returned (quoted as in ETag; a bare version is
+ * accepted too). `*` and lists are refused rather than ignored: a precondition the gateway silently
+ * dropped would turn a compare-and-set into a blind overwrite.
+ */
+export function ifVersionFromHeaders(req: Request, versionPattern: RegExp): string | undefined {
+  for (const unsupported of ["if-none-match", "if-unmodified-since", "if-modified-since"]) {
+    if (req.headers[unsupported] !== undefined) throw invalid("this precondition is not supported on writes; use If-Match with a version", unsupported);
+  }
+  const raw = single(req, "if-match");
+  if (raw === undefined) return undefined;
+  const m = ENTITY_TAG.exec(raw.trim());
+  const version = m?.[1] ?? m?.[2];
+  if (version === undefined || !versionPattern.test(version)) throw invalid("expected one version as returned in ETag", "If-Match");
+  return version;
+}
+
+/** The version patterns the stores issue (postgres: a sequence value; S3: 128 random bits in hex). */
+export const RECORD_VERSION = /^[1-9][0-9]{0,18}$/;
+export const OBJECT_VERSION = /^[0-9a-f]{32}$/;
+
+export function etag(version: string): string {
+  return `"${version}"`;
+}

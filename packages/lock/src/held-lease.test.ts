@@ -1,0 +1,102 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { LeaseLostError } from "./errors.js";
+import { resourceKeys } from "./keys.js";
+import { Redlock } from "./redlock.js";
+import { drained, holdAs, leaseValuesOn, loadScripts, startTestNodes, type TestNodes } from "./test-support.js";
+
+/**
+ * redlock.extend(held) / redlock.release(held): a lease acquired by one process, extended and
+ * released by another that knows only { resource, token, value } (a stateless gateway's case).
+ */
+describe("a lease held elsewhere", () => {
+  let t: TestNodes;
+  let acquirer: Redlock;
+  let other: Redlock;
+
+  beforeAll(async () => {
+    t = await startTestNodes(3);
+    await Promise.all(t.admin.map(loadScripts));
+    acquirer = new Redlock(t.clients, { retryCount: 0 });
+    // Its own connections: nothing is shared with the process that acquired.
+    other = new Redlock(await t.moreClients(), { retryCount: 0 });
+  });
+  afterAll(async () => {
+    await t?.stop();
+  });
+
+  const pttls = (resource: string): Promise<number[]> => Promise.all(t.admin.map((r) => r.pttl(resourceKeys(resource).lease)));
+
+  it("extends on every node from another Redlock, keeping resource and token", async () => {
+    const lease = await acquirer.acquire("held/extend", 1_000);
+    const extended = await other.extend({ resource: lease.resource, token: lease.token, value: lease.value }, 20_000);
+    expect(extended.resource).toBe("held/extend");
+    expect(extended.token).toBe(lease.token);
+    expect(extended.value).toBe(lease.value);
+    expect(extended.remainingMs).toBeGreaterThan(15_000);
+    expect(extended.validUntil).toBeGreaterThan(Date.now() + 15_000);
+    await drained(t.admin);
+    for (const pttl of await pttls("held/extend")) expect(pttl).toBeGreaterThan(15_000);
+    await lease.release();
+  });
+
+  it("a value the nodes do not hold is refused with quorum-lost, and the real holder's key is untouched", async () => {
+    const lease = await acquirer.acquire("held/forged", 5_000);
+    const forged = { resource: lease.resource, token: lease.token, value: "0".repeat(32) };
+    await expect(other.extend(forged, 60_000)).rejects.toSatisfy((e) => e instanceof LeaseLostError && e.kind === "quorum-lost");
+    await other.release(forged);
+    await drained(t.admin);
+    expect(await leaseValuesOn(t.admin, "held/forged")).toEqual([lease.value, lease.value, lease.value]);
+    for (const pttl of await pttls("held/forged")) expect(pttl).toBeLessThanOrEqual(5_000);
+    await lease.release();
+  });
+
+  it("an expired lease cannot be extended, even after someone else held and released the resource", async () => {
+    const lease = await acquirer.acquire("held/expired", 50);
+    await new Promise((r) => setTimeout(r, 80));
+    const next = await acquirer.acquire("held/expired", 1_000);
+    await next.release();
+    await expect(other.extend({ resource: lease.resource, token: lease.token, value: lease.value }, 10_000)).rejects.toBeInstanceOf(LeaseLostError);
+    await drained(t.admin);
+    expect(await leaseValuesOn(t.admin, "held/expired")).toEqual([null, null, null]);
+  });
+
+  it("extend counts only a quorum: with the key gone from two of three nodes the lease is lost", async () => {
+    const lease = await acquirer.acquire("held/minority", 10_000);
+    const [a, b] = t.admin;
+    await a?.del(resourceKeys("held/minority").lease);
+    await b?.del(resourceKeys("held/minority").lease);
+    await expect(other.extend({ resource: lease.resource, token: lease.token, value: lease.value }, 10_000)).rejects.toBeInstanceOf(LeaseLostError);
+    await lease.release();
+  });
+
+  it("release from another Redlock deletes the key everywhere, and never a key holding another value", async () => {
+    const lease = await acquirer.acquire("held/release", 10_000);
+    await other.release({ resource: lease.resource, token: lease.token, value: lease.value });
+    await drained(t.admin);
+    expect(await leaseValuesOn(t.admin, "held/release")).toEqual([null, null, null]);
+    // Idempotent; and once another client holds the resource, the old value releases nothing.
+    const [first] = t.admin;
+    if (first === undefined) throw new Error("no node");
+    await holdAs(first, "held/release", "f".repeat(32), 10_000);
+    await other.release({ resource: lease.resource, token: lease.token, value: lease.value });
+    await drained(t.admin);
+    expect(await leaseValuesOn(t.admin, "held/release")).toEqual(["f".repeat(32), null, null]);
+  });
+
+  it("rejects malformed input with TypeError/RangeError before any I/O", async () => {
+    const bad: [unknown, typeof TypeError | typeof RangeError][] = [
+      [null, TypeError],
+      [{ resource: "r", token: 1, value: "a".repeat(32) }, TypeError],
+      [{ resource: "r", token: -1n, value: "a".repeat(32) }, RangeError],
+      [{ resource: "", token: 1n, value: "a".repeat(32) }, RangeError],
+      [{ resource: "r", token: 1n, value: "A".repeat(32) }, RangeError],
+      [{ resource: "r", token: 1n, value: "a".repeat(31) }, RangeError],
+      [{ resource: "r", token: 1n, value: 7 }, TypeError],
+    ];
+    for (const [held, error] of bad) {
+      await expect(other.extend(held as never, 1_000)).rejects.toThrow(error);
+      await expect(other.release(held as never)).rejects.toThrow(error);
+    }
+    await expect(other.extend({ resource: "r", token: 1n, value: "a".repeat(32) }, 0)).rejects.toThrow(RangeError);
+  });
+});
