@@ -2,11 +2,11 @@ import { pipeline } from "node:stream/promises";
 import { Router, type Request, type Response } from "express";
 import type { FencedS3 } from "../s3.js";
 import { assertContentType } from "../s3-body.js";
-import { requireKey, requireResource, requireWrite, type Principal } from "./auth.js";
+import { authorizeKey, writeOptions } from "./access.js";
 import { markAccepted, markWrite, methodNotAllowed, sendJson, type RouteContext } from "./context.js";
 import { HttpProblem } from "./problem.js";
 import { readSmall, streamUpload } from "./request-body.js";
-import { encodeHeaderText, etag, fenceFromHeaders, ifVersionFromHeaders, keyFromPath, OBJECT_VERSION } from "./validation.js";
+import { encodeHeaderText, etag, OBJECT_VERSION } from "./validation.js";
 
 const DEFAULT_CONTENT_TYPE = "application/octet-stream";
 
@@ -18,24 +18,8 @@ const DEFAULT_CONTENT_TYPE = "application/octet-stream";
 export function objectsRouter(ctx: RouteContext, store: FencedS3): Router {
   const router = Router({ caseSensitive: true, strict: true });
 
-  const begin = (req: Request, res: Response): { principal: Principal; key: string } => {
-    const principal = ctx.auth.authenticate(req);
-    res.locals.principal = principal.id;
-    const key = keyFromPath(req.path);
-    requireKey(principal, key);
-    return { principal, key };
-  };
-
-  const writeFence = (req: Request, principal: Principal, key: string) => {
-    requireWrite(principal);
-    const fence = fenceFromHeaders(req, key);
-    requireResource(principal, fence.resource);
-    const ifVersion = ifVersionFromHeaders(req, OBJECT_VERSION);
-    return ifVersion === undefined ? { fence } : { fence, ifVersion };
-  };
-
   const get = async (req: Request, res: Response): Promise<void> => {
-    const { key } = begin(req, res);
+    const { key } = authorizeKey(ctx, req, res);
     const object = await ctx.metrics.time("objects", "get", () => store.get(key));
     if (object === undefined) throw new HttpProblem("notFound", `no object under ${JSON.stringify(key)}`);
     res.setHeader("ETag", etag(object.version));
@@ -56,8 +40,8 @@ export function objectsRouter(ctx: RouteContext, store: FencedS3): Router {
 
   const put = async (req: Request, res: Response): Promise<void> => {
     markWrite(res, "objects", "put");
-    const { principal, key } = begin(req, res);
-    const options = writeFence(req, principal, key);
+    const { principal, key } = authorizeKey(ctx, req, res);
+    const options = writeOptions(req, principal, key, OBJECT_VERSION);
     const contentType = req.headers["content-type"] ?? DEFAULT_CONTENT_TYPE;
     assertContentType(contentType);
     const encoding = req.headers["content-encoding"];
@@ -91,8 +75,8 @@ export function objectsRouter(ctx: RouteContext, store: FencedS3): Router {
 
   const remove = async (req: Request, res: Response): Promise<void> => {
     markWrite(res, "objects", "delete");
-    const { principal, key } = begin(req, res);
-    const options = writeFence(req, principal, key);
+    const { principal, key } = authorizeKey(ctx, req, res);
+    const options = writeOptions(req, principal, key, OBJECT_VERSION);
     // A tombstone: the key's ratchet survives the delete (PROTOCOL.md, "Tombstones").
     const result = await ctx.metrics.time("objects", "delete", () => store.delete(key, options));
     markAccepted(res);

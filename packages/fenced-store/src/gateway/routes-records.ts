@@ -1,10 +1,10 @@
 import { Router, type Request, type Response } from "express";
 import type { FencedPostgres } from "../postgres.js";
 import { assertJsonValue } from "../json.js";
-import { requireKey, requireResource, requireWrite, type Principal } from "./auth.js";
+import { authorizeKey, writeOptions } from "./access.js";
 import { jsonBody, markAccepted, markWrite, methodNotAllowed, sendJson, type RouteContext } from "./context.js";
 import { HttpProblem } from "./problem.js";
-import { encodeHeaderText, etag, fenceFromHeaders, ifVersionFromHeaders, keyFromPath, RECORD_VERSION } from "./validation.js";
+import { encodeHeaderText, etag, RECORD_VERSION } from "./validation.js";
 
 /**
  * /v1/records/{key}: JSON records in FencedPostgres. The checks run in a fixed order — credentials
@@ -16,24 +16,8 @@ export function recordsRouter(ctx: RouteContext, store: FencedPostgres): Router 
   const router = Router({ caseSensitive: true, strict: true });
   const readBody = jsonBody(ctx.limits.recordBytes);
 
-  const begin = (req: Request, res: Response): { principal: Principal; key: string } => {
-    const principal = ctx.auth.authenticate(req);
-    res.locals.principal = principal.id;
-    const key = keyFromPath(req.path);
-    requireKey(principal, key);
-    return { principal, key };
-  };
-
-  const writeFence = (req: Request, principal: Principal, key: string) => {
-    requireWrite(principal);
-    const fence = fenceFromHeaders(req, key);
-    requireResource(principal, fence.resource);
-    const ifVersion = ifVersionFromHeaders(req, RECORD_VERSION);
-    return ifVersion === undefined ? { fence } : { fence, ifVersion };
-  };
-
   const get = async (req: Request, res: Response): Promise<void> => {
-    const { key } = begin(req, res);
+    const { key } = authorizeKey(ctx, req, res);
     const record = await ctx.metrics.time("records", "get", () => store.get(key));
     if (record === undefined) throw new HttpProblem("notFound", `no record under ${JSON.stringify(key)}`);
     res.setHeader("ETag", etag(record.version));
@@ -44,8 +28,8 @@ export function recordsRouter(ctx: RouteContext, store: FencedPostgres): Router 
 
   const put = async (req: Request, res: Response): Promise<void> => {
     markWrite(res, "records", "put");
-    const { principal, key } = begin(req, res);
-    const options = writeFence(req, principal, key);
+    const { principal, key } = authorizeKey(ctx, req, res);
+    const options = writeOptions(req, principal, key, RECORD_VERSION);
     const value = await readBody(req, res);
     // JSON.parse output can still hold what jsonb refuses (U+0000, lone surrogates) or nest too deep.
     assertJsonValue(value);
@@ -58,8 +42,8 @@ export function recordsRouter(ctx: RouteContext, store: FencedPostgres): Router 
 
   const remove = async (req: Request, res: Response): Promise<void> => {
     markWrite(res, "records", "delete");
-    const { principal, key } = begin(req, res);
-    const options = writeFence(req, principal, key);
+    const { principal, key } = authorizeKey(ctx, req, res);
+    const options = writeOptions(req, principal, key, RECORD_VERSION);
     await ctx.metrics.time("records", "delete", () => store.delete(key, options));
     markAccepted(res);
     res.setHeader("Fencing-Token", options.fence.token.toString());
