@@ -93,6 +93,8 @@ export interface Grant {
 export function parseGrant(raw: unknown): Grant {
   if (!Array.isArray(raw) || raw.length !== 2) throw new Error(`unexpected acquire reply: ${JSON.stringify(raw)}`);
   const [flag, counter] = raw as [unknown, unknown];
+  // An integer reply below 2^53 is exact in a JS number too; larger counters arrive as decimal strings.
+  if (typeof counter === "number" && Number.isSafeInteger(counter) && counter >= 0) return { granted: flag === 1, counter: BigInt(counter) };
   if (typeof counter !== "string" || !/^\d+$/.test(counter)) throw new Error(`unexpected fence counter: ${String(counter)}`);
   return { granted: flag === 1, counter: BigInt(counter) };
 }

@@ -82,6 +82,24 @@ describe("Redlock over 5 nodes", () => {
     expect(await Promise.all(t.admin.map((r) => r.dbsize()))).toEqual([0, 0, 0, 0, 0]);
   });
 
+  it("keeps tokens exact across 2^53 (integer replies below, decimal strings above) and up to 2^63 - 1", async () => {
+    const resource = "big-counters";
+    const { counter } = resourceKeys(resource);
+    const seen: bigint[] = [];
+    for (const start of [2n ** 53n - 2n, 2n ** 63n - 3n]) {
+      await Promise.all(t.admin.map((r) => r.set(counter, start.toString())));
+      for (let i = 1n; i <= 2n; i++) {
+        const lease = await redlock.acquire(resource, 5_000);
+        expect(lease.token).toBe(start + i);
+        expect(await counterOn(t.admin[0] as Redis, resource)).toBe(start + i);
+        seen.push(lease.token);
+        await lease.release();
+        await drained(t.clients);
+      }
+    }
+    expect(seen).toEqual([2n ** 53n - 1n, 2n ** 53n, 2n ** 63n - 2n, 2n ** 63n - 1n]);
+  });
+
   it("accepts a resource of exactly 512 characters", async () => {
     const lease = await redlock.acquire("r".repeat(512), 1_000);
     expect(lease.resource).toHaveLength(512);

@@ -5,8 +5,8 @@ import { createHash } from "node:crypto";
  * KEYS[1] is the lease key, KEYS[2] the resource's fence counter; both carry the same
  * hash tag so that they live in one Redis Cluster slot (see keys.ts).
  *
- * Counters are read back with GET, never returned as Lua numbers: Lua numbers are doubles,
- * and a token must survive exactly up to 2^63 - 1.
+ * Lua numbers are doubles: a counter goes back as an integer reply only below 2^53, where the
+ * double is exact; above that it is read back with GET, so a token survives exactly up to 2^63 - 1.
  */
 
 /**
@@ -16,7 +16,8 @@ import { createHash } from "node:crypto";
  */
 export const ACQUIRE = `
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  redis.call('INCR', KEYS[2])
+  local counter = redis.call('INCR', KEYS[2])
+  if counter < 9007199254740992 then return {1, counter} end
   return {1, redis.call('GET', KEYS[2])}
 end
 return {0, redis.call('GET', KEYS[2]) or '0'}
