@@ -88,6 +88,28 @@ export function sendJson(res: Response, status: number, body: unknown): void {
   res.end(text);
 }
 
+type Handler = (req: Request, res: Response) => Promise<void>;
+
+/**
+ * The method dispatch of a /v1/records or /v1/objects key: HEAD is served by the GET handler (Node
+ * sends no body for HEAD), and any method other than GET/HEAD/PUT/DELETE is a 405 with Allow.
+ */
+export function keyMethods(handlers: { get: Handler; put: Handler; remove: Handler }): Handler {
+  return async (req, res) => {
+    switch (req.method) {
+      case "GET":
+      case "HEAD":
+        return handlers.get(req, res);
+      case "PUT":
+        return handlers.put(req, res);
+      case "DELETE":
+        return handlers.remove(req, res);
+      default:
+        methodNotAllowed(res, "GET, HEAD, PUT, DELETE");
+    }
+  };
+}
+
 /** 405 with Allow, for a method the route does not serve. */
 export function methodNotAllowed(res: Response, allow: string): never {
   res.setHeader("Allow", allow);

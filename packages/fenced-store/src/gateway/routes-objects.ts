@@ -3,7 +3,7 @@ import { Router, type Request, type Response } from "express";
 import type { FencedS3 } from "../s3.js";
 import { assertContentType } from "../s3-body.js";
 import { authorizeKey, writeOptions } from "./access.js";
-import { markAccepted, markWrite, methodNotAllowed, sendJson, type RouteContext } from "./context.js";
+import { markAccepted, markWrite, keyMethods, sendJson, type RouteContext } from "./context.js";
 import { HttpProblem } from "./problem.js";
 import { readSmall, streamUpload } from "./request-body.js";
 import { encodeHeaderText, etag, OBJECT_VERSION } from "./validation.js";
@@ -85,18 +85,6 @@ export function objectsRouter(ctx: RouteContext, store: FencedS3): Router {
     res.status(204).end();
   };
 
-  router.use(async (req, res) => {
-    switch (req.method) {
-      case "GET":
-      case "HEAD":
-        return get(req, res);
-      case "PUT":
-        return put(req, res);
-      case "DELETE":
-        return remove(req, res);
-      default:
-        methodNotAllowed(res, "GET, HEAD, PUT, DELETE");
-    }
-  });
+  router.use(keyMethods({ get, put, remove }));
   return router;
 }

@@ -2,7 +2,7 @@ import { Router, type Request, type Response } from "express";
 import type { FencedPostgres } from "../postgres.js";
 import { assertJsonValue } from "../json.js";
 import { authorizeKey, writeOptions } from "./access.js";
-import { jsonBody, markAccepted, markWrite, methodNotAllowed, sendJson, type RouteContext } from "./context.js";
+import { jsonBody, markAccepted, markWrite, keyMethods, sendJson, type RouteContext } from "./context.js";
 import { HttpProblem } from "./problem.js";
 import { encodeHeaderText, etag, RECORD_VERSION } from "./validation.js";
 
@@ -50,18 +50,6 @@ export function recordsRouter(ctx: RouteContext, store: FencedPostgres): Router 
     res.status(204).end();
   };
 
-  router.use(async (req, res) => {
-    switch (req.method) {
-      case "GET":
-      case "HEAD":
-        return get(req, res);
-      case "PUT":
-        return put(req, res);
-      case "DELETE":
-        return remove(req, res);
-      default:
-        methodNotAllowed(res, "GET, HEAD, PUT, DELETE");
-    }
-  });
+  router.use(keyMethods({ get, put, remove }));
   return router;
 }
