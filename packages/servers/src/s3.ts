@@ -8,7 +8,7 @@ import { promisify } from "node:util";
 import { CreateBucketCommand, DeleteBucketCommand, DeleteObjectsCommand, ListObjectsV2Command, S3Client } from "@aws-sdk/client-s3";
 import { dockerAvailable } from "./docker.js";
 import { freePort } from "./ports.js";
-import { killHard, requireExecutable, spawnTracked, type Spawned } from "./processes.js";
+import { killHard, requireExecutable, spawnTracked, waitFor, type Spawned } from "./processes.js";
 
 export interface StartedS3 {
   readonly endpoint: string;
@@ -285,17 +285,13 @@ async function startCephOnce(bins: CephBinaries): Promise<StartedS3> {
     for (const [name, d] of [["ceph-mon", daemons[0]], ["ceph-osd", daemons[1]], ["radosgw", rgw]] as const) {
       void d?.exited.then(() => (exited ??= name));
     }
-    const deadline = Date.now() + START_TIMEOUT_MS;
-    for (;;) {
-      if (exited !== undefined) throw new Error(`${exited} exited during start-up\n${await diagnostics()}`);
-      try {
-        if ((await fetch(endpoint, { signal: AbortSignal.timeout(2_000) })).status < 500) break;
-      } catch {
-        // not listening yet
-      }
-      if (Date.now() > deadline) throw new Error(`radosgw did not answer HTTP within ${START_TIMEOUT_MS} ms\n${await diagnostics()}`);
-      await new Promise((r) => setTimeout(r, 25));
+    try {
+      // A daemon that exits ends the wait at once: it will not come back by itself.
+      await waitFor("radosgw to answer HTTP", async () => exited !== undefined || (await fetch(endpoint, { signal: AbortSignal.timeout(2_000) })).status < 500, START_TIMEOUT_MS);
+    } catch (err) {
+      throw new Error(`${err instanceof Error ? err.message : String(err)}\n${await diagnostics()}`);
     }
+    if (exited !== undefined) throw new Error(`${exited} exited during start-up\n${await diagnostics()}`);
 
     const accessKeyId = `fenced${randomBytes(6).toString("hex")}`;
     const secretAccessKey = randomBytes(20).toString("hex");
