@@ -1,6 +1,6 @@
 import { Redis } from "ioredis";
 import { resourceKeys } from "@fenced/lock";
-import type { RedisNodes } from "@fenced/servers";
+import { waitFor, type RedisNodes } from "@fenced/servers";
 import type { BackendConfig, BackendName, FileDoc, ReadResult, WriteOutcome } from "../backends.js";
 import { LocalClient, type ClientRead, type LeaseInfo } from "../clients.js";
 import type { PausedClient } from "../paused-client.js";
@@ -48,8 +48,6 @@ export function clientLane(n: 1 | 2): Lane {
 export function storageLane(env: ScenarioEnv): Lane {
   return { id: "storage", title: env.backendName === "s3" ? "storage (S3)" : "storage (Postgres)", kind: "storage" };
 }
-
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** Shared steps of the scenarios; each step records the event(s) it caused. */
 export class RunContext {
@@ -199,13 +197,7 @@ export class RunContext {
   async leaseGone(n: 1 | 2, info: LeaseInfo, ttlMs: number, why: string): Promise<DemoEvent> {
     this.env.progress(`waiting for client ${n}'s lease to expire on the lock nodes (≈${(ttlMs / 1000).toFixed(1)} s)…`);
     const { lease } = resourceKeys(this.resource);
-    const deadline = Date.now() + ttlMs + 10_000;
-    for (;;) {
-      const values = await Promise.all(this.admin.map((r) => r.get(lease)));
-      if (!values.includes(info.value)) break;
-      if (Date.now() > deadline) throw new Error(`client ${n}'s lease key did not expire within ${ttlMs + 10_000} ms`);
-      await sleep(20);
-    }
+    await waitFor(`client ${n}'s lease key to expire on every lock node`, async () => !(await Promise.all(this.admin.map((r) => r.get(lease)))).includes(info.value), ttlMs + 10_000);
     const e = this.tl.event({
       kind: "expire",
       lane: `client-${n}`,
