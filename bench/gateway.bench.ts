@@ -28,7 +28,7 @@ const POOL_SIZE = 16;
 const KEY = "bench-key-0123456789abcdef";
 const MB = 1024 * 1024;
 const ROOT = fileURLToPath(new URL("../", import.meta.url));
-const CLI = fileURLToPath(new URL("../packages/fenced-store/dist/gateway/cli.js", import.meta.url));
+const CLI = fileURLToPath(new URL("../packages/gateway/dist/cli.js", import.meta.url));
 const CLK_TCK = Number(execFileSync("getconf", ["CLK_TCK"]).toString().trim()) || 100;
 
 interface GatewayProcess {
@@ -44,7 +44,7 @@ interface GatewayProcess {
 /** Compiles the lock and the store to their dist/ directories, where the bin and its imports resolve. */
 function build(): void {
   const tsc = createRequire(import.meta.url).resolve("typescript/bin/tsc");
-  for (const pkg of ["lock", "fenced-store"]) execFileSync(process.execPath, [tsc, "-p", `packages/${pkg}/tsconfig.build.json`], { cwd: ROOT, stdio: "inherit" });
+  for (const pkg of ["fence", "lock", "fenced-store", "gateway"]) execFileSync(process.execPath, [tsc, "-p", `packages/${pkg}/tsconfig.build.json`], { cwd: ROOT, stdio: "inherit" });
 }
 
 async function startGateway(args: string[], env: Record<string, string>): Promise<GatewayProcess> {

@@ -29,3 +29,37 @@ export class VersionMismatchError extends Error {
     super(`version mismatch on ${JSON.stringify(key)}: expected ${expected}, found ${actual ?? "no record"}`);
   }
 }
+
+/**
+ * The key belongs to another resource: it was created under `owner`, and a write, delete or
+ * conditional write naming `resource` may not touch it (the ratchet of `resource` says nothing about
+ * `owner`'s holders). Nothing was written. Moving a key between resources is `transfer()`. HTTP: 409.
+ */
+export class ResourceMismatchError extends Error {
+  override readonly name = "ResourceMismatchError";
+  readonly status = 409;
+  constructor(
+    readonly key: string,
+    readonly resource: string,
+    readonly owner: string,
+  ) {
+    super(`key ${JSON.stringify(key)} belongs to resource ${JSON.stringify(owner)}, not ${JSON.stringify(resource)}`);
+  }
+}
+
+/**
+ * The store gave up: the key kept changing under it (writers racing on one key) for as many rounds as
+ * it was allowed. Nothing of this call was acknowledged; the same call may well succeed a moment
+ * later. HTTP: 503.
+ */
+export class ContentionError extends Error {
+  override readonly name = "ContentionError";
+  readonly status = 503;
+  constructor(
+    readonly key: string,
+    readonly attempts: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}

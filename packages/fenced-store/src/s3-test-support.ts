@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
-import { ListObjectsV2Command, type S3Client } from "@aws-sdk/client-s3";
+import { listKeys } from "@fenced/servers";
+import type { S3Client } from "@aws-sdk/client-s3";
 import { decodeManifest, type ManifestHeader } from "./s3-manifest.js";
 
 /**
@@ -95,13 +96,5 @@ export function auditManifests(client: S3Client): ManifestHeader[] {
 }
 
 /** Every key in the bucket under a prefix. */
-export async function listKeys(client: S3Client, bucket: string, prefix = ""): Promise<string[]> {
-  const keys: string[] = [];
-  let token: string | undefined;
-  do {
-    const page = await client.send(new ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, ContinuationToken: token }));
-    for (const o of page.Contents ?? []) if (o.Key !== undefined) keys.push(o.Key);
-    token = page.NextContinuationToken;
-  } while (token !== undefined);
-  return keys.sort();
-}
+
+export { listKeys };

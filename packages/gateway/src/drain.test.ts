@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { startPostgres, startS3, type StartedPostgres, type StartedS3 } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { FencedS3 } from "../s3.js";
+import { FencedS3 } from "@fenced/store";
 import { KEYS } from "./test-support.js";
 
 /**
@@ -17,7 +17,7 @@ import { KEYS } from "./test-support.js";
  * flight finish and exits 0.
  */
 const CLI = fileURLToPath(new URL("./cli.ts", import.meta.url));
-const ROOT = fileURLToPath(new URL("../../../../", import.meta.url));
+const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
 
 let postgres: StartedPostgres;
 let s3: StartedS3;

@@ -1,6 +1,6 @@
 import type { Request } from "express";
 import { z } from "zod";
-import { assertKey, assertResource, MAX_TOKEN, type Fence } from "../fence.js";
+import { assertKey, assertResource, MAX_TOKEN, type Fence } from "@fenced/store";
 import { HttpProblem } from "./problem.js";
 
 /**

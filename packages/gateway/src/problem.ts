@@ -1,6 +1,6 @@
 import type { Response } from "express";
 import { ZodError } from "zod";
-import { StaleTokenError, VersionMismatchError } from "../errors.js";
+import { StaleTokenError, VersionMismatchError } from "@fenced/store";
 
 /**
  * RFC 9457 problem details. `type` is a relative URI reference naming the kind of problem; clients

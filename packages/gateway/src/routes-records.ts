@@ -1,6 +1,6 @@
 import { Router, type Request, type Response } from "express";
-import type { FencedPostgres } from "../postgres.js";
-import { assertJsonValue } from "../json.js";
+import type { FencedPostgres } from "@fenced/store";
+import { assertJsonValue } from "@fenced/store";
 import { authorizeKey, writeOptions } from "./access.js";
 import { jsonBody, markAccepted, markWrite, keyMethods, sendJson, type RouteContext } from "./context.js";
 import { HttpProblem } from "./problem.js";

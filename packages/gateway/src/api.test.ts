@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import { request as httpRequest } from "node:http";
 import { Readable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { listKeys } from "../s3-test-support.js";
+import { listKeys } from "@fenced/servers";
 import { API_KEYS, bearer, KEYS, runGateway, startBackends, writeHeaders, type Backends, type RunningGateway } from "./test-support.js";
 
 /** The records and objects API over real HTTP, against real Postgres and S3; and who may call it. */

@@ -1,4 +1,4 @@
-// "@fenced/store/gateway": a subpath of its own, so that users of the stores never load express.
+// "@fenced/gateway": the HTTP gateway, a package of its own, so that users of the stores never load express.
 export { createGateway, type Gateway, type GatewayOptions, type HealthReport } from "./app.js";
 export { serve, type ServeOptions, type Serving } from "./server.js";
 export { loadConfig, configSchema, type ConfigFlags, type GatewayConfig } from "./config.js";

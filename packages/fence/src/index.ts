@@ -1,0 +1,16 @@
+export { InvalidArgumentError } from "./errors.js";
+export {
+  assertHolder,
+  assertResource,
+  assertToken,
+  CONTROL_CHARACTER,
+  HOLDER_PATTERN,
+  LONE_SURROGATE,
+  MAX_HOLDER_LENGTH,
+  MAX_RESOURCE_LENGTH,
+  MAX_TOKEN,
+  parseToken,
+  resourceProblem,
+  TOKEN_PATTERN,
+} from "./rules.js";
+export { admits, checkFence, type CheckedFence, type Fence } from "./fence.js";
