@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import { performance } from "node:perf_hooks";
 import { LeaseLostError } from "./errors.js";
 
@@ -19,7 +20,13 @@ export interface LeaseOwner {
 export class Lease {
   readonly resource: string;
   readonly token: bigint;
-  /** This lease's random value on the nodes; extend/release touch only keys holding it. */
+  /**
+   * This lease's public identity: stored by the fenced stores beside the highest token, so that an
+   * equal token is accepted only from the lease that presented it. Derived one-way from `value`, so
+   * any process that can extend the lease computes the same id, and the id reveals nothing of the value.
+   */
+  readonly holder: string;
+  /** This lease's random value on the nodes: a secret; extend/release touch only keys holding it. */
   readonly value: string;
   readonly #owner: LeaseOwner;
   #validUntil: number;
@@ -36,6 +43,7 @@ export class Lease {
     this.resource = resource;
     this.token = token;
     this.value = value;
+    this.holder = holderOf(value);
     this.#validUntil = Date.now() + validityMs;
     this.#deadline = performance.now() + validityMs;
   }
@@ -118,4 +126,9 @@ export class Lease {
     this.#expiryTimer = setTimeout(() => this.lose(new LeaseLostError(this.resource, this.token, "expired")), Math.max(0, this.#deadline - performance.now()));
     this.#expiryTimer.unref();
   }
+}
+
+/** The public holder id of the lease whose secret value is `value`: 32 hex digits of a domain-separated SHA-256. */
+export function holderOf(value: string): string {
+  return createHash("sha256").update("fenced/holder\0").update(value).digest("hex").slice(0, 32);
 }
