@@ -16,7 +16,7 @@ import { availableParallelism } from "node:os";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { Pool } from "undici";
-import { FencedPostgres } from "@fenced/store";
+import { FencedPostgres } from "@fenced/store/postgres";
 import { startPostgres, startS3 } from "@fenced/servers";
 import { emit, measure, type Measured, type Op } from "./measure.js";
 

@@ -8,7 +8,7 @@
 // writes the same row under the same resource (worst case: all writes serialise on one row lock).
 import pg from "pg";
 import { startPostgres } from "@fenced/servers";
-import { FencedPostgres } from "@fenced/store";
+import { FencedPostgres } from "@fenced/store/postgres";
 
 const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 3_000);
 // Each implementation runs for DURATION_MS in total, in SLICES alternating slices: drift in the

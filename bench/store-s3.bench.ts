@@ -4,7 +4,7 @@
 // key; writers contending for one key). JSON lines on stdout.
 import { Readable } from "node:stream";
 import { PutObjectCommand } from "@aws-sdk/client-s3";
-import { FencedS3 } from "@fenced/store";
+import { FencedS3 } from "@fenced/store/s3";
 import { startS3 } from "@fenced/servers";
 import { emit, measure, type Op } from "./measure.js";
 

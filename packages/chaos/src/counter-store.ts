@@ -1,5 +1,7 @@
 import { GetObjectCommand, PutObjectCommand, S3Client } from "@aws-sdk/client-s3";
-import { FencedPostgres, FencedS3, type Fence } from "@fenced/store";
+import { type Fence } from "@fenced/store";
+import { FencedPostgres } from "@fenced/store/postgres";
+import { FencedS3 } from "@fenced/store/s3";
 import pg from "pg";
 import { EMPTY_DOC, parseDoc, type CounterDoc, type Mode } from "./history.js";
 

@@ -1,6 +1,8 @@
 import { GetObjectCommand, NoSuchKey, PutObjectCommand, S3Client } from "@aws-sdk/client-s3";
 import pg from "pg";
-import { FencedPostgres, FencedS3, StaleTokenError, VersionMismatchError, type Fence } from "@fenced/store";
+import { StaleTokenError, VersionMismatchError, type Fence } from "@fenced/store";
+import { FencedPostgres } from "@fenced/store/postgres";
+import { FencedS3 } from "@fenced/store/s3";
 
 export type BackendName = "s3" | "postgres";
 export const BACKENDS: readonly BackendName[] = ["s3", "postgres"];

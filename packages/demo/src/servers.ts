@@ -1,5 +1,5 @@
 import { performance } from "node:perf_hooks";
-import { FencedS3 } from "@fenced/store";
+import { FencedS3 } from "@fenced/store/s3";
 import { startPostgres, startRedisNodes, startS3, type RedisNodes } from "@fenced/servers";
 import { dropBackend, prepareBackend, s3Client, type BackendConfig, type BackendName } from "./backends.js";
 

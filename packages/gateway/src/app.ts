@@ -4,8 +4,8 @@ import express, { type Express, type NextFunction, type Request, type Response }
 import type { Pool } from "pg";
 import { pino, type Logger } from "pino";
 import { z } from "zod";
-import { FencedPostgres } from "@fenced/store";
-import { FencedS3, type FencedS3Options } from "@fenced/store";
+import { FencedPostgres } from "@fenced/store/postgres";
+import { FencedS3, type FencedS3Options } from "@fenced/store/s3";
 import { ApiKeys, type ApiKeyConfig } from "./auth.js";
 import { accounting, type Limits, type RouteContext } from "./context.js";
 import { postgresHealth, s3Health, type BackendHealth } from "./health.js";

@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { startPostgres, startS3, type StartedPostgres, type StartedS3 } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { FencedS3 } from "@fenced/store";
+import { FencedS3 } from "@fenced/store/s3";
 import { KEYS } from "./test-support.js";
 
 /**

@@ -1,7 +1,7 @@
 import { pipeline } from "node:stream/promises";
 import { Router, type Request, type Response } from "express";
-import type { FencedS3 } from "@fenced/store";
-import { assertContentType } from "@fenced/store";
+import type { FencedS3 } from "@fenced/store/s3";
+import { assertContentType } from "@fenced/store/s3";
 import { authorizeKey, writeOptions } from "./access.js";
 import { markAccepted, markWrite, keyMethods, sendJson, type RouteContext } from "./context.js";
 import { HttpProblem } from "./problem.js";

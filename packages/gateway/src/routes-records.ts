@@ -1,5 +1,5 @@
 import { Router, type Request, type Response } from "express";
-import type { FencedPostgres } from "@fenced/store";
+import type { FencedPostgres } from "@fenced/store/postgres";
 import { assertJsonValue } from "@fenced/store";
 import { authorizeKey, writeOptions } from "./access.js";
 import { jsonBody, markAccepted, markWrite, keyMethods, sendJson, type RouteContext } from "./context.js";
