@@ -1,6 +1,7 @@
 /**
- * A write carried a fencing token lower than the highest the storage has already accepted
- * for the same resource. Nothing was written. HTTP: 409.
+ * A write carried a fencing token lower than the highest the storage has already accepted for the
+ * same resource — or equal to it but presented by another holder (another lease that was handed the
+ * same token, which only a lock that lost its counters does). Nothing was written. HTTP: 409.
  */
 export class StaleTokenError extends Error {
   override readonly name = "StaleTokenError";
@@ -9,8 +10,14 @@ export class StaleTokenError extends Error {
     readonly resource: string,
     readonly token: bigint,
     readonly highest: bigint,
+    /** The holder that presented `highest` (null: a fence without a holder), when the store knows it. */
+    readonly highestHolder?: string | null,
   ) {
-    super(`stale fencing token ${token} for resource ${JSON.stringify(resource)}: the storage has accepted ${highest}`);
+    super(
+      token === highest
+        ? `fencing token ${token} for resource ${JSON.stringify(resource)} was already accepted from another holder${highestHolder == null ? "" : ` (${highestHolder})`}`
+        : `stale fencing token ${token} for resource ${JSON.stringify(resource)}: the storage has accepted ${highest}`,
+    );
   }
 }
 
