@@ -1,5 +1,5 @@
 import type { Request, Response } from "express";
-import type { Fence } from "@fenced/store";
+import type { Fence } from "@fenced/fence";
 import { requireKey, requireResource, requireWrite, type Principal } from "./auth.js";
 import type { RouteContext } from "./context.js";
 import { fenceFromHeaders, ifVersionFromHeaders, keyFromPath } from "./validation.js";

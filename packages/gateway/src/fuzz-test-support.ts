@@ -1,6 +1,6 @@
 // Generators of hostile requests for fuzz.test.ts (not part of the published build).
 import fc from "fast-check";
-import { MAX_TOKEN } from "@fenced/store";
+import { MAX_TOKEN } from "@fenced/fence";
 import { KEYS } from "./test-support.js";
 import { TOKEN_PATTERN } from "./validation.js";
 

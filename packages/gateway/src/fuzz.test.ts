@@ -1,6 +1,6 @@
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { MAX_TOKEN } from "@fenced/store";
+import { MAX_TOKEN } from "@fenced/fence";
 import { FUZZ_LIMITS, leaseRequest, RATCHETED, storeRequest, type BadRequest } from "./fuzz-test-support.js";
 import { runGateway, snapshot, startBackends, type Backends, type RunningGateway } from "./test-support.js";
 

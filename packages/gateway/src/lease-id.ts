@@ -1,4 +1,4 @@
-import { MAX_TOKEN } from "@fenced/store";
+import { MAX_TOKEN } from "@fenced/fence";
 import { HttpProblem } from "./problem.js";
 import { resourceSchema } from "./validation.js";
 

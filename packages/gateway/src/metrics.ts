@@ -1,3 +1,4 @@
+import { BackendUnavailableError, isUnavailable } from "./backend-errors.js";
 import { collectDefaultMetrics, Counter, Histogram, Registry } from "prom-client";
 
 export type StoreName = "records" | "objects";
@@ -82,6 +83,10 @@ export class GatewayMetrics {
     const end = this.#child(`b ${store} ${op}`, () => this.#backend.labels({ store, op })).startTimer();
     try {
       return await call();
+    } catch (err) {
+      // Classified here, where it is known which backend threw: the drivers' connection failures
+      // become one typed error, which the problem mapping answers with 503.
+      throw isUnavailable(store, err) ? new BackendUnavailableError(store, { cause: err }) : err;
     } finally {
       end();
     }

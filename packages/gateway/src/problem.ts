@@ -1,6 +1,8 @@
 import type { Response } from "express";
 import { ZodError } from "zod";
-import { StaleTokenError, VersionMismatchError } from "@fenced/store";
+import { InvalidArgumentError } from "@fenced/fence";
+import { ContentionError, ResourceMismatchError, StaleTokenError, VersionMismatchError } from "@fenced/store";
+import { BackendUnavailableError, isUnavailable } from "./backend-errors.js";
 
 /**
  * RFC 9457 problem details. `type` is a relative URI reference naming the kind of problem; clients
@@ -21,6 +23,7 @@ export const PROBLEM_TYPES = {
   notFound: { status: 404, type: "/problems/not-found", title: "Not found" },
   method: { status: 405, type: "/problems/method-not-allowed", title: "Method not allowed" },
   stale: { status: 409, type: "/problems/stale-token", title: "Stale fencing token" },
+  resourceMismatch: { status: 409, type: "/problems/resource-mismatch", title: "The key belongs to another resource" },
   lockHeld: { status: 409, type: "/problems/lock-held", title: "The lock is held by another lease" },
   leaseLost: { status: 409, type: "/problems/lease-lost", title: "The lease is lost" },
   version: { status: 412, type: "/problems/version-mismatch", title: "Version mismatch" },
@@ -51,11 +54,6 @@ export interface Classified {
   readonly headers: Readonly<Record<string, string>>;
 }
 
-// Socket-level failures talking to Postgres, S3 or Redis: the backend, not the client, is at fault.
-const UNAVAILABLE_CODES = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH", "57P01", "57P03"]);
-// …and a store that gave up under contention: the same request may well succeed a moment later.
-const UNAVAILABLE_MESSAGE = /timeout exceeded when trying to connect|Connection terminated|connect ECONNREFUSED|gave up after \d+ conflicting writes|changed \d+ times while it was being read/;
-
 function make(kind: ProblemKind, detail: string | undefined, extensions: Readonly<Record<string, unknown>> = {}, headers: Readonly<Record<string, string>> = {}): Classified {
   const t = PROBLEM_TYPES[kind];
   return { kind, body: { ...extensions, type: t.type, title: t.title, status: t.status, ...(detail === undefined ? {} : { detail }) }, headers };
@@ -71,6 +69,7 @@ export function classify(err: unknown): Classified {
     // Tokens are 64-bit: decimal strings, never JSON numbers (a double would round them).
     return make("stale", err.message, { resource: err.resource, token: err.token.toString(), highest: err.highest.toString() });
   }
+  if (err instanceof ResourceMismatchError) return make("resourceMismatch", err.message, { key: err.key, resource: err.resource, owner: err.owner });
   if (err instanceof VersionMismatchError) return make("version", err.message, { key: err.key, expected: err.expected, actual: err.actual ?? null });
   if (err instanceof ZodError) {
     const errors = err.issues.map((i) => ({ path: i.path.map(String).join("."), message: i.message }));
@@ -86,10 +85,12 @@ export function classify(err: unknown): Classified {
   }
   // A path segment that is not valid percent-encoding (express decodes route parameters).
   if (err instanceof URIError) return make("invalid", err.message);
-  // The stores validate every argument before any I/O and document TypeError/RangeError as "your input is malformed".
-  if (err instanceof TypeError || err instanceof RangeError) return make("invalid", err.message);
-  if (e !== null && typeof e === "object" && ((typeof e.code === "string" && UNAVAILABLE_CODES.has(e.code)) || (typeof e.message === "string" && UNAVAILABLE_MESSAGE.test(e.message)))) {
-    return make("unavailable", "a backend could not be reached; retry later", {}, { "Retry-After": "1" });
+  // The lock and the stores validate every argument before any I/O and throw this class, and only
+  // this class, for malformed input. Any other TypeError or RangeError is a bug of ours: a 500.
+  if (err instanceof InvalidArgumentError) return make("invalid", err.message, { errors: [{ path: err.argument, message: err.message }] });
+  // A socket-level failure (Node's system error codes) from anywhere: a backend is unreachable.
+  if (err instanceof ContentionError || err instanceof BackendUnavailableError || isUnavailable("any", err)) {
+    return make("unavailable", "a backend could not be reached or gave up under contention; retry later", {}, { "Retry-After": "1" });
   }
   return make("internal", "the request failed inside the gateway; see its log");
 }

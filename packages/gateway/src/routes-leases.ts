@@ -1,5 +1,5 @@
 // The only gateway module that imports @fenced/lock: the stores and the rest of the gateway know a
-// fence only as { resource, token }, and a gateway without Redis never loads the lock.
+// fence only as { resource, token, holder }, and a gateway without Redis never loads the lock.
 import { Router, type Request, type Response } from "express";
 import { LeaseLostError, LockNotAcquiredError, Redlock, type Lease, type RedisClient, type RedlockOptions } from "@fenced/lock";
 import { requireResource, requireWrite, type Principal } from "./auth.js";
@@ -28,6 +28,8 @@ function leaseJson(lease: Lease): Record<string, unknown> {
     resource: lease.resource,
     // A decimal string: JSON numbers are doubles, tokens are 64-bit.
     token: lease.token.toString(),
+    // Public: send it as Fencing-Holder with every write, so the stores accept an equal token only from this lease.
+    holder: lease.holder,
     leaseId: encodeLeaseId(lease),
     validUntil: lease.validUntil,
   };

@@ -4,13 +4,15 @@ import type { AddressInfo } from "node:net";
 import type { Express } from "express";
 
 export interface ServeOptions {
-  readonly host?: string;
+  readonly host?: string | undefined;
   /** 0 picks a free port (see `port` on the result). */
-  readonly port?: number;
+  readonly port?: number | undefined;
   /** How long an idle keep-alive connection stays open. Default 5 s (Node's). */
-  readonly keepAliveTimeoutMs?: number;
+  readonly keepAliveTimeoutMs?: number | undefined;
   /** Longest time to receive one whole request, body included: bounds slow uploads. Default 10 min. */
-  readonly requestTimeoutMs?: number;
+  readonly requestTimeoutMs?: number | undefined;
+  /** How long disposal (`await using`) drains before cutting what is left. Default 30 s. */
+  readonly disposeDrainTimeoutMs?: number | undefined;
 }
 
 export interface Serving {
@@ -25,6 +27,8 @@ export interface Serving {
    * last one is done, or false after `timeoutMs`, when whatever is left is cut.
    */
   drain(timeoutMs: number): Promise<boolean>;
+  /** `await using serving = await serve(app, …)`: drains with the default timeout when the scope ends. */
+  [Symbol.asyncDispose](): Promise<void>;
 }
 
 /**
@@ -44,6 +48,9 @@ function expressClasses(app: Express): { IncomingMessage: typeof IncomingMessage
   Response.prototype = app.response;
   return { IncomingMessage: Request as unknown as typeof IncomingMessage, ServerResponse: Response as unknown as typeof ServerResponse };
 }
+
+/** How long `await using` lets requests in flight finish before cutting them. */
+const DEFAULT_DISPOSE_DRAIN_MS = 30_000;
 
 /** Serves the app on a node:http server that knows its requests, so that it can drain them. */
 export async function serve(app: Express, options: ServeOptions = {}): Promise<Serving> {
@@ -98,5 +105,14 @@ export async function serve(app: Express, options: ServeOptions = {}): Promise<S
     });
   };
 
-  return { server, host: address.address, port: address.port, inFlight: () => active.size, drain };
+  return {
+    server,
+    host: address.address,
+    port: address.port,
+    inFlight: () => active.size,
+    drain,
+    [Symbol.asyncDispose]: async () => {
+      await drain(options.disposeDrainTimeoutMs ?? DEFAULT_DISPOSE_DRAIN_MS);
+    },
+  };
 }

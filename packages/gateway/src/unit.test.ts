@@ -2,11 +2,13 @@ import fc from "fast-check";
 import type { Request } from "express";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
-import { StaleTokenError, VersionMismatchError } from "@fenced/store";
-import { MAX_TOKEN } from "@fenced/store";
+import { InvalidArgumentError } from "@fenced/fence";
+import { ContentionError, ResourceMismatchError, StaleTokenError, VersionMismatchError } from "@fenced/store";
+import { MAX_TOKEN } from "@fenced/fence";
 import { ApiKeys } from "./auth.js";
 import { loadConfig } from "./config.js";
 import { decodeLeaseId, encodeLeaseId } from "./lease-id.js";
+import { GatewayMetrics } from "./metrics.js";
 import { classify, HttpProblem } from "./problem.js";
 import { decodeHeaderText, encodeHeaderText, keyFromPath, tokenSchema } from "./validation.js";
 
@@ -63,14 +65,41 @@ describe("problems", () => {
     expect(stale.body).toMatchObject({ status: 409, type: "/problems/stale-token", token: "33", highest: (2n ** 62n).toString() });
     expect(classify(new VersionMismatchError("k", "1", undefined)).body).toMatchObject({ status: 412, actual: null });
     expect(classify(z.strictObject({ a: z.number() }).safeParse({ b: 1 }).error).body.status).toBe(400);
-    expect(classify(new RangeError("bad")).body.status).toBe(400);
+    expect(classify(new InvalidArgumentError("fence.token", "must be a bigint")).body).toMatchObject({ status: 400, errors: [{ path: "fence.token" }] });
+    const mismatch = classify(new ResourceMismatchError("orders/42", "orders/42-x", "orders/42"));
+    expect(mismatch.body).toMatchObject({ status: 409, type: "/problems/resource-mismatch", key: "orders/42", resource: "orders/42-x", owner: "orders/42" });
+    expect(classify(new ContentionError("k", 64, "gave up")).body.status).toBe(503);
     expect(classify(new URIError("bad")).body.status).toBe(400);
     expect(classify(Object.assign(new Error("too big"), { status: 413, expose: true })).body.status).toBe(413);
     expect(classify(Object.assign(new Error("charset"), { status: 415, expose: true })).body.status).toBe(415);
     expect(classify(Object.assign(new Error("connect ECONNREFUSED"), { code: "ECONNREFUSED" })).body.status).toBe(503);
+    // A TypeError or RangeError that is not InvalidArgumentError is a bug of ours, never the client's mistake.
+    for (const bug of [new TypeError("x is not a function"), new RangeError("Invalid array length")]) {
+      expect(classify(bug).body.status, bug.message).toBe(500);
+      expect(JSON.stringify(classify(bug).body)).not.toContain(bug.message);
+    }
     const internal = classify(new Error("secret detail"));
     expect(internal.body.status).toBe(500);
     expect(JSON.stringify(internal.body)).not.toContain("secret detail");
+  });
+
+  it("backend failures are judged by type and code where the backend was called, never by message", async () => {
+    const metrics = new GatewayMetrics();
+    const failWith = (store: "records" | "objects", err: unknown): Promise<number> =>
+      metrics.time(store, "put", () => Promise.reject(err)).then(
+        () => 0,
+        (thrown: unknown) => classify(thrown).body.status,
+      );
+    // node-postgres: a dropped connection or connect timeout is a plain Error without a code.
+    expect(await failWith("records", new Error("Connection terminated unexpectedly"))).toBe(503);
+    expect(await failWith("records", Object.assign(new Error("terminating connection due to administrator command"), { code: "57P01", severity: "FATAL" }))).toBe(503);
+    // A database error with another SQLSTATE (a missing table: misconfiguration) is ours to fix: 500.
+    expect(await failWith("records", Object.assign(new Error("relation does not exist"), { code: "42P01", severity: "ERROR" }))).toBe(500);
+    expect(await failWith("objects", Object.assign(new Error("InternalError"), { $metadata: { httpStatusCode: 503 } }))).toBe(503);
+    expect(await failWith("objects", Object.assign(new Error("AccessDenied"), { $metadata: { httpStatusCode: 403 } }))).toBe(500);
+    // The same plain Error from the S3 side (for example a corrupt manifest) is not a connection failure.
+    expect(await failWith("objects", new Error("manifest has no header line"))).toBe(500);
+    expect(await failWith("objects", Object.assign(new Error("socket hang up"), { code: "ECONNRESET" }))).toBe(503);
   });
 });
 

@@ -1,14 +1,15 @@
 import type { Request } from "express";
 import { z } from "zod";
-import { assertKey, assertResource, MAX_TOKEN, type Fence } from "@fenced/store";
+import { HOLDER_PATTERN, MAX_TOKEN, resourceProblem, TOKEN_PATTERN, type Fence } from "@fenced/fence";
+import { assertKey } from "@fenced/store";
 import { HttpProblem } from "./problem.js";
 
 /**
- * Tokens travel as decimal strings, never JSON numbers: a double holds 53 bits, a token 63. No sign,
- * no leading zeros, no exponent: one spelling per value, so a token is compared, logged and echoed
- * exactly as the lock issued it.
+ * Tokens travel as decimal strings, never JSON numbers: a double holds 53 bits, a token 63. The
+ * pattern (one spelling per value) is @fenced/fence's, the one definition shared with the lock and
+ * the stores.
  */
-export const TOKEN_PATTERN = /^(0|[1-9][0-9]{0,18})$/;
+export { TOKEN_PATTERN };
 
 export const tokenSchema = z
   .string()
@@ -17,23 +18,11 @@ export const tokenSchema = z
   .refine((s) => !TOKEN_PATTERN.test(s) || BigInt(s) <= MAX_TOKEN, `a token is at most ${MAX_TOKEN}`)
   .transform((s) => BigInt(s));
 
-const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
-
-function storeRule(assert: (value: unknown) => void) {
-  return (value: string, ctx: z.RefinementCtx): void => {
-    try {
-      assert(value);
-    } catch (err) {
-      ctx.addIssue({ code: "custom", message: err instanceof Error ? err.message : String(err) });
-    }
-  };
-}
-
-/** The stores' own rules, plus well-formed UTF-16: a lone surrogate would not survive UTF-8 (lease ids, headers, S3 keys). */
-export const resourceSchema = z
-  .string()
-  .superRefine(storeRule(assertResource))
-  .refine((s) => !LONE_SURROGATE.test(s), "a resource must be well-formed Unicode");
+/** A resource as the lock grants it and the stores accept it (@fenced/fence's rule). */
+export const resourceSchema = z.string().superRefine((value, ctx) => {
+  const problem = resourceProblem(value);
+  if (problem !== undefined) ctx.addIssue({ code: "custom", message: `a resource ${problem}` });
+});
 
 export function leaseBodySchema(maxTtlMs: number) {
   const ttlMs = z.number().int().min(1).max(maxTtlMs);
@@ -97,7 +86,10 @@ export function encodeHeaderText(text: string): string {
   });
 }
 
-/** Fencing-Token (required) and Fencing-Resource (default: the key) of a write. */
+/**
+ * Fencing-Token (required), Fencing-Resource (default: the key) and Fencing-Holder (optional: the
+ * lease's public holder id, which the stores need to tell two leases with one token apart) of a write.
+ */
 export function fenceFromHeaders(req: Request, key: string): Fence {
   const rawToken = single(req, "fencing-token");
   if (rawToken === undefined) throw invalid("a write needs a Fencing-Token header (the lease's token, a decimal string)", "Fencing-Token");
@@ -115,7 +107,10 @@ export function fenceFromHeaders(req: Request, key: string): Fence {
     const checked = resourceSchema.safeParse(resource);
     if (!checked.success) throw invalid(checked.error.issues[0]?.message ?? "malformed", "Fencing-Resource");
   }
-  return { resource, token: BigInt(rawToken) };
+  const holder = single(req, "fencing-holder");
+  if (holder === undefined) return { resource, token: BigInt(rawToken) };
+  if (!HOLDER_PATTERN.test(holder)) throw invalid("a holder id is 1-128 characters of A-Z a-z 0-9 . _ : -", "Fencing-Holder");
+  return { resource, token: BigInt(rawToken), holder };
 }
 
 // Strong tags only: If-Match compares strongly, and the gateway never issues weak ones.
