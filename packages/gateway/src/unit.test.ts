@@ -85,7 +85,7 @@ describe("problems", () => {
 
   it("backend failures are judged by type and code where the backend was called, never by message", async () => {
     const metrics = new GatewayMetrics();
-    const failWith = (store: "records" | "objects", err: unknown): Promise<number> =>
+    const failWith = (store: "records" | "objects", err: Error): Promise<number> =>
       metrics.time(store, "put", () => Promise.reject(err)).then(
         () => 0,
         (thrown: unknown) => classify(thrown).body.status,
