@@ -176,8 +176,9 @@ export function writeHeaders(key: string, token: bigint | string, extra: Record<
 export async function snapshot(pool: pg.Pool | undefined, schema: string | undefined, s3: S3Client | undefined, bucket: string | undefined): Promise<string> {
   const parts: string[] = [];
   if (pool !== undefined && schema !== undefined) {
-    const fence = await pool.query(`SELECT resource, token::text FROM "${schema}".fence ORDER BY resource`);
-    const records = await pool.query(`SELECT key, value::text, version::text, token::text, resource FROM "${schema}".records ORDER BY key`);
+    // Every column, whatever the tables hold: a refused write must change none of them.
+    const fence = await pool.query(`SELECT to_jsonb(f)::text AS row FROM "${schema}".fence f ORDER BY resource`);
+    const records = await pool.query(`SELECT to_jsonb(r)::text AS row FROM "${schema}".records r ORDER BY key`);
     parts.push(JSON.stringify(fence.rows), JSON.stringify(records.rows));
   }
   if (s3 !== undefined && bucket !== undefined) {
