@@ -14,3 +14,16 @@ export {
   TOKEN_PATTERN,
 } from "./rules.js";
 export { admits, checkFence, type CheckedFence, type Fence } from "./fence.js";
+export {
+  assertCredentialKey,
+  CREDENTIAL_VERSION,
+  CredentialError,
+  credentialKeys,
+  KEY_ID_PATTERN,
+  MIN_SECRET_BYTES,
+  mintFenceCredential,
+  verifyFenceCredential,
+  type CredentialKey,
+  type CredentialProblem,
+  type VerifiedCredential,
+} from "./credential.js";

@@ -1,0 +1,86 @@
+import { randomBytes } from "node:crypto";
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { CredentialError, credentialKeys, mintFenceCredential, verifyFenceCredential, type CredentialKey } from "./credential.js";
+import { InvalidArgumentError } from "./errors.js";
+import { CONTROL_CHARACTER, MAX_TOKEN } from "./rules.js";
+
+const current: CredentialKey = { id: "k2", secret: randomBytes(32) };
+const previous: CredentialKey = { id: "k1", secret: randomBytes(48) };
+const keys = credentialKeys([current, previous]);
+
+const resource = fc.string({ unit: "grapheme", minLength: 1, maxLength: 40 }).filter((s) => !CONTROL_CHARACTER.test(s));
+const holder = fc.stringMatching(/^[A-Za-z0-9._:-]{1,128}$/);
+const fence = fc.record({ resource, token: fc.bigInt({ min: 0n, max: MAX_TOKEN }), holder });
+
+function code(f: () => unknown): string {
+  try {
+    f();
+  } catch (err) {
+    if (err instanceof CredentialError) return err.code;
+    throw err;
+  }
+  return "accepted";
+}
+
+describe("fence credentials", () => {
+  it("verify to exactly the fence they were minted for, under the key that signed them", () => {
+    fc.assert(
+      fc.property(fence, fc.constantFrom(current, previous), (f, key) => {
+        const verified = verifyFenceCredential(mintFenceCredential(f, key), keys);
+        expect(verified).toEqual({ fence: f, keyId: key.id });
+      }),
+    );
+  });
+
+  it("any altered, truncated, extended or re-ordered credential is refused", () => {
+    fc.assert(
+      fc.property(fence, fc.nat(), fc.integer({ min: 0, max: 63 }), (f, at, bit) => {
+        const good = mintFenceCredential(f, current);
+        const i = at % good.length;
+        const flipped = String.fromCharCode(good.charCodeAt(i) ^ (1 << bit % 7));
+        const altered = good.slice(0, i) + flipped + good.slice(i + 1);
+        if (altered !== good) expect(code(() => verifyFenceCredential(altered, keys))).not.toBe("accepted");
+        expect(code(() => verifyFenceCredential(good.slice(0, i), keys))).not.toBe("accepted");
+        expect(code(() => verifyFenceCredential(`${good}A`, keys))).not.toBe("accepted");
+        const [v, id, payload, mac] = good.split(".") as [string, string, string, string];
+        expect(code(() => verifyFenceCredential([v, id, mac, payload].join("."), keys))).not.toBe("accepted");
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it("a fence grafted from another credential, or another resource's payload, does not verify", () => {
+    const a = mintFenceCredential({ resource: "orders/42", token: 34n, holder: "h1" }, current).split(".");
+    const b = mintFenceCredential({ resource: "orders/42-x", token: 9223372036854775807n, holder: "h1" }, current).split(".");
+    expect(code(() => verifyFenceCredential([a[0], a[1], b[2], a[3]].join("."), keys))).toBe("bad-signature");
+    // The same payload re-signed under a key id that is configured but is not the one that signed it.
+    expect(code(() => verifyFenceCredential([a[0], "k1", a[2], a[3]].join("."), keys))).toBe("bad-signature");
+  });
+
+  it("a key that is not configured (unknown, or retired after rotation) is refused; a configured previous key still verifies", () => {
+    const old = mintFenceCredential({ resource: "r", token: 1n, holder: "h" }, previous);
+    expect(verifyFenceCredential(old, keys).keyId).toBe("k1");
+    const retired = credentialKeys([current]);
+    expect(code(() => verifyFenceCredential(old, retired))).toBe("unknown-key");
+    const stranger = mintFenceCredential({ resource: "r", token: 1n, holder: "h" }, { id: "k9", secret: randomBytes(32) });
+    expect(code(() => verifyFenceCredential(stranger, keys))).toBe("unknown-key");
+    // Same id, another secret (a forger who guessed the id).
+    const forged = mintFenceCredential({ resource: "r", token: 1n, holder: "h" }, { id: "k2", secret: randomBytes(32) });
+    expect(code(() => verifyFenceCredential(forged, keys))).toBe("bad-signature");
+  });
+
+  it("non-canonical base64url and other shapes are malformed", () => {
+    const good = mintFenceCredential({ resource: "r", token: 1n, holder: "h" }, current);
+    for (const bad of ["", "fc1", "fc1.k2..", "fc2" + good.slice(3), good.replace(/\.([^.]*)$/, ".$1="), good + ".x", 42, null, "x".repeat(5000)]) {
+      expect(code(() => verifyFenceCredential(bad, keys)), String(bad).slice(0, 40)).toBe("malformed");
+    }
+  });
+
+  it("minting needs a holder and a strong secret; configuring needs distinct ids", () => {
+    expect(() => mintFenceCredential({ resource: "r", token: 1n }, current)).toThrow(InvalidArgumentError);
+    expect(() => mintFenceCredential({ resource: "r", token: 1n, holder: "h" }, { id: "k", secret: randomBytes(31) })).toThrow(InvalidArgumentError);
+    expect(() => credentialKeys([current, { id: "k2", secret: randomBytes(32) }])).toThrow(/duplicate/);
+    expect(() => credentialKeys([{ id: "bad id", secret: randomBytes(32) }])).toThrow(InvalidArgumentError);
+  });
+});
