@@ -26,6 +26,25 @@ export class LockNotAcquiredError extends Error {
 }
 
 /**
+ * The resource has no fencing tokens left: a counter it needs is at 2^63 − 1 (MAX_TOKEN), the largest
+ * token a store can compare, so no lease with a larger token can ever be granted. Thrown at once,
+ * without retrying, after the attempt released every node (no lease key is left behind). Only an
+ * operator can end it, by moving the work to another resource name: lowering a counter would repeat
+ * tokens the stores have already seen.
+ */
+export class TokenSpaceExhaustedError extends Error {
+  override readonly name = "TokenSpaceExhaustedError";
+  readonly code = "token-space-exhausted";
+  constructor(
+    readonly resource: string,
+    /** The highest counter a node reported (2^63 − 1, or above it on a node written by other means). */
+    readonly highest: bigint,
+  ) {
+    super(`no fencing tokens left for ${JSON.stringify(resource)}: a counter is at ${highest}, and tokens end at 2^63 - 1`);
+  }
+}
+
+/**
  * The lease can no longer be trusted: a majority of nodes could not confirm it (or it expired
  * locally, or was released). Used as the reason of `lease.signal` and thrown by a failed extend().
  */

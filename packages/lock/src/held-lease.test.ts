@@ -1,3 +1,4 @@
+import { InvalidArgumentError } from "@fenced/fence";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LeaseLostError } from "./errors.js";
 import { resourceKeys } from "./keys.js";
@@ -83,20 +84,33 @@ describe("a lease held elsewhere", () => {
     expect(await leaseValuesOn(t.admin, "held/release")).toEqual(["f".repeat(32), null, null]);
   });
 
-  it("rejects malformed input with TypeError/RangeError before any I/O", async () => {
-    const bad: [unknown, typeof TypeError | typeof RangeError][] = [
-      [null, TypeError],
-      [{ resource: "r", token: 1, value: "a".repeat(32) }, TypeError],
-      [{ resource: "r", token: -1n, value: "a".repeat(32) }, RangeError],
-      [{ resource: "", token: 1n, value: "a".repeat(32) }, RangeError],
-      [{ resource: "r", token: 1n, value: "A".repeat(32) }, RangeError],
-      [{ resource: "r", token: 1n, value: "a".repeat(31) }, RangeError],
-      [{ resource: "r", token: 1n, value: 7 }, TypeError],
+  it("rejects malformed input with InvalidArgumentError before any I/O", async () => {
+    const value = "a".repeat(32);
+    const bad: [unknown, string][] = [
+      [null, "held"],
+      [{ resource: "r", token: 1, value }, "held.token"],
+      [{ resource: "r", token: -1n, value }, "held.token"],
+      [{ resource: "r", token: 2n ** 63n, value }, "held.token"],
+      [{ resource: "", token: 1n, value }, "held.resource"],
+      [{ resource: "tab\there", token: 1n, value }, "held.resource"],
+      [{ resource: "\ud800", token: 1n, value }, "held.resource"],
+      [{ resource: "r", token: 1n, value: "A".repeat(32) }, "held.value"],
+      [{ resource: "r", token: 1n, value: "a".repeat(31) }, "held.value"],
+      [{ resource: "r", token: 1n, value: 7 }, "held.value"],
     ];
-    for (const [held, error] of bad) {
-      await expect(other.extend(held as never, 1_000)).rejects.toThrow(error);
-      await expect(other.release(held as never)).rejects.toThrow(error);
+    const lease = await acquirer.acquire("held/bad-input", 5_000);
+    await drained(t.admin);
+    const before = await leaseValuesOn(t.admin, "held/bad-input");
+    for (const [held, argument] of bad) {
+      const expected = expect.objectContaining({ argument }) as Error;
+      await expect(other.extend(held as never, 1_000)).rejects.toThrow(InvalidArgumentError);
+      await expect(other.extend(held as never, 1_000)).rejects.toThrow(expected);
+      await expect(other.release(held as never)).rejects.toThrow(expected);
     }
-    await expect(other.extend({ resource: "r", token: 1n, value: "a".repeat(32) }, 0)).rejects.toThrow(RangeError);
+    // A valid lease with a bad TTL: refused before the nodes see anything, and the lease is untouched.
+    const held = { resource: lease.resource, token: lease.token, value: lease.value };
+    await expect(other.extend(held, 0)).rejects.toThrow(expect.objectContaining({ name: "InvalidArgumentError", argument: "ttlMs" }) as Error);
+    expect(await leaseValuesOn(t.admin, "held/bad-input")).toEqual(before);
+    await lease.release();
   });
 });

@@ -1,5 +1,7 @@
-export { Redlock, type RedlockOptions, type AcquireOptions, type HeldLease } from "./redlock.js";
+export { Redlock } from "./redlock.js";
+export type { RedlockOptions, AcquireOptions, HeldLease } from "./options.js";
 export { Lease, holderOf } from "./lease.js";
-export { LockNotAcquiredError, LeaseLostError, type NodeFailure } from "./errors.js";
+export { LockNotAcquiredError, LeaseLostError, TokenSpaceExhaustedError, type NodeFailure } from "./errors.js";
+export { InvalidArgumentError } from "@fenced/fence";
 export { resourceKeys, type ResourceKeys } from "./keys.js";
-export type { RedisClient } from "./quorum.js";
+export { redisErrorCode, type RedisClient } from "./client.js";

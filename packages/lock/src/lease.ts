@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
 import { performance } from "node:perf_hooks";
 import { LeaseLostError } from "./errors.js";
+import { assertTtl } from "./options.js";
 
 /** The operations a Lease delegates to its Redlock (kept narrow so the lease holds no client state). */
 export interface LeaseOwner {
@@ -17,7 +18,7 @@ export interface LeaseOwner {
  * store, which is the actual guarantee. The AbortController and its expiry timer are created on
  * first access of `signal`: a lease nobody watches costs no timer and no controller.
  */
-export class Lease {
+export class Lease implements AsyncDisposable {
   readonly resource: string;
   readonly token: bigint;
   /**
@@ -91,6 +92,7 @@ export class Lease {
    * Losing the lease here on the first failed round would make those retries dead code.
    */
   async tryExtend(ttlMs: number): Promise<void> {
+    assertTtl(ttlMs);
     const lost = this.lostReason;
     if (lost !== undefined) throw lost;
     const validityMs = await this.#owner.extendLease(this, ttlMs);
@@ -108,6 +110,14 @@ export class Lease {
       await this.#owner.releaseLease(this);
     })();
     return this.#released;
+  }
+
+  /**
+   * `await using lease = await redlock.acquire(...)` releases the lease when the block ends, however
+   * it ends. Same as release(): idempotent, resolves once a majority answered.
+   */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.release();
   }
 
   /** Marks the lease lost (the first reason wins), aborts `signal` if anyone holds it, stops the timer. */

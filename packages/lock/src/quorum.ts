@@ -1,8 +1,7 @@
-import type { Redis, Cluster } from "ioredis";
+import { MAX_TOKEN } from "@fenced/fence";
+import { redisErrorCode, type RedisClient } from "./client.js";
 import type { NodeFailure } from "./errors.js";
 import type { Script } from "./scripts.js";
-
-export type RedisClient = Redis | Cluster;
 
 /** One node's answer to one fan-out: a value, or why it does not count. */
 export type Reply<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly failure: NodeFailure };
@@ -29,7 +28,7 @@ export function runScript(
   stillWanted?: () => boolean,
 ): Promise<unknown> {
   return client.evalsha(script.sha, keys.length, ...keys, ...args).catch((err: unknown) => {
-    if (err instanceof Error && err.message.startsWith("NOSCRIPT")) {
+    if (redisErrorCode(err) === "NOSCRIPT") {
       if (stillWanted === undefined || stillWanted()) return client.eval(script.source, keys.length, ...keys, ...args);
       // Too late to run it, but load it (no side effects) so that the node can serve the next call.
       client.script("LOAD", script.source).catch(() => undefined);
@@ -142,6 +141,25 @@ export function chooseToken(replies: readonly (Reply<Grant> | undefined)[], quor
     else behind.push(node);
   });
   return { token, counted, behind };
+}
+
+/**
+ * Whether the resource has run out of tokens (PROTOCOL.md, "The counter ceiling"): the candidate
+ * token would pass 2^63 - 1, or so many nodes report a counter at the ceiling (where ACQUIRE refuses
+ * without setting anything) that no quorum can ever grant. Returns the highest counter seen then,
+ * undefined otherwise. A node at the ceiling in a minority, below a quorum that grants with a lower
+ * counter, is not yet exhaustion: that quorum's token is valid, and a later round will see the ceiling.
+ */
+export function ceilingReached(replies: readonly (Reply<Grant> | undefined)[], choice: TokenChoice | undefined, quorum: number): bigint | undefined {
+  let atCeiling = 0;
+  let highest = -1n;
+  for (const reply of replies) {
+    if (reply === undefined || !reply.ok) continue;
+    if (reply.value.counter > highest) highest = reply.value.counter;
+    if (!reply.value.granted && reply.value.counter >= MAX_TOKEN) atCeiling++;
+  }
+  if (choice !== undefined) return choice.token > MAX_TOKEN ? highest : undefined;
+  return atCeiling > replies.length - quorum ? highest : undefined;
 }
 
 /**

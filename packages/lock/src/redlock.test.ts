@@ -2,9 +2,10 @@ import { performance } from "node:perf_hooks";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { InvalidArgumentError } from "@fenced/fence";
 import { LeaseLostError, LockNotAcquiredError } from "./errors.js";
 import { resourceKeys } from "./keys.js";
-import { Redlock } from "./redlock.js";
+import { Redlock, type AcquireOptions, type RedlockOptions } from "./redlock.js";
 import { counterOn, countersOn, drained, holdAs, leaseValuesOn, loadScripts, startTestNodes, type TestNodes } from "./test-support.js";
 
 /** Calls of every command except INFO (which the probing itself issues), summed over the nodes. */
@@ -35,47 +36,51 @@ describe("Redlock over 5 nodes", () => {
     await t?.stop();
   });
 
-  it("rejects bad input with TypeError/RangeError before sending anything to Redis", async () => {
+  it("rejects bad input with InvalidArgumentError before sending anything to Redis", async () => {
     const before = await commandsServed(t.admin);
-    expect(() => new Redlock([])).toThrow(RangeError);
-    expect(() => new Redlock(undefined as unknown as Redis[])).toThrow(RangeError);
-    expect(() => new Redlock(t.clients, { retryCount: -1 })).toThrow(RangeError);
-    expect(() => new Redlock(t.clients, { retryDelayMs: Number.NaN })).toThrow(RangeError);
-    expect(() => new Redlock(t.clients, { nodeTimeoutMs: 0 })).toThrow(RangeError);
-    expect(() => new Redlock(t.clients, { driftFactor: -0.1 })).toThrow(RangeError);
-    expect(() => new Redlock(t.clients, { extensionAttempts: 0 })).toThrow(RangeError);
+    const invalid = (argument: string): InvalidArgumentError => expect.objectContaining({ name: "InvalidArgumentError", argument }) as InvalidArgumentError;
+    const constructors: [() => unknown, string][] = [
+      [() => new Redlock([]), "clients"],
+      [() => new Redlock(undefined as unknown as Redis[]), "clients"],
+      [() => new Redlock([t.clients[0]!, {} as Redis]), "clients[1]"],
+      [() => new Redlock(t.clients, null as unknown as RedlockOptions), "options"],
+      [() => new Redlock(t.clients, { retryCount: -1 }), "options.retryCount"],
+      [() => new Redlock(t.clients, { retryCount: 1.5 }), "options.retryCount"],
+      [() => new Redlock(t.clients, { retryDelayMs: Number.NaN }), "options.retryDelayMs"],
+      [() => new Redlock(t.clients, { retryJitterMs: 2 ** 31 }), "options.retryJitterMs"],
+      [() => new Redlock(t.clients, { nodeTimeoutMs: 0 }), "options.nodeTimeoutMs"],
+      [() => new Redlock(t.clients, { driftFactor: -0.1 }), "options.driftFactor"],
+      [() => new Redlock(t.clients, { driftFactor: 1 }), "options.driftFactor"],
+      [() => new Redlock(t.clients, { extensionAttempts: 0 }), "options.extensionAttempts"],
+      [() => new Redlock(t.clients, { automaticExtensionThresholdMs: -1 }), "options.automaticExtensionThresholdMs"],
+    ];
+    for (const [make, argument] of constructors) {
+      expect(make).toThrow(InvalidArgumentError);
+      expect(make).toThrow(invalid(argument));
+    }
+    // Explicit undefined means "the default" (exactOptionalPropertyTypes allows it in the types too).
+    expect(new Redlock(t.clients, { retryCount: undefined, driftFactor: undefined, automaticExtensionThresholdMs: undefined }).quorum).toBe(3);
 
-    const badResources: [unknown, typeof TypeError | typeof RangeError][] = [
-      ["", RangeError],
-      ["r".repeat(513), RangeError],
-      [42, TypeError],
-      [null, TypeError],
-      [undefined, TypeError],
-      [Symbol("r"), TypeError],
-    ];
-    for (const [resource, error] of badResources) {
-      await expect(redlock.acquire(resource as string, 1_000)).rejects.toThrow(error);
+    // Everything @fenced/fence refuses as a resource, including what the stores could not use.
+    const badResources: unknown[] = ["", "r".repeat(513), "line\nbreak", "nul\u0000", "del\u007f", "c1\u0085", "lone\ud800", "\udc00lone", 42, null, undefined, Symbol("r")];
+    for (const resource of badResources) {
+      await expect(redlock.acquire(resource as string, 1_000)).rejects.toThrow(invalid("resource"));
     }
-    const badTtls: [unknown, typeof TypeError | typeof RangeError][] = [
-      [0, RangeError],
-      [-1, RangeError],
-      [2 ** 31, RangeError],
-      [1.5, TypeError],
-      [Number.NaN, TypeError],
-      [Number.POSITIVE_INFINITY, TypeError],
-      ["1000", TypeError],
-    ];
-    for (const [ttl, error] of badTtls) {
-      await expect(redlock.acquire("valid", ttl as number)).rejects.toThrow(error);
+    for (const ttl of [0, -1, 2 ** 31, 1.5, Number.NaN, Number.POSITIVE_INFINITY, "1000"]) {
+      await expect(redlock.acquire("valid", ttl as number)).rejects.toThrow(invalid("ttlMs"));
     }
-    await expect(redlock.acquire("valid", 1_000, { retryCount: -1 })).rejects.toThrow(RangeError);
+    await expect(redlock.acquire("valid", 1_000, { retryCount: -1 })).rejects.toThrow(invalid("options.retryCount"));
+    await expect(redlock.acquire("valid", 1_000, { signal: {} as AbortSignal })).rejects.toThrow(invalid("options.signal"));
+    await expect(redlock.acquire("valid", 1_000, null as unknown as AcquireOptions)).rejects.toThrow(invalid("options"));
     let routineRan = false;
     const routine = (): Promise<void> => {
       routineRan = true;
       return Promise.resolve();
     };
-    await expect(redlock.using("", 1_000, routine)).rejects.toThrow(RangeError);
-    await expect(redlock.using("valid", 0, routine)).rejects.toThrow(RangeError);
+    await expect(redlock.using("", 1_000, routine)).rejects.toThrow(invalid("resource"));
+    await expect(redlock.using("valid", 0, routine)).rejects.toThrow(invalid("ttlMs"));
+    await expect(redlock.using("valid", 1_000, routine, { retryCount: Number.NaN })).rejects.toThrow(invalid("options.retryCount"));
+    await expect(redlock.using("valid", 1_000, "not a function" as unknown as () => Promise<void>)).rejects.toThrow(invalid("routine"));
     expect(routineRan).toBe(false);
 
     expect(await commandsServed(t.admin)).toBe(before);
@@ -179,8 +184,8 @@ describe("Redlock over 5 nodes", () => {
       expect(lease.validUntil).toBeGreaterThan(oldValidUntil + 18_000);
       expect(lease.remainingMs).toBeGreaterThan(19_000);
       expect(await leaseValuesOn(t.admin, resource)).toEqual(Array(5).fill(lease.value));
-      await expect(lease.extend(0)).rejects.toThrow(RangeError);
-      await expect(lease.extend(1.5)).rejects.toThrow(TypeError);
+      await expect(lease.extend(0)).rejects.toThrow(InvalidArgumentError);
+      await expect(lease.extend(1.5)).rejects.toThrow(InvalidArgumentError);
     } finally {
       await lease.release();
     }

@@ -1,4 +1,5 @@
 import { createHash } from "node:crypto";
+import { MAX_TOKEN } from "@fenced/fence";
 
 /**
  * Every Lua script the lock runs, one place. Each runs atomically on one node.
@@ -10,31 +11,50 @@ import { createHash } from "node:crypto";
  */
 
 /**
+ * A counter must stay a token: an integer in 0..2^63 - 1 (MAX_TOKEN in @fenced/fence), which is also
+ * where INCR stops. Lua has no 64-bit integers, so counters are compared as decimal strings: without
+ * leading zeros, a longer string is a larger number, and strings of equal length compare lexically.
+ */
+const CEILING = MAX_TOKEN.toString();
+/** Lua conditions on the string `s`: a decimal integer in its one spelling; compared with the ceiling. */
+const IS_DECIMAL = `(s == '0' or string.match(s, '^[1-9]%d*$') ~= nil)`;
+const compare = (op: ">" | ">="): string => `(string.len(s) > ${CEILING.length} or (string.len(s) == ${CEILING.length} and s ${op} '${CEILING}'))`;
+
+/**
  * Take the lease if free and, only then, advance the counter. Returns {1, counter} when granted,
- * {0, counter} when another value holds the key (the counter lets the client notice a node that
- * is ahead of the ones that granted). ARGV: value, ttl ms.
+ * {0, counter} when not (the counter lets the client notice a node that is ahead of the ones that
+ * granted). ARGV: value, ttl ms.
+ *
+ * The counter is checked before anything is written: one at or past the ceiling (INCR would
+ * overflow) is a refusal, {0, counter}, which the client reads as an exhausted resource; one that is
+ * not a decimal integer is an error. Either way no lease key is set: the script never fails after
+ * writing (Redis does not roll back a script's writes when it errors).
  */
 export const ACQUIRE = `
+local s = redis.call('GET', KEYS[2]) or '0'
+if not ${IS_DECIMAL} then return redis.error_reply('ERR fence counter is not a decimal integer') end
+if ${compare(">=")} then return {0, s} end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local counter = redis.call('INCR', KEYS[2])
   if counter < 9007199254740992 then return {1, counter} end
   return {1, redis.call('GET', KEYS[2])}
 end
-return {0, redis.call('GET', KEYS[2]) or '0'}
+return {0, s}
 `;
 
 /**
  * Raise the counter to ARGV[2] if it is lower, but only while this node still holds this lease's
  * value (a node that lost the lease must not be counted). Returns 1 if this call moved the counter
  * to exactly ARGV[2], 0 if it was already there or above, -1 if the lease is not held here.
- * Decimal strings without leading zeros compare by length first, then lexically: exact for 64-bit.
+ * ARGV[2] must be a token (at most 2^63 - 1): anything else is an error, and nothing is written.
  */
 export const PUBLISH = `
+local s = ARGV[2]
+if not ${IS_DECIMAL} or ${compare(">")} then return redis.error_reply('ERR publish wants a token in 0..${CEILING}') end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 local current = redis.call('GET', KEYS[2]) or '0'
-local wanted = ARGV[2]
-if string.len(current) < string.len(wanted) or (string.len(current) == string.len(wanted) and current < wanted) then
-  redis.call('SET', KEYS[2], wanted)
+if string.len(current) < string.len(s) or (string.len(current) == string.len(s) and current < s) then
+  redis.call('SET', KEYS[2], s)
   return 1
 end
 return 0

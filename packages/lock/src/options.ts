@@ -1,0 +1,145 @@
+import { assertResource, assertToken, InvalidArgumentError } from "@fenced/fence";
+
+/**
+ * The lock's inputs and their checks. Every check throws InvalidArgumentError before any Redis
+ * command is sent; a resource is valid exactly when @fenced/fence says so, so the lock never grants
+ * a lease that the stores would refuse.
+ */
+
+export interface RedlockOptions {
+  /** Clock drift allowance as a fraction of the TTL (plus 2 ms); subtracted from the validity. In [0, 1). Default 0.01. */
+  readonly driftFactor?: number | undefined;
+  /** Retries after the first attempt (an integer, or Infinity: retry until `signal` aborts). Default 10. */
+  readonly retryCount?: number | undefined;
+  /** Base delay between attempts. Default 200 ms. */
+  readonly retryDelayMs?: number | undefined;
+  /** Random extra delay in [0, retryJitterMs) so that contenders spread out. Default 100 ms. */
+  readonly retryJitterMs?: number | undefined;
+  /** How long one node may take to answer before it counts as failed for that round. Default 200 ms. */
+  readonly nodeTimeoutMs?: number | undefined;
+  /**
+   * using(): extend when this much validity remains. Must be below the longest validity a lease of
+   * the call's TTL can have (TTL minus the drift allowance), or using() refuses the call: there would
+   * be no time left to wait between extensions. Default: half of that longest validity.
+   */
+  readonly automaticExtensionThresholdMs?: number | undefined;
+  /** using(): extension rounds tried before the lease is declared lost. Default 3. */
+  readonly extensionAttempts?: number | undefined;
+}
+
+export interface AcquireOptions {
+  readonly retryCount?: number | undefined;
+  /** Abandons the retry loop (not an attempt in flight). */
+  readonly signal?: AbortSignal | undefined;
+}
+
+/**
+ * What identifies a lease on the nodes: enough for a process other than the one that acquired it
+ * (for example another instance of a stateless HTTP gateway) to extend or release it. `value` is the
+ * lease's random secret (`Lease.value`): whoever knows it can extend or release that lease, nothing more.
+ */
+export interface HeldLease {
+  readonly resource: string;
+  readonly token: bigint;
+  readonly value: string;
+}
+
+/** The options with their defaults applied, all checked. */
+export interface Settings {
+  readonly driftFactor: number;
+  readonly retryCount: number;
+  readonly retryDelayMs: number;
+  readonly retryJitterMs: number;
+  readonly nodeTimeoutMs: number;
+  readonly automaticExtensionThresholdMs: number | undefined;
+  readonly extensionAttempts: number;
+}
+
+/** Redis's PX and Node's timers both stop at 2^31 - 1 ms (a longer Node timer fires at once). */
+export const MAX_MS = 2 ** 31 - 1;
+
+// What the lock generates for a lease (16 random bytes in hex); anything else cannot be a lease value.
+const LEASE_VALUE = /^[0-9a-f]{32}$/;
+
+function assertObject(value: unknown, argument: string, shape: string): asserts value is Record<string, unknown> {
+  if (typeof value !== "object" || value === null) throw new InvalidArgumentError(argument, `must be an object ${shape}`);
+}
+
+/** A number of milliseconds in [min, MAX_MS]. */
+function checkMs(value: unknown, argument: string, min: number): number {
+  if (typeof value !== "number" || !Number.isFinite(value) || value < min || value > MAX_MS) {
+    throw new InvalidArgumentError(argument, `must be a number of milliseconds between ${min} and ${MAX_MS}, got ${String(value)}`);
+  }
+  return value;
+}
+
+function checkRetryCount(value: unknown, argument: string): number {
+  if (value === Number.POSITIVE_INFINITY || (typeof value === "number" && Number.isInteger(value) && value >= 0)) return value;
+  throw new InvalidArgumentError(argument, `must be a non-negative integer or Infinity, got ${String(value)}`);
+}
+
+export function assertTtl(ttlMs: unknown, argument = "ttlMs"): asserts ttlMs is number {
+  if (typeof ttlMs !== "number" || !Number.isInteger(ttlMs) || ttlMs < 1 || ttlMs > MAX_MS) {
+    throw new InvalidArgumentError(argument, `must be an integer number of milliseconds between 1 and ${MAX_MS}, got ${String(ttlMs)}`);
+  }
+}
+
+/** The clock drift allowance for a TTL; what an acquire or extension subtracts from its validity. */
+export function driftMs(ttlMs: number, driftFactor: number): number {
+  return ttlMs * driftFactor + 2;
+}
+
+export function checkSettings(options: unknown): Settings {
+  if (options === undefined) options = {};
+  assertObject(options, "options", "of Redlock options");
+  const { driftFactor = 0.01, retryCount = 10, retryDelayMs = 200, retryJitterMs = 100, nodeTimeoutMs = 200, automaticExtensionThresholdMs, extensionAttempts = 3 } = options;
+  if (typeof driftFactor !== "number" || !(driftFactor >= 0 && driftFactor < 1)) {
+    throw new InvalidArgumentError("options.driftFactor", `must be a number in [0, 1), got ${String(driftFactor)}`);
+  }
+  if (typeof extensionAttempts !== "number" || !Number.isInteger(extensionAttempts) || extensionAttempts < 1) {
+    throw new InvalidArgumentError("options.extensionAttempts", `must be a positive integer, got ${String(extensionAttempts)}`);
+  }
+  return {
+    driftFactor,
+    retryCount: checkRetryCount(retryCount, "options.retryCount"),
+    retryDelayMs: checkMs(retryDelayMs, "options.retryDelayMs", 0),
+    retryJitterMs: checkMs(retryJitterMs, "options.retryJitterMs", 0),
+    nodeTimeoutMs: checkMs(nodeTimeoutMs, "options.nodeTimeoutMs", 1),
+    automaticExtensionThresholdMs: automaticExtensionThresholdMs === undefined ? undefined : checkMs(automaticExtensionThresholdMs, "options.automaticExtensionThresholdMs", 0),
+    extensionAttempts,
+  };
+}
+
+/** AcquireOptions, checked; `retryCount` falls back to the Redlock's. */
+export function checkAcquireOptions(options: unknown, defaultRetryCount: number): { readonly retryCount: number; readonly signal: AbortSignal | undefined } {
+  if (options === undefined) return { retryCount: defaultRetryCount, signal: undefined };
+  assertObject(options, "options", "{ retryCount?, signal? }");
+  const { retryCount = defaultRetryCount, signal } = options;
+  if (signal !== undefined && !(signal instanceof AbortSignal)) throw new InvalidArgumentError("options.signal", "must be an AbortSignal");
+  return { retryCount: checkRetryCount(retryCount, "options.retryCount"), signal };
+}
+
+/** A HeldLease, checked and copied (each field read once: a getter cannot show the check one value and the nodes another). */
+export function checkHeld(held: unknown, argument = "held"): HeldLease {
+  assertObject(held, argument, "{ resource, token, value }");
+  const { resource, token, value } = held;
+  assertResource(resource, `${argument}.resource`);
+  assertToken(token, `${argument}.token`);
+  if (typeof value !== "string" || !LEASE_VALUE.test(value)) throw new InvalidArgumentError(`${argument}.value`, "is not a lease value (32 lowercase hex digits)");
+  return { resource, token, value };
+}
+
+/**
+ * The clients, checked: at least one, each with the commands the lock sends. A node is addressed by
+ * its index, so the array is copied: later changes to the caller's array do not move the quorum.
+ */
+export function checkClients<C>(clients: unknown): C[] {
+  if (!Array.isArray(clients) || clients.length === 0) throw new InvalidArgumentError("clients", "must be a non-empty array of Redis clients (one per node)");
+  clients.forEach((client: unknown, i) => {
+    const c = client as Record<string, unknown> | null;
+    if (typeof c !== "object" || c === null || typeof c.evalsha !== "function" || typeof c.eval !== "function" || typeof c.script !== "function") {
+      throw new InvalidArgumentError(`clients[${i}]`, "must be a Redis client (an ioredis Redis or Cluster)");
+    }
+  });
+  return [...(clients as C[])];
+}
