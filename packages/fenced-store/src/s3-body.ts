@@ -1,6 +1,7 @@
 import { Readable } from "node:stream";
 import { GetObjectCommand, PutObjectCommand, type S3Client } from "@aws-sdk/client-s3";
-import { statusOf } from "./s3-conditional.js";
+import { CONTROL_CHARACTER, InvalidArgumentError } from "@fenced/fence";
+import { sendOptions, statusOf } from "./s3-conditional.js";
 import { putOnce, uploadStream } from "./s3-multipart.js";
 
 /** Parts of one stream uploading at once: enough to keep a link busy, few enough to bound memory. */
@@ -9,31 +10,28 @@ const PART_CONCURRENCY = 2;
 /** What put() accepts: bytes in memory, or a stream that is sent without being buffered whole. */
 export type S3Body = string | Uint8Array | Readable;
 
-// eslint-disable-next-line no-control-regex
-const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
-
-export function assertBody(body: unknown): asserts body is S3Body {
+export function assertBody(body: unknown, argument = "body"): asserts body is S3Body {
   if (typeof body === "string" || body instanceof Uint8Array) return;
   if (body instanceof Readable) {
     // Object mode is allowed (Readable.from([buffer]) is one); its chunks are checked as they come.
-    if (body.destroyed || body.readableEnded) throw new TypeError("body stream has already been consumed or destroyed");
+    if (body.destroyed || body.readableEnded) throw new InvalidArgumentError(argument, "the stream has already been consumed or destroyed");
     return;
   }
-  throw new TypeError(`body must be a string, a Uint8Array or a Readable stream, got ${body === null ? "null" : typeof body}`);
+  throw new InvalidArgumentError(argument, `must be a string, a Uint8Array or a Readable stream, got ${body === null ? "null" : typeof body}`);
 }
 
 export function assertContentType(contentType: unknown): asserts contentType is string | undefined {
   if (contentType === undefined) return;
-  if (typeof contentType !== "string") throw new TypeError("contentType must be a string");
-  if (contentType.length === 0 || contentType.length > 256) throw new RangeError("contentType must be 1 to 256 characters");
-  if (CONTROL.test(contentType)) throw new RangeError("contentType must not contain control characters");
+  if (typeof contentType !== "string") throw new InvalidArgumentError("contentType", "must be a string");
+  if (contentType.length === 0 || contentType.length > 256) throw new InvalidArgumentError("contentType", "must be 1 to 256 characters");
+  if (CONTROL_CHARACTER.test(contentType)) throw new InvalidArgumentError("contentType", "must not contain control characters");
 }
 
 export function assertContentLength(contentLength: unknown, body: S3Body): asserts contentLength is number | undefined {
   if (contentLength === undefined) return;
-  if (!(body instanceof Readable)) throw new TypeError("contentLength is only for stream bodies (the length of bytes in memory is known)");
+  if (!(body instanceof Readable)) throw new InvalidArgumentError("contentLength", "is only for stream bodies (the length of bytes in memory is known)");
   if (typeof contentLength !== "number" || !Number.isSafeInteger(contentLength) || contentLength < 0) {
-    throw new RangeError("contentLength must be a non-negative safe integer");
+    throw new InvalidArgumentError("contentLength", "must be a non-negative safe integer");
   }
 }
 
@@ -50,22 +48,23 @@ export interface UploadOptions {
   readonly contentLength: number | undefined;
   /** Multipart part size for streams of unknown length. */
   readonly partSize: number;
+  readonly signal: AbortSignal | undefined;
 }
 
 /**
- * Writes a data object under a name no other write uses. Bytes and streams of known length go in
- * one PUT with If-None-Match: * (data is never overwritten in place); a stream of unknown length
- * goes multipart, holding a few parts in memory, and relies on the unique name alone, because
- * conditions on completing a multipart upload are not portable.
+ * Writes a data object under a name no other write uses and returns its size. Bytes and streams of
+ * known length go in one PUT with If-None-Match: * (data is never overwritten in place); a stream of
+ * unknown length goes multipart, holding a few parts in memory, and relies on the unique name alone,
+ * because conditions on completing a multipart upload are not portable.
  */
-export async function uploadData(client: S3Client, bucket: string, key: string, body: Buffer | Readable, options: UploadOptions): Promise<void> {
+export async function uploadData(client: S3Client, bucket: string, key: string, body: Buffer | Readable, options: UploadOptions): Promise<number> {
   const contentType = options.contentType === undefined ? {} : { ContentType: options.contentType };
   if (Buffer.isBuffer(body) || options.contentLength !== undefined) {
-    const length = Buffer.isBuffer(body) ? body.length : options.contentLength;
-    await putOnce(client, new PutObjectCommand({ Bucket: bucket, Key: key, Body: body, ContentLength: length, IfNoneMatch: "*", ...contentType }));
-    return;
+    const length = Buffer.isBuffer(body) ? body.length : (options.contentLength ?? 0);
+    await putOnce(client, new PutObjectCommand({ Bucket: bucket, Key: key, Body: body, ContentLength: length, IfNoneMatch: "*", ...contentType }), options.signal);
+    return length;
   }
-  await uploadStream(client, bucket, key, body, { contentType: options.contentType, partSize: options.partSize, concurrency: PART_CONCURRENCY });
+  return uploadStream(client, bucket, key, body, { contentType: options.contentType, partSize: options.partSize, concurrency: PART_CONCURRENCY, signal: options.signal });
 }
 
 export interface DataObject {
@@ -74,9 +73,9 @@ export interface DataObject {
 }
 
 /** Opens a data object; undefined when it is gone (superseded and cleaned up since the manifest was read). */
-export async function openData(client: S3Client, bucket: string, key: string): Promise<DataObject | undefined> {
+export async function openData(client: S3Client, bucket: string, key: string, signal?: AbortSignal): Promise<DataObject | undefined> {
   try {
-    const res = await client.send(new GetObjectCommand({ Bucket: bucket, Key: key }));
+    const res = await client.send(new GetObjectCommand({ Bucket: bucket, Key: key }), sendOptions(signal));
     if (!(res.Body instanceof Readable)) throw new Error(`GET ${key} did not return a Node.js stream`);
     return { body: res.Body, size: res.ContentLength };
   } catch (err) {

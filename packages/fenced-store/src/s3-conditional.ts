@@ -44,19 +44,21 @@ function codeOf(err: unknown): string | undefined {
 }
 
 /**
- * A 500 answer to a conditional PUT, taken out of the SDK's hands: its retry would wait a backoff
- * (about 100 ms) only to learn what one read of the object tells at once. radosgw answers the loser
- * of every race this way, so under contention the SDK's retries dominated the latency. Deliberately
+ * An answer to a conditional PUT that leaves its outcome unknown (5xx, a timeout, a reset, no answer),
+ * taken out of the SDK's hands. Its retry would wait a backoff (about 100 ms) only to learn what one
+ * read of the object tells at once; radosgw answers the loser of every race with 500, so under
+ * contention the SDK's retries dominated the latency. And with one try per attempt, a 412 or 409
+ * answer is final for that attempt: no earlier try of the same request can still land. Deliberately
  * without `cause` or `$metadata`: the SDK's retry classification looks into both.
  */
-class ServerErrorNotRetried extends Error {
+class AmbiguousNotRetried extends Error {
   constructor(readonly original: unknown) {
-    super("conditional PUT answered 500");
+    super("conditional PUT: no answer, or 5xx");
   }
 }
 
 export function classify(err: unknown): Failure {
-  if (err instanceof ServerErrorNotRetried) return "ambiguous";
+  if (err instanceof AmbiguousNotRetried) return "ambiguous";
   const status = statusOf(err);
   if (status === undefined) return "ambiguous"; // no response at all: the request may still have landed
   if (status === 412) return "precondition";
@@ -64,6 +66,11 @@ export function classify(err: unknown): Failure {
   if (status === 404) return codeOf(err) === "NoSuchBucket" ? "fatal" : "precondition";
   if (status >= 500) return "ambiguous";
   return "fatal";
+}
+
+/** The SDK's per-request options for a signal: none without one (its types refuse an explicit undefined). */
+export function sendOptions(signal: AbortSignal | undefined): { abortSignal?: AbortSignal } {
+  return signal === undefined ? {} : { abortSignal: signal };
 }
 
 /** ETags travel quoted in responses; keep them bare so the quoting can be chosen per backend when sending. */
@@ -113,9 +120,9 @@ export class ConditionalObjects {
     return this.form === "bare" ? etag : `"${etag}"`;
   }
 
-  async read(key: string): Promise<StoredObject | undefined> {
+  async read(key: string, signal?: AbortSignal): Promise<StoredObject | undefined> {
     try {
-      const res = await this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: key }));
+      const res = await this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: key }), sendOptions(signal));
       if (res.Body === undefined || res.ETag === undefined) throw new Error(`GET ${key} returned no body or no ETag`);
       return { etag: bareEtag(res.ETag), body: Buffer.from(await res.Body.transformToByteArray()) };
     } catch (err) {
@@ -124,7 +131,8 @@ export class ConditionalObjects {
     }
   }
 
-  async write(key: string, body: Buffer, condition: Condition): Promise<WriteOutcome> {
+  /** Never throws: the outcome says how a failure is to be understood. */
+  async write(key: string, body: Buffer, condition: Condition, signal?: AbortSignal): Promise<WriteOutcome> {
     try {
       const command = new PutObjectCommand({
         Bucket: this.bucket,
@@ -133,19 +141,21 @@ export class ConditionalObjects {
         ContentLength: body.length,
         ...("ifMatch" in condition ? { IfMatch: this.ifMatchHeader(condition.ifMatch) } : { IfNoneMatch: "*" }),
       });
-      // Inside the SDK's retry loop (same step, lower priority), so it sees the 500 before the retry does.
+      // Inside the SDK's retry loop (same step, lower priority), so it sees the failure before the retry does.
+      // Throttling answers (429, other 4xx the SDK retries) are refusals, and retrying them is safe.
       command.middlewareStack.add(
         (next) => async (args) => {
           try {
             return await next(args);
           } catch (err) {
-            if (statusOf(err) === 500) throw new ServerErrorNotRetried(err);
+            const status = statusOf(err);
+            if (status === undefined || status >= 500) throw new AmbiguousNotRetried(err);
             throw err;
           }
         },
-        { step: "finalizeRequest", priority: "low", name: "fencedNoRetryOn500" },
+        { step: "finalizeRequest", priority: "low", name: "fencedNoRetryWhenAmbiguous" },
       );
-      const res = await this.client.send(command);
+      const res = await this.client.send(command, sendOptions(signal));
       if (res.ETag === undefined) throw new Error(`PUT ${key} returned no ETag`);
       if ("ifMatch" in condition) this.formSettled = true;
       return { ok: true, etag: bareEtag(res.ETag) };
@@ -155,8 +165,8 @@ export class ConditionalObjects {
   }
 
   /** Unconditional: only used on objects whose names are unique per write (data, probes). */
-  async remove(key: string): Promise<void> {
-    await this.client.send(new DeleteObjectCommand({ Bucket: this.bucket, Key: key }));
+  async remove(key: string, signal?: AbortSignal): Promise<void> {
+    await this.client.send(new DeleteObjectCommand({ Bucket: this.bucket, Key: key }), sendOptions(signal));
   }
 
   /**

@@ -1,10 +1,11 @@
+import { Readable } from "node:stream";
 import type { S3Client } from "@aws-sdk/client-s3";
 import { startS3, type StartedS3 } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { StaleTokenError } from "./errors.js";
+import { ContentionError, ResourceMismatchError, StaleTokenError, VersionMismatchError } from "./errors.js";
 import type { Fence } from "./fence.js";
 import { FencedS3 } from "./s3.js";
-import { auditManifests, fakeError, intercept, isManifestPut, listKeys, type RequestInfo } from "./s3-test-support.js";
+import { auditManifests, fakeError, intercept, isDataUpload, isManifestPut, listKeys, type RequestInfo } from "./s3-test-support.js";
 
 let server: StartedS3;
 
@@ -115,19 +116,158 @@ describe("FencedS3: failures and ambiguous outcomes", () => {
       seen.push(info);
       return send();
     });
-    const count = async (store: FencedS3, token: number, key = "k"): Promise<string[]> => {
+    const name = (r: RequestInfo): string => `${r.command.replace("ObjectCommand", "")} ${r.key?.split("/")[1] ?? ""}`;
+    /** The requests of one put, in rounds: requests sent in parallel are one round (sorted). */
+    const count = async (store: FencedS3, token: number, key = "k", body = "body", parallel: number[] = []): Promise<string[]> => {
       seen.length = 0;
-      await store.put(key, "body", { fence: fence(token, "rt") });
-      return seen.map((r) => `${r.command.replace("ObjectCommand", "")} ${r.key?.split("/")[1] ?? ""}`);
+      await store.put(key, body, { fence: fence(token, "rt") });
+      // The deletion of a replaced body runs in the background, after the put has returned.
+      const names = seen.map(name).filter((n) => n !== "Delete data");
+      for (const at of parallel) names.splice(at, 2, [names[at], names[at + 1]].sort().join(" | "));
+      return names;
     };
     const fenced = new FencedS3(client, { bucket });
-    // First write of a new key with a new token: the fence is read and raised; the key is created blind.
-    expect(await count(fenced, 1)).toEqual(["Get fences", "Put fences", "Put manifests"]);
+    // First write of a new key with a new token: the fence must be raised, and a raise needs the key's
+    // owner known first, so the manifest is read alongside the fence; then the key is created.
+    expect(await count(fenced, 1, "k", "body", [0])).toEqual(["Get fences | Get manifests", "Put fences", "Put manifests"]);
     expect(await count(fenced, 1)).toEqual(["Get fences", "Put manifests"]); // steady state
+    expect(await count(fenced, 1, "new")).toEqual(["Get fences", "Put manifests"]); // a new key, fence already raised
+    // A body too large to inline uploads while the fence is read; the upload is what the fence must
+    // not be read before, so it is read again right before the manifest PUT.
+    const big = "b".repeat(70_000);
+    await fenced.put("big", big, { fence: fence(1, "rt") });
+    expect(await count(fenced, 1, "big", big, [0])).toEqual(["Get fences | Put data", "Get fences", "Put manifests"]);
     const objectOnly = new FencedS3(client, { bucket, checkResourceFence: false });
     // A store that has not seen the key tries a create, learns the key exists, reads it, swaps.
     expect(await count(objectOnly, 2)).toEqual(["Put manifests", "Get manifests", "Put manifests"]);
     expect(await count(objectOnly, 2)).toEqual(["Put manifests"]); // steady state: one request
     expect(await count(objectOnly, 2, "fresh")).toEqual(["Put manifests"]); // a new key: one request
+    await fenced.flush();
+  });
+});
+
+describe("FencedS3: an acknowledged write's body stays readable", () => {
+  for (const kind of ["bytes", "stream"] as const) {
+    it(`an attempt that landed and lost its answer, replaced by another write of the same lease before the read-back (${kind}): the write fails or its body is readable`, async () => {
+      const lease: Fence = { resource: "faults", token: 7n, holder: "lease-7" };
+      const late: { other?: FencedS3 } = {};
+      const { client, bucket, store } = await faulty(async (send) => {
+        await send(); // the first attempt lands, naming its data object ...
+        await late.other?.put("k", "from the same lease, elsewhere", { fence: lease }); // ... is replaced at once ...
+        await late.other?.flush(); // ... and the body the replaced manifest named is deleted ...
+        throw fakeError(undefined, "TimeoutError"); // ... and the first writer never heard back.
+      });
+      late.other = new FencedS3(server.client(), { bucket });
+      const text = "from the first writer ".repeat(10);
+      const body = kind === "bytes" ? text : Readable.from([Buffer.from(text)], { objectMode: false });
+      const outcome = await store.put("k", body, { fence: lease }).then(
+        (r) => r,
+        (e: unknown) => e,
+      );
+      const now = await new FencedS3(client, { bucket }).getBytes("k"); // must not fail: the current body exists
+      if (outcome instanceof Error) {
+        // Not a refusal (it may have landed): an error whose outcome is unknown.
+        for (const refusal of [StaleTokenError, VersionMismatchError, ResourceMismatchError]) expect(outcome).not.toBeInstanceOf(refusal);
+        expect(now?.body.toString()).toBe("from the same lease, elsewhere");
+      } else {
+        expect(now?.version).toBe((outcome as { version: string }).version);
+        expect(now?.body.toString()).toBe(text);
+      }
+      // Bytes in memory can always be sent again: that write must succeed.
+      if (kind === "bytes") expect(outcome).not.toBeInstanceOf(Error);
+      await store.flush();
+      const data = await listKeys(client, bucket, "fenced/data/");
+      expect(data).toHaveLength(outcome instanceof Error ? 0 : 1); // no orphan: only the current body
+    });
+  }
+
+  it("a 412 from the SDK's retry after the attempt landed, then a failed read-back: the body the manifest names is kept", async () => {
+    const client = server.client();
+    const bucket = await server.createBucket();
+    let phase = 0;
+    intercept(client, async (info, send) => {
+      if (phase === 0 && isManifestPut(info)) {
+        phase = 1;
+        await send(); // lands ...
+        throw fakeError(412, "PreconditionFailed"); // ... and the SDK's retry of it is refused
+      }
+      if (phase === 1 && info.command === "GetObjectCommand" && (info.key?.includes("/manifests/") ?? false)) {
+        phase = 2;
+        throw fakeError(403, "AccessDenied"); // the read-back that would tell fails
+      }
+      return send();
+    });
+    const store = new FencedS3(client, { bucket, inlineLimit: 0 });
+    const outcome = await store.put("k", "the body", { fence: fence(1) }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(outcome).toBeInstanceOf(Error);
+    for (const refusal of [StaleTokenError, VersionMismatchError, ResourceMismatchError]) expect(outcome).not.toBeInstanceOf(refusal);
+    await store.flush();
+    // The attempt did land: its manifest is current and its body must still be there.
+    expect((await new FencedS3(client, { bucket }).getBytes("k"))?.body.toString()).toBe("the body");
+  });
+});
+
+describe("FencedS3: giving up, aborting", () => {
+  it("giving up after maxAttempts conflicting writes, or on a key that keeps changing while read, is a ContentionError", async () => {
+    const client = server.client();
+    const bucket = await server.createBucket();
+    intercept(client, (info, send) => (isManifestPut(info) ? Promise.reject(fakeError(409, "ConditionalRequestConflict")) : send()));
+    const store = new FencedS3(client, { bucket, maxAttempts: 2 });
+    const err: unknown = await store.put("k", "x", { fence: fence(1) }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ContentionError);
+    expect(err).toMatchObject({ key: "k", attempts: 2 });
+
+    const writer = new FencedS3(server.client(), { bucket, inlineLimit: 0 });
+    await writer.put("big", "in a data object", { fence: fence(1) });
+    const reads = server.client();
+    intercept(reads, (info, send) => ((info.key?.includes("/data/") ?? false) ? Promise.reject(fakeError(404, "NoSuchKey")) : send()));
+    await expect(new FencedS3(reads, { bucket, maxAttempts: 3 }).get("big")).rejects.toBeInstanceOf(ContentionError);
+    await expect(new FencedS3(reads, { bucket, maxAttempts: 3 }).getBytes("big")).rejects.toBeInstanceOf(ContentionError);
+
+    // update: the key changes under every read-modify-write round.
+    let round = 0;
+    const updated = await writer
+      .update("big", async () => {
+        await writer.put("big", `moved ${++round}`, { fence: fence(1) });
+        return "never";
+      }, { fence: fence(1), maxAttempts: 2 })
+      .catch((e: unknown) => e);
+    expect(updated).toBeInstanceOf(ContentionError);
+    expect(updated).toMatchObject({ key: "big", attempts: 2 });
+  });
+
+  it("an abort signal aborts the request in flight; the write throws the signal's reason and leaves nothing behind", async () => {
+    const client = server.client();
+    const bucket = await server.createBucket();
+    let uploadSent: (() => void) | undefined;
+    intercept(client, (info, send) => {
+      if (isDataUpload(info)) uploadSent?.();
+      return send();
+    });
+    const store = new FencedS3(client, { bucket });
+    for (const contentLength of [1_000_000, undefined]) {
+      const sent = new Promise<void>((r) => (uploadSent = r));
+      const controller = new AbortController();
+      // A body that sends a little (one part, when multipart) and then never ends: its upload stays in flight until aborted.
+      const body = new Readable({ read() {} });
+      body.push(Buffer.alloc(contentLength === undefined ? 9 * 1024 * 1024 : 1024, 1));
+      const write = store.put("k", body, { fence: fence(1), contentLength, signal: controller.signal });
+      await sent;
+      await new Promise((r) => setTimeout(r, 100));
+      const reason = new Error("the lease was lost");
+      controller.abort(reason);
+      const timeout = new Promise((_, reject) => setTimeout(() => reject(new Error("the write did not stop")), 5_000));
+      await expect(Promise.race([write, timeout])).rejects.toBe(reason);
+    }
+    await store.flush();
+    expect(await listKeys(client, bucket, "fenced/manifests/")).toEqual([]);
+    expect(await listKeys(client, bucket, "fenced/data/")).toEqual([]);
+    // A signal aborted already: its reason, before any request.
+    const already = AbortSignal.abort(new Error("gone"));
+    await expect(store.put("k", "x", { fence: fence(1), signal: already })).rejects.toMatchObject({ message: "gone" });
+    await expect(store.register(fence(1), { signal: already })).rejects.toMatchObject({ message: "gone" });
   });
 });

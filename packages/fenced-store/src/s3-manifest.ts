@@ -1,52 +1,43 @@
-import { createHash, randomBytes } from "node:crypto";
 import { z } from "zod";
-import { MAX_TOKEN } from "./fence.js";
+import { HOLDER_PATTERN, MAX_TOKEN, resourceProblem, TOKEN_PATTERN } from "@fenced/fence";
+import type { CheckedFence } from "./fence.js";
+import { newId, targetOf } from "./s3-layout.js";
 
 /**
- * The S3 layout and the two small objects that carry the ratchet.
- *
- *   <prefix>manifests/<key>         one per key: the compare-and-swapped pointer (header + inline body)
- *   <prefix>data/<key>/<dataId>     bodies too large to inline, written once, never overwritten
- *   <prefix>fences/<sha256(resource)> one per resource: the highest token registered for it
- *
+ * The two small objects that carry the ratchet: a key's manifest and a resource's fence object.
  * Every manifest and fence body carries a fresh random writeId, so no two writes ever produce the
  * same bytes and so the same ETag: an ETag that was replaced can never come back (no ABA).
+ *
+ * Format /2 records, with each highest token, the holder that presented it, and the key's owner.
+ * Format /1 objects (no holders, no owner) are still read: every holder is null (a /1 token is
+ * identified by itself alone, as a fence without a holder is), and the key's owner is the resource
+ * of the write that produced the manifest. Writes always produce /2.
  */
 
-export const MANIFEST_FORMAT = "fenced-s3-manifest/1";
-export const FENCE_FORMAT = "fenced-s3-fence/1";
+export const MANIFEST_FORMAT = "fenced-s3-manifest/2";
+export const MANIFEST_FORMAT_V1 = "fenced-s3-manifest/1";
+export const FENCE_FORMAT = "fenced-s3-fence/2";
+export const FENCE_FORMAT_V1 = "fenced-s3-fence/1";
 
-/** 128 random bits, hex: names a write (version) or a data object. */
-export function newId(): string {
-  return randomBytes(16).toString("hex");
-}
-
-export function manifestKey(prefix: string, key: string): string {
-  return `${prefix}manifests/${key}`;
-}
-
-/** The id is the last segment and never contains '/', so (key, id) pairs never collide. */
-export function dataKey(prefix: string, key: string, dataId: string): string {
-  return `${prefix}data/${key}/${dataId}`;
-}
-
-/**
- * Resources are arbitrary strings of up to 512 characters, which may not fit S3's 1024-byte key limit
- * once encoded; a hash always does. The fence body names the resource, so a collision would be detected.
- */
-export function fenceKey(prefix: string, resource: string): string {
-  return `${prefix}fences/${createHash("sha256").update(resource, "utf8").digest("hex")}`;
-}
-
-export function probeKeyPrefix(prefix: string): string {
-  return `${prefix}probe/`;
+/** The highest token accepted and the holder that presented it (null: a fence without a holder). */
+export interface Highest {
+  readonly token: bigint;
+  readonly holder: string | null;
 }
 
 const TokenString = z
   .string()
-  .regex(/^(0|[1-9][0-9]{0,18})$/)
+  .regex(TOKEN_PATTERN)
   .refine((s) => BigInt(s) <= MAX_TOKEN);
 const Id = z.string().regex(/^[0-9a-f]{32}$/);
+const Resource = z.string().refine((r) => resourceProblem(r) === undefined, "not a valid resource");
+const Holder = z.string().regex(HOLDER_PATTERN).nullable();
+
+const Body = z.discriminatedUnion("kind", [
+  z.strictObject({ kind: z.literal("inline"), size: z.number().int().nonnegative() }),
+  z.strictObject({ kind: z.literal("object"), dataKey: z.string() }),
+  z.strictObject({ kind: z.literal("tombstone") }),
+]);
 
 const ManifestHeaderSchema = z.strictObject({
   format: z.literal(MANIFEST_FORMAT),
@@ -55,25 +46,54 @@ const ManifestHeaderSchema = z.strictObject({
   writeId: Id,
   /** 1 for the first write of the key, +1 per accepted write: the order in which writes were accepted. */
   seq: z.number().int().positive(),
-  /** The fence of the write that produced this version. */
-  resource: z.string(),
+  /** The resource the key belongs to: only a fence of this resource may write it (or transfer it away). */
+  owner: Resource,
+  /** The token and holder of the write that produced this version (its resource is the owner). */
   token: TokenString,
+  holder: Holder,
   /**
-   * The per-object ratchet: the highest token accepted on this key, per resource, as [resource, token]
-   * pairs (a list, not an object: a resource may be named "__proto__").
+   * The per-object ratchet: for each resource that has owned the key, the highest token accepted and
+   * the holder that presented it, as [resource, token, holder] (a list, not an object: a resource may
+   * be named "__proto__"). Entries of former owners are kept, so a key that comes back keeps its ratchet.
    */
-  tokens: z.array(z.tuple([z.string(), TokenString])),
+  ratchet: z.array(z.tuple([Resource, TokenString, Holder])),
   /** Where the body is: after the header line (inline), in a data object, or nowhere (tombstone). */
-  body: z.discriminatedUnion("kind", [
-    z.strictObject({ kind: z.literal("inline"), size: z.number().int().nonnegative() }),
-    z.strictObject({ kind: z.literal("object"), dataKey: z.string() }),
-    z.strictObject({ kind: z.literal("tombstone") }),
-  ]),
+  body: Body,
+  contentType: z.string().optional(),
+  writtenAt: z.string(),
+});
+
+const ManifestHeaderV1Schema = z.strictObject({
+  format: z.literal(MANIFEST_FORMAT_V1),
+  key: z.string(),
+  writeId: Id,
+  seq: z.number().int().positive(),
+  resource: Resource,
+  token: TokenString,
+  tokens: z.array(z.tuple([Resource, TokenString])),
+  body: Body,
   contentType: z.string().optional(),
   writtenAt: z.string(),
 });
 
 export type ManifestHeader = z.infer<typeof ManifestHeaderSchema>;
+
+/** A /1 header read as /2: holders null, owner = the resource of the write that produced it. */
+function upgrade(v1: z.infer<typeof ManifestHeaderV1Schema>): ManifestHeader {
+  return {
+    format: MANIFEST_FORMAT,
+    key: v1.key,
+    writeId: v1.writeId,
+    seq: v1.seq,
+    owner: v1.resource,
+    token: v1.token,
+    holder: null,
+    ratchet: v1.tokens.map(([resource, token]) => [resource, token, null]),
+    body: v1.body,
+    ...(v1.contentType === undefined ? {} : { contentType: v1.contentType }),
+    writtenAt: v1.writtenAt,
+  };
+}
 
 const NEWLINE = 0x0a;
 
@@ -93,10 +113,17 @@ export function decodeManifest(key: string, bytes: Buffer): { header: ManifestHe
   } catch {
     throw new Error(`manifest of ${JSON.stringify(key)} has a header that is not JSON`);
   }
-  const result = ManifestHeaderSchema.safeParse(parsed);
-  if (!result.success) throw new Error(`manifest of ${JSON.stringify(key)} is not a ${MANIFEST_FORMAT} header: ${result.error.message}`);
-  const header = result.data;
+  const v1 = (parsed as { format?: unknown } | null)?.format === MANIFEST_FORMAT_V1;
+  const result = v1 ? ManifestHeaderV1Schema.safeParse(parsed) : ManifestHeaderSchema.safeParse(parsed);
+  if (!result.success) throw new Error(`manifest of ${JSON.stringify(key)} is not a ${v1 ? MANIFEST_FORMAT_V1 : MANIFEST_FORMAT} header: ${result.error.message}`);
+  const header = "tokens" in result.data ? upgrade(result.data) : result.data;
   if (header.key !== key) throw new Error(`manifest at ${JSON.stringify(key)} names another key, ${JSON.stringify(header.key)}`);
+  const resources = header.ratchet.map(([r]) => r);
+  if (new Set(resources).size !== resources.length) throw new Error(`manifest of ${JSON.stringify(key)} has two ratchet entries for one resource`);
+  const own = entryFor(header, header.owner);
+  if (own === undefined || own.token !== BigInt(header.token) || own.holder !== header.holder) {
+    throw new Error(`manifest of ${JSON.stringify(key)}: its owner's ratchet entry is not the write that produced it`);
+  }
   const rest = bytes.subarray(newline + 1);
   if (header.body.kind === "inline") {
     if (rest.length !== header.body.size) throw new Error(`manifest of ${JSON.stringify(key)} is truncated: ${rest.length} of ${header.body.size} body bytes`);
@@ -106,66 +133,83 @@ export function decodeManifest(key: string, bytes: Buffer): { header: ManifestHe
   return { header, inline: undefined };
 }
 
-/** The highest token the manifest has accepted for a resource, if any. */
-export function highestFor(header: ManifestHeader | undefined, resource: string): bigint | undefined {
-  const pair = header?.tokens.find(([r]) => r === resource);
-  return pair === undefined ? undefined : BigInt(pair[1]);
+/** The highest token a key has accepted for a resource, and its holder; undefined if none. */
+export function entryFor(header: ManifestHeader | undefined, resource: string): Highest | undefined {
+  const entry = header?.ratchet.find(([r]) => r === resource);
+  return entry === undefined ? undefined : { token: BigInt(entry[1]), holder: entry[2] };
 }
 
-/** The ratchet after accepting `token` for `resource`: that resource's entry raised, the others kept. */
-function raisedTokens(header: ManifestHeader | undefined, resource: string, token: bigint): [string, string][] {
-  const others = (header?.tokens ?? []).filter(([r]) => r !== resource);
-  const previous = highestFor(header, resource);
-  const highest = previous !== undefined && previous > token ? previous : token;
-  return [...others, [resource, highest.toString()]];
+/** The ratchet after admitting these fences (each already checked with admits()): their entries replaced. */
+function raised(header: ManifestHeader | undefined, fences: readonly CheckedFence[]): ManifestHeader["ratchet"] {
+  const others = (header?.ratchet ?? []).filter(([r]) => !fences.some((f) => f.resource === r));
+  return [...others, ...fences.map((f): [string, string, string | null] => [f.resource, f.token.toString(), f.holder])];
+}
+
+/** The header of a write by the key's owner that replaces `prev`: next seq, the writer's fence, the ratchet raised. */
+export function nextHeader(prev: ManifestHeader | undefined, key: string, fence: CheckedFence, writeId: string, body: ManifestHeader["body"], contentType: string | undefined): ManifestHeader {
+  return {
+    format: MANIFEST_FORMAT,
+    key,
+    writeId,
+    seq: (prev?.seq ?? 0) + 1,
+    owner: fence.resource,
+    token: fence.token.toString(),
+    holder: fence.holder,
+    ratchet: raised(prev, [fence]),
+    body,
+    ...(contentType === undefined ? {} : { contentType }),
+    writtenAt: new Date().toISOString(),
+  };
+}
+
+/** The header that hands `prev`'s key to `to`: same body and content type, both resources' entries raised. */
+export function transferHeader(prev: ManifestHeader, from: CheckedFence, to: CheckedFence, writeId: string): ManifestHeader {
+  return {
+    ...nextHeader(prev, prev.key, to, writeId, prev.body, prev.contentType),
+    ratchet: raised(prev, [from, to]),
+  };
+}
+
+/**
+ * The sweeper's rule, and the writer's own: whether a manifest can still come to name this data
+ * object, given its key's current manifest (null: none) read after the data object was seen to exist.
+ * A manifest names a data object only through the attempt it was made for (sent against the
+ * manifest its name records) or a transfer that carries it over (sent against a manifest naming it).
+ * Once the current manifest neither names the object nor is its attempt's target, the target was
+ * replaced and never comes back, and no manifest names it to carry it over: nothing can name it again.
+ */
+export function mayBeNamed(dataObjectKey: string, current: ManifestHeader | null): boolean {
+  if (current?.body.kind === "object" && current.body.dataKey === dataObjectKey) return true;
+  const target = targetOf(dataObjectKey);
+  if (target === undefined) return true; // a /1 name: its attempts are unknown
+  if (target === null) return current === null; // a create lands only while the key has no manifest
+  return current?.writeId === target;
 }
 
 const FenceSchema = z.strictObject({
   format: z.literal(FENCE_FORMAT),
-  resource: z.string(),
+  resource: Resource,
   token: TokenString,
+  holder: Holder,
   writeId: Id,
 });
+const FenceV1Schema = z.strictObject({ format: z.literal(FENCE_FORMAT_V1), resource: Resource, token: TokenString, writeId: Id });
 
-export type FenceBody = z.infer<typeof FenceSchema>;
-
-export function encodeFence(resource: string, token: bigint): Buffer {
-  const body: FenceBody = { format: FENCE_FORMAT, resource, token: token.toString(), writeId: newId() };
+export function encodeFence(fence: CheckedFence): Buffer {
+  const body: z.infer<typeof FenceSchema> = { format: FENCE_FORMAT, resource: fence.resource, token: fence.token.toString(), holder: fence.holder, writeId: newId() };
   return Buffer.from(JSON.stringify(body), "utf8");
 }
 
-export function decodeFence(resource: string, bytes: Buffer): bigint {
+export function decodeFence(resource: string, bytes: Buffer): Highest {
   let parsed: unknown;
   try {
     parsed = JSON.parse(bytes.toString("utf8"));
   } catch {
     throw new Error(`fence object of resource ${JSON.stringify(resource)} is not JSON`);
   }
-  const result = FenceSchema.safeParse(parsed);
-  if (!result.success) throw new Error(`fence object of resource ${JSON.stringify(resource)} is not a ${FENCE_FORMAT} body: ${result.error.message}`);
+  const v1 = (parsed as { format?: unknown } | null)?.format === FENCE_FORMAT_V1;
+  const result = v1 ? FenceV1Schema.safeParse(parsed) : FenceSchema.safeParse(parsed);
+  if (!result.success) throw new Error(`fence object of resource ${JSON.stringify(resource)} is not a ${v1 ? FENCE_FORMAT_V1 : FENCE_FORMAT} body: ${result.error.message}`);
   if (result.data.resource !== resource) throw new Error(`fence object of resource ${JSON.stringify(resource)} belongs to ${JSON.stringify(result.data.resource)}`);
-  return BigInt(result.data.token);
-}
-
-/** The header of the write that replaces `prev`: next seq, the writer's fence, the ratchet raised. */
-export function nextHeader(
-  prev: ManifestHeader | undefined,
-  key: string,
-  fence: { readonly resource: string; readonly token: bigint },
-  writeId: string,
-  body: ManifestHeader["body"],
-  contentType: string | undefined,
-): ManifestHeader {
-  return {
-    format: MANIFEST_FORMAT,
-    key,
-    writeId,
-    seq: (prev?.seq ?? 0) + 1,
-    resource: fence.resource,
-    token: fence.token.toString(),
-    tokens: raisedTokens(prev, fence.resource, fence.token),
-    body,
-    ...(contentType === undefined ? {} : { contentType }),
-    writtenAt: new Date().toISOString(),
-  };
+  return { token: BigInt(result.data.token), holder: "holder" in result.data ? result.data.holder : null };
 }

@@ -1,5 +1,6 @@
 import type { Readable } from "node:stream";
-import { statusOf } from "./s3-conditional.js";
+import { InvalidArgumentError } from "@fenced/fence";
+import { sendOptions, statusOf } from "./s3-conditional.js";
 import {
   AbortMultipartUploadCommand,
   CompleteMultipartUploadCommand,
@@ -15,6 +16,7 @@ export interface MultipartOptions {
   readonly partSize: number;
   /** Parts uploading at once. Memory held: (concurrency + 1) × partSize, whatever the body's length. */
   readonly concurrency: number;
+  readonly signal: AbortSignal | undefined;
 }
 
 /**
@@ -22,10 +24,11 @@ export interface MultipartOptions {
  * reused, so memory stays flat at (concurrency + 1) part buffers: reading pauses (backpressure) while
  * every buffer is in flight. Freshly allocated buffers per part would leave the release of that
  * memory to the garbage collector's timing, which lets a long upload's footprint drift far above it.
- * A body that fits in one part is sent as one create-only PUT instead.
+ * A body that fits in one part is sent as one create-only PUT instead. Returns the bytes stored.
  */
-export async function uploadStream(client: S3Client, bucket: string, key: string, body: Readable, options: MultipartOptions): Promise<void> {
-  const { partSize, concurrency } = options;
+export async function uploadStream(client: S3Client, bucket: string, key: string, body: Readable, options: MultipartOptions): Promise<number> {
+  const { partSize, concurrency, signal } = options;
+  const send = sendOptions(signal);
   const contentType = options.contentType === undefined ? {} : { ContentType: options.contentType };
   const free: Buffer[] = [];
   const take = (): Buffer => free.pop() ?? Buffer.allocUnsafe(partSize);
@@ -33,19 +36,20 @@ export async function uploadStream(client: S3Client, bucket: string, key: string
   const inFlight = new Set<Promise<void>>();
   let uploadId: string | undefined;
   let launched = 0;
+  let total = 0;
   let failure: { error: unknown } | undefined;
 
   const sendPart = async (buffer: Buffer, length: number): Promise<void> => {
     while (inFlight.size >= concurrency) await Promise.race(inFlight);
     if (failure !== undefined) throw failure.error;
     if (uploadId === undefined) {
-      const created = await client.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: key, ...contentType }));
+      const created = await client.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: key, ...contentType }), send);
       if (created.UploadId === undefined) throw new Error(`CreateMultipartUpload for ${key} returned no UploadId`);
       uploadId = created.UploadId;
     }
     const partNumber = ++launched;
     const upload = client
-      .send(new UploadPartCommand({ Bucket: bucket, Key: key, UploadId: uploadId, PartNumber: partNumber, Body: buffer.subarray(0, length), ContentLength: length }))
+      .send(new UploadPartCommand({ Bucket: bucket, Key: key, UploadId: uploadId, PartNumber: partNumber, Body: buffer.subarray(0, length), ContentLength: length }), send)
       .then(
         (res) => {
           parts.push({ PartNumber: partNumber, ETag: res.ETag });
@@ -62,7 +66,8 @@ export async function uploadStream(client: S3Client, bucket: string, key: string
   try {
     let current = take();
     let filled = 0;
-    for await (const bytes of chunksOf(body)) {
+    for await (const bytes of chunksOf(body, signal)) {
+      total += bytes.length;
       for (let offset = 0; offset < bytes.length; ) {
         const n = Math.min(bytes.length - offset, partSize - filled);
         bytes.copy(current, filled, offset, offset + n);
@@ -76,14 +81,15 @@ export async function uploadStream(client: S3Client, bucket: string, key: string
       }
     }
     if (launched === 0) {
-      await putOnce(client, new PutObjectCommand({ Bucket: bucket, Key: key, Body: current.subarray(0, filled), ContentLength: filled, IfNoneMatch: "*", ...contentType }));
-      return;
+      await putOnce(client, new PutObjectCommand({ Bucket: bucket, Key: key, Body: current.subarray(0, filled), ContentLength: filled, IfNoneMatch: "*", ...contentType }), signal);
+      return total;
     }
     if (filled > 0) await sendPart(current, filled);
     while (inFlight.size > 0) await Promise.race(inFlight);
     if (failure !== undefined) throw failure.error;
     parts.sort((a, b) => (a.PartNumber ?? 0) - (b.PartNumber ?? 0));
-    await client.send(new CompleteMultipartUploadCommand({ Bucket: bucket, Key: key, UploadId: uploadId, MultipartUpload: { Parts: parts } }));
+    await client.send(new CompleteMultipartUploadCommand({ Bucket: bucket, Key: key, UploadId: uploadId, MultipartUpload: { Parts: parts } }), send);
+    return total;
   } catch (err) {
     body.destroy();
     await Promise.allSettled(inFlight);
@@ -97,9 +103,9 @@ export async function uploadStream(client: S3Client, bucket: string, key: string
  * A create-only PUT of a data object. Its name is unique to one write, so "already exists" (412) can
  * only be an earlier attempt of this same request that the SDK retried after losing its response.
  */
-export async function putOnce(client: S3Client, command: PutObjectCommand): Promise<void> {
+export async function putOnce(client: S3Client, command: PutObjectCommand, signal: AbortSignal | undefined): Promise<void> {
   try {
-    await client.send(command);
+    await client.send(command, sendOptions(signal));
   } catch (err) {
     if (statusOf(err) !== 412) throw err;
   }
@@ -111,7 +117,7 @@ export async function putOnce(client: S3Client, command: PutObjectCommand): Prom
  * copy; over a long upload those short-lived copies, released only when the collector runs,
  * doubled the memory the part buffers take.
  */
-async function* chunksOf(stream: Readable): AsyncGenerator<Buffer> {
+async function* chunksOf(stream: Readable, signal: AbortSignal | undefined): AsyncGenerator<Buffer> {
   const queue: Buffer[] = [];
   let ended = false;
   let error: { error: unknown } | undefined;
@@ -121,7 +127,7 @@ async function* chunksOf(stream: Readable): AsyncGenerator<Buffer> {
     if (Buffer.isBuffer(chunk)) queue.push(chunk);
     else if (chunk instanceof Uint8Array) queue.push(Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength));
     else if (typeof chunk === "string") queue.push(Buffer.from(chunk, "utf8"));
-    else error ??= { error: new TypeError(`body stream yielded a ${chunk === null ? "null" : typeof chunk}, not bytes or a string`) };
+    else error ??= { error: new InvalidArgumentError("body", `the stream yielded a ${chunk === null ? "null" : typeof chunk}, not bytes or a string`) };
     wake?.();
   };
   const onEnd = (): void => {
@@ -132,6 +138,10 @@ async function* chunksOf(stream: Readable): AsyncGenerator<Buffer> {
     error ??= { error: err };
     wake?.();
   };
+  // An abort stops the reading too: a stream that waits for data would otherwise hold the upload open.
+  const onAbort = (): void => onError(signal?.reason);
+  signal?.addEventListener("abort", onAbort, { once: true });
+  if (signal?.aborted === true) onAbort();
   stream.on("data", onData).once("end", onEnd).once("error", onError);
   try {
     for (;;) {
@@ -149,5 +159,6 @@ async function* chunksOf(stream: Readable): AsyncGenerator<Buffer> {
     }
   } finally {
     stream.off("data", onData).off("end", onEnd).off("error", onError);
+    signal?.removeEventListener("abort", onAbort);
   }
 }

@@ -1,48 +1,70 @@
-import { assertFence, assertKey, type Fence } from "./fence.js";
+import { checkFence, InvalidArgumentError, type CheckedFence, type Fence } from "@fenced/fence";
+import { assertKey } from "./fence.js";
 
 export interface FencedS3Options {
   readonly bucket: string;
   /** Prefix of every object the store writes; default "fenced/". Empty, or ending in "/". */
-  readonly prefix?: string;
+  readonly prefix?: string | undefined;
   /**
    * Bodies in memory up to this many bytes are stored inside the manifest: one PUT per write and one
    * GET per read. Larger bodies and all streams go to their own data object. Default 64 KiB; 0 = never.
    */
-  readonly inlineLimit?: number;
+  readonly inlineLimit?: number | undefined;
   /**
-   * Whether put/delete/update also read (and raise) the resource's fence object, so that a token
-   * refused by register() is refused on every key. Default true. False leaves the per-object ratchet
-   * only, and saves one GET per write. See PROTOCOL.md, "S3".
+   * Whether writes also read (and raise) the resource's fence object, right before each manifest PUT,
+   * so that a token refused by register() is refused on every key. Default true. False leaves the
+   * per-object ratchet only, and saves one GET per write. See PROTOCOL.md, "S3".
    */
-  readonly checkResourceFence?: boolean;
+  readonly checkResourceFence?: boolean | undefined;
   /** Conditional-write rounds per write, and read-modify-write rounds per update(), before giving up. Default 64. */
-  readonly maxAttempts?: number;
-  /** Multipart part size for streams of unknown length (memory held: 4 parts). Default 8 MiB, minimum 5 MiB. */
-  readonly partSize?: number;
+  readonly maxAttempts?: number | undefined;
+  /** Multipart part size for streams of unknown length (memory held: 3 parts). Default 8 MiB, minimum 5 MiB. */
+  readonly partSize?: number | undefined;
 }
 
-export interface S3WriteOptions {
-  /** The lease's fence. Refused (StaleTokenError) if a higher token was accepted for fence.resource. */
+/** What every write may carry. */
+interface Abortable {
+  /**
+   * Aborts the requests in flight (pass the lease's signal: a lost lease stops the write). The call
+   * then throws `signal.reason`; if a manifest PUT was already sent, the write may or may not have
+   * landed (read the key to know).
+   */
+  readonly signal?: AbortSignal | undefined;
+}
+
+export interface S3WriteOptions extends Abortable {
+  /** The lease's fence. Refused (StaleTokenError) unless the storage admits it; see PROTOCOL.md, "S3". */
   readonly fence: Fence;
   /** Write only if the key is still at this version (from get/put/delete); else VersionMismatchError. */
-  readonly ifVersion?: string;
-  readonly contentType?: string;
+  readonly ifVersion?: string | undefined;
+  readonly contentType?: string | undefined;
   /** Length of a stream body, if known: one streamed PUT instead of a multipart upload. */
-  readonly contentLength?: number;
+  readonly contentLength?: number | undefined;
 }
 
-export interface S3DeleteOptions {
+export interface S3DeleteOptions extends Abortable {
   readonly fence: Fence;
-  readonly ifVersion?: string;
+  readonly ifVersion?: string | undefined;
 }
 
-export interface S3UpdateOptions {
+export interface S3UpdateOptions extends Abortable {
   readonly fence: Fence;
   /** Default: the content type of the version read. */
-  readonly contentType?: string;
+  readonly contentType?: string | undefined;
   /** Read-modify-write rounds before giving up; default the store's maxAttempts. */
-  readonly maxAttempts?: number;
+  readonly maxAttempts?: number | undefined;
 }
+
+export interface S3TransferOptions extends Abortable {
+  /** A fence of the key's current owner: the key must belong to from.resource, and the storage must admit it. */
+  readonly from: Fence;
+  /** A fence of the new owner (another resource), admitted by the storage too. */
+  readonly to: Fence;
+  /** Transfer only if the key is still at this version. */
+  readonly ifVersion?: string | undefined;
+}
+
+export type S3RegisterOptions = Abortable;
 
 export interface ResolvedOptions {
   readonly bucket: string;
@@ -57,25 +79,29 @@ const MiB = 1024 * 1024;
 
 function integerIn(name: string, value: unknown, min: number, max: number, fallback: number): number {
   if (value === undefined) return fallback;
-  if (typeof value !== "number" || !Number.isSafeInteger(value)) throw new TypeError(`${name} must be an integer`);
-  if (value < min || value > max) throw new RangeError(`${name} must be between ${min} and ${max}, got ${value}`);
+  if (typeof value !== "number" || !Number.isSafeInteger(value)) throw new InvalidArgumentError(name, "must be an integer");
+  if (value < min || value > max) throw new InvalidArgumentError(name, `must be between ${min} and ${max}, got ${value}`);
   return value;
 }
 
+function object(value: unknown, argument: string, shape: string): Record<string, unknown> {
+  if (typeof value !== "object" || value === null) throw new InvalidArgumentError(argument, `must be an object ${shape}`);
+  return value as Record<string, unknown>;
+}
+
 export function validateOptions(options: unknown): ResolvedOptions {
-  if (typeof options !== "object" || options === null) throw new TypeError("options must be an object { bucket, prefix? }");
-  const o = options as Record<string, unknown>;
-  if (typeof o.bucket !== "string") throw new TypeError("bucket must be a string");
-  if (!/^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/.test(o.bucket)) throw new RangeError(`bucket ${JSON.stringify(o.bucket)} is not a valid S3 bucket name`);
+  const o = object(options, "options", "{ bucket, prefix? }");
+  if (typeof o.bucket !== "string") throw new InvalidArgumentError("bucket", "must be a string");
+  if (!/^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/.test(o.bucket)) throw new InvalidArgumentError("bucket", `${JSON.stringify(o.bucket)} is not a valid S3 bucket name`);
   const prefix = o.prefix ?? "fenced/";
-  if (typeof prefix !== "string") throw new TypeError("prefix must be a string");
+  if (typeof prefix !== "string") throw new InvalidArgumentError("prefix", "must be a string");
   if (prefix !== "") {
-    if (!prefix.endsWith("/")) throw new RangeError('prefix must be empty or end with "/"');
-    if (Buffer.byteLength(prefix) > 256) throw new RangeError("prefix must be at most 256 bytes");
+    if (!prefix.endsWith("/")) throw new InvalidArgumentError("prefix", 'must be empty or end with "/"');
+    if (Buffer.byteLength(prefix) > 256) throw new InvalidArgumentError("prefix", "must be at most 256 bytes");
     // Same rules as keys, so the store's objects never land outside the prefix.
-    assertKey(prefix.slice(0, -1));
+    assertKey(prefix.slice(0, -1), "prefix");
   }
-  if (o.checkResourceFence !== undefined && typeof o.checkResourceFence !== "boolean") throw new TypeError("checkResourceFence must be a boolean");
+  if (o.checkResourceFence !== undefined && typeof o.checkResourceFence !== "boolean") throw new InvalidArgumentError("checkResourceFence", "must be a boolean");
   return {
     bucket: o.bucket,
     prefix,
@@ -88,28 +114,60 @@ export function validateOptions(options: unknown): ResolvedOptions {
 
 const VERSION = /^[0-9a-f]{32}$/;
 
+function checkVersion(ifVersion: unknown): string | undefined {
+  if (ifVersion === undefined) return undefined;
+  if (typeof ifVersion !== "string") throw new InvalidArgumentError("ifVersion", `must be a string (a version returned by put/get/delete), got ${typeof ifVersion}`);
+  if (!VERSION.test(ifVersion)) throw new InvalidArgumentError("ifVersion", `${JSON.stringify(ifVersion)} is not a version this store issues`);
+  return ifVersion;
+}
+
+/** Checks a signal; one aborted already throws its reason before any I/O. */
+export function checkSignal(signal: unknown): AbortSignal | undefined {
+  if (signal === undefined) return undefined;
+  if (!(signal instanceof AbortSignal)) throw new InvalidArgumentError("signal", "must be an AbortSignal");
+  signal.throwIfAborted();
+  return signal;
+}
+
 export interface CheckedWriteOptions {
-  readonly fence: Fence;
+  readonly fence: CheckedFence;
   readonly ifVersion: string | undefined;
   readonly contentType: unknown;
   readonly contentLength: unknown;
   readonly maxAttempts: number | undefined;
+  readonly signal: AbortSignal | undefined;
 }
 
 /** Checks the common options before any I/O; copies the fence, so a caller mutating it mid-write changes nothing. */
 export function writeOptions(options: unknown): CheckedWriteOptions {
-  if (typeof options !== "object" || options === null) throw new TypeError("options must be an object { fence, ... }");
-  const { fence, ifVersion, contentType, contentLength, maxAttempts } = options as Record<string, unknown>;
-  assertFence(fence);
-  if (ifVersion !== undefined) {
-    if (typeof ifVersion !== "string") throw new TypeError(`ifVersion must be a string (a version returned by put/get/delete), got ${typeof ifVersion}`);
-    if (!VERSION.test(ifVersion)) throw new RangeError(`ifVersion ${JSON.stringify(ifVersion)} is not a version this store issues`);
-  }
+  const { fence, ifVersion, contentType, contentLength, maxAttempts, signal } = object(options, "options", "{ fence, ... }");
+  const checked = checkFence(fence, "fence");
   return {
-    fence: { resource: fence.resource, token: fence.token },
-    ifVersion,
+    fence: checked,
+    ifVersion: checkVersion(ifVersion),
     contentType,
     contentLength,
     maxAttempts: maxAttempts === undefined ? undefined : integerIn("maxAttempts", maxAttempts, 1, 10_000, 1),
+    signal: checkSignal(signal),
   };
+}
+
+export interface CheckedTransferOptions {
+  readonly from: CheckedFence;
+  readonly to: CheckedFence;
+  readonly ifVersion: string | undefined;
+  readonly signal: AbortSignal | undefined;
+}
+
+export function transferOptions(options: unknown): CheckedTransferOptions {
+  const { from, to, ifVersion, signal } = object(options, "options", "{ from, to, ifVersion?, signal? }");
+  const checkedFrom = checkFence(from, "from");
+  const checkedTo = checkFence(to, "to");
+  if (checkedTo.resource === checkedFrom.resource) throw new InvalidArgumentError("to.resource", "must differ from from.resource: a key already belongs to its owner");
+  return { from: checkedFrom, to: checkedTo, ifVersion: checkVersion(ifVersion), signal: checkSignal(signal) };
+}
+
+export function registerOptions(options: unknown): { readonly signal: AbortSignal | undefined } {
+  if (options === undefined) return { signal: undefined };
+  return { signal: checkSignal(object(options, "options", "{ signal? }").signal) };
 }

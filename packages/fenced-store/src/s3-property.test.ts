@@ -2,7 +2,7 @@ import type { S3Client } from "@aws-sdk/client-s3";
 import { startS3, type StartedS3 } from "@fenced/servers";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { StaleTokenError } from "./errors.js";
+import { ResourceMismatchError, StaleTokenError } from "./errors.js";
 import { FencedS3 } from "./s3.js";
 import type { ManifestHeader } from "./s3-manifest.js";
 import { auditManifests, listKeys } from "./s3-test-support.js";
@@ -25,6 +25,10 @@ afterAll(async () => {
 
 interface Writer {
   readonly token: bigint;
+  /** Which lease presented the token: equal tokens from different holders must not both be accepted. */
+  readonly holder: "h1" | "h2" | undefined;
+  /** The resource named by the fence: the key belongs to whichever resource created it. */
+  readonly resource: "A" | "B";
   /** Milliseconds before the writer starts: together with real concurrency, the interleaving. */
   readonly delay: number;
   readonly op: "put" | "update" | "delete";
@@ -36,6 +40,8 @@ interface Writer {
 
 const writerArb: fc.Arbitrary<Writer> = fc.record({
   token: fc.bigInt({ min: 0n, max: 8n }),
+  holder: fc.constantFrom(undefined, "h1", "h2"),
+  resource: fc.constantFrom("A", "A", "A", "B"),
   delay: fc.integer({ min: 0, max: 15 }),
   op: fc.constantFrom("put", "put", "update", "delete"),
   large: fc.boolean(),
@@ -45,7 +51,7 @@ const writerArb: fc.Arbitrary<Writer> = fc.record({
 let run = 0;
 
 describe("FencedS3 under random concurrent interleavings", () => {
-  it("accepted tokens never decrease, the final state is the last accepted write, a refused write changes nothing", async () => {
+  it("accepted tokens never decrease, an equal token comes from the same holder, only the owner writes, the final state is the last accepted write, a refused write changes nothing", async () => {
     await fc.assert(
       fc.asyncProperty(fc.array(writerArb, { minLength: 2, maxLength: 8 }), async (writers) => {
         // A fresh key and resource per run: the resource fence spans every key of its resource.
@@ -57,7 +63,7 @@ describe("FencedS3 under random concurrent interleavings", () => {
             // Separate instances: nothing is shared between writers but the server, as with separate processes.
             const store = new FencedS3(client, { bucket, inlineLimit: 1024, checkResourceFence: w.checkResourceFence });
             await new Promise((r) => setTimeout(r, w.delay));
-            const fence = { resource: `prop-${run}`, token: w.token };
+            const fence = { resource: `prop-${run}-${w.resource}`, token: w.token, holder: w.holder };
             const result =
               w.op === "put"
                 ? await store.put(key, bodyOf(i), { fence })
@@ -73,21 +79,37 @@ describe("FencedS3 under random concurrent interleavings", () => {
         history.sort((a, b) => a.seq - b.seq);
         // The manifest CAS admits one successor per version: seq is 1..n without gap or repeat.
         expect(history.map((h) => h.seq)).toEqual(history.map((_, i) => i + 1));
-        // The ratchet: accepted tokens never decrease.
-        for (let i = 1; i < history.length; i++) expect(BigInt(history[i]?.token ?? -1)).toBeGreaterThanOrEqual(BigInt(history[i - 1]?.token ?? -1));
+        // Ownership: every accepted write names the resource that created the key.
+        const owner = history[0]?.owner;
+        for (const h of history) expect(h.owner).toBe(owner);
+        // The ratchet: accepted tokens never decrease, and an equal token is the same holder's.
+        for (let i = 1; i < history.length; i++) {
+          const [before, after] = [history[i - 1], history[i]];
+          expect(BigInt(after?.token ?? -1)).toBeGreaterThanOrEqual(BigInt(before?.token ?? -1));
+          if (after?.token === before?.token) expect(after?.holder).toBe(before?.holder);
+        }
+        const resourceOf = (w: Writer | undefined): string => `prop-${run}-${w?.resource}`;
 
         const acknowledged = new Map<string, number>();
         for (const [i, o] of outcomes.entries()) {
           if (o.status === "fulfilled") {
             acknowledged.set(o.value.version, i);
             expect(o.value.token).toBe(writers[i]?.token);
+            expect(resourceOf(writers[i])).toBe(owner);
+          } else if (o.reason instanceof ResourceMismatchError) {
+            // Refused for naming a resource other than the key's owner.
+            expect(o.reason.owner).toBe(owner);
+            expect(o.reason.resource).toBe(resourceOf(writers[i]));
+            expect(o.reason.resource).not.toBe(owner);
           } else {
-            // Refused only for a stale token, and only in favour of a token some writer really presented
-            // (the resource fence may hold one whose own data write then lost to a higher one).
+            // Refused for a stale token (or an equal one from another holder), and only in favour of a
+            // token and holder some writer of the resource really presented (the resource fence may hold
+            // one whose own data write then lost to a higher one).
             expect(o.reason).toBeInstanceOf(StaleTokenError);
             const err = o.reason as StaleTokenError;
-            expect(err.highest).toBeGreaterThan(err.token);
-            expect(writers.some((w) => w.token === err.highest)).toBe(true);
+            const holder = writers[i]?.holder ?? null;
+            expect(err.highest > err.token || (err.highest === err.token && err.highestHolder !== holder)).toBe(true);
+            expect(writers.some((w) => resourceOf(w) === err.resource && w.token === err.highest && (w.holder ?? null) === err.highestHolder)).toBe(true);
           }
         }
         // Exactly the acknowledged writes are in the history: a refused write left no manifest behind.

@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { listKeys } from "@fenced/servers";
-import type { S3Client } from "@aws-sdk/client-s3";
+import { GetObjectCommand, type S3Client } from "@aws-sdk/client-s3";
 import { decodeManifest, type ManifestHeader } from "./s3-manifest.js";
 
 /**
@@ -96,5 +96,36 @@ export function auditManifests(client: S3Client): ManifestHeader[] {
 }
 
 /** Every key in the bucket under a prefix. */
-
 export { listKeys };
+
+/** Every object under a prefix with its bytes: "nothing changed" is this, equal before and after. */
+export async function contents(client: S3Client, bucket: string, prefix = ""): Promise<Record<string, string>> {
+  const out: Record<string, string> = {};
+  for (const key of await listKeys(client, bucket, prefix)) {
+    const res = await client.send(new GetObjectCommand({ Bucket: bucket, Key: key }));
+    out[key] = Buffer.from((await res.Body?.transformToByteArray()) ?? []).toString("utf8");
+  }
+  return out;
+}
+
+/** Resolves when the first response to a matching request has come back (the request completed). */
+export function answered(client: S3Client, match: (info: RequestInfo) => boolean): Promise<void> {
+  let done!: () => void;
+  const seen = new Promise<void>((r) => (done = r));
+  intercept(client, async (info, send) => {
+    const out = await send();
+    if (match(info)) done();
+    return out;
+  });
+  return seen;
+}
+
+export function isFenceRead(info: RequestInfo): boolean {
+  return info.command === "GetObjectCommand" && (info.key?.includes("/fences/") ?? false);
+}
+
+/** A request that writes a data object's bytes (one PUT, or a multipart upload's first request). */
+export function isDataUpload(info: RequestInfo): boolean {
+  const data = info.key?.includes("/data/") ?? false;
+  return data && (info.command === "PutObjectCommand" || info.command === "CreateMultipartUploadCommand" || info.command === "UploadPartCommand");
+}

@@ -2,6 +2,7 @@ import { Readable } from "node:stream";
 import { GetObjectCommand, HeadObjectCommand, PutObjectCommand, type S3Client } from "@aws-sdk/client-s3";
 import { startS3, type StartedS3 } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { InvalidArgumentError } from "@fenced/fence";
 import { StaleTokenError, VersionMismatchError } from "./errors.js";
 import { MAX_TOKEN, type Fence } from "./fence.js";
 import { FencedS3 } from "./s3.js";
@@ -219,7 +220,7 @@ describe("FencedS3 against a real S3 server", () => {
     // An object-mode stream of buffers is a body too; one that yields anything else fails the write.
     await store.put("small-stream", Readable.from([Buffer.from("a"), "b"]), { fence: fence(1) });
     expect(await text(store, "small-stream")).toBe("ab");
-    await expect(store.put("objects", Readable.from([Buffer.from("a"), { not: "bytes" }]), { fence: fence(1) })).rejects.toBeInstanceOf(TypeError);
+    await expect(store.put("objects", Readable.from([Buffer.from("a"), { not: "bytes" }]), { fence: fence(1) })).rejects.toBeInstanceOf(InvalidArgumentError);
     expect(await store.get("objects")).toBeUndefined();
     await store.put("blob", "small now", { fence: fence(2) });
     await store.flush();
@@ -230,17 +231,7 @@ describe("FencedS3 against a real S3 server", () => {
     expect(await text(store, "blob")).toBe("small now");
   });
 
-  it("one key written under two resources: each resource keeps its own ratchet on it", async () => {
-    const { bucket } = await newStore();
-    const store = new FencedS3(client, { bucket, checkResourceFence: false }); // the per-object ratchet alone
-    await store.put("shared", "a100", { fence: fence(100, "a") });
-    await store.put("shared", "b5", { fence: fence(5, "b") }); // tokens of different resources are never compared
-    await expect(store.put("shared", "a99", { fence: fence(99, "a") })).rejects.toMatchObject({ resource: "a", highest: 100n });
-    await expect(store.put("shared", "b4", { fence: fence(4, "b") })).rejects.toMatchObject({ resource: "b", highest: 5n });
-    expect(await store.getBytes("shared")).toMatchObject({ resource: "b", token: 5n });
-  });
-
-  it("bad input is refused with TypeError/RangeError before any I/O", async () => {
+  it("bad input is refused with InvalidArgumentError before any I/O; options spelled out as undefined are accepted", async () => {
     const { bucket, store } = await newStore();
     const ok = fence(1);
     const bad: [string, () => Promise<unknown>][] = [
@@ -253,30 +244,46 @@ describe("FencedS3 against a real S3 server", () => {
       ["number token", () => store.put("k", "x", { fence: { resource: "r", token: 5 as unknown as bigint } })],
       ["token too big", () => store.put("k", "x", { fence: fence(MAX_TOKEN + 1n) })],
       ["empty resource", () => store.put("k", "x", { fence: fence(1, "") })],
+      ["bad holder", () => store.put("k", "x", { fence: { resource: "r", token: 1n, holder: "white space" } })],
       ["no fence", () => store.put("k", "x", {} as never)],
+      ["no options", () => store.put("k", "x", undefined as never)],
       ["number body", () => store.put("k", 42 as never, { fence: ok })],
       ["null body", () => store.put("k", null as never, { fence: ok })],
       ["bad contentType", () => store.put("k", "x", { fence: ok, contentType: "" })],
       ["bad ifVersion", () => store.put("k", "x", { fence: ok, ifVersion: "nope" })],
       ["contentLength on bytes", () => store.put("k", "x", { fence: ok, contentLength: 1 })],
+      ["negative contentLength", () => store.put("k", Readable.from([]), { fence: ok, contentLength: -1 })],
+      ["bad signal", () => store.put("k", "x", { fence: ok, signal: {} as never })],
       ["delete bad key", () => store.delete("a//b", { fence: ok })],
       ["get bad key", () => store.get("..")],
       ["update without function", () => store.update("k", "x" as never, { fence: ok })],
+      ["update bad maxAttempts", () => store.update("k", () => "x", { fence: ok, maxAttempts: 0 })],
       ["register bad fence", () => store.register(fence(-5))],
+      ["transfer without to", () => store.transfer("k", { from: ok } as never)],
       ["bad bucket", () => Promise.resolve().then(() => new FencedS3(client, { bucket: "" }))],
       ["bad prefix", () => Promise.resolve().then(() => new FencedS3(client, { bucket, prefix: "no-slash" }))],
       ["bad inlineLimit", () => Promise.resolve().then(() => new FencedS3(client, { bucket, inlineLimit: -1 }))],
+      ["bad checkResourceFence", () => Promise.resolve().then(() => new FencedS3(client, { bucket, checkResourceFence: "yes" as never }))],
+      ["not a client", () => Promise.resolve().then(() => new FencedS3({} as never, { bucket }))],
     ];
     for (const [what, call] of bad) {
       const err: unknown = await call().then(
         () => undefined,
         (e: unknown) => e,
       );
-      expect(err instanceof TypeError || err instanceof RangeError, `${what}: ${String(err)}`).toBe(true);
+      expect(err, `${what}: ${String(err)}`).toBeInstanceOf(InvalidArgumentError);
     }
     // update's callback returning a bad body is refused before its write.
-    await expect(store.update("k", () => 7 as never, { fence: ok })).rejects.toBeInstanceOf(TypeError);
+    await expect(store.update("k", () => 7 as never, { fence: ok })).rejects.toBeInstanceOf(InvalidArgumentError);
     expect(await listKeys(client, bucket)).toEqual([]);
     expect((await client.send(new GetObjectCommand({ Bucket: bucket, Key: "fenced/manifests/k" })).catch(() => undefined))?.Body).toBeUndefined();
+
+    // Every optional field may be given as undefined.
+    const spelledOut = new FencedS3(client, { bucket, prefix: undefined, inlineLimit: undefined, checkResourceFence: undefined, maxAttempts: undefined, partSize: undefined });
+    const written = await spelledOut.put("k", "x", { fence: { ...ok, holder: undefined }, ifVersion: undefined, contentType: undefined, contentLength: undefined, signal: undefined });
+    await spelledOut.delete("k", { fence: ok, ifVersion: written.version, signal: undefined });
+    await spelledOut.update("k", () => "y", { fence: ok, contentType: undefined, maxAttempts: undefined, signal: undefined });
+    await spelledOut.register(ok, { signal: undefined });
+    expect(await text(spelledOut, "k")).toBe("y");
   });
 });

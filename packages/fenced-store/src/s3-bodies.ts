@@ -1,0 +1,127 @@
+import type { Readable } from "node:stream";
+import { uploadData } from "./s3-body.js";
+import { copyData } from "./s3-copy.js";
+import type { StoreIo } from "./s3-io.js";
+import { dataKey, newId } from "./s3-layout.js";
+import { mayBeNamed, type ManifestHeader } from "./s3-manifest.js";
+
+interface DataObject {
+  readonly key: string;
+  /** The writeId of the manifest the attempt naming it is (to be) sent against; null: a create. */
+  readonly target: string | null;
+  /** Settles when the object exists (or its upload failed): its size. */
+  readonly ready: Promise<number>;
+  settled: boolean;
+  /** Whether a manifest attempt naming it was sent: only then may a manifest ever name it. */
+  sent: boolean;
+}
+
+/**
+ * The data objects of one write. Every manifest attempt names a data object of its own, created
+ * after the manifest it is sent against was read, and named for it (s3-layout.ts): so no two attempts
+ * ever name one object, and whether a manifest can still name an object follows from its name and
+ * the key's current manifest (mayBeNamed). The first is uploaded; later ones are server-side copies
+ * of an earlier one (a stream cannot be read twice), or, for bytes in memory, uploaded again if every
+ * earlier object is gone.
+ */
+export class AttemptBodies {
+  private readonly made: DataObject[] = [];
+
+  constructor(
+    private readonly io: StoreIo,
+    private readonly key: string,
+    private readonly payload: Buffer | Readable,
+    private readonly length: number | undefined,
+    private readonly contentType: string | undefined,
+    private readonly signal: AbortSignal | undefined,
+  ) {}
+
+  private add(target: string | null, create: (key: string) => Promise<number>): DataObject {
+    const key = dataKey(this.io.options.prefix, this.key, target, newId());
+    const object: DataObject = { key, target, ready: create(key), settled: false, sent: false };
+    object.ready.then(
+      () => (object.settled = true),
+      () => (object.settled = true),
+    );
+    this.made.push(object);
+    return object;
+  }
+
+  private upload(target: string | null): DataObject {
+    const { client, options } = this.io;
+    return this.add(target, (key) =>
+      uploadData(client, options.bucket, key, this.payload, { contentType: this.contentType, contentLength: this.length, partSize: options.partSize, signal: this.signal }),
+    );
+  }
+
+  /**
+   * Starts uploading bytes in memory for an attempt against `target` while the write's checks run
+   * (the target must have been read already, or be null). Streams wait for the checks: a stale
+   * writer never sends its stream.
+   */
+  begin(target: string | null): void {
+    if (this.made.length === 0) this.upload(target).ready.catch(() => undefined);
+  }
+
+  /**
+   * A data object for the next attempt, to be sent against `target`: the upload begun for that
+   * target, or a new one. `waited`: whether this had to wait for I/O (the fence must then be read
+   * again before the manifest PUT).
+   */
+  async prepare(target: string | null): Promise<{ key: string; waited: boolean }> {
+    const last = this.made.at(-1);
+    if (last !== undefined && !last.sent && last.target === target) {
+      const waited = !last.settled;
+      await last.ready;
+      return { key: last.key, waited };
+    }
+    if (last === undefined) {
+      const first = this.upload(target);
+      await first.ready;
+      return { key: first.key, waited: true };
+    }
+    const size = await last.ready; // an upload that failed fails the write: there is nothing to copy
+    const { client, options } = this.io;
+    for (const source of [...this.made].reverse()) {
+      let copied = false;
+      const object = this.add(target, async (key) => {
+        copied = await copyData(client, options.bucket, source.key, key, size, this.contentType, this.signal);
+        return size;
+      });
+      await object.ready;
+      if (copied) return { key: object.key, waited: true };
+      this.made.pop(); // nothing was created under that name
+    }
+    // Every earlier object is gone: each was named by an attempt that landed and was replaced since
+    // (whose writer then deleted it), or was swept once no manifest could name it.
+    if (Buffer.isBuffer(this.payload)) {
+      const again = this.upload(target);
+      await again.ready;
+      return { key: again.key, waited: true };
+    }
+    throw new Error(
+      `write of ${JSON.stringify(this.key)}: the data object of an earlier attempt is gone (that attempt may have landed and been superseded), and a stream cannot be sent again; the outcome is unknown`,
+    );
+  }
+
+  /** The attempt naming this object is being sent. */
+  sent(key: string): void {
+    const object = this.made.find((o) => o.key === key);
+    if (object !== undefined) object.sent = true;
+  }
+
+  /**
+   * Deletes this write's data objects that no manifest can come to name: those no attempt named,
+   * and, when the key's current manifest is known (undefined: unknown), those whose attempts can no
+   * longer land. Anything else is left for the sweeper (PROTOCOL.md, "S3", "Cleanup").
+   */
+  async cleanup(current: ManifestHeader | null | undefined): Promise<void> {
+    await Promise.all(
+      this.made.map(async (object) => {
+        await object.ready.catch(() => undefined); // an upload still running would create it after the delete
+        const dead = !object.sent || (current !== undefined && !mayBeNamed(object.key, current));
+        if (dead) await this.io.objects.remove(object.key).catch(() => undefined);
+      }),
+    );
+  }
+}

@@ -1,0 +1,177 @@
+import type { S3Client } from "@aws-sdk/client-s3";
+import { ContentionError, StaleTokenError } from "./errors.js";
+import { admits, type CheckedFence } from "./fence.js";
+import { ConditionalObjects, type Condition } from "./s3-conditional.js";
+import { fenceKey, manifestKey } from "./s3-layout.js";
+import { decodeFence, decodeManifest, encodeFence, type Highest, type ManifestHeader } from "./s3-manifest.js";
+import type { ResolvedOptions } from "./s3-options.js";
+
+/** A manifest as last read or written, identified by its bare ETag. */
+export interface Snapshot {
+  readonly etag: string;
+  readonly header: ManifestHeader;
+}
+
+/** A manifest read just now, with its inline body (undefined unless the body is inline). */
+export interface Found {
+  readonly snap: Snapshot;
+  readonly inline: Buffer | undefined;
+}
+
+/** A resource's fence object as read or written: the highest token registered and its holder. */
+export interface FenceSnapshot {
+  readonly etag: string;
+  readonly highest: Highest;
+}
+
+const CACHE_ENTRIES = 4096;
+/** Writes of a key that read its manifest first after this store lost a race on it twice in one write. */
+const CONTENDED_READ_FIRST = 16;
+
+export function condition(snap: { etag: string } | null): Condition {
+  return snap === null ? { ifNoneMatch: true } : { ifMatch: snap.etag };
+}
+
+/** Whether the stored fence (null: none) refuses this fence; the error to throw if it does. */
+export function fenceRefusal(fence: CheckedFence, stored: FenceSnapshot | null): StaleTokenError | undefined {
+  if (stored === null || admits(stored.highest, fence)) return undefined;
+  return new StaleTokenError(fence.resource, fence.token, stored.highest.token, stored.highest.holder);
+}
+
+/** Whether the fence object must be raised before a write with this fence (it admits it already otherwise). */
+export function needsRaise(fence: CheckedFence, stored: FenceSnapshot | null): boolean {
+  return stored === null || fence.token > stored.highest.token;
+}
+
+export function refusedOwnEtag(key: string): Error {
+  return new Error(`the S3 backend refused If-Match with ${key}'s current ETag in both quoted and unquoted form; run verify() to diagnose`);
+}
+
+/**
+ * What one FencedS3 shares between its calls: the conditional-write primitive, what it last saw of
+ * each key's manifest and each resource's fence (hints that save requests, never trusted for a
+ * decision), and the background deletions flush() waits for.
+ */
+export class StoreIo {
+  readonly objects: ConditionalObjects;
+  /**
+   * Last manifest seen per key: a write whose CAS on it succeeds needs no read first. After a lost
+   * race on a key, its next few writes read first anyway: a writer swapping on a remembered manifest
+   * takes one round trip where a loser needs two (read, swap), so under steady contention the same
+   * writers would keep winning and a loser could starve.
+   */
+  private readonly cache = new Map<string, { snap: Snapshot | null; readFirst: number }>();
+  /** Last fence seen per resource: predicts whether a write will have to raise it. */
+  private readonly fences = new Map<string, Highest>();
+  private readonly pending = new Set<Promise<void>>();
+
+  constructor(
+    readonly client: S3Client,
+    readonly options: ResolvedOptions,
+  ) {
+    this.objects = new ConditionalObjects(client, options.bucket);
+  }
+
+  /** What this store remembers of a key; a "read first" turn is used up by asking. */
+  recall(key: string): { readonly snap: Snapshot | null; readonly readFirst: boolean } | undefined {
+    const entry = this.cache.get(key);
+    if (entry === undefined) return undefined;
+    const readFirst = entry.readFirst > 0;
+    if (readFirst) entry.readFirst--;
+    return { snap: entry.snap, readFirst };
+  }
+
+  remember(key: string, snap: Snapshot | null): void {
+    const readFirst = this.cache.get(key)?.readFirst ?? 0;
+    this.cache.delete(key); // re-insert: Map order is the LRU order
+    this.cache.set(key, { snap, readFirst });
+    if (this.cache.size > CACHE_ENTRIES) {
+      const oldest = this.cache.keys().next();
+      if (oldest.done !== true) this.cache.delete(oldest.value);
+    }
+  }
+
+  contended(key: string): void {
+    const entry = this.cache.get(key);
+    if (entry !== undefined) entry.readFirst = CONTENDED_READ_FIRST;
+  }
+
+  /** Whether this store expects the fence object to need raising for this fence (a guess: it only decides what to read early). */
+  expectsRaise(fence: CheckedFence): boolean {
+    const seen = this.fences.get(fence.resource);
+    return seen === undefined || fence.token > seen.token;
+  }
+
+  private noteFence(resource: string, highest: Highest): void {
+    this.fences.delete(resource);
+    this.fences.set(resource, highest);
+    if (this.fences.size > CACHE_ENTRIES) {
+      const oldest = this.fences.keys().next();
+      if (oldest.done !== true) this.fences.delete(oldest.value);
+    }
+  }
+
+  async readManifest(key: string, signal: AbortSignal | undefined): Promise<Found | null> {
+    const stored = await this.objects.read(manifestKey(this.options.prefix, key), signal);
+    if (stored === undefined) {
+      this.remember(key, null);
+      return null;
+    }
+    const { header, inline } = decodeManifest(key, stored.body);
+    const snap = { etag: stored.etag, header };
+    this.remember(key, snap);
+    return { snap, inline };
+  }
+
+  async readFence(resource: string, signal: AbortSignal | undefined): Promise<FenceSnapshot | null> {
+    const stored = await this.objects.read(fenceKey(this.options.prefix, resource), signal);
+    if (stored === undefined) return null;
+    const highest = decodeFence(resource, stored.body);
+    this.noteFence(resource, highest);
+    return { etag: stored.etag, highest };
+  }
+
+  /**
+   * Raises the resource's fence object to this fence (CAS loop) unless it admits it already;
+   * StaleTokenError if it refuses it. Returns the fence object as it now is. known: undefined = not
+   * read yet, null = known absent.
+   */
+  async raiseFence(fence: CheckedFence, known: FenceSnapshot | null | undefined, signal: AbortSignal | undefined): Promise<FenceSnapshot> {
+    const target = fenceKey(this.options.prefix, fence.resource);
+    let snap = known === undefined ? await this.readFence(fence.resource, signal) : known;
+    for (let attempt = 1; ; attempt++) {
+      const refused = fenceRefusal(fence, snap);
+      if (refused !== undefined) throw refused;
+      if (snap !== null && !needsRaise(fence, snap)) return snap; // already at this token, from this holder
+      const outcome = await this.objects.write(target, encodeFence(fence), condition(snap), signal);
+      if (outcome.ok) {
+        const highest = { token: fence.token, holder: fence.holder };
+        this.noteFence(fence.resource, highest);
+        return { etag: outcome.etag, highest };
+      }
+      signal?.throwIfAborted();
+      if (outcome.failure === "fatal") throw outcome.error;
+      // Whatever went wrong, the fence object says what holds now (a raise of ours that landed admits us).
+      const current = await this.readFence(fence.resource, signal);
+      if (outcome.failure === "precondition" && snap !== null && current?.etag === snap.etag && !this.objects.noteRefusedOwnEtag()) {
+        throw refusedOwnEtag(target);
+      }
+      if (attempt >= this.options.maxAttempts) {
+        throw new ContentionError(target, attempt, `register ${JSON.stringify(fence.resource)} gave up after ${attempt} conflicting writes of its fence object`);
+      }
+      snap = current;
+    }
+  }
+
+  /** A best-effort deletion or cleanup that outlives its call; flush() waits for it. */
+  background(work: () => Promise<void>): void {
+    const task: Promise<void> = work()
+      .catch(() => undefined)
+      .finally(() => this.pending.delete(task));
+    this.pending.add(task);
+  }
+
+  async flush(): Promise<void> {
+    while (this.pending.size > 0) await Promise.all([...this.pending]);
+  }
+}

@@ -1,0 +1,57 @@
+import { createHash, randomBytes } from "node:crypto";
+
+/**
+ * Where the S3 store keeps what:
+ *
+ *   <prefix>manifests/<key>                     one per key: the compare-and-swapped pointer (header + inline body)
+ *   <prefix>data/<key>/<target>.<dataId>        a body too large to inline: one per manifest attempt, never overwritten
+ *   <prefix>fences/<sha256(resource)>           one per resource: the highest token registered and its holder
+ *
+ * A data object's name says which manifest its attempt was sent against (`target`: that manifest's
+ * writeId, or `absent` for a create), so whether any manifest can still come to name it can be
+ * decided from its name and the key's current manifest alone (`mayBeNamed`, s3-manifest.ts).
+ */
+
+/** 128 random bits, hex: names a write (version) or a data object. */
+export function newId(): string {
+  return randomBytes(16).toString("hex");
+}
+
+export function manifestKey(prefix: string, key: string): string {
+  return `${prefix}manifests/${key}`;
+}
+
+/** The target of a create: the attempt lands only while the key has no manifest. */
+export const ABSENT = "absent";
+
+/**
+ * The data object of one manifest attempt. `target` is the writeId of the manifest the attempt is
+ * sent against (null: a create). The last segment never contains '/', so (key, name) pairs never collide.
+ */
+export function dataKey(prefix: string, key: string, target: string | null, dataId: string): string {
+  return `${prefix}data/${key}/${target ?? ABSENT}.${dataId}`;
+}
+
+const DATA_NAME = /^(absent|[0-9a-f]{32})\.[0-9a-f]{32}$/;
+
+/**
+ * The attempt target a data object's name records: a writeId, null for a create, or undefined for a
+ * name without one (written by a format /1 writer, which named one object for all its attempts).
+ */
+export function targetOf(dataObjectKey: string): string | null | undefined {
+  const match = DATA_NAME.exec(dataObjectKey.slice(dataObjectKey.lastIndexOf("/") + 1));
+  if (match === null) return undefined;
+  return match[1] === ABSENT ? null : match[1];
+}
+
+/**
+ * Resources are arbitrary strings of up to 512 characters, which may not fit S3's 1024-byte key limit
+ * once encoded; a hash always does. The fence body names the resource, so a collision would be detected.
+ */
+export function fenceKey(prefix: string, resource: string): string {
+  return `${prefix}fences/${createHash("sha256").update(resource, "utf8").digest("hex")}`;
+}
+
+export function probeKeyPrefix(prefix: string): string {
+  return `${prefix}probe/`;
+}

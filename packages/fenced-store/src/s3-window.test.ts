@@ -1,0 +1,75 @@
+import { Readable } from "node:stream";
+import type { S3Client } from "@aws-sdk/client-s3";
+import { startS3, type StartedS3 } from "@fenced/servers";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { StaleTokenError } from "./errors.js";
+import type { Fence } from "./fence.js";
+import { FencedS3 } from "./s3.js";
+import { answered, fakeError, holdFirst, intercept, isDataUpload, isFenceRead, isManifestPut, listKeys } from "./s3-test-support.js";
+
+let server: StartedS3;
+let client: S3Client;
+
+beforeAll(async () => {
+  server = await startS3();
+  client = server.client();
+});
+afterAll(async () => {
+  await server?.stop();
+});
+
+const fence = (token: bigint): Fence => ({ resource: "window", token });
+
+/**
+ * The resource fence is read again right before each manifest PUT: whatever the writer did in between
+ * (uploading a body, losing a race and retrying), a token registered meanwhile refuses it on every key.
+ */
+describe("FencedS3: the resource fence is read right before each manifest PUT", () => {
+  const bodies: [string, () => string | Readable][] = [
+    ["bytes too large to inline", () => "x".repeat(70_000)],
+    ["a stream of unknown length", () => Readable.from([Buffer.from("streamed body")], { objectMode: false })],
+  ];
+  for (const [what, body] of bodies) {
+    it(`a writer paused in its data upload (${what}) is refused after a higher token registers, on a key the newer holder never wrote`, async () => {
+      const bucket = await server.createBucket();
+      const newer = new FencedS3(client, { bucket });
+      await newer.register(fence(33n)); // 33's lease registered on acquisition: its write needs no raise
+      const pausedClient = server.client();
+      const fenceRead = answered(pausedClient, isFenceRead);
+      const gate = holdFirst(pausedClient, isDataUpload);
+      const pausedStore = new FencedS3(pausedClient, { bucket });
+      const paused = pausedStore.put("never-written-by-34", body(), { fence: fence(33n) });
+      // 33 has read the fence (33 is fine) and is uploading its body when its process pauses.
+      await Promise.all([fenceRead, gate.reached]);
+      await newer.register(fence(34n));
+      gate.release();
+
+      const err: unknown = await paused.catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(StaleTokenError);
+      expect(err).toMatchObject({ token: 33n, highest: 34n });
+      expect(await newer.get("never-written-by-34")).toBeUndefined();
+      await pausedStore.flush();
+      expect(await listKeys(client, bucket, "fenced/data/")).toEqual([]); // the refused body is gone
+      expect(await listKeys(client, bucket, "fenced/manifests/")).toEqual([]);
+    });
+  }
+
+  it("a writer that lost a race is refused on its retry when a higher token registered meanwhile", async () => {
+    const bucket = await server.createBucket();
+    const racingClient = server.client();
+    const newer = new FencedS3(client, { bucket });
+    let armed = true;
+    intercept(racingClient, async (info, send) => {
+      if (armed && isManifestPut(info)) {
+        armed = false;
+        // The manifest PUT is refused as a conflict, and before 33 reads again, 34 registers.
+        await newer.register(fence(34n));
+        throw fakeError(409, "ConditionalRequestConflict");
+      }
+      return send();
+    });
+    const racing = new FencedS3(racingClient, { bucket });
+    await expect(racing.put("fresh-key", "from 33", { fence: fence(33n) })).rejects.toMatchObject({ name: "StaleTokenError", highest: 34n });
+    expect(await newer.get("fresh-key")).toBeUndefined();
+  });
+});
