@@ -1,3 +1,5 @@
+import { InvalidArgumentError } from "@fenced/fence";
+
 /** What a record's value may be: exactly what survives JSON → jsonb → JSON unchanged. */
 export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
 
@@ -10,12 +12,13 @@ const NUL = /\u0000/;
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
 function assertStorableString(s: string, path: string): void {
-  if (NUL.test(s)) throw new TypeError(`${path}: strings containing U+0000 cannot be stored as jsonb`);
-  if (LONE_SURROGATE.test(s)) throw new TypeError(`${path}: strings with unpaired UTF-16 surrogates are not valid JSON text`);
+  if (NUL.test(s)) throw new InvalidArgumentError(path, "strings containing U+0000 cannot be stored as jsonb");
+  if (LONE_SURROGATE.test(s)) throw new InvalidArgumentError(path, "strings with unpaired UTF-16 surrogates are not valid JSON text");
 }
 
 /**
- * Throws TypeError (RangeError for excessive depth) unless `value` round-trips through JSON exactly.
+ * Throws InvalidArgumentError (argument: the path to the offending part, e.g. "value.items[2]")
+ * unless `value` round-trips through JSON exactly.
  * JSON.stringify would silently drop undefined and functions, turn NaN into null and Dates into
  * strings; a value that reads back different from what was written is refused instead.
  */
@@ -31,17 +34,17 @@ function walk(value: unknown, path: string, ancestors: Set<object>, depth: numbe
       assertStorableString(value, path);
       return;
     case "number":
-      if (!Number.isFinite(value)) throw new TypeError(`${path}: ${value} is not representable in JSON`);
+      if (!Number.isFinite(value)) throw new InvalidArgumentError(path, `${value} is not representable in JSON`);
       return;
     case "object":
       break;
     default:
       // undefined, function, symbol, bigint
-      throw new TypeError(`${path}: a ${typeof value} is not JSON-serialisable`);
+      throw new InvalidArgumentError(path, `a ${typeof value} is not JSON-serialisable`);
   }
   if (value === null) return;
-  if (depth >= MAX_JSON_DEPTH) throw new RangeError(`${path}: nested deeper than ${MAX_JSON_DEPTH} levels`);
-  if (ancestors.has(value)) throw new TypeError(`${path}: circular reference`);
+  if (depth >= MAX_JSON_DEPTH) throw new InvalidArgumentError(path, `nested deeper than ${MAX_JSON_DEPTH} levels`);
+  if (ancestors.has(value)) throw new InvalidArgumentError(path, "circular reference");
   ancestors.add(value);
   if (Array.isArray(value)) {
     // Index loop, not forEach: holes must be seen (JSON would write them as null).
@@ -50,9 +53,9 @@ function walk(value: unknown, path: string, ancestors: Set<object>, depth: numbe
     const proto: unknown = Object.getPrototypeOf(value);
     if (proto !== Object.prototype && proto !== null) {
       const name = (value as { constructor?: { name?: unknown } }).constructor?.name;
-      throw new TypeError(`${path}: only plain objects and arrays are stored (got ${typeof name === "string" ? name : "a non-plain object"})`);
+      throw new InvalidArgumentError(path, `only plain objects and arrays are stored (got ${typeof name === "string" ? name : "a non-plain object"})`);
     }
-    if (Object.getOwnPropertySymbols(value).length > 0) throw new TypeError(`${path}: symbol-keyed properties are not JSON-serialisable`);
+    if (Object.getOwnPropertySymbols(value).length > 0) throw new InvalidArgumentError(path, "symbol-keyed properties are not JSON-serialisable");
     for (const [key, child] of Object.entries(value)) {
       assertStorableString(key, `${path} key ${JSON.stringify(key)}`);
       walk(child, `${path}.${key}`, ancestors, depth + 1);

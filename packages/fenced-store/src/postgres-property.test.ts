@@ -1,6 +1,7 @@
+import { admits } from "@fenced/fence";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { StaleTokenError, VersionMismatchError } from "./errors.js";
+import { ResourceMismatchError, StaleTokenError, VersionMismatchError } from "./errors.js";
 import type { FencedPostgres } from "./postgres.js";
 import { pgHarness, sleep, type PgHarness } from "./postgres-test-support.js";
 
@@ -14,18 +15,19 @@ beforeAll(async () => {
   // so `seq` (drawn under the lock) orders the committed writes of one resource in commit order.
   // Rolled-back transactions take their history rows with them: only committed effects are logged.
   await h.pool.query(`
-    CREATE TABLE "${store.schema}".history (seq bigserial PRIMARY KEY, tbl text, op text, resource text, key text, token bigint, writer text);
+    CREATE TABLE "${store.schema}".history (seq bigserial PRIMARY KEY, tbl text, op text, resource text, key text, token bigint, holder text, writer text, tombstone boolean);
     CREATE FUNCTION "${store.schema}".log_fence() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
-      INSERT INTO "${store.schema}".history (tbl, op, resource, token) VALUES ('fence', TG_OP, NEW.resource, NEW.token);
+      INSERT INTO "${store.schema}".history (tbl, op, resource, token, holder) VALUES ('fence', TG_OP, NEW.resource, NEW.token, NEW.holder);
       RETURN NULL;
     END $$;
     CREATE FUNCTION "${store.schema}".log_record() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
       IF TG_OP = 'DELETE' THEN
-        INSERT INTO "${store.schema}".history (tbl, op, resource, key, token) VALUES ('records', TG_OP, OLD.resource, OLD.key, NULL);
+        INSERT INTO "${store.schema}".history (tbl, op, resource, key) VALUES ('records', TG_OP, OLD.resource, OLD.key);
       ELSE
-        INSERT INTO "${store.schema}".history (tbl, op, resource, key, token, writer) VALUES ('records', TG_OP, NEW.resource, NEW.key, NEW.token, NEW.value->>'writer');
+        INSERT INTO "${store.schema}".history (tbl, op, resource, key, token, holder, writer, tombstone)
+        VALUES ('records', TG_OP, NEW.resource, NEW.key, NEW.token, NEW.holder, NEW.value->>'writer', NEW.value IS NULL);
       END IF;
       RETURN NULL;
     END $$;
@@ -41,24 +43,34 @@ type Kind = "put" | "putIfVersion" | "delete" | "register";
 interface Op {
   readonly kind: Kind;
   readonly token: bigint;
+  /** Two leases may hold one token (a lock that lost its counters): the holder tells them apart. */
+  readonly holder: "h1" | "h2" | undefined;
+  /** Two resources name the same keys: whichever creates a key owns it. */
+  readonly resource: "A" | "B";
   readonly key: "a" | "b";
   readonly delayMs: number;
 }
-type Outcome = { ok: true; deleted?: boolean } | { ok: false; stale: StaleTokenError } | { ok: false; mismatch: VersionMismatchError };
+type Outcome =
+  | { ok: true; deleted?: boolean }
+  | { ok: false; stale: StaleTokenError }
+  | { ok: false; mismatch: VersionMismatchError }
+  | { ok: false; foreign: ResourceMismatchError };
 
 const opArb: fc.Arbitrary<Op> = fc.record({
   kind: fc.constantFrom<Kind>("put", "put", "put", "putIfVersion", "putIfVersion", "delete", "register"),
-  // A small range, so equal tokens (the same holder writing twice) and reorderings are both common.
+  // A small range, so equal tokens (the same holder writing twice, or two holders) and reorderings are all common.
   token: fc.bigInt({ min: 1n, max: 12n }),
+  holder: fc.constantFrom("h1" as const, "h1" as const, "h2" as const, undefined),
+  resource: fc.constantFrom("A" as const, "A" as const, "A" as const, "B" as const),
   key: fc.constantFrom("a" as const, "b" as const),
   delayMs: fc.integer({ min: 0, max: 4 }),
 });
 
 let run = 0;
 
-async function execute(op: Op, resource: string, keyPrefix: string, writer: string): Promise<Outcome> {
+async function execute(op: Op, resources: Record<"A" | "B", string>, keyPrefix: string, writer: string): Promise<Outcome> {
   await sleep(op.delayMs);
-  const fence = { resource, token: op.token };
+  const fence = { resource: resources[op.resource], token: op.token, holder: op.holder };
   const key = `${keyPrefix}/${op.key}`;
   try {
     switch (op.kind) {
@@ -72,13 +84,14 @@ async function execute(op: Op, resource: string, keyPrefix: string, writer: stri
         return { ok: true };
       case "putIfVersion": {
         const read = await store.get(key);
-        await store.put(key, { writer }, read === undefined ? { fence } : { fence, ifVersion: read.version });
+        await store.put(key, { writer }, { fence, ifVersion: read?.version });
         return { ok: true };
       }
     }
   } catch (err) {
     if (err instanceof StaleTokenError) return { ok: false, stale: err };
     if (err instanceof VersionMismatchError) return { ok: false, mismatch: err };
+    if (err instanceof ResourceMismatchError) return { ok: false, foreign: err };
     throw err;
   }
 }
@@ -87,69 +100,94 @@ interface Logged {
   seq: string;
   tbl: "fence" | "records";
   op: string;
+  resource: string;
   key: string | null;
   token: string | null;
+  holder: string | null;
   writer: string | null;
+  tombstone: boolean | null;
 }
 
-describe("FencedPostgres: concurrent writers with random tokens (property)", () => {
-  it("accepted tokens never decrease in commit order, the final state is the last accepted write, refused writes change nothing", async () => {
+const fenceOf = (e: { token: string | bigint | null; holder: string | null }) => ({ token: BigInt(e.token ?? -1), holder: e.holder });
+
+describe("FencedPostgres: concurrent writers with random tokens, holders and resources (property)", () => {
+  it("admitted fences follow admits() in commit order, a key keeps its owner, the final state is the last accepted write, refused writes change nothing", async () => {
     await fc.assert(
       fc.asyncProperty(fc.array(opArb, { minLength: 2, maxLength: 24 }), async (ops) => {
         run += 1;
-        const resource = `res-${run}`;
+        const resources = { A: `res-${run}-A`, B: `res-${run}-B` };
         const prefix = `run-${run}`;
         // All writers start at once; only their small random delays and the server decide the interleaving.
-        const outcomes = await Promise.all(ops.map((op, i) => execute(op, resource, prefix, `w${i}`)));
+        const outcomes = await Promise.all(ops.map((op, i) => execute(op, resources, prefix, `w${i}`)));
 
         const { rows: log } = await h.pool.query<Logged>(
-          `SELECT seq, tbl, op, key, token, writer FROM "${store.schema}".history WHERE resource = $1 ORDER BY seq`,
-          [resource],
+          `SELECT seq, tbl, op, resource, key, token::text, holder, writer, tombstone FROM "${store.schema}".history WHERE resource = ANY($1) OR key LIKE $2 ORDER BY seq`,
+          [Object.values(resources), `${prefix}/%`],
         );
-        const accepted = ops.filter((_, i) => outcomes[i]?.ok === true);
 
-        // 1. The ratchet's own history: tokens never go down in commit order.
-        const fenceTokens = log.filter((e) => e.tbl === "fence").map((e) => BigInt(e.token ?? -1));
-        for (let i = 1; i < fenceTokens.length; i++) expect(fenceTokens[i]).toBeGreaterThanOrEqual(fenceTokens[i - 1] ?? 0n);
-        // Every accepted operation raised (or re-affirmed) the ratchet exactly once; refused ones never did.
-        expect(fenceTokens.map(String).sort()).toEqual(accepted.map((op) => String(op.token)).sort());
-        // Record writes happen under the token in force, so they never go down either.
-        const writeTokens = log.filter((e) => e.tbl === "records" && e.token !== null).map((e) => BigInt(e.token ?? -1));
-        for (let i = 1; i < writeTokens.length; i++) expect(writeTokens[i]).toBeGreaterThanOrEqual(writeTokens[i - 1] ?? 0n);
+        for (const name of ["A", "B"] as const) {
+          const resource = resources[name];
+          const mine = ops.map((op, i) => ({ op, outcome: outcomes[i] })).filter((x) => x.op.resource === name);
+          const accepted = mine.filter((x) => x.outcome?.ok === true).map((x) => x.op);
+          // 1. The ratchet's own history: each admitted fence is admitted by the one before it, in commit order.
+          const fences = log.filter((e) => e.tbl === "fence" && e.resource === resource).map(fenceOf);
+          for (let i = 1; i < fences.length; i++) {
+            const [prev, cur] = [fences[i - 1], fences[i]];
+            if (prev === undefined || cur === undefined) throw new Error("index");
+            expect(admits(prev, { resource, ...cur }), `${resource}: ${prev.token}/${prev.holder} then ${cur.token}/${cur.holder}`).toBe(true);
+          }
+          // Every accepted operation raised (or re-affirmed) its ratchet exactly once; refused ones never did.
+          const key = (f: { token: bigint; holder: string | null | undefined }) => `${f.token}/${f.holder ?? "-"}`;
+          expect(fences.map(key).sort()).toEqual(accepted.map(key).sort());
+          // The stored row is the last admitted fence.
+          expect(await h.fenceRow(store, resource)).toEqual(fences.at(-1));
 
-        // 2. Acknowledged writes are in the history exactly once; refused ones are not there at all.
-        const writers = log.filter((e) => e.tbl === "records" && e.writer !== null).map((e) => e.writer);
+          // 2. Refusals say why, truthfully.
+          for (const { op, outcome } of mine) {
+            if (outcome === undefined || outcome.ok) continue;
+            if ("stale" in outcome) {
+              expect(outcome.stale).toMatchObject({ resource, token: op.token });
+              const highest = { token: outcome.stale.highest, holder: outcome.stale.highestHolder ?? null };
+              expect(admits(highest, { resource, token: op.token, holder: op.holder ?? null })).toBe(false);
+            }
+            if ("foreign" in outcome) expect(outcome.foreign.owner).not.toBe(resource);
+          }
+          // 3. A token that no other holder shares, and that is the resource's highest, is never refused as stale.
+          const max = mine.reduce((m, x) => (x.op.token > m ? x.op.token : m), 0n);
+          const holdersAtMax = new Set(mine.filter((x) => x.op.token === max).map((x) => x.op.holder));
+          if (holdersAtMax.size === 1) for (const { op, outcome } of mine) if (op.token === max) expect(outcome !== undefined && !outcome.ok && "stale" in outcome).toBe(false);
+        }
+
+        // 4. Acknowledged writes are in the history exactly once, under their own fence; refused ones not at all.
+        const records = log.filter((e) => e.tbl === "records");
         ops.forEach((op, i) => {
           const outcome = outcomes[i];
           const isWrite = op.kind === "put" || op.kind === "putIfVersion";
-          if (isWrite) expect(writers.filter((w) => w === `w${i}`).length).toBe(outcome?.ok === true ? 1 : 0);
-          if (outcome !== undefined && !outcome.ok && "stale" in outcome) {
-            expect(outcome.stale.highest).toBeGreaterThan(op.token);
-            expect(outcome.stale.token).toBe(op.token);
-          }
+          const entries = records.filter((e) => e.writer === `w${i}`);
+          if (isWrite) expect(entries.length).toBe(outcome?.ok === true ? 1 : 0);
+          for (const e of entries) expect({ resource: e.resource, ...fenceOf(e) }).toEqual({ resource: resources[op.resource], token: op.token, holder: op.holder ?? null });
         });
-        const deletions = log.filter((e) => e.tbl === "records" && e.op === "DELETE").length;
-        expect(deletions).toBe(outcomes.filter((o) => o.ok && o.deleted === true).length);
+        expect(records.filter((e) => e.op === "DELETE")).toEqual([]); // deletes leave tombstones
+        expect(records.filter((e) => e.tombstone === true && e.op === "UPDATE").length).toBe(outcomes.filter((o) => o.ok && o.deleted === true).length);
 
-        // 3. The newest token is never refused as stale.
-        const maxToken = ops.reduce((m, op) => (op.token > m ? op.token : m), 0n);
-        ops.forEach((op, i) => {
-          const outcome = outcomes[i];
-          if (op.token === maxToken) expect(outcome !== undefined && !outcome.ok && "stale" in outcome).toBe(false);
-        });
-        expect(await h.fenceToken(store, resource)).toBe(accepted.length === 0 ? undefined : accepted.reduce((m, op) => (op.token > m ? op.token : m), 0n));
-
-        // 4. The final state is the last committed write of each key (replaying the history), i.e. the
-        //    last accepted write in commit order; it carries that write's token.
-        for (const key of ["a", "b"] as const) {
-          const last = log.filter((e) => e.tbl === "records" && e.key === `${prefix}/${key}`).at(-1);
-          const stored = await store.get<{ writer: string }>(`${prefix}/${key}`);
-          if (last === undefined || last.op === "DELETE") {
+        for (const name of ["a", "b"] as const) {
+          const key = `${prefix}/${name}`;
+          const history = records.filter((e) => e.key === key);
+          // 5. A key keeps the owner that created it; a write naming the other resource was refused with that owner.
+          const owner = history[0]?.resource;
+          for (const e of history) expect(e.resource).toBe(owner);
+          ops.forEach((op, i) => {
+            const outcome = outcomes[i];
+            if (op.key === name && outcome !== undefined && !outcome.ok && "foreign" in outcome) expect(outcome.foreign).toMatchObject({ key, owner });
+          });
+          // 6. The final state is the last committed write of the key (replaying the history).
+          const last = history.at(-1);
+          const stored = await store.get<{ writer: string }>(key);
+          if (last === undefined || last.tombstone === true) {
             expect(stored).toBeUndefined();
           } else {
             expect(stored?.value.writer).toBe(last.writer);
-            expect(stored?.token).toBe(BigInt(last.token ?? -1));
-            expect(stored?.resource).toBe(resource);
+            expect({ resource: stored?.resource, token: stored?.token, holder: stored?.holder }).toEqual({ resource: last.resource, ...fenceOf(last) });
           }
         }
       }),

@@ -1,4 +1,5 @@
-import type { Pool, PoolClient } from "pg";
+import type { PoolClient } from "pg";
+import { InvalidArgumentError } from "@fenced/fence";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { StaleTokenError, VersionMismatchError } from "./errors.js";
 import type { Fence } from "./fence.js";
@@ -59,9 +60,9 @@ describe("FencedPostgres: the article's figure", () => {
     // r1's ratchet covers keys r1 has not written yet.
     await expect(store.put("c", "C", { fence: fence("r1", 9n) })).rejects.toBeInstanceOf(StaleTokenError);
     expect(await store.get("c")).toBeUndefined();
-    // A key belongs to whichever resource writes it: r2 may take over "a", and r1's later writes to "a" are checked against r1 only.
-    await store.put("a", "A by r2", { fence: fence("r2", 3n) });
-    expect(await store.get("a")).toMatchObject({ value: "A by r2", resource: "r2", token: 3n });
+    // A key belongs to the resource that created it: r2's ratchet says nothing about r1's holders, so r2 may not write "a".
+    await expect(store.put("a", "A by r2", { fence: fence("r2", 3n) })).rejects.toMatchObject({ name: "ResourceMismatchError", key: "a", resource: "r2", owner: "r1" });
+    expect(await store.get("a")).toMatchObject({ value: "A", resource: "r1", token: 10n });
     await store.put("a", "A by r1", { fence: fence("r1", 10n) });
     expect(await store.get("a")).toMatchObject({ value: "A by r1", resource: "r1", token: 10n });
   });
@@ -280,12 +281,13 @@ describe("FencedPostgres: transaction()", () => {
 
 describe("FencedPostgres: bad input", () => {
   const good = fence("r", 5n);
+  const other = fence("other", 1n);
   const cycle: Record<string, unknown> = {};
   cycle.self = cycle;
   let deep: unknown = 1;
   for (let i = 0; i < 300; i++) deep = [deep];
   const badKeys: unknown[] = ["", "/a", "a//b", "a/", "a/../b", "./a", "x\u0000y", "x\ny", "\u0085", "é".repeat(257), 42, undefined];
-  const badFences: unknown[] = [undefined, null, "r", { resource: "r" }, { resource: "r", token: 5 }, { resource: "r", token: "5" }, { resource: "r", token: -1n }, { resource: "r", token: 1n << 63n }, { resource: "", token: 1n }, { resource: "a\u0007", token: 1n }, { resource: "x".repeat(513), token: 1n }, { token: 1n }];
+  const badFences: unknown[] = [undefined, null, "r", { resource: "r" }, { resource: "r", token: 1n, holder: "" }, { resource: "r", token: 1n, holder: "a b" }, { resource: "r", token: 1n, holder: null }, { resource: "r", token: 5 }, { resource: "r", token: "5" }, { resource: "r", token: -1n }, { resource: "r", token: 1n << 63n }, { resource: "", token: 1n }, { resource: "a\u0007", token: 1n }, { resource: "x".repeat(513), token: 1n }, { token: 1n }];
   const holey: unknown[] = [];
   holey[1] = 1; // index 0 is a hole, which JSON would write as null
   class Money {
@@ -295,7 +297,7 @@ describe("FencedPostgres: bad input", () => {
   const badVersions: unknown[] = [5, 5n, null, "", "abc", "01", "-1", "1.0", "99999999999999999999"];
   const badOptions: unknown[] = [undefined, null, "r", 5];
 
-  /** Each entry calls the store wrongly; all must throw TypeError/RangeError before any I/O. */
+  /** Each entry calls the store wrongly; all must throw InvalidArgumentError before any I/O. */
   function calls(store: FencedPostgres): [string, () => Promise<unknown>][] {
     const any = store as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>;
     return [
@@ -314,26 +316,39 @@ describe("FencedPostgres: bad input", () => {
         [`delete ifVersion ${String(v)}`, () => any.delete!.call(store, "k", { fence: good, ifVersion: v })],
       ]),
       ...badOptions.map((o): [string, () => Promise<unknown>] => [`put options ${String(o)}`, () => any.put!.call(store, "k", 1, o)]),
+      ...badOptions.map((o): [string, () => Promise<unknown>] => [`delete options ${String(o)}`, () => any.delete!.call(store, "k", o)]),
+      ...badOptions.map((o): [string, () => Promise<unknown>] => [`transfer options ${String(o)}`, () => any.transfer!.call(store, "k", o)]),
+      ...[null, "x", 5].map((o): [string, () => Promise<unknown>] => [`register options ${String(o)}`, () => any.register!.call(store, good, o)]),
+      ...[null, "x", 5].map((o): [string, () => Promise<unknown>] => [`transaction options ${String(o)}`, () => any.transaction!.call(store, good, () => Promise.resolve(), o)]),
+      ...badKeys.map((k): [string, () => Promise<unknown>] => [`transfer key ${JSON.stringify(k)}`, () => any.transfer!.call(store, k, { from: good, to: other })]),
+      ...badFences.flatMap((bad): [string, () => Promise<unknown>][] => [
+        [`transfer from ${String(bad)}`, () => any.transfer!.call(store, "k", { from: bad, to: other })],
+        [`transfer to ${String(bad)}`, () => any.transfer!.call(store, "k", { from: good, to: bad })],
+      ]),
+      ...badVersions.map((v): [string, () => Promise<unknown>] => [`transfer ifVersion ${String(v)}`, () => any.transfer!.call(store, "k", { from: good, to: other, ifVersion: v })]),
+      ["transfer within one resource", () => any.transfer!.call(store, "k", { from: good, to: fence("r", 6n) })],
       ["transaction without a callback", () => any.transaction!.call(store, good, "SELECT 1")],
     ];
   }
 
-  it("throws TypeError/RangeError before any I/O", async () => {
+  it("throws InvalidArgumentError before any I/O", async () => {
     let io = 0;
     const trap = { query: () => ((io += 1), Promise.reject(new Error("I/O"))), connect: () => ((io += 1), Promise.reject(new Error("I/O"))) };
-    const store = new FencedPostgres(trap as unknown as Pool, { schema: "unused" });
+    const store = new FencedPostgres(trap, { schema: "unused" });
     for (const [what, call] of calls(store)) {
       const err = await call().then(
         () => undefined,
         (e: unknown) => e,
       );
-      expect(err instanceof TypeError || err instanceof RangeError, `${what}: ${String(err)}`).toBe(true);
+      expect(err, `${what}: ${String(err)}`).toBeInstanceOf(InvalidArgumentError);
+      expect((err as InvalidArgumentError).argument, what).not.toBe("");
     }
     expect(io).toBe(0);
-    for (const schema of ["Fenced", "pg_fenced", "a".repeat(64), "a-b", 'x"; DROP TABLE t; --', "", 1]) {
-      expect(() => new FencedPostgres(trap as unknown as Pool, { schema: schema as string })).toThrow(/schema/);
+    for (const schema of ["Fenced", "pg_fenced", "a".repeat(64), "a-b", 'x"; DROP TABLE t; --', "", 1, null]) {
+      expect(() => new FencedPostgres(trap, { schema } as never)).toThrow(InvalidArgumentError);
     }
-    expect(() => new FencedPostgres({} as Pool)).toThrow(TypeError);
+    for (const options of [null, 5, "fenced"]) expect(() => new FencedPostgres(trap, options as never)).toThrow(InvalidArgumentError);
+    expect(() => new FencedPostgres({} as never)).toThrow(InvalidArgumentError);
   });
 
   it("writes nothing to the real tables", async () => {
@@ -341,7 +356,7 @@ describe("FencedPostgres: bad input", () => {
     await store.put("k", { keep: true }, { fence: good });
     const before = { counts: await h.counts(store), record: await store.get("k"), token: await h.fenceToken(store, "r") };
     for (const [what, call] of calls(store)) {
-      await expect(call(), what).rejects.toSatisfy((e) => e instanceof TypeError || e instanceof RangeError);
+      await expect(call(), what).rejects.toBeInstanceOf(InvalidArgumentError);
     }
     expect(await h.counts(store)).toEqual(before.counts);
     expect(await store.get("k")).toEqual(before.record);

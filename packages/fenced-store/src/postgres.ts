@@ -1,99 +1,63 @@
-import type { Pool, PoolClient, QueryConfig } from "pg";
-import { StaleTokenError, VersionMismatchError } from "./errors.js";
-import { assertFence, assertKey, MAX_TOKEN, type Fence } from "./fence.js";
+import { checkFence, InvalidArgumentError, type CheckedFence } from "@fenced/fence";
+import { ResourceMismatchError, StaleTokenError, VersionMismatchError } from "./errors.js";
+import { assertKey, type Fence } from "./fence.js";
 import { assertJsonValue, type JsonValue } from "./json.js";
-import { BEGIN, COMMIT, quoteSchema, ROLLBACK, statements, type Statements } from "./sql.js";
+import { assertPool, signalOptions, throwIfAborted, transferOptions, writeOptions } from "./postgres-options.js";
+import type { FencedPostgresOptions, PgClient, PgParam, PgPool, PgPutResult, PgQueryConfig, PgQueryResult, PgRecord, PgSignalOptions, PgTransferOptions, PgWriteOptions } from "./postgres-types.js";
+import { BEGIN, COMMIT, FOREIGN_KEY_REFUSED, type NamedStatement, quoteSchema, ROLLBACK, statementNames, statements, type Statements } from "./sql.js";
 
-export interface FencedPostgresOptions {
-  /** Schema holding the `fence` and `records` tables; default "fenced". Must match /^[a-z_][a-z0-9_]{0,62}$/. */
-  readonly schema?: string;
-}
-
-export interface PgWriteOptions {
-  /** The lease's fence. The write is refused (StaleTokenError) if a higher token was accepted for fence.resource. */
-  readonly fence: Fence;
-  /** Write only if the record is still at this version (from get/put); else VersionMismatchError. */
-  readonly ifVersion?: string;
-}
-
-export interface PgPutResult {
-  /** Opaque; pass it back as ifVersion. Never reused, not even after a delete. */
-  readonly version: string;
-  /** The token the write was accepted under. */
-  readonly token: bigint;
-}
-
-export interface PgRecord<T = JsonValue> {
-  readonly value: T;
-  readonly version: string;
-  /** Token of the write that produced this version. */
-  readonly token: bigint;
-  /** Resource whose fence that write carried: a record belongs to whichever resource last wrote it. */
-  readonly resource: string;
-}
-
-// Versions are decimal renderings of a positive bigint sequence value; anything else was not issued by us.
-const VERSION = /^[1-9][0-9]{0,18}$/;
-
-function assertVersion(version: unknown): asserts version is string {
-  if (typeof version !== "string") throw new TypeError(`ifVersion must be a string (a version returned by put/get), got ${typeof version}`);
-  if (!VERSION.test(version) || BigInt(version) > MAX_TOKEN) throw new RangeError(`ifVersion ${JSON.stringify(version)} is not a version this store issues`);
-}
-
-function writeOptions(options: unknown): { fence: Fence; ifVersion: string | undefined } {
-  if (typeof options !== "object" || options === null) throw new TypeError("options must be an object { fence, ifVersion? }");
-  const { fence, ifVersion } = options as { fence?: unknown; ifVersion?: unknown };
-  assertFence(fence);
-  if (ifVersion !== undefined) assertVersion(ifVersion);
-  // Copy now: a caller mutating its fence object during the await must not change what we check.
-  return { fence: { resource: fence.resource, token: fence.token }, ifVersion };
-}
-
-type Param = string | null;
+/** The fence's three leading parameters of every write statement. */
+const fenceParams = (fence: CheckedFence): PgParam[] => [fence.resource, fence.token.toString(), fence.holder];
 
 /**
  * Fenced writes to PostgreSQL. Every write raises the per-resource ratchet (table `fence`) and
- * writes the record in one transaction, the ratchet first; a token lower than the highest accepted
- * for its resource is refused with StaleTokenError and nothing changes. See PROTOCOL.md, "Postgres".
+ * writes the record in one transaction, the ratchet first. A token below the highest accepted for
+ * its resource, or equal to it from another holder, is refused with StaleTokenError; a key owned by
+ * another resource is refused with ResourceMismatchError; either way nothing changes. See
+ * PROTOCOL.md, "Postgres".
+ *
+ * `Client` is what the pool's connect() returns (pg.PoolClient for a pg.Pool): transaction() hands
+ * it to its callback.
  */
-export class FencedPostgres {
+export class FencedPostgres<Client extends PgClient = PgClient> {
   readonly schema: string;
   private readonly sql: Statements;
-  private readonly names: Record<keyof Statements, string>;
+  private readonly names: Record<NamedStatement, string>;
 
   constructor(
-    private readonly pool: Pool,
+    private readonly pool: PgPool<Client>,
     options: FencedPostgresOptions = {},
   ) {
-    if (typeof pool !== "object" || pool === null || typeof pool.query !== "function" || typeof pool.connect !== "function") {
-      throw new TypeError("FencedPostgres needs a pg.Pool");
-    }
-    const schema = options.schema ?? "fenced";
+    assertPool(pool);
+    if (typeof options !== "object" || options === null) throw new InvalidArgumentError("options", "must be an object { schema? }");
+    const schema: unknown = options.schema === undefined ? "fenced" : options.schema;
     this.sql = statements(quoteSchema(schema));
-    this.schema = schema;
+    this.schema = schema as string;
     // Named (prepared) statements skip parse and plan after the first use on each connection.
-    // The schema is part of the name: two stores on one pool must not share a prepared text.
-    const names = {} as Record<keyof Statements, string>;
-    for (const k of Object.keys(this.sql) as (keyof Statements)[]) names[k] = `fenced.${schema}.${k}`;
-    this.names = names;
+    this.names = statementNames(this.sql);
   }
 
-  /** Creates the schema, tables and sequence if missing. Idempotent; concurrent callers serialise on an advisory lock. */
+  /**
+   * Creates the schema, tables, sequence and function if missing, and upgrades a layout created by
+   * an earlier version (holder columns, tombstones). Idempotent; concurrent callers serialise on an
+   * advisory lock.
+   */
   async migrate(): Promise<void> {
-    const lock = [`fenced.migrate:${this.schema}`];
+    const lock: PgParam[] = [`fenced.migrate:${this.schema}`];
     const client = await this.pool.connect();
     let broken: Error | undefined;
     try {
-      await client.query(this.sql.migrateLock, lock);
+      await client.query(this.query("migrateLock", lock));
       try {
-        await client.query(BEGIN);
-        for (const ddl of this.sql.migrate) await client.query(ddl);
-        await client.query(COMMIT);
+        await client.query({ text: BEGIN });
+        for (const ddl of this.sql.migrate) await client.query({ text: ddl });
+        for (const ddl of await this.upgrades(client)) await client.query({ text: ddl });
+        await client.query({ text: COMMIT });
       } catch (err) {
-        await client.query(ROLLBACK).catch(() => undefined);
+        await client.query({ text: ROLLBACK }).catch(() => undefined);
         throw err;
       } finally {
-        await client.query(this.sql.migrateUnlock, lock);
+        await client.query(this.query("migrateUnlock", lock));
       }
     } catch (err) {
       // If the unlock (or anything) failed, discard the connection: closing it drops a session lock still held.
@@ -104,112 +68,194 @@ export class FencedPostgres {
     }
   }
 
-  /**
-   * Fence-on-acquire: raises the resource's ratchet to fence.token without writing a record, so that
-   * every older holder is refused from now on, even for keys the new holder never writes.
-   */
-  async register(fence: Fence): Promise<void> {
-    assertFence(fence);
-    const f = { resource: fence.resource, token: fence.token };
-    const { rows } = await this.pool.query(this.query("ratchet", [f.resource, f.token.toString()]));
-    if (rows.length === 0) throw await this.staleError(this.pool, f);
+  /** The ALTERs an older layout still needs; none on a current one (ALTER TABLE would lock the table for nothing). */
+  private async upgrades(client: Client): Promise<string[]> {
+    const { rows } = await client.query<{ table: string; column: string; notNull: boolean }>(this.query("layout", [this.schema]));
+    const has = (table: string, column: string) => rows.find((r) => r.table === table && r.column === column);
+    const needed: string[] = [];
+    if (has("fence", "holder") === undefined) needed.push(this.sql.addFenceHolder);
+    if (has("records", "holder") === undefined) needed.push(this.sql.addRecordHolder);
+    if (has("records", "value")?.notNull === true) needed.push(this.sql.allowTombstones);
+    return needed;
   }
 
   /**
-   * Writes `value` under `key` if fence.token is not lower than the highest accepted for fence.resource
-   * (and, with ifVersion, if the record is still at that version). All-or-nothing.
+   * Fence-on-acquire: raises the resource's ratchet to fence.token (and its holder) without writing a
+   * record, so that every older holder is refused from now on, even for keys the new holder never writes.
+   */
+  async register(fence: Fence, options?: PgSignalOptions): Promise<void> {
+    const checked = checkFence(fence);
+    const signal = signalOptions(options);
+    throwIfAborted(signal);
+    const { rows } = await this.pool.query(this.query("ratchet", fenceParams(checked)));
+    if (rows.length === 0) throw await this.staleError(this.pool, checked);
+  }
+
+  /**
+   * Writes `value` under `key` if the fence passes its resource's ratchet, the key is unowned or
+   * owned by fence.resource (a new key becomes fence.resource's), and, with ifVersion, the record is
+   * still at that version. All-or-nothing.
    */
   async put(key: string, value: unknown, options: PgWriteOptions): Promise<PgPutResult> {
     assertKey(key);
-    const { fence, ifVersion } = writeOptions(options);
+    const { fence, ifVersion, signal } = writeOptions(options);
     assertJsonValue(value);
     const json = JSON.stringify(value);
-    const token = fence.token.toString();
+    throwIfAborted(signal);
     if (ifVersion === undefined) {
-      // The common case in a single statement: see sql.ts for why it is atomic and ordered.
-      const { rows } = await this.pool.query<{ version: string }>(this.query("putUnconditional", [fence.resource, token, key, json]));
-      const row = rows[0];
+      // The common case in a single statement: see sql.ts for why it is atomic, ordered, and undone whole when refused.
+      let result: PgQueryResult<{ version: string }>;
+      try {
+        result = await this.pool.query<{ version: string }>(this.query("putUnconditional", [...fenceParams(fence), key, json]));
+      } catch (err) {
+        throw foreignKeyRefusal(err, key, fence.resource) ?? err;
+      }
+      const row = result.rows[0];
       if (row === undefined) throw await this.staleError(this.pool, fence);
       return { version: String(row.version), token: fence.token };
     }
-    return this.conditional(fence, key, ifVersion, this.query("putIfVersion", [fence.resource, token, key, json, ifVersion]));
+    return this.conditional(fence, key, ifVersion, signal, "putIfVersion", [...fenceParams(fence), key, json, ifVersion]);
   }
 
-  /** The record under `key`, or undefined. Reading needs no fence: only writes are ordered. */
+  /** The record under `key`, or undefined (never written, or deleted). Reading needs no fence: only writes are ordered. */
   async get<T = JsonValue>(key: string): Promise<PgRecord<T> | undefined> {
     assertKey(key);
-    const { rows } = await this.pool.query<{ value: T; version: string; token: string; resource: string }>(this.query("get", [key]));
+    const { rows } = await this.pool.query<{ value: T; version: string; token: string; resource: string; holder: string | null }>(this.query("get", [key]));
     const row = rows[0];
     if (row === undefined) return undefined;
     // pg returns int8 as a decimal string; BigInt keeps all 64 bits (a JS number would not).
-    return { value: row.value, version: String(row.version), token: BigInt(row.token), resource: row.resource };
+    return { value: row.value, version: String(row.version), token: BigInt(row.token), resource: row.resource, holder: row.holder ?? null };
   }
 
-  /** Deletes the record under the same checks as put. Resolves true if a record was removed. */
+  /**
+   * Deletes the record under the same checks as put, leaving a tombstone that keeps the owner and
+   * the version sequence: get() then says undefined, and only the owner can write the key again.
+   * Resolves true if a record was deleted, false if there was none (nothing written but the ratchet).
+   */
   async delete(key: string, options: PgWriteOptions): Promise<boolean> {
     assertKey(key);
-    const { fence, ifVersion } = writeOptions(options);
+    const { fence, ifVersion, signal } = writeOptions(options);
+    throwIfAborted(signal);
     if (ifVersion !== undefined) {
-      await this.conditional(fence, key, ifVersion, this.query("deleteIfVersion", [fence.resource, fence.token.toString(), key, ifVersion]));
+      await this.conditional(fence, key, ifVersion, signal, "deleteIfVersion", [...fenceParams(fence), key, ifVersion]);
       return true;
     }
-    return this.fenced(fence, async (client) => {
-      const { rows } = await client.query(this.query("deleteAny", [key]));
-      return rows.length > 0;
+    return this.fenced(fence, signal, async (client) => {
+      const { rows } = await this.run(client, signal, "tombstone", [...fenceParams(fence), key]);
+      if (rows.length > 0) return true;
+      const now = await this.current(client, signal, key);
+      if (now !== undefined && now.resource !== fence.resource) throw new ResourceMismatchError(key, fence.resource, now.resource);
+      return false;
     });
   }
 
   /**
-   * Runs `work` in a transaction that has already passed the ratchet for `fence`, and commits if it
-   * resolves. A stale fence runs none of it. The fence row stays locked until COMMIT, so every other
-   * writer of the resource waits, and `work`'s statements see everything such writers committed before.
-   * Do not COMMIT/ROLLBACK inside `work`: that would end the fenced transaction early.
+   * Moves `key` (a live record or a tombstone) from the resource that owns it to another. Both fences
+   * must pass their own resource's ratchet (both are raised, in resource order), the key must be
+   * owned by from.resource (else ResourceMismatchError), and with ifVersion the record must be at
+   * that version. The record gets a new version, and to's token and holder. All-or-nothing; resolves
+   * undefined, writing nothing, if the key was never written.
    */
-  async transaction<T>(fence: Fence, work: (client: PoolClient) => Promise<T>): Promise<T> {
-    assertFence(fence);
-    if (typeof work !== "function") throw new TypeError("transaction(fence, work): work must be a function");
-    return this.fenced({ resource: fence.resource, token: fence.token }, work);
+  async transfer(key: string, options: PgTransferOptions): Promise<PgPutResult | undefined> {
+    assertKey(key);
+    const { from, to, ifVersion, signal } = transferOptions(options);
+    throwIfAborted(signal);
+    return this.inTransaction(
+      signal,
+      async (client) => {
+        // Every transfer locks the two fence rows in the same (resource) order: no deadlock between transfers.
+        const [first, second] = from.resource < to.resource ? [from, to] : [to, from];
+        const { rows } = await this.run<{ resource: string }>(client, signal, "ratchetPair", [...fenceParams(first), ...fenceParams(second)]);
+        for (const fence of [from, to]) if (!rows.some((r) => r.resource === fence.resource)) throw await this.staleError(client, fence);
+        const moved = await this.run<{ version: string }>(client, signal, "transferOwner", [from.resource, ...fenceParams(to), key, ifVersion ?? null]);
+        const row = moved.rows[0];
+        if (row !== undefined) return { version: String(row.version), token: to.token };
+        const now = await this.current(client, signal, key);
+        if (now === undefined && ifVersion === undefined) return undefined;
+        if (now !== undefined && now.resource !== from.resource) throw new ResourceMismatchError(key, from.resource, now.resource);
+        if (ifVersion === undefined) throw new Error(`transfer of ${JSON.stringify(key)} found it owned by ${JSON.stringify(from.resource)} only after the move missed it; written outside the store?`);
+        throw new VersionMismatchError(key, ifVersion, now === undefined || now.deleted ? undefined : now.version);
+      },
+      // A key that does not exist: nothing moved, so the ratchet raises are not kept either.
+      (result) => result !== undefined,
+    );
+  }
+
+  /**
+   * Runs `work` in a transaction that has already passed the ratchet for `fence`, and commits if it
+   * resolves (and the signal is not aborted by then). A stale fence runs none of it. The fence row
+   * stays locked until COMMIT, so every other writer of the resource waits, and `work`'s statements
+   * see everything such writers committed before. Do not COMMIT/ROLLBACK inside `work`: that would
+   * end the fenced transaction early. Ownership of keys is not checked for the caller's own SQL.
+   */
+  async transaction<T>(fence: Fence, work: (client: Client) => Promise<T>, options?: PgSignalOptions): Promise<T> {
+    const checked = checkFence(fence);
+    if (typeof work !== "function") throw new InvalidArgumentError("work", "must be a function (client) => Promise");
+    const signal = signalOptions(options);
+    throwIfAborted(signal);
+    return this.fenced(checked, signal, work);
   }
 
   /** BEGIN; ratchet; work; COMMIT. The ratchet runs first so its row lock orders everything after it. */
-  private fenced<T>(fence: Fence, work: (client: PoolClient) => Promise<T>): Promise<T> {
-    return this.inTransaction(async (client) => {
-      const { rows } = await client.query(this.query("ratchet", [fence.resource, fence.token.toString()]));
+  private fenced<T>(fence: CheckedFence, signal: AbortSignal | undefined, work: (client: Client) => Promise<T>): Promise<T> {
+    return this.inTransaction(signal, async (client) => {
+      const { rows } = await this.run(client, signal, "ratchet", fenceParams(fence));
       if (rows.length === 0) throw await this.staleError(client, fence);
       return work(client);
     });
   }
 
   /**
-   * BEGIN; ratchet and conditional write in one statement; COMMIT. Refused either way, the
-   * transaction rolls back, so a version mismatch does not leave the ratchet raised either.
+   * BEGIN; ratchet and conditional write in one statement; COMMIT. Refused in any way, the
+   * transaction rolls back, so a refusal does not leave the ratchet raised either.
    */
-  private conditional(fence: Fence, key: string, expected: string, statement: QueryConfig<Param[]>): Promise<PgPutResult> {
-    return this.inTransaction(async (client) => {
-      const { rows } = await client.query<{ token: string | null; version: string | null }>(statement);
+  private conditional(fence: CheckedFence, key: string, expected: string, signal: AbortSignal | undefined, name: "putIfVersion" | "deleteIfVersion", values: PgParam[]): Promise<PgPutResult> {
+    return this.inTransaction(signal, async (client) => {
+      const { rows } = await this.run<{ token: string | null; version: string | null }>(client, signal, name, values);
       const row = rows[0];
       if (row === undefined || row.token === null) throw await this.staleError(client, fence);
-      if (row.version === null) throw await this.mismatch(client, key, expected);
-      return { version: String(row.version), token: fence.token };
+      if (row.version !== null) return { version: String(row.version), token: fence.token };
+      // Not written: another owner, or another version. The owner is checked first. (The version
+      // only moves forward, and a transfer gives a new one, so what this read shows was already
+      // refused by the write.)
+      const now = await this.current(client, signal, key);
+      if (now !== undefined && now.resource !== fence.resource) throw new ResourceMismatchError(key, fence.resource, now.resource);
+      throw new VersionMismatchError(key, expected, now === undefined || now.deleted ? undefined : now.version);
     });
   }
 
-  private async inTransaction<T>(work: (client: PoolClient) => Promise<T>): Promise<T> {
+  /**
+   * BEGIN; work; COMMIT — or ROLLBACK if work throws, `commit` declines its result, or the signal was
+   * aborted. The signal is checked before every statement the operation sends and last before
+   * COMMIT: an abort is honoured at the next statement boundary, never inside a statement.
+   */
+  private async inTransaction<T>(signal: AbortSignal | undefined, work: (client: Client) => Promise<T>, commit: (result: T) => boolean = () => true): Promise<T> {
     const client = await this.pool.connect();
     let broken: Error | undefined;
+    let begun = false;
     try {
-      await client.query(BEGIN);
+      throwIfAborted(signal); // waiting for a connection may have taken a while
+      await client.query({ text: BEGIN });
+      begun = true;
       const result = await work(client);
-      const commit = await client.query(COMMIT);
+      throwIfAborted(signal); // the last moment at which nothing is written: an abort rolls back
+      if (!commit(result)) {
+        begun = false;
+        await client.query({ text: ROLLBACK });
+        return result;
+      }
+      const done = await client.query({ text: COMMIT });
       // A transaction in which a statement failed (and the error was swallowed) "commits" as ROLLBACK.
-      if (commit.command !== "COMMIT") throw new Error(`the transaction was rolled back by the server (${commit.command}); nothing was written`);
+      if (done.command !== "COMMIT") throw new Error(`the transaction was rolled back by the server (${done.command}); nothing was written`);
       return result;
     } catch (err) {
-      try {
-        await client.query(ROLLBACK);
-      } catch (rollbackError) {
-        // Connection state unknown: make the pool discard this client rather than reuse it mid-transaction.
-        broken = rollbackError instanceof Error ? rollbackError : new Error(String(rollbackError));
+      if (begun) {
+        try {
+          await client.query({ text: ROLLBACK });
+        } catch (rollbackError) {
+          // Connection state unknown: make the pool discard this client rather than reuse it mid-transaction.
+          broken = rollbackError instanceof Error ? rollbackError : new Error(String(rollbackError));
+        }
       }
       throw err;
     } finally {
@@ -217,24 +263,39 @@ export class FencedPostgres {
     }
   }
 
+  /** One statement of a multi-statement operation: not sent once the signal is aborted. */
+  private run<R = Record<string, unknown>>(client: Client, signal: AbortSignal | undefined, name: NamedStatement, values: PgParam[]): Promise<PgQueryResult<R>> {
+    throwIfAborted(signal);
+    return client.query<R>(this.query(name, values));
+  }
+
+  /** The key's row as it is now, tombstones included; read inside the operation's transaction. */
+  private async current(client: Client, signal: AbortSignal | undefined, key: string): Promise<{ version: string; resource: string; deleted: boolean } | undefined> {
+    const { rows } = await this.run<{ version: string; resource: string; deleted: boolean }>(client, signal, "current", [key]);
+    const row = rows[0];
+    return row === undefined ? undefined : { version: String(row.version), resource: row.resource, deleted: row.deleted };
+  }
+
   /**
-   * Called after the ratchet refused: some token above ours was committed, and tokens never go down,
-   * so a fresh read returns a value above ours.
+   * Called after the ratchet refused: a token above ours, or ours from another holder, was committed;
+   * tokens never go down, so a fresh read shows one or the other.
    */
-  private async staleError(db: Pool | PoolClient, fence: Fence): Promise<StaleTokenError> {
-    const { rows } = await db.query<{ token: string }>(this.query("highest", [fence.resource]));
-    const highest = rows[0]?.token;
+  private async staleError(db: Pick<PgClient, "query">, fence: CheckedFence): Promise<StaleTokenError> {
+    const { rows } = await db.query<{ token: string; holder: string | null }>(this.query("highest", [fence.resource]));
+    const highest = rows[0];
     if (highest === undefined) throw new Error(`the ratchet refused token ${fence.token} for ${JSON.stringify(fence.resource)} but no fence row exists`);
-    return new StaleTokenError(fence.resource, fence.token, BigInt(highest));
+    return new StaleTokenError(fence.resource, fence.token, BigInt(highest.token), highest.holder ?? null);
   }
 
-  private async mismatch(client: PoolClient, key: string, expected: string): Promise<VersionMismatchError> {
-    const { rows } = await client.query<{ version: string }>(this.query("currentVersion", [key]));
-    const actual = rows[0]?.version;
-    return new VersionMismatchError(key, expected, actual === undefined ? undefined : String(actual));
-  }
-
-  private query(name: Exclude<keyof Statements, "migrate">, values: Param[]): QueryConfig<Param[]> {
+  private query(name: NamedStatement, values: PgParam[]): PgQueryConfig {
     return { name: this.names[name], text: this.sql[name], values };
   }
+}
+
+/** The put's refusal for a key owned by another resource, recognised by its SQLSTATE; the owner travels in DETAIL. */
+function foreignKeyRefusal(err: unknown, key: string, resource: string): ResourceMismatchError | undefined {
+  if (typeof err !== "object" || err === null) return undefined;
+  const { code, detail } = err as { code?: unknown; detail?: unknown };
+  if (code !== FOREIGN_KEY_REFUSED || typeof detail !== "string" || detail === "") return undefined;
+  return new ResourceMismatchError(key, resource, detail);
 }

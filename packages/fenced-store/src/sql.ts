@@ -1,46 +1,76 @@
+import { createHash } from "node:crypto";
+import { InvalidArgumentError } from "@fenced/fence";
+
 /**
  * Every SQL text FencedPostgres sends. The only thing ever interpolated is the schema identifier,
  * validated by quoteSchema; every other input travels as a bind parameter.
+ *
+ * Every write statement takes the fence as its first three parameters: $1 resource, $2 token,
+ * $3 holder (null: a fence without a holder).
  */
 
 /** Unquoted-identifier shape; also keeps the name within PostgreSQL's 63-byte NAMEDATALEN limit. */
 export const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
 
 /** Validates a schema name and returns it double-quoted, ready for interpolation. */
-export function quoteSchema(schema: unknown): string {
-  if (typeof schema !== "string") throw new TypeError("schema must be a string");
-  if (!SCHEMA_NAME.test(schema)) throw new RangeError(`schema must match ${String(SCHEMA_NAME)}, got ${JSON.stringify(schema)}`);
+export function quoteSchema(schema: unknown, argument = "options.schema"): string {
+  if (typeof schema !== "string") throw new InvalidArgumentError(argument, `must be a string, got ${schema === null ? "null" : typeof schema}`);
+  if (!SCHEMA_NAME.test(schema)) throw new InvalidArgumentError(argument, `must match ${String(SCHEMA_NAME)}, got ${JSON.stringify(schema)}`);
   // CREATE SCHEMA refuses pg_* names; say so before any I/O.
-  if (schema.startsWith("pg_")) throw new RangeError("schema must not start with 'pg_' (reserved by PostgreSQL)");
+  if (schema.startsWith("pg_")) throw new InvalidArgumentError(argument, "must not start with 'pg_' (reserved by PostgreSQL)");
   return `"${schema}"`;
 }
+
+/**
+ * SQLSTATE of the error the unconditional put raises when the key belongs to another resource. The
+ * error aborts the put's single statement, and with it the ratchet raise that statement made. Its
+ * DETAIL field carries the owner. A class of our own ("FN"): no PostgreSQL error uses it.
+ */
+export const FOREIGN_KEY_REFUSED = "FN001";
 
 export interface Statements {
   /** $1 = lock name. Serialises concurrent migrate() calls: concurrent CREATE … IF NOT EXISTS can still collide in the catalogs. */
   readonly migrateLock: string;
   /** $1 = lock name. */
   readonly migrateUnlock: string;
-  /** Plain DDL, no parameters; idempotent. */
+  /** Plain DDL, no parameters; idempotent. Creates the current layout where nothing exists. */
   readonly migrate: readonly string[];
-  /** $1 resource, $2 token → one row { token } when accepted, zero rows when fenced. */
+  /** $1 schema name → { table, column, notNull } for the columns of `fence` and `records`: what an upgrade must add. */
+  readonly layout: string;
+  /** Upgrades of a layout created by an earlier version, each run only when `layout` shows it is missing. */
+  readonly addFenceHolder: string;
+  readonly addRecordHolder: string;
+  readonly allowTombstones: string;
+  /** $1 resource, $2 token, $3 holder → one row { token } when admitted, zero rows when fenced. */
   readonly ratchet: string;
-  /** $1 resource → { token } | no row. */
+  /** Two fences, $1–$3 and $4–$6, locked in that order → one row { resource } per admitted fence. */
+  readonly ratchetPair: string;
+  /** $1 resource → { token, holder } | no row. */
   readonly highest: string;
-  /** $1 resource, $2 token, $3 key, $4 value (JSON text) → one row { version } when accepted, zero rows when fenced. */
+  /**
+   * $1–$3 fence, $4 key, $5 value (JSON text) → one row { version } when written, zero rows when
+   * fenced; raises FOREIGN_KEY_REFUSED (nothing written, the ratchet raise undone) when another
+   * resource owns the key.
+   */
   readonly putUnconditional: string;
   /**
-   * $1 resource, $2 token, $3 key, $4 value, $5 expected version → one row { token, version }:
-   * token null = fenced, version null = version mismatch. Run inside BEGIN…COMMIT, so that a
-   * mismatch can be rolled back together with the ratchet it raised.
+   * $1–$3 fence, $4 key, $5 value, $6 expected version → one row { token, version }: token null =
+   * fenced, version null = refused (another owner, or the version does not match: `current` says
+   * which). Run inside BEGIN…COMMIT, so that a refusal rolls the ratchet raise back with it.
    */
   readonly putIfVersion: string;
-  /** $1 resource, $2 token, $3 key, $4 expected version → one row { token, version } as putIfVersion. */
+  /** $1–$3 fence, $4 key, $5 expected version → one row { token, version } as putIfVersion. */
   readonly deleteIfVersion: string;
-  /** $1 key → { version } | no row. Run after `ratchet`, in its transaction. */
-  readonly deleteAny: string;
-  /** $1 key → { version } | no row. */
-  readonly currentVersion: string;
-  /** $1 key → { value, version, token, resource } | no row. */
+  /** $1–$3 fence, $4 key → { version } | no row (no live record of this resource). Run after `ratchet`, in its transaction. */
+  readonly tombstone: string;
+  /**
+   * $1 from-resource, $2–$4 the to-fence, $5 key, $6 expected version or null → { version } | no row.
+   * Run after `ratchetPair`, in its transaction.
+   */
+  readonly transferOwner: string;
+  /** $1 key → { version, resource, deleted } | no row: the row as it is now, tombstones included. */
+  readonly current: string;
+  /** $1 key → { value, version, token, resource, holder } | no row (none, or a tombstone). */
   readonly get: string;
 }
 
@@ -48,13 +78,19 @@ export function statements(schema: string): Statements {
   const fence = `${schema}.fence`;
   const records = `${schema}.records`;
   const versions = `${schema}.record_version`;
+  const refuse = `${schema}.refuse_foreign_write`;
 
+  // Admission, the same rule as admits() in @fenced/fence: a higher token, or the same token from the
+  // same holder (IS NOT DISTINCT FROM: two holderless fences at one token are the same lease).
+  const admits = "f.token < EXCLUDED.token OR (f.token = EXCLUDED.token AND f.holder IS NOT DISTINCT FROM EXCLUDED.holder)";
   // The ratchet. ON CONFLICT DO UPDATE locks the conflicting row and evaluates its WHERE on the
   // newest committed version of that row, even one our snapshot cannot see (READ COMMITTED), so two
-  // writers of one resource are ordered by the row lock and a lower token can never overwrite a higher
-  // one. An equal token passes: it is the same holder writing again.
-  const ratchet = `INSERT INTO ${fence} AS f (resource, token) VALUES ($1, $2::bigint)
-ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token WHERE f.token <= EXCLUDED.token
+  // writers of one resource are ordered by the row lock and a lower token, or an equal token from
+  // another holder, can never pass a higher one. The row stays locked until the transaction ends
+  // even when the WHERE refuses.
+  const ratchetOf = (values: string): string => `INSERT INTO ${fence} AS f (resource, token, holder) VALUES ${values}
+ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, holder = EXCLUDED.holder WHERE ${admits}`;
+  const ratchet = `${ratchetOf("($1, $2::bigint, $3)")}
 RETURNING f.token`;
 
   return {
@@ -66,63 +102,135 @@ RETURNING f.token`;
     migrateUnlock: "SELECT pg_advisory_unlock(hashtextextended($1, 0))",
     migrate: [
       `CREATE SCHEMA IF NOT EXISTS ${schema}`,
+      // holder: the holder that presented `token` (null: a fence without a holder).
       `CREATE TABLE IF NOT EXISTS ${fence} (
   resource text PRIMARY KEY,
-  token bigint NOT NULL CHECK (token >= 0)
+  token bigint NOT NULL CHECK (token >= 0),
+  holder text
 )`,
       // Versions come from one sequence and are never reused, so a record deleted and written again
       // can never present a version an old reader still holds (no ABA through ifVersion).
       `CREATE SEQUENCE IF NOT EXISTS ${versions} AS bigint`,
+      // resource: the owner, the resource that created the key (or received it by transfer); it
+      // never changes otherwise, so every write of the key passes one ratchet. value null: a
+      // tombstone, which keeps the owner and the version sequence after a delete.
       `CREATE TABLE IF NOT EXISTS ${records} (
   key text PRIMARY KEY,
-  value jsonb NOT NULL,
+  value jsonb,
   version bigint NOT NULL DEFAULT nextval('${versions}'),
   token bigint NOT NULL CHECK (token >= 0),
-  resource text NOT NULL
+  resource text NOT NULL,
+  holder text
 )`,
+      // Raised from inside the unconditional put, so that its one statement fails as a whole. VOLATILE:
+      // the SELECT takes a fresh snapshot, and sees the owner the put was refused for, whose row the
+      // put still holds locked (ON CONFLICT DO UPDATE locks the row even when its WHERE refuses).
+      `CREATE OR REPLACE FUNCTION ${refuse}(k text, r text) RETURNS text LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+  owner text;
+BEGIN
+  SELECT resource INTO owner FROM ${records} WHERE key = k;
+  RAISE EXCEPTION USING ERRCODE = '${FOREIGN_KEY_REFUSED}', MESSAGE = format('key %L belongs to resource %L, not %L', k, owner, r), DETAIL = coalesce(owner, '');
+END
+$fn$`,
     ],
+    layout: `SELECT c.relname AS "table", a.attname AS "column", a.attnotnull AS "notNull"
+FROM pg_catalog.pg_attribute a
+JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relname IN ('fence', 'records') AND a.attnum > 0 AND NOT a.attisdropped`,
+    // Rows of an earlier layout get holder null: their tokens were presented by an unknown holder,
+    // so an equal token with a holder is refused (a higher token is not).
+    addFenceHolder: `ALTER TABLE ${fence} ADD COLUMN IF NOT EXISTS holder text`,
+    addRecordHolder: `ALTER TABLE ${records} ADD COLUMN IF NOT EXISTS holder text`,
+    allowTombstones: `ALTER TABLE ${records} ALTER COLUMN value DROP NOT NULL`,
     ratchet,
-    highest: `SELECT token FROM ${fence} WHERE resource = $1`,
+    // Multi-row VALUES are inserted (and their conflicting rows locked) in list order: the caller
+    // passes the two fences sorted by resource, so two transfers never lock them in opposite orders.
+    ratchetPair: `${ratchetOf("($1, $2::bigint, $3), ($4, $5::bigint, $6)")}
+RETURNING f.resource`,
+    highest: `SELECT token, holder FROM ${fence} WHERE resource = $1`,
     // One statement, one round trip, one implicit transaction. The record insert reads its row FROM
     // the ratchet CTE, so it runs only after the ratchet has locked and raised the fence row, and
     // inserts nothing when the ratchet returned nothing. The upsert writes every column from its own
     // parameters and never reads the old row, so the statement's (possibly older) snapshot cannot
-    // make it lose a write: ON CONFLICT finds the newest committed row regardless of the snapshot.
-    putUnconditional: `WITH ratchet AS (${ratchet})
-INSERT INTO ${records} AS r (key, value, token, resource)
-SELECT $3, $4::jsonb, ratchet.token, $1 FROM ratchet
-ON CONFLICT (key) DO UPDATE
-SET value = EXCLUDED.value, version = EXCLUDED.version, token = EXCLUDED.token, resource = EXCLUDED.resource
-RETURNING r.version`,
+    // make it lose a write: ON CONFLICT finds the newest committed row regardless of the snapshot,
+    // waiting for an uncommitted one (another resource creating the key) to commit or roll back.
+    // Its WHERE keeps the owner: a key owned by another resource is not updated. The ratchet CTE
+    // has raised our fence row by then, so the statement must fail, not just write nothing: the
+    // refuse function raises, the implicit transaction aborts, and the raise is undone with it.
+    putUnconditional: `WITH ratchet AS (${ratchet}),
+written AS (
+  INSERT INTO ${records} AS r (key, value, token, resource, holder)
+  SELECT $4, $5::jsonb, ratchet.token, $1, $3 FROM ratchet
+  ON CONFLICT (key) DO UPDATE
+  SET value = EXCLUDED.value, version = EXCLUDED.version, token = EXCLUDED.token, holder = EXCLUDED.holder
+  WHERE r.resource = EXCLUDED.resource
+  RETURNING r.version
+)
+SELECT written.version, CASE WHEN written.version IS NULL THEN ${refuse}($4, $1) END AS refused
+FROM ratchet LEFT JOIN written ON true`,
     // A conditional write needs no fresh snapshot: the UPDATE finds the row as of the statement's
     // snapshot, but before changing it locks it and, if a concurrent transaction changed or deleted it
-    // meanwhile, re-evaluates "version = $5" on the newest version (READ COMMITTED), so it succeeds
-    // only if the record is still at the version the caller read. EXISTS (… ratchet) is an
-    // uncorrelated sub-select, run once before the first row is locked: the fence row is locked first.
+    // meanwhile, re-evaluates its WHERE (version, owner, not a tombstone) on the newest version (READ
+    // COMMITTED), so it succeeds only if the record is still at the version the caller read. EXISTS
+    // (… ratchet) is an uncorrelated sub-select, run once before the first row is locked: the fence
+    // row is locked first.
     putIfVersion: `WITH ratchet AS (${ratchet}),
 written AS (
   UPDATE ${records}
-  SET value = $4::jsonb, version = nextval('${versions}'), token = $2::bigint, resource = $1
-  WHERE key = $3 AND version = $5::bigint AND EXISTS (SELECT 1 FROM ratchet)
+  SET value = $5::jsonb, version = nextval('${versions}'), token = $2::bigint, holder = $3
+  WHERE key = $4 AND version = $6::bigint AND resource = $1 AND value IS NOT NULL AND EXISTS (SELECT 1 FROM ratchet)
   RETURNING version
 )
 SELECT (SELECT token FROM ratchet) AS token, (SELECT version FROM written) AS version`,
     deleteIfVersion: `WITH ratchet AS (${ratchet}),
 deleted AS (
-  DELETE FROM ${records} WHERE key = $3 AND version = $4::bigint AND EXISTS (SELECT 1 FROM ratchet)
+  UPDATE ${records}
+  SET value = NULL, version = nextval('${versions}'), token = $2::bigint, holder = $3
+  WHERE key = $4 AND version = $5::bigint AND resource = $1 AND value IS NOT NULL AND EXISTS (SELECT 1 FROM ratchet)
   RETURNING version
 )
 SELECT (SELECT token FROM ratchet) AS token, (SELECT version FROM deleted) AS version`,
-    // An unconditional delete must also remove a row committed while we waited for the fence lock,
+    // An unconditional delete must also reach a record written while we waited for the fence lock,
     // which the waiting statement's snapshot cannot see; so it runs as its own statement after the
     // ratchet, and its fresh snapshot sees every write this resource committed before us.
-    deleteAny: `DELETE FROM ${records} WHERE key = $1 RETURNING version`,
-    currentVersion: `SELECT version FROM ${records} WHERE key = $1`,
-    get: `SELECT value, version, token, resource FROM ${records} WHERE key = $1`,
+    tombstone: `UPDATE ${records} SET value = NULL, version = nextval('${versions}'), token = $2::bigint, holder = $3
+WHERE key = $4 AND resource = $1 AND value IS NOT NULL
+RETURNING version`,
+    // Its own statement after both ratchets, for the same reason as `tombstone`. The record is then
+    // a write of the to-fence: new owner, its token and holder, a new version (so an ifVersion read
+    // before the move fails after it). A tombstone moves too.
+    transferOwner: `UPDATE ${records} SET resource = $2, token = $3::bigint, holder = $4, version = nextval('${versions}')
+WHERE key = $5 AND resource = $1 AND ($6::bigint IS NULL OR (version = $6::bigint AND value IS NOT NULL))
+RETURNING version`,
+    current: `SELECT version, resource, value IS NULL AS deleted FROM ${records} WHERE key = $1`,
+    get: `SELECT value, version, token, resource, holder FROM ${records} WHERE key = $1 AND value IS NOT NULL`,
   };
 }
 
-/** Transaction control for the multi-statement operations (conditional writes, deletes, transaction()). */
+/** The DDL, run once per migrate() as plain text; every other statement travels prepared, by name. */
+const DDL = ["migrate", "addFenceHolder", "addRecordHolder", "allowTombstones"] as const;
+export type NamedStatement = Exclude<keyof Statements, (typeof DDL)[number]>;
+
+/**
+ * Prepared statement names for one schema's statements. PostgreSQL truncates names to 63 bytes, and
+ * a pg client refuses to reuse a name for another text on one connection, so every name must be
+ * short and belong to one text. The name carries 132 bits of the SHA-256 of the statement's text
+ * (which names the schema): two different texts would share a name only through a hash collision,
+ * whatever the schema's length, and two stores on one pool never run each other's statements.
+ */
+export function statementNames(sql: Statements): Record<NamedStatement, string> {
+  const names = {} as Record<NamedStatement, string>;
+  for (const key of Object.keys(sql) as (keyof Statements)[]) {
+    if ((DDL as readonly string[]).includes(key)) continue;
+    const digest = createHash("sha256").update(sql[key as NamedStatement]).digest("base64url").slice(0, 22);
+    names[key as NamedStatement] = `fenced:${key}:${digest}`;
+  }
+  return names;
+}
+
+/** Transaction control for the multi-statement operations (conditional writes, deletes, transfer(), transaction()). */
 export const BEGIN = "BEGIN";
 export const COMMIT = "COMMIT";
 export const ROLLBACK = "ROLLBACK";

@@ -1,0 +1,90 @@
+import type { Fence } from "./fence.js";
+import type { JsonValue } from "./json.js";
+
+/**
+ * The database as FencedPostgres uses it, described by shape rather than by pg's own classes, so
+ * that a pg.Pool of whatever pg 8 version the application installed (or a wrapper around one)
+ * type-checks: query(config), and connect() → a client with query(config) and release(err?).
+ */
+
+/** A bind parameter: every value travels as text (tokens and versions as decimal strings) or null. */
+export type PgParam = string | null;
+
+export interface PgQueryConfig {
+  /** A prepared statement's name; absent for DDL and transaction control. */
+  name?: string;
+  text: string;
+  values?: PgParam[];
+}
+
+export interface PgQueryResult<R> {
+  rows: R[];
+  /** The command tag: COMMIT, or ROLLBACK for a COMMIT of a transaction that had failed. */
+  command: string;
+}
+
+/** One connection, checked out of the pool: what transaction() hands to its callback. */
+export interface PgClient {
+  query<R = Record<string, unknown>>(config: PgQueryConfig): Promise<PgQueryResult<R>>;
+  /** An error discards the connection instead of returning it to the pool. */
+  release(err?: Error | boolean): void;
+}
+
+export interface PgPool<Client extends PgClient = PgClient> {
+  query<R = Record<string, unknown>>(config: PgQueryConfig): Promise<PgQueryResult<R>>;
+  connect(): Promise<Client>;
+  /**
+   * pg.Pool's callback form, never called. Declared so that TypeScript infers `Client` from a
+   * pg.Pool's promise form (it pairs overloads from the last one); a pool object with only the
+   * promise form satisfies it too.
+   */
+  connect(callback: never): void;
+}
+
+export interface FencedPostgresOptions {
+  /** Schema holding the store's tables; default "fenced". Must match /^[a-z_][a-z0-9_]{0,62}$/ and not start with "pg_". */
+  readonly schema?: string | undefined;
+}
+
+/** An operation's abort signal (e.g. lease.signal). See PROTOCOL.md, "Postgres", for what an abort can still stop. */
+export interface PgSignalOptions {
+  readonly signal?: AbortSignal | undefined;
+}
+
+export interface PgWriteOptions extends PgSignalOptions {
+  /**
+   * The lease's fence. Refused (StaleTokenError) unless its token is above the highest accepted for
+   * fence.resource, or equal to it and presented by the same holder. Refused (ResourceMismatchError)
+   * if the key belongs to another resource.
+   */
+  readonly fence: Fence;
+  /** Write only if the record is still at this version (from get/put/transfer); else VersionMismatchError. */
+  readonly ifVersion?: string | undefined;
+}
+
+export interface PgTransferOptions extends PgSignalOptions {
+  /** A fence of the key's current owner; must pass that resource's ratchet. */
+  readonly from: Fence;
+  /** A fence of the new owner (another resource); must pass that resource's ratchet. */
+  readonly to: Fence;
+  /** Move only if the record is still at this version; else VersionMismatchError. */
+  readonly ifVersion?: string | undefined;
+}
+
+export interface PgPutResult {
+  /** Opaque; pass it back as ifVersion. Never reused, not even after a delete. */
+  readonly version: string;
+  /** The token the write was accepted under (for transfer(), the to-fence's). */
+  readonly token: bigint;
+}
+
+export interface PgRecord<T = JsonValue> {
+  readonly value: T;
+  readonly version: string;
+  /** Token of the write that produced this version. */
+  readonly token: bigint;
+  /** The key's owner: the resource that created it, or that it was transferred to. */
+  readonly resource: string;
+  /** Holder of the fence of that write; null for a fence without a holder. */
+  readonly holder: string | null;
+}
