@@ -1,6 +1,7 @@
 import type { Request, Response } from "express";
 import type { Fence } from "@fenced/fence";
 import { requireKey, requireResource, requireWrite, type Principal } from "./auth.js";
+import { HttpProblem } from "./problem.js";
 import type { RouteContext } from "./context.js";
 import { fenceFromHeaders, ifVersionFromHeaders, keyFromPath } from "./validation.js";
 
@@ -16,11 +17,33 @@ export function authorizeKey(ctx: RouteContext, req: Request, res: Response): { 
   return { principal, key };
 }
 
-/** A write's fence (400/403) and optional If-Match precondition (400), checked before the store is called. */
-export function writeOptions(req: Request, principal: Principal, key: string, versionPattern: RegExp): { fence: Fence; ifVersion?: string } {
+/**
+ * A write's fence (400/403) and optional If-Match precondition (400), checked before the store is
+ * called. The fence comes from a signed Fencing-Credential and from nothing else; only an API key
+ * configured as a trusted lock client may name its own token, resource and holder in plain headers.
+ */
+export function writeOptions(ctx: RouteContext, req: Request, principal: Principal, key: string, versionPattern: RegExp): { fence: Fence; ifVersion?: string } {
   requireWrite(principal);
-  const fence = fenceFromHeaders(req, key);
+  const fence = fenceOf(ctx, req, principal, key);
   requireResource(principal, fence.resource);
   const ifVersion = ifVersionFromHeaders(req, versionPattern);
   return ifVersion === undefined ? { fence } : { fence, ifVersion };
+}
+
+const PLAIN_FENCE_HEADERS = ["fencing-token", "fencing-resource", "fencing-holder"] as const;
+
+function fenceOf(ctx: RouteContext, req: Request, principal: Principal, key: string): Fence {
+  const credential = req.headers["fencing-credential"];
+  if (credential === undefined) {
+    if (!principal.trustedLockClient) {
+      throw new HttpProblem("credentialRequired", `API key ${principal.id} writes with the Fencing-Credential its lease came with (POST /v1/leases); plain Fencing-Token headers are accepted only from trusted lock clients`);
+    }
+    return fenceFromHeaders(req, key);
+  }
+  // The credential is the whole fence: a header beside it would be ignored, so it is refused instead.
+  const beside = PLAIN_FENCE_HEADERS.find((h) => req.headers[h] !== undefined);
+  if (beside !== undefined) throw new HttpProblem("invalid", `${beside}: not allowed with Fencing-Credential, which carries the whole fence`, { errors: [{ path: beside, message: "not allowed with Fencing-Credential" }] });
+  if (ctx.credentials === undefined) throw new HttpProblem("invalidCredential", "this gateway has no fence keys configured and accepts no credentials", { reason: "unknown-key" });
+  if (Array.isArray(credential)) throw new HttpProblem("invalid", "Fencing-Credential: one credential per request", { errors: [{ path: "Fencing-Credential", message: "repeated" }] });
+  return ctx.credentials.verify(credential);
 }

@@ -15,7 +15,7 @@ beforeAll(async () => {
   backends = await startBackends({ postgres: true, s3: true });
   const options = backends.gatewayOptions({
     // A key given only as its SHA-256 (how a config file need not hold the secret).
-    apiKeys: [...API_KEYS, { id: "hashed", sha256: createHash("sha256").update(HASHED).digest("hex"), resources: ["h/"], keys: ["h/"] }],
+    apiKeys: [...API_KEYS, { id: "hashed", sha256: createHash("sha256").update(HASHED).digest("hex"), resources: ["h/"], keys: ["h/"], trustedLockClient: true }],
     limits: { objectBytes: 1024 * 1024 },
   });
   prefix = options.objects?.prefix ?? "";

@@ -6,12 +6,14 @@ import { pino, type Logger } from "pino";
 import { z } from "zod";
 import { FencedPostgres } from "@fenced/store/postgres";
 import { FencedS3, type FencedS3Options } from "@fenced/store/s3";
+import type { CredentialKey, Fence } from "@fenced/fence";
 import { ApiKeys, type ApiKeyConfig } from "./auth.js";
+import { FenceCredentials } from "./credentials.js";
 import { accounting, type Limits, type RouteContext } from "./context.js";
 import { postgresHealth, s3Health, type BackendHealth } from "./health.js";
 import { GatewayMetrics } from "./metrics.js";
 import { classify, HttpProblem, sendProblem } from "./problem.js";
-import { leasesRouter, type LeaseBackendOptions, type RedisHealth } from "./routes-leases.js";
+import { leasesRouter, type LeaseBackendOptions, type RedisHealth, type Registrar } from "./routes-leases.js";
 import { objectsRouter } from "./routes-objects.js";
 import { recordsRouter } from "./routes-records.js";
 
@@ -23,6 +25,13 @@ export interface GatewayOptions {
   readonly objects?: { readonly client: S3Client } & FencedS3Options;
   /** /v1/leases: Redlock over these Redis nodes. */
   readonly leases?: LeaseBackendOptions;
+  /**
+   * Keys for fence credentials (HMAC-SHA256, at least 32 bytes each): the first signs the credential
+   * of every lease granted here; all verify the credentials writes present. Share them with every
+   * gateway instance (and with services that mint credentials for their own leases). Without keys,
+   * only API keys that are trusted lock clients can write.
+   */
+  readonly fenceKeys?: readonly CredentialKey[] | undefined;
   /** Defaults: records 1 MiB, objects 5 GiB, leases 1 h. */
   readonly limits?: { readonly recordBytes?: number | undefined; readonly objectBytes?: number | undefined; readonly maxTtlMs?: number | undefined };
   readonly logger?: Logger;
@@ -65,7 +74,8 @@ export function createGateway(options: GatewayOptions): Gateway {
   const metrics = new GatewayMetrics(options.defaultMetrics === undefined ? {} : { defaultMetrics: options.defaultMetrics });
   const healthTimeoutMs = options.healthTimeoutMs ?? 2_000;
   const limits: Limits = { ...limitsSchema.parse(options.limits ?? {}), inlineBytes: options.objects?.inlineLimit ?? DEFAULT_INLINE };
-  const ctx: RouteContext = { auth: new ApiKeys(options.apiKeys), metrics, logger, limits };
+  const credentials = options.fenceKeys === undefined || options.fenceKeys.length === 0 ? undefined : new FenceCredentials(options.fenceKeys);
+  const ctx: RouteContext = { auth: new ApiKeys(options.apiKeys), metrics, logger, limits, credentials };
   const records = options.records === undefined ? undefined : new FencedPostgres(options.records.pool, options.records.schema === undefined ? {} : { schema: options.records.schema });
   const objects = options.objects === undefined ? undefined : new FencedS3(options.objects.client, options.objects);
 
@@ -84,7 +94,12 @@ export function createGateway(options: GatewayOptions): Gateway {
     next();
   });
 
-  const leases = options.leases === undefined ? undefined : leasesRouter(ctx, options.leases);
+  // Fence-on-acquire: a lease request may ask for its fence to be registered with every store here.
+  const registrars: Registrar[] = [
+    ...(records === undefined ? [] : [{ store: "records" as const, register: (fence: Fence) => records.register(fence) }]),
+    ...(objects === undefined ? [] : [{ store: "objects" as const, register: (fence: Fence) => objects.register(fence) }]),
+  ];
+  const leases = options.leases === undefined ? undefined : leasesRouter(ctx, options.leases, registrars);
   app.use("/v1/records", records === undefined ? disabled("records") : recordsRouter(ctx, records));
   app.use("/v1/objects", objects === undefined ? disabled("objects") : objectsRouter(ctx, objects));
   app.use("/v1/leases", leases === undefined ? disabled("leases") : leases.router);
@@ -138,7 +153,8 @@ function disabled(what: string) {
 
 function fail(ctx: RouteContext, err: unknown, req: Request, res: Response): void {
   const problem = classify(err);
-  if (problem.body.status >= 500) ctx.logger.error({ err, method: req.method, path: req.path }, "request failed");
+  // The route, never the path: a path may hold a lease id, which is a capability.
+  if (problem.body.status >= 500) ctx.logger.error({ err, method: req.method, route: routeOf(req.path) }, "request failed");
   if (res.headersSent) {
     // Mid-stream (a GET whose source failed): a cut connection is the only honest signal left.
     res.destroy();
@@ -151,6 +167,9 @@ function fail(ctx: RouteContext, err: unknown, req: Request, res: Response): voi
 
 const REASONS: Record<string, string> = {
   stale: "stale_token",
+  resourceMismatch: "resource_mismatch",
+  credentialRequired: "credential_required",
+  invalidCredential: "invalid_credential",
   version: "version_mismatch",
   invalid: "invalid_request",
   unauthorized: "unauthorized",

@@ -25,6 +25,12 @@ export const apiKeySchema = z
     keys: z.array(z.string().max(512)).min(1),
     /** Reads only: writes and leases answer 403. */
     readOnly: z.boolean().default(false),
+    /**
+     * May write with a plain Fencing-Token / Fencing-Resource / Fencing-Holder instead of a signed
+     * Fencing-Credential: a service that runs the lock itself and is trusted to present only fences its
+     * lock issued. Any other key can write only with a credential the gateway (or the shared secret) minted.
+     */
+    trustedLockClient: z.boolean().default(false),
   })
   .refine((k) => (k.key === undefined) !== (k.sha256 === undefined), { message: "give exactly one of key and sha256" });
 
@@ -35,6 +41,7 @@ export interface Principal {
   readonly resources: readonly string[];
   readonly keys: readonly string[];
   readonly readOnly: boolean;
+  readonly trustedLockClient: boolean;
 }
 
 const REALM = 'Bearer realm="fenced-gateway"';
@@ -57,7 +64,7 @@ export class ApiKeys {
       if (ids.has(k.id)) throw new RangeError(`duplicate API key id ${JSON.stringify(k.id)}`);
       ids.add(k.id);
       this.#digests.push(k.sha256 !== undefined ? Buffer.from(k.sha256, "hex") : sha256(k.key ?? ""));
-      this.#principals.push({ id: k.id, resources: [...k.resources], keys: [...k.keys], readOnly: k.readOnly });
+      this.#principals.push({ id: k.id, resources: [...k.resources], keys: [...k.keys], readOnly: k.readOnly, trustedLockClient: k.trustedLockClient });
     }
     const digests = new Set(this.#digests.map((d) => d.toString("hex")));
     if (digests.size !== this.#digests.length) throw new RangeError("two API keys have the same secret");

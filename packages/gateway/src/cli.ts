@@ -73,6 +73,7 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
     }
     const gateway = createGateway({
       apiKeys: config.apiKeys,
+      fenceKeys: config.fenceKeys,
       logger,
       limits: config.limits,
       healthTimeoutMs: config.healthTimeoutMs,

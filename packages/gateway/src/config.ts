@@ -1,6 +1,7 @@
 import { readFileSync } from "node:fs";
 import { z } from "zod";
 import { apiKeySchema } from "./auth.js";
+import { fenceKeySchema } from "./credentials.js";
 
 /**
  * The gateway's configuration. Sources, later ones winning: a JSON file (--config or
@@ -11,6 +12,8 @@ export const configSchema = z.strictObject({
   host: z.string().min(1).default("127.0.0.1"),
   port: z.number().int().min(0).max(65_535).default(8080),
   apiKeys: z.array(apiKeySchema).min(1, "at least one API key is needed (apiKeys in the config file, or FENCED_GATEWAY_API_KEYS)"),
+  /** Fence credential keys, the signing one first (config file or FENCED_GATEWAY_FENCE_KEYS only). */
+  fenceKeys: z.array(fenceKeySchema).optional(),
   redis: z
     .strictObject({
       urls: z.array(z.string().regex(/^rediss?:\/\//, "a redis:// or rediss:// URL")).min(1),
@@ -122,21 +125,23 @@ function merge(base: Raw, over: Raw): Raw {
   return out;
 }
 
+function jsonVariable(env: NodeJS.ProcessEnv, name: string, what: string): unknown {
+  const text = env[name];
+  if (text === undefined) return undefined;
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw new Error(`${name} must be a JSON array of ${what}`);
+  }
+}
+
 function fromEnv(env: NodeJS.ProcessEnv): Raw {
   const e = (name: string): string | undefined => env[`FENCED_GATEWAY_${name}`];
-  const keys = e("API_KEYS");
-  let apiKeys: unknown;
-  if (keys !== undefined) {
-    try {
-      apiKeys = JSON.parse(keys);
-    } catch {
-      throw new Error("FENCED_GATEWAY_API_KEYS must be a JSON array of API keys");
-    }
-  }
   return defined({
     host: e("HOST"),
     port: num(e("PORT")),
-    apiKeys,
+    apiKeys: jsonVariable(env, "FENCED_GATEWAY_API_KEYS", "API keys"),
+    fenceKeys: jsonVariable(env, "FENCED_GATEWAY_FENCE_KEYS", "fence keys ({ id, secret })"),
     redis: { urls: list(e("REDIS_URLS")) },
     postgres: { url: e("POSTGRES_URL"), schema: e("POSTGRES_SCHEMA"), poolSize: num(e("POSTGRES_POOL_SIZE")) },
     s3: {

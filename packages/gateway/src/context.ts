@@ -1,6 +1,7 @@
 import express, { type Request, type RequestHandler, type Response } from "express";
 import type { Logger } from "pino";
 import type { ApiKeys } from "./auth.js";
+import type { FenceCredentials } from "./credentials.js";
 import type { GatewayMetrics, StoreName, WriteOp } from "./metrics.js";
 import { HttpProblem } from "./problem.js";
 import { sendContinue } from "./request-body.js";
@@ -22,6 +23,8 @@ export interface RouteContext {
   readonly metrics: GatewayMetrics;
   readonly logger: Logger;
   readonly limits: Limits;
+  /** Fence credentials: minted for granted leases, required on writes from keys that are not trusted lock clients. */
+  readonly credentials: FenceCredentials | undefined;
 }
 
 /** res.locals fields the request accounting in app.ts reads once the response is over. */

@@ -91,7 +91,7 @@ function refused(port: number): Promise<boolean> {
 describe("fenced-gateway (the CLI)", () => {
   it("drains on SIGTERM: new connections refused, idle ones closed, the upload in flight completes", async () => {
     const configFile = join(dir, "gateway.json");
-    await writeFile(configFile, JSON.stringify({ apiKeys: [{ id: "admin", key: KEYS.admin, resources: [""], keys: [""] }], s3: { bucket, region: s3.region } }));
+    await writeFile(configFile, JSON.stringify({ apiKeys: [{ id: "admin", key: KEYS.admin, resources: [""], keys: [""], trustedLockClient: true }], s3: { bucket, region: s3.region } }));
     const child = startCli(["--port", "0", "--postgres", postgres.url, "--s3-endpoint", s3.endpoint, "--drain-timeout-ms", "20000"], {
       FENCED_GATEWAY_CONFIG: configFile,
       FENCED_GATEWAY_S3_ACCESS_KEY_ID: s3.accessKeyId,

@@ -20,6 +20,8 @@ export const PROBLEM_TYPES = {
   invalid: { status: 400, type: "/problems/invalid-request", title: "The request is malformed" },
   unauthorized: { status: 401, type: "/problems/unauthorized", title: "Missing or invalid API key" },
   forbidden: { status: 403, type: "/problems/forbidden", title: "Outside the API key's scope" },
+  credentialRequired: { status: 403, type: "/problems/credential-required", title: "A write needs a fence credential" },
+  invalidCredential: { status: 403, type: "/problems/invalid-credential", title: "The fence credential does not verify" },
   notFound: { status: 404, type: "/problems/not-found", title: "Not found" },
   method: { status: 405, type: "/problems/method-not-allowed", title: "Method not allowed" },
   stale: { status: 409, type: "/problems/stale-token", title: "Stale fencing token" },

@@ -2,7 +2,10 @@
 // fence only as { resource, token, holder }, and a gateway without Redis never loads the lock.
 import { Router, type Request, type Response } from "express";
 import { LeaseLostError, LockNotAcquiredError, Redlock, type Lease, type RedisClient, type RedlockOptions } from "@fenced/lock";
+import type { Fence } from "@fenced/fence";
 import { requireResource, requireWrite, type Principal } from "./auth.js";
+import type { FenceCredentials } from "./credentials.js";
+import type { StoreName } from "./metrics.js";
 import { jsonBody, methodNotAllowed, type RouteContext } from "./context.js";
 import { decodeLeaseId, encodeLeaseId } from "./lease-id.js";
 import { HttpProblem } from "./problem.js";
@@ -23,8 +26,11 @@ export interface RedisHealth {
 
 const BODY_LIMIT = 16 * 1024;
 
-function leaseJson(lease: Lease): Record<string, unknown> {
+function leaseJson(lease: Lease, credentials: FenceCredentials | undefined): Record<string, unknown> {
   return {
+    // The credential every write of this lease presents (Fencing-Credential): the gateway takes
+    // resource, token and holder from it and from nothing else. Absent when no fence keys are configured.
+    ...(credentials === undefined ? {} : { fence: credentials.mint(lease) }),
     resource: lease.resource,
     // A decimal string: JSON numbers are doubles, tokens are 64-bit.
     token: lease.token.toString(),
@@ -35,7 +41,13 @@ function leaseJson(lease: Lease): Record<string, unknown> {
   };
 }
 
-export function leasesRouter(ctx: RouteContext, options: LeaseBackendOptions): { router: Router; health(timeoutMs: number): Promise<RedisHealth> } {
+/** Raises one store's ratchet to a fence (FencedPostgres/FencedS3.register). */
+export interface Registrar {
+  readonly store: StoreName;
+  register(fence: Fence): Promise<void>;
+}
+
+export function leasesRouter(ctx: RouteContext, options: LeaseBackendOptions, registrars: readonly Registrar[] = []): { router: Router; health(timeoutMs: number): Promise<RedisHealth> } {
   const redlock = new Redlock(options.clients, { retryCount: 0, ...options.redlock });
   const bodies = leaseBodySchema(ctx.limits.maxTtlMs);
   const readBody = jsonBody(BODY_LIMIT);
@@ -50,7 +62,7 @@ export function leasesRouter(ctx: RouteContext, options: LeaseBackendOptions): {
 
   router.post("/", async (req, res) => {
     const principal = principalFor(req, res);
-    const { resource, ttlMs } = bodies.create.parse(await readBody(req, res));
+    const { resource, ttlMs, register } = bodies.create.parse(await readBody(req, res));
     requireResource(principal, resource);
     let lease: Lease;
     try {
@@ -66,9 +78,20 @@ export function leasesRouter(ctx: RouteContext, options: LeaseBackendOptions): {
       ctx.metrics.lease("refused");
       throw new HttpProblem("lockHeld", err.message, { resource }, { "Retry-After": "1" });
     }
+    if (register) {
+      // Fence-on-acquire: every older holder is refused by every store from now on, also on keys
+      // this lease never writes. A store that has seen a higher token (the lock's counters are behind
+      // it) refuses the registration: the lease is useless for writing, so it is released at once.
+      try {
+        await Promise.all(registrars.map((r) => ctx.metrics.time(r.store, "register", () => r.register(lease))));
+      } catch (err) {
+        await lease.release().catch(() => undefined);
+        throw err;
+      }
+    }
     ctx.metrics.lease("granted");
-    const body = leaseJson(lease);
-    res.status(201).setHeader("Location", `/v1/leases/${String(body.leaseId)}`).json(body);
+    // No Location header: a lease id is a capability (extend, release), and Location headers are logged.
+    res.status(201).json(leaseJson(lease, ctx.credentials));
   });
   router.all("/", (_req, res) => methodNotAllowed(res, "POST"));
 
@@ -93,7 +116,7 @@ export function leasesRouter(ctx: RouteContext, options: LeaseBackendOptions): {
       throw new HttpProblem("unavailable", "too few lock nodes answered to confirm the extension", { resource: held.resource }, { "Retry-After": "1" });
     }
     ctx.metrics.lease("extended");
-    res.json(leaseJson(lease));
+    res.json(leaseJson(lease, ctx.credentials));
   });
   router.all("/:leaseId/extend", (_req, res) => methodNotAllowed(res, "POST"));
 

@@ -41,7 +41,7 @@ export function objectsRouter(ctx: RouteContext, store: FencedS3): Router {
   const put = async (req: Request, res: Response): Promise<void> => {
     markWrite(res, "objects", "put");
     const { principal, key } = authorizeKey(ctx, req, res);
-    const options = writeOptions(req, principal, key, OBJECT_VERSION);
+    const options = writeOptions(ctx, req, principal, key, OBJECT_VERSION);
     const contentType = req.headers["content-type"] ?? DEFAULT_CONTENT_TYPE;
     assertContentType(contentType);
     const encoding = req.headers["content-encoding"];
@@ -76,7 +76,7 @@ export function objectsRouter(ctx: RouteContext, store: FencedS3): Router {
   const remove = async (req: Request, res: Response): Promise<void> => {
     markWrite(res, "objects", "delete");
     const { principal, key } = authorizeKey(ctx, req, res);
-    const options = writeOptions(req, principal, key, OBJECT_VERSION);
+    const options = writeOptions(ctx, req, principal, key, OBJECT_VERSION);
     // A tombstone: the key's ratchet survives the delete (PROTOCOL.md, "Tombstones").
     const result = await ctx.metrics.time("objects", "delete", () => store.delete(key, options));
     markAccepted(res);

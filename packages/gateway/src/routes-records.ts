@@ -29,7 +29,7 @@ export function recordsRouter(ctx: RouteContext, store: FencedPostgres): Router 
   const put = async (req: Request, res: Response): Promise<void> => {
     markWrite(res, "records", "put");
     const { principal, key } = authorizeKey(ctx, req, res);
-    const options = writeOptions(req, principal, key, RECORD_VERSION);
+    const options = writeOptions(ctx, req, principal, key, RECORD_VERSION);
     const value = await readBody(req, res);
     // JSON.parse output can still hold what jsonb refuses (U+0000, lone surrogates) or nest too deep.
     assertJsonValue(value);
@@ -43,7 +43,7 @@ export function recordsRouter(ctx: RouteContext, store: FencedPostgres): Router 
   const remove = async (req: Request, res: Response): Promise<void> => {
     markWrite(res, "records", "delete");
     const { principal, key } = authorizeKey(ctx, req, res);
-    const options = writeOptions(req, principal, key, RECORD_VERSION);
+    const options = writeOptions(ctx, req, principal, key, RECORD_VERSION);
     await ctx.metrics.time("records", "delete", () => store.delete(key, options));
     markAccepted(res);
     res.setHeader("Fencing-Token", options.fence.token.toString());

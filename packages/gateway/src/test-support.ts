@@ -7,6 +7,7 @@ import pg from "pg";
 import { pino } from "pino";
 import { startPostgres, startRedisNodes, startS3, type RedisNodes, type StartedS3 } from "@fenced/servers";
 import { createGateway, type Gateway, type GatewayOptions } from "./app.js";
+import type { CredentialKey } from "@fenced/fence";
 import type { ApiKeyConfig } from "./auth.js";
 import { serve, type Serving } from "./server.js";
 
@@ -15,11 +16,21 @@ export const KEYS = {
   admin: "admin-key-0123456789abcdef",
   teamA: "team-a-key-0123456789abcdef",
   reader: "reader-key-0123456789abcdef",
+  service: "service-key-0123456789abcdef",
 } as const;
 
+/** Fence credential keys of the test gateways: "current" signs, "previous" still verifies. */
+export const FENCE_KEYS: readonly CredentialKey[] = [
+  { id: "current", secret: Buffer.alloc(32, 7) },
+  { id: "previous", secret: Buffer.alloc(32, 9) },
+];
+
 export const API_KEYS: ApiKeyConfig[] = [
-  { id: "admin", key: KEYS.admin, resources: [""], keys: [""] },
-  { id: "team-a", key: KEYS.teamA, resources: ["team-a/"], keys: ["team-a/"] },
+  // Trusted lock clients: they may write with plain Fencing-Token headers (most tests exercise the stores through them).
+  { id: "admin", key: KEYS.admin, resources: [""], keys: [""], trustedLockClient: true },
+  { id: "team-a", key: KEYS.teamA, resources: ["team-a/"], keys: ["team-a/"], trustedLockClient: true },
+  // An ordinary client: it writes only with the credential of a lease.
+  { id: "service", key: KEYS.service, resources: ["svc/"], keys: ["svc/"] },
   { id: "reader", key: KEYS.reader, resources: [""], keys: [""], readOnly: true },
 ];
 
@@ -64,6 +75,7 @@ export async function startBackends(want: { redis?: number; redisFaults?: boolea
     gatewayOptions(extra = {}) {
       return {
         apiKeys: API_KEYS,
+        fenceKeys: FENCE_KEYS,
         logger: pino({ level: "silent" }),
         defaultMetrics: false,
         ...(pool === undefined ? {} : { records: { pool, schema: `gw_${Math.random().toString(36).slice(2, 10)}` } }),

@@ -27,7 +27,7 @@ export const resourceSchema = z.string().superRefine((value, ctx) => {
 export function leaseBodySchema(maxTtlMs: number) {
   const ttlMs = z.number().int().min(1).max(maxTtlMs);
   return {
-    create: z.strictObject({ resource: resourceSchema, ttlMs }),
+    create: z.strictObject({ resource: resourceSchema, ttlMs, register: z.boolean().default(false) }),
     extend: z.strictObject({ ttlMs }),
   };
 }

@@ -1,0 +1,54 @@
+import { z } from "zod";
+import { CredentialError, credentialKeys, KEY_ID_PATTERN, MIN_SECRET_BYTES, mintFenceCredential, verifyFenceCredential, type CredentialKey, type Fence } from "@fenced/fence";
+import { HttpProblem } from "./problem.js";
+
+/**
+ * A signing key as configured (file or environment only, never a flag): its id and its secret in
+ * base64, at least 32 bytes once decoded. The first key signs; every configured key verifies, so a
+ * secret is rotated by adding the new key first, and removing the old one once its credentials have
+ * gone out of use.
+ */
+export const fenceKeySchema = z
+  .strictObject({
+    id: z.string().regex(KEY_ID_PATTERN, "id: 1 to 64 of A-Z a-z 0-9 _ -"),
+    secret: z.string().regex(/^[A-Za-z0-9+/_-]+={0,2}$/, "secret: base64"),
+  })
+  .transform((k, ctx): CredentialKey => {
+    const secret = Buffer.from(k.secret, k.secret.includes("-") || k.secret.includes("_") ? "base64url" : "base64");
+    if (secret.length < MIN_SECRET_BYTES) ctx.addIssue({ code: "custom", message: `secret: at least ${MIN_SECRET_BYTES} bytes once decoded, got ${secret.length}` });
+    return { id: k.id, secret };
+  });
+
+export type FenceKeyConfig = z.input<typeof fenceKeySchema>;
+
+/** The gateway's fence credentials: minted for the leases it grants, verified on every write. */
+export class FenceCredentials {
+  readonly #signing: CredentialKey;
+  readonly #keys: ReadonlyMap<string, CredentialKey>;
+
+  constructor(keys: readonly CredentialKey[]) {
+    const first = keys[0];
+    if (first === undefined) throw new RangeError("fence credentials need at least one key");
+    this.#keys = credentialKeys(keys);
+    this.#signing = this.#keys.get(first.id) as CredentialKey;
+  }
+
+  mint(fence: Fence): string {
+    return mintFenceCredential(fence, this.#signing);
+  }
+
+  /** The fence a credential carries; 400 if it is not one, 403 if no configured key signed it. */
+  verify(credential: string): Fence {
+    try {
+      return verifyFenceCredential(credential, this.#keys).fence;
+    } catch (err) {
+      if (!(err instanceof CredentialError)) throw err;
+      if (err.code === "malformed") {
+        throw new HttpProblem("invalid", `Fencing-Credential: ${err.message}`, { errors: [{ path: "Fencing-Credential", message: err.message }] });
+      }
+      // One status for both: `reason` says whether the key id is unknown (never issued here, or
+      // retired by a rotation: the client needs a new lease) or the signature is wrong (forged, altered).
+      throw new HttpProblem("invalidCredential", "the fence credential was not signed by a key this gateway holds", { reason: err.code });
+    }
+  }
+}
