@@ -1,9 +1,12 @@
 import { Cluster } from "ioredis";
+import { Cluster as Cluster6 } from "ioredis-6";
 import { startRedisCluster, type RedisCluster } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { RedisClient } from "./client.js";
 import { LockNotAcquiredError } from "./errors.js";
 import { resourceKeys } from "./keys.js";
 import { Redlock } from "./redlock.js";
+import { IOREDIS_MAJORS, type IoredisMajor } from "./test-support.js";
 
 /** Resources whose keys land in different slots, including braces that could break a naive hash tag. */
 const RESOURCES = ["orders/1", "orders/2", "invoices/7", "a{b}c", "}starts-with-brace", "{", "}", "{}", "x}{y"];
@@ -12,15 +15,21 @@ describe("Redlock over a Redis Cluster (one client, lock key and counter in one 
   let cluster: RedisCluster;
   let client: Cluster;
   let other: Cluster;
+  /** The lock's clients per ioredis major (a peer dependency, 5 or 6): two of each, for two lock users. */
+  const lockClients = new Map<IoredisMajor, [RedisClient, RedisClient]>();
 
   beforeAll(async () => {
     cluster = await startRedisCluster(3);
     client = new Cluster(cluster.startupNodes, { clusterRetryStrategy: () => null });
     other = new Cluster(cluster.startupNodes, { clusterRetryStrategy: () => null });
+    const six = (): Cluster6 => new Cluster6(cluster.startupNodes, { clusterRetryStrategy: () => null });
+    lockClients.set(5, [client, other]);
+    lockClients.set(6, [six(), six()]);
   });
   afterAll(async () => {
     client?.disconnect();
     other?.disconnect();
+    for (const [, pair] of lockClients) for (const c of pair) (c as Cluster | Cluster6).disconnect();
     await cluster?.stop();
   });
 
@@ -50,8 +59,9 @@ describe("Redlock over a Redis Cluster (one client, lock key and counter in one 
     expect(new Set(slots.map(masterOf)).size).toBe(3);
   });
 
-  it.each(RESOURCES)("acquire, extend and release work for %j", async (resource) => {
-    const redlock = new Redlock([client], { retryCount: 0 });
+  it.each(RESOURCES.flatMap((resource) => IOREDIS_MAJORS.map((major) => [resource, major] as const)))("acquire, extend and release work for %j on ioredis %i", async (resource, major) => {
+    const [mine, theirs] = lockClients.get(major)!;
+    const redlock = new Redlock([mine], { retryCount: 0 });
     expect(redlock.quorum).toBe(1);
     const { lease: leaseKey, counter } = resourceKeys(resource);
 
@@ -64,7 +74,7 @@ describe("Redlock over a Redis Cluster (one client, lock key and counter in one 
     expect(pttl).toBeLessThanOrEqual(2_000);
 
     // Exclusive for another client of the same cluster.
-    const refused = await new Redlock([other], { retryCount: 0 }).acquire(resource, 2_000).catch((e: unknown) => e);
+    const refused = await new Redlock([theirs], { retryCount: 0 }).acquire(resource, 2_000).catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(LockNotAcquiredError);
     expect((refused as LockNotAcquiredError).nodes).toEqual([{ node: 0, reason: "held" }]);
 
@@ -73,7 +83,7 @@ describe("Redlock over a Redis Cluster (one client, lock key and counter in one 
     await first.release();
     expect(await client.get(leaseKey)).toBeNull();
 
-    const second = await new Redlock([other], { retryCount: 0 }).acquire(resource, 2_000);
+    const second = await new Redlock([theirs], { retryCount: 0 }).acquire(resource, 2_000);
     expect(second.token).toBe(first.token + 1n);
     expect(await client.get(counter)).toBe(second.token.toString());
     await second.release();

@@ -1,7 +1,7 @@
 import { MAX_TOKEN } from "@fenced/fence";
 import { redisErrorCode, type RedisClient } from "./client.js";
 import type { NodeFailure } from "./errors.js";
-import type { Script } from "./scripts.js";
+import { INTEGER_REPLY_LIMIT, type Script } from "./scripts.js";
 
 /** One node's answer to one fan-out: a value, or why it does not count. */
 export type Reply<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly failure: NodeFailure };
@@ -92,8 +92,9 @@ export interface Grant {
 export function parseGrant(raw: unknown): Grant {
   if (!Array.isArray(raw) || raw.length !== 2) throw new Error(`unexpected acquire reply: ${JSON.stringify(raw)}`);
   const [flag, counter] = raw as [unknown, unknown];
-  // An integer reply below 2^53 is exact in a JS number too; larger counters arrive as decimal strings.
-  if (typeof counter === "number" && Number.isSafeInteger(counter) && counter >= 0) return { granted: flag === 1, counter: BigInt(counter) };
+  // ACQUIRE sends integer replies only below INTEGER_REPLY_LIMIT, where every client reads them
+  // exactly; a larger number cannot be trusted to be the counter. Larger counters arrive as decimal strings.
+  if (typeof counter === "number" && Number.isInteger(counter) && counter >= 0 && counter < INTEGER_REPLY_LIMIT) return { granted: flag === 1, counter: BigInt(counter) };
   if (typeof counter !== "string" || !/^\d+$/.test(counter)) throw new Error(`unexpected fence counter: ${String(counter)}`);
   return { granted: flag === 1, counter: BigInt(counter) };
 }

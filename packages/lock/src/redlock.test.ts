@@ -87,11 +87,11 @@ describe("Redlock over 5 nodes", () => {
     expect(await Promise.all(t.admin.map((r) => r.dbsize()))).toEqual([0, 0, 0, 0, 0]);
   });
 
-  it("keeps tokens exact across 2^53 (integer replies below, decimal strings above) and up to 2^63 - 1", async () => {
+  it("keeps tokens exact across 2^52 and 2^53 (integer replies below 2^52, decimal strings above) and up to 2^63 - 1", async () => {
     const resource = "big-counters";
     const { counter } = resourceKeys(resource);
     const seen: bigint[] = [];
-    for (const start of [2n ** 53n - 2n, 2n ** 63n - 3n]) {
+    for (const start of [2n ** 52n - 2n, 2n ** 53n - 2n, 2n ** 63n - 3n]) {
       await Promise.all(t.admin.map((r) => r.set(counter, start.toString())));
       for (let i = 1n; i <= 2n; i++) {
         const lease = await redlock.acquire(resource, 5_000);
@@ -102,7 +102,7 @@ describe("Redlock over 5 nodes", () => {
         await drained(t.clients);
       }
     }
-    expect(seen).toEqual([2n ** 53n - 1n, 2n ** 53n, 2n ** 63n - 2n, 2n ** 63n - 1n]);
+    expect(seen).toEqual([2n ** 52n - 1n, 2n ** 52n, 2n ** 53n - 1n, 2n ** 53n, 2n ** 63n - 2n, 2n ** 63n - 1n]);
   });
 
   it("accepts a resource of exactly 512 characters", async () => {

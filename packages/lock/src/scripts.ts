@@ -6,9 +6,17 @@ import { MAX_TOKEN } from "@fenced/fence";
  * KEYS[1] is the lease key, KEYS[2] the resource's fence counter; both carry the same
  * hash tag so that they live in one Redis Cluster slot (see keys.ts).
  *
- * Lua numbers are doubles: a counter goes back as an integer reply only below 2^53, where the
- * double is exact; above that it is read back with GET, so a token survives exactly up to 2^63 - 1.
+ * A counter goes back as an integer reply only below INTEGER_REPLY_LIMIT; above it, it is read back
+ * with GET as a decimal string, so a token survives exactly up to 2^63 - 1.
  */
+
+/**
+ * 2^52. Lua numbers are doubles, exact below 2^53, but a client may not be: ioredis 6's RESP3 decoder
+ * accumulates an integer reply as `n * 10 + byte - 48` in a double, whose intermediate passes 2^53
+ * for values within 48 of it, so odd values there come back as a neighbouring even one (two leases
+ * with one token). A factor of two below 2^53 leaves any such accumulation exact.
+ */
+export const INTEGER_REPLY_LIMIT = 2 ** 52;
 
 /**
  * A counter must stay a token: an integer in 0..2^63 - 1 (MAX_TOKEN in @fenced/fence), which is also
@@ -36,7 +44,7 @@ if not ${IS_DECIMAL} then return redis.error_reply('ERR fence counter is not a d
 if ${compare(">=")} then return {0, s} end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local counter = redis.call('INCR', KEYS[2])
-  if counter < 9007199254740992 then return {1, counter} end
+  if counter < ${INTEGER_REPLY_LIMIT} then return {1, counter} end
   return {1, redis.call('GET', KEYS[2])}
 end
 return {0, s}

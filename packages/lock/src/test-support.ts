@@ -1,10 +1,27 @@
 // Shared by the lock's tests (not part of the published build: see tsconfig.build.json).
 import { Redis } from "ioredis";
+import { Redis as Redis6 } from "ioredis-6";
 import { startRedisNodes, type RedisNodeHandle, type RedisNodes, type StartRedisOptions } from "@fenced/servers";
+import type { RedisClient } from "./client.js";
 import { resourceKeys } from "./keys.js";
 import { SCRIPTS } from "./scripts.js";
 
+/** ioredis is a peer dependency, 5 or 6: the lock's clients in a test come from either major. */
+export type IoredisMajor = 5 | 6;
+export const IOREDIS_MAJORS: readonly IoredisMajor[] = [5, 6];
+
+/** A client of either major as the tests use it: what the lock needs, and what the tests call on it. */
+export interface LockClient extends RedisClient {
+  readonly status: string;
+  ping(): Promise<string>;
+  on(event: "error", listener: (err: Error) => void): unknown;
+  connect(): Promise<void>;
+  disconnect(): void;
+}
+
 export interface ClientSettings {
+  /** Which ioredis major the lock's clients come from. Default 5. Inspection clients (admin) are always 5. */
+  readonly ioredis?: IoredisMajor;
   /**
    * A killed node errors at once instead of queueing commands until it is back: no offline queue,
    * no retries of in-flight commands. A paused node still accepts the
@@ -15,8 +32,10 @@ export interface ClientSettings {
   readonly commandTimeout?: number;
 }
 
-export async function connect(node: RedisNodeHandle, settings: ClientSettings = {}): Promise<Redis> {
-  const redis = new Redis({
+export async function connect(node: RedisNodeHandle, settings?: ClientSettings & { readonly ioredis?: 5 }): Promise<Redis>;
+export async function connect(node: RedisNodeHandle, settings: ClientSettings): Promise<LockClient>;
+export async function connect(node: RedisNodeHandle, settings: ClientSettings = {}): Promise<LockClient> {
+  const options = {
     host: node.host,
     port: node.port,
     lazyConnect: true,
@@ -24,7 +43,8 @@ export async function connect(node: RedisNodeHandle, settings: ClientSettings = 
     retryStrategy: () => 20,
     ...(settings.failFast === true ? { enableOfflineQueue: false, maxRetriesPerRequest: 0 } : {}),
     ...(settings.commandTimeout === undefined ? {} : { commandTimeout: settings.commandTimeout }),
-  });
+  };
+  const redis: LockClient = settings.ioredis === 6 ? new Redis6(options) : new Redis(options);
   // Killed nodes make clients emit connection errors; the tests look at command results instead.
   redis.on("error", () => undefined);
   await redis.connect();
@@ -34,27 +54,28 @@ export async function connect(node: RedisNodeHandle, settings: ClientSettings = 
 export interface TestNodes {
   readonly set: RedisNodes;
   readonly nodes: readonly RedisNodeHandle[];
-  /** One client per node, for the lock under test. */
-  readonly clients: Redis[];
+  /** One client per node, for the lock under test, from the ioredis major the settings ask for. */
+  readonly clients: LockClient[];
   /** One more client per node, for looking at what the lock left on the servers. */
   readonly admin: Redis[];
-  /** Another client per node (for a second lock user); disconnected by stop(). */
-  moreClients(settings?: ClientSettings): Promise<Redis[]>;
+  /** Another client per node (for a second lock user; same major as `clients` unless asked); disconnected by stop(). */
+  moreClients(settings?: ClientSettings): Promise<LockClient[]>;
   /** Disconnects every client and stops the servers. */
   stop(): Promise<void>;
 }
 
 export async function startTestNodes(count: number, options: StartRedisOptions = {}, settings: ClientSettings = {}): Promise<TestNodes> {
   const set = await startRedisNodes(count, options);
-  const opened: Redis[] = [];
-  const moreClients = async (s: ClientSettings = {}): Promise<Redis[]> => {
-    const clients = await Promise.all(set.nodes.map((node) => connect(node, s)));
+  const opened: LockClient[] = [];
+  const open = async <C extends LockClient>(make: (node: RedisNodeHandle) => Promise<C>): Promise<C[]> => {
+    const clients = await Promise.all(set.nodes.map(make));
     opened.push(...clients);
     return clients;
   };
+  const moreClients = (s: ClientSettings = {}): Promise<LockClient[]> => open((node) => connect(node, { ioredis: settings.ioredis ?? 5, ...s }));
   try {
     const clients = await moreClients(settings);
-    const admin = await moreClients();
+    const admin = await open((node) => connect(node));
     return {
       set,
       nodes: set.nodes,
@@ -93,7 +114,7 @@ export async function holdAs(redis: Redis, resource: string, value: string, ttlM
 }
 
 /** Resolves once the client is connected and ready again (after a node restart). */
-export async function ready(redis: Redis, timeoutMs = 5_000): Promise<void> {
+export async function ready(redis: LockClient, timeoutMs = 5_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (redis.status !== "ready") {
     if (Date.now() > deadline) throw new Error(`client did not become ready within ${timeoutMs} ms (status ${redis.status})`);
@@ -133,6 +154,6 @@ export async function loadScripts(redis: Redis): Promise<void> {
  * look at every node wait for the rest with this. Exact only while no NOSCRIPT fallback is pending:
  * load the scripts first (loadScripts).
  */
-export async function drained(clients: readonly Redis[]): Promise<void> {
+export async function drained(clients: readonly LockClient[]): Promise<void> {
   await Promise.all(clients.map((c) => c.ping()));
 }

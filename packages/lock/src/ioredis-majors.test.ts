@@ -1,0 +1,147 @@
+import { setTimeout as sleep } from "node:timers/promises";
+import { MAX_TOKEN } from "@fenced/fence";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { redisErrorCode } from "./client.js";
+import { LockNotAcquiredError, TokenSpaceExhaustedError } from "./errors.js";
+import { resourceKeys } from "./keys.js";
+import { Redlock } from "./redlock.js";
+import { SCRIPTS } from "./scripts.js";
+import { countersOn, drained, holdAs, IOREDIS_MAJORS, leaseValuesOn, loadScripts, ready, startTestNodes, type TestNodes } from "./test-support.js";
+
+/**
+ * ioredis is a peer dependency, 5 or 6. The rest of the suite runs on ioredis 5; these scenarios
+ * run the lock on clients of each major: the commands, reply types (integers, decimal strings),
+ * error replies (NOSCRIPT) and connection errors all come through the user's client.
+ */
+describe.each(IOREDIS_MAJORS)("the lock on ioredis %i clients", (major) => {
+  let t: TestNodes;
+  let redlock: Redlock;
+
+  beforeAll(async () => {
+    t = await startTestNodes(3, { faults: true }, { ioredis: major, failFast: true });
+    await Promise.all(t.admin.map(loadScripts));
+    redlock = new Redlock(t.clients, { retryCount: 0 });
+  });
+  afterAll(async () => {
+    await t?.stop();
+  });
+
+  it("acquire, extend and release act on every node; a second acquirer is refused while it is held", async () => {
+    const resource = "majors/basic";
+    const { lease: leaseKey } = resourceKeys(resource);
+    const lease = await redlock.acquire(resource, 2_000);
+    await drained(t.clients);
+    expect(lease.token).toBe(1n);
+    expect(await leaseValuesOn(t.admin, resource)).toEqual(Array(3).fill(lease.value));
+    const refused = await new Redlock(await t.moreClients(), { retryCount: 0 }).acquire(resource, 2_000).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(LockNotAcquiredError);
+    await lease.extend(30_000);
+    await drained(t.clients);
+    for (const redis of t.admin) expect(await redis.pttl(leaseKey)).toBeGreaterThan(29_000);
+    await lease.release();
+    await drained(t.clients);
+    expect(await leaseValuesOn(t.admin, resource)).toEqual([null, null, null]);
+    const next = await redlock.acquire(resource, 2_000);
+    expect(next.token).toBe(2n);
+    await next.release();
+  });
+
+  it("tokens stay exact across 2^53 and up to 2^63 - 1, then the resource is exhausted with nothing left behind", async () => {
+    const resource = "majors/big";
+    const tokens: bigint[] = [];
+    for (const start of [2n ** 53n - 2n, MAX_TOKEN - 2n]) {
+      await Promise.all(t.admin.map((r) => r.set(resourceKeys(resource).counter, start.toString())));
+      for (let i = 0; i < 2; i++) {
+        const lease = await redlock.acquire(resource, 5_000);
+        tokens.push(lease.token);
+        await lease.release();
+      }
+    }
+    expect(tokens).toEqual([2n ** 53n - 1n, 2n ** 53n, MAX_TOKEN - 1n, MAX_TOKEN]);
+    await expect(redlock.acquire(resource, 5_000)).rejects.toBeInstanceOf(TokenSpaceExhaustedError);
+    await drained(t.clients);
+    expect(await leaseValuesOn(t.admin, resource)).toEqual([null, null, null]);
+    expect(await countersOn(t.admin, resource)).toEqual([MAX_TOKEN, MAX_TOKEN, MAX_TOKEN]);
+  });
+
+  it("every token is exact in the last stretch below 2^53, where a client that reads integer replies into doubles may round", async () => {
+    // ioredis 6 decodes RESP integers as `n * 10 + byte - 48` in doubles: odd values within 48 of 2^53
+    // come back as a neighbouring even one. Tokens there must not arrive as integer replies.
+    const resource = "majors/below-2^53";
+    for (const start of [2n ** 52n - 3n, 2n ** 53n - 60n]) {
+      await Promise.all(t.admin.map((r) => r.set(resourceKeys(resource).counter, start.toString())));
+      const tokens: bigint[] = [];
+      const count = start < 2n ** 53n - 100n ? 6 : 64;
+      for (let i = 0; i < count; i++) {
+        const lease = await redlock.acquire(resource, 5_000);
+        tokens.push(lease.token);
+        await lease.release();
+      }
+      expect(tokens).toEqual(Array.from({ length: count }, (_, i) => start + 1n + BigInt(i)));
+    }
+  });
+
+  it("an empty script cache answers NOSCRIPT, classified by its error code, and the lock loads the script", async () => {
+    const client = t.clients[0]!;
+    const error = await client.evalsha("0".repeat(40), 0).catch((e: unknown) => e);
+    expect(redisErrorCode(error)).toBe("NOSCRIPT");
+    expect(redisErrorCode(new Error("NOSCRIPT lookalike, not a reply"))).toBeUndefined();
+    await Promise.all(t.admin.map((r) => r.script("FLUSH")));
+    const lease = await redlock.acquire("majors/noscript", 2_000);
+    await lease.extend(2_000);
+    await lease.release();
+    await drained(t.clients);
+    expect(await leaseValuesOn(t.admin, "majors/noscript")).toEqual([null, null, null]);
+    for (const redis of t.admin) expect(await redis.script("EXISTS", SCRIPTS.acquire.sha, SCRIPTS.extend.sha, SCRIPTS.release.sha)).toEqual([1, 1, 1]);
+  });
+
+  it("contenders on their own connections never hold it at once, and their tokens increase in grant order", async () => {
+    const resource = "majors/contention";
+    const contenders = await Promise.all(
+      Array.from({ length: 4 }, async () => new Redlock(await t.moreClients(), { retryCount: Number.POSITIVE_INFINITY, retryDelayMs: 2, retryJitterMs: 8 })),
+    );
+    let holders = 0;
+    let overlaps = 0;
+    const granted: bigint[] = [];
+    await Promise.all(
+      contenders.map(async (contender) => {
+        for (let i = 0; i < 10; i++) {
+          const lease = await contender.acquire(resource, 2_000);
+          if (++holders > 1) overlaps++;
+          granted.push(lease.token);
+          await sleep(1);
+          holders--;
+          await lease.release();
+        }
+      }),
+    );
+    expect(overlaps).toBe(0);
+    expect(granted).toHaveLength(40);
+    for (let i = 1; i < granted.length; i++) expect(granted[i]! > granted[i - 1]!, `grant ${i}: ${granted[i]} after ${granted[i - 1]}`).toBe(true);
+  });
+
+  it("a killed node counts as an error; the other two grant, and the node serves again once restarted", async () => {
+    const resource = "majors/killed";
+    await t.nodes[2]!.kill();
+    try {
+      const lease = await redlock.acquire(resource, 2_000);
+      expect(lease.token).toBe(1n);
+      await lease.release();
+      // With node A held by someone else, B's grant is not enough: the attempt fails on A's refusal and C's error.
+      await holdAs(t.admin[0]!, "majors/killed-held", "another-holder", 5_000);
+      const error = await redlock.acquire("majors/killed-held", 2_000).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(LockNotAcquiredError);
+      // B granted, or had not answered when A and C decided the attempt.
+      expect((error as LockNotAcquiredError).nodes.filter((n) => n.node !== 1).map((n) => [n.node, n.reason])).toEqual([[0, "held"], [2, "error"]]);
+    } finally {
+      await t.nodes[2]!.restart({ keepData: true });
+      await Promise.all([ready(t.clients[2]!), ready(t.admin[2]!)]);
+    }
+    await loadScripts(t.admin[2]!);
+    const after = await redlock.acquire(resource, 2_000);
+    expect(after.token).toBe(2n);
+    await drained(t.clients);
+    expect(await leaseValuesOn(t.admin, resource)).toEqual(Array(3).fill(after.value));
+    await after.release();
+  });
+});
