@@ -17,15 +17,16 @@ interface Inc {
   invoke: number;
   writeStart: number;
   ack: number;
-  lease?: string;
+  /** The lease's holder id; by default one of its own per operation. */
+  holder?: string;
   /** The op whose increment was last in the document read. */
   head?: string;
 }
 
-function increment({ op, token, read, invoke, writeStart, ack, lease, head }: Inc): HistoryEvent[] {
+function increment({ op, token, read, invoke, writeStart, ack, holder, head }: Inc): HistoryEvent[] {
   const worker = Number(op.split(".")[0]);
   const base = { op, worker, resource: R };
-  const held = { token: String(token), lease: lease ?? `lease-${op}` };
+  const held = { token: String(token), holder: holder ?? `holder-${op}` };
   return [
     { type: "invoke", ...base, ...at(invoke) },
     { type: "acquired", ...base, ...held, ...at(invoke + 1) },
@@ -38,8 +39,8 @@ function stale(op: string, token: number, invoke: number, end: number): HistoryE
   const base = { op, worker: Number(op.split(".")[0]), resource: R };
   return [
     { type: "invoke", ...base, ...at(invoke) },
-    { type: "acquired", ...base, token: String(token), lease: `lease-${op}`, ...at(invoke + 1) },
-    { type: "fail", ...base, token: String(token), lease: `lease-${op}`, reason: "stale", message: "stale fencing token", ...at(end) },
+    { type: "acquired", ...base, token: String(token), holder: `holder-${op}`, ...at(invoke + 1) },
+    { type: "fail", ...base, token: String(token), holder: `holder-${op}`, reason: "stale", message: "stale fencing token", ...at(end) },
   ];
 }
 
@@ -138,34 +139,100 @@ describe("checker", () => {
     expect(result.first["token-decrease"]?.message).toMatch(/1\.0 \(token 4\) directly follows 0\.0 \(token 5\)/);
   });
 
-  it("finds a duplicate token: two leases accepted with the same token", () => {
+  it("finds a duplicate token: writes of two holders accepted at one token", () => {
     const history = [
-      ...increment({ op: "0.0", token: 7, read: 0, invoke: 0, writeStart: 5, ack: 6, lease: "aaa" }),
-      ...increment({ op: "1.0", token: 7, read: 1, invoke: 10, writeStart: 15, ack: 16, lease: "bbb" }),
+      ...increment({ op: "0.0", token: 7, read: 0, invoke: 0, writeStart: 5, ack: 6, holder: "aaa" }),
+      ...increment({ op: "1.0", token: 7, read: 1, invoke: 10, writeStart: 15, ack: 16, holder: "bbb", head: "0.0" }),
       final([["0.0", 7], ["1.0", 7]]),
     ];
     const result = check(history);
     expect(result.violations).toEqual({ "lost-update": 0, "token-decrease": 0, "duplicate-token": 1 });
     expect(result.first["duplicate-token"]?.ops).toEqual(["0.0", "1.0"]);
-    expect(result.first["duplicate-token"]?.message).toMatch(/same token 7 under 2 different leases/);
+    expect(result.first["duplicate-token"]?.message).toMatch(/same token 7 from 2 different holders \(aaa…, bbb…\)/);
+    expect(result.victims).toEqual(["0.0", "1.0"]);
+    expect(result.repeatedTokens).toBe(1);
   });
 
-  it("the same lease writing twice with its token is not a duplicate", () => {
+  it("one holder writing twice with its token is not a duplicate, whichever operations carry the writes", () => {
+    // Two operations (even of two workers: a lease handed over) under one holder: the store accepts
+    // an equal token from the holder of the highest, and so does the checker.
     const history = [
-      ...increment({ op: "0.0", token: 7, read: 0, invoke: 0, writeStart: 5, ack: 6, lease: "aaa" }),
-      ...increment({ op: "0.1", token: 7, read: 1, invoke: 10, writeStart: 15, ack: 16, lease: "aaa" }),
-      final([["0.0", 7], ["0.1", 7]]),
+      ...increment({ op: "0.0", token: 7, read: 0, invoke: 0, writeStart: 5, ack: 6, holder: "aaa" }),
+      ...increment({ op: "1.0", token: 7, read: 1, invoke: 10, writeStart: 15, ack: 16, holder: "aaa", head: "0.0" }),
+      final([["0.0", 7], ["1.0", 7]]),
     ];
-    expect(check(history).valid).toBe(true);
+    const result = check(history);
+    expect(result.violations).toEqual({ "lost-update": 0, "token-decrease": 0, "duplicate-token": 0 });
+    expect(result.repeatedTokens).toBe(0);
+  });
+
+  it("a repeated token overwriting the first holder's write: a lost update and a duplicate, not a decrease", () => {
+    // The case only the holder check refuses: lease aaa writes with token 4; the lock loses its
+    // counters and hands 4 to bbb, which read before aaa's write and overwrites it.
+    const history = [
+      ...increment({ op: "0.0", token: 4, read: 0, invoke: 0, writeStart: 20, ack: 21, holder: "aaa" }),
+      ...increment({ op: "1.0", token: 4, read: 0, invoke: 5, writeStart: 30, ack: 31, holder: "bbb" }),
+      final([["1.0", 4]]),
+    ];
+    const result = check(history);
+    expect(result.violations).toEqual({ "lost-update": 1, "token-decrease": 0, "duplicate-token": 1 });
+    expect(result.first["lost-update"]?.message).toMatch(/^0\.0 \(token 4\).*overwritten by 1\.0/);
+    expect(result.first["duplicate-token"]?.ops).toEqual(["0.0", "1.0"]);
+    expect(result.repeatedTokens).toBe(1);
+  });
+
+  it("finds a duplicate that only the final counter shows: an indeterminate write of another holder that landed", () => {
+    const base = { worker: 1, resource: R };
+    const history: HistoryEvent[] = [
+      ...increment({ op: "0.0", token: 7, read: 0, invoke: 0, writeStart: 5, ack: 6, holder: "aaa" }),
+      { type: "invoke", op: "1.0", ...base, ...at(10) },
+      { type: "acquired", op: "1.0", ...base, token: "7", holder: "bbb", ...at(11) },
+      { type: "info", op: "1.0", ...base, token: "7", holder: "bbb", message: "connection reset", writeStart: 15, ...at(19) },
+      final([["0.0", 7], ["1.0", 7]]),
+    ];
+    const result = check(history);
+    expect(result.violations).toEqual({ "lost-update": 0, "token-decrease": 0, "duplicate-token": 1 });
+    expect(result.first["duplicate-token"]?.ops).toEqual(["0.0", "1.0"]);
+  });
+
+  it("counts repeated tokens per resource and holder, whether or not the store accepted them", () => {
+    // Token 5 acquired by three holders (two of them refused as stale), token 6 by two (one
+    // refused), token 8 once, and token 5 of another resource: 3 repeats on r, none elsewhere.
+    const other = { type: "acquired" as const, op: "4.0", worker: 4, resource: "other", token: "5", holder: "zzz", ...at(1) };
+    const history: HistoryEvent[] = [
+      ...increment({ op: "0.0", token: 5, read: 0, invoke: 0, writeStart: 5, ack: 6, holder: "aaa" }),
+      ...stale("1.0", 5, 10, 12),
+      ...stale("2.0", 5, 20, 22),
+      ...increment({ op: "0.1", token: 6, read: 1, invoke: 30, writeStart: 35, ack: 36, holder: "bbb", head: "0.0" }),
+      ...stale("3.0", 6, 40, 42),
+      ...increment({ op: "0.2", token: 8, read: 2, invoke: 50, writeStart: 55, ack: 56, head: "0.1" }),
+      other,
+      { type: "invoke", op: "4.0", worker: 4, resource: "other", ...at(0) },
+      { type: "fail", op: "4.0", worker: 4, resource: "other", token: "5", holder: "zzz", reason: "stale", message: "stale", ...at(2) },
+      final([["0.0", 5], ["0.1", 6], ["0.2", 8]]),
+      { type: "final", resource: "other", count: 0, log: [], ...at(10_000) },
+    ];
+    const result = check(history);
+    expect(result.repeatedTokens).toBe(3);
+    expect(result.valid).toBe(true);
+  });
+
+  it("refuses to judge duplicates when an accepted write names no holder", () => {
+    const history = increment({ op: "0.0", token: 1, read: 0, invoke: 0, writeStart: 5, ack: 6 }).map((e) => {
+      if (e.type !== "acquired" && e.type !== "ok") return e;
+      const { holder: _holder, ...rest } = e;
+      return rest as HistoryEvent;
+    });
+    expect(() => check([...history, final([["0.0", 1]])])).toThrow(/names no holder/);
   });
 
   it("an indeterminate write is never a lost update, and a failed write that landed is counted apart", () => {
     const base = { worker: 0, resource: R };
     const history: HistoryEvent[] = [
       { type: "invoke", op: "0.0", ...base, ...at(0) },
-      { type: "info", op: "0.0", ...base, token: "1", lease: "l0", message: "connection reset", writeStart: 5, ...at(9) },
+      { type: "info", op: "0.0", ...base, token: "1", holder: "h0", message: "connection reset", writeStart: 5, ...at(9) },
       { type: "invoke", op: "0.1", ...base, ...at(10) },
-      { type: "fail", op: "0.1", ...base, token: "2", lease: "l1", reason: "stale", message: "reported stale after an ambiguous attempt", ...at(19) },
+      { type: "fail", op: "0.1", ...base, token: "2", holder: "h1", reason: "stale", message: "reported stale after an ambiguous attempt", ...at(19) },
       final([["0.1", 2]]),
     ];
     const result = check(history);

@@ -9,7 +9,14 @@ import { parseLogEntry, type FailReason, type FinalEvent, type HistoryEvent, typ
  *   write Y if X was acknowledged before Y was sent (one monotonic clock for all processes); then Y
  *   must not carry a lower token. The final document's log gives the exact order of the writes that
  *   survived, and is checked too.
- * - **duplicate-token**: no two accepted writes carry the same token from different leases.
+ * - **duplicate-token**: no two accepted writes carry the same token from different leases. Leases
+ *   are told apart by their holder id (Lease.holder, what the stores compare on an equal token),
+ *   never by worker or operation: one holder writing twice with its token is not a duplicate.
+ *
+ * Besides the violations it counts the **repeated tokens**: acquisitions that got a token the lock
+ * had already handed to another holder of the same resource. They are not a violation of the store
+ * (the lock repeats a token only when a majority of its nodes lost the counter, which the nemesis
+ * causes on purpose); what the store does with them is what the three properties judge.
  *
  * Only what the history proves is reported: an indeterminate write ("info") is never counted as
  * lost, and a pair whose order the timestamps cannot establish is never counted as decreasing.
@@ -42,6 +49,8 @@ export interface CheckResult {
     readonly incomplete: number;
   };
   readonly violations: Readonly<Record<ViolationKind, number>>;
+  /** Acquisitions whose token another holder of the same resource had acquired before: for each (resource, token), holders − 1. */
+  readonly repeatedTokens: number;
   /** The earliest violation of each kind. */
   readonly first: Partial<Readonly<Record<ViolationKind, Violation>>>;
   /** The earliest violation of any kind. */
@@ -61,7 +70,7 @@ interface Op {
   end: number | undefined;
   outcome: "ok" | "fail" | "info" | undefined;
   token: string | undefined;
-  lease: string | undefined;
+  holder: string | undefined;
   writeStart: number | undefined;
 }
 
@@ -73,14 +82,14 @@ function collectOps(history: readonly HistoryEvent[]): Map<string, Op> {
     if (e.type === "nemesis" || e.type === "final") continue;
     let op = ops.get(e.op);
     if (op === undefined) {
-      op = { id: e.op, resource: e.resource, events: [], invoke: e.mono, end: undefined, outcome: undefined, token: undefined, lease: undefined, writeStart: undefined };
+      op = { id: e.op, resource: e.resource, events: [], invoke: e.mono, end: undefined, outcome: undefined, token: undefined, holder: undefined, writeStart: undefined };
       ops.set(e.op, op);
     }
     op.events.push(e);
     if (e.type === "invoke") op.invoke = e.mono;
     if (e.type === "acquired" || e.type === "ok" || e.type === "fail" || e.type === "info") {
       if (e.token !== undefined) op.token = e.token;
-      if (e.lease !== undefined) op.lease = e.lease;
+      if (e.holder !== undefined) op.holder = e.holder;
     }
     if (e.type === "ok" || e.type === "fail" || e.type === "info") {
       op.outcome = e.type;
@@ -189,26 +198,37 @@ export function check(history: readonly HistoryEvent[]): CheckResult {
   }
 
   // Duplicate tokens: accepted writes (acknowledged, or present in the final counter) of different
-  // leases that carry the same token on one resource.
-  const holders = new Map<string, Map<string, string>>(); // "resource@token" → lease → first op
+  // holders that carry the same token on one resource.
+  const writers = new Map<string, Map<string, string>>(); // "resource@token" → holder → its first accepted op
   const accepted = new Set<string>(acked.map((e) => e.op));
   for (const final of finals.values()) for (const entry of final.log) accepted.add(parseLogEntry(entry).op);
   for (const id of accepted) {
     const op = ops.get(id);
     if (op?.token === undefined) continue;
+    if (op.holder === undefined) throw new Error(`operation ${id} wrote with token ${op.token} but the history names no holder for it: duplicate tokens cannot be judged`);
     const slot = `${op.resource}@${op.token}`;
-    const leases = holders.get(slot) ?? new Map<string, string>();
-    holders.set(slot, leases);
-    const lease = op.lease ?? op.id;
-    if (!leases.has(lease)) leases.set(lease, id);
+    const byHolder = writers.get(slot) ?? new Map<string, string>();
+    writers.set(slot, byHolder);
+    if (!byHolder.has(op.holder)) byHolder.set(op.holder, id);
   }
-  for (const [slot, leases] of holders) {
-    if (leases.size < 2) continue;
-    const involved = [...leases.values()];
+  for (const [slot, byHolder] of writers) {
+    if (byHolder.size < 2) continue;
+    const involved = [...byHolder.values()];
     const at = Math.max(...involved.map((id) => ops.get(id)?.end ?? 0));
     const resource = slot.slice(0, slot.lastIndexOf("@"));
-    violation("duplicate-token", resource, involved, at, `${involved.join(", ")} were accepted with the same token ${slot.slice(slot.lastIndexOf("@") + 1)} under ${leases.size} different leases`);
+    const holders = [...byHolder.keys()].map((h) => `${h.slice(0, 8)}…`).join(", ");
+    violation("duplicate-token", resource, involved, at, `${involved.join(", ")} were accepted with the same token ${slot.slice(slot.lastIndexOf("@") + 1)} from ${byHolder.size} different holders (${holders})`);
   }
+
+  // Repeated tokens: the same (resource, token) acquired by more than one holder.
+  const acquirers = new Map<string, Set<string>>(); // "resource@token" → holders
+  for (const e of history) {
+    if (e.type !== "acquired") continue;
+    const slot = `${e.resource}@${e.token}`;
+    const holders = acquirers.get(slot) ?? new Set<string>();
+    acquirers.set(slot, holders.add(e.holder));
+  }
+  const repeatedTokens = [...acquirers.values()].reduce((sum, holders) => sum + holders.size - 1, 0);
 
   const counts: Record<ViolationKind, number> = { "lost-update": 0, "token-decrease": 0, "duplicate-token": 0 };
   const first: Partial<Record<ViolationKind, Violation>> = {};
@@ -240,6 +260,7 @@ export function check(history: readonly HistoryEvent[]): CheckResult {
       incomplete: all.filter((o) => o.outcome === undefined).length,
     },
     violations: counts,
+    repeatedTokens,
     first,
     firstViolation: violations[0],
     victims: [...new Set(violations.flatMap((v) => (v.kind === "duplicate-token" ? v.ops : v.ops.slice(0, 1))))],
@@ -259,7 +280,7 @@ export function describeEvent(e: HistoryEvent): string {
     case "invoke":
       return `${t}  ${e.op.padEnd(8)} invoke ${e.resource}`;
     case "acquired":
-      return `${t}  ${e.op.padEnd(8)} acquired token ${e.token}`;
+      return `${t}  ${e.op.padEnd(8)} acquired token ${e.token} (holder ${e.holder.slice(0, 8)}…)`;
     case "read":
       return `${t}  ${e.op.padEnd(8)} read ${e.count} (token ${e.token})`;
     case "ok":

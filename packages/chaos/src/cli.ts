@@ -20,8 +20,8 @@ const program = new Command()
   .name("fenced-chaos")
   .description(
     "Fault injection with a history checker: workers increment counters under Redlock leases while a seeded nemesis " +
-      "pauses workers, pauses/kills Redis nodes, jumps a node's clock and delays packets; the checker then looks for " +
-      "lost updates, decreasing tokens and duplicate tokens. Exits non-zero if 'full' shows a violation or 'unfenced' shows none.",
+      "pauses workers, pauses/kills Redis nodes, wipes a majority of them, jumps a node's clock and delays packets; the checker " +
+      "then counts repeated tokens and looks for lost updates, decreasing tokens and writes of two holders at one token. Exits non-zero if 'full' shows a violation or 'unfenced' shows none.",
   )
   .option("--ops <n>", "operations per configuration and backend", positiveInt, 2000)
   .option("--seed <n>", "seed of the fault schedule (same seed, same faults)", nonNegativeInt)
@@ -85,7 +85,7 @@ function report(s: ChaosSummary): string {
   for (const [backend, byMode] of Object.entries(s.runs)) {
     for (const [mode, run] of Object.entries(byMode ?? {})) {
       const v = Object.entries(run.violations).map(([k, n]) => `${k} ${n}`).join(", ");
-      lines.push(`\n${backend}/${mode}: ${run.ops} ops (ok ${run.ok}, fail ${run.fail}, indeterminate ${run.indeterminate}) in ${(run.durationMs / 1000).toFixed(1)} s; violations: ${v}`);
+      lines.push(`\n${backend}/${mode}: ${run.ops} ops (ok ${run.ok}, fail ${run.fail}, indeterminate ${run.indeterminate}) in ${(run.durationMs / 1000).toFixed(1)} s; repeated tokens ${run.repeatedTokens}; violations: ${v}`);
       if (run.firstViolation !== undefined) {
         lines.push(`  first violation (${run.firstViolation.kind}): ${run.firstViolation.message}`);
         for (const event of run.firstViolation.subHistory) lines.push(`    ${event}`);

@@ -73,8 +73,9 @@ describe("fault injector", () => {
       { id: 4, at: 0, kind: "clock-jump", node: 0, jumpMs: 500, durationMs: 0 },
       { id: 5, at: 0, kind: "delay", worker: 0, link: "store", directions: "up", delayMs: 900, durationMs: 60_000 },
       { id: 6, at: 0, kind: "pause-in-rmw", worker: 3, durationMs: 60_000 },
+      { id: 7, at: 0, kind: "wipe-redis", node: 0, durationMs: 0 },
       // Far in the future: must never be applied.
-      { id: 7, at: 3_600_000, kind: "pause-worker", worker: 2, durationMs: 1 },
+      { id: 8, at: 3_600_000, kind: "pause-worker", worker: 2, durationMs: 1 },
     ];
     const { targets, actions, delays } = fakes();
     const events: NemesisEvent[] = [];
@@ -84,6 +85,9 @@ describe("fault injector", () => {
     await new Promise((r) => setTimeout(r, 100));
     injector.reachedRmw(3, 6, 50);
     expect(actions).toEqual(expect.arrayContaining(["stop worker 1", "kill B", "pause C", "clock A 700", "clock A 1200", "delay up 900", "arm worker 3 for 6", "stop worker 3"]));
+    // The wiped node is back at once, without its data; the killed one stays down until its time is up.
+    expect(actions).toEqual(expect.arrayContaining(["kill A", "restart A keepData=false"]));
+    expect(actions).not.toContain("restart B keepData=true");
     expect(delays()).toBe(1);
 
     await injector.stop();
@@ -92,7 +96,7 @@ describe("fault injector", () => {
     expect(actions.indexOf("release worker 3 from 6")).toBe(actions.indexOf("cont worker 3") - 1);
     expect(actions).not.toContain("stop worker 2");
     expect(delays()).toBe(0);
-    expect(injector.faults).toEqual({ "pause-worker": 1, "pause-in-rmw": 1, "pause-redis": 1, "kill-redis": 1, "clock-jump": 2, delay: 1 });
+    expect(injector.faults).toEqual({ "pause-worker": 1, "pause-in-rmw": 1, "pause-redis": 1, "kill-redis": 1, "wipe-redis": 1, "clock-jump": 2, delay: 1 });
     // Every fault that started has ended (a clock jump is instantaneous: both at once).
     const starts = events.filter((e) => e.phase === "start").map((e) => e.fault);
     const ends = events.filter((e) => e.phase === "end").map((e) => e.fault);

@@ -1,6 +1,6 @@
 import type { RedisNodeHandle } from "@fenced/servers";
 import type { DelayProxy } from "./delay-proxy.js";
-import type { FaultKind, NemesisEvent } from "./history.js";
+import { noFaults, type FaultKind, type NemesisEvent } from "./history.js";
 import { describeTarget, type Fault, type Link } from "./nemesis.js";
 
 /** What the injector acts on; run.ts provides it (and tests can fake it). */
@@ -31,7 +31,7 @@ export class FaultInjector {
   private readonly inFlight = new Set<Promise<void>>();
   private readonly armed = new Map<number, { timer: NodeJS.Timeout; fault: Fault }>();
   private readonly clockOffsets = new Map<number, number>();
-  private readonly started: Record<FaultKind, number> = { "pause-worker": 0, "pause-in-rmw": 0, "pause-redis": 0, "kill-redis": 0, "clock-jump": 0, delay: 0 };
+  private readonly started: Record<FaultKind, number> = noFaults();
   private missedCount = 0;
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
@@ -145,13 +145,15 @@ export class FaultInjector {
         });
         return;
       }
-      case "kill-redis": {
+      case "kill-redis":
+      case "wipe-redis": {
         const node = this.node(fault.node);
         if (!node.running) return this.miss(fault, target);
         this.began(fault, target);
         await node.kill();
         this.hold(fault.id, fault.durationMs, async () => {
-          await node.restart({ keepData: true });
+          // A wiped node comes back with an empty data directory: every counter it held is gone.
+          await node.restart({ keepData: fault.kind === "kill-redis" });
           this.emit(fault.id, fault.kind, target, "end");
         });
         return;

@@ -33,25 +33,31 @@ export type FailReason = "lock" | "stale" | "version" | "error";
 
 export type OpEvent =
   | (OpStamp & { readonly type: "invoke" })
-  | (OpStamp & { readonly type: "acquired"; readonly token: string; readonly lease: string })
+  /** `holder`: the lease's public id (Lease.holder), which the stores compare on equal tokens; never its secret value. */
+  | (OpStamp & { readonly type: "acquired"; readonly token: string; readonly holder: string })
   /** `head`: the op of the last increment in the document read (null: none), which links each write to the one it built on. */
   | (OpStamp & { readonly type: "read"; readonly token: string; readonly count: number; readonly head: string | null })
   | (OpStamp & {
       readonly type: "ok";
       readonly token: string;
-      readonly lease: string;
+      readonly holder: string;
       /** The counter value read, and the one written (read + 1). */
       readonly read: number;
       readonly wrote: number;
       /** When the write was sent: an ok that precedes this in `mono` was applied before this write. */
       readonly writeStart: number;
     })
-  | (OpStamp & { readonly type: "fail"; readonly reason: FailReason; readonly message: string; readonly token?: string; readonly lease?: string })
+  | (OpStamp & { readonly type: "fail"; readonly reason: FailReason; readonly message: string; readonly token?: string; readonly holder?: string })
   /** Indeterminate: the write was sent and its outcome is unknown (it may or may not have been applied). */
-  | (OpStamp & { readonly type: "info"; readonly message: string; readonly token: string; readonly lease: string; readonly writeStart: number });
+  | (OpStamp & { readonly type: "info"; readonly message: string; readonly token: string; readonly holder: string; readonly writeStart: number });
 
-export type FaultKind = "pause-worker" | "pause-in-rmw" | "pause-redis" | "kill-redis" | "clock-jump" | "delay";
-export const FAULT_KINDS: readonly FaultKind[] = ["pause-worker", "pause-in-rmw", "pause-redis", "kill-redis", "clock-jump", "delay"];
+export type FaultKind = "pause-worker" | "pause-in-rmw" | "pause-redis" | "kill-redis" | "wipe-redis" | "clock-jump" | "delay";
+export const FAULT_KINDS: readonly FaultKind[] = ["pause-worker", "pause-in-rmw", "pause-redis", "kill-redis", "wipe-redis", "clock-jump", "delay"];
+
+/** A count of 0 for every fault kind. */
+export function noFaults(): Record<FaultKind, number> {
+  return Object.fromEntries(FAULT_KINDS.map((kind) => [kind, 0])) as Record<FaultKind, number>;
+}
 
 export interface NemesisEvent extends Stamp {
   readonly type: "nemesis";

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { planFaults, type ScheduleOptions } from "./nemesis.js";
+import { planFaults, type Fault, type ScheduleOptions } from "./nemesis.js";
 
 const shape: Omit<ScheduleOptions, "seed"> = { ttlMs: 600, workers: 5, redisNodes: 5, clockNode: 0 };
 
@@ -15,7 +15,7 @@ describe("fault schedule", () => {
 
   it("has every kind of fault, pauses longer than the TTL, and faults ordered in time", () => {
     const faults = planFaults({ ...shape, seed: 7 }, 120_000);
-    expect(new Set(faults.map((f) => f.kind))).toEqual(new Set(["pause-worker", "pause-in-rmw", "pause-redis", "kill-redis", "clock-jump", "delay"]));
+    expect(new Set(faults.map((f) => f.kind))).toEqual(new Set(["pause-worker", "pause-in-rmw", "pause-redis", "kill-redis", "wipe-redis", "clock-jump", "delay"]));
     for (const f of faults) {
       if (f.kind === "pause-worker" || f.kind === "pause-in-rmw") expect(f.durationMs).toBeGreaterThan(shape.ttlMs);
       if (f.kind === "delay") expect(f.delayMs).toBeGreaterThanOrEqual(shape.ttlMs);
@@ -23,10 +23,12 @@ describe("fault schedule", () => {
     }
     const times = faults.map((f) => f.at);
     expect(times).toEqual([...times].sort((x, y) => x - y));
+    // Ids are positions: the injector keys active faults by them.
+    expect(faults.map((f) => f.id)).toEqual(faults.map((_, i) => i));
     expect(faults[0]?.at).toBeGreaterThanOrEqual(shape.ttlMs);
   });
 
-  it("never pauses or kills a majority of the Redis nodes at once", () => {
+  it("never pauses or kills a majority of the Redis nodes at once, except at the instant of a wipe", () => {
     for (const seed of [1, 2, 3, 4, 5]) {
       const faults = planFaults({ ...shape, seed }, 300_000);
       const nodeFaults = faults.flatMap((f) => (f.kind === "pause-redis" || f.kind === "kill-redis" ? [{ node: f.node, from: f.at, to: f.at + f.durationMs }] : []));
@@ -36,5 +38,31 @@ describe("fault schedule", () => {
         expect(down.size).toBeLessThanOrEqual(2);
       }
     }
+  });
+
+  it("wipes in rounds: the minority is killed and back before the majority is wiped at once, and nothing else touches a node meanwhile", () => {
+    let rounds = 0;
+    for (const seed of [1, 2, 3, 4, 5]) {
+      const faults = planFaults({ ...shape, seed }, 300_000);
+      const wipesAt = new Map<number, Fault[]>();
+      for (const f of faults) if (f.kind === "wipe-redis") wipesAt.set(f.at, [...(wipesAt.get(f.at) ?? []), f]);
+      for (const [at, wipes] of wipesAt) {
+        rounds++;
+        // A majority, each node once, restarted at once.
+        const wiped = new Set(wipes.map((f) => (f.kind === "wipe-redis" ? f.node : -1)));
+        expect(wiped.size).toBe(3);
+        for (const f of wipes) expect(f.durationMs).toBe(0);
+        // The other two were killed (with their data) together, longer than a TTL, and restarted before the wipe.
+        const killed = faults.filter((f) => f.kind === "kill-redis" && !wiped.has(f.node) && f.at < at && f.at + f.durationMs < at && at - (f.at + f.durationMs) <= 1_000);
+        expect(new Set(killed.map((f) => (f.kind === "kill-redis" ? f.node : -1))).size).toBe(2);
+        const start = Math.min(...killed.map((f) => f.at));
+        for (const f of killed) expect(f.durationMs).toBeGreaterThanOrEqual(shape.ttlMs);
+        // No other node fault from the round's start until a second after the wipe.
+        const others = faults.filter((f) => (f.kind === "pause-redis" || f.kind === "kill-redis" || f.kind === "wipe-redis") && f.at >= start && f.at <= at + 1_000 && !killed.includes(f) && !wipes.includes(f));
+        expect(others).toEqual([]);
+      }
+    }
+    // A few rounds per minute of run.
+    expect(rounds / 25).toBeGreaterThan(2);
   });
 });

@@ -34,6 +34,8 @@ export type Fault =
   | (FaultBase & { readonly kind: "pause-redis"; readonly node: number })
   /** SIGKILL a Redis node, restart it with its data after durationMs. */
   | (FaultBase & { readonly kind: "kill-redis"; readonly node: number })
+  /** SIGKILL a Redis node and restart it after durationMs with an empty data directory: its counters are gone. Comes in wipe rounds (below). */
+  | (FaultBase & { readonly kind: "wipe-redis"; readonly node: number })
   /** Moves one Redis node's wall clock forward by jumpMs (cumulative); its keys expire early. */
   | (FaultBase & { readonly kind: "clock-jump"; readonly node: number; readonly jumpMs: number })
   /** Holds back one worker's packets on one link by delayMs, for durationMs. */
@@ -50,18 +52,57 @@ export interface ScheduleOptions {
   readonly meanGapMs?: number;
 }
 
-/** Relative frequencies. The targeted pause is the one that makes stale writers; the rest stress liveness and ordering. */
+/**
+ * Relative frequencies. The targeted pause is the one that makes stale writers; the wipe round the
+ * one that makes the lock repeat tokens; the rest stress liveness and ordering.
+ */
 const WEIGHTS: Readonly<Record<FaultKind, number>> = {
   "pause-in-rmw": 3,
   "pause-worker": 2,
   delay: 2,
   "pause-redis": 1,
   "kill-redis": 1,
+  "wipe-redis": 1,
   "clock-jump": 1,
 };
 
 /** A restarted node needs a moment to come back; it stays counted as faulty that much longer. */
 const RESTART_MARGIN_MS = 1_000;
+/** In a wipe round, from the restart of the killed minority to the wipe: time to restart and for every worker to reconnect. */
+const REJOIN_MS = 400;
+
+type RoundFault = Omit<Extract<Fault, { kind: "kill-redis" | "wipe-redis" }>, "id">;
+
+/**
+ * A wipe round makes the lock repeat tokens, and repeat them where they collide at the store.
+ * Wiping nodes one at a time changes nothing: the quorum's publish step raises a node that is
+ * behind as soon as an acquisition has fewer than a majority at the highest counter. A token repeats
+ * only when every node of a granting majority has lost the counters and the nodes that kept them
+ * do not answer. So a round:
+ *
+ * 1. kills the minority (restarting it with its data after `downMs`): the majority goes on handing
+ *    out tokens the minority never sees, so the minority's counters fall behind by that many;
+ * 2. once the minority is back and every worker has reconnected (REJOIN_MS), kills the majority at
+ *    once and restarts it empty: tens of ms without a majority, the one moment when more than a
+ *    minority of the nodes is down.
+ *
+ * The next acquisitions take the highest counter of the minority, which is behind: the lock hands
+ * out again, one by one, the tokens it handed out while the minority was down, up to and through
+ * the highest the store has accepted, where two holders present the same token.
+ * Returns the round's faults in time order, and when its last node is back.
+ */
+function wipeRound(rnd: Random, at: number, ttlMs: number, redisNodes: number): { faults: RoundFault[]; until: number } {
+  const quorum = Math.floor(redisNodes / 2) + 1;
+  const order = rnd.shuffle(Array.from({ length: redisNodes }, (_, node) => node));
+  const behind = order.slice(quorum);
+  const downMs = Math.round(rnd.between(1, 2.5) * ttlMs);
+  const wipeAt = behind.length === 0 ? at : at + downMs + REJOIN_MS;
+  const faults: RoundFault[] = [
+    ...behind.map((node): RoundFault => ({ kind: "kill-redis", at, node, durationMs: downMs })),
+    ...order.slice(0, quorum).map((node): RoundFault => ({ kind: "wipe-redis", at: wipeAt, node, durationMs: 0 })),
+  ];
+  return { faults, until: wipeAt + RESTART_MARGIN_MS };
+}
 
 export function* faultSchedule(options: ScheduleOptions): Generator<Fault, never> {
   const { ttlMs, workers, redisNodes, clockNode } = options;
@@ -71,17 +112,27 @@ export function* faultSchedule(options: ScheduleOptions): Generator<Fault, never
   const meanGap = options.meanGapMs ?? ttlMs * 0.8;
   // At most a minority of nodes may be paused or down at once: the lock is only promised to work
   // with a majority up, and a nemesis that takes the majority shows nothing but unavailability.
+  // (The one exception is the instant of a wipe round's wipe.)
   const minority = Math.floor((redisNodes - 1) / 2);
   const nodeBusyUntil: number[] = Array.from({ length: redisNodes }, () => 0);
+  /** The later faults of a wipe round, in time order: yielded once the schedule has reached their time. */
+  const later: RoundFault[] = [];
+  let id = 0;
   // The first fault waits one TTL, so every configuration starts from a healthy cluster.
   let at = ttlMs;
-  for (let id = 0; ; id++) {
+  for (;;) {
     at += Math.round(rnd.between(0.4, 1.6) * meanGap);
+    for (let next = later[0]; next !== undefined && next.at <= at; next = later[0]) {
+      later.shift();
+      yield { ...next, id: id++ };
+    }
     let kind = rnd.weighted(WEIGHTS);
     const freeNodes = nodeBusyUntil.flatMap((until, node) => (until <= at ? [node] : []));
     if ((kind === "pause-redis" || kind === "kill-redis") && (redisNodes - freeNodes.length >= minority || freeNodes.length === 0)) {
       kind = "pause-in-rmw";
     }
+    // A round needs every node: a node already down would take the majority away for the whole round.
+    if (kind === "wipe-redis" && freeNodes.length < redisNodes) kind = "pause-in-rmw";
     const base = { id, at };
     switch (kind) {
       case "pause-worker":
@@ -96,6 +147,15 @@ export function* faultSchedule(options: ScheduleOptions): Generator<Fault, never
         nodeBusyUntil[node] = at + durationMs + (kind === "kill-redis" ? RESTART_MARGIN_MS : 0);
         yield { ...base, kind, node, durationMs };
         break;
+      }
+      case "wipe-redis": {
+        const round = wipeRound(rnd, at, ttlMs, redisNodes);
+        nodeBusyUntil.fill(round.until);
+        for (const fault of round.faults) {
+          if (fault.at <= at) yield { ...fault, id: id++ };
+          else later.push(fault);
+        }
+        continue;
       }
       case "clock-jump":
         yield { ...base, kind, node: clockNode, jumpMs: Math.round(rnd.between(1, 3) * ttlMs), durationMs: 0 };
@@ -116,6 +176,7 @@ export function* faultSchedule(options: ScheduleOptions): Generator<Fault, never
         break;
       }
     }
+    id++;
   }
 }
 
@@ -138,6 +199,7 @@ export function describeTarget(fault: Fault, nodeNames: readonly string[]): stri
       return `worker ${fault.worker}`;
     case "pause-redis":
     case "kill-redis":
+    case "wipe-redis":
       return node(fault.node);
     case "clock-jump":
       return `${node(fault.node)} +${fault.jumpMs} ms`;

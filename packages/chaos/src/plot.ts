@@ -28,6 +28,7 @@ const FAULT_COLOURS: Record<FaultKind, string> = {
   delay: "#2080d0",
   "pause-redis": "#e0a030",
   "kill-redis": "#a02020",
+  "wipe-redis": "#000000",
   "clock-jump": "#c020c0",
 };
 const RESOURCE_COLOURS = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#bcbd22"];
@@ -79,7 +80,7 @@ export function plotHistory(history: readonly HistoryEvent[], result: CheckResul
   const out: string[] = [];
   let y = 40;
   out.push(`<text x="${LEFT}" y="22" font-size="15" font-weight="bold">${esc(options.title)}</text>`);
-  const summary = `${result.ops.total} ops · ok ${result.ops.ok} · fail ${result.ops.fail} · indeterminate ${result.ops.info} · violations: ${Object.entries(result.violations).map(([k, v]) => `${k} ${v}`).join(", ")} · TTL ${options.ttlMs} ms`;
+  const summary = `${result.ops.total} ops · ok ${result.ops.ok} · fail ${result.ops.fail} · indeterminate ${result.ops.info} · repeated tokens ${result.repeatedTokens} · violations: ${Object.entries(result.violations).map(([k, v]) => `${k} ${v}`).join(", ")} · TTL ${options.ttlMs} ms`;
   out.push(`<text x="${WIDTH - RIGHT}" y="22" font-size="12" text-anchor="end">${esc(summary)}</text>`);
 
   // Panel 1: tokens of acknowledged writes, by acknowledgement time.

@@ -36,6 +36,16 @@ export class Random {
     return item;
   }
 
+  /** A shuffled copy (Fisher–Yates). */
+  shuffle<T>(items: readonly T[]): T[] {
+    const out = [...items];
+    for (let i = out.length - 1; i > 0; i--) {
+      const j = this.int(0, i);
+      [out[i], out[j]] = [out[j] as T, out[i] as T];
+    }
+    return out;
+  }
+
   /** Picks a key with probability proportional to its weight. */
   weighted<K extends string>(weights: Readonly<Record<K, number>>): K {
     const entries = Object.entries(weights) as [K, number][];

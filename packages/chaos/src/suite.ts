@@ -1,7 +1,7 @@
 import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { describeEvent, VIOLATION_KINDS, type ViolationKind } from "./checker.js";
-import { historyToJsonLines, type Backend, type FaultKind, type Mode } from "./history.js";
+import { historyToJsonLines, noFaults, type Backend, type FaultKind, type Mode } from "./history.js";
 import { plotHistory } from "./plot.js";
 import { runConfiguration, type RunResult } from "./run.js";
 import { startStoreServer } from "./store-server.js";
@@ -35,6 +35,8 @@ export interface RunSummary {
   readonly faults: Readonly<Record<FaultKind, number>>;
   readonly faultsMissed: number;
   readonly violations: Readonly<Record<ViolationKind, number>>;
+  /** Acquisitions that got a token another holder of the resource had already acquired (the wipes cause them). */
+  readonly repeatedTokens: number;
   readonly failedButApplied: number;
   readonly finalCount: number;
   readonly firstViolation?: { readonly kind: ViolationKind; readonly message: string; readonly subHistory: readonly string[] };
@@ -53,7 +55,7 @@ export interface ChaosSummary {
   readonly faults: Readonly<Record<FaultKind, number>>;
   readonly runs: Partial<Record<Backend, Partial<Record<Mode, RunSummary>>>>;
   readonly pass: boolean;
-  /** Why the run failed: full showed a violation, unfenced showed none, a run timed out or made no progress. */
+  /** Why the run failed: full showed a violation, unfenced showed none, a run repeated no token, timed out or made no progress. */
   readonly failures: readonly string[];
 }
 
@@ -80,6 +82,7 @@ function summarize(result: RunResult): RunSummary {
     faults: result.faults,
     faultsMissed: result.faultsMissed,
     violations: c.violations,
+    repeatedTokens: c.repeatedTokens,
     failedButApplied: c.failedButApplied,
     finalCount: Object.values(c.final).reduce((sum, f) => sum + f.count, 0),
     ...(first === undefined ? {} : { firstViolation: { kind: first.kind, message: first.message, subHistory } }),
@@ -100,6 +103,8 @@ export function verdict(runs: ChaosSummary["runs"]): string[] {
       if (mode === "full" && total(run.violations) > 0) failures.push(`${where}: ${total(run.violations)} violation(s) ${JSON.stringify(run.violations)}`);
       // Unfenced writes under a lease are expected to break; if they do not, the faults were too gentle to prove anything.
       if (mode === "unfenced" && total(run.violations) === 0) failures.push(`${where}: no violation — the nemesis is too gentle to show anything`);
+      // Without a repeated token, no store was ever shown two holders with one token: the run proves nothing about equal tokens.
+      if (run.repeatedTokens === 0) failures.push(`${where}: the lock repeated no token — no wipe round took effect`);
     }
   }
   return failures;
@@ -116,7 +121,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosSummary> {
   };
   if (options.out !== undefined) await mkdir(options.out, { recursive: true });
   const runs: Partial<Record<Backend, Partial<Record<Mode, RunSummary>>>> = {};
-  const faults: Record<FaultKind, number> = { "pause-worker": 0, "pause-in-rmw": 0, "pause-redis": 0, "kill-redis": 0, "clock-jump": 0, delay: 0 };
+  const faults: Record<FaultKind, number> = noFaults();
   let ops = 0;
   for (const backend of options.backends) {
     log(`starting ${backend}`);

@@ -111,7 +111,8 @@ async function main(config: WorkerConfig): Promise<void> {
       continue;
     }
     const token = lease.token.toString();
-    const held = { token, lease: lease.value };
+    // The public holder id, never the secret value: the history is written to disk.
+    const held = { token, holder: lease.holder };
     await emit({ type: "acquired", ...stamp(op, resource), ...held });
     let writeStart: number | undefined;
     try {
