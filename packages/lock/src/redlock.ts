@@ -5,7 +5,7 @@ import { assertResource, InvalidArgumentError } from "@fenced/fence";
 import type { RedisClient } from "./client.js";
 import { LeaseLostError, LockNotAcquiredError, TokenSpaceExhaustedError, type NodeFailure } from "./errors.js";
 import { resourceKeys } from "./keys.js";
-import { Lease, type LeaseOwner } from "./lease.js";
+import { Lease } from "./lease.js";
 import { assertTtl, checkAcquireOptions, checkClients, checkHeld, checkSettings, driftMs, type AcquireOptions, type HeldLease, type RedlockOptions, type Settings } from "./options.js";
 import { AcquireTally, ceilingReached, chooseToken, failures, fanOut, parseGrant, quorumOf, runScript, type Grant } from "./quorum.js";
 import { SCRIPTS } from "./scripts.js";
@@ -16,7 +16,9 @@ export type { AcquireOptions, HeldLease, RedlockOptions } from "./options.js";
  * Redlock over N independent Redis nodes, with fencing tokens that are unique per resource and
  * strictly increasing across acquisitions (PROTOCOL.md states the invariant and why it holds).
  */
-export class Redlock implements LeaseOwner {
+// Satisfies LeaseOwner (lease.ts) structurally, without `implements`: its two methods are internal
+// (stripped from the published declarations), where a declared `implements` would then not hold.
+export class Redlock {
   readonly clients: readonly RedisClient[];
   readonly quorum: number;
   readonly #settings: Settings;
