@@ -125,7 +125,7 @@ describe("rotation", () => {
 describe("fence-on-acquire", () => {
   it("register: true raises every store's ratchet before the lease is answered", async () => {
     const older = await lease("svc/reg");
-    await gw.client.send({ method: "DELETE", path: `/v1/leases/${older.leaseId}`, headers: bearer(KEYS.service) });
+    await gw.client.json("POST", "/v1/leases/release", { leaseId: older.leaseId }, bearer(KEYS.service));
     const newer = await lease("svc/reg", true);
     expect(BigInt(newer.token)).toBeGreaterThan(BigInt(older.token));
     // The older holder is refused on keys the newer one never wrote, in both stores.

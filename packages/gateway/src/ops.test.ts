@@ -40,7 +40,7 @@ describe("/metrics", () => {
     const lease = await c.json("POST", "/v1/leases", { resource: "m/lease", ttlMs: 1_000 }, bearer(KEYS.admin));
     expect(lease.status).toBe(201);
     const forged = lease.json<{ leaseId: string }>().leaseId.replace(/\.[0-9a-f]{32}\./, `.${"a".repeat(32)}.`);
-    expect((await c.json("POST", `/v1/leases/${forged}/extend`, { ttlMs: 1_000 }, bearer(KEYS.admin))).status).toBe(409);
+    expect((await c.json("POST", "/v1/leases/extend", { leaseId: forged, ttlMs: 1_000 }, bearer(KEYS.admin))).status).toBe(409);
     await sleep(20); // each request is counted when its response has closed
 
     const res = await c.send({ method: "GET", path: "/metrics" });
@@ -61,6 +61,47 @@ describe("/metrics", () => {
     expect(text).toMatch(/^fenced_gateway_process_resident_memory_bytes \d+/m);
     // No key, resource or API key id ever becomes a label.
     expect(text).not.toMatch(/m\/a|m\/lease|admin/);
+  });
+});
+
+describe("secrets", () => {
+  it("lease ids and fence credentials never appear in logs, metric labels or response headers", async () => {
+    const lines: string[] = [];
+    const logger = pino({ level: "trace" }, { write: (line: string) => void lines.push(line) });
+    // A records backend whose pool points nowhere: its writes fail inside the gateway (5xx, logged at error).
+    const broken = new pg.Pool({ connectionString: `postgres://nobody@127.0.0.1:${await freePort()}/none`, connectionTimeoutMillis: 200 });
+    broken.on("error", () => undefined);
+    const options = backends.gatewayOptions({ logger, defaultMetrics: false });
+    const gateway = createGateway({ ...options, records: { pool: broken, schema: "secrets" } });
+    const serving = await serve(gateway.app, { port: 0 });
+    const c = httpClient(serving.port);
+    try {
+      const granted = await c.json("POST", "/v1/leases", { resource: "svc/secret", ttlMs: 5_000 }, bearer(KEYS.service));
+      expect(granted.status).toBe(201);
+      const { leaseId, fence } = granted.json<{ leaseId: string; fence: string }>();
+      const secrets = [leaseId, fence, leaseId.split(".")[1] as string];
+      const answers = [
+        granted,
+        await c.json("POST", "/v1/leases/extend", { leaseId, ttlMs: 5_000 }, bearer(KEYS.service)),
+        await c.send({ method: "PUT", path: "/v1/records/svc/x", headers: { ...bearer(KEYS.service), ...json, "fencing-credential": fence }, body: "1" }),
+        await c.send({ method: "PUT", path: "/v1/objects/svc/x", headers: { ...bearer(KEYS.service), "fencing-credential": `${fence}x` }, body: "1" }),
+        await c.json("POST", "/v1/leases/release", { leaseId }, bearer(KEYS.service)),
+        await c.json("POST", "/v1/leases/extend", { leaseId, ttlMs: 5_000 }, bearer(KEYS.service)),
+      ];
+      expect(answers.map((a) => a.status)).toEqual([201, 200, 503, 400, 204, 409]);
+      await sleep(20);
+      const metrics = await c.send({ method: "GET", path: "/metrics" });
+      expect(lines.length).toBeGreaterThan(answers.length);
+      for (const secret of secrets) {
+        for (const line of lines) expect(line).not.toContain(secret);
+        expect(metrics.text()).not.toContain(secret);
+        for (const a of answers) expect(JSON.stringify(a.headers)).not.toContain(secret);
+      }
+    } finally {
+      c.close();
+      await serving.drain(1_000);
+      await broken.end();
+    }
   });
 });
 

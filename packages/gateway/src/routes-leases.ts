@@ -95,12 +95,14 @@ export function leasesRouter(ctx: RouteContext, options: LeaseBackendOptions, re
   });
   router.all("/", (_req, res) => methodNotAllowed(res, "POST"));
 
-  router.post("/:leaseId/extend", async (req, res) => {
+  // A lease id travels in the body, never in the path: it is a capability (extend, release), and
+  // paths end up in proxies' and load balancers' access logs.
+  router.post("/extend", async (req, res) => {
     const principal = principalFor(req, res);
-    const held = decodeLeaseId(String(req.params.leaseId));
+    const { leaseId, ttlMs } = bodies.extend.parse(await readBody(req, res));
+    const held = decodeLeaseId(leaseId);
     // The id names its resource; the caller's key must cover it, whoever the lease was issued to.
     requireResource(principal, held.resource);
-    const { ttlMs } = bodies.extend.parse(await readBody(req, res));
     let lease: Lease;
     try {
       lease = await ctx.metrics.time("leases", "extend", () => redlock.extend(held, ttlMs));
@@ -118,18 +120,19 @@ export function leasesRouter(ctx: RouteContext, options: LeaseBackendOptions, re
     ctx.metrics.lease("extended");
     res.json(leaseJson(lease, ctx.credentials));
   });
-  router.all("/:leaseId/extend", (_req, res) => methodNotAllowed(res, "POST"));
+  router.all("/extend", (_req, res) => methodNotAllowed(res, "POST"));
 
-  router.delete("/:leaseId", async (req, res) => {
+  router.post("/release", async (req, res) => {
     const principal = principalFor(req, res);
-    const held = decodeLeaseId(String(req.params.leaseId));
+    const { leaseId } = bodies.release.parse(await readBody(req, res));
+    const held = decodeLeaseId(leaseId);
     requireResource(principal, held.resource);
     // Deletes the key only where it still holds this lease's value: a stale id releases nothing.
     await ctx.metrics.time("leases", "release", () => redlock.release(held));
     ctx.metrics.lease("released");
     res.status(204).end();
   });
-  router.all("/:leaseId", (_req, res) => methodNotAllowed(res, "DELETE"));
+  router.all("/release", (_req, res) => methodNotAllowed(res, "POST"));
 
   const health = async (timeoutMs: number): Promise<RedisHealth> => {
     const nodes = await Promise.all(redlock.clients.map((client) => ping(client, timeoutMs)));

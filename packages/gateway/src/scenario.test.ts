@@ -84,10 +84,10 @@ describe.each([
     }
 
     // 33's lease is gone: extending it says so, from either instance.
-    const extend33 = await client1.json("POST", `/v1/leases/${l33.leaseId}/extend`, { ttlMs: 1_000 }, bearer(KEYS.admin));
+    const extend33 = await client1.json("POST", "/v1/leases/extend", { leaseId: l33.leaseId, ttlMs: 1_000 }, bearer(KEYS.admin));
     expect(extend33.status).toBe(409);
     expect(extend33.json()).toMatchObject({ type: "/problems/lease-lost", token: "33" });
-    const release34 = await client1.send({ method: "DELETE", path: `/v1/leases/${l34.leaseId}`, headers: bearer(KEYS.admin) });
+    const release34 = await client1.json("POST", "/v1/leases/release", { leaseId: l34.leaseId }, bearer(KEYS.admin));
     expect(release34.status).toBe(204);
   });
 });
@@ -95,7 +95,7 @@ describe.each([
 describe("leases through two stateless instances", () => {
   it("a lease taken on one instance is extended and released on the other", async () => {
     const l = await lease(a.client, "leases/shared", 2_000);
-    const extended = await b.client.json("POST", `/v1/leases/${l.leaseId}/extend`, { ttlMs: 30_000 }, bearer(KEYS.admin));
+    const extended = await b.client.json("POST", "/v1/leases/extend", { leaseId: l.leaseId, ttlMs: 30_000 }, bearer(KEYS.admin));
     expect(extended.status, extended.text()).toBe(200);
     expect(extended.json()).toMatchObject({ resource: "leases/shared", token: l.token, leaseId: l.leaseId });
     expect(extended.json<{ validUntil: number }>().validUntil).toBeGreaterThan(Date.now() + 25_000);
@@ -107,7 +107,7 @@ describe("leases through two stateless instances", () => {
     expect(other.json()).toMatchObject({ type: "/problems/lock-held" });
     expect(other.headers["retry-after"]).toBe("1");
 
-    expect((await b.client.send({ method: "DELETE", path: `/v1/leases/${l.leaseId}`, headers: bearer(KEYS.admin) })).status).toBe(204);
+    expect((await b.client.json("POST", "/v1/leases/release", { leaseId: l.leaseId }, bearer(KEYS.admin))).status).toBe(204);
     for (const r of backends.redisClients) expect(await r.exists(resourceKeys("leases/shared").lease)).toBe(0);
     const next = await lease(a.client, "leases/shared", 1_000);
     expect(BigInt(next.token)).toBeGreaterThan(BigInt(l.token));
@@ -117,9 +117,9 @@ describe("leases through two stateless instances", () => {
     const l = await lease(a.client, "leases/forged", 10_000);
     const [token, , resource] = l.leaseId.split(".");
     const forged = `${token}.${"0".repeat(32)}.${resource}`;
-    const extend = await b.client.json("POST", `/v1/leases/${forged}/extend`, { ttlMs: 60_000 }, bearer(KEYS.admin));
+    const extend = await b.client.json("POST", "/v1/leases/extend", { leaseId: forged, ttlMs: 60_000 }, bearer(KEYS.admin));
     expect(extend.status).toBe(409);
-    expect((await b.client.send({ method: "DELETE", path: `/v1/leases/${forged}`, headers: bearer(KEYS.admin) })).status).toBe(204);
+    expect((await b.client.json("POST", "/v1/leases/release", { leaseId: forged }, bearer(KEYS.admin))).status).toBe(204);
     for (const r of backends.redisClients) {
       expect(await r.exists(resourceKeys("leases/forged").lease)).toBe(1);
       expect(await r.pttl(resourceKeys("leases/forged").lease)).toBeLessThanOrEqual(10_000);
@@ -130,9 +130,9 @@ describe("leases through two stateless instances", () => {
     for (const resource of ["a.b/c d", "zürich/⚙/日本", "x".repeat(512)]) {
       const l = await lease(a.client, resource, 5_000);
       expect(l.resource).toBe(resource);
-      const extended = await b.client.json("POST", `/v1/leases/${l.leaseId}/extend`, { ttlMs: 5_000 }, bearer(KEYS.admin));
+      const extended = await b.client.json("POST", "/v1/leases/extend", { leaseId: l.leaseId, ttlMs: 5_000 }, bearer(KEYS.admin));
       expect(extended.status, extended.text()).toBe(200);
-      expect((await b.client.send({ method: "DELETE", path: `/v1/leases/${l.leaseId}`, headers: bearer(KEYS.admin) })).status).toBe(204);
+      expect((await b.client.json("POST", "/v1/leases/release", { leaseId: l.leaseId }, bearer(KEYS.admin))).status).toBe(204);
     }
   });
 

@@ -26,9 +26,12 @@ export const resourceSchema = z.string().superRefine((value, ctx) => {
 
 export function leaseBodySchema(maxTtlMs: number) {
   const ttlMs = z.number().int().min(1).max(maxTtlMs);
+  // Its shape is checked by decodeLeaseId; here only its type and a bound on its length.
+  const leaseId = z.string().max(4096);
   return {
     create: z.strictObject({ resource: resourceSchema, ttlMs, register: z.boolean().default(false) }),
-    extend: z.strictObject({ ttlMs }),
+    extend: z.strictObject({ leaseId, ttlMs }),
+    release: z.strictObject({ leaseId }),
   };
 }
 
