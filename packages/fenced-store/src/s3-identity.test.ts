@@ -1,4 +1,5 @@
-import type { S3Client } from "@aws-sdk/client-s3";
+import { createHash, randomBytes } from "node:crypto";
+import { PutObjectCommand, type S3Client } from "@aws-sdk/client-s3";
 import { startS3, type StartedS3 } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ResourceMismatchError, StaleTokenError } from "./errors.js";
@@ -165,5 +166,46 @@ describe("FencedS3: a key belongs to the resource that created it", () => {
     await expect(store.transfer("k", { from: { resource: "A", token: 1n }, to: { resource: "A", token: 2n } })).rejects.toMatchObject({ name: "InvalidArgumentError", argument: "to.resource" });
     await expect(store.transfer("k", { from: { resource: "A", token: -1n }, to: { resource: "B", token: 1n } })).rejects.toMatchObject({ name: "InvalidArgumentError", argument: "from.token" });
     expect(await contents(client, bucket)).toEqual({});
+  });
+});
+
+describe("FencedS3: objects written in format /1", () => {
+  it("read with every holder null and the key owned by the resource of its last write; the next write is /2", async () => {
+    const bucket = await server.createBucket();
+    const put = (key: string, body: string): Promise<unknown> => client.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: body }));
+    const id = (): string => randomBytes(16).toString("hex");
+    const header = {
+      format: "fenced-s3-manifest/1",
+      key: "k",
+      writeId: id(),
+      seq: 3,
+      resource: "R",
+      token: "5",
+      tokens: [
+        ["Q", "40"],
+        ["R", "5"],
+      ],
+      body: { kind: "inline", size: 7 },
+      writtenAt: new Date().toISOString(),
+    };
+    await put("fenced/manifests/k", `${JSON.stringify(header)}\nfrom /1`);
+    const fenceOf = (resource: string): string => `fenced/fences/${createHash("sha256").update(resource).digest("hex")}`;
+    await put(fenceOf("R"), JSON.stringify({ format: "fenced-s3-fence/1", resource: "R", token: "5", writeId: id() }));
+    const store = new FencedS3(client, { bucket });
+
+    expect(await store.getBytes("k")).toMatchObject({ version: header.writeId, token: 5n, holder: null, resource: "R" });
+    // Token 5 of /1 was presented by a holder nobody recorded: a holder now cannot claim it ...
+    await expect(store.put("k", "h", { fence: { resource: "R", token: 5n, holder: "h" } })).rejects.toMatchObject({ name: "StaleTokenError", highest: 5n, highestHolder: null });
+    await expect(store.register({ resource: "R", token: 5n, holder: "h" })).rejects.toMatchObject({ name: "StaleTokenError", highestHolder: null });
+    // ... the key belongs to R, whatever other resources wrote it before ...
+    await expect(store.put("k", "q", { fence: { resource: "Q", token: 41n } })).rejects.toMatchObject({ name: "ResourceMismatchError", owner: "R" });
+    // ... and a fence without a holder, identified by its token alone, is admitted as before.
+    await store.put("k", "five", { fence: { resource: "R", token: 5n } });
+    const stored = await contents(client, bucket, "fenced/manifests/");
+    const written = JSON.parse((stored["fenced/manifests/k"] ?? "").split("\n")[0] ?? "{}") as Record<string, unknown>;
+    expect(written).toMatchObject({ format: "fenced-s3-manifest/2", owner: "R", seq: 4, token: "5", holder: null, ratchet: [["Q", "40", null], ["R", "5", null]] });
+    await store.register({ resource: "R", token: 6n, holder: "h" });
+    const fence = await contents(client, bucket, "fenced/fences/");
+    expect(JSON.parse(fence[fenceOf("R")] ?? "{}")).toMatchObject({ format: "fenced-s3-fence/2", token: "6", holder: "h" });
   });
 });

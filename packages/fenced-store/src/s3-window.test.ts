@@ -73,3 +73,33 @@ describe("FencedS3: the resource fence is read right before each manifest PUT", 
     expect(await newer.get("fresh-key")).toBeUndefined();
   });
 });
+
+describe("FencedS3: the window that remains", () => {
+  for (const [key, lands] of [
+    ["never-written-by-34", true],
+    ["written-by-34", false],
+  ] as const) {
+    it(`a writer paused between its last fence read and its manifest PUT, key ${key}: ${lands ? "lands (the window)" : "refused by the manifest"}`, async () => {
+      const bucket = await server.createBucket();
+      const newer = new FencedS3(client, { bucket });
+      await newer.register(fence(33n));
+      await newer.put(key, "from 33", { fence: fence(33n) });
+      const pausedClient = server.client();
+      const gate = holdFirst(pausedClient, isManifestPut);
+      const paused = new FencedS3(pausedClient, { bucket }).put(key, "late from 33", { fence: fence(33n) });
+      await gate.reached; // its fence read said 33, and its manifest PUT is on the way
+      await newer.register(fence(34n));
+      if (!lands) await newer.put(key, "from 34", { fence: fence(34n) });
+      gate.release();
+      const outcome = await paused.then(
+        () => "landed",
+        (e: unknown) => e,
+      );
+      // S3 has no conditional write spanning two objects: the manifest PUT cannot see the fence object.
+      if (lands) expect(outcome).toBe("landed");
+      else expect(outcome).toMatchObject({ name: "StaleTokenError", highest: 34n });
+      // Once 34 has registered, a write of 33 that reads the fence afterwards is refused on every key.
+      await expect(new FencedS3(client, { bucket }).put(key, "again", { fence: fence(33n) })).rejects.toBeInstanceOf(StaleTokenError);
+    });
+  }
+});

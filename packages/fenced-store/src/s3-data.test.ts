@@ -1,0 +1,99 @@
+import { Readable } from "node:stream";
+import { GetObjectCommand, PutObjectCommand, type S3Client } from "@aws-sdk/client-s3";
+import { startS3, type StartedS3 } from "@fenced/servers";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { Fence } from "./fence.js";
+import { FencedS3 } from "./s3.js";
+import { copyData } from "./s3-copy.js";
+import { dataKey, newId, targetOf } from "./s3-layout.js";
+import { mayBeNamed, nextHeader, type ManifestHeader } from "./s3-manifest.js";
+import { auditManifests, fakeError, intercept, isManifestPut, listKeys } from "./s3-test-support.js";
+
+let server: StartedS3;
+let client: S3Client;
+
+beforeAll(async () => {
+  server = await startS3();
+  client = server.client();
+});
+afterAll(async () => {
+  await server?.stop();
+});
+
+const fence: Fence = { resource: "data", token: 1n };
+
+describe("data objects: one per manifest attempt, named for the manifest it is sent against", () => {
+  it("the sweeper's rule: a data object may be named while the current manifest names it or is its attempt's target", () => {
+    const manifest = (writeId: string, body: ManifestHeader["body"]): ManifestHeader => nextHeader(undefined, "k", { resource: "r", token: 1n, holder: null }, writeId, body, undefined);
+    const [w1, w2] = [newId(), newId()];
+    const againstW1 = dataKey("p/", "k", w1, newId());
+    const create = dataKey("p/", "k", null, newId());
+    expect(targetOf(againstW1)).toBe(w1);
+    expect(targetOf(create)).toBeNull();
+    expect(targetOf("p/data/k/0123456789abcdef0123456789abcdef")).toBeUndefined(); // a /1 name
+    const tomb: ManifestHeader["body"] = { kind: "tombstone" };
+    // Its attempt's target is current: the attempt may still land.
+    expect(mayBeNamed(againstW1, manifest(w1, tomb))).toBe(true);
+    // The current manifest names it.
+    expect(mayBeNamed(againstW1, manifest(w2, { kind: "object", dataKey: againstW1 }))).toBe(true);
+    // The target was replaced and the current manifest names something else: nothing can name it again.
+    expect(mayBeNamed(againstW1, manifest(w2, tomb))).toBe(false);
+    // A create lands only while the key has no manifest.
+    expect(mayBeNamed(create, null)).toBe(true);
+    expect(mayBeNamed(create, manifest(w1, tomb))).toBe(false);
+    // Without a target in its name, nothing is known.
+    expect(mayBeNamed("p/data/k/0123456789abcdef0123456789abcdef", manifest(w2, tomb))).toBe(true);
+  });
+
+  it("copyData: one CopyObject, or part by part above the single-copy limit; false when the source is gone", async () => {
+    const bucket = await server.createBucket();
+    const body = Buffer.alloc(11 * 1024 * 1024);
+    for (let i = 0; i < body.length; i += 4096) body.writeUInt32BE(i, i);
+    await client.send(new PutObjectCommand({ Bucket: bucket, Key: "src/a b+ü", Body: body, ContentType: "x/y" }));
+    // Compared with equals(), not a deep equality that walks 11 MiB byte by byte.
+    const read = async (key: string): Promise<{ same: boolean; type: string | undefined }> => {
+      const res = await client.send(new GetObjectCommand({ Bucket: bucket, Key: key }));
+      return { same: Buffer.from((await res.Body?.transformToByteArray()) ?? []).equals(body), type: res.ContentType };
+    };
+    expect(await copyData(client, bucket, "src/a b+ü", "one", body.length, "x/y", undefined)).toBe(true);
+    expect(await read("one")).toEqual({ same: true, type: "x/y" });
+    const parts = { single: 5 * 1024 * 1024, part: 5 * 1024 * 1024 };
+    expect(await copyData(client, bucket, "src/a b+ü", "parts", body.length, "x/y", undefined, parts)).toBe(true);
+    expect(await read("parts")).toEqual({ same: true, type: "x/y" });
+    expect(await copyData(client, bucket, "src/missing", "nothing", body.length, undefined, undefined)).toBe(false);
+    expect(await copyData(client, bucket, "src/missing", "nothing", body.length, undefined, undefined, parts)).toBe(false);
+    expect(await listKeys(client, bucket)).toEqual(["one", "parts", "src/a b+ü"]);
+  });
+
+  for (const kind of ["bytes", "stream"] as const) {
+    it(`a retried write (${kind}) names a fresh data object, a server-side copy; the first attempt's is deleted once its target is replaced`, async () => {
+      const bucket = await server.createBucket();
+      const faulty = server.client();
+      const history = auditManifests(faulty);
+      let failures = 2;
+      intercept(faulty, (info, send) => {
+        if (failures > 0 && isManifestPut(info)) {
+          failures--;
+          return Promise.reject(fakeError(409, "ConditionalRequestConflict"));
+        }
+        return send();
+      });
+      const copies: string[] = [];
+      intercept(faulty, (info, send) => {
+        if (info.command === "CopyObjectCommand" && info.key !== undefined) copies.push(info.key);
+        return send();
+      });
+      const store = new FencedS3(faulty, { bucket, inlineLimit: 0 });
+      const text = "a body that goes to a data object";
+      const result = await store.put("k", kind === "bytes" ? text : Readable.from([Buffer.from(text)], { objectMode: false }), { fence });
+      expect(copies).toHaveLength(2); // attempts 2 and 3 each got a copy of their own
+      const landed = history.at(-1);
+      expect(landed?.writeId).toBe(result.version);
+      expect(landed?.body.kind === "object" && landed.body.dataKey).toBe(copies.at(-1));
+      expect(landed?.body.kind === "object" && targetOf(landed.body.dataKey)).toBeNull(); // sent as a create
+      expect((await store.getBytes("k"))?.body.toString()).toBe(text);
+      await store.flush();
+      expect(await listKeys(client, bucket, "fenced/data/")).toEqual([copies.at(-1)]);
+    });
+  }
+});
