@@ -22,12 +22,33 @@ export function authorizeKey(ctx: RouteContext, req: Request, res: Response): { 
  * called. The fence comes from a signed Fencing-Credential and from nothing else; only an API key
  * configured as a trusted lock client may name its own token, resource and holder in plain headers.
  */
-export function writeOptions(ctx: RouteContext, req: Request, principal: Principal, key: string, versionPattern: RegExp): { fence: Fence; ifVersion?: string } {
+export function writeOptions(
+  ctx: RouteContext,
+  req: Request,
+  res: Response,
+  principal: Principal,
+  key: string,
+  versionPattern: RegExp,
+): { fence: Fence; ifVersion?: string; signal: AbortSignal } {
   requireWrite(principal);
   const fence = fenceOf(ctx, req, principal, key);
   requireResource(principal, fence.resource);
   const ifVersion = ifVersionFromHeaders(req, versionPattern);
-  return ifVersion === undefined ? { fence } : { fence, ifVersion };
+  const signal = clientGone(res);
+  return ifVersion === undefined ? { fence, signal } : { fence, ifVersion, signal };
+}
+
+/**
+ * Aborted when the client goes away before its answer is complete: the store then stops what it
+ * can (a transaction not yet committed rolls back, S3 requests in flight are cancelled). A write
+ * already committed stays committed; the client, gone, learns its outcome by reading.
+ */
+function clientGone(res: Response): AbortSignal {
+  const controller = new AbortController();
+  res.once("close", () => {
+    if (!res.writableFinished) controller.abort(new Error("the client closed the connection before the answer was complete"));
+  });
+  return controller.signal;
 }
 
 const PLAIN_FENCE_HEADERS = ["fencing-token", "fencing-resource", "fencing-holder"] as const;

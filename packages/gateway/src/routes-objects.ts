@@ -25,6 +25,8 @@ export function objectsRouter(ctx: RouteContext, store: FencedS3): Router {
     res.setHeader("ETag", etag(object.version));
     res.setHeader("Fencing-Token", object.token.toString());
     res.setHeader("Fencing-Resource", encodeHeaderText(object.resource));
+    // The holder of the lease that wrote this version (public): absent for a fence without one.
+    if (object.holder !== null) res.setHeader("Fencing-Holder", object.holder);
     res.setHeader("Content-Type", object.contentType ?? DEFAULT_CONTENT_TYPE);
     if (object.size !== undefined) res.setHeader("Content-Length", String(object.size));
     if (req.method === "HEAD") {
@@ -41,7 +43,7 @@ export function objectsRouter(ctx: RouteContext, store: FencedS3): Router {
   const put = async (req: Request, res: Response): Promise<void> => {
     markWrite(res, "objects", "put");
     const { principal, key } = authorizeKey(ctx, req, res);
-    const options = writeOptions(ctx, req, principal, key, OBJECT_VERSION);
+    const options = writeOptions(ctx, req, res, principal, key, OBJECT_VERSION);
     const contentType = req.headers["content-type"] ?? DEFAULT_CONTENT_TYPE;
     assertContentType(contentType);
     const encoding = req.headers["content-encoding"];
@@ -76,7 +78,7 @@ export function objectsRouter(ctx: RouteContext, store: FencedS3): Router {
   const remove = async (req: Request, res: Response): Promise<void> => {
     markWrite(res, "objects", "delete");
     const { principal, key } = authorizeKey(ctx, req, res);
-    const options = writeOptions(ctx, req, principal, key, OBJECT_VERSION);
+    const options = writeOptions(ctx, req, res, principal, key, OBJECT_VERSION);
     // A tombstone: the key's ratchet survives the delete (PROTOCOL.md, "Tombstones").
     const result = await ctx.metrics.time("objects", "delete", () => store.delete(key, options));
     markAccepted(res);

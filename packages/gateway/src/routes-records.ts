@@ -23,13 +23,15 @@ export function recordsRouter(ctx: RouteContext, store: FencedPostgres): Router 
     res.setHeader("ETag", etag(record.version));
     res.setHeader("Fencing-Token", record.token.toString());
     res.setHeader("Fencing-Resource", encodeHeaderText(record.resource));
+    // The holder of the lease that wrote this version (public): absent for a fence without one.
+    if (record.holder !== null) res.setHeader("Fencing-Holder", record.holder);
     res.json(record.value);
   };
 
   const put = async (req: Request, res: Response): Promise<void> => {
     markWrite(res, "records", "put");
     const { principal, key } = authorizeKey(ctx, req, res);
-    const options = writeOptions(ctx, req, principal, key, RECORD_VERSION);
+    const options = writeOptions(ctx, req, res, principal, key, RECORD_VERSION);
     const value = await readBody(req, res);
     // JSON.parse output can still hold what jsonb refuses (U+0000, lone surrogates) or nest too deep.
     assertJsonValue(value);
@@ -43,7 +45,7 @@ export function recordsRouter(ctx: RouteContext, store: FencedPostgres): Router 
   const remove = async (req: Request, res: Response): Promise<void> => {
     markWrite(res, "records", "delete");
     const { principal, key } = authorizeKey(ctx, req, res);
-    const options = writeOptions(ctx, req, principal, key, RECORD_VERSION);
+    const options = writeOptions(ctx, req, res, principal, key, RECORD_VERSION);
     await ctx.metrics.time("records", "delete", () => store.delete(key, options));
     markAccepted(res);
     res.setHeader("Fencing-Token", options.fence.token.toString());
