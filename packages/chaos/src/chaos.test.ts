@@ -19,7 +19,7 @@ const violations = (v: Readonly<Record<string, number>> | undefined): number => 
 
 describe("chaos, quick mode", () => {
   for (const backend of ["postgres", "s3"] as const) {
-    it(`${backend}: the wipes make the lock repeat tokens; unfenced loses writes and accepts two holders at one token, full does neither`, { timeout: 170_000 }, async () => {
+    it(`${backend}: the wipes make the lock repeat tokens; unfenced loses writes and accepts two holders at one token, full does neither`, { timeout: 240_000 }, async () => {
       const summary = await runChaos({ ops: OPS[backend], seed: SEED, configs: ["unfenced", "ratchet", "full"], backends: [backend] });
       console.log(JSON.stringify(summary));
       const runs = summary.runs[backend];
