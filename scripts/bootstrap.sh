@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes a fresh Debian machine with Node.js ready to run fenced's demo and tests:
 # the servers they start (redis-server, PostgreSQL, Ceph radosgw), gcc for the clock shim,
-# pnpm, and the workspace's packages. Idempotent and quick when everything is already there.
+# tar for the release test, pnpm, and the workspace's packages. Idempotent and quick when
+# everything is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
@@ -14,6 +15,9 @@ command -v radosgw >/dev/null || missing+=(radosgw)
 command -v ceph-mon >/dev/null || missing+=(ceph-mon)
 command -v ceph-osd >/dev/null || missing+=(ceph-osd)
 command -v gcc >/dev/null || missing+=(gcc libc6-dev)
+# The release test unpacks the tarballs `pnpm pack` writes.
+command -v tar >/dev/null || missing+=(tar)
+command -v gzip >/dev/null || missing+=(gzip)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"

@@ -1,0 +1,152 @@
+// A user's program, written against the published packages only. release.test.ts installs the packed
+// tarballs into a project of their own (with the user's ioredis, pg and AWS SDK), copies this file in
+// as consumer.mts and consumer.cts, type-checks both, and runs them against real servers: the .mts
+// as an ES module, the .cts compiled to CommonJS, so that every import below becomes a require().
+// No top-level await and no import.meta: the same text must be valid CommonJS.
+import { S3Client } from "@aws-sdk/client-s3";
+import { InvalidArgumentError as FenceInvalidArgumentError, type Fence } from "@fenced/fence";
+import { createGateway, type GatewayOptions } from "@fenced/gateway";
+import { Redlock, type Lease } from "@fenced/lock";
+import { InvalidArgumentError, StaleTokenError } from "@fenced/store";
+import { FencedPostgres } from "@fenced/store/postgres";
+import { FencedS3 } from "@fenced/store/s3";
+import { Redis } from "ioredis";
+import pg from "pg";
+
+/** What one store did with a fresh write and then a stale one; the test judges it. */
+export interface StoreOutcome {
+  readonly store: "postgres" | "s3";
+  readonly firstToken: string;
+  readonly secondToken: string;
+  /** Whether the write with the first (older) token threw a StaleTokenError, by instanceof. */
+  readonly staleRefused: boolean;
+  readonly refusal: { readonly name: string; readonly token: string; readonly highest: string } | null;
+  /** What the store holds afterwards. */
+  readonly stored: string | null;
+  readonly storedToken: string | null;
+}
+
+export interface ConsumerReport {
+  readonly module: "esm" | "cjs";
+  readonly stores: readonly StoreOutcome[];
+  /** A bad key is refused before any I/O with the one InvalidArgumentError class of @fenced/fence. */
+  readonly badKeyRefusedByFenceClass: boolean;
+  /** import() and require() of @fenced/store hand out the same StaleTokenError class (no dual package). */
+  readonly sameClassFromImport: boolean;
+  readonly createGatewayIsFunction: boolean;
+}
+
+function env(name: string): string {
+  const value = process.env[name];
+  if (value === undefined || value === "") throw new Error(`${name} is not set`);
+  return value;
+}
+
+interface Writer {
+  register(fence: Fence): Promise<void>;
+  put(key: string, value: string, fence: Fence): Promise<void>;
+  read(key: string): Promise<{ value: string; token: bigint } | undefined>;
+}
+
+/** acquire → register → put; release; the next lease writes; the first lease's late write must be refused. */
+async function staleWriteIsRefused(store: StoreOutcome["store"], redlock: Redlock, writer: Writer, run: string): Promise<StoreOutcome> {
+  const resource = `consumer/${run}/${store}`;
+  const key = `${resource}/document`;
+  const first: Lease = await redlock.acquire(resource, 10_000);
+  await writer.register(first);
+  await writer.put(key, "from the first lease", first);
+  await first.release();
+
+  const second = await redlock.acquire(resource, 10_000);
+  await writer.register(second);
+  await writer.put(key, "from the second lease", second);
+
+  let refusal: StoreOutcome["refusal"] = null;
+  let staleRefused = false;
+  try {
+    // The first holder, paused past its lease, wakes up and writes.
+    await writer.put(key, "late write from the first lease", first);
+  } catch (err) {
+    staleRefused = err instanceof StaleTokenError;
+    if (err instanceof StaleTokenError) refusal = { name: err.name, token: err.token.toString(), highest: err.highest.toString() };
+    else throw err;
+  }
+  await second.release();
+  const stored = await writer.read(key);
+  return {
+    store,
+    firstToken: first.token.toString(),
+    secondToken: second.token.toString(),
+    staleRefused,
+    refusal,
+    stored: stored?.value ?? null,
+    storedToken: stored?.token.toString() ?? null,
+  };
+}
+
+async function main(): Promise<void> {
+  const module = process.argv[2] === "cjs" ? "cjs" : "esm";
+  const run = `${env("CONSUMER_RUN")}-${module}`;
+  const clients = env("REDIS_URLS").split(",").map((url) => new Redis(url));
+  const redlock = new Redlock(clients, { retryCount: 3 });
+  const pool = new pg.Pool({ connectionString: env("DATABASE_URL"), max: 2 });
+  const s3 = new S3Client({
+    endpoint: env("S3_ENDPOINT"),
+    region: env("S3_REGION"),
+    forcePathStyle: true,
+    credentials: { accessKeyId: env("S3_ACCESS_KEY_ID"), secretAccessKey: env("S3_SECRET_ACCESS_KEY") },
+    requestChecksumCalculation: "WHEN_REQUIRED",
+    responseChecksumValidation: "WHEN_REQUIRED",
+  });
+  try {
+    const postgres = new FencedPostgres(pool, { schema: `consumer_${run.replace(/[^a-z0-9]/gi, "_")}` });
+    await postgres.migrate();
+    const objects = new FencedS3(s3, { bucket: env("S3_BUCKET"), prefix: `${run}/` });
+    await objects.verify();
+
+    const stores = [
+      await staleWriteIsRefused("postgres", redlock, {
+        register: (fence) => postgres.register(fence),
+        put: async (key, value, fence) => void (await postgres.put(key, { value }, { fence })),
+        read: async (key) => {
+          const record = await postgres.get<{ value: string }>(key);
+          return record && { value: record.value.value, token: record.token };
+        },
+      }, run),
+      await staleWriteIsRefused("s3", redlock, {
+        register: (fence) => objects.register(fence),
+        put: async (key, value, fence) => void (await objects.put(key, value, { fence, contentType: "text/plain" })),
+        read: async (key) => {
+          const object = await objects.getBytes(key);
+          return object && { value: object.body.toString("utf8"), token: object.token };
+        },
+      }, run),
+    ];
+
+    let badKeyRefusedByFenceClass = false;
+    try {
+      await postgres.put("", { value: "never written" }, { fence: { resource: "consumer", token: 1n } });
+    } catch (err) {
+      badKeyRefusedByFenceClass = err instanceof FenceInvalidArgumentError && err instanceof InvalidArgumentError;
+    }
+    const imported = await import("@fenced/store");
+    const options: Pick<GatewayOptions, "apiKeys"> = { apiKeys: [] };
+    const report: ConsumerReport = {
+      module,
+      stores,
+      badKeyRefusedByFenceClass,
+      sameClassFromImport: imported.StaleTokenError === StaleTokenError,
+      createGatewayIsFunction: typeof createGateway === "function" && Array.isArray(options.apiKeys),
+    };
+    process.stdout.write(`${JSON.stringify(report)}\n`);
+  } finally {
+    await pool.end();
+    s3.destroy();
+    for (const client of clients) client.disconnect();
+  }
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+  process.exitCode = 1;
+});

@@ -1,0 +1,140 @@
+import { readFileSync } from "node:fs";
+import { mkdir, writeFile } from "node:fs/promises";
+import { dirname, join } from "node:path";
+
+export interface CodeBlock {
+  /** The Markdown file, relative to the repository root, and the line of the opening fence. */
+  readonly source: string;
+  readonly line: number;
+  readonly lang: string;
+  readonly code: string;
+}
+
+/** Every fenced code block of a Markdown file, with its language and where it starts. */
+export function codeBlocks(root: string, source: string): CodeBlock[] {
+  const lines = readFileSync(join(root, source), "utf8").split("\n");
+  const blocks: CodeBlock[] = [];
+  let open: { line: number; lang: string; body: string[] } | undefined;
+  lines.forEach((text, index) => {
+    const fence = /^```\s*([\w-]*)/.exec(text);
+    if (open === undefined) {
+      if (fence !== null) open = { line: index + 1, lang: fence[1] ?? "", body: [] };
+    } else if (/^```\s*$/.test(text)) {
+      blocks.push({ source, line: open.line, lang: open.lang, code: open.body.join("\n") });
+      open = undefined;
+    } else {
+      open.body.push(text);
+    }
+  });
+  if (open !== undefined) throw new Error(`${source}:${open.line}: a code block is never closed`);
+  return blocks;
+}
+
+/**
+ * Names the examples use without defining: each stands for something the reader already has (a lease
+ * from the lock, a body to upload, a pool they configured). Typed as the packages would hand them
+ * over, so a block that misuses one fails to compile.
+ */
+export const PREAMBLE = `// Free variables of the README examples, typed as what the reader already has.
+declare const lease: import("@fenced/lock").Lease;
+declare const fencedStore: import("@fenced/store/postgres").FencedPostgres;
+declare const body: string;
+declare function transform(old: import("@fenced/store/s3").S3Bytes | undefined): string;
+declare const order: import("@fenced/store").JsonValue;
+declare const apiKeys: readonly import("@fenced/gateway").ApiKeyConfig[];
+declare const pool: import("pg").Pool;
+declare const s3: import("@aws-sdk/client-s3").S3Client;
+declare const bucket: string;
+declare const redisClients: readonly import("ioredis").Redis[];
+`;
+
+/** The names PREAMBLE declares, to check that each one is still used by some block. */
+export function preambleNames(): string[] {
+  return [...PREAMBLE.matchAll(/^declare (?:const|function) (\w+)/gm)].map((m) => m[1] ?? "");
+}
+
+/** Writes each block as a module of its own (no names shared between blocks) plus the preamble and a tsconfig. */
+export async function writeBlocks(dir: string, blocks: readonly CodeBlock[]): Promise<Map<string, CodeBlock>> {
+  await mkdir(dir, { recursive: true });
+  const files = new Map<string, CodeBlock>();
+  for (const block of blocks) {
+    const name = `${block.source.replace(/[^\w]+/g, "-")}-${block.line}.tmp.ts`;
+    // `export {}` makes a block without imports a module too: its top-level names stay its own.
+    await writeFile(join(dir, name), `${block.code}\nexport {};\n`);
+    files.set(name, block);
+  }
+  await writeFile(join(dir, "preamble.d.ts"), PREAMBLE);
+  const compilerOptions = {
+    strict: true,
+    exactOptionalPropertyTypes: true,
+    noUncheckedIndexedAccess: true,
+    target: "es2022",
+    lib: ["es2023"],
+    module: "nodenext",
+    moduleResolution: "nodenext",
+    types: ["node"],
+    esModuleInterop: true,
+    skipLibCheck: true,
+    noEmit: true,
+    // The examples show calls, not programs: a value they compute and leave unused is fine.
+    noUnusedLocals: false,
+  };
+  await writeFile(join(dir, "tsconfig.json"), `${JSON.stringify({ compilerOptions, files: ["preamble.d.ts", ...files.keys()] }, null, 2)}\n`);
+  return files;
+}
+
+/** tsc's errors mapped back to the README: "README.md:123: TS2345 …" (the line inside the Markdown file). */
+export function mapErrors(output: string, files: ReadonlyMap<string, CodeBlock>): string[] {
+  return output
+    .split("\n")
+    .filter((line) => /error TS\d+/.test(line))
+    .map((line) => {
+      const m = /^([^(]+)\((\d+),(\d+)\): (.*)$/.exec(line);
+      const block = m === null ? undefined : files.get(m[1] ?? "");
+      if (m === null || block === undefined) return line;
+      return `${block.source}:${block.line + Number(m[2])}: ${m[4]}`;
+    });
+}
+
+/** Shell commands of the sh blocks, one per line, continuation lines joined and comments removed. */
+export function shellCommands(blocks: readonly CodeBlock[]): string[] {
+  return blocks
+    .filter((b) => b.lang === "sh" || b.lang === "bash")
+    .flatMap((b) => b.code.replace(/\\\n\s*/g, " ").split("\n"))
+    .map((line) => line.replace(/\s+#.*$/, "").trim())
+    .filter((line) => line !== "" && !line.startsWith("#"))
+    .flatMap((line) => line.split(/\s*&&\s*/));
+}
+
+/** `pnpm <script>` invocations (flags before the script skipped); pnpm's own commands are left out. */
+export function pnpmScripts(commands: readonly string[]): string[] {
+  const builtin = new Set(["install", "add", "exec", "dlx", "run", "test", "i"]);
+  const scripts: string[] = [];
+  for (const command of commands) {
+    const words = command.split(/\s+/);
+    if (words[0] !== "pnpm") continue;
+    const script = words.slice(1).find((w) => !w.startsWith("-"));
+    if (script !== undefined && !builtin.has(script)) scripts.push(script);
+  }
+  // `pnpm test` runs the "test" script: check it like the others.
+  if (commands.some((c) => /^pnpm( -\S+)* test\b/.test(c))) scripts.push("test");
+  return scripts;
+}
+
+/** Paths into the repository that the text names (in commands or in inline code). */
+export function repositoryPaths(markdown: string): string[] {
+  const paths = markdown.match(/(?<![\w/.-])(?:\.\/)?(?:packages|scripts|bench|test)\/[\w./-]*\.(?:js|mjs|ts|sh|json)\b/g) ?? [];
+  return [...new Set(paths)];
+}
+
+/** Targets of relative Markdown links ([text](target)), resolved from the file's folder; web and in-page links left out. */
+export function relativeLinks(root: string, source: string): string[] {
+  const text = readFileSync(join(root, source), "utf8");
+  const targets = [...text.matchAll(/\]\(([^)\s#]+)(?:#[^)\s]*)?\)/g)].map((m) => m[1] ?? "").filter((t) => !/^[a-z][a-z0-9+.-]*:/i.test(t));
+  return [...new Set(targets)].map((target) => join(dirname(source), target));
+}
+
+/** The words of each `npm install` command, to see which packages it installs together. */
+export function npmInstalls(commands: readonly string[]): string[][] {
+  return commands.map((c) => c.split(/\s+/)).filter((words) => words[0] === "npm" && (words[1] === "install" || words[1] === "i"));
+}

@@ -1,0 +1,292 @@
+// The packages as a user gets them, and the README as a user reads it. One file, run in order: `pnpm
+// pack` (each package's prepack rebuilds its dist/ from clean) and the README's `pnpm build` both write
+// the packages' dist/ directories, so they must not run side by side.
+import { existsSync, lstatSync, readFileSync } from "node:fs";
+import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startPostgres, startRedisNodes, startS3, type RedisNodes, type StartedPostgres, type StartedS3 } from "@fenced/servers";
+import type { ConsumerReport } from "./consumer.js";
+import { CHECKS, cleanEnv, installConsumer, typeCheck, writeChecks, type CheckResult } from "./consumer-project.js";
+import { run, runOk } from "./exec.js";
+import { healthz, startGateway, withTestValues, type GatewayBackends } from "./gateway-bin.js";
+import { codeBlocks, mapErrors, npmInstalls, pnpmScripts, preambleNames, relativeLinks, repositoryPaths, shellCommands, writeBlocks, type CodeBlock } from "./readme.js";
+import { closure, exportConditions, formatTarball, manifestStrings, packAll, PUBLIC_PACKAGES, ROOT, unreached, type Tarball } from "./tarballs.js";
+
+const started = performance.now();
+
+/** Whether an installed package carries its own declarations. */
+function shipsTypes(dir: string): boolean {
+  const manifest = JSON.parse(readFileSync(join(dir, "package.json"), "utf8")) as Record<string, unknown>;
+  return manifest.types !== undefined || manifest.typings !== undefined || JSON.stringify(manifest.exports ?? {}).includes('"types"') || existsSync(join(dir, "index.d.ts"));
+}
+const elapsed = (): string => `${((performance.now() - started) / 1000).toFixed(1)} s`;
+const READMES = ["README.md", ...PUBLIC_PACKAGES.map((p) => `${p.dir}/README.md`)];
+const WORKSPACE_TSC = join(ROOT, "node_modules", "typescript", "bin", "tsc");
+
+let work: string;
+let redis: RedisNodes;
+let postgres: StartedPostgres;
+let s3: StartedS3;
+let backends: GatewayBackends;
+
+beforeAll(async () => {
+  work = await mkdtemp(join(tmpdir(), "fenced-release-"));
+  [redis, postgres, s3] = await Promise.all([startRedisNodes(3), startPostgres(), startS3()]);
+  const bucket = await s3.createBucket();
+  backends = { redisUrls: redis.urls, postgresUrl: postgres.url, s3: { endpoint: s3.endpoint, region: s3.region, accessKeyId: s3.accessKeyId, secretAccessKey: s3.secretAccessKey, bucket } };
+  console.log(`servers up after ${elapsed()}: redis ${redis.source}, postgres ${postgres.source}, s3 ${s3.source}`);
+}, 120_000);
+
+afterAll(async () => {
+  await Promise.all([redis?.stop(), postgres?.stop(), s3?.stop()]);
+  if (work !== undefined) await rm(work, { recursive: true, force: true });
+  console.log(`release tests done after ${elapsed()}`);
+});
+
+describe("installed from the packed tarballs, like a user", () => {
+  let tarballs: Tarball[];
+  let project: string;
+  const STALE = `stale-${process.pid}.js`;
+
+  beforeAll(async () => {
+    // A file left in dist/ by an earlier build: prepack must start from a clean dist, so it must not ship.
+    for (const pkg of PUBLIC_PACKAGES) {
+      await mkdir(join(ROOT, pkg.dir, "dist"), { recursive: true });
+      await writeFile(join(ROOT, pkg.dir, "dist", STALE), "export {};\n");
+    }
+    tarballs = await packAll(join(work, "tarballs"));
+    console.log(`packed after ${elapsed()}\n${tarballs.map(formatTarball).join("\n")}`);
+    project = join(work, "consumer");
+    const installed = await installConsumer(project, tarballs);
+    console.log(`npm install: ${installed.ms} ms (${elapsed()})`);
+  }, 420_000);
+
+  it("each tarball ships exactly what its exports, bin and source maps reach, with a publishable manifest", async () => {
+    const license = await readFile(join(ROOT, "LICENSE"), "utf8");
+    const versions = new Map<string, string>(PUBLIC_PACKAGES.map((p) => [p.name, (JSON.parse(readFileSync(join(ROOT, p.dir, "package.json"), "utf8")) as { version: string }).version]));
+    for (const t of tarballs) {
+      const paths = t.files.map((f) => f.path);
+      expect.soft(paths, t.name).not.toContain(`dist/${STALE}`);
+      expect.soft(closure(t).missing, `${t.name}: referenced but not shipped`).toEqual([]);
+      expect.soft(unreached(t), `${t.name}: shipped but reached by nothing`).toEqual([]);
+      expect.soft(paths.filter((p) => /\.test\.|test-support/.test(p)), t.name).toEqual([]);
+      expect.soft(paths, t.name).toEqual(expect.arrayContaining(["package.json", "README.md", "LICENSE"]));
+      expect.soft(readFileSync(join(t.unpacked, "package", "LICENSE"), "utf8"), t.name).toBe(license);
+
+      const m = t.manifest;
+      expect.soft(manifestStrings(m).filter((s) => s.value.startsWith("workspace:")), t.name).toEqual([]);
+      for (const [dep, range] of Object.entries({ ...m.dependencies, ...m.peerDependencies })) {
+        if (versions.has(dep)) expect.soft(range, `${t.name} → ${dep}`).toBe(versions.get(dep));
+      }
+      // "source" points at TypeScript for this workspace's tools; a user's tools must never pick it.
+      expect.soft(exportConditions(m), t.name).not.toContain("source");
+      expect.soft(new Set(exportConditions(m)), t.name).toEqual(new Set(["types", "default"]));
+      expect.soft(m.private, t.name).toBeUndefined();
+      expect.soft(m.license, t.name).toBe("MIT");
+      expect.soft(m.engines, t.name).toEqual({ node: ">=20.19" });
+      for (const field of ["description", "keywords", "repository"]) expect.soft(m[field], `${t.name}.${field}`).toBeTruthy();
+    }
+  });
+
+  it("every package a tarball's code or declarations import is one it depends on, with its types", () => {
+    for (const t of tarballs) {
+      const { dependencies = {}, peerDependencies = {} } = t.manifest;
+      const declared = new Set([...Object.keys(dependencies), ...Object.keys(peerDependencies)]);
+      const { runtimeImports, typeImports } = closure(t);
+      for (const name of runtimeImports) expect.soft(declared, `${t.name} imports ${name}`).toContain(name);
+      for (const name of typeImports) {
+        expect.soft(declared, `${t.name}'s declarations import ${name}`).toContain(name);
+        // A dependency (not a peer the user brings) whose package has no types needs its @types package beside it.
+        if (name in dependencies && !shipsTypes(join(project, "node_modules", name))) {
+          expect.soft(Object.keys(dependencies), `${t.name}'s declarations import ${name}, which has no types of its own`).toContain(`@types/${name}`);
+        }
+      }
+    }
+  });
+
+  it("@fenced/store's root needs neither backend client, and each backend's subpath needs only its own", () => {
+    const store = tarballs.find((t) => t.name === "@fenced/store");
+    if (store === undefined) throw new Error("no @fenced/store tarball");
+    const loads = (subpath: string): Set<string> => {
+      const conditions = store.manifest.exports?.[subpath] ?? {};
+      const runtime = closure(store, [conditions.default ?? ""]).runtimeImports;
+      const types = closure(store, [conditions.types ?? ""]).typeImports;
+      return new Set([...runtime, ...types]);
+    };
+    expect(loads(".")).not.toContain("pg");
+    expect(loads(".")).not.toContain("@aws-sdk/client-s3");
+    expect(loads("./postgres")).not.toContain("@aws-sdk/client-s3");
+    expect(loads("./s3")).not.toContain("pg");
+  });
+
+  it("published declarations leave out every @internal member", () => {
+    for (const t of tarballs) {
+      for (const f of t.files.filter((file) => file.path.endsWith(".d.ts"))) {
+        expect(readFileSync(join(t.unpacked, "package", f.path), "utf8"), `${t.name}/${f.path}`).not.toContain("@internal");
+      }
+    }
+    // The source does mark members @internal: without stripInternal they would be in the declarations.
+    const sources = tarballs.flatMap((t) => t.files.filter((f) => f.path.endsWith(".ts") && !f.path.endsWith(".d.ts")).map((f) => join(t.unpacked, "package", f.path)));
+    expect(sources.filter((path) => readFileSync(path, "utf8").includes("@internal")).length).toBeGreaterThan(0);
+  });
+
+  it("the install holds copies from the tarballs, not links into the workspace", () => {
+    for (const pkg of PUBLIC_PACKAGES) {
+      const installed = join(project, "node_modules", pkg.name);
+      expect(lstatSync(installed).isSymbolicLink(), pkg.name).toBe(false);
+      expect(existsSync(join(installed, "dist", "index.js")), pkg.name).toBe(true);
+    }
+    const ioredis = JSON.parse(readFileSync(join(project, "node_modules", "ioredis", "package.json"), "utf8")) as { version: string };
+    console.log(`the user's ioredis: ${ioredis.version}`);
+    expect(Number(ioredis.version.split(".")[0])).toBeGreaterThanOrEqual(6);
+  });
+
+  it("a strict consumer type-checks under node16 and bundler (ES module) and node20 (CommonJS), with the user's TypeScript and the workspace's", async () => {
+    await writeChecks(project, join(ROOT, "test", "release", "consumer.ts"));
+    const latestTsc = join(project, "node_modules", "typescript", "bin", "tsc");
+    const results: CheckResult[] = [];
+    // The user's (latest) compiler checks every declaration file too and emits what the next test runs.
+    for (const check of CHECKS) results.push(await typeCheck(project, check, latestTsc, false));
+    // The workspace's compiler, on the consumer's code against the same declarations.
+    for (const check of CHECKS) results.push(await typeCheck(project, check, WORKSPACE_TSC, true, true));
+    for (const r of results) console.log(`tsc ${r.compiler} ${r.check} skipLibCheck=${r.skipLibCheck}: ${r.errors.length} errors, ${r.ms} ms${r.errors.map((e) => `\n  ${e}`).join("")}`);
+    for (const r of results) expect(r.errors, `${r.compiler} ${r.check}`).toEqual([]);
+  }, 300_000);
+
+  it.each(["esm", "cjs"] as const)("runs as %s against real servers: acquire, register, put, and the stale write is refused on both stores", async (module) => {
+    const file = module === "esm" ? join(project, "out-esm", "consumer.mjs") : join(project, "out-cjs", "consumer.cjs");
+    const compiled = await readFile(file, "utf8");
+    // The CommonJS build really loads the ES-module packages with require().
+    if (module === "cjs") expect(compiled).toMatch(/require\("@fenced\/lock"\)/);
+    else expect(compiled).toMatch(/from "@fenced\/lock"/);
+    const env = cleanEnv({
+      CONSUMER_RUN: `r${process.pid}`,
+      REDIS_URLS: backends.redisUrls.join(","),
+      DATABASE_URL: backends.postgresUrl,
+      S3_ENDPOINT: backends.s3.endpoint,
+      S3_REGION: backends.s3.region,
+      S3_ACCESS_KEY_ID: backends.s3.accessKeyId,
+      S3_SECRET_ACCESS_KEY: backends.s3.secretAccessKey,
+      S3_BUCKET: backends.s3.bucket,
+    });
+    const ran = await run(process.execPath, [file, module], { cwd: project, env, timeoutMs: 60_000 });
+    console.log(`${module} consumer on Node ${process.version}: exit ${ran.code}, ${ran.ms} ms${ran.stderr === "" ? "" : `, stderr:\n${ran.stderr}`}`);
+    expect(ran.code, ran.stderr).toBe(0);
+    const report = JSON.parse(ran.stdout.trim().split("\n").pop() ?? "") as ConsumerReport;
+    expect(report.module).toBe(module);
+    expect(report.stores.map((s) => s.store)).toEqual(["postgres", "s3"]);
+    for (const s of report.stores) {
+      expect(BigInt(s.secondToken), s.store).toBeGreaterThan(BigInt(s.firstToken));
+      expect(s.staleRefused, s.store).toBe(true);
+      expect(s.refusal, s.store).toEqual({ name: "StaleTokenError", token: s.firstToken, highest: s.secondToken });
+      expect(s.stored, s.store).toBe("from the second lease");
+      expect(s.storedToken, s.store).toBe(s.secondToken);
+    }
+    expect(report.badKeyRefusedByFenceClass).toBe(true);
+    expect(report.sameClassFromImport).toBe(true);
+    expect(report.createGatewayIsFunction).toBe(true);
+  }, 90_000);
+
+  it("the installed fenced-gateway bin starts and answers /healthz", async () => {
+    const bin = join(project, "node_modules", ".bin", "fenced-gateway");
+    const args = withTestValues(["--redis", "", "--postgres", "", "--s3-bucket", "", "--s3-endpoint", ""], backends);
+    const gateway = await startGateway(bin, args, backends, project);
+    try {
+      const health = await healthz(gateway.port);
+      expect(health.status, JSON.stringify(health.body)).toBe(200);
+      expect(health.body.checks).toMatchObject({ postgres: { ok: true }, s3: { ok: true }, redis: { ok: true } });
+    } finally {
+      expect(await gateway.stop()).toBe(0);
+    }
+  }, 90_000);
+});
+
+describe("the README is true", () => {
+  let blocks: CodeBlock[];
+  let commands: string[];
+
+  beforeAll(() => {
+    blocks = READMES.flatMap((source) => codeBlocks(ROOT, source));
+    commands = shellCommands(blocks);
+  });
+
+  it("`pnpm build` builds every package from a fresh state, each after the packages it imports", async () => {
+    expect(commands).toContain("pnpm build");
+    const built = await runOk("pnpm", ["build"], { cwd: ROOT, env: cleanEnv(), timeoutMs: 300_000 });
+    console.log(`pnpm build: ${built.ms} ms (${elapsed()})`);
+    const at = (pkg: string, what: "start" | "done"): number => {
+      const marker = what === "start" ? `packages/${pkg} build$` : `packages/${pkg} build: Done`;
+      const index = built.stdout.indexOf(marker);
+      expect(index, `${marker} in:\n${built.stdout}`).toBeGreaterThanOrEqual(0);
+      return index;
+    };
+    for (const [before, after] of [["fence", "lock"], ["fence", "fenced-store"], ["lock", "gateway"], ["fenced-store", "gateway"]] as const) {
+      expect(at(before, "done"), `${before} before ${after}`).toBeLessThan(at(after, "start"));
+    }
+    for (const pkg of PUBLIC_PACKAGES) {
+      const manifest = JSON.parse(readFileSync(join(ROOT, pkg.dir, "package.json"), "utf8")) as { exports: Record<string, Record<string, string>> };
+      for (const conditions of Object.values(manifest.exports)) {
+        for (const [condition, target] of Object.entries(conditions)) expect(existsSync(join(ROOT, pkg.dir, target)), `${pkg.name} ${condition} → ${target}`).toBe(true);
+      }
+    }
+  }, 300_000);
+
+  it("every ts block type-checks against the built packages", async () => {
+    const tsBlocks = blocks.filter((b) => b.lang === "ts" || b.lang === "typescript");
+    expect(tsBlocks.length).toBeGreaterThan(0);
+    const dir = join(ROOT, "test", ".cache", `readme-${process.pid}`);
+    try {
+      const files = await writeBlocks(dir, tsBlocks);
+      const ran = await run(process.execPath, [WORKSPACE_TSC, "-p", join(dir, "tsconfig.json"), "--pretty", "false"], { cwd: dir, timeoutMs: 180_000 });
+      const errors = mapErrors(ran.stdout, files);
+      console.log(`${tsBlocks.length} ts blocks in ${READMES.join(", ")}: ${errors.length} errors, ${ran.ms} ms${errors.map((e) => `\n  ${e}`).join("")}`);
+      expect(errors).toEqual([]);
+      expect(ran.code, ran.stdout + ran.stderr).toBe(0);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+    // Each free variable the preamble declares is one some block really uses: no stale excuses.
+    const code = tsBlocks.map((b) => b.code).join("\n");
+    for (const name of preambleNames()) expect(code, `preamble declares ${name}`).toMatch(new RegExp(`\\b${name}\\b`));
+  }, 180_000);
+
+  it("every pnpm script, repository path and relative link it names exists", () => {
+    const scripts = (JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { scripts: Record<string, string> }).scripts;
+    for (const script of pnpmScripts(commands)) expect(Object.keys(scripts), `pnpm ${script}`).toContain(script);
+    for (const source of READMES) {
+      for (const path of repositoryPaths(readFileSync(join(ROOT, source), "utf8"))) expect(existsSync(join(ROOT, path)), `${source} names ${path}`).toBe(true);
+      for (const path of relativeLinks(ROOT, source)) expect(existsSync(join(ROOT, path)), `${source} links to ${path}`).toBe(true);
+    }
+  });
+
+  it("its npm install commands name every published package, each with the peers it requires", () => {
+    const rootCommands = shellCommands(blocks.filter((b) => b.source === "README.md"));
+    const installs = npmInstalls(commands);
+    for (const pkg of PUBLIC_PACKAGES) {
+      if (pkg.name !== "@fenced/fence") expect(npmInstalls(rootCommands).some((words) => words.includes(pkg.name)), `README.md installs ${pkg.name}`).toBe(true);
+      const manifest = JSON.parse(readFileSync(join(ROOT, pkg.dir, "package.json"), "utf8")) as { peerDependencies?: Record<string, string>; peerDependenciesMeta?: Record<string, { optional?: boolean }> };
+      const required = Object.keys(manifest.peerDependencies ?? {}).filter((peer) => manifest.peerDependenciesMeta?.[peer]?.optional !== true);
+      for (const words of installs.filter((w) => w.includes(pkg.name))) {
+        for (const peer of required) expect(words, `${words.join(" ")}: ${pkg.name} needs its peer ${peer}`).toContain(peer);
+      }
+    }
+  });
+
+  it("its gateway command starts the bin from dist/, which answers /healthz", async () => {
+    const gatewayCommands = commands.filter((c) => /^node \S+cli\.js\b/.test(c));
+    expect(gatewayCommands.length).toBeGreaterThan(0);
+    for (const command of gatewayCommands) {
+      const [, script = "", ...args] = command.split(/\s+/);
+      const gateway = await startGateway(process.execPath, [script, ...withTestValues(args, backends)], backends, ROOT);
+      try {
+        const health = await healthz(gateway.port);
+        expect(health.status, `${command}: ${JSON.stringify(health.body)}`).toBe(200);
+        expect(health.body.status).toBe("ok");
+      } finally {
+        expect(await gateway.stop()).toBe(0);
+      }
+    }
+  }, 90_000);
+});

@@ -1,0 +1,191 @@
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { mkdir } from "node:fs/promises";
+import { dirname, join, normalize, relative } from "node:path";
+import { fileURLToPath } from "node:url";
+import { runOk } from "./exec.js";
+
+export const ROOT = fileURLToPath(new URL("../../", import.meta.url));
+
+/** The published packages, each after the packages it depends on (pnpm pack builds each in its prepack). */
+export const PUBLIC_PACKAGES = [
+  { name: "@fenced/fence", dir: "packages/fence" },
+  { name: "@fenced/lock", dir: "packages/lock" },
+  { name: "@fenced/store", dir: "packages/fenced-store" },
+  { name: "@fenced/gateway", dir: "packages/gateway" },
+] as const;
+
+/** Files every package carries besides what its exports, bin and source maps reach. */
+const ALWAYS = new Set(["package.json", "README.md", "LICENSE"]);
+
+export interface PackedFile {
+  readonly path: string;
+  readonly bytes: number;
+}
+
+export interface Tarball {
+  readonly name: string;
+  readonly file: string;
+  readonly bytes: number;
+  /** The tarball unpacked: its files are under `${unpacked}/package`. */
+  readonly unpacked: string;
+  readonly files: readonly PackedFile[];
+  readonly manifest: Manifest;
+}
+
+export interface Manifest {
+  readonly name: string;
+  readonly version: string;
+  readonly private?: boolean;
+  readonly license?: string;
+  readonly engines?: Record<string, string>;
+  readonly exports?: Record<string, Record<string, string>>;
+  readonly bin?: Record<string, string>;
+  readonly dependencies?: Record<string, string>;
+  readonly peerDependencies?: Record<string, string>;
+  readonly optionalDependencies?: Record<string, string>;
+  readonly [field: string]: unknown;
+}
+
+function walk(dir: string, base = dir): PackedFile[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
+    const path = join(dir, entry.name);
+    return entry.isDirectory() ? walk(path, base) : [{ path: relative(base, path), bytes: statSync(path).size }];
+  });
+}
+
+/** `pnpm pack` every public package into `dest` (running its prepack: a clean build) and unpacks each. */
+export async function packAll(dest: string): Promise<Tarball[]> {
+  const tarballs: Tarball[] = [];
+  for (const pkg of PUBLIC_PACKAGES) {
+    const cwd = join(ROOT, pkg.dir);
+    const packed = await runOk("pnpm", ["pack", "--pack-destination", dest, "--json"], { cwd, timeoutMs: 180_000 });
+    // pnpm prints the prepack's output before its JSON answer.
+    const json = packed.stdout.slice(packed.stdout.indexOf("{"));
+    const { filename } = JSON.parse(json) as { filename: string };
+    const file = filename.startsWith("/") ? filename : join(dest, filename);
+    const unpacked = join(dest, "unpacked", pkg.dir.split("/").pop() ?? pkg.dir);
+    await mkdir(unpacked, { recursive: true });
+    await runOk("tar", ["-xzf", file, "-C", unpacked], { cwd: dest });
+    const files = walk(join(unpacked, "package")).sort((a, b) => a.path.localeCompare(b.path));
+    const manifest = JSON.parse(readFileSync(join(unpacked, "package", "package.json"), "utf8")) as Manifest;
+    tarballs.push({ name: pkg.name, file, bytes: statSync(file).size, unpacked, files, manifest });
+  }
+  return tarballs;
+}
+
+/**
+ * Specifiers a compiled module or declaration file loads: import and export statements (tsc writes
+ * each at the start of a line), side-effect imports, import() calls and `import("…")` types.
+ */
+function specifiers(text: string): string[] {
+  const patterns = [/^(?:import|export)\s[^;]*?\bfrom\s*["']([^"']+)["']/gm, /^import\s*["']([^"']+)["']/gm, /\bimport\(\s*["']([^"']+)["']\s*\)/g];
+  return patterns.flatMap((pattern) => [...text.matchAll(pattern)].map((m) => m[1] ?? ""));
+}
+
+function sourceMapOf(text: string): string | undefined {
+  return /\/\/# sourceMappingURL=(\S+)\s*$/.exec(text)?.[1];
+}
+
+/** A bare specifier's package name: "@aws-sdk/client-s3/x" → "@aws-sdk/client-s3", "pg" → "pg". */
+function packageOf(specifier: string): string {
+  const parts = specifier.split("/");
+  return specifier.startsWith("@") ? parts.slice(0, 2).join("/") : (parts[0] ?? specifier);
+}
+
+export interface Closure {
+  /** Paths in the package reached. */
+  readonly reached: Set<string>;
+  /** References that point at nothing in the package. */
+  readonly missing: string[];
+  /** Packages (not node: builtins) loaded by the .js files reached, and by the .d.ts files reached. */
+  readonly runtimeImports: Set<string>;
+  readonly typeImports: Set<string>;
+}
+
+/**
+ * Everything reached from `starts` (default: every target of `exports` and `bin`): what they import
+ * (relative imports, followed from .js to .js and from .d.ts to .d.ts), the declaration beside each
+ * module reached, every source map those name, and every source file those maps name.
+ */
+export function closure(tarball: Tarball, starts?: readonly string[]): Closure {
+  const root = join(tarball.unpacked, "package");
+  const result: Closure = { reached: new Set(), missing: [], runtimeImports: new Set(), typeImports: new Set() };
+  const queue: { path: string; from: string }[] = [];
+  const add = (path: string, from: string): void => {
+    queue.push({ path: normalize(path), from });
+  };
+  const bins = new Set(Object.values(tarball.manifest.bin ?? {}).map((path) => normalize(path)));
+  if (starts !== undefined) for (const path of starts) add(path, "start");
+  else {
+    for (const [subpath, conditions] of Object.entries(tarball.manifest.exports ?? {})) {
+      for (const target of Object.values(conditions)) add(target, `exports["${subpath}"]`);
+    }
+    for (const path of bins) add(path, "bin");
+  }
+  while (queue.length > 0) {
+    const { path, from } = queue.shift() ?? { path: "", from: "" };
+    if (result.reached.has(path)) continue;
+    if (!existsSync(join(root, path))) {
+      result.missing.push(`${path} (from ${from})`);
+      continue;
+    }
+    result.reached.add(path);
+    if (path.endsWith(".map")) {
+      const map = JSON.parse(readFileSync(join(root, path), "utf8")) as { sources?: string[] };
+      for (const source of map.sources ?? []) add(join(dirname(path), source), path);
+      continue;
+    }
+    if (!path.endsWith(".js") && !path.endsWith(".d.ts")) continue;
+    const text = readFileSync(join(root, path), "utf8");
+    const declaration = path.endsWith(".d.ts");
+    for (const specifier of specifiers(text)) {
+      if (specifier.startsWith("./") || specifier.startsWith("../")) {
+        const target = join(dirname(path), specifier);
+        add(declaration ? target.replace(/\.js$/, ".d.ts") : target, path);
+      } else if (!specifier.startsWith("node:")) {
+        (declaration ? result.typeImports : result.runtimeImports).add(packageOf(specifier));
+      }
+    }
+    const map = sourceMapOf(text);
+    if (map !== undefined) add(join(dirname(path), map), path);
+    if (starts !== undefined) continue;
+    // A module's declaration ships with it (a bin is run, never imported: it has none); so does the
+    // module of a declaration (empty for a types-only module, which nothing imports at run time).
+    if (!declaration && !bins.has(path)) add(path.replace(/\.js$/, ".d.ts"), path);
+    const sibling = path.replace(/\.d\.ts$/, ".js");
+    if (declaration && existsSync(join(root, sibling))) add(sibling, path);
+  }
+  return result;
+}
+
+/** The declaration files a subpath's types reach, and the packages they import. */
+export function typeImportsOf(tarball: Tarball, subpath: string): Set<string> {
+  const types = tarball.manifest.exports?.[subpath]?.types;
+  if (types === undefined) throw new Error(`${tarball.name} has no types for ${subpath}`);
+  return closure(tarball, [types]).typeImports;
+}
+
+/** Files in the tarball that nothing reaches: stale build output, scratch files, tests. */
+export function unreached(tarball: Tarball): string[] {
+  const { reached } = closure(tarball);
+  return tarball.files.map((f) => f.path).filter((path) => !reached.has(path) && !ALWAYS.has(path));
+}
+
+/** Every string value in a manifest, with its path (to find "workspace:" anywhere in it). */
+export function manifestStrings(value: unknown, path = ""): { path: string; value: string }[] {
+  if (typeof value === "string") return [{ path, value }];
+  if (typeof value !== "object" || value === null) return [];
+  return Object.entries(value).flatMap(([key, inner]) => manifestStrings(inner, `${path}.${key}`));
+}
+
+/** The exports map's conditions, flattened: each subpath with its condition names. */
+export function exportConditions(manifest: Manifest): string[] {
+  return Object.values(manifest.exports ?? {}).flatMap((conditions) => Object.keys(conditions));
+}
+
+export function formatTarball(tarball: Tarball): string {
+  const unpackedBytes = tarball.files.reduce((sum, f) => sum + f.bytes, 0);
+  const lines = [`${tarball.name}@${tarball.manifest.version}: ${tarball.file.split("/").pop()} ${tarball.bytes} bytes packed, ${unpackedBytes} bytes unpacked, ${tarball.files.length} files`];
+  for (const f of tarball.files) lines.push(`  ${String(f.bytes).padStart(8)}  ${f.path}`);
+  return lines.join("\n");
+}
