@@ -3,9 +3,11 @@
 //
 // "plain" is what a writer without fencing sends: one INSERT … ON CONFLICT (key) DO UPDATE statement
 // in autocommit (its own implicit transaction), prepared like ours. "fenced" is put() without
-// ifVersion: the ratchet and the upsert in one statement. Rows: with "per-worker", worker w writes
-// row w under resource w (one lock per row: the normal deployment); with "shared", every worker
-// writes the same row under the same resource (worst case: all writes serialise on one row lock).
+// ifVersion: the ratchet (token and holder) and the owner-checked upsert in one statement. Its fence
+// carries a holder id as a Lease does (32 hex digits), so the identity check is measured too.
+// Rows: with "per-worker", worker w writes row w under resource w (one lock per row: the normal
+// deployment); with "shared", every worker writes the same row under the same resource (worst case:
+// all writes serialise on one row lock).
 import pg from "pg";
 import { startPostgres } from "@fenced/servers";
 import { FencedPostgres } from "@fenced/store/postgres";
@@ -16,6 +18,8 @@ const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 3_000);
 const SLICES = 6;
 const GOAL = 1.15;
 const PLAIN_KIND = "single statement INSERT … ON CONFLICT DO UPDATE, autocommit, prepared";
+/** What a Lease from @fenced/lock presents as its holder. */
+const HOLDER = "5f0c1e8a9b7d4c3e2f1a0b9c8d7e6f5a";
 const PLAIN_IF_KIND = "single statement INSERT … ON CONFLICT DO UPDATE … WHERE version = $3, autocommit, prepared";
 
 type Op = (worker: number, i: number) => Promise<void>;
@@ -86,7 +90,7 @@ async function suite(durable: boolean): Promise<void> {
       const row = (w: number): number => (rows === "shared" ? 0 : w);
       const impls: Record<"fenced" | "plain", Op> = {
         fenced: async (w, i) => {
-          await store.put(`row/${row(w)}`, value(w, i), { fence: { resource: `writer/${row(w)}`, token: 1n } });
+          await store.put(`row/${row(w)}`, value(w, i), { fence: { resource: `writer/${row(w)}`, token: 1n, holder: HOLDER } });
         },
         plain: async (w, i) => {
           await pool.query({ name: "bench.plain", text: upsert, values: [`row/${row(w)}`, JSON.stringify(value(w, i))] });
@@ -107,7 +111,7 @@ async function suite(durable: boolean): Promise<void> {
     const plainVersions = new Map<number, string>();
     const conditional: Record<"fenced" | "plain", Op> = {
       fenced: async (w, i) => {
-        const fence = { resource: `cond/${w}`, token: 1n };
+        const fence = { resource: `cond/${w}`, token: 1n, holder: HOLDER };
         const ifVersion = versions.get(w);
         const r = await store.put(`cond/${w}`, value(w, i), ifVersion === undefined ? { fence } : { fence, ifVersion });
         versions.set(w, r.version);
