@@ -118,25 +118,30 @@ describe("FencedS3: failures and ambiguous outcomes", () => {
     });
     const name = (r: RequestInfo): string => `${r.command.replace("ObjectCommand", "")} ${r.key?.split("/")[1] ?? ""}`;
     /** The requests of one put, in rounds: requests sent in parallel are one round (sorted). */
-    const count = async (store: FencedS3, token: number, key = "k", body = "body", parallel: number[] = []): Promise<string[]> => {
+    const count = async (store: FencedS3, token: number, key = "k", body = "body", parallel: [at: number, size: number][] = []): Promise<string[]> => {
       seen.length = 0;
       await store.put(key, body, { fence: fence(token, "rt") });
       // The deletion of a replaced body runs in the background, after the put has returned.
       const names = seen.map(name).filter((n) => n !== "Delete data");
-      for (const at of parallel) names.splice(at, 2, [names[at], names[at + 1]].sort().join(" | "));
+      for (const [at, size] of parallel) names.splice(at, size, names.slice(at, at + size).sort().join(" | "));
       return names;
     };
     const fenced = new FencedS3(client, { bucket });
     // First write of a new key with a new token: the fence must be raised, and a raise needs the key's
     // owner known first, so the manifest is read alongside the fence; then the key is created.
-    expect(await count(fenced, 1, "k", "body", [0])).toEqual(["Get fences | Get manifests", "Put fences", "Put manifests"]);
+    expect(await count(fenced, 1, "k", "body", [[0, 2]])).toEqual(["Get fences | Get manifests", "Put fences", "Put manifests"]);
     expect(await count(fenced, 1)).toEqual(["Get fences", "Put manifests"]); // steady state
     expect(await count(fenced, 1, "new")).toEqual(["Get fences", "Put manifests"]); // a new key, fence already raised
-    // A body too large to inline uploads while the fence is read; the upload is what the fence must
-    // not be read before, so it is read again right before the manifest PUT.
+    // A body too large to inline is uploaded first: the fence must not be read before the upload, so
+    // it is read after it, right before the manifest PUT ...
     const big = "b".repeat(70_000);
     await fenced.put("big", big, { fence: fence(1, "rt") });
-    expect(await count(fenced, 1, "big", big, [0])).toEqual(["Get fences | Put data", "Get fences", "Put manifests"]);
+    expect(await count(fenced, 1, "big", big)).toEqual(["Put data", "Get fences", "Put manifests"]);
+    // ... and also while the upload runs when the fence may need raising (a new token); read again
+    // after the raise only if the upload was still running then.
+    const raised = await count(fenced, 2, "big", big, [[0, 3]]);
+    expect(raised.slice(0, 2)).toEqual(["Get fences | Get manifests | Put data", "Put fences"]);
+    expect(raised.slice(2).filter((n) => n !== "Get fences")).toEqual(["Put manifests"]);
     const objectOnly = new FencedS3(client, { bucket, checkResourceFence: false });
     // A store that has not seen the key tries a create, learns the key exists, reads it, swaps.
     expect(await count(objectOnly, 2)).toEqual(["Put manifests", "Get manifests", "Put manifests"]);

@@ -104,13 +104,19 @@ export async function writeManifest(io: StoreIo, intent: Intent): Promise<S3PutR
     const expectsRaise = checkFences && intent.fences.some((f) => io.expectsRaise(f));
     const readFirst = content.kind === "carry" || expectsRaise || (remembered === undefined ? versioned || stream : remembered.readFirst);
     const guess: State = { snap: remembered?.snap ?? null, inline: undefined, fresh: false };
-    // Bytes in memory start uploading now, named for the manifest this store expects to replace.
-    if (bodies !== undefined && !stream && !(remembered === undefined && versioned)) bodies.begin(guess.snap?.header.writeId ?? null);
-    let [fences, state] = await Promise.all([checkFences ? readFences() : Promise.resolve([]), readFirst ? readManifest() : Promise.resolve(guess)]);
-    let fenceFresh = true;
+    // Bytes in memory start uploading now, named for the manifest this store expects to replace. The
+    // fence is then read after the upload (step 5); early too only if it may need raising.
+    const uploading = bodies !== undefined && !stream && !(remembered === undefined && versioned);
+    if (uploading) bodies.begin(guess.snap?.header.writeId ?? null);
+    const readFencesNow = checkFences && (!uploading || expectsRaise);
+    /** The fence objects as last read or raised (null: absent); undefined until read. */
+    let fences: (FenceSnapshot | null)[] | undefined;
+    let state: State;
+    [fences, state] = await Promise.all([readFencesNow ? readFences() : undefined, readFirst ? readManifest() : Promise.resolve(guess)]);
+    let fenceFresh = readFencesNow;
 
     // 2. Check. Only the current manifest may refuse a write: a refusal by a remembered one is re-read.
-    const fenceProblem = (): StaleTokenError | undefined => intent.fences.map((f, i) => fenceRefusal(f, fences[i] ?? null)).find((e) => e !== undefined);
+    const fenceProblem = (): StaleTokenError | undefined => intent.fences.map((f, i) => (fences === undefined ? undefined : fenceRefusal(f, fences[i] ?? null))).find((e) => e !== undefined);
     const stale = fenceProblem();
     if (stale !== undefined) throw stale;
     let problem = refusal(intent, state.snap);
@@ -123,13 +129,14 @@ export async function writeManifest(io: StoreIo, intent: Intent): Promise<S3PutR
 
     // 3. Raise the resource fences that are below this write's tokens.
     const raise = async (): Promise<void> => {
-      if (!intent.fences.some((f, i) => needsRaise(f, fences[i] ?? null))) return;
+      const known = fences;
+      if (known === undefined || !intent.fences.some((f, i) => needsRaise(f, known[i] ?? null))) return;
       if (!state.fresh) {
         state = await readManifest();
         const refused = refusal(intent, state.snap);
         if (refused !== undefined) throw refused;
       }
-      fences = await Promise.all(intent.fences.map((f, i) => io.raiseFence(f, fences[i] ?? null, signal)));
+      fences = await Promise.all(intent.fences.map((f, i) => io.raiseFence(f, known[i] ?? null, signal)));
       fenceFresh = true;
     };
     if (checkFences) await raise();
@@ -175,7 +182,7 @@ export async function writeManifest(io: StoreIo, intent: Intent): Promise<S3PutR
         io.contended(key);
         await sleep(Math.random() * Math.min(2 ** attempt, 50), undefined, signal === undefined ? undefined : { signal });
       }
-      [fences, state] = await Promise.all([checkFences ? readFences() : Promise.resolve([]), readManifest()]);
+      [fences, state] = await Promise.all([checkFences ? readFences() : undefined, readManifest()]);
       fenceFresh = true;
       const now = state.snap;
       afterSend = now;
