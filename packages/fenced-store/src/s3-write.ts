@@ -75,7 +75,8 @@ export function refusal(intent: Pick<Intent, "key" | "owner" | "fences" | "ifVer
 
 /**
  * Runs one fenced write to its end. The manifest CAS is the single request that decides; everything
- * before it only avoids sending a write that is bound to be refused. See PROTOCOL.md, "S3", "The write".
+ * before it only avoids sending a write that is bound to be refused. The steps are numbered as in
+ * PROTOCOL.md, "S3", "The write" (step 1, validation, is the caller's).
  */
 export async function writeManifest(io: StoreIo, intent: Intent): Promise<S3PutResult> {
   const { key, signal, content } = intent;
@@ -94,7 +95,7 @@ export async function writeManifest(io: StoreIo, intent: Intent): Promise<S3PutR
     attempts.some((a) => a.ambiguous && (a.target?.etag ?? null) === (now?.etag ?? null)) ? outcomeUnknown(intent, err) : err;
 
   try {
-    // 1. Read the resource fences and, when the write needs it, the manifest. A key this store has not
+    // 2. Read the resource fences and, when the write needs it, the manifest. A key this store has not
     // seen is assumed absent: the write goes out as a create, which fails if the key exists (never
     // wrongly succeeds). A fence raise needs the manifest read first (a write refused for its key's
     // owner must raise nothing): when this store expects one, the manifest is read alongside.
@@ -105,7 +106,7 @@ export async function writeManifest(io: StoreIo, intent: Intent): Promise<S3PutR
     const readFirst = content.kind === "carry" || expectsRaise || (remembered === undefined ? versioned || stream : remembered.readFirst);
     const guess: State = { snap: remembered?.snap ?? null, inline: undefined, fresh: false };
     // Bytes in memory start uploading now, named for the manifest this store expects to replace. The
-    // fence is then read after the upload (step 5); early too only if it may need raising.
+    // fence is then read after the upload (step 6); early too only if it may need raising.
     const uploading = bodies !== undefined && !stream && !(remembered === undefined && versioned);
     if (uploading) bodies.begin(guess.snap?.header.writeId ?? null);
     const readFencesNow = checkFences && (!uploading || expectsRaise);
@@ -115,7 +116,7 @@ export async function writeManifest(io: StoreIo, intent: Intent): Promise<S3PutR
     [fences, state] = await Promise.all([readFencesNow ? readFences() : undefined, readFirst ? readManifest() : Promise.resolve(guess)]);
     let fenceFresh = readFencesNow;
 
-    // 2. Check. Only the current manifest may refuse a write: a refusal by a remembered one is re-read.
+    // 3. Check. Only the current manifest may refuse a write: a refusal by a remembered one is re-read.
     const fenceProblem = (): StaleTokenError | undefined => intent.fences.map((f, i) => (fences === undefined ? undefined : fenceRefusal(f, fences[i] ?? null))).find((e) => e !== undefined);
     const stale = fenceProblem();
     if (stale !== undefined) throw stale;
@@ -127,7 +128,7 @@ export async function writeManifest(io: StoreIo, intent: Intent): Promise<S3PutR
     }
     if (problem !== undefined) throw problem;
 
-    // 3. Raise the resource fences that are below this write's tokens.
+    // 4. Raise the resource fences that are below this write's tokens.
     const raise = async (): Promise<void> => {
       const known = fences;
       if (known === undefined || !intent.fences.some((f, i) => needsRaise(f, known[i] ?? null))) return;
@@ -144,13 +145,13 @@ export async function writeManifest(io: StoreIo, intent: Intent): Promise<S3PutR
     for (let attempt = 1; ; attempt++) {
       let dataKey: string | undefined;
       for (;;) {
-        // 4. This attempt's data object, named for the manifest it is sent against.
+        // 5. This attempt's data object, named for the manifest it is sent against.
         if (bodies !== undefined) {
           const prepared = await bodies.prepare(state.snap?.header.writeId ?? null);
           dataKey = prepared.key;
           if (prepared.waited) fenceFresh = false;
         }
-        // 5. The resource fences, read again if anything was awaited since they were: the window a
+        // 6. The resource fences, read again if anything was awaited since they were: the window a
         // newer holder can slip through is from this read to the manifest PUT landing.
         if (!checkFences || fenceFresh) break;
         fences = await readFences();
@@ -162,7 +163,7 @@ export async function writeManifest(io: StoreIo, intent: Intent): Promise<S3PutR
       }
       fenceFresh = false;
 
-      // 6. Compare-and-swap the manifest.
+      // 7. Compare-and-swap the manifest (8: on success, accepted()).
       const writeId = newId();
       const { header, inline } = build(intent, state, writeId, dataKey);
       const sent: Attempt = { writeId, target: state.snap, ambiguous: false };
@@ -175,7 +176,7 @@ export async function writeManifest(io: StoreIo, intent: Intent): Promise<S3PutR
       signal?.throwIfAborted();
       if (outcome.failure === "fatal") throw outcome.error;
 
-      // 7. Whatever went wrong, the manifest itself says whether one of our attempts landed. A first
+      // 9. Whatever went wrong, the manifest itself says whether one of our attempts landed. A first
       // failure is usually a remembered manifest gone stale; repeated ones are contention. Pause
       // before reading, not after: the next swap must go out on a manifest read just before.
       if (attempt > 1) {
