@@ -56,7 +56,12 @@ describe("installed from the packed tarballs, like a user", () => {
       await mkdir(join(ROOT, pkg.dir, "dist"), { recursive: true });
       await writeFile(join(ROOT, pkg.dir, "dist", STALE), "export {};\n");
     }
-    tarballs = await packAll(join(work, "tarballs"));
+    try {
+      tarballs = await packAll(join(work, "tarballs"));
+    } finally {
+      // A pack that failed before its prepack cleaned dist/ would leave the marker behind.
+      for (const pkg of PUBLIC_PACKAGES) await rm(join(ROOT, pkg.dir, "dist", STALE), { force: true });
+    }
     console.log(`packed after ${elapsed()}\n${tarballs.map(formatTarball).join("\n")}`);
     project = join(work, "consumer");
     const installed = await installConsumer(project, tarballs);
@@ -143,14 +148,17 @@ describe("installed from the packed tarballs, like a user", () => {
     expect(Number(ioredis.version.split(".")[0])).toBeGreaterThanOrEqual(6);
   });
 
-  it("a strict consumer type-checks under node16 and bundler (ES module) and node20 (CommonJS), with the user's TypeScript and the workspace's", async () => {
+  it("a strict consumer type-checks under node16 and bundler (ES module) and node20 (CommonJS), with the latest TypeScript and the workspace's", async () => {
     await writeChecks(project, join(ROOT, "test", "release", "consumer.ts"));
     const latestTsc = join(project, "node_modules", "typescript", "bin", "tsc");
     const results: CheckResult[] = [];
     // The user's (latest) compiler checks every declaration file too and emits what the next test runs.
     for (const check of CHECKS) results.push(await typeCheck(project, check, latestTsc, false));
-    // The workspace's compiler, on the consumer's code against the same declarations.
-    for (const check of CHECKS) results.push(await typeCheck(project, check, WORKSPACE_TSC, true, true));
+    // The workspace's compiler (the major most users are still on), on the consumer's code against the
+    // same declarations; once, under node16: the resolution modes differ in what the latest one checked.
+    const node16 = CHECKS.find((check) => check.name === "node16");
+    if (node16 === undefined) throw new Error("no node16 check");
+    results.push(await typeCheck(project, node16, WORKSPACE_TSC, true, true));
     for (const r of results) console.log(`tsc ${r.compiler} ${r.check} skipLibCheck=${r.skipLibCheck}: ${r.errors.length} errors, ${r.ms} ms${r.errors.map((e) => `\n  ${e}`).join("")}`);
     for (const r of results) expect(r.errors, `${r.compiler} ${r.check}`).toEqual([]);
   }, 300_000);

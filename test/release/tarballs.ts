@@ -6,7 +6,7 @@ import { runOk } from "./exec.js";
 
 export const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 
-/** The published packages, each after the packages it depends on (pnpm pack builds each in its prepack). */
+/** The published packages, each after the packages it imports. */
 export const PUBLIC_PACKAGES = [
   { name: "@fenced/fence", dir: "packages/fence" },
   { name: "@fenced/lock", dir: "packages/lock" },
@@ -30,6 +30,8 @@ export interface Tarball {
   readonly unpacked: string;
   readonly files: readonly PackedFile[];
   readonly manifest: Manifest;
+  /** How long `pnpm pack` took, its build included. */
+  readonly packMs: number;
 }
 
 export interface Manifest {
@@ -53,24 +55,27 @@ function walk(dir: string, base = dir): PackedFile[] {
   });
 }
 
-/** `pnpm pack` every public package into `dest` (running its prepack: a clean build) and unpacks each. */
+/**
+ * `pnpm pack` every public package into `dest` (its prepack builds it from a clean dist/) and unpacks
+ * each. The packs run side by side: a package's build type-checks against the sources of the packages
+ * it imports (the "source" condition), not their dist/, so no build waits for another.
+ */
 export async function packAll(dest: string): Promise<Tarball[]> {
-  const tarballs: Tarball[] = [];
-  for (const pkg of PUBLIC_PACKAGES) {
-    const cwd = join(ROOT, pkg.dir);
-    const packed = await runOk("pnpm", ["pack", "--pack-destination", dest, "--json"], { cwd, timeoutMs: 180_000 });
-    // pnpm prints the prepack's output before its JSON answer.
-    const json = packed.stdout.slice(packed.stdout.indexOf("{"));
-    const { filename } = JSON.parse(json) as { filename: string };
-    const file = filename.startsWith("/") ? filename : join(dest, filename);
-    const unpacked = join(dest, "unpacked", pkg.dir.split("/").pop() ?? pkg.dir);
-    await mkdir(unpacked, { recursive: true });
-    await runOk("tar", ["-xzf", file, "-C", unpacked], { cwd: dest });
-    const files = walk(join(unpacked, "package")).sort((a, b) => a.path.localeCompare(b.path));
-    const manifest = JSON.parse(readFileSync(join(unpacked, "package", "package.json"), "utf8")) as Manifest;
-    tarballs.push({ name: pkg.name, file, bytes: statSync(file).size, unpacked, files, manifest });
-  }
-  return tarballs;
+  return Promise.all(PUBLIC_PACKAGES.map((pkg) => pack(pkg, dest)));
+}
+
+async function pack(pkg: (typeof PUBLIC_PACKAGES)[number], dest: string): Promise<Tarball> {
+  const cwd = join(ROOT, pkg.dir);
+  const packed = await runOk("pnpm", ["pack", "--pack-destination", dest, "--json"], { cwd, timeoutMs: 240_000 });
+  // pnpm prints the prepack's output before its JSON answer.
+  const { filename } = JSON.parse(packed.stdout.slice(packed.stdout.indexOf("{"))) as { filename: string };
+  const file = filename.startsWith("/") ? filename : join(dest, filename);
+  const unpacked = join(dest, "unpacked", pkg.dir.split("/").pop() ?? pkg.dir);
+  await mkdir(unpacked, { recursive: true });
+  await runOk("tar", ["-xzf", file, "-C", unpacked], { cwd: dest });
+  const files = walk(join(unpacked, "package")).sort((a, b) => a.path.localeCompare(b.path));
+  const manifest = JSON.parse(readFileSync(join(unpacked, "package", "package.json"), "utf8")) as Manifest;
+  return { name: pkg.name, file, bytes: statSync(file).size, unpacked, files, manifest, packMs: packed.ms };
 }
 
 /**
@@ -185,7 +190,7 @@ export function exportConditions(manifest: Manifest): string[] {
 
 export function formatTarball(tarball: Tarball): string {
   const unpackedBytes = tarball.files.reduce((sum, f) => sum + f.bytes, 0);
-  const lines = [`${tarball.name}@${tarball.manifest.version}: ${tarball.file.split("/").pop()} ${tarball.bytes} bytes packed, ${unpackedBytes} bytes unpacked, ${tarball.files.length} files`];
+  const lines = [`${tarball.name}@${tarball.manifest.version}: ${tarball.file.split("/").pop()} ${tarball.bytes} bytes packed, ${unpackedBytes} bytes unpacked, ${tarball.files.length} files (pack with build: ${tarball.packMs} ms)`];
   for (const f of tarball.files) lines.push(`  ${String(f.bytes).padStart(8)}  ${f.path}`);
   return lines.join("\n");
 }
