@@ -86,6 +86,10 @@ describe("installed from the packed tarballs, like a user", () => {
         if (versions.has(dep)) expect.soft(range, `${t.name} → ${dep}`).toBe(versions.get(dep));
       }
       // "source" points at TypeScript for this workspace's tools; a user's tools must never pick it.
+      // Every other condition of every subpath is published as the workspace has it (publishConfig.exports).
+      const workspaceExports = (JSON.parse(readFileSync(join(ROOT, PUBLIC_PACKAGES.find((p) => p.name === t.name)?.dir ?? "", "package.json"), "utf8")) as { exports: Record<string, Record<string, string>> }).exports;
+      const withoutSource = Object.fromEntries(Object.entries(workspaceExports).map(([subpath, conditions]) => [subpath, Object.fromEntries(Object.entries(conditions).filter(([c]) => c !== "source"))]));
+      expect.soft(m.exports, `${t.name}: published exports`).toEqual(withoutSource);
       expect.soft(exportConditions(m), t.name).not.toContain("source");
       expect.soft(new Set(exportConditions(m)), t.name).toEqual(new Set(["types", "default"]));
       expect.soft(m.private, t.name).toBeUndefined();
