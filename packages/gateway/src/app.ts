@@ -3,15 +3,16 @@ import type { S3Client } from "@aws-sdk/client-s3";
 import express, { type Express, type NextFunction, type Request, type Response } from "express";
 import type { Pool } from "pg";
 import { pino, type Logger } from "pino";
-import { z } from "zod";
 import { FencedPostgres } from "@fenced/store/postgres";
 import { FencedS3, type FencedS3Options } from "@fenced/store/s3";
 import type { CredentialKey, Fence } from "@fenced/fence";
+import type { HealthAnswer } from "./api-schemas.js";
 import { ApiKeys, type ApiKeyConfig } from "./auth.js";
 import { FenceCredentials } from "./credentials.js";
-import { accounting, type Limits, type RouteContext } from "./context.js";
+import { accounting, limitsSchema, type Limits, type RouteContext } from "./context.js";
 import { postgresHealth, s3Health, type BackendHealth } from "./health.js";
 import { GatewayMetrics } from "./metrics.js";
+import { openApiDocument, type OpenApiDocument } from "./openapi.js";
 import { classify, HttpProblem, sendProblem } from "./problem.js";
 import { leasesRouter, type LeaseBackendOptions, type RedisHealth, type Registrar } from "./routes-leases.js";
 import { objectsRouter } from "./routes-objects.js";
@@ -55,12 +56,6 @@ export interface Gateway {
   prepare(options?: { readonly migrate?: boolean; readonly verify?: boolean }): Promise<void>;
   health(): Promise<HealthReport>;
 }
-
-const limitsSchema = z.strictObject({
-  recordBytes: z.number().int().min(1).max(64 * 1024 * 1024).default(1024 * 1024),
-  objectBytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).default(5 * 1024 ** 3),
-  maxTtlMs: z.number().int().min(1).max(2 ** 31 - 1).default(3_600_000),
-});
 
 const DEFAULT_INLINE = 64 * 1024;
 
@@ -116,7 +111,13 @@ export function createGateway(options: GatewayOptions): Gateway {
   // Unauthenticated, for load balancers and scrapers: neither names a key, a resource or a secret.
   app.get("/healthz", async (_req, res) => {
     const report = await health();
-    res.status(report.status === "ok" ? 200 : 503).json(report);
+    res.status(report.status === "ok" ? 200 : 503).json(report satisfies HealthAnswer);
+  });
+  // Unauthenticated too: the API document, with this gateway's limits, built on first use.
+  let document: OpenApiDocument | undefined;
+  app.get("/openapi.json", (_req, res) => {
+    document ??= openApiDocument(limits);
+    res.json(document);
   });
   app.get("/metrics", async (_req, res) => {
     res.setHeader("Content-Type", metrics.registry.contentType);
@@ -142,7 +143,7 @@ export function createGateway(options: GatewayOptions): Gateway {
 
 function routeOf(path: string): string {
   for (const route of ["records", "objects", "leases"]) if (path.startsWith(`/v1/${route}`)) return route;
-  return path === "/healthz" || path === "/metrics" ? path.slice(1) : "other";
+  return path === "/healthz" || path === "/metrics" || path === "/openapi.json" ? path.slice(1) : "other";
 }
 
 function disabled(what: string) {

@@ -1,5 +1,7 @@
 import express, { type Request, type RequestHandler, type Response } from "express";
 import type { Logger } from "pino";
+import { z } from "zod";
+import type { WriteAnswer } from "./api-schemas.js";
 import type { ApiKeys } from "./auth.js";
 import type { FenceCredentials } from "./credentials.js";
 import type { GatewayMetrics, StoreName, WriteOp } from "./metrics.js";
@@ -16,6 +18,13 @@ export interface Limits {
   /** Object bodies of known length up to this size are read into memory and stored inline in the manifest. */
   readonly inlineBytes: number;
 }
+
+/** GatewayOptions.limits with their defaults (the API document states the same numbers). */
+export const limitsSchema = z.strictObject({
+  recordBytes: z.number().int().min(1).max(64 * 1024 * 1024).default(1024 * 1024),
+  objectBytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).default(5 * 1024 ** 3),
+  maxTtlMs: z.number().int().min(1).max(2 ** 31 - 1).default(3_600_000),
+});
 
 /** What every route module gets from createGateway. */
 export interface RouteContext {
@@ -83,7 +92,7 @@ export function jsonBody(limitBytes: number): (req: Request, res: Response) => P
 }
 
 /** A JSON answer to a write, in one piece: res.json's negotiation and freshness checks serve GETs, not writes. */
-export function sendJson(res: Response, status: number, body: unknown): void {
+export function sendJson(res: Response, status: number, body: WriteAnswer): void {
   const text = JSON.stringify(body);
   res.statusCode = status;
   res.setHeader("Content-Type", "application/json; charset=utf-8");

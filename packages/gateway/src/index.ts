@@ -6,6 +6,7 @@ export { type ApiKeyConfig, type Principal } from "./auth.js";
 export { type Limits } from "./context.js";
 export { GatewayMetrics } from "./metrics.js";
 export { PROBLEM_TYPES, type ProblemBody } from "./problem.js";
+export { openApiDocument, type DocumentLimits, type OpenApiDocument } from "./openapi.js";
 export { encodeLeaseId, decodeLeaseId, type LeaseIdParts } from "./lease-id.js";
 export { type LeaseBackendOptions, type RedisHealth } from "./routes-leases.js";
 export { TOKEN_PATTERN } from "./validation.js";

@@ -14,7 +14,7 @@ export interface LeaseIdParts {
 }
 
 // <token>.<value>.<base64url(UTF-8 resource)>: URL-safe as a path segment, no escaping needed.
-const LEASE_ID = /^(0|[1-9][0-9]{0,18})\.([0-9a-f]{32})\.([A-Za-z0-9_-]{1,2732})$/;
+export const LEASE_ID_PATTERN = /^(0|[1-9][0-9]{0,18})\.([0-9a-f]{32})\.([A-Za-z0-9_-]{1,2732})$/;
 
 export function encodeLeaseId(parts: LeaseIdParts): string {
   return `${parts.token}.${parts.value}.${Buffer.from(parts.resource, "utf8").toString("base64url")}`;
@@ -22,7 +22,7 @@ export function encodeLeaseId(parts: LeaseIdParts): string {
 
 /** Parses a lease id, or 400. Only the canonical spelling is accepted, so each lease has one id. */
 export function decodeLeaseId(id: string): LeaseIdParts {
-  const m = LEASE_ID.exec(id);
+  const m = LEASE_ID_PATTERN.exec(id);
   const [token, value, encoded] = [m?.[1], m?.[2], m?.[3]];
   if (token === undefined || value === undefined || encoded === undefined || BigInt(token) > MAX_TOKEN) throw malformed();
   const bytes = Buffer.from(encoded, "base64url");

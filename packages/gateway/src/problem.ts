@@ -2,6 +2,7 @@ import type { Response } from "express";
 import { ZodError } from "zod";
 import { InvalidArgumentError } from "@fenced/fence";
 import { ContentionError, ResourceMismatchError, StaleTokenError, VersionMismatchError } from "@fenced/store";
+import type { ProblemExtensions } from "./api-schemas.js";
 import { BackendUnavailableError, isUnavailable } from "./backend-errors.js";
 
 /**
@@ -37,18 +38,34 @@ export const PROBLEM_TYPES = {
 
 export type ProblemKind = keyof typeof PROBLEM_TYPES;
 
+/**
+ * The extensions and headers of a problem: typed by its kind from the schemas the API document is
+ * made of (api-schemas.ts), and required when the kind has required extensions.
+ */
+// eslint-disable-next-line @typescript-eslint/no-empty-object-type -- {}: "no members are required"
+type ProblemArgs<K extends ProblemKind> = {} extends ProblemExtensions<K>
+  ? [extensions?: ProblemExtensions<K>, headers?: Readonly<Record<string, string>>]
+  : [extensions: ProblemExtensions<K>, headers?: Readonly<Record<string, string>>];
+
 /** An error that already knows its HTTP answer. Thrown by validation, auth and the routes. */
-export class HttpProblem extends Error {
+export class HttpProblem<K extends ProblemKind = ProblemKind> extends Error {
+  readonly extensions: Readonly<Record<string, unknown>>;
+  readonly headers: Readonly<Record<string, string>>;
+
   constructor(
-    readonly kind: ProblemKind,
+    readonly kind: K,
     detail: string,
-    readonly extensions: Readonly<Record<string, unknown>> = {},
-    readonly headers: Readonly<Record<string, string>> = {},
+    ...[extensions, headers]: ProblemArgs<K>
   ) {
     super(detail);
     this.name = "HttpProblem";
+    this.extensions = extensions ?? {};
+    this.headers = headers ?? {};
   }
 }
+
+// instanceof alone narrows a generic class to HttpProblem<any>.
+const isHttpProblem = (err: unknown): err is HttpProblem => err instanceof HttpProblem;
 
 export interface Classified {
   readonly kind: ProblemKind;
@@ -56,7 +73,11 @@ export interface Classified {
   readonly headers: Readonly<Record<string, string>>;
 }
 
-function make(kind: ProblemKind, detail: string | undefined, extensions: Readonly<Record<string, unknown>> = {}, headers: Readonly<Record<string, string>> = {}): Classified {
+function make<K extends ProblemKind>(kind: K, detail: string | undefined, ...[extensions, headers]: ProblemArgs<K>): Classified {
+  return classified(kind, detail, extensions ?? {}, headers ?? {});
+}
+
+function classified(kind: ProblemKind, detail: string | undefined, extensions: Readonly<Record<string, unknown>>, headers: Readonly<Record<string, string>>): Classified {
   const t = PROBLEM_TYPES[kind];
   return { kind, body: { ...extensions, type: t.type, title: t.title, status: t.status, ...(detail === undefined ? {} : { detail }) }, headers };
 }
@@ -66,7 +87,7 @@ function make(kind: ProblemKind, detail: string | undefined, extensions: Readonl
  * the gateway or a backend did wrong is a 5xx, and its detail never leaves the process.
  */
 export function classify(err: unknown): Classified {
-  if (err instanceof HttpProblem) return make(err.kind, err.message, err.extensions, err.headers);
+  if (isHttpProblem(err)) return classified(err.kind, err.message, err.extensions, err.headers);
   if (err instanceof StaleTokenError) {
     // Tokens are 64-bit: decimal strings, never JSON numbers (a double would round them).
     return make("stale", err.message, { resource: err.resource, token: err.token.toString(), highest: err.highest.toString() });

@@ -3,6 +3,7 @@
 import { Router, type Request, type Response } from "express";
 import { LeaseLostError, LockNotAcquiredError, Redlock, type Lease, type RedisClient, type RedlockOptions } from "@fenced/lock";
 import type { Fence } from "@fenced/fence";
+import type { LeaseAnswer } from "./api-schemas.js";
 import { requireResource, requireWrite, type Principal } from "./auth.js";
 import type { FenceCredentials } from "./credentials.js";
 import type { StoreName } from "./metrics.js";
@@ -26,7 +27,8 @@ export interface RedisHealth {
 
 const BODY_LIMIT = 16 * 1024;
 
-function leaseJson(lease: Lease, credentials: FenceCredentials | undefined): Record<string, unknown> {
+/** The answer's shape is the API document's (api-schemas.ts): the type keeps this code and the document together. */
+function leaseJson(lease: Lease, credentials: FenceCredentials | undefined): LeaseAnswer {
   return {
     // The credential every write of this lease presents (Fencing-Credential): the gateway takes
     // resource, token and holder from it and from nothing else. Absent when no fence keys are configured.

@@ -9,6 +9,7 @@ import { startPostgres, startRedisNodes, startS3, type RedisNodes, type StartedS
 import { createGateway, type Gateway, type GatewayOptions } from "./app.js";
 import type { CredentialKey } from "@fenced/fence";
 import type { ApiKeyConfig } from "./auth.js";
+import { exchangeChecker, type ExchangeCheck } from "./openapi-test-support.js";
 import { serve, type Serving } from "./server.js";
 
 /** Keys the tests authenticate with: everything, one team's prefixes, and read-only. */
@@ -138,9 +139,17 @@ export interface HttpClient {
   close(): void;
 }
 
-/** Keep-alive HTTP/1.1 over node:http: connections are reused, so thousands of requests cost no handshakes. */
+// One checker for every client: its compiled schemas are shared.
+let documentCheck: ExchangeCheck | undefined;
+
+/**
+ * Keep-alive HTTP/1.1 over node:http: connections are reused, so thousands of requests cost no handshakes.
+ * Every answer is checked against the API document (openapi.ts): an answer it does not describe —
+ * an undocumented status, a missing header, a body of another shape — rejects send() with ApiMismatchError.
+ */
 export function httpClient(port: number, maxSockets = 64, timeoutMs = 15_000): HttpClient {
   const agent = new Agent({ keepAlive: true, maxSockets });
+  const check = (documentCheck ??= exchangeChecker());
   const send = (ask: Ask): Promise<Answer> =>
     new Promise((resolve, reject) => {
       const headers: Record<string, string | number | string[]> = { ...ask.headers };
@@ -154,6 +163,12 @@ export function httpClient(port: number, maxSockets = 64, timeoutMs = 15_000): H
         res.on("error", reject);
         res.on("end", () => {
           const body = Buffer.concat(chunks);
+          try {
+            check({ method: ask.method, path: ask.path, status: res.statusCode ?? 0, headers: res.headers, body });
+          } catch (err) {
+            reject(err instanceof Error ? err : new Error(String(err)));
+            return;
+          }
           resolve({
             status: res.statusCode ?? 0,
             headers: res.headers,

@@ -1,6 +1,6 @@
 import type { Request } from "express";
 import { z } from "zod";
-import { HOLDER_PATTERN, MAX_TOKEN, resourceProblem, TOKEN_PATTERN, type Fence } from "@fenced/fence";
+import { CONTROL_CHARACTER, HOLDER_PATTERN, MAX_RESOURCE_LENGTH, MAX_TOKEN, resourceProblem, TOKEN_PATTERN, type Fence } from "@fenced/fence";
 import { assertKey } from "@fenced/store";
 import { HttpProblem } from "./problem.js";
 
@@ -19,10 +19,20 @@ export const tokenSchema = z
   .transform((s) => BigInt(s));
 
 /** A resource as the lock grants it and the stores accept it (@fenced/fence's rule). */
-export const resourceSchema = z.string().superRefine((value, ctx) => {
-  const problem = resourceProblem(value);
-  if (problem !== undefined) ctx.addIssue({ code: "custom", message: `a resource ${problem}` });
-});
+export const resourceSchema = z
+  .string()
+  .superRefine((value, ctx) => {
+    const problem = resourceProblem(value);
+    if (problem !== undefined) ctx.addIssue({ code: "custom", message: `a resource ${problem}` });
+  })
+  // The same rule in the API document's JSON Schema, which cannot run resourceProblem (it counts
+  // code points where JavaScript counts UTF-16 units, and cannot see a lone surrogate).
+  .meta({
+    description: `A lock resource: 1-${MAX_RESOURCE_LENGTH} UTF-16 code units of well-formed Unicode without control characters`,
+    minLength: 1,
+    maxLength: MAX_RESOURCE_LENGTH,
+    pattern: `^[^${CONTROL_CHARACTER.source.slice(1, -1)}]*$`,
+  });
 
 export function leaseBodySchema(maxTtlMs: number) {
   const ttlMs = z.number().int().min(1).max(maxTtlMs);
