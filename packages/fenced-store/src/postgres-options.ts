@@ -1,4 +1,7 @@
 import { checkFence, InvalidArgumentError, MAX_TOKEN, type CheckedFence } from "@fenced/fence";
+import { checkSignal, optionsObject, signalOnly, transferFences } from "./options.js";
+
+export { throwIfAborted } from "./options.js";
 
 /**
  * The checks FencedPostgres makes on its arguments before any I/O. Each reads every field once and
@@ -14,25 +17,6 @@ export function assertVersion(version: unknown, argument: string): asserts versi
   if (!VERSION.test(version) || BigInt(version) > MAX_TOKEN) throw new InvalidArgumentError(argument, `${JSON.stringify(version)} is not a version this store issues`);
 }
 
-/** Anything with AbortSignal's shape: an `aborted` flag and a `reason` (a polyfill or another realm's signal passes). */
-function checkSignal(signal: unknown, argument: string): AbortSignal | undefined {
-  if (signal === undefined) return undefined;
-  if (typeof signal !== "object" || signal === null || typeof (signal as { aborted?: unknown }).aborted !== "boolean" || typeof (signal as { addEventListener?: unknown }).addEventListener !== "function") {
-    throw new InvalidArgumentError(argument, "must be an AbortSignal");
-  }
-  return signal as AbortSignal;
-}
-
-/** Throws the signal's reason if it has been aborted: the check made before each statement is sent. */
-export function throwIfAborted(signal: AbortSignal | undefined): void {
-  if (signal?.aborted === true) throw signal.reason ?? new DOMException("This operation was aborted", "AbortError");
-}
-
-function object(options: unknown, argument: string, shape: string): Record<string, unknown> {
-  if (typeof options !== "object" || options === null) throw new InvalidArgumentError(argument, `must be an object ${shape}`);
-  return options as Record<string, unknown>;
-}
-
 export interface CheckedWrite {
   readonly fence: CheckedFence;
   readonly ifVersion: string | undefined;
@@ -40,10 +24,10 @@ export interface CheckedWrite {
 }
 
 export function writeOptions(options: unknown): CheckedWrite {
-  const { fence, ifVersion, signal } = object(options, "options", "{ fence, ifVersion?, signal? }");
+  const { fence, ifVersion, signal } = optionsObject(options, "{ fence, ifVersion?, signal? }");
   const checked = checkFence(fence, "options.fence");
   if (ifVersion !== undefined) assertVersion(ifVersion, "options.ifVersion");
-  return { fence: checked, ifVersion, signal: checkSignal(signal, "options.signal") };
+  return { fence: checked, ifVersion, signal: checkSignal(signal) };
 }
 
 export interface CheckedTransfer {
@@ -54,21 +38,15 @@ export interface CheckedTransfer {
 }
 
 export function transferOptions(options: unknown): CheckedTransfer {
-  const { from, to, ifVersion, signal } = object(options, "options", "{ from, to, ifVersion?, signal? }");
-  const source = checkFence(from, "options.from");
-  const target = checkFence(to, "options.to");
-  // Within one resource there is nothing to move, and one statement cannot lock one fence row twice.
-  if (source.resource === target.resource) throw new InvalidArgumentError("options.to.resource", "must differ from options.from.resource");
+  const { from, to, ifVersion, signal } = optionsObject(options, "{ from, to, ifVersion?, signal? }");
+  // Two different resources: within one there is nothing to move, and one statement cannot lock one fence row twice.
+  const fences = transferFences(from, to);
   if (ifVersion !== undefined) assertVersion(ifVersion, "options.ifVersion");
-  return { from: source, to: target, ifVersion, signal: checkSignal(signal, "options.signal") };
+  return { ...fences, ifVersion, signal: checkSignal(signal) };
 }
 
 /** The optional `{ signal? }` of register() and transaction(). */
-export function signalOptions(options: unknown): AbortSignal | undefined {
-  if (options === undefined) return undefined;
-  const { signal } = object(options, "options", "{ signal? }");
-  return checkSignal(signal, "options.signal");
-}
+export const signalOptions = signalOnly;
 
 export function assertPool(pool: unknown): void {
   const p = pool as { query?: unknown; connect?: unknown } | null;

@@ -163,8 +163,8 @@ describe("FencedS3: a key belongs to the resource that created it", () => {
     const bucket = await server.createBucket();
     const store = new FencedS3(client, { bucket });
     await expect(store.transfer("nothing", { from: { resource: "A", token: 1n }, to: { resource: "B", token: 1n } })).rejects.toMatchObject({ name: "VersionMismatchError" });
-    await expect(store.transfer("k", { from: { resource: "A", token: 1n }, to: { resource: "A", token: 2n } })).rejects.toMatchObject({ name: "InvalidArgumentError", argument: "to.resource" });
-    await expect(store.transfer("k", { from: { resource: "A", token: -1n }, to: { resource: "B", token: 1n } })).rejects.toMatchObject({ name: "InvalidArgumentError", argument: "from.token" });
+    await expect(store.transfer("k", { from: { resource: "A", token: 1n }, to: { resource: "A", token: 2n } })).rejects.toMatchObject({ name: "InvalidArgumentError", argument: "options.to.resource" });
+    await expect(store.transfer("k", { from: { resource: "A", token: -1n }, to: { resource: "B", token: 1n } })).rejects.toMatchObject({ name: "InvalidArgumentError", argument: "options.from.token" });
     expect(await contents(client, bucket)).toEqual({});
   });
 });

@@ -1,5 +1,6 @@
 import { checkFence, InvalidArgumentError, type CheckedFence, type Fence } from "@fenced/fence";
 import { assertKey } from "./fence.js";
+import { checkSignal, optionsObject, signalOnly, throwIfAborted, transferFences } from "./options.js";
 
 export interface FencedS3Options {
   readonly bucket: string;
@@ -84,13 +85,8 @@ function integerIn(name: string, value: unknown, min: number, max: number, fallb
   return value;
 }
 
-function object(value: unknown, argument: string, shape: string): Record<string, unknown> {
-  if (typeof value !== "object" || value === null) throw new InvalidArgumentError(argument, `must be an object ${shape}`);
-  return value as Record<string, unknown>;
-}
-
 export function validateOptions(options: unknown): ResolvedOptions {
-  const o = object(options, "options", "{ bucket, prefix? }");
+  const o = optionsObject(options, "{ bucket, prefix? }");
   if (typeof o.bucket !== "string") throw new InvalidArgumentError("bucket", "must be a string");
   if (!/^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/.test(o.bucket)) throw new InvalidArgumentError("bucket", `${JSON.stringify(o.bucket)} is not a valid S3 bucket name`);
   const prefix = o.prefix ?? "fenced/";
@@ -116,17 +112,16 @@ const VERSION = /^[0-9a-f]{32}$/;
 
 function checkVersion(ifVersion: unknown): string | undefined {
   if (ifVersion === undefined) return undefined;
-  if (typeof ifVersion !== "string") throw new InvalidArgumentError("ifVersion", `must be a string (a version returned by put/get/delete), got ${typeof ifVersion}`);
-  if (!VERSION.test(ifVersion)) throw new InvalidArgumentError("ifVersion", `${JSON.stringify(ifVersion)} is not a version this store issues`);
+  if (typeof ifVersion !== "string") throw new InvalidArgumentError("options.ifVersion", `must be a string (a version returned by put/get/delete), got ${typeof ifVersion}`);
+  if (!VERSION.test(ifVersion)) throw new InvalidArgumentError("options.ifVersion", `${JSON.stringify(ifVersion)} is not a version this store issues`);
   return ifVersion;
 }
 
 /** Checks a signal; one aborted already throws its reason before any I/O. */
-export function checkSignal(signal: unknown): AbortSignal | undefined {
-  if (signal === undefined) return undefined;
-  if (!(signal instanceof AbortSignal)) throw new InvalidArgumentError("signal", "must be an AbortSignal");
-  signal.throwIfAborted();
-  return signal;
+function liveSignal(signal: unknown): AbortSignal | undefined {
+  const checked = checkSignal(signal);
+  throwIfAborted(checked);
+  return checked;
 }
 
 export interface CheckedWriteOptions {
@@ -140,15 +135,15 @@ export interface CheckedWriteOptions {
 
 /** Checks the common options before any I/O; copies the fence, so a caller mutating it mid-write changes nothing. */
 export function writeOptions(options: unknown): CheckedWriteOptions {
-  const { fence, ifVersion, contentType, contentLength, maxAttempts, signal } = object(options, "options", "{ fence, ... }");
-  const checked = checkFence(fence, "fence");
+  const { fence, ifVersion, contentType, contentLength, maxAttempts, signal } = optionsObject(options, "{ fence, ... }");
+  const checked = checkFence(fence, "options.fence");
   return {
     fence: checked,
     ifVersion: checkVersion(ifVersion),
     contentType,
     contentLength,
-    maxAttempts: maxAttempts === undefined ? undefined : integerIn("maxAttempts", maxAttempts, 1, 10_000, 1),
-    signal: checkSignal(signal),
+    maxAttempts: maxAttempts === undefined ? undefined : integerIn("options.maxAttempts", maxAttempts, 1, 10_000, 1),
+    signal: liveSignal(signal),
   };
 }
 
@@ -160,14 +155,10 @@ export interface CheckedTransferOptions {
 }
 
 export function transferOptions(options: unknown): CheckedTransferOptions {
-  const { from, to, ifVersion, signal } = object(options, "options", "{ from, to, ifVersion?, signal? }");
-  const checkedFrom = checkFence(from, "from");
-  const checkedTo = checkFence(to, "to");
-  if (checkedTo.resource === checkedFrom.resource) throw new InvalidArgumentError("to.resource", "must differ from from.resource: a key already belongs to its owner");
-  return { from: checkedFrom, to: checkedTo, ifVersion: checkVersion(ifVersion), signal: checkSignal(signal) };
+  const { from, to, ifVersion, signal } = optionsObject(options, "{ from, to, ifVersion?, signal? }");
+  return { ...transferFences(from, to), ifVersion: checkVersion(ifVersion), signal: liveSignal(signal) };
 }
 
 export function registerOptions(options: unknown): { readonly signal: AbortSignal | undefined } {
-  if (options === undefined) return { signal: undefined };
-  return { signal: checkSignal(object(options, "options", "{ signal? }").signal) };
+  return { signal: liveSignal(signalOnly(options)) };
 }
