@@ -2,6 +2,7 @@ import { randomBytes } from "node:crypto";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MAX_TOKEN, mintFenceCredential } from "@fenced/fence";
+import { resourceKeys } from "@fenced/lock";
 import { bearer, FENCE_KEYS, KEYS, runGateway, snapshot, startBackends, writeHeaders, type Backends, type RunningGateway } from "./test-support.js";
 
 /**
@@ -134,5 +135,16 @@ describe("fence-on-acquire", () => {
       expect(refused.status, route).toBe(409);
       expect(refused.json()).toMatchObject({ type: "/problems/stale-token" });
     }
+  });
+});
+
+describe("a resource whose tokens are used up", () => {
+  it("answers 409 token-space-exhausted, final, and leaves no lease behind", async () => {
+    const counter = resourceKeys("svc/full").counter;
+    await Promise.all(backends.redisClients.map((c) => c.set(counter, MAX_TOKEN.toString())));
+    const res = await gw.client.json("POST", "/v1/leases", { resource: "svc/full", ttlMs: 10_000 }, bearer(KEYS.service));
+    expect(res.status, res.text()).toBe(409);
+    expect(res.json()).toMatchObject({ type: "/problems/token-space-exhausted", resource: "svc/full" });
+    for (const c of backends.redisClients) expect(await c.exists(resourceKeys("svc/full").lease)).toBe(0);
   });
 });

@@ -28,6 +28,7 @@ export const PROBLEM_TYPES = {
   stale: { status: 409, type: "/problems/stale-token", title: "Stale fencing token" },
   resourceMismatch: { status: 409, type: "/problems/resource-mismatch", title: "The key belongs to another resource" },
   lockHeld: { status: 409, type: "/problems/lock-held", title: "The lock is held by another lease" },
+  tokenSpaceExhausted: { status: 409, type: "/problems/token-space-exhausted", title: "The resource's fencing tokens are used up" },
   leaseLost: { status: 409, type: "/problems/lease-lost", title: "The lease is lost" },
   version: { status: 412, type: "/problems/version-mismatch", title: "Version mismatch" },
   tooLarge: { status: 413, type: "/problems/too-large", title: "Body too large" },

@@ -1,7 +1,7 @@
 // The only gateway module that imports @fenced/lock: the stores and the rest of the gateway know a
 // fence only as { resource, token, holder }, and a gateway without Redis never loads the lock.
 import { Router, type Request, type Response } from "express";
-import { LeaseLostError, LockNotAcquiredError, Redlock, type Lease, type RedisClient, type RedlockOptions } from "@fenced/lock";
+import { LeaseLostError, LockNotAcquiredError, Redlock, TokenSpaceExhaustedError, type Lease, type RedisClient, type RedlockOptions } from "@fenced/lock";
 import type { Fence } from "@fenced/fence";
 import type { LeaseAnswer } from "./api-schemas.js";
 import { requireResource, requireWrite, type Principal } from "./auth.js";
@@ -70,6 +70,7 @@ export function leasesRouter(ctx: RouteContext, options: LeaseBackendOptions, re
     try {
       lease = await ctx.metrics.time("leases", "acquire", () => redlock.acquire(resource, ttlMs));
     } catch (err) {
+      if (err instanceof TokenSpaceExhaustedError) throw new HttpProblem("tokenSpaceExhausted", err.message, { resource });
       if (!(err instanceof LockNotAcquiredError)) throw err;
       // So many nodes failed or timed out that no quorum was possible: the lock is down, not busy.
       const unreachable = err.nodes.filter((n) => n.reason === "error" || n.reason === "timeout").length;
