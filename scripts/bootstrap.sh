@@ -18,6 +18,8 @@ command -v gcc >/dev/null || missing+=(gcc libc6-dev)
 # The release test unpacks the tarballs `pnpm pack` writes.
 command -v tar >/dev/null || missing+=(tar)
 command -v gzip >/dev/null || missing+=(gzip)
+# The gateway's client in another language (test/python) uses only Python's standard library.
+command -v python3 >/dev/null || missing+=(python3)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"

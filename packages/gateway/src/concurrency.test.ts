@@ -48,7 +48,9 @@ async function takeLease(client: HttpClient): Promise<bigint> {
       expect(released.status).toBe(204);
       return BigInt(token);
     }
-    expect(res.status, res.text()).toBe(409);
+    // Held by another client (409), or the lock nodes too slow to answer in time on a loaded machine
+    // (503): both say "try again", which is what a client of the gateway does.
+    expect([409, 503], res.text()).toContain(res.status);
     await sleep(Math.random() * 5);
   }
 }
