@@ -4,10 +4,12 @@
 // - fenced Postgres writes through the gateway by 64 concurrent keep-alive clients, against the same
 //   writes through FencedPostgres in this process (same server, same run, alternating rounds);
 //   latency percentiles, the gateway's RSS under that load and its CPU time per write;
+// - the same writes by an ordinary API key presenting a signed fence credential instead of plain
+//   fence headers (what the credential check costs per write), and the check alone in this process;
 // - a 512 MiB object PUT (known length, then chunked) and GET streamed through the gateway, with its RSS.
 // Every process (benchmark, gateway, PostgreSQL, radosgw) shares this machine's cores.
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { createHash } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { once } from "node:events";
 import { readFileSync, writeFileSync } from "node:fs";
 import { Agent, request, type IncomingMessage } from "node:http";
@@ -16,6 +18,7 @@ import { availableParallelism } from "node:os";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { Pool } from "undici";
+import { credentialKeys, mintFenceCredential, verifyFenceCredential, type CredentialKey } from "@fenced/fence";
 import { FencedPostgres } from "@fenced/store/postgres";
 import { startPostgres, startS3 } from "@fenced/servers";
 import { emit, measure, type Measured, type Op } from "./measure.js";
@@ -26,6 +29,9 @@ const CONCURRENCY = 64;
 const STREAM_BYTES = Number(process.env.BENCH_STREAM_BYTES ?? 512 * 1024 * 1024);
 const POOL_SIZE = 16;
 const KEY = "bench-key-0123456789abcdef";
+/** An ordinary client: it writes only with fence credentials. */
+const SERVICE_KEY = "service-key-0123456789abcdef";
+const FENCE_KEY: CredentialKey = { id: "bench", secret: randomBytes(32) };
 const MB = 1024 * 1024;
 const ROOT = fileURLToPath(new URL("../", import.meta.url));
 const CLI = fileURLToPath(new URL("../packages/gateway/dist/cli.js", import.meta.url));
@@ -49,7 +55,15 @@ function build(): void {
 
 async function startGateway(args: string[], env: Record<string, string>): Promise<GatewayProcess> {
   const child: ChildProcess = spawn(process.execPath, [CLI, "--port", "0", "--log-level", "info", ...args], {
-    env: { ...process.env, FENCED_GATEWAY_API_KEYS: JSON.stringify([{ id: "bench", key: KEY, resources: [""], keys: [""] }]), ...env },
+    env: {
+      ...process.env,
+      FENCED_GATEWAY_API_KEYS: JSON.stringify([
+        { id: "bench", key: KEY, resources: [""], keys: [""], trustedLockClient: true },
+        { id: "service", key: SERVICE_KEY, resources: [""], keys: [""] },
+      ]),
+      FENCED_GATEWAY_FENCE_KEYS: JSON.stringify([{ id: FENCE_KEY.id, secret: Buffer.from(FENCE_KEY.secret).toString("base64") }]),
+      ...env,
+    },
     stdio: ["ignore", "pipe", "inherit"],
   });
   const pid = child.pid ?? 0;
@@ -116,12 +130,23 @@ try {
   // node:http's client, and every microsecond the load generator spends is taken from the gateway.
   const clients = new Pool(`http://127.0.0.1:${gw.port}`, { connections: CONCURRENCY, pipelining: 1 });
   // Worker w writes row w under resource w, as a client holding one lease per row would.
-  const impls: Record<"gateway" | "library", Op> = {
+  const credentials = Array.from({ length: CONCURRENCY }, (_, w) => mintFenceCredential({ resource: `writer/${w}`, token: 1n, holder: `bench-${w}` }, FENCE_KEY));
+  const impls: Record<"gateway" | "gateway-credential" | "library", Op> = {
     gateway: async (w, i) => {
       const res = await clients.request({
         method: "PUT",
         path: `/v1/records/row/${w}`,
         headers: { authorization: `Bearer ${KEY}`, "fencing-token": "1", "fencing-resource": `writer/${w}`, "content-type": "application/json" },
+        body: value(w, i),
+      });
+      await res.body.dump();
+      if (res.statusCode !== 200) throw new Error(`gateway answered ${res.statusCode}`);
+    },
+    "gateway-credential": async (w, i) => {
+      const res = await clients.request({
+        method: "PUT",
+        path: `/v1/records/cred/${w}`,
+        headers: { authorization: `Bearer ${SERVICE_KEY}`, "fencing-credential": credentials[w] as string, "content-type": "application/json" },
         body: value(w, i),
       });
       await res.body.dump();
@@ -135,13 +160,13 @@ try {
   // A fresh gateway process needs a few thousand requests before V8 has optimised its hot paths
   // and grown its young generation; until then it runs at about half speed. Steady state is the goal.
   await measure(impls.gateway, CONCURRENCY, 3_000);
-  const best: Partial<Record<"gateway" | "library", Measured & { round: number }>> = {};
+  const best: Partial<Record<"gateway" | "gateway-credential" | "library", Measured & { round: number }>> = {};
   let peakRss = 0;
   for (let round = 0; round < ROUNDS; round++) {
-    for (const impl of ["gateway", "library"] as const) {
+    for (const impl of ["gateway", "gateway-credential", "library"] as const) {
       await measure(impls[impl], CONCURRENCY, 500); // warm-up: connections, prepared statements, JIT
       const extra: Record<string, unknown> = {};
-      if (impl === "gateway") {
+      if (impl !== "library") {
         gw.resetPeak();
         const cpu0 = gw.cpuSeconds();
         const r = await measure(impls[impl], CONCURRENCY, DURATION_MS);
@@ -157,6 +182,22 @@ try {
     }
   }
   await clients.close();
+  const c = best["gateway-credential"];
+  // The check alone, in this process: what verifying one credential costs the gateway's CPU.
+  const keys = credentialKeys([FENCE_KEY]);
+  const VERIFIES = 100_000;
+  const v0 = performance.now();
+  for (let i = 0; i < VERIFIES; i++) verifyFenceCredential(credentials[i % CONCURRENCY], keys);
+  emit({
+    bench: "gateway-credential-check",
+    ...setting,
+    ratio: Number(((best.gateway?.opsPerSec ?? 0) / (c?.opsPerSec ?? 1)).toFixed(3)),
+    ratioOf: "plain-header writes/s ÷ credential writes/s through the gateway (best round each): what verifying a credential costs per write",
+    credentialOpsPerSec: c?.opsPerSec,
+    credentialP99Ms: c?.p99Ms,
+    plainOpsPerSec: best.gateway?.opsPerSec,
+    verifyUsEach: Number((((performance.now() - v0) * 1000) / VERIFIES).toFixed(2)),
+  });
   const g = best.gateway;
   const l = best.library;
   emit({
