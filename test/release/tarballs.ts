@@ -83,7 +83,9 @@ async function pack(pkg: (typeof PUBLIC_PACKAGES)[number], dest: string): Promis
  * each at the start of a line), side-effect imports, import() calls and `import("…")` types.
  */
 function specifiers(text: string): string[] {
-  const patterns = [/^(?:import|export)\s[^;]*?\bfrom\s*["']([^"']+)["']/gm, /^import\s*["']([^"']+)["']/gm, /\bimport\(\s*["']([^"']+)["']\s*\)/g];
+  // An import or re-export statement never holds parentheses, and its specifier ends the statement:
+  // so `export function f(from) { g(from, "options.from") }` is not mistaken for one.
+  const patterns = [/^(?:import|export)\s[^;()]*?\bfrom\s*["']([^"'\n]+)["']\s*;?\s*$/gm, /^import\s*["']([^"'\n]+)["']\s*;?\s*$/gm, /\bimport\(\s*["']([^"'\n]+)["']\s*\)/g];
   return patterns.flatMap((pattern) => [...text.matchAll(pattern)].map((m) => m[1] ?? ""));
 }
 
