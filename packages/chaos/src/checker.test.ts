@@ -217,6 +217,29 @@ describe("checker", () => {
     expect(result.valid).toBe(true);
   });
 
+  it("counts each lease whose registration was refused (holder undisclosed) as a holder of its own", () => {
+    // Through the gateway, `register: true`: two later leases got token 5 again, a store refused to
+    // register them, and the gateway released them without disclosing their holder ids.
+    const refused = (op: string, mono: number): HistoryEvent[] => {
+      const base = { op, worker: Number(op.split(".")[0]), resource: R };
+      return [
+        { type: "invoke", ...base, ...at(mono) },
+        { type: "acquired", ...base, token: "5", holder: null, ...at(mono + 1) },
+        { type: "fail", ...base, token: "5", reason: "stale", message: "fencing token 5 was already accepted from another holder", ...at(mono + 1) },
+      ];
+    };
+    const history: HistoryEvent[] = [
+      ...increment({ op: "0.0", token: 5, read: 0, invoke: 0, writeStart: 5, ack: 6, holder: "aaa" }),
+      ...refused("1.0", 10),
+      ...refused("2.0", 20),
+      final([["0.0", 5]]),
+    ];
+    const result = check(history);
+    expect(result.repeatedTokens).toBe(2);
+    expect(result.valid).toBe(true);
+    expect(result.ops).toMatchObject({ ok: 1, fail: 2 });
+  });
+
   it("refuses to judge duplicates when an accepted write names no holder", () => {
     const history = increment({ op: "0.0", token: 1, read: 0, invoke: 0, writeStart: 5, ack: 6 }).map((e) => {
       if (e.type !== "acquired" && e.type !== "ok") return e;

@@ -89,7 +89,8 @@ function collectOps(history: readonly HistoryEvent[]): Map<string, Op> {
     if (e.type === "invoke") op.invoke = e.mono;
     if (e.type === "acquired" || e.type === "ok" || e.type === "fail" || e.type === "info") {
       if (e.token !== undefined) op.token = e.token;
-      if (e.holder !== undefined) op.holder = e.holder;
+      // null: a lease whose holder id was not disclosed (refused at registration); it never writes.
+      if (e.holder !== undefined && e.holder !== null) op.holder = e.holder;
     }
     if (e.type === "ok" || e.type === "fail" || e.type === "info") {
       op.outcome = e.type;
@@ -226,7 +227,8 @@ export function check(history: readonly HistoryEvent[]): CheckResult {
     if (e.type !== "acquired") continue;
     const slot = `${e.resource}@${e.token}`;
     const holders = acquirers.get(slot) ?? new Set<string>();
-    acquirers.set(slot, holders.add(e.holder));
+    // An undisclosed holder is still a lease of its own: every acquisition draws a fresh random value.
+    acquirers.set(slot, holders.add(e.holder ?? `undisclosed:${e.op}`));
   }
   const repeatedTokens = [...acquirers.values()].reduce((sum, holders) => sum + holders.size - 1, 0);
 
@@ -280,7 +282,7 @@ export function describeEvent(e: HistoryEvent): string {
     case "invoke":
       return `${t}  ${e.op.padEnd(8)} invoke ${e.resource}`;
     case "acquired":
-      return `${t}  ${e.op.padEnd(8)} acquired token ${e.token} (holder ${e.holder.slice(0, 8)}…)`;
+      return `${t}  ${e.op.padEnd(8)} acquired token ${e.token} (${e.holder === null ? "holder undisclosed: registration refused" : `holder ${e.holder.slice(0, 8)}…`})`;
     case "read":
       return `${t}  ${e.op.padEnd(8)} read ${e.count} (token ${e.token})`;
     case "ok":

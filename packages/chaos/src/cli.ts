@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 import { Command, InvalidArgumentError, Option } from "commander";
 import { check, describeEvent } from "./checker.js";
-import { BACKENDS, MODES, readHistoryFile, type Backend, type Mode } from "./history.js";
+import { BACKENDS, MODES, readHistoryFile, VIAS, type Backend, type Mode, type Via } from "./history.js";
 import { runChaos, type ChaosSummary } from "./suite.js";
 
 function positiveInt(value: string): number {
@@ -20,13 +20,18 @@ const program = new Command()
   .name("fenced-chaos")
   .description(
     "Fault injection with a history checker: workers increment counters under Redlock leases while a seeded nemesis " +
-      "pauses workers, pauses/kills Redis nodes, wipes a majority of them, jumps a node's clock and delays packets; the checker " +
+      "pauses workers, pauses/kills Redis nodes, wipes a majority of them, jumps a node's clock and delays packets (with --via gateway, also pauses the gateway process); the checker " +
       "then counts repeated tokens and looks for lost updates, decreasing tokens and writes of two holders at one token. Exits non-zero if 'full' shows a violation or 'unfenced' shows none.",
   )
   .option("--ops <n>", "operations per configuration and backend", positiveInt, 2000)
   .option("--seed <n>", "seed of the fault schedule (same seed, same faults)", nonNegativeInt)
   .addOption(new Option("--config <name>", "configuration to run").choices([...MODES, "all"]).default("all"))
   .addOption(new Option("--backend <name>", "store to run against").choices([...BACKENDS, "both"]).default("both"))
+  .addOption(
+    new Option("--via <how>", "library: workers run the lock and the stores' writers themselves; gateway: they take leases and write over HTTP through a fenced gateway process")
+      .choices(VIAS)
+      .default("library"),
+  )
   .option("--ttl <ms>", "lease TTL in ms", positiveInt, 600)
   .option("--workers <n>", "worker processes", positiveInt, 5)
   .option("--json", "print the summary as JSON, as the last line on stdout", false)
@@ -39,6 +44,7 @@ const options = program.opts<{
   seed?: number;
   config: Mode | "all";
   backend: Backend | "both";
+  via: Via;
   ttl: number;
   workers: number;
   json: boolean;
@@ -59,13 +65,14 @@ const backends = options.backend === "both" ? BACKENDS : [options.backend];
 
 // Progress goes to stderr so that stdout stays the summary alone under --json.
 const log = (line: string): void => void process.stderr.write(`${line}\n`);
-log(`chaos: seed ${seed}, ${options.ops} operations per configuration, configurations ${configs.join(", ")}, backends ${backends.join(", ")}`);
+log(`chaos: seed ${seed}, ${options.ops} operations per configuration, configurations ${configs.join(", ")}, backends ${backends.join(", ")}, via ${options.via}`);
 
 const summary = await runChaos({
   ops: options.ops,
   seed,
   configs,
   backends,
+  via: options.via,
   ttlMs: options.ttl,
   workers: options.workers,
   log,
@@ -80,7 +87,7 @@ if (options.json) {
 process.exit(summary.pass ? 0 : 1);
 
 function report(s: ChaosSummary): string {
-  const lines: string[] = [`seed ${s.seed}: ${s.ops} operations, TTL ${s.ttlMs} ms, ${s.workers} workers, ${s.redisNodes} Redis nodes`];
+  const lines: string[] = [`seed ${s.seed}: ${s.ops} operations, TTL ${s.ttlMs} ms, ${s.workers} workers, ${s.redisNodes} Redis nodes, via ${s.via}`];
   lines.push(`faults: ${Object.entries(s.faults).map(([k, v]) => `${k} ${v}`).join(", ")}`);
   for (const [backend, byMode] of Object.entries(s.runs)) {
     for (const [mode, run] of Object.entries(byMode ?? {})) {

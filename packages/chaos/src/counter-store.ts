@@ -17,25 +17,38 @@ export type StoreConnection =
       readonly bucket: string;
     };
 
+/** What a write is fenced with: the lease's fence, and the gateway's signed credential for it when it came from a gateway. */
+export interface WriteLease {
+  readonly fence: Fence;
+  readonly credential: string | undefined;
+}
+
+/** What a worker does with the counters, directly or through a gateway. */
+export interface CounterAccess {
+  read(key: string): Promise<{ doc: CounterDoc; version: string | undefined }>;
+  write(key: string, doc: CounterDoc, lease: WriteLease, version: string | undefined): Promise<void>;
+  close(): Promise<void>;
+}
+
 /**
  * The counter documents as one configuration reads and writes them:
  * - unfenced: a plain UPDATE / a plain PutObject (the token is carried but nobody checks it);
  * - ratchet: a fenced put, nothing else;
  * - full: register() right after acquiring, and every put carries ifVersion (the version read).
  */
-export interface CounterStore {
-  read(key: string): Promise<{ doc: CounterDoc; version: string | undefined }>;
-  write(key: string, doc: CounterDoc, fence: Fence, version: string | undefined): Promise<void>;
+export interface CounterStore extends CounterAccess {
   /** Fence-on-acquire (only used in "full"). */
   register(fence: Fence): Promise<void>;
   /** Creates the namespace and an empty counter; run once by the controller before the workers start. */
   init(keys: readonly { key: string; resource: string }[]): Promise<void>;
-  close(): Promise<void>;
 }
 
 export function openCounterStore(connection: StoreConnection, mode: Mode): CounterStore {
   return connection.backend === "postgres" ? new PostgresCounters(connection, mode) : new S3Counters(connection, mode);
 }
+
+/** Objects up to this size are stored inside their manifest: the document grows by one log entry per increment, and every write stays one conditional PUT. */
+export const INLINE_LIMIT = 4 * 1024 * 1024;
 
 /** The fence of the initial empty document: below every token the lock hands out. */
 const INITIAL = (resource: string): Fence => ({ resource, token: 0n });
@@ -64,7 +77,7 @@ class PostgresCounters implements CounterStore {
     return { doc: parseDoc(record.value), version: record.version };
   }
 
-  async write(key: string, doc: CounterDoc, fence: Fence, version: string | undefined): Promise<void> {
+  async write(key: string, doc: CounterDoc, { fence }: WriteLease, version: string | undefined): Promise<void> {
     const value = { count: doc.count, log: [...doc.log] };
     if (this.mode === "unfenced") {
       const result = await this.pool.query(this.plainUpdate, [key, JSON.stringify(value)]);
@@ -106,8 +119,7 @@ class S3Counters implements CounterStore {
       responseChecksumValidation: "WHEN_REQUIRED",
     });
     this.bucket = connection.bucket;
-    // The document grows by one log entry per increment; inlining it keeps every write one conditional PUT.
-    this.store = new FencedS3(this.client, { bucket: connection.bucket, inlineLimit: 4 * 1024 * 1024 });
+    this.store = new FencedS3(this.client, { bucket: connection.bucket, inlineLimit: INLINE_LIMIT });
   }
 
   async read(key: string): Promise<{ doc: CounterDoc; version: string | undefined }> {
@@ -121,7 +133,7 @@ class S3Counters implements CounterStore {
     return { doc: parseDoc(JSON.parse(object.body.toString("utf8"))), version: object.version };
   }
 
-  async write(key: string, doc: CounterDoc, fence: Fence, version: string | undefined): Promise<void> {
+  async write(key: string, doc: CounterDoc, { fence }: WriteLease, version: string | undefined): Promise<void> {
     const body = Buffer.from(JSON.stringify(doc));
     if (this.mode === "unfenced") {
       await this.client.send(new PutObjectCommand({ Bucket: this.bucket, Key: plainKey(key), Body: body, ContentType: "application/json" }));
@@ -137,7 +149,7 @@ class S3Counters implements CounterStore {
 
   async init(keys: readonly { key: string; resource: string }[]): Promise<void> {
     for (const { key, resource } of keys) {
-      if (this.mode === "unfenced") await this.write(key, EMPTY_DOC, INITIAL(resource), undefined);
+      if (this.mode === "unfenced") await this.write(key, EMPTY_DOC, { fence: INITIAL(resource), credential: undefined }, undefined);
       else await this.store.put(key, Buffer.from(JSON.stringify(EMPTY_DOC)), { fence: INITIAL(resource), contentType: "application/json" });
     }
   }

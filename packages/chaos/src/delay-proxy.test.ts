@@ -42,6 +42,18 @@ afterEach(async () => {
 });
 
 describe("delay proxy", () => {
+  it("started before its server listens, forwards to it once told where", async () => {
+    const proxy = await DelayProxy.start("127.0.0.1", 0);
+    cleanup.push(() => proxy.close());
+    const { server, port } = await echoServer();
+    cleanup.push(() => new Promise<void>((r) => server.close(() => r())));
+    proxy.forwardTo("127.0.0.1", port);
+    expect(proxy.targetPort).toBe(port);
+    const socket = await open(proxy.port);
+    cleanup.push(() => void socket.destroy());
+    expect(await roundTrip(socket, "hello")).toBeLessThan(100);
+  });
+
   it("forwards without delay, then delays each direction by what was added, then not once removed", async () => {
     const { server, port } = await echoServer();
     cleanup.push(() => new Promise<void>((r) => server.close(() => r())));

@@ -78,9 +78,24 @@ export class DelayProxy {
   private constructor(
     private readonly server: Server,
     readonly port: number,
-    readonly targetHost: string,
-    readonly targetPort: number,
+    private target: { readonly host: string; readonly port: number },
   ) {}
+
+  get targetHost(): string {
+    return this.target.host;
+  }
+
+  get targetPort(): number {
+    return this.target.port;
+  }
+
+  /**
+   * Forwards the connections accepted from now on to host:port: a proxy can be started (and its port
+   * handed out) before the server behind it listens.
+   */
+  forwardTo(host: string, port: number): void {
+    this.target = { host, port };
+  }
 
   /** Listens on 127.0.0.1, on a port the OS picks, and forwards every connection to host:port. */
   static async start(targetHost: string, targetPort: number): Promise<DelayProxy> {
@@ -91,7 +106,7 @@ export class DelayProxy {
     });
     const address = server.address();
     if (address === null || typeof address === "string") throw new Error("delay proxy: could not read its own port");
-    const proxy = new DelayProxy(server, address.port, targetHost, targetPort);
+    const proxy = new DelayProxy(server, address.port, { host: targetHost, port: targetPort });
     server.on("connection", (client) => proxy.accept(client));
     return proxy;
   }
@@ -125,7 +140,7 @@ export class DelayProxy {
   }
 
   private accept(client: Socket): void {
-    const upstream = connect(this.targetPort, this.targetHost);
+    const upstream = connect(this.target.port, this.target.host);
     // Nagle on either leg would add its own latency to small requests and blur the injected one.
     client.setNoDelay(true);
     upstream.setNoDelay(true);

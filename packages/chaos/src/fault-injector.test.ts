@@ -96,7 +96,7 @@ describe("fault injector", () => {
     expect(actions.indexOf("release worker 3 from 6")).toBe(actions.indexOf("cont worker 3") - 1);
     expect(actions).not.toContain("stop worker 2");
     expect(delays()).toBe(0);
-    expect(injector.faults).toEqual({ "pause-worker": 1, "pause-in-rmw": 1, "pause-redis": 1, "kill-redis": 1, "wipe-redis": 1, "clock-jump": 2, delay: 1 });
+    expect(injector.faults).toEqual({ "pause-worker": 1, "pause-in-rmw": 1, "pause-redis": 1, "kill-redis": 1, "wipe-redis": 1, "clock-jump": 2, delay: 1, "pause-gateway": 0 });
     // Every fault that started has ended (a clock jump is instantaneous: both at once).
     const starts = events.filter((e) => e.phase === "start").map((e) => e.fault);
     const ends = events.filter((e) => e.phase === "end").map((e) => e.fault);
@@ -106,6 +106,45 @@ describe("fault injector", () => {
     injector.reachedRmw(0, 99, 0);
     await new Promise((r) => setTimeout(r, 10));
     expect(actions.slice(-3)).toEqual(["stop worker 0", "release worker 0 from 99", "cont worker 0"]);
+  });
+
+  it("pauses the gateway process, resumes it on time or at stop(), and names the link a delay really acts on", async () => {
+    const { targets, actions } = fakes();
+    const gateway = {
+      pause: () => void actions.push("stop gateway"),
+      resume: () => void actions.push("cont gateway"),
+    };
+    const schedule: Fault[] = [
+      { id: 0, at: 0, kind: "pause-gateway", durationMs: 30 },
+      { id: 1, at: 0, kind: "delay", worker: 2, link: 1, directions: "down", delayMs: 900, durationMs: 60_000 },
+      { id: 2, at: 60, kind: "pause-gateway", durationMs: 60_000 },
+    ];
+    const events: NemesisEvent[] = [];
+    const started = performance.now();
+    const injector = new FaultInjector(
+      schedule[Symbol.iterator](),
+      { ...targets, gateway, linkName: (link) => (link === "store" ? "store" : "gateway") },
+      (e) => events.push(e),
+      () => performance.now() - started,
+      600,
+    );
+    injector.start();
+    await new Promise((r) => setTimeout(r, 120));
+    // The first pause ended on its own before the second began.
+    expect(actions.filter((a) => a.endsWith("gateway"))).toEqual(["stop gateway", "cont gateway", "stop gateway"]);
+    await injector.stop();
+    expect(actions.filter((a) => a.endsWith("gateway"))).toEqual(["stop gateway", "cont gateway", "stop gateway", "cont gateway"]);
+    expect(injector.faults["pause-gateway"]).toBe(2);
+    expect(events.find((e) => e.kind === "pause-gateway")?.target).toBe("gateway");
+    // Through a gateway a worker reaches no Redis node: the delay acts on its link to the gateway, and says so.
+    expect(events.find((e) => e.kind === "delay")?.target).toBe("worker 2 → gateway (down, 900 ms)");
+
+    // Without a gateway process the fault finds nothing to act on.
+    const alone = new FaultInjector([{ id: 0, at: 0, kind: "pause-gateway", durationMs: 10 } as Fault][Symbol.iterator](), targets, () => undefined, () => performance.now() - started, 600);
+    alone.start();
+    await new Promise((r) => setTimeout(r, 20));
+    await alone.stop();
+    expect(alone.missed).toBe(1);
   });
 
   it("records an armed pause that never found its worker between read and write as missed", async () => {

@@ -14,6 +14,10 @@ export interface FaultTargets {
   releaseWorker(worker: number, fault: number): void;
   readonly redis: readonly RedisNodeHandle[];
   proxy(worker: number, link: Link): DelayProxy;
+  /** The gateway process the workers go through, if any: SIGSTOP / SIGCONT. */
+  readonly gateway?: { pause(): void; resume(): void };
+  /** What a delay on `link` really holds back, when that is not the link itself (through a gateway: "gateway"). */
+  readonly linkName?: (link: Link) => string;
 }
 
 interface Active {
@@ -112,7 +116,7 @@ export class FaultInjector {
   }
 
   private async apply(fault: Fault): Promise<void> {
-    const target = describeTarget(fault, this.nodeNames());
+    const target = describeTarget(fault, this.nodeNames(), this.targets.linkName);
     switch (fault.kind) {
       case "pause-worker": {
         this.targets.pauseWorker(fault.worker);
@@ -164,6 +168,17 @@ export class FaultInjector {
         this.node(fault.node).setClockOffsetMs(offset);
         this.began(fault, target);
         this.emit(fault.id, fault.kind, target, "end");
+        return;
+      }
+      case "pause-gateway": {
+        const gateway = this.targets.gateway;
+        if (gateway === undefined) return this.miss(fault, target);
+        gateway.pause();
+        this.began(fault, target);
+        this.hold(fault.id, fault.durationMs, () => {
+          gateway.resume();
+          this.emit(fault.id, fault.kind, target, "end");
+        });
         return;
       }
       case "delay": {

@@ -12,6 +12,9 @@ export type Mode = "unfenced" | "ratchet" | "full";
 export type Backend = "postgres" | "s3";
 export const MODES: readonly Mode[] = ["unfenced", "ratchet", "full"];
 export const BACKENDS: readonly Backend[] = ["postgres", "s3"];
+/** How workers take leases and write: with @fenced/lock and the store libraries in their own process, or through a fenced gateway process over HTTP. */
+export type Via = "library" | "gateway";
+export const VIAS: readonly Via[] = ["library", "gateway"];
 
 interface Stamp {
   readonly mono: number;
@@ -33,8 +36,13 @@ export type FailReason = "lock" | "stale" | "version" | "error";
 
 export type OpEvent =
   | (OpStamp & { readonly type: "invoke" })
-  /** `holder`: the lease's public id (Lease.holder), which the stores compare on equal tokens; never its secret value. */
-  | (OpStamp & { readonly type: "acquired"; readonly token: string; readonly holder: string })
+  /**
+   * `holder`: the lease's public id (Lease.holder), which the stores compare on equal tokens; never its secret value.
+   * null: a lease the lock granted and the gateway released at once, because a store refused to register
+   * its fence (`register: true`); the gateway does not disclose that lease's holder id, but it is a
+   * lease of its own, distinct from every other.
+   */
+  | (OpStamp & { readonly type: "acquired"; readonly token: string; readonly holder: string | null })
   /** `head`: the op of the last increment in the document read (null: none), which links each write to the one it built on. */
   | (OpStamp & { readonly type: "read"; readonly token: string; readonly count: number; readonly head: string | null })
   | (OpStamp & {
@@ -51,8 +59,8 @@ export type OpEvent =
   /** Indeterminate: the write was sent and its outcome is unknown (it may or may not have been applied). */
   | (OpStamp & { readonly type: "info"; readonly message: string; readonly token: string; readonly holder: string; readonly writeStart: number });
 
-export type FaultKind = "pause-worker" | "pause-in-rmw" | "pause-redis" | "kill-redis" | "wipe-redis" | "clock-jump" | "delay";
-export const FAULT_KINDS: readonly FaultKind[] = ["pause-worker", "pause-in-rmw", "pause-redis", "kill-redis", "wipe-redis", "clock-jump", "delay"];
+export type FaultKind = "pause-worker" | "pause-in-rmw" | "pause-redis" | "kill-redis" | "wipe-redis" | "clock-jump" | "delay" | "pause-gateway";
+export const FAULT_KINDS: readonly FaultKind[] = ["pause-worker", "pause-in-rmw", "pause-redis", "kill-redis", "wipe-redis", "clock-jump", "delay", "pause-gateway"];
 
 /** A count of 0 for every fault kind. */
 export function noFaults(): Record<FaultKind, number> {

@@ -3,4 +3,4 @@ export { DelayProxy, type Direction, type Directions } from "./delay-proxy.js";
 export { faultSchedule, planFaults, type Fault, type ScheduleOptions } from "./nemesis.js";
 export { plotHistory } from "./plot.js";
 export { runChaos, verdict, type ChaosOptions, type ChaosSummary, type RunSummary } from "./suite.js";
-export type { HistoryEvent, Mode, Backend } from "./history.js";
+export type { HistoryEvent, Mode, Backend, Via } from "./history.js";

@@ -28,6 +28,27 @@ describe("fault schedule", () => {
     expect(faults[0]?.at).toBeGreaterThanOrEqual(shape.ttlMs);
   });
 
+  it("with a gateway, adds pauses of the gateway process and leaves every other fault where it was", () => {
+    const withoutIds = (faults: Fault[]): Omit<Fault, "id">[] => faults.map(({ id: _id, ...rest }) => rest);
+    for (const seed of [1, 20]) {
+      const library = planFaults({ ...shape, seed }, 120_000);
+      const gateway = planFaults({ ...shape, seed, gateway: true }, 120_000);
+      expect(library.some((f) => f.kind === "pause-gateway")).toBe(false);
+      const pauses = gateway.filter((f) => f.kind === "pause-gateway");
+      expect(withoutIds(gateway.filter((f) => f.kind !== "pause-gateway"))).toEqual(withoutIds(library));
+      // Every few seconds, each longer than the TTL, never two at once.
+      expect(pauses.length).toBeGreaterThanOrEqual(120 / 10);
+      for (const [i, p] of pauses.entries()) {
+        expect(p.durationMs).toBeGreaterThan(shape.ttlMs);
+        const next = pauses[i + 1];
+        if (next !== undefined) expect(next.at).toBeGreaterThan(p.at + p.durationMs);
+      }
+      const times = gateway.map((f) => f.at);
+      expect(times).toEqual([...times].sort((x, y) => x - y));
+      expect(gateway.map((f) => f.id)).toEqual(gateway.map((_, i) => i));
+    }
+  });
+
   it("never pauses or kills a majority of the Redis nodes at once, except at the instant of a wipe", () => {
     for (const seed of [1, 2, 3, 4, 5]) {
       const faults = planFaults({ ...shape, seed }, 300_000);

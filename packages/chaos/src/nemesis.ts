@@ -1,6 +1,6 @@
 import type { Directions } from "./delay-proxy.js";
 import type { FaultKind } from "./history.js";
-import { Random } from "./random.js";
+import { hash32, Random } from "./random.js";
 
 /**
  * The nemesis's schedule: a seeded, endless sequence of faults at times relative to the start of a
@@ -39,7 +39,9 @@ export type Fault =
   /** Moves one Redis node's wall clock forward by jumpMs (cumulative); its keys expire early. */
   | (FaultBase & { readonly kind: "clock-jump"; readonly node: number; readonly jumpMs: number })
   /** Holds back one worker's packets on one link by delayMs, for durationMs. */
-  | (FaultBase & { readonly kind: "delay"; readonly worker: number; readonly link: Link; readonly directions: Directions; readonly delayMs: number });
+  | (FaultBase & { readonly kind: "delay"; readonly worker: number; readonly link: Link; readonly directions: Directions; readonly delayMs: number })
+  /** SIGSTOP the gateway process (only when the workers go through one), SIGCONT after durationMs (longer than the TTL). */
+  | (FaultBase & { readonly kind: "pause-gateway" });
 
 export interface ScheduleOptions {
   readonly seed: number;
@@ -50,13 +52,18 @@ export interface ScheduleOptions {
   readonly clockNode: number;
   /** Mean time between the starts of two faults; default 0.8 × TTL. */
   readonly meanGapMs?: number;
+  /**
+   * The workers go through a gateway process: pauses of that process are added, drawn from a stream
+   * of their own, so that every other fault stays exactly where the same seed puts it without one.
+   */
+  readonly gateway?: boolean;
 }
 
 /**
  * Relative frequencies. The targeted pause is the one that makes stale writers; the wipe round the
  * one that makes the lock repeat tokens; the rest stress liveness and ordering.
  */
-const WEIGHTS: Readonly<Record<FaultKind, number>> = {
+const WEIGHTS: Readonly<Record<Exclude<FaultKind, "pause-gateway">, number>> = {
   "pause-in-rmw": 3,
   "pause-worker": 2,
   delay: 2,
@@ -106,7 +113,41 @@ function wipeRound(rnd: Random, at: number, ttlMs: number, redisNodes: number): 
   return { faults, until: wipeAt + RESTART_MARGIN_MS };
 }
 
+/** Mean time between two pauses of the gateway, in TTLs: it stalls every worker at once, so it comes rarely. */
+const GATEWAY_PAUSE_GAP_TTLS = 10;
+
+/**
+ * Pauses of the gateway process, on a stream seeded apart from the main schedule. Gaps are at least
+ * 4 TTLs and pauses at most 3, so two never overlap.
+ */
+function* gatewayPauses(options: ScheduleOptions): Generator<Omit<Extract<Fault, { kind: "pause-gateway" }>, "id">, never> {
+  const rnd = new Random(hash32(options.seed ^ 0x67a7e3a1));
+  const gap = GATEWAY_PAUSE_GAP_TTLS * options.ttlMs;
+  for (let at = options.ttlMs; ; ) {
+    at += Math.round(rnd.between(0.4, 1.6) * gap);
+    yield { kind: "pause-gateway", at, durationMs: Math.round(rnd.between(1.5, 3) * options.ttlMs) };
+  }
+}
+
 export function* faultSchedule(options: ScheduleOptions): Generator<Fault, never> {
+  const main = mainSchedule(options);
+  if (options.gateway !== true) return yield* main;
+  const pauses = gatewayPauses(options);
+  // Merged in time order; ids are renumbered so that they stay positions in the merged schedule.
+  let next = main.next().value;
+  let pause = pauses.next().value;
+  for (let id = 0; ; id++) {
+    if (next.at <= pause.at) {
+      yield { ...next, id };
+      next = main.next().value;
+    } else {
+      yield { ...pause, id };
+      pause = pauses.next().value;
+    }
+  }
+}
+
+function* mainSchedule(options: ScheduleOptions): Generator<Fault, never> {
   const { ttlMs, workers, redisNodes, clockNode } = options;
   if (workers < 1 || redisNodes < 1 || ttlMs <= 0) throw new RangeError("faultSchedule needs ≥ 1 worker, ≥ 1 Redis node and a positive TTL");
   if (clockNode < 0 || clockNode >= redisNodes) throw new RangeError(`clockNode ${clockNode} is not one of the ${redisNodes} nodes`);
@@ -192,8 +233,11 @@ export function planFaults(options: ScheduleOptions, horizonMs: number): Fault[]
   return faults;
 }
 
-/** A human-readable target, as recorded in the history and shown in the plot. */
-export function describeTarget(fault: Fault, nodeNames: readonly string[]): string {
+/**
+ * A human-readable target, as recorded in the history and shown in the plot. `linkName` names what
+ * a delay really holds back when that is not the link the schedule drew (through a gateway).
+ */
+export function describeTarget(fault: Fault, nodeNames: readonly string[], linkName?: (link: Link) => string): string {
   const node = (n: number): string => `redis ${nodeNames[n] ?? String(n)}`;
   switch (fault.kind) {
     case "pause-worker":
@@ -206,6 +250,8 @@ export function describeTarget(fault: Fault, nodeNames: readonly string[]): stri
     case "clock-jump":
       return `${node(fault.node)} +${fault.jumpMs} ms`;
     case "delay":
-      return `worker ${fault.worker} → ${fault.link === "store" ? "store" : node(fault.link)} (${fault.directions}, ${fault.delayMs} ms)`;
+      return `worker ${fault.worker} → ${linkName?.(fault.link) ?? (fault.link === "store" ? "store" : node(fault.link))} (${fault.directions}, ${fault.delayMs} ms)`;
+    case "pause-gateway":
+      return "gateway";
   }
 }

@@ -17,6 +17,8 @@ describe("plot", () => {
       ...op("1.0", 1, "2", 0, 100),
       { type: "nemesis", fault: 1, kind: "kill-redis", target: "redis B", phase: "end", mono: 300, wall: 300 },
       { type: "nemesis", fault: 0, kind: "pause-in-rmw", target: "worker 0", phase: "end", worker: 0, mono: 399, wall: 399 },
+      { type: "nemesis", fault: 2, kind: "pause-gateway", target: "gateway", phase: "start", mono: 420, wall: 420 },
+      { type: "nemesis", fault: 2, kind: "pause-gateway", target: "gateway", phase: "end", mono: 520, wall: 520 },
       { type: "final", resource: "r", count: 1, log: ["0.0@1"], mono: 600, wall: 600 },
     ];
     const result = check(history);
@@ -29,6 +31,8 @@ describe("plot", () => {
     expect(svg).toContain(">redis B<");
     expect(svg).toMatch(/<title>pause-in-rmw: worker 0, 397 ms<\/title>/);
     expect(svg).toMatch(/<title>kill-redis: redis B<\/title>/);
+    // The gateway process gets a lane of its own, below the Redis nodes.
+    expect(svg).toMatch(/>redis B<[\s\S]*>gateway<[\s\S]*<title>pause-gateway: gateway<\/title>/);
     // The lost write: a red dot in the token panel and a red outline in its lane.
     expect(svg).toMatch(/r="4" fill="#e00000"><title>1\.0 /);
     expect(svg).toMatch(/stroke="#e00000"[^>]*><title>1\.0 ok<\/title>/);

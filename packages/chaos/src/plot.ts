@@ -30,6 +30,7 @@ const FAULT_COLOURS: Record<FaultKind, string> = {
   "kill-redis": "#a02020",
   "wipe-redis": "#000000",
   "clock-jump": "#c020c0",
+  "pause-gateway": "#00a080",
 };
 const RESOURCE_COLOURS = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#bcbd22"];
 
@@ -75,7 +76,10 @@ export function plotHistory(history: readonly HistoryEvent[], result: CheckResul
   const bad = new Set(result.victims);
   const resources = [...new Set(ops.map((e) => e.resource))].sort();
   const workers = [...new Set(ops.map((e) => e.worker))].sort((a, b) => a - b);
-  const nodes = [...new Set(faults.filter((f) => f.target.startsWith("redis ")).map((f) => f.target.split(" ")[1] ?? "?"))].sort();
+  // One lane per faulted Redis node ("redis C"), then one for the gateway process if it was paused.
+  const laneName = (f: Interval): string | undefined => (f.target.startsWith("redis ") ? `redis ${f.target.split(" ")[1] ?? "?"}` : f.kind === "pause-gateway" ? "gateway" : undefined);
+  const named = new Set(faults.flatMap((f) => laneName(f) ?? []));
+  const nodes = [...[...named].filter((name) => name !== "gateway").sort(), ...(named.has("gateway") ? ["gateway"] : [])];
 
   const out: string[] = [];
   let y = 40;
@@ -94,7 +98,7 @@ export function plotHistory(history: readonly HistoryEvent[], result: CheckResul
   out.push(`<text x="${LEFT - 8}" y="${y + TOKENS_HEIGHT / 2}" font-size="11" text-anchor="end">accepted writes</text>`);
   out.push(`<rect x="${LEFT}" y="${y}" width="${WIDTH - LEFT - RIGHT}" height="${TOKENS_HEIGHT}" fill="none" stroke="#ccc"/>`);
   for (const f of faults) {
-    if (f.kind === "pause-in-rmw" || f.kind === "pause-worker") {
+    if (f.kind === "pause-in-rmw" || f.kind === "pause-worker" || f.kind === "pause-gateway") {
       out.push(`<rect x="${n(x(f.start))}" y="${y}" width="${n(Math.max(1, x(f.end) - x(f.start)))}" height="${TOKENS_HEIGHT}" fill="${FAULT_COLOURS[f.kind]}" opacity="0.07"/>`);
     }
   }
@@ -142,12 +146,12 @@ export function plotHistory(history: readonly HistoryEvent[], result: CheckResul
   }
   y += workers.length * LANE + 16;
 
-  // Panel 3: Redis nodes that were faulted.
+  // Panel 3: Redis nodes that were faulted, and the gateway.
   for (const [i, name] of nodes.entries()) {
     const top = y + i * LANE;
-    out.push(`<text x="${LEFT - 8}" y="${top + LANE - 6}" font-size="11" text-anchor="end">redis ${esc(name)}</text>`);
+    out.push(`<text x="${LEFT - 8}" y="${top + LANE - 6}" font-size="11" text-anchor="end">${esc(name)}</text>`);
     out.push(`<line x1="${LEFT}" x2="${WIDTH - RIGHT}" y1="${top + LANE}" y2="${top + LANE}" stroke="#eee"/>`);
-    for (const f of faults.filter((f) => f.worker === undefined && f.target.split(" ")[1] === name)) {
+    for (const f of faults.filter((f) => f.worker === undefined && laneName(f) === name)) {
       const title = `<title>${esc(`${f.kind}: ${f.target}`)}</title>`;
       if (f.kind === "clock-jump") {
         out.push(`<line x1="${n(x(f.start))}" x2="${n(x(f.start))}" y1="${top + 2}" y2="${top + LANE - 2}" stroke="${FAULT_COLOURS[f.kind]}" stroke-width="2">${title}</line>`);

@@ -2,10 +2,11 @@ import { fork, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { startRedisNodes, type RedisNodes } from "@fenced/servers";
 import { check, type CheckResult } from "./checker.js";
-import { openCounterStore } from "./counter-store.js";
+import { INLINE_LIMIT, openCounterStore } from "./counter-store.js";
 import { DelayProxy } from "./delay-proxy.js";
 import { FaultInjector } from "./fault-injector.js";
-import { monoSince, type Backend, type FaultKind, type HistoryEvent, type Mode } from "./history.js";
+import { GatewayProcess, killGatewaysNow, newApiKey } from "./gateway-process.js";
+import { monoSince, type Backend, type FaultKind, type HistoryEvent, type Mode, type Via } from "./history.js";
 import { faultSchedule, type Link } from "./nemesis.js";
 import { throughProxy, type StoreServer } from "./store-server.js";
 import { WORKER_ENV, type FromWorker, type ToWorker, type WorkerConfig } from "./worker.js";
@@ -13,6 +14,8 @@ import { WORKER_ENV, type FromWorker, type ToWorker, type WorkerConfig } from ".
 export interface RunOptions {
   readonly mode: Mode;
   readonly store: StoreServer;
+  /** "gateway": the workers take leases (and, unless unfenced, read and write) through a gateway process. */
+  readonly via: Via;
   /** Stop once this many operations have completed (ok, fail or indeterminate). */
   readonly ops: number;
   readonly seed: number;
@@ -46,6 +49,10 @@ const WORKER_FILE = fileURLToPath(new URL(FROM_SOURCE ? "./worker.ts" : "./worke
 const PACKAGE_DIR = fileURLToPath(new URL("..", import.meta.url));
 /** The one Redis node whose wall clock the nemesis moves. */
 const CLOCK_NODE = 0;
+/** Per lock node, in the workers' Redlock and in the gateway's. */
+const NODE_TIMEOUT_MS = 150;
+/** A worker's request to the gateway that has no answer by then fails (a write's outcome is then unknown); longer than any pause or delay. */
+const GATEWAY_TIMEOUT_MS = 10_000;
 
 /**
  * Workers of every run, so that none outlives the controller however it exits. A stopped worker
@@ -61,6 +68,7 @@ function killWorkersOnExit(): void {
       child.kill("SIGCONT");
       child.kill("SIGKILL");
     }
+    killGatewaysNow();
   };
   process.once("exit", killAll);
   for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) {
@@ -121,6 +129,11 @@ class WorkerHandle {
  * One configuration against one backend: fresh Redis nodes, a fresh store namespace, a delay proxy
  * per worker and server, the workers, the nemesis on the seeded schedule; then heal everything,
  * stop the workers, read the counters directly (not through the proxies) and check the history.
+ *
+ * Through a gateway, the gateway process talks to the Redis nodes and the store directly, and each
+ * worker reaches it through a delay proxy of its own: a delay the schedule puts on a worker's link
+ * to a Redis node or to the store holds back its traffic to the gateway instead (in "unfenced", whose
+ * writes still go straight to the store, a delay on the store link stays on the store link).
  */
 export async function runConfiguration(options: RunOptions): Promise<RunResult> {
   const { mode, store, log } = options;
@@ -132,17 +145,37 @@ export async function runConfiguration(options: RunOptions): Promise<RunResult> 
   const connection = await store.namespace(mode);
   const setup = openCounterStore(connection, mode);
   let redis: RedisNodes | undefined;
-  const proxies: { store: DelayProxy; redis: DelayProxy[] }[] = [];
+  const viaGateway = options.via === "gateway";
+  /** Started beside the workers (both take seconds to load), and waited for before the run begins. */
+  let gatewayStarting: Promise<GatewayProcess> | undefined;
+  let gateway: GatewayProcess | undefined;
+  const apiKey = newApiKey();
+  const proxies: { store: DelayProxy; redis: DelayProxy[]; gateway: DelayProxy | undefined }[] = [];
   const workers: WorkerHandle[] = [];
   killWorkersOnExit();
   try {
     await setup.init(resources.map((resource) => ({ resource, key: counters[resource] ?? resource })));
     redis = await startRedisNodes(options.redisNodes, { faults: true, clockControl: [CLOCK_NODE] });
     const nodes = redis.nodes;
+    if (viaGateway) {
+      gatewayStarting = GatewayProcess.start({
+        apiKey,
+        redisUrls: redis.urls,
+        store: connection,
+        resources,
+        keys: Object.values(counters),
+        nodeTimeoutMs: NODE_TIMEOUT_MS,
+        inlineLimit: INLINE_LIMIT,
+      });
+      // Awaited below; a failure before that must not be an unhandled rejection.
+      gatewayStarting.catch(() => undefined);
+    }
     for (let w = 0; w < options.workers; w++) {
       proxies.push({
         store: await DelayProxy.start(store.host, store.port),
-        redis: await Promise.all(nodes.map((n) => DelayProxy.start(n.host, n.port))),
+        redis: viaGateway ? [] : await Promise.all(nodes.map((n) => DelayProxy.start(n.host, n.port))),
+        // Its port is handed to the worker now; where it forwards is set once the gateway listens.
+        gateway: viaGateway ? await DelayProxy.start("127.0.0.1", 0) : undefined,
       });
     }
     let origin = process.hrtime.bigint();
@@ -154,13 +187,15 @@ export async function runConfiguration(options: RunOptions): Promise<RunResult> 
     const finished = new Promise<void>((resolve) => (finish = resolve));
 
     // Built before the workers exist: it only reaches them through these closures, once started.
+    /** Through a gateway, which links of a worker lead to it: all but the store link of "unfenced", which writes to the store itself. */
+    const gatewayLink = (link: Link): boolean => viaGateway && (link !== "store" || mode !== "unfenced");
     const byIndex = (w: number): WorkerHandle => {
       const worker = workers[w];
       if (worker === undefined) throw new Error(`no worker ${w}`);
       return worker;
     };
     const injector = new FaultInjector(
-      faultSchedule({ seed: options.seed, ttlMs: options.ttlMs, workers: options.workers, redisNodes: options.redisNodes, clockNode: CLOCK_NODE }),
+      faultSchedule({ seed: options.seed, ttlMs: options.ttlMs, workers: options.workers, redisNodes: options.redisNodes, clockNode: CLOCK_NODE, gateway: viaGateway }),
       {
         pauseWorker: (w) => byIndex(w).pause(),
         resumeWorker: (w) => byIndex(w).resume(),
@@ -169,10 +204,11 @@ export async function runConfiguration(options: RunOptions): Promise<RunResult> 
         redis: nodes,
         proxy: (w: number, link: Link) => {
           const p = proxies[w];
-          const proxy = link === "store" ? p?.store : p?.redis[link];
+          const proxy = gatewayLink(link) ? p?.gateway : link === "store" ? p?.store : p?.redis[link];
           if (proxy === undefined) throw new Error(`no proxy for worker ${w} → ${String(link)}`);
           return proxy;
         },
+        ...(viaGateway ? { gateway: { pause: () => gateway?.pause(), resume: () => gateway?.resume() }, linkName: (link: Link) => (gatewayLink(link) ? "gateway" : "store") } : {}),
       },
       (event) => history.push(event),
       now,
@@ -187,8 +223,10 @@ export async function runConfiguration(options: RunOptions): Promise<RunResult> 
         mode,
         store: throughProxy(connection, p.store.port),
         redisUrls: p.redis.map((proxy) => `redis://127.0.0.1:${proxy.port}`),
+        ...(p.gateway === undefined ? {} : { gateway: { port: p.gateway.port, apiKey, timeoutMs: GATEWAY_TIMEOUT_MS } }),
         counters,
         ttlMs: options.ttlMs,
+        nodeTimeoutMs: NODE_TIMEOUT_MS,
         workMs: options.workMs,
         seed: options.seed,
       };
@@ -222,6 +260,14 @@ export async function runConfiguration(options: RunOptions): Promise<RunResult> 
       );
     }
     await Promise.all(ready);
+    gateway = await gatewayStarting;
+    for (const p of proxies) if (gateway !== undefined) p.gateway?.forwardTo("127.0.0.1", gateway.port);
+    void gateway?.exited.then(() => {
+      if (stopping) return;
+      // Without its gateway no worker gets anywhere: end the run now and say why.
+      problems.push(`the gateway died during the run: ${gateway?.log.trim().slice(-500) ?? ""}`);
+      finish();
+    });
     origin = process.hrtime.bigint();
 
     for (const worker of workers) worker.send({ type: "go", origin: origin.toString() });
@@ -249,6 +295,8 @@ export async function runConfiguration(options: RunOptions): Promise<RunResult> 
       for (const worker of workers) worker.child.kill("SIGKILL");
       await Promise.all(workers.map((w) => w.exited));
     }
+    // Before the final read: a request a worker gave up on may still be running in the gateway.
+    await gateway?.stop();
 
     for (const resource of resources) {
       const { doc } = await setup.read(counters[resource] ?? resource);
@@ -274,7 +322,9 @@ export async function runConfiguration(options: RunOptions): Promise<RunResult> 
       worker.child.kill("SIGKILL");
     }
     await Promise.all(workers.map((w) => w.exited));
-    await Promise.allSettled(proxies.flatMap((p) => [p.store, ...p.redis].map((proxy) => proxy.close())));
+    await Promise.allSettled(proxies.flatMap((p) => [p.store, ...p.redis, ...(p.gateway === undefined ? [] : [p.gateway])].map((proxy) => proxy.close())));
+    // Also a gateway that started while the workers failed to.
+    await (gateway ?? (await gatewayStarting?.catch(() => undefined)))?.stop();
     await redis?.stop();
     await setup.close().catch(() => undefined);
   }

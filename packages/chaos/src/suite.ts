@@ -1,7 +1,7 @@
 import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { describeEvent, VIOLATION_KINDS, type ViolationKind } from "./checker.js";
-import { historyToJsonLines, noFaults, type Backend, type FaultKind, type Mode } from "./history.js";
+import { historyToJsonLines, noFaults, type Backend, type FaultKind, type Mode, type Via } from "./history.js";
 import { plotHistory } from "./plot.js";
 import { runConfiguration, type RunResult } from "./run.js";
 import { startStoreServer } from "./store-server.js";
@@ -12,6 +12,8 @@ export interface ChaosOptions {
   readonly seed: number;
   readonly configs: readonly Mode[];
   readonly backends: readonly Backend[];
+  /** How the workers take leases and write; default "library" (their own Redlock and store clients). */
+  readonly via?: Via;
   /** Lease TTL: short, so that pauses longer than it are cheap and stale writers really happen. */
   readonly ttlMs?: number;
   readonly workers?: number;
@@ -44,6 +46,7 @@ export interface RunSummary {
 
 export interface ChaosSummary {
   readonly seed: number;
+  readonly via: Via;
   readonly opsPerRun: number;
   readonly ttlMs: number;
   readonly workers: number;
@@ -120,6 +123,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosSummary> {
     workMs: options.workMs ?? 2,
   };
   if (options.out !== undefined) await mkdir(options.out, { recursive: true });
+  const via = options.via ?? "library";
   const runs: Partial<Record<Backend, Partial<Record<Mode, RunSummary>>>> = {};
   const faults: Record<FaultKind, number> = noFaults();
   let ops = 0;
@@ -131,6 +135,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosSummary> {
         const result = await runConfiguration({
           mode,
           store,
+          via,
           ops: options.ops,
           seed: options.seed,
           ...settings,
@@ -145,7 +150,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosSummary> {
         if (options.out !== undefined) {
           const name = join(options.out, `${backend}-${mode}`);
           await writeFile(`${name}.history.jsonl`, historyToJsonLines(result.history));
-          await writeFile(`${name}.svg`, plotHistory(result.history, result.check, { title: `${backend} · ${mode} · seed ${options.seed}`, ttlMs: settings.ttlMs }));
+          await writeFile(`${name}.svg`, plotHistory(result.history, result.check, { title: `${backend} · ${mode} · via ${via} · seed ${options.seed}`, ttlMs: settings.ttlMs }));
         }
       }
     } finally {
@@ -153,5 +158,5 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosSummary> {
     }
   }
   const failures = verdict(runs);
-  return { seed: options.seed, opsPerRun: options.ops, ...settings, ops, faults, runs, pass: failures.length === 0, failures };
+  return { seed: options.seed, via, opsPerRun: options.ops, ...settings, ops, faults, runs, pass: failures.length === 0, failures };
 }

@@ -1,15 +1,20 @@
 import { setTimeout as sleep } from "node:timers/promises";
-import { LockNotAcquiredError, Redlock, type Lease } from "@fenced/lock";
-import { StaleTokenError, VersionMismatchError } from "@fenced/store";
-import { Redis } from "ioredis";
-import { openCounterStore, type StoreConnection } from "./counter-store.js";
+import { StaleTokenError, VersionMismatchError, type Fence } from "@fenced/store";
+import type { CounterAccess, CounterStore, StoreConnection } from "./counter-store.js";
+import { GatewayClient, GatewayRefusedError, RegistrationRefusedError } from "./gateway-client.js";
+import { GatewayCounters } from "./gateway-counters.js";
 import { headOf, increment, monoSince, type FailReason, type Mode, type OpEvent } from "./history.js";
+import { gatewayLeases, NoLeaseError, type LeaseSource, type WorkerLease } from "./lease-source.js";
 import { hash32, Random } from "./random.js";
 
 /**
  * A worker process: loops acquire → read the counter → increment → write → release on shared
  * resources, and reports every step to the controller over IPC. It runs in its own process so that
  * the nemesis can SIGSTOP it like a real client stalled by GC, swapping or a slow VM.
+ *
+ * With `gateway` set it takes its leases from a gateway process over HTTP and, in "ratchet" and
+ * "full", reads and writes through it too; in "unfenced" it still writes straight to the store,
+ * unchecked, as without a gateway.
  */
 
 export const WORKER_ENV = "FENCED_CHAOS_WORKER";
@@ -19,7 +24,12 @@ export interface WorkerConfig {
   readonly mode: Mode;
   /** Points at this worker's delay proxies, not at the servers. */
   readonly store: StoreConnection;
+  /** Through its delay proxies; empty when the leases come from a gateway. */
   readonly redisUrls: readonly string[];
+  /** A gateway to take leases from (and, unless "unfenced", to read and write through): its port on 127.0.0.1 (this worker's delay proxy). */
+  readonly gateway?: { readonly port: number; readonly apiKey: string; readonly timeoutMs: number };
+  /** Per lock node, in the worker's own Redlock. */
+  readonly nodeTimeoutMs: number;
   /** resource → counter key */
   readonly counters: Readonly<Record<string, string>>;
   readonly ttlMs: number;
@@ -58,17 +68,23 @@ async function main(config: WorkerConfig): Promise<void> {
   const now = (): number => monoSince(origin);
   const rnd = new Random(hash32(config.seed ^ Math.imul(config.worker + 1, 0x9e3779b1)));
   const resources = Object.keys(config.counters);
-  const redises = config.redisUrls.map((url) => {
-    const client = new Redis(url, {
-      // Reconnect fast after a node restarts; the lock's nodeTimeoutMs bounds each command anyway.
-      retryStrategy: (times) => Math.min(20 * times, 200),
-      maxRetriesPerRequest: 5,
-    });
-    client.on("error", () => undefined);
-    return client;
-  });
-  const redlock = new Redlock(redises, { retryCount: Infinity, retryDelayMs: 15, retryJitterMs: 30, nodeTimeoutMs: 150 });
-  const store = openCounterStore(config.store, config.mode);
+  let leases: LeaseSource;
+  let store: CounterAccess;
+  /** Fence-on-acquire done by the worker itself ("full" without a gateway; the gateway does it before it answers). */
+  let register: ((fence: Fence) => Promise<void>) | undefined;
+  // Loaded only where used: a worker that goes through a gateway never loads the lock, nor (unless
+  // unfenced) a store client; five of them start in a fraction of the time.
+  const direct = async (): Promise<CounterStore> => (await import("./counter-store.js")).openCounterStore(config.store, config.mode);
+  if (config.gateway === undefined) {
+    leases = (await import("./library-leases.js")).libraryLeases(config.redisUrls, config.nodeTimeoutMs);
+    const counters = await direct();
+    store = counters;
+    if (config.mode === "full") register = (fence) => counters.register(fence);
+  } else {
+    const client = new GatewayClient(config.gateway.port, config.gateway.apiKey, config.gateway.timeoutMs);
+    leases = gatewayLeases(client, config.mode === "full");
+    store = config.mode === "unfenced" ? await direct() : new GatewayCounters(client, config.store.backend, config.mode);
+  }
 
   let armed: { fault: number; until: number } | undefined;
   let proceed: (() => void) | undefined;
@@ -102,21 +118,27 @@ async function main(config: WorkerConfig): Promise<void> {
     const resource = rnd.pick(resources);
     const key = config.counters[resource] ?? resource;
     await emit({ type: "invoke", ...stamp(op, resource) });
-    let lease: Lease;
+    let lease: WorkerLease;
     try {
-      lease = await redlock.acquire(resource, config.ttlMs, { signal: stopping.signal });
+      lease = await leases.acquire(resource, config.ttlMs, stopping.signal);
     } catch (err) {
-      const message = err instanceof LockNotAcquiredError ? err.message : stopping.signal.aborted ? "run stopped while acquiring" : String(err);
-      await emit({ type: "fail", ...stamp(op, resource), reason: "lock", message });
+      const message = err instanceof Error ? err.message : String(err);
+      if (err instanceof RegistrationRefusedError) {
+        // The lock granted a lease with this token; a store refused to register it and the gateway
+        // released it at once, without disclosing its holder id. It is an acquisition all the same.
+        const token = err.token.toString();
+        await emit({ type: "acquired", ...stamp(op, resource), token, holder: null });
+        await emit({ type: "fail", ...stamp(op, resource), token, reason: "stale", message });
+      } else await emit({ type: "fail", ...stamp(op, resource), reason: err instanceof NoLeaseError ? "lock" : "error", message });
       continue;
     }
-    const token = lease.token.toString();
+    const token = lease.fence.token.toString();
     // The public holder id, never the secret value: the history is written to disk.
-    const held = { token, holder: lease.holder };
+    const held = { token, holder: lease.fence.holder };
     await emit({ type: "acquired", ...stamp(op, resource), ...held });
     let writeStart: number | undefined;
     try {
-      if (config.mode === "full") await store.register(lease);
+      if (register !== undefined && !lease.registered) await register(lease.fence);
       const { doc, version } = await store.read(key);
       await emit({ type: "read", ...stamp(op, resource), token, count: doc.count, head: headOf(doc) });
       await sleep(rnd.between(0, config.workMs));
@@ -137,8 +159,9 @@ async function main(config: WorkerConfig): Promise<void> {
       await store.write(key, next, lease, version);
       await emit({ type: "ok", ...stamp(op, resource), ...held, read: doc.count, wrote: next.count, writeStart });
     } catch (err) {
+      // A gateway that refused the request (a 4xx) wrote nothing, sent or not.
       const reason: FailReason | undefined =
-        err instanceof StaleTokenError ? "stale" : err instanceof VersionMismatchError ? "version" : writeStart === undefined ? "error" : undefined;
+        err instanceof StaleTokenError ? "stale" : err instanceof VersionMismatchError ? "version" : writeStart === undefined || err instanceof GatewayRefusedError ? "error" : undefined;
       const message = err instanceof Error ? err.message : String(err);
       if (reason !== undefined) await emit({ type: "fail", ...stamp(op, resource), ...held, reason, message });
       // The write was sent and failed in an unknown way (a broken connection, a timeout): it may have landed.
@@ -149,7 +172,7 @@ async function main(config: WorkerConfig): Promise<void> {
   }
 
   await store.close().catch(() => undefined);
-  redises.forEach((r) => r.disconnect());
+  leases.close();
   await send({ type: "done" });
   process.disconnect();
 }

@@ -1,0 +1,41 @@
+import { describe, expect, it } from "vitest";
+import { VIOLATION_KINDS } from "./checker.js";
+import type { Backend } from "./history.js";
+import { runChaos } from "./suite.js";
+
+/**
+ * Quick mode through the gateway (`pnpm chaos --via gateway`): the same three configurations under
+ * the same seeded schedule as chaos.test.ts, but the workers take their leases from a fenced gateway
+ * running as a process of its own, and in "ratchet" and "full" read and write through it over HTTP
+ * with the fence credential of their lease (an ordinary API key: no plain tokens). The nemesis also
+ * pauses the gateway process, and the delays act on the workers' links to it. Smaller than the
+ * library's quick mode: the HTTP hop and a gateway start per configuration cost time.
+ */
+
+const OPS: Record<Backend, number> = { postgres: 300, s3: 120 };
+// Seed 1 wipes a majority of the Redis nodes for the first time at 3 s.
+const SEED = 1;
+
+const violations = (v: Readonly<Record<string, number>> | undefined): number => VIOLATION_KINDS.reduce((sum, k) => sum + (v?.[k] ?? 0), 0);
+
+describe("chaos through the gateway, quick mode", () => {
+  for (const backend of ["postgres", "s3"] as const) {
+    it(`${backend}: unfenced writes break under leases from the gateway; fenced writes through it do not`, { timeout: 240_000 }, async () => {
+      const summary = await runChaos({ ops: OPS[backend], seed: SEED, configs: ["unfenced", "ratchet", "full"], backends: [backend], via: "gateway" });
+      console.log(JSON.stringify(summary));
+      const runs = summary.runs[backend];
+      expect(summary.via).toBe("gateway");
+      // Every run finished: its operations done in time, no worker and no gateway lost on the way.
+      for (const mode of ["unfenced", "ratchet", "full"] as const) {
+        const run = runs?.[mode];
+        expect(run?.ops, mode).toBeGreaterThanOrEqual(OPS[backend]);
+        expect(run?.timedOut, mode).toBe(false);
+        expect(run?.problems, mode).toEqual([]);
+        expect(run?.ok, mode).toBeGreaterThan(0);
+      }
+      expect(summary.faults["wipe-redis"]).toBeGreaterThan(0);
+      expect(violations(runs?.full?.violations), JSON.stringify(runs?.full?.firstViolation)).toBe(0);
+      expect(violations(runs?.unfenced?.violations)).toBeGreaterThan(0);
+    });
+  }
+});

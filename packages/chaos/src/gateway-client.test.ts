@@ -1,0 +1,124 @@
+import { startPostgres, startRedisNodes, type RedisNodes, type StartedPostgres } from "@fenced/servers";
+import { StaleTokenError, VersionMismatchError } from "@fenced/store";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { openCounterStore, type CounterStore, type StoreConnection } from "./counter-store.js";
+import { GatewayClient, GatewayFailedError, GatewayRefusedError, LockBusyError, RegistrationRefusedError, type GatewayLease } from "./gateway-client.js";
+import { GatewayProcess, newApiKey } from "./gateway-process.js";
+import { EMPTY_DOC, increment } from "./history.js";
+
+/**
+ * The chaos workers' side of the gateway, against the real thing: the gateway CLI as a process of
+ * its own over real Redis nodes and PostgreSQL, configured as a chaos run configures it. Every
+ * answer a worker branches on is provoked for real, and mapped to the outcome the history records.
+ */
+
+const RESOURCE = "chaos-0";
+const KEY = "counter/chaos-0";
+
+let postgres: StartedPostgres;
+let redis: RedisNodes;
+let gateway: GatewayProcess;
+let setup: CounterStore;
+
+beforeAll(async () => {
+  [postgres, redis] = await Promise.all([startPostgres(), startRedisNodes(3, { faults: true })]);
+  const connection: StoreConnection = { backend: "postgres", url: postgres.url, schema: "chaos_client_test" };
+  setup = openCounterStore(connection, "full");
+  await setup.init([{ key: KEY, resource: RESOURCE }]);
+  gateway = await GatewayProcess.start({ apiKey: newApiKey(), redisUrls: redis.urls, store: connection, resources: ["chaos-"], keys: ["counter/"], nodeTimeoutMs: 150, inlineLimit: 1024 });
+});
+
+afterAll(async () => {
+  await gateway?.stop();
+  await setup?.close().catch(() => undefined);
+  await Promise.allSettled([redis?.stop(), postgres?.stop()]);
+});
+
+/** A lease once the gateway has reconnected to restarted nodes (503 until a quorum answers). */
+async function acquireSoon(client: GatewayClient, register: boolean): Promise<GatewayLease> {
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    try {
+      return await client.acquire(RESOURCE, 10_000, register);
+    } catch (err) {
+      if (!(err instanceof LockBusyError) || Date.now() > deadline) throw err;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+}
+
+describe("the chaos workers' gateway client", () => {
+  it("maps every answer a worker branches on: lease, held lock, write, stale token, version, forged credential, refused registration, pause, backend down", { timeout: 90_000 }, async () => {
+    const client = new GatewayClient(gateway.port, gateway.apiKey, 5_000);
+    try {
+      // The gateway listens before its Redis connections are up: its first leases may answer 503.
+      const a = await acquireSoon(client, false);
+      expect(a.resource).toBe(RESOURCE);
+      expect(a.holder).toMatch(/^[0-9a-f]{32}$/);
+      expect(a.fence).toMatch(/^fc1\./);
+      await expect(client.acquire(RESOURCE, 10_000, false)).rejects.toBeInstanceOf(LockBusyError);
+
+      // Read, then write with the credential and If-Match on the version read: the version moves.
+      const read = await client.read("records", KEY);
+      expect(JSON.parse(read.body.toString("utf8"))).toEqual(EMPTY_DOC);
+      const one = increment(EMPTY_DOC, "0.0", a.token.toString());
+      const written = await client.write("records", KEY, Buffer.from(JSON.stringify(one)), a.fence, read.version);
+      expect(written).not.toBe(read.version);
+      await client.release(a.leaseId);
+
+      // A newer lease registered on acquire: the older one is refused, even without writing first.
+      const b = await client.acquire(RESOURCE, 10_000, true);
+      expect(b.token).toBeGreaterThan(a.token);
+      const stale = await client.write("records", KEY, Buffer.from(JSON.stringify(increment(one, "0.1", a.token.toString()))), a.fence, undefined).catch((e: unknown) => e);
+      expect(stale).toBeInstanceOf(StaleTokenError);
+      expect(stale).toMatchObject({ resource: RESOURCE, token: a.token, highest: b.token });
+      // The version read before the first write is no longer current.
+      await expect(client.write("records", KEY, Buffer.from(JSON.stringify(one)), b.fence, read.version)).rejects.toBeInstanceOf(VersionMismatchError);
+      // A credential altered by one character: refused before the store is called (403), nothing written.
+      const last = b.fence.slice(-1);
+      const forged = await client.write("records", KEY, Buffer.from("{}"), `${b.fence.slice(0, -1)}${last === "A" ? "B" : "A"}`, undefined).catch((e: unknown) => e);
+      expect(forged).toBeInstanceOf(GatewayRefusedError);
+      expect(forged).toMatchObject({ status: 403, type: "/problems/invalid-credential" });
+      expect((await setup.read(KEY)).doc).toEqual(one);
+      await client.release(b.leaseId);
+
+      // Every lock node wiped: the lock hands out tokens the store has already registered, and the
+      // gateway refuses to register them (409 stale-token on POST /v1/leases) until the counters pass.
+      for (const node of redis.nodes) await node.restart({ keepData: false });
+      const refusals: RegistrationRefusedError[] = [];
+      for (;;) {
+        const lease = await acquireSoon(client, true).catch((e: unknown) => e);
+        if (!(lease instanceof RegistrationRefusedError)) {
+          expect((lease as GatewayLease).token).toBeGreaterThan(b.token);
+          await client.release((lease as GatewayLease).leaseId);
+          break;
+        }
+        refusals.push(lease);
+        expect(lease.token).toBeLessThanOrEqual(b.token);
+        expect(lease.highest).toBe(b.token);
+      }
+      expect(refusals.map((r) => r.token)).toContain(b.token);
+
+      // A gateway that does not answer: the request fails with the socket's own error, not as a refusal
+      // (a write's outcome is then unknown).
+      const impatient = new GatewayClient(gateway.port, gateway.apiKey, 300);
+      const c = await acquireSoon(client, false);
+      gateway.pause();
+      const silent = await impatient.write("records", KEY, Buffer.from(JSON.stringify(one)), c.fence, undefined).catch((e: unknown) => e);
+      gateway.resume();
+      impatient.close();
+      expect(silent).toBeInstanceOf(Error);
+      expect(silent).not.toBeInstanceOf(GatewayRefusedError);
+      expect(silent).not.toBeInstanceOf(GatewayFailedError);
+      expect(silent).not.toBeInstanceOf(StaleTokenError);
+
+      // The store gone: 5xx, a failure whose outcome the gateway cannot know either.
+      await postgres.stop();
+      const down = await client.write("records", KEY, Buffer.from(JSON.stringify(one)), c.fence, undefined).catch((e: unknown) => e);
+      expect(down).toBeInstanceOf(GatewayFailedError);
+      expect(down).toMatchObject({ status: 503 });
+    } finally {
+      client.close();
+    }
+  });
+});

@@ -1,0 +1,60 @@
+import { setTimeout as sleep } from "node:timers/promises";
+import type { WriteLease } from "./counter-store.js";
+import { LockBusyError, type GatewayClient } from "./gateway-client.js";
+
+/**
+ * Where a worker's leases come from: its own Redlock over the Redis nodes (`--via library`,
+ * library-leases.ts), or a gateway's `POST /v1/leases` (`--via gateway`, here). Either way the worker
+ * gets the lease's fence (with its public holder id), and through a gateway also the credential its
+ * writes present.
+ */
+
+export interface WorkerLease extends WriteLease {
+  readonly fence: { readonly resource: string; readonly token: bigint; readonly holder: string };
+  /** Its fence is already registered with the store (the gateway did it before answering). */
+  readonly registered: boolean;
+  release(): Promise<void>;
+}
+
+export interface LeaseSource {
+  /** Throws NoLeaseError when no lease could be had, RegistrationRefusedError when a store refused to register it. */
+  acquire(resource: string, ttlMs: number, signal: AbortSignal): Promise<WorkerLease>;
+  close(): void;
+}
+
+/** No lease: the lock could not be acquired (or the run stopped while trying). Nothing was written. */
+export class NoLeaseError extends Error {
+  override readonly name = "NoLeaseError";
+}
+
+/** Between two attempts on a held lock: the same pace in the library workers' Redlock and in a gateway worker's retries. */
+export const RETRY_DELAY_MS = 15;
+export const RETRY_JITTER_MS = 30;
+
+/**
+ * Leases from the gateway. A held lock (409 lock-held) or a lock without a quorum (503) is retried at
+ * the library's pace until the lease is granted or the run stops, as the library workers' Redlock
+ * does; any other failure ends the operation (RegistrationRefusedError, or the client's errors).
+ */
+export function gatewayLeases(client: GatewayClient, register: boolean): LeaseSource {
+  return {
+    async acquire(resource, ttlMs, signal) {
+      for (;;) {
+        if (signal.aborted) throw new NoLeaseError("run stopped while acquiring");
+        try {
+          const lease = await client.acquire(resource, ttlMs, register);
+          return {
+            fence: { resource: lease.resource, token: lease.token, holder: lease.holder },
+            credential: lease.fence,
+            registered: register,
+            release: () => client.release(lease.leaseId),
+          };
+        } catch (err) {
+          if (!(err instanceof LockBusyError)) throw err;
+        }
+        await sleep(RETRY_DELAY_MS + Math.random() * RETRY_JITTER_MS);
+      }
+    },
+    close: () => client.close(),
+  };
+}
