@@ -83,7 +83,9 @@ describe(`${CLIENTS} concurrent clients with interleaved tokens`, () => {
         try {
           for (let round = 0; round < ROUNDS; round++) {
             const token = await takeLease(client);
-            await sleep(Math.random() * 20);
+            // Longer than the time between two grants (tens of ms when 64 clients contend for one
+            // lock), so that writes really do arrive out of token order.
+            await sleep(Math.random() * 250);
             const written = await Promise.all([write(client, "records", token), write(client, "objects", token)]);
             outcomes.push(...written);
           }
