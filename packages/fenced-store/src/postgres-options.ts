@@ -1,7 +1,5 @@
 import { checkFence, InvalidArgumentError, MAX_TOKEN, type CheckedFence } from "@fenced/fence";
-import { checkSignal, optionsObject, signalOnly, transferFences } from "./options.js";
-
-export { throwIfAborted } from "./options.js";
+import { checkSignal, optionsObject, transferFences } from "./options.js";
 
 /**
  * The checks FencedPostgres makes on its arguments before any I/O. Each reads every field once and
@@ -45,8 +43,6 @@ export function transferOptions(options: unknown): CheckedTransfer {
   return { ...fences, ifVersion, signal: checkSignal(signal) };
 }
 
-/** The optional `{ signal? }` of register() and transaction(). */
-export const signalOptions = signalOnly;
 
 export function assertPool(pool: unknown): void {
   const p = pool as { query?: unknown; connect?: unknown } | null;

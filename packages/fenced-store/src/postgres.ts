@@ -2,7 +2,8 @@ import { checkFence, InvalidArgumentError, type CheckedFence } from "@fenced/fen
 import { ResourceMismatchError, StaleTokenError, VersionMismatchError } from "./errors.js";
 import { assertKey, type Fence } from "./fence.js";
 import { assertJsonValue, type JsonValue } from "./json.js";
-import { assertPool, signalOptions, throwIfAborted, transferOptions, writeOptions } from "./postgres-options.js";
+import { signalOnly, throwIfAborted } from "./options.js";
+import { assertPool, transferOptions, writeOptions } from "./postgres-options.js";
 import type { FencedPostgresOptions, PgClient, PgParam, PgPool, PgPutResult, PgQueryConfig, PgQueryResult, PgRecord, PgSignalOptions, PgTransferOptions, PgWriteOptions } from "./postgres-types.js";
 import { BEGIN, COMMIT, FOREIGN_KEY_REFUSED, type NamedStatement, quoteSchema, ROLLBACK, statementNames, statements, type Statements } from "./sql.js";
 
@@ -85,7 +86,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
    */
   async register(fence: Fence, options?: PgSignalOptions): Promise<void> {
     const checked = checkFence(fence);
-    const signal = signalOptions(options);
+    const signal = signalOnly(options);
     throwIfAborted(signal);
     const { rows } = await this.pool.query(this.query("ratchet", fenceParams(checked)));
     if (rows.length === 0) throw await this.staleError(this.pool, checked);
@@ -191,7 +192,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
   async transaction<T>(fence: Fence, work: (client: Client) => Promise<T>, options?: PgSignalOptions): Promise<T> {
     const checked = checkFence(fence);
     if (typeof work !== "function") throw new InvalidArgumentError("work", "must be a function (client) => Promise");
-    const signal = signalOptions(options);
+    const signal = signalOnly(options);
     throwIfAborted(signal);
     return this.fenced(checked, signal, work);
   }
