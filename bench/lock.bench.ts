@@ -1,53 +1,130 @@
-// Lock benchmark: acquire+release ops/s for @fenced/lock and node-redlock on the same 5 local
-// redis-server nodes, at concurrency 1 and 16, in the same run; then the heap after 100,000
-// acquire/release cycles against the heap after the first 1,000. JSON lines on stdout.
+// Lock benchmark: acquire+release ops/s of @fenced/lock against every Node Redlock library on the
+// same 5 local redis-server nodes, in the same run, at concurrency 1 and 16; beside them the floor
+// that any Redlock pays (a bare SET NX PX and a compare-and-delete, each resolved at a quorum).
+// Then the heap after 100,000 acquire/release cycles against the heap after the first 1,000.
+// JSON lines on stdout; the lines with "goal" are the ones the project is judged by.
 import { Redis } from "ioredis";
+import { createRedlock, IoredisAdapter } from "redlock-universal";
+import { RedlockMutex } from "redis-semaphore";
 import type PeerRedlock from "../node_modules/redlock/dist/index.js";
 import { Redlock } from "@fenced/lock";
 import { startRedisNodes } from "@fenced/servers";
-import { emit, measure, type Op } from "./measure.js";
+import { floorLock } from "./lock-floor.js";
+import { emit, measure, median, type Op } from "./measure.js";
 
 // node-redlock's package.json "exports" hides its type declarations; borrow them by path.
 const NodeRedlock = ((await import("redlock")) as { default: unknown }).default as typeof PeerRedlock;
 
-const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 3_000);
-const ROUNDS = 3;
+const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 2_000);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
+const TTL_MS = 10_000;
+const OURS = "@fenced/lock";
+const FLOOR = "floor";
+const PEERS = ["redlock 5.0.0-beta.2", "redlock-universal 0.8.5", "redis-semaphore 5.8.0 RedlockMutex"] as const;
+const GOAL = 1.0;
+const STRETCH = 1.2;
+const CONCURRENCIES = [1, 16];
+
+type Impl = typeof OURS | typeof FLOOR | (typeof PEERS)[number];
+
+/**
+ * One op per implementation: acquire a lease on the worker's own resource, release it. Every
+ * implementation has its own five connections to the same five nodes, and is configured as it
+ * would be by a user who wants one attempt (no retries) and no automatic extension. Each peer is
+ * given its cheapest documented usage: lock objects made once per worker where the API allows it.
+ */
+function implementations(urls: readonly string[], workers: number): { ops: Record<Impl, Op>; clients: Redis[] } {
+  const clients: Redis[] = [];
+  const connect = (): Redis[] => {
+    const mine = urls.map((url) => new Redis(url));
+    clients.push(...mine);
+    return mine;
+  };
+  const fenced = new Redlock(connect(), { retryCount: 0 });
+  const redlock = new NodeRedlock(connect(), { retryCount: 0 });
+  const universalAdapters = connect().map((c) => new IoredisAdapter(c));
+  const universal = Array.from({ length: workers }, (_, w) => createRedlock({ adapters: universalAdapters, key: `bench-universal:${w}`, ttl: TTL_MS, retryAttempts: 0 }));
+  const semaphoreClients = connect();
+  const mutexes = Array.from(
+    { length: workers },
+    (_, w) => new RedlockMutex(semaphoreClients, `bench-semaphore:${w}`, { lockTimeout: TTL_MS, acquireAttemptsLimit: 1, refreshInterval: 0 }),
+  );
+  const floor = floorLock(connect());
+  const ops: Record<Impl, Op> = {
+    [OURS]: async (w) => {
+      const lease = await fenced.acquire(`bench:${w}`, TTL_MS);
+      await lease.release();
+    },
+    [PEERS[0]]: async (w) => {
+      const lock = await redlock.acquire([`bench-redlock:${w}`], TTL_MS);
+      await lock.release();
+    },
+    [PEERS[1]]: async (w) => {
+      const lock = universal[w] as (typeof universal)[number];
+      const handle = await lock.acquire();
+      await lock.release(handle);
+    },
+    [PEERS[2]]: async (w) => {
+      const mutex = mutexes[w] as RedlockMutex;
+      await mutex.acquire();
+      await mutex.release();
+    },
+    [FLOOR]: async (w) => {
+      const value = await floor.acquire(`bench-floor:${w}`, TTL_MS);
+      await floor.release(`bench-floor:${w}`, value);
+    },
+  };
+  return { ops, clients };
+}
 
 async function compare(persistence: "fsync-always" | "none"): Promise<void> {
   const cluster = await startRedisNodes(5, { persistence });
-  const ours = cluster.urls.map((url) => new Redis(url));
-  const theirs = cluster.urls.map((url) => new Redis(url));
+  const workers = Math.max(...CONCURRENCIES);
+  const { ops, clients } = implementations(cluster.urls, workers);
   try {
-    const fenced = new Redlock(ours, { retryCount: 0 });
-    const peer = new NodeRedlock(theirs, { retryCount: 0 });
-    const impls: Record<string, Op> = {
-      "@fenced/lock": async (w) => {
-        const lease = await fenced.acquire(`bench:${w}`, 10_000);
-        await lease.release();
-      },
-      redlock: async (w) => {
-        const lock = await peer.acquire([`bench-peer:${w}`], 10_000);
-        await lock.release();
-      },
-    };
-    for (const concurrency of [1, 16]) {
-      const best: Record<string, number> = {};
-      // Alternate the two implementations so that drift in the machine's load hits both alike.
+    for (const concurrency of CONCURRENCIES) {
+      const rounds: Record<string, number[]> = {};
+      for (const op of Object.values(ops)) await measure(op, concurrency, 500); // warm-up: connections, script cache, JIT
+      // Interleave the implementations round by round, in a rotating order, so that drift in the
+      // machine's load hits all of them alike; judge by the median round of each.
+      const names = Object.keys(ops) as Impl[];
       for (let round = 0; round < ROUNDS; round++) {
-        for (const [impl, op] of Object.entries(impls)) {
-          await measure(op, concurrency, 300); // warm-up: connections, script cache, JIT
-          const r = await measure(op, concurrency, DURATION_MS);
+        for (let k = 0; k < names.length; k++) {
+          const impl = names[(round + k) % names.length] as Impl;
+          const r = await measure(ops[impl], concurrency, DURATION_MS);
           emit({ bench: "lock-acquire-release", persistence, impl, concurrency, round, ...r });
-          best[impl] = Math.max(best[impl] ?? 0, r.opsPerSec);
+          (rounds[impl] ??= []).push(r.opsPerSec);
         }
       }
-      const ratio = (best["@fenced/lock"] ?? 0) / (best.redlock ?? 1);
-      emit({ bench: "lock-acquire-release", persistence, concurrency, ratio: Number(ratio.toFixed(3)), ratioOf: "@fenced/lock ops/s ÷ redlock ops/s (best round each)", goal: 1.0 });
+      const medians = Object.fromEntries(names.map((n) => [n, median(rounds[n] ?? [])])) as Record<Impl, number>;
+      const ours = medians[OURS];
+      for (const peer of PEERS) {
+        emit({ bench: "lock-ratio", persistence, concurrency, ratio: round3(ours / medians[peer]), ratioOf: `${OURS} ÷ ${peer} (median acquire+release ops/s over ${ROUNDS} rounds)` });
+      }
+      const fastest = PEERS.reduce((a, b) => (medians[a] >= medians[b] ? a : b));
+      const ratio = round3(ours / medians[fastest]);
+      emit({
+        bench: "lock-ratio",
+        persistence,
+        concurrency,
+        ratio,
+        ratioOf: `${OURS} ÷ fastest peer (${fastest}), median ops/s, while issuing fencing tokens`,
+        goal: `>= ${GOAL}`,
+        met: ratio >= GOAL,
+        stretch: `>= ${STRETCH}`,
+        stretchMet: ratio >= STRETCH,
+        medians,
+      });
+      emit({ bench: "lock-floor", persistence, concurrency, ratio: round3(ours / medians[FLOOR]), ratioOf: `${OURS} ÷ floor (bare SET NX PX + compare-and-delete, each at a quorum)` });
     }
   } finally {
-    for (const c of [...ours, ...theirs]) c.disconnect();
+    for (const c of clients) c.disconnect();
     await cluster.stop();
   }
+}
+
+function round3(x: number): number {
+  return Number(x.toFixed(3));
 }
 
 async function heapAfterCycles(): Promise<void> {
@@ -68,7 +145,7 @@ async function heapAfterCycles(): Promise<void> {
         Array.from({ length: concurrency }, async (_, w) => {
           while (done < total) {
             done++;
-            const lease = await redlock.acquire(`heap:${w}`, 10_000);
+            const lease = await redlock.acquire(`heap:${w}`, TTL_MS);
             await lease.release();
           }
         }),
@@ -78,13 +155,16 @@ async function heapAfterCycles(): Promise<void> {
     const after1k = heap();
     await cycles(100_000);
     const after100k = heap();
+    const growthMB = round3((after100k - after1k) / 2 ** 20);
     emit({
       bench: "lock-heap",
       cycles: done,
       gcExposed: gc !== undefined,
-      heapAfter1kMB: Number((after1k / 2 ** 20).toFixed(2)),
-      heapAfter100kMB: Number((after100k / 2 ** 20).toFixed(2)),
-      growthMB: Number(((after100k - after1k) / 2 ** 20).toFixed(2)),
+      heapAfter1kMB: round3(after1k / 2 ** 20),
+      heapAfter100kMB: round3(after100k / 2 ** 20),
+      growthMB,
+      goal: "flat (growth < 1 MB)",
+      met: gc !== undefined && Math.abs(growthMB) < 1,
     });
   } finally {
     for (const c of clients) c.disconnect();
@@ -92,6 +172,7 @@ async function heapAfterCycles(): Promise<void> {
   }
 }
 
-await compare("fsync-always");
-await compare("none");
-await heapAfterCycles();
+const only = process.env.BENCH_LOCK_ONLY; // "fsync-always" | "none" | "heap": one part, for profiling
+if (only === undefined || only === "fsync-always") await compare("fsync-always");
+if (only === undefined || only === "none") await compare("none");
+if (only === undefined || only === "heap") await heapAfterCycles();

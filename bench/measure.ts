@@ -34,3 +34,11 @@ export async function measure(op: Op, concurrency: number, durationMs: number): 
 export function emit(line: Record<string, unknown>): void {
   process.stdout.write(`${JSON.stringify(line)}\n`);
 }
+
+/** The median of `xs` (the mean of the middle two for an even count); NaN for none. */
+export function median(xs: readonly number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const mid = Math.floor(s.length / 2);
+  if (s.length === 0) return Number.NaN;
+  return s.length % 2 === 1 ? (s[mid] as number) : ((s[mid - 1] as number) + (s[mid] as number)) / 2;
+}
