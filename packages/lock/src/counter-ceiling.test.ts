@@ -135,6 +135,15 @@ describe("the counter ceiling at 2^63 - 1", () => {
     }
   });
 
+  it("the ACQUIRE script errors on a counter key of another type, and leaves no lease key", async () => {
+    const keys = resourceKeys("ceiling/malformed/hash");
+    await admin.hset(keys.counter, "token", "1");
+    const error = await admin.evalsha(SCRIPTS.acquire.sha, 2, keys.lease, keys.counter, VALUE, 10_000).catch((e: unknown) => e);
+    expect(redisErrorCode(error)).toBe("ERR");
+    expect(await admin.exists(keys.lease)).toBe(0);
+    expect(await admin.hgetall(keys.counter)).toEqual({ token: "1" });
+  });
+
   it("a minority of nodes with malformed counters: the lease is granted by the rest, and those nodes hold no key", async () => {
     const resource = "ceiling/malformed-minority";
     await setCounters(t.admin, resource, ["0", "0", "0", "-5", "abc"]);

@@ -25,11 +25,15 @@ export class Lease implements AsyncDisposable {
    * This lease's public identity: stored by the fenced stores beside the highest token, so that an
    * equal token is accepted only from the lease that presented it. Derived one-way from `value`, so
    * any process that can extend the lease computes the same id, and the id reveals nothing of the value.
+   * Computed on first read: a lease that never writes to a store never pays for the hash.
    */
-  readonly holder: string;
+  get holder(): string {
+    return (this.#holder ??= holderOf(this.value));
+  }
   /** This lease's random value on the nodes: a secret; extend/release touch only keys holding it. */
   readonly value: string;
   readonly #owner: LeaseOwner;
+  #holder: string | undefined;
   #validUntil: number;
   /** Monotonic deadline (performance.now() ms): wall-clock jumps on this machine neither stretch nor cut it. */
   #deadline: number;
@@ -44,7 +48,6 @@ export class Lease implements AsyncDisposable {
     this.resource = resource;
     this.token = token;
     this.value = value;
-    this.holder = holderOf(value);
     this.#validUntil = Date.now() + validityMs;
     this.#deadline = performance.now() + validityMs;
   }

@@ -1,4 +1,3 @@
-import { randomBytes } from "node:crypto";
 import { performance } from "node:perf_hooks";
 import { setTimeout as sleep } from "node:timers/promises";
 import { assertResource, InvalidArgumentError } from "@fenced/fence";
@@ -6,6 +5,7 @@ import type { RedisClient } from "./client.js";
 import { LeaseLostError, LockNotAcquiredError, TokenSpaceExhaustedError, type NodeFailure } from "./errors.js";
 import { resourceKeys } from "./keys.js";
 import { Lease } from "./lease.js";
+import { newLeaseValue } from "./lease-value.js";
 import { assertTtl, checkAcquireOptions, checkClients, checkHeld, checkSettings, driftMs, type AcquireOptions, type HeldLease, type RedlockOptions, type Settings } from "./options.js";
 import { AcquireTally, ceilingReached, chooseToken, failures, fanOut, parseGrant, quorumOf, runScript, type Grant } from "./quorum.js";
 import { SCRIPTS } from "./scripts.js";
@@ -152,7 +152,7 @@ export class Redlock {
   /** One acquisition round: grant + counter on all nodes, publish if needed, then the validity. */
   async #attempt(resource: string, ttlMs: number): Promise<Lease | NodeFailure[]> {
     const keys = resourceKeys(resource);
-    const value = randomBytes(16).toString("hex");
+    const value = newLeaseValue();
     const start = performance.now();
     const tally = new AcquireTally(this.clients.length, this.quorum);
     // Once the fan-out has resolved, a node that answers NOSCRIPT must not get the acquire again

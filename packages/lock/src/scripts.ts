@@ -33,20 +33,28 @@ const compare = (op: ">" | ">="): string => `(string.len(s) > ${CEILING.length} 
  * {0, counter} when not (the counter lets the client notice a node that is ahead of the ones that
  * granted). ARGV: value, ttl ms.
  *
- * The counter is checked before anything is written: one at or past the ceiling (INCR would
- * overflow) is a refusal, {0, counter}, which the client reads as an exhausted resource; one that is
- * not a decimal integer is an error. Either way no lease key is set: the script never fails after
- * writing (Redis does not roll back a script's writes when it errors).
+ * The steady state is two commands, SET NX and INCR. INCR succeeds exactly when the counter is
+ * absent or an integer in its one decimal spelling below 2^63 - 1 (Redis parses it strictly: no
+ * leading zeros, sign or spaces, and refuses to overflow); when it fails, or finds a negative
+ * counter, this call's writes are undone before it answers: the lease key deleted (SET NX created
+ * it, so nothing else held it) and a negative counter decremented back. So whatever the counter
+ * holds, the script leaves nothing behind when it does not grant: a counter at or past the ceiling
+ * (2^63 - 1) is a refusal, {0, counter}, which the client reads as an exhausted resource; one that
+ * is not a decimal integer is an error. Redis lets a script that has written keep writing even
+ * under maxmemory, so the undo cannot itself be refused.
  */
 export const ACQUIRE = `
-local s = redis.call('GET', KEYS[2]) or '0'
-if not ${IS_DECIMAL} then return redis.error_reply('ERR fence counter is not a decimal integer') end
-if ${compare(">=")} then return {0, s} end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local counter = redis.call('INCR', KEYS[2])
-  if counter < ${INTEGER_REPLY_LIMIT} then return {1, counter} end
-  return {1, redis.call('GET', KEYS[2])}
+  local counter = redis.pcall('INCR', KEYS[2])
+  if type(counter) == 'number' and counter >= 1 then
+    if counter < ${INTEGER_REPLY_LIMIT} then return {1, counter} end
+    return {1, redis.call('GET', KEYS[2])}
+  end
+  redis.call('DEL', KEYS[1])
+  if type(counter) == 'number' then redis.call('DECR', KEYS[2]) end
 end
+local s = redis.pcall('GET', KEYS[2]) or '0'
+if type(s) ~= 'string' or not ${IS_DECIMAL} then return redis.error_reply('ERR fence counter is not a decimal integer') end
 return {0, s}
 `;
 
