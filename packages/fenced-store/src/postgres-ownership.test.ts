@@ -43,9 +43,11 @@ describe("FencedPostgres: a key belongs to the resource that created it", () => 
       ["put T@0 (would create T's row)", () => store.put("invoice/7", { total: 0 }, { fence: f("T", 0n) })],
       ["put S@0 ifVersion", () => store.put("invoice/7", { total: 0 }, { fence: f("S", 0n), ifVersion: written.version })],
       ["put T@0 ifVersion", () => store.put("invoice/7", { total: 0 }, { fence: f("T", 0n), ifVersion: written.version })],
+      ["put S@1 ifVersion (would raise S)", () => store.put("invoice/7", { total: 0 }, { fence: f("S", 1n), ifVersion: written.version })],
       ["delete S@0", () => store.delete("invoice/7", { fence: f("S", 0n) })],
       ["delete T@5", () => store.delete("invoice/7", { fence: f("T", 5n) })],
       ["delete S@0 ifVersion", () => store.delete("invoice/7", { fence: f("S", 0n), ifVersion: written.version })],
+      ["delete T@1 ifVersion (would create T's row)", () => store.delete("invoice/7", { fence: f("T", 1n), ifVersion: written.version })],
     ];
     for (const [what, attempt] of attempts) {
       const err = await outcome(attempt());
