@@ -10,7 +10,7 @@ import type PeerRedlock from "../node_modules/redlock/dist/index.js";
 import { Redlock } from "@fenced/lock";
 import { startRedisNodes } from "@fenced/servers";
 import { floorLock } from "./lock-floor.js";
-import { emit, measure, median, type Op } from "./measure.js";
+import { emit, measure, median, round3, type Op } from "./measure.js";
 
 // node-redlock's package.json "exports" hides its type declarations; borrow them by path.
 const NodeRedlock = ((await import("redlock")) as { default: unknown }).default as typeof PeerRedlock;
@@ -121,10 +121,6 @@ async function compare(persistence: "fsync-always" | "none"): Promise<void> {
     for (const c of clients) c.disconnect();
     await cluster.stop();
   }
-}
-
-function round3(x: number): number {
-  return Number(x.toFixed(3));
 }
 
 async function heapAfterCycles(): Promise<void> {

@@ -42,3 +42,30 @@ export function median(xs: readonly number[]): number {
   if (s.length === 0) return Number.NaN;
   return s.length % 2 === 1 ? (s[mid] as number) : ((s[mid - 1] as number) + (s[mid] as number)) / 2;
 }
+
+export function round3(x: number): number {
+  return Number(x.toFixed(3));
+}
+
+/**
+ * Open-loop load: starts one `op` every 1000/rate ms for `durationMs`, whether or not earlier ones
+ * have finished, and times each from its scheduled start (a stalled server delays every op behind
+ * it, which a closed loop would hide). Worker ids cycle over 64 so ops stay on distinct rows.
+ */
+export async function openLoop(op: Op, ratePerSec: number, durationMs: number): Promise<{ ops: number; p50Ms: number; p99Ms: number; maxMs: number }> {
+  const interval = 1000 / ratePerSec;
+  const start = performance.now();
+  const latencies: number[] = [];
+  const pending: Promise<void>[] = [];
+  for (let i = 0; ; i++) {
+    const scheduled = start + i * interval;
+    if (scheduled > start + durationMs) break;
+    const wait = scheduled - performance.now();
+    if (wait > 1) await new Promise((r) => setTimeout(r, wait));
+    pending.push(op(i % 64, i).then(() => void latencies.push(performance.now() - scheduled)));
+  }
+  await Promise.all(pending);
+  latencies.sort((a, b) => a - b);
+  const pct = (p: number): number => round3(latencies[Math.min(latencies.length - 1, Math.floor(latencies.length * p))] ?? 0);
+  return { ops: latencies.length, p50Ms: pct(0.5), p99Ms: pct(0.99), maxMs: pct(1) };
+}
