@@ -1,34 +1,188 @@
-// S3 store benchmark: a 512 MiB generated stream put through FencedS3 with the process RSS sampled;
-// then a fenced put against one unconditional PutObject of the same body to the same server, one
-// writer in steady state (inline and data-object bodies), and the worst cases (first write of each
-// key; writers contending for one key). JSON lines on stdout.
+// S3 store benchmark, JSON lines on stdout. First a 512 MiB generated stream put through FencedS3
+// with the process RSS sampled. Then fenced puts against plain PutObject of the same body to the same
+// radosgw in the same run: the goal lines (one writer, steady state, the resource fence on, 1 KiB and
+// 1 MiB) and, labelled as not goals, the same without the resource fence, a new key per put, and
+// four writers contending for one key.
+//
+// Every case runs its implementations in ROUNDS interleaved rounds (the order alternating), each a
+// closed loop of DURATION_MS / ROUNDS after a warm-up; a fenced round ends with flush(), inside its
+// time, so that the deletions it leaves in the background are paid for by the fenced side. A ratio
+// is the median over rounds of (time per fenced put ÷ time per plain PutObject) of the same round.
+// Requests are counted where they go on the wire (the client's request handler), background
+// deletions included.
 import { Readable } from "node:stream";
-import { PutObjectCommand } from "@aws-sdk/client-s3";
+import { PutObjectCommand, type S3Client } from "@aws-sdk/client-s3";
 import { FencedS3 } from "@fenced/store/s3";
 import { startS3 } from "@fenced/servers";
-import { emit, measure, type Op } from "./measure.js";
+import { emit } from "./measure.js";
 
 const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 3_000);
-const ROUNDS = 2;
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 6);
+const WARM_UP_MS = 300;
 const STREAM_BYTES = Number(process.env.BENCH_STREAM_BYTES ?? 512 * 1024 * 1024);
+const GOAL = 1.3;
+const MB = 1024 * 1024;
+
+type Op = (worker: number, i: number) => Promise<void>;
+
+interface Impl {
+  readonly op: Op;
+  /** The client whose requests count for this implementation. */
+  readonly client: S3Client;
+  /** Waits for what the implementation left running in the background (counted in its time). */
+  readonly settle?: () => Promise<void>;
+}
+
+/** Requests on the wire per client, by "METHOD kind" (kind: the store's folder, or "object"). */
+const wire = new Map<S3Client, Map<string, number>>();
+
+function countRequests(client: S3Client): S3Client {
+  const counts = new Map<string, number>();
+  wire.set(client, counts);
+  const handler = client.config.requestHandler as { handle: (request: { method: string; path: string; query?: Record<string, unknown> }, ...rest: unknown[]) => Promise<unknown> };
+  const handle = handler.handle.bind(handler);
+  handler.handle = (request, ...rest) => {
+    const folder = /\/(manifests|fences|data)\//.exec(request.path)?.[1];
+    const kind = `${request.method} ${folder ?? (request.query !== undefined && "delete" in request.query ? "batch delete" : "object")}`;
+    counts.set(kind, (counts.get(kind) ?? 0) + 1);
+    return handle(request, ...rest);
+  };
+  return client;
+}
+
+function snapshot(client: S3Client): Map<string, number> {
+  return new Map(wire.get(client));
+}
+
+function requestsSince(client: S3Client, before: Map<string, number>, ops: number): { perOp: number; byKind: Record<string, number> } {
+  const byKind: Record<string, number> = {};
+  let total = 0;
+  for (const [kind, n] of wire.get(client) ?? []) {
+    const added = n - (before.get(kind) ?? 0);
+    if (added === 0) continue;
+    byKind[kind] = Number((added / ops).toFixed(2));
+    total += added;
+  }
+  return { perOp: Number((total / ops).toFixed(2)), byKind };
+}
+
+/** One closed-loop slice: returns its operations, its time per operation, and the latencies. */
+async function slice(impl: Impl, concurrency: number, durationMs: number): Promise<{ ops: number; msPerOp: number; latencies: number[] }> {
+  const latencies: number[] = [];
+  const start = performance.now();
+  const end = start + durationMs;
+  let i = 0;
+  await Promise.all(
+    Array.from({ length: concurrency }, async (_, worker) => {
+      while (performance.now() < end) {
+        const t0 = performance.now();
+        await impl.op(worker, i++);
+        latencies.push(performance.now() - t0);
+      }
+    }),
+  );
+  await impl.settle?.();
+  return { ops: latencies.length, msPerOp: (performance.now() - start) / Math.max(1, latencies.length), latencies };
+}
+
+const median = (xs: readonly number[]): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  const mid = s.length >> 1;
+  return s.length === 0 ? 0 : s.length % 2 === 1 ? (s[mid] ?? 0) : ((s[mid - 1] ?? 0) + (s[mid] ?? 0)) / 2;
+};
+const pct = (xs: number[], p: number): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor(s.length * p))] ?? 0;
+};
+const round3 = (x: number): number => Number(x.toFixed(3));
+
+interface Case {
+  readonly bench: string;
+  readonly what: string;
+  readonly size: number;
+  readonly concurrency: number;
+  readonly plain: Impl;
+  /** The fenced implementations compared with plain; `goal` only on the lines the goal is about. */
+  readonly fenced: readonly { readonly impl: string; readonly compares: string; readonly goal: number | null; readonly run: Impl; readonly failed?: () => number }[];
+}
+
+async function runCase(c: Case): Promise<void> {
+  const impls: [string, Impl][] = [["plain", c.plain], ...c.fenced.map((f): [string, Impl] => [f.impl, f.run])];
+  for (const [, impl] of impls) await slice(impl, c.concurrency, WARM_UP_MS); // sockets, caches, JIT
+  const perRound = new Map<string, number[]>(impls.map(([name]) => [name, []]));
+  const latencies = new Map<string, number[]>(impls.map(([name]) => [name, []]));
+  const requests = new Map<string, { ops: number; before: Map<string, number> }>();
+  for (const [name, impl] of impls) requests.set(name, { ops: 0, before: snapshot(impl.client) });
+  for (let round = 0; round < ROUNDS; round++) {
+    // Alternate the order, so that drift in the machine's load hits every implementation alike.
+    const order = round % 2 === 0 ? impls : [...impls].reverse();
+    for (const [name, impl] of order) {
+      const r = await slice(impl, c.concurrency, DURATION_MS / ROUNDS);
+      perRound.get(name)?.push(r.msPerOp);
+      latencies.get(name)?.push(...r.latencies);
+      const counted = requests.get(name);
+      if (counted !== undefined) counted.ops += r.ops;
+    }
+  }
+  const plainRounds = perRound.get("plain") ?? [];
+  const summary = (name: string, impl: Impl): Record<string, unknown> => {
+    const lat = latencies.get(name) ?? [];
+    const counted = requests.get(name);
+    return {
+      msPerOp: round3(median(perRound.get(name) ?? [])),
+      p50Ms: round3(pct(lat, 0.5)),
+      p99Ms: round3(pct(lat, 0.99)),
+      ops: lat.length,
+      requestsPerOp: counted === undefined ? undefined : requestsSince(impl.client, counted.before, Math.max(1, counted.ops)),
+    };
+  };
+  for (const f of c.fenced) {
+    const ratios = (perRound.get(f.impl) ?? []).map((ms, i) => ms / (plainRounds[i] ?? ms));
+    const ratio = round3(median(ratios));
+    emit({
+      bench: c.bench,
+      case: c.what,
+      size: c.size,
+      concurrency: c.concurrency,
+      compares: f.compares,
+      ratio,
+      ...(f.goal === null ? { goal: null, note: "informative, not a goal" } : { goal: f.goal, met: ratio <= f.goal }),
+      ratioRange: [round3(Math.min(...ratios)), round3(Math.max(...ratios))],
+      rounds: ROUNDS,
+      fenced: { impl: f.impl, ...summary(f.impl, f.run), ...(f.failed === undefined ? {} : { gaveUp: f.failed() }) },
+      plain: { impl: "PutObject, unconditional, same client configuration", ...summary("plain", c.plain) },
+    });
+  }
+}
 
 const server = await startS3();
 try {
-  const client = server.client();
   const bucket = await server.createBucket();
-  const plain = (key: (w: number, i: number) => string, body: Buffer): Op => async (w, i) => {
-    await client.send(new PutObjectCommand({ Bucket: bucket, Key: key(w, i), Body: body }));
-  };
-  const fenced = (store: FencedS3, key: (w: number, i: number) => string, body: Buffer): Op => async (w, i) => {
-    await store.put(key(w, i), body, { fence: { resource: "bench", token: 1n } });
-  };
-  const defaults = new FencedS3(client, { bucket, prefix: "fenced/" });
-  const objectOnly = new FencedS3(client, { bucket, prefix: "object-only/", checkResourceFence: false });
+  // One client per side, so that each side's requests are counted apart; both configured alike.
+  const plainClient = countRequests(server.client());
+  const fencedClient = countRequests(server.client());
+  const objectOnlyClient = countRequests(server.client());
+  const fence = { resource: "bench", token: 1n };
+  const plain = (key: (w: number, i: number) => string, body: Buffer): Impl => ({
+    client: plainClient,
+    op: async (w, i) => {
+      await plainClient.send(new PutObjectCommand({ Bucket: bucket, Key: key(w, i), Body: body }));
+    },
+  });
+  const fenced = (store: FencedS3, client: S3Client, key: (w: number, i: number) => string, body: Buffer): Impl => ({
+    client,
+    op: async (w, i) => {
+      await store.put(key(w, i), body, { fence });
+    },
+    settle: () => store.flush(),
+  });
+  const defaults = new FencedS3(fencedClient, { bucket, prefix: "fenced/" });
+  const objectOnly = new FencedS3(objectOnlyClient, { bucket, prefix: "object-only/", checkResourceFence: false });
   await defaults.verify();
 
-  // First, while the heap holds nothing from the other runs: 512 MiB generated on the fly. Without a
+  // First, while the heap holds nothing from the other runs: a stream generated on the fly. Without a
   // length it goes multipart with a few part buffers in memory; with one, as one streamed PUT.
-  const chunk = Buffer.alloc(1024 * 1024, 7);
+  const chunk = Buffer.alloc(MB, 7);
   const generated = (bytes: number): Readable =>
     Readable.from(
       (function* () {
@@ -36,7 +190,6 @@ try {
       })(),
       { objectMode: false },
     );
-  const MB = 1024 * 1024;
   for (const length of ["unknown", "known"] as const) {
     (globalThis as { gc?: () => void }).gc?.();
     const rssBefore = process.memoryUsage().rss;
@@ -46,7 +199,7 @@ try {
     }, 20);
     const t0 = performance.now();
     const key = `stream/${length}`;
-    await defaults.put(key, generated(STREAM_BYTES), { fence: { resource: "bench", token: 1n }, ...(length === "known" ? { contentLength: STREAM_BYTES } : {}) });
+    await defaults.put(key, generated(STREAM_BYTES), { fence, ...(length === "known" ? { contentLength: STREAM_BYTES } : {}) });
     const seconds = (performance.now() - t0) / 1000;
     clearInterval(sampler);
     maxRss = Math.max(maxRss, process.memoryUsage().rss);
@@ -65,67 +218,70 @@ try {
       goalMaxRssMb: 200,
     });
   }
-  await defaults.delete("stream/unknown", { fence: { resource: "bench", token: 1n } });
-  await defaults.delete("stream/known", { fence: { resource: "bench", token: 1n } });
+  await defaults.delete("stream/unknown", { fence });
+  await defaults.delete("stream/known", { fence });
+  await defaults.flush();
 
-  const cases: { bench: string; concurrency: number; size: number; impls: Record<string, Op> }[] = [];
-  for (const size of [1024, 1024 * 1024]) {
+  const steady = "fenced put ÷ plain PutObject of the same body: time per operation, median of interleaved rounds";
+  for (const size of [1024, MB]) {
     const body = Buffer.alloc(size, 1);
     // Steady state: one writer rewriting one key under the same lease.
-    cases.push({
+    await runCase({
       bench: "s3-put",
-      concurrency: 1,
+      what: "one writer, steady state (one key rewritten under one lease)",
       size,
-      impls: { plain: plain(() => `plain/steady-${size}`, body), fenced: fenced(defaults, () => `steady-${size}`, body), "fenced-object-only": fenced(objectOnly, () => `steady-${size}`, body) },
+      concurrency: 1,
+      plain: plain(() => `plain/steady-${size}`, body),
+      fenced: [
+        { impl: "fenced (defaults: resource fence on)", compares: steady, goal: GOAL, run: fenced(defaults, fencedClient, () => `steady-${size}`, body) },
+        { impl: "fenced, checkResourceFence: false", compares: `${steady}; without the cross-object guarantee`, goal: null, run: fenced(objectOnly, objectOnlyClient, () => `steady-${size}`, body) },
+      ],
     });
   }
   const small = Buffer.alloc(1024, 2);
-  // Worst case 1: every put is the first write of its key (nothing remembered: a blind create).
-  cases.push({
+  // Every put is the first write of its key (nothing remembered: a blind create).
+  await runCase({
     bench: "s3-put-new-key",
+    what: "one writer, every put the first write of its key",
+    size: small.length,
     concurrency: 1,
-    size: small.length,
-    impls: { plain: plain((_, i) => `plain/new/${i}`, small), fenced: fenced(defaults, (_, i) => `new/${i}`, small), "fenced-object-only": fenced(objectOnly, (_, i) => `new/${i}`, small) },
+    plain: plain((_, i) => `plain/new/${i}`, small),
+    fenced: [
+      { impl: "fenced (defaults: resource fence on)", compares: steady, goal: null, run: fenced(defaults, fencedClient, (_, i) => `new/${i}`, small) },
+      { impl: "fenced, checkResourceFence: false", compares: `${steady}; without the cross-object guarantee`, goal: null, run: fenced(objectOnly, objectOnlyClient, (_, i) => `new/${i}`, small) },
+    ],
   });
-  // Worst case 2: 4 writers (separate stores, as separate processes would be) contending for one key.
+  // 4 writers (separate stores, as separate processes would be) contending for one key.
   let gaveUp = 0;
-  const contenders = Array.from({ length: 4 }, () => new FencedS3(client, { bucket, prefix: "contended/" }));
-  cases.push({
+  const contendedClient = countRequests(server.client());
+  const contenders = Array.from({ length: 4 }, () => new FencedS3(contendedClient, { bucket, prefix: "contended/" }));
+  await runCase({
     bench: "s3-put-contended",
-    concurrency: 4,
+    what: "4 writers contending for one key (plain: 4 writers of one key)",
     size: small.length,
-    impls: {
-      plain: plain(() => "plain/contended", small),
-      fenced: async (w) => {
-        // Counted, not thrown: a put that exhausts its attempts under this much contention is a result.
-        await contenders[w]?.put("contended", small, { fence: { resource: "bench-contended", token: 1n } }).catch(() => {
-          gaveUp++;
-        });
+    concurrency: 4,
+    plain: plain(() => "plain/contended", small),
+    fenced: [
+      {
+        impl: "fenced (defaults), 4 stores",
+        compares: "fenced put ÷ plain PutObject: time per operation at concurrency 4, median of interleaved rounds",
+        goal: null,
+        failed: () => gaveUp,
+        run: {
+          client: contendedClient,
+          // Counted, not thrown: a put that exhausts its attempts under this much contention is a result.
+          op: async (w) => {
+            await contenders[w]?.put("contended", small, { fence: { resource: "bench-contended", token: 1n } }).catch(() => {
+              gaveUp++;
+            });
+          },
+          settle: async () => {
+            await Promise.all(contenders.map((s) => s.flush()));
+          },
+        },
       },
-    },
+    ],
   });
-
-  for (const c of cases) {
-    const best: Record<string, number> = {};
-    for (let round = 0; round < ROUNDS; round++) {
-      // Alternate implementations so that drift in the machine's load hits all alike.
-      for (const [impl, op] of Object.entries(c.impls)) {
-        await measure(op, c.concurrency, 300); // warm-up: sockets, caches, JIT
-        gaveUp = 0;
-        const r = await measure(op, c.concurrency, DURATION_MS);
-        const failed = gaveUp;
-        gaveUp = 0;
-        emit({ bench: c.bench, impl, size: c.size, concurrency: c.concurrency, round, ...r, ...(c.bench === "s3-put-contended" ? { failed } : {}) });
-        best[impl] = Math.max(best[impl] ?? 0, r.opsPerSec);
-      }
-    }
-    for (const impl of Object.keys(c.impls).filter((i) => i !== "plain")) {
-      const ratio = (best.plain ?? 0) / (best[impl] ?? 1);
-      emit({ bench: c.bench, impl, size: c.size, concurrency: c.concurrency, ratio: Number(ratio.toFixed(3)), ratioOf: "plain PutObject ops/s ÷ fenced put ops/s (best round each): the time a fenced put costs per plain PUT", goal: 1.3 });
-    }
-  }
-  await Promise.all([defaults.flush(), objectOnly.flush(), ...contenders.map((s) => s.flush())]);
-
 } finally {
   await server.stop();
 }
