@@ -96,4 +96,26 @@ describe("data objects: one per manifest attempt, named for the manifest it is s
       expect(await listKeys(client, bucket, "fenced/data/")).toEqual([copies.at(-1)]);
     });
   }
+
+  for (const refused of [false, true] as const) {
+    it(`the bodies that writes replace are deleted in the background, ${refused ? "one by one where the backend refuses DeleteObjects" : "many in one DeleteObjects"}; flush() sends what is queued at once`, async () => {
+      const bucket = await server.createBucket();
+      const deleting = server.client();
+      const deletes: string[] = [];
+      intercept(deleting, (info, send) => {
+        if (info.command === "DeleteObjectsCommand" || info.command === "DeleteObjectCommand") deletes.push(info.command);
+        if (refused && info.command === "DeleteObjectsCommand") return Promise.reject(fakeError(501, "NotImplemented"));
+        return send();
+      });
+      const store = new FencedS3(deleting, { bucket, inlineLimit: 0 });
+      const keys = Array.from({ length: 10 }, (_, i) => `k${i}`);
+      await Promise.all(keys.map((k) => store.put(k, `first ${k}`, { fence })));
+      await Promise.all(keys.map((k) => store.put(k, `second ${k}`, { fence }))); // replaces 10 bodies
+      await store.flush();
+      expect(await listKeys(client, bucket, "fenced/data/")).toHaveLength(10); // the current bodies only
+      for (const k of keys) expect((await store.getBytes(k))?.body.toString()).toBe(`second ${k}`);
+      if (refused) expect(deletes.filter((d) => d === "DeleteObjectCommand")).not.toHaveLength(0);
+      else expect(deletes.length).toBeLessThan(10); // fewer requests than objects deleted
+    });
+  }
 });

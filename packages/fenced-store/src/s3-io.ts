@@ -2,6 +2,7 @@ import type { S3Client } from "@aws-sdk/client-s3";
 import { ContentionError, StaleTokenError } from "./errors.js";
 import { admits, type CheckedFence } from "./fence.js";
 import { ConditionalObjects, type Condition } from "./s3-conditional.js";
+import { Deletions } from "./s3-deletions.js";
 import { fenceKey, manifestKey } from "./s3-layout.js";
 import { decodeFence, decodeManifest, encodeFence, type Highest, type ManifestHeader } from "./s3-manifest.js";
 import type { ResolvedOptions } from "./s3-options.js";
@@ -54,6 +55,8 @@ export function refusedOwnEtag(key: string): Error {
  */
 export class StoreIo {
   readonly objects: ConditionalObjects;
+  /** The background deletions of replaced bodies, batched; flush() sends them at once. */
+  readonly deletions: Deletions;
   /**
    * Last manifest seen per key: a write whose CAS on it succeeds needs no read first. After a lost
    * race on a key, its next few writes read first anyway: a writer swapping on a remembered manifest
@@ -70,6 +73,7 @@ export class StoreIo {
     readonly options: ResolvedOptions,
   ) {
     this.objects = new ConditionalObjects(client, options.bucket);
+    this.deletions = new Deletions(client, options.bucket);
   }
 
   /** What this store remembers of a key; a "read first" turn is used up by asking. */
@@ -172,6 +176,8 @@ export class StoreIo {
   }
 
   async flush(): Promise<void> {
-    while (this.pending.size > 0) await Promise.all([...this.pending]);
+    await this.deletions.urgently(async () => {
+      while (this.pending.size > 0) await Promise.all([...this.pending]);
+    });
   }
 }

@@ -243,7 +243,7 @@ function accepted(io: StoreIo, intent: Intent, snap: Snapshot, replaced: Snapsho
 async function retire(io: StoreIo, replaced: Snapshot | null, by: ManifestHeader): Promise<void> {
   const old = replaced?.header.body;
   if (old?.kind !== "object" || (by.body.kind === "object" && by.body.dataKey === old.dataKey)) return;
-  await io.objects.remove(old.dataKey);
+  await io.deletions.delete(old.dataKey);
 }
 
 /**
