@@ -64,8 +64,12 @@ export class StoreIo {
    * writers would keep winning and a loser could starve.
    */
   private readonly cache = new Map<string, { snap: Snapshot | null; readFirst: number }>();
-  /** Last fence seen per resource: predicts whether a write will have to raise it. */
-  private readonly fences = new Map<string, Highest>();
+  /**
+   * Last fence object seen per resource: predicts whether a write will have to raise it, and lets
+   * the next read of it be conditional (If-None-Match on its ETag). Never trusted without that
+   * read: a 304 says the object still has exactly these bytes, since fence ETags never repeat.
+   */
+  private readonly fences = new Map<string, FenceSnapshot>();
   private readonly pending = new Set<Promise<void>>();
 
   constructor(
@@ -103,12 +107,12 @@ export class StoreIo {
   /** Whether this store expects the fence object to need raising for this fence (a guess: it only decides what to read early). */
   expectsRaise(fence: CheckedFence): boolean {
     const seen = this.fences.get(fence.resource);
-    return seen === undefined || fence.token > seen.token;
+    return seen === undefined || fence.token > seen.highest.token;
   }
 
-  private noteFence(resource: string, highest: Highest): void {
-    this.fences.delete(resource);
-    this.fences.set(resource, highest);
+  private noteFence(resource: string, snap: FenceSnapshot): void {
+    this.fences.delete(resource); // re-insert: Map order is the LRU order
+    this.fences.set(resource, snap);
     if (this.fences.size > CACHE_ENTRIES) {
       const oldest = this.fences.keys().next();
       if (oldest.done !== true) this.fences.delete(oldest.value);
@@ -127,12 +131,23 @@ export class StoreIo {
     return { snap, inline };
   }
 
+  /** The resource's fence object as it is now (null: absent); conditional on the one last seen. */
   async readFence(resource: string, signal: AbortSignal | undefined): Promise<FenceSnapshot | null> {
-    const stored = await this.objects.read(fenceKey(this.options.prefix, resource), signal);
-    if (stored === undefined) return null;
-    const highest = decodeFence(resource, stored.body);
-    this.noteFence(resource, highest);
-    return { etag: stored.etag, highest };
+    const key = fenceKey(this.options.prefix, resource);
+    const seen = this.fences.get(resource);
+    const found = seen === undefined ? { unchanged: false as const, object: await this.objects.read(key, signal) } : await this.objects.readIfChanged(key, seen.etag, signal);
+    if (found.unchanged && seen !== undefined) {
+      this.noteFence(resource, seen);
+      return seen;
+    }
+    const stored = found.unchanged ? undefined : found.object;
+    if (stored === undefined) {
+      this.fences.delete(resource);
+      return null;
+    }
+    const snap = { etag: stored.etag, highest: decodeFence(resource, stored.body) };
+    this.noteFence(resource, snap);
+    return snap;
   }
 
   /**
@@ -149,9 +164,9 @@ export class StoreIo {
       if (snap !== null && !needsRaise(fence, snap)) return snap; // already at this token, from this holder
       const outcome = await this.objects.write(target, encodeFence(fence), condition(snap), signal);
       if (outcome.ok) {
-        const highest = { token: fence.token, holder: fence.holder };
-        this.noteFence(fence.resource, highest);
-        return { etag: outcome.etag, highest };
+        const raised = { etag: outcome.etag, highest: { token: fence.token, holder: fence.holder } };
+        this.noteFence(fence.resource, raised);
+        return raised;
       }
       signal?.throwIfAborted();
       if (outcome.failure === "fatal") throw outcome.error;

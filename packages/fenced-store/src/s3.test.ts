@@ -6,7 +6,7 @@ import { InvalidArgumentError } from "@fenced/fence";
 import { StaleTokenError, VersionMismatchError } from "./errors.js";
 import { MAX_TOKEN, type Fence } from "./fence.js";
 import { FencedS3 } from "./s3.js";
-import { holdFirst, ignoreConditions, isManifestPut, listKeys } from "./s3-test-support.js";
+import { fakeError, holdFirst, ignoreConditions, intercept, isManifestPut, listKeys } from "./s3-test-support.js";
 
 let server: StartedS3;
 let client: S3Client;
@@ -40,6 +40,13 @@ describe("FencedS3 against a real S3 server", () => {
     const ignoring = server.client();
     ignoreConditions(ignoring);
     await expect(new FencedS3(ignoring, { bucket }).verify()).rejects.toThrow(/does not honour conditional writes/);
+
+    // Fence reads are conditional: a backend that answers 304 Not Modified to any If-None-Match would
+    // hand a store the fence it saw last, however high the fence has risen since.
+    const alwaysNotModified = server.client();
+    intercept(alwaysNotModified, (info, send) => (info.command === "GetObjectCommand" && info.input.IfNoneMatch !== undefined ? Promise.reject(fakeError(304, "NotModified")) : send()));
+    await expect(new FencedS3(alwaysNotModified, { bucket }).verify()).rejects.toThrow(/If-None-Match on a replaced ETag/);
+    expect(await listKeys(client, bucket)).toEqual([]);
   });
 
   it("the article's figure: 33 pauses before its write, 34 writes, 33 resumes and is refused", async () => {
