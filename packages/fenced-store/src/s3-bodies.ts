@@ -64,6 +64,16 @@ export class AttemptBodies {
   }
 
   /**
+   * The upload begun for `target`, while it is still running: its name, and its completion. The
+   * attempt against `target` may name it once it is complete (what prepare() would wait for).
+   */
+  running(target: string | null): { key: string; ready: Promise<number> } | undefined {
+    const last = this.made.at(-1);
+    if (last === undefined || last.sent || last.settled || last.target !== target) return undefined;
+    return { key: last.key, ready: last.ready };
+  }
+
+  /**
    * A data object for the next attempt, to be sent against `target`: the upload begun for that
    * target, or a new one. `waited`: whether this had to wait for I/O (the fence must then be read
    * again before the manifest PUT).

@@ -19,7 +19,9 @@ export type Failure =
    */
   | "ambiguous"
   /** Anything else (403, 400, NoSuchBucket): retrying cannot help. */
-  | "fatal";
+  | "fatal"
+  /** Its gate closed: the request never left this process, so it cannot land. */
+  | "unsent";
 
 export type Condition = { readonly ifNoneMatch: true } | { readonly ifMatch: string };
 
@@ -60,7 +62,52 @@ class AmbiguousNotRetried extends Error {
   }
 }
 
+/**
+ * Decides once whether a request that the SDK prepares now (serialises, signs) may go on the wire:
+ * the request waits innermost in its middleware stack, right before the HTTP handler, and is sent
+ * only if the gate opens. Closing an undecided gate drops it; opening or closing a decided one does
+ * nothing.
+ */
+export class SendGate {
+  readonly decided: Promise<boolean>;
+  private decide!: (send: boolean) => void;
+
+  constructor() {
+    this.decided = new Promise((resolve) => (this.decide = resolve));
+  }
+
+  open(): void {
+    this.decide(true);
+  }
+
+  close(): void {
+    this.decide(false);
+  }
+}
+
+/** A gated request whose gate closed: it never reached the HTTP handler. Not retried by the SDK (no status, name or code it retries). */
+export class NotSent extends Error {
+  constructor() {
+    super("request not sent: its gate closed");
+  }
+}
+
+/**
+ * A middleware that holds a request right before the HTTP handler until the gate decides, and throws
+ * NotSent if it closes. Innermost (deserialize step, low priority): everything the SDK does before
+ * sending overlaps the wait, and nothing is sent before it ends.
+ */
+function holdUntil(gate: SendGate) {
+  return <A, R>(next: (args: A) => Promise<R>) =>
+    async (args: A): Promise<R> => {
+      if (!(await gate.decided)) throw new NotSent();
+      return next(args);
+    };
+}
+const HOLD = { step: "deserialize", priority: "low", name: "fencedSendGate" } as const;
+
 export function classify(err: unknown): Failure {
+  if (err instanceof NotSent) return "unsent";
   if (err instanceof AmbiguousNotRetried) return "ambiguous";
   const status = statusOf(err);
   if (status === undefined) return "ambiguous"; // no response at all: the request may still have landed
@@ -123,8 +170,11 @@ export class ConditionalObjects {
     return this.form === "bare" ? etag : `"${etag}"`;
   }
 
-  async read(key: string, signal?: AbortSignal): Promise<StoredObject | undefined> {
-    return this.get(new GetObjectCommand({ Bucket: this.bucket, Key: key }), key, signal);
+  /** With a gate, the GET goes on the wire only once it opens (NotSent if it closes). */
+  async read(key: string, signal?: AbortSignal, gate?: SendGate): Promise<StoredObject | undefined> {
+    const command = new GetObjectCommand({ Bucket: this.bucket, Key: key });
+    if (gate !== undefined) command.middlewareStack.add(holdUntil(gate), HOLD);
+    return this.get(command, key, signal);
   }
 
   private async get(command: GetObjectCommand, key: string, signal: AbortSignal | undefined): Promise<StoredObject | undefined> {
@@ -146,8 +196,9 @@ export class ConditionalObjects {
    * ignores the condition answers with the object (correct, only slower); verify() proves that this
    * one answers a replaced ETag with the object, never with 304.
    */
-  readIfChanged(key: string, etag: string, signal?: AbortSignal): Promise<Revalidated> {
+  readIfChanged(key: string, etag: string, signal?: AbortSignal, gate?: SendGate): Promise<Revalidated> {
     const command = new GetObjectCommand({ Bucket: this.bucket, Key: key, IfNoneMatch: this.etagHeader(etag) });
+    if (gate !== undefined) command.middlewareStack.add(holdUntil(gate), HOLD);
     let notModified!: (found: Revalidated) => void;
     const early = new Promise<Revalidated>((resolve) => (notModified = resolve));
     // Innermost, where the HTTP response arrives, before the SDK's error handling of the 304.
@@ -169,8 +220,11 @@ export class ConditionalObjects {
     return Promise.race([early, full]);
   }
 
-  /** Never throws: the outcome says how a failure is to be understood. */
-  async write(key: string, body: Buffer, condition: Condition, signal?: AbortSignal): Promise<WriteOutcome> {
+  /**
+   * Never throws: the outcome says how a failure is to be understood. With a gate, the PUT is
+   * prepared at once and goes on the wire only once the gate opens ("unsent" if it closes).
+   */
+  async write(key: string, body: Buffer, condition: Condition, signal?: AbortSignal, gate?: SendGate): Promise<WriteOutcome> {
     try {
       const command = new PutObjectCommand({
         Bucket: this.bucket,
@@ -187,12 +241,13 @@ export class ConditionalObjects {
             return await next(args);
           } catch (err) {
             const status = statusOf(err);
-            if (status === undefined || status >= 500) throw new AmbiguousNotRetried(err);
+            if (!(err instanceof NotSent) && (status === undefined || status >= 500)) throw new AmbiguousNotRetried(err);
             throw err;
           }
         },
         { step: "finalizeRequest", priority: "low", name: "fencedNoRetryWhenAmbiguous" },
       );
+      if (gate !== undefined) command.middlewareStack.add(holdUntil(gate), HOLD);
       const res = await this.client.send(command, sendOptions(signal));
       if (res.ETag === undefined) throw new Error(`PUT ${key} returned no ETag`);
       if ("ifMatch" in condition) this.formSettled = true;

@@ -1,7 +1,7 @@
 import type { S3Client } from "@aws-sdk/client-s3";
 import { ContentionError, StaleTokenError } from "./errors.js";
 import { admits, type CheckedFence } from "./fence.js";
-import { ConditionalObjects, type Condition } from "./s3-conditional.js";
+import { ConditionalObjects, type Condition, type SendGate } from "./s3-conditional.js";
 import { Deletions } from "./s3-deletions.js";
 import { fenceKey, manifestKey } from "./s3-layout.js";
 import { decodeFence, decodeManifest, encodeFence, type Highest, type ManifestHeader } from "./s3-manifest.js";
@@ -131,11 +131,14 @@ export class StoreIo {
     return { snap, inline };
   }
 
-  /** The resource's fence object as it is now (null: absent); conditional on the one last seen. */
-  async readFence(resource: string, signal: AbortSignal | undefined): Promise<FenceSnapshot | null> {
+  /**
+   * The resource's fence object as it is now (null: absent), read conditionally on the one last seen.
+   * With a gate, the read goes on the wire only once the gate opens (NotSent if it closes).
+   */
+  async readFence(resource: string, signal: AbortSignal | undefined, gate?: SendGate): Promise<FenceSnapshot | null> {
     const key = fenceKey(this.options.prefix, resource);
     const seen = this.fences.get(resource);
-    const found = seen === undefined ? { unchanged: false as const, object: await this.objects.read(key, signal) } : await this.objects.readIfChanged(key, seen.etag, signal);
+    const found = seen === undefined ? { unchanged: false as const, object: await this.objects.read(key, signal, gate) } : await this.objects.readIfChanged(key, seen.etag, signal, gate);
     if (found.unchanged && seen !== undefined) {
       this.noteFence(resource, seen);
       return seen;

@@ -129,3 +129,24 @@ export function isDataUpload(info: RequestInfo): boolean {
   const data = info.key?.includes("/data/") ?? false;
   return data && (info.command === "PutObjectCommand" || info.command === "CreateMultipartUploadCommand" || info.command === "UploadPartCommand");
 }
+
+/** A request as it goes on the wire: its method and which of the store's folders it is for. */
+export interface WireRequest {
+  readonly method: string;
+  readonly kind: "manifests" | "fences" | "data" | "other";
+}
+
+/**
+ * Calls `seen` for every request the moment the client's HTTP handler is given it: what has gone on
+ * the wire, unlike intercept(), which sees a request when it enters the SDK (it may still be held).
+ */
+export function onWire(client: S3Client, seen: (request: WireRequest) => void): void {
+  const handler = client.config.requestHandler as { handle: (request: { method: string; path: string }, ...rest: unknown[]) => Promise<unknown> };
+  const handle = handler.handle.bind(handler);
+  handler.handle = (request, ...rest) => {
+    const kind = /\/(manifests|fences|data)\//.exec(request.path)?.[1];
+    seen({ method: request.method, kind: kind === "manifests" || kind === "fences" || kind === "data" ? kind : "other" });
+    return handle(request, ...rest);
+  };
+}
+

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { StaleTokenError } from "./errors.js";
 import type { Fence } from "./fence.js";
 import { FencedS3 } from "./s3.js";
-import { answered, fakeError, holdFirst, intercept, isDataUpload, isFenceRead, isManifestPut, listKeys } from "./s3-test-support.js";
+import { answered, contents, fakeError, holdFirst, intercept, isDataUpload, isFenceRead, isManifestPut, listKeys, onWire } from "./s3-test-support.js";
 
 let server: StartedS3;
 let client: S3Client;
@@ -103,3 +103,84 @@ describe("FencedS3: the window that remains", () => {
     });
   }
 });
+
+/**
+ * A write prepares its next requests while the previous ones are in flight (PROTOCOL.md, "The
+ * write", step 6), but each goes on the wire only once what it is ordered after has answered: the
+ * fence read after the data upload, the manifest PUT after the fence read, which must admit it. These
+ * hold one request on the real server and watch what reaches the wire meanwhile.
+ */
+describe("FencedS3: a request prepared ahead goes on the wire only after what it is ordered after", () => {
+  const settle = (): Promise<void> => new Promise((r) => setTimeout(r, 50)); // time for a request that did not wait to go out
+
+  it("steady state: the manifest PUT waits for the fence read, and is never sent when that read refuses", async () => {
+    const bucket = await server.createBucket();
+    const newer = new FencedS3(client, { bucket });
+    await newer.register(fence(33n));
+    const writerClient = server.client();
+    const writer = new FencedS3(writerClient, { bucket });
+    // Warm: the writer remembers the key's manifest and the fence (its next fence read is conditional).
+    await writer.put("never-written-by-34", "from 33", { fence: fence(33n) });
+    await writer.put("never-written-by-34", "again from 33", { fence: fence(33n) });
+    const before = await contents(client, bucket, "fenced/manifests/");
+    const prepared: string[] = [];
+    intercept(writerClient, (info, send) => {
+      if (isManifestPut(info)) prepared.push(info.command);
+      return send();
+    });
+    const wire: string[] = [];
+    onWire(writerClient, (r) => wire.push(`${r.method} ${r.kind}`));
+    const held = holdFirst(writerClient, isFenceRead); // its process pauses before the fence read is sent
+
+    const late = writer.put("never-written-by-34", "late from 33", { fence: fence(33n) });
+    await held.reached;
+    await settle();
+    expect(prepared).toEqual(["PutObjectCommand"]); // the manifest PUT is prepared ...
+    expect(wire).toEqual([]); // ... and waits: nothing is on the wire
+    await newer.register(fence(34n));
+    held.release();
+    await expect(late).rejects.toMatchObject({ name: "StaleTokenError", token: 33n, highest: 34n });
+    expect(wire).toEqual(["GET fences"]); // the fence read said 34; the prepared PUT never went out
+    expect(await contents(client, bucket, "fenced/manifests/")).toEqual(before);
+  });
+
+  it("bytes too large to inline: the fence read waits for the upload's answer, the manifest PUT for the fence read", async () => {
+    const bucket = await server.createBucket();
+    const newer = new FencedS3(client, { bucket });
+    await newer.register(fence(33n));
+    const writerClient = server.client();
+    const writer = new FencedS3(writerClient, { bucket });
+    const big = (c: string): string => c.repeat(70_000);
+    await writer.put("never-written-by-34", big("a"), { fence: fence(33n) });
+    await writer.put("never-written-by-34", big("b"), { fence: fence(33n) });
+    await writer.flush();
+    const before = await contents(client, bucket, "fenced/manifests/");
+    const wire: string[] = [];
+    onWire(writerClient, (r) => wire.push(`${r.method} ${r.kind}`));
+    // The upload lands on the server, but its answer is held: the writer has not heard back.
+    let answer!: () => void;
+    let uploaded!: () => void;
+    const answerHeld = new Promise<void>((r) => (answer = r));
+    const landed = new Promise<void>((r) => (uploaded = r));
+    let armed = true;
+    intercept(writerClient, async (info, send) => {
+      if (!(armed && isDataUpload(info))) return send();
+      armed = false;
+      const out = await send();
+      uploaded();
+      await answerHeld;
+      return out;
+    });
+
+    const late = writer.put("never-written-by-34", big("c"), { fence: fence(33n) });
+    await landed;
+    await settle();
+    expect(wire).toEqual(["PUT data"]); // the fence read and the manifest PUT wait for the upload's answer
+    await newer.register(fence(34n));
+    answer();
+    await expect(late).rejects.toMatchObject({ name: "StaleTokenError", token: 33n, highest: 34n });
+    expect(wire.filter((w) => w !== "DELETE data")).toEqual(["PUT data", "GET fences"]); // (the refused body is deleted)
+    expect(await contents(client, bucket, "fenced/manifests/")).toEqual(before);
+  });
+});
+

@@ -3,6 +3,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { ContentionError, ResourceMismatchError, StaleTokenError, VersionMismatchError } from "./errors.js";
 import { admits, type CheckedFence } from "./fence.js";
 import { AttemptBodies } from "./s3-bodies.js";
+import { SendGate, type WriteOutcome } from "./s3-conditional.js";
 import { condition, fenceRefusal, needsRaise, refusedOwnEtag, type FenceSnapshot, type Snapshot, type StoreIo } from "./s3-io.js";
 import { manifestKey, newId } from "./s3-layout.js";
 import { encodeManifest, entryFor, nextHeader, transferHeader, type ManifestHeader } from "./s3-manifest.js";
@@ -45,6 +46,22 @@ interface State {
   readonly fresh: boolean;
 }
 
+/** A manifest attempt handed to the SDK: its record, its header, its data object, and its outcome once settled. */
+interface Prepared {
+  readonly attempt: Attempt;
+  readonly header: ManifestHeader;
+  readonly dataKey: string | undefined;
+  readonly outcome: Promise<WriteOutcome>;
+}
+
+/** How long a request prepared (signed) ahead may wait to be sent: far below the 15 minutes S3 allows for its date. */
+const PREPARED_FOR_MS = 60_000;
+
+/** Resolves after the current turn of the event loop: what was handed to the socket meanwhile has been written. */
+function nextTurn(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}
+
 interface Attempt {
   readonly writeId: string;
   /** The manifest it was sent against (null: a create), i.e. the one it replaces if it lands. */
@@ -85,7 +102,7 @@ export async function writeManifest(io: StoreIo, intent: Intent): Promise<S3PutR
   const attempts: Attempt[] = [];
   /** The key's manifest as read after the latest attempt was sent; undefined while unknown. */
   let afterSend: Snapshot | null | undefined;
-  const readFences = (): Promise<(FenceSnapshot | null)[]> => Promise.all(intent.fences.map((f) => io.readFence(f.resource, signal)));
+  const readFences = (gate?: SendGate): Promise<(FenceSnapshot | null)[]> => Promise.all(intent.fences.map((f) => io.readFence(f.resource, signal, gate)));
   const readManifest = async (): Promise<State> => {
     const found = await io.readManifest(key, signal);
     return { snap: found?.snap ?? null, inline: found?.inline, fresh: true };
@@ -106,25 +123,30 @@ export async function writeManifest(io: StoreIo, intent: Intent): Promise<S3PutR
     const readFirst = content.kind === "carry" || expectsRaise || (remembered === undefined ? versioned || stream : remembered.readFirst);
     const guess: State = { snap: remembered?.snap ?? null, inline: undefined, fresh: false };
     // Bytes in memory start uploading now, named for the manifest this store expects to replace. The
-    // fence is then read after the upload (step 6); early too only if it may need raising.
+    // fences are read now only when they must be known before anything else is sent: for a raise
+    // (which needs the manifest too), before a stream (a stale writer never sends it), or alongside a
+    // manifest read the write waits for anyway. Otherwise they are read in step 6, right before the
+    // manifest PUT, which is prepared meanwhile (after the upload, for bytes too large to inline).
     const uploading = bodies !== undefined && !stream && !(remembered === undefined && versioned);
     if (uploading) bodies.begin(guess.snap?.header.writeId ?? null);
-    const readFencesNow = checkFences && (!uploading || expectsRaise);
+    const readFencesNow = checkFences && (expectsRaise || stream || (readFirst && !uploading));
     /** The fence objects as last read or raised (null: absent); undefined until read. */
     let fences: (FenceSnapshot | null)[] | undefined;
     let state: State;
     [fences, state] = await Promise.all([readFencesNow ? readFences() : undefined, readFirst ? readManifest() : Promise.resolve(guess)]);
     let fenceFresh = readFencesNow;
 
-    // 3. Check. Only the current manifest may refuse a write: a refusal by a remembered one is re-read.
+    // 3. Check. Only the current manifest may refuse a write: a refusal by a remembered one is re-read,
+    // with the fences if they were not read yet (a stale token is reported before what the manifest says).
     const fenceProblem = (): StaleTokenError | undefined => intent.fences.map((f, i) => (fences === undefined ? undefined : fenceRefusal(f, fences[i] ?? null))).find((e) => e !== undefined);
     const stale = fenceProblem();
     if (stale !== undefined) throw stale;
     let problem = refusal(intent, state.snap);
     if (problem !== undefined && !state.fresh) {
-      state = await readManifest();
-      fenceFresh = false;
-      problem = refusal(intent, state.snap);
+      const withFences = checkFences && fences === undefined;
+      [fences, state] = await Promise.all([withFences ? readFences() : fences, readManifest()]);
+      fenceFresh = withFences;
+      problem = fenceProblem() ?? refusal(intent, state.snap);
     }
     if (problem !== undefined) throw problem;
 
@@ -142,37 +164,95 @@ export async function writeManifest(io: StoreIo, intent: Intent): Promise<S3PutR
     };
     if (checkFences) await raise();
 
-    for (let attempt = 1; ; attempt++) {
-      let dataKey: string | undefined;
-      for (;;) {
-        // 5. This attempt's data object, named for the manifest it is sent against.
-        if (bodies !== undefined) {
-          const prepared = await bodies.prepare(state.snap?.header.writeId ?? null);
-          dataKey = prepared.key;
-          if (prepared.waited) fenceFresh = false;
+    /** The next manifest attempt, built on the current state and handed to the SDK (through `gate`: sent only once it opens). */
+    const prepare = (dataKey: string | undefined, gate?: SendGate): Prepared => {
+      const writeId = newId();
+      const { header, inline } = build(intent, state, writeId, dataKey);
+      const outcome = io.objects.write(manifestKey(io.options.prefix, key), encodeManifest(header, inline), condition(state.snap), signal, gate);
+      return { attempt: { writeId, target: state.snap, ambiguous: false }, header, dataKey, outcome };
+    };
+    /** The attempt goes on the wire: from now on it may land. */
+    const sending = (p: Prepared): Prepared => {
+      attempts.push(p.attempt);
+      if (p.dataKey !== undefined) bodies?.sent(p.dataKey);
+      afterSend = undefined;
+      return p;
+    };
+
+    /**
+     * Steps 6 and 7: reads the resource fences again, right before the manifest PUT — the window a
+     * newer holder can slip through is from this read to the PUT landing — and sends the PUT if they
+     * admit the write without a raise (undefined otherwise: nothing was sent). The SDK prepares the
+     * read while `after` (this attempt's upload) runs, and the PUT while the read is in flight, but
+     * each goes on the wire only once what it is ordered after has answered: the read after the
+     * upload, the PUT after the read, which must admit it. So the window is exactly what it would be
+     * with each request prepared after the previous one answered.
+     */
+    const readFencesThenSend = async (dataKey: string | undefined, after: Promise<unknown> | undefined): Promise<Prepared | undefined> => {
+      const readGate = after === undefined ? undefined : new SendGate();
+      const sendGate = new SendGate();
+      try {
+        // What is on its way to the wire goes first (the upload, or the fence GET); the rest is prepared meanwhile.
+        if (after !== undefined) await nextTurn();
+        const reading = readFences(readGate);
+        reading.catch(() => undefined); // awaited below: not an unhandled rejection meanwhile
+        if (after === undefined) await nextTurn();
+        const preparedAt = performance.now();
+        const gated = prepare(dataKey, sendGate);
+        if (after !== undefined) {
+          await after;
+          // A request signed long ago would be refused for its date (S3 allows 15 minutes): read anew.
+          if (performance.now() - preparedAt > PREPARED_FOR_MS) return await readFencesThenSend(dataKey, undefined);
+          readGate?.open();
         }
-        // 6. The resource fences, read again if anything was awaited since they were: the window a
-        // newer holder can slip through is from this read to the manifest PUT landing.
-        if (!checkFences || fenceFresh) break;
-        fences = await readFences();
+        fences = await reading;
         fenceFresh = true;
         const refused = fenceProblem();
         if (refused !== undefined) throw refuse(refused, state.snap);
+        if (intent.fences.some((f, i) => needsRaise(f, fences?.[i] ?? null))) return undefined;
+        if (performance.now() - preparedAt > PREPARED_FOR_MS) {
+          sendGate.close();
+          return sending(prepare(dataKey)); // the fences were just read: a PUT signed now goes out at once
+        }
+        const sent = sending(gated);
+        sendGate.open();
+        return sent;
+      } finally {
+        // Either gate not opened by now closes: its request is never sent.
+        readGate?.close();
+        sendGate.close();
+      }
+    };
+
+    for (let attempt = 1; ; attempt++) {
+      let sent: Prepared | undefined;
+      while (sent === undefined) {
+        // 5. This attempt's data object, named for the manifest it is sent against. An upload still
+        // running is not waited for here when the fences are checked: step 6 holds the fence read until it is done.
+        const target = state.snap?.header.writeId ?? null;
+        const running = checkFences ? bodies?.running(target) : undefined;
+        let dataKey = running?.key;
+        if (running !== undefined) fenceFresh = false;
+        else if (bodies !== undefined) {
+          const prepared = await bodies.prepare(target);
+          dataKey = prepared.key;
+          if (prepared.waited) fenceFresh = false;
+        }
+        // No step 6 when nothing was awaited since the fences were read or raised (or they are not checked).
+        if (!checkFences || fenceFresh) {
+          sent = sending(prepare(dataKey));
+          break;
+        }
+        sent = await readFencesThenSend(dataKey, running?.ready);
         // Lower than this write's token only if a fence object was reset; raising may read the manifest again.
-        await raise();
+        if (sent === undefined) await raise();
       }
       fenceFresh = false;
 
       // 7. Compare-and-swap the manifest (8: on success, accepted()).
-      const writeId = newId();
-      const { header, inline } = build(intent, state, writeId, dataKey);
-      const sent: Attempt = { writeId, target: state.snap, ambiguous: false };
-      attempts.push(sent);
-      if (dataKey !== undefined) bodies?.sent(dataKey);
-      afterSend = undefined;
-      const outcome = await io.objects.write(manifestKey(io.options.prefix, key), encodeManifest(header, inline), condition(state.snap), signal);
-      if (outcome.ok) return accepted(io, intent, { etag: outcome.etag, header }, state.snap, bodies);
-      sent.ambiguous = outcome.failure === "ambiguous";
+      const outcome = await sent.outcome;
+      if (outcome.ok) return accepted(io, intent, { etag: outcome.etag, header: sent.header }, sent.attempt.target, bodies);
+      sent.attempt.ambiguous = outcome.failure === "ambiguous";
       signal?.throwIfAborted();
       if (outcome.failure === "fatal") throw outcome.error;
 
@@ -189,7 +269,7 @@ export async function writeManifest(io: StoreIo, intent: Intent): Promise<S3PutR
       afterSend = now;
       const landed = attempts.find((a) => a.writeId === now?.header.writeId);
       if (now !== null && landed !== undefined) return accepted(io, intent, now, landed.target, bodies);
-      if (outcome.failure === "precondition" && sent.target !== null && now?.etag === sent.target.etag && !io.objects.noteRefusedOwnEtag()) {
+      if (outcome.failure === "precondition" && sent.attempt.target !== null && now?.etag === sent.attempt.target.etag && !io.objects.noteRefusedOwnEtag()) {
         throw refusedOwnEtag(manifestKey(io.options.prefix, key));
       }
       const refused = fenceProblem() ?? refusal(intent, now);
