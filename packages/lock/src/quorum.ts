@@ -10,47 +10,62 @@ export function quorumOf(nodes: number): number {
   return Math.floor(nodes / 2) + 1;
 }
 
-/**
- * EVALSHA, loading the script with EVAL only when the node does not have it cached yet.
- * Written with .catch rather than async/await: this runs once per node per operation, and each
- * avoided promise shows up in the lock's throughput.
- *
- * The EVAL fallback runs after whatever this client sent on the connection in the meantime, so it
- * can overtake commands that were meant to follow it. `stillWanted` is asked before falling back:
- * an acquire answered NOSCRIPT after its attempt ended must not run at all, or it would run after
- * that attempt's release and leave a lease key behind for the whole TTL.
- */
-export function runScript(
-  client: RedisClient,
-  script: Script,
-  keys: readonly string[],
-  args: readonly (string | number)[],
-  stillWanted?: () => boolean,
-): Promise<unknown> {
-  return client.evalsha(script.sha, keys.length, ...keys, ...args).catch((err: unknown) => {
-    if (redisErrorCode(err) === "NOSCRIPT") {
-      if (stillWanted === undefined || stillWanted()) return client.eval(script.source, keys.length, ...keys, ...args);
-      // Too late to run it, but load it (no side effects) so that the node can serve the next call.
-      client.script("LOAD", script.source).catch(() => undefined);
-    }
-    throw err;
-  });
+/** One script run on one node: the client, and the keys and arguments after the script's sha. */
+export interface ScriptCall {
+  readonly script: Script;
+  readonly keys: readonly string[];
+  readonly args: readonly (string | number)[];
 }
 
 /**
- * Sends to every node at once and resolves as soon as `decided` (called with each reply as it
- * arrives; callers keep their own tally) says the outcome is known,
+ * EVALSHA with the script's keys and arguments. A node that does not have the script cached yet
+ * answers NOSCRIPT; see fallBack.
+ */
+export function evalSha(client: RedisClient, call: ScriptCall): Promise<unknown> {
+  const { script, keys, args } = call;
+  return client.evalsha(script.sha, keys.length, ...keys, ...args);
+}
+
+/**
+ * After a NOSCRIPT answer: the same call as EVAL (which also caches the script), or undefined when
+ * the error is anything else, or when `stillWanted` says the call must not run any more.
+ *
+ * The EVAL runs after whatever this client sent on the connection in the meantime, so it can
+ * overtake commands that were meant to follow it. An acquire answered NOSCRIPT after its attempt
+ * ended must not run at all, or it would run after that attempt's release and leave a lease key
+ * behind for the whole TTL; the script is then only loaded (no side effects), so that the node can
+ * serve the next call.
+ */
+export function fallBack(client: RedisClient, call: ScriptCall, err: unknown, stillWanted?: () => boolean): Promise<unknown> | undefined {
+  if (redisErrorCode(err) !== "NOSCRIPT") return undefined;
+  const { script, keys, args } = call;
+  if (stillWanted === undefined || stillWanted()) return client.eval(script.source, keys.length, ...keys, ...args);
+  client.script("LOAD", script.source).catch(() => undefined);
+  return undefined;
+}
+
+/** How a fan-out sends to one node, reads its answer, and decides when it is over. */
+export interface FanOut<T> {
+  /** The call to node `node`. */
+  send(node: number): Promise<unknown>;
+  /** Called with each reply as it arrives (callers keep their own tally): true once the outcome is known. */
+  decided(reply: Reply<T>, node: number): boolean;
+  /** The node's answer as a T; throwing makes it an error reply. Default: the answer itself. */
+  parse?(raw: unknown): T;
+  /** A second call after `send` failed with `err` (a NOSCRIPT answer: see fallBack), or undefined. Asked even after the fan-out resolved. */
+  retry?(node: number, err: unknown): Promise<unknown> | undefined;
+}
+
+/**
+ * Sends to every node at once and resolves as soon as `decided` says the outcome is known,
  * every node has answered, or `timeoutMs` has passed (unanswered nodes then read as timeouts).
  * One timer per fan-out, not one per node: the timeout is per node in effect, since all requests
- * leave together. Replies that arrive after resolution are ignored; callers that must clean up
+ * leave together. Each node's call costs one promise reaction, with parsing and the NOSCRIPT retry
+ * inside it: this runs for every node of every operation, and each avoided promise shows up in the
+ * lock's throughput. Replies that arrive after resolution are ignored; callers that must clean up
  * after slow nodes (acquire) address every node again, not just the ones that answered.
  */
-export function fanOut<T>(
-  count: number,
-  send: (node: number) => Promise<T>,
-  timeoutMs: number,
-  decided: (reply: Reply<T>, node: number) => boolean,
-): Promise<Reply<T>[]> {
+export function fanOut<T>(count: number, timeoutMs: number, how: FanOut<T>): Promise<Reply<T>[]> {
   return new Promise((resolve) => {
     const replies: (Reply<T> | undefined)[] = new Array<Reply<T> | undefined>(count).fill(undefined);
     let answered = 0;
@@ -61,25 +76,36 @@ export function fanOut<T>(
       clearTimeout(timer);
       resolve(replies.map((r, node) => r ?? { ok: false, failure: { node, reason: timedOut ? "timeout" : "unanswered" } }));
     };
-    const timer = setTimeout(() => finish(true), timeoutMs);
-    for (let node = 0; node < count; node++) {
-      send(node).then(
-        (value) => {
+    const settle = (node: number, reply: Reply<T>): void => {
+      replies[node] = reply;
+      answered++;
+      if (how.decided(reply, node) || answered === count) finish(false);
+    };
+    const failed = (node: number, err: unknown): void => {
+      if (!done) settle(node, { ok: false, failure: { node, reason: "error", detail: err instanceof Error ? err.message : String(err) } });
+    };
+    const watch = (node: number, call: Promise<unknown>, first: boolean): void => {
+      call.then(
+        (raw) => {
           if (done) return;
-          const reply: Reply<T> = { ok: true, value };
-          replies[node] = reply;
-          answered++;
-          if (decided(reply, node) || answered === count) finish(false);
+          let value: T;
+          try {
+            value = how.parse === undefined ? (raw as T) : how.parse(raw);
+          } catch (err) {
+            failed(node, err);
+            return;
+          }
+          settle(node, { ok: true, value });
         },
         (err: unknown) => {
-          if (done) return;
-          const reply: Reply<T> = { ok: false, failure: { node, reason: "error", detail: err instanceof Error ? err.message : String(err) } };
-          replies[node] = reply;
-          answered++;
-          if (decided(reply, node) || answered === count) finish(false);
+          const again = first ? how.retry?.(node, err) : undefined;
+          if (again !== undefined) watch(node, again, false);
+          else failed(node, err);
         },
       );
-    }
+    };
+    const timer = setTimeout(() => finish(true), timeoutMs);
+    for (let node = 0; node < count; node++) watch(node, how.send(node), true);
   });
 }
 

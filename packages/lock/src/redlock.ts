@@ -7,7 +7,7 @@ import { resourceKeys } from "./keys.js";
 import { Lease } from "./lease.js";
 import { newLeaseValue } from "./lease-value.js";
 import { assertTtl, checkAcquireOptions, checkClients, checkHeld, checkSettings, driftMs, type AcquireOptions, type HeldLease, type RedlockOptions, type Settings } from "./options.js";
-import { AcquireTally, ceilingReached, chooseToken, failures, fanOut, parseGrant, quorumOf, runScript, type Grant } from "./quorum.js";
+import { AcquireTally, ceilingReached, chooseToken, evalSha, failures, fallBack, fanOut, parseGrant, quorumOf, type Grant, type ScriptCall } from "./quorum.js";
 import { SCRIPTS } from "./scripts.js";
 
 export type { AcquireOptions, HeldLease, RedlockOptions } from "./options.js";
@@ -156,15 +156,16 @@ export class Redlock {
     const start = performance.now();
     const tally = new AcquireTally(this.clients.length, this.quorum);
     // Once the fan-out has resolved, a node that answers NOSCRIPT must not get the acquire again
-    // (see runScript): the release that follows may already have run there.
+    // (see fallBack): the release that follows may already have run there.
     let fanningOut = true;
     const stillWanted = (): boolean => fanningOut;
-    const replies = await fanOut(
-      this.clients.length,
-      (node) => runScript(this.#client(node), SCRIPTS.acquire, [keys.lease, keys.counter], [value, ttlMs], stillWanted).then(parseGrant),
-      this.#settings.nodeTimeoutMs,
-      (reply) => tally.add(reply),
-    );
+    const call: ScriptCall = { script: SCRIPTS.acquire, keys: [keys.lease, keys.counter], args: [value, ttlMs] };
+    const replies = await fanOut(this.clients.length, this.#settings.nodeTimeoutMs, {
+      send: (node) => evalSha(this.#client(node), call),
+      retry: (node, err) => fallBack(this.#client(node), call, err, stillWanted),
+      parse: parseGrant,
+      decided: (reply) => tally.add(reply),
+    });
     fanningOut = false;
     const choice = chooseToken(replies, this.quorum);
     const ceiling = ceilingReached(replies, choice, this.quorum);
@@ -191,12 +192,12 @@ export class Redlock {
   /** Raises the counters of granting nodes that are behind to `token`; resolves with how many now count. */
   async #publish(lease: string, counter: string, value: string, token: bigint, nodes: readonly number[], needed: number): Promise<number> {
     let moved = 0;
-    await fanOut(
-      nodes.length,
-      (i) => runScript(this.#client(nodes[i] as number), SCRIPTS.publish, [lease, counter], [value, token.toString()]),
-      this.#settings.nodeTimeoutMs,
-      (reply) => reply.ok && reply.value === 1 && ++moved >= needed,
-    );
+    const call: ScriptCall = { script: SCRIPTS.publish, keys: [lease, counter], args: [value, token.toString()] };
+    await fanOut(nodes.length, this.#settings.nodeTimeoutMs, {
+      send: (i) => evalSha(this.#client(nodes[i] as number), call),
+      retry: (i, err) => fallBack(this.#client(nodes[i] as number), call, err),
+      decided: (reply) => reply.ok && reply.value === 1 && ++moved >= needed,
+    });
     return moved;
   }
 
@@ -207,12 +208,12 @@ export class Redlock {
     const start = performance.now();
     const deadline = start + lease.remainingMs;
     let confirmed = 0;
-    const replies = await fanOut(
-      this.clients.length,
-      (node) => runScript(this.#client(node), SCRIPTS.extend, [keys.lease], [lease.value, ttlMs]),
-      this.#settings.nodeTimeoutMs,
-      (reply) => reply.ok && reply.value === 1 && ++confirmed >= this.quorum,
-    );
+    const call: ScriptCall = { script: SCRIPTS.extend, keys: [keys.lease], args: [lease.value, ttlMs] };
+    const replies = await fanOut(this.clients.length, this.#settings.nodeTimeoutMs, {
+      send: (node) => evalSha(this.#client(node), call),
+      retry: (node, err) => fallBack(this.#client(node), call, err),
+      decided: (reply) => reply.ok && reply.value === 1 && ++confirmed >= this.quorum,
+    });
     const now = performance.now();
     // A majority confirmed after the old validity ended proves nothing: another client may have held it meanwhile.
     if (confirmed < this.quorum || now > deadline) {
@@ -236,12 +237,12 @@ export class Redlock {
   async #releaseAll(lease: string, value: string, waitForAll: boolean): Promise<void> {
     const needed = waitForAll ? this.clients.length : this.quorum;
     let answered = 0;
-    await fanOut(
-      this.clients.length,
-      (node) => runScript(this.#client(node), SCRIPTS.release, [lease], [value]),
-      this.#settings.nodeTimeoutMs,
-      () => ++answered >= needed,
-    );
+    const call: ScriptCall = { script: SCRIPTS.release, keys: [lease], args: [value] };
+    await fanOut(this.clients.length, this.#settings.nodeTimeoutMs, {
+      send: (node) => evalSha(this.#client(node), call),
+      retry: (node, err) => fallBack(this.#client(node), call, err),
+      decided: () => ++answered >= needed,
+    });
   }
 
   #client(node: number): RedisClient {
