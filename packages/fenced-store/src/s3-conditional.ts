@@ -174,10 +174,6 @@ export class ConditionalObjects {
   async read(key: string, signal?: AbortSignal, gate?: SendGate): Promise<StoredObject | undefined> {
     const command = new GetObjectCommand({ Bucket: this.bucket, Key: key });
     if (gate !== undefined) command.middlewareStack.add(holdUntil(gate), HOLD);
-    return this.get(command, key, signal);
-  }
-
-  private async get(command: GetObjectCommand, key: string, signal: AbortSignal | undefined): Promise<StoredObject | undefined> {
     try {
       const res = await this.client.send(command, sendOptions(signal));
       if (res.Body === undefined || res.ETag === undefined) throw new Error(`GET ${key} returned no body or no ETag`);
@@ -192,31 +188,49 @@ export class ConditionalObjects {
    * Reads the object unless it still has `etag` (GET with If-None-Match): a 304 answers "unchanged"
    * with no body. Sound only for objects whose ETags never repeat — every fence and manifest body
    * carries a fresh writeId — so that an unchanged ETag means unchanged bytes. Resolves as soon as
-   * the 304's status line is in, without waiting for the SDK to turn it into an error. A backend that
-   * ignores the condition answers with the object (correct, only slower); verify() proves that this
-   * one answers a replaced ETag with the object, never with 304.
+   * the 304's status line is in, before the SDK has processed it. A backend that ignores the
+   * condition answers with the object (correct, only slower); verify() proves that this one answers
+   * a replaced ETag with the object, never with 304.
    */
   readIfChanged(key: string, etag: string, signal?: AbortSignal, gate?: SendGate): Promise<Revalidated> {
     const command = new GetObjectCommand({ Bucket: this.bucket, Key: key, IfNoneMatch: this.etagHeader(etag) });
     if (gate !== undefined) command.middlewareStack.add(holdUntil(gate), HOLD);
     let notModified!: (found: Revalidated) => void;
     const early = new Promise<Revalidated>((resolve) => (notModified = resolve));
-    // Innermost, where the HTTP response arrives, before the SDK's error handling of the 304.
+    // Innermost, where the HTTP response arrives: a 304 is known before the SDK has processed it.
     command.middlewareStack.add(
       (next) => async (args) => {
         const out = await next(args);
         if ((out.response as { statusCode?: unknown }).statusCode === 304) notModified({ unchanged: true });
         return out;
       },
-      { step: "deserialize", priority: "low", name: "fencedNotModified" },
+      { step: "deserialize", priority: "low", name: "fencedNotModifiedSeen" },
     );
-    const full = this.get(command, key, signal).then(
-      (object): Revalidated => ({ unchanged: false, object }),
-      (err: unknown): Revalidated => {
-        if (statusOf(err) === 304) return { unchanged: true };
-        throw err;
+    // Around the deserializer, which makes every status from 300 on an error: 304 is the answer asked
+    // for, not a failure (a logger on the client would otherwise report one per fence read).
+    command.middlewareStack.add(
+      (next) => async (args) => {
+        try {
+          return await next(args);
+        } catch (err) {
+          if (statusOf(err) !== 304) throw err;
+          return { response: (err as { $response?: unknown }).$response, output: { $metadata: { httpStatusCode: 304 } } };
+        }
       },
+      { step: "deserialize", priority: "high", name: "fencedNotModifiedIsAnAnswer" },
     );
+    const full = (async (): Promise<Revalidated> => {
+      try {
+        const res = await this.client.send(command, sendOptions(signal));
+        if (res.$metadata.httpStatusCode === 304) return { unchanged: true };
+        if (res.Body === undefined || res.ETag === undefined) throw new Error(`GET ${key} returned no body or no ETag`);
+        return { unchanged: false, object: { etag: bareEtag(res.ETag), body: Buffer.from(await res.Body.transformToByteArray()) } };
+      } catch (err) {
+        if (statusOf(err) === 304) return { unchanged: true };
+        if (statusOf(err) === 404 && codeOf(err) !== "NoSuchBucket") return { unchanged: false, object: undefined };
+        throw err;
+      }
+    })();
     return Promise.race([early, full]);
   }
 

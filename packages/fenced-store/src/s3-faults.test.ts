@@ -151,6 +151,25 @@ describe("FencedS3: failures and ambiguous outcomes", () => {
   });
 });
 
+describe("FencedS3: what the client's own logger sees", () => {
+  it("steady-state writes log no error: the fence read's 304 Not Modified is an answer, not a failure", async () => {
+    const client = server.client();
+    const bucket = await server.createBucket();
+    const errors: unknown[] = [];
+    const infos: { commandName?: string; metadata?: { httpStatusCode?: number } }[] = [];
+    const noop = (): void => undefined;
+    (client.config as { logger: unknown }).logger = { trace: noop, debug: noop, warn: noop, info: (e: (typeof infos)[number]) => infos.push(e), error: (e: unknown) => errors.push(e) };
+    const store = new FencedS3(client, { bucket });
+    await store.put("k", "first", { fence: fence(1) }); // reads the absent fence and manifest: two 404s
+    errors.length = 0;
+    infos.length = 0;
+    for (let i = 0; i < 3; i++) await store.put("k", `body ${i}`, { fence: fence(1) });
+    expect(errors).toEqual([]);
+    // Each read the fence conditionally and was answered 304.
+    expect(infos.filter((e) => e.commandName === "GetObjectCommand" && e.metadata?.httpStatusCode === 304)).toHaveLength(3);
+  });
+});
+
 describe("FencedS3: an acknowledged write's body stays readable", () => {
   for (const kind of ["bytes", "stream"] as const) {
     it(`an attempt that landed and lost its answer, replaced by another write of the same lease before the read-back (${kind}): the write fails or its body is readable`, async () => {
