@@ -17,7 +17,7 @@ import { startS3 } from "@fenced/servers";
 import { emit } from "./measure.js";
 
 const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 3_000);
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 6);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 10);
 const WARM_UP_MS = 300;
 const STREAM_BYTES = Number(process.env.BENCH_STREAM_BYTES ?? 512 * 1024 * 1024);
 const GOAL = 1.3;
@@ -162,6 +162,7 @@ try {
   const plainClient = countRequests(server.client());
   const fencedClient = countRequests(server.client());
   const objectOnlyClient = countRequests(server.client());
+  const inlinedClient = countRequests(server.client());
   const fence = { resource: "bench", token: 1n };
   const plain = (key: (w: number, i: number) => string, body: Buffer): Impl => ({
     client: plainClient,
@@ -178,6 +179,9 @@ try {
   });
   const defaults = new FencedS3(fencedClient, { bucket, prefix: "fenced/" });
   const objectOnly = new FencedS3(objectOnlyClient, { bucket, prefix: "object-only/", checkResourceFence: false });
+  // A 1 MiB body inside the manifest: one PUT, but the window from the fence read to the PUT landing
+  // then spans the body's upload, and every manifest read carries the body.
+  const inlined = new FencedS3(inlinedClient, { bucket, prefix: "inlined/", inlineLimit: MB });
   await defaults.verify();
 
   // First, while the heap holds nothing from the other runs: a stream generated on the fly. Without a
@@ -235,6 +239,9 @@ try {
       fenced: [
         { impl: "fenced (defaults: resource fence on)", compares: steady, goal: GOAL, run: fenced(defaults, fencedClient, () => `steady-${size}`, body) },
         { impl: "fenced, checkResourceFence: false", compares: `${steady}; without the cross-object guarantee`, goal: null, run: fenced(objectOnly, objectOnlyClient, () => `steady-${size}`, body) },
+        ...(size > 64 * 1024
+          ? [{ impl: "fenced, inlineLimit: 1 MiB", compares: `${steady}; the body inside the manifest (its upload inside the fence read's window)`, goal: null, run: fenced(inlined, inlinedClient, () => `steady-${size}`, body) }]
+          : []),
       ],
     });
   }
