@@ -79,15 +79,13 @@ describe("FencedPostgres: AbortSignal on writes", () => {
     expect(await h.fenceRow(store, "ledger")).toEqual({ token: 1n, holder: "h" });
   });
 
-  it("an abort while a multi-statement write waits for the fence row stops it before COMMIT: nothing written", async () => {
+  it("an abort while a multi-statement write (a delete, a transfer) waits for the fence row stops it before COMMIT: nothing written", async () => {
     const store = await h.store("abort_wait");
-    const v = await store.put("k", "v1", { fence: f("r", 1n) });
+    await store.put("k", "v1", { fence: f("r", 1n) });
     await store.put("gone", "x", { fence: f("r", 1n) });
     const before = { k: await h.recordRow(store, "k"), gone: await h.recordRow(store, "gone") };
     const writes = [
-      (signal: AbortSignal) => store.put("k", "v2", { fence: f("r", 2n), ifVersion: v.version, signal }),
       (signal: AbortSignal) => store.delete("gone", { fence: f("r", 2n), signal }),
-      (signal: AbortSignal) => store.delete("k", { fence: f("r", 2n), ifVersion: v.version, signal }),
       (signal: AbortSignal) => store.transfer("k", { from: f("r", 2n), to: f("s", 1n), signal }),
     ];
     for (const [i, write] of writes.entries()) {
@@ -107,14 +105,29 @@ describe("FencedPostgres: AbortSignal on writes", () => {
 
   it("a single-statement write already sent completes: its outcome is the server's, and it is reported, not hidden", async () => {
     const store = await h.store("abort_single");
+    const v = await store.put("cas", "v1", { fence: f("r", 1n) });
+    const writes = [
+      { key: "k", write: (signal: AbortSignal) => store.put("k", "written", { fence: f("r", 1n), signal }) },
+      { key: "cas", write: (signal: AbortSignal) => store.put("cas", "written", { fence: f("r", 1n), ifVersion: v.version, signal }) },
+    ];
+    for (const { key, write } of writes) {
+      const holder = await holdFence(store, f("r", 1n));
+      const controller = new AbortController();
+      const pending = write(controller.signal);
+      expect(await stillPending(pending, 50), `${key} waits for the fence row`).toBe(true);
+      controller.abort(new Error("too late"));
+      await holder.release();
+      const result = await pending;
+      expect(await store.get(key)).toMatchObject({ value: "written", version: result.version });
+    }
     const holder = await holdFence(store, f("r", 1n));
     const controller = new AbortController();
-    const pending = store.put("k", "written", { fence: f("r", 1n), signal: controller.signal });
+    const deletion = store.delete("cas", { fence: f("r", 1n), ifVersion: (await store.get("cas"))?.version ?? "", signal: controller.signal });
     await sleep(50);
     controller.abort(new Error("too late"));
     await holder.release();
-    const result = await pending;
-    expect(await store.get("k")).toMatchObject({ value: "written", version: result.version });
+    expect(await deletion).toBe(true);
+    expect(await store.get("cas")).toBeUndefined();
   });
 
   it("a signal that is not an AbortSignal is bad input", async () => {

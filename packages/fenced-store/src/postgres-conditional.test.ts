@@ -2,6 +2,8 @@ import { waitFor } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { StaleTokenError, VersionMismatchError } from "./errors.js";
 import type { Fence } from "./fence.js";
+import { FencedPostgres } from "./postgres.js";
+import type { PgQueryConfig } from "./postgres-types.js";
 import { pgHarness, stillPending, type PgHarness } from "./postgres-test-support.js";
 
 let h: PgHarness;
@@ -19,7 +21,65 @@ const outcome = (p: Promise<unknown>): Promise<unknown> =>
     (e: unknown) => e,
   );
 
-describe("FencedPostgres: a conditional write (ifVersion) where nothing is live", () => {
+/** The pool, with every statement and every checked-out connection counted: what a round trip costs. */
+function countingPool() {
+  const sent: string[] = [];
+  let connects = 0;
+  const pool = {
+    query: (config: PgQueryConfig) => {
+      sent.push(config.text);
+      return h.pool.query(config);
+    },
+    connect: async () => {
+      connects += 1;
+      const client = await h.pool.connect();
+      return {
+        query: (config: PgQueryConfig) => {
+          sent.push(config.text);
+          return client.query(config);
+        },
+        release: (err?: Error | boolean) => client.release(err),
+      };
+    },
+  };
+  return {
+    pool,
+    /** Statements sent and connections checked out since the last call. */
+    take() {
+      const taken = { statements: sent.length, connects, transactionControl: sent.filter((t) => /^(BEGIN|COMMIT|ROLLBACK)\b/.test(t)).length };
+      sent.length = 0;
+      connects = 0;
+      return taken;
+    },
+  };
+}
+
+describe("FencedPostgres: a conditional write (ifVersion) is one statement", () => {
+  it("put and delete with ifVersion send one statement, with no transaction of their own, written or refused for owner or version", async () => {
+    const counting = countingPool();
+    const seed = await h.store("one_trip");
+    const store = new FencedPostgres(counting.pool, { schema: seed.schema });
+    const v1 = await store.put("k", 1, { fence: f("r", 1n, "h") });
+    expect(counting.take()).toEqual({ statements: 1, connects: 0, transactionControl: 0 });
+
+    const v2 = await store.put("k", 2, { fence: f("r", 1n, "h"), ifVersion: v1.version });
+    expect(counting.take(), "ifVersion put, written").toEqual({ statements: 1, connects: 0, transactionControl: 0 });
+
+    await expect(store.put("k", 3, { fence: f("r", 1n, "h"), ifVersion: v1.version })).rejects.toMatchObject({ name: "VersionMismatchError", actual: v2.version });
+    expect(counting.take(), "ifVersion put, version refused").toEqual({ statements: 1, connects: 0, transactionControl: 0 });
+
+    await expect(store.put("k", 3, { fence: f("s", 1n), ifVersion: v2.version })).rejects.toMatchObject({ name: "ResourceMismatchError", owner: "r" });
+    expect(counting.take(), "ifVersion put, owner refused").toEqual({ statements: 1, connects: 0, transactionControl: 0 });
+
+    // A stale fence reads the highest token for its error, as the unconditional put does.
+    await expect(store.put("k", 3, { fence: f("r", 0n, "h"), ifVersion: v2.version })).rejects.toBeInstanceOf(StaleTokenError);
+    expect(counting.take(), "ifVersion put, stale").toEqual({ statements: 2, connects: 0, transactionControl: 0 });
+
+    expect(await store.delete("k", { fence: f("r", 1n, "h"), ifVersion: v2.version })).toBe(true);
+    expect(counting.take(), "ifVersion delete, written").toEqual({ statements: 1, connects: 0, transactionControl: 0 });
+    expect(await seed.get("k")).toBeUndefined();
+  });
+
   it("on a key never written, or deleted, ifVersion is refused with no actual version; nothing is created, the ratchet is neither created nor raised", async () => {
     const store = await h.store("absent");
     for (const write of [
@@ -96,19 +156,23 @@ describe("FencedPostgres: conditional writes racing for one version", () => {
 
   it("contenders with one expected version, puts and deletes, any tokens and holders: exactly one wins, every loser is refused as stale or as a version mismatch, and the record and the fence row are the winner's", async () => {
     const store = await h.store("cas_many");
-    let seed = 1;
-    const random = (n: number) => {
-      seed = (seed * 1103515245 + 12345) % 2147483648;
-      return seed % n;
+    // xorshift32, seeded: the same contenders on every run.
+    let state = 0x9e3779b9;
+    const random = (n: number): number => {
+      state ^= state << 13;
+      state ^= state >>> 17;
+      state ^= state << 5;
+      return (state >>> 0) % n;
     };
-    for (let round = 0; round < 40; round++) {
+    for (let round = 0; round < 60; round++) {
       const resource = `r${round}`;
       const key = `k/${round}`;
       const base = await store.put(key, { round }, { fence: f(resource, 4n, "h0") });
+      const above = random(4);
       const contenders = Array.from({ length: 4 }, (_, i) => ({
         // Tokens 3–7 against the highest, 4 from h0: stale, equal from the same or another holder, higher.
-        // The first contender is always above it, so at least one is admitted.
-        fence: f(resource, BigInt(i === 0 ? 5 + random(3) : 3 + random(5)), ["h0", "h1", undefined][random(3)]),
+        // One contender, at a random place, is always above it, so at least one is admitted.
+        fence: f(resource, BigInt(i === above ? 5 + random(3) : 3 + random(5)), ["h0", "h1", undefined][random(3)]),
         kind: random(4) === 0 ? ("delete" as const) : ("put" as const),
         value: { round, by: i },
       }));

@@ -5,7 +5,7 @@ import { assertJsonValue, type JsonValue } from "./json.js";
 import { signalOnly, throwIfAborted } from "./options.js";
 import { assertPool, transferOptions, writeOptions } from "./postgres-options.js";
 import type { FencedPostgresOptions, PgClient, PgParam, PgPool, PgPutResult, PgQueryConfig, PgQueryResult, PgRecord, PgSignalOptions, PgTransferOptions, PgWriteOptions } from "./postgres-types.js";
-import { BEGIN, COMMIT, FOREIGN_KEY_REFUSED, type NamedStatement, quoteSchema, ROLLBACK, statementNames, statements, type Statements } from "./sql.js";
+import { BEGIN, COMMIT, FOREIGN_KEY_REFUSED, type NamedStatement, quoteSchema, ROLLBACK, statementNames, statements, type Statements, VERSION_REFUSED } from "./sql.js";
 
 /** The fence's three leading parameters of every write statement. */
 const fenceParams = (fence: CheckedFence): PgParam[] => [fence.resource, fence.token.toString(), fence.holder];
@@ -115,7 +115,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
       if (row === undefined) throw await this.staleError(this.pool, fence);
       return { version: String(row.version), token: fence.token };
     }
-    return this.conditional(fence, key, ifVersion, signal, "putIfVersion", [...fenceParams(fence), key, json, ifVersion]);
+    return this.conditional(fence, key, ifVersion, "putIfVersion", [...fenceParams(fence), key, json, ifVersion]);
   }
 
   /** The record under `key`, or undefined (never written, or deleted). Reading needs no fence: only writes are ordered. */
@@ -138,7 +138,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     const { fence, ifVersion, signal } = writeOptions(options);
     throwIfAborted(signal);
     if (ifVersion !== undefined) {
-      await this.conditional(fence, key, ifVersion, signal, "deleteIfVersion", [...fenceParams(fence), key, ifVersion]);
+      await this.conditional(fence, key, ifVersion, "deleteIfVersion", [...fenceParams(fence), key, ifVersion]);
       return true;
     }
     return this.fenced(fence, signal, async (client) => {
@@ -207,22 +207,21 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
   }
 
   /**
-   * BEGIN; ratchet and conditional write in one statement; COMMIT. Refused in any way, the
-   * transaction rolls back, so a refusal does not leave the ratchet raised either.
+   * Ratchet and conditional write in one statement, in autocommit: one round trip. Refused in any
+   * way, the statement writes nothing and leaves the ratchet as it was (sql.ts, putIfVersion, says
+   * why that holds against concurrent writers). Zero rows back: the fence is stale; a refusal for the
+   * owner or the version is an error raised by the statement itself, recognised by its SQLSTATE.
    */
-  private conditional(fence: CheckedFence, key: string, expected: string, signal: AbortSignal | undefined, name: "putIfVersion" | "deleteIfVersion", values: PgParam[]): Promise<PgPutResult> {
-    return this.inTransaction(signal, async (client) => {
-      const { rows } = await this.run<{ token: string | null; version: string | null }>(client, signal, name, values);
-      const row = rows[0];
-      if (row === undefined || row.token === null) throw await this.staleError(client, fence);
-      if (row.version !== null) return { version: String(row.version), token: fence.token };
-      // Not written: another owner, or another version. The owner is checked first. (The version
-      // only moves forward, and a transfer gives a new one, so what this read shows was already
-      // refused by the write.)
-      const now = await this.current(client, signal, key);
-      if (now !== undefined && now.resource !== fence.resource) throw new ResourceMismatchError(key, fence.resource, now.resource);
-      throw new VersionMismatchError(key, expected, now === undefined || now.deleted ? undefined : now.version);
-    });
+  private async conditional(fence: CheckedFence, key: string, expected: string, name: "putIfVersion" | "deleteIfVersion", values: PgParam[]): Promise<PgPutResult> {
+    let result: PgQueryResult<{ version: string }>;
+    try {
+      result = await this.pool.query<{ version: string }>(this.query(name, values));
+    } catch (err) {
+      throw foreignKeyRefusal(err, key, fence.resource) ?? versionRefusal(err, key, expected) ?? err;
+    }
+    const row = result.rows[0];
+    if (row === undefined) throw await this.staleError(this.pool, fence);
+    return { version: String(row.version), token: fence.token };
   }
 
   /**
@@ -293,10 +292,21 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
   }
 }
 
-/** The put's refusal for a key owned by another resource, recognised by its SQLSTATE; the owner travels in DETAIL. */
+/** The error fields a refusal raised by a statement carries. */
+function sqlError(err: unknown): { code?: unknown; detail?: unknown } {
+  return typeof err === "object" && err !== null ? err : {};
+}
+
+/** A write's refusal for a key owned by another resource, recognised by its SQLSTATE; the owner travels in DETAIL. */
 function foreignKeyRefusal(err: unknown, key: string, resource: string): ResourceMismatchError | undefined {
-  if (typeof err !== "object" || err === null) return undefined;
-  const { code, detail } = err as { code?: unknown; detail?: unknown };
+  const { code, detail } = sqlError(err);
   if (code !== FOREIGN_KEY_REFUSED || typeof detail !== "string" || detail === "") return undefined;
   return new ResourceMismatchError(key, resource, detail);
+}
+
+/** A conditional write's refusal for the version, recognised by its SQLSTATE; DETAIL is the live version, or '' when there is none. */
+function versionRefusal(err: unknown, key: string, expected: string): VersionMismatchError | undefined {
+  const { code, detail } = sqlError(err);
+  if (code !== VERSION_REFUSED || typeof detail !== "string") return undefined;
+  return new VersionMismatchError(key, expected, detail === "" ? undefined : detail);
 }

@@ -22,11 +22,20 @@ export function quoteSchema(schema: unknown, argument = "options.schema"): strin
 }
 
 /**
- * SQLSTATE of the error the unconditional put raises when the key belongs to another resource. The
- * error aborts the put's single statement, and with it the ratchet raise that statement made. Its
- * DETAIL field carries the owner. A class of our own ("FN"): no PostgreSQL error uses it.
+ * SQLSTATE of the error a put (with or without ifVersion) or a conditional delete raises when the key
+ * belongs to another resource. The error aborts the write's single statement, and with it the
+ * ratchet raise that statement made. Its DETAIL field carries the owner. A class of our own ("FN"):
+ * no PostgreSQL error uses it.
  */
 export const FOREIGN_KEY_REFUSED = "FN001";
+
+/**
+ * SQLSTATE of the error a conditional write (ifVersion) raises when the record is not live at the
+ * expected version (another version, a tombstone, or no row). The error aborts the write's single
+ * statement, and with it the ratchet raise that statement made. Its DETAIL field carries the
+ * record's current version, or '' when there is no live record.
+ */
+export const VERSION_REFUSED = "FN002";
 
 export interface Statements {
   /** $1 = lock name. Serialises concurrent migrate() calls: concurrent CREATE … IF NOT EXISTS can still collide in the catalogs. */
@@ -54,12 +63,13 @@ export interface Statements {
    */
   readonly putUnconditional: string;
   /**
-   * $1–$3 fence, $4 key, $5 value, $6 expected version → one row { token, version }: token null =
-   * fenced, version null = refused (another owner, or the version does not match: `current` says
-   * which). Run inside BEGIN…COMMIT, so that a refusal rolls the ratchet raise back with it.
+   * $1–$3 fence, $4 key, $5 value, $6 expected version → one row { version } when written, zero rows
+   * when fenced; raises FOREIGN_KEY_REFUSED when another resource owns the key, else VERSION_REFUSED
+   * when the record is not live at $6 — either way nothing written, the ratchet raise undone. One
+   * statement in autocommit, like putUnconditional.
    */
   readonly putIfVersion: string;
-  /** $1–$3 fence, $4 key, $5 expected version → one row { token, version } as putIfVersion. */
+  /** $1–$3 fence, $4 key, $5 expected version → one row { version } (the tombstone's) as putIfVersion. */
   readonly deleteIfVersion: string;
   /** $1–$3 fence, $4 key → { version } | no row (no live record of this resource). Run after `ratchet`, in its transaction. */
   readonly tombstone: string;
@@ -79,6 +89,7 @@ export function statements(schema: string): Statements {
   const records = `${schema}.records`;
   const versions = `${schema}.record_version`;
   const refuse = `${schema}.refuse_foreign_write`;
+  const refuseConditional = `${schema}.refuse_conditional_write`;
 
   // Admission, the same rule as admits() in @fenced/fence: a higher token, or the same token from the
   // same holder (IS NOT DISTINCT FROM: two holderless fences at one token are the same lease).
@@ -92,6 +103,35 @@ export function statements(schema: string): Statements {
 ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, holder = EXCLUDED.holder WHERE ${admits}`;
   const ratchet = `${ratchetOf("($1, $2::bigint, $3)")}
 RETURNING f.token`;
+
+  // A conditional write (ifVersion) is one statement in autocommit, like the unconditional put, and
+  // shaped like it: the ratchet CTE, then an upsert of the record that reads its row FROM the ratchet
+  // (nothing when the ratchet refused: zero rows back, the fence is stale). Any other refusal raises
+  // inside the statement, so the implicit transaction aborts and the ratchet raise is undone — what
+  // a ROLLBACK did when this ran between BEGIN and COMMIT, without their two round trips:
+  // - the key exists: ON CONFLICT finds its newest committed row whatever the statement's snapshot
+  //   (waiting for an uncommitted one to commit or roll back), locks it, and only then evaluates the
+  //   WHERE on that locked version. Version, owner and liveness are compared there, so a write lands
+  //   only on the record exactly as the caller read it; otherwise the CASE calls
+  //   refuse_conditional_write, which raises (the owner first, then the version, read under the lock);
+  // - the key does not exist: the insert path writes a placeholder whose version is 0 — a value the
+  //   sequence never hands out, and $v never is (versions start at 1) — and RETURNING turns that row
+  //   into the same refusal before the statement can end. Nothing is ever committed with version 0.
+  // Why this is atomic with respect to concurrent writers, although every part of the statement
+  // shares one snapshot taken before any wait: the decision never reads the snapshot. The ratchet's
+  // ON CONFLICT compares against the newest committed fence row and keeps it locked until the
+  // statement ends, so writes of one resource run one after another; the record's ON CONFLICT
+  // compares against the newest committed record, under its row lock. A writer that waited for the
+  // fence row therefore meets what the one before it committed: a higher token leaves it stale, a
+  // new version leaves it a version mismatch, its own ratchet raise undone. Of several conditional
+  // writes expecting one version exactly one lands (test: "conditional writes racing for one version").
+  const conditionalWrite = (value: string, expected: string): string => `WITH ratchet AS (${ratchet})
+INSERT INTO ${records} AS r (key, value, version, token, resource, holder)
+SELECT $4, ${value}, 0, ratchet.token, $1, $3 FROM ratchet
+ON CONFLICT (key) DO UPDATE
+SET value = EXCLUDED.value, version = nextval('${versions}'), token = EXCLUDED.token, holder = EXCLUDED.holder
+WHERE CASE WHEN r.resource = $1 AND r.version = ${expected}::bigint AND r.value IS NOT NULL THEN true ELSE ${refuseConditional}($4, $1) IS NULL END
+RETURNING CASE WHEN r.version = 0 THEN ${refuseConditional}($4, $1) ELSE r.version END AS version`;
 
   return {
     // A session-level lock, taken before the migration's transaction begins: a transaction that
@@ -122,15 +162,34 @@ RETURNING f.token`;
   resource text NOT NULL,
   holder text
 )`,
-      // Raised from inside the unconditional put, so that its one statement fails as a whole. VOLATILE:
-      // the SELECT takes a fresh snapshot, and sees the owner the put was refused for, whose row the
-      // put still holds locked (ON CONFLICT DO UPDATE locks the row even when its WHERE refuses).
+      // Raised from inside the unconditional put (and through refuse_conditional_write), so that its one
+      // statement fails as a whole. VOLATILE: the SELECT takes a fresh snapshot, and sees the owner the
+      // put was refused for, whose row the put holds locked (ON CONFLICT DO UPDATE locks the row
+      // before it evaluates its WHERE, which calls this).
       `CREATE OR REPLACE FUNCTION ${refuse}(k text, r text) RETURNS text LANGUAGE plpgsql VOLATILE AS $fn$
 DECLARE
   owner text;
 BEGIN
   SELECT resource INTO owner FROM ${records} WHERE key = k;
   RAISE EXCEPTION USING ERRCODE = '${FOREIGN_KEY_REFUSED}', MESSAGE = format('key %L belongs to resource %L, not %L', k, owner, r), DETAIL = coalesce(owner, '');
+END
+$fn$`,
+      // Raised from inside a conditional write that the ratchet admitted but the record refused, so
+      // that its one statement fails as a whole: the owner first (through refuse_foreign_write), then
+      // the version. Called with the record's row locked by the write (or, for a key that did not
+      // exist, with the write's own uncommitted placeholder of version 0 being all there is), so the
+      // fresh snapshot (VOLATILE) shows what the write was refused for. Declared bigint: the write's
+      // RETURNING calls it in place of the version it would have returned.
+      `CREATE OR REPLACE FUNCTION ${refuseConditional}(k text, r text) RETURNS bigint LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+  found_row record;
+BEGIN
+  SELECT resource, version, value IS NULL AS deleted INTO found_row FROM ${records} WHERE key = k;
+  IF found_row.resource IS NOT NULL AND found_row.resource <> r THEN
+    PERFORM ${refuse}(k, r);
+  END IF;
+  RAISE EXCEPTION USING ERRCODE = '${VERSION_REFUSED}', MESSAGE = format('key %L is not live at the expected version', k),
+    DETAIL = CASE WHEN found_row.deleted = false AND found_row.version <> 0 THEN found_row.version::text ELSE '' END;
 END
 $fn$`,
     ],
@@ -152,46 +211,25 @@ RETURNING f.resource`,
     highest: `SELECT token, holder FROM ${fence} WHERE resource = $1`,
     // One statement, one round trip, one implicit transaction. The record insert reads its row FROM
     // the ratchet CTE, so it runs only after the ratchet has locked and raised the fence row, and
-    // inserts nothing when the ratchet returned nothing. The upsert writes every column from its own
-    // parameters and never reads the old row, so the statement's (possibly older) snapshot cannot
-    // make it lose a write: ON CONFLICT finds the newest committed row regardless of the snapshot,
-    // waiting for an uncommitted one (another resource creating the key) to commit or roll back.
-    // Its WHERE keeps the owner: a key owned by another resource is not updated. The ratchet CTE
-    // has raised our fence row by then, so the statement must fail, not just write nothing: the
-    // refuse function raises, the implicit transaction aborts, and the raise is undone with it.
-    putUnconditional: `WITH ratchet AS (${ratchet}),
-written AS (
-  INSERT INTO ${records} AS r (key, value, token, resource, holder)
-  SELECT $4, $5::jsonb, ratchet.token, $1, $3 FROM ratchet
-  ON CONFLICT (key) DO UPDATE
-  SET value = EXCLUDED.value, version = EXCLUDED.version, token = EXCLUDED.token, holder = EXCLUDED.holder
-  WHERE r.resource = EXCLUDED.resource
-  RETURNING r.version
-)
-SELECT written.version, CASE WHEN written.version IS NULL THEN ${refuse}($4, $1) END AS refused
-FROM ratchet LEFT JOIN written ON true`,
-    // A conditional write needs no fresh snapshot: the UPDATE finds the row as of the statement's
-    // snapshot, but before changing it locks it and, if a concurrent transaction changed or deleted it
-    // meanwhile, re-evaluates its WHERE (version, owner, not a tombstone) on the newest version (READ
-    // COMMITTED), so it succeeds only if the record is still at the version the caller read. EXISTS
-    // (… ratchet) is an uncorrelated sub-select, run once before the first row is locked: the fence
-    // row is locked first.
-    putIfVersion: `WITH ratchet AS (${ratchet}),
-written AS (
-  UPDATE ${records}
-  SET value = $5::jsonb, version = nextval('${versions}'), token = $2::bigint, holder = $3
-  WHERE key = $4 AND version = $6::bigint AND resource = $1 AND value IS NOT NULL AND EXISTS (SELECT 1 FROM ratchet)
-  RETURNING version
-)
-SELECT (SELECT token FROM ratchet) AS token, (SELECT version FROM written) AS version`,
-    deleteIfVersion: `WITH ratchet AS (${ratchet}),
-deleted AS (
-  UPDATE ${records}
-  SET value = NULL, version = nextval('${versions}'), token = $2::bigint, holder = $3
-  WHERE key = $4 AND version = $5::bigint AND resource = $1 AND value IS NOT NULL AND EXISTS (SELECT 1 FROM ratchet)
-  RETURNING version
-)
-SELECT (SELECT token FROM ratchet) AS token, (SELECT version FROM deleted) AS version`,
+    // inserts nothing when the ratchet returned nothing (zero rows back: fenced). The upsert writes
+    // every column from its own parameters and never reads the old row, so the statement's (possibly
+    // older) snapshot cannot make it lose a write: ON CONFLICT finds the newest committed row
+    // regardless of the snapshot, waiting for an uncommitted one (another resource creating the key)
+    // to commit or roll back, and locks it before evaluating its WHERE on that newest version. The
+    // WHERE keeps the owner: a key owned by another resource is not updated. The ratchet CTE has
+    // raised our fence row by then, so the statement must fail, not just write nothing: the CASE
+    // (which evaluates its ELSE only when the owner differs) calls the refuse function, which
+    // raises; the implicit transaction aborts, and the raise is undone with it. So one row back
+    // always means written, and nothing but the fence decides between one row and none.
+    putUnconditional: `WITH ratchet AS (${ratchet})
+INSERT INTO ${records} AS r (key, value, token, resource, holder)
+SELECT $4, $5::jsonb, ratchet.token, $1, $3 FROM ratchet
+ON CONFLICT (key) DO UPDATE
+SET value = EXCLUDED.value, version = EXCLUDED.version, token = EXCLUDED.token, holder = EXCLUDED.holder
+WHERE CASE WHEN r.resource = EXCLUDED.resource THEN true ELSE ${refuse}($4, $1) IS NULL END
+RETURNING r.version`,
+    putIfVersion: conditionalWrite("$5::jsonb", "$6"),
+    deleteIfVersion: conditionalWrite("NULL::jsonb", "$5"),
     // An unconditional delete must also reach a record written while we waited for the fence lock,
     // which the waiting statement's snapshot cannot see; so it runs as its own statement after the
     // ratchet, and its fresh snapshot sees every write this resource committed before us.
