@@ -11,8 +11,12 @@ export interface Measured {
 /** An operation of worker `worker`; `i` counts operations across all workers. */
 export type Op = (worker: number, i: number) => Promise<void>;
 
-export async function measure(op: Op, concurrency: number, durationMs: number): Promise<Measured> {
-  const latencies: number[] = [];
+/**
+ * The closed loop every benchmark runs: `concurrency` workers, each starting its next op as soon as
+ * the last one answered, for `durationMs`. Appends each op's latency (ms) to `latencies`; resolves
+ * with the elapsed ms.
+ */
+export async function closedLoop(op: Op, concurrency: number, durationMs: number, latencies: number[]): Promise<number> {
   const start = performance.now();
   const end = start + durationMs;
   let i = 0;
@@ -25,10 +29,19 @@ export async function measure(op: Op, concurrency: number, durationMs: number): 
       }
     }),
   );
-  const elapsed = performance.now() - start;
+  return performance.now() - start;
+}
+
+/** The value at fraction `p` of `sorted` (ascending), 0 for none. */
+export function percentile(sorted: readonly number[], p: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))] ?? 0;
+}
+
+export async function measure(op: Op, concurrency: number, durationMs: number): Promise<Measured> {
+  const latencies: number[] = [];
+  const elapsed = await closedLoop(op, concurrency, durationMs, latencies);
   latencies.sort((a, b) => a - b);
-  const pct = (p: number): number => Number((latencies[Math.min(latencies.length - 1, Math.floor(latencies.length * p))] ?? 0).toFixed(3));
-  return { ops: latencies.length, opsPerSec: Math.round((latencies.length / elapsed) * 1000), p50Ms: pct(0.5), p99Ms: pct(0.99) };
+  return { ops: latencies.length, opsPerSec: Math.round((latencies.length / elapsed) * 1000), p50Ms: round3(percentile(latencies, 0.5)), p99Ms: round3(percentile(latencies, 0.99)) };
 }
 
 export function emit(line: Record<string, unknown>): void {
@@ -66,6 +79,6 @@ export async function openLoop(op: Op, ratePerSec: number, durationMs: number): 
   }
   await Promise.all(pending);
   latencies.sort((a, b) => a - b);
-  const pct = (p: number): number => round3(latencies[Math.min(latencies.length - 1, Math.floor(latencies.length * p))] ?? 0);
+  const pct = (p: number): number => round3(percentile(latencies, p));
   return { ops: latencies.length, p50Ms: pct(0.5), p99Ms: pct(0.99), maxMs: pct(1) };
 }

@@ -18,6 +18,7 @@
 import pg from "pg";
 import { startPostgres } from "@fenced/servers";
 import { FencedPostgres, type PgClient, type PgQueryConfig, type PgQueryResult } from "@fenced/store/postgres";
+import { closedLoop, emit, median, percentile, type Op } from "./measure.js";
 
 /** Time each implementation runs per comparison, in total over its slices. */
 const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 3_000);
@@ -40,7 +41,6 @@ const COMPARISONS = {
 } as const;
 type Bench = keyof typeof COMPARISONS;
 type Impl = "fenced" | "plain";
-type Op = (worker: number, i: number) => Promise<void>;
 
 /** The pool, with every statement sent through it (or a client it lent) counted: one statement, one round trip. */
 function countingPool(pool: pg.Pool) {
@@ -68,40 +68,20 @@ interface Slice {
 /** Runs `concurrency` workers for `durationMs`, appending each op's latency to `latencies`. */
 async function slice(op: Op, concurrency: number, durationMs: number, latencies: number[], counter: { statements: number }): Promise<Slice> {
   const statements0 = counter.statements;
-  let ops = 0;
-  const start = performance.now();
-  const end = start + durationMs;
-  await Promise.all(
-    Array.from({ length: concurrency }, async (_, worker) => {
-      for (let i = 0; performance.now() < end; i++) {
-        const t0 = performance.now();
-        await op(worker, i);
-        latencies.push(performance.now() - t0);
-        ops++;
-      }
-    }),
-  );
-  return { ops, elapsedMs: performance.now() - start, statements: counter.statements - statements0 };
+  const ops0 = latencies.length;
+  const elapsedMs = await closedLoop(op, concurrency, durationMs, latencies);
+  return { ops: latencies.length - ops0, elapsedMs, statements: counter.statements - statements0 };
 }
 
-const median = (xs: readonly number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  const mid = s.length >> 1;
-  return s.length % 2 === 1 ? (s[mid] ?? NaN) : ((s[mid - 1] ?? NaN) + (s[mid] ?? NaN)) / 2;
-};
 const round = (x: number, digits = 3): number => Number(x.toFixed(digits));
 
 function describe(slices: readonly Slice[], latencies: number[]) {
   latencies.sort((a, b) => a - b);
-  const pct = (p: number): number => round(latencies[Math.min(latencies.length - 1, Math.floor(latencies.length * p))] ?? 0);
+  const pct = (p: number): number => round(percentile(latencies, p));
   const ops = slices.reduce((n, s) => n + s.ops, 0);
   const elapsed = slices.reduce((n, s) => n + s.elapsedMs, 0);
   const statements = slices.reduce((n, s) => n + s.statements, 0);
   return { ops, opsPerSec: Math.round((ops / elapsed) * 1000), p50Ms: pct(0.5), p99Ms: pct(0.99), roundTripsPerOp: round(statements / ops, 2) };
-}
-
-function emit(line: Record<string, unknown>): void {
-  process.stdout.write(`${JSON.stringify(line)}\n`);
 }
 
 /** Both implementations, interleaved slice by slice (ABBA), after a warm-up (connections, prepared statements, JIT). */

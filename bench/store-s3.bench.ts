@@ -14,7 +14,7 @@ import { Readable } from "node:stream";
 import { PutObjectCommand, type S3Client } from "@aws-sdk/client-s3";
 import { FencedS3 } from "@fenced/store/s3";
 import { startS3 } from "@fenced/servers";
-import { emit } from "./measure.js";
+import { closedLoop, emit, median, percentile, round3, type Op } from "./measure.js";
 
 const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 3_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 10);
@@ -22,8 +22,6 @@ const WARM_UP_MS = 300;
 const STREAM_BYTES = Number(process.env.BENCH_STREAM_BYTES ?? 512 * 1024 * 1024);
 const GOAL = 1.3;
 const MB = 1024 * 1024;
-
-type Op = (worker: number, i: number) => Promise<void>;
 
 interface Impl {
   readonly op: Op;
@@ -66,35 +64,16 @@ function requestsSince(client: S3Client, before: Map<string, number>, ops: numbe
   return { perOp: Number((total / ops).toFixed(2)), byKind };
 }
 
-/** One closed-loop slice: returns its operations, its time per operation, and the latencies. */
+/** One closed-loop slice: returns its operations, its time per operation (settling included), and the latencies. */
 async function slice(impl: Impl, concurrency: number, durationMs: number): Promise<{ ops: number; msPerOp: number; latencies: number[] }> {
   const latencies: number[] = [];
   const start = performance.now();
-  const end = start + durationMs;
-  let i = 0;
-  await Promise.all(
-    Array.from({ length: concurrency }, async (_, worker) => {
-      while (performance.now() < end) {
-        const t0 = performance.now();
-        await impl.op(worker, i++);
-        latencies.push(performance.now() - t0);
-      }
-    }),
-  );
+  await closedLoop(impl.op, concurrency, durationMs, latencies);
   await impl.settle?.();
   return { ops: latencies.length, msPerOp: (performance.now() - start) / Math.max(1, latencies.length), latencies };
 }
 
-const median = (xs: readonly number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  const mid = s.length >> 1;
-  return s.length === 0 ? 0 : s.length % 2 === 1 ? (s[mid] ?? 0) : ((s[mid - 1] ?? 0) + (s[mid] ?? 0)) / 2;
-};
-const pct = (xs: number[], p: number): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor(s.length * p))] ?? 0;
-};
-const round3 = (x: number): number => Number(x.toFixed(3));
+const pct = (xs: readonly number[], p: number): number => percentile([...xs].sort((a, b) => a - b), p);
 
 interface Case {
   readonly bench: string;
