@@ -2,7 +2,7 @@ import { InvalidArgumentError } from "@fenced/fence";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Fence } from "./fence.js";
 import { FencedPostgres } from "./postgres.js";
-import { gate, pgHarness, sleep, stillPending, type PgHarness } from "./postgres-test-support.js";
+import { gate, outcome, pgHarness, type PgHarness, sleep, stillPending } from "./postgres-test-support.js";
 
 let h: PgHarness;
 beforeAll(async () => {
@@ -13,11 +13,6 @@ afterAll(async () => {
 });
 
 const f = (resource: string, token: bigint): Fence => ({ resource, token, holder: "h" });
-const outcome = (p: Promise<unknown>): Promise<unknown> =>
-  p.then(
-    (v) => v,
-    (e: unknown) => e,
-  );
 
 /** Holds `resource`'s fence row in an open fenced transaction until the returned release() is called. */
 async function holdFence(store: FencedPostgres, fence: Fence): Promise<{ release(): Promise<void> }> {

@@ -4,7 +4,7 @@ import { StaleTokenError, VersionMismatchError } from "./errors.js";
 import type { Fence } from "./fence.js";
 import { FencedPostgres } from "./postgres.js";
 import type { PgQueryConfig } from "./postgres-types.js";
-import { pgHarness, stillPending, type PgHarness } from "./postgres-test-support.js";
+import { fenceAt as f, outcome, pgHarness, type PgHarness, stillPending } from "./postgres-test-support.js";
 
 let h: PgHarness;
 beforeAll(async () => {
@@ -14,12 +14,6 @@ afterAll(async () => {
   await h.close();
 });
 
-const f = (resource: string, token: bigint, holder?: string): Fence => (holder === undefined ? { resource, token } : { resource, token, holder });
-const outcome = (p: Promise<unknown>): Promise<unknown> =>
-  p.then(
-    (v) => v,
-    (e: unknown) => e,
-  );
 
 /** The pool, with every statement and every checked-out connection counted: what a round trip costs. */
 function countingPool() {

@@ -2,9 +2,8 @@ import { InvalidArgumentError } from "@fenced/fence";
 import { waitFor } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ResourceMismatchError, StaleTokenError, VersionMismatchError } from "./errors.js";
-import type { Fence } from "./fence.js";
 import type { FencedPostgres } from "./postgres.js";
-import { pgHarness, stillPending, type PgHarness } from "./postgres-test-support.js";
+import { fenceAt as f, outcome, pgHarness, type PgHarness, stillPending } from "./postgres-test-support.js";
 
 let h: PgHarness;
 beforeAll(async () => {
@@ -14,12 +13,6 @@ afterAll(async () => {
   await h.close();
 });
 
-const f = (resource: string, token: bigint, holder?: string): Fence => (holder === undefined ? { resource, token } : { resource, token, holder });
-const outcome = (p: Promise<unknown>): Promise<unknown> =>
-  p.then(
-    (v) => v,
-    (e: unknown) => e,
-  );
 
 /** What a refused call must leave alone: the key's row and the fence rows of every resource involved. */
 async function state(store: FencedPostgres, key: string, resources: readonly string[]) {

@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import pg from "pg";
 import { startPostgres, type StartedPostgres } from "@fenced/servers";
+import type { Fence } from "./fence.js";
 import { FencedPostgres } from "./postgres.js";
 
 /**
@@ -112,4 +113,17 @@ export async function stillPending(promise: Promise<unknown>, ms: number): Promi
   );
   await sleep(ms);
   return !settled;
+}
+
+/** Resolves with whatever `p` settles with, a refusal included: an error to assert on as a value. */
+export function outcome(p: Promise<unknown>): Promise<unknown> {
+  return p.then(
+    (v) => v,
+    (e: unknown) => e,
+  );
+}
+
+/** A fence with `holder` when one is given, a holderless fence otherwise. */
+export function fenceAt(resource: string, token: bigint, holder?: string): Fence {
+  return holder === undefined ? { resource, token } : { resource, token, holder };
 }
