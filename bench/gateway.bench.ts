@@ -1,5 +1,5 @@
 // HTTP gateway benchmark. The gateway runs as its own process, as deployed: the fenced-gateway bin,
-// compiled (tsc, as `pnpm build` does) and run by plain node, so that it has its own event loop and
+// compiled (bench/run.ts runs `pnpm build` first) and run by plain node, so that it has its own event loop and
 // its memory and CPU can be read from /proc without a TypeScript loader's share. JSON lines on stdout:
 // - fenced Postgres writes through the gateway by 64 concurrent keep-alive clients, against the same
 //   writes through FencedPostgres in this process (same server, same run, alternating rounds);
@@ -13,7 +13,6 @@ import { createHash, randomBytes } from "node:crypto";
 import { once } from "node:events";
 import { readFileSync, writeFileSync } from "node:fs";
 import { Agent, request, type IncomingMessage } from "node:http";
-import { createRequire } from "node:module";
 import { availableParallelism } from "node:os";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
@@ -33,7 +32,6 @@ const KEY = "bench-key-0123456789abcdef";
 const SERVICE_KEY = "service-key-0123456789abcdef";
 const FENCE_KEY: CredentialKey = { id: "bench", secret: randomBytes(32) };
 const MB = 1024 * 1024;
-const ROOT = fileURLToPath(new URL("../", import.meta.url));
 const CLI = fileURLToPath(new URL("../packages/gateway/dist/cli.js", import.meta.url));
 /** Extra node flags for the gateway process, e.g. "--cpu-prof --cpu-prof-dir=/tmp/gw" to profile it under this load. */
 const NODE_ARGS = (process.env.BENCH_GATEWAY_NODE_ARGS ?? "").split(" ").filter((a) => a !== "");
@@ -47,12 +45,6 @@ interface GatewayProcess {
   /** User + system CPU time the gateway has used, in seconds. */
   cpuSeconds(): number;
   stop(): Promise<void>;
-}
-
-/** Compiles the lock and the store to their dist/ directories, where the bin and its imports resolve. */
-function build(): void {
-  const tsc = createRequire(import.meta.url).resolve("typescript/bin/tsc");
-  for (const pkg of ["fence", "lock", "fenced-store", "gateway"]) execFileSync(process.execPath, [tsc, "-p", `packages/${pkg}/tsconfig.build.json`], { cwd: ROOT, stdio: "inherit" });
 }
 
 async function startGateway(args: string[], env: Record<string, string>): Promise<GatewayProcess> {
@@ -112,7 +104,6 @@ function send(port: number, method: string, path: string, headers: Record<string
 
 const value = (w: number, i: number): string => JSON.stringify({ writer: w, seq: i, note: "invoice total updated" });
 
-build();
 const postgres = await startPostgres();
 const s3 = await startS3();
 const pool = new pg.Pool({ connectionString: postgres.url, max: POOL_SIZE });
