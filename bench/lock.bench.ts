@@ -136,7 +136,7 @@ async function heapAfterCycles(): Promise<void> {
     return process.memoryUsage().heapUsed;
   };
   try {
-    const redlock = new Redlock(clients, { retryCount: 0 });
+    const redlock = new Redlock(clients, { retryCount: RETRIES });
     const concurrency = 16;
     let done = 0;
     const cycles = async (total: number): Promise<void> => {
