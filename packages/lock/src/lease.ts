@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
 import { performance } from "node:perf_hooks";
+import { inspect, type InspectOptions } from "node:util";
 import { LeaseLostError } from "./errors.js";
 import { assertTtl } from "./options.js";
 
@@ -7,6 +8,30 @@ import { assertTtl } from "./options.js";
 export interface LeaseOwner {
   extendLease(lease: Lease, ttlMs: number): Promise<number>;
   releaseLease(lease: Lease): Promise<void>;
+}
+
+/** What only the lock itself may do to a lease: redlock.ts imports it; index.ts does not re-export it. */
+interface LeaseInternals {
+  /** Marks the lease lost (the first reason wins), aborts `signal` if anyone holds it, stops the timer. */
+  lose(lease: Lease, reason: LeaseLostError): void;
+  /** One extension round that leaves the lease as it was when it fails (see using()'s extensionAttempts). */
+  tryExtend(lease: Lease, ttlMs: number): Promise<void>;
+}
+
+/**
+ * @internal Set by Lease's static block, before any lease exists. The operations are true private
+ * methods, so no code outside this package can reach them at run time: the package's exports map
+ * offers index.ts only.
+ */
+export let leaseInternals!: LeaseInternals;
+
+/** What a lease shows of itself when printed or serialised: what identifies it, never its value. */
+interface LeaseShown<Token> {
+  readonly resource: string;
+  readonly token: Token;
+  readonly holder: string;
+  readonly validUntil: number;
+  readonly lost: boolean;
 }
 
 /**
@@ -28,10 +53,17 @@ export class Lease implements AsyncDisposable {
    * Computed on first read: a lease that never writes to a store never pays for the hash.
    */
   get holder(): string {
-    return (this.#holder ??= holderOf(this.value));
+    return (this.#holder ??= holderOf(this.#value));
   }
-  /** This lease's random value on the nodes: a secret; extend/release touch only keys holding it. */
-  readonly value: string;
+  /**
+   * This lease's random value on the nodes: a secret; extend/release touch only keys holding it.
+   * Not an own property, and left out when the lease is printed or serialised (inspect, JSON):
+   * handing the lease to another process as `{ resource, token, value }` reads it explicitly.
+   */
+  get value(): string {
+    return this.#value;
+  }
+  readonly #value: string;
   readonly #owner: LeaseOwner;
   #holder: string | undefined;
   #validUntil: number;
@@ -47,7 +79,7 @@ export class Lease implements AsyncDisposable {
     this.#owner = owner;
     this.resource = resource;
     this.token = token;
-    this.value = value;
+    this.#value = value;
     this.#validUntil = Date.now() + validityMs;
     this.#deadline = performance.now() + validityMs;
   }
@@ -64,7 +96,7 @@ export class Lease implements AsyncDisposable {
 
   /** Why the lease is lost, or undefined while it is valid. Expiry is noticed on read, not only by the timer. */
   get lostReason(): LeaseLostError | undefined {
-    if (this.#lost === undefined && performance.now() >= this.#deadline) this.lose(new LeaseLostError(this.resource, this.token, "expired"));
+    if (this.#lost === undefined && performance.now() >= this.#deadline) this.#lose(new LeaseLostError(this.resource, this.token, "expired"));
     if (this.#lost === "released") this.#lost = new LeaseLostError(this.resource, this.token, "released");
     return this.#lost;
   }
@@ -82,19 +114,19 @@ export class Lease implements AsyncDisposable {
   /** Extends the lease on a majority; throws LeaseLostError (and aborts `signal`) if that cannot be confirmed in time. */
   async extend(ttlMs: number): Promise<void> {
     try {
-      await this.tryExtend(ttlMs);
+      await this.#tryExtend(ttlMs);
     } catch (err) {
-      if (err instanceof LeaseLostError) this.lose(err);
+      if (err instanceof LeaseLostError) this.#lose(err);
       throw err;
     }
   }
 
   /**
-   * @internal One extension round that leaves the lease as it was when it fails, so that using()
-   * can retry (extensionAttempts) a round that failed on timeouts while the lease is still valid.
-   * Losing the lease here on the first failed round would make those retries dead code.
+   * One extension round that leaves the lease as it was when it fails, so that using() can retry
+   * (extensionAttempts) a round that failed on timeouts while the lease is still valid. Losing the
+   * lease here on the first failed round would make those retries dead code.
    */
-  async tryExtend(ttlMs: number): Promise<void> {
+  async #tryExtend(ttlMs: number): Promise<void> {
     assertTtl(ttlMs);
     const lost = this.lostReason;
     if (lost !== undefined) throw lost;
@@ -109,7 +141,7 @@ export class Lease implements AsyncDisposable {
   /** Releases on every node. Idempotent: later calls return the first call's promise. */
   release(): Promise<void> {
     this.#released ??= (async () => {
-      this.lose("released");
+      this.#lose("released");
       await this.#owner.releaseLease(this);
     })();
     return this.#released;
@@ -123,8 +155,34 @@ export class Lease implements AsyncDisposable {
     return this.release();
   }
 
+  /**
+   * `{ resource, token, holder, validUntil, lost }`, the token as a decimal string (JSON has no
+   * bigint): a lease in a log line or a response body shows which lease it is, never its value.
+   */
+  toJSON(): LeaseShown<string> {
+    const shown = this.#shown();
+    return { ...shown, token: shown.token.toString() };
+  }
+
+  /** util.inspect (console.log, most loggers): the same fields as toJSON, never the value. */
+  [inspect.custom](depth: number, options: InspectOptions, show: typeof inspect): string {
+    if (depth < 0) return "[Lease]";
+    return `Lease ${show(this.#shown(), { ...options, depth: options.depth == null ? null : options.depth - 1 })}`;
+  }
+
+  #shown(): LeaseShown<bigint> {
+    return { resource: this.resource, token: this.token, holder: this.holder, validUntil: this.#validUntil, lost: this.lostReason !== undefined };
+  }
+
+  static {
+    leaseInternals = {
+      lose: (lease, reason) => lease.#lose(reason),
+      tryExtend: (lease, ttlMs) => lease.#tryExtend(ttlMs),
+    };
+  }
+
   /** Marks the lease lost (the first reason wins), aborts `signal` if anyone holds it, stops the timer. */
-  lose(reason: LeaseLostError | "released"): void {
+  #lose(reason: LeaseLostError | "released"): void {
     clearTimeout(this.#expiryTimer);
     this.#expiryTimer = undefined;
     if (this.#lost !== undefined) return;
@@ -136,7 +194,7 @@ export class Lease implements AsyncDisposable {
     if (this.#controller === undefined) return;
     clearTimeout(this.#expiryTimer);
     // setTimeout runs on the monotonic clock, so a wall-clock jump on this machine does not stretch the lease.
-    this.#expiryTimer = setTimeout(() => this.lose(new LeaseLostError(this.resource, this.token, "expired")), Math.max(0, this.#deadline - performance.now()));
+    this.#expiryTimer = setTimeout(() => this.#lose(new LeaseLostError(this.resource, this.token, "expired")), Math.max(0, this.#deadline - performance.now()));
     this.#expiryTimer.unref();
   }
 }

@@ -4,7 +4,7 @@ import { assertResource, InvalidArgumentError } from "@fenced/fence";
 import type { RedisClient } from "./client.js";
 import { LeaseLostError, LockNotAcquiredError, TokenSpaceExhaustedError, type NodeFailure } from "./errors.js";
 import { resourceKeys } from "./keys.js";
-import { Lease } from "./lease.js";
+import { Lease, leaseInternals } from "./lease.js";
 import { newLeaseValue } from "./lease-value.js";
 import { assertTtl, checkAcquireOptions, checkClients, checkHeld, checkSettings, driftMs, type AcquireOptions, type HeldLease, type RedlockOptions, type Settings } from "./options.js";
 import { AcquireTally, ceilingReached, chooseToken, evalSha, failures, fallBack, fanOut, parseGrant, quorumOf, type Grant, type ScriptCall } from "./quorum.js";
@@ -74,13 +74,13 @@ export class Redlock {
     const extendRound = async (): Promise<void> => {
       for (let attempt = 1; attempt <= extensionAttempts && !lease.signal.aborted; attempt++) {
         try {
-          await lease.tryExtend(ttlMs);
+          await leaseInternals.tryExtend(lease, ttlMs);
           schedule();
           return;
         } catch (err) {
           const definitive = err instanceof LeaseLostError && err.nodes.filter((n) => n.reason === "not-held").length > this.clients.length - this.quorum;
           if (definitive || attempt === extensionAttempts || lease.remainingMs === 0) {
-            lease.lose(err instanceof LeaseLostError ? err : new LeaseLostError(resource, lease.token, "quorum-lost"));
+            leaseInternals.lose(lease, err instanceof LeaseLostError ? err : new LeaseLostError(resource, lease.token, "quorum-lost"));
             return;
           }
           // Spread the remaining attempts over part of the remaining validity, so that a short
@@ -218,7 +218,7 @@ export class Redlock {
     // A majority confirmed after the old validity ended proves nothing: another client may have held it meanwhile.
     if (confirmed < this.quorum || now > deadline) {
       const reasons = failures(replies, (v, node) => (v === 1 ? undefined : { node, reason: "not-held" }));
-      // Not lease.lose() here: Lease.extend() does that, using() first retries (see Lease.tryExtend).
+      // The lease is not marked lost here: Lease.extend() does that, using() first retries (see Lease's #tryExtend).
       throw new LeaseLostError(lease.resource, lease.token, now > deadline ? "expired" : "quorum-lost", reasons);
     }
     return Math.floor(ttlMs - (now - start) - driftMs(ttlMs, this.#settings.driftFactor));
