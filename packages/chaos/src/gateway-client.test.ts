@@ -55,7 +55,7 @@ describe("the chaos workers' gateway client", () => {
       const a = await acquireSoon(client, false);
       expect(a.resource).toBe(RESOURCE);
       expect(a.holder).toMatch(/^[0-9a-f]{32}$/);
-      expect(a.fence).toMatch(/^fc1\./);
+      expect(a.fence).toMatch(/^fc2\./);
       await expect(client.acquire(RESOURCE, 10_000, false)).rejects.toBeInstanceOf(LockBusyError);
 
       // Read, then write with the credential and If-Match on the version read: the version moves.

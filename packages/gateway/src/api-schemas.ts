@@ -18,13 +18,13 @@ const resource = resourceSchema;
 const key = z.string().min(1).describe("A record's or object's key");
 const holder = z.string().regex(HOLDER_PATTERN).describe("The public holder id of the lease (never its secret)");
 
-// fc1.<key id>.<base64url payload>.<base64url MAC> (@fenced/fence verifies it; this only describes it).
+// fc2.<key id>.<base64url payload>.<base64url MAC> (@fenced/fence verifies it; this only describes it).
 const CREDENTIAL = new RegExp(`^${CREDENTIAL_VERSION}\\.(?:${inner(KEY_ID_PATTERN)})\\.[A-Za-z0-9_-]+\\.[A-Za-z0-9_-]+$`);
 export const credentialString = z
   .string()
   .max(4096)
   .regex(CREDENTIAL)
-  .describe("A signed fence credential (resource, token and holder under the gateway's HMAC key), presented as Fencing-Credential on every write of the lease");
+  .describe("A signed fence credential (resource, token, holder and the lease's end under the gateway's HMAC key), presented as Fencing-Credential on every write of the lease until validUntil");
 
 /** 201 of POST /v1/leases and 200 of POST /v1/leases/extend. */
 export const leaseAnswerSchema = z
@@ -33,8 +33,12 @@ export const leaseAnswerSchema = z
     resource,
     token: tokenString,
     holder,
-    leaseId: z.string().regex(LEASE_ID_PATTERN).describe("A capability to extend and release this lease: keep it secret, send it only in request bodies"),
-    validUntil: z.number().int().describe("Epoch milliseconds until which the lease is valid (the lock's estimate, minus drift)"),
+    leaseId: z
+      .string()
+      .max(4096)
+      .regex(LEASE_ID_PATTERN)
+      .describe("A capability to extend and release this lease, sealed by the gateway: keep it secret, send it only in request bodies. Each extension answers a new one; extend with the newest before validUntil"),
+    validUntil: z.number().int().describe("Epoch milliseconds until which the lease is valid (the lock's estimate, minus drift); its credential and lease id are refused after it"),
   })
   .describe("A granted or extended lease");
 export type LeaseAnswer = z.input<typeof leaseAnswerSchema>;
@@ -80,6 +84,14 @@ export const PROBLEM_EXTENSIONS = {
   invalidCredential: z.strictObject({
     reason: z.enum(["unknown-key", "bad-signature"]).describe("unknown-key: no configured key has the credential's key id (never issued here, or retired: take a new lease); bad-signature: forged or altered"),
   }),
+  credentialExpired: z.strictObject({
+    resource,
+    token: tokenString,
+    expiredAt: z.number().int().describe("Epoch milliseconds: the end of the lease the credential was issued for (its validUntil)"),
+  }),
+  invalidLeaseId: z.strictObject({
+    reason: z.enum(["unknown-key", "bad-signature"]).describe("unknown-key: sealed by a key this gateway does not hold (never issued here, or retired); bad-signature: edited or forged"),
+  }),
   notFound: z.strictObject({}),
   method: z.strictObject({}),
   stale: z.strictObject({ resource, token: tokenString, highest: tokenString.describe("The highest token the storage has accepted for the resource") }),
@@ -103,6 +115,9 @@ export const PROBLEM_DESCRIPTIONS: Record<ProblemKind, string> = {
   forbidden: "A key or resource outside the API key's prefixes, or a write with a read-only key",
   credentialRequired: "A write without Fencing-Credential from an API key that is not a trusted lock client",
   invalidCredential: "A Fencing-Credential that no key of this gateway signed",
+  credentialExpired:
+    "An authentic Fencing-Credential whose lease has ended (its validUntil has passed): nothing was written. Extend the lease before its validUntil and write with the credential the extension answers, or take a new lease",
+  invalidLeaseId: "A lease id that no key of this gateway sealed: edited (its token, value, resource or end) or forged. No lease was extended or released",
   notFound: "No such record or object; an unknown route; a backend that is not configured",
   method: "A method the route does not serve (with Allow)",
   stale: "The storage has accepted a higher token for the resource (or this token from another lease). Nothing was written; this holder must stop",

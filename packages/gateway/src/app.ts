@@ -5,7 +5,7 @@ import type { Pool } from "pg";
 import { pino, type Logger } from "pino";
 import { FencedPostgres } from "@fenced/store/postgres";
 import { FencedS3, type FencedS3Options } from "@fenced/store/s3";
-import type { CredentialKey, Fence } from "@fenced/fence";
+import { InvalidArgumentError, type CredentialKey, type Fence } from "@fenced/fence";
 import type { HealthAnswer } from "./api-schemas.js";
 import { ApiKeys, type ApiKeyConfig } from "./auth.js";
 import { FenceCredentials } from "./credentials.js";
@@ -29,8 +29,8 @@ export interface GatewayOptions {
   /**
    * Keys for fence credentials (HMAC-SHA256, at least 32 bytes each): the first signs the credential
    * of every lease granted here; all verify the credentials writes present. Share them with every
-   * gateway instance (and with services that mint credentials for their own leases). Without keys,
-   * only API keys that are trusted lock clients can write.
+   * gateway instance (and with services that mint credentials for their own leases). Required with
+   * `leases`: lease ids are sealed with them too. Without keys, only trusted lock clients can write.
    */
   readonly fenceKeys?: readonly CredentialKey[] | undefined;
   /** Defaults: records 1 MiB, objects 5 GiB, leases 1 h. */
@@ -70,6 +70,9 @@ export function createGateway(options: GatewayOptions): Gateway {
   const healthTimeoutMs = options.healthTimeoutMs ?? 2_000;
   const limits: Limits = { ...limitsSchema.parse(options.limits ?? {}), inlineBytes: options.objects?.inlineLimit ?? DEFAULT_INLINE };
   const credentials = options.fenceKeys === undefined || options.fenceKeys.length === 0 ? undefined : new FenceCredentials(options.fenceKeys);
+  if (options.leases !== undefined && credentials === undefined) {
+    throw new InvalidArgumentError("fenceKeys", "leases need fence keys: the gateway seals every lease id and fence credential it issues with them");
+  }
   const ctx: RouteContext = { auth: new ApiKeys(options.apiKeys), metrics, logger, limits, credentials };
   const records = options.records === undefined ? undefined : new FencedPostgres(options.records.pool, options.records.schema === undefined ? {} : { schema: options.records.schema });
   const objects = options.objects === undefined ? undefined : new FencedS3(options.objects.client, options.objects);
@@ -94,7 +97,7 @@ export function createGateway(options: GatewayOptions): Gateway {
     ...(records === undefined ? [] : [{ store: "records" as const, register: (fence: Fence) => records.register(fence) }]),
     ...(objects === undefined ? [] : [{ store: "objects" as const, register: (fence: Fence) => objects.register(fence) }]),
   ];
-  const leases = options.leases === undefined ? undefined : leasesRouter(ctx, options.leases, registrars);
+  const leases = options.leases === undefined || credentials === undefined ? undefined : leasesRouter(ctx, credentials, options.leases, registrars);
   app.use("/v1/records", records === undefined ? disabled("records") : recordsRouter(ctx, records));
   app.use("/v1/objects", objects === undefined ? disabled("objects") : objectsRouter(ctx, objects));
   app.use("/v1/leases", leases === undefined ? disabled("leases") : leases.router);
@@ -171,6 +174,7 @@ const REASONS: Record<string, string> = {
   resourceMismatch: "resource_mismatch",
   credentialRequired: "credential_required",
   invalidCredential: "invalid_credential",
+  credentialExpired: "credential_expired",
   version: "version_mismatch",
   invalid: "invalid_request",
   unauthorized: "unauthorized",

@@ -61,6 +61,9 @@ export const configSchema = z.strictObject({
   requestTimeoutMs: z.number().int().min(0).default(600_000),
   healthTimeoutMs: z.number().int().positive().default(2_000),
   logLevel: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
+}).refine((c) => c.redis === undefined || (c.fenceKeys ?? []).length > 0, {
+  path: ["fenceKeys"],
+  message: "leases (redis) need fence keys: the gateway seals every lease id and fence credential with them (fenceKeys in the config file, or FENCED_GATEWAY_FENCE_KEYS)",
 });
 
 export type GatewayConfig = z.output<typeof configSchema>;

@@ -32,6 +32,7 @@ interface Granted {
   readonly holder: string;
   readonly leaseId: string;
   readonly fence: string;
+  readonly validUntil: number;
 }
 
 async function lease(resource: string, register = false): Promise<Granted> {
@@ -67,15 +68,15 @@ describe.each(["records", "objects"])("%s", (route) => {
     const l = await lease(`svc/${route}-b`);
     const before = await state();
     const [v, id, payload, mac] = l.fence.split(".") as [string, string, string, string];
-    const foreign = mintFenceCredential({ resource: `svc/${route}-b`, token: MAX_TOKEN, holder: l.holder }, { id: "current", secret: randomBytes(32) });
-    const otherScope = mintFenceCredential({ resource: "elsewhere/b", token: 1n, holder: "h" }, FENCE_KEYS[0] as (typeof FENCE_KEYS)[number]);
+    const foreign = mintFenceCredential({ resource: `svc/${route}-b`, token: MAX_TOKEN, holder: l.holder, validUntil: l.validUntil }, { id: "current", secret: randomBytes(32) });
+    const otherScope = mintFenceCredential({ resource: "elsewhere/b", token: 1n, holder: "h", validUntil: l.validUntil }, FENCE_KEYS[0] as (typeof FENCE_KEYS)[number]);
     const cases: [string, string, number, string][] = [
       ["truncated", l.fence.slice(0, -3), 400, "/problems/invalid-request"],
       ["re-ordered", [v, id, mac, payload].join("."), 400, "/problems/invalid-request"],
-      ["another payload, same signature", [v, id, Buffer.from(`${MAX_TOKEN}\n${l.holder}\nsvc/${route}-b`).toString("base64url"), mac].join("."), 403, "/problems/invalid-credential"],
+      ["another payload, same signature", [v, id, Buffer.from(`${MAX_TOKEN}\n${l.holder}\n${l.validUntil}\nsvc/${route}-b`).toString("base64url"), mac].join("."), 403, "/problems/invalid-credential"],
       ["signed with an unknown secret", foreign, 403, "/problems/invalid-credential"],
       ["an unknown key id", [v, "retired", payload, mac].join("."), 403, "/problems/invalid-credential"],
-      ["not a credential", "fc1.current.!!.??", 400, "/problems/invalid-request"],
+      ["not a credential", "fc2.current.!!.??", 400, "/problems/invalid-request"],
       ["a resource outside the key's scope", otherScope, 403, "/problems/forbidden"],
     ];
     for (const [what, credential, status, type] of cases) {
@@ -110,7 +111,7 @@ describe("rotation", () => {
   it("a credential signed with the previous key works while that key is configured, and stops when it is removed", async () => {
     const previous = FENCE_KEYS[1] as (typeof FENCE_KEYS)[number];
     const l = await lease("svc/rot");
-    const old = mintFenceCredential({ resource: "svc/rot", token: BigInt(l.token), holder: l.holder }, previous);
+    const old = mintFenceCredential({ resource: "svc/rot", token: BigInt(l.token), holder: l.holder, validUntil: l.validUntil }, previous);
     expect((await put("records", "svc/records/rot", { "fencing-credential": old })).status).toBe(200);
     const rotated = await runGateway(backends.gatewayOptions({ fenceKeys: [FENCE_KEYS[0] as (typeof FENCE_KEYS)[number]] }));
     try {

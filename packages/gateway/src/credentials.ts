@@ -1,5 +1,6 @@
 import { z } from "zod";
-import { CredentialError, credentialKeys, KEY_ID_PATTERN, MIN_SECRET_BYTES, mintFenceCredential, verifyFenceCredential, type CredentialKey, type Fence } from "@fenced/fence";
+import { CredentialError, credentialKeys, ExpiredCredentialError, KEY_ID_PATTERN, MIN_SECRET_BYTES, mintFenceCredential, verifyFenceCredential, type CredentialKey, type Fence } from "@fenced/fence";
+import { decodeLeaseId, encodeLeaseId, type LeaseIdParts } from "./lease-id.js";
 import { HttpProblem } from "./problem.js";
 
 /**
@@ -21,7 +22,16 @@ export const fenceKeySchema = z
 
 export type FenceKeyConfig = z.input<typeof fenceKeySchema>;
 
-/** The gateway's fence credentials: minted for the leases it grants, verified on every write. */
+/** A granted or extended lease, as the gateway seals it: its fence, its secret value and its end. */
+export interface IssuedLease extends LeaseIdParts {
+  readonly holder: string;
+}
+
+/**
+ * The gateway's seals, under its fence keys: the credential of every lease it grants or extends
+ * (verified on every write), and the lease id that extends or releases it. The first key signs; all
+ * configured keys verify.
+ */
 export class FenceCredentials {
   readonly #signing: CredentialKey;
   readonly #keys: ReadonlyMap<string, CredentialKey>;
@@ -33,22 +43,37 @@ export class FenceCredentials {
     this.#signing = this.#keys.get(first.id) as CredentialKey;
   }
 
-  mint(fence: Fence): string {
-    return mintFenceCredential(fence, this.#signing);
+  /** The credential for a lease's writes, good until the lease's end. */
+  mint(lease: IssuedLease): string {
+    return mintFenceCredential(lease, this.#signing, { expiresAt: lease.validUntil });
   }
 
-  /** The fence a credential carries; 400 if it is not one, 403 if no configured key signed it. */
+  /** The lease id of a lease: a capability to extend and release it. */
+  leaseId(lease: IssuedLease): string {
+    return encodeLeaseId(lease, this.#signing);
+  }
+
+  /** The lease an id names: 400 if it is not a lease id, 403 `invalid-lease-id` if no configured key sealed it. */
+  lease(id: string): LeaseIdParts {
+    return decodeLeaseId(id, this.#keys);
+  }
+
+  /** The fence a credential carries; 400 if it is not one, 403 if no configured key signed it or its lease has ended. */
   verify(credential: string): Fence {
     try {
       return verifyFenceCredential(credential, this.#keys).fence;
     } catch (err) {
       if (!(err instanceof CredentialError)) throw err;
+      if (err instanceof ExpiredCredentialError) {
+        const { fence, expiresAt } = err.credential;
+        throw new HttpProblem("credentialExpired", err.message, { resource: fence.resource, token: fence.token.toString(), expiredAt: expiresAt });
+      }
       if (err.code === "malformed") {
         throw new HttpProblem("invalid", `Fencing-Credential: ${err.message}`, { errors: [{ path: "Fencing-Credential", message: err.message }] });
       }
       // One status for both: `reason` says whether the key id is unknown (never issued here, or
       // retired by a rotation: the client needs a new lease) or the signature is wrong (forged, altered).
-      throw new HttpProblem("invalidCredential", "the fence credential was not signed by a key this gateway holds", { reason: err.code });
+      throw new HttpProblem("invalidCredential", "the fence credential was not signed by a key this gateway holds", { reason: err.code === "unknown-key" ? "unknown-key" : "bad-signature" });
     }
   }
 }

@@ -1,6 +1,8 @@
 // Generators of hostile requests for fuzz.test.ts (not part of the published build).
+import { randomBytes } from "node:crypto";
 import fc from "fast-check";
 import { MAX_TOKEN } from "@fenced/fence";
+import { encodeLeaseId } from "./lease-id.js";
 import { KEYS } from "./test-support.js";
 import { TOKEN_PATTERN } from "./validation.js";
 
@@ -253,8 +255,12 @@ export const leaseRequest: fc.Arbitrary<BadRequest> = fc.oneof(
   leaseIdGarbage.map((id) => lease(`extend lease id ${json(id)}`, 400, "POST", "/v1/leases/extend", admin, json({ leaseId: id, ttlMs: 1000 }))),
   leaseIdGarbage.map((id) => lease(`release lease id ${json(id)}`, 400, "POST", "/v1/leases/release", admin, json({ leaseId: id }))),
   fc.constantFrom({}, { leaseId: 7 }, { leaseId: null }, { leaseId: "1.00000000000000000000000000000000.ZnV6eg", extra: 1 }).map((b) => lease(`release body ${json(b)}`, 400, "POST", "/v1/leases/release", admin, json(b))),
+  // Well-formed lease ids sealed under a secret this gateway does not hold (as its signing key's id).
   fc
-    .tuple(goodToken, fc.stringMatching(/^[0-9a-f]{32}$/), segment)
-    .map(([t, v, r]) => lease("extend a forged lease id", 409, "POST", "/v1/leases/extend", admin, json({ leaseId: `${t}.${v}.${Buffer.from(`fuzz/${r}`).toString("base64url")}`, ttlMs: 1000 }))),
+    .tuple(goodToken, fc.stringMatching(/^[0-9a-f]{32}$/), segment, fc.constantFrom("/v1/leases/extend", "/v1/leases/release"))
+    .map(([t, v, r, path]) => {
+      const leaseId = encodeLeaseId({ token: BigInt(t), value: v, resource: `fuzz/${r}`, validUntil: Date.now() + 60_000 }, { id: "current", secret: randomBytes(32) });
+      return lease(`${path} with a forged lease id`, 403, "POST", path, admin, json(path.endsWith("extend") ? { leaseId, ttlMs: 1000 } : { leaseId }));
+    }),
   fc.constantFrom(["GET", "/v1/leases"], ["PUT", "/v1/leases"], ["GET", "/v1/leases/extend"], ["DELETE", "/v1/leases/release"]).map(([m, p]) => lease(`${m} ${p}`, 405, m as string, p as string, admin)),
 );

@@ -80,7 +80,8 @@ describe("the OpenAPI document", () => {
     }
     expect(statuses).toEqual(new Map([
       ["/problems/invalid-request", 400], ["/problems/unauthorized", 401], ["/problems/forbidden", 403],
-      ["/problems/credential-required", 403], ["/problems/invalid-credential", 403], ["/problems/not-found", 404],
+      ["/problems/credential-required", 403], ["/problems/invalid-credential", 403], ["/problems/credential-expired", 403],
+      ["/problems/invalid-lease-id", 403], ["/problems/not-found", 404],
       ["/problems/method-not-allowed", 405], ["/problems/stale-token", 409], ["/problems/resource-mismatch", 409],
       ["/problems/lock-held", 409], ["/problems/token-space-exhausted", 409], ["/problems/lease-lost", 409], ["/problems/version-mismatch", 412],
       ["/problems/too-large", 413], ["/problems/unsupported-media-type", 415], ["/problems/unavailable", 503],

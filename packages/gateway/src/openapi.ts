@@ -123,7 +123,7 @@ function problemResponses(kinds: readonly ProblemKind[]): Record<string, Respons
 // on this gateway (404), a backend that does not answer (503), a failure of the gateway itself.
 const ALWAYS: readonly ProblemKind[] = ["unauthorized", "notFound", "unavailable", "internal"];
 const JSON_BODY: readonly ProblemKind[] = ["invalid", "tooLarge", "mediaType"];
-const WRITE: readonly ProblemKind[] = ["invalid", "forbidden", "credentialRequired", "invalidCredential", "stale", "resourceMismatch", "version"];
+const WRITE: readonly ProblemKind[] = ["invalid", "forbidden", "credentialRequired", "invalidCredential", "credentialExpired", "stale", "resourceMismatch", "version"];
 
 function operation(op: Omit<OperationObject, "responses">, success: Record<string, ResponseObject | Reference>, problems: readonly ProblemKind[]): OperationObject {
   // A kind listed twice (shared lists) is one problem: the oneOf must not hold it twice.
@@ -158,12 +158,16 @@ function leasePaths(): Record<string, PathItemObject> {
         {
           operationId: "extendLease",
           summary: "Extend a lease",
-          description: "The lease id travels in the body, never in a path. The token (and so the credential) stays the same.",
+          description:
+            "The lease id travels in the body, never in a path. The token, holder and resource come from the lease id, which the gateway " +
+            "sealed: an edited id is refused (403 `invalid-lease-id`) and earns no credential. An id past its validUntil is refused as " +
+            "`lease-lost` (`expired`) without asking the lock. The answer carries a new validUntil, a new credential good until then and " +
+            "a new lease id: use them from now on.",
           tags: ["leases"],
           requestBody: body("LeaseExtendRequest", "The lease id from the lease answer and the new TTL"),
         },
         { "200": lease("The extended lease") },
-        [...JSON_BODY, "forbidden", "leaseLost"],
+        [...JSON_BODY, "forbidden", "invalidLeaseId", "leaseLost"],
       ),
     },
     "/v1/leases/release": {
@@ -171,12 +175,14 @@ function leasePaths(): Record<string, PathItemObject> {
         {
           operationId: "releaseLease",
           summary: "Release a lease",
-          description: "Idempotent: releases the lock only where it still holds this lease; a stale id releases nothing.",
+          description:
+            "Idempotent: releases the lock only where it still holds this lease; a stale id releases nothing. An id this gateway did not " +
+            "seal is refused (403 `invalid-lease-id`). The lease's credential is refused from its validUntil on, released or not.",
           tags: ["leases"],
           requestBody: body("LeaseReleaseRequest", "The lease id from the lease answer"),
         },
         { "204": { description: "Released (or no longer held)" } },
-        [...JSON_BODY, "forbidden"],
+        [...JSON_BODY, "forbidden", "invalidLeaseId"],
       ),
     },
   };

@@ -39,8 +39,10 @@ describe("/metrics", () => {
     expect((await c.send({ method: "DELETE", path: "/v1/objects/m/b", headers: writeHeaders(KEYS.admin, 1n) })).status).toBe(204);
     const lease = await c.json("POST", "/v1/leases", { resource: "m/lease", ttlMs: 1_000 }, bearer(KEYS.admin));
     expect(lease.status).toBe(201);
-    const forged = lease.json<{ leaseId: string }>().leaseId.replace(/\.[0-9a-f]{32}\./, `.${"a".repeat(32)}.`);
-    expect((await c.json("POST", "/v1/leases/extend", { leaseId: forged, ttlMs: 1_000 }, bearer(KEYS.admin))).status).toBe(409);
+    // Released, then extended: a majority answers that it no longer holds the lease.
+    const { leaseId } = lease.json<{ leaseId: string }>();
+    expect((await c.json("POST", "/v1/leases/release", { leaseId }, bearer(KEYS.admin))).status).toBe(204);
+    expect((await c.json("POST", "/v1/leases/extend", { leaseId, ttlMs: 1_000 }, bearer(KEYS.admin))).status).toBe(409);
     await sleep(20); // each request is counted when its response has closed
 
     const res = await c.send({ method: "GET", path: "/metrics" });
@@ -79,7 +81,10 @@ describe("secrets", () => {
       const granted = await c.json("POST", "/v1/leases", { resource: "svc/secret", ttlMs: 5_000 }, bearer(KEYS.service));
       expect(granted.status).toBe(201);
       const { leaseId, fence } = granted.json<{ leaseId: string; fence: string }>();
-      const secrets = [leaseId, fence, leaseId.split(".")[1] as string];
+      // The lease's value on the lock nodes, sealed inside the id (its second field).
+      const value = Buffer.from(leaseId.split(".")[2] as string, "base64url").toString("utf8").split("\n")[1] as string;
+      expect(value).toMatch(/^[0-9a-f]{32}$/);
+      const secrets = [leaseId, fence, value];
       const answers = [
         granted,
         await c.json("POST", "/v1/leases/extend", { leaseId, ttlMs: 5_000 }, bearer(KEYS.service)),

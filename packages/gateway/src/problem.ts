@@ -23,6 +23,8 @@ export const PROBLEM_TYPES = {
   forbidden: { status: 403, type: "/problems/forbidden", title: "Outside the API key's scope" },
   credentialRequired: { status: 403, type: "/problems/credential-required", title: "A write needs a fence credential" },
   invalidCredential: { status: 403, type: "/problems/invalid-credential", title: "The fence credential does not verify" },
+  credentialExpired: { status: 403, type: "/problems/credential-expired", title: "The fence credential's lease has ended" },
+  invalidLeaseId: { status: 403, type: "/problems/invalid-lease-id", title: "The lease id was not issued by this gateway" },
   notFound: { status: 404, type: "/problems/not-found", title: "Not found" },
   method: { status: 405, type: "/problems/method-not-allowed", title: "Method not allowed" },
   stale: { status: 409, type: "/problems/stale-token", title: "Stale fencing token" },

@@ -5,10 +5,9 @@ import { LeaseLostError, LockNotAcquiredError, Redlock, TokenSpaceExhaustedError
 import type { Fence } from "@fenced/fence";
 import type { LeaseAnswer } from "./api-schemas.js";
 import { requireResource, requireWrite, type Principal } from "./auth.js";
-import type { FenceCredentials } from "./credentials.js";
+import type { FenceCredentials, IssuedLease } from "./credentials.js";
 import type { StoreName } from "./metrics.js";
 import { jsonBody, methodNotAllowed, type RouteContext } from "./context.js";
-import { decodeLeaseId, encodeLeaseId } from "./lease-id.js";
 import { HttpProblem } from "./problem.js";
 import { leaseBodySchema } from "./validation.js";
 
@@ -27,18 +26,23 @@ export interface RedisHealth {
 
 const BODY_LIMIT = 16 * 1024;
 
-/** The answer's shape is the API document's (api-schemas.ts): the type keeps this code and the document together. */
-function leaseJson(lease: Lease, credentials: FenceCredentials | undefined): LeaseAnswer {
+/**
+ * The answer's shape is the API document's (api-schemas.ts): the type keeps this code and the document
+ * together. Everything sealed here comes from the lock's answer (resource, token, value, validUntil),
+ * never from the request.
+ */
+function leaseJson(lease: Lease, credentials: FenceCredentials): LeaseAnswer {
+  const issued: IssuedLease = { resource: lease.resource, token: lease.token, holder: lease.holder, value: lease.value, validUntil: lease.validUntil };
   return {
-    // The credential every write of this lease presents (Fencing-Credential): the gateway takes
-    // resource, token and holder from it and from nothing else. Absent when no fence keys are configured.
-    ...(credentials === undefined ? {} : { fence: credentials.mint(lease) }),
+    // The credential every write of this lease presents (Fencing-Credential) until validUntil: the
+    // gateway takes resource, token and holder from it and from nothing else.
+    fence: credentials.mint(issued),
     resource: lease.resource,
     // A decimal string: JSON numbers are doubles, tokens are 64-bit.
     token: lease.token.toString(),
-    // Public: send it as Fencing-Holder with every write, so the stores accept an equal token only from this lease.
+    // Public: the stores accept an equal token only from this lease.
     holder: lease.holder,
-    leaseId: encodeLeaseId(lease),
+    leaseId: credentials.leaseId(issued),
     validUntil: lease.validUntil,
   };
 }
@@ -49,7 +53,12 @@ export interface Registrar {
   register(fence: Fence): Promise<void>;
 }
 
-export function leasesRouter(ctx: RouteContext, options: LeaseBackendOptions, registrars: readonly Registrar[] = []): { router: Router; health(timeoutMs: number): Promise<RedisHealth> } {
+export function leasesRouter(
+  ctx: RouteContext,
+  credentials: FenceCredentials,
+  options: LeaseBackendOptions,
+  registrars: readonly Registrar[] = [],
+): { router: Router; health(timeoutMs: number): Promise<RedisHealth> } {
   const redlock = new Redlock(options.clients, { retryCount: 0, ...options.redlock });
   const bodies = leaseBodySchema(ctx.limits.maxTtlMs);
   const readBody = jsonBody(BODY_LIMIT);
@@ -94,7 +103,7 @@ export function leasesRouter(ctx: RouteContext, options: LeaseBackendOptions, re
     }
     ctx.metrics.lease("granted");
     // No Location header: a lease id is a capability (extend, release), and Location headers are logged.
-    res.status(201).json(leaseJson(lease, ctx.credentials));
+    res.status(201).json(leaseJson(lease, credentials));
   });
   router.all("/", (_req, res) => methodNotAllowed(res, "POST"));
 
@@ -103,9 +112,16 @@ export function leasesRouter(ctx: RouteContext, options: LeaseBackendOptions, re
   router.post("/extend", async (req, res) => {
     const principal = principalFor(req, res);
     const { leaseId, ttlMs } = bodies.extend.parse(await readBody(req, res));
-    const held = decodeLeaseId(leaseId);
+    // Sealed by this gateway: the token, value and resource the new credential carries are the ones
+    // the lock granted, never the client's (an edited id is a 403 and earns nothing).
+    const held = credentials.lease(leaseId);
     // The id names its resource; the caller's key must cover it, whoever the lease was issued to.
     requireResource(principal, held.resource);
+    if (Date.now() > held.validUntil) {
+      // Past its end a quorum's confirmations prove nothing (PROTOCOL.md, "Lease ids"): the lock is not asked.
+      ctx.metrics.leaseLost("expired");
+      throw new HttpProblem("leaseLost", "the lease id's validUntil has passed: take a new lease", { resource: held.resource, token: held.token.toString(), kind: "expired" });
+    }
     let lease: Lease;
     try {
       lease = await ctx.metrics.time("leases", "extend", () => redlock.extend(held, ttlMs));
@@ -121,16 +137,16 @@ export function leasesRouter(ctx: RouteContext, options: LeaseBackendOptions, re
       throw new HttpProblem("unavailable", "too few lock nodes answered to confirm the extension", { resource: held.resource }, { "Retry-After": "1" });
     }
     ctx.metrics.lease("extended");
-    res.json(leaseJson(lease, ctx.credentials));
+    res.json(leaseJson(lease, credentials));
   });
   router.all("/extend", (_req, res) => methodNotAllowed(res, "POST"));
 
   router.post("/release", async (req, res) => {
     const principal = principalFor(req, res);
     const { leaseId } = bodies.release.parse(await readBody(req, res));
-    const held = decodeLeaseId(leaseId);
+    const held = credentials.lease(leaseId);
     requireResource(principal, held.resource);
-    // Deletes the key only where it still holds this lease's value: a stale id releases nothing.
+    // Past its end too (its keys may linger on a node that took them late). Deletes the key only where it still holds this lease's value: a stale id releases nothing.
     await ctx.metrics.time("leases", "release", () => redlock.release(held));
     ctx.metrics.lease("released");
     res.status(204).end();

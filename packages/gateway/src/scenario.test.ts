@@ -97,8 +97,10 @@ describe("leases through two stateless instances", () => {
     const l = await lease(a.client, "leases/shared", 2_000);
     const extended = await b.client.json("POST", "/v1/leases/extend", { leaseId: l.leaseId, ttlMs: 30_000 }, bearer(KEYS.admin));
     expect(extended.status, extended.text()).toBe(200);
-    expect(extended.json()).toMatchObject({ resource: "leases/shared", token: l.token, leaseId: l.leaseId });
+    expect(extended.json()).toMatchObject({ resource: "leases/shared", token: l.token });
+    // A new end, sealed into a new lease id and a new credential.
     expect(extended.json<{ validUntil: number }>().validUntil).toBeGreaterThan(Date.now() + 25_000);
+    expect(extended.json<{ leaseId: string }>().leaseId).not.toBe(l.leaseId);
     for (const r of backends.redisClients) expect(await r.pttl(resourceKeys("leases/shared").lease)).toBeGreaterThan(25_000);
 
     // Held: another client is told so with 409 lock-held (worth retrying), not an error.
@@ -113,13 +115,16 @@ describe("leases through two stateless instances", () => {
     expect(BigInt(next.token)).toBeGreaterThan(BigInt(l.token));
   });
 
-  it("a forged lease id (right resource and token, wrong secret) neither extends nor releases the lease", async () => {
+  it("a forged lease id (right resource and token, another value) neither extends nor releases the lease", async () => {
     const l = await lease(a.client, "leases/forged", 10_000);
-    const [token, , resource] = l.leaseId.split(".");
-    const forged = `${token}.${"0".repeat(32)}.${resource}`;
+    const [v, k, payload, mac] = l.leaseId.split(".") as [string, string, string, string];
+    const fields = Buffer.from(payload, "base64url").toString("utf8").split("\n");
+    fields[1] = "0".repeat(32);
+    const forged = [v, k, Buffer.from(fields.join("\n")).toString("base64url"), mac].join(".");
     const extend = await b.client.json("POST", "/v1/leases/extend", { leaseId: forged, ttlMs: 60_000 }, bearer(KEYS.admin));
-    expect(extend.status).toBe(409);
-    expect((await b.client.json("POST", "/v1/leases/release", { leaseId: forged }, bearer(KEYS.admin))).status).toBe(204);
+    expect(extend.status).toBe(403);
+    expect(extend.json()).toMatchObject({ type: "/problems/invalid-lease-id", reason: "bad-signature" });
+    expect((await b.client.json("POST", "/v1/leases/release", { leaseId: forged }, bearer(KEYS.admin))).status).toBe(403);
     for (const r of backends.redisClients) {
       expect(await r.exists(resourceKeys("leases/forged").lease)).toBe(1);
       expect(await r.pttl(resourceKeys("leases/forged").lease)).toBeLessThanOrEqual(10_000);

@@ -4,33 +4,60 @@ import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { InvalidArgumentError } from "@fenced/fence";
 import { ContentionError, ResourceMismatchError, StaleTokenError, VersionMismatchError } from "@fenced/store";
-import { MAX_TOKEN } from "@fenced/fence";
+import { credentialKeys, MAX_TOKEN } from "@fenced/fence";
 import { ApiKeys } from "./auth.js";
 import { loadConfig } from "./config.js";
-import { decodeLeaseId, encodeLeaseId } from "./lease-id.js";
+import { decodeLeaseId, encodeLeaseId, LEASE_ID_PATTERN } from "./lease-id.js";
 import { GatewayMetrics } from "./metrics.js";
 import { classify, HttpProblem } from "./problem.js";
 import { decodeHeaderText, encodeHeaderText, keyFromPath, tokenSchema } from "./validation.js";
 
 /** The gateway's pure parts: no server needed. */
 describe("lease ids", () => {
-  it("round-trip every resource and token, and have exactly one spelling", () => {
+  const key = { id: "current", secret: Buffer.alloc(32, 7) };
+  const keys = credentialKeys([key, { id: "previous", secret: Buffer.alloc(32, 9) }]);
+  const problem = (f: () => unknown): string => {
+    try {
+      f();
+    } catch (err) {
+      if (err instanceof HttpProblem) return String(err.kind);
+      throw err;
+    }
+    return "accepted";
+  };
+
+  it("round-trip every resource, token, value and end, and have exactly one spelling", () => {
     // eslint-disable-next-line no-control-regex -- the control characters a resource may not hold
     const resource = fc.string({ unit: "grapheme", minLength: 1, maxLength: 100 }).filter((r) => !/[\u0000-\u001f\u007f-\u009f]/.test(r));
     fc.assert(
-      fc.property(resource, fc.bigInt({ min: 0n, max: MAX_TOKEN }), fc.stringMatching(/^[0-9a-f]{32}$/), (r, token, value) => {
-        const id = encodeLeaseId({ resource: r, token, value });
-        expect(id).toMatch(/^[0-9A-Za-z._-]+$/); // a path segment as it is
-        expect(decodeLeaseId(id)).toEqual({ resource: r, token, value });
+      fc.property(resource, fc.bigInt({ min: 0n, max: MAX_TOKEN }), fc.stringMatching(/^[0-9a-f]{32}$/), fc.nat(), (r, token, value, validUntil) => {
+        const id = encodeLeaseId({ resource: r, token, value, validUntil }, key);
+        expect(id).toMatch(LEASE_ID_PATTERN);
+        expect(decodeLeaseId(id, keys)).toEqual({ resource: r, token, value, validUntil });
       }),
     );
   });
 
-  it("refuse anything they did not produce", () => {
+  it("refuse anything they did not seal: malformed is a 400, an edited or forged id a 403", () => {
     const value = "0".repeat(32);
-    for (const bad of ["", "1", `1.${value}`, `1.${value}.`, `01.${value}.YQ`, `-1.${value}.YQ`, `${MAX_TOKEN + 1n}.${value}.YQ`, `1.${"A".repeat(32)}.YQ`, `1.${value}.YQ==`, `1.${value}.YR`, `1.${value}.wA`, `1.${value}.AA`, `1.${value}.${"eA".repeat(2000)}`]) {
-      expect(() => decodeLeaseId(bad), bad).toThrow(HttpProblem);
+    const id = encodeLeaseId({ resource: "a", token: 1n, value, validUntil: 1_800_000_000_000 }, key);
+    // The unsealed spellings of earlier versions, and shapes that are no lease id at all.
+    for (const bad of ["", "1", `1.${value}.YQ`, `fl1.current`, id.replace(/^fl1/, "fl2"), `${id}=`, `${id}.x`, id.slice(0, -1), "x".repeat(5000)]) {
+      expect(problem(() => decodeLeaseId(bad, keys)), bad).toBe("invalid");
     }
+    const [v, k, payload, mac] = id.split(".") as [string, string, string, string];
+    const edit = (from: string, to: string): string => Buffer.from(Buffer.from(payload, "base64url").toString("utf8").replace(from, to)).toString("base64url");
+    for (const [what, forged] of [
+      ["token", [v, k, edit("1\n", "101\n"), mac]],
+      ["value", [v, k, edit(value, "1".repeat(32)), mac]],
+      ["end", [v, k, edit("1800000000000", "1900000000000"), mac]],
+      ["resource", [v, k, edit("\na", "\nb"), mac]],
+      ["key id", [v, "previous", payload, mac]],
+    ] as const) {
+      expect(problem(() => decodeLeaseId(forged.join("."), keys)), what).toBe("invalidLeaseId");
+    }
+    expect(problem(() => decodeLeaseId(encodeLeaseId({ resource: "a", token: 1n, value, validUntil: 1 }, { id: "current", secret: Buffer.alloc(32, 8) }), keys))).toBe("invalidLeaseId");
+    expect(problem(() => decodeLeaseId([v, "retired", payload, mac].join("."), keys))).toBe("invalidLeaseId");
   });
 });
 
@@ -46,7 +73,10 @@ describe("request parts", () => {
   it("keys: decoded once and checked by the store's rules", () => {
     expect(keyFromPath("/a/b%20c")).toBe("a/b c");
     expect(keyFromPath("/a%2Fb")).toBe("a/b");
-    for (const bad of ["/", "/a/../b", "/a/%2e%2E/b", "//a", "/a/", "/a%00", "/%zz", "/%C2%85", `/${"k".repeat(513)}`]) expect(() => keyFromPath(bad), bad).toThrow(HttpProblem);
+    expect(keyFromPath("/a%EF%BF%BD")).toBe("a\uFFFD");
+    // A lone surrogate: percent-encoded it is not UTF-8; arriving already decoded, the key rule refuses it.
+    const loneSurrogates = ["/a%ED%A0%80", "/a%ED%B0%80", "/a\uD800", "/\uDC00b"];
+    for (const bad of ["/", "/a/../b", "/a/%2e%2E/b", "//a", "/a/", "/a%00", "/%zz", "/%C2%85", `/${"k".repeat(513)}`, ...loneSurrogates]) expect(() => keyFromPath(bad), bad).toThrow(HttpProblem);
   });
 
   it("header text: percent-encoding round-trips any well-formed string", () => {
@@ -134,7 +164,15 @@ describe("configuration", () => {
     expect(c.postgres).toMatchObject({ url: "postgres://env", poolSize: 4 });
     expect(c.s3).toMatchObject({ bucket: "file-bucket", region: "eu-west-1" });
     expect(c.apiKeys[0]?.id).toBe("f");
-    expect(loadConfig({ migrate: false, redis: "redis://a:1, redis://b:2" }, { FENCED_GATEWAY_CONFIG: "x.json" }, read)).toMatchObject({ migrate: false, redis: { urls: ["redis://a:1", "redis://b:2"], retryCount: 0 } });
+    const fenceKeys = JSON.stringify([{ id: "k1", secret: Buffer.alloc(32, 1).toString("base64") }]);
+    expect(loadConfig({ migrate: false, redis: "redis://a:1, redis://b:2" }, { FENCED_GATEWAY_CONFIG: "x.json", FENCED_GATEWAY_FENCE_KEYS: fenceKeys }, read)).toMatchObject({
+      migrate: false,
+      redis: { urls: ["redis://a:1", "redis://b:2"], retryCount: 0 },
+    });
+  });
+
+  it("leases need fence keys: lease ids and credentials are sealed with them", () => {
+    expect(() => loadConfig({ redis: "redis://a:1" }, { FENCED_GATEWAY_CONFIG: "x.json" }, read)).toThrow(/fenceKeys[\s\S]*leases \(redis\) need fence keys/);
   });
 
   it("names every bad field", () => {
