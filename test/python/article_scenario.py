@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """The scenario of "How to do distributed locking", against the fenced HTTP gateway, from Python.
 
-Client 1 takes a lease and reads; then it is paused (here it simply sleeps) until its lease has
-expired. Client 2 takes the lease, reads, and writes with its fence credential and If-Match. Client 1
-wakes up and writes with its own credential: the storage refuses the stale token (409 stale-token)
-and client 2's data stays as it was.
+Client 1 takes a lease and reads; then it starts its write while the lease is valid, and the network
+delays the write (here: its body) until the lease has expired. Client 2 takes the lease, reads, and
+writes with its fence credential and If-Match. Client 1's write arrives: every check a clock can make
+passed when it left, and the storage refuses the stale token (409 stale-token). Client 1, paused past
+its lease like a process in a long GC pause, then writes again: its credential has ended with its lease
+(403 credential-expired). Client 2's data stays as it was.
 
 Standard library only. Prints one JSON object per line for each step. Usage:
 
@@ -45,6 +47,28 @@ class Gateway:
             return response.status, {k.lower(): v for k, v in response.getheaders()}, data
         finally:
             connection.close()
+
+    def start(self, method, path, headers, body):
+        """Sends a request's headers now and returns what sends its body and reads the answer later."""
+        connection_class = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
+        connection = connection_class(self.host, self.port, timeout=30)
+        connection.putrequest(method, path, skip_accept_encoding=True)
+        all_headers = {"Authorization": "Bearer " + self.api_key, "Content-Length": str(len(body))}
+        all_headers.update(headers)
+        for name, value in all_headers.items():
+            connection.putheader(name, value)
+        connection.endheaders()
+
+        def finish():
+            try:
+                connection.send(body)
+                response = connection.getresponse()
+                data = response.read()
+                return response.status, {k.lower(): v for k, v in response.getheaders()}, data
+            finally:
+                connection.close()
+
+        return finish
 
     def post_json(self, path, document):
         return self.request("POST", path, {"Content-Type": "application/json"}, json.dumps(document).encode("utf-8"))
@@ -97,7 +121,7 @@ class Client:
         emit(client=self.name, step="read", status=status, problem=parsed(headers, data))
         return None, None
 
-    def write(self, value, if_match):
+    def write_request(self, value, if_match):
         # The credential is the whole fence: resource, token and holder come from it, and only from it.
         headers = {"Fencing-Credential": self.lease["fence"]}
         if if_match is not None:
@@ -108,10 +132,24 @@ class Client:
         else:
             headers["Content-Type"] = "text/plain; charset=utf-8"
             body = value.encode("utf-8")
-        status, answer_headers, data = self.gw.request("PUT", key_path(self.store, self.key), headers, body)
+        return headers, body
+
+    def answered(self, status, answer_headers, data, if_match):
         answer = parsed(answer_headers, data)
         emit(client=self.name, step="write", status=status, token=self.lease["token"], if_match=if_match, etag=answer_headers.get("etag"), answer=answer)
         return status, answer
+
+    def write(self, value, if_match):
+        headers, body = self.write_request(value, if_match)
+        status, answer_headers, data = self.gw.request("PUT", key_path(self.store, self.key), headers, body)
+        return self.answered(status, answer_headers, data, if_match)
+
+    def start_write(self, value, if_match):
+        """Sends the write's headers now; the returned function sends its body and reads the answer."""
+        headers, body = self.write_request(value, if_match)
+        finish = self.gw.start("PUT", key_path(self.store, self.key), headers, body)
+        emit(client=self.name, step="write sent", token=self.lease["token"], if_match=if_match)
+        return lambda: self.answered(*finish(), if_match)
 
     def release(self):
         status, _, _ = self.gw.post_json("/v1/leases/release", {"leaseId": self.lease["leaseId"]})
@@ -143,7 +181,8 @@ def scenario(gateway, store, resource, key, ttl_ms):
     etag1, _ = client1.read()
     expect("client1 read", etag1 is not None, True)
 
-    # The pause: a GC pause, a swapped-out process, a slow network — longer than the lease.
+    # The write leaves while the lease is valid; the network delays it longer than the lease.
+    finish_write1 = client1.start_write(value_of("client1"), etag1)
     pause_ms = ttl_ms + 500
     emit(client="client1", step="pause", ms=pause_ms)
     time.sleep(pause_ms / 1000.0)
@@ -158,11 +197,17 @@ def scenario(gateway, store, resource, key, ttl_ms):
     expect("client2 write", status2, 200)
 
     emit(client="client1", step="wake")
-    status1, answer1 = client1.write(value_of("client1"), etag1)
-    expect("client1 write (stale)", status1, 409)
+    # The delayed write arrives: no clock could refuse it, the storage's ratchet does.
+    status1, answer1 = finish_write1()
+    expect("client1 delayed write (stale)", status1, 409)
     if isinstance(answer1, dict):
         expect("client1 problem type", answer1.get("type"), "/problems/stale-token")
         expect("client1 problem highest", answer1.get("highest"), client2.lease["token"])
+    # Written again after the pause: the credential ended with the lease.
+    status1, answer1 = client1.write(value_of("client1"), etag1)
+    expect("client1 write after its lease (expired)", status1, 403)
+    if isinstance(answer1, dict):
+        expect("client1 problem type", answer1.get("type"), "/problems/credential-expired")
 
     final_etag, final_value = client2.read()
     expect("client2's data intact", final_value, value_of("client2"))

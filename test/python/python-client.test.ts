@@ -96,7 +96,7 @@ const find = (steps: readonly Step[], client: string, step: string): Step[] => s
 
 describe("a Python client (standard library only) through the gateway", () => {
   for (const store of ["records", "objects"] as const) {
-    it(`${store}: client 1, paused past its lease, writes with its credential and is refused; client 2's data stays`, async () => {
+    it(`${store}: client 1's write, delayed past its lease, is refused by the ratchet, a later one by its credential's end; client 2's data stays`, async () => {
       const resource = `articles/${store}-${randomBytes(4).toString("hex")}`;
       const key = `${resource}/draft ü.txt`;
       const { code, steps, stderr } = await runScript(store, resource, key);
@@ -117,11 +117,17 @@ describe("a Python client (standard library only) through the gateway", () => {
       expect(read1?.status).toBe(200);
       expect(read2?.etag).toBe(read1?.etag);
       const [write2] = find(steps, "client2", "write");
-      const [write1] = find(steps, "client1", "write");
+      const [sent1] = find(steps, "client1", "write sent");
+      const [write1, late1] = find(steps, "client1", "write");
       expect(write2).toMatchObject({ status: 200, if_match: read1?.etag, answer: { token: token2.toString() } });
-      // Client 1 presented the version it had read, still current when it read it: the ratchet refuses it first.
+      // Client 1's write left before client 2's lease and arrived after client 2's write: it presented the
+      // version it had read, still current when it read it, and a credential still valid when it left.
+      // The ratchet refuses it first.
+      expect(steps.indexOf(sent1 as Step)).toBeLessThan(steps.indexOf(lease2 as Step));
       expect(write1).toMatchObject({ status: 409, token: token1.toString(), if_match: read1?.etag, answer: { type: "/problems/stale-token", token: token1.toString(), highest: token2.toString() } });
       expect(steps.findIndex((s) => s.client === "client1" && s.step === "wake")).toBeGreaterThan(steps.indexOf(write2 as Step));
+      // Written again after its lease: the credential has ended (nothing written either way).
+      expect(late1).toMatchObject({ status: 403, answer: { type: "/problems/credential-expired", token: token1.toString() } });
       expect(readBack).toMatchObject({ status: 200, etag: `"${write2?.answer?.version ?? ""}"`, token: token2.toString() });
 
       // The stores themselves, read without the gateway: client 2's write, under client 2's token.
