@@ -123,7 +123,7 @@ try {
   // node:http's client, and every microsecond the load generator spends is taken from the gateway.
   const clients = new Pool(`http://127.0.0.1:${gw.port}`, { connections: CONCURRENCY, pipelining: 1 });
   // Worker w writes row w under resource w, as a client holding one lease per row would.
-  const credentials = Array.from({ length: CONCURRENCY }, (_, w) => mintFenceCredential({ resource: `cred-writer/${w}`, token: 1n, holder: `bench-${w}` }, FENCE_KEY));
+  const credentials = Array.from({ length: CONCURRENCY }, (_, w) => mintFenceCredential({ resource: `cred-writer/${w}`, token: 1n, holder: `bench-${w}` }, FENCE_KEY, { expiresAt: Date.now() + 86_400_000 }));
   const impls: Record<"gateway" | "gateway-credential" | "library", Op> = {
     gateway: async (w, i) => {
       const res = await clients.request({

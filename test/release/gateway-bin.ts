@@ -1,3 +1,4 @@
+import { randomBytes } from "node:crypto";
 import { once } from "node:events";
 import { killHard, spawnTracked, waitFor, type Spawned } from "@fenced/servers";
 
@@ -10,6 +11,8 @@ export interface GatewayBackends {
 
 /** An API key for the gateway's environment: at least 16 characters of the allowed alphabet. */
 const API_KEYS = JSON.stringify([{ id: "release-test", key: "release-test-key-0123456789", resources: [""], keys: [""] }]);
+/** The fence key that seals lease ids and credentials (leases need one), as the README exports it. */
+const FENCE_KEYS = JSON.stringify([{ id: "release-test", secret: randomBytes(32).toString("base64") }]);
 
 /** The value this test gives each flag a command names; a flag without one fails the test (it must be taught it). */
 function flagValues(backends: GatewayBackends): Record<string, string> {
@@ -54,6 +57,7 @@ export async function startGateway(command: string, args: readonly string[], bac
   const env = {
     ...process.env,
     FENCED_GATEWAY_API_KEYS: API_KEYS,
+    FENCED_GATEWAY_FENCE_KEYS: FENCE_KEYS,
     FENCED_GATEWAY_S3_ACCESS_KEY_ID: backends.s3.accessKeyId,
     FENCED_GATEWAY_S3_SECRET_ACCESS_KEY: backends.s3.secretAccessKey,
     FENCED_GATEWAY_S3_REGION: backends.s3.region,
