@@ -29,7 +29,7 @@ export const credentialString = z
 /** 201 of POST /v1/leases and 200 of POST /v1/leases/extend. */
 export const leaseAnswerSchema = z
   .strictObject({
-    fence: credentialString.optional().describe("The credential for Fencing-Credential; absent only when the gateway has no fence keys configured"),
+    fence: credentialString.describe("The credential for Fencing-Credential, good until validUntil"),
     resource,
     token: tokenString,
     holder,
