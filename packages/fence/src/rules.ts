@@ -1,7 +1,7 @@
 import { InvalidArgumentError } from "./errors.js";
 
 /**
- * The one definition of a valid resource, token and holder id, used by the lock (what it grants),
+ * The one definition of a valid resource, key, token and holder id, used by the lock (what it grants),
  * the stores (what they accept) and the gateway (what it parses). A lease the lock grants is always
  * one the stores can use.
  */
@@ -42,6 +42,46 @@ export function resourceProblem(resource: unknown): string | undefined {
 
 export function assertResource(resource: unknown, argument = "resource"): asserts resource is string {
   const problem = resourceProblem(resource);
+  if (problem !== undefined) throw new InvalidArgumentError(argument, problem);
+}
+
+/** In UTF-8 bytes, as PostgreSQL and S3 store a key. */
+export const MAX_KEY_LENGTH = 512;
+
+/**
+ * Why a string is not a valid key (the name of a record or an object in a store), or undefined if
+ * it is one. Both stores check it before any I/O, and the gateway for the key in a path.
+ *
+ * Invariant: no two distinct valid keys ever map to one stored object.
+ * - A valid key is well-formed UTF-16 (no lone surrogate), so its UTF-8 encoding is injective: two
+ *   distinct keys are two distinct byte strings. A lone surrogate has no UTF-8 encoding: PostgreSQL
+ *   would store "a\uD800", "a\uDC00" and "a\uFFFD" all as "a\uFFFD", and S3 could not name it.
+ * - PostgreSQL: `key` is a text primary key, and under a deterministic collation (the default) two
+ *   texts are equal only if their bytes are.
+ * - S3: an object's name is bytes, and the store's layout (s3-layout.ts) is injective: a key follows a
+ *   fixed folder verbatim, and what follows it in a data object's name has no '/'.
+ * No key is normalised anywhere (Unicode, case, or path): "é" and "e\u0301" are two keys.
+ *
+ * Besides, a key never addresses anything outside its prefix (no leading '/', no empty or '.'/'..'
+ * segments), and has no control characters (they break logs, headers and S3 names).
+ */
+export function keyProblem(key: unknown): string | undefined {
+  if (typeof key !== "string") return `must be a string, got ${typeof key}`;
+  if (key.length === 0) return "must not be empty";
+  if (Buffer.byteLength(key, "utf8") > MAX_KEY_LENGTH) return `must be at most ${MAX_KEY_LENGTH} bytes`;
+  if (CONTROL_CHARACTER.test(key)) return "must not contain control characters";
+  // What the invariant rests on: only well-formed strings have distinct UTF-8 encodings.
+  if (LONE_SURROGATE.test(key)) return "must be well-formed Unicode (no lone surrogates)";
+  if (key.startsWith("/")) return "must not start with '/'";
+  for (const segment of key.split("/")) {
+    if (segment === "") return "must not contain empty segments ('//' or a trailing '/')";
+    if (segment === "." || segment === "..") return "must not contain '.' or '..' segments";
+  }
+  return undefined;
+}
+
+export function assertKey(key: unknown, argument = "key"): asserts key is string {
+  const problem = keyProblem(key);
   if (problem !== undefined) throw new InvalidArgumentError(argument, problem);
 }
 

@@ -69,6 +69,29 @@ describe.each(stores)("$route", ({ route, body, contentType, other }) => {
     expect((await c.send({ method: "PUT", path, headers: as("holder-1"), body: other })).status).toBe(200);
   });
 
+  it("a key is well-formed Unicode: a lone surrogate is a 400 and writes nothing; 'a\uFFFD' is a key of its own", async () => {
+    const c = gw.client;
+    const own = await c.send({ method: "PUT", path: `/v1/${route}/a%EF%BF%BD`, headers: writeHeaders(KEYS.admin, 7n, { "content-type": contentType }), body });
+    expect(own.status, own.text()).toBe(200);
+    const before = await state();
+    for (const lone of ["a%ED%A0%80", "a%ED%B0%80"]) {
+      for (const ask of [
+        { method: "PUT", headers: writeHeaders(KEYS.admin, 7n, { "content-type": contentType }), body: other },
+        { method: "GET", headers: writeHeaders(KEYS.admin, 0n) },
+        { method: "DELETE", headers: writeHeaders(KEYS.admin, 7n) },
+      ]) {
+        const refused = await c.send({ path: `/v1/${route}/${lone}`, ...ask });
+        expect(refused.status, `${ask.method} ${lone}: ${refused.text()}`).toBe(400);
+        expect(refused.json()).toMatchObject({ type: "/problems/invalid-request" });
+      }
+    }
+    expect(await state()).toBe(before);
+    const read = await c.send({ method: "GET", path: `/v1/${route}/a%EF%BF%BD`, headers: writeHeaders(KEYS.admin, 0n) });
+    expect(read.status).toBe(200);
+    expect(read.text()).toBe(body);
+    expect((await c.send({ method: "GET", path: `/v1/${route}/a`, headers: writeHeaders(KEYS.admin, 0n) })).status).toBe(404);
+  });
+
   it("a malformed holder id is a 400 and writes nothing", async () => {
     const before = await state();
     const bad = await gw.client.send({ method: "PUT", path: `/v1/${route}/held/bad`, headers: writeHeaders(KEYS.admin, 1n, { "fencing-holder": "no spaces allowed", "content-type": contentType }), body });

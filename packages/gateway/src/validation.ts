@@ -1,7 +1,6 @@
 import type { Request } from "express";
 import { z } from "zod";
-import { CONTROL_CHARACTER, HOLDER_PATTERN, MAX_RESOURCE_LENGTH, MAX_TOKEN, resourceProblem, TOKEN_PATTERN, type Fence } from "@fenced/fence";
-import { assertKey } from "@fenced/store";
+import { CONTROL_CHARACTER, HOLDER_PATTERN, keyProblem, MAX_RESOURCE_LENGTH, MAX_TOKEN, resourceProblem, TOKEN_PATTERN, type Fence } from "@fenced/fence";
 import { HttpProblem } from "./problem.js";
 
 /**
@@ -51,21 +50,20 @@ function invalid(message: string, where: string): HttpProblem {
 
 /**
  * The key is the raw path after the route's prefix, percent-decoded once. Parsing it here rather
- * than with a route parameter keeps one rule for '%2F' and '/' (both are a '/'), and assertKey then
- * refuses '.'/'..' segments, empty segments and control characters in whatever form they arrived.
+ * than with a route parameter keeps one rule for '%2F' and '/' (both are a '/'), and the key rule
+ * (@fenced/fence's keyProblem, the stores' own) then refuses '.'/'..' segments, empty segments,
+ * control characters and lone surrogates in whatever form they arrived.
  */
 export function keyFromPath(rawPath: string): string {
   let key: string;
   try {
     key = decodeURIComponent(rawPath.startsWith("/") ? rawPath.slice(1) : rawPath);
   } catch {
+    // An encoded surrogate (%ED%A0%80) is not UTF-8, so it ends here, refused like the key rule would.
     throw invalid("not valid percent-encoded UTF-8", "key");
   }
-  try {
-    assertKey(key);
-  } catch (err) {
-    throw invalid(err instanceof Error ? err.message : String(err), "key");
-  }
+  const problem = keyProblem(key);
+  if (problem !== undefined) throw invalid(`a key ${problem}`, "key");
   return key;
 }
 
@@ -115,7 +113,7 @@ export function fenceFromHeaders(req: Request, key: string): Fence {
     const token = tokenSchema.safeParse(rawToken);
     throw invalid(token.success ? "malformed" : (token.error.issues[0]?.message ?? "malformed"), "Fencing-Token");
   }
-  // A key that passed assertKey always satisfies the resource rules (shorter, no control characters, well-formed).
+  // A key that passed keyProblem always satisfies the resource rules (shorter, no control characters, well-formed).
   if (rawResource !== undefined) {
     const checked = resourceSchema.safeParse(resource);
     if (!checked.success) throw invalid(checked.error.issues[0]?.message ?? "malformed", "Fencing-Resource");
