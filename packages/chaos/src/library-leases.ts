@@ -21,7 +21,10 @@ export function libraryLeases(redisUrls: readonly string[], nodeTimeoutMs: numbe
     async acquire(resource, ttlMs, signal) {
       try {
         const lease = await redlock.acquire(resource, ttlMs, { signal });
-        return { fence: lease, credential: undefined, registered: false, release: () => lease.release() };
+        // A copy, as the gateway's leases are: the Lease itself knows when it ended, and a store
+        // refuses it before any I/O; the run is here to see what the storage does with a stale writer.
+        const fence = { resource: lease.resource, token: lease.token, holder: lease.holder };
+        return { fence, credential: undefined, registered: false, release: () => lease.release() };
       } catch (err) {
         throw new NoLeaseError(signal.aborted ? "run stopped while acquiring" : err instanceof Error ? err.message : String(err), { cause: err });
       }

@@ -1,5 +1,6 @@
 import { Redis } from "ioredis";
 import { Redlock, type Lease } from "@fenced/lock";
+import type { Fence } from "@fenced/store";
 import { openStore, type BackendConfig, type DemoStore, type FileDoc, type ReadResult, type WriteOutcome } from "./backends.js";
 
 /** What a client is told when it starts: plain data, so it can also go over IPC to a child process. */
@@ -73,12 +74,14 @@ export class LocalClient implements DemoClient {
 
   write(key: string, doc: FileDoc, ifVersion?: string): Promise<WriteOutcome> {
     // No validity check here on purpose: the client checked its lease before it was paused, which
-    // is exactly what the article says cannot be enough.
-    return this.store.write(key, doc, { fence: this.currentLease(), ifVersion });
+    // is exactly what the article says cannot be enough. The fence is a copy, as a request built
+    // before the pause carries it: the Lease itself knows when it ended, and a store refuses such a
+    // fence before any I/O, which would hide the storage's own check that the demo is about.
+    return this.store.write(key, doc, { fence: this.currentFence(), ifVersion });
   }
 
   register(): Promise<WriteOutcome> {
-    return this.store.register(this.currentLease());
+    return this.store.register(this.currentFence());
   }
 
   leaseRemainingMs(): Promise<number> {
@@ -94,8 +97,10 @@ export class LocalClient implements DemoClient {
     for (const r of this.redis) r.disconnect();
   }
 
-  private currentLease(): Lease {
+  /** The current lease's fence, copied: it does not know whether the lease has ended since. */
+  private currentFence(): Fence {
     if (this.lease === undefined) throw new Error(`${this.name} has no lease`);
-    return this.lease;
+    const { resource, token, holder } = this.lease;
+    return { resource, token, holder };
   }
 }

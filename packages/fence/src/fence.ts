@@ -40,3 +40,29 @@ export function admits(highest: { readonly token: bigint; readonly holder: strin
   if (incoming.token !== highest.token) return incoming.token > highest.token;
   return incoming.holder === highest.holder;
 }
+
+/**
+ * The rule for a fence that knows its lease ended: it is refused before any I/O, whether or not a
+ * `signal` option was passed too, with the error `signal: lease.signal` would give. Every store
+ * operation that takes a fence calls this first. It is a convenience for liveness (a holder that
+ * already knows stops at once); the storage's check of the token remains the guarantee, since a
+ * lease can end while a write is in flight, or without its holder noticing.
+ *
+ * - A `lostReason` property (a @fenced/lock Lease): throws it if it is an Error. It is the reason
+ *   the lease's signal aborts with, and reading it allocates nothing, so `signal` is then not read:
+ *   on a live lease that would create an AbortController and arm a timer on every write.
+ * - Otherwise a `signal` that is aborted (`aborted === true`): throws its reason, or an AbortError.
+ * Each property is read once, so a getter cannot show one answer here and another later.
+ */
+export function refuseEndedLease(fence: unknown): void {
+  if (typeof fence !== "object" || fence === null) return;
+  if ("lostReason" in fence) {
+    const lost: unknown = fence.lostReason;
+    if (lost instanceof Error) throw lost;
+    return;
+  }
+  const signal: unknown = (fence as { signal?: unknown }).signal;
+  if (typeof signal !== "object" || signal === null) return;
+  if ((signal as { aborted?: unknown }).aborted !== true) return;
+  throw (signal as AbortSignal).reason ?? new DOMException("This operation was aborted", "AbortError");
+}

@@ -1,4 +1,4 @@
-import { checkFence, InvalidArgumentError, type CheckedFence } from "@fenced/fence";
+import { checkFence, InvalidArgumentError, refuseEndedLease, type CheckedFence } from "@fenced/fence";
 
 /**
  * The argument checks both backends share, one definition each. Each reads every field once and
@@ -11,6 +11,17 @@ import { checkFence, InvalidArgumentError, type CheckedFence } from "@fenced/fen
 export function optionsObject(options: unknown, shape: string, argument = "options"): Record<string, unknown> {
   if (typeof options !== "object" || options === null) throw new InvalidArgumentError(argument, `must be an object ${shape}`);
   return options as Record<string, unknown>;
+}
+
+/**
+ * A fence checked and copied (checkFence), and refused with its own error if it knows its lease
+ * ended (refuseEndedLease: a released or expired Lease), whether or not a signal was passed too.
+ * Every operation that takes a fence reads it through here, before any I/O.
+ */
+export function liveFence(fence: unknown, argument = "fence"): CheckedFence {
+  const checked = checkFence(fence, argument);
+  refuseEndedLease(fence);
+  return checked;
 }
 
 /** Anything with AbortSignal's shape: an `aborted` flag and `addEventListener` (a polyfill or another realm's signal passes). */
@@ -41,8 +52,8 @@ export interface CheckedTransferFences {
 
 /** transfer()'s two fences: both valid, naming two different resources (within one there is nothing to move). */
 export function transferFences(from: unknown, to: unknown): CheckedTransferFences {
-  const source = checkFence(from, "options.from");
-  const target = checkFence(to, "options.to");
+  const source = liveFence(from, "options.from");
+  const target = liveFence(to, "options.to");
   if (source.resource === target.resource) throw new InvalidArgumentError("options.to.resource", "must differ from options.from.resource: a key already belongs to its owner");
   return { from: source, to: target };
 }

@@ -1,5 +1,5 @@
-import { checkFence, InvalidArgumentError, MAX_TOKEN, type CheckedFence } from "@fenced/fence";
-import { checkSignal, optionsObject, transferFences } from "./options.js";
+import { InvalidArgumentError, MAX_TOKEN, type CheckedFence } from "@fenced/fence";
+import { checkSignal, liveFence, optionsObject, transferFences } from "./options.js";
 
 /**
  * The checks FencedPostgres makes on its arguments before any I/O. Each reads every field once and
@@ -23,7 +23,7 @@ export interface CheckedWrite {
 
 export function writeOptions(options: unknown): CheckedWrite {
   const { fence, ifVersion, signal } = optionsObject(options, "{ fence, ifVersion?, signal? }");
-  const checked = checkFence(fence, "options.fence");
+  const checked = liveFence(fence, "options.fence");
   if (ifVersion !== undefined) assertVersion(ifVersion, "options.ifVersion");
   return { fence: checked, ifVersion, signal: checkSignal(signal) };
 }

@@ -55,7 +55,8 @@ export interface PgWriteOptions extends PgSignalOptions {
   /**
    * The lease's fence. Refused (StaleTokenError) unless its token is above the highest accepted for
    * fence.resource, or equal to it and presented by the same holder. Refused (ResourceMismatchError)
-   * if the key belongs to another resource.
+   * if the key belongs to another resource. A lease that knows it ended (released, expired) is
+   * refused before any I/O with its LeaseLostError.
    */
   readonly fence: Fence;
   /** Write only if the record is still at this version (from get/put/transfer); else VersionMismatchError. */

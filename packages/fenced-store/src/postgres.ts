@@ -1,8 +1,8 @@
-import { checkFence, InvalidArgumentError, type CheckedFence } from "@fenced/fence";
+import { InvalidArgumentError, type CheckedFence } from "@fenced/fence";
 import { ResourceMismatchError, StaleTokenError, VersionMismatchError } from "./errors.js";
 import { assertKey, type Fence } from "./fence.js";
 import { assertJsonValue, type JsonValue } from "./json.js";
-import { signalOnly, throwIfAborted } from "./options.js";
+import { liveFence, signalOnly, throwIfAborted } from "./options.js";
 import { assertPool, transferOptions, writeOptions } from "./postgres-options.js";
 import type { FencedPostgresOptions, PgClient, PgParam, PgPool, PgPutResult, PgQueryConfig, PgQueryResult, PgRecord, PgSignalOptions, PgTransferOptions, PgWriteOptions } from "./postgres-types.js";
 import { BEGIN, COMMIT, FOREIGN_KEY_REFUSED, type NamedStatement, quoteSchema, ROLLBACK, statementNames, statements, type Statements, VERSION_REFUSED } from "./sql.js";
@@ -85,7 +85,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
    * record, so that every older holder is refused from now on, even for keys the new holder never writes.
    */
   async register(fence: Fence, options?: PgSignalOptions): Promise<void> {
-    const checked = checkFence(fence);
+    const checked = liveFence(fence);
     const signal = signalOnly(options);
     throwIfAborted(signal);
     const { rows } = await this.pool.query(this.query("ratchet", fenceParams(checked)));
@@ -190,7 +190,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
    * end the fenced transaction early. Ownership of keys is not checked for the caller's own SQL.
    */
   async transaction<T>(fence: Fence, work: (client: Client) => Promise<T>, options?: PgSignalOptions): Promise<T> {
-    const checked = checkFence(fence);
+    const checked = liveFence(fence);
     if (typeof work !== "function") throw new InvalidArgumentError("work", "must be a function (client) => Promise");
     const signal = signalOnly(options);
     throwIfAborted(signal);

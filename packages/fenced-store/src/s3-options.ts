@@ -1,6 +1,6 @@
-import { checkFence, InvalidArgumentError, type CheckedFence, type Fence } from "@fenced/fence";
+import { InvalidArgumentError, type CheckedFence, type Fence } from "@fenced/fence";
 import { assertKey } from "./fence.js";
-import { checkSignal, optionsObject, signalOnly, throwIfAborted, transferFences } from "./options.js";
+import { checkSignal, liveFence, optionsObject, signalOnly, throwIfAborted, transferFences } from "./options.js";
 
 export interface FencedS3Options {
   readonly bucket: string;
@@ -34,7 +34,10 @@ interface Abortable {
 }
 
 export interface S3WriteOptions extends Abortable {
-  /** The lease's fence. Refused (StaleTokenError) unless the storage admits it; see PROTOCOL.md, "S3". */
+  /**
+   * The lease's fence. Refused (StaleTokenError) unless the storage admits it; see PROTOCOL.md, "S3".
+   * A lease that knows it ended (released, expired) is refused before any I/O with its LeaseLostError.
+   */
   readonly fence: Fence;
   /** Write only if the key is still at this version (from get/put/delete); else VersionMismatchError. */
   readonly ifVersion?: string | undefined;
@@ -136,7 +139,7 @@ export interface CheckedWriteOptions {
 /** Checks the common options before any I/O; copies the fence, so a caller mutating it mid-write changes nothing. */
 export function writeOptions(options: unknown): CheckedWriteOptions {
   const { fence, ifVersion, contentType, contentLength, maxAttempts, signal } = optionsObject(options, "{ fence, ... }");
-  const checked = checkFence(fence, "options.fence");
+  const checked = liveFence(fence, "options.fence");
   return {
     fence: checked,
     ifVersion: checkVersion(ifVersion),

@@ -3,6 +3,7 @@ import type { S3Client } from "@aws-sdk/client-s3";
 import { InvalidArgumentError } from "@fenced/fence";
 import { ContentionError, VersionMismatchError } from "./errors.js";
 import { assertKey, checkFence, type Fence } from "./fence.js";
+import { liveFence } from "./options.js";
 import { assertBody, assertContentLength, assertContentType, openData, readAll, toPayload, type S3Body } from "./s3-body.js";
 import type { EtagForm } from "./s3-conditional.js";
 import { StoreIo, type Snapshot } from "./s3-io.js";
@@ -86,7 +87,7 @@ export class FencedS3 {
    * the fence object does not admit it.
    */
   async register(fence: Fence, options?: S3RegisterOptions): Promise<void> {
-    const checked = checkFence(fence);
+    const checked = liveFence(fence);
     const { signal } = registerOptions(options);
     await this.io.raiseFence(checked, undefined, signal);
   }

@@ -1,0 +1,60 @@
+import { randomBytes } from "node:crypto";
+import { setTimeout as sleep } from "node:timers/promises";
+import { Redlock, type Lease } from "@fenced/lock";
+import { startRedisNodes, type RedisNodes } from "@fenced/servers";
+import { Redis } from "ioredis";
+
+/**
+ * Real leases for the store tests: a Redlock over one real Redis node. A store knows a lease only
+ * structurally (@fenced/store does not depend on @fenced/lock); these tests hand it the real thing.
+ */
+
+/** How a lease ends without its holder being told by anyone but the lease itself. */
+export type Ending = "released" | "expired";
+export const ENDINGS: readonly Ending[] = ["released", "expired"];
+
+export interface LeaseHarness {
+  /** A live lease on a resource of its own (the name starts with `label`). */
+  live(label: string): Promise<Lease>;
+  /**
+   * A lease that has ended: released, or acquired for 100 ms and left to run out. Neither its
+   * lostReason nor its signal has been read: what the store reads is the first to notice.
+   */
+  ended(label: string, ending: Ending): Promise<Lease>;
+  stop(): Promise<void>;
+}
+
+const SHORT_TTL_MS = 100;
+
+export async function leaseHarness(): Promise<LeaseHarness> {
+  const nodes: RedisNodes = await startRedisNodes(1);
+  const clients = nodes.nodes.map((n) => new Redis({ host: n.host, port: n.port, lazyConnect: true }));
+  try {
+    await Promise.all(clients.map((c) => c.connect()));
+  } catch (err) {
+    for (const c of clients) c.disconnect();
+    await nodes.stop();
+    throw err;
+  }
+  const redlock = new Redlock(clients, { retryCount: 0 });
+  // Resource names of their own: REDIS_URLS may point at nodes other runs use too.
+  const resource = (label: string): string => `${label}/${randomBytes(4).toString("hex")}`;
+  return {
+    live: (label) => redlock.acquire(resource(label), 30_000),
+    async ended(label, ending) {
+      if (ending === "released") {
+        const lease = await redlock.acquire(resource(label), 30_000);
+        await lease.release();
+        return lease;
+      }
+      const lease = await redlock.acquire(resource(label), SHORT_TTL_MS);
+      // validUntil (wall clock) and the lease's monotonic deadline were set together: past it, the lease has run out.
+      await sleep(Math.max(0, lease.validUntil - Date.now()) + 20);
+      return lease;
+    },
+    async stop() {
+      for (const c of clients) c.disconnect();
+      await nodes.stop();
+    },
+  };
+}

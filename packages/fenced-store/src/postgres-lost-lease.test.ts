@@ -1,0 +1,130 @@
+import { LeaseLostError, type Lease } from "@fenced/lock";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ENDINGS, leaseHarness, type Ending, type LeaseHarness } from "./lease-test-support.js";
+import { FencedPostgres } from "./postgres.js";
+import { outcome, pgHarness, type PgHarness } from "./postgres-test-support.js";
+
+/**
+ * A fence that knows its lease ended is refused before any I/O, whether or not a signal was passed:
+ * a real @fenced/lock Lease, released or run out, handed to every operation that takes a fence,
+ * with no `signal` option. The storage's own check is not what refuses here: nothing is sent.
+ */
+
+let h: PgHarness;
+let leases: LeaseHarness;
+beforeAll(async () => {
+  [h, leases] = await Promise.all([pgHarness(), leaseHarness()]);
+});
+afterAll(async () => {
+  await Promise.all([h?.close(), leases?.stop()]);
+});
+
+interface Watched {
+  /** The store under test: every query and connection it asks its pool for is counted. */
+  readonly store: FencedPostgres;
+  /** The same schema through the plain pool: for setting up and reading back. */
+  readonly plain: FencedPostgres;
+  readonly sent: () => number;
+}
+
+async function watchedStore(label: string): Promise<Watched> {
+  const plain = await h.store(label);
+  let sent = 0;
+  const pool = new Proxy(h.pool, {
+    get(target, property) {
+      const member = Reflect.get(target, property, target) as unknown;
+      if ((property !== "query" && property !== "connect") || typeof member !== "function") return member;
+      return (...args: unknown[]): unknown => {
+        sent += 1;
+        return (member as (...a: unknown[]) => unknown).apply(target, args);
+      };
+    },
+  });
+  return { store: new FencedPostgres(pool, { schema: plain.schema }), plain, sent: () => sent };
+}
+
+/** The call's rejection: the lease's own LeaseLostError, the one `signal: lease.signal` would give. */
+async function refusedWithItsError(call: Promise<unknown>, lease: Lease, ending: Ending): Promise<void> {
+  const err = await outcome(call);
+  expect(err).toBeInstanceOf(LeaseLostError);
+  expect((err as LeaseLostError).kind).toBe(ending);
+  expect(err).toBe(lease.lostReason);
+}
+
+for (const ending of ENDINGS) {
+  describe(`FencedPostgres: a lease that was ${ending}, used as fence without a signal`, () => {
+    it("put and delete, plain and conditional, are refused with its LeaseLostError before any I/O; nothing is written", async () => {
+      const lease = await leases.ended("pg-put", ending);
+      const { store, plain, sent } = await watchedStore("lost_put");
+      await refusedWithItsError(store.put("k", { v: 1 }, { fence: lease }), lease, ending);
+      await refusedWithItsError(store.put("k", { v: 1 }, { fence: lease, ifVersion: "1" }), lease, ending);
+      // A live signal passed beside it changes nothing: the fence itself says the lease ended.
+      await refusedWithItsError(store.put("k", { v: 1 }, { fence: lease, signal: new AbortController().signal }), lease, ending);
+      await refusedWithItsError(store.delete("k", { fence: lease }), lease, ending);
+      await refusedWithItsError(store.delete("k", { fence: lease, ifVersion: "1" }), lease, ending);
+      expect(sent()).toBe(0);
+      expect(await plain.get("k")).toBeUndefined();
+      expect(await h.counts(plain)).toEqual({ fence: 0, records: 0 });
+      // The same error the lease's signal aborts with.
+      expect(lease.signal.reason).toBe(lease.lostReason);
+    });
+
+    it("transaction runs none of its work; register raises no ratchet", async () => {
+      const lease = await leases.ended("pg-tx", ending);
+      const { store, plain, sent } = await watchedStore("lost_tx");
+      let ran = false;
+      const work = (): Promise<void> => {
+        ran = true;
+        return Promise.resolve();
+      };
+      await refusedWithItsError(store.transaction(lease, work), lease, ending);
+      await refusedWithItsError(store.register(lease), lease, ending);
+      expect(ran).toBe(false);
+      expect(sent()).toBe(0);
+      expect(await h.fenceRow(plain, lease.resource)).toBeUndefined();
+      expect(await h.counts(plain)).toEqual({ fence: 0, records: 0 });
+    });
+
+    it("transfer is refused whichever of its two fences is the ended lease; the key stays where it was", async () => {
+      const lost = await leases.ended("pg-transfer", ending);
+      const live = await leases.live("pg-transfer-live");
+      try {
+        const { store, plain, sent } = await watchedStore("lost_transfer");
+        // One key owned by the ended lease's resource (written below its token), one by the live lease's.
+        await plain.put("of-lost", "a", { fence: { resource: lost.resource, token: 0n } });
+        await plain.put("of-live", "b", { fence: live });
+        const before = [await plain.get("of-lost"), await plain.get("of-live")];
+        await refusedWithItsError(store.transfer("of-lost", { from: lost, to: live }), lost, ending);
+        await refusedWithItsError(store.transfer("of-live", { from: live, to: lost }), lost, ending);
+        expect(sent()).toBe(0);
+        expect([await plain.get("of-lost"), await plain.get("of-live")]).toEqual(before);
+        expect(await h.fenceRow(plain, lost.resource)).toEqual({ token: 0n, holder: null });
+      } finally {
+        await live.release();
+      }
+    });
+  });
+}
+
+describe("FencedPostgres: a live lease as fence", () => {
+  it("writes as before; the store reads its lostReason once and never its signal (which would arm a timer)", async () => {
+    const lease = await leases.live("pg-live");
+    try {
+      const reads: PropertyKey[] = [];
+      const fence = new Proxy(lease, {
+        get(target, property) {
+          reads.push(property);
+          return Reflect.get(target, property, target) as unknown;
+        },
+      });
+      const { store, plain } = await watchedStore("live");
+      const { token } = await store.put("k", { v: 1 }, { fence });
+      expect(token).toBe(lease.token);
+      expect((await plain.get("k"))?.holder).toBe(lease.holder);
+      expect(reads.filter((p) => p === "lostReason")).toEqual(["lostReason"]);
+      expect(reads).not.toContain("signal");
+    } finally {
+      await lease.release();
+    }
+  });
+});
