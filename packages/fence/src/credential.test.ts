@@ -103,8 +103,9 @@ describe("fence credentials", () => {
     expect(refused).toBeInstanceOf(ExpiredCredentialError);
     expect((refused as ExpiredCredentialError).code).toBe("expired");
     expect((refused as ExpiredCredentialError).credential.fence).toEqual({ resource: "orders/42", token: 34n, holder: "h1" });
-    // options.expiresAt wins over the fence's own end.
+    // Given both, the earlier end: a credential never outlives the lease it is minted from.
     expect(verifyFenceCredential(mintFenceCredential(lease, current, { expiresAt: 5 }), keys, 5).expiresAt).toBe(5);
+    expect(verifyFenceCredential(mintFenceCredential(lease, current, { expiresAt: lease.validUntil + 1 }), keys, 0).expiresAt).toBe(lease.validUntil);
     // Moving the end (or anything else in the payload) breaks the signature.
     const [v, id, payload, sig] = credential.split(".") as [string, string, string, string];
     const later = Buffer.from(Buffer.from(payload, "base64url").toString("utf8").replace(String(lease.validUntil), String(lease.validUntil * 2)), "utf8").toString("base64url");
@@ -113,7 +114,9 @@ describe("fence credentials", () => {
     expect(code(() => verifyFenceCredential(mint(lease, { id: "k2", secret: randomBytes(32) }, 1), keys))).toBe("bad-signature");
   });
 
-  it("a string sealed for another purpose under the same key (another domain) never verifies as a credential", () => {
+  it("a string sealed for another purpose under the same key (another domain) never verifies as a credential; nothing unreadable is sealed", () => {
+    expect(() => seal({ version: "x1", domain: "d", fields: 2 }, ["a\nb", "c"], current)).toThrow(InvalidArgumentError);
+    expect(() => seal({ version: "x1", domain: "d", fields: 2 }, ["a"], current)).toThrow(InvalidArgumentError);
     const other = seal({ version: CREDENTIAL_VERSION, domain: "fenced-lease-id/1", fields: 4 }, ["34", "h1", String(LATER), "orders/42"], current);
     expect(code(() => verifyFenceCredential(other, keys))).toBe("bad-signature");
   });

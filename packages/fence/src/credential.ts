@@ -52,14 +52,18 @@ function checkExpiry(expiresAt: unknown): number {
 }
 
 /**
- * Mints the credential for a fence until its lease's end: `options.expiresAt`, else the fence's own
- * `validUntil` (a Lease satisfies both the fence and the end; it must carry a holder id). Whoever holds
- * the secret can mint: keep it on the servers that issue leases and the gateways that accept writes.
+ * Mints the credential for a fence until its lease's end: the fence's own `validUntil` (a Lease
+ * satisfies both the fence and the end; it must carry a holder id), or `options.expiresAt` — the
+ * earlier of the two when both are given, so a credential never outlives the lease it is minted from.
+ * Whoever holds the secret can mint: keep it on the servers that issue leases and the gateways that
+ * accept writes.
  */
 export function mintFenceCredential(fence: FenceWithEnd, key: CredentialKey, options?: { readonly expiresAt?: number }): string {
   const checked = checkFence(fence);
   if (checked.holder === null) throw new InvalidArgumentError("fence.holder", "a credential names the lease: the fence must carry a holder id");
-  const expiresAt = checkExpiry(options?.expiresAt ?? fence.validUntil);
+  const { validUntil } = fence;
+  const given = options?.expiresAt;
+  const expiresAt = checkExpiry(given === undefined ? validUntil : validUntil === undefined ? given : Math.min(given, checkExpiry(validUntil)));
   return seal(CREDENTIAL, [checked.token.toString(), checked.holder, expiresAt.toString(), checked.resource], key);
 }
 

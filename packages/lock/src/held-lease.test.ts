@@ -15,7 +15,7 @@ describe("a lease held elsewhere", () => {
   let other: Redlock;
 
   beforeAll(async () => {
-    t = await startTestNodes(3);
+    t = await startTestNodes(3, { faults: true });
     await Promise.all(t.admin.map(loadScripts));
     acquirer = new Redlock(t.clients, { retryCount: 0 });
     // Its own connections: nothing is shared with the process that acquired.
@@ -61,6 +61,37 @@ describe("a lease held elsewhere", () => {
     expect(await leaseValuesOn(t.admin, "held/expired")).toEqual([null, null, null]);
   });
 
+  it("with the held lease's validUntil, confirmations count only before it: one already past asks nothing, late ones are expired", async () => {
+    const lease = await acquirer.acquire("held/until", 10_000);
+    const held = { resource: lease.resource, token: lease.token, value: lease.value };
+    await drained(t.admin);
+    const before = await pttls("held/until");
+    await expect(other.extend({ ...held, validUntil: Date.now() - 1 }, 60_000)).rejects.toSatisfy((e) => e instanceof LeaseLostError && e.kind === "expired");
+    await drained(t.admin);
+    for (const [i, pttl] of (await pttls("held/until")).entries()) expect(pttl).toBeLessThanOrEqual(before[i] ?? 0);
+    // A majority paused past the held end: their confirmations arrive after it (the node timeout is longer).
+    const patient = new Redlock(await t.moreClients(), { retryCount: 0, nodeTimeoutMs: 5_000 });
+    const [a, b] = t.nodes;
+    a?.pause();
+    b?.pause();
+    const resume = setTimeout(() => {
+      a?.resume();
+      b?.resume();
+    }, 400);
+    try {
+      await expect(patient.extend({ ...held, validUntil: Date.now() + 150 }, 60_000)).rejects.toSatisfy((e) => e instanceof LeaseLostError && e.kind === "expired");
+    } finally {
+      await new Promise((r) => setTimeout(r, 450));
+      clearTimeout(resume);
+      a?.resume();
+      b?.resume();
+    }
+    // In time, the same call extends.
+    const extended = await other.extend({ ...held, validUntil: lease.validUntil }, 20_000);
+    expect(extended.remainingMs).toBeGreaterThan(15_000);
+    await lease.release();
+  });
+
   it("extend counts only a quorum: with the key gone from two of three nodes the lease is lost", async () => {
     const lease = await acquirer.acquire("held/minority", 10_000);
     const [a, b] = t.admin;
@@ -97,6 +128,8 @@ describe("a lease held elsewhere", () => {
       [{ resource: "r", token: 1n, value: "A".repeat(32) }, "held.value"],
       [{ resource: "r", token: 1n, value: "a".repeat(31) }, "held.value"],
       [{ resource: "r", token: 1n, value: 7 }, "held.value"],
+      [{ resource: "r", token: 1n, value, validUntil: "1" }, "held.validUntil"],
+      [{ resource: "r", token: 1n, value, validUntil: NaN }, "held.validUntil"],
     ];
     const lease = await acquirer.acquire("held/bad-input", 5_000);
     await drained(t.admin);

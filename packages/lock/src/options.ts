@@ -42,6 +42,8 @@ export interface HeldLease {
   readonly resource: string;
   readonly token: bigint;
   readonly value: string;
+  /** Epoch ms: the lease's validUntil when it was handed on. extend(held) confirms only before it. */
+  readonly validUntil?: number | undefined;
 }
 
 /** The options with their defaults applied, all checked. */
@@ -122,11 +124,13 @@ export function checkAcquireOptions(options: unknown, defaultRetryCount: number)
 /** A HeldLease, checked and copied (each field read once: a getter cannot show the check one value and the nodes another). */
 export function checkHeld(held: unknown, argument = "held"): HeldLease {
   assertObject(held, argument, "{ resource, token, value }");
-  const { resource, token, value } = held;
+  const { resource, token, value, validUntil } = held;
   assertResource(resource, `${argument}.resource`);
   assertToken(token, `${argument}.token`);
   if (typeof value !== "string" || !LEASE_VALUE.test(value)) throw new InvalidArgumentError(`${argument}.value`, "is not a lease value (32 lowercase hex digits)");
-  return { resource, token, value };
+  if (validUntil === undefined) return { resource, token, value };
+  if (typeof validUntil !== "number" || !Number.isFinite(validUntil)) throw new InvalidArgumentError(`${argument}.validUntil`, "must be epoch milliseconds (a finite number)");
+  return { resource, token, value, validUntil };
 }
 
 /**

@@ -119,20 +119,23 @@ export class Redlock {
   }
 
   /**
-   * Extends a lease that another process acquired and handed on as `{ resource, token, value }`.
-   * Nothing about its previous validity is known here, so the round is judged as if the lease had
-   * just been granted for `ttlMs`: it counts only if a quorum confirms, before that much time has
-   * passed, that it still holds `value`. The caller must extend before the lease's validUntil, as
-   * Lease.extend() checks for itself: past it, the nodes that confirm may include ones that received
-   * the acquisition's write late, after another client held a majority (PROTOCOL.md, "Gateway").
-   * Resolves with a Lease carrying the new validity (extend()/release() work on it as usual); throws
-   * LeaseLostError otherwise. The token is not checked against the nodes (they do not keep it per
-   * lease): it is carried along.
+   * Extends a lease that another process acquired and handed on as `{ resource, token, value,
+   * validUntil? }`. The round counts only if a quorum confirms that it still holds `value` before the
+   * lease's previous end — `held.validUntil` (epoch ms) when the caller knows it, as Lease.extend()
+   * checks for itself; otherwise before `ttlMs` has passed, as if the lease had just been granted.
+   * Past the previous end, the nodes that confirm may include ones that received the acquisition's
+   * write late, after another client held a majority (PROTOCOL.md, "Gateway"): such a round, or a
+   * `validUntil` already past, throws LeaseLostError (`expired`). Resolves with a Lease carrying the
+   * new validity (extend()/release() work on it as usual). The token is not checked against the nodes
+   * (they do not keep it per lease): it is carried along.
    */
   async extend(held: HeldLease, ttlMs: number): Promise<Lease> {
-    const { resource, token, value } = checkHeld(held);
+    const { resource, token, value, validUntil } = checkHeld(held);
     assertTtl(ttlMs);
-    const lease = new Lease(this, resource, token, value, ttlMs);
+    // Wall clock to monotonic once, here: the round's deadline is the previous end, or start + ttlMs.
+    const previousMs = validUntil === undefined ? ttlMs : Math.min(ttlMs, validUntil - Date.now());
+    if (previousMs <= 0) throw new LeaseLostError(resource, token, "expired");
+    const lease = new Lease(this, resource, token, value, previousMs);
     await lease.extend(ttlMs);
     // As for acquire: a round that took longer than the TTL (minus drift) leaves no validity to hand out.
     const lost = lease.lostReason;
