@@ -1,31 +1,18 @@
 import { randomBytes } from "node:crypto";
 import fc from "fast-check";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { MAX_TOKEN, mintFenceCredential } from "@fenced/fence";
 import { resourceKeys } from "@fenced/lock";
-import { bearer, FENCE_KEYS, KEYS, runGateway, snapshot, startBackends, writeHeaders, type Backends, type RunningGateway } from "./test-support.js";
+import { bearer, FENCE_KEYS, KEYS, runGateway, useGateway, writeHeaders } from "./test-support.js";
 
 /**
  * Only fences the lock issued can write: an ordinary API key writes with the signed credential its
  * lease came with, and the gateway takes resource, token and holder from it alone. Every forgery is
  * refused with its documented 4xx, and PostgreSQL and S3, read directly, show nothing written.
  */
-let backends: Backends;
-let gw: RunningGateway;
-let schema: string | undefined;
+const fixture = useGateway({ postgres: true, s3: true, redis: 3 });
 
-beforeAll(async () => {
-  backends = await startBackends({ postgres: true, s3: true, redis: 3 });
-  const options = backends.gatewayOptions();
-  schema = options.records?.schema;
-  gw = await runGateway(options);
-});
-afterAll(async () => {
-  await gw?.close();
-  await backends?.stop();
-});
-
-const state = (): Promise<string> => snapshot(backends.pool, schema, backends.s3Client, backends.bucket);
+const state = (): Promise<string> => fixture.state();
 
 interface Granted {
   readonly token: string;
@@ -36,21 +23,21 @@ interface Granted {
 }
 
 async function lease(resource: string, register = false): Promise<Granted> {
-  const res = await gw.client.json("POST", "/v1/leases", { resource, ttlMs: 10_000, register }, bearer(KEYS.service));
+  const res = await fixture.gw.client.json("POST", "/v1/leases", { resource, ttlMs: 10_000, register }, bearer(KEYS.service));
   expect(res.status, res.text()).toBe(201);
   expect(res.headers.location).toBeUndefined();
   return res.json<Granted>();
 }
 
 const put = (route: string, key: string, headers: Record<string, string>, body = '{"n":1}') =>
-  gw.client.send({ method: "PUT", path: `/v1/${route}/${key}`, headers: { ...bearer(KEYS.service), "content-type": "application/json", ...headers }, body });
+  fixture.gw.client.send({ method: "PUT", path: `/v1/${route}/${key}`, headers: { ...bearer(KEYS.service), "content-type": "application/json", ...headers }, body });
 
 describe.each(["records", "objects"])("%s", (route) => {
   it("a lease's credential writes; the gateway takes the fence from it", async () => {
     const l = await lease(`svc/${route}-a`);
     const ok = await put(route, `svc/${route}/a`, { "fencing-credential": l.fence });
     expect(ok.status, ok.text()).toBe(200);
-    const read = await gw.client.send({ method: "GET", path: `/v1/${route}/svc/${route}/a`, headers: bearer(KEYS.service) });
+    const read = await fixture.gw.client.send({ method: "GET", path: `/v1/${route}/svc/${route}/a`, headers: bearer(KEYS.service) });
     expect(read.headers).toMatchObject({ "fencing-token": l.token, "fencing-resource": `svc/${route}-a` });
   });
 
@@ -113,7 +100,7 @@ describe("rotation", () => {
     const l = await lease("svc/rot");
     const old = mintFenceCredential({ resource: "svc/rot", token: BigInt(l.token), holder: l.holder, validUntil: l.validUntil }, previous);
     expect((await put("records", "svc/records/rot", { "fencing-credential": old })).status).toBe(200);
-    const rotated = await runGateway(backends.gatewayOptions({ fenceKeys: [FENCE_KEYS[0] as (typeof FENCE_KEYS)[number]] }));
+    const rotated = await runGateway(fixture.backends.gatewayOptions({ fenceKeys: [FENCE_KEYS[0] as (typeof FENCE_KEYS)[number]] }));
     try {
       const res = await rotated.client.send({ method: "PUT", path: "/v1/records/svc/records/rot2", headers: { ...bearer(KEYS.service), "content-type": "application/json", "fencing-credential": old }, body: "1" });
       expect(res.status).toBe(403);
@@ -127,7 +114,7 @@ describe("rotation", () => {
 describe("fence-on-acquire", () => {
   it("register: true raises every store's ratchet before the lease is answered", async () => {
     const older = await lease("svc/reg");
-    await gw.client.json("POST", "/v1/leases/release", { leaseId: older.leaseId }, bearer(KEYS.service));
+    await fixture.gw.client.json("POST", "/v1/leases/release", { leaseId: older.leaseId }, bearer(KEYS.service));
     const newer = await lease("svc/reg", true);
     expect(BigInt(newer.token)).toBeGreaterThan(BigInt(older.token));
     // The older holder is refused on keys the newer one never wrote, in both stores.
@@ -142,10 +129,10 @@ describe("fence-on-acquire", () => {
 describe("a resource whose tokens are used up", () => {
   it("answers 409 token-space-exhausted, final, and leaves no lease behind", async () => {
     const counter = resourceKeys("svc/full").counter;
-    await Promise.all(backends.redisClients.map((c) => c.set(counter, MAX_TOKEN.toString())));
-    const res = await gw.client.json("POST", "/v1/leases", { resource: "svc/full", ttlMs: 10_000 }, bearer(KEYS.service));
+    await Promise.all(fixture.backends.redisClients.map((c) => c.set(counter, MAX_TOKEN.toString())));
+    const res = await fixture.gw.client.json("POST", "/v1/leases", { resource: "svc/full", ttlMs: 10_000 }, bearer(KEYS.service));
     expect(res.status, res.text()).toBe(409);
     expect(res.json()).toMatchObject({ type: "/problems/token-space-exhausted", resource: "svc/full" });
-    for (const c of backends.redisClients) expect(await c.exists(resourceKeys("svc/full").lease)).toBe(0);
+    for (const c of fixture.backends.redisClients) expect(await c.exists(resourceKeys("svc/full").lease)).toBe(0);
   });
 });

@@ -1,36 +1,23 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { KEYS, runGateway, snapshot, startBackends, writeHeaders, type Backends, type RunningGateway } from "./test-support.js";
+import { describe, expect, it } from "vitest";
+import { KEYS, useGateway, writeHeaders } from "./test-support.js";
 
 /**
  * Over HTTP, the fence's identity is what the stores check: the resource a key belongs to, and the
  * holder that presented a token. A client that names another resource in its scope, or presents an
  * equal token under another holder id, is refused with nothing written — on both stores.
  */
-let backends: Backends;
-let gw: RunningGateway;
-let schema: string | undefined;
-
-beforeAll(async () => {
-  backends = await startBackends({ postgres: true, s3: true });
-  const options = backends.gatewayOptions();
-  schema = options.records?.schema;
-  gw = await runGateway(options);
-});
-afterAll(async () => {
-  await gw?.close();
-  await backends?.stop();
-});
+const fixture = useGateway({ postgres: true, s3: true });
 
 const stores = [
   { route: "records", body: '{"total":120}', contentType: "application/json", other: '{"total":0}' },
   { route: "objects", body: "invoice v1", contentType: "text/plain", other: "overwritten" },
 ] as const;
 
-const state = (): Promise<string> => snapshot(backends.pool, schema, backends.s3Client, backends.bucket);
+const state = (): Promise<string> => fixture.state();
 
 describe.each(stores)("$route", ({ route, body, contentType, other }) => {
   it("a key written under one resource refuses writes, deletes and If-Match writes naming another (409 resource-mismatch)", async () => {
-    const c = gw.client;
+    const c = fixture.gw.client;
     const path = `/v1/${route}/shared/${route}-owned`;
     const owner = { "fencing-resource": "orders/42", "content-type": contentType };
     const put = await c.send({ method: "PUT", path, headers: writeHeaders(KEYS.admin, 34n, owner), body });
@@ -54,7 +41,7 @@ describe.each(stores)("$route", ({ route, body, contentType, other }) => {
   });
 
   it("an equal token from another holder is refused like a stale one (409 stale-token); the holder itself writes again", async () => {
-    const c = gw.client;
+    const c = fixture.gw.client;
     const path = `/v1/${route}/held/${route}-key`;
     const as = (holder: string): Record<string, string> => writeHeaders(KEYS.admin, 50n, { "fencing-resource": "held/r", "fencing-holder": holder, "content-type": contentType });
     expect((await c.send({ method: "PUT", path, headers: as("holder-1"), body })).status).toBe(200);
@@ -70,7 +57,7 @@ describe.each(stores)("$route", ({ route, body, contentType, other }) => {
   });
 
   it("a key is well-formed Unicode: a lone surrogate is a 400 and writes nothing; 'a\uFFFD' is a key of its own", async () => {
-    const c = gw.client;
+    const c = fixture.gw.client;
     const own = await c.send({ method: "PUT", path: `/v1/${route}/a%EF%BF%BD`, headers: writeHeaders(KEYS.admin, 7n, { "content-type": contentType }), body });
     expect(own.status, own.text()).toBe(200);
     const before = await state();
@@ -94,7 +81,7 @@ describe.each(stores)("$route", ({ route, body, contentType, other }) => {
 
   it("a malformed holder id is a 400 and writes nothing", async () => {
     const before = await state();
-    const bad = await gw.client.send({ method: "PUT", path: `/v1/${route}/held/bad`, headers: writeHeaders(KEYS.admin, 1n, { "fencing-holder": "no spaces allowed", "content-type": contentType }), body });
+    const bad = await fixture.gw.client.send({ method: "PUT", path: `/v1/${route}/held/bad`, headers: writeHeaders(KEYS.admin, 1n, { "fencing-holder": "no spaces allowed", "content-type": contentType }), body });
     expect(bad.status).toBe(400);
     expect(bad.json()).toMatchObject({ type: "/problems/invalid-request" });
     expect(await state()).toBe(before);

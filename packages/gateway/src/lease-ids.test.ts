@@ -1,9 +1,9 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import fc from "fast-check";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { MAX_TOKEN } from "@fenced/fence";
 import { resourceKeys } from "@fenced/lock";
-import { bearer, KEYS, runGateway, snapshot, startBackends, type Answer, type Backends, type RunningGateway } from "./test-support.js";
+import { bearer, KEYS, useGateway, type Answer } from "./test-support.js";
 
 /**
  * Nothing a client sends becomes part of a signed credential unless the gateway sealed it before or
@@ -11,22 +11,9 @@ import { bearer, KEYS, runGateway, snapshot, startBackends, type Answer, type Ba
  * token, resource or holder, and a credential stops writing at its lease's end. PostgreSQL and S3,
  * read directly, show what was (not) written.
  */
-let backends: Backends;
-let gw: RunningGateway;
-let schema: string | undefined;
+const fixture = useGateway({ postgres: true, s3: true, redis: 3 });
 
-beforeAll(async () => {
-  backends = await startBackends({ postgres: true, s3: true, redis: 3 });
-  const options = backends.gatewayOptions();
-  schema = options.records?.schema;
-  gw = await runGateway(options);
-});
-afterAll(async () => {
-  await gw?.close();
-  await backends?.stop();
-});
-
-const state = (): Promise<string> => snapshot(backends.pool, schema, backends.s3Client, backends.bucket);
+const state = (): Promise<string> => fixture.state();
 
 interface Granted {
   readonly resource: string;
@@ -48,16 +35,16 @@ function edited(leaseId: string, field: keyof typeof FIELDS, to: string): string
 }
 
 async function lease(resource: string, ttlMs: number, register = false): Promise<Granted> {
-  const res = await gw.client.json("POST", "/v1/leases", { resource, ttlMs, register }, bearer(KEYS.service));
+  const res = await fixture.gw.client.json("POST", "/v1/leases", { resource, ttlMs, register }, bearer(KEYS.service));
   expect(res.status, res.text()).toBe(201);
   return res.json<Granted>();
 }
 
-const extend = (leaseId: string, ttlMs = 10_000): Promise<Answer> => gw.client.json("POST", "/v1/leases/extend", { leaseId, ttlMs }, bearer(KEYS.service));
-const release = (leaseId: string): Promise<Answer> => gw.client.json("POST", "/v1/leases/release", { leaseId }, bearer(KEYS.service));
+const extend = (leaseId: string, ttlMs = 10_000): Promise<Answer> => fixture.gw.client.json("POST", "/v1/leases/extend", { leaseId, ttlMs }, bearer(KEYS.service));
+const release = (leaseId: string): Promise<Answer> => fixture.gw.client.json("POST", "/v1/leases/release", { leaseId }, bearer(KEYS.service));
 const put = (route: string, key: string, credential: string, body: string): Promise<Answer> =>
-  gw.client.send({ method: "PUT", path: `/v1/${route}/${key}`, headers: { ...bearer(KEYS.service), "content-type": "application/json", "fencing-credential": credential }, body });
-const read = async (route: string, key: string): Promise<string> => (await gw.client.send({ method: "GET", path: `/v1/${route}/${key}`, headers: bearer(KEYS.service) })).text();
+  fixture.gw.client.send({ method: "PUT", path: `/v1/${route}/${key}`, headers: { ...bearer(KEYS.service), "content-type": "application/json", "fencing-credential": credential }, body });
+const read = async (route: string, key: string): Promise<string> => (await fixture.gw.client.send({ method: "GET", path: `/v1/${route}/${key}`, headers: bearer(KEYS.service) })).text();
 
 describe.each(["records", "objects"])("%s", (route) => {
   it("an edited lease id earns no credential: a released holder cannot overwrite the next holder, who keeps writing", async () => {
@@ -71,7 +58,7 @@ describe.each(["records", "objects"])("%s", (route) => {
       expect(answer.text()).not.toContain("fc2.");
     }
     // The edited ids did not extend the lease either (they asked for 60 s): its keys end within the first TTL.
-    for (const r of backends.redisClients) expect(await r.pttl(resourceKeys(resource).lease)).toBeLessThanOrEqual(10_000);
+    for (const r of fixture.backends.redisClients) expect(await r.pttl(resourceKeys(resource).lease)).toBeLessThanOrEqual(10_000);
 
     expect((await release(first.leaseId)).status).toBe(204);
     const second = await lease(resource, 10_000, true);
@@ -138,7 +125,7 @@ describe("lease id mutations", () => {
       { numRuns: 60 },
     );
     // Neither released nor extended by any of them.
-    for (const r of backends.redisClients) {
+    for (const r of fixture.backends.redisClients) {
       expect(await r.get(keys.lease)).toBe(value);
       expect(await r.pttl(keys.lease)).toBeLessThanOrEqual(30_000);
     }
@@ -147,7 +134,7 @@ describe("lease id mutations", () => {
 
 describe("scope", () => {
   it("a lease id names its resource: an API key outside it neither extends nor releases the lease", async () => {
-    const granted = await gw.client.json("POST", "/v1/leases", { resource: "team-b/x", ttlMs: 10_000 }, bearer(KEYS.admin));
+    const granted = await fixture.gw.client.json("POST", "/v1/leases", { resource: "team-b/x", ttlMs: 10_000 }, bearer(KEYS.admin));
     expect(granted.status).toBe(201);
     const { leaseId } = granted.json<Granted>();
     const keys = resourceKeys("team-b/x");
@@ -155,11 +142,11 @@ describe("scope", () => {
       ["/v1/leases/extend", { leaseId, ttlMs: 60_000 }],
       ["/v1/leases/release", { leaseId }],
     ] as const) {
-      const refused = await gw.client.json("POST", path, body, bearer(KEYS.teamA));
+      const refused = await fixture.gw.client.json("POST", path, body, bearer(KEYS.teamA));
       expect(refused.status, path).toBe(403);
       expect(refused.json()).toMatchObject({ type: "/problems/forbidden" });
     }
-    for (const r of backends.redisClients) {
+    for (const r of fixture.backends.redisClients) {
       expect(await r.exists(keys.lease)).toBe(1);
       expect(await r.pttl(keys.lease)).toBeLessThanOrEqual(10_000);
     }

@@ -5,6 +5,7 @@ import type { S3Client } from "@aws-sdk/client-s3";
 import { Redis } from "ioredis";
 import pg from "pg";
 import { pino } from "pino";
+import { afterAll, beforeAll } from "vitest";
 import { startPostgres, startRedisNodes, startS3, type RedisNodes, type StartedS3 } from "@fenced/servers";
 import { createGateway, type Gateway, type GatewayOptions } from "./app.js";
 import type { CredentialKey } from "@fenced/fence";
@@ -112,6 +113,45 @@ export async function runGateway(options: GatewayOptions): Promise<RunningGatewa
       client.close();
       await serving.drain(2_000);
     },
+  };
+}
+
+/**
+ * One gateway over real backends for a whole test file: started before its tests, stopped after.
+ * `state()` reads PostgreSQL and S3 directly, so a test can show that a refusal wrote nothing.
+ */
+export interface GatewayFixture {
+  readonly backends: Backends;
+  readonly gw: RunningGateway;
+  state(): Promise<string>;
+}
+
+export function useGateway(want: Parameters<typeof startBackends>[0]): GatewayFixture {
+  let backends: Backends | undefined;
+  let gw: RunningGateway | undefined;
+  let schema: string | undefined;
+  beforeAll(async () => {
+    backends = await startBackends(want);
+    const options = backends.gatewayOptions();
+    schema = options.records?.schema;
+    gw = await runGateway(options);
+  });
+  afterAll(async () => {
+    await gw?.close();
+    await backends?.stop();
+  });
+  const started = <T>(value: T | undefined): T => {
+    if (value === undefined) throw new Error("the gateway fixture is used before its beforeAll ran");
+    return value;
+  };
+  return {
+    get backends() {
+      return started(backends);
+    },
+    get gw() {
+      return started(gw);
+    },
+    state: () => snapshot(backends?.pool, schema, backends?.s3Client, backends?.bucket),
   };
 }
 
