@@ -8,7 +8,7 @@ import { Redis } from "ioredis";
 import pg from "pg";
 import { Redlock, resourceKeys, type Lease } from "@fenced/lock";
 import { startPostgres, startRedisNodes, startS3, type RedisNodes, type StartedPostgres, type StartedS3 } from "@fenced/servers";
-import { StaleTokenError } from "@fenced/store";
+import { StaleTokenError, type Fence } from "@fenced/store";
 import { FencedPostgres } from "@fenced/store/postgres";
 import { FencedS3 } from "@fenced/store/s3";
 
@@ -35,12 +35,18 @@ async function setCountersBack(resource: string, value: bigint): Promise<void> {
   await Promise.all(clients.map((c) => c.set(resourceKeys(resource).counter, value.toString())));
 }
 
-/** Two leases of one resource that carry the same token, as a lock with lost counters hands them out. */
-async function twoLeasesOneToken(redlock: Redlock, resource: string): Promise<[Lease, Lease]> {
+/**
+ * Two leases of one resource that carry the same token, as a lock with lost counters hands them out:
+ * the first one's fence, and the second lease.
+ */
+async function twoLeasesOneToken(redlock: Redlock, resource: string): Promise<[Fence, Lease]> {
   // A few grants first, so that the repeated token is not the first one.
   for (let i = 0; i < 3; i++) await (await redlock.acquire(resource, 10_000)).release();
-  const first = await redlock.acquire(resource, 10_000);
-  await first.release();
+  const lease = await redlock.acquire(resource, 10_000);
+  // Released only so that the lock can grant its token again; its holder goes on writing with its
+  // fence. A copy: the released Lease itself would be refused by the stores before any I/O.
+  const first: Fence = { resource: lease.resource, token: lease.token, holder: lease.holder };
+  await lease.release();
   await setCountersBack(resource, first.token - 1n);
   const second = await redlock.acquire(resource, 10_000);
   // The lock really repeated the token (what the stores must survive), to two different leases.

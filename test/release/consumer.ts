@@ -55,6 +55,9 @@ async function staleWriteIsRefused(store: StoreOutcome["store"], redlock: Redloc
   const first: Lease = await redlock.acquire(resource, 10_000);
   await writer.register(first);
   await writer.put(key, "from the first lease", first);
+  // The fence as a request built before a pause carries it: a copy. The Lease itself knows it was
+  // released, and a store refuses it before any I/O; the storage's own check is what is tested here.
+  const stale: Fence = { resource: first.resource, token: first.token, holder: first.holder };
   await first.release();
 
   const second = await redlock.acquire(resource, 10_000);
@@ -65,7 +68,7 @@ async function staleWriteIsRefused(store: StoreOutcome["store"], redlock: Redloc
   let staleRefused = false;
   try {
     // The first holder, paused past its lease, wakes up and writes.
-    await writer.put(key, "late write from the first lease", first);
+    await writer.put(key, "late write from the first lease", stale);
   } catch (err) {
     staleRefused = err instanceof StaleTokenError;
     if (err instanceof StaleTokenError) refusal = { name: err.name, token: err.token.toString(), highest: err.highest.toString() };
