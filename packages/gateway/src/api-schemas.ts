@@ -124,7 +124,7 @@ export const PROBLEM_DESCRIPTIONS: Record<ProblemKind, string> = {
   resourceMismatch: "The key was created under another resource; nothing was written",
   lockHeld: "Another lease holds the resource (Retry-After: 1)",
   tokenSpaceExhausted: "The resource's counter on the lock nodes has reached 2^63 - 1: no lease can be granted for it again (use a new resource name). Final: do not retry",
-  leaseLost: "The lease expired or a majority of lock nodes no longer holds it",
+  leaseLost: "Extend: the lease id's validUntil has passed, or a majority of lock nodes no longer holds it. Register: the lease ran out before every store registered it (it was released)",
   version: "If-Match names a version that is no longer current; nothing was written",
   tooLarge: "The body is over the gateway's limit; nothing was kept",
   mediaType: "A JSON route without Content-Type application/json, or a Content-Encoding",

@@ -150,7 +150,7 @@ function leasePaths(): Record<string, PathItemObject> {
           requestBody: body("LeaseCreateRequest", "The resource, the TTL in milliseconds, and whether to register the fence with the stores"),
         },
         { "201": lease("The lease; `fence` is the credential every write of this lease presents") },
-        [...JSON_BODY, "forbidden", "lockHeld", "tokenSpaceExhausted", "stale"],
+        [...JSON_BODY, "forbidden", "lockHeld", "tokenSpaceExhausted", "stale", "leaseLost"],
       ),
     },
     "/v1/leases/extend": {

@@ -98,6 +98,11 @@ export function leasesRouter(
         await Promise.all(registrars.map((r) => ctx.metrics.time(r.store, "register", () => r.register(lease))));
       } catch (err) {
         await lease.release().catch(() => undefined);
+        // The lease ran out before every store registered it (a store refuses a lease it knows ended).
+        if (err instanceof LeaseLostError) {
+          ctx.metrics.leaseLost(err.kind);
+          throw new HttpProblem("leaseLost", err.message, { resource, token: lease.token.toString(), kind: err.kind });
+        }
         throw err;
       }
     }
