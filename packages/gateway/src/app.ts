@@ -6,17 +6,17 @@ import { pino, type Logger } from "pino";
 import { FencedPostgres } from "@fenced/store/postgres";
 import { FencedS3, type FencedS3Options } from "@fenced/store/s3";
 import { InvalidArgumentError, type CredentialKey, type Fence } from "@fenced/fence";
-import type { HealthAnswer } from "./api-schemas.js";
-import { ApiKeys, type ApiKeyConfig } from "./auth.js";
-import { FenceCredentials } from "./credentials.js";
-import { accounting, limitsSchema, type Limits, type RouteContext } from "./context.js";
-import { postgresHealth, s3Health, type BackendHealth } from "./health.js";
-import { GatewayMetrics } from "./metrics.js";
-import { openApiDocument, type OpenApiDocument } from "./openapi.js";
-import { classify, HttpProblem, sendProblem } from "./problem.js";
-import { leasesRouter, type LeaseBackendOptions, type RedisHealth, type Registrar } from "./routes-leases.js";
-import { objectsRouter } from "./routes-objects.js";
-import { recordsRouter } from "./routes-records.js";
+import type { HealthAnswer } from "./schemas/answers.js";
+import { ApiKeys, type ApiKeyConfig } from "./auth/api-keys.js";
+import { FenceCredentials } from "./auth/credentials.js";
+import { accounting, limitsSchema, type Limits, type RouteContext } from "./http/context.js";
+import { postgresHealth, s3Health, type BackendHealth } from "./ops/health.js";
+import { GatewayMetrics } from "./ops/metrics.js";
+import { openApiDocument, type OpenApiDocument } from "./openapi/document.js";
+import { classify, HttpProblem, sendProblem } from "./problems/problem.js";
+import { leasesRouter, type LeaseBackendOptions, type RedisHealth, type Registrar } from "./routes/leases.js";
+import { objectsRouter } from "./routes/objects.js";
+import { recordsRouter } from "./routes/records.js";
 
 export interface GatewayOptions {
   readonly apiKeys: readonly ApiKeyConfig[];

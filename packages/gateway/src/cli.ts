@@ -6,7 +6,7 @@ import { pino, type Logger } from "pino";
 import { ZodError } from "zod";
 import { createGateway } from "./app.js";
 import { loadConfig, type ConfigFlags, type GatewayConfig } from "./config.js";
-import { serve } from "./server.js";
+import { serve } from "./http/server.js";
 
 const program = new Command("fenced-gateway")
   .description("HTTP gateway to fenced Postgres records, fenced S3 objects and Redlock leases with fencing tokens")

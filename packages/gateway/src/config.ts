@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { z } from "zod";
-import { apiKeySchema } from "./auth.js";
-import { fenceKeySchema } from "./credentials.js";
+import { apiKeySchema } from "./auth/api-keys.js";
+import { fenceKeySchema } from "./auth/credentials.js";
 
 /**
  * The gateway's configuration. Sources, later ones winning: a JSON file (--config or

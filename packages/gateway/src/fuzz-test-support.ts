@@ -2,9 +2,9 @@
 import { randomBytes } from "node:crypto";
 import fc from "fast-check";
 import { MAX_TOKEN } from "@fenced/fence";
-import { encodeLeaseId } from "./lease-id.js";
+import { encodeLeaseId } from "./auth/lease-id.js";
 import { KEYS } from "./test-support.js";
-import { TOKEN_PATTERN } from "./validation.js";
+import { TOKEN_PATTERN } from "./schemas/validation.js";
 
 export interface Spec {
   store: "records" | "objects";

@@ -6,11 +6,11 @@ import fc from "fast-check";
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
 import { createGateway } from "./app.js";
-import { HTTP_METHODS, openApiDocument, type OpenApiDocument, type ParameterObject } from "./openapi.js";
+import { HTTP_METHODS, openApiDocument, type OpenApiDocument, type ParameterObject } from "./openapi/document.js";
 import { ApiMismatchError, exchangeChecker, resolve, type Exchange } from "./openapi-test-support.js";
-import { serve } from "./server.js";
+import { serve } from "./http/server.js";
 import { API_KEYS, bearer, httpClient, KEYS } from "./test-support.js";
-import { leaseBodySchema } from "./validation.js";
+import { leaseBodySchema } from "./schemas/validation.js";
 
 const document = openApiDocument();
 

@@ -4,8 +4,8 @@ import { pino } from "pino";
 import { freePort } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createGateway } from "./app.js";
-import type { RedisHealth } from "./routes-leases.js";
-import { serve } from "./server.js";
+import type { RedisHealth } from "./routes/leases.js";
+import { serve } from "./http/server.js";
 import { bearer, httpClient, KEYS, runGateway, startBackends, writeHeaders, type Backends, type RunningGateway } from "./test-support.js";
 
 /** /metrics and /healthz, against real backends, including ones that are down. */

@@ -9,9 +9,9 @@ import { afterAll, beforeAll } from "vitest";
 import { startPostgres, startRedisNodes, startS3, type RedisNodes, type StartedS3 } from "@fenced/servers";
 import { createGateway, type Gateway, type GatewayOptions } from "./app.js";
 import type { CredentialKey } from "@fenced/fence";
-import type { ApiKeyConfig } from "./auth.js";
+import type { ApiKeyConfig } from "./auth/api-keys.js";
 import { exchangeChecker, type ExchangeCheck } from "./openapi-test-support.js";
-import { serve, type Serving } from "./server.js";
+import { serve, type Serving } from "./http/server.js";
 
 /** Keys the tests authenticate with: everything, one team's prefixes, and read-only. */
 export const KEYS = {
@@ -184,7 +184,7 @@ let documentCheck: ExchangeCheck | undefined;
 
 /**
  * Keep-alive HTTP/1.1 over node:http: connections are reused, so thousands of requests cost no handshakes.
- * Every answer is checked against the API document (openapi.ts): an answer it does not describe —
+ * Every answer is checked against the API document (openapi/): an answer it does not describe —
  * an undocumented status, a missing header, a body of another shape — rejects send() with ApiMismatchError.
  */
 export function httpClient(port: number, maxSockets = 64, timeoutMs = 15_000): HttpClient {

@@ -5,12 +5,12 @@ import { z } from "zod";
 import { InvalidArgumentError } from "@fenced/fence";
 import { ContentionError, ResourceMismatchError, StaleTokenError, VersionMismatchError } from "@fenced/store";
 import { credentialKeys, MAX_TOKEN } from "@fenced/fence";
-import { ApiKeys } from "./auth.js";
+import { ApiKeys } from "./auth/api-keys.js";
 import { loadConfig } from "./config.js";
-import { decodeLeaseId, encodeLeaseId, LEASE_ID_PATTERN } from "./lease-id.js";
-import { GatewayMetrics } from "./metrics.js";
-import { classify, HttpProblem } from "./problem.js";
-import { decodeHeaderText, encodeHeaderText, keyFromPath, tokenSchema } from "./validation.js";
+import { decodeLeaseId, encodeLeaseId, LEASE_ID_PATTERN } from "./auth/lease-id.js";
+import { GatewayMetrics } from "./ops/metrics.js";
+import { classify, HttpProblem } from "./problems/problem.js";
+import { decodeHeaderText, encodeHeaderText, keyFromPath, tokenSchema } from "./schemas/validation.js";
 
 /** The gateway's pure parts: no server needed. */
 describe("lease ids", () => {

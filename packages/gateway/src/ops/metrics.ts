@@ -1,4 +1,4 @@
-import { BackendUnavailableError, isUnavailable } from "./backend-errors.js";
+import { BackendUnavailableError, isUnavailable } from "../problems/backend-errors.js";
 import { collectDefaultMetrics, Counter, Histogram, Registry } from "prom-client";
 
 export type StoreName = "records" | "objects";

@@ -3,10 +3,10 @@ import { Router, type Request, type Response } from "express";
 import type { FencedS3 } from "@fenced/store/s3";
 import { assertContentType } from "@fenced/store/s3";
 import { authorizeKey, writeOptions } from "./access.js";
-import { markAccepted, markWrite, keyMethods, sendJson, type RouteContext } from "./context.js";
-import { HttpProblem } from "./problem.js";
-import { readSmall, streamUpload } from "./request-body.js";
-import { encodeHeaderText, etag, OBJECT_VERSION } from "./validation.js";
+import { markAccepted, markWrite, keyMethods, sendJson, type RouteContext } from "../http/context.js";
+import { HttpProblem } from "../problems/problem.js";
+import { readSmall, streamUpload } from "../http/request-body.js";
+import { encodeHeaderText, etag, OBJECT_VERSION } from "../schemas/validation.js";
 
 const DEFAULT_CONTENT_TYPE = "application/octet-stream";
 

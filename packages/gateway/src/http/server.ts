@@ -70,7 +70,7 @@ export async function serve(app: Express, options: ServeOptions = {}): Promise<S
   });
   server.on("request", app);
   // Without a listener Node answers "100 Continue" by itself before the app has looked at the headers;
-  // with it, the routes send it when they want the body (request-body.ts).
+  // with it, the routes send it when they want the body (http/request-body.ts).
   server.on("checkContinue", (req: IncomingMessage, res: ServerResponse) => server.emit("request", req, res));
 
   await new Promise<void>((resolve, reject) => {

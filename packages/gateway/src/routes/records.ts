@@ -2,9 +2,9 @@ import { Router, type Request, type Response } from "express";
 import type { FencedPostgres } from "@fenced/store/postgres";
 import { assertJsonValue } from "@fenced/store";
 import { authorizeKey, writeOptions } from "./access.js";
-import { jsonBody, markAccepted, markWrite, keyMethods, sendJson, type RouteContext } from "./context.js";
-import { HttpProblem } from "./problem.js";
-import { encodeHeaderText, etag, RECORD_VERSION } from "./validation.js";
+import { jsonBody, markAccepted, markWrite, keyMethods, sendJson, type RouteContext } from "../http/context.js";
+import { HttpProblem } from "../problems/problem.js";
+import { encodeHeaderText, etag, RECORD_VERSION } from "../schemas/validation.js";
 
 /**
  * /v1/records/{key}: JSON records in FencedPostgres. The checks run in a fixed order — credentials

@@ -2,7 +2,7 @@ import type { Response } from "express";
 import { ZodError } from "zod";
 import { InvalidArgumentError } from "@fenced/fence";
 import { ContentionError, ResourceMismatchError, StaleTokenError, VersionMismatchError } from "@fenced/store";
-import type { ProblemExtensions } from "./api-schemas.js";
+import type { ProblemExtensions } from "../schemas/answers.js";
 import { BackendUnavailableError, isUnavailable } from "./backend-errors.js";
 
 /**
@@ -43,7 +43,7 @@ export type ProblemKind = keyof typeof PROBLEM_TYPES;
 
 /**
  * The extensions and headers of a problem: typed by its kind from the schemas the API document is
- * made of (api-schemas.ts), and required when the kind has required extensions.
+ * made of (schemas/answers.ts), and required when the kind has required extensions.
  */
 // eslint-disable-next-line @typescript-eslint/no-empty-object-type -- {}: "no members are required"
 type ProblemArgs<K extends ProblemKind> = {} extends ProblemExtensions<K>

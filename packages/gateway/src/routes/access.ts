@@ -1,9 +1,9 @@
 import type { Request, Response } from "express";
 import type { Fence } from "@fenced/fence";
-import { requireKey, requireResource, requireWrite, type Principal } from "./auth.js";
-import { HttpProblem } from "./problem.js";
-import type { RouteContext } from "./context.js";
-import { fenceFromHeaders, ifVersionFromHeaders, keyFromPath } from "./validation.js";
+import { requireKey, requireResource, requireWrite, type Principal } from "../auth/api-keys.js";
+import { HttpProblem } from "../problems/problem.js";
+import type { RouteContext } from "../http/context.js";
+import { fenceFromHeaders, ifVersionFromHeaders, keyFromPath } from "../schemas/validation.js";
 
 /**
  * The checks every /v1/records and /v1/objects request starts with, in the order that decides which

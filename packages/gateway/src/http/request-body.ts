@@ -1,6 +1,6 @@
 import { Readable } from "node:stream";
 import type { Request, Response } from "express";
-import { HttpProblem } from "./problem.js";
+import { HttpProblem } from "../problems/problem.js";
 
 /** Unread request bytes the gateway will still read and discard to keep a keep-alive connection usable. */
 const DISCARD_BUDGET = 1024 * 1024;

@@ -1,14 +1,14 @@
 import { z } from "zod";
 import { CREDENTIAL_VERSION, HOLDER_PATTERN, KEY_ID_PATTERN, TOKEN_PATTERN } from "@fenced/fence";
-import { LEASE_ID_PATTERN } from "./lease-id.js";
-import { PROBLEM_TYPES, type ProblemKind } from "./problem.js";
+import { LEASE_ID_PATTERN } from "../auth/lease-id.js";
+import { PROBLEM_TYPES, type ProblemKind } from "../problems/problem.js";
 import { OBJECT_VERSION, RECORD_VERSION, resourceSchema } from "./validation.js";
 
 /**
  * The JSON the gateway answers with, as zod schemas: the routes type their answers against these
- * (z.input), and openapi.ts turns the same schemas into the document's response schemas, so that
+ * (z.input), and openapi/ turns the same schemas into the document's response schemas, so that
  * what the code sends and what the document promises cannot drift apart. Request bodies are the
- * schemas that validate them (validation.ts).
+ * schemas that validate them (schemas/validation.ts).
  */
 
 const inner = (pattern: RegExp): string => pattern.source.replace(/^\^/, "").replace(/\$$/, "");

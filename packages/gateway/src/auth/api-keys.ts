@@ -1,7 +1,7 @@
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { Request } from "express";
 import { z } from "zod";
-import { HttpProblem } from "./problem.js";
+import { HttpProblem } from "../problems/problem.js";
 
 /**
  * An API key and what it may touch. `resources` and `keys` are prefixes ("" = everything; end a

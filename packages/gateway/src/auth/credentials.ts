@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { CredentialError, credentialKeys, ExpiredCredentialError, KEY_ID_PATTERN, MIN_SECRET_BYTES, mintFenceCredential, verifyFenceCredential, type CredentialKey, type Fence } from "@fenced/fence";
 import { decodeLeaseId, encodeLeaseId, type LeaseIdParts } from "./lease-id.js";
-import { HttpProblem } from "./problem.js";
+import { HttpProblem } from "../problems/problem.js";
 
 /**
  * A signing key as configured (file or environment only, never a flag): its id and its secret in

@@ -3,13 +3,13 @@
 import { Router, type Request, type Response } from "express";
 import { LeaseLostError, LockNotAcquiredError, Redlock, TokenSpaceExhaustedError, type Lease, type RedisClient, type RedlockOptions } from "@fenced/lock";
 import type { Fence } from "@fenced/fence";
-import type { LeaseAnswer } from "./api-schemas.js";
-import { requireResource, requireWrite, type Principal } from "./auth.js";
-import type { FenceCredentials, IssuedLease } from "./credentials.js";
-import type { StoreName } from "./metrics.js";
-import { jsonBody, methodNotAllowed, type RouteContext } from "./context.js";
-import { HttpProblem } from "./problem.js";
-import { leaseBodySchema } from "./validation.js";
+import type { LeaseAnswer } from "../schemas/answers.js";
+import { requireResource, requireWrite, type Principal } from "../auth/api-keys.js";
+import type { FenceCredentials, IssuedLease } from "../auth/credentials.js";
+import type { StoreName } from "../ops/metrics.js";
+import { jsonBody, methodNotAllowed, type RouteContext } from "../http/context.js";
+import { HttpProblem } from "../problems/problem.js";
+import { leaseBodySchema } from "../schemas/validation.js";
 
 export interface LeaseBackendOptions {
   /** One ioredis client per independent lock node (or one Cluster client). */
@@ -27,7 +27,7 @@ export interface RedisHealth {
 const BODY_LIMIT = 16 * 1024;
 
 /**
- * The answer's shape is the API document's (api-schemas.ts): the type keeps this code and the document
+ * The answer's shape is the API document's (schemas/answers.ts): the type keeps this code and the document
  * together. Everything sealed here comes from the lock's answer (resource, token, value, validUntil),
  * never from the request.
  */

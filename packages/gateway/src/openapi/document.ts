@@ -9,14 +9,14 @@ import {
   problemSchema,
   recordWriteAnswerSchema,
   tokenString,
-} from "./api-schemas.js";
-import { limitsSchema } from "./context.js";
-import { PROBLEM_TYPES, type ProblemKind } from "./problem.js";
-import { leaseBodySchema, OBJECT_VERSION, RECORD_VERSION } from "./validation.js";
+} from "../schemas/answers.js";
+import { limitsSchema } from "../http/context.js";
+import { PROBLEM_TYPES, type ProblemKind } from "../problems/problem.js";
+import { leaseBodySchema, OBJECT_VERSION, RECORD_VERSION } from "../schemas/validation.js";
 
 /**
  * The gateway's OpenAPI 3.1 document, generated from the zod schemas that validate its requests
- * (validation.ts) and type its answers (api-schemas.ts). Served at GET /openapi.json and shipped as
+ * (schemas/validation.ts) and type its answers (schemas/answers.ts). Served at GET /openapi.json and shipped as
  * @fenced/gateway/openapi.json; the gateway's tests check every answer they receive against it.
  */
 

@@ -1,7 +1,7 @@
 import type { Request } from "express";
 import { z } from "zod";
 import { CONTROL_CHARACTER, HOLDER_PATTERN, keyProblem, MAX_RESOURCE_LENGTH, MAX_TOKEN, resourceProblem, TOKEN_PATTERN, type Fence } from "@fenced/fence";
-import { HttpProblem } from "./problem.js";
+import { HttpProblem } from "../problems/problem.js";
 
 /**
  * Tokens travel as decimal strings, never JSON numbers: a double holds 53 bits, a token 63. The

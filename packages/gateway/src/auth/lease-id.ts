@@ -1,5 +1,5 @@
 import { parseEpochMs, SealError, TOKEN_PATTERN, MAX_TOKEN, resourceProblem, seal, unseal, type CredentialKey, type SealKind } from "@fenced/fence";
-import { HttpProblem } from "./problem.js";
+import { HttpProblem } from "../problems/problem.js";
 
 /**
  * What a lease id carries: everything the lock needs to extend or release the lease, so that any

@@ -1,11 +1,11 @@
 import express, { type Request, type RequestHandler, type Response } from "express";
 import type { Logger } from "pino";
 import { z } from "zod";
-import type { WriteAnswer } from "./api-schemas.js";
-import type { ApiKeys } from "./auth.js";
-import type { FenceCredentials } from "./credentials.js";
-import type { GatewayMetrics, StoreName, WriteOp } from "./metrics.js";
-import { HttpProblem } from "./problem.js";
+import type { WriteAnswer } from "../schemas/answers.js";
+import type { ApiKeys } from "../auth/api-keys.js";
+import type { FenceCredentials } from "../auth/credentials.js";
+import type { GatewayMetrics, StoreName, WriteOp } from "../ops/metrics.js";
+import { HttpProblem } from "../problems/problem.js";
 import { sendContinue } from "./request-body.js";
 
 export interface Limits {
