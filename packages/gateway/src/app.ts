@@ -13,6 +13,7 @@ import { accounting, limitsSchema, type Limits, type RouteContext } from "./http
 import { postgresHealth, s3Health, type BackendHealth } from "./ops/health.js";
 import { GatewayMetrics } from "./ops/metrics.js";
 import { openApiDocument, type OpenApiDocument } from "./openapi/document.js";
+import { PROBLEM_TYPES } from "./problems/kinds.js";
 import { classify, HttpProblem, sendProblem } from "./problems/problem.js";
 import { leasesRouter, type LeaseBackendOptions, type RedisHealth, type Registrar } from "./routes/leases.js";
 import { objectsRouter } from "./routes/objects.js";
@@ -169,22 +170,6 @@ function fail(ctx: RouteContext, err: unknown, req: Request, res: Response): voi
   sendProblem(res, problem);
 }
 
-const REASONS: Record<string, string> = {
-  stale: "stale_token",
-  resourceMismatch: "resource_mismatch",
-  credentialRequired: "credential_required",
-  invalidCredential: "invalid_credential",
-  credentialExpired: "credential_expired",
-  version: "version_mismatch",
-  invalid: "invalid_request",
-  unauthorized: "unauthorized",
-  forbidden: "forbidden",
-  tooLarge: "too_large",
-  mediaType: "unsupported_media_type",
-  notFound: "not_found",
-  unavailable: "unavailable",
-};
-
 function account(ctx: RouteContext, req: Request, res: Response, route: string, ms: number): void {
   const a = accounting(res);
   // A response cut short: the client went away (499, as nginx logs it) or the gateway cut it.
@@ -192,7 +177,7 @@ function account(ctx: RouteContext, req: Request, res: Response, route: string, 
   ctx.metrics.request(route, req.method, status, ms / 1000);
   if (a.write !== undefined) {
     if (a.accepted === true) ctx.metrics.writeAccepted(a.write.store, a.write.op);
-    else ctx.metrics.writeRejected(a.write.store, a.write.op, a.problem === undefined ? (status === 499 ? "aborted" : "error") : (REASONS[a.problem] ?? "error"));
+    else ctx.metrics.writeRejected(a.write.store, a.write.op, a.problem === undefined ? (status === 499 ? "aborted" : "error") : PROBLEM_TYPES[a.problem].reason);
   }
   const level = status >= 500 ? "warn" : status >= 400 ? "info" : "debug";
   // Checked first: at the default level a successful request costs no log object at all.

@@ -1,12 +1,12 @@
 // "@fenced/gateway": the HTTP gateway, a package of its own, so that users of the stores never load express.
+// The public API only: what embeds a gateway in a process, serves it, and describes its answers.
 export { createGateway, type Gateway, type GatewayOptions, type HealthReport } from "./app.js";
 export { serve, type ServeOptions, type Serving } from "./http/server.js";
-export { loadConfig, configSchema, type ConfigFlags, type GatewayConfig } from "./config.js";
-export { type ApiKeyConfig, type Principal } from "./auth/api-keys.js";
-export { type Limits } from "./http/context.js";
-export { GatewayMetrics } from "./ops/metrics.js";
-export { PROBLEM_TYPES, type ProblemBody } from "./problems/problem.js";
-export { openApiDocument, type DocumentLimits, type OpenApiDocument } from "./openapi/document.js";
-export { encodeLeaseId, decodeLeaseId, type LeaseIdParts } from "./auth/lease-id.js";
+export { type ApiKeyConfig } from "./auth/api-keys.js";
 export { type LeaseBackendOptions, type RedisHealth } from "./routes/leases.js";
-export { TOKEN_PATTERN } from "./schemas/validation.js";
+export { type BackendHealth } from "./ops/health.js";
+export { type GatewayMetrics } from "./ops/metrics.js";
+export { openApiDocument, type DocumentLimits, type OpenApiDocument } from "./openapi/document.js";
+export { PROBLEM_TYPES, type ProblemKind } from "./problems/kinds.js";
+export { type ProblemBody } from "./problems/problem.js";
+export { type HealthAnswer, type LeaseAnswer, type WriteAnswer } from "./schemas/answers.js";

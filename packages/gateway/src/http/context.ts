@@ -5,6 +5,7 @@ import type { WriteAnswer } from "../schemas/answers.js";
 import type { ApiKeys } from "../auth/api-keys.js";
 import type { FenceCredentials } from "../auth/credentials.js";
 import type { GatewayMetrics, StoreName, WriteOp } from "../ops/metrics.js";
+import type { ProblemKind } from "../problems/kinds.js";
 import { HttpProblem } from "../problems/problem.js";
 import { sendContinue } from "./request-body.js";
 
@@ -42,7 +43,7 @@ export interface Accounting {
   /** Set the moment the store accepted the write: a client that hangs up afterwards does not undo it. */
   accepted?: boolean;
   principal?: string;
-  problem?: string;
+  problem?: ProblemKind;
 }
 
 export function accounting(res: Response): Accounting {

@@ -1,18 +1,10 @@
 import { z } from "zod";
 import { HOLDER_PATTERN } from "@fenced/fence";
-import {
-  credentialString,
-  healthReportSchema,
-  leaseAnswerSchema,
-  objectWriteAnswerSchema,
-  PROBLEM_DESCRIPTIONS,
-  problemSchema,
-  recordWriteAnswerSchema,
-  tokenString,
-} from "../schemas/answers.js";
+import { healthReportSchema, leaseAnswerSchema, objectWriteAnswerSchema, recordWriteAnswerSchema } from "../schemas/answers.js";
+import { credentialString, OBJECT_VERSION, RECORD_VERSION, tokenString, unanchored } from "../schemas/fields.js";
 import { limitsSchema } from "../http/context.js";
-import { PROBLEM_TYPES, type ProblemKind } from "../problems/problem.js";
-import { leaseBodySchema, OBJECT_VERSION, RECORD_VERSION } from "../schemas/validation.js";
+import { PROBLEM_KINDS, PROBLEM_TYPES, problemSchema, type ProblemKind } from "../problems/kinds.js";
+import { leaseBodySchema } from "../schemas/validation.js";
 
 /**
  * The gateway's OpenAPI 3.1 document, generated from the zod schemas that validate its requests
@@ -92,10 +84,8 @@ const problemName = (kind: ProblemKind): string =>
     .split("-")
     .map((w) => w.charAt(0).toUpperCase() + w.slice(1))
     .join("")}Problem`;
-const pattern = (regex: RegExp): string => regex.source.replace(/^\^/, "").replace(/\$$/, "");
-const quoted = (version: RegExp): string => `^"(?:${pattern(version)})"$`;
+const quoted = (version: RegExp): string => `^"(?:${unanchored(version)})"$`;
 
-const PROBLEM_KINDS = Object.keys(PROBLEM_TYPES) as ProblemKind[];
 const PROBLEM_JSON = "application/problem+json";
 
 /** One response per status for a route's problems: the types it can answer with, as a oneOf on `type`. */
@@ -111,7 +101,7 @@ function problemResponses(kinds: readonly ProblemKind[]): Record<string, Respons
       ...(group.includes("lockHeld") && { "Retry-After": ref("headers", "Retry-After-Lock") }),
     };
     responses[String(status)] = {
-      description: group.map((k) => `\`${PROBLEM_TYPES[k].type}\`: ${PROBLEM_DESCRIPTIONS[k]}`).join("\n\n"),
+      description: group.map((k) => `\`${PROBLEM_TYPES[k].type}\`: ${PROBLEM_TYPES[k].description}`).join("\n\n"),
       ...(Object.keys(headers).length > 0 && { headers }),
       content: { [PROBLEM_JSON]: { schema: refs.length === 1 ? (refs[0] as Reference) : { oneOf: refs } } },
     };
@@ -266,7 +256,7 @@ function parameters(): Record<string, ParameterObject> {
     name: "If-Match",
     in: "header",
     description: `One entity tag: the ${what} version a read or write returned in ETag (quoted as there; a bare version is accepted too). \`*\` and lists are refused (400).`,
-    schema: { type: "string", pattern: `^(?:"(?:${pattern(version)})"|(?:${pattern(version)}))$` },
+    schema: { type: "string", pattern: `^(?:"(?:${unanchored(version)})"|(?:${unanchored(version)}))$` },
   });
   return {
     Key: {

@@ -1,9 +1,13 @@
+/**
+ * The HTTP mapping of problems: HttpProblem (an error that knows its answer), classify() (any error
+ * to a problem kind and body) and sendProblem(). The kinds themselves are the table in kinds.ts.
+ */
 import type { Response } from "express";
 import { ZodError } from "zod";
 import { InvalidArgumentError } from "@fenced/fence";
 import { ContentionError, ResourceMismatchError, StaleTokenError, VersionMismatchError } from "@fenced/store";
-import type { ProblemExtensions } from "../schemas/answers.js";
 import { BackendUnavailableError, isUnavailable } from "./backend-errors.js";
+import { PROBLEM_TYPES, type ProblemExtensions, type ProblemKind } from "./kinds.js";
 
 /**
  * RFC 9457 problem details. `type` is a relative URI reference naming the kind of problem; clients
@@ -17,33 +21,9 @@ export interface ProblemBody {
   readonly [extension: string]: unknown;
 }
 
-export const PROBLEM_TYPES = {
-  invalid: { status: 400, type: "/problems/invalid-request", title: "The request is malformed" },
-  unauthorized: { status: 401, type: "/problems/unauthorized", title: "Missing or invalid API key" },
-  forbidden: { status: 403, type: "/problems/forbidden", title: "Outside the API key's scope" },
-  credentialRequired: { status: 403, type: "/problems/credential-required", title: "A write needs a fence credential" },
-  invalidCredential: { status: 403, type: "/problems/invalid-credential", title: "The fence credential does not verify" },
-  credentialExpired: { status: 403, type: "/problems/credential-expired", title: "The fence credential's lease has ended" },
-  invalidLeaseId: { status: 403, type: "/problems/invalid-lease-id", title: "The lease id was not issued by this gateway" },
-  notFound: { status: 404, type: "/problems/not-found", title: "Not found" },
-  method: { status: 405, type: "/problems/method-not-allowed", title: "Method not allowed" },
-  stale: { status: 409, type: "/problems/stale-token", title: "Stale fencing token" },
-  resourceMismatch: { status: 409, type: "/problems/resource-mismatch", title: "The key belongs to another resource" },
-  lockHeld: { status: 409, type: "/problems/lock-held", title: "The lock is held by another lease" },
-  tokenSpaceExhausted: { status: 409, type: "/problems/token-space-exhausted", title: "The resource's fencing tokens are used up" },
-  leaseLost: { status: 409, type: "/problems/lease-lost", title: "The lease is lost" },
-  version: { status: 412, type: "/problems/version-mismatch", title: "Version mismatch" },
-  tooLarge: { status: 413, type: "/problems/too-large", title: "Body too large" },
-  mediaType: { status: 415, type: "/problems/unsupported-media-type", title: "Unsupported media type" },
-  unavailable: { status: 503, type: "/problems/unavailable", title: "A backend is unavailable" },
-  internal: { status: 500, type: "/problems/internal", title: "Internal error" },
-} as const;
-
-export type ProblemKind = keyof typeof PROBLEM_TYPES;
-
 /**
- * The extensions and headers of a problem: typed by its kind from the schemas the API document is
- * made of (schemas/answers.ts), and required when the kind has required extensions.
+ * The extensions and headers of a problem: typed by its kind from the table (kinds.ts), whose schemas
+ * the API document is made of, and required when the kind has required extensions.
  */
 // eslint-disable-next-line @typescript-eslint/no-empty-object-type -- {}: "no members are required"
 type ProblemArgs<K extends ProblemKind> = {} extends ProblemExtensions<K>

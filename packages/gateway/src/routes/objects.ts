@@ -6,7 +6,8 @@ import { authorizeKey, writeOptions } from "./access.js";
 import { markAccepted, markWrite, keyMethods, sendJson, type RouteContext } from "../http/context.js";
 import { HttpProblem } from "../problems/problem.js";
 import { readSmall, streamUpload } from "../http/request-body.js";
-import { encodeHeaderText, etag, OBJECT_VERSION } from "../schemas/validation.js";
+import { OBJECT_VERSION } from "../schemas/fields.js";
+import { encodeHeaderText, etag } from "../schemas/validation.js";
 
 const DEFAULT_CONTENT_TYPE = "application/octet-stream";
 

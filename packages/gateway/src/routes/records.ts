@@ -4,7 +4,8 @@ import { assertJsonValue } from "@fenced/store";
 import { authorizeKey, writeOptions } from "./access.js";
 import { jsonBody, markAccepted, markWrite, keyMethods, sendJson, type RouteContext } from "../http/context.js";
 import { HttpProblem } from "../problems/problem.js";
-import { encodeHeaderText, etag, RECORD_VERSION } from "../schemas/validation.js";
+import { RECORD_VERSION } from "../schemas/fields.js";
+import { encodeHeaderText, etag } from "../schemas/validation.js";
 
 /**
  * /v1/records/{key}: JSON records in FencedPostgres. The checks run in a fixed order — credentials

@@ -1,37 +1,20 @@
 import type { Request } from "express";
 import { z } from "zod";
-import { CONTROL_CHARACTER, HOLDER_PATTERN, keyProblem, MAX_RESOURCE_LENGTH, MAX_TOKEN, resourceProblem, TOKEN_PATTERN, type Fence } from "@fenced/fence";
+import { HOLDER_PATTERN, keyProblem, MAX_TOKEN, TOKEN_PATTERN, type Fence } from "@fenced/fence";
 import { HttpProblem } from "../problems/problem.js";
+import { resourceSchema } from "./fields.js";
 
 /**
  * Tokens travel as decimal strings, never JSON numbers: a double holds 53 bits, a token 63. The
  * pattern (one spelling per value) is @fenced/fence's, the one definition shared with the lock and
  * the stores.
  */
-export { TOKEN_PATTERN };
-
 export const tokenSchema = z
   .string()
   .regex(TOKEN_PATTERN, "a token is a decimal string: 0 or 1-19 digits without a leading zero")
   // zod runs every check even after one failed: BigInt() must only ever see the pattern's digits.
   .refine((s) => !TOKEN_PATTERN.test(s) || BigInt(s) <= MAX_TOKEN, `a token is at most ${MAX_TOKEN}`)
   .transform((s) => BigInt(s));
-
-/** A resource as the lock grants it and the stores accept it (@fenced/fence's rule). */
-export const resourceSchema = z
-  .string()
-  .superRefine((value, ctx) => {
-    const problem = resourceProblem(value);
-    if (problem !== undefined) ctx.addIssue({ code: "custom", message: `a resource ${problem}` });
-  })
-  // The same rule in the API document's JSON Schema, which cannot run resourceProblem (it counts
-  // code points where JavaScript counts UTF-16 units, and cannot see a lone surrogate).
-  .meta({
-    description: `A lock resource: 1-${MAX_RESOURCE_LENGTH} UTF-16 code units of well-formed Unicode without control characters`,
-    minLength: 1,
-    maxLength: MAX_RESOURCE_LENGTH,
-    pattern: `^[^${CONTROL_CHARACTER.source.slice(1, -1)}]*$`,
-  });
 
 export function leaseBodySchema(maxTtlMs: number) {
   const ttlMs = z.number().int().min(1).max(maxTtlMs);
@@ -143,10 +126,6 @@ export function ifVersionFromHeaders(req: Request, versionPattern: RegExp): stri
   if (version === undefined || !versionPattern.test(version)) throw invalid("expected one version as returned in ETag", "If-Match");
   return version;
 }
-
-/** The version patterns the stores issue (postgres: a sequence value; S3: 128 random bits in hex). */
-export const RECORD_VERSION = /^[1-9][0-9]{0,18}$/;
-export const OBJECT_VERSION = /^[0-9a-f]{32}$/;
 
 export function etag(version: string): string {
   return `"${version}"`;
