@@ -18,6 +18,12 @@ export type Failure =
    * true race with 500). Only reading the object back can tell.
    */
   | "ambiguous"
+  /**
+   * 429, SlowDown, RequestTimeout, a clock skew: refused before it was applied (it did not land), and
+   * worth another try after a pause. The caller retries, after a new fence read: the SDK would send
+   * the same request again after its backoff, long after the fence read it was checked against.
+   */
+  | "throttled"
   /** Anything else (403, 400, NoSuchBucket): retrying cannot help. */
   | "fatal"
   /** Its gate closed: the request never left this process, so it cannot land. */
@@ -60,6 +66,52 @@ class AmbiguousNotRetried extends Error {
   constructor(readonly original: unknown) {
     super("conditional PUT: no answer, or 5xx");
   }
+}
+
+/** What the SDK retries although the server answered below 500: refusals that did not apply the write. */
+const RETRIED_REFUSALS = new Set([
+  "Throttling",
+  "ThrottlingException",
+  "ThrottledException",
+  "RequestThrottledException",
+  "TooManyRequestsException",
+  "ProvisionedThroughputExceededException",
+  "TransactionInProgressException",
+  "RequestLimitExceeded",
+  "BandwidthLimitExceeded",
+  "LimitExceededException",
+  "RequestThrottled",
+  "SlowDown",
+  "PriorRequestNotComplete",
+  "EC2ThrottledException",
+  "TimeoutError",
+  "RequestTimeout",
+  "RequestTimeoutException",
+  "AuthFailure",
+  "InvalidSignatureException",
+  "RequestExpired",
+  "RequestInTheFuture",
+  "RequestTimeTooSkewed",
+  "SignatureDoesNotMatch",
+]);
+
+/**
+ * A conditional PUT's answer below 500 that the SDK would retry (throttling, RequestTimeout, a clock
+ * skew), taken out of its hands: each try of a conditional PUT must follow a fence read of the
+ * caller's, so the caller pauses and retries it. Like AmbiguousNotRetried, without `cause` or `$metadata`.
+ */
+class RefusedNotRetried extends Error {
+  constructor(readonly original: unknown) {
+    super("conditional PUT: throttled or timed out before it was applied");
+  }
+}
+
+/** Whether the SDK would retry this answer below 500 (its status or code says throttled or transient). */
+function retriedRefusal(err: unknown): boolean {
+  const status = statusOf(err);
+  if (status === 429) return true;
+  const code = codeOf(err);
+  return code !== undefined && RETRIED_REFUSALS.has(code);
 }
 
 /**
@@ -109,6 +161,7 @@ const HOLD = { step: "deserialize", priority: "low", name: "fencedSendGate" } as
 export function classify(err: unknown): Failure {
   if (err instanceof NotSent) return "unsent";
   if (err instanceof AmbiguousNotRetried) return "ambiguous";
+  if (err instanceof RefusedNotRetried) return "throttled";
   const status = statusOf(err);
   if (status === undefined) return "ambiguous"; // no response at all: the request may still have landed
   if (status === 412) return "precondition";
@@ -248,14 +301,16 @@ export class ConditionalObjects {
         ...("ifMatch" in condition ? { IfMatch: this.etagHeader(condition.ifMatch) } : { IfNoneMatch: "*" }),
       });
       // Inside the SDK's retry loop (same step, lower priority), so it sees the failure before the retry does.
-      // Throttling answers (429, other 4xx the SDK retries) are refusals, and retrying them is safe.
+      // Nothing is retried by the SDK: every try of a conditional PUT must follow a fence read of the caller's.
       command.middlewareStack.add(
         (next) => async (args) => {
           try {
             return await next(args);
           } catch (err) {
+            if (err instanceof NotSent) throw err;
             const status = statusOf(err);
-            if (!(err instanceof NotSent) && (status === undefined || status >= 500)) throw new AmbiguousNotRetried(err);
+            if (status === undefined || status >= 500) throw new AmbiguousNotRetried(err);
+            if (retriedRefusal(err)) throw new RefusedNotRetried(err);
             throw err;
           }
         },

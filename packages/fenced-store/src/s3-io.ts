@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from "node:timers/promises";
 import type { S3Client } from "@aws-sdk/client-s3";
 import { ContentionError, StaleTokenError } from "./errors.js";
 import { admits, type CheckedFence } from "./fence.js";
@@ -42,6 +43,16 @@ export function fenceRefusal(fence: CheckedFence, stored: FenceSnapshot | null):
 /** Whether the fence object must be raised before a write with this fence (it admits it already otherwise). */
 export function needsRaise(fence: CheckedFence, stored: FenceSnapshot | null): boolean {
   return stored === null || fence.token > stored.highest.token;
+}
+
+/**
+ * The pause after a throttled conditional PUT before its next try (full jitter, as the SDK's own
+ * throttling backoff: 500 ms doubling per throttled answer, at most 20 s). The next try is sent only
+ * after a fence read that follows this pause.
+ */
+export function throttledPause(throttled: number, signal: AbortSignal | undefined): Promise<void> {
+  const ms = Math.random() * Math.min(500 * 2 ** (throttled - 1), 20_000);
+  return sleep(ms, undefined, signal === undefined ? undefined : { signal });
 }
 
 export function refusedOwnEtag(key: string): Error {
@@ -161,6 +172,7 @@ export class StoreIo {
   async raiseFence(fence: CheckedFence, known: FenceSnapshot | null | undefined, signal: AbortSignal | undefined): Promise<FenceSnapshot> {
     const target = fenceKey(this.options.prefix, fence.resource);
     let snap = known === undefined ? await this.readFence(fence.resource, signal) : known;
+    let throttled = 0;
     for (let attempt = 1; ; attempt++) {
       const refused = fenceRefusal(fence, snap);
       if (refused !== undefined) throw refused;
@@ -173,6 +185,7 @@ export class StoreIo {
       }
       signal?.throwIfAborted();
       if (outcome.failure === "fatal") throw outcome.error;
+      if (outcome.failure === "throttled") await throttledPause(++throttled, signal);
       // Whatever went wrong, the fence object says what holds now (a raise of ours that landed admits us).
       const current = await this.readFence(fence.resource, signal);
       if (outcome.failure === "precondition" && snap !== null && current?.etag === snap.etag && !this.objects.noteRefusedOwnEtag()) {

@@ -1,4 +1,5 @@
 import { randomBytes } from "node:crypto";
+import { Readable } from "node:stream";
 import { listKeys } from "@fenced/servers";
 import { GetObjectCommand, type S3Client } from "@aws-sdk/client-s3";
 import { decodeManifest, type ManifestHeader } from "./s3-manifest.js";
@@ -150,3 +151,37 @@ export function onWire(client: S3Client, seen: (request: WireRequest) => void): 
   };
 }
 
+
+/** A request as the HTTP handler is given it: enough to tell which of the store's objects it is for. */
+export interface WireCall {
+  readonly method: string;
+  readonly path: string;
+}
+
+/** An HTTP answer made up by a test, in place of the server's. */
+export interface FakeAnswer {
+  readonly status: number;
+  /** The S3 error code the body carries (e.g. "SlowDown"). */
+  readonly code: string;
+}
+
+/**
+ * Answers requests at the HTTP handler, inside the SDK's retry loop: `answer` may return a made-up
+ * answer (the request never reaches the server) or undefined to send it. A made-up error answer is
+ * seen by the SDK exactly as the server's would be, retries included.
+ */
+export function answerOnWire(client: S3Client, answer: (call: WireCall) => Promise<FakeAnswer | undefined>): void {
+  const handler = client.config.requestHandler as { handle: (request: WireCall, ...rest: unknown[]) => Promise<unknown> };
+  const handle = handler.handle.bind(handler);
+  handler.handle = async (request, ...rest) => {
+    const fake = await answer(request);
+    if (fake === undefined) return handle(request, ...rest);
+    const body = `<?xml version="1.0" encoding="UTF-8"?><Error><Code>${fake.code}</Code><Message>injected</Message></Error>`;
+    const headers = { "content-type": "application/xml", "content-length": String(Buffer.byteLength(body)) };
+    return { response: { statusCode: fake.status, reason: fake.code, headers, body: Readable.from([Buffer.from(body)]) } };
+  };
+}
+
+export function isFenceWrite(info: RequestInfo): boolean {
+  return info.command === "PutObjectCommand" && (info.key?.includes("/fences/") ?? false);
+}

@@ -4,7 +4,7 @@ import { ContentionError, ResourceMismatchError, StaleTokenError, VersionMismatc
 import { admits, type CheckedFence } from "./fence.js";
 import { AttemptBodies } from "./s3-bodies.js";
 import { SendGate, type WriteOutcome } from "./s3-conditional.js";
-import { condition, fenceRefusal, needsRaise, refusedOwnEtag, type FenceSnapshot, type Snapshot, type StoreIo } from "./s3-io.js";
+import { condition, fenceRefusal, needsRaise, refusedOwnEtag, throttledPause, type FenceSnapshot, type Snapshot, type StoreIo } from "./s3-io.js";
 import { manifestKey, newId } from "./s3-layout.js";
 import { encodeManifest, entryFor, nextHeader, transferHeader, type ManifestHeader } from "./s3-manifest.js";
 
@@ -160,7 +160,8 @@ export async function writeManifest(io: StoreIo, intent: Intent): Promise<S3PutR
         if (refused !== undefined) throw refused;
       }
       fences = await Promise.all(intent.fences.map((f, i) => io.raiseFence(f, known[i] ?? null, signal)));
-      fenceFresh = true;
+      // A raise's answer is as fresh as a read of that fence, but not of another fence read before it was awaited.
+      fenceFresh = intent.fences.length === 1;
     };
     if (checkFences) await raise();
 
@@ -224,6 +225,7 @@ export async function writeManifest(io: StoreIo, intent: Intent): Promise<S3PutR
       }
     };
 
+    let throttled = 0;
     for (let attempt = 1; ; attempt++) {
       let sent: Prepared | undefined;
       while (sent === undefined) {
@@ -259,7 +261,8 @@ export async function writeManifest(io: StoreIo, intent: Intent): Promise<S3PutR
       // 9. Whatever went wrong, the manifest itself says whether one of our attempts landed. A first
       // failure is usually a remembered manifest gone stale; repeated ones are contention. Pause
       // before reading, not after: the next swap must go out on a manifest read just before.
-      if (attempt > 1) {
+      if (outcome.failure === "throttled") await throttledPause(++throttled, signal);
+      else if (attempt > 1) {
         io.contended(key);
         await sleep(Math.random() * Math.min(2 ** attempt, 50), undefined, signal === undefined ? undefined : { signal });
       }
