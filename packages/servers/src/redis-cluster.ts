@@ -4,7 +4,8 @@ import { join } from "node:path";
 import { freePort } from "./ports.js";
 import { killHard, requireExecutable, spawnTracked, waitFor, type Spawned } from "./processes.js";
 import { redisCommands } from "./redis-probe.js";
-import { LOOPBACK, launchOnFreePort, makeServerDir } from "./redis.js";
+import { launchOnFreePort, makeServerDir } from "./redis-launch.js";
+import { LOOPBACK } from "./redis-node.js";
 
 export interface RedisCluster {
   /** One redis://host:port per master. */

@@ -3,7 +3,7 @@ import type { StartedTestContainer } from "testcontainers";
 import { freePort } from "./ports.js";
 import { waitFor } from "./processes.js";
 import { redisReady } from "./redis-probe.js";
-import { persistenceArgs, type OwnedRedisNode, type RedisPersistence } from "./redis.js";
+import { persistenceArgs, type OwnedRedisNode, type RedisPersistence } from "./redis-node.js";
 
 const IMAGE = "redis:7";
 

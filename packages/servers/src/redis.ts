@@ -1,145 +1,13 @@
-import { mkdir, mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { CLOCK_OFFSET_FILE_ENV, compileClockShim, writeClockOffset } from "./clock-shim.js";
 import { dockerAvailable } from "./docker.js";
-import { freePort } from "./ports.js";
-import { killHard, requireExecutable, spawnTracked, waitFor, type Spawned } from "./processes.js";
-import { redisReady } from "./redis-probe.js";
+import { killHard, requireExecutable, type Spawned } from "./processes.js";
 import { startDockerRedisNode } from "./redis-docker.js";
+import { launchOnFreePort, makeServerDir, relaunchOnPort, type LocalServerSpec } from "./redis-launch.js";
+import { LOOPBACK, nodeName, type OwnedRedisNode, type RedisNodeHandle, type RedisNodes, type RedisPersistence, type StartRedisOptions } from "./redis-node.js";
 
-export interface RedisNodeHandle {
-  /** "A", "B", "C", ... in start order. */
-  readonly name: string;
-  readonly host: string;
-  readonly port: number;
-  /** redis://host:port (for env endpoints: the URL as given). */
-  readonly url: string;
-  /** false for endpoints from REDIS_URLS: the harness does not own them, every fault method throws. */
-  readonly controllable: boolean;
-  /** The server process (or container) is alive: not killed. */
-  readonly running: boolean;
-  readonly paused: boolean;
-  /** SIGKILL; resolves once the process has exited. */
-  kill(): Promise<void>;
-  /** Kills if running, then starts again on the same port; keepData (default true) keeps the data dir. Resolves once PING answers. */
-  restart(options?: { keepData?: boolean }): Promise<void>;
-  /** SIGSTOP: the server keeps its connections but answers nothing. */
-  pause(): void;
-  /** SIGCONT. */
-  resume(): void;
-  /** Shifts this node's wall clock (only nodes started with clockControl). Takes effect within ~1 ms and survives restarts. */
-  setClockOffsetMs(ms: number): void;
-}
-
-export interface RedisNodes {
-  readonly nodes: readonly RedisNodeHandle[];
-  readonly urls: readonly string[];
-  readonly source: "env" | "docker" | "local";
-  /** Kills everything and removes temp dirs; idempotent. Env endpoints are left untouched. */
-  stop(): Promise<void>;
-}
-
-export interface StartRedisOptions {
-  /** needs kill/restart/pause: never use env endpoints then (env endpoints are used only when faults are not needed) */
-  faults?: boolean;
-  /** indexes of nodes started with the clock shim (implies faults, local processes) */
-  clockControl?: readonly number[];
-  /** default "fsync-always": appendonly yes + appendfsync always (what PROTOCOL.md requires of lock nodes); "none": no persistence at all (for tests showing what happens without it) */
-  persistence?: "fsync-always" | "none";
-}
-
-export type RedisPersistence = NonNullable<StartRedisOptions["persistence"]>;
-
-export const LOOPBACK = "127.0.0.1";
-const START_TIMEOUT_MS = 20_000;
-
-export function nodeName(index: number): string {
-  return index < 26 ? String.fromCharCode(65 + index) : `N${index}`;
-}
-
-/** Server arguments shared by the lock nodes, the docker nodes and the cluster nodes. */
-export function persistenceArgs(persistence: RedisPersistence): string[] {
-  // RDB snapshots are off either way: they would add an unrelated, timing-dependent way to survive a kill.
-  // What PROTOCOL.md requires of lock nodes, spelled out even where it is Redis's default: an fsync
-  // skipped during a rewrite, or a counter evicted under memory pressure, loses an acknowledged counter.
-  return ["--save", "", "--appendonly", persistence === "none" ? "no" : "yes", "--appendfsync", "always", "--no-appendfsync-on-rewrite", "no", "--maxmemory-policy", "noeviction"];
-}
-
-export interface LocalServerSpec {
-  /** Data directory (--dir); wiped by restart({ keepData: false }). */
-  readonly dataDir: string;
-  readonly persistence: RedisPersistence;
-  readonly extraArgs?: readonly string[];
-  readonly env?: NodeJS.ProcessEnv;
-}
-
-class PortTaken extends Error {}
-
-/**
- * Starts redis-server on the port and waits until that very process answers PING.
- * Throws PortTaken when the port (or the cluster bus port) was already in use.
- */
-async function launchOnPort(port: number, spec: LocalServerSpec): Promise<Spawned> {
-  const binary = requireExecutable("redis-server", "apt-get install redis-server");
-  const args = [
-    "--port", String(port), "--bind", LOOPBACK, "--protected-mode", "no", "--daemonize", "no",
-    "--logfile", "", "--dir", spec.dataDir, ...persistenceArgs(spec.persistence), ...(spec.extraArgs ?? []),
-  ];
-  const spawned = spawnTracked(binary, args, { cwd: spec.dataDir, env: { ...process.env, ...spec.env } });
-  let exited = false;
-  void spawned.exited.then(() => {
-    exited = true;
-  });
-  try {
-    await waitFor(
-      `redis-server on port ${port}`,
-      async () => exited || (await redisReady(LOOPBACK, port, spawned.child.pid)),
-      START_TIMEOUT_MS,
-      () => spawned.output(),
-    );
-  } catch (err) {
-    await killHard(spawned);
-    throw err;
-  }
-  if (exited) {
-    const output = spawned.output();
-    if (/address already in use/i.test(output)) throw new PortTaken(output);
-    throw new Error(`redis-server on port ${port} exited during start-up:\n${output}`);
-  }
-  return spawned;
-}
-
-/** Starts redis-server on a fresh port, trying another one if the chosen port was taken in the meantime. */
-export async function launchOnFreePort(spec: LocalServerSpec, pickPort: () => Promise<number> = freePort): Promise<{ port: number; spawned: Spawned }> {
-  for (let attempt = 1; ; attempt++) {
-    const port = await pickPort();
-    try {
-      return { port, spawned: await launchOnPort(port, spec) };
-    } catch (err) {
-      if (!(err instanceof PortTaken) || attempt >= 8) throw err;
-    }
-  }
-}
-
-/** Starts redis-server again on a port it held before; another process may hold that port for a moment. */
-async function relaunchOnPort(port: number, spec: LocalServerSpec): Promise<Spawned> {
-  const deadline = Date.now() + 5_000;
-  for (;;) {
-    try {
-      return await launchOnPort(port, spec);
-    } catch (err) {
-      if (!(err instanceof PortTaken) || Date.now() > deadline) throw err;
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  }
-}
-
-/** A node the harness owns; also what the docker and cluster variants build on. */
-export interface OwnedRedisNode extends RedisNodeHandle {
-  /** Kills the node and removes what it left on disk. */
-  dispose(): Promise<void>;
-}
+export type { RedisNodeHandle, RedisNodes, StartRedisOptions } from "./redis-node.js";
 
 class LocalRedisNode implements OwnedRedisNode {
   readonly host = LOOPBACK;
@@ -210,14 +78,6 @@ class LocalRedisNode implements OwnedRedisNode {
     if (!this.running || pid === undefined) throw new Error(`Redis node ${this.name} is not running`);
     process.kill(pid, signal);
   }
-}
-
-/** A fresh temp dir for one server: data in <dir>/data, clock offset (if any) beside it, so wiping data keeps the offset. */
-export async function makeServerDir(prefix: string): Promise<{ dir: string; dataDir: string }> {
-  const dir = await mkdtemp(join(tmpdir(), prefix));
-  const dataDir = join(dir, "data");
-  await mkdir(dataDir);
-  return { dir, dataDir };
 }
 
 async function startLocalNode(index: number, persistence: RedisPersistence, clock: boolean): Promise<LocalRedisNode> {
