@@ -21,11 +21,12 @@ import {
   type S3UpdateOptions,
   type S3WriteOptions,
 } from "./s3-options.js";
-import { refusal, writeManifest, type Content, type S3PutResult } from "./s3-write.js";
+import { refusal, type Content, type S3PutResult } from "./s3-intent.js";
+import { writeManifest } from "./s3-write.js";
 
 export type { S3Body } from "./s3-body.js";
 export type { FencedS3Options, S3DeleteOptions, S3RegisterOptions, S3TransferOptions, S3UpdateOptions, S3WriteOptions } from "./s3-options.js";
-export type { S3PutResult } from "./s3-write.js";
+export type { S3PutResult } from "./s3-intent.js";
 
 interface S3Meta {
   readonly version: string;

@@ -1,0 +1,111 @@
+import type { AttemptBodies } from "./s3-bodies.js";
+import type { SendGate, WriteOutcome } from "./s3-conditional.js";
+import { condition, type FenceSnapshot, type Snapshot, type StoreIo } from "./s3-io.js";
+import { build, type Intent, type ManifestState } from "./s3-intent.js";
+import { manifestKey, newId } from "./s3-layout.js";
+import { encodeManifest, type ManifestHeader } from "./s3-manifest.js";
+
+/** The state of one write while it runs (s3-write.ts), and the small steps both fencing strategies share. */
+
+/** One manifest PUT of this write: its writeId, and what it replaces if it lands. */
+export interface Attempt {
+  readonly writeId: string;
+  /** The manifest it was sent against (null: a create), i.e. the one it replaces if it lands. */
+  readonly target: Snapshot | null;
+  /** Whether its answer left the outcome open: it may have landed, or land while its target is current. */
+  ambiguous: boolean;
+}
+
+/** A manifest attempt handed to the SDK: its record, its header, its data object, and its outcome once settled. */
+export interface Prepared {
+  readonly attempt: Attempt;
+  readonly header: ManifestHeader;
+  readonly dataKey: string | undefined;
+  readonly outcome: Promise<WriteOutcome>;
+}
+
+/** The fence objects as last read or raised (null: absent; undefined: not read yet). */
+export interface FenceState {
+  readonly snaps: readonly (FenceSnapshot | null)[] | undefined;
+  /** Read (or raised) after everything this write awaited since: a manifest PUT may go out on it. */
+  readonly fresh: boolean;
+}
+
+/** How a write treats the resource fence objects: checked and raised (the default), or not at all. */
+export interface Fencing {
+  /** Whether this store expects a fence object to need raising (a guess: it only decides what step 2 reads). */
+  expectsRaise(run: Run): boolean;
+  /** Reads the fence objects into run.fences; with a gate, the read goes on the wire only once it opens. */
+  read(run: Run, gate?: SendGate): Promise<void>;
+  /** The refusal by the fence objects as last read, if any. */
+  problem(run: Run): Error | undefined;
+  /** Step 4: raises the fence objects below this write's tokens. */
+  raise(run: Run): Promise<void>;
+  /** Steps 5 to 7: the attempt's data object, then its manifest PUT; undefined if a raise is needed first (nothing was sent). */
+  send(run: Run): Promise<Prepared | undefined>;
+}
+
+/** Everything one write knows while it runs. Each step reads and updates it; nothing else is shared. */
+export interface Run {
+  readonly io: StoreIo;
+  readonly intent: Intent;
+  readonly bodies: AttemptBodies | undefined;
+  readonly fencing: Fencing;
+  /** The manifest the next attempt is built on and sent against. */
+  manifest: ManifestState;
+  fences: FenceState;
+  /** Every attempt sent, in order. */
+  readonly attempts: Attempt[];
+  /** The key's manifest as read after the latest attempt was sent; undefined while unknown. */
+  afterSend: Snapshot | null | undefined;
+  /** Throttled answers so far: the pause before the next try doubles with each. */
+  throttled: number;
+}
+
+export async function readManifest(run: Run): Promise<void> {
+  const found = await run.io.readManifest(run.intent.key, run.intent.signal);
+  run.manifest = { snap: found?.snap ?? null, inline: found?.inline, fresh: true };
+}
+
+/**
+ * Reads the fence objects and the manifest, each if asked, in parallel. The fences are fresh after
+ * it only if they were read in it: a manifest read awaited alone comes between them and the PUT.
+ */
+export async function readBatch(run: Run, what: { readonly fences: boolean; readonly manifest: boolean }): Promise<void> {
+  await Promise.all([what.fences ? run.fencing.read(run) : undefined, what.manifest ? readManifest(run) : undefined]);
+  if (!what.fences && what.manifest) run.fences = { ...run.fences, fresh: false };
+}
+
+/** The next manifest attempt, built on the current manifest and handed to the SDK (through `gate`: sent only once it opens). */
+export function prepare(run: Run, dataKey: string | undefined, gate?: SendGate): Prepared {
+  const { io, intent, manifest } = run;
+  const writeId = newId();
+  const { header, inline } = build(intent, manifest, writeId, dataKey);
+  const outcome = io.objects.write(manifestKey(io.options.prefix, intent.key), encodeManifest(header, inline), condition(manifest.snap), intent.signal, gate);
+  return { attempt: { writeId, target: manifest.snap, ambiguous: false }, header, dataKey, outcome };
+}
+
+/** The attempt goes on the wire: from now on it may land, and what follows awaits it (the fences are no longer fresh). */
+export function sending(run: Run, p: Prepared): Prepared {
+  run.attempts.push(p.attempt);
+  if (p.dataKey !== undefined) run.bodies?.sent(p.dataKey);
+  run.afterSend = undefined;
+  run.fences = { ...run.fences, fresh: false };
+  return p;
+}
+
+/** A refusal says nothing was written: not so while an attempt whose outcome is open may still land. */
+export function refuse(run: Run, err: Error, now: Snapshot | null): Error {
+  const open = run.attempts.some((a) => a.ambiguous && (a.target?.etag ?? null) === (now?.etag ?? null));
+  if (!open) return err;
+  const what = `write of ${JSON.stringify(run.intent.key)}: ${err.message}, but an earlier attempt got no answer and may still land; the outcome is unknown`;
+  return new Error(what, { cause: err });
+}
+
+/** Step 5: this attempt's data object, named for the manifest it is sent against (undefined: no body object). */
+export async function dataObject(run: Run): Promise<string | undefined> {
+  if (run.bodies === undefined) return undefined;
+  const prepared = await run.bodies.prepare(run.manifest.snap?.header.writeId ?? null);
+  if (prepared.waited) run.fences = { ...run.fences, fresh: false };
+  return prepared.key;
+}
