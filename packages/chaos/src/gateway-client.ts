@@ -14,7 +14,7 @@ import { StaleTokenError, VersionMismatchError } from "@fenced/store";
  * - a broken connection or no answer in time: the socket's own error (the write may have landed).
  */
 
-/** Problem types a worker branches on (packages/gateway/src/problems/). */
+/** Problem types a worker branches on (packages/gateway/src/problems/kinds.ts). */
 const STALE_TOKEN = "/problems/stale-token";
 const LOCK_HELD = "/problems/lock-held";
 

@@ -1,7 +1,8 @@
 // Checks answers against the API document (not part of the published build): test-support.ts's
 // httpClient runs every answer the gateway's tests receive through it.
 import { Ajv2020, type ValidateFunction } from "ajv/dist/2020.js";
-import { HTTP_METHODS, openApiDocument, type HeaderObject, type HttpMethod, type JsonSchema, type OpenApiDocument, type OperationObject, type Reference, type ResponseObject } from "./openapi/document.js";
+import { openApiDocument } from "./openapi/document.js";
+import { HTTP_METHODS, type HeaderObject, type HttpMethod, type JsonSchema, type OpenApiDocument, type OperationObject, type Reference, type ResponseObject } from "./openapi/types.js";
 
 /** One request and the answer it got, as the client saw them. */
 export interface Exchange {

@@ -1,0 +1,140 @@
+import { z } from "zod";
+import { HOLDER_PATTERN } from "@fenced/fence";
+import { healthReportSchema, leaseAnswerSchema, objectWriteAnswerSchema, recordWriteAnswerSchema } from "../schemas/answers.js";
+import { credentialString, OBJECT_VERSION, RECORD_VERSION, tokenString, unanchored } from "../schemas/fields.js";
+import { PROBLEM_KINDS, PROBLEM_TYPES, problemSchema, type ProblemKind } from "../problems/kinds.js";
+import { leaseBodySchema } from "../schemas/validation.js";
+import type { HeaderObject, JsonSchema, MediaTypeObject, OperationObject, ParameterObject, Reference, ResolvedLimits, ResponseObject } from "./types.js";
+
+// The document's building blocks (a zod schema as JSON Schema, references, the problem responses of
+// an operation) and its components (parameters, headers, schemas), which paths.ts refers to.
+
+/** A zod schema as a draft 2020-12 JSON Schema (OpenAPI 3.1's dialect), as the wire sees it (its input side). */
+export function jsonSchema(schema: z.ZodType): JsonSchema {
+  const { $schema: _dialect, ...rest } = z.toJSONSchema(schema, { target: "draft-2020-12", io: "input", unrepresentable: "throw" });
+  // Each component must stand alone: a $defs reference would point into the wrong document once embedded.
+  if (JSON.stringify(rest).includes('"$defs"')) throw new Error("a component schema with $defs cannot be embedded");
+  return rest;
+}
+
+export const ref = (section: string, name: string): Reference => ({ $ref: `#/components/${section}/${name}` });
+export const problemName = (kind: ProblemKind): string =>
+  `${PROBLEM_TYPES[kind].type
+    .replace("/problems/", "")
+    .split("-")
+    .map((w) => w.charAt(0).toUpperCase() + w.slice(1))
+    .join("")}Problem`;
+export const quoted = (version: RegExp): string => `^"(?:${unanchored(version)})"$`;
+
+export const PROBLEM_JSON = "application/problem+json";
+
+/** One response per status for a route's problems: the types it can answer with, as a oneOf on `type`. */
+export function problemResponses(kinds: readonly ProblemKind[]): Record<string, ResponseObject> {
+  const byStatus = new Map<number, ProblemKind[]>();
+  for (const kind of kinds) byStatus.set(PROBLEM_TYPES[kind].status, [...(byStatus.get(PROBLEM_TYPES[kind].status) ?? []), kind]);
+  const responses: Record<string, ResponseObject> = {};
+  for (const [status, group] of [...byStatus].sort(([a], [b]) => a - b)) {
+    const refs = group.map((k) => ref("schemas", problemName(k)));
+    const headers: Record<string, Reference> = {
+      ...(status === 401 && { "WWW-Authenticate": ref("headers", "WWW-Authenticate") }),
+      ...(status === 503 && { "Retry-After": ref("headers", "Retry-After") }),
+      ...(group.includes("lockHeld") && { "Retry-After": ref("headers", "Retry-After-Lock") }),
+    };
+    responses[String(status)] = {
+      description: group.map((k) => `\`${PROBLEM_TYPES[k].type}\`: ${PROBLEM_TYPES[k].description}`).join("\n\n"),
+      ...(Object.keys(headers).length > 0 && { headers }),
+      content: { [PROBLEM_JSON]: { schema: refs.length === 1 ? (refs[0] as Reference) : { oneOf: refs } } },
+    };
+  }
+  return responses;
+}
+
+// Every authenticated route can answer these: no or a bad API key, a backend that is not configured
+// on this gateway (404), a backend that does not answer (503), a failure of the gateway itself.
+export const ALWAYS: readonly ProblemKind[] = ["unauthorized", "notFound", "unavailable", "internal"];
+export const JSON_BODY: readonly ProblemKind[] = ["invalid", "tooLarge", "mediaType"];
+export const WRITE: readonly ProblemKind[] = ["invalid", "forbidden", "credentialRequired", "invalidCredential", "credentialExpired", "stale", "resourceMismatch", "version"];
+
+export function operation(op: Omit<OperationObject, "responses">, success: Record<string, ResponseObject | Reference>, problems: readonly ProblemKind[]): OperationObject {
+  // A kind listed twice (shared lists) is one problem: the oneOf must not hold it twice.
+  return { ...op, responses: { ...success, ...problemResponses([...new Set([...problems, ...ALWAYS])]) } };
+}
+
+export const json = (schema: JsonSchema | Reference): Record<string, MediaTypeObject> => ({ "application/json": { schema } });
+
+export function parameters(): Record<string, ParameterObject> {
+  const ifMatch = (version: RegExp, what: string): ParameterObject => ({
+    name: "If-Match",
+    in: "header",
+    description: `One entity tag: the ${what} version a read or write returned in ETag (quoted as there; a bare version is accepted too). \`*\` and lists are refused (400).`,
+    schema: { type: "string", pattern: `^(?:"(?:${unanchored(version)})"|(?:${unanchored(version)}))$` },
+  });
+  return {
+    Key: {
+      name: "key",
+      in: "path",
+      required: true,
+      description:
+        "The key, `/` included: the rest of the path, one or more segments separated by `/` (this parameter, unlike an ordinary path " +
+        "parameter, spans segments; send the slashes as they are). Percent-encode each segment as UTF-8; `%2F` and `/` are the same. " +
+        "At most 512 bytes once decoded; `.`/`..` segments, empty segments and control characters are refused (400).",
+      schema: { type: "string", minLength: 1 },
+    },
+    "Fencing-Credential": {
+      name: "Fencing-Credential",
+      in: "header",
+      description:
+        "The `fence` of the lease answer: the whole fence of the write (resource, token, holder) and its lease's end, judged when the request's headers arrive (403 `credential-expired` after it). " +
+        "Required unless the API key is a trusted lock client; not allowed together with Fencing-Token, Fencing-Resource or Fencing-Holder.",
+      schema: jsonSchema(credentialString),
+    },
+    "Fencing-Token": {
+      name: "Fencing-Token",
+      in: "header",
+      description: "Trusted lock clients only (without Fencing-Credential, and then required): the lease's token, a decimal string.",
+      schema: jsonSchema(tokenString),
+    },
+    "Fencing-Resource": {
+      name: "Fencing-Resource",
+      in: "header",
+      description: "Trusted lock clients only: the lease's resource, percent-encoded UTF-8 (default: the key).",
+      schema: { type: "string", minLength: 1 },
+    },
+    "Fencing-Holder": {
+      name: "Fencing-Holder",
+      in: "header",
+      description: "Trusted lock clients only: the lease's public holder id, so that the stores accept an equal token only from this lease.",
+      schema: { type: "string", pattern: HOLDER_PATTERN.source },
+    },
+    "If-Match-Record": ifMatch(RECORD_VERSION, "record"),
+    "If-Match-Object": ifMatch(OBJECT_VERSION, "object"),
+  };
+}
+
+export function headers(): Record<string, HeaderObject> {
+  return {
+    "ETag-Record": { description: "The record's version, quoted", required: true, schema: { type: "string", pattern: quoted(RECORD_VERSION) } },
+    "ETag-Object": { description: "The object's version, quoted", required: true, schema: { type: "string", pattern: quoted(OBJECT_VERSION) } },
+    "Fencing-Token": { description: "The token that wrote this version (a decimal string)", required: true, schema: jsonSchema(tokenString) },
+    "Fencing-Resource": { description: "The resource whose fence wrote this version, percent-encoded UTF-8", required: true, schema: { type: "string", minLength: 1 } },
+    "Content-Length": { description: "The object's size in bytes, when known", schema: { type: "string", pattern: "^(0|[1-9][0-9]*)$" } },
+    "Retry-After": { description: "Seconds to wait before trying again", required: true, schema: { type: "string", pattern: "^[0-9]+$" } },
+    "Retry-After-Lock": { description: "With `lock-held`: seconds to wait before trying again", schema: { type: "string", pattern: "^[0-9]+$" } },
+    "WWW-Authenticate": { description: "The Bearer challenge", required: true, schema: { type: "string", pattern: "^Bearer " } },
+    Allow: { description: "The methods the route serves", required: true, schema: { type: "string", minLength: 1 } },
+  };
+}
+
+export function schemas(limits: ResolvedLimits): Record<string, JsonSchema> {
+  const bodies = leaseBodySchema(limits.maxTtlMs);
+  return {
+    LeaseCreateRequest: jsonSchema(bodies.create),
+    LeaseExtendRequest: jsonSchema(bodies.extend),
+    LeaseReleaseRequest: jsonSchema(bodies.release),
+    LeaseAnswer: jsonSchema(leaseAnswerSchema),
+    RecordWriteAnswer: jsonSchema(recordWriteAnswerSchema),
+    ObjectWriteAnswer: jsonSchema(objectWriteAnswerSchema),
+    HealthReport: jsonSchema(healthReportSchema),
+    ...Object.fromEntries(PROBLEM_KINDS.map((kind) => [problemName(kind), jsonSchema(problemSchema(kind))])),
+  };
+}

@@ -1,0 +1,175 @@
+import { JSON_BODY, json, operation, problemResponses, ref, WRITE } from "./components.js";
+import type { MediaTypeObject, OperationObject, PathItemObject, ResolvedLimits, ResponseObject } from "./types.js";
+
+// The document's paths: the lease routes, the record and object routes (one shape for both stores),
+// and the unauthenticated operations routes.
+
+export function leasePaths(): Record<string, PathItemObject> {
+  const body = (name: string, description: string) => ({ required: true, description, content: json(ref("schemas", name)) });
+  const lease = (description: string): ResponseObject => ({ description, content: json(ref("schemas", "LeaseAnswer")) });
+  return {
+    "/v1/leases": {
+      post: operation(
+        {
+          operationId: "createLease",
+          summary: "Take a lease (Redlock over the configured nodes)",
+          description:
+            "Never waits for a held lock: 409 `lock-held` with Retry-After, and the client decides when to try again. " +
+            "With `register: true` the lease's fence is registered with every store of this gateway before it is answered " +
+            "(fence-on-acquire): every older holder is refused from then on, also on keys this lease never writes; a store " +
+            "that has seen a higher token refuses (409 `stale-token`) and the lease is released. Bodies up to 16 KiB.",
+          tags: ["leases"],
+          requestBody: body("LeaseCreateRequest", "The resource, the TTL in milliseconds, and whether to register the fence with the stores"),
+        },
+        { "201": lease("The lease; `fence` is the credential every write of this lease presents") },
+        [...JSON_BODY, "forbidden", "lockHeld", "tokenSpaceExhausted", "stale", "leaseLost"],
+      ),
+    },
+    "/v1/leases/extend": {
+      post: operation(
+        {
+          operationId: "extendLease",
+          summary: "Extend a lease",
+          description:
+            "The lease id travels in the body, never in a path. The token, holder and resource come from the lease id, which the gateway " +
+            "sealed: an edited id is refused (403 `invalid-lease-id`) and earns no credential. An id past its validUntil is refused as " +
+            "`lease-lost` (`expired`) without asking the lock. The answer carries a new validUntil, a new credential good until then and " +
+            "a new lease id: use them from now on.",
+          tags: ["leases"],
+          requestBody: body("LeaseExtendRequest", "The lease id from the lease answer and the new TTL"),
+        },
+        { "200": lease("The extended lease") },
+        [...JSON_BODY, "forbidden", "invalidLeaseId", "leaseLost"],
+      ),
+    },
+    "/v1/leases/release": {
+      post: operation(
+        {
+          operationId: "releaseLease",
+          summary: "Release a lease",
+          description:
+            "Idempotent: releases the lock only where it still holds this lease; a stale id releases nothing. An id this gateway did not " +
+            "seal is refused (403 `invalid-lease-id`). The lease's credential is refused from its validUntil on, released or not.",
+          tags: ["leases"],
+          requestBody: body("LeaseReleaseRequest", "The lease id from the lease answer"),
+        },
+        { "204": { description: "Released (or no longer held)" } },
+        [...JSON_BODY, "forbidden", "invalidLeaseId"],
+      ),
+    },
+  };
+}
+
+type Store = "records" | "objects";
+
+export function keyPaths(store: Store, limits: ResolvedLimits): PathItemObject {
+  const noun = store === "records" ? "record" : "object";
+  const Noun = store === "records" ? "Record" : "Object";
+  const etag = ref("headers", `ETag-${Noun}`);
+  const token = ref("headers", "Fencing-Token");
+  const resource = ref("headers", "Fencing-Resource");
+  const readHeaders = { ETag: etag, "Fencing-Token": token, "Fencing-Resource": resource, ...(store === "objects" && { "Content-Length": ref("headers", "Content-Length") }) };
+  const readContent: Record<string, MediaTypeObject> =
+    store === "records" ? json({ description: "The record's JSON value, as written" }) : { "*/*": { schema: { description: "The object's bytes, with the Content-Type they were written with" } } };
+  const read = (method: "get" | "head"): OperationObject =>
+    operation(
+      {
+        operationId: `${method}${Noun}`,
+        summary: method === "get" ? `Read a${store === "objects" ? "n" : ""} ${noun}` : `The headers of a ${noun} read, without its body`,
+        tags: [store],
+        ...(store === "objects" && method === "get" && { description: "Streamed from S3 with backpressure." }),
+      },
+      {
+        "200": {
+          description: `The ${noun}: ETag is its version (for If-Match), Fencing-Token and Fencing-Resource the fence that wrote it`,
+          headers: readHeaders,
+          ...(method === "get" && { content: readContent }),
+        },
+      },
+      ["invalid", "forbidden"],
+    );
+  const writeParameters = [ref("parameters", "Fencing-Credential"), ref("parameters", "Fencing-Token"), ref("parameters", "Fencing-Resource"), ref("parameters", "Fencing-Holder"), ref("parameters", `If-Match-${Noun}`)];
+  const bodyLimit = store === "records" ? limits.recordBytes : limits.objectBytes;
+  const putBody =
+    store === "records"
+      ? { required: true, description: `Any JSON value, at most ${bodyLimit} bytes`, content: json({ description: "The record's new value" }) }
+      : {
+          description:
+            `The object's bytes (any media type, stored and served back as sent; default application/octet-stream), at most ${bodyLimit} bytes. ` +
+            "No Content-Encoding. With `Expect: 100-continue` the gateway answers a refused write before the body is sent.",
+          content: { "*/*": { schema: { description: "The object's bytes" } } },
+        };
+  const guarantee =
+    "The fence is the Fencing-Credential of a lease (POST /v1/leases); only an API key configured as a trusted lock client may send " +
+    "Fencing-Token, Fencing-Resource and Fencing-Holder instead. The storage refuses a token lower than the highest it accepted for the " +
+    "resource (409 `stale-token`) and changes nothing. If-Match makes the write a compare-and-set on the version a read returned " +
+    "(412 `version-mismatch`); If-None-Match, If-Unmodified-Since and If-Modified-Since are refused (400).";
+  return {
+    parameters: [ref("parameters", "Key")],
+    get: read("get"),
+    head: read("head"),
+    put: operation(
+      { operationId: `put${Noun}`, summary: `Write a${store === "objects" ? "n" : ""} ${noun} under a fence`, description: guarantee, tags: [store], parameters: writeParameters, requestBody: putBody },
+      {
+        "200": {
+          description: `Accepted: the ${noun}'s new version (also as ETag) and the token that wrote it`,
+          headers: { ETag: etag, "Fencing-Token": token },
+          content: json(ref("schemas", `${Noun}WriteAnswer`)),
+        },
+      },
+      [...WRITE, "tooLarge", "mediaType"],
+    ),
+    delete: operation(
+      {
+        operationId: `delete${Noun}`,
+        summary: `Delete a${store === "objects" ? "n" : ""} ${noun} under a fence`,
+        description: `${guarantee} A delete leaves a tombstone: the key's ratchet survives it.`,
+        tags: [store],
+        parameters: writeParameters,
+      },
+      { "204": { description: "Deleted", headers: store === "records" ? { "Fencing-Token": token } : { ETag: etag, "Fencing-Token": token } } },
+      WRITE,
+    ),
+  };
+}
+
+const PUBLIC: readonly Record<string, readonly string[]>[] = [];
+
+export function operationsPaths(): Record<string, PathItemObject> {
+  return {
+    "/healthz": {
+      get: {
+        operationId: "getHealth",
+        summary: "One check per configured backend, each with a deadline",
+        description: "Unauthenticated, for load balancers: expose it to your infrastructure only (an error may name a backend's address).",
+        tags: ["operations"],
+        security: PUBLIC,
+        responses: {
+          "200": { description: "Every backend answered (the lock: a quorum of nodes)", content: json(ref("schemas", "HealthReport")) },
+          "503": { description: "A backend did not answer", content: json(ref("schemas", "HealthReport")) },
+          ...problemResponses(["internal"]),
+        },
+      },
+    },
+    "/metrics": {
+      get: {
+        operationId: "getMetrics",
+        summary: "Prometheus metrics (text format)",
+        description: "Unauthenticated, for scrapers. No label holds a key, a resource or an API key id.",
+        tags: ["operations"],
+        security: PUBLIC,
+        responses: { "200": { description: "The Prometheus text exposition format", content: { "text/plain": { schema: { type: "string" } } } }, ...problemResponses(["internal"]) },
+      },
+    },
+    "/openapi.json": {
+      get: {
+        operationId: "getOpenApi",
+        summary: "This document",
+        description: "Unauthenticated. Its limits (TTL, body sizes) are this gateway's.",
+        tags: ["operations"],
+        security: PUBLIC,
+        responses: { "200": { description: "The OpenAPI 3.1 document", content: json({ type: "object" }) }, ...problemResponses(["internal"]) },
+      },
+    },
+  };
+}
