@@ -1,8 +1,8 @@
 import { InvalidArgumentError } from "@fenced/fence";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { Fence } from "./fence.js";
-import { FencedPostgres } from "./postgres.js";
-import { gate, outcome, pgHarness, type PgHarness, sleep, stillPending } from "./postgres-test-support.js";
+import type { Fence } from "../fence.js";
+import { FencedPostgres } from "./store.js";
+import { gate, outcome, pgHarness, type PgHarness, sleep, stillPending } from "./test-support.js";
 
 let h: PgHarness;
 beforeAll(async () => {

@@ -1,10 +1,10 @@
 import { waitFor } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { StaleTokenError, VersionMismatchError } from "./errors.js";
-import type { Fence } from "./fence.js";
-import { FencedPostgres } from "./postgres.js";
-import type { PgQueryConfig } from "./postgres-types.js";
-import { fenceAt as f, outcome, pgHarness, type PgHarness, stillPending } from "./postgres-test-support.js";
+import { StaleTokenError, VersionMismatchError } from "../errors.js";
+import type { Fence } from "../fence.js";
+import { FencedPostgres } from "./store.js";
+import type { PgQueryConfig } from "./types.js";
+import { fenceAt as f, outcome, pgHarness, type PgHarness, stillPending } from "./test-support.js";
 
 let h: PgHarness;
 beforeAll(async () => {

@@ -1,6 +1,11 @@
 // "@fenced/store/postgres": needs the `pg` peer dependency at run time only as the pool you pass in;
-// the types describe the pool by shape, so any pg 8 version (or a wrapper) type-checks.
-export { FencedPostgres } from "./postgres.js";
+// the types describe the pool by shape, so any pg 8 version (or a wrapper) type-checks. The public API only.
+//
+// The layers, from the API down:
+//   store.ts    FencedPostgres: validates a call (options.ts) and runs its statements in one transaction
+//   sql.ts      every statement, documented: the ratchet in the writing transaction (PROTOCOL.md "Postgres")
+//   types.ts    the pool, client and results by shape
+export { FencedPostgres } from "./store.js";
 export type {
   FencedPostgresOptions,
   PgClient,
@@ -13,4 +18,4 @@ export type {
   PgSignalOptions,
   PgTransferOptions,
   PgWriteOptions,
-} from "./postgres-types.js";
+} from "./types.js";

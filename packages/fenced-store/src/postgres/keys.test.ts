@@ -1,7 +1,7 @@
 import { InvalidArgumentError } from "@fenced/fence";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { FencedPostgres } from "./postgres.js";
-import { fenceAt, outcome, pgHarness, type PgHarness } from "./postgres-test-support.js";
+import { FencedPostgres } from "./store.js";
+import { fenceAt, outcome, pgHarness, type PgHarness } from "./test-support.js";
 
 let h: PgHarness;
 beforeAll(async () => {

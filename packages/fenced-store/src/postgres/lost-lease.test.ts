@@ -1,8 +1,8 @@
 import { LeaseLostError, type Lease } from "@fenced/lock";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ENDINGS, leaseHarness, type Ending, type LeaseHarness } from "./lease-test-support.js";
-import { FencedPostgres } from "./postgres.js";
-import { outcome, pgHarness, type PgHarness } from "./postgres-test-support.js";
+import { ENDINGS, leaseHarness, type Ending, type LeaseHarness } from "../lease-test-support.js";
+import { FencedPostgres } from "./store.js";
+import { outcome, pgHarness, type PgHarness } from "./test-support.js";
 
 /**
  * A fence that knows its lease ended is refused before any I/O, whether or not a signal was passed:

@@ -1,8 +1,8 @@
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { Fence } from "./fence.js";
-import { FencedPostgres } from "./postgres.js";
-import { pgHarness, type PgHarness } from "./postgres-test-support.js";
+import type { Fence } from "../fence.js";
+import { FencedPostgres } from "./store.js";
+import { pgHarness, type PgHarness } from "./test-support.js";
 
 let h: PgHarness;
 beforeAll(async () => {

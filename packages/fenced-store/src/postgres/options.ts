@@ -1,5 +1,5 @@
 import { InvalidArgumentError, MAX_TOKEN, type CheckedFence } from "@fenced/fence";
-import { checkSignal, liveFence, optionsObject, transferFences } from "./options.js";
+import { checkSignal, liveFence, optionsObject, transferFences } from "../options.js";
 
 /**
  * The checks FencedPostgres makes on its arguments before any I/O. Each reads every field once and

@@ -1,9 +1,9 @@
 import { InvalidArgumentError } from "@fenced/fence";
 import { waitFor } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ResourceMismatchError, StaleTokenError, VersionMismatchError } from "./errors.js";
-import type { FencedPostgres } from "./postgres.js";
-import { fenceAt as f, outcome, pgHarness, type PgHarness, stillPending } from "./postgres-test-support.js";
+import { ResourceMismatchError, StaleTokenError, VersionMismatchError } from "../errors.js";
+import type { FencedPostgres } from "./store.js";
+import { fenceAt as f, outcome, pgHarness, type PgHarness, stillPending } from "./test-support.js";
 
 let h: PgHarness;
 beforeAll(async () => {

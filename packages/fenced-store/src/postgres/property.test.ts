@@ -1,9 +1,9 @@
 import { admits } from "@fenced/fence";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ResourceMismatchError, StaleTokenError, VersionMismatchError } from "./errors.js";
-import type { FencedPostgres } from "./postgres.js";
-import { pgHarness, sleep, type PgHarness } from "./postgres-test-support.js";
+import { ResourceMismatchError, StaleTokenError, VersionMismatchError } from "../errors.js";
+import type { FencedPostgres } from "./store.js";
+import { pgHarness, sleep, type PgHarness } from "./test-support.js";
 
 let h: PgHarness;
 let store: FencedPostgres;

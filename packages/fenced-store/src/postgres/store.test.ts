@@ -1,10 +1,10 @@
 import type { PoolClient } from "pg";
 import { InvalidArgumentError } from "@fenced/fence";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { StaleTokenError, VersionMismatchError } from "./errors.js";
-import type { Fence } from "./fence.js";
-import { FencedPostgres } from "./postgres.js";
-import { gate, pgHarness, sleep, stillPending, type PgHarness } from "./postgres-test-support.js";
+import { StaleTokenError, VersionMismatchError } from "../errors.js";
+import type { Fence } from "../fence.js";
+import { FencedPostgres } from "./store.js";
+import { gate, pgHarness, sleep, stillPending, type PgHarness } from "./test-support.js";
 
 let h: PgHarness;
 beforeAll(async () => {

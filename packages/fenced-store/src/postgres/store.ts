@@ -1,10 +1,10 @@
 import { InvalidArgumentError, type CheckedFence } from "@fenced/fence";
-import { ResourceMismatchError, StaleTokenError, VersionMismatchError } from "./errors.js";
-import { assertKey, type Fence } from "./fence.js";
-import { assertJsonValue, type JsonValue } from "./json.js";
-import { liveFence, signalOnly, throwIfAborted } from "./options.js";
-import { assertPool, transferOptions, writeOptions } from "./postgres-options.js";
-import type { FencedPostgresOptions, PgClient, PgParam, PgPool, PgPutResult, PgQueryConfig, PgQueryResult, PgRecord, PgSignalOptions, PgTransferOptions, PgWriteOptions } from "./postgres-types.js";
+import { ResourceMismatchError, StaleTokenError, VersionMismatchError } from "../errors.js";
+import { assertKey, type Fence } from "../fence.js";
+import { assertJsonValue, type JsonValue } from "../json.js";
+import { liveFence, signalOnly, throwIfAborted } from "../options.js";
+import { assertPool, transferOptions, writeOptions } from "./options.js";
+import type { FencedPostgresOptions, PgClient, PgParam, PgPool, PgPutResult, PgQueryConfig, PgQueryResult, PgRecord, PgSignalOptions, PgTransferOptions, PgWriteOptions } from "./types.js";
 import { BEGIN, COMMIT, FOREIGN_KEY_REFUSED, type NamedStatement, quoteSchema, ROLLBACK, statementNames, statements, type Statements, VERSION_REFUSED } from "./sql.js";
 
 /** The fence's three leading parameters of every write statement. */

@@ -1,8 +1,8 @@
 import { randomBytes } from "node:crypto";
 import pg from "pg";
 import { startPostgres, type StartedPostgres } from "@fenced/servers";
-import type { Fence } from "./fence.js";
-import { FencedPostgres } from "./postgres.js";
+import type { Fence } from "../fence.js";
+import { FencedPostgres } from "./store.js";
 
 /**
  * One real PostgreSQL per test file, and a fresh schema per test, so tests never see each other's

@@ -1,5 +1,5 @@
-import type { Fence } from "./fence.js";
-import type { JsonValue } from "./json.js";
+import type { Fence } from "../fence.js";
+import type { JsonValue } from "../json.js";
 
 /**
  * The database as FencedPostgres uses it, described by shape rather than by pg's own classes, so

@@ -1,9 +1,9 @@
 import type { Readable } from "node:stream";
-import { uploadData } from "./s3-body.js";
-import { copyData } from "./s3-copy.js";
-import type { StoreIo } from "./s3-io.js";
-import { dataKey, newId } from "./s3-layout.js";
-import { mayBeNamed, type ManifestHeader } from "./s3-manifest.js";
+import { uploadData } from "./body.js";
+import { copyData } from "./copy.js";
+import type { StoreIo } from "./io.js";
+import { dataKey, newId } from "./layout.js";
+import { mayBeNamed, type ManifestHeader } from "./manifest.js";
 
 interface DataObject {
   readonly key: string;
@@ -18,7 +18,7 @@ interface DataObject {
 
 /**
  * The data objects of one write. Every manifest attempt names a data object of its own, created
- * after the manifest it is sent against was read, and named for it (s3-layout.ts): so no two attempts
+ * after the manifest it is sent against was read, and named for it (layout.ts): so no two attempts
  * ever name one object, and whether a manifest can still name an object follows from its name and
  * the key's current manifest (mayBeNamed). The first is uploaded; later ones are server-side copies
  * of an earlier one (a stream cannot be read twice), or, for bytes in memory, uploaded again if every

@@ -1,8 +1,8 @@
 import { Readable } from "node:stream";
 import { GetObjectCommand, PutObjectCommand, type S3Client } from "@aws-sdk/client-s3";
 import { CONTROL_CHARACTER, InvalidArgumentError } from "@fenced/fence";
-import { sendOptions, statusOf } from "./s3-conditional.js";
-import { putOnce, uploadStream } from "./s3-multipart.js";
+import { sendOptions, statusOf } from "./conditional.js";
+import { putOnce, uploadStream } from "./multipart.js";
 
 /** Parts of one stream uploading at once: enough to keep a link busy, few enough to bound memory. */
 const PART_CONCURRENCY = 2;

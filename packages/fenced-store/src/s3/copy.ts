@@ -7,7 +7,7 @@ import {
   type CompletedPart,
   type S3Client,
 } from "@aws-sdk/client-s3";
-import { sendOptions, statusOf } from "./s3-conditional.js";
+import { sendOptions, statusOf } from "./conditional.js";
 
 /**
  * A server-side copy of a data object under a fresh name: how a write's next manifest attempt gets a

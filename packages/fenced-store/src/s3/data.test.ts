@@ -2,12 +2,12 @@ import { Readable } from "node:stream";
 import { GetObjectCommand, PutObjectCommand, type S3Client } from "@aws-sdk/client-s3";
 import { startS3, type StartedS3 } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { Fence } from "./fence.js";
-import { FencedS3 } from "./s3.js";
-import { copyData } from "./s3-copy.js";
-import { dataKey, newId, targetOf } from "./s3-layout.js";
-import { mayBeNamed, nextHeader, type ManifestHeader } from "./s3-manifest.js";
-import { auditManifests, fakeError, intercept, isManifestPut, listKeys } from "./s3-test-support.js";
+import type { Fence } from "../fence.js";
+import { FencedS3 } from "./store.js";
+import { copyData } from "./copy.js";
+import { dataKey, newId, targetOf } from "./layout.js";
+import { mayBeNamed, nextHeader, type ManifestHeader } from "./manifest.js";
+import { auditManifests, fakeError, intercept, isManifestPut, listKeys } from "./test-support.js";
 
 let server: StartedS3;
 let client: S3Client;

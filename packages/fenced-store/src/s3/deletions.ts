@@ -1,5 +1,5 @@
 import { DeleteObjectCommand, DeleteObjectsCommand, type S3Client } from "@aws-sdk/client-s3";
-import { statusOf } from "./s3-conditional.js";
+import { statusOf } from "./conditional.js";
 
 /** How long a queued deletion waits for others to share its request. */
 const DELAY_MS = 100;

@@ -2,10 +2,10 @@ import { Readable } from "node:stream";
 import type { S3Client } from "@aws-sdk/client-s3";
 import { startS3, type StartedS3 } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ContentionError, ResourceMismatchError, StaleTokenError, VersionMismatchError } from "./errors.js";
-import type { Fence } from "./fence.js";
-import { FencedS3 } from "./s3.js";
-import { auditManifests, fakeError, intercept, isDataUpload, isManifestPut, listKeys, type RequestInfo } from "./s3-test-support.js";
+import { ContentionError, ResourceMismatchError, StaleTokenError, VersionMismatchError } from "../errors.js";
+import type { Fence } from "../fence.js";
+import { FencedS3 } from "./store.js";
+import { auditManifests, fakeError, intercept, isDataUpload, isManifestPut, listKeys, type RequestInfo } from "./test-support.js";
 
 let server: StartedS3;
 

@@ -1,9 +1,9 @@
 import type { S3Client } from "@aws-sdk/client-s3";
 import { startS3, type StartedS3 } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { Fence } from "./fence.js";
-import { FencedS3 } from "./s3.js";
-import { answerOnWire, contents, holdFirst, isFenceWrite, onWire } from "./s3-test-support.js";
+import type { Fence } from "../fence.js";
+import { FencedS3 } from "./store.js";
+import { answerOnWire, contents, holdFirst, isFenceWrite, onWire } from "./test-support.js";
 
 let server: StartedS3;
 let client: S3Client;

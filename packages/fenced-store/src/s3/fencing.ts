@@ -1,11 +1,11 @@
-import { fenceRefusal, needsRaise } from "./s3-io.js";
-import { refusal } from "./s3-intent.js";
-import { readFencesThenPut } from "./s3-pipeline.js";
-import { dataObject, prepare, readBatch, refuse, sending, type Fencing, type Prepared, type Run } from "./s3-run.js";
+import { fenceRefusal, needsRaise } from "./io.js";
+import { refusal } from "./intent.js";
+import { readFencesThenPut } from "./pipeline.js";
+import { dataObject, prepare, readBatch, refuse, sending, type Fencing, type Prepared, type Run } from "./run.js";
 
 /**
  * The two ways a write treats the resource fence objects, as strategies of the one write loop
- * (s3-write.ts): `resourceFences` reads, checks and raises them; `noResourceFences`
+ * (write.ts): `resourceFences` reads, checks and raises them; `noResourceFences`
  * (checkResourceFence: false) leaves them alone, and the manifest's own entries are the only check.
  */
 
@@ -47,7 +47,7 @@ export const resourceFences: Fencing = {
 
   /**
    * Steps 5 to 7. An upload still running is not waited for here: the fence read is held until it
-   * has answered (s3-pipeline.ts).
+   * has answered (pipeline.ts).
    */
   async send(run) {
     const running = run.bodies?.running(run.manifest.snap?.header.writeId ?? null);

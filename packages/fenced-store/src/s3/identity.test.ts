@@ -2,10 +2,10 @@ import { createHash, randomBytes } from "node:crypto";
 import { PutObjectCommand, type S3Client } from "@aws-sdk/client-s3";
 import { startS3, type StartedS3 } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ResourceMismatchError, StaleTokenError } from "./errors.js";
-import type { Fence } from "./fence.js";
-import { FencedS3 } from "./s3.js";
-import { contents } from "./s3-test-support.js";
+import { ResourceMismatchError, StaleTokenError } from "../errors.js";
+import type { Fence } from "../fence.js";
+import { FencedS3 } from "./store.js";
+import { contents } from "./test-support.js";
 
 let server: StartedS3;
 let client: S3Client;

@@ -1,3 +1,15 @@
-// "@fenced/store/s3": needs the `@aws-sdk/client-s3` peer dependency.
-export { FencedS3, type FencedS3Options, type S3Body, type S3Bytes, type S3DeleteOptions, type S3Object, type S3PutResult, type S3RegisterOptions, type S3TransferOptions, type S3UpdateOptions, type S3VerifyResult, type S3WriteOptions } from "./s3.js";
-export { assertContentType } from "./s3-body.js";
+// "@fenced/store/s3": needs the `@aws-sdk/client-s3` peer dependency. The public API only.
+//
+// The layers, from the API down (each imports only those below it):
+//   store.ts       FencedS3: validates a call (options.ts, body.ts) and runs it
+//   write.ts       the write loop: read, check, raise, send, after-failure (PROTOCOL.md "The write")
+//   fencing.ts     the resource-fence strategies; the rule a manifest PUT is sent under
+//   pipeline.ts    the fence read and manifest PUT prepared ahead, gated on the wire
+//   run.ts         one write's state record and the steps both strategies share
+//   intent.ts      what a write asks (refusal) and the manifest it builds
+//   bodies.ts      a write's data objects (copy.ts, multipart.ts) and their cleanup (deletions.ts)
+//   io.ts          StoreIo: manifest and fence reads, fence raises, what the store remembers
+//   manifest.ts    the manifest and fence object formats; layout.ts, where each object lives
+//   conditional.ts the conditional PUT and GET every decision rests on
+export { FencedS3, type FencedS3Options, type S3Body, type S3Bytes, type S3DeleteOptions, type S3Object, type S3PutResult, type S3RegisterOptions, type S3TransferOptions, type S3UpdateOptions, type S3VerifyResult, type S3WriteOptions } from "./store.js";
+export { assertContentType } from "./body.js";

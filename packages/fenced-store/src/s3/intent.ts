@@ -1,8 +1,8 @@
 import type { Readable } from "node:stream";
-import { ResourceMismatchError, StaleTokenError, VersionMismatchError } from "./errors.js";
-import { admits, type CheckedFence } from "./fence.js";
-import type { Snapshot } from "./s3-io.js";
-import { entryFor, nextHeader, transferHeader, type ManifestHeader } from "./s3-manifest.js";
+import { ResourceMismatchError, StaleTokenError, VersionMismatchError } from "../errors.js";
+import { admits, type CheckedFence } from "../fence.js";
+import type { Snapshot } from "./io.js";
+import { entryFor, nextHeader, transferHeader, type ManifestHeader } from "./manifest.js";
 
 /** What a write asks of the key's manifest, and what the manifest it writes holds. */
 

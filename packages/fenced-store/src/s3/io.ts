@@ -1,12 +1,12 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import type { S3Client } from "@aws-sdk/client-s3";
-import { ContentionError, StaleTokenError } from "./errors.js";
-import { admits, type CheckedFence } from "./fence.js";
-import { ConditionalObjects, type Condition, type SendGate } from "./s3-conditional.js";
-import { Deletions } from "./s3-deletions.js";
-import { fenceKey, manifestKey } from "./s3-layout.js";
-import { decodeFence, decodeManifest, encodeFence, type Highest, type ManifestHeader } from "./s3-manifest.js";
-import type { ResolvedOptions } from "./s3-options.js";
+import { ContentionError, StaleTokenError } from "../errors.js";
+import { admits, type CheckedFence } from "../fence.js";
+import { ConditionalObjects, type Condition, type SendGate } from "./conditional.js";
+import { Deletions } from "./deletions.js";
+import { fenceKey, manifestKey } from "./layout.js";
+import { decodeFence, decodeManifest, encodeFence, type Highest, type ManifestHeader } from "./manifest.js";
+import type { ResolvedOptions } from "./options.js";
 
 /** A manifest as last read or written, identified by its bare ETag. */
 export interface Snapshot {

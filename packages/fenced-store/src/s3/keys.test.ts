@@ -3,9 +3,9 @@ import type { S3Client } from "@aws-sdk/client-s3";
 import { InvalidArgumentError } from "@fenced/fence";
 import { startS3, type StartedS3 } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { Fence } from "./fence.js";
-import { FencedS3 } from "./s3.js";
-import { contents, intercept } from "./s3-test-support.js";
+import type { Fence } from "../fence.js";
+import { FencedS3 } from "./store.js";
+import { contents, intercept } from "./test-support.js";
 
 let server: StartedS3;
 let client: S3Client;

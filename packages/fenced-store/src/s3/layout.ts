@@ -9,7 +9,7 @@ import { createHash, randomBytes } from "node:crypto";
  *
  * A data object's name says which manifest its attempt was sent against (`target`: that manifest's
  * writeId, or `absent` for a create), so whether any manifest can still come to name it can be
- * decided from its name and the key's current manifest alone (`mayBeNamed`, s3-manifest.ts).
+ * decided from its name and the key's current manifest alone (`mayBeNamed`, manifest.ts).
  *
  * Every name is an injective function of its parts: the folders differ, a key follows its folder
  * verbatim, and a data object's last segment has no '/'. With a valid key (well-formed, so its UTF-8

@@ -3,10 +3,10 @@ import type { S3Client } from "@aws-sdk/client-s3";
 import { LeaseLostError, type Lease } from "@fenced/lock";
 import { startS3, type StartedS3 } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ENDINGS, leaseHarness, type Ending, type LeaseHarness } from "./lease-test-support.js";
-import { outcome } from "./postgres-test-support.js";
-import { FencedS3 } from "./s3.js";
-import { intercept, listKeys } from "./s3-test-support.js";
+import { ENDINGS, leaseHarness, type Ending, type LeaseHarness } from "../lease-test-support.js";
+import { outcome } from "../postgres/test-support.js";
+import { FencedS3 } from "./store.js";
+import { intercept, listKeys } from "./test-support.js";
 
 /**
  * A fence that knows its lease ended is refused before any I/O, whether or not a signal was passed:

@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { HOLDER_PATTERN, MAX_TOKEN, resourceProblem, TOKEN_PATTERN } from "@fenced/fence";
-import type { CheckedFence } from "./fence.js";
-import { newId, targetOf } from "./s3-layout.js";
+import type { CheckedFence } from "../fence.js";
+import { newId, targetOf } from "./layout.js";
 
 /**
  * The two small objects that carry the ratchet: a key's manifest and a resource's fence object.

@@ -1,6 +1,6 @@
 import type { Readable } from "node:stream";
 import { InvalidArgumentError } from "@fenced/fence";
-import { sendOptions, statusOf } from "./s3-conditional.js";
+import { sendOptions, statusOf } from "./conditional.js";
 import {
   AbortMultipartUploadCommand,
   CompleteMultipartUploadCommand,

@@ -1,6 +1,6 @@
 import { InvalidArgumentError, type CheckedFence, type Fence } from "@fenced/fence";
-import { assertKey } from "./fence.js";
-import { checkSignal, liveFence, optionsObject, signalOnly, throwIfAborted, transferFences } from "./options.js";
+import { assertKey } from "../fence.js";
+import { checkSignal, liveFence, optionsObject, signalOnly, throwIfAborted, transferFences } from "../options.js";
 
 export interface FencedS3Options {
   readonly bucket: string;

@@ -1,4 +1,4 @@
-import { SendGate } from "./s3-conditional.js";
+import { SendGate } from "./conditional.js";
 
 /**
  * Steps 6 and 7 of the write, pipelined on the client and never on the wire (PROTOCOL.md, "S3",

@@ -2,10 +2,10 @@ import type { S3Client } from "@aws-sdk/client-s3";
 import { startS3, type StartedS3 } from "@fenced/servers";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ResourceMismatchError, StaleTokenError } from "./errors.js";
-import { FencedS3 } from "./s3.js";
-import type { ManifestHeader } from "./s3-manifest.js";
-import { auditManifests, listKeys } from "./s3-test-support.js";
+import { ResourceMismatchError, StaleTokenError } from "../errors.js";
+import { FencedS3 } from "./store.js";
+import type { ManifestHeader } from "./manifest.js";
+import { auditManifests, listKeys } from "./test-support.js";
 
 let server: StartedS3;
 let client: S3Client;

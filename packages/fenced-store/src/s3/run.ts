@@ -1,11 +1,11 @@
-import type { AttemptBodies } from "./s3-bodies.js";
-import type { SendGate, WriteOutcome } from "./s3-conditional.js";
-import { condition, type FenceSnapshot, type Snapshot, type StoreIo } from "./s3-io.js";
-import { build, type Intent, type ManifestState } from "./s3-intent.js";
-import { manifestKey, newId } from "./s3-layout.js";
-import { encodeManifest, type ManifestHeader } from "./s3-manifest.js";
+import type { AttemptBodies } from "./bodies.js";
+import type { SendGate, WriteOutcome } from "./conditional.js";
+import { condition, type FenceSnapshot, type Snapshot, type StoreIo } from "./io.js";
+import { build, type Intent, type ManifestState } from "./intent.js";
+import { manifestKey, newId } from "./layout.js";
+import { encodeManifest, type ManifestHeader } from "./manifest.js";
 
-/** The state of one write while it runs (s3-write.ts), and the small steps both fencing strategies share. */
+/** The state of one write while it runs (write.ts), and the small steps both fencing strategies share. */
 
 /** One manifest PUT of this write: its writeId, and what it replaces if it lands. */
 export interface Attempt {

@@ -3,10 +3,10 @@ import { GetObjectCommand, HeadObjectCommand, PutObjectCommand, type S3Client } 
 import { startS3, type StartedS3 } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { InvalidArgumentError } from "@fenced/fence";
-import { StaleTokenError, VersionMismatchError } from "./errors.js";
-import { MAX_TOKEN, type Fence } from "./fence.js";
-import { FencedS3 } from "./s3.js";
-import { fakeError, holdFirst, ignoreConditions, intercept, isManifestPut, listKeys } from "./s3-test-support.js";
+import { StaleTokenError, VersionMismatchError } from "../errors.js";
+import { MAX_TOKEN, type Fence } from "../fence.js";
+import { FencedS3 } from "./store.js";
+import { fakeError, holdFirst, ignoreConditions, intercept, isManifestPut, listKeys } from "./test-support.js";
 
 let server: StartedS3;
 let client: S3Client;

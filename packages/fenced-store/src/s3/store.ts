@@ -1,14 +1,14 @@
 import { Readable } from "node:stream";
 import type { S3Client } from "@aws-sdk/client-s3";
 import { InvalidArgumentError } from "@fenced/fence";
-import { ContentionError, VersionMismatchError } from "./errors.js";
-import { assertKey, checkFence, type Fence } from "./fence.js";
-import { liveFence } from "./options.js";
-import { assertBody, assertContentLength, assertContentType, openData, readAll, toPayload, type S3Body } from "./s3-body.js";
-import type { EtagForm } from "./s3-conditional.js";
-import { StoreIo, type Snapshot } from "./s3-io.js";
-import { probeKeyPrefix } from "./s3-layout.js";
-import type { ManifestHeader } from "./s3-manifest.js";
+import { ContentionError, VersionMismatchError } from "../errors.js";
+import { assertKey, checkFence, type Fence } from "../fence.js";
+import { liveFence } from "../options.js";
+import { assertBody, assertContentLength, assertContentType, openData, readAll, toPayload, type S3Body } from "./body.js";
+import type { EtagForm } from "./conditional.js";
+import { StoreIo, type Snapshot } from "./io.js";
+import { probeKeyPrefix } from "./layout.js";
+import type { ManifestHeader } from "./manifest.js";
 import {
   registerOptions,
   transferOptions,
@@ -20,13 +20,13 @@ import {
   type S3TransferOptions,
   type S3UpdateOptions,
   type S3WriteOptions,
-} from "./s3-options.js";
-import { refusal, type Content, type S3PutResult } from "./s3-intent.js";
-import { writeManifest } from "./s3-write.js";
+} from "./options.js";
+import { refusal, type Content, type S3PutResult } from "./intent.js";
+import { writeManifest } from "./write.js";
 
-export type { S3Body } from "./s3-body.js";
-export type { FencedS3Options, S3DeleteOptions, S3RegisterOptions, S3TransferOptions, S3UpdateOptions, S3WriteOptions } from "./s3-options.js";
-export type { S3PutResult } from "./s3-intent.js";
+export type { S3Body } from "./body.js";
+export type { FencedS3Options, S3DeleteOptions, S3RegisterOptions, S3TransferOptions, S3UpdateOptions, S3WriteOptions } from "./options.js";
+export type { S3PutResult } from "./intent.js";
 
 interface S3Meta {
   readonly version: string;

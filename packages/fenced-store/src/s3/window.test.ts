@@ -2,10 +2,10 @@ import { Readable } from "node:stream";
 import type { S3Client } from "@aws-sdk/client-s3";
 import { startS3, type StartedS3 } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { StaleTokenError } from "./errors.js";
-import type { Fence } from "./fence.js";
-import { FencedS3 } from "./s3.js";
-import { answered, contents, fakeError, holdFirst, intercept, isDataUpload, isFenceRead, isManifestPut, listKeys, onWire } from "./s3-test-support.js";
+import { StaleTokenError } from "../errors.js";
+import type { Fence } from "../fence.js";
+import { FencedS3 } from "./store.js";
+import { answered, contents, fakeError, holdFirst, intercept, isDataUpload, isFenceRead, isManifestPut, listKeys, onWire } from "./test-support.js";
 
 let server: StartedS3;
 let client: S3Client;

@@ -1,20 +1,20 @@
 import { setTimeout as sleep } from "node:timers/promises";
-import { ContentionError } from "./errors.js";
-import { AttemptBodies } from "./s3-bodies.js";
-import type { WriteOutcome } from "./s3-conditional.js";
-import { noResourceFences, resourceFences } from "./s3-fencing.js";
-import { refusal, type Intent, type S3PutResult } from "./s3-intent.js";
-import { refusedOwnEtag, throttledPause, type Snapshot, type StoreIo } from "./s3-io.js";
-import { manifestKey } from "./s3-layout.js";
-import type { ManifestHeader } from "./s3-manifest.js";
-import { readBatch, refuse, type Prepared, type Run } from "./s3-run.js";
+import { ContentionError } from "../errors.js";
+import { AttemptBodies } from "./bodies.js";
+import type { WriteOutcome } from "./conditional.js";
+import { noResourceFences, resourceFences } from "./fencing.js";
+import { refusal, type Intent, type S3PutResult } from "./intent.js";
+import { refusedOwnEtag, throttledPause, type Snapshot, type StoreIo } from "./io.js";
+import { manifestKey } from "./layout.js";
+import type { ManifestHeader } from "./manifest.js";
+import { readBatch, refuse, type Prepared, type Run } from "./run.js";
 
 /**
- * The S3 write: one loop over named steps, each a function of the write's state (`Run`, s3-run.ts).
+ * The S3 write: one loop over named steps, each a function of the write's state (`Run`, run.ts).
  * The manifest CAS is the single request that decides; everything before it only avoids sending a
  * write that is bound to be refused. The steps are numbered as in PROTOCOL.md, "S3", "The write"
  * (step 1, validation, is the caller's). How the resource fences are treated is the run's `Fencing`
- * strategy (s3-fencing.ts), which also holds the rule the manifest PUT is sent under.
+ * strategy (fencing.ts), which also holds the rule the manifest PUT is sent under.
  */
 export async function writeManifest(io: StoreIo, intent: Intent): Promise<S3PutResult> {
   const run = start(io, intent);
