@@ -6,6 +6,7 @@ import type { Fence } from "@fenced/fence";
 import type { LeaseAnswer } from "../schemas/answers.js";
 import { requireResource, requireWrite, type Principal } from "../auth/api-keys.js";
 import type { FenceCredentials, IssuedLease } from "../auth/credentials.js";
+import type { LeaseIdParts } from "../auth/lease-id.js";
 import type { StoreName } from "../ops/metrics.js";
 import { jsonBody, methodNotAllowed, type RouteContext } from "../http/context.js";
 import { HttpProblem } from "../problems/problem.js";
@@ -53,6 +54,14 @@ export interface Registrar {
   register(fence: Fence): Promise<void>;
 }
 
+/** What the lease routes share: the gateway's context, its fence keys, the lock and the stores to register with. */
+interface Leases {
+  readonly ctx: RouteContext;
+  readonly credentials: FenceCredentials;
+  readonly redlock: Redlock;
+  readonly registrars: readonly Registrar[];
+}
+
 export function leasesRouter(
   ctx: RouteContext,
   credentials: FenceCredentials,
@@ -60,6 +69,7 @@ export function leasesRouter(
   registrars: readonly Registrar[] = [],
 ): { router: Router; health(timeoutMs: number): Promise<RedisHealth> } {
   const redlock = new Redlock(options.clients, { retryCount: 0, ...options.redlock });
+  const leases: Leases = { ctx, credentials, redlock, registrars };
   const bodies = leaseBodySchema(ctx.limits.maxTtlMs);
   const readBody = jsonBody(BODY_LIMIT);
   const router = Router({ caseSensitive: true, strict: true });
@@ -75,37 +85,8 @@ export function leasesRouter(
     const principal = principalFor(req, res);
     const { resource, ttlMs, register } = bodies.create.parse(await readBody(req, res));
     requireResource(principal, resource);
-    let lease: Lease;
-    try {
-      lease = await ctx.metrics.time("leases", "acquire", () => redlock.acquire(resource, ttlMs));
-    } catch (err) {
-      if (err instanceof TokenSpaceExhaustedError) throw new HttpProblem("tokenSpaceExhausted", err.message, { resource });
-      if (!(err instanceof LockNotAcquiredError)) throw err;
-      // So many nodes failed or timed out that no quorum was possible: the lock is down, not busy.
-      const unreachable = err.nodes.filter((n) => n.reason === "error" || n.reason === "timeout").length;
-      if (unreachable > redlock.clients.length - redlock.quorum) {
-        throw new HttpProblem("unavailable", "too few lock nodes answered", { resource }, { "Retry-After": "1" });
-      }
-      // Otherwise contention (held elsewhere, or a round lost to a concurrent one): worth retrying.
-      ctx.metrics.lease("refused");
-      throw new HttpProblem("lockHeld", err.message, { resource }, { "Retry-After": "1" });
-    }
-    if (register) {
-      // Fence-on-acquire: every older holder is refused by every store from now on, also on keys
-      // this lease never writes. A store that has seen a higher token (the lock's counters are behind
-      // it) refuses the registration: the lease is useless for writing, so it is released at once.
-      try {
-        await Promise.all(registrars.map((r) => ctx.metrics.time(r.store, "register", () => r.register(lease))));
-      } catch (err) {
-        await lease.release().catch(() => undefined);
-        // The lease ran out before every store registered it (a store refuses a lease it knows ended).
-        if (err instanceof LeaseLostError) {
-          ctx.metrics.leaseLost(err.kind);
-          throw new HttpProblem("leaseLost", err.message, { resource, token: lease.token.toString(), kind: err.kind });
-        }
-        throw err;
-      }
-    }
+    const lease = await acquire(leases, resource, ttlMs);
+    if (register) await registerEverywhere(leases, lease);
     ctx.metrics.lease("granted");
     // No Location header: a lease id is a capability (extend, release), and Location headers are logged.
     res.status(201).json(leaseJson(lease, credentials));
@@ -122,22 +103,7 @@ export function leasesRouter(
     const held = credentials.lease(leaseId);
     // The id names its resource; the caller's key must cover it, whoever the lease was issued to.
     requireResource(principal, held.resource);
-    let lease: Lease;
-    try {
-      // Confirmations count only before the id's validUntil (PROTOCOL.md, "Lease ids"); one already
-      // past is `expired` without asking the lock.
-      lease = await ctx.metrics.time("leases", "extend", () => redlock.extend(held, ttlMs));
-    } catch (err) {
-      if (!(err instanceof LeaseLostError)) throw err;
-      const notHeld = err.nodes.filter((n) => n.reason === "not-held").length;
-      // Lost for certain: it expired, or a majority answered that they no longer hold it. Otherwise
-      // too few nodes answered to tell: the lease may still be alive, and a retry may confirm it.
-      if (err.kind === "expired" || notHeld > redlock.clients.length - redlock.quorum) {
-        ctx.metrics.leaseLost(err.kind);
-        throw new HttpProblem("leaseLost", err.message, { resource: held.resource, token: held.token.toString(), kind: err.kind });
-      }
-      throw new HttpProblem("unavailable", "too few lock nodes answered to confirm the extension", { resource: held.resource }, { "Retry-After": "1" });
-    }
+    const lease = await extend(leases, held, ttlMs);
     ctx.metrics.lease("extended");
     res.json(leaseJson(lease, credentials));
   });
@@ -161,6 +127,62 @@ export function leasesRouter(
     return { ok: nodes.filter((n) => n.ok).length >= redlock.quorum, quorum: redlock.quorum, nodes };
   };
   return { router, health };
+}
+
+/** Takes the lock, or answers why not: its tokens are used up, it is down (no quorum possible), or it is held. */
+async function acquire({ ctx, redlock }: Leases, resource: string, ttlMs: number): Promise<Lease> {
+  try {
+    return await ctx.metrics.time("leases", "acquire", () => redlock.acquire(resource, ttlMs));
+  } catch (err) {
+    if (err instanceof TokenSpaceExhaustedError) throw new HttpProblem("tokenSpaceExhausted", err.message, { resource });
+    if (!(err instanceof LockNotAcquiredError)) throw err;
+    // So many nodes failed or timed out that no quorum was possible: the lock is down, not busy.
+    const unreachable = err.nodes.filter((n) => n.reason === "error" || n.reason === "timeout").length;
+    if (unreachable > redlock.clients.length - redlock.quorum) {
+      throw new HttpProblem("unavailable", "too few lock nodes answered", { resource }, { "Retry-After": "1" });
+    }
+    // Otherwise contention (held elsewhere, or a round lost to a concurrent one): worth retrying.
+    ctx.metrics.lease("refused");
+    throw new HttpProblem("lockHeld", err.message, { resource }, { "Retry-After": "1" });
+  }
+}
+
+/**
+ * Fence-on-acquire: every older holder is refused by every store from now on, also on keys this
+ * lease never writes. A store that has seen a higher token (the lock's counters are behind it)
+ * refuses the registration: the lease is useless for writing, so it is released at once.
+ */
+async function registerEverywhere({ ctx, registrars }: Leases, lease: Lease): Promise<void> {
+  try {
+    await Promise.all(registrars.map((r) => ctx.metrics.time(r.store, "register", () => r.register(lease))));
+  } catch (err) {
+    await lease.release().catch(() => undefined);
+    // The lease ran out before every store registered it (a store refuses a lease it knows ended).
+    if (err instanceof LeaseLostError) {
+      ctx.metrics.leaseLost(err.kind);
+      throw new HttpProblem("leaseLost", err.message, { resource: lease.resource, token: lease.token.toString(), kind: err.kind });
+    }
+    throw err;
+  }
+}
+
+/** Extends the lease a lease id names, or answers that it is lost, or that too few nodes answered to tell. */
+async function extend({ ctx, redlock }: Leases, held: LeaseIdParts, ttlMs: number): Promise<Lease> {
+  try {
+    // Confirmations count only before the id's validUntil (PROTOCOL.md, "Lease ids"); one already
+    // past is `expired` without asking the lock.
+    return await ctx.metrics.time("leases", "extend", () => redlock.extend(held, ttlMs));
+  } catch (err) {
+    if (!(err instanceof LeaseLostError)) throw err;
+    const notHeld = err.nodes.filter((n) => n.reason === "not-held").length;
+    // Lost for certain: it expired, or a majority answered that they no longer hold it. Otherwise
+    // too few nodes answered to tell: the lease may still be alive, and a retry may confirm it.
+    if (err.kind === "expired" || notHeld > redlock.clients.length - redlock.quorum) {
+      ctx.metrics.leaseLost(err.kind);
+      throw new HttpProblem("leaseLost", err.message, { resource: held.resource, token: held.token.toString(), kind: err.kind });
+    }
+    throw new HttpProblem("unavailable", "too few lock nodes answered to confirm the extension", { resource: held.resource }, { "Retry-After": "1" });
+  }
 }
 
 async function ping(client: RedisClient, timeoutMs: number): Promise<{ ok: boolean; error?: string }> {
