@@ -4,4 +4,4 @@ import { writeFileSync } from "node:fs";
 import { URL } from "node:url";
 import { openApiDocument } from "../dist/openapi/document.js";
 
-writeFileSync(new URL("../dist/openapi/document.json", import.meta.url), `${JSON.stringify(openApiDocument(), null, 2)}\n`);
+writeFileSync(new URL("../dist/openapi.json", import.meta.url), `${JSON.stringify(openApiDocument(), null, 2)}\n`);
