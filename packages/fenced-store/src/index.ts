@@ -5,3 +5,4 @@ export { ContentionError, ResourceMismatchError, StaleTokenError, VersionMismatc
 export { InvalidArgumentError } from "@fenced/fence";
 export { type Fence, assertFence, assertKey, assertResource, MAX_TOKEN } from "./fence.js";
 export { type JsonValue, assertJsonValue } from "./json.js";
+export { OBJECT_VERSION, RECORD_VERSION } from "./versions.js";

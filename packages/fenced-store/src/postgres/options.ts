@@ -1,4 +1,5 @@
 import { InvalidArgumentError, MAX_TOKEN, type CheckedFence } from "@fenced/fence";
+import { RECORD_VERSION } from "../versions.js";
 import { checkSignal, liveFence, optionsObject, transferFences } from "../options.js";
 
 /**
@@ -8,11 +9,10 @@ import { checkSignal, liveFence, optionsObject, transferFences } from "../option
  */
 
 // Versions are decimal renderings of a positive bigint sequence value; anything else was not issued by us.
-const VERSION = /^[1-9][0-9]{0,18}$/;
 
 export function assertVersion(version: unknown, argument: string): asserts version is string {
   if (typeof version !== "string") throw new InvalidArgumentError(argument, `must be a string (a version returned by put/get/transfer), got ${version === null ? "null" : typeof version}`);
-  if (!VERSION.test(version) || BigInt(version) > MAX_TOKEN) throw new InvalidArgumentError(argument, `${JSON.stringify(version)} is not a version this store issues`);
+  if (!RECORD_VERSION.test(version) || BigInt(version) > MAX_TOKEN) throw new InvalidArgumentError(argument, `${JSON.stringify(version)} is not a version this store issues`);
 }
 
 export interface CheckedWrite {

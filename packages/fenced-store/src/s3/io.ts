@@ -1,5 +1,6 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import type { S3Client } from "@aws-sdk/client-s3";
+import { Lru } from "../lru.js";
 import { ContentionError, StaleTokenError } from "../errors.js";
 import { admits, type CheckedFence } from "../fence.js";
 import { ConditionalObjects, type Condition, type SendGate } from "./conditional.js";
@@ -74,13 +75,13 @@ export class StoreIo {
    * takes one round trip where a loser needs two (read, swap), so under steady contention the same
    * writers would keep winning and a loser could starve.
    */
-  private readonly cache = new Map<string, { snap: Snapshot | null; readFirst: number }>();
+  private readonly cache = new Lru<string, { snap: Snapshot | null; readFirst: number }>(CACHE_ENTRIES);
   /**
    * Last fence object seen per resource: predicts whether a write will have to raise it, and lets
    * the next read of it be conditional (If-None-Match on its ETag). Never trusted without that
    * read: a 304 says the object still has exactly these bytes, since fence ETags never repeat.
    */
-  private readonly fences = new Map<string, FenceSnapshot>();
+  private readonly fences = new Lru<string, FenceSnapshot>(CACHE_ENTRIES);
   private readonly pending = new Set<Promise<void>>();
 
   constructor(
@@ -102,12 +103,7 @@ export class StoreIo {
 
   remember(key: string, snap: Snapshot | null): void {
     const readFirst = this.cache.get(key)?.readFirst ?? 0;
-    this.cache.delete(key); // re-insert: Map order is the LRU order
     this.cache.set(key, { snap, readFirst });
-    if (this.cache.size > CACHE_ENTRIES) {
-      const oldest = this.cache.keys().next();
-      if (oldest.done !== true) this.cache.delete(oldest.value);
-    }
   }
 
   contended(key: string): void {
@@ -122,12 +118,7 @@ export class StoreIo {
   }
 
   private noteFence(resource: string, snap: FenceSnapshot): void {
-    this.fences.delete(resource); // re-insert: Map order is the LRU order
     this.fences.set(resource, snap);
-    if (this.fences.size > CACHE_ENTRIES) {
-      const oldest = this.fences.keys().next();
-      if (oldest.done !== true) this.fences.delete(oldest.value);
-    }
   }
 
   async readManifest(key: string, signal: AbortSignal | undefined): Promise<Found | null> {

@@ -1,4 +1,5 @@
 import { createHash, randomBytes } from "node:crypto";
+import { OBJECT_VERSION } from "../versions.js";
 
 /**
  * Where the S3 store keeps what:
@@ -36,7 +37,9 @@ export function dataKey(prefix: string, key: string, target: string | null, data
   return `${prefix}data/${key}/${target ?? ABSENT}.${dataId}`;
 }
 
-const DATA_NAME = /^(absent|[0-9a-f]{32})\.[0-9a-f]{32}$/;
+/** `<target>.<dataId>`: the target a writeId (or `absent`), the data id a fresh id, both as newId() makes them. */
+const ID = OBJECT_VERSION.source.slice(1, -1);
+const DATA_NAME = new RegExp(`^(${ABSENT}|${ID})\\.${ID}$`);
 
 /**
  * The attempt target a data object's name records: a writeId, null for a create, or undefined for a

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { HOLDER_PATTERN, MAX_TOKEN, resourceProblem, TOKEN_PATTERN } from "@fenced/fence";
+import { OBJECT_VERSION } from "../versions.js";
 import type { CheckedFence } from "../fence.js";
 import { newId, targetOf } from "./layout.js";
 
@@ -29,7 +30,7 @@ const TokenString = z
   .string()
   .regex(TOKEN_PATTERN)
   .refine((s) => BigInt(s) <= MAX_TOKEN);
-const Id = z.string().regex(/^[0-9a-f]{32}$/);
+const Id = z.string().regex(OBJECT_VERSION);
 const Resource = z.string().refine((r) => resourceProblem(r) === undefined, "not a valid resource");
 const Holder = z.string().regex(HOLDER_PATTERN).nullable();
 

@@ -1,4 +1,5 @@
 import { InvalidArgumentError, type CheckedFence, type Fence } from "@fenced/fence";
+import { OBJECT_VERSION } from "../versions.js";
 import { assertKey } from "../fence.js";
 import { checkSignal, liveFence, optionsObject, signalOnly, throwIfAborted, transferFences } from "../options.js";
 
@@ -111,12 +112,10 @@ export function validateOptions(options: unknown): ResolvedOptions {
   };
 }
 
-const VERSION = /^[0-9a-f]{32}$/;
-
 function checkVersion(ifVersion: unknown): string | undefined {
   if (ifVersion === undefined) return undefined;
   if (typeof ifVersion !== "string") throw new InvalidArgumentError("options.ifVersion", `must be a string (a version returned by put/get/delete), got ${typeof ifVersion}`);
-  if (!VERSION.test(ifVersion)) throw new InvalidArgumentError("options.ifVersion", `${JSON.stringify(ifVersion)} is not a version this store issues`);
+  if (!OBJECT_VERSION.test(ifVersion)) throw new InvalidArgumentError("options.ifVersion", `${JSON.stringify(ifVersion)} is not a version this store issues`);
   return ifVersion;
 }
 
