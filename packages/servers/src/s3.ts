@@ -224,7 +224,15 @@ async function startLocalCeph(): Promise<StartedS3> {
 const liveDirs = new Set<string>();
 let exitHooked = false;
 
-async function startCephOnce(bins: CephBinaries): Promise<StartedS3> {
+/** A cluster's directory and daemons: what its stop() kills and removes, and what a failed start prints. */
+interface CephRun {
+  readonly dir: string;
+  readonly daemons: Spawned[];
+  readonly shutdown: () => Promise<void>;
+  readonly diagnostics: () => Promise<string>;
+}
+
+async function cephRun(): Promise<CephRun> {
   const dir = await mkdtemp(join(tmpdir(), "fenced-ceph-"));
   liveDirs.add(dir);
   if (!exitHooked) {
@@ -251,6 +259,26 @@ async function startCephOnce(bins: CephBinaries): Promise<StartedS3> {
     }
     return parts.join("\n");
   };
+  return { dir, daemons, shutdown, diagnostics };
+}
+
+/** Waits until radosgw answers HTTP. A daemon that dies during start-up (bad config, port taken) fails the start at once, not at the timeout. */
+async function awaitRadosgw(cluster: CephRun, endpoint: string): Promise<void> {
+  let exited: string | undefined;
+  const names = ["ceph-mon", "ceph-osd", "radosgw"] as const;
+  cluster.daemons.forEach((d, i) => void d.exited.then(() => (exited ??= names[i])));
+  try {
+    // A daemon that exits ends the wait at once: it will not come back by itself.
+    await waitFor("radosgw to answer HTTP", async () => exited !== undefined || (await fetch(endpoint, { signal: AbortSignal.timeout(2_000) })).status < 500, START_TIMEOUT_MS);
+  } catch (err) {
+    throw new Error(`${err instanceof Error ? err.message : String(err)}\n${await cluster.diagnostics()}`);
+  }
+  if (exited !== undefined) throw new Error(`${exited} exited during start-up\n${await cluster.diagnostics()}`);
+}
+
+async function startCephOnce(bins: CephBinaries): Promise<StartedS3> {
+  const cluster = await cephRun();
+  const { dir, daemons } = cluster;
   try {
     const fsid = randomUUID();
     const [monPort, rgwPort] = [await freePort(), await freePort()];
@@ -277,28 +305,16 @@ async function startCephOnce(bins: CephBinaries): Promise<StartedS3> {
     const frontends = `beast endpoint=${LOOPBACK}:${rgwPort} tcp_nodelay=1`;
     // tcp_nodelay: without it beast's small header and body writes meet the client's delayed ACK
     // and every small GET takes about 40 ms.
-    const rgw = spawnTracked(bins.rgw, [...c, "-f", "-n", "client.rgw", "--rgw_frontends", frontends], { cwd: dir });
-    daemons.push(rgw);
+    daemons.push(spawnTracked(bins.rgw, [...c, "-f", "-n", "client.rgw", "--rgw_frontends", frontends], { cwd: dir }));
     const endpoint = `http://${LOOPBACK}:${rgwPort}`;
-    // A daemon that dies during start-up (bad config, port taken) fails the start at once, not at the timeout.
-    let exited: string | undefined;
-    for (const [name, d] of [["ceph-mon", daemons[0]], ["ceph-osd", daemons[1]], ["radosgw", rgw]] as const) {
-      void d?.exited.then(() => (exited ??= name));
-    }
-    try {
-      // A daemon that exits ends the wait at once: it will not come back by itself.
-      await waitFor("radosgw to answer HTTP", async () => exited !== undefined || (await fetch(endpoint, { signal: AbortSignal.timeout(2_000) })).status < 500, START_TIMEOUT_MS);
-    } catch (err) {
-      throw new Error(`${err instanceof Error ? err.message : String(err)}\n${await diagnostics()}`);
-    }
-    if (exited !== undefined) throw new Error(`${exited} exited during start-up\n${await diagnostics()}`);
+    await awaitRadosgw(cluster, endpoint);
 
     const accessKeyId = `fenced${randomBytes(6).toString("hex")}`;
     const secretAccessKey = randomBytes(20).toString("hex");
     await exec(bins.rgwAdmin, [...c, "user", "create", "--uid", "fenced", "--display-name", "fenced", "--access-key", accessKeyId, "--secret-key", secretAccessKey]);
-    return handle({ endpoint, region: "us-east-1", accessKeyId, secretAccessKey, source: "local", cleanBuckets: false }, shutdown);
+    return handle({ endpoint, region: "us-east-1", accessKeyId, secretAccessKey, source: "local", cleanBuckets: false }, cluster.shutdown);
   } catch (err) {
-    await shutdown();
+    await cluster.shutdown();
     throw err;
   }
 }
