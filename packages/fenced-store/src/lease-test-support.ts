@@ -36,7 +36,8 @@ export async function leaseHarness(): Promise<LeaseHarness> {
     await nodes.stop();
     throw err;
   }
-  const redlock = new Redlock(clients, { retryCount: 0 });
+  // A node slow under a loaded machine (fsync, two test files at once) is retried, not a failed test.
+  const redlock = new Redlock(clients, { retryCount: 5, nodeTimeoutMs: 2_000 });
   // Resource names of their own: REDIS_URLS may point at nodes other runs use too.
   const resource = (label: string): string => `${label}/${randomBytes(4).toString("hex")}`;
   return {
