@@ -1,7 +1,8 @@
 import { z } from "zod";
 import { HOLDER_PATTERN } from "@fenced/fence";
 import { healthReportSchema, leaseAnswerSchema, objectWriteAnswerSchema, recordWriteAnswerSchema } from "../schemas/answers.js";
-import { credentialString, OBJECT_VERSION, RECORD_VERSION, tokenString, unanchored } from "../schemas/fields.js";
+import { OBJECT_VERSION, RECORD_VERSION } from "@fenced/store";
+import { credentialString, tokenString, unanchored } from "../schemas/fields.js";
 import { PROBLEM_KINDS, PROBLEM_TYPES, problemSchema, type ProblemKind } from "../problems/kinds.js";
 import { leaseBodySchema } from "../schemas/validation.js";
 import type { HeaderObject, JsonSchema, MediaTypeObject, OperationObject, ParameterObject, Reference, ResolvedLimits, ResponseObject } from "./types.js";

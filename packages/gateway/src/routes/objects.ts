@@ -2,11 +2,11 @@ import { pipeline } from "node:stream/promises";
 import { Router, type Request, type Response } from "express";
 import type { FencedS3 } from "@fenced/store/s3";
 import { assertContentType } from "@fenced/store/s3";
+import { OBJECT_VERSION } from "@fenced/store";
 import { authorizeKey, writeOptions } from "./access.js";
 import { markAccepted, markWrite, keyMethods, sendJson, type RouteContext } from "../http/context.js";
 import { HttpProblem } from "../problems/problem.js";
 import { readSmall, streamUpload } from "../http/request-body.js";
-import { OBJECT_VERSION } from "../schemas/fields.js";
 import { encodeHeaderText, etag } from "../schemas/validation.js";
 
 const DEFAULT_CONTENT_TYPE = "application/octet-stream";

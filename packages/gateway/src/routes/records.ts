@@ -1,10 +1,9 @@
 import { Router, type Request, type Response } from "express";
 import type { FencedPostgres } from "@fenced/store/postgres";
-import { assertJsonValue } from "@fenced/store";
+import { assertJsonValue, RECORD_VERSION } from "@fenced/store";
 import { authorizeKey, writeOptions } from "./access.js";
 import { jsonBody, markAccepted, markWrite, keyMethods, sendJson, type RouteContext } from "../http/context.js";
 import { HttpProblem } from "../problems/problem.js";
-import { RECORD_VERSION } from "../schemas/fields.js";
 import { encodeHeaderText, etag } from "../schemas/validation.js";
 
 /**

@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { LEASE_ID_PATTERN } from "../auth/lease-id.js";
-import { credentialString, holderString as holder, OBJECT_VERSION, RECORD_VERSION, resourceSchema as resource, tokenString } from "./fields.js";
+import { OBJECT_VERSION, RECORD_VERSION } from "@fenced/store";
+import { credentialString, holderString as holder, resourceSchema as resource, tokenString } from "./fields.js";
 
 /**
  * The JSON the gateway answers with, as zod schemas: the routes type their answers against these

@@ -2,17 +2,14 @@ import { z } from "zod";
 import { CONTROL_CHARACTER, CREDENTIAL_VERSION, HOLDER_PATTERN, KEY_ID_PATTERN, MAX_RESOURCE_LENGTH, resourceProblem, TOKEN_PATTERN } from "@fenced/fence";
 
 /**
- * The fields every schema is made of — a token, a resource, a key, a holder id, a credential, a
- * version — each defined once, for the requests (validation.ts), the answers (answers.ts) and the
- * problem kinds' extensions (../problems/kinds.ts). Nothing here imports the rest of the gateway.
+ * The fields every schema is made of — a token, a resource, a key, a holder id, a credential —
+ * each defined once, for the requests (validation.ts), the answers (answers.ts) and the problem
+ * kinds' extensions (../problems/kinds.ts); the version patterns are @fenced/store's. Nothing here
+ * imports the rest of the gateway.
  */
 
 /** A pattern's source without its anchors, to embed it in a larger pattern. */
 export const unanchored = (pattern: RegExp): string => pattern.source.replace(/^\^/, "").replace(/\$$/, "");
-
-/** The version patterns the stores issue (postgres: a sequence value; S3: 128 random bits in hex). */
-export const RECORD_VERSION = /^[1-9][0-9]{0,18}$/;
-export const OBJECT_VERSION = /^[0-9a-f]{32}$/;
 
 export const tokenString = z.string().regex(TOKEN_PATTERN).describe("A fencing token: a decimal string (tokens are 64-bit; a JSON number would round them)");
 
