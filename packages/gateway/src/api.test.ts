@@ -51,6 +51,8 @@ describe("records", () => {
 
     const del = await c.send({ method: "DELETE", path: "/v1/records/docs/a", headers: writeHeaders(KEYS.admin, 7n) });
     expect(del.status).toBe(204);
+    expect(del.headers.etag).toMatch(/^"[0-9]+"$/);
+    expect(del.headers["fencing-token"]).toBe("7");
     const gone = await c.send({ method: "GET", path: "/v1/records/docs/a", headers: bearer(KEYS.admin) });
     expect(gone.status).toBe(404);
     expect(gone.json()).toMatchObject({ type: "/problems/not-found", status: 404 });

@@ -136,6 +136,7 @@ describe("the answer checker", () => {
     check(at("PUT", "/v1/records/a?x=1", 409, problem, stale));
     check(at("HEAD", "/v1/records/a", 200, { ...json, etag: '"7"', "fencing-token": "3", "fencing-resource": "a" }));
     check(at("DELETE", "/v1/objects/a", 204, { etag: `"${"0".repeat(32)}"`, "fencing-token": "3" }));
+    check(at("DELETE", "/v1/records/a", 204, { etag: '"8"', "fencing-token": "3" }));
     check(at("PATCH", "/v1/records/a", 405, { ...problem, allow: "GET, HEAD, PUT, DELETE" }, { type: "/problems/method-not-allowed", title: "Method not allowed", status: 405 }));
     check(at("GET", "/nowhere", 404, problem, { type: "/problems/not-found", title: "Not found", status: 404, detail: "no such route" }));
     check(at("GET", "/metrics", 200, { "content-type": "text/plain; version=0.0.4" }, "# nothing\n"));

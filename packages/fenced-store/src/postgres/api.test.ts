@@ -121,7 +121,7 @@ describe("FencedPostgres: AbortSignal on writes", () => {
     await sleep(50);
     controller.abort(new Error("too late"));
     await holder.release();
-    expect(await deletion).toBe(true);
+    expect((await deletion).token).toBe(1n);
     expect(await store.get("cas")).toBeUndefined();
   });
 
@@ -144,7 +144,9 @@ describe("FencedPostgres: the options and the pool are structural", () => {
     await store.register(fence, { signal: undefined });
     await store.transfer("k", { from: fence, to: { resource: "s", token: 1n }, ifVersion: undefined, signal: undefined });
     await store.transaction({ resource: "s", token: 1n }, () => Promise.resolve(), { signal: undefined });
-    expect(await store.delete("k", { fence: { resource: "s", token: 1n }, ifVersion: undefined, signal: undefined })).toBe(true);
+    const deleted = await store.delete("k", { fence: { resource: "s", token: 1n }, ifVersion: undefined, signal: undefined });
+    expect(deleted.token).toBe(1n);
+    expect(deleted.version).toMatch(/^[0-9]+$/);
   });
 
   it("works with any pool that has query() and connect() → { query(), release() }: no pg types needed", async () => {

@@ -69,7 +69,9 @@ describe("FencedPostgres: a conditional write (ifVersion) is one statement", () 
     await expect(store.put("k", 3, { fence: f("r", 0n, "h"), ifVersion: v2.version })).rejects.toBeInstanceOf(StaleTokenError);
     expect(counting.take(), "ifVersion put, stale").toEqual({ statements: 2, connects: 0, transactionControl: 0 });
 
-    expect(await store.delete("k", { fence: f("r", 1n, "h"), ifVersion: v2.version })).toBe(true);
+    const deleted = await store.delete("k", { fence: f("r", 1n, "h"), ifVersion: v2.version });
+    expect(deleted.token).toBe(1n);
+    expect(deleted.version).toMatch(/^[0-9]+$/);
     expect(counting.take(), "ifVersion delete, written").toEqual({ statements: 1, connects: 0, transactionControl: 0 });
     expect(await seed.get("k")).toBeUndefined();
   });

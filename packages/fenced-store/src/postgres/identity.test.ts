@@ -112,7 +112,7 @@ describe("FencedPostgres: migrate() upgrades a store created by the previous lay
       await expect(store.put("old", 1, { fence: lease(3n, "h1") })).rejects.toBeInstanceOf(StaleTokenError);
       await store.put("old", { v: 2 }, { fence: lease(4n, "h1") });
       expect(await store.get("old")).toMatchObject({ value: { v: 2 }, holder: "h1" });
-      expect(await store.delete("old", { fence: lease(4n, "h1") })).toBe(true);
+      expect((await store.delete("old", { fence: lease(4n, "h1") })).token).toBe(4n);
       expect(await store.get("old")).toBeUndefined();
       await expect(store.put("old", 3, { fence: { resource: "elsewhere", token: 0n } })).rejects.toMatchObject({ name: "ResourceMismatchError", owner: "orders" });
     } finally {

@@ -64,13 +64,16 @@ describe("FencedPostgres: a key belongs to the resource that created it", () => 
   it("a delete leaves a tombstone that keeps the owner: get() says undefined, another resource cannot re-create the key, the owner can", async () => {
     const store = await h.store("tombstone");
     const v1 = await store.put("doc", "one", { fence: f("R", 2n) });
-    expect(await store.delete("doc", { fence: f("R", 2n) })).toBe(true);
+    const first = await store.delete("doc", { fence: f("R", 2n) });
     expect(await store.get("doc")).toBeUndefined();
+    expect(await h.recordRow(store, "doc")).toMatchObject({ value: undefined, resource: "R", token: 2n, version: first.version });
+    expect(first.version).not.toBe(v1.version); // the delete is a write with a version of its own
+    // Deleting the tombstone writes another (as S3's delete does): a new version, the same owner.
+    const second = await store.delete("doc", { fence: f("R", 2n) });
+    expect(second.token).toBe(2n);
+    expect(second.version).not.toBe(first.version);
     const tomb = await h.recordRow(store, "doc");
-    expect(tomb).toMatchObject({ value: undefined, resource: "R", token: 2n });
-    expect(tomb?.version).not.toBe(v1.version); // the delete is a write with a version of its own
-    expect(await store.delete("doc", { fence: f("R", 2n) })).toBe(false); // nothing live to delete
-    expect(await h.recordRow(store, "doc")).toEqual(tomb);
+    expect(tomb).toMatchObject({ value: undefined, resource: "R", token: 2n, version: second.version });
 
     const before = await state(store, "doc", ["R", "S"]);
     await expect(store.put("doc", "stolen", { fence: f("S", 0n) })).rejects.toMatchObject({ name: "ResourceMismatchError", owner: "R" });
@@ -85,12 +88,22 @@ describe("FencedPostgres: a key belongs to the resource that created it", () => 
     await expect(store.put("doc", "x", { fence: f("R", 3n), ifVersion: v1.version })).rejects.toBeInstanceOf(VersionMismatchError);
   });
 
-  it("deleting a key that never existed writes no tombstone and claims nothing", async () => {
+  it("deleting a key that never existed writes a tombstone: the key then belongs to the deleting resource", async () => {
     const store = await h.store("delete_missing");
-    expect(await store.delete("ghost", { fence: f("R", 1n) })).toBe(false);
-    expect(await h.recordRow(store, "ghost")).toBeUndefined();
-    await store.put("ghost", "by S", { fence: f("S", 1n) });
-    expect(await store.get("ghost")).toMatchObject({ resource: "S" });
+    const deleted = await store.delete("ghost", { fence: f("R", 1n) });
+    expect(deleted.token).toBe(1n);
+    expect(deleted.version).toMatch(/^[0-9]+$/);
+    expect(await store.get("ghost")).toBeUndefined();
+    expect(await h.recordRow(store, "ghost")).toMatchObject({ value: undefined, resource: "R", token: 1n, version: deleted.version });
+    const before = await state(store, "ghost", ["R", "S"]);
+    await expect(store.put("ghost", "by S", { fence: f("S", 1n) })).rejects.toMatchObject({ name: "ResourceMismatchError", owner: "R" });
+    await expect(store.delete("ghost", { fence: f("S", 1n) })).rejects.toMatchObject({ name: "ResourceMismatchError", owner: "R" });
+    expect(await state(store, "ghost", ["R", "S"])).toEqual(before);
+    // The owner's ratchet covers the tombstone: a stale fence of R writes nothing either.
+    await store.register(f("R", 2n));
+    await expect(store.delete("ghost", { fence: f("R", 1n) })).rejects.toBeInstanceOf(StaleTokenError);
+    const v = await store.put("ghost", "by R", { fence: f("R", 2n) });
+    expect(await store.get("ghost")).toMatchObject({ value: "by R", version: v.version, resource: "R" });
   });
 });
 
@@ -134,6 +147,8 @@ describe("FencedPostgres: transfer() moves a key between resources, fenced on bo
     // A key that was never written: nothing to move, nothing written (no fence row is created either).
     expect(await store.transfer("never", { from: f("x", 1n), to: f("y", 1n) })).toBeUndefined();
     expect([await h.fenceRow(store, "x"), await h.fenceRow(store, "y")]).toEqual([undefined, undefined]);
+    expect(await store.get("never")).toBeUndefined();
+    expect(await h.recordRow(store, "never")).toBeUndefined();
     await expect(store.transfer("never", { from: f("x", 1n), to: f("y", 1n), ifVersion: "5" })).rejects.toMatchObject({ name: "VersionMismatchError", actual: undefined });
     await expect(store.transfer("acct", { from: f("old", 35n), to: f("old", 36n) })).rejects.toBeInstanceOf(InvalidArgumentError);
     expect(await state(store, "acct", ["old", "new", "third"])).toEqual(before);

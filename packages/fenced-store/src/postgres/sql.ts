@@ -71,7 +71,11 @@ export interface Statements {
   readonly putIfVersion: string;
   /** $1–$3 fence, $4 key, $5 expected version → one row { version } (the tombstone's) as putIfVersion. */
   readonly deleteIfVersion: string;
-  /** $1–$3 fence, $4 key → { version } | no row (no live record of this resource). Run after `ratchet`, in its transaction. */
+  /**
+   * $1–$3 fence, $4 key → { version } (the tombstone's: a live record, a tombstone, or no row at all
+   * becomes a tombstone owned by $1) | no row (the key belongs to another resource). Run after
+   * `ratchet`, in its transaction.
+   */
   readonly tombstone: string;
   /**
    * $1 from-resource, $2–$4 the to-fence, $5 key, $6 expected version or null → { version } | no row.
@@ -232,10 +236,17 @@ RETURNING r.version`,
     deleteIfVersion: conditionalWrite("NULL::jsonb", "$5"),
     // An unconditional delete must also reach a record written while we waited for the fence lock,
     // which the waiting statement's snapshot cannot see; so it runs as its own statement after the
-    // ratchet, and its fresh snapshot sees every write this resource committed before us.
-    tombstone: `UPDATE ${records} SET value = NULL, version = nextval('${versions}'), token = $2::bigint, holder = $3
-WHERE key = $4 AND resource = $1 AND value IS NOT NULL
-RETURNING version`,
+    // ratchet, and its fresh snapshot sees every write this resource committed before us. It always
+    // writes a tombstone, as a put writes a record: over a live record or a tombstone of this
+    // resource (a new version), or, for a key never written, a new row that makes the key this
+    // resource's. ON CONFLICT finds the newest committed row (waiting for another resource creating
+    // the key to commit or roll back) and locks it; the WHERE keeps the owner, so a key of another
+    // resource is left alone and no row comes back (the caller then reports the owner and rolls back).
+    tombstone: `INSERT INTO ${records} AS r (key, value, token, resource, holder) VALUES ($4, NULL, $2::bigint, $1, $3)
+ON CONFLICT (key) DO UPDATE
+SET value = NULL, version = EXCLUDED.version, token = EXCLUDED.token, holder = EXCLUDED.holder
+WHERE r.resource = EXCLUDED.resource
+RETURNING r.version`,
     // Its own statement after both ratchets, for the same reason as `tombstone`. The record is then
     // a write of the to-fence: new owner, its token and holder, a new version (so an ifVersion read
     // before the move fails after it). A tombstone moves too.

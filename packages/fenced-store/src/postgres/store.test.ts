@@ -126,8 +126,12 @@ describe("FencedPostgres: the both-paused hole (two stale holders write in incre
     expect(v2.version).not.toBe(v1.version);
     await expect(store.put("k", "three", { fence: f, ifVersion: v1.version })).rejects.toBeInstanceOf(VersionMismatchError);
     await expect(store.delete("k", { fence: f, ifVersion: v1.version })).rejects.toBeInstanceOf(VersionMismatchError);
-    expect(await store.delete("k", { fence: f })).toBe(true);
-    expect(await store.delete("k", { fence: f })).toBe(false);
+    const deleted = await store.delete("k", { fence: f });
+    expect(deleted.token).toBe(1n);
+    expect(deleted.version).toMatch(/^[0-9]+$/);
+    // A delete of a tombstone writes another one, with a version of its own (as S3's does).
+    const again = await store.delete("k", { fence: f });
+    expect([v1.version, v2.version, deleted.version]).not.toContain(again.version);
     await expect(store.put("k", "x", { fence: f, ifVersion: v2.version })).rejects.toMatchObject({ actual: undefined });
   });
 });
@@ -259,8 +263,10 @@ describe("FencedPostgres: transaction()", () => {
     finish.open();
     await holder;
     expect(await conditional).toBeInstanceOf(VersionMismatchError); // not a write over 34's on a stale read
-    expect(await deletion).toBe(true); // the row 34 inserted is seen and deleted, not missed
+    // The row 34 inserted is seen and turned into the tombstone, not missed.
+    const deleted = await deletion;
     expect(await store.get("k2")).toBeUndefined();
+    expect(await h.recordRow(store, "k2")).toMatchObject({ value: undefined, token: 35n, resource: "r", version: deleted.version });
     expect(await store.get("k")).toMatchObject({ value: "by 34", token: 34n });
   });
 

@@ -131,22 +131,22 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
   /**
    * Deletes the record under the same checks as put, leaving a tombstone that keeps the owner and
    * the version sequence: get() then says undefined, and only the owner can write the key again.
-   * Resolves true if a record was deleted, false if there was none (nothing written but the ratchet).
+   * Always writes a tombstone, as S3's delete does: over a live record, over a tombstone, and for a
+   * key never written, which then belongs to fence.resource. Resolves the tombstone's version and
+   * the token that wrote it.
    */
-  async delete(key: string, options: PgWriteOptions): Promise<boolean> {
+  async delete(key: string, options: PgWriteOptions): Promise<PgPutResult> {
     assertKey(key);
     const { fence, ifVersion, signal } = writeOptions(options);
     throwIfAborted(signal);
-    if (ifVersion !== undefined) {
-      await this.conditional(fence, key, ifVersion, "deleteIfVersion", [...fenceParams(fence), key, ifVersion]);
-      return true;
-    }
+    if (ifVersion !== undefined) return this.conditional(fence, key, ifVersion, "deleteIfVersion", [...fenceParams(fence), key, ifVersion]);
     return this.fenced(fence, signal, async (client) => {
-      const { rows } = await this.run(client, signal, "tombstone", [...fenceParams(fence), key]);
-      if (rows.length > 0) return true;
+      const { rows } = await this.run<{ version: string }>(client, signal, "tombstone", [...fenceParams(fence), key]);
+      const row = rows[0];
+      if (row !== undefined) return { version: String(row.version), token: fence.token };
       const now = await this.current(client, signal, key);
       if (now !== undefined && now.resource !== fence.resource) throw new ResourceMismatchError(key, fence.resource, now.resource);
-      return false;
+      throw new Error(`delete of ${JSON.stringify(key)} wrote no tombstone although the key is ${JSON.stringify(fence.resource)}'s; written outside the store?`);
     });
   }
 

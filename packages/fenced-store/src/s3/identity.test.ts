@@ -133,6 +133,7 @@ describe("FencedS3: a key belongs to the resource that created it", () => {
       expect(await contents(client, bucket)).toEqual(before);
 
       const moved = await store.transfer("k", { from: r34, to: s0, ifVersion: created.version });
+      if (moved === undefined) throw new Error("the key exists: transfer() moves it");
       expect(moved.token).toBe(0n);
       const now = await new FencedS3(client, { bucket }).getBytes("k");
       expect(now).toMatchObject({ version: moved.version, resource: "S", token: 0n, holder: null, contentType: "text/plain" });
@@ -159,13 +160,33 @@ describe("FencedS3: a key belongs to the resource that created it", () => {
     });
   }
 
-  it("transfer of a key that does not exist is refused (VersionMismatchError), and its arguments are checked before any I/O", async () => {
+  it("transfer of a key never written resolves undefined and writes nothing (with ifVersion: VersionMismatchError); its arguments are checked before any I/O", async () => {
     const bucket = await server.createBucket();
     const store = new FencedS3(client, { bucket });
-    await expect(store.transfer("nothing", { from: { resource: "A", token: 1n }, to: { resource: "B", token: 1n } })).rejects.toMatchObject({ name: "VersionMismatchError" });
+    expect(await store.transfer("nothing", { from: { resource: "A", token: 1n }, to: { resource: "B", token: 1n } })).toBeUndefined();
+    expect(await store.get("nothing")).toBeUndefined();
+    await expect(store.transfer("nothing", { from: { resource: "A", token: 1n }, to: { resource: "B", token: 1n }, ifVersion: "0".repeat(32) })).rejects.toMatchObject({
+      name: "VersionMismatchError",
+      actual: undefined,
+    });
     await expect(store.transfer("k", { from: { resource: "A", token: 1n }, to: { resource: "A", token: 2n } })).rejects.toMatchObject({ name: "InvalidArgumentError", argument: "options.to.resource" });
     await expect(store.transfer("k", { from: { resource: "A", token: -1n }, to: { resource: "B", token: 1n } })).rejects.toMatchObject({ name: "InvalidArgumentError", argument: "options.from.token" });
     expect(await contents(client, bucket)).toEqual({});
+  });
+
+  it("delete of a key never written writes a tombstone: get() reads undefined, and the key belongs to the deleting resource", async () => {
+    const bucket = await server.createBucket();
+    const store = new FencedS3(client, { bucket });
+    const deleted = await store.delete("ghost", { fence: { resource: "R", token: 1n } });
+    expect(deleted.token).toBe(1n);
+    expect(await store.get("ghost")).toBeUndefined();
+    const other = new FencedS3(client, { bucket });
+    await expect(other.put("ghost", "by S", { fence: { resource: "S", token: 1n } })).rejects.toMatchObject({ name: "ResourceMismatchError", owner: "R", resource: "S" });
+    await expect(other.delete("ghost", { fence: { resource: "S", token: 1n } })).rejects.toMatchObject({ name: "ResourceMismatchError", owner: "R" });
+    const written = await store.put("ghost", "by R", { fence: { resource: "R", token: 1n } });
+    expect(written.version).not.toBe(deleted.version);
+    expect(await store.getBytes("ghost")).toMatchObject({ resource: "R", version: written.version });
+    await store.flush();
   });
 });
 

@@ -29,6 +29,17 @@ export interface Intent {
   readonly signal: AbortSignal | undefined;
 }
 
+/**
+ * The refusal of a transfer (ifVersion "exists") whose key has no manifest: the key was never
+ * written. Not an error for the caller: transfer() resolves undefined.
+ */
+export class NeverWrittenError extends Error {
+  constructor(readonly key: string) {
+    super(`key ${JSON.stringify(key)} was never written`);
+    this.name = "NeverWrittenError";
+  }
+}
+
 export interface S3PutResult {
   /** Opaque; pass it back as ifVersion. Unique per write, tombstones and transfers included; never reused. */
   readonly version: string;
@@ -57,7 +68,7 @@ export function refusal(intent: Pick<Intent, "key" | "owner" | "fences" | "ifVer
   }
   const { ifVersion } = intent;
   if (ifVersion === undefined) return undefined;
-  if (ifVersion !== null && typeof ifVersion === "object") return snap === null ? new VersionMismatchError(intent.key, "(an existing version)", undefined) : undefined;
+  if (ifVersion !== null && typeof ifVersion === "object") return snap === null ? new NeverWrittenError(intent.key) : undefined;
   const actual = header?.writeId;
   if (ifVersion === null ? snap === null : actual === ifVersion) return undefined;
   const visible = header !== undefined && header.body.kind !== "tombstone" ? actual : undefined;

@@ -21,7 +21,7 @@ import {
   type S3UpdateOptions,
   type S3WriteOptions,
 } from "./options.js";
-import { refusal, type Content, type S3PutResult } from "./intent.js";
+import { NeverWrittenError, refusal, type Content, type S3PutResult } from "./intent.js";
 import { writeManifest } from "./write.js";
 
 export type { S3Body } from "./body.js";
@@ -113,21 +113,31 @@ export class FencedS3 {
    * Hands the key to another resource: one manifest compare-and-swap that requires the key to belong
    * to from.resource, admits `from` and `to` against their resources' entries on the key and their
    * fence objects (raising both), and records `to` as the writer and to.resource as the owner. The
-   * body is unchanged; the version is new. All or nothing at that one PUT.
+   * body is unchanged; the version is new. All or nothing at that one PUT. Resolves undefined, and
+   * writes no manifest, if the key was never written (no manifest, not even a tombstone); with
+   * ifVersion that is a VersionMismatchError instead. The manifest is read before any fence object
+   * is raised, so a transfer of a key never written normally raises nothing; but one that finds the
+   * manifest gone only after a failed attempt may have raised both fence objects by then (a raise
+   * alone never harms safety).
    */
-  async transfer(key: string, options: S3TransferOptions): Promise<S3PutResult> {
+  async transfer(key: string, options: S3TransferOptions): Promise<S3PutResult | undefined> {
     assertKey(key);
     const o = transferOptions(options);
-    return writeManifest(this.io, {
-      key,
-      owner: o.from.resource,
-      fences: [o.from, o.to],
-      writer: o.to,
-      ifVersion: o.ifVersion ?? { exists: true },
-      content: { kind: "carry" },
-      contentType: undefined,
-      signal: o.signal,
-    });
+    try {
+      return await writeManifest(this.io, {
+        key,
+        owner: o.from.resource,
+        fences: [o.from, o.to],
+        writer: o.to,
+        ifVersion: o.ifVersion ?? { exists: true },
+        content: { kind: "carry" },
+        contentType: undefined,
+        signal: o.signal,
+      });
+    } catch (err) {
+      if (err instanceof NeverWrittenError) return undefined;
+      throw err;
+    }
   }
 
   async get(key: string): Promise<S3Object | undefined> {

@@ -127,7 +127,7 @@ export function keyPaths(store: Store, limits: ResolvedLimits): PathItemObject {
         tags: [store],
         parameters: writeParameters,
       },
-      { "204": { description: "Deleted", headers: store === "records" ? { "Fencing-Token": token } : { ETag: etag, "Fencing-Token": token } } },
+      { "204": { description: "Deleted: ETag is the tombstone's version, Fencing-Token the token that wrote it", headers: { ETag: etag, "Fencing-Token": token } } },
       WRITE,
     ),
   };

@@ -46,9 +46,11 @@ export function recordsRouter(ctx: RouteContext, store: FencedPostgres): Router 
     markWrite(res, "records", "delete");
     const { principal, key } = authorizeKey(ctx, req, res);
     const options = writeOptions(ctx, req, res, principal, key, RECORD_VERSION);
-    await ctx.metrics.time("records", "delete", () => store.delete(key, options));
+    // A tombstone: the key's ratchet and owner survive the delete (PROTOCOL.md, "Postgres").
+    const result = await ctx.metrics.time("records", "delete", () => store.delete(key, options));
     markAccepted(res);
-    res.setHeader("Fencing-Token", options.fence.token.toString());
+    res.setHeader("ETag", etag(result.version));
+    res.setHeader("Fencing-Token", result.token.toString());
     res.status(204).end();
   };
 
