@@ -26,8 +26,10 @@ beforeAll(async () => {
       IF TG_OP = 'DELETE' THEN
         INSERT INTO "${store.schema}".history (tbl, op, resource, key) VALUES ('records', TG_OP, OLD.resource, OLD.key);
       ELSE
+        -- A change of owner is a transfer: logged as such, so that the value it carries is not taken for a new write.
         INSERT INTO "${store.schema}".history (tbl, op, resource, key, token, holder, writer, tombstone)
-        VALUES ('records', TG_OP, NEW.resource, NEW.key, NEW.token, NEW.holder, NEW.value->>'writer', NEW.value IS NULL);
+        VALUES ('records', CASE WHEN TG_OP = 'UPDATE' AND OLD.resource <> NEW.resource THEN 'TRANSFER' ELSE TG_OP END,
+          NEW.resource, NEW.key, NEW.token, NEW.holder, NEW.value->>'writer', NEW.value IS NULL);
       END IF;
       RETURN NULL;
     END $$;
@@ -39,24 +41,34 @@ afterAll(async () => {
   await h.close();
 });
 
-type Kind = "put" | "putIfVersion" | "delete" | "register";
+type Kind = "put" | "putIfVersion" | "delete" | "register" | "transfer";
+type Name = "A" | "B";
 interface Op {
   readonly kind: Kind;
   readonly token: bigint;
   /** Two leases may hold one token (a lock that lost its counters): the holder tells them apart. */
   readonly holder: "h1" | "h2" | undefined;
   /** Two resources name the same keys: whichever creates a key owns it. */
-  readonly resource: "A" | "B";
+  readonly resource: Name;
   readonly key: "a" | "b";
   readonly delayMs: number;
+  /** transfer: the fence of the other resource, which receives the key. */
+  readonly toToken: bigint;
+  readonly toHolder: "h1" | "h2" | undefined;
 }
+const other = (name: Name): Name => (name === "A" ? "B" : "A");
+/** The fences an operation presents: a transfer presents its own resource's (from) and the other's (to). */
+const presented = (op: Op): { name: Name; token: bigint; holder: string | null }[] => [
+  { name: op.resource, token: op.token, holder: op.holder ?? null },
+  ...(op.kind === "transfer" ? [{ name: other(op.resource), token: op.toToken, holder: op.toHolder ?? null }] : []),
+];
 type Outcome =
-  | { ok: true; deleted?: true }
+  | { ok: true; deleted?: true; moved?: boolean }
   | { ok: false; stale: StaleTokenError }
   | { ok: false; mismatch: VersionMismatchError }
   | { ok: false; foreign: ResourceMismatchError };
 
-const opArb: fc.Arbitrary<Op> = fc.record({
+const fields = {
   kind: fc.constantFrom<Kind>("put", "put", "put", "putIfVersion", "putIfVersion", "delete", "register"),
   // A small range, so equal tokens (the same holder writing twice, or two holders) and reorderings are all common.
   token: fc.bigInt({ min: 1n, max: 12n }),
@@ -64,11 +76,18 @@ const opArb: fc.Arbitrary<Op> = fc.record({
   resource: fc.constantFrom("A" as const, "A" as const, "A" as const, "B" as const),
   key: fc.constantFrom("a" as const, "b" as const),
   delayMs: fc.integer({ min: 0, max: 4 }),
-});
+  toToken: fc.bigInt({ min: 1n, max: 12n }),
+  toHolder: fc.constantFrom("h1" as const, "h2" as const, undefined),
+};
+// A transfer needs the key to exist and its from fence to be the owner's highest: it presents a high token, a little later.
+const opArb: fc.Arbitrary<Op> = fc.oneof(
+  { arbitrary: fc.record(fields), weight: 4 },
+  { arbitrary: fc.record({ ...fields, kind: fc.constant<Kind>("transfer"), token: fc.bigInt({ min: 9n, max: 12n }), delayMs: fc.integer({ min: 2, max: 6 }) }), weight: 1 },
+);
 
 let run = 0;
 
-async function execute(op: Op, resources: Record<"A" | "B", string>, keyPrefix: string, writer: string): Promise<Outcome> {
+async function execute(op: Op, resources: Record<Name, string>, keyPrefix: string, writer: string): Promise<Outcome> {
   await sleep(op.delayMs);
   const fence = { resource: resources[op.resource], token: op.token, holder: op.holder };
   const key = `${keyPrefix}/${op.key}`;
@@ -77,6 +96,10 @@ async function execute(op: Op, resources: Record<"A" | "B", string>, keyPrefix: 
       case "register":
         await store.register(fence);
         return { ok: true };
+      case "transfer": {
+        const to = { resource: resources[other(op.resource)], token: op.toToken, holder: op.toHolder };
+        return { ok: true, moved: (await store.transfer(key, { from: fence, to })) !== undefined };
+      }
       case "delete":
         await store.delete(key, { fence });
         return { ok: true, deleted: true };
@@ -112,7 +135,7 @@ interface Logged {
 const fenceOf = (e: { token: string | bigint | null; holder: string | null }) => ({ token: BigInt(e.token ?? -1), holder: e.holder });
 
 describe("FencedPostgres: concurrent writers with random tokens, holders and resources (property)", () => {
-  it("admitted fences follow admits() in commit order, a key keeps its owner, the final state is the last accepted write, refused writes change nothing", async () => {
+  it("admitted fences follow admits() in commit order, a key changes owner only by transfer, the final state is the last accepted write, refused writes change nothing", async () => {
     await fc.assert(
       fc.asyncProperty(fc.array(opArb, { minLength: 2, maxLength: 24 }), async (ops) => {
         run += 1;
@@ -126,62 +149,79 @@ describe("FencedPostgres: concurrent writers with random tokens, holders and res
           [Object.values(resources), `${prefix}/%`],
         );
 
+        // Every fence each operation presented, with the operation's outcome. A transfer of a key never
+        // written resolves undefined and rolls its ratchet raises back: it admitted nothing.
+        const fences = ops.flatMap((op, i) => presented(op).map((fence) => ({ op, fence, outcome: outcomes[i] })));
+        const admitted = (x: (typeof fences)[number]) => x.outcome?.ok === true && x.outcome.moved !== false;
+
         for (const name of ["A", "B"] as const) {
           const resource = resources[name];
-          const mine = ops.map((op, i) => ({ op, outcome: outcomes[i] })).filter((x) => x.op.resource === name);
-          const accepted = mine.filter((x) => x.outcome?.ok === true).map((x) => x.op);
+          const mine = fences.filter((x) => x.fence.name === name);
           // 1. The ratchet's own history: each admitted fence is admitted by the one before it, in commit order.
-          const fences = log.filter((e) => e.tbl === "fence" && e.resource === resource).map(fenceOf);
-          for (let i = 1; i < fences.length; i++) {
-            const [prev, cur] = [fences[i - 1], fences[i]];
+          const ratchet = log.filter((e) => e.tbl === "fence" && e.resource === resource).map(fenceOf);
+          for (let i = 1; i < ratchet.length; i++) {
+            const [prev, cur] = [ratchet[i - 1], ratchet[i]];
             if (prev === undefined || cur === undefined) throw new Error("index");
             expect(admits(prev, { resource, ...cur }), `${resource}: ${prev.token}/${prev.holder} then ${cur.token}/${cur.holder}`).toBe(true);
           }
           // Every accepted operation raised (or re-affirmed) its ratchet exactly once; refused ones never did.
-          const key = (f: { token: bigint; holder: string | null | undefined }) => `${f.token}/${f.holder ?? "-"}`;
-          expect(fences.map(key).sort()).toEqual(accepted.map(key).sort());
+          const key = (f: { token: bigint; holder: string | null }) => `${f.token}/${f.holder ?? "-"}`;
+          expect(ratchet.map(key).sort()).toEqual(mine.filter(admitted).map((x) => key(x.fence)).sort());
           // The stored row is the last admitted fence.
-          expect(await h.fenceRow(store, resource)).toEqual(fences.at(-1));
+          expect(await h.fenceRow(store, resource)).toEqual(ratchet.at(-1));
 
-          // 2. Refusals say why, truthfully.
-          for (const { op, outcome } of mine) {
-            if (outcome === undefined || outcome.ok) continue;
-            if ("stale" in outcome) {
-              expect(outcome.stale).toMatchObject({ resource, token: op.token });
-              const highest = { token: outcome.stale.highest, holder: outcome.stale.highestHolder ?? null };
-              expect(admits(highest, { resource, token: op.token, holder: op.holder ?? null })).toBe(false);
-            }
-            if ("foreign" in outcome) expect(outcome.foreign.owner).not.toBe(resource);
+          // 2. Refusals say why, truthfully: a stale refusal names a fence the operation presented, one its resource's highest does not admit.
+          for (const { fence, outcome } of mine) {
+            if (outcome === undefined || outcome.ok || !("stale" in outcome) || outcome.stale.resource !== resource) continue;
+            expect(outcome.stale.token).toBe(fence.token);
+            const highest = { token: outcome.stale.highest, holder: outcome.stale.highestHolder ?? null };
+            expect(admits(highest, { resource, token: fence.token, holder: fence.holder })).toBe(false);
           }
           // 3. A token that no other holder shares, and that is the resource's highest, is never refused as stale.
-          const max = mine.reduce((m, x) => (x.op.token > m ? x.op.token : m), 0n);
-          const holdersAtMax = new Set(mine.filter((x) => x.op.token === max).map((x) => x.op.holder));
-          if (holdersAtMax.size === 1) for (const { op, outcome } of mine) if (op.token === max) expect(outcome !== undefined && !outcome.ok && "stale" in outcome).toBe(false);
+          const max = mine.reduce((m, x) => (x.fence.token > m ? x.fence.token : m), 0n);
+          const holdersAtMax = new Set(mine.filter((x) => x.fence.token === max).map((x) => x.fence.holder));
+          if (holdersAtMax.size === 1) {
+            for (const { fence, outcome } of mine) if (fence.token === max) expect(outcome !== undefined && !outcome.ok && "stale" in outcome && outcome.stale.resource === resource).toBe(false);
+          }
         }
+        ops.forEach((op, i) => {
+          const outcome = outcomes[i];
+          if (outcome === undefined || outcome.ok) return;
+          if ("stale" in outcome) expect(presented(op).map((f) => resources[f.name])).toContain(outcome.stale.resource);
+          if ("foreign" in outcome) expect(outcome.foreign).toMatchObject({ resource: resources[op.resource], owner: resources[other(op.resource)] });
+        });
 
         // 4. Acknowledged writes are in the history exactly once, under their own fence; refused ones not at all.
+        // (A transfer carries the value, and its writer's name with it: it is logged as TRANSFER.)
         const records = log.filter((e) => e.tbl === "records");
+        const writes = records.filter((e) => e.op !== "TRANSFER");
         ops.forEach((op, i) => {
           const outcome = outcomes[i];
           const isWrite = op.kind === "put" || op.kind === "putIfVersion";
-          const entries = records.filter((e) => e.writer === `w${i}`);
+          const entries = writes.filter((e) => e.writer === `w${i}`);
           if (isWrite) expect(entries.length).toBe(outcome?.ok === true ? 1 : 0);
           for (const e of entries) expect({ resource: e.resource, ...fenceOf(e) }).toEqual({ resource: resources[op.resource], token: op.token, holder: op.holder ?? null });
         });
         expect(records.filter((e) => e.op === "DELETE")).toEqual([]); // deletes leave tombstones
         // Every accepted delete wrote one tombstone (over a record, over a tombstone, or as the key's first row).
-        expect(records.filter((e) => e.tombstone === true).length).toBe(outcomes.filter((o) => o.ok && o.deleted === true).length);
+        expect(writes.filter((e) => e.tombstone === true).length).toBe(outcomes.filter((o) => o.ok && o.deleted === true).length);
 
         for (const name of ["a", "b"] as const) {
           const key = `${prefix}/${name}`;
           const history = records.filter((e) => e.key === key);
-          // 5. A key keeps the owner that created it; a write naming the other resource was refused with that owner.
-          const owner = history[0]?.resource;
-          for (const e of history) expect(e.resource).toBe(owner);
-          ops.forEach((op, i) => {
-            const outcome = outcomes[i];
-            if (op.key === name && outcome !== undefined && !outcome.ok && "foreign" in outcome) expect(outcome.foreign).toMatchObject({ key, owner });
-          });
+          // 5. A key changes owner only by a transfer: one TRANSFER entry per transfer that moved it, under the to-fence,
+          // and every other write of the key names the owner of the moment.
+          const moves = ops.filter((op, i) => op.kind === "transfer" && op.key === name && outcomes[i]?.ok === true && outcomes[i]?.moved === true);
+          expect(history.filter((e) => e.op === "TRANSFER").length).toBe(moves.length);
+          for (let i = 1; i < history.length; i++) {
+            const [prev, cur] = [history[i - 1], history[i]];
+            if (prev === undefined || cur === undefined) throw new Error("index");
+            if (cur.op === "TRANSFER") {
+              expect(cur.resource).not.toBe(prev.resource);
+              const to = { resource: cur.resource, ...fenceOf(cur) };
+              expect(moves.some((op) => resources[other(op.resource)] === to.resource && op.toToken === to.token && (op.toHolder ?? null) === to.holder)).toBe(true);
+            } else expect(cur.resource).toBe(prev.resource);
+          }
           // 6. The final state is the last committed write of the key (replaying the history).
           const last = history.at(-1);
           const stored = await store.get<{ writer: string }>(key);
