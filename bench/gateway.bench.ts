@@ -73,7 +73,8 @@ async function startGateway(args: string[], env: Record<string, string>): Promis
     child.once("exit", (code) => reject(new Error(`the gateway exited with ${String(code)} before listening`)));
   });
   child.stdout?.resume();
-  const status = (field: string): number => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0) / 1024;
+  const status = (field: string): number =>
+    Number(new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0) / 1024;
   return {
     port,
     rssMb: () => ({ now: Math.round(status("VmRSS")), peak: Math.round(status("VmHWM")) }),
@@ -94,7 +95,13 @@ async function startGateway(args: string[], env: Record<string, string>): Promis
 
 const agent = new Agent({ keepAlive: true, maxSockets: CONCURRENCY });
 
-function send(port: number, method: string, path: string, headers: Record<string, string | number>, body?: string): Promise<IncomingMessage> {
+function send(
+  port: number,
+  method: string,
+  path: string,
+  headers: Record<string, string | number>,
+  body?: string,
+): Promise<IncomingMessage> {
   return new Promise((resolve, reject) => {
     const req = request({ host: "127.0.0.1", port, method, path, headers, agent }, resolve);
     req.on("error", reject);
@@ -110,26 +117,57 @@ const pool = new pg.Pool({ connectionString: postgres.url, max: POOL_SIZE });
 let gateway: GatewayProcess | undefined;
 try {
   const bucket = await s3.createBucket();
-  gateway = await startGateway(["--postgres", postgres.url, "--postgres-schema", "bench_gateway", "--postgres-pool-size", String(POOL_SIZE), "--s3-endpoint", s3.endpoint, "--s3-bucket", bucket, "--s3-region", s3.region], {
-    FENCED_GATEWAY_S3_ACCESS_KEY_ID: s3.accessKeyId,
-    FENCED_GATEWAY_S3_SECRET_ACCESS_KEY: s3.secretAccessKey,
-  });
+  gateway = await startGateway(
+    [
+      "--postgres",
+      postgres.url,
+      "--postgres-schema",
+      "bench_gateway",
+      "--postgres-pool-size",
+      String(POOL_SIZE),
+      "--s3-endpoint",
+      s3.endpoint,
+      "--s3-bucket",
+      bucket,
+      "--s3-region",
+      s3.region,
+    ],
+    {
+      FENCED_GATEWAY_S3_ACCESS_KEY_ID: s3.accessKeyId,
+      FENCED_GATEWAY_S3_SECRET_ACCESS_KEY: s3.secretAccessKey,
+    },
+  );
   const gw = gateway;
   const library = new FencedPostgres(pool, { schema: "bench_library" });
   await library.migrate();
-  const setting = { server: "throwaway (fsync=off, synchronous_commit=off)", source: postgres.source, rows: "per-worker", concurrency: CONCURRENCY, cores: availableParallelism() };
+  const setting = {
+    server: "throwaway (fsync=off, synchronous_commit=off)",
+    source: postgres.source,
+    rows: "per-worker",
+    concurrency: CONCURRENCY,
+    cores: availableParallelism(),
+  };
 
   // 64 keep-alive connections, one per client; undici costs this process less CPU per request than
   // node:http's client, and every microsecond the load generator spends is taken from the gateway.
   const clients = new Pool(`http://127.0.0.1:${gw.port}`, { connections: CONCURRENCY, pipelining: 1 });
   // Worker w writes row w under resource w, as a client holding one lease per row would.
-  const credentials = Array.from({ length: CONCURRENCY }, (_, w) => mintFenceCredential({ resource: `cred-writer/${w}`, token: 1n, holder: `bench-${w}` }, FENCE_KEY, { expiresAt: Date.now() + 86_400_000 }));
+  const credentials = Array.from({ length: CONCURRENCY }, (_, w) =>
+    mintFenceCredential({ resource: `cred-writer/${w}`, token: 1n, holder: `bench-${w}` }, FENCE_KEY, {
+      expiresAt: Date.now() + 86_400_000,
+    }),
+  );
   const impls: Record<"gateway" | "gateway-credential" | "library", Op> = {
     gateway: async (w, i) => {
       const res = await clients.request({
         method: "PUT",
         path: `/v1/records/row/${w}`,
-        headers: { authorization: `Bearer ${KEY}`, "fencing-token": "1", "fencing-resource": `writer/${w}`, "content-type": "application/json" },
+        headers: {
+          authorization: `Bearer ${KEY}`,
+          "fencing-token": "1",
+          "fencing-resource": `writer/${w}`,
+          "content-type": "application/json",
+        },
         body: value(w, i),
       });
       await res.body.dump();
@@ -139,7 +177,11 @@ try {
       const res = await clients.request({
         method: "PUT",
         path: `/v1/records/cred/${w}`,
-        headers: { authorization: `Bearer ${SERVICE_KEY}`, "fencing-credential": credentials[w] as string, "content-type": "application/json" },
+        headers: {
+          authorization: `Bearer ${SERVICE_KEY}`,
+          "fencing-credential": credentials[w] as string,
+          "content-type": "application/json",
+        },
         body: value(w, i),
       });
       await res.body.dump();
@@ -171,11 +213,21 @@ try {
       const rss = gw.rssMb();
       peakRss = Math.max(peakRss, rss.peak);
       const cpuUsPerWrite = Math.round(((gw.cpuSeconds() - cpu0) * 1e6) / r.ops);
-      emit({ bench: "gateway-postgres-put", impl, ...setting, round, ...r, gatewayRssMb: rss.now, gatewayPeakRssMb: rss.peak, gatewayCpuUsPerWrite: cpuUsPerWrite });
+      emit({
+        bench: "gateway-postgres-put",
+        impl,
+        ...setting,
+        round,
+        ...r,
+        gatewayRssMb: rss.now,
+        gatewayPeakRssMb: rss.peak,
+        gatewayCpuUsPerWrite: cpuUsPerWrite,
+      });
       rounds[impl].push({ ...r, cpuUsPerWrite });
     }
   }
-  const med = (impl: Impl, field: "opsPerSec" | "p50Ms" | "p99Ms" | "cpuUsPerWrite"): number => median(rounds[impl].map((r) => r[field] ?? Number.NaN));
+  const med = (impl: Impl, field: "opsPerSec" | "p50Ms" | "p99Ms" | "cpuUsPerWrite"): number =>
+    median(rounds[impl].map((r) => r[field] ?? Number.NaN));
   // The check alone, in this process: what verifying one credential costs the gateway's CPU.
   const keys = credentialKeys([FENCE_KEY]);
   const VERIFIES = 100_000;
@@ -237,7 +289,11 @@ try {
     const digest = createHash("sha256");
     const t0 = performance.now();
     const put = await new Promise<IncomingMessage>((resolve, reject) => {
-      const headers: Record<string, string | number> = { authorization: `Bearer ${KEY}`, "fencing-token": "1", "content-type": "application/octet-stream" };
+      const headers: Record<string, string | number> = {
+        authorization: `Bearer ${KEY}`,
+        "fencing-token": "1",
+        "content-type": "application/octet-stream",
+      };
       if (length === "known") headers["content-length"] = STREAM_BYTES;
       else headers["transfer-encoding"] = "chunked";
       const req = request({ host: "127.0.0.1", port: gw.port, method: "PUT", path: "/v1/objects/bench/big", headers }, resolve);
@@ -256,7 +312,17 @@ try {
     if (put.statusCode !== 200) throw new Error(`stream PUT answered ${put.statusCode}`);
     const putSeconds = (performance.now() - t0) / 1000;
     const putPeak = gw.rssMb().peak;
-    emit({ bench: "gateway-object-stream", op: "put", length, bytes: STREAM_BYTES, seconds: Number(putSeconds.toFixed(2)), mbPerSec: Number((STREAM_BYTES / MB / putSeconds).toFixed(1)), gatewayRssBeforeMb: before, gatewayPeakRssMb: putPeak, goalMaxRssMb: 200 });
+    emit({
+      bench: "gateway-object-stream",
+      op: "put",
+      length,
+      bytes: STREAM_BYTES,
+      seconds: Number(putSeconds.toFixed(2)),
+      mbPerSec: Number((STREAM_BYTES / MB / putSeconds).toFixed(1)),
+      gatewayRssBeforeMb: before,
+      gatewayPeakRssMb: putPeak,
+      goalMaxRssMb: 200,
+    });
 
     gw.resetPeak();
     const t1 = performance.now();
@@ -268,8 +334,19 @@ try {
       check.update(part as Buffer);
     }
     const getSeconds = (performance.now() - t1) / 1000;
-    if (got.statusCode !== 200 || received !== STREAM_BYTES || check.digest("hex") !== digest.digest("hex")) throw new Error(`GET returned ${received} bytes (${got.statusCode}) that differ from what was put`);
-    emit({ bench: "gateway-object-stream", op: "get", length, bytes: received, seconds: Number(getSeconds.toFixed(2)), mbPerSec: Number((received / MB / getSeconds).toFixed(1)), gatewayPeakRssMb: gw.rssMb().peak, bodyVerified: "sha256", goalMaxRssMb: 200 });
+    if (got.statusCode !== 200 || received !== STREAM_BYTES || check.digest("hex") !== digest.digest("hex"))
+      throw new Error(`GET returned ${received} bytes (${got.statusCode}) that differ from what was put`);
+    emit({
+      bench: "gateway-object-stream",
+      op: "get",
+      length,
+      bytes: received,
+      seconds: Number(getSeconds.toFixed(2)),
+      mbPerSec: Number((received / MB / getSeconds).toFixed(1)),
+      gatewayPeakRssMb: gw.rssMb().peak,
+      bodyVerified: "sha256",
+      goalMaxRssMb: 200,
+    });
   }
 } finally {
   agent.destroy();

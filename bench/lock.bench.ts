@@ -46,11 +46,18 @@ function implementations(urls: readonly string[], workers: number): { ops: Recor
   const fenced = new Redlock(connect(), { retryCount: RETRIES });
   const redlock = new NodeRedlock(connect(), { retryCount: RETRIES });
   const universalAdapters = connect().map((c) => new IoredisAdapter(c));
-  const universal = Array.from({ length: workers }, (_, w) => createRedlock({ adapters: universalAdapters, key: `bench-universal:${w}`, ttl: TTL_MS, retryAttempts: RETRIES }));
+  const universal = Array.from({ length: workers }, (_, w) =>
+    createRedlock({ adapters: universalAdapters, key: `bench-universal:${w}`, ttl: TTL_MS, retryAttempts: RETRIES }),
+  );
   const semaphoreClients = connect();
   const mutexes = Array.from(
     { length: workers },
-    (_, w) => new RedlockMutex(semaphoreClients, `bench-semaphore:${w}`, { lockTimeout: TTL_MS, acquireAttemptsLimit: RETRIES + 1, refreshInterval: 0 }),
+    (_, w) =>
+      new RedlockMutex(semaphoreClients, `bench-semaphore:${w}`, {
+        lockTimeout: TTL_MS,
+        acquireAttemptsLimit: RETRIES + 1,
+        refreshInterval: 0,
+      }),
   );
   const floor = floorLock(connect());
   const ops: Record<Impl, Op> = {
@@ -102,7 +109,13 @@ async function compare(persistence: "fsync-always" | "none"): Promise<void> {
       const medians = Object.fromEntries(names.map((n) => [n, median(rounds[n] ?? [])])) as Record<Impl, number>;
       const ours = medians[OURS];
       for (const peer of PEERS) {
-        emit({ bench: "lock-ratio", persistence, concurrency, ratio: round3(ours / medians[peer]), ratioOf: `${OURS} ÷ ${peer} (median acquire+release ops/s over ${ROUNDS} rounds)` });
+        emit({
+          bench: "lock-ratio",
+          persistence,
+          concurrency,
+          ratio: round3(ours / medians[peer]),
+          ratioOf: `${OURS} ÷ ${peer} (median acquire+release ops/s over ${ROUNDS} rounds)`,
+        });
       }
       const fastest = PEERS.reduce((a, b) => (medians[a] >= medians[b] ? a : b));
       const ratio = round3(ours / medians[fastest]);
@@ -118,7 +131,13 @@ async function compare(persistence: "fsync-always" | "none"): Promise<void> {
         stretchMet: ratio >= STRETCH,
         medians,
       });
-      emit({ bench: "lock-floor", persistence, concurrency, ratio: round3(ours / medians[FLOOR]), ratioOf: `${OURS} ÷ floor (bare SET NX PX + compare-and-delete, each at a quorum)` });
+      emit({
+        bench: "lock-floor",
+        persistence,
+        concurrency,
+        ratio: round3(ours / medians[FLOOR]),
+        ratioOf: `${OURS} ÷ floor (bare SET NX PX + compare-and-delete, each at a quorum)`,
+      });
     }
   } finally {
     for (const c of clients) c.disconnect();

@@ -41,7 +41,12 @@ export async function measure(op: Op, concurrency: number, durationMs: number): 
   const latencies: number[] = [];
   const elapsed = await closedLoop(op, concurrency, durationMs, latencies);
   latencies.sort((a, b) => a - b);
-  return { ops: latencies.length, opsPerSec: Math.round((latencies.length / elapsed) * 1000), p50Ms: round3(percentile(latencies, 0.5)), p99Ms: round3(percentile(latencies, 0.99)) };
+  return {
+    ops: latencies.length,
+    opsPerSec: Math.round((latencies.length / elapsed) * 1000),
+    p50Ms: round3(percentile(latencies, 0.5)),
+    p99Ms: round3(percentile(latencies, 0.99)),
+  };
 }
 
 export function emit(line: Record<string, unknown>): void {
@@ -65,7 +70,11 @@ export function round3(x: number): number {
  * have finished, and times each from its scheduled start (a stalled server delays every op behind
  * it, which a closed loop would hide). Worker ids cycle over 64 so ops stay on distinct rows.
  */
-export async function openLoop(op: Op, ratePerSec: number, durationMs: number): Promise<{ ops: number; p50Ms: number; p99Ms: number; maxMs: number }> {
+export async function openLoop(
+  op: Op,
+  ratePerSec: number,
+  durationMs: number,
+): Promise<{ ops: number; p50Ms: number; p99Ms: number; maxMs: number }> {
   const interval = 1000 / ratePerSec;
   const start = performance.now();
   const latencies: number[] = [];

@@ -66,7 +66,13 @@ interface Slice {
 }
 
 /** Runs `concurrency` workers for `durationMs`, appending each op's latency to `latencies`. */
-async function slice(op: Op, concurrency: number, durationMs: number, latencies: number[], counter: { statements: number }): Promise<Slice> {
+async function slice(
+  op: Op,
+  concurrency: number,
+  durationMs: number,
+  latencies: number[],
+  counter: { statements: number },
+): Promise<Slice> {
   const statements0 = counter.statements;
   const ops0 = latencies.length;
   const elapsedMs = await closedLoop(op, concurrency, durationMs, latencies);
@@ -81,11 +87,23 @@ function describe(slices: readonly Slice[], latencies: number[]) {
   const ops = slices.reduce((n, s) => n + s.ops, 0);
   const elapsed = slices.reduce((n, s) => n + s.elapsedMs, 0);
   const statements = slices.reduce((n, s) => n + s.statements, 0);
-  return { ops, opsPerSec: Math.round((ops / elapsed) * 1000), p50Ms: pct(0.5), p99Ms: pct(0.99), roundTripsPerOp: round(statements / ops, 2) };
+  return {
+    ops,
+    opsPerSec: Math.round((ops / elapsed) * 1000),
+    p50Ms: pct(0.5),
+    p99Ms: pct(0.99),
+    roundTripsPerOp: round(statements / ops, 2),
+  };
 }
 
 /** Both implementations, interleaved slice by slice (ABBA), after a warm-up (connections, prepared statements, JIT). */
-async function compare(bench: Bench, impls: Record<Impl, Op>, counter: { statements: number }, concurrency: number, context: Record<string, unknown>): Promise<void> {
+async function compare(
+  bench: Bench,
+  impls: Record<Impl, Op>,
+  counter: { statements: number },
+  concurrency: number,
+  context: Record<string, unknown>,
+): Promise<void> {
   const latencies: Record<Impl, number[]> = { fenced: [], plain: [] };
   const slices: Record<Impl, Slice[]> = { fenced: [], plain: [] };
   for (const impl of ["fenced", "plain"] as const) await slice(impls[impl], concurrency, WARM_UP_MS, [], counter);
@@ -126,7 +144,10 @@ async function compare(bench: Bench, impls: Record<Impl, Op>, counter: { stateme
  */
 async function suite(durable: boolean): Promise<void> {
   const server = await startPostgres({ durable });
-  const context = { server: durable ? "durable (fsync=on, synchronous_commit=on)" : "throwaway (fsync=off, synchronous_commit=off)", source: server.source };
+  const context = {
+    server: durable ? "durable (fsync=on, synchronous_commit=on)" : "throwaway (fsync=off, synchronous_commit=off)",
+    source: server.source,
+  };
   const pool = new pg.Pool({ connectionString: server.url, max: 16 });
   const { counter, counted } = countingPool(pool);
   try {
@@ -138,7 +159,11 @@ async function suite(durable: boolean): Promise<void> {
     const upsert = "INSERT INTO bench_plain (key, value) VALUES ($1, $2::jsonb) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value";
     const cas =
       "INSERT INTO bench_plain_v (key, value, version) VALUES ($1, $2::jsonb, 1) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, version = bench_plain_v.version + 1 WHERE bench_plain_v.version = $3 RETURNING version";
-    const value = (w: number, i: number): { writer: number; seq: number; note: string } => ({ writer: w, seq: i, note: "invoice total updated" });
+    const value = (w: number, i: number): { writer: number; seq: number; note: string } => ({
+      writer: w,
+      seq: i,
+      note: "invoice total updated",
+    });
 
     for (const rows of durable ? (["per-worker"] as const) : (["per-worker", "shared"] as const)) {
       const row = (w: number): number => (rows === "shared" ? 0 : w);
@@ -150,7 +175,8 @@ async function suite(durable: boolean): Promise<void> {
           await counted.query({ name: "bench.plain", text: upsert, values: [`row/${row(w)}`, JSON.stringify(value(w, i))] });
         },
       };
-      for (const concurrency of rows === "shared" ? [16] : [1, 16]) await compare("postgres-put", impls, counter, concurrency, { ...context, rows });
+      for (const concurrency of rows === "shared" ? [16] : [1, 16])
+        await compare("postgres-put", impls, counter, concurrency, { ...context, rows });
     }
 
     for (const concurrency of [1, 16]) {
@@ -168,13 +194,21 @@ async function suite(durable: boolean): Promise<void> {
       }
       const recipe: Record<Impl, Op> = {
         fenced: async (w, i) => {
-          const r = await store.put(resource(w), value(w, i), { fence: { resource: resource(w), token: 1n, holder: HOLDER }, ifVersion: versions.get(w) });
+          const r = await store.put(resource(w), value(w, i), {
+            fence: { resource: resource(w), token: 1n, holder: HOLDER },
+            ifVersion: versions.get(w),
+          });
           versions.set(w, r.version);
         },
         plain: async (w, i) => {
-          const { rows } = await counted.query<{ version: string }>({ name: "bench.plain_cas", text: cas, values: [resource(w), JSON.stringify(value(w, i)), plainVersions.get(w) ?? "missing"] });
+          const { rows } = await counted.query<{ version: string }>({
+            name: "bench.plain_cas",
+            text: cas,
+            values: [resource(w), JSON.stringify(value(w, i)), plainVersions.get(w) ?? "missing"],
+          });
           const written = rows[0]?.version;
-          if (written === undefined) throw new Error(`the plain compare-and-set of ${resource(w)} was refused: the benchmark lost track of its version`);
+          if (written === undefined)
+            throw new Error(`the plain compare-and-set of ${resource(w)} was refused: the benchmark lost track of its version`);
           plainVersions.set(w, written);
         },
       };

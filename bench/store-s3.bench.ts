@@ -37,7 +37,9 @@ const wire = new Map<S3Client, Map<string, number>>();
 function countRequests(client: S3Client): S3Client {
   const counts = new Map<string, number>();
   wire.set(client, counts);
-  const handler = client.config.requestHandler as { handle: (request: { method: string; path: string; query?: Record<string, unknown> }, ...rest: unknown[]) => Promise<unknown> };
+  const handler = client.config.requestHandler as {
+    handle: (request: { method: string; path: string; query?: Record<string, unknown> }, ...rest: unknown[]) => Promise<unknown>;
+  };
   const handle = handler.handle.bind(handler);
   handler.handle = (request, ...rest) => {
     const folder = /\/(manifests|fences|data)\//.exec(request.path)?.[1];
@@ -73,7 +75,11 @@ async function slice(impl: Impl, concurrency: number, durationMs: number): Promi
   return { ops: latencies.length, msPerOp: (performance.now() - start) / Math.max(1, latencies.length), latencies };
 }
 
-const pct = (xs: readonly number[], p: number): number => percentile([...xs].sort((a, b) => a - b), p);
+const pct = (xs: readonly number[], p: number): number =>
+  percentile(
+    [...xs].sort((a, b) => a - b),
+    p,
+  );
 
 interface Case {
   readonly bench: string;
@@ -82,7 +88,13 @@ interface Case {
   readonly concurrency: number;
   readonly plain: Impl;
   /** The fenced implementations compared with plain; `goal` only on the lines the goal is about. */
-  readonly fenced: readonly { readonly impl: string; readonly compares: string; readonly goal: number | null; readonly run: Impl; readonly failed?: () => number }[];
+  readonly fenced: readonly {
+    readonly impl: string;
+    readonly compares: string;
+    readonly goal: number | null;
+    readonly run: Impl;
+    readonly failed?: () => number;
+  }[];
 }
 
 async function runCase(c: Case): Promise<void> {
@@ -216,10 +228,27 @@ try {
       concurrency: 1,
       plain: plain(() => `plain/steady-${size}`, body),
       fenced: [
-        { impl: "fenced (defaults: resource fence on)", compares: steady, goal: GOAL, run: fenced(defaults, fencedClient, () => `steady-${size}`, body) },
-        { impl: "fenced, checkResourceFence: false", compares: `${steady}; without the cross-object guarantee`, goal: null, run: fenced(objectOnly, objectOnlyClient, () => `steady-${size}`, body) },
+        {
+          impl: "fenced (defaults: resource fence on)",
+          compares: steady,
+          goal: GOAL,
+          run: fenced(defaults, fencedClient, () => `steady-${size}`, body),
+        },
+        {
+          impl: "fenced, checkResourceFence: false",
+          compares: `${steady}; without the cross-object guarantee`,
+          goal: null,
+          run: fenced(objectOnly, objectOnlyClient, () => `steady-${size}`, body),
+        },
         ...(size > 64 * 1024
-          ? [{ impl: "fenced, inlineLimit: 1 MiB", compares: `${steady}; the body inside the manifest (its upload inside the fence read's window)`, goal: null, run: fenced(inlined, inlinedClient, () => `steady-${size}`, body) }]
+          ? [
+              {
+                impl: "fenced, inlineLimit: 1 MiB",
+                compares: `${steady}; the body inside the manifest (its upload inside the fence read's window)`,
+                goal: null,
+                run: fenced(inlined, inlinedClient, () => `steady-${size}`, body),
+              },
+            ]
           : []),
       ],
     });
@@ -233,8 +262,18 @@ try {
     concurrency: 1,
     plain: plain((_, i) => `plain/new/${i}`, small),
     fenced: [
-      { impl: "fenced (defaults: resource fence on)", compares: steady, goal: null, run: fenced(defaults, fencedClient, (_, i) => `new/${i}`, small) },
-      { impl: "fenced, checkResourceFence: false", compares: `${steady}; without the cross-object guarantee`, goal: null, run: fenced(objectOnly, objectOnlyClient, (_, i) => `new/${i}`, small) },
+      {
+        impl: "fenced (defaults: resource fence on)",
+        compares: steady,
+        goal: null,
+        run: fenced(defaults, fencedClient, (_, i) => `new/${i}`, small),
+      },
+      {
+        impl: "fenced, checkResourceFence: false",
+        compares: `${steady}; without the cross-object guarantee`,
+        goal: null,
+        run: fenced(objectOnly, objectOnlyClient, (_, i) => `new/${i}`, small),
+      },
     ],
   });
   // 4 writers (separate stores, as separate processes would be) contending for one key.

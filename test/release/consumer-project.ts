@@ -20,7 +20,17 @@ export function cleanEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
 export async function installConsumer(dir: string, tarballs: readonly Tarball[]): Promise<Ran> {
   await mkdir(dir, { recursive: true });
   await writeFile(join(dir, "package.json"), `${JSON.stringify({ name: "fenced-consumer", version: "1.0.0", private: true }, null, 2)}\n`);
-  const args = ["install", "--no-audit", "--no-fund", "--prefer-offline", "--loglevel=error", "--cache", NPM_CACHE, ...tarballs.map((t) => t.file), ...USER_PACKAGES];
+  const args = [
+    "install",
+    "--no-audit",
+    "--no-fund",
+    "--prefer-offline",
+    "--loglevel=error",
+    "--cache",
+    NPM_CACHE,
+    ...tarballs.map((t) => t.file),
+    ...USER_PACKAGES,
+  ];
   return runOk("npm", args, { cwd: dir, env: cleanEnv(), timeoutMs: 240_000 });
 }
 

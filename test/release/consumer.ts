@@ -90,7 +90,9 @@ async function staleWriteIsRefused(store: StoreOutcome["store"], redlock: Redloc
 async function main(): Promise<void> {
   const module = process.argv[2] === "cjs" ? "cjs" : "esm";
   const run = `${env("CONSUMER_RUN")}-${module}`;
-  const clients = env("REDIS_URLS").split(",").map((url) => new Redis(url));
+  const clients = env("REDIS_URLS")
+    .split(",")
+    .map((url) => new Redis(url));
   const redlock = new Redlock(clients, { retryCount: 3 });
   const pool = new pg.Pool({ connectionString: env("DATABASE_URL"), max: 2 });
   const s3 = new S3Client({
@@ -108,22 +110,32 @@ async function main(): Promise<void> {
     await objects.verify();
 
     const stores = [
-      await staleWriteIsRefused("postgres", redlock, {
-        register: (fence) => postgres.register(fence),
-        put: async (key, value, fence) => void (await postgres.put(key, { value }, { fence })),
-        read: async (key) => {
-          const record = await postgres.get<{ value: string }>(key);
-          return record && { value: record.value.value, token: record.token };
+      await staleWriteIsRefused(
+        "postgres",
+        redlock,
+        {
+          register: (fence) => postgres.register(fence),
+          put: async (key, value, fence) => void (await postgres.put(key, { value }, { fence })),
+          read: async (key) => {
+            const record = await postgres.get<{ value: string }>(key);
+            return record && { value: record.value.value, token: record.token };
+          },
         },
-      }, run),
-      await staleWriteIsRefused("s3", redlock, {
-        register: (fence) => objects.register(fence),
-        put: async (key, value, fence) => void (await objects.put(key, value, { fence, contentType: "text/plain" })),
-        read: async (key) => {
-          const object = await objects.getBytes(key);
-          return object && { value: object.body.toString("utf8"), token: object.token };
+        run,
+      ),
+      await staleWriteIsRefused(
+        "s3",
+        redlock,
+        {
+          register: (fence) => objects.register(fence),
+          put: async (key, value, fence) => void (await objects.put(key, value, { fence, contentType: "text/plain" })),
+          read: async (key) => {
+            const object = await objects.getBytes(key);
+            return object && { value: object.body.toString("utf8"), token: object.token };
+          },
         },
-      }, run),
+        run,
+      ),
     ];
 
     let badKeyRefusedByFenceClass = false;

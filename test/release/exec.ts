@@ -37,6 +37,7 @@ export function run(command: string, args: readonly string[], options: RunOption
 /** run(), and an error carrying the command's output unless it exited 0. */
 export async function runOk(command: string, args: readonly string[], options: RunOptions): Promise<Ran> {
   const ran = await run(command, args, options);
-  if (ran.code !== 0) throw new Error(`${ran.command} (in ${options.cwd}) exited ${ran.code}\n${ran.stdout.slice(-4_000)}\n${ran.stderr.slice(-4_000)}`);
+  if (ran.code !== 0)
+    throw new Error(`${ran.command} (in ${options.cwd}) exited ${ran.code}\n${ran.stdout.slice(-4_000)}\n${ran.stderr.slice(-4_000)}`);
   return ran;
 }

@@ -6,7 +6,13 @@ import { killHard, spawnTracked, waitFor, type Spawned } from "@fenced/servers";
 export interface GatewayBackends {
   readonly redisUrls: readonly string[];
   readonly postgresUrl: string;
-  readonly s3: { readonly endpoint: string; readonly region: string; readonly accessKeyId: string; readonly secretAccessKey: string; readonly bucket: string };
+  readonly s3: {
+    readonly endpoint: string;
+    readonly region: string;
+    readonly accessKeyId: string;
+    readonly secretAccessKey: string;
+    readonly bucket: string;
+  };
 }
 
 /** An API key for the gateway's environment: at least 16 characters of the allowed alphabet. */
@@ -53,7 +59,12 @@ export interface RunningGateway {
 }
 
 /** Starts a gateway process and waits for its "listening" log line, which carries the port it bound. */
-export async function startGateway(command: string, args: readonly string[], backends: GatewayBackends, cwd: string): Promise<RunningGateway> {
+export async function startGateway(
+  command: string,
+  args: readonly string[],
+  backends: GatewayBackends,
+  cwd: string,
+): Promise<RunningGateway> {
   const env = {
     ...process.env,
     FENCED_GATEWAY_API_KEYS: API_KEYS,

@@ -79,7 +79,10 @@ export async function writeBlocks(dir: string, blocks: readonly CodeBlock[]): Pr
     // The examples show calls, not programs: a value they compute and leave unused is fine.
     noUnusedLocals: false,
   };
-  await writeFile(join(dir, "tsconfig.json"), `${JSON.stringify({ compilerOptions, files: ["preamble.d.ts", ...files.keys()] }, null, 2)}\n`);
+  await writeFile(
+    join(dir, "tsconfig.json"),
+    `${JSON.stringify({ compilerOptions, files: ["preamble.d.ts", ...files.keys()] }, null, 2)}\n`,
+  );
   return files;
 }
 
@@ -130,7 +133,9 @@ export function repositoryPaths(markdown: string): string[] {
 /** Targets of relative Markdown links ([text](target)), resolved from the file's folder; web and in-page links left out. */
 export function relativeLinks(root: string, source: string): string[] {
   const text = readFileSync(join(root, source), "utf8");
-  const targets = [...text.matchAll(/\]\(([^)\s#]+)(?:#[^)\s]*)?\)/g)].map((m) => m[1] ?? "").filter((t) => !/^[a-z][a-z0-9+.-]*:/i.test(t));
+  const targets = [...text.matchAll(/\]\(([^)\s#]+)(?:#[^)\s]*)?\)/g)]
+    .map((m) => m[1] ?? "")
+    .filter((t) => !/^[a-z][a-z0-9+.-]*:/i.test(t));
   return [...new Set(targets)].map((target) => join(dirname(source), target));
 }
 

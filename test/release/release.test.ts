@@ -11,15 +11,41 @@ import type { ConsumerReport } from "./consumer.js";
 import { CHECKS, cleanEnv, installConsumer, typeCheck, writeChecks, type CheckResult } from "./consumer-project.js";
 import { run, runOk } from "./exec.js";
 import { healthz, startGateway, withTestValues, type GatewayBackends } from "./gateway-bin.js";
-import { codeBlocks, mapErrors, npmInstalls, pnpmScripts, preambleNames, relativeLinks, repositoryPaths, shellCommands, writeBlocks, type CodeBlock } from "./readme.js";
-import { closure, exportConditions, formatTarball, manifestStrings, packAll, PUBLIC_PACKAGES, ROOT, unreached, type Tarball } from "./tarballs.js";
+import {
+  codeBlocks,
+  mapErrors,
+  npmInstalls,
+  pnpmScripts,
+  preambleNames,
+  relativeLinks,
+  repositoryPaths,
+  shellCommands,
+  writeBlocks,
+  type CodeBlock,
+} from "./readme.js";
+import {
+  closure,
+  exportConditions,
+  formatTarball,
+  manifestStrings,
+  packAll,
+  PUBLIC_PACKAGES,
+  ROOT,
+  unreached,
+  type Tarball,
+} from "./tarballs.js";
 
 const started = performance.now();
 
 /** Whether an installed package carries its own declarations. */
 function shipsTypes(dir: string): boolean {
   const manifest = JSON.parse(readFileSync(join(dir, "package.json"), "utf8")) as Record<string, unknown>;
-  return manifest.types !== undefined || manifest.typings !== undefined || JSON.stringify(manifest.exports ?? {}).includes('"types"') || existsSync(join(dir, "index.d.ts"));
+  return (
+    manifest.types !== undefined ||
+    manifest.typings !== undefined ||
+    JSON.stringify(manifest.exports ?? {}).includes('"types"') ||
+    existsSync(join(dir, "index.d.ts"))
+  );
 }
 const elapsed = (): string => `${((performance.now() - started) / 1000).toFixed(1)} s`;
 const READMES = ["README.md", ...PUBLIC_PACKAGES.map((p) => `${p.dir}/README.md`)];
@@ -35,7 +61,11 @@ beforeAll(async () => {
   work = await mkdtemp(join(tmpdir(), "fenced-release-"));
   [redis, postgres, s3] = await Promise.all([startRedisNodes(3), startPostgres(), startS3()]);
   const bucket = await s3.createBucket();
-  backends = { redisUrls: redis.urls, postgresUrl: postgres.url, s3: { endpoint: s3.endpoint, region: s3.region, accessKeyId: s3.accessKeyId, secretAccessKey: s3.secretAccessKey, bucket } };
+  backends = {
+    redisUrls: redis.urls,
+    postgresUrl: postgres.url,
+    s3: { endpoint: s3.endpoint, region: s3.region, accessKeyId: s3.accessKeyId, secretAccessKey: s3.secretAccessKey, bucket },
+  };
   console.log(`servers up after ${elapsed()}: redis ${redis.source}, postgres ${postgres.source}, s3 ${s3.source}`);
 }, 120_000);
 
@@ -70,25 +100,49 @@ describe("installed from the packed tarballs, like a user", () => {
 
   it("each tarball ships exactly what its exports, bin and source maps reach, with a publishable manifest", async () => {
     const license = await readFile(join(ROOT, "LICENSE"), "utf8");
-    const versions = new Map<string, string>(PUBLIC_PACKAGES.map((p) => [p.name, (JSON.parse(readFileSync(join(ROOT, p.dir, "package.json"), "utf8")) as { version: string }).version]));
+    const versions = new Map<string, string>(
+      PUBLIC_PACKAGES.map((p) => [
+        p.name,
+        (JSON.parse(readFileSync(join(ROOT, p.dir, "package.json"), "utf8")) as { version: string }).version,
+      ]),
+    );
     for (const t of tarballs) {
       const paths = t.files.map((f) => f.path);
       expect.soft(paths, t.name).not.toContain(`dist/${STALE}`);
       expect.soft(closure(t).missing, `${t.name}: referenced but not shipped`).toEqual([]);
       expect.soft(unreached(t), `${t.name}: shipped but reached by nothing`).toEqual([]);
-      expect.soft(paths.filter((p) => /\.test\.|test-support/.test(p)), t.name).toEqual([]);
+      expect
+        .soft(
+          paths.filter((p) => /\.test\.|test-support/.test(p)),
+          t.name,
+        )
+        .toEqual([]);
       expect.soft(paths, t.name).toEqual(expect.arrayContaining(["package.json", "README.md", "LICENSE"]));
       expect.soft(readFileSync(join(t.unpacked, "package", "LICENSE"), "utf8"), t.name).toBe(license);
 
       const m = t.manifest;
-      expect.soft(manifestStrings(m).filter((s) => s.value.startsWith("workspace:")), t.name).toEqual([]);
+      expect
+        .soft(
+          manifestStrings(m).filter((s) => s.value.startsWith("workspace:")),
+          t.name,
+        )
+        .toEqual([]);
       for (const [dep, range] of Object.entries({ ...m.dependencies, ...m.peerDependencies })) {
         if (versions.has(dep)) expect.soft(range, `${t.name} → ${dep}`).toBe(versions.get(dep));
       }
       // "source" points at TypeScript for this workspace's tools; a user's tools must never pick it.
       // Every other condition of every subpath is published as the workspace has it (publishConfig.exports).
-      const workspaceExports = (JSON.parse(readFileSync(join(ROOT, PUBLIC_PACKAGES.find((p) => p.name === t.name)?.dir ?? "", "package.json"), "utf8")) as { exports: Record<string, Record<string, string>> }).exports;
-      const withoutSource = Object.fromEntries(Object.entries(workspaceExports).map(([subpath, conditions]) => [subpath, Object.fromEntries(Object.entries(conditions).filter(([c]) => c !== "source"))]));
+      const workspaceExports = (
+        JSON.parse(readFileSync(join(ROOT, PUBLIC_PACKAGES.find((p) => p.name === t.name)?.dir ?? "", "package.json"), "utf8")) as {
+          exports: Record<string, Record<string, string>>;
+        }
+      ).exports;
+      const withoutSource = Object.fromEntries(
+        Object.entries(workspaceExports).map(([subpath, conditions]) => [
+          subpath,
+          Object.fromEntries(Object.entries(conditions).filter(([c]) => c !== "source")),
+        ]),
+      );
       expect.soft(m.exports, `${t.name}: published exports`).toEqual(withoutSource);
       expect.soft(exportConditions(m), t.name).not.toContain("source");
       expect.soft(new Set(exportConditions(m)), t.name).toEqual(new Set(["types", "default"]));
@@ -109,7 +163,9 @@ describe("installed from the packed tarballs, like a user", () => {
         expect.soft(declared, `${t.name}'s declarations import ${name}`).toContain(name);
         // A dependency (not a peer the user brings) whose package has no types needs its @types package beside it.
         if (name in dependencies && !shipsTypes(join(project, "node_modules", name))) {
-          expect.soft(Object.keys(dependencies), `${t.name}'s declarations import ${name}, which has no types of its own`).toContain(`@types/${name}`);
+          expect
+            .soft(Object.keys(dependencies), `${t.name}'s declarations import ${name}, which has no types of its own`)
+            .toContain(`@types/${name}`);
         }
       }
     }
@@ -137,7 +193,9 @@ describe("installed from the packed tarballs, like a user", () => {
       }
     }
     // The source does mark members @internal: without stripInternal they would be in the declarations.
-    const sources = tarballs.flatMap((t) => t.files.filter((f) => f.path.endsWith(".ts") && !f.path.endsWith(".d.ts")).map((f) => join(t.unpacked, "package", f.path)));
+    const sources = tarballs.flatMap((t) =>
+      t.files.filter((f) => f.path.endsWith(".ts") && !f.path.endsWith(".d.ts")).map((f) => join(t.unpacked, "package", f.path)),
+    );
     expect(sources.filter((path) => readFileSync(path, "utf8").includes("@internal")).length).toBeGreaterThan(0);
   });
 
@@ -163,43 +221,52 @@ describe("installed from the packed tarballs, like a user", () => {
     const node16 = CHECKS.find((check) => check.name === "node16");
     if (node16 === undefined) throw new Error("no node16 check");
     results.push(await typeCheck(project, node16, WORKSPACE_TSC, true, true));
-    for (const r of results) console.log(`tsc ${r.compiler} ${r.check} skipLibCheck=${r.skipLibCheck}: ${r.errors.length} errors, ${r.ms} ms${r.errors.map((e) => `\n  ${e}`).join("")}`);
+    for (const r of results)
+      console.log(
+        `tsc ${r.compiler} ${r.check} skipLibCheck=${r.skipLibCheck}: ${r.errors.length} errors, ${r.ms} ms${r.errors.map((e) => `\n  ${e}`).join("")}`,
+      );
     for (const r of results) expect(r.errors, `${r.compiler} ${r.check}`).toEqual([]);
   }, 300_000);
 
-  it.each(["esm", "cjs"] as const)("runs as %s against real servers: acquire, register, put, and the stale write is refused on both stores", async (module) => {
-    const file = module === "esm" ? join(project, "out-esm", "consumer.mjs") : join(project, "out-cjs", "consumer.cjs");
-    const compiled = await readFile(file, "utf8");
-    // The CommonJS build really loads the ES-module packages with require().
-    if (module === "cjs") expect(compiled).toMatch(/require\("@fenced\/lock"\)/);
-    else expect(compiled).toMatch(/from "@fenced\/lock"/);
-    const env = cleanEnv({
-      CONSUMER_RUN: `r${process.pid}`,
-      REDIS_URLS: backends.redisUrls.join(","),
-      DATABASE_URL: backends.postgresUrl,
-      S3_ENDPOINT: backends.s3.endpoint,
-      S3_REGION: backends.s3.region,
-      S3_ACCESS_KEY_ID: backends.s3.accessKeyId,
-      S3_SECRET_ACCESS_KEY: backends.s3.secretAccessKey,
-      S3_BUCKET: backends.s3.bucket,
-    });
-    const ran = await run(process.execPath, [file, module], { cwd: project, env, timeoutMs: 60_000 });
-    console.log(`${module} consumer on Node ${process.version}: exit ${ran.code}, ${ran.ms} ms${ran.stderr === "" ? "" : `, stderr:\n${ran.stderr}`}`);
-    expect(ran.code, ran.stderr).toBe(0);
-    const report = JSON.parse(ran.stdout.trim().split("\n").pop() ?? "") as ConsumerReport;
-    expect(report.module).toBe(module);
-    expect(report.stores.map((s) => s.store)).toEqual(["postgres", "s3"]);
-    for (const s of report.stores) {
-      expect(BigInt(s.secondToken), s.store).toBeGreaterThan(BigInt(s.firstToken));
-      expect(s.staleRefused, s.store).toBe(true);
-      expect(s.refusal, s.store).toEqual({ name: "StaleTokenError", token: s.firstToken, highest: s.secondToken });
-      expect(s.stored, s.store).toBe("from the second lease");
-      expect(s.storedToken, s.store).toBe(s.secondToken);
-    }
-    expect(report.badKeyRefusedByFenceClass).toBe(true);
-    expect(report.sameClassFromImport).toBe(true);
-    expect(report.createGatewayIsFunction).toBe(true);
-  }, 90_000);
+  it.each(["esm", "cjs"] as const)(
+    "runs as %s against real servers: acquire, register, put, and the stale write is refused on both stores",
+    async (module) => {
+      const file = module === "esm" ? join(project, "out-esm", "consumer.mjs") : join(project, "out-cjs", "consumer.cjs");
+      const compiled = await readFile(file, "utf8");
+      // The CommonJS build really loads the ES-module packages with require().
+      if (module === "cjs") expect(compiled).toMatch(/require\("@fenced\/lock"\)/);
+      else expect(compiled).toMatch(/from "@fenced\/lock"/);
+      const env = cleanEnv({
+        CONSUMER_RUN: `r${process.pid}`,
+        REDIS_URLS: backends.redisUrls.join(","),
+        DATABASE_URL: backends.postgresUrl,
+        S3_ENDPOINT: backends.s3.endpoint,
+        S3_REGION: backends.s3.region,
+        S3_ACCESS_KEY_ID: backends.s3.accessKeyId,
+        S3_SECRET_ACCESS_KEY: backends.s3.secretAccessKey,
+        S3_BUCKET: backends.s3.bucket,
+      });
+      const ran = await run(process.execPath, [file, module], { cwd: project, env, timeoutMs: 60_000 });
+      console.log(
+        `${module} consumer on Node ${process.version}: exit ${ran.code}, ${ran.ms} ms${ran.stderr === "" ? "" : `, stderr:\n${ran.stderr}`}`,
+      );
+      expect(ran.code, ran.stderr).toBe(0);
+      const report = JSON.parse(ran.stdout.trim().split("\n").pop() ?? "") as ConsumerReport;
+      expect(report.module).toBe(module);
+      expect(report.stores.map((s) => s.store)).toEqual(["postgres", "s3"]);
+      for (const s of report.stores) {
+        expect(BigInt(s.secondToken), s.store).toBeGreaterThan(BigInt(s.firstToken));
+        expect(s.staleRefused, s.store).toBe(true);
+        expect(s.refusal, s.store).toEqual({ name: "StaleTokenError", token: s.firstToken, highest: s.secondToken });
+        expect(s.stored, s.store).toBe("from the second lease");
+        expect(s.storedToken, s.store).toBe(s.secondToken);
+      }
+      expect(report.badKeyRefusedByFenceClass).toBe(true);
+      expect(report.sameClassFromImport).toBe(true);
+      expect(report.createGatewayIsFunction).toBe(true);
+    },
+    90_000,
+  );
 
   it("the installed fenced-gateway bin starts and answers /healthz", async () => {
     const bin = join(project, "node_modules", ".bin", "fenced-gateway");
@@ -234,13 +301,21 @@ describe("the README is true", () => {
       expect(index, `${marker} in:\n${built.stdout}`).toBeGreaterThanOrEqual(0);
       return index;
     };
-    for (const [before, after] of [["fence", "lock"], ["fence", "fenced-store"], ["lock", "gateway"], ["fenced-store", "gateway"]] as const) {
+    for (const [before, after] of [
+      ["fence", "lock"],
+      ["fence", "fenced-store"],
+      ["lock", "gateway"],
+      ["fenced-store", "gateway"],
+    ] as const) {
       expect(at(before, "done"), `${before} before ${after}`).toBeLessThan(at(after, "start"));
     }
     for (const pkg of PUBLIC_PACKAGES) {
-      const manifest = JSON.parse(readFileSync(join(ROOT, pkg.dir, "package.json"), "utf8")) as { exports: Record<string, Record<string, string>> };
+      const manifest = JSON.parse(readFileSync(join(ROOT, pkg.dir, "package.json"), "utf8")) as {
+        exports: Record<string, Record<string, string>>;
+      };
       for (const conditions of Object.values(manifest.exports)) {
-        for (const [condition, target] of Object.entries(conditions)) expect(existsSync(join(ROOT, pkg.dir, target)), `${pkg.name} ${condition} → ${target}`).toBe(true);
+        for (const [condition, target] of Object.entries(conditions))
+          expect(existsSync(join(ROOT, pkg.dir, target)), `${pkg.name} ${condition} → ${target}`).toBe(true);
       }
     }
   }, 300_000);
@@ -251,9 +326,14 @@ describe("the README is true", () => {
     const dir = join(ROOT, "test", ".cache", `readme-${process.pid}`);
     try {
       const files = await writeBlocks(dir, tsBlocks);
-      const ran = await run(process.execPath, [WORKSPACE_TSC, "-p", join(dir, "tsconfig.json"), "--pretty", "false"], { cwd: dir, timeoutMs: 180_000 });
+      const ran = await run(process.execPath, [WORKSPACE_TSC, "-p", join(dir, "tsconfig.json"), "--pretty", "false"], {
+        cwd: dir,
+        timeoutMs: 180_000,
+      });
       const errors = mapErrors(ran.stdout, files);
-      console.log(`${tsBlocks.length} ts blocks in ${READMES.join(", ")}: ${errors.length} errors, ${ran.ms} ms${errors.map((e) => `\n  ${e}`).join("")}`);
+      console.log(
+        `${tsBlocks.length} ts blocks in ${READMES.join(", ")}: ${errors.length} errors, ${ran.ms} ms${errors.map((e) => `\n  ${e}`).join("")}`,
+      );
       expect(errors).toEqual([]);
       expect(ran.code, ran.stdout + ran.stderr).toBe(0);
     } finally {
@@ -268,7 +348,8 @@ describe("the README is true", () => {
     const scripts = (JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { scripts: Record<string, string> }).scripts;
     for (const script of pnpmScripts(commands)) expect(Object.keys(scripts), `pnpm ${script}`).toContain(script);
     for (const source of READMES) {
-      for (const path of repositoryPaths(readFileSync(join(ROOT, source), "utf8"))) expect(existsSync(join(ROOT, path)), `${source} names ${path}`).toBe(true);
+      for (const path of repositoryPaths(readFileSync(join(ROOT, source), "utf8")))
+        expect(existsSync(join(ROOT, path)), `${source} names ${path}`).toBe(true);
       for (const path of relativeLinks(ROOT, source)) expect(existsSync(join(ROOT, path)), `${source} links to ${path}`).toBe(true);
     }
   });
@@ -277,9 +358,18 @@ describe("the README is true", () => {
     const rootCommands = shellCommands(blocks.filter((b) => b.source === "README.md"));
     const installs = npmInstalls(commands);
     for (const pkg of PUBLIC_PACKAGES) {
-      if (pkg.name !== "@fenced/fence") expect(npmInstalls(rootCommands).some((words) => words.includes(pkg.name)), `README.md installs ${pkg.name}`).toBe(true);
-      const manifest = JSON.parse(readFileSync(join(ROOT, pkg.dir, "package.json"), "utf8")) as { peerDependencies?: Record<string, string>; peerDependenciesMeta?: Record<string, { optional?: boolean }> };
-      const required = Object.keys(manifest.peerDependencies ?? {}).filter((peer) => manifest.peerDependenciesMeta?.[peer]?.optional !== true);
+      if (pkg.name !== "@fenced/fence")
+        expect(
+          npmInstalls(rootCommands).some((words) => words.includes(pkg.name)),
+          `README.md installs ${pkg.name}`,
+        ).toBe(true);
+      const manifest = JSON.parse(readFileSync(join(ROOT, pkg.dir, "package.json"), "utf8")) as {
+        peerDependencies?: Record<string, string>;
+        peerDependenciesMeta?: Record<string, { optional?: boolean }>;
+      };
+      const required = Object.keys(manifest.peerDependencies ?? {}).filter(
+        (peer) => manifest.peerDependenciesMeta?.[peer]?.optional !== true,
+      );
       for (const words of installs.filter((w) => w.includes(pkg.name))) {
         for (const peer of required) expect(words, `${words.join(" ")}: ${pkg.name} needs its peer ${peer}`).toContain(peer);
       }

@@ -85,7 +85,11 @@ async function pack(pkg: (typeof PUBLIC_PACKAGES)[number], dest: string): Promis
 function specifiers(text: string): string[] {
   // An import or re-export statement never holds parentheses, and its specifier ends the statement:
   // so `export function f(from) { g(from, "options.from") }` is not mistaken for one.
-  const patterns = [/^(?:import|export)\s[^;()]*?\bfrom\s*["']([^"'\n]+)["']\s*;?\s*$/gm, /^import\s*["']([^"'\n]+)["']\s*;?\s*$/gm, /\bimport\(\s*["']([^"'\n]+)["']\s*\)/g];
+  const patterns = [
+    /^(?:import|export)\s[^;()]*?\bfrom\s*["']([^"'\n]+)["']\s*;?\s*$/gm,
+    /^import\s*["']([^"'\n]+)["']\s*;?\s*$/gm,
+    /\bimport\(\s*["']([^"'\n]+)["']\s*\)/g,
+  ];
   return patterns.flatMap((pattern) => [...text.matchAll(pattern)].map((m) => m[1] ?? ""));
 }
 
@@ -192,7 +196,9 @@ export function exportConditions(manifest: Manifest): string[] {
 
 export function formatTarball(tarball: Tarball): string {
   const unpackedBytes = tarball.files.reduce((sum, f) => sum + f.bytes, 0);
-  const lines = [`${tarball.name}@${tarball.manifest.version}: ${tarball.file.split("/").pop()} ${tarball.bytes} bytes packed, ${unpackedBytes} bytes unpacked, ${tarball.files.length} files (pack with build: ${tarball.packMs} ms)`];
+  const lines = [
+    `${tarball.name}@${tarball.manifest.version}: ${tarball.file.split("/").pop()} ${tarball.bytes} bytes packed, ${unpackedBytes} bytes unpacked, ${tarball.files.length} files (pack with build: ${tarball.packMs} ms)`,
+  ];
   for (const f of tarball.files) lines.push(`  ${String(f.bytes).padStart(8)}  ${f.path}`);
   return lines.join("\n");
 }

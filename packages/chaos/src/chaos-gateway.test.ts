@@ -20,22 +20,32 @@ const violations = (v: Readonly<Record<string, number>> | undefined): number => 
 
 describe("chaos through the gateway, quick mode", () => {
   for (const backend of ["postgres", "s3"] as const) {
-    it(`${backend}: unfenced writes break under leases from the gateway; fenced writes through it do not`, { timeout: 240_000 }, async () => {
-      const summary = await runChaos({ ops: OPS[backend], seed: SEED, configs: ["unfenced", "ratchet", "full"], backends: [backend], via: "gateway" });
-      console.log(JSON.stringify(summary));
-      const runs = summary.runs[backend];
-      expect(summary.via).toBe("gateway");
-      // Every run finished: its operations done in time, no worker and no gateway lost on the way.
-      for (const mode of ["unfenced", "ratchet", "full"] as const) {
-        const run = runs?.[mode];
-        expect(run?.ops, mode).toBeGreaterThanOrEqual(OPS[backend]);
-        expect(run?.timedOut, mode).toBe(false);
-        expect(run?.problems, mode).toEqual([]);
-        expect(run?.ok, mode).toBeGreaterThan(0);
-      }
-      expect(summary.faults["wipe-redis"]).toBeGreaterThan(0);
-      expect(violations(runs?.full?.violations), JSON.stringify(runs?.full?.firstViolation)).toBe(0);
-      expect(violations(runs?.unfenced?.violations)).toBeGreaterThan(0);
-    });
+    it(
+      `${backend}: unfenced writes break under leases from the gateway; fenced writes through it do not`,
+      { timeout: 240_000 },
+      async () => {
+        const summary = await runChaos({
+          ops: OPS[backend],
+          seed: SEED,
+          configs: ["unfenced", "ratchet", "full"],
+          backends: [backend],
+          via: "gateway",
+        });
+        console.log(JSON.stringify(summary));
+        const runs = summary.runs[backend];
+        expect(summary.via).toBe("gateway");
+        // Every run finished: its operations done in time, no worker and no gateway lost on the way.
+        for (const mode of ["unfenced", "ratchet", "full"] as const) {
+          const run = runs?.[mode];
+          expect(run?.ops, mode).toBeGreaterThanOrEqual(OPS[backend]);
+          expect(run?.timedOut, mode).toBe(false);
+          expect(run?.problems, mode).toEqual([]);
+          expect(run?.ok, mode).toBeGreaterThan(0);
+        }
+        expect(summary.faults["wipe-redis"]).toBeGreaterThan(0);
+        expect(violations(runs?.full?.violations), JSON.stringify(runs?.full?.firstViolation)).toBe(0);
+        expect(violations(runs?.unfenced?.violations)).toBeGreaterThan(0);
+      },
+    );
   }
 });

@@ -19,25 +19,29 @@ const violations = (v: Readonly<Record<string, number>> | undefined): number => 
 
 describe("chaos, quick mode", () => {
   for (const backend of ["postgres", "s3"] as const) {
-    it(`${backend}: the wipes make the lock repeat tokens; unfenced loses writes and accepts two holders at one token, full does neither`, { timeout: 240_000 }, async () => {
-      const summary = await runChaos({ ops: OPS[backend], seed: SEED, configs: ["unfenced", "ratchet", "full"], backends: [backend] });
-      console.log(JSON.stringify(summary));
-      const runs = summary.runs[backend];
-      expect(summary.ops).toBeGreaterThanOrEqual(3 * OPS[backend]);
-      // The nemesis did something in every run: faults by kind were counted.
-      expect(Object.values(summary.faults).reduce((a, b) => a + b, 0)).toBeGreaterThan(0);
-      expect(summary.faults["wipe-redis"]).toBeGreaterThan(0);
-      // Every configuration met tokens the lock had already handed to another holder.
-      for (const mode of ["unfenced", "ratchet", "full"] as const) expect(runs?.[mode]?.repeatedTokens, mode).toBeGreaterThan(0);
-      expect(violations(runs?.full?.violations), JSON.stringify(runs?.full?.firstViolation)).toBe(0);
-      expect(violations(runs?.unfenced?.violations)).toBeGreaterThan(0);
-      expect(runs?.unfenced?.violations["lost-update"]).toBeGreaterThan(0);
-      // Unchecked writes take the repeated tokens too: the checker finds them in a real history.
-      expect(runs?.unfenced?.violations["duplicate-token"]).toBeGreaterThan(0);
-      // Whatever ratchet-only shows is reported, not asserted; but it must have run.
-      expect(runs?.ratchet?.ops).toBeGreaterThanOrEqual(OPS[backend]);
-      expect(summary.failures).toEqual([]);
-      expect(summary.pass).toBe(true);
-    });
+    it(
+      `${backend}: the wipes make the lock repeat tokens; unfenced loses writes and accepts two holders at one token, full does neither`,
+      { timeout: 240_000 },
+      async () => {
+        const summary = await runChaos({ ops: OPS[backend], seed: SEED, configs: ["unfenced", "ratchet", "full"], backends: [backend] });
+        console.log(JSON.stringify(summary));
+        const runs = summary.runs[backend];
+        expect(summary.ops).toBeGreaterThanOrEqual(3 * OPS[backend]);
+        // The nemesis did something in every run: faults by kind were counted.
+        expect(Object.values(summary.faults).reduce((a, b) => a + b, 0)).toBeGreaterThan(0);
+        expect(summary.faults["wipe-redis"]).toBeGreaterThan(0);
+        // Every configuration met tokens the lock had already handed to another holder.
+        for (const mode of ["unfenced", "ratchet", "full"] as const) expect(runs?.[mode]?.repeatedTokens, mode).toBeGreaterThan(0);
+        expect(violations(runs?.full?.violations), JSON.stringify(runs?.full?.firstViolation)).toBe(0);
+        expect(violations(runs?.unfenced?.violations)).toBeGreaterThan(0);
+        expect(runs?.unfenced?.violations["lost-update"]).toBeGreaterThan(0);
+        // Unchecked writes take the repeated tokens too: the checker finds them in a real history.
+        expect(runs?.unfenced?.violations["duplicate-token"]).toBeGreaterThan(0);
+        // Whatever ratchet-only shows is reported, not asserted; but it must have run.
+        expect(runs?.ratchet?.ops).toBeGreaterThanOrEqual(OPS[backend]);
+        expect(summary.failures).toEqual([]);
+        expect(summary.pass).toBe(true);
+      },
+    );
   }
 });

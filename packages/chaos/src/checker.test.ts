@@ -60,7 +60,11 @@ describe("checker", () => {
       ...increment({ op: "1.0", token: 2, read: 1, invoke: 10, writeStart: 15, ack: 16, head: "0.0" }),
       ...stale("0.1", 3, 20, 40),
       ...increment({ op: "1.1", token: 4, read: 2, invoke: 30, writeStart: 35, ack: 36, head: "1.0" }),
-      final([["0.0", 1], ["1.0", 2], ["1.1", 4]]),
+      final([
+        ["0.0", 1],
+        ["1.0", 2],
+        ["1.1", 4],
+      ]),
     ];
     const result = check(history);
     expect(result.valid).toBe(true);
@@ -103,7 +107,11 @@ describe("checker", () => {
       ...increment({ op: "0.0", token: 3, read: 1, invoke: 20, writeStart: 22, ack: 23, head: "1.0" }),
       ...increment({ op: "0.1", token: 4, read: 2, invoke: 30, writeStart: 32, ack: 33, head: "0.0" }),
       ...increment({ op: "1.1", token: 5, read: 2, invoke: 70, writeStart: 72, ack: 73, head: "2.0" }),
-      final([["1.0", 1], ["2.0", 2], ["1.1", 5]]),
+      final([
+        ["1.0", 1],
+        ["2.0", 2],
+        ["1.1", 5],
+      ]),
     ];
     const result = check(history);
     expect(result.violations["lost-update"]).toBe(2);
@@ -132,7 +140,10 @@ describe("checker", () => {
     const history = [
       ...increment({ op: "0.0", token: 5, read: 0, invoke: 0, writeStart: 10, ack: 30 }),
       ...increment({ op: "1.0", token: 4, read: 1, invoke: 0, writeStart: 20, ack: 40 }),
-      final([["0.0", 5], ["1.0", 4]]),
+      final([
+        ["0.0", 5],
+        ["1.0", 4],
+      ]),
     ];
     const result = check(history);
     expect(result.violations).toEqual({ "lost-update": 0, "token-decrease": 1, "duplicate-token": 0 });
@@ -143,7 +154,10 @@ describe("checker", () => {
     const history = [
       ...increment({ op: "0.0", token: 7, read: 0, invoke: 0, writeStart: 5, ack: 6, holder: "aaa" }),
       ...increment({ op: "1.0", token: 7, read: 1, invoke: 10, writeStart: 15, ack: 16, holder: "bbb", head: "0.0" }),
-      final([["0.0", 7], ["1.0", 7]]),
+      final([
+        ["0.0", 7],
+        ["1.0", 7],
+      ]),
     ];
     const result = check(history);
     expect(result.violations).toEqual({ "lost-update": 0, "token-decrease": 0, "duplicate-token": 1 });
@@ -159,7 +173,10 @@ describe("checker", () => {
     const history = [
       ...increment({ op: "0.0", token: 7, read: 0, invoke: 0, writeStart: 5, ack: 6, holder: "aaa" }),
       ...increment({ op: "1.0", token: 7, read: 1, invoke: 10, writeStart: 15, ack: 16, holder: "aaa", head: "0.0" }),
-      final([["0.0", 7], ["1.0", 7]]),
+      final([
+        ["0.0", 7],
+        ["1.0", 7],
+      ]),
     ];
     const result = check(history);
     expect(result.violations).toEqual({ "lost-update": 0, "token-decrease": 0, "duplicate-token": 0 });
@@ -188,7 +205,10 @@ describe("checker", () => {
       { type: "invoke", op: "1.0", ...base, ...at(10) },
       { type: "acquired", op: "1.0", ...base, token: "7", holder: "bbb", ...at(11) },
       { type: "info", op: "1.0", ...base, token: "7", holder: "bbb", message: "connection reset", writeStart: 15, ...at(19) },
-      final([["0.0", 7], ["1.0", 7]]),
+      final([
+        ["0.0", 7],
+        ["1.0", 7],
+      ]),
     ];
     const result = check(history);
     expect(result.violations).toEqual({ "lost-update": 0, "token-decrease": 0, "duplicate-token": 1 });
@@ -209,7 +229,11 @@ describe("checker", () => {
       other,
       { type: "invoke", op: "4.0", worker: 4, resource: "other", ...at(0) },
       { type: "fail", op: "4.0", worker: 4, resource: "other", token: "5", holder: "zzz", reason: "stale", message: "stale", ...at(2) },
-      final([["0.0", 5], ["0.1", 6], ["0.2", 8]]),
+      final([
+        ["0.0", 5],
+        ["0.1", 6],
+        ["0.2", 8],
+      ]),
       { type: "final", resource: "other", count: 0, log: [], ...at(10_000) },
     ];
     const result = check(history);
@@ -225,7 +249,14 @@ describe("checker", () => {
       return [
         { type: "invoke", ...base, ...at(mono) },
         { type: "acquired", ...base, token: "5", holder: null, ...at(mono + 1) },
-        { type: "fail", ...base, token: "5", reason: "stale", message: "fencing token 5 was already accepted from another holder", ...at(mono + 1) },
+        {
+          type: "fail",
+          ...base,
+          token: "5",
+          reason: "stale",
+          message: "fencing token 5 was already accepted from another holder",
+          ...at(mono + 1),
+        },
       ];
     };
     const history: HistoryEvent[] = [
@@ -255,7 +286,16 @@ describe("checker", () => {
       { type: "invoke", op: "0.0", ...base, ...at(0) },
       { type: "info", op: "0.0", ...base, token: "1", holder: "h0", message: "connection reset", writeStart: 5, ...at(9) },
       { type: "invoke", op: "0.1", ...base, ...at(10) },
-      { type: "fail", op: "0.1", ...base, token: "2", holder: "h1", reason: "stale", message: "reported stale after an ambiguous attempt", ...at(19) },
+      {
+        type: "fail",
+        op: "0.1",
+        ...base,
+        token: "2",
+        holder: "h1",
+        reason: "stale",
+        message: "reported stale after an ambiguous attempt",
+        ...at(19),
+      },
       final([["0.1", 2]]),
     ];
     const result = check(history);

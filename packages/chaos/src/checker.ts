@@ -82,7 +82,17 @@ function collectOps(history: readonly HistoryEvent[]): Map<string, Op> {
     if (e.type === "nemesis" || e.type === "final") continue;
     let op = ops.get(e.op);
     if (op === undefined) {
-      op = { id: e.op, resource: e.resource, events: [], invoke: e.mono, end: undefined, outcome: undefined, token: undefined, holder: undefined, writeStart: undefined };
+      op = {
+        id: e.op,
+        resource: e.resource,
+        events: [],
+        invoke: e.mono,
+        end: undefined,
+        outcome: undefined,
+        token: undefined,
+        holder: undefined,
+        writeStart: undefined,
+      };
       ops.set(e.op, op);
     }
     op.events.push(e);
@@ -135,14 +145,14 @@ export function check(history: readonly HistoryEvent[]): CheckResult {
   for (const e of history) if (e.type === "read") parent.set(e.op, { head: e.head, position: e.count + 1 });
   /** The write in `op`'s line at `position` (or, if the line is shorter, its last write). */
   const ancestorAt = (op: string, position: number): string => {
-    for (let cur = op; ; ) {
+    for (let cur = op; ;) {
       const link = parent.get(cur);
       if (link === undefined || link.position <= position || link.head === null) return cur;
       cur = link.head;
     }
   };
   const holds = (writer: string, target: Ok): boolean => {
-    for (let cur: string | null = writer; ; ) {
+    for (let cur: string | null = writer; ;) {
       if (cur === target.op) return true;
       const link: { head: string | null; position: number } | undefined = cur === null ? undefined : parent.get(cur);
       if (link === undefined || link.position <= target.wrote) return false;
@@ -156,8 +166,17 @@ export function check(history: readonly HistoryEvent[]): CheckResult {
     const first = acked.find((o) => o.resource === ok.resource && o.mono > ok.mono && !holds(o.op, ok));
     const culprit = first === undefined ? undefined : ancestorAt(first.op, ok.wrote);
     const involved = culprit === undefined ? [ok.op] : [ok.op, culprit];
-    const by = culprit === undefined ? "" : `; overwritten by ${culprit} (token ${ops.get(culprit)?.token ?? "?"}), which had read ${(parent.get(culprit)?.position ?? 0) - 1}`;
-    violation("lost-update", ok.resource, involved, ok.mono, `${ok.op} (token ${ok.token}) was acknowledged writing ${ok.wrote} but is not in the final counter${by}`);
+    const by =
+      culprit === undefined
+        ? ""
+        : `; overwritten by ${culprit} (token ${ops.get(culprit)?.token ?? "?"}), which had read ${(parent.get(culprit)?.position ?? 0) - 1}`;
+    violation(
+      "lost-update",
+      ok.resource,
+      involved,
+      ok.mono,
+      `${ok.op} (token ${ok.token}) was acknowledged writing ${ok.wrote} but is not in the final counter${by}`,
+    );
   }
 
   // Decreasing tokens, by real time: sweep the writes in the order they were sent, keeping the
@@ -181,7 +200,13 @@ export function check(history: readonly HistoryEvent[]): CheckResult {
       }
       if (highest !== undefined && BigInt(y.token) < BigInt(highest.token)) {
         decreased.add(y.op);
-        violation("token-decrease", resource, [y.op, highest.op], y.mono, `${y.op} wrote with token ${y.token} after ${highest.op} had been acknowledged with token ${highest.token}`);
+        violation(
+          "token-decrease",
+          resource,
+          [y.op, highest.op],
+          y.mono,
+          `${y.op} wrote with token ${y.token} after ${highest.op} had been acknowledged with token ${highest.token}`,
+        );
       }
     }
   }
@@ -194,7 +219,13 @@ export function check(history: readonly HistoryEvent[]): CheckResult {
       if (prev === undefined || cur === undefined || decreased.has(cur.op) || BigInt(cur.token) >= BigInt(prev.token)) continue;
       decreased.add(cur.op);
       const at = ops.get(cur.op)?.end ?? final.mono;
-      violation("token-decrease", resource, [cur.op, prev.op], at, `in the final counter, ${cur.op} (token ${cur.token}) directly follows ${prev.op} (token ${prev.token})`);
+      violation(
+        "token-decrease",
+        resource,
+        [cur.op, prev.op],
+        at,
+        `in the final counter, ${cur.op} (token ${cur.token}) directly follows ${prev.op} (token ${prev.token})`,
+      );
     }
   }
 
@@ -206,7 +237,10 @@ export function check(history: readonly HistoryEvent[]): CheckResult {
   for (const id of accepted) {
     const op = ops.get(id);
     if (op?.token === undefined) continue;
-    if (op.holder === undefined) throw new Error(`operation ${id} wrote with token ${op.token} but the history names no holder for it: duplicate tokens cannot be judged`);
+    if (op.holder === undefined)
+      throw new Error(
+        `operation ${id} wrote with token ${op.token} but the history names no holder for it: duplicate tokens cannot be judged`,
+      );
     const slot = `${op.resource}@${op.token}`;
     const byHolder = writers.get(slot) ?? new Map<string, string>();
     writers.set(slot, byHolder);
@@ -218,7 +252,13 @@ export function check(history: readonly HistoryEvent[]): CheckResult {
     const at = Math.max(...involved.map((id) => ops.get(id)?.end ?? 0));
     const resource = slot.slice(0, slot.lastIndexOf("@"));
     const holders = [...byHolder.keys()].map((h) => `${h.slice(0, 8)}…`).join(", ");
-    violation("duplicate-token", resource, involved, at, `${involved.join(", ")} were accepted with the same token ${slot.slice(slot.lastIndexOf("@") + 1)} from ${byHolder.size} different holders (${holders})`);
+    violation(
+      "duplicate-token",
+      resource,
+      involved,
+      at,
+      `${involved.join(", ")} were accepted with the same token ${slot.slice(slot.lastIndexOf("@") + 1)} from ${byHolder.size} different holders (${holders})`,
+    );
   }
 
   // Repeated tokens: the same (resource, token) acquired by more than one holder.

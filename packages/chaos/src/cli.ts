@@ -28,7 +28,10 @@ const program = new Command()
   .addOption(new Option("--config <name>", "configuration to run").choices([...MODES, "all"]).default("all"))
   .addOption(new Option("--backend <name>", "store to run against").choices([...BACKENDS, "both"]).default("both"))
   .addOption(
-    new Option("--via <how>", "library: workers run the lock and the stores' writers themselves; gateway: they take leases and write over HTTP through a fenced gateway process")
+    new Option(
+      "--via <how>",
+      "library: workers run the lock and the stores' writers themselves; gateway: they take leases and write over HTTP through a fenced gateway process",
+    )
       .choices(VIAS)
       .default("library"),
   )
@@ -56,7 +59,9 @@ if (options.checkHistory !== undefined) {
   const result = check(readHistoryFile(options.checkHistory));
   const { first: _first, firstViolation, victims: _victims, ...counts } = result;
   const sub = firstViolation?.subHistory.map(describeEvent) ?? [];
-  process.stdout.write(`${JSON.stringify({ ...counts, firstViolation: firstViolation === undefined ? null : { kind: firstViolation.kind, message: firstViolation.message, subHistory: sub } })}\n`);
+  process.stdout.write(
+    `${JSON.stringify({ ...counts, firstViolation: firstViolation === undefined ? null : { kind: firstViolation.kind, message: firstViolation.message, subHistory: sub } })}\n`,
+  );
   process.exit(result.valid ? 0 : 1);
 }
 const seed = options.seed ?? Math.floor(Math.random() * 2 ** 31);
@@ -65,7 +70,9 @@ const backends = options.backend === "both" ? BACKENDS : [options.backend];
 
 // Progress goes to stderr so that stdout stays the summary alone under --json.
 const log = (line: string): void => void process.stderr.write(`${line}\n`);
-log(`chaos: seed ${seed}, ${options.ops} operations per configuration, configurations ${configs.join(", ")}, backends ${backends.join(", ")}, via ${options.via}`);
+log(
+  `chaos: seed ${seed}, ${options.ops} operations per configuration, configurations ${configs.join(", ")}, backends ${backends.join(", ")}, via ${options.via}`,
+);
 
 const summary = await runChaos({
   ops: options.ops,
@@ -87,12 +94,22 @@ if (options.json) {
 process.exit(summary.pass ? 0 : 1);
 
 function report(s: ChaosSummary): string {
-  const lines: string[] = [`seed ${s.seed}: ${s.ops} operations, TTL ${s.ttlMs} ms, ${s.workers} workers, ${s.redisNodes} Redis nodes, via ${s.via}`];
-  lines.push(`faults: ${Object.entries(s.faults).map(([k, v]) => `${k} ${v}`).join(", ")}`);
+  const lines: string[] = [
+    `seed ${s.seed}: ${s.ops} operations, TTL ${s.ttlMs} ms, ${s.workers} workers, ${s.redisNodes} Redis nodes, via ${s.via}`,
+  ];
+  lines.push(
+    `faults: ${Object.entries(s.faults)
+      .map(([k, v]) => `${k} ${v}`)
+      .join(", ")}`,
+  );
   for (const [backend, byMode] of Object.entries(s.runs)) {
     for (const [mode, run] of Object.entries(byMode ?? {})) {
-      const v = Object.entries(run.violations).map(([k, n]) => `${k} ${n}`).join(", ");
-      lines.push(`\n${backend}/${mode}: ${run.ops} ops (ok ${run.ok}, fail ${run.fail}, indeterminate ${run.indeterminate}) in ${(run.durationMs / 1000).toFixed(1)} s; repeated tokens ${run.repeatedTokens}; violations: ${v}`);
+      const v = Object.entries(run.violations)
+        .map(([k, n]) => `${k} ${n}`)
+        .join(", ");
+      lines.push(
+        `\n${backend}/${mode}: ${run.ops} ops (ok ${run.ok}, fail ${run.fail}, indeterminate ${run.indeterminate}) in ${(run.durationMs / 1000).toFixed(1)} s; repeated tokens ${run.repeatedTokens}; violations: ${v}`,
+      );
       if (run.firstViolation !== undefined) {
         lines.push(`  first violation (${run.firstViolation.kind}): ${run.firstViolation.message}`);
         for (const event of run.firstViolation.subHistory) lines.push(`    ${event}`);

@@ -136,7 +136,9 @@ class S3Counters implements CounterStore {
   async write(key: string, doc: CounterDoc, { fence }: WriteLease, version: string | undefined): Promise<void> {
     const body = Buffer.from(JSON.stringify(doc));
     if (this.mode === "unfenced") {
-      await this.client.send(new PutObjectCommand({ Bucket: this.bucket, Key: plainKey(key), Body: body, ContentType: "application/json" }));
+      await this.client.send(
+        new PutObjectCommand({ Bucket: this.bucket, Key: plainKey(key), Body: body, ContentType: "application/json" }),
+      );
       return;
     }
     const options = this.mode === "full" && version !== undefined ? { fence, ifVersion: version } : { fence };

@@ -80,11 +80,28 @@ describe("fault injector", () => {
     const { targets, actions, delays } = fakes();
     const events: NemesisEvent[] = [];
     const started = performance.now();
-    const injector = new FaultInjector(schedule[Symbol.iterator](), targets, (e) => events.push(e), () => performance.now() - started, 600);
+    const injector = new FaultInjector(
+      schedule[Symbol.iterator](),
+      targets,
+      (e) => events.push(e),
+      () => performance.now() - started,
+      600,
+    );
     injector.start();
     await new Promise((r) => setTimeout(r, 100));
     injector.reachedRmw(3, 6, 50);
-    expect(actions).toEqual(expect.arrayContaining(["stop worker 1", "kill B", "pause C", "clock A 700", "clock A 1200", "delay up 900", "arm worker 3 for 6", "stop worker 3"]));
+    expect(actions).toEqual(
+      expect.arrayContaining([
+        "stop worker 1",
+        "kill B",
+        "pause C",
+        "clock A 700",
+        "clock A 1200",
+        "delay up 900",
+        "arm worker 3 for 6",
+        "stop worker 3",
+      ]),
+    );
     // The wiped node is back at once, without its data; the killed one stays down until its time is up.
     expect(actions).toEqual(expect.arrayContaining(["kill A", "restart A keepData=false"]));
     expect(actions).not.toContain("restart B keepData=true");
@@ -96,7 +113,16 @@ describe("fault injector", () => {
     expect(actions.indexOf("release worker 3 from 6")).toBe(actions.indexOf("cont worker 3") - 1);
     expect(actions).not.toContain("stop worker 2");
     expect(delays()).toBe(0);
-    expect(injector.faults).toEqual({ "pause-worker": 1, "pause-in-rmw": 1, "pause-redis": 1, "kill-redis": 1, "wipe-redis": 1, "clock-jump": 2, delay: 1, "pause-gateway": 0 });
+    expect(injector.faults).toEqual({
+      "pause-worker": 1,
+      "pause-in-rmw": 1,
+      "pause-redis": 1,
+      "kill-redis": 1,
+      "wipe-redis": 1,
+      "clock-jump": 2,
+      delay: 1,
+      "pause-gateway": 0,
+    });
     // Every fault that started has ended (a clock jump is instantaneous: both at once).
     const starts = events.filter((e) => e.phase === "start").map((e) => e.fault);
     const ends = events.filter((e) => e.phase === "end").map((e) => e.fault);
@@ -140,7 +166,13 @@ describe("fault injector", () => {
     expect(events.find((e) => e.kind === "delay")?.target).toBe("worker 2 → gateway (down, 900 ms)");
 
     // Without a gateway process the fault finds nothing to act on.
-    const alone = new FaultInjector([{ id: 0, at: 0, kind: "pause-gateway", durationMs: 10 } as Fault][Symbol.iterator](), targets, () => undefined, () => performance.now() - started, 600);
+    const alone = new FaultInjector(
+      [{ id: 0, at: 0, kind: "pause-gateway", durationMs: 10 } as Fault][Symbol.iterator](),
+      targets,
+      () => undefined,
+      () => performance.now() - started,
+      600,
+    );
     alone.start();
     await new Promise((r) => setTimeout(r, 20));
     await alone.stop();
@@ -153,7 +185,13 @@ describe("fault injector", () => {
     const started = performance.now();
     const schedule: Fault[] = [{ id: 0, at: 0, kind: "pause-in-rmw", worker: 0, durationMs: 1_000 }];
     // TTL 10 ms: the arm window is two TTLs.
-    const injector = new FaultInjector(schedule[Symbol.iterator](), targets, (e) => events.push(e), () => performance.now() - started, 10);
+    const injector = new FaultInjector(
+      schedule[Symbol.iterator](),
+      targets,
+      (e) => events.push(e),
+      () => performance.now() - started,
+      10,
+    );
     injector.start();
     await new Promise((r) => setTimeout(r, 80));
     await injector.stop();

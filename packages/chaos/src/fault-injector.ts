@@ -99,11 +99,14 @@ export class FaultInjector {
     const step = this.schedule.next();
     if (step.done === true) return;
     const fault = step.value;
-    this.timer = setTimeout(() => {
-      if (this.stopped) return;
-      this.track(this.apply(fault));
-      this.scheduleNext();
-    }, Math.max(0, fault.at - this.now()));
+    this.timer = setTimeout(
+      () => {
+        if (this.stopped) return;
+        this.track(this.apply(fault));
+        this.scheduleNext();
+      },
+      Math.max(0, fault.at - this.now()),
+    );
   }
 
   private track(work: Promise<void>): void {

@@ -114,7 +114,9 @@ const token = (value: unknown): bigint | undefined => (typeof value === "string"
 function unexpected(answer: Answer, what: string): Error {
   const problem = problemOf(answer);
   const detail = text(problem.detail) ?? `${what}: unexpected answer`;
-  return answer.status >= 500 ? new GatewayFailedError(answer.status, text(problem.type), detail) : new GatewayRefusedError(answer.status, text(problem.type), detail);
+  return answer.status >= 500
+    ? new GatewayFailedError(answer.status, text(problem.type), detail)
+    : new GatewayRefusedError(answer.status, text(problem.type), detail);
 }
 
 /** A key in a path: each segment percent-encoded, '/' kept (the gateway reads both alike). */
@@ -147,13 +149,29 @@ export class GatewayClient {
 
   /** POST /v1/leases. Throws LockBusyError (409 lock-held, 503), RegistrationRefusedError (409 stale-token) or a refused/failed answer. */
   async acquire(resource: string, ttlMs: number, register: boolean): Promise<GatewayLease> {
-    const answer = await this.send("POST", "/v1/leases", { "content-type": "application/json" }, Buffer.from(JSON.stringify({ resource, ttlMs, register })));
+    const answer = await this.send(
+      "POST",
+      "/v1/leases",
+      { "content-type": "application/json" },
+      Buffer.from(JSON.stringify({ resource, ttlMs, register })),
+    );
     if (answer.status === 201) {
       const body = problemOf(answer);
       const t = token(body.token);
       const [holder, fence, leaseId, owner] = [text(body.holder), text(body.fence), text(body.leaseId), text(body.resource)];
-      if (t === undefined || holder === undefined || fence === undefined || leaseId === undefined || owner === undefined || typeof body.validUntil !== "number") {
-        throw new GatewayFailedError(201, undefined, `a lease answer without token, holder, fence, leaseId or validUntil: ${answer.body.toString("utf8").slice(0, 200)}`);
+      if (
+        t === undefined ||
+        holder === undefined ||
+        fence === undefined ||
+        leaseId === undefined ||
+        owner === undefined ||
+        typeof body.validUntil !== "number"
+      ) {
+        throw new GatewayFailedError(
+          201,
+          undefined,
+          `a lease answer without token, holder, fence, leaseId or validUntil: ${answer.body.toString("utf8").slice(0, 200)}`,
+        );
       }
       return { resource: owner, token: t, holder, fence, leaseId, validUntil: body.validUntil };
     }
@@ -169,7 +187,12 @@ export class GatewayClient {
 
   /** POST /v1/leases/release: deletes the lease's keys where they still hold its value. */
   async release(leaseId: string): Promise<void> {
-    const answer = await this.send("POST", "/v1/leases/release", { "content-type": "application/json" }, Buffer.from(JSON.stringify({ leaseId })));
+    const answer = await this.send(
+      "POST",
+      "/v1/leases/release",
+      { "content-type": "application/json" },
+      Buffer.from(JSON.stringify({ leaseId })),
+    );
     if (answer.status !== 204) throw unexpected(answer, "POST /v1/leases/release");
   }
 
@@ -209,7 +232,9 @@ export class GatewayClient {
         res.on("error", reject);
         res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }));
       });
-      req.setTimeout(this.timeoutMs, () => req.destroy(new Error(`no answer from the gateway within ${this.timeoutMs} ms: ${method} ${path}`)));
+      req.setTimeout(this.timeoutMs, () =>
+        req.destroy(new Error(`no answer from the gateway within ${this.timeoutMs} ms: ${method} ${path}`)),
+      );
       req.on("error", reject);
       req.end(body);
     });

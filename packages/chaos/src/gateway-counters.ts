@@ -28,7 +28,13 @@ export class GatewayCounters implements CounterAccess {
     // Only the gateway's own credential writes: it carries the fence, and nothing else may name one.
     if (lease.credential === undefined) throw new Error("a write through the gateway needs the fence credential of a gateway lease");
     const value = { count: doc.count, log: [...doc.log] };
-    await this.client.write(this.area, key, Buffer.from(JSON.stringify(value)), lease.credential, this.mode === "full" ? version : undefined);
+    await this.client.write(
+      this.area,
+      key,
+      Buffer.from(JSON.stringify(value)),
+      lease.credential,
+      this.mode === "full" ? version : undefined,
+    );
   }
 
   close(): Promise<void> {

@@ -171,7 +171,10 @@ export class GatewayProcess {
         new Promise<number>((resolve) => (this.listening = resolve)),
         this.exited.then(() => Promise.reject(new Error(`the gateway exited before it listened: ${this.output.trim().slice(-1_000)}`))),
         new Promise<never>((_, reject) => {
-          timer = setTimeout(() => reject(new Error(`the gateway did not listen within ${timeoutMs} ms: ${this.output.trim().slice(-1_000)}`)), timeoutMs);
+          timer = setTimeout(
+            () => reject(new Error(`the gateway did not listen within ${timeoutMs} ms: ${this.output.trim().slice(-1_000)}`)),
+            timeoutMs,
+          );
         }),
       ]);
     } finally {

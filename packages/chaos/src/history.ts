@@ -55,12 +55,34 @@ export type OpEvent =
       /** When the write was sent: an ok that precedes this in `mono` was applied before this write. */
       readonly writeStart: number;
     })
-  | (OpStamp & { readonly type: "fail"; readonly reason: FailReason; readonly message: string; readonly token?: string; readonly holder?: string })
+  | (OpStamp & {
+      readonly type: "fail";
+      readonly reason: FailReason;
+      readonly message: string;
+      readonly token?: string;
+      readonly holder?: string;
+    })
   /** Indeterminate: the write was sent and its outcome is unknown (it may or may not have been applied). */
-  | (OpStamp & { readonly type: "info"; readonly message: string; readonly token: string; readonly holder: string; readonly writeStart: number });
+  | (OpStamp & {
+      readonly type: "info";
+      readonly message: string;
+      readonly token: string;
+      readonly holder: string;
+      readonly writeStart: number;
+    });
 
-export type FaultKind = "pause-worker" | "pause-in-rmw" | "pause-redis" | "kill-redis" | "wipe-redis" | "clock-jump" | "delay" | "pause-gateway";
-export const FAULT_KINDS: readonly FaultKind[] = ["pause-worker", "pause-in-rmw", "pause-redis", "kill-redis", "wipe-redis", "clock-jump", "delay", "pause-gateway"];
+export type FaultKind =
+  "pause-worker" | "pause-in-rmw" | "pause-redis" | "kill-redis" | "wipe-redis" | "clock-jump" | "delay" | "pause-gateway";
+export const FAULT_KINDS: readonly FaultKind[] = [
+  "pause-worker",
+  "pause-in-rmw",
+  "pause-redis",
+  "kill-redis",
+  "wipe-redis",
+  "clock-jump",
+  "delay",
+  "pause-gateway",
+];
 
 /** A count of 0 for every fault kind. */
 export function noFaults(): Record<FaultKind, number> {
@@ -122,7 +144,12 @@ export function parseLogEntry(entry: string): { op: string; token: string } {
 export function parseDoc(value: unknown): CounterDoc {
   if (typeof value !== "object" || value === null) throw new Error(`counter document is not an object: ${JSON.stringify(value)}`);
   const { count, log } = value as { count?: unknown; log?: unknown };
-  if (typeof count !== "number" || !Number.isSafeInteger(count) || !Array.isArray(log) || !log.every((e): e is string => typeof e === "string")) {
+  if (
+    typeof count !== "number" ||
+    !Number.isSafeInteger(count) ||
+    !Array.isArray(log) ||
+    !log.every((e): e is string => typeof e === "string")
+  ) {
     throw new Error(`malformed counter document: ${JSON.stringify(value).slice(0, 200)}`);
   }
   return { count, log };

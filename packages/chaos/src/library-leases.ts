@@ -16,7 +16,12 @@ export function libraryLeases(redisUrls: readonly string[], nodeTimeoutMs: numbe
     client.on("error", () => undefined);
     return client;
   });
-  const redlock = new Redlock(redises, { retryCount: Infinity, retryDelayMs: RETRY_DELAY_MS, retryJitterMs: RETRY_JITTER_MS, nodeTimeoutMs });
+  const redlock = new Redlock(redises, {
+    retryCount: Infinity,
+    retryDelayMs: RETRY_DELAY_MS,
+    retryJitterMs: RETRY_JITTER_MS,
+    nodeTimeoutMs,
+  });
   return {
     async acquire(resource, ttlMs, signal) {
       try {
@@ -26,7 +31,9 @@ export function libraryLeases(redisUrls: readonly string[], nodeTimeoutMs: numbe
         const fence = { resource: lease.resource, token: lease.token, holder: lease.holder };
         return { fence, credential: undefined, registered: false, release: () => lease.release() };
       } catch (err) {
-        throw new NoLeaseError(signal.aborted ? "run stopped while acquiring" : err instanceof Error ? err.message : String(err), { cause: err });
+        throw new NoLeaseError(signal.aborted ? "run stopped while acquiring" : err instanceof Error ? err.message : String(err), {
+          cause: err,
+        });
       }
     },
     close: () => redises.forEach((r) => r.disconnect()),

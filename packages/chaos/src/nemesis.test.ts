@@ -15,7 +15,9 @@ describe("fault schedule", () => {
 
   it("has every kind of fault, pauses longer than the TTL, and faults ordered in time", () => {
     const faults = planFaults({ ...shape, seed: 7 }, 120_000);
-    expect(new Set(faults.map((f) => f.kind))).toEqual(new Set(["pause-worker", "pause-in-rmw", "pause-redis", "kill-redis", "wipe-redis", "clock-jump", "delay"]));
+    expect(new Set(faults.map((f) => f.kind))).toEqual(
+      new Set(["pause-worker", "pause-in-rmw", "pause-redis", "kill-redis", "wipe-redis", "clock-jump", "delay"]),
+    );
     for (const f of faults) {
       if (f.kind === "pause-worker" || f.kind === "pause-in-rmw") expect(f.durationMs).toBeGreaterThan(shape.ttlMs);
       if (f.kind === "delay") expect(f.delayMs).toBeGreaterThanOrEqual(shape.ttlMs);
@@ -52,7 +54,9 @@ describe("fault schedule", () => {
   it("never pauses or kills a majority of the Redis nodes at once, except at the instant of a wipe", () => {
     for (const seed of [1, 2, 3, 4, 5]) {
       const faults = planFaults({ ...shape, seed }, 300_000);
-      const nodeFaults = faults.flatMap((f) => (f.kind === "pause-redis" || f.kind === "kill-redis" ? [{ node: f.node, from: f.at, to: f.at + f.durationMs }] : []));
+      const nodeFaults = faults.flatMap((f) =>
+        f.kind === "pause-redis" || f.kind === "kill-redis" ? [{ node: f.node, from: f.at, to: f.at + f.durationMs }] : [],
+      );
       expect(nodeFaults.length).toBeGreaterThan(10);
       for (const f of nodeFaults) {
         const down = new Set(nodeFaults.filter((g) => g.from <= f.from && f.from < g.to).map((g) => g.node));
@@ -74,12 +78,22 @@ describe("fault schedule", () => {
         expect(wiped.size).toBe(3);
         for (const f of wipes) expect(f.durationMs).toBe(0);
         // The other two were killed (with their data) together, longer than a TTL, and restarted before the wipe.
-        const killed = faults.filter((f) => f.kind === "kill-redis" && !wiped.has(f.node) && f.at < at && f.at + f.durationMs < at && at - (f.at + f.durationMs) <= 1_000);
+        const killed = faults.filter(
+          (f) =>
+            f.kind === "kill-redis" && !wiped.has(f.node) && f.at < at && f.at + f.durationMs < at && at - (f.at + f.durationMs) <= 1_000,
+        );
         expect(new Set(killed.map((f) => (f.kind === "kill-redis" ? f.node : -1))).size).toBe(2);
         const start = Math.min(...killed.map((f) => f.at));
         for (const f of killed) expect(f.durationMs).toBeGreaterThanOrEqual(shape.ttlMs);
         // No other node fault from the round's start until a second after the wipe.
-        const others = faults.filter((f) => (f.kind === "pause-redis" || f.kind === "kill-redis" || f.kind === "wipe-redis") && f.at >= start && f.at <= at + 1_000 && !killed.includes(f) && !wipes.includes(f));
+        const others = faults.filter(
+          (f) =>
+            (f.kind === "pause-redis" || f.kind === "kill-redis" || f.kind === "wipe-redis") &&
+            f.at >= start &&
+            f.at <= at + 1_000 &&
+            !killed.includes(f) &&
+            !wipes.includes(f),
+        );
         expect(others).toEqual([]);
       }
     }

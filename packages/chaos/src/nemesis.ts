@@ -39,7 +39,13 @@ export type Fault =
   /** Moves one Redis node's wall clock forward by jumpMs (cumulative); its keys expire early. */
   | (FaultBase & { readonly kind: "clock-jump"; readonly node: number; readonly jumpMs: number })
   /** Holds back one worker's packets on one link by delayMs, for durationMs. */
-  | (FaultBase & { readonly kind: "delay"; readonly worker: number; readonly link: Link; readonly directions: Directions; readonly delayMs: number })
+  | (FaultBase & {
+      readonly kind: "delay";
+      readonly worker: number;
+      readonly link: Link;
+      readonly directions: Directions;
+      readonly delayMs: number;
+    })
   /** SIGSTOP the gateway process (only when the workers go through one), SIGCONT after durationMs (longer than the TTL). */
   | (FaultBase & { readonly kind: "pause-gateway" });
 
@@ -123,7 +129,7 @@ const GATEWAY_PAUSE_GAP_TTLS = 10;
 function* gatewayPauses(options: ScheduleOptions): Generator<Omit<Extract<Fault, { kind: "pause-gateway" }>, "id">, never> {
   const rnd = new Random(hash32(options.seed ^ 0x67a7e3a1));
   const gap = GATEWAY_PAUSE_GAP_TTLS * options.ttlMs;
-  for (let at = options.ttlMs; ; ) {
+  for (let at = options.ttlMs; ;) {
     at += Math.round(rnd.between(0.4, 1.6) * gap);
     yield { kind: "pause-gateway", at, durationMs: Math.round(rnd.between(1.5, 3) * options.ttlMs) };
   }
@@ -149,7 +155,8 @@ export function* faultSchedule(options: ScheduleOptions): Generator<Fault, never
 
 function* mainSchedule(options: ScheduleOptions): Generator<Fault, never> {
   const { ttlMs, workers, redisNodes, clockNode } = options;
-  if (workers < 1 || redisNodes < 1 || ttlMs <= 0) throw new RangeError("faultSchedule needs ≥ 1 worker, ≥ 1 Redis node and a positive TTL");
+  if (workers < 1 || redisNodes < 1 || ttlMs <= 0)
+    throw new RangeError("faultSchedule needs ≥ 1 worker, ≥ 1 Redis node and a positive TTL");
   if (clockNode < 0 || clockNode >= redisNodes) throw new RangeError(`clockNode ${clockNode} is not one of the ${redisNodes} nodes`);
   const rnd = new Random(options.seed);
   const meanGap = options.meanGapMs ?? ttlMs * 0.8;

@@ -8,7 +8,19 @@ describe("plot", () => {
     const op = (id: string, worker: number, token: string, read: number, t: number): HistoryEvent[] => [
       { type: "invoke", op: id, worker, resource: "r", mono: t, wall: t },
       { type: "read", op: id, worker, resource: "r", token, count: read, head: read === 0 ? null : "x", mono: t + 1, wall: t },
-      { type: "ok", op: id, worker, resource: "r", token, holder: `h${id}`, read, wrote: read + 1, writeStart: t + 400, mono: t + 401, wall: t },
+      {
+        type: "ok",
+        op: id,
+        worker,
+        resource: "r",
+        token,
+        holder: `h${id}`,
+        read,
+        wrote: read + 1,
+        writeStart: t + 400,
+        mono: t + 401,
+        wall: t,
+      },
     ];
     const history: HistoryEvent[] = [
       ...op("0.0", 0, "1", 0, 0),

@@ -77,14 +77,19 @@ export function plotHistory(history: readonly HistoryEvent[], result: CheckResul
   const resources = [...new Set(ops.map((e) => e.resource))].sort();
   const workers = [...new Set(ops.map((e) => e.worker))].sort((a, b) => a - b);
   // One lane per faulted Redis node ("redis C"), then one for the gateway process if it was paused.
-  const laneName = (f: Interval): string | undefined => (f.target.startsWith("redis ") ? `redis ${f.target.split(" ")[1] ?? "?"}` : f.kind === "pause-gateway" ? "gateway" : undefined);
+  const laneName = (f: Interval): string | undefined =>
+    f.target.startsWith("redis ") ? `redis ${f.target.split(" ")[1] ?? "?"}` : f.kind === "pause-gateway" ? "gateway" : undefined;
   const named = new Set(faults.flatMap((f) => laneName(f) ?? []));
   const nodes = [...[...named].filter((name) => name !== "gateway").sort(), ...(named.has("gateway") ? ["gateway"] : [])];
 
   const out: string[] = [];
   let y = 40;
   out.push(`<text x="${LEFT}" y="22" font-size="15" font-weight="bold">${esc(options.title)}</text>`);
-  const summary = `${result.ops.total} ops · ok ${result.ops.ok} · fail ${result.ops.fail} · indeterminate ${result.ops.info} · repeated tokens ${result.repeatedTokens} · violations: ${Object.entries(result.violations).map(([k, v]) => `${k} ${v}`).join(", ")} · TTL ${options.ttlMs} ms`;
+  const summary = `${result.ops.total} ops · ok ${result.ops.ok} · fail ${result.ops.fail} · indeterminate ${result.ops.info} · repeated tokens ${result.repeatedTokens} · violations: ${Object.entries(
+    result.violations,
+  )
+    .map(([k, v]) => `${k} ${v}`)
+    .join(", ")} · TTL ${options.ttlMs} ms`;
   out.push(`<text x="${WIDTH - RIGHT}" y="22" font-size="12" text-anchor="end">${esc(summary)}</text>`);
 
   // Panel 1: tokens of acknowledged writes, by acknowledgement time.
@@ -99,7 +104,9 @@ export function plotHistory(history: readonly HistoryEvent[], result: CheckResul
   out.push(`<rect x="${LEFT}" y="${y}" width="${WIDTH - LEFT - RIGHT}" height="${TOKENS_HEIGHT}" fill="none" stroke="#ccc"/>`);
   for (const f of faults) {
     if (f.kind === "pause-in-rmw" || f.kind === "pause-worker" || f.kind === "pause-gateway") {
-      out.push(`<rect x="${n(x(f.start))}" y="${y}" width="${n(Math.max(1, x(f.end) - x(f.start)))}" height="${TOKENS_HEIGHT}" fill="${FAULT_COLOURS[f.kind]}" opacity="0.07"/>`);
+      out.push(
+        `<rect x="${n(x(f.start))}" y="${y}" width="${n(Math.max(1, x(f.end) - x(f.start)))}" height="${TOKENS_HEIGHT}" fill="${FAULT_COLOURS[f.kind]}" opacity="0.07"/>`,
+      );
     }
   }
   for (const e of acked) {
@@ -154,9 +161,13 @@ export function plotHistory(history: readonly HistoryEvent[], result: CheckResul
     for (const f of faults.filter((f) => f.worker === undefined && laneName(f) === name)) {
       const title = `<title>${esc(`${f.kind}: ${f.target}`)}</title>`;
       if (f.kind === "clock-jump") {
-        out.push(`<line x1="${n(x(f.start))}" x2="${n(x(f.start))}" y1="${top + 2}" y2="${top + LANE - 2}" stroke="${FAULT_COLOURS[f.kind]}" stroke-width="2">${title}</line>`);
+        out.push(
+          `<line x1="${n(x(f.start))}" x2="${n(x(f.start))}" y1="${top + 2}" y2="${top + LANE - 2}" stroke="${FAULT_COLOURS[f.kind]}" stroke-width="2">${title}</line>`,
+        );
       } else {
-        out.push(`<rect x="${n(x(f.start))}" y="${top + 3}" width="${n(Math.max(1.5, x(f.end) - x(f.start)))}" height="${LANE - 6}" fill="${FAULT_COLOURS[f.kind]}" opacity="0.6">${title}</rect>`);
+        out.push(
+          `<rect x="${n(x(f.start))}" y="${top + 3}" width="${n(Math.max(1.5, x(f.end) - x(f.start)))}" height="${LANE - 6}" fill="${FAULT_COLOURS[f.kind]}" opacity="0.6">${title}</rect>`,
+        );
       }
     }
   }
@@ -166,7 +177,9 @@ export function plotHistory(history: readonly HistoryEvent[], result: CheckResul
   const step = tickStep(endOfRun);
   for (let t = 0; t <= endOfRun; t += step) {
     out.push(`<line x1="${n(x(t))}" x2="${n(x(t))}" y1="${y}" y2="${y + 5}" stroke="#333"/>`);
-    out.push(`<text x="${n(x(t))}" y="${y + 17}" font-size="11" text-anchor="middle">${step >= 1_000 ? `${t / 1_000} s` : `${t} ms`}</text>`);
+    out.push(
+      `<text x="${n(x(t))}" y="${y + 17}" font-size="11" text-anchor="middle">${step >= 1_000 ? `${t / 1_000} s` : `${t} ms`}</text>`,
+    );
   }
   y += 34;
 
@@ -178,7 +191,9 @@ export function plotHistory(history: readonly HistoryEvent[], result: CheckResul
   ];
   let lx = LEFT;
   for (const [label, colour] of legend) {
-    out.push(`<rect x="${lx}" y="${y - 9}" width="10" height="10" fill="${colour}"/><text x="${lx + 14}" y="${y}" font-size="11">${esc(label)}</text>`);
+    out.push(
+      `<rect x="${lx}" y="${y - 9}" width="10" height="10" fill="${colour}"/><text x="${lx + 14}" y="${y}" font-size="11">${esc(label)}</text>`,
+    );
     lx += 24 + label.length * 6.2;
     if (lx > WIDTH - 160) {
       lx = LEFT;

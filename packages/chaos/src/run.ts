@@ -195,7 +195,14 @@ export async function runConfiguration(options: RunOptions): Promise<RunResult> 
       return worker;
     };
     const injector = new FaultInjector(
-      faultSchedule({ seed: options.seed, ttlMs: options.ttlMs, workers: options.workers, redisNodes: options.redisNodes, clockNode: CLOCK_NODE, gateway: viaGateway }),
+      faultSchedule({
+        seed: options.seed,
+        ttlMs: options.ttlMs,
+        workers: options.workers,
+        redisNodes: options.redisNodes,
+        clockNode: CLOCK_NODE,
+        gateway: viaGateway,
+      }),
       {
         pauseWorker: (w) => byIndex(w).pause(),
         resumeWorker: (w) => byIndex(w).resume(),
@@ -208,7 +215,12 @@ export async function runConfiguration(options: RunOptions): Promise<RunResult> 
           if (proxy === undefined) throw new Error(`no proxy for worker ${w} → ${String(link)}`);
           return proxy;
         },
-        ...(viaGateway ? { gateway: { pause: () => gateway?.pause(), resume: () => gateway?.resume() }, linkName: (link: Link) => (gatewayLink(link) ? "gateway" : "store") } : {}),
+        ...(viaGateway
+          ? {
+              gateway: { pause: () => gateway?.pause(), resume: () => gateway?.resume() },
+              linkName: (link: Link) => (gatewayLink(link) ? "gateway" : "store"),
+            }
+          : {}),
       },
       (event) => history.push(event),
       now,
@@ -322,7 +334,9 @@ export async function runConfiguration(options: RunOptions): Promise<RunResult> 
       worker.child.kill("SIGKILL");
     }
     await Promise.all(workers.map((w) => w.exited));
-    await Promise.allSettled(proxies.flatMap((p) => [p.store, ...p.redis, ...(p.gateway === undefined ? [] : [p.gateway])].map((proxy) => proxy.close())));
+    await Promise.allSettled(
+      proxies.flatMap((p) => [p.store, ...p.redis, ...(p.gateway === undefined ? [] : [p.gateway])].map((proxy) => proxy.close())),
+    );
     // Also a gateway that started while the workers failed to.
     await (gateway ?? (await gatewayStarting?.catch(() => undefined)))?.stop();
     await redis?.stop();

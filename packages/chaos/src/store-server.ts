@@ -58,5 +58,7 @@ export function throughProxy(connection: StoreConnection, port: number): StoreCo
     // URL adds a trailing slash to a bare origin; the S3 client would then sign a different path.
     return connection.backend === "s3" ? parsed.origin : parsed.toString();
   };
-  return connection.backend === "postgres" ? { ...connection, url: rewrite(connection.url) } : { ...connection, endpoint: rewrite(connection.endpoint) };
+  return connection.backend === "postgres"
+    ? { ...connection, url: rewrite(connection.url) }
+    : { ...connection, endpoint: rewrite(connection.endpoint) };
 }

@@ -103,9 +103,11 @@ export function verdict(runs: ChaosSummary["runs"]): string[] {
       if (run.timedOut) failures.push(`${where}: timed out after ${run.ops} operations`);
       for (const problem of run.problems) failures.push(`${where}: ${problem}`);
       if (run.ok === 0) failures.push(`${where}: no operation succeeded`);
-      if (mode === "full" && total(run.violations) > 0) failures.push(`${where}: ${total(run.violations)} violation(s) ${JSON.stringify(run.violations)}`);
+      if (mode === "full" && total(run.violations) > 0)
+        failures.push(`${where}: ${total(run.violations)} violation(s) ${JSON.stringify(run.violations)}`);
       // Unfenced writes under a lease are expected to break; if they do not, the faults were too gentle to prove anything.
-      if (mode === "unfenced" && total(run.violations) === 0) failures.push(`${where}: no violation — the nemesis is too gentle to show anything`);
+      if (mode === "unfenced" && total(run.violations) === 0)
+        failures.push(`${where}: no violation — the nemesis is too gentle to show anything`);
       // Without a repeated token, no store was ever shown two holders with one token: the run proves nothing about equal tokens.
       if (run.repeatedTokens === 0) failures.push(`${where}: the lock repeated no token — no wipe round took effect`);
     }
@@ -150,7 +152,13 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosSummary> {
         if (options.out !== undefined) {
           const name = join(options.out, `${backend}-${mode}`);
           await writeFile(`${name}.history.jsonl`, historyToJsonLines(result.history));
-          await writeFile(`${name}.svg`, plotHistory(result.history, result.check, { title: `${backend} · ${mode} · via ${via} · seed ${options.seed}`, ttlMs: settings.ttlMs }));
+          await writeFile(
+            `${name}.svg`,
+            plotHistory(result.history, result.check, {
+              title: `${backend} · ${mode} · via ${via} · seed ${options.seed}`,
+              ttlMs: settings.ttlMs,
+            }),
+          );
         }
       }
     } finally {

@@ -161,7 +161,13 @@ async function main(config: WorkerConfig): Promise<void> {
     } catch (err) {
       // A gateway that refused the request (a 4xx) wrote nothing, sent or not.
       const reason: FailReason | undefined =
-        err instanceof StaleTokenError ? "stale" : err instanceof VersionMismatchError ? "version" : writeStart === undefined || err instanceof GatewayRefusedError ? "error" : undefined;
+        err instanceof StaleTokenError
+          ? "stale"
+          : err instanceof VersionMismatchError
+            ? "version"
+            : writeStart === undefined || err instanceof GatewayRefusedError
+              ? "error"
+              : undefined;
       const message = err instanceof Error ? err.message : String(err);
       if (reason !== undefined) await emit({ type: "fail", ...stamp(op, resource), ...held, reason, message });
       // The write was sent and failed in an unknown way (a broken connection, a timeout): it may have landed.

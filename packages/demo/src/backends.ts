@@ -47,7 +47,8 @@ export interface Refusal {
   readonly actual?: string;
 }
 
-export type WriteOutcome = { readonly accepted: true; readonly version: string | undefined } | { readonly accepted: false; readonly refusal: Refusal };
+export type WriteOutcome =
+  { readonly accepted: true; readonly version: string | undefined } | { readonly accepted: false; readonly refusal: Refusal };
 
 export interface WriteOptions {
   readonly fence: Fence;
@@ -114,7 +115,12 @@ export function refusalOf(err: unknown): Refusal | undefined {
     return { error: "StaleTokenError", message: err.message, token: err.token.toString(), highest: err.highest.toString() };
   }
   if (err instanceof VersionMismatchError) {
-    return { error: "VersionMismatchError", message: err.message, expected: err.expected, ...(err.actual === undefined ? {} : { actual: err.actual }) };
+    return {
+      error: "VersionMismatchError",
+      message: err.message,
+      expected: err.expected,
+      ...(err.actual === undefined ? {} : { actual: err.actual }),
+    };
   }
   return undefined;
 }
@@ -157,7 +163,12 @@ class PlainS3Store implements DemoStore {
   async write(key: string, doc: FileDoc): Promise<WriteOutcome> {
     // The everyday write: last writer wins, whoever it is and whatever it read.
     await this.client.send(
-      new PutObjectCommand({ Bucket: this.config.bucket, Key: this.config.prefix + key, Body: JSON.stringify(doc), ContentType: "application/json" }),
+      new PutObjectCommand({
+        Bucket: this.config.bucket,
+        Key: this.config.prefix + key,
+        Body: JSON.stringify(doc),
+        ContentType: "application/json",
+      }),
     );
     return { accepted: true, version: undefined };
   }
@@ -245,10 +256,14 @@ class FencedPgStore implements DemoStore {
   }
   write(key: string, doc: FileDoc, options: WriteOptions): Promise<WriteOutcome> {
     return refusedOr(async () => {
-      const res = await this.store.put(key, { entries: [...doc.entries] }, {
-        fence: options.fence,
-        ...(options.ifVersion === undefined ? {} : { ifVersion: options.ifVersion }),
-      });
+      const res = await this.store.put(
+        key,
+        { entries: [...doc.entries] },
+        {
+          fence: options.fence,
+          ...(options.ifVersion === undefined ? {} : { ifVersion: options.ifVersion }),
+        },
+      );
       return { accepted: true, version: res.version };
     });
   }

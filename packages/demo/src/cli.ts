@@ -26,14 +26,19 @@ interface Options {
 
 const program = new Command()
   .name("fenced-demo")
-  .description('Replays the failures from "How to do distributed locking" against real Redis, PostgreSQL and S3 servers, unfenced and fenced.')
+  .description(
+    'Replays the failures from "How to do distributed locking" against real Redis, PostgreSQL and S3 servers, unfenced and fenced.',
+  )
   .addOption(new Option("--scenario <name>", "scenario to run").choices(["gc-pause", "clock-jump", "both-paused", "all"]).default("all"))
   .addOption(new Option("--backend <name>", "storage to write to").choices(["s3", "postgres", "both"]).default("both"))
   .option("--json", "one JSON object per line on stdout (progress goes to stderr)", false)
   .option("--out <dir>", "where the pictures go (default: demo-output/ at the repository root)")
   .option("--redis-urls <urls>", "use these 5 Redis servers (comma-separated) instead of starting them; same as REDIS_URLS")
   .option("--database-url <url>", "use this PostgreSQL instead of starting one; same as DATABASE_URL")
-  .option("--s3-endpoint <url>", "use this S3 endpoint instead of starting one (S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY from the environment); same as S3_ENDPOINT")
+  .option(
+    "--s3-endpoint <url>",
+    "use this S3 endpoint instead of starting one (S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY from the environment); same as S3_ENDPOINT",
+  )
   .parse();
 
 const options = program.opts<Options>();
@@ -121,7 +126,14 @@ async function main(): Promise<number> {
         if (interrupted) return 130;
         const id = { scenario: scenario.name, backend: backendName, mode };
         reporter.runStart(id, `${scenario.name} · ${backendName === "s3" ? "S3" : "Postgres"} · ${mode}`);
-        const env = { backendName, backend, lock, nonce, onEvent: (e: Parameters<typeof reporter.event>[0]) => reporter.event(e), progress: (m: string) => reporter.progress(m) };
+        const env = {
+          backendName,
+          backend,
+          lock,
+          nonce,
+          onEvent: (e: Parameters<typeof reporter.event>[0]) => reporter.event(e),
+          progress: (m: string) => reporter.progress(m),
+        };
         try {
           const record = await scenario.run(env, mode);
           const file = `${scenario.name}-${backendName}-${mode}.svg`;

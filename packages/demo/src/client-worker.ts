@@ -46,7 +46,11 @@ process.on("message", (request: Request) => {
       send({ id: request.id, ok: true, value: await handle(request) });
     } catch (err) {
       const e = err instanceof Error ? err : new Error(String(err));
-      send({ id: request.id, ok: false, error: { name: e.name, message: e.message, ...(e.stack === undefined ? {} : { stack: e.stack }) } });
+      send({
+        id: request.id,
+        ok: false,
+        error: { name: e.name, message: e.message, ...(e.stack === undefined ? {} : { stack: e.stack }) },
+      });
     }
   });
 });

@@ -32,7 +32,11 @@ interface EventLine extends Line {
   lost?: string[];
 }
 
-const SCENARIOS = { "gc-pause": ["unfenced", "fenced"], "clock-jump": ["unfenced", "fenced"], "both-paused": ["unfenced", "ratchet-only", "fence-on-acquire", "version-check"] } as const;
+const SCENARIOS = {
+  "gc-pause": ["unfenced", "fenced"],
+  "clock-jump": ["unfenced", "fenced"],
+  "both-paused": ["unfenced", "ratchet-only", "fence-on-acquire", "version-check"],
+} as const;
 const BACKENDS = ["s3", "postgres"] as const;
 
 let lines: Line[] = [];
@@ -61,7 +65,9 @@ beforeAll(async () => {
   outDir = await mkdtemp(join(tmpdir(), "fenced-demo-test-"));
   const cli = fileURLToPath(new URL("./cli.ts", import.meta.url));
   const tsx = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href;
-  const child = spawn(process.execPath, ["--import", tsx, "--conditions=source", cli, "--json", "--out", outDir], { stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, ["--import", tsx, "--conditions=source", cli, "--json", "--out", outDir], {
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   let stdout = "";
   child.stdout.on("data", (c: Buffer) => (stdout += c.toString("utf8")));
   child.stderr.on("data", (c: Buffer) => (stderr += c.toString("utf8")));
@@ -82,7 +88,11 @@ describe("pnpm demo --json (all scenarios, both backends, real servers)", () => 
     for (const l of lines) expect(typeof l.scenario).toBe("string");
     const results = lines.slice(-6);
     expect(results.every((l) => l.type === "result" && l.ok === true)).toBe(true);
-    expect(results.map((l) => `${l.scenario}/${l.backend}`).sort()).toEqual(Object.keys(SCENARIOS).flatMap((s) => BACKENDS.map((b) => `${s}/${b}`)).sort());
+    expect(results.map((l) => `${l.scenario}/${l.backend}`).sort()).toEqual(
+      Object.keys(SCENARIOS)
+        .flatMap((s) => BACKENDS.map((b) => `${s}/${b}`))
+        .sort(),
+    );
     expect(lines.slice(0, -6).some((l) => l.type === "result")).toBe(false);
   });
 
@@ -123,7 +133,10 @@ describe("pnpm demo --json (all scenarios, both backends, real servers)", () => 
     });
 
     it(`gc-pause and both-paused on ${backend}: the paused clients are separate processes, stopped until their leases expired`, () => {
-      for (const [scenario, mode] of [["gc-pause", "fenced"], ["both-paused", "ratchet-only"]] as const) {
+      for (const [scenario, mode] of [
+        ["gc-pause", "fenced"],
+        ["both-paused", "ratchet-only"],
+      ] as const) {
         const kinds = events(scenario, backend, mode).map((e) => `${e.lane}:${e.kind}`);
         const pause = kinds.indexOf("client-1:pause");
         expect(pause).toBeGreaterThan(-1);
@@ -158,7 +171,12 @@ describe("pnpm demo --json (all scenarios, both backends, real servers)", () => 
     for (const run of runs) {
       const svg = await readFile(String(run.svg), "utf8");
       expect(XMLValidator.validate(svg), String(run.svg)).toBe(true);
-      const doc = new XMLParser({ ignoreAttributes: false, attributeNamePrefix: "", parseTagValue: false, isArray: (_name, _path, _leaf, isAttribute) => !isAttribute }).parse(svg) as unknown;
+      const doc = new XMLParser({
+        ignoreAttributes: false,
+        attributeNamePrefix: "",
+        parseTagValue: false,
+        isArray: (_name, _path, _leaf, isAttribute) => !isAttribute,
+      }).parse(svg) as unknown;
       const groups = collect(doc);
       const evs = events(run.scenario, run.backend, String(run.mode));
       expect(evs.length).toBeGreaterThan(8);

@@ -9,13 +9,19 @@ export interface Picture {
 }
 
 /** One page with every picture, grouped by scenario, each scenario introduced in a sentence or two. */
-export function renderHtml(scenarios: readonly Scenario[], pictures: readonly Picture[], meta: { readonly servers: readonly string[]; readonly when: Date; readonly ok: boolean }): string {
+export function renderHtml(
+  scenarios: readonly Scenario[],
+  pictures: readonly Picture[],
+  meta: { readonly servers: readonly string[]; readonly when: Date; readonly ok: boolean },
+): string {
   const sections = scenarios.map((s) => {
     const figures = pictures
       .filter((p) => p.run.scenario === s.name)
       .map((p) => {
         const v = p.run.verdict;
-        const tag = v.ok ? `<span class="ok">${esc(v.observed)}, as expected</span>` : `<span class="bad">${esc(v.observed)}, expected ${esc(v.expected)}</span>`;
+        const tag = v.ok
+          ? `<span class="ok">${esc(v.observed)}, as expected</span>`
+          : `<span class="bad">${esc(v.observed)}, expected ${esc(v.expected)}</span>`;
         return `<figure id="${esc(p.file.replace(/\.svg$/, ""))}"><figcaption>${esc(p.run.title)} — ${tag}</figcaption><img src="${esc(encodeURI(p.file))}" alt="${esc(`${p.run.title}: ${v.summary}`)}"></figure>`;
       });
     if (figures.length === 0) return "";

@@ -2,7 +2,16 @@ export { SCENARIO_LIST, type Scenario, type RunRecord, type ScenarioEnv } from "
 export { gcPause, GC_PAUSE_MODES, type GcPauseMode } from "./scenarios/gc-pause.js";
 export { clockJump, CLOCK_JUMP_MODES, type ClockJumpMode } from "./scenarios/clock-jump.js";
 export { bothPaused, BOTH_PAUSED_MODES, type BothPausedMode } from "./scenarios/both-paused.js";
-export { openStore, prepareBackend, type BackendConfig, type BackendName, type DemoStore, type FileDoc, type Refusal, type WriteOutcome } from "./backends.js";
+export {
+  openStore,
+  prepareBackend,
+  type BackendConfig,
+  type BackendName,
+  type DemoStore,
+  type FileDoc,
+  type Refusal,
+  type WriteOutcome,
+} from "./backends.js";
 export { judge, type Verdict, type Expectation } from "./judge.js";
 export { renderSvg } from "./svg.js";
 export { renderHtml } from "./html.js";

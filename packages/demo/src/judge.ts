@@ -55,15 +55,21 @@ export function judge(input: JudgeInput): Verdict {
     const { client, error } = input.mustRefuse;
     const hit = refused.find((r) => r.client === client && r.refusal.error === error);
     if (hit === undefined) failures.push(`${client} was not refused with ${error}`);
-    else if (error === "StaleTokenError" && !(hit.refusal.token !== undefined && hit.refusal.highest !== undefined && BigInt(hit.refusal.token) < BigInt(hit.refusal.highest))) {
-      failures.push(`${client}'s StaleTokenError does not show a token below the highest (${hit.refusal.token ?? "?"} vs ${hit.refusal.highest ?? "?"})`);
+    else if (
+      error === "StaleTokenError" &&
+      !(hit.refusal.token !== undefined && hit.refusal.highest !== undefined && BigInt(hit.refusal.token) < BigInt(hit.refusal.highest))
+    ) {
+      failures.push(
+        `${client}'s StaleTokenError does not show a token below the highest (${hit.refusal.token ?? "?"} vs ${hit.refusal.highest ?? "?"})`,
+      );
     }
   }
 
   const file = `the file holds ${finalEntries.map((e) => JSON.stringify(e)).join(", ")}`;
   let summary: string;
   if (observed === "anomaly") summary = `lost update: the storage acknowledged ${lost.join(" and ")}'s write, but it is gone; ${file}`;
-  else if (observed === "protected") summary = `${refused.map((r) => `${r.client} refused (${describeRefusal(r.refusal)})`).join("; ")}; every acknowledged write survived; ${file}`;
+  else if (observed === "protected")
+    summary = `${refused.map((r) => `${r.client} refused (${describeRefusal(r.refusal)})`).join("; ")}; every acknowledged write survived; ${file}`;
   else summary = `no write was lost and none was refused; ${file}`;
   return { expected: input.expected, observed, ok: failures.length === 0, lost, refused, finalEntries, summary, failures };
 }

@@ -12,7 +12,9 @@ export interface Request {
 }
 
 /** worker → parent */
-export type Reply = { readonly id: number; readonly ok: true; readonly value: unknown } | { readonly id: number; readonly ok: false; readonly error: { name: string; message: string; stack?: string } };
+export type Reply =
+  | { readonly id: number; readonly ok: true; readonly value: unknown }
+  | { readonly id: number; readonly ok: false; readonly error: { name: string; message: string; stack?: string } };
 
 /** Children still alive: killed on the way out whatever happens, since a stopped one would never exit by itself. */
 const live = new Set<ChildProcess>();
@@ -65,7 +67,9 @@ export class PausedClient implements DemoClient {
     this.exited = new Promise((resolve) => {
       child.once("exit", (code, signal) => {
         live.delete(child);
-        const gone = new Error(`${name}'s process exited (${String(code ?? signal)}) before answering${this.stderr === "" ? "" : `:\n${this.stderr}`}`);
+        const gone = new Error(
+          `${name}'s process exited (${String(code ?? signal)}) before answering${this.stderr === "" ? "" : `:\n${this.stderr}`}`,
+        );
         for (const waiter of this.waiting.values()) waiter.reject(gone);
         this.waiting.clear();
         resolve();
@@ -135,7 +139,10 @@ export class PausedClient implements DemoClient {
     if (this.child.exitCode !== null || this.child.signalCode !== null) return;
     this.resume();
     const closing = this.call("close").catch(() => undefined);
-    const done = await Promise.race([closing.then(() => this.exited).then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 3_000).unref())]);
+    const done = await Promise.race([
+      closing.then(() => this.exited).then(() => true),
+      new Promise<boolean>((r) => setTimeout(() => r(false), 3_000).unref()),
+    ]);
     if (!done) killChild(this.child);
     await this.exited;
   }

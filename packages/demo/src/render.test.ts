@@ -12,7 +12,16 @@ const HOSTILE = `<script>alert("x")</script> & 'quotes' ]]> \u0001\u0007 \ud800 
 const HOSTILE_READ = `<script>alert("x")</script> & 'quotes' ]]>   end`;
 
 function event(seq: number, fields: Partial<DemoEvent>): DemoEvent {
-  return { id: `gc-pause/s3/unfenced#${seq}`, seq, t: seq * 10, kind: "setup", lane: "storage", label: `label ${seq}`, message: `message ${seq}`, ...fields };
+  return {
+    id: `gc-pause/s3/unfenced#${seq}`,
+    seq,
+    t: seq * 10,
+    kind: "setup",
+    lane: "storage",
+    label: `label ${seq}`,
+    message: `message ${seq}`,
+    ...fields,
+  };
 }
 
 const run: RunRecord = {
@@ -29,7 +38,13 @@ const run: RunRecord = {
   events: [
     event(1, { label: HOSTILE, message: `first ${HOSTILE}` }),
     event(2, { kind: "acquire", lane: "lock", to: "client-1", token: "33" }),
-    event(3, { kind: "write", lane: "client-1", to: "storage", outcome: "refused", refusal: { error: "StaleTokenError", message: HOSTILE, token: "33", highest: "34" } }),
+    event(3, {
+      kind: "write",
+      lane: "client-1",
+      to: "storage",
+      outcome: "refused",
+      refusal: { error: "StaleTokenError", message: HOSTILE, token: "33", highest: "34" },
+    }),
     event(4, { kind: "final", lost: ["client 2"] }),
   ],
   spans: [{ lane: "client-1", kind: "lease", label: `lease ${HOSTILE}`, client: 1, fromSeq: 2, toSeq: undefined }],
@@ -41,7 +56,10 @@ describe("renderSvg", () => {
     const svg = renderSvg(run);
     expect(XMLValidator.validate(svg)).toBe(true);
     expect(svg).not.toContain("<script>");
-    const parsed = new XMLParser({ ignoreAttributes: false, parseTagValue: false, trimValues: false }).parse(svg) as Record<string, unknown>;
+    const parsed = new XMLParser({ ignoreAttributes: false, parseTagValue: false, trimValues: false }).parse(svg) as Record<
+      string,
+      unknown
+    >;
     const texts = JSON.stringify(parsed);
     expect(texts).toContain(JSON.stringify(HOSTILE_READ).slice(1, -1));
     expect(texts).toContain(JSON.stringify(`first ${HOSTILE_READ}`).slice(1, -1));
@@ -68,14 +86,25 @@ describe("judge", () => {
   const stale = { accepted: false as const, refusal: { error: "StaleTokenError" as const, message: "", token: "33", highest: "34" } };
 
   it("an acknowledged write missing from the file is the anomaly", () => {
-    const v = judge({ expected: "anomaly", writes: [{ client: "client 2", entry: "c2", outcome: accepted }, { client: "client 1", entry: "c1", outcome: accepted }], final: { entries: ["c1"] }, preconditions: [] });
+    const v = judge({
+      expected: "anomaly",
+      writes: [
+        { client: "client 2", entry: "c2", outcome: accepted },
+        { client: "client 1", entry: "c1", outcome: accepted },
+      ],
+      final: { entries: ["c1"] },
+      preconditions: [],
+    });
     expect(v).toMatchObject({ observed: "anomaly", ok: true, lost: ["client 2"] });
   });
 
   it("a fenced run in which the stale write got through fails", () => {
     const v = judge({
       expected: "protected",
-      writes: [{ client: "client 2", entry: "c2", outcome: accepted }, { client: "client 1", entry: "c1", outcome: accepted }],
+      writes: [
+        { client: "client 2", entry: "c2", outcome: accepted },
+        { client: "client 1", entry: "c1", outcome: accepted },
+      ],
       final: { entries: ["c1"] },
       mustRefuse: { client: "client 1", error: "StaleTokenError" },
       preconditions: [],
@@ -85,11 +114,41 @@ describe("judge", () => {
   });
 
   it("a protected run needs the right client refused for the right reason, and its preconditions", () => {
-    const writes = [{ client: "client 2", entry: "c2", outcome: accepted }, { client: "client 1", entry: "c1", outcome: stale }];
-    expect(judge({ expected: "protected", writes, final: { entries: ["c2"] }, mustRefuse: { client: "client 1", error: "StaleTokenError" }, preconditions: [] }).ok).toBe(true);
-    expect(judge({ expected: "protected", writes, final: { entries: ["c2"] }, mustRefuse: { client: "client 2", error: "StaleTokenError" }, preconditions: [] }).ok).toBe(false);
+    const writes = [
+      { client: "client 2", entry: "c2", outcome: accepted },
+      { client: "client 1", entry: "c1", outcome: stale },
+    ];
+    expect(
+      judge({
+        expected: "protected",
+        writes,
+        final: { entries: ["c2"] },
+        mustRefuse: { client: "client 1", error: "StaleTokenError" },
+        preconditions: [],
+      }).ok,
+    ).toBe(true);
+    expect(
+      judge({
+        expected: "protected",
+        writes,
+        final: { entries: ["c2"] },
+        mustRefuse: { client: "client 2", error: "StaleTokenError" },
+        preconditions: [],
+      }).ok,
+    ).toBe(false);
     const equal = [{ client: "client 1", entry: "c1", outcome: { ...stale, refusal: { ...stale.refusal, highest: "33" } } }];
-    expect(judge({ expected: "protected", writes: equal, final: { entries: [] }, mustRefuse: { client: "client 1", error: "StaleTokenError" }, preconditions: [] }).ok).toBe(false);
-    expect(judge({ expected: "protected", writes, final: { entries: ["c2"] }, preconditions: [{ what: "lease expired", holds: false }] }).failures).toEqual(["precondition failed: lease expired"]);
+    expect(
+      judge({
+        expected: "protected",
+        writes: equal,
+        final: { entries: [] },
+        mustRefuse: { client: "client 1", error: "StaleTokenError" },
+        preconditions: [],
+      }).ok,
+    ).toBe(false);
+    expect(
+      judge({ expected: "protected", writes, final: { entries: ["c2"] }, preconditions: [{ what: "lease expired", holds: false }] })
+        .failures,
+    ).toEqual(["precondition failed: lease expired"]);
   });
 });

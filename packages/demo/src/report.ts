@@ -47,14 +47,32 @@ export function jsonReporter(out: NodeJS.WritableStream, err: NodeJS.WritableStr
     runEnd: (r, svg) => {
       const v = r.verdict;
       out.write(
-        line({ scenario: r.scenario, backend: r.backend, mode: r.mode, type: "run", expected: v.expected, observed: v.observed, ok: v.ok, summary: v.summary, lost: v.lost, refused: v.refused, finalEntries: v.finalEntries, failures: v.failures, events: r.events.length, svg }),
+        line({
+          scenario: r.scenario,
+          backend: r.backend,
+          mode: r.mode,
+          type: "run",
+          expected: v.expected,
+          observed: v.observed,
+          ok: v.ok,
+          summary: v.summary,
+          lost: v.lost,
+          refused: v.refused,
+          finalEntries: v.finalEntries,
+          failures: v.failures,
+          events: r.events.length,
+          svg,
+        }),
       );
     },
     runFailed: (run, error) => {
       out.write(line({ ...run, type: "run", ok: false, observed: "error", error: error instanceof Error ? error.message : String(error) }));
     },
     results: (lines, seconds, html) => {
-      for (const l of lines) out.write(line({ scenario: l.scenario, backend: l.backend, type: "result", ok: l.ok, runs: l.runs, servers: l.servers, html, seconds }));
+      for (const l of lines)
+        out.write(
+          line({ scenario: l.scenario, backend: l.backend, type: "result", ok: l.ok, runs: l.runs, servers: l.servers, html, seconds }),
+        );
     },
   };
 }
@@ -82,17 +100,26 @@ export function terminalReporter(out: NodeJS.WritableStream & { isTTY?: boolean 
       const expectation = v.ok ? green(`as expected (${v.expected})`) : red(`NOT as expected: ${v.failures.join("; ")}`);
       out.write(`  ⇒ ${head}: ${v.summary}\n    ${expectation}; picture: ${dim(svg)}\n`);
     },
-    runFailed: (run, error) => out.write(red(`  ⇒ ERROR in ${run.scenario}/${run.backend}/${run.mode}: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`)),
+    runFailed: (run, error) =>
+      out.write(
+        red(
+          `  ⇒ ERROR in ${run.scenario}/${run.backend}/${run.mode}: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+        ),
+      ),
     results: (lines, seconds, html) => {
       out.write(`\n${bold("Results")}\n`);
       for (const l of lines) {
         for (const r of l.runs) {
           const mark = r.ok ? green("✓") : red("✗");
-          out.write(`  ${mark} ${l.scenario.padEnd(12)} ${l.backend.padEnd(9)} ${r.mode.padEnd(17)} expected ${r.expected.padEnd(9)} observed ${r.observed}\n`);
+          out.write(
+            `  ${mark} ${l.scenario.padEnd(12)} ${l.backend.padEnd(9)} ${r.mode.padEnd(17)} expected ${r.expected.padEnd(9)} observed ${r.observed}\n`,
+          );
         }
       }
       const ok = lines.every((l) => l.ok);
-      out.write(`\n${ok ? green("Every run showed what it should: the anomaly without fencing (and with the ratchet alone in both-paused), and no lost update with it.") : red("Some runs did not show what they should (see above).")}\n`);
+      out.write(
+        `\n${ok ? green("Every run showed what it should: the anomaly without fencing (and with the ratchet alone in both-paused), and no lost update with it.") : red("Some runs did not show what they should (see above).")}\n`,
+      );
       out.write(`Took ${seconds.toFixed(1)} s. Pictures: ${bold(html)}\n`);
     },
   };

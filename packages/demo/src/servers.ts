@@ -75,7 +75,11 @@ export async function startDemoServers(needs: ServerNeeds, nonce: string, progre
         });
         await prepareBackend(config);
         backends.set("postgres", config);
-        const where = { env: "DATABASE_URL", docker: "a postgres:16 container (Docker)", local: "a private PostgreSQL server from this machine's binaries" }[pg.source];
+        const where = {
+          env: "DATABASE_URL",
+          docker: "a postgres:16 container (Docker)",
+          local: "a private PostgreSQL server from this machine's binaries",
+        }[pg.source];
         used.push(`Postgres: ${where} at ${redact(pg.url)}, schema ${config.schema}`);
       }),
     );
@@ -86,7 +90,15 @@ export async function startDemoServers(needs: ServerNeeds, nonce: string, progre
         const s3 = await startS3();
         stops.push(() => s3.stop());
         const bucket = await s3.createBucket();
-        const config: BackendConfig = { kind: "s3", endpoint: s3.endpoint, region: s3.region, accessKeyId: s3.accessKeyId, secretAccessKey: s3.secretAccessKey, bucket, prefix: `demo-${nonce}/` };
+        const config: BackendConfig = {
+          kind: "s3",
+          endpoint: s3.endpoint,
+          region: s3.region,
+          accessKeyId: s3.accessKeyId,
+          secretAccessKey: s3.secretAccessKey,
+          bucket,
+          prefix: `demo-${nonce}/`,
+        };
         // Prove that this server really refuses a stale If-Match: the fenced writes rest on it.
         const client = s3Client(config);
         try {
@@ -95,7 +107,11 @@ export async function startDemoServers(needs: ServerNeeds, nonce: string, progre
           client.destroy();
         }
         backends.set("s3", config);
-        const where = { env: "S3_ENDPOINT", docker: "a MinIO container (Docker)", local: "Ceph radosgw, a one-host Ceph cluster started from this machine's binaries" }[s3.source];
+        const where = {
+          env: "S3_ENDPOINT",
+          docker: "a MinIO container (Docker)",
+          local: "Ceph radosgw, a one-host Ceph cluster started from this machine's binaries",
+        }[s3.source];
         used.push(`S3: ${where} at ${s3.endpoint}, bucket ${bucket} (checked: refuses a stale If-Match)`);
       }),
     );

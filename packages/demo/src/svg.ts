@@ -18,7 +18,16 @@ const MIN_STEP = 76;
 const ROW = 18;
 const LABEL = 12;
 const BADGE = 16;
-const C = { 1: "#1565c0", 2: "#8e24aa", ok: "#2e7d32", bad: "#c62828", grey: "#757575", line: "#9e9e9e", text: "#212121", amber: "#e65100" } as const;
+const C = {
+  1: "#1565c0",
+  2: "#8e24aa",
+  ok: "#2e7d32",
+  bad: "#c62828",
+  grey: "#757575",
+  line: "#9e9e9e",
+  text: "#212121",
+  amber: "#e65100",
+} as const;
 const TINT = { 1: "#d6e6fa", 2: "#ecd9f2" } as const;
 
 type Side = "above" | "below";
@@ -98,8 +107,14 @@ export function renderSvg(run: RunRecord): string {
   const head = verdict.observed === "anomaly" ? "ANOMALY" : verdict.observed === "protected" ? "PROTECTED" : "INCONCLUSIVE";
   const expectation = verdict.ok ? `as expected (${verdict.expected})` : `NOT as expected: ${verdict.failures.join("; ")}`;
   const vlines = wrap(`${head}: ${verdict.summary} — ${expectation}`, width - 70, 13, true);
-  out.push(`<rect x="20" y="${y}" width="${width - 40}" height="${vlines.length * 18 + 12}" rx="6" fill="${tone}" fill-opacity="0.09" stroke="${tone}" stroke-width="1.5"/>`);
-  vlines.forEach((line, i) => out.push(`<text x="32" y="${y + 21 + i * 18}" font-size="13" fill="${tone}"${i === 0 ? ' font-weight="bold"' : ""}>${esc(line)}</text>`));
+  out.push(
+    `<rect x="20" y="${y}" width="${width - 40}" height="${vlines.length * 18 + 12}" rx="6" fill="${tone}" fill-opacity="0.09" stroke="${tone}" stroke-width="1.5"/>`,
+  );
+  vlines.forEach((line, i) =>
+    out.push(
+      `<text x="32" y="${y + 21 + i * 18}" font-size="13" fill="${tone}"${i === 0 ? ' font-weight="bold"' : ""}>${esc(line)}</text>`,
+    ),
+  );
   y += vlines.length * 18 + 12 + 18;
 
   // Lanes: label rows above, the line with its bars, label rows below.
@@ -121,7 +136,9 @@ export function renderSvg(run: RunRecord): string {
     const ly = lineY.get(lane.id) ?? 0;
     if (i % 2 === 0) body.push(`<rect x="0" y="${top}" width="${width}" height="${bottom - top}" fill="#f7f7f7"/>`);
     const title = lane.kind === "node" ? 12 : 14;
-    body.push(`<text x="16" y="${ly + 5}" font-size="${title}" font-weight="bold" fill="${clientColor(lane.client)}">${esc(lane.title)}</text>`);
+    body.push(
+      `<text x="16" y="${ly + 5}" font-size="${title}" font-weight="bold" fill="${clientColor(lane.client)}">${esc(lane.title)}</text>`,
+    );
     body.push(`<line x1="${LEFT}" y1="${ly}" x2="${endX}" y2="${ly}" stroke="${C.line}" stroke-width="1"/>`);
   });
 
@@ -148,7 +165,9 @@ export function renderSvg(run: RunRecord): string {
     const lines = wrap(e.message, width - 150, 12);
     y += 18;
     const tint = e.outcome === "refused" || (e.lost?.length ?? 0) > 0 ? C.bad : e.outcome === "accepted" ? C.ok : C.text;
-    body.push(`<g data-legend="${esc(e.id)}">${badge(30, y - 4, e.seq)}<text x="44" y="${y}" font-size="12" fill="${C.grey}">${e.t} ms</text>`);
+    body.push(
+      `<g data-legend="${esc(e.id)}">${badge(30, y - 4, e.seq)}<text x="44" y="${y}" font-size="12" fill="${C.grey}">${e.t} ms</text>`,
+    );
     lines.forEach((line, i) => body.push(`<text x="104" y="${y + i * 16}" font-size="12" fill="${tint}">${esc(line)}</text>`));
     body.push(`</g>`);
     y += (lines.length - 1) * 16;
@@ -201,7 +220,10 @@ function drawSpan(span: Span, lanes: readonly Lane[], lineY: Map<string, number>
   const attrs = `data-span="${esc(span.kind)}"`;
   if (span.kind === "pause") {
     const h = core(lane) + 6;
-    const label = textWidth("stopped", 11) + 8 < w ? halo(x0 + w / 2, ly + 4, "stopped", `font-size="11" font-weight="bold" text-anchor="middle" fill="#424242"`) : "";
+    const label =
+      textWidth("stopped", 11) + 8 < w
+        ? halo(x0 + w / 2, ly + 4, "stopped", `font-size="11" font-weight="bold" text-anchor="middle" fill="#424242"`)
+        : "";
     return `<g ${attrs}><rect x="${x0}" y="${ly - h / 2}" width="${w}" height="${h}" fill="url(#hatch)" fill-opacity="0.85" stroke="#616161"/>${label}</g>`;
   }
   if (span.kind === "cut-off") {
@@ -212,8 +234,16 @@ function drawSpan(span: Span, lanes: readonly Lane[], lineY: Map<string, number>
   const n = span.client ?? 1;
   const h = lane.kind === "node" ? 14 : 18;
   const size = lane.kind === "node" ? 10 : 11;
-  const text = textWidth(span.label, size, true) + 10 < w ? span.label : textWidth(span.label.replace(/^.*· /, ""), size, true) + 8 < w ? span.label.replace(/^.*· /, "") : "";
-  const label = text === "" ? "" : `<text x="${x0 + 6}" y="${ly + size / 2 - 1}" font-size="${size}" font-weight="bold" fill="${C[n]}">${esc(text)}</text>`;
+  const text =
+    textWidth(span.label, size, true) + 10 < w
+      ? span.label
+      : textWidth(span.label.replace(/^.*· /, ""), size, true) + 8 < w
+        ? span.label.replace(/^.*· /, "")
+        : "";
+  const label =
+    text === ""
+      ? ""
+      : `<text x="${x0 + 6}" y="${ly + size / 2 - 1}" font-size="${size}" font-weight="bold" fill="${C[n]}">${esc(text)}</text>`;
   const open = span.toSeq === undefined ? `<text x="${x1 + 3}" y="${ly + 4}" font-size="11" fill="${C[n]}">…</text>` : "";
   return `<g ${attrs}><rect x="${x0}" y="${ly - h / 2}" width="${w}" height="${h}" rx="4" fill="${TINT[n]}" stroke="${C[n]}" stroke-width="1.2"/>${label}${open}</g>`;
 }
@@ -240,14 +270,20 @@ function drawEvent(p: Placed, lanes: readonly Lane[], lineY: Map<string, number>
     if (e.kind === "read" || e.kind === "release") [stroke, dash, head] = [C.grey, ' stroke-dasharray="5 4"', "a-grey"];
     if (e.kind === "register") dash = ' stroke-dasharray="7 3"';
     if (e.kind === "both-hold") {
-      parts.push(`<line x1="${x}" y1="${from - 14}" x2="${x}" y2="${to + 14}" stroke="${C.amber}" stroke-width="2" stroke-dasharray="3 4"/>`);
+      parts.push(
+        `<line x1="${x}" y1="${from - 14}" x2="${x}" y2="${to + 14}" stroke="${C.amber}" stroke-width="2" stroke-dasharray="3 4"/>`,
+      );
     } else {
-      parts.push(`<line x1="${x - 6}" y1="${y0}" x2="${x + 6}" y2="${y1}" stroke="${stroke}" stroke-width="1.8"${dash} marker-end="url(#${head})"/>`);
+      parts.push(
+        `<line x1="${x - 6}" y1="${y0}" x2="${x + 6}" y2="${y1}" stroke="${stroke}" stroke-width="1.8"${dash} marker-end="url(#${head})"/>`,
+      );
     }
     if (outcome) {
       const good = e.outcome === "accepted";
       parts.push(`<circle cx="${x + 6}" cy="${to}" r="9" fill="${good ? C.ok : C.bad}"/>`);
-      parts.push(`<text x="${x + 6}" y="${to + 4.5}" font-size="12" font-weight="bold" text-anchor="middle" fill="#ffffff">${good ? "✓" : "✗"}</text>`);
+      parts.push(
+        `<text x="${x + 6}" y="${to + 4.5}" font-size="12" font-weight="bold" text-anchor="middle" fill="#ffffff">${good ? "✓" : "✗"}</text>`,
+      );
     }
   } else {
     parts.push(pointMarker(e, x, from));

@@ -15,7 +15,8 @@ const holder = fc.stringMatching(/^[A-Za-z0-9._:-]{1,128}$/);
 const fence = fc.record({ resource, token: fc.bigInt({ min: 0n, max: MAX_TOKEN }), holder });
 /** Far enough ahead that no run reaches it; the tests of the end set their own. */
 const LATER = Date.now() + 3_600_000;
-const mint = (f: Parameters<typeof mintFenceCredential>[0], key: CredentialKey, expiresAt = LATER): string => mintFenceCredential(f, key, { expiresAt });
+const mint = (f: Parameters<typeof mintFenceCredential>[0], key: CredentialKey, expiresAt = LATER): string =>
+  mintFenceCredential(f, key, { expiresAt });
 
 function code(f: () => unknown): string {
   try {
@@ -42,7 +43,7 @@ describe("fence credentials", () => {
       fc.property(fence, fc.nat(), fc.integer({ min: 0, max: 63 }), (f, at, bit) => {
         const good = mint(f, current);
         const i = at % good.length;
-        const flipped = String.fromCharCode(good.charCodeAt(i) ^ (1 << bit % 7));
+        const flipped = String.fromCharCode(good.charCodeAt(i) ^ (1 << (bit % 7)));
         const altered = good.slice(0, i) + flipped + good.slice(i + 1);
         if (altered !== good) expect(code(() => verifyFenceCredential(altered, keys))).not.toBe("accepted");
         expect(code(() => verifyFenceCredential(good.slice(0, i), keys))).not.toBe("accepted");
@@ -76,16 +77,33 @@ describe("fence credentials", () => {
 
   it("non-canonical base64url and other shapes are malformed", () => {
     const good = mint({ resource: "r", token: 1n, holder: "h" }, current);
-    for (const bad of ["", "fc1", "fc1.k2..", "fc1" + good.slice(3), "fc3" + good.slice(3), good.replace(/\.([^.]*)$/, ".$1="), good + ".x", 42, null, "x".repeat(5000)]) {
-      expect(code(() => verifyFenceCredential(bad, keys)), String(bad).slice(0, 40)).toBe("malformed");
+    for (const bad of [
+      "",
+      "fc1",
+      "fc1.k2..",
+      "fc1" + good.slice(3),
+      "fc3" + good.slice(3),
+      good.replace(/\.([^.]*)$/, ".$1="),
+      good + ".x",
+      42,
+      null,
+      "x".repeat(5000),
+    ]) {
+      expect(
+        code(() => verifyFenceCredential(bad, keys)),
+        String(bad).slice(0, 40),
+      ).toBe("malformed");
     }
   });
 
   it("minting needs a holder, a lease's end and a strong secret; configuring needs distinct ids", () => {
     expect(() => mint({ resource: "r", token: 1n }, current)).toThrow(InvalidArgumentError);
     expect(() => mintFenceCredential({ resource: "r", token: 1n, holder: "h" }, current)).toThrow(/lease's end/);
-    for (const bad of [-1, 1.5, Number.MAX_SAFE_INTEGER + 1, NaN]) expect(() => mint({ resource: "r", token: 1n, holder: "h" }, current, bad), String(bad)).toThrow(InvalidArgumentError);
-    expect(() => mintFenceCredential({ resource: "r", token: 1n, holder: "h" }, { id: "k", secret: randomBytes(31) })).toThrow(InvalidArgumentError);
+    for (const bad of [-1, 1.5, Number.MAX_SAFE_INTEGER + 1, NaN])
+      expect(() => mint({ resource: "r", token: 1n, holder: "h" }, current, bad), String(bad)).toThrow(InvalidArgumentError);
+    expect(() => mintFenceCredential({ resource: "r", token: 1n, holder: "h" }, { id: "k", secret: randomBytes(31) })).toThrow(
+      InvalidArgumentError,
+    );
     expect(() => credentialKeys([current, { id: "k2", secret: randomBytes(32) }])).toThrow(/duplicate/);
     expect(() => credentialKeys([{ id: "bad id", secret: randomBytes(32) }])).toThrow(InvalidArgumentError);
   });
@@ -105,10 +123,17 @@ describe("fence credentials", () => {
     expect((refused as ExpiredCredentialError).credential.fence).toEqual({ resource: "orders/42", token: 34n, holder: "h1" });
     // Given both, the earlier end: a credential never outlives the lease it is minted from.
     expect(verifyFenceCredential(mintFenceCredential(lease, current, { expiresAt: 5 }), keys, 5).expiresAt).toBe(5);
-    expect(verifyFenceCredential(mintFenceCredential(lease, current, { expiresAt: lease.validUntil + 1 }), keys, 0).expiresAt).toBe(lease.validUntil);
+    expect(verifyFenceCredential(mintFenceCredential(lease, current, { expiresAt: lease.validUntil + 1 }), keys, 0).expiresAt).toBe(
+      lease.validUntil,
+    );
     // Moving the end (or anything else in the payload) breaks the signature.
     const [v, id, payload, sig] = credential.split(".") as [string, string, string, string];
-    const later = Buffer.from(Buffer.from(payload, "base64url").toString("utf8").replace(String(lease.validUntil), String(lease.validUntil * 2)), "utf8").toString("base64url");
+    const later = Buffer.from(
+      Buffer.from(payload, "base64url")
+        .toString("utf8")
+        .replace(String(lease.validUntil), String(lease.validUntil * 2)),
+      "utf8",
+    ).toString("base64url");
     expect(code(() => verifyFenceCredential([v, id, later, sig].join("."), keys, 0))).toBe("bad-signature");
     // An expired forgery is a forgery: the end is judged only once the signature verified.
     expect(code(() => verifyFenceCredential(mint(lease, { id: "k2", secret: randomBytes(32) }, 1), keys))).toBe("bad-signature");
@@ -117,7 +142,11 @@ describe("fence credentials", () => {
   it("a string sealed for another purpose under the same key (another domain) never verifies as a credential; nothing unreadable is sealed", () => {
     expect(() => seal({ version: "x1", domain: "d", fields: 2 }, ["a\nb", "c"], current)).toThrow(InvalidArgumentError);
     expect(() => seal({ version: "x1", domain: "d", fields: 2 }, ["a"], current)).toThrow(InvalidArgumentError);
-    const other = seal({ version: CREDENTIAL_VERSION, domain: "fenced-lease-id/1", fields: 4 }, ["34", "h1", String(LATER), "orders/42"], current);
+    const other = seal(
+      { version: CREDENTIAL_VERSION, domain: "fenced-lease-id/1", fields: 4 },
+      ["34", "h1", String(LATER), "orders/42"],
+      current,
+    );
     expect(code(() => verifyFenceCredential(other, keys))).toBe("bad-signature");
   });
 });

@@ -46,7 +46,10 @@ export type FenceWithEnd = Fence & { readonly validUntil?: number | undefined };
 
 function checkExpiry(expiresAt: unknown): number {
   if (typeof expiresAt !== "number" || !Number.isSafeInteger(expiresAt) || expiresAt < 0) {
-    throw new InvalidArgumentError("expiresAt", "a credential carries its lease's end: epoch milliseconds, a non-negative integer (a Lease's validUntil)");
+    throw new InvalidArgumentError(
+      "expiresAt",
+      "a credential carries its lease's end: epoch milliseconds, a non-negative integer (a Lease's validUntil)",
+    );
   }
   return expiresAt;
 }
@@ -60,10 +63,13 @@ function checkExpiry(expiresAt: unknown): number {
  */
 export function mintFenceCredential(fence: FenceWithEnd, key: CredentialKey, options?: { readonly expiresAt?: number }): string {
   const checked = checkFence(fence);
-  if (checked.holder === null) throw new InvalidArgumentError("fence.holder", "a credential names the lease: the fence must carry a holder id");
+  if (checked.holder === null)
+    throw new InvalidArgumentError("fence.holder", "a credential names the lease: the fence must carry a holder id");
   const { validUntil } = fence;
   const given = options?.expiresAt;
-  const expiresAt = checkExpiry(given === undefined ? validUntil : validUntil === undefined ? given : Math.min(given, checkExpiry(validUntil)));
+  const expiresAt = checkExpiry(
+    given === undefined ? validUntil : validUntil === undefined ? given : Math.min(given, checkExpiry(validUntil)),
+  );
   return seal(CREDENTIAL, [checked.token.toString(), checked.holder, expiresAt.toString(), checked.resource], key);
 }
 
@@ -74,17 +80,28 @@ export function mintFenceCredential(fence: FenceWithEnd, key: CredentialKey, opt
  * its id: never issued here, or its key was retired), `bad-signature` (forged or altered), `expired`
  * (authentic, but its lease ended at `expiresAt` < now).
  */
-export function verifyFenceCredential(credential: unknown, keys: ReadonlyMap<string, CredentialKey>, now: number = Date.now()): VerifiedCredential {
+export function verifyFenceCredential(
+  credential: unknown,
+  keys: ReadonlyMap<string, CredentialKey>,
+  now: number = Date.now(),
+): VerifiedCredential {
   let unsealed: { fields: string[]; keyId: string };
   try {
     unsealed = unseal(CREDENTIAL, credential, keys);
   } catch (err) {
-    if (err instanceof SealError) throw new CredentialError(err.code, err.code === "malformed" ? "not a fence credential" : `the credential: ${err.message}`);
+    if (err instanceof SealError)
+      throw new CredentialError(err.code, err.code === "malformed" ? "not a fence credential" : `the credential: ${err.message}`);
     throw err;
   }
   const [token, holder, end, resource] = unsealed.fields as [string, string, string, string];
   const expiresAt = parseEpochMs(end);
-  if (!TOKEN_PATTERN.test(token) || BigInt(token) > MAX_TOKEN || !HOLDER_PATTERN.test(holder) || resourceProblem(resource) !== undefined || expiresAt === undefined) {
+  if (
+    !TOKEN_PATTERN.test(token) ||
+    BigInt(token) > MAX_TOKEN ||
+    !HOLDER_PATTERN.test(holder) ||
+    resourceProblem(resource) !== undefined ||
+    expiresAt === undefined
+  ) {
     throw new CredentialError("malformed", "not a fence credential");
   }
   const verified: VerifiedCredential = { fence: { resource, token: BigInt(token), holder }, expiresAt, keyId: unsealed.keyId };
@@ -96,6 +113,9 @@ export function verifyFenceCredential(credential: unknown, keys: ReadonlyMap<str
 /** An authentic credential past its lease's end; carries what it verified to, for the refusal's detail. */
 export class ExpiredCredentialError extends CredentialError {
   constructor(readonly credential: VerifiedCredential) {
-    super("expired", `the credential's lease ended at ${new Date(credential.expiresAt).toISOString()}: extend the lease in time, or take a new one`);
+    super(
+      "expired",
+      `the credential's lease ended at ${new Date(credential.expiresAt).toISOString()}: extend the lease in time, or take a new one`,
+    );
   }
 }

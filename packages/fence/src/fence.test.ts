@@ -66,7 +66,10 @@ describe("refuseEndedLease", () => {
       "fence",
       7,
     ]) {
-      expect(() => refuseEndedLease(fence), JSON.stringify(fence, (_k, v: unknown) => (typeof v === "bigint" ? `${v}n` : v))).not.toThrow();
+      expect(
+        () => refuseEndedLease(fence),
+        JSON.stringify(fence, (_k, v: unknown) => (typeof v === "bigint" ? `${v}n` : v)),
+      ).not.toThrow();
     }
   });
 });

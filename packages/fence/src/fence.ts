@@ -26,7 +26,8 @@ export interface CheckedFence {
 
 /** Validates a fence and copies it; InvalidArgumentError before any I/O if it is malformed. */
 export function checkFence(fence: unknown, argument = "fence"): CheckedFence {
-  if (typeof fence !== "object" || fence === null) throw new InvalidArgumentError(argument, "must be an object { resource, token, holder? }");
+  if (typeof fence !== "object" || fence === null)
+    throw new InvalidArgumentError(argument, "must be an object { resource, token, holder? }");
   // Read each field once: a getter must not be able to show the check one value and the store another.
   const { resource, token, holder } = fence as { resource?: unknown; token?: unknown; holder?: unknown };
   assertResource(resource, `${argument}.resource`);

@@ -13,9 +13,32 @@ describe("the rules every package shares", () => {
   });
 
   it("a key: 1-512 UTF-8 bytes of well-formed Unicode, no control characters, no empty, '.' or '..' segments, no leading '/'", () => {
-    const good = ["k", "orders/42", "a/b.c/..d", "x".repeat(MAX_KEY_LENGTH), "é".repeat(MAX_KEY_LENGTH / 2), "ünï/😀", "😀", "a\uFFFD", "{braces} and spaces"];
+    const good = [
+      "k",
+      "orders/42",
+      "a/b.c/..d",
+      "x".repeat(MAX_KEY_LENGTH),
+      "é".repeat(MAX_KEY_LENGTH / 2),
+      "ünï/😀",
+      "😀",
+      "a\uFFFD",
+      "{braces} and spaces",
+    ];
     for (const key of good) expect(keyProblem(key), key).toBeUndefined();
-    const bad: unknown[] = ["", "x".repeat(MAX_KEY_LENGTH + 1), "é".repeat(MAX_KEY_LENGTH / 2) + "x", "/a", "a//b", "a/", "./a", "a/./b", "a/..", "a\nb", "a\u0000", "a\u0085"];
+    const bad: unknown[] = [
+      "",
+      "x".repeat(MAX_KEY_LENGTH + 1),
+      "é".repeat(MAX_KEY_LENGTH / 2) + "x",
+      "/a",
+      "a//b",
+      "a/",
+      "./a",
+      "a/./b",
+      "a/..",
+      "a\nb",
+      "a\u0000",
+      "a\u0085",
+    ];
     // Lone surrogates, each of which PostgreSQL would store as U+FFFD and S3 could not name at all.
     bad.push("a\uD800", "\uDC00b", "a\uD800b", "a\uDC00", "\uDE00\uD83D", "😀".slice(0, 1), 42, null, undefined);
     for (const key of bad) {
@@ -32,7 +55,8 @@ describe("the rules every package shares", () => {
         expect(parseToken(t.toString())).toBe(t);
       }),
     );
-    for (const bad of ["", "-1", "01", "1e3", " 1", "+1", (MAX_TOKEN + 1n).toString(), "99999999999999999999"]) expect(() => parseToken(bad), bad).toThrow(InvalidArgumentError);
+    for (const bad of ["", "-1", "01", "1e3", " 1", "+1", (MAX_TOKEN + 1n).toString(), "99999999999999999999"])
+      expect(() => parseToken(bad), bad).toThrow(InvalidArgumentError);
   });
 
   it("a fence is copied on check, and its holder decides equal tokens", () => {
@@ -41,8 +65,18 @@ describe("the rules every package shares", () => {
     live.token = 1n;
     expect(checked).toEqual({ resource: "r", token: 5n, holder: "h1" });
     expect(checkFence({ resource: "r", token: 5n })).toEqual({ resource: "r", token: 5n, holder: null });
-    for (const bad of [null, {}, { resource: "r", token: 5 }, { resource: "r", token: -1n }, { resource: "r", token: 1n, holder: "" }, { resource: "r", token: 1n, holder: "a b" }]) {
-      expect(() => checkFence(bad), JSON.stringify(bad, (_k, v: unknown) => (typeof v === "bigint" ? `${v}n` : v))).toThrow(InvalidArgumentError);
+    for (const bad of [
+      null,
+      {},
+      { resource: "r", token: 5 },
+      { resource: "r", token: -1n },
+      { resource: "r", token: 1n, holder: "" },
+      { resource: "r", token: 1n, holder: "a b" },
+    ]) {
+      expect(
+        () => checkFence(bad),
+        JSON.stringify(bad, (_k, v: unknown) => (typeof v === "bigint" ? `${v}n` : v)),
+      ).toThrow(InvalidArgumentError);
     }
     const highest = { token: 5n, holder: "h1" };
     expect(admits(highest, { resource: "r", token: 6n, holder: "h2" })).toBe(true);

@@ -92,12 +92,14 @@ export function assertToken(token: unknown, argument = "token"): asserts token i
 
 export function assertHolder(holder: unknown, argument = "holder"): asserts holder is string {
   if (typeof holder !== "string") throw new InvalidArgumentError(argument, `must be a string, got ${typeof holder}`);
-  if (!HOLDER_PATTERN.test(holder)) throw new InvalidArgumentError(argument, `must be 1-${MAX_HOLDER_LENGTH} characters of A-Z a-z 0-9 . _ : -`);
+  if (!HOLDER_PATTERN.test(holder))
+    throw new InvalidArgumentError(argument, `must be 1-${MAX_HOLDER_LENGTH} characters of A-Z a-z 0-9 . _ : -`);
 }
 
 /** Parses a token's wire form; InvalidArgumentError for anything but the one spelling of 0..2^63-1. */
 export function parseToken(text: unknown, argument = "token"): bigint {
-  if (typeof text !== "string" || !TOKEN_PATTERN.test(text)) throw new InvalidArgumentError(argument, "must be a decimal string: 0 or 1-19 digits without a leading zero");
+  if (typeof text !== "string" || !TOKEN_PATTERN.test(text))
+    throw new InvalidArgumentError(argument, "must be a decimal string: 0 or 1-19 digits without a leading zero");
   const token = BigInt(text);
   if (token > MAX_TOKEN) throw new InvalidArgumentError(argument, `must be at most ${MAX_TOKEN}`);
   return token;

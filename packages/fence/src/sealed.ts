@@ -54,9 +54,11 @@ export class SealError extends Error {
 export function assertCredentialKey(key: unknown, argument = "key"): asserts key is CredentialKey {
   if (typeof key !== "object" || key === null) throw new InvalidArgumentError(argument, "must be an object { id, secret }");
   const { id, secret } = key as { id?: unknown; secret?: unknown };
-  if (typeof id !== "string" || !KEY_ID_PATTERN.test(id)) throw new InvalidArgumentError(`${argument}.id`, "must be 1-64 characters of A-Z a-z 0-9 _ -");
+  if (typeof id !== "string" || !KEY_ID_PATTERN.test(id))
+    throw new InvalidArgumentError(`${argument}.id`, "must be 1-64 characters of A-Z a-z 0-9 _ -");
   if (!(secret instanceof Uint8Array)) throw new InvalidArgumentError(`${argument}.secret`, "must be a Uint8Array (Buffer)");
-  if (secret.length < MIN_SECRET_BYTES) throw new InvalidArgumentError(`${argument}.secret`, `must be at least ${MIN_SECRET_BYTES} bytes, got ${secret.length}`);
+  if (secret.length < MIN_SECRET_BYTES)
+    throw new InvalidArgumentError(`${argument}.secret`, `must be at least ${MIN_SECRET_BYTES} bytes, got ${secret.length}`);
 }
 
 /** The configured keys by id; InvalidArgumentError for a weak secret or a duplicate id. */
@@ -77,9 +79,11 @@ function mac(kind: SealKind, key: CredentialKey, payload: Buffer): Buffer {
 /** Seals `fields` under `key`. No field may hold a control character ("\n" separates them). */
 export function seal(kind: SealKind, fields: readonly string[], key: CredentialKey): string {
   assertCredentialKey(key);
-  if (fields.length !== kind.fields) throw new InvalidArgumentError("fields", `${kind.version} seals ${kind.fields} fields, got ${fields.length}`);
+  if (fields.length !== kind.fields)
+    throw new InvalidArgumentError("fields", `${kind.version} seals ${kind.fields} fields, got ${fields.length}`);
   // A field with a separator in it would split into others when unsealed: never seal what cannot be read back.
-  if (fields.some((f) => CONTROL_CHARACTER.test(f))) throw new InvalidArgumentError("fields", "a sealed field must not contain a control character");
+  if (fields.some((f) => CONTROL_CHARACTER.test(f)))
+    throw new InvalidArgumentError("fields", "a sealed field must not contain a control character");
   const payload = Buffer.from(fields.join("\n"), "utf8");
   return `${kind.version}.${key.id}.${payload.toString("base64url")}.${mac(kind, key, payload).toString("base64url")}`;
 }
@@ -95,11 +99,13 @@ export function unseal(kind: SealKind, sealed: unknown, keys: ReadonlyMap<string
   const parts = sealed.split(".");
   if (parts.length !== 4) throw malformed();
   const [version, keyId, encodedPayload, encodedMac] = parts as [string, string, string, string];
-  if (version !== kind.version || !KEY_ID_PATTERN.test(keyId) || !BASE64URL.test(encodedPayload) || !BASE64URL.test(encodedMac)) throw malformed();
+  if (version !== kind.version || !KEY_ID_PATTERN.test(keyId) || !BASE64URL.test(encodedPayload) || !BASE64URL.test(encodedMac))
+    throw malformed();
   const payload = Buffer.from(encodedPayload, "base64url");
   const given = Buffer.from(encodedMac, "base64url");
   // Node's decoder skips what it cannot use: only the canonical spelling round-trips.
-  if (payload.toString("base64url") !== encodedPayload || given.toString("base64url") !== encodedMac || given.length !== MAC_BYTES) throw malformed();
+  if (payload.toString("base64url") !== encodedPayload || given.toString("base64url") !== encodedMac || given.length !== MAC_BYTES)
+    throw malformed();
   const key = keys.get(keyId);
   if (key === undefined) throw new SealError("unknown-key", `no configured key has id ${JSON.stringify(keyId)}`);
   if (!timingSafeEqual(mac(kind, key, payload), given)) throw new SealError("bad-signature", "the signature does not verify");

@@ -53,9 +53,13 @@ function walk(value: unknown, path: string, ancestors: Set<object>, depth: numbe
     const proto: unknown = Object.getPrototypeOf(value);
     if (proto !== Object.prototype && proto !== null) {
       const name = (value as { constructor?: { name?: unknown } }).constructor?.name;
-      throw new InvalidArgumentError(path, `only plain objects and arrays are stored (got ${typeof name === "string" ? name : "a non-plain object"})`);
+      throw new InvalidArgumentError(
+        path,
+        `only plain objects and arrays are stored (got ${typeof name === "string" ? name : "a non-plain object"})`,
+      );
     }
-    if (Object.getOwnPropertySymbols(value).length > 0) throw new InvalidArgumentError(path, "symbol-keyed properties are not JSON-serialisable");
+    if (Object.getOwnPropertySymbols(value).length > 0)
+      throw new InvalidArgumentError(path, "symbol-keyed properties are not JSON-serialisable");
     for (const [key, child] of Object.entries(value)) {
       assertStorableString(key, `${path} key ${JSON.stringify(key)}`);
       walk(child, `${path}.${key}`, ancestors, depth + 1);

@@ -54,6 +54,7 @@ export interface CheckedTransferFences {
 export function transferFences(from: unknown, to: unknown): CheckedTransferFences {
   const source = liveFence(from, "options.from");
   const target = liveFence(to, "options.to");
-  if (source.resource === target.resource) throw new InvalidArgumentError("options.to.resource", "must differ from options.from.resource: a key already belongs to its owner");
+  if (source.resource === target.resource)
+    throw new InvalidArgumentError("options.to.resource", "must differ from options.from.resource: a key already belongs to its owner");
   return { from: source, to: target };
 }

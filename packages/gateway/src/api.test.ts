@@ -15,7 +15,10 @@ beforeAll(async () => {
   backends = await startBackends({ postgres: true, s3: true });
   const options = backends.gatewayOptions({
     // A key given only as its SHA-256 (how a config file need not hold the secret).
-    apiKeys: [...API_KEYS, { id: "hashed", sha256: createHash("sha256").update(HASHED).digest("hex"), resources: ["h/"], keys: ["h/"], trustedLockClient: true }],
+    apiKeys: [
+      ...API_KEYS,
+      { id: "hashed", sha256: createHash("sha256").update(HASHED).digest("hex"), resources: ["h/"], keys: ["h/"], trustedLockClient: true },
+    ],
     limits: { objectBytes: 1024 * 1024 },
   });
   prefix = options.objects?.prefix ?? "";
@@ -31,7 +34,12 @@ const json = { "content-type": "application/json" };
 describe("records", () => {
   it("put, get, conditional put (If-Match), delete; versions travel as ETags, tokens as headers", async () => {
     const c = gw.client;
-    const put = await c.send({ method: "PUT", path: "/v1/records/docs/a", headers: { ...writeHeaders(KEYS.admin, 5n), ...json }, body: '{"n":1}' });
+    const put = await c.send({
+      method: "PUT",
+      path: "/v1/records/docs/a",
+      headers: { ...writeHeaders(KEYS.admin, 5n), ...json },
+      body: '{"n":1}',
+    });
     expect(put.status, put.text()).toBe(200);
     const { version, token } = put.json<{ version: string; token: string }>();
     expect(token).toBe("5");
@@ -41,13 +49,30 @@ describe("records", () => {
     expect(got.json()).toEqual({ n: 1 });
     expect(got.headers).toMatchObject({ etag: `"${version}"`, "fencing-token": "5", "fencing-resource": "docs/a" });
 
-    const cas = await c.send({ method: "PUT", path: "/v1/records/docs/a", headers: { ...writeHeaders(KEYS.admin, 5n, { "if-match": `"${version}"` }), ...json }, body: '{"n":2}' });
+    const cas = await c.send({
+      method: "PUT",
+      path: "/v1/records/docs/a",
+      headers: { ...writeHeaders(KEYS.admin, 5n, { "if-match": `"${version}"` }), ...json },
+      body: '{"n":2}',
+    });
     expect(cas.status).toBe(200);
-    const stale = await c.send({ method: "PUT", path: "/v1/records/docs/a", headers: { ...writeHeaders(KEYS.admin, 6n, { "if-match": `"${version}"` }), ...json }, body: '{"n":3}' });
+    const stale = await c.send({
+      method: "PUT",
+      path: "/v1/records/docs/a",
+      headers: { ...writeHeaders(KEYS.admin, 6n, { "if-match": `"${version}"` }), ...json },
+      body: '{"n":3}',
+    });
     expect(stale.status).toBe(412);
-    expect(stale.json()).toMatchObject({ type: "/problems/version-mismatch", expected: version, actual: cas.json<{ version: string }>().version });
+    expect(stale.json()).toMatchObject({
+      type: "/problems/version-mismatch",
+      expected: version,
+      actual: cas.json<{ version: string }>().version,
+    });
     // A refused conditional write leaves the ratchet where it was: 5 still writes.
-    expect((await c.send({ method: "PUT", path: "/v1/records/docs/a", headers: { ...writeHeaders(KEYS.admin, 5n), ...json }, body: '"five"' })).status).toBe(200);
+    expect(
+      (await c.send({ method: "PUT", path: "/v1/records/docs/a", headers: { ...writeHeaders(KEYS.admin, 5n), ...json }, body: '"five"' }))
+        .status,
+    ).toBe(200);
 
     const del = await c.send({ method: "DELETE", path: "/v1/records/docs/a", headers: writeHeaders(KEYS.admin, 7n) });
     expect(del.status).toBe(204);
@@ -56,13 +81,23 @@ describe("records", () => {
     const gone = await c.send({ method: "GET", path: "/v1/records/docs/a", headers: bearer(KEYS.admin) });
     expect(gone.status).toBe(404);
     expect(gone.json()).toMatchObject({ type: "/problems/not-found", status: 404 });
-    const older = await c.send({ method: "PUT", path: "/v1/records/docs/a", headers: { ...writeHeaders(KEYS.admin, 6n), ...json }, body: "1" });
+    const older = await c.send({
+      method: "PUT",
+      path: "/v1/records/docs/a",
+      headers: { ...writeHeaders(KEYS.admin, 6n), ...json },
+      body: "1",
+    });
     expect(older.status).toBe(409);
   });
 
   it("stores every JSON value as it came (scalars, null, arrays, unicode), with Fencing-Resource percent-encoded", async () => {
     for (const [i, value] of [null, 0, -1.5, "text", true, [1, [2, { a: "ü" }]], { "naïve key": "日本" }].entries()) {
-      const put = await gw.client.send({ method: "PUT", path: `/v1/records/values/${i}`, headers: { ...writeHeaders(KEYS.admin, 1n, { "fencing-resource": "values/%C3%BC%20x" }), ...json }, body: JSON.stringify(value) });
+      const put = await gw.client.send({
+        method: "PUT",
+        path: `/v1/records/values/${i}`,
+        headers: { ...writeHeaders(KEYS.admin, 1n, { "fencing-resource": "values/%C3%BC%20x" }), ...json },
+        body: JSON.stringify(value),
+      });
       expect(put.status, put.text()).toBe(200);
       const got = await gw.client.send({ method: "GET", path: `/v1/records/values/${i}`, headers: bearer(KEYS.admin) });
       expect(got.json()).toEqual(value);
@@ -72,7 +107,12 @@ describe("records", () => {
   });
 
   it("keys are percent-decoded once: '%2F' is a '/', and '%252F' is a literal '%2F'", async () => {
-    const put = await gw.client.send({ method: "PUT", path: "/v1/records/enc%2Fa%20b/c%252Fd", headers: { ...writeHeaders(KEYS.admin, 1n), ...json }, body: "1" });
+    const put = await gw.client.send({
+      method: "PUT",
+      path: "/v1/records/enc%2Fa%20b/c%252Fd",
+      headers: { ...writeHeaders(KEYS.admin, 1n), ...json },
+      body: "1",
+    });
     expect(put.status, put.text()).toBe(200);
     expect(await gw.gateway.records?.get("enc/a b/c%2Fd")).toMatchObject({ value: 1, resource: "enc/a b/c%2Fd" });
     expect((await gw.client.send({ method: "GET", path: "/v1/records/enc/a%20b/c%252Fd", headers: bearer(KEYS.admin) })).status).toBe(200);
@@ -99,15 +139,27 @@ describe("objects", () => {
     const got = await gw.client.send({ method: "GET", path: `/v1/objects/${key}`, headers: bearer(KEYS.admin) });
     expect(got.status).toBe(200);
     expect(got.body.equals(body)).toBe(true);
-    expect(got.headers).toMatchObject({ "content-type": "image/png", "content-length": String(size), "fencing-token": "10", etag: put.headers.etag });
+    expect(got.headers).toMatchObject({
+      "content-type": "image/png",
+      "content-length": String(size),
+      "fencing-token": "10",
+      etag: put.headers.etag,
+    });
     const head = await gw.client.send({ method: "HEAD", path: `/v1/objects/${key}`, headers: bearer(KEYS.admin) });
     expect(head.status).toBe(200);
     expect(head.headers["content-length"]).toBe(String(size));
     expect(head.body.length).toBe(0);
 
-    expect((await gw.client.send({ method: "DELETE", path: `/v1/objects/${key}`, headers: writeHeaders(KEYS.admin, 11n) })).status).toBe(204);
+    expect((await gw.client.send({ method: "DELETE", path: `/v1/objects/${key}`, headers: writeHeaders(KEYS.admin, 11n) })).status).toBe(
+      204,
+    );
     expect((await gw.client.send({ method: "GET", path: `/v1/objects/${key}`, headers: bearer(KEYS.admin) })).status).toBe(404);
-    const resurrect = await gw.client.send({ method: "PUT", path: `/v1/objects/${key}`, headers: writeHeaders(KEYS.admin, 10n), body: "old" });
+    const resurrect = await gw.client.send({
+      method: "PUT",
+      path: `/v1/objects/${key}`,
+      headers: writeHeaders(KEYS.admin, 10n),
+      body: "old",
+    });
     expect(resurrect.status).toBe(409);
     expect(resurrect.json()).toMatchObject({ highest: "11" });
   });
@@ -116,7 +168,12 @@ describe("objects", () => {
     function* endless(): Generator<Buffer> {
       for (let i = 0; i < 40; i++) yield Buffer.alloc(64 * 1024, i);
     }
-    const res = await gw.client.send({ method: "PUT", path: "/v1/objects/big/endless", headers: { ...writeHeaders(KEYS.admin, 1n), "transfer-encoding": "chunked" }, body: Readable.from(endless()) });
+    const res = await gw.client.send({
+      method: "PUT",
+      path: "/v1/objects/big/endless",
+      headers: { ...writeHeaders(KEYS.admin, 1n), "transfer-encoding": "chunked" },
+      body: Readable.from(endless()),
+    });
     expect(res.status).toBe(413);
     expect(res.json()).toMatchObject({ type: "/problems/too-large" });
     const left = await listKeys(backends.s3Client as NonNullable<Backends["s3Client"]>, backends.bucket ?? "", prefix);
@@ -129,7 +186,13 @@ describe("objects", () => {
       new Promise((resolve, reject) => {
         let continued = false;
         const req = httpRequest(
-          { port: gw.serving.port, host: "127.0.0.1", method: "PUT", path: "/v1/objects/expect/x", headers: { ...writeHeaders(KEYS.admin, token), expect: "100-continue", "content-length": 200_000 } },
+          {
+            port: gw.serving.port,
+            host: "127.0.0.1",
+            method: "PUT",
+            path: "/v1/objects/expect/x",
+            headers: { ...writeHeaders(KEYS.admin, token), expect: "100-continue", "content-length": 200_000 },
+          },
           (res) => {
             res.resume();
             res.on("end", () => resolve({ status: res.statusCode ?? 0, continued }));
@@ -149,7 +212,12 @@ describe("objects", () => {
 
 describe("API keys", () => {
   const put = (key: string | undefined, path: string, extra: Record<string, string> = {}) =>
-    gw.client.send({ method: "PUT", path, headers: { ...(key === undefined ? {} : bearer(key)), "fencing-token": "1", ...json, ...extra }, body: "1" });
+    gw.client.send({
+      method: "PUT",
+      path,
+      headers: { ...(key === undefined ? {} : bearer(key)), "fencing-token": "1", ...json, ...extra },
+      body: "1",
+    });
 
   it("401 without a key or with a wrong one, with a WWW-Authenticate challenge", async () => {
     const missing = await put(undefined, "/v1/records/team-a/x");
@@ -160,7 +228,9 @@ describe("API keys", () => {
       expect(res.status).toBe(401);
       expect(res.headers["www-authenticate"]).toContain('error="invalid_token"');
     }
-    expect((await gw.client.send({ method: "GET", path: "/v1/records/team-a/x", headers: { authorization: `Basic ${KEYS.admin}` } })).status).toBe(401);
+    expect(
+      (await gw.client.send({ method: "GET", path: "/v1/records/team-a/x", headers: { authorization: `Basic ${KEYS.admin}` } })).status,
+    ).toBe(401);
   });
 
   it("403 outside the key's key and resource prefixes, for reads, writes and leases alike", async () => {

@@ -35,7 +35,11 @@ export interface GatewayOptions {
    */
   readonly fenceKeys?: readonly CredentialKey[] | undefined;
   /** Defaults: records 1 MiB, objects 5 GiB, leases 1 h. */
-  readonly limits?: { readonly recordBytes?: number | undefined; readonly objectBytes?: number | undefined; readonly maxTtlMs?: number | undefined };
+  readonly limits?: {
+    readonly recordBytes?: number | undefined;
+    readonly objectBytes?: number | undefined;
+    readonly maxTtlMs?: number | undefined;
+  };
   readonly logger?: Logger;
   /** Node process metrics (memory, event loop, GC) in /metrics. Default true. */
   readonly defaultMetrics?: boolean;
@@ -70,12 +74,19 @@ export function createGateway(options: GatewayOptions): Gateway {
   const metrics = new GatewayMetrics(options.defaultMetrics === undefined ? {} : { defaultMetrics: options.defaultMetrics });
   const healthTimeoutMs = options.healthTimeoutMs ?? 2_000;
   const limits: Limits = { ...limitsSchema.parse(options.limits ?? {}), inlineBytes: options.objects?.inlineLimit ?? DEFAULT_INLINE };
-  const credentials = options.fenceKeys === undefined || options.fenceKeys.length === 0 ? undefined : new FenceCredentials(options.fenceKeys);
+  const credentials =
+    options.fenceKeys === undefined || options.fenceKeys.length === 0 ? undefined : new FenceCredentials(options.fenceKeys);
   if (options.leases !== undefined && credentials === undefined) {
-    throw new InvalidArgumentError("fenceKeys", "leases need fence keys: the gateway seals every lease id and fence credential it issues with them");
+    throw new InvalidArgumentError(
+      "fenceKeys",
+      "leases need fence keys: the gateway seals every lease id and fence credential it issues with them",
+    );
   }
   const ctx: RouteContext = { auth: new ApiKeys(options.apiKeys), metrics, logger, limits, credentials };
-  const records = options.records === undefined ? undefined : new FencedPostgres(options.records.pool, options.records.schema === undefined ? {} : { schema: options.records.schema });
+  const records =
+    options.records === undefined
+      ? undefined
+      : new FencedPostgres(options.records.pool, options.records.schema === undefined ? {} : { schema: options.records.schema });
   const objects = options.objects === undefined ? undefined : new FencedS3(options.objects.client, options.objects);
 
   const app = express();
@@ -98,7 +109,8 @@ export function createGateway(options: GatewayOptions): Gateway {
     ...(records === undefined ? [] : [{ store: "records" as const, register: (fence: Fence) => records.register(fence) }]),
     ...(objects === undefined ? [] : [{ store: "objects" as const, register: (fence: Fence) => objects.register(fence) }]),
   ];
-  const leases = options.leases === undefined || credentials === undefined ? undefined : leasesRouter(ctx, credentials, options.leases, registrars);
+  const leases =
+    options.leases === undefined || credentials === undefined ? undefined : leasesRouter(ctx, credentials, options.leases, registrars);
   app.use("/v1/records", records === undefined ? disabled("records") : recordsRouter(ctx, records));
   app.use("/v1/objects", objects === undefined ? disabled("objects") : objectsRouter(ctx, objects));
   app.use("/v1/leases", leases === undefined ? disabled("leases") : leases.router);
@@ -177,9 +189,18 @@ function account(ctx: RouteContext, req: Request, res: Response, route: string, 
   ctx.metrics.request(route, req.method, status, ms / 1000);
   if (a.write !== undefined) {
     if (a.accepted === true) ctx.metrics.writeAccepted(a.write.store, a.write.op);
-    else ctx.metrics.writeRejected(a.write.store, a.write.op, a.problem === undefined ? (status === 499 ? "aborted" : "error") : PROBLEM_TYPES[a.problem].reason);
+    else
+      ctx.metrics.writeRejected(
+        a.write.store,
+        a.write.op,
+        a.problem === undefined ? (status === 499 ? "aborted" : "error") : PROBLEM_TYPES[a.problem].reason,
+      );
   }
   const level = status >= 500 ? "warn" : status >= 400 ? "info" : "debug";
   // Checked first: at the default level a successful request costs no log object at all.
-  if (ctx.logger.isLevelEnabled(level)) ctx.logger[level]({ method: req.method, route, status, ms: Math.round(ms * 10) / 10, apiKey: a.principal, problem: a.problem }, "request");
+  if (ctx.logger.isLevelEnabled(level))
+    ctx.logger[level](
+      { method: req.method, route, status, ms: Math.round(ms * 10) / 10, apiKey: a.principal, problem: a.problem },
+      "request",
+    );
 }

@@ -28,7 +28,10 @@ const program = new Command("fenced-gateway")
   .option("--log-level <level>", "fatal, error, warn, info, debug (one line per request), trace, silent")
   .option("--no-migrate", "do not create the Postgres tables at start")
   .option("--no-verify", "do not probe the S3 backend's conditional writes at start")
-  .addHelpText("after", "\nAPI keys and S3 credentials come from the config file or the environment (FENCED_GATEWAY_API_KEYS, FENCED_GATEWAY_S3_*), never from flags.");
+  .addHelpText(
+    "after",
+    "\nAPI keys and S3 credentials come from the config file or the environment (FENCED_GATEWAY_API_KEYS, FENCED_GATEWAY_S3_*), never from flags.",
+  );
 
 async function main(config: GatewayConfig, logger: Logger): Promise<void> {
   const closers: (() => Promise<unknown>)[] = [];
@@ -44,7 +47,8 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
     }
     let objects;
     if (config.s3 !== undefined) {
-      const { bucket, endpoint, region, prefix, accessKeyId, secretAccessKey, forcePathStyle, inlineLimit, checkResourceFence, partSize } = config.s3;
+      const { bucket, endpoint, region, prefix, accessKeyId, secretAccessKey, forcePathStyle, inlineLimit, checkResourceFence, partSize } =
+        config.s3;
       const client = new S3Client({
         region,
         forcePathStyle,
@@ -55,7 +59,14 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
         responseChecksumValidation: "WHEN_REQUIRED",
       });
       closers.push(() => Promise.resolve(client.destroy()));
-      objects = { client, bucket, ...(prefix === undefined ? {} : { prefix }), ...(inlineLimit === undefined ? {} : { inlineLimit }), ...(checkResourceFence === undefined ? {} : { checkResourceFence }), ...(partSize === undefined ? {} : { partSize }) };
+      objects = {
+        client,
+        bucket,
+        ...(prefix === undefined ? {} : { prefix }),
+        ...(inlineLimit === undefined ? {} : { inlineLimit }),
+        ...(checkResourceFence === undefined ? {} : { checkResourceFence }),
+        ...(partSize === undefined ? {} : { partSize }),
+      };
     }
     let leases;
     if (config.redis !== undefined) {
@@ -69,7 +80,15 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
       });
       closers.push(() => Promise.all(clients.map((c) => c.quit().catch(() => c.disconnect()))));
       const { retryCount, retryDelayMs, nodeTimeoutMs, driftFactor } = config.redis;
-      leases = { clients, redlock: { retryCount, ...(retryDelayMs === undefined ? {} : { retryDelayMs }), ...(nodeTimeoutMs === undefined ? {} : { nodeTimeoutMs }), ...(driftFactor === undefined ? {} : { driftFactor }) } };
+      leases = {
+        clients,
+        redlock: {
+          retryCount,
+          ...(retryDelayMs === undefined ? {} : { retryDelayMs }),
+          ...(nodeTimeoutMs === undefined ? {} : { nodeTimeoutMs }),
+          ...(driftFactor === undefined ? {} : { driftFactor }),
+        },
+      };
     }
     const gateway = createGateway({
       apiKeys: config.apiKeys,
@@ -82,8 +101,22 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
       ...(leases && { leases }),
     });
     await gateway.prepare({ migrate: config.migrate, verify: config.verify });
-    const serving = await serve(gateway.app, { host: config.host, port: config.port, keepAliveTimeoutMs: config.keepAliveTimeoutMs, requestTimeoutMs: config.requestTimeoutMs });
-    logger.info({ host: serving.host, port: serving.port, records: records !== undefined, objects: objects !== undefined, leases: leases !== undefined }, "listening");
+    const serving = await serve(gateway.app, {
+      host: config.host,
+      port: config.port,
+      keepAliveTimeoutMs: config.keepAliveTimeoutMs,
+      requestTimeoutMs: config.requestTimeoutMs,
+    });
+    logger.info(
+      {
+        host: serving.host,
+        port: serving.port,
+        records: records !== undefined,
+        objects: objects !== undefined,
+        leases: leases !== undefined,
+      },
+      "listening",
+    );
 
     let stopping = false;
     const stop = async (signal: string): Promise<void> => {
@@ -113,7 +146,12 @@ let config: GatewayConfig;
 try {
   config = loadConfig(flags);
 } catch (err) {
-  const detail = err instanceof ZodError ? err.issues.map((i) => `${i.path.join(".") || "(config)"}: ${i.message}`).join("\n  ") : err instanceof Error ? err.message : String(err);
+  const detail =
+    err instanceof ZodError
+      ? err.issues.map((i) => `${i.path.join(".") || "(config)"}: ${i.message}`).join("\n  ")
+      : err instanceof Error
+        ? err.message
+        : String(err);
   process.stderr.write(`fenced-gateway: invalid configuration\n  ${detail}\n`);
   process.exit(2);
 }

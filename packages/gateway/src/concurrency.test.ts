@@ -1,6 +1,16 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { bearer, httpClient, KEYS, runGateway, startBackends, writeHeaders, type Backends, type HttpClient, type RunningGateway } from "./test-support.js";
+import {
+  bearer,
+  httpClient,
+  KEYS,
+  runGateway,
+  startBackends,
+  writeHeaders,
+  type Backends,
+  type HttpClient,
+  type RunningGateway,
+} from "./test-support.js";
 
 /**
  * 64 clients, each with its own keep-alive connections, take leases on one resource through the
@@ -60,7 +70,10 @@ async function write(client: HttpClient, store: "records" | "objects", token: bi
   const res = await client.send({
     method: "PUT",
     path: `/v1/${store}/race/doc`,
-    headers: { ...writeHeaders(KEYS.admin, token, { "fencing-resource": RESOURCE }), "content-type": store === "records" ? "application/json" : "text/plain" },
+    headers: {
+      ...writeHeaders(KEYS.admin, token, { "fencing-resource": RESOURCE }),
+      "content-type": store === "records" ? "application/json" : "text/plain",
+    },
     body,
   });
   if (res.status === 409) {
@@ -71,7 +84,13 @@ async function write(client: HttpClient, store: "records" | "objects", token: bi
   expect(res.status, res.text()).toBe(200);
   const read = await client.send({ method: "GET", path: `/v1/${store}/race/doc`, headers: bearer(KEYS.admin) });
   expect(read.status).toBe(200);
-  return { store, token, status: 200, version: res.json<{ version: string }>().version, readBack: BigInt(String(read.headers["fencing-token"])) };
+  return {
+    store,
+    token,
+    status: 200,
+    version: res.json<{ version: string }>().version,
+    readBack: BigInt(String(read.headers["fencing-token"])),
+  };
 }
 
 describe(`${CLIENTS} concurrent clients with interleaved tokens`, () => {
@@ -115,10 +134,14 @@ describe(`${CLIENTS} concurrent clients with interleaved tokens`, () => {
       if (store === "records") {
         // Versions come from a sequence taken under the fence row's lock: their order is the commit order.
         const byCommit = [...accepted].sort((x, y) => (BigInt(x.version ?? 0) < BigInt(y.version ?? 0) ? -1 : 1));
-        for (let i = 1; i < byCommit.length; i++) expect((byCommit[i] as Outcome).token).toBeGreaterThan((byCommit[i - 1] as Outcome).token);
+        for (let i = 1; i < byCommit.length; i++)
+          expect((byCommit[i] as Outcome).token).toBeGreaterThan((byCommit[i - 1] as Outcome).token);
         // The ratchet only ever holds a token that was accepted.
         for (const o of mine) if (o.status === 409) expect(accepted.some((a) => a.token === o.highest)).toBe(true);
-        const { rows } = await (backends.pool as NonNullable<Backends["pool"]>).query<{ token: string }>(`SELECT token::text FROM "${schema}".fence WHERE resource = $1`, [RESOURCE]);
+        const { rows } = await (backends.pool as NonNullable<Backends["pool"]>).query<{ token: string }>(
+          `SELECT token::text FROM "${schema}".fence WHERE resource = $1`,
+          [RESOURCE],
+        );
         expect(rows[0]?.token).toBe(highest.toString());
       }
     }

@@ -8,63 +8,69 @@ import { fenceKeySchema } from "./auth/credentials.js";
  * FENCED_GATEWAY_CONFIG), environment variables, command-line flags. API keys and S3 credentials come
  * only from the file or the environment: a command line is visible to every user of the machine.
  */
-export const configSchema = z.strictObject({
-  host: z.string().min(1).default("127.0.0.1"),
-  port: z.number().int().min(0).max(65_535).default(8080),
-  apiKeys: z.array(apiKeySchema).min(1, "at least one API key is needed (apiKeys in the config file, or FENCED_GATEWAY_API_KEYS)"),
-  /** Fence credential keys, the signing one first (config file or FENCED_GATEWAY_FENCE_KEYS only). */
-  fenceKeys: z.array(fenceKeySchema).optional(),
-  redis: z
-    .strictObject({
-      urls: z.array(z.string().regex(/^rediss?:\/\//, "a redis:// or rediss:// URL")).min(1),
-      retryCount: z.number().int().min(0).max(1_000).default(0),
-      retryDelayMs: z.number().min(0).optional(),
-      nodeTimeoutMs: z.number().positive().optional(),
-      driftFactor: z.number().min(0).max(0.5).optional(),
-    })
-    .optional(),
-  postgres: z
-    .strictObject({
-      url: z.string().min(1),
-      schema: z.string().optional(),
-      poolSize: z.number().int().min(1).max(1_000).default(16),
-    })
-    .optional(),
-  s3: z
-    .strictObject({
-      bucket: z.string().min(1),
-      endpoint: z.string().url().optional(),
-      region: z.string().min(1).default("us-east-1"),
-      prefix: z.string().optional(),
-      accessKeyId: z.string().min(1).optional(),
-      secretAccessKey: z.string().min(1).optional(),
-      forcePathStyle: z.boolean().default(true),
-      inlineLimit: z.number().int().min(0).optional(),
-      checkResourceFence: z.boolean().optional(),
-      partSize: z.number().int().optional(),
-    })
-    .refine((s) => (s.accessKeyId === undefined) === (s.secretAccessKey === undefined), "give both accessKeyId and secretAccessKey, or neither (the AWS default chain)")
-    .optional(),
-  limits: z
-    .strictObject({
-      recordBytes: z.number().int().positive().optional(),
-      objectBytes: z.number().int().min(0).optional(),
-      maxTtlMs: z.number().int().positive().optional(),
-    })
-    .default({}),
-  /** Create the Postgres tables at start (idempotent). */
-  migrate: z.boolean().default(true),
-  /** Prove at start that the S3 backend refuses stale conditional writes (FencedS3.verify). */
-  verify: z.boolean().default(true),
-  drainTimeoutMs: z.number().int().min(0).default(30_000),
-  keepAliveTimeoutMs: z.number().int().min(0).default(5_000),
-  requestTimeoutMs: z.number().int().min(0).default(600_000),
-  healthTimeoutMs: z.number().int().positive().default(2_000),
-  logLevel: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
-}).refine((c) => c.redis === undefined || (c.fenceKeys ?? []).length > 0, {
-  path: ["fenceKeys"],
-  message: "leases (redis) need fence keys: the gateway seals every lease id and fence credential with them (fenceKeys in the config file, or FENCED_GATEWAY_FENCE_KEYS)",
-});
+export const configSchema = z
+  .strictObject({
+    host: z.string().min(1).default("127.0.0.1"),
+    port: z.number().int().min(0).max(65_535).default(8080),
+    apiKeys: z.array(apiKeySchema).min(1, "at least one API key is needed (apiKeys in the config file, or FENCED_GATEWAY_API_KEYS)"),
+    /** Fence credential keys, the signing one first (config file or FENCED_GATEWAY_FENCE_KEYS only). */
+    fenceKeys: z.array(fenceKeySchema).optional(),
+    redis: z
+      .strictObject({
+        urls: z.array(z.string().regex(/^rediss?:\/\//, "a redis:// or rediss:// URL")).min(1),
+        retryCount: z.number().int().min(0).max(1_000).default(0),
+        retryDelayMs: z.number().min(0).optional(),
+        nodeTimeoutMs: z.number().positive().optional(),
+        driftFactor: z.number().min(0).max(0.5).optional(),
+      })
+      .optional(),
+    postgres: z
+      .strictObject({
+        url: z.string().min(1),
+        schema: z.string().optional(),
+        poolSize: z.number().int().min(1).max(1_000).default(16),
+      })
+      .optional(),
+    s3: z
+      .strictObject({
+        bucket: z.string().min(1),
+        endpoint: z.string().url().optional(),
+        region: z.string().min(1).default("us-east-1"),
+        prefix: z.string().optional(),
+        accessKeyId: z.string().min(1).optional(),
+        secretAccessKey: z.string().min(1).optional(),
+        forcePathStyle: z.boolean().default(true),
+        inlineLimit: z.number().int().min(0).optional(),
+        checkResourceFence: z.boolean().optional(),
+        partSize: z.number().int().optional(),
+      })
+      .refine(
+        (s) => (s.accessKeyId === undefined) === (s.secretAccessKey === undefined),
+        "give both accessKeyId and secretAccessKey, or neither (the AWS default chain)",
+      )
+      .optional(),
+    limits: z
+      .strictObject({
+        recordBytes: z.number().int().positive().optional(),
+        objectBytes: z.number().int().min(0).optional(),
+        maxTtlMs: z.number().int().positive().optional(),
+      })
+      .default({}),
+    /** Create the Postgres tables at start (idempotent). */
+    migrate: z.boolean().default(true),
+    /** Prove at start that the S3 backend refuses stale conditional writes (FencedS3.verify). */
+    verify: z.boolean().default(true),
+    drainTimeoutMs: z.number().int().min(0).default(30_000),
+    keepAliveTimeoutMs: z.number().int().min(0).default(5_000),
+    requestTimeoutMs: z.number().int().min(0).default(600_000),
+    healthTimeoutMs: z.number().int().positive().default(2_000),
+    logLevel: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
+  })
+  .refine((c) => c.redis === undefined || (c.fenceKeys ?? []).length > 0, {
+    path: ["fenceKeys"],
+    message:
+      "leases (redis) need fence keys: the gateway seals every lease id and fence credential with them (fenceKeys in the config file, or FENCED_GATEWAY_FENCE_KEYS)",
+  });
 
 export type GatewayConfig = z.output<typeof configSchema>;
 
@@ -101,7 +107,12 @@ function num(value: string | undefined): number | string | undefined {
 }
 
 function list(value: string | undefined): string[] | undefined {
-  return value === undefined ? undefined : value.split(",").map((s) => s.trim()).filter((s) => s !== "");
+  return value === undefined
+    ? undefined
+    : value
+        .split(",")
+        .map((s) => s.trim())
+        .filter((s) => s !== "");
 }
 
 /** Drops undefined leaves, so that an unset variable never overrides a value from an earlier source. */
@@ -177,12 +188,17 @@ function fromFlags(f: ConfigFlags): Raw {
 }
 
 /** Reads and validates the configuration; throws a ZodError naming every bad field. */
-export function loadConfig(flags: ConfigFlags, env: NodeJS.ProcessEnv = process.env, readFile: (path: string) => string = (p) => readFileSync(p, "utf8")): GatewayConfig {
+export function loadConfig(
+  flags: ConfigFlags,
+  env: NodeJS.ProcessEnv = process.env,
+  readFile: (path: string) => string = (p) => readFileSync(p, "utf8"),
+): GatewayConfig {
   const path = flags.config ?? env.FENCED_GATEWAY_CONFIG;
   let file: Raw = {};
   if (path !== undefined && path !== "") {
     const parsed: unknown = JSON.parse(readFile(path));
-    if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw new Error(`${path}: the config file must hold a JSON object`);
+    if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed))
+      throw new Error(`${path}: the config file must hold a JSON object`);
     file = parsed as Raw;
   }
   return configSchema.parse(merge(merge(file, fromEnv(env)), fromFlags(flags)));

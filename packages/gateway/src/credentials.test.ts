@@ -30,7 +30,12 @@ async function lease(resource: string, register = false): Promise<Granted> {
 }
 
 const put = (route: string, key: string, headers: Record<string, string>, body = '{"n":1}') =>
-  fixture.gw.client.send({ method: "PUT", path: `/v1/${route}/${key}`, headers: { ...bearer(KEYS.service), "content-type": "application/json", ...headers }, body });
+  fixture.gw.client.send({
+    method: "PUT",
+    path: `/v1/${route}/${key}`,
+    headers: { ...bearer(KEYS.service), "content-type": "application/json", ...headers },
+    body,
+  });
 
 describe.each(["records", "objects"])("%s", (route) => {
   it("a lease's credential writes; the gateway takes the fence from it", async () => {
@@ -55,12 +60,23 @@ describe.each(["records", "objects"])("%s", (route) => {
     const l = await lease(`svc/${route}-b`);
     const before = await state();
     const [v, id, payload, mac] = l.fence.split(".") as [string, string, string, string];
-    const foreign = mintFenceCredential({ resource: `svc/${route}-b`, token: MAX_TOKEN, holder: l.holder, validUntil: l.validUntil }, { id: "current", secret: randomBytes(32) });
-    const otherScope = mintFenceCredential({ resource: "elsewhere/b", token: 1n, holder: "h", validUntil: l.validUntil }, FENCE_KEYS[0] as (typeof FENCE_KEYS)[number]);
+    const foreign = mintFenceCredential(
+      { resource: `svc/${route}-b`, token: MAX_TOKEN, holder: l.holder, validUntil: l.validUntil },
+      { id: "current", secret: randomBytes(32) },
+    );
+    const otherScope = mintFenceCredential(
+      { resource: "elsewhere/b", token: 1n, holder: "h", validUntil: l.validUntil },
+      FENCE_KEYS[0] as (typeof FENCE_KEYS)[number],
+    );
     const cases: [string, string, number, string][] = [
       ["truncated", l.fence.slice(0, -3), 400, "/problems/invalid-request"],
       ["re-ordered", [v, id, mac, payload].join("."), 400, "/problems/invalid-request"],
-      ["another payload, same signature", [v, id, Buffer.from(`${MAX_TOKEN}\n${l.holder}\n${l.validUntil}\nsvc/${route}-b`).toString("base64url"), mac].join("."), 403, "/problems/invalid-credential"],
+      [
+        "another payload, same signature",
+        [v, id, Buffer.from(`${MAX_TOKEN}\n${l.holder}\n${l.validUntil}\nsvc/${route}-b`).toString("base64url"), mac].join("."),
+        403,
+        "/problems/invalid-credential",
+      ],
       ["signed with an unknown secret", foreign, 403, "/problems/invalid-credential"],
       ["an unknown key id", [v, "retired", payload, mac].join("."), 403, "/problems/invalid-credential"],
       ["not a credential", "fc2.current.!!.??", 400, "/problems/invalid-request"],
@@ -102,7 +118,12 @@ describe("rotation", () => {
     expect((await put("records", "svc/records/rot", { "fencing-credential": old })).status).toBe(200);
     const rotated = await runGateway(fixture.backends.gatewayOptions({ fenceKeys: [FENCE_KEYS[0] as (typeof FENCE_KEYS)[number]] }));
     try {
-      const res = await rotated.client.send({ method: "PUT", path: "/v1/records/svc/records/rot2", headers: { ...bearer(KEYS.service), "content-type": "application/json", "fencing-credential": old }, body: "1" });
+      const res = await rotated.client.send({
+        method: "PUT",
+        path: "/v1/records/svc/records/rot2",
+        headers: { ...bearer(KEYS.service), "content-type": "application/json", "fencing-credential": old },
+        body: "1",
+      });
       expect(res.status).toBe(403);
       expect(res.json()).toMatchObject({ type: "/problems/invalid-credential", reason: "unknown-key" });
     } finally {

@@ -44,7 +44,11 @@ interface Child {
 }
 
 function startCli(args: string[], env: Record<string, string>): Child {
-  const child = spawn(process.execPath, ["--conditions=source", "--import", "tsx", CLI, ...args], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, ["--conditions=source", "--import", "tsx", CLI, ...args], {
+    cwd: ROOT,
+    env: { ...process.env, ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   const lines: Record<string, unknown>[] = [];
   const waiters: { msg: string; resolve: (line: Record<string, unknown>) => void }[] = [];
   let buffered = "";
@@ -91,7 +95,13 @@ function refused(port: number): Promise<boolean> {
 describe("fenced-gateway (the CLI)", () => {
   it("drains on SIGTERM: new connections refused, idle ones closed, the upload in flight completes", async () => {
     const configFile = join(dir, "gateway.json");
-    await writeFile(configFile, JSON.stringify({ apiKeys: [{ id: "admin", key: KEYS.admin, resources: [""], keys: [""], trustedLockClient: true }], s3: { bucket, region: s3.region } }));
+    await writeFile(
+      configFile,
+      JSON.stringify({
+        apiKeys: [{ id: "admin", key: KEYS.admin, resources: [""], keys: [""], trustedLockClient: true }],
+        s3: { bucket, region: s3.region },
+      }),
+    );
     const child = startCli(["--port", "0", "--postgres", postgres.url, "--s3-endpoint", s3.endpoint, "--drain-timeout-ms", "20000"], {
       FENCED_GATEWAY_CONFIG: configFile,
       FENCED_GATEWAY_S3_ACCESS_KEY_ID: s3.accessKeyId,
@@ -116,7 +126,12 @@ describe("fenced-gateway (the CLI)", () => {
       let upload!: ClientRequest;
       const response = new Promise<{ status: number; connection: string | undefined; body: string }>((resolve, reject) => {
         upload = httpRequest(
-          { port, method: "PUT", path: "/v1/objects/drain/in-flight", headers: { authorization: `Bearer ${KEYS.admin}`, "fencing-token": "1", "content-length": 2 * half.length } },
+          {
+            port,
+            method: "PUT",
+            path: "/v1/objects/drain/in-flight",
+            headers: { authorization: `Bearer ${KEYS.admin}`, "fencing-token": "1", "content-length": 2 * half.length },
+          },
           (res) => {
             let body = "";
             res.on("data", (d: Buffer) => (body += d.toString()));

@@ -74,7 +74,8 @@ describe("the gateway under hostile input", () => {
 
     expect(sent).toBeGreaterThanOrEqual(10_000);
     // Each documented code was produced by something (the generators reach every branch).
-    for (const status of DOCUMENTED) expect(statuses.get(status) ?? 0, `status ${status}: ${JSON.stringify([...statuses])}`).toBeGreaterThan(0);
+    for (const status of DOCUMENTED)
+      expect(statuses.get(status) ?? 0, `status ${status}: ${JSON.stringify([...statuses])}`).toBeGreaterThan(0);
     expect(await snapshot(backends.pool, schema, backends.s3Client, backends.bucket)).toBe(before);
     const metrics = await gw.gateway.metrics.registry.getSingleMetricAsString("fenced_gateway_writes_accepted_total");
     expect(metrics).not.toMatch(/^fenced_gateway_writes_accepted_total\{[^}]*\} [1-9]/m);

@@ -43,14 +43,20 @@ describe.each(stores)("$route", ({ route, body, contentType, other }) => {
   it("an equal token from another holder is refused like a stale one (409 stale-token); the holder itself writes again", async () => {
     const c = fixture.gw.client;
     const path = `/v1/${route}/held/${route}-key`;
-    const as = (holder: string): Record<string, string> => writeHeaders(KEYS.admin, 50n, { "fencing-resource": "held/r", "fencing-holder": holder, "content-type": contentType });
+    const as = (holder: string): Record<string, string> =>
+      writeHeaders(KEYS.admin, 50n, { "fencing-resource": "held/r", "fencing-holder": holder, "content-type": contentType });
     expect((await c.send({ method: "PUT", path, headers: as("holder-1"), body })).status).toBe(200);
     const before = await state();
     const refused = await c.send({ method: "PUT", path, headers: as("holder-2"), body: other });
     expect(refused.status, refused.text()).toBe(409);
     expect(refused.json()).toMatchObject({ type: "/problems/stale-token", token: "50", highest: "50" });
     // A write without a holder at the same token is another lease too.
-    const anonymous = await c.send({ method: "PUT", path, headers: writeHeaders(KEYS.admin, 50n, { "fencing-resource": "held/r", "content-type": contentType }), body: other });
+    const anonymous = await c.send({
+      method: "PUT",
+      path,
+      headers: writeHeaders(KEYS.admin, 50n, { "fencing-resource": "held/r", "content-type": contentType }),
+      body: other,
+    });
     expect(anonymous.status).toBe(409);
     expect(await state()).toBe(before);
     expect((await c.send({ method: "PUT", path, headers: as("holder-1"), body: other })).status).toBe(200);
@@ -58,7 +64,12 @@ describe.each(stores)("$route", ({ route, body, contentType, other }) => {
 
   it("a key is well-formed Unicode: a lone surrogate is a 400 and writes nothing; 'a\uFFFD' is a key of its own", async () => {
     const c = fixture.gw.client;
-    const own = await c.send({ method: "PUT", path: `/v1/${route}/a%EF%BF%BD`, headers: writeHeaders(KEYS.admin, 7n, { "content-type": contentType }), body });
+    const own = await c.send({
+      method: "PUT",
+      path: `/v1/${route}/a%EF%BF%BD`,
+      headers: writeHeaders(KEYS.admin, 7n, { "content-type": contentType }),
+      body,
+    });
     expect(own.status, own.text()).toBe(200);
     const before = await state();
     for (const lone of ["a%ED%A0%80", "a%ED%B0%80"]) {
@@ -81,7 +92,12 @@ describe.each(stores)("$route", ({ route, body, contentType, other }) => {
 
   it("a malformed holder id is a 400 and writes nothing", async () => {
     const before = await state();
-    const bad = await fixture.gw.client.send({ method: "PUT", path: `/v1/${route}/held/bad`, headers: writeHeaders(KEYS.admin, 1n, { "fencing-holder": "no spaces allowed", "content-type": contentType }), body });
+    const bad = await fixture.gw.client.send({
+      method: "PUT",
+      path: `/v1/${route}/held/bad`,
+      headers: writeHeaders(KEYS.admin, 1n, { "fencing-holder": "no spaces allowed", "content-type": contentType }),
+      body,
+    });
     expect(bad.status).toBe(400);
     expect(bad.json()).toMatchObject({ type: "/problems/invalid-request" });
     expect(await state()).toBe(before);

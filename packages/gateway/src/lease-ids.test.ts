@@ -40,11 +40,19 @@ async function lease(resource: string, ttlMs: number, register = false): Promise
   return res.json<Granted>();
 }
 
-const extend = (leaseId: string, ttlMs = 10_000): Promise<Answer> => fixture.gw.client.json("POST", "/v1/leases/extend", { leaseId, ttlMs }, bearer(KEYS.service));
-const release = (leaseId: string): Promise<Answer> => fixture.gw.client.json("POST", "/v1/leases/release", { leaseId }, bearer(KEYS.service));
+const extend = (leaseId: string, ttlMs = 10_000): Promise<Answer> =>
+  fixture.gw.client.json("POST", "/v1/leases/extend", { leaseId, ttlMs }, bearer(KEYS.service));
+const release = (leaseId: string): Promise<Answer> =>
+  fixture.gw.client.json("POST", "/v1/leases/release", { leaseId }, bearer(KEYS.service));
 const put = (route: string, key: string, credential: string, body: string): Promise<Answer> =>
-  fixture.gw.client.send({ method: "PUT", path: `/v1/${route}/${key}`, headers: { ...bearer(KEYS.service), "content-type": "application/json", "fencing-credential": credential }, body });
-const read = async (route: string, key: string): Promise<string> => (await fixture.gw.client.send({ method: "GET", path: `/v1/${route}/${key}`, headers: bearer(KEYS.service) })).text();
+  fixture.gw.client.send({
+    method: "PUT",
+    path: `/v1/${route}/${key}`,
+    headers: { ...bearer(KEYS.service), "content-type": "application/json", "fencing-credential": credential },
+    body,
+  });
+const read = async (route: string, key: string): Promise<string> =>
+  (await fixture.gw.client.send({ method: "GET", path: `/v1/${route}/${key}`, headers: bearer(KEYS.service) })).text();
 
 describe.each(["records", "objects"])("%s", (route) => {
   it("an edited lease id earns no credential: a released holder cannot overwrite the next holder, who keeps writing", async () => {
@@ -87,7 +95,12 @@ describe.each(["records", "objects"])("%s", (route) => {
     const before = await state();
     const refused = await put(route, `svc/${route}/lapse`, lapsed.fence, '"late"');
     expect(refused.status, refused.text()).toBe(403);
-    expect(refused.json()).toMatchObject({ type: "/problems/credential-expired", resource: `svc/${route}-lapse`, token: lapsed.token, expiredAt: lapsed.validUntil });
+    expect(refused.json()).toMatchObject({
+      type: "/problems/credential-expired",
+      resource: `svc/${route}-lapse`,
+      token: lapsed.token,
+      expiredAt: lapsed.validUntil,
+    });
     // The extended lease's first credential ended with its first validUntil; the new one writes.
     expect((await put(route, `svc/${route}/kept`, kept.fence, '"old"')).status).toBe(403);
     expect(await state()).toBe(before);
@@ -104,7 +117,9 @@ describe("lease id mutations", () => {
   it("token, value, resource or end edited one at a time, or any character changed: a 4xx, no credential, the lease untouched", async () => {
     const l = await lease("svc/mutate", 30_000);
     const keys = resourceKeys("svc/mutate");
-    const value = Buffer.from(l.leaseId.split(".")[2] as string, "base64url").toString("utf8").split("\n")[1] as string;
+    const value = Buffer.from(l.leaseId.split(".")[2] as string, "base64url")
+      .toString("utf8")
+      .split("\n")[1] as string;
     const fieldEdit = fc.oneof(
       fc.bigInt({ min: 0n, max: MAX_TOKEN }).map((t) => edited(l.leaseId, "token", t.toString())),
       fc.stringMatching(/^[0-9a-f]{32}$/).map((v) => edited(l.leaseId, "value", v)),

@@ -2,7 +2,16 @@
 // httpClient runs every answer the gateway's tests receive through it.
 import { Ajv2020, type ValidateFunction } from "ajv/dist/2020.js";
 import { openApiDocument } from "./openapi/document.js";
-import { HTTP_METHODS, type HeaderObject, type HttpMethod, type JsonSchema, type OpenApiDocument, type OperationObject, type Reference, type ResponseObject } from "./openapi/types.js";
+import {
+  HTTP_METHODS,
+  type HeaderObject,
+  type HttpMethod,
+  type JsonSchema,
+  type OpenApiDocument,
+  type OperationObject,
+  type Reference,
+  type ResponseObject,
+} from "./openapi/types.js";
 
 /** One request and the answer it got, as the client saw them. */
 export interface Exchange {
@@ -25,7 +34,8 @@ export type ExchangeCheck = (exchange: Exchange) => void;
 // Schemas are compiled against one registered copy of components.schemas, under this id.
 const COMPONENTS_ID = "urn:fenced-gateway:components";
 
-const isReference = (value: unknown): value is Reference => typeof value === "object" && value !== null && typeof (value as { $ref?: unknown }).$ref === "string";
+const isReference = (value: unknown): value is Reference =>
+  typeof value === "object" && value !== null && typeof (value as { $ref?: unknown }).$ref === "string";
 
 /** Follows a local reference (#/components/…) inside the document; throws on a dangling one. */
 export function resolve<T>(document: OpenApiDocument, value: T | Reference): T {
@@ -33,7 +43,10 @@ export function resolve<T>(document: OpenApiDocument, value: T | Reference): T {
   if (!value.$ref.startsWith("#/")) throw new ApiMismatchError(`the document has a non-local reference ${value.$ref}`);
   let node: unknown = document;
   for (const part of value.$ref.slice(2).split("/")) {
-    node = typeof node === "object" && node !== null ? (node as Record<string, unknown>)[part.replace(/~1/g, "/").replace(/~0/g, "~")] : undefined;
+    node =
+      typeof node === "object" && node !== null
+        ? (node as Record<string, unknown>)[part.replace(/~1/g, "/").replace(/~0/g, "~")]
+        : undefined;
     if (node === undefined) throw new ApiMismatchError(`the document's reference ${value.$ref} leads nowhere`);
   }
   return resolve(document, node as T | Reference);
@@ -44,7 +57,10 @@ function rebased(schema: unknown): unknown {
   if (Array.isArray(schema)) return schema.map(rebased);
   if (typeof schema !== "object" || schema === null) return schema;
   return Object.fromEntries(
-    Object.entries(schema).map(([k, v]) => [k, k === "$ref" && typeof v === "string" ? v.replace("#/components/schemas/", `${COMPONENTS_ID}#/$defs/`) : rebased(v)]),
+    Object.entries(schema).map(([k, v]) => [
+      k,
+      k === "$ref" && typeof v === "string" ? v.replace("#/components/schemas/", `${COMPONENTS_ID}#/$defs/`) : rebased(v),
+    ]),
   );
 }
 
@@ -94,7 +110,9 @@ export function exchangeChecker(document: OpenApiDocument = openApiDocument()): 
     const where = `${exchange.method} ${path.length > 120 ? `${path.slice(0, 120)}…` : path} → ${exchange.status}`;
     const fail = (why: string): never => {
       const body = exchange.body.toString("utf8");
-      throw new ApiMismatchError(`the API document does not describe this answer: ${where}: ${why}${body === "" ? "" : `\nbody: ${body.slice(0, 500)}`}`);
+      throw new ApiMismatchError(
+        `the API document does not describe this answer: ${where}: ${why}${body === "" ? "" : `\nbody: ${body.slice(0, 500)}`}`,
+      );
     };
     const route = routes.find((r) => r.matcher.test(path));
     let response: ResponseObject;
@@ -104,13 +122,23 @@ export function exchangeChecker(document: OpenApiDocument = openApiDocument()): 
       response = resolve(document, document.components.responses.NotFound as ResponseObject);
     } else {
       // HEAD is GET without a body (RFC 9110) where the document lists no HEAD of its own.
-      const op: OperationObject | undefined = HTTP_METHODS.includes(method as HttpMethod) ? (route.item[method as HttpMethod] ?? (method === "head" ? route.item.get : undefined)) : undefined;
+      const op: OperationObject | undefined = HTTP_METHODS.includes(method as HttpMethod)
+        ? (route.item[method as HttpMethod] ?? (method === "head" ? route.item.get : undefined))
+        : undefined;
       if (op === undefined) {
-        if (exchange.status !== 404 && exchange.status !== 405) fail(`${route.template} does not list ${exchange.method}: expected 405 or 404`);
-        response = resolve(document, exchange.status === 405 ? (document.components.responses.MethodNotAllowed as ResponseObject) : (document.components.responses.NotFound as ResponseObject));
+        if (exchange.status !== 404 && exchange.status !== 405)
+          fail(`${route.template} does not list ${exchange.method}: expected 405 or 404`);
+        response = resolve(
+          document,
+          exchange.status === 405
+            ? (document.components.responses.MethodNotAllowed as ResponseObject)
+            : (document.components.responses.NotFound as ResponseObject),
+        );
       } else {
-        const documented = op.responses[String(exchange.status)] ?? op.responses[`${String(exchange.status).charAt(0)}XX`] ?? op.responses.default;
-        if (documented === undefined) fail(`status ${exchange.status} is not documented for ${op.operationId} (documented: ${Object.keys(op.responses).join(", ")})`);
+        const documented =
+          op.responses[String(exchange.status)] ?? op.responses[`${String(exchange.status).charAt(0)}XX`] ?? op.responses.default;
+        if (documented === undefined)
+          fail(`status ${exchange.status} is not documented for ${op.operationId} (documented: ${Object.keys(op.responses).join(", ")})`);
         response = resolve(document, documented as ResponseObject | Reference);
       }
     }

@@ -38,7 +38,9 @@ describe("the OpenAPI document", () => {
   it("is a valid OpenAPI 3.1 document, and a broken one is not", () => {
     const validate = oasValidator();
     expect(validate(document), JSON.stringify(validate.errors, null, 1)).toBe(true);
-    const broken = structuredClone(document) as unknown as { paths: Record<string, Record<string, { responses: Record<string, unknown> }>> };
+    const broken = structuredClone(document) as unknown as {
+      paths: Record<string, Record<string, { responses: Record<string, unknown> }>>;
+    };
     (broken.paths["/v1/leases"]?.post as { responses: Record<string, unknown> }).responses["201"] = { content: {} }; // a response needs a description
     expect(validate(broken)).toBe(false);
   });
@@ -62,11 +64,19 @@ describe("the OpenAPI document", () => {
         expect(ids.has(op.operationId), op.operationId).toBe(false);
         ids.add(op.operationId);
         const params = [...(item.parameters ?? []), ...(op.parameters ?? [])].map((p) => resolve<ParameterObject>(document, p));
-        expect(params.filter((p) => p.in === "path").map((p) => p.name).sort(), `${method} ${template}`).toEqual([...inPath].sort());
+        expect(
+          params
+            .filter((p) => p.in === "path")
+            .map((p) => p.name)
+            .sort(),
+          `${method} ${template}`,
+        ).toEqual([...inPath].sort());
         for (const p of params.filter((q) => q.in === "path")) expect(p.required, `${template} ${p.name}`).toBe(true);
         // OpenAPI ignores these as header parameters: Authorization is the bearer security scheme.
-        for (const p of params.filter((q) => q.in === "header")) expect(["authorization", "accept", "content-type"]).not.toContain(p.name.toLowerCase());
-        for (const requirement of op.security ?? document.security) for (const name of Object.keys(requirement)) expect(document.components.securitySchemes).toHaveProperty(name);
+        for (const p of params.filter((q) => q.in === "header"))
+          expect(["authorization", "accept", "content-type"]).not.toContain(p.name.toLowerCase());
+        for (const requirement of op.security ?? document.security)
+          for (const name of Object.keys(requirement)) expect(document.components.securitySchemes).toHaveProperty(name);
         for (const status of Object.keys(op.responses)) expect(status, `${method} ${template}`).toMatch(/^[1-5][0-9]{2}$/);
       }
     }
@@ -79,15 +89,29 @@ describe("the OpenAPI document", () => {
       const props = node.properties as Record<string, { const?: unknown }> | undefined;
       if (typeof props?.type?.const === "string") statuses.set(props.type.const, props.status?.const as number);
     }
-    expect(statuses).toEqual(new Map([
-      ["/problems/invalid-request", 400], ["/problems/unauthorized", 401], ["/problems/forbidden", 403],
-      ["/problems/credential-required", 403], ["/problems/invalid-credential", 403], ["/problems/credential-expired", 403],
-      ["/problems/invalid-lease-id", 403], ["/problems/not-found", 404],
-      ["/problems/method-not-allowed", 405], ["/problems/stale-token", 409], ["/problems/resource-mismatch", 409],
-      ["/problems/lock-held", 409], ["/problems/token-space-exhausted", 409], ["/problems/lease-lost", 409], ["/problems/version-mismatch", 412],
-      ["/problems/too-large", 413], ["/problems/unsupported-media-type", 415], ["/problems/unavailable", 503],
-      ["/problems/internal", 500],
-    ]));
+    expect(statuses).toEqual(
+      new Map([
+        ["/problems/invalid-request", 400],
+        ["/problems/unauthorized", 401],
+        ["/problems/forbidden", 403],
+        ["/problems/credential-required", 403],
+        ["/problems/invalid-credential", 403],
+        ["/problems/credential-expired", 403],
+        ["/problems/invalid-lease-id", 403],
+        ["/problems/not-found", 404],
+        ["/problems/method-not-allowed", 405],
+        ["/problems/stale-token", 409],
+        ["/problems/resource-mismatch", 409],
+        ["/problems/lock-held", 409],
+        ["/problems/token-space-exhausted", 409],
+        ["/problems/lease-lost", 409],
+        ["/problems/version-mismatch", 412],
+        ["/problems/too-large", 413],
+        ["/problems/unsupported-media-type", 415],
+        ["/problems/unavailable", 503],
+        ["/problems/internal", 500],
+      ]),
+    );
   });
 
   it("describes lease bodies exactly as the gateway validates them (the same zod schemas)", () => {
@@ -102,7 +126,15 @@ describe("the OpenAPI document", () => {
     ] as const;
     // Strings of ASCII with control characters, up to past the resource limit (the document's JSON
     // Schema counts code points and JavaScript UTF-16 units: the two agree on these).
-    const value = fc.oneof(fc.constant("orders/1"), fc.string({ unit: "binary-ascii", maxLength: 600 }), fc.string({ minLength: 500, maxLength: 520 }), fc.integer(), fc.double(), fc.boolean(), fc.constant(null));
+    const value = fc.oneof(
+      fc.constant("orders/1"),
+      fc.string({ unit: "binary-ascii", maxLength: 600 }),
+      fc.string({ minLength: 500, maxLength: 520 }),
+      fc.integer(),
+      fc.double(),
+      fc.boolean(),
+      fc.constant(null),
+    );
     const ttl = fc.oneof(fc.integer({ min: -2, max: maxTtlMs + 2 }), fc.double(), fc.constant(maxTtlMs), fc.constant(1), fc.string());
     const body = fc.record(
       { resource: value, ttlMs: ttl, register: fc.oneof(fc.boolean(), value), leaseId: value, extra: value },
@@ -129,7 +161,15 @@ describe("the answer checker", () => {
     body: Buffer.from(body === undefined ? "" : typeof body === "string" ? body : JSON.stringify(body)),
   });
   const written = { ...json, etag: '"7"', "fencing-token": "3" };
-  const stale = { type: "/problems/stale-token", title: "Stale fencing token", status: 409, detail: "stale", resource: "a", token: "3", highest: "4" };
+  const stale = {
+    type: "/problems/stale-token",
+    title: "Stale fencing token",
+    status: 409,
+    detail: "stale",
+    resource: "a",
+    token: "3",
+    highest: "4",
+  };
 
   it("passes answers the document describes", () => {
     check(at("PUT", "/v1/records/a/b/c", 200, written, { version: "7", token: "3" }));
@@ -137,7 +177,15 @@ describe("the answer checker", () => {
     check(at("HEAD", "/v1/records/a", 200, { ...json, etag: '"7"', "fencing-token": "3", "fencing-resource": "a" }));
     check(at("DELETE", "/v1/objects/a", 204, { etag: `"${"0".repeat(32)}"`, "fencing-token": "3" }));
     check(at("DELETE", "/v1/records/a", 204, { etag: '"8"', "fencing-token": "3" }));
-    check(at("PATCH", "/v1/records/a", 405, { ...problem, allow: "GET, HEAD, PUT, DELETE" }, { type: "/problems/method-not-allowed", title: "Method not allowed", status: 405 }));
+    check(
+      at(
+        "PATCH",
+        "/v1/records/a",
+        405,
+        { ...problem, allow: "GET, HEAD, PUT, DELETE" },
+        { type: "/problems/method-not-allowed", title: "Method not allowed", status: 405 },
+      ),
+    );
     check(at("GET", "/nowhere", 404, problem, { type: "/problems/not-found", title: "Not found", status: 404, detail: "no such route" }));
     check(at("GET", "/metrics", 200, { "content-type": "text/plain; version=0.0.4" }, "# nothing\n"));
   });
@@ -150,21 +198,40 @@ describe("the answer checker", () => {
     refused(at("PUT", "/v1/records/a", 418, problem, { ...stale, status: 418 }), /status 418 is not documented for putRecord/);
     refused(at("PUT", "/v1/records/a", 200, written, { version: "7" }), /must have required property 'token'/);
     refused(at("PUT", "/v1/records/a", 200, written, { version: "7", token: 3 }), /token must be string/);
-    refused(at("PUT", "/v1/objects/a", 200, { ...written, etag: `"${"a".repeat(32)}"` }, { version: "7", token: "3" }), /version must match pattern/);
+    refused(
+      at("PUT", "/v1/objects/a", 200, { ...written, etag: `"${"a".repeat(32)}"` }, { version: "7", token: "3" }),
+      /version must match pattern/,
+    );
     refused(at("PUT", "/v1/records/a", 200, { ...json, "fencing-token": "3" }, { version: "7", token: "3" }), /header ETag is required/);
-    refused(at("PUT", "/v1/records/a", 409, problem, { type: "/problems/lock-held", title: "The lock is held by another lease", status: 409, resource: "a" }), /does not match/);
+    refused(
+      at("PUT", "/v1/records/a", 409, problem, {
+        type: "/problems/lock-held",
+        title: "The lock is held by another lease",
+        status: 409,
+        resource: "a",
+      }),
+      /does not match/,
+    );
     refused(at("PUT", "/v1/records/a", 409, problem, { ...stale, note: "an undocumented member" }), /does not match/);
     refused(at("POST", "/v1/leases", 201, { "content-type": "text/html" }, "<p>ok</p>"), /Content-Type text\/html is not documented/);
     refused(at("GET", "/nowhere", 200, json, {}), /must answer 404/);
     refused(at("PATCH", "/v1/records/a", 200, json, {}), /expected 405 or 404/);
-    refused(at("PATCH", "/v1/records/a", 405, problem, { type: "/problems/method-not-allowed", title: "Method not allowed", status: 405 }), /header Allow is required/);
+    refused(
+      at("PATCH", "/v1/records/a", 405, problem, { type: "/problems/method-not-allowed", title: "Method not allowed", status: 405 }),
+      /header Allow is required/,
+    );
     refused(at("POST", "/v1/leases/release", 204, json, "{}"), /no body is documented/);
   });
 });
 
 describe("GET /openapi.json", () => {
   it("serves the document with the gateway's own limits, unauthenticated", async () => {
-    const gateway = createGateway({ apiKeys: API_KEYS, limits: { maxTtlMs: 5_000 }, logger: pino({ level: "silent" }), defaultMetrics: false });
+    const gateway = createGateway({
+      apiKeys: API_KEYS,
+      limits: { maxTtlMs: 5_000 },
+      logger: pino({ level: "silent" }),
+      defaultMetrics: false,
+    });
     const serving = await serve(gateway.app, { port: 0 });
     const client = httpClient(serving.port);
     try {

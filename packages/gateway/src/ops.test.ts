@@ -32,10 +32,19 @@ const json = { "content-type": "application/json" };
 describe("/metrics", () => {
   it("counts accepted and rejected writes by reason, store latency, requests and leases", async () => {
     const c = gw.client;
-    for (let i = 0; i < 3; i++) expect((await c.send({ method: "PUT", path: "/v1/records/m/a", headers: { ...writeHeaders(KEYS.admin, 5n), ...json }, body: "1" })).status).toBe(200);
-    expect((await c.send({ method: "PUT", path: "/v1/records/m/a", headers: { ...writeHeaders(KEYS.admin, 4n), ...json }, body: "1" })).status).toBe(409);
-    expect((await c.send({ method: "PUT", path: "/v1/records/m/a", headers: { ...writeHeaders(KEYS.admin, "-4"), ...json }, body: "1" })).status).toBe(400);
-    expect((await c.send({ method: "PUT", path: "/v1/records/m/a", headers: { "fencing-token": "5", ...json }, body: "1" })).status).toBe(401);
+    for (let i = 0; i < 3; i++)
+      expect(
+        (await c.send({ method: "PUT", path: "/v1/records/m/a", headers: { ...writeHeaders(KEYS.admin, 5n), ...json }, body: "1" })).status,
+      ).toBe(200);
+    expect(
+      (await c.send({ method: "PUT", path: "/v1/records/m/a", headers: { ...writeHeaders(KEYS.admin, 4n), ...json }, body: "1" })).status,
+    ).toBe(409);
+    expect(
+      (await c.send({ method: "PUT", path: "/v1/records/m/a", headers: { ...writeHeaders(KEYS.admin, "-4"), ...json }, body: "1" })).status,
+    ).toBe(400);
+    expect((await c.send({ method: "PUT", path: "/v1/records/m/a", headers: { "fencing-token": "5", ...json }, body: "1" })).status).toBe(
+      401,
+    );
     expect((await c.send({ method: "DELETE", path: "/v1/objects/m/b", headers: writeHeaders(KEYS.admin, 1n) })).status).toBe(204);
     const lease = await c.json("POST", "/v1/leases", { resource: "m/lease", ttlMs: 1_000 }, bearer(KEYS.admin));
     expect(lease.status).toBe(201);
@@ -82,14 +91,26 @@ describe("secrets", () => {
       expect(granted.status).toBe(201);
       const { leaseId, fence } = granted.json<{ leaseId: string; fence: string }>();
       // The lease's value on the lock nodes, sealed inside the id (its second field).
-      const value = Buffer.from(leaseId.split(".")[2] as string, "base64url").toString("utf8").split("\n")[1] as string;
+      const value = Buffer.from(leaseId.split(".")[2] as string, "base64url")
+        .toString("utf8")
+        .split("\n")[1] as string;
       expect(value).toMatch(/^[0-9a-f]{32}$/);
       const secrets = [leaseId, fence, value];
       const answers = [
         granted,
         await c.json("POST", "/v1/leases/extend", { leaseId, ttlMs: 5_000 }, bearer(KEYS.service)),
-        await c.send({ method: "PUT", path: "/v1/records/svc/x", headers: { ...bearer(KEYS.service), ...json, "fencing-credential": fence }, body: "1" }),
-        await c.send({ method: "PUT", path: "/v1/objects/svc/x", headers: { ...bearer(KEYS.service), "fencing-credential": `${fence}x` }, body: "1" }),
+        await c.send({
+          method: "PUT",
+          path: "/v1/records/svc/x",
+          headers: { ...bearer(KEYS.service), ...json, "fencing-credential": fence },
+          body: "1",
+        }),
+        await c.send({
+          method: "PUT",
+          path: "/v1/objects/svc/x",
+          headers: { ...bearer(KEYS.service), "fencing-credential": `${fence}x` },
+          body: "1",
+        }),
         await c.json("POST", "/v1/leases/release", { leaseId }, bearer(KEYS.service)),
         await c.json("POST", "/v1/leases/extend", { leaseId, ttlMs: 5_000 }, bearer(KEYS.service)),
       ];
@@ -118,14 +139,22 @@ describe("/healthz", () => {
     expect(res.status).toBe(200);
     expect(res.json<Report>()).toEqual({
       status: "ok",
-      checks: { postgres: { ok: true }, s3: { ok: true }, redis: { ok: true, quorum: 2, nodes: [{ ok: true }, { ok: true }, { ok: true }] } },
+      checks: {
+        postgres: { ok: true },
+        s3: { ok: true },
+        redis: { ok: true, quorum: 2, nodes: [{ ok: true }, { ok: true }, { ok: true }] },
+      },
     });
   });
 
   it("503 naming Postgres when it does not answer; its writes are 503 too, never 500", async () => {
     const dead = new pg.Pool({ connectionString: `postgres://nobody@127.0.0.1:${await freePort()}/none`, connectionTimeoutMillis: 300 });
     dead.on("error", () => undefined);
-    const gateway = createGateway({ ...backends.gatewayOptions({ healthTimeoutMs: 1_000 }), records: { pool: dead }, logger: pino({ level: "silent" }) });
+    const gateway = createGateway({
+      ...backends.gatewayOptions({ healthTimeoutMs: 1_000 }),
+      records: { pool: dead },
+      logger: pino({ level: "silent" }),
+    });
     const serving = await serve(gateway.app);
     const client = httpClient(serving.port);
     try {
@@ -136,7 +165,12 @@ describe("/healthz", () => {
       expect(report.checks.postgres?.ok).toBe(false);
       expect(report.checks.postgres?.error).toMatch(/ECONNREFUSED|connect/);
       expect(report.checks.s3?.ok).toBe(true);
-      const write = await client.send({ method: "PUT", path: "/v1/records/x", headers: { ...writeHeaders(KEYS.admin, 1n), ...json }, body: "1" });
+      const write = await client.send({
+        method: "PUT",
+        path: "/v1/records/x",
+        headers: { ...writeHeaders(KEYS.admin, 1n), ...json },
+        body: "1",
+      });
       expect(write.status).toBe(503);
       expect(write.headers["retry-after"]).toBe("1");
     } finally {
@@ -148,7 +182,10 @@ describe("/healthz", () => {
 
   it("503 naming S3 when the bucket is not there", async () => {
     const options = backends.gatewayOptions({ healthTimeoutMs: 1_000 });
-    const gateway = createGateway({ ...options, objects: { client: backends.s3Client as NonNullable<Backends["s3Client"]>, bucket: "no-such-bucket-here" } });
+    const gateway = createGateway({
+      ...options,
+      objects: { client: backends.s3Client as NonNullable<Backends["s3Client"]>, bucket: "no-such-bucket-here" },
+    });
     const serving = await serve(gateway.app);
     const client = httpClient(serving.port);
     try {

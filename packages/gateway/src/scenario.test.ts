@@ -1,7 +1,16 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { resourceKeys } from "@fenced/lock";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { bearer, KEYS, runGateway, startBackends, writeHeaders, type Backends, type HttpClient, type RunningGateway } from "./test-support.js";
+import {
+  bearer,
+  KEYS,
+  runGateway,
+  startBackends,
+  writeHeaders,
+  type Backends,
+  type HttpClient,
+  type RunningGateway,
+} from "./test-support.js";
 
 /**
  * The article's figure over HTTP, against real Redis (3 nodes), Postgres and S3: client 1 takes the
@@ -30,7 +39,11 @@ async function counterAt(resource: string, value: bigint): Promise<void> {
   await Promise.all(backends.redisClients.map((r) => r.set(resourceKeys(resource).counter, value.toString())));
 }
 
-async function lease(client: HttpClient, resource: string, ttlMs: number): Promise<{ token: string; leaseId: string; validUntil: number; resource: string }> {
+async function lease(
+  client: HttpClient,
+  resource: string,
+  ttlMs: number,
+): Promise<{ token: string; leaseId: string; validUntil: number; resource: string }> {
   const res = await client.json("POST", "/v1/leases", { resource, ttlMs }, bearer(KEYS.admin));
   expect(res.status, res.text()).toBe(201);
   return res.json();
@@ -55,13 +68,23 @@ describe.each([
 
     const l34 = await lease(client2, resource, 10_000);
     expect(l34.token).toBe("34");
-    const w34 = await client2.send({ method: "PUT", path: `/v1/${store}/${key}`, headers: { ...writeHeaders(KEYS.admin, l34.token, { "fencing-resource": resource }), "content-type": type }, body: body("34") });
+    const w34 = await client2.send({
+      method: "PUT",
+      path: `/v1/${store}/${key}`,
+      headers: { ...writeHeaders(KEYS.admin, l34.token, { "fencing-resource": resource }), "content-type": type },
+      body: body("34"),
+    });
     expect(w34.status, w34.text()).toBe(200);
     expect(w34.json()).toMatchObject({ token: "34" });
     expect(w34.headers["fencing-token"]).toBe("34");
 
     // Client 1 wakes up, believes it still holds the lease, and writes.
-    const w33 = await client1.send({ method: "PUT", path: `/v1/${store}/${key}`, headers: { ...writeHeaders(KEYS.admin, l33.token, { "fencing-resource": resource }), "content-type": type }, body: body("33") });
+    const w33 = await client1.send({
+      method: "PUT",
+      path: `/v1/${store}/${key}`,
+      headers: { ...writeHeaders(KEYS.admin, l33.token, { "fencing-resource": resource }), "content-type": type },
+      body: body("33"),
+    });
     expect(w33.status).toBe(409);
     expect(w33.headers["content-type"]).toMatch(/^application\/problem\+json/);
     expect(w33.json()).toMatchObject({ type: "/problems/stale-token", status: 409, resource, token: "33", highest: "34" });

@@ -81,7 +81,9 @@ export async function startBackends(want: { redis?: number; redisFaults?: boolea
         logger: pino({ level: "silent" }),
         defaultMetrics: false,
         ...(pool === undefined ? {} : { records: { pool, schema: `gw_${Math.random().toString(36).slice(2, 10)}` } }),
-        ...(s3Client === undefined || bucket === undefined ? {} : { objects: { client: s3Client, bucket, prefix: `gw-${Math.random().toString(36).slice(2, 10)}/` } }),
+        ...(s3Client === undefined || bucket === undefined
+          ? {}
+          : { objects: { client: s3Client, bucket, prefix: `gw-${Math.random().toString(36).slice(2, 10)}/` } }),
         ...(redisClients.length === 0 ? {} : { leases: { clients: redisClients } }),
         ...extra,
       };
@@ -194,7 +196,10 @@ export function httpClient(port: number, maxSockets = 64, timeoutMs = 15_000): H
     new Promise((resolve, reject) => {
       const headers: Record<string, string | number | string[]> = { ...ask.headers };
       // Node sends a DELETE's body without a length (and means to close the connection after it): say how long it is.
-      if ((typeof ask.body === "string" || Buffer.isBuffer(ask.body)) && !Object.keys(headers).some((h) => h.toLowerCase() === "content-length")) {
+      if (
+        (typeof ask.body === "string" || Buffer.isBuffer(ask.body)) &&
+        !Object.keys(headers).some((h) => h.toLowerCase() === "content-length")
+      ) {
         headers["content-length"] = Buffer.byteLength(ask.body);
       }
       const req = httpRequest({ host: "127.0.0.1", port, method: ask.method, path: ask.path, headers, agent }, (res) => {
@@ -240,7 +245,12 @@ export function writeHeaders(key: string, token: bigint | string, extra: Record<
 }
 
 /** A snapshot of everything the gateway's stores hold: what "nothing was written" is compared against. */
-export async function snapshot(pool: pg.Pool | undefined, schema: string | undefined, s3: S3Client | undefined, bucket: string | undefined): Promise<string> {
+export async function snapshot(
+  pool: pg.Pool | undefined,
+  schema: string | undefined,
+  s3: S3Client | undefined,
+  bucket: string | undefined,
+): Promise<string> {
   const parts: string[] = [];
   if (pool !== undefined && schema !== undefined) {
     // Every column, whatever the tables hold: a refused write must change none of them.

@@ -30,11 +30,17 @@ describe("lease ids", () => {
     // eslint-disable-next-line no-control-regex -- the control characters a resource may not hold
     const resource = fc.string({ unit: "grapheme", minLength: 1, maxLength: 100 }).filter((r) => !/[\u0000-\u001f\u007f-\u009f]/.test(r));
     fc.assert(
-      fc.property(resource, fc.bigInt({ min: 0n, max: MAX_TOKEN }), fc.stringMatching(/^[0-9a-f]{32}$/), fc.nat(), (r, token, value, validUntil) => {
-        const id = encodeLeaseId({ resource: r, token, value, validUntil }, key);
-        expect(id).toMatch(LEASE_ID_PATTERN);
-        expect(decodeLeaseId(id, keys)).toEqual({ resource: r, token, value, validUntil });
-      }),
+      fc.property(
+        resource,
+        fc.bigInt({ min: 0n, max: MAX_TOKEN }),
+        fc.stringMatching(/^[0-9a-f]{32}$/),
+        fc.nat(),
+        (r, token, value, validUntil) => {
+          const id = encodeLeaseId({ resource: r, token, value, validUntil }, key);
+          expect(id).toMatch(LEASE_ID_PATTERN);
+          expect(decodeLeaseId(id, keys)).toEqual({ resource: r, token, value, validUntil });
+        },
+      ),
     );
   });
 
@@ -42,11 +48,25 @@ describe("lease ids", () => {
     const value = "0".repeat(32);
     const id = encodeLeaseId({ resource: "a", token: 1n, value, validUntil: 1_800_000_000_000 }, key);
     // The unsealed spellings of earlier versions, and shapes that are no lease id at all.
-    for (const bad of ["", "1", `1.${value}.YQ`, `fl1.current`, id.replace(/^fl1/, "fl2"), `${id}=`, `${id}.x`, id.slice(0, -1), "x".repeat(5000)]) {
-      expect(problem(() => decodeLeaseId(bad, keys)), bad).toBe("invalid");
+    for (const bad of [
+      "",
+      "1",
+      `1.${value}.YQ`,
+      `fl1.current`,
+      id.replace(/^fl1/, "fl2"),
+      `${id}=`,
+      `${id}.x`,
+      id.slice(0, -1),
+      "x".repeat(5000),
+    ]) {
+      expect(
+        problem(() => decodeLeaseId(bad, keys)),
+        bad,
+      ).toBe("invalid");
     }
     const [v, k, payload, mac] = id.split(".") as [string, string, string, string];
-    const edit = (from: string, to: string): string => Buffer.from(Buffer.from(payload, "base64url").toString("utf8").replace(from, to)).toString("base64url");
+    const edit = (from: string, to: string): string =>
+      Buffer.from(Buffer.from(payload, "base64url").toString("utf8").replace(from, to)).toString("base64url");
     for (const [what, forged] of [
       ["token", [v, k, edit("1\n", "101\n"), mac]],
       ["value", [v, k, edit(value, "1".repeat(32)), mac]],
@@ -54,9 +74,19 @@ describe("lease ids", () => {
       ["resource", [v, k, edit("\na", "\nb"), mac]],
       ["key id", [v, "previous", payload, mac]],
     ] as const) {
-      expect(problem(() => decodeLeaseId(forged.join("."), keys)), what).toBe("invalidLeaseId");
+      expect(
+        problem(() => decodeLeaseId(forged.join("."), keys)),
+        what,
+      ).toBe("invalidLeaseId");
     }
-    expect(problem(() => decodeLeaseId(encodeLeaseId({ resource: "a", token: 1n, value, validUntil: 1 }, { id: "current", secret: Buffer.alloc(32, 8) }), keys))).toBe("invalidLeaseId");
+    expect(
+      problem(() =>
+        decodeLeaseId(
+          encodeLeaseId({ resource: "a", token: 1n, value, validUntil: 1 }, { id: "current", secret: Buffer.alloc(32, 8) }),
+          keys,
+        ),
+      ),
+    ).toBe("invalidLeaseId");
     expect(problem(() => decodeLeaseId([v, "retired", payload, mac].join("."), keys))).toBe("invalidLeaseId");
   });
 });
@@ -76,7 +106,8 @@ describe("request parts", () => {
     expect(keyFromPath("/a%EF%BF%BD")).toBe("a\uFFFD");
     // A lone surrogate: percent-encoded it is not UTF-8; arriving already decoded, the key rule refuses it.
     const loneSurrogates = ["/a%ED%A0%80", "/a%ED%B0%80", "/a\uD800", "/\uDC00b"];
-    for (const bad of ["/", "/a/../b", "/a/%2e%2E/b", "//a", "/a/", "/a%00", "/%zz", "/%C2%85", `/${"k".repeat(513)}`, ...loneSurrogates]) expect(() => keyFromPath(bad), bad).toThrow(HttpProblem);
+    for (const bad of ["/", "/a/../b", "/a/%2e%2E/b", "//a", "/a/", "/a%00", "/%zz", "/%C2%85", `/${"k".repeat(513)}`, ...loneSurrogates])
+      expect(() => keyFromPath(bad), bad).toThrow(HttpProblem);
   });
 
   it("header text: percent-encoding round-trips any well-formed string", () => {
@@ -95,9 +126,18 @@ describe("problems", () => {
     expect(stale.body).toMatchObject({ status: 409, type: "/problems/stale-token", token: "33", highest: (2n ** 62n).toString() });
     expect(classify(new VersionMismatchError("k", "1", undefined)).body).toMatchObject({ status: 412, actual: null });
     expect(classify(z.strictObject({ a: z.number() }).safeParse({ b: 1 }).error).body.status).toBe(400);
-    expect(classify(new InvalidArgumentError("fence.token", "must be a bigint")).body).toMatchObject({ status: 400, errors: [{ path: "fence.token" }] });
+    expect(classify(new InvalidArgumentError("fence.token", "must be a bigint")).body).toMatchObject({
+      status: 400,
+      errors: [{ path: "fence.token" }],
+    });
     const mismatch = classify(new ResourceMismatchError("orders/42", "orders/42-x", "orders/42"));
-    expect(mismatch.body).toMatchObject({ status: 409, type: "/problems/resource-mismatch", key: "orders/42", resource: "orders/42-x", owner: "orders/42" });
+    expect(mismatch.body).toMatchObject({
+      status: 409,
+      type: "/problems/resource-mismatch",
+      key: "orders/42",
+      resource: "orders/42-x",
+      owner: "orders/42",
+    });
     expect(classify(new ContentionError("k", 64, "gave up")).body.status).toBe(503);
     expect(classify(new URIError("bad")).body.status).toBe(400);
     expect(classify(Object.assign(new Error("too big"), { status: 413, expose: true })).body.status).toBe(413);
@@ -116,13 +156,20 @@ describe("problems", () => {
   it("backend failures are judged by type and code where the backend was called, never by message", async () => {
     const metrics = new GatewayMetrics();
     const failWith = (store: "records" | "objects", err: Error): Promise<number> =>
-      metrics.time(store, "put", () => Promise.reject(err)).then(
-        () => 0,
-        (thrown: unknown) => classify(thrown).body.status,
-      );
+      metrics
+        .time(store, "put", () => Promise.reject(err))
+        .then(
+          () => 0,
+          (thrown: unknown) => classify(thrown).body.status,
+        );
     // node-postgres: a dropped connection or connect timeout is a plain Error without a code.
     expect(await failWith("records", new Error("Connection terminated unexpectedly"))).toBe(503);
-    expect(await failWith("records", Object.assign(new Error("terminating connection due to administrator command"), { code: "57P01", severity: "FATAL" }))).toBe(503);
+    expect(
+      await failWith(
+        "records",
+        Object.assign(new Error("terminating connection due to administrator command"), { code: "57P01", severity: "FATAL" }),
+      ),
+    ).toBe(503);
     // A database error with another SQLSTATE (a missing table: misconfiguration) is ours to fix: 500.
     expect(await failWith("records", Object.assign(new Error("relation does not exist"), { code: "42P01", severity: "ERROR" }))).toBe(500);
     expect(await failWith("objects", Object.assign(new Error("InternalError"), { $metadata: { httpStatusCode: 503 } }))).toBe(503);
@@ -140,39 +187,76 @@ describe("API keys", () => {
     expect(() => new ApiKeys([])).toThrow();
     expect(() => new ApiKeys([{ id: "a", key: "short", resources: [""], keys: [""] }])).toThrow();
     expect(() => new ApiKeys([{ id: "a", key: "k".repeat(16), sha256: "0".repeat(64), resources: [""], keys: [""] }])).toThrow();
-    expect(() => new ApiKeys([{ id: "a", key: "k".repeat(16), resources: [""], keys: [""] }, { id: "a", key: "j".repeat(16), resources: [""], keys: [""] }])).toThrow(/duplicate/);
-    expect(() => new ApiKeys([{ id: "a", key: "k".repeat(16), resources: [""], keys: [""] }, { id: "b", key: "k".repeat(16), resources: [""], keys: [""] }])).toThrow(/same secret/);
+    expect(
+      () =>
+        new ApiKeys([
+          { id: "a", key: "k".repeat(16), resources: [""], keys: [""] },
+          { id: "a", key: "j".repeat(16), resources: [""], keys: [""] },
+        ]),
+    ).toThrow(/duplicate/);
+    expect(
+      () =>
+        new ApiKeys([
+          { id: "a", key: "k".repeat(16), resources: [""], keys: [""] },
+          { id: "b", key: "k".repeat(16), resources: [""], keys: [""] },
+        ]),
+    ).toThrow(/same secret/);
   });
 
   it("authenticate the bearer key (scheme case-insensitive, secret exact)", () => {
     const keys = new ApiKeys([{ id: "a", key: "k".repeat(16), resources: ["r/"], keys: ["k/"] }]);
     expect(keys.authenticate(req(`Bearer ${"k".repeat(16)}`)).id).toBe("a");
     expect(keys.authenticate(req(`bearer ${"k".repeat(16)}`)).id).toBe("a");
-    for (const bad of [undefined, "", "Bearer", `Bearer ${"k".repeat(15)}`, `Bearer ${"K".repeat(16)}`, `Basic ${"k".repeat(16)}`, "k".repeat(16)]) {
+    for (const bad of [
+      undefined,
+      "",
+      "Bearer",
+      `Bearer ${"k".repeat(15)}`,
+      `Bearer ${"K".repeat(16)}`,
+      `Basic ${"k".repeat(16)}`,
+      "k".repeat(16),
+    ]) {
       expect(() => keys.authenticate(req(bad)), String(bad)).toThrow(HttpProblem);
     }
   });
 });
 
 describe("configuration", () => {
-  const file = JSON.stringify({ apiKeys: [{ id: "f", key: "f".repeat(16), resources: [""], keys: [""] }], port: 1000, postgres: { url: "postgres://file", poolSize: 4 }, s3: { bucket: "file-bucket" } });
+  const file = JSON.stringify({
+    apiKeys: [{ id: "f", key: "f".repeat(16), resources: [""], keys: [""] }],
+    port: 1000,
+    postgres: { url: "postgres://file", poolSize: 4 },
+    s3: { bucket: "file-bucket" },
+  });
   const read = (): string => file;
 
   it("file < environment < flags, section by section", () => {
-    const c = loadConfig({ config: "x.json", port: "3000" }, { FENCED_GATEWAY_PORT: "2000", FENCED_GATEWAY_POSTGRES_URL: "postgres://env", FENCED_GATEWAY_S3_REGION: "eu-west-1" }, read);
+    const c = loadConfig(
+      { config: "x.json", port: "3000" },
+      { FENCED_GATEWAY_PORT: "2000", FENCED_GATEWAY_POSTGRES_URL: "postgres://env", FENCED_GATEWAY_S3_REGION: "eu-west-1" },
+      read,
+    );
     expect(c.port).toBe(3000);
     expect(c.postgres).toMatchObject({ url: "postgres://env", poolSize: 4 });
     expect(c.s3).toMatchObject({ bucket: "file-bucket", region: "eu-west-1" });
     expect(c.apiKeys[0]?.id).toBe("f");
     const fenceKeys = JSON.stringify([{ id: "k1", secret: Buffer.alloc(32, 1).toString("base64") }]);
-    expect(loadConfig({ migrate: false, redis: "redis://a:1, redis://b:2" }, { FENCED_GATEWAY_CONFIG: "x.json", FENCED_GATEWAY_FENCE_KEYS: fenceKeys }, read)).toMatchObject({
+    expect(
+      loadConfig(
+        { migrate: false, redis: "redis://a:1, redis://b:2" },
+        { FENCED_GATEWAY_CONFIG: "x.json", FENCED_GATEWAY_FENCE_KEYS: fenceKeys },
+        read,
+      ),
+    ).toMatchObject({
       migrate: false,
       redis: { urls: ["redis://a:1", "redis://b:2"], retryCount: 0 },
     });
   });
 
   it("leases need fence keys: lease ids and credentials are sealed with them", () => {
-    expect(() => loadConfig({ redis: "redis://a:1" }, { FENCED_GATEWAY_CONFIG: "x.json" }, read)).toThrow(/fenceKeys[\s\S]*leases \(redis\) need fence keys/);
+    expect(() => loadConfig({ redis: "redis://a:1" }, { FENCED_GATEWAY_CONFIG: "x.json" }, read)).toThrow(
+      /fenceKeys[\s\S]*leases \(redis\) need fence keys/,
+    );
   });
 
   it("names every bad field", () => {

@@ -59,36 +59,39 @@ describe("Redlock over a Redis Cluster (one client, lock key and counter in one 
     expect(new Set(slots.map(masterOf)).size).toBe(3);
   });
 
-  it.each(RESOURCES.flatMap((resource) => IOREDIS_MAJORS.map((major) => [resource, major] as const)))("acquire, extend and release work for %j on ioredis %i", async (resource, major) => {
-    const [mine, theirs] = lockClients.get(major)!;
-    const redlock = new Redlock([mine], { retryCount: 0 });
-    expect(redlock.quorum).toBe(1);
-    const { lease: leaseKey, counter } = resourceKeys(resource);
+  it.each(RESOURCES.flatMap((resource) => IOREDIS_MAJORS.map((major) => [resource, major] as const)))(
+    "acquire, extend and release work for %j on ioredis %i",
+    async (resource, major) => {
+      const [mine, theirs] = lockClients.get(major)!;
+      const redlock = new Redlock([mine], { retryCount: 0 });
+      expect(redlock.quorum).toBe(1);
+      const { lease: leaseKey, counter } = resourceKeys(resource);
 
-    const first = await redlock.acquire(resource, 2_000);
-    expect(first.resource).toBe(resource);
-    expect(await client.get(leaseKey)).toBe(first.value);
-    expect(await client.get(counter)).toBe(first.token.toString());
-    const pttl = await client.pttl(leaseKey);
-    expect(pttl).toBeGreaterThan(0);
-    expect(pttl).toBeLessThanOrEqual(2_000);
+      const first = await redlock.acquire(resource, 2_000);
+      expect(first.resource).toBe(resource);
+      expect(await client.get(leaseKey)).toBe(first.value);
+      expect(await client.get(counter)).toBe(first.token.toString());
+      const pttl = await client.pttl(leaseKey);
+      expect(pttl).toBeGreaterThan(0);
+      expect(pttl).toBeLessThanOrEqual(2_000);
 
-    // Exclusive for another client of the same cluster.
-    const refused = await new Redlock([theirs], { retryCount: 0 }).acquire(resource, 2_000).catch((e: unknown) => e);
-    expect(refused).toBeInstanceOf(LockNotAcquiredError);
-    expect((refused as LockNotAcquiredError).nodes).toEqual([{ node: 0, reason: "held" }]);
+      // Exclusive for another client of the same cluster.
+      const refused = await new Redlock([theirs], { retryCount: 0 }).acquire(resource, 2_000).catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(LockNotAcquiredError);
+      expect((refused as LockNotAcquiredError).nodes).toEqual([{ node: 0, reason: "held" }]);
 
-    await first.extend(30_000);
-    expect(await client.pttl(leaseKey)).toBeGreaterThan(29_000);
-    await first.release();
-    expect(await client.get(leaseKey)).toBeNull();
+      await first.extend(30_000);
+      expect(await client.pttl(leaseKey)).toBeGreaterThan(29_000);
+      await first.release();
+      expect(await client.get(leaseKey)).toBeNull();
 
-    const second = await new Redlock([theirs], { retryCount: 0 }).acquire(resource, 2_000);
-    expect(second.token).toBe(first.token + 1n);
-    expect(await client.get(counter)).toBe(second.token.toString());
-    await second.release();
-    expect(await client.get(leaseKey)).toBeNull();
-  });
+      const second = await new Redlock([theirs], { retryCount: 0 }).acquire(resource, 2_000);
+      expect(second.token).toBe(first.token + 1n);
+      expect(await client.get(counter)).toBe(second.token.toString());
+      await second.release();
+      expect(await client.get(leaseKey)).toBeNull();
+    },
+  );
 
   it("using() works through the cluster client", async () => {
     const redlock = new Redlock([client], { retryCount: 0 });

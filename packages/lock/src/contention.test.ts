@@ -33,7 +33,10 @@ describe("contention on a healthy 5-node cluster", () => {
     const resource = "contended";
     // Every acquirer is a separate lock user with its own connections.
     const locks = await Promise.all(
-      Array.from({ length: ACQUIRERS }, async () => new Redlock(await t.moreClients(), { retryCount: Number.POSITIVE_INFINITY, retryDelayMs: 5, retryJitterMs: 20 })),
+      Array.from(
+        { length: ACQUIRERS },
+        async () => new Redlock(await t.moreClients(), { retryCount: Number.POSITIVE_INFINITY, retryDelayMs: 5, retryJitterMs: 20 }),
+      ),
     );
     const grants: Grant[] = [];
     let holders = 0;
@@ -65,7 +68,9 @@ describe("contention on a healthy 5-node cluster", () => {
     await Promise.all(locks.map((redlock, id) => acquirer(id, redlock)));
 
     grants.sort((a, b) => a.grantedAt - b.grantedAt);
-    console.info(`contention: ${grants.length} grants to ${new Set(grants.map((g) => g.acquirer)).size} acquirers, tokens ${grants[0]?.token}..${grants.at(-1)?.token}`);
+    console.info(
+      `contention: ${grants.length} grants to ${new Set(grants.map((g) => g.acquirer)).size} acquirers, tokens ${grants[0]?.token}..${grants.at(-1)?.token}`,
+    );
     expect(grants.length).toBeGreaterThan(100);
     // The leases did not run out while held (otherwise the overlap check below would be vacuous for them).
     expect(grants.filter((g) => g.releasedAt > g.validEnd)).toEqual([]);
@@ -74,9 +79,10 @@ describe("contention on a healthy 5-node cluster", () => {
       const next = grants[i]!;
       // A lease is valid from its grant until it is released (or its validity ends, whichever is first);
       // the next grant may only come after that.
-      expect(next.grantedAt, `grant ${i} (acquirer ${next.acquirer}, token ${next.token}) overlaps grant ${i - 1} (acquirer ${prev.acquirer}, token ${prev.token})`).toBeGreaterThan(
-        Math.min(prev.releasedAt, prev.validEnd),
-      );
+      expect(
+        next.grantedAt,
+        `grant ${i} (acquirer ${next.acquirer}, token ${next.token}) overlaps grant ${i - 1} (acquirer ${prev.acquirer}, token ${prev.token})`,
+      ).toBeGreaterThan(Math.min(prev.releasedAt, prev.validEnd));
       expect(next.token > prev.token, `token ${next.token} granted after token ${prev.token}`).toBe(true);
     }
     expect(new Set(grants.map((g) => g.token)).size).toBe(grants.length);

@@ -8,9 +8,7 @@ export type NodeFailure =
   | { readonly node: number; readonly reason: "not-held" };
 
 function describe(failures: readonly NodeFailure[]): string {
-  return failures
-    .map((f) => `node ${f.node}: ${f.reason}${"detail" in f && f.detail !== undefined ? ` (${f.detail})` : ""}`)
-    .join("; ");
+  return failures.map((f) => `node ${f.node}: ${f.reason}${"detail" in f && f.detail !== undefined ? ` (${f.detail})` : ""}`).join("; ");
 }
 
 /** acquire() gave up: no attempt reached a quorum. `nodes` holds the per-node reasons of the last attempt. */
@@ -56,9 +54,6 @@ export class LeaseLostError extends Error {
     readonly kind: "expired" | "released" | "quorum-lost",
     readonly nodes: readonly NodeFailure[] = [],
   ) {
-    super(
-      `lease on ${JSON.stringify(resource)} (token ${token}) lost: ${kind}` +
-        (nodes.length > 0 ? ` — ${describe(nodes)}` : ""),
-    );
+    super(`lease on ${JSON.stringify(resource)} (token ${token}) lost: ${kind}` + (nodes.length > 0 ? ` — ${describe(nodes)}` : ""));
   }
 }

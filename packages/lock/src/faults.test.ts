@@ -144,11 +144,15 @@ describe("faults on a minority of 5 nodes", () => {
         await lease.release();
       }
     } catch (err) {
-      throw new Error(`monotonic-under-faults failed with FENCED_SEED=${seed}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+      throw new Error(`monotonic-under-faults failed with FENCED_SEED=${seed}: ${err instanceof Error ? err.message : String(err)}`, {
+        cause: err,
+      });
     } finally {
       await heal();
     }
-    console.info(`monotonic under faults (FENCED_SEED=${seed}): ${JSON.stringify(stats)}, last token ${previous}, ${Math.round(performance.now() - started)} ms`);
+    console.info(
+      `monotonic under faults (FENCED_SEED=${seed}): ${JSON.stringify(stats)}, last token ${previous}, ${Math.round(performance.now() - started)} ms`,
+    );
 
     expect(stats.acquisitions).toBe(1_000);
     expect(stats.kills).toBeGreaterThan(10);
@@ -156,7 +160,10 @@ describe("faults on a minority of 5 nodes", () => {
     expect(stats.acquisitionsUnderFault).toBeGreaterThan(300);
     // The invariant behind it: a majority of counters is at or above the last token handed out.
     const counters = await countersOn(t.admin, resource);
-    expect(counters.filter((c) => c >= previous).length, `counters ${counters.join(",")} vs last token ${previous} (FENCED_SEED=${seed})`).toBeGreaterThanOrEqual(3);
+    expect(
+      counters.filter((c) => c >= previous).length,
+      `counters ${counters.join(",")} vs last token ${previous} (FENCED_SEED=${seed})`,
+    ).toBeGreaterThanOrEqual(3);
     const after = await redlock.acquire(resource, 1_000);
     expect(after.token > previous).toBe(true);
     await after.release();
@@ -255,7 +262,12 @@ async function released(t: TestNodes, resource: string): Promise<void> {
   }
 }
 
-async function restart(t: TestNodes, index: number, keepData: boolean, scripts: "load scripts" | "empty script cache" = "load scripts"): Promise<void> {
+async function restart(
+  t: TestNodes,
+  index: number,
+  keepData: boolean,
+  scripts: "load scripts" | "empty script cache" = "load scripts",
+): Promise<void> {
   await t.nodes[index]!.restart({ keepData });
   await Promise.all([ready(t.clients[index]!), ready(t.admin[index]!)]);
   if (scripts === "load scripts") await loadScripts(t.admin[index]!);

@@ -56,7 +56,9 @@ describe("a lease held elsewhere", () => {
     await new Promise((r) => setTimeout(r, 80));
     const next = await acquirer.acquire("held/expired", 1_000);
     await next.release();
-    await expect(other.extend({ resource: lease.resource, token: lease.token, value: lease.value }, 10_000)).rejects.toBeInstanceOf(LeaseLostError);
+    await expect(other.extend({ resource: lease.resource, token: lease.token, value: lease.value }, 10_000)).rejects.toBeInstanceOf(
+      LeaseLostError,
+    );
     await drained(t.admin);
     expect(await leaseValuesOn(t.admin, "held/expired")).toEqual([null, null, null]);
   });
@@ -66,7 +68,9 @@ describe("a lease held elsewhere", () => {
     const held = { resource: lease.resource, token: lease.token, value: lease.value };
     await drained(t.admin);
     const before = await pttls("held/until");
-    await expect(other.extend({ ...held, validUntil: Date.now() - 1 }, 60_000)).rejects.toSatisfy((e) => e instanceof LeaseLostError && e.kind === "expired");
+    await expect(other.extend({ ...held, validUntil: Date.now() - 1 }, 60_000)).rejects.toSatisfy(
+      (e) => e instanceof LeaseLostError && e.kind === "expired",
+    );
     await drained(t.admin);
     for (const [i, pttl] of (await pttls("held/until")).entries()) expect(pttl).toBeLessThanOrEqual(before[i] ?? 0);
     // A majority paused past the held end: their confirmations arrive after it (the node timeout is longer).
@@ -79,7 +83,9 @@ describe("a lease held elsewhere", () => {
       b?.resume();
     }, 400);
     try {
-      await expect(patient.extend({ ...held, validUntil: Date.now() + 150 }, 60_000)).rejects.toSatisfy((e) => e instanceof LeaseLostError && e.kind === "expired");
+      await expect(patient.extend({ ...held, validUntil: Date.now() + 150 }, 60_000)).rejects.toSatisfy(
+        (e) => e instanceof LeaseLostError && e.kind === "expired",
+      );
     } finally {
       await new Promise((r) => setTimeout(r, 450));
       clearTimeout(resume);
@@ -97,7 +103,9 @@ describe("a lease held elsewhere", () => {
     const [a, b] = t.admin;
     await a?.del(resourceKeys("held/minority").lease);
     await b?.del(resourceKeys("held/minority").lease);
-    await expect(other.extend({ resource: lease.resource, token: lease.token, value: lease.value }, 10_000)).rejects.toBeInstanceOf(LeaseLostError);
+    await expect(other.extend({ resource: lease.resource, token: lease.token, value: lease.value }, 10_000)).rejects.toBeInstanceOf(
+      LeaseLostError,
+    );
     await lease.release();
   });
 
@@ -142,7 +150,9 @@ describe("a lease held elsewhere", () => {
     }
     // A valid lease with a bad TTL: refused before the nodes see anything, and the lease is untouched.
     const held = { resource: lease.resource, token: lease.token, value: lease.value };
-    await expect(other.extend(held, 0)).rejects.toThrow(expect.objectContaining({ name: "InvalidArgumentError", argument: "ttlMs" }) as Error);
+    await expect(other.extend(held, 0)).rejects.toThrow(
+      expect.objectContaining({ name: "InvalidArgumentError", argument: "ttlMs" }) as Error,
+    );
     expect(await leaseValuesOn(t.admin, "held/bad-input")).toEqual(before);
     await lease.release();
   });

@@ -6,7 +6,17 @@ import { LockNotAcquiredError, TokenSpaceExhaustedError } from "./errors.js";
 import { resourceKeys } from "./keys.js";
 import { Redlock } from "./redlock.js";
 import { SCRIPTS } from "./scripts.js";
-import { countersOn, drained, holdAs, IOREDIS_MAJORS, leaseValuesOn, loadScripts, ready, startTestNodes, type TestNodes } from "./test-support.js";
+import {
+  countersOn,
+  drained,
+  holdAs,
+  IOREDIS_MAJORS,
+  leaseValuesOn,
+  loadScripts,
+  ready,
+  startTestNodes,
+  type TestNodes,
+} from "./test-support.js";
 
 /**
  * ioredis is a peer dependency, 5 or 6. The rest of the suite runs on ioredis 5; these scenarios
@@ -92,13 +102,17 @@ describe.each(IOREDIS_MAJORS)("the lock on ioredis %i clients", (major) => {
     await lease.release();
     await drained(t.clients);
     expect(await leaseValuesOn(t.admin, "majors/noscript")).toEqual([null, null, null]);
-    for (const redis of t.admin) expect(await redis.script("EXISTS", SCRIPTS.acquire.sha, SCRIPTS.extend.sha, SCRIPTS.release.sha)).toEqual([1, 1, 1]);
+    for (const redis of t.admin)
+      expect(await redis.script("EXISTS", SCRIPTS.acquire.sha, SCRIPTS.extend.sha, SCRIPTS.release.sha)).toEqual([1, 1, 1]);
   });
 
   it("contenders on their own connections never hold it at once, and their tokens increase in grant order", async () => {
     const resource = "majors/contention";
     const contenders = await Promise.all(
-      Array.from({ length: 4 }, async () => new Redlock(await t.moreClients(), { retryCount: Number.POSITIVE_INFINITY, retryDelayMs: 2, retryJitterMs: 8 })),
+      Array.from(
+        { length: 4 },
+        async () => new Redlock(await t.moreClients(), { retryCount: Number.POSITIVE_INFINITY, retryDelayMs: 2, retryJitterMs: 8 }),
+      ),
     );
     let holders = 0;
     let overlaps = 0;
@@ -117,7 +131,8 @@ describe.each(IOREDIS_MAJORS)("the lock on ioredis %i clients", (major) => {
     );
     expect(overlaps).toBe(0);
     expect(granted).toHaveLength(40);
-    for (let i = 1; i < granted.length; i++) expect(granted[i]! > granted[i - 1]!, `grant ${i}: ${granted[i]} after ${granted[i - 1]}`).toBe(true);
+    for (let i = 1; i < granted.length; i++)
+      expect(granted[i]! > granted[i - 1]!, `grant ${i}: ${granted[i]} after ${granted[i - 1]}`).toBe(true);
   });
 
   it("a killed node counts as an error; the other two grant, and the node serves again once restarted", async () => {
@@ -132,7 +147,10 @@ describe.each(IOREDIS_MAJORS)("the lock on ioredis %i clients", (major) => {
       const error = await redlock.acquire("majors/killed-held", 2_000).catch((e: unknown) => e);
       expect(error).toBeInstanceOf(LockNotAcquiredError);
       // B granted, or had not answered when A and C decided the attempt.
-      expect((error as LockNotAcquiredError).nodes.filter((n) => n.node !== 1).map((n) => [n.node, n.reason])).toEqual([[0, "held"], [2, "error"]]);
+      expect((error as LockNotAcquiredError).nodes.filter((n) => n.node !== 1).map((n) => [n.node, n.reason])).toEqual([
+        [0, "held"],
+        [2, "error"],
+      ]);
     } finally {
       await t.nodes[2]!.restart({ keepData: true });
       await Promise.all([ready(t.clients[2]!), ready(t.admin[2]!)]);

@@ -103,7 +103,12 @@ describe("losing the majority while holding a lease in using()", () => {
     const resource = "extension-retry";
     const nodeTimeoutMs = 300;
     const threshold = 1_500;
-    const redlock = new Redlock(t.clients, { nodeTimeoutMs, retryCount: 0, automaticExtensionThresholdMs: threshold, extensionAttempts: 3 });
+    const redlock = new Redlock(t.clients, {
+      nodeTimeoutMs,
+      retryCount: 0,
+      automaticExtensionThresholdMs: threshold,
+      extensionAttempts: 3,
+    });
     const pttlsAfter: number[] = [];
     let aborted: unknown;
     const result = await redlock.using(resource, TTL_MS, async (lease) => {

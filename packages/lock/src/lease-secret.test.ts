@@ -95,7 +95,18 @@ describe("a lease keeps its value to itself", () => {
         expect(name in lease, name).toBe(false);
         expect((lease as unknown as Record<string, unknown>)[name], name).toBeUndefined();
       }
-      for (const name of ["extend", "release", "signal", "lostReason", "remainingMs", "validUntil", "holder", "value", "resource", "token"]) {
+      for (const name of [
+        "extend",
+        "release",
+        "signal",
+        "lostReason",
+        "remainingMs",
+        "validUntil",
+        "holder",
+        "value",
+        "resource",
+        "token",
+      ]) {
         expect(name in lease, name).toBe(true);
       }
       expect(Symbol.asyncDispose in lease).toBe(true);

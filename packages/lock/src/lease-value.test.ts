@@ -23,7 +23,15 @@ describe("newLeaseValue", () => {
 
 /** esbuild, as tsx (a dev dependency) brings it: enough of its API to bundle one entry. */
 interface Esbuild {
-  buildSync(options: { entryPoints: string[]; bundle: true; platform: "node"; format: "cjs"; target: string; outfile: string; logLevel: "error" }): unknown;
+  buildSync(options: {
+    entryPoints: string[];
+    bundle: true;
+    platform: "node";
+    format: "cjs";
+    target: string;
+    outfile: string;
+    logLevel: "error";
+  }): unknown;
 }
 
 function esbuild(): Esbuild {
@@ -57,9 +65,18 @@ describe("newLeaseValue in processes started from one startup snapshot", () => {
       const script = join(dir, "entry.cjs");
       const blob = join(dir, "snapshot.blob");
       await writeFile(source, ENTRY(fileURLToPath(new URL("./lease-value.ts", import.meta.url))));
-      esbuild().buildSync({ entryPoints: [source], bundle: true, platform: "node", format: "cjs", target: "node20", outfile: script, logLevel: "error" });
+      esbuild().buildSync({
+        entryPoints: [source],
+        bundle: true,
+        platform: "node",
+        format: "cjs",
+        target: "node20",
+        outfile: script,
+        logLevel: "error",
+      });
       await run(process.execPath, ["--snapshot-blob", blob, "--build-snapshot", script], { cwd: dir });
-      const draw = async (): Promise<string[]> => JSON.parse((await run(process.execPath, ["--snapshot-blob", blob], { cwd: dir })).stdout) as string[];
+      const draw = async (): Promise<string[]> =>
+        JSON.parse((await run(process.execPath, ["--snapshot-blob", blob], { cwd: dir })).stdout) as string[];
       const [first, second] = await Promise.all([draw(), draw()]);
       for (const v of [...first, ...second]) expect(v).toMatch(/^[0-9a-f]{32}$/);
       expect(new Set([...first, ...second]).size, `${JSON.stringify(first)} vs ${JSON.stringify(second)}`).toBe(8);

@@ -96,7 +96,8 @@ export class Lease implements AsyncDisposable {
 
   /** Why the lease is lost, or undefined while it is valid. Expiry is noticed on read, not only by the timer. */
   get lostReason(): LeaseLostError | undefined {
-    if (this.#lost === undefined && performance.now() >= this.#deadline) this.#lose(new LeaseLostError(this.resource, this.token, "expired"));
+    if (this.#lost === undefined && performance.now() >= this.#deadline)
+      this.#lose(new LeaseLostError(this.resource, this.token, "expired"));
     if (this.#lost === "released") this.#lost = new LeaseLostError(this.resource, this.token, "released");
     return this.#lost;
   }
@@ -171,7 +172,13 @@ export class Lease implements AsyncDisposable {
   }
 
   #shown(): LeaseShown<bigint> {
-    return { resource: this.resource, token: this.token, holder: this.holder, validUntil: this.#validUntil, lost: this.lostReason !== undefined };
+    return {
+      resource: this.resource,
+      token: this.token,
+      holder: this.holder,
+      validUntil: this.#validUntil,
+      lost: this.lostReason !== undefined,
+    };
   }
 
   static {
@@ -194,7 +201,10 @@ export class Lease implements AsyncDisposable {
     if (this.#controller === undefined) return;
     clearTimeout(this.#expiryTimer);
     // setTimeout runs on the monotonic clock, so a wall-clock jump on this machine does not stretch the lease.
-    this.#expiryTimer = setTimeout(() => this.#lose(new LeaseLostError(this.resource, this.token, "expired")), Math.max(0, this.#deadline - performance.now()));
+    this.#expiryTimer = setTimeout(
+      () => this.#lose(new LeaseLostError(this.resource, this.token, "expired")),
+      Math.max(0, this.#deadline - performance.now()),
+    );
     this.#expiryTimer.unref();
   }
 }

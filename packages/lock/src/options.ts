@@ -94,7 +94,15 @@ export function driftMs(ttlMs: number, driftFactor: number): number {
 export function checkSettings(options: unknown): Settings {
   if (options === undefined) options = {};
   assertObject(options, "options", "of Redlock options");
-  const { driftFactor = 0.01, retryCount = 10, retryDelayMs = 200, retryJitterMs = 100, nodeTimeoutMs = 200, automaticExtensionThresholdMs, extensionAttempts = 3 } = options;
+  const {
+    driftFactor = 0.01,
+    retryCount = 10,
+    retryDelayMs = 200,
+    retryJitterMs = 100,
+    nodeTimeoutMs = 200,
+    automaticExtensionThresholdMs,
+    extensionAttempts = 3,
+  } = options;
   if (typeof driftFactor !== "number" || !(driftFactor >= 0 && driftFactor < 1)) {
     throw new InvalidArgumentError("options.driftFactor", `must be a number in [0, 1), got ${String(driftFactor)}`);
   }
@@ -107,13 +115,19 @@ export function checkSettings(options: unknown): Settings {
     retryDelayMs: checkMs(retryDelayMs, "options.retryDelayMs", 0),
     retryJitterMs: checkMs(retryJitterMs, "options.retryJitterMs", 0),
     nodeTimeoutMs: checkMs(nodeTimeoutMs, "options.nodeTimeoutMs", 1),
-    automaticExtensionThresholdMs: automaticExtensionThresholdMs === undefined ? undefined : checkMs(automaticExtensionThresholdMs, "options.automaticExtensionThresholdMs", 0),
+    automaticExtensionThresholdMs:
+      automaticExtensionThresholdMs === undefined
+        ? undefined
+        : checkMs(automaticExtensionThresholdMs, "options.automaticExtensionThresholdMs", 0),
     extensionAttempts,
   };
 }
 
 /** AcquireOptions, checked; `retryCount` falls back to the Redlock's. */
-export function checkAcquireOptions(options: unknown, defaultRetryCount: number): { readonly retryCount: number; readonly signal: AbortSignal | undefined } {
+export function checkAcquireOptions(
+  options: unknown,
+  defaultRetryCount: number,
+): { readonly retryCount: number; readonly signal: AbortSignal | undefined } {
   if (options === undefined) return { retryCount: defaultRetryCount, signal: undefined };
   assertObject(options, "options", "{ retryCount?, signal? }");
   const { retryCount = defaultRetryCount, signal } = options;
@@ -127,9 +141,11 @@ export function checkHeld(held: unknown, argument = "held"): HeldLease {
   const { resource, token, value, validUntil } = held;
   assertResource(resource, `${argument}.resource`);
   assertToken(token, `${argument}.token`);
-  if (typeof value !== "string" || !LEASE_VALUE.test(value)) throw new InvalidArgumentError(`${argument}.value`, "is not a lease value (32 lowercase hex digits)");
+  if (typeof value !== "string" || !LEASE_VALUE.test(value))
+    throw new InvalidArgumentError(`${argument}.value`, "is not a lease value (32 lowercase hex digits)");
   if (validUntil === undefined) return { resource, token, value };
-  if (typeof validUntil !== "number" || !Number.isFinite(validUntil)) throw new InvalidArgumentError(`${argument}.validUntil`, "must be epoch milliseconds (a finite number)");
+  if (typeof validUntil !== "number" || !Number.isFinite(validUntil))
+    throw new InvalidArgumentError(`${argument}.validUntil`, "must be epoch milliseconds (a finite number)");
   return { resource, token, value, validUntil };
 }
 
@@ -138,10 +154,17 @@ export function checkHeld(held: unknown, argument = "held"): HeldLease {
  * its index, so the array is copied: later changes to the caller's array do not move the quorum.
  */
 export function checkClients<C>(clients: unknown): C[] {
-  if (!Array.isArray(clients) || clients.length === 0) throw new InvalidArgumentError("clients", "must be a non-empty array of Redis clients (one per node)");
+  if (!Array.isArray(clients) || clients.length === 0)
+    throw new InvalidArgumentError("clients", "must be a non-empty array of Redis clients (one per node)");
   clients.forEach((client: unknown, i) => {
     const c = client as Record<string, unknown> | null;
-    if (typeof c !== "object" || c === null || typeof c.evalsha !== "function" || typeof c.eval !== "function" || typeof c.script !== "function") {
+    if (
+      typeof c !== "object" ||
+      c === null ||
+      typeof c.evalsha !== "function" ||
+      typeof c.eval !== "function" ||
+      typeof c.script !== "function"
+    ) {
       throw new InvalidArgumentError(`clients[${i}]`, "must be a Redis client (an ioredis Redis or Cluster)");
     }
   });

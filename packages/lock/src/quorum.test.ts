@@ -5,14 +5,19 @@ import { AcquireTally, chooseToken, quorumOf, type Grant, type Reply } from "./q
 type MaybeReply = Reply<Grant> | undefined;
 
 // Small counters make ties (the interesting case) common; a few huge ones check that nothing goes through doubles.
-const counter = fc.oneof({ weight: 9, arbitrary: fc.bigInt({ min: 0n, max: 12n }) }, { weight: 1, arbitrary: fc.bigInt({ min: 2n ** 62n, max: 2n ** 63n - 2n }) });
+const counter = fc.oneof(
+  { weight: 9, arbitrary: fc.bigInt({ min: 0n, max: 12n }) },
+  { weight: 1, arbitrary: fc.bigInt({ min: 2n ** 62n, max: 2n ** 63n - 2n }) },
+);
 const grantReply = fc.record({ granted: fc.boolean(), counter }).map((value): Reply<Grant> => ({ ok: true, value }));
 const failedReply = fc.constantFrom("timeout", "error").map((reason): Reply<Grant> => ({
   ok: false,
   failure: reason === "timeout" ? { node: 0, reason } : { node: 0, reason, detail: "connection refused" },
 }));
 const reply = fc.oneof({ weight: 6, arbitrary: grantReply }, { weight: 1, arbitrary: failedReply });
-const replySet = fc.integer({ min: 1, max: 9 }).chain((n) => fc.array(fc.option(reply, { nil: undefined, freq: 6 }), { minLength: n, maxLength: n }));
+const replySet = fc
+  .integer({ min: 1, max: 9 })
+  .chain((n) => fc.array(fc.option(reply, { nil: undefined, freq: 6 }), { minLength: n, maxLength: n }));
 
 function granting(replies: readonly MaybeReply[]): { node: number; counter: bigint }[] {
   return replies.flatMap((r, node) => (r?.ok === true && r.value.granted ? [{ node, counter: r.value.counter }] : []));
@@ -106,7 +111,11 @@ describe("the protocol over a model of N nodes without data loss", () => {
   it("hands out strictly increasing tokens whatever the grants, arrival orders and publish outcomes", () => {
     const step = fc.record({
       outcome: fc.array(
-        fc.oneof({ weight: 6, arbitrary: fc.constant("grant") }, { weight: 2, arbitrary: fc.constant("refuse") }, { weight: 1, arbitrary: fc.constant("fail") }),
+        fc.oneof(
+          { weight: 6, arbitrary: fc.constant("grant") },
+          { weight: 2, arbitrary: fc.constant("refuse") },
+          { weight: 1, arbitrary: fc.constant("fail") },
+        ),
         { minLength: 9, maxLength: 9 },
       ),
       order: fc.shuffledSubarray([0, 1, 2, 3, 4, 5, 6, 7, 8], { minLength: 9 }),

@@ -120,7 +120,8 @@ export function parseGrant(raw: unknown): Grant {
   const [flag, counter] = raw as [unknown, unknown];
   // ACQUIRE sends integer replies only below INTEGER_REPLY_LIMIT, where every client reads them
   // exactly; a larger number cannot be trusted to be the counter. Larger counters arrive as decimal strings.
-  if (typeof counter === "number" && Number.isInteger(counter) && counter >= 0 && counter < INTEGER_REPLY_LIMIT) return { granted: flag === 1, counter: BigInt(counter) };
+  if (typeof counter === "number" && Number.isInteger(counter) && counter >= 0 && counter < INTEGER_REPLY_LIMIT)
+    return { granted: flag === 1, counter: BigInt(counter) };
   if (typeof counter !== "string" || !/^\d+$/.test(counter)) throw new Error(`unexpected fence counter: ${String(counter)}`);
   return { granted: flag === 1, counter: BigInt(counter) };
 }
@@ -177,7 +178,11 @@ export function chooseToken(replies: readonly (Reply<Grant> | undefined)[], quor
  * undefined otherwise. A node at the ceiling in a minority, below a quorum that grants with a lower
  * counter, is not yet exhaustion: that quorum's token is valid, and a later round will see the ceiling.
  */
-export function ceilingReached(replies: readonly (Reply<Grant> | undefined)[], choice: TokenChoice | undefined, quorum: number): bigint | undefined {
+export function ceilingReached(
+  replies: readonly (Reply<Grant> | undefined)[],
+  choice: TokenChoice | undefined,
+  quorum: number,
+): bigint | undefined {
   let atCeiling = 0;
   let highest = -1n;
   for (const reply of replies) {

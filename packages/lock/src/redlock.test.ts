@@ -38,7 +38,8 @@ describe("Redlock over 5 nodes", () => {
 
   it("rejects bad input with InvalidArgumentError before sending anything to Redis", async () => {
     const before = await commandsServed(t.admin);
-    const invalid = (argument: string): InvalidArgumentError => expect.objectContaining({ name: "InvalidArgumentError", argument }) as InvalidArgumentError;
+    const invalid = (argument: string): InvalidArgumentError =>
+      expect.objectContaining({ name: "InvalidArgumentError", argument }) as InvalidArgumentError;
     const constructors: [() => unknown, string][] = [
       [() => new Redlock([]), "clients"],
       [() => new Redlock(undefined as unknown as Redis[]), "clients"],
@@ -59,10 +60,25 @@ describe("Redlock over 5 nodes", () => {
       expect(make).toThrow(invalid(argument));
     }
     // Explicit undefined means "the default" (exactOptionalPropertyTypes allows it in the types too).
-    expect(new Redlock(t.clients, { retryCount: undefined, driftFactor: undefined, automaticExtensionThresholdMs: undefined }).quorum).toBe(3);
+    expect(new Redlock(t.clients, { retryCount: undefined, driftFactor: undefined, automaticExtensionThresholdMs: undefined }).quorum).toBe(
+      3,
+    );
 
     // Everything @fenced/fence refuses as a resource, including what the stores could not use.
-    const badResources: unknown[] = ["", "r".repeat(513), "line\nbreak", "nul\u0000", "del\u007f", "c1\u0085", "lone\ud800", "\udc00lone", 42, null, undefined, Symbol("r")];
+    const badResources: unknown[] = [
+      "",
+      "r".repeat(513),
+      "line\nbreak",
+      "nul\u0000",
+      "del\u007f",
+      "c1\u0085",
+      "lone\ud800",
+      "\udc00lone",
+      42,
+      null,
+      undefined,
+      Symbol("r"),
+    ];
     for (const resource of badResources) {
       await expect(redlock.acquire(resource as string, 1_000)).rejects.toThrow(invalid("resource"));
     }
@@ -227,7 +243,11 @@ describe("Redlock over 5 nodes", () => {
     const error = await lease.extend(30_000).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(LeaseLostError);
     expect((error as LeaseLostError).kind).toBe("quorum-lost");
-    expect((error as LeaseLostError).nodes.map((n) => [n.node, n.reason])).toEqual([[0, "not-held"], [1, "not-held"], [2, "not-held"]]);
+    expect((error as LeaseLostError).nodes.map((n) => [n.node, n.reason])).toEqual([
+      [0, "not-held"],
+      [1, "not-held"],
+      [2, "not-held"],
+    ]);
     expect(lease.signal.aborted).toBe(true);
     for (const pttl of (await pttls(t.admin, resource)).slice(0, 3)) expect(pttl).toBeLessThanOrEqual(5_000);
     expect(await leaseValuesOn(t.admin, resource)).toEqual(["someone-else", "someone-else", "someone-else", lease.value, lease.value]);
@@ -243,7 +263,9 @@ describe("Redlock over 5 nodes", () => {
     const validity = lease.remainingMs;
     expect(validity).toBeGreaterThan(0);
     expect(validity).toBeLessThan(500 - 5); // the drift allowance: 1 % + 2 ms
-    const reason = await new Promise<unknown>((resolve) => lease.signal.addEventListener("abort", () => resolve(lease.signal.reason), { once: true }));
+    const reason = await new Promise<unknown>((resolve) =>
+      lease.signal.addEventListener("abort", () => resolve(lease.signal.reason), { once: true }),
+    );
     const abortedAfter = performance.now() - grantedAt;
     expect(reason).toBeInstanceOf(LeaseLostError);
     expect((reason as LeaseLostError).kind).toBe("expired");

@@ -6,8 +6,31 @@ import { LeaseLostError, LockNotAcquiredError, TokenSpaceExhaustedError, type No
 import { resourceKeys } from "./keys.js";
 import { Lease, leaseInternals } from "./lease.js";
 import { newLeaseValue } from "./lease-value.js";
-import { assertTtl, checkAcquireOptions, checkClients, checkHeld, checkSettings, driftMs, type AcquireOptions, type HeldLease, type RedlockOptions, type Settings } from "./options.js";
-import { AcquireTally, ceilingReached, chooseToken, evalSha, failures, fallBack, fanOut, parseGrant, quorumOf, type Grant, type ScriptCall } from "./quorum.js";
+import {
+  assertTtl,
+  checkAcquireOptions,
+  checkClients,
+  checkHeld,
+  checkSettings,
+  driftMs,
+  type AcquireOptions,
+  type HeldLease,
+  type RedlockOptions,
+  type Settings,
+} from "./options.js";
+import {
+  AcquireTally,
+  ceilingReached,
+  chooseToken,
+  evalSha,
+  failures,
+  fallBack,
+  fanOut,
+  parseGrant,
+  quorumOf,
+  type Grant,
+  type ScriptCall,
+} from "./quorum.js";
 import { SCRIPTS } from "./scripts.js";
 
 export type { AcquireOptions, HeldLease, RedlockOptions } from "./options.js";
@@ -78,7 +101,8 @@ export class Redlock {
           schedule();
           return;
         } catch (err) {
-          const definitive = err instanceof LeaseLostError && err.nodes.filter((n) => n.reason === "not-held").length > this.clients.length - this.quorum;
+          const definitive =
+            err instanceof LeaseLostError && err.nodes.filter((n) => n.reason === "not-held").length > this.clients.length - this.quorum;
           if (definitive || attempt === extensionAttempts || lease.remainingMs === 0) {
             leaseInternals.lose(lease, err instanceof LeaseLostError ? err : new LeaseLostError(resource, lease.token, "quorum-lost"));
             return;
@@ -111,7 +135,11 @@ export class Redlock {
     const configured = this.#settings.automaticExtensionThresholdMs;
     const threshold = configured ?? longestValidity / 2;
     if (threshold < longestValidity) return threshold;
-    if (configured === undefined) throw new InvalidArgumentError("ttlMs", `${ttlMs} ms leaves no validity after the drift allowance (${driftMs(ttlMs, this.#settings.driftFactor)} ms)`);
+    if (configured === undefined)
+      throw new InvalidArgumentError(
+        "ttlMs",
+        `${ttlMs} ms leaves no validity after the drift allowance (${driftMs(ttlMs, this.#settings.driftFactor)} ms)`,
+      );
     throw new InvalidArgumentError(
       "options.automaticExtensionThresholdMs",
       `${configured} ms leaves no time to wait between extensions: a lease of ${ttlMs} ms is valid for at most ${longestValidity} ms`,

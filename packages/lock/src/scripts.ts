@@ -26,7 +26,8 @@ export const INTEGER_REPLY_LIMIT = 2 ** 52;
 const CEILING = MAX_TOKEN.toString();
 /** Lua conditions on the string `s`: a decimal integer in its one spelling; compared with the ceiling. */
 const IS_DECIMAL = `(s == '0' or string.match(s, '^[1-9]%d*$') ~= nil)`;
-const compare = (op: ">" | ">="): string => `(string.len(s) > ${CEILING.length} or (string.len(s) == ${CEILING.length} and s ${op} '${CEILING}'))`;
+const compare = (op: ">" | ">="): string =>
+  `(string.len(s) > ${CEILING.length} or (string.len(s) == ${CEILING.length} and s ${op} '${CEILING}'))`;
 
 /**
  * Take the lease if free and, only then, advance the counter. Returns {1, counter} when granted,

@@ -72,7 +72,8 @@ export async function startTestNodes(count: number, options: StartRedisOptions =
     opened.push(...clients);
     return clients;
   };
-  const moreClients = (s: ClientSettings = {}): Promise<LockClient[]> => open((node) => connect(node, { ioredis: settings.ioredis ?? 5, ...s }));
+  const moreClients = (s: ClientSettings = {}): Promise<LockClient[]> =>
+    open((node) => connect(node, { ioredis: settings.ioredis ?? 5, ...s }));
   try {
     const clients = await moreClients(settings);
     const admin = await open((node) => connect(node));

@@ -63,12 +63,17 @@ describe("using() and `await using`", () => {
     }
     // The default threshold is half the longest validity: a TTL whose drift allowance leaves none is refused too.
     const drifty = new Redlock(t.clients, { retryCount: 0, driftFactor: 0.5 });
-    await expect(drifty.using("threshold/no-validity", 4, routine)).rejects.toThrow(expect.objectContaining({ name: "InvalidArgumentError", argument: "ttlMs" }) as Error);
+    await expect(drifty.using("threshold/no-validity", 4, routine)).rejects.toThrow(
+      expect.objectContaining({ name: "InvalidArgumentError", argument: "ttlMs" }) as Error,
+    );
     expect(await scriptCalls(t.admin)).toBe(before);
-    for (const resource of ["threshold/refused", "threshold/no-validity"]) expect(await countersOn(t.admin, resource)).toEqual([0n, 0n, 0n]);
+    for (const resource of ["threshold/refused", "threshold/no-validity"])
+      expect(await countersOn(t.admin, resource)).toEqual([0n, 0n, 0n]);
 
     // Just below the longest validity is accepted.
-    expect(await new Redlock(t.clients, { retryCount: 0, automaticExtensionThresholdMs: 390 }).using("threshold/accepted", 400, routine)).toBe("ran");
+    expect(
+      await new Redlock(t.clients, { retryCount: 0, automaticExtensionThresholdMs: 390 }).using("threshold/accepted", 400, routine),
+    ).toBe("ran");
   });
 
   it("the default threshold leaves room: over 1.2 s a 400 ms lease is extended every ~200 ms, not back to back", async () => {

@@ -97,7 +97,9 @@ export function compileClockShim(): string {
   if (!existsSync(target)) {
     const gcc = findExecutable("gcc");
     if (gcc === undefined) {
-      throw new Error("'gcc' was not found on PATH; it is needed to build the clock shim for clock-jump tests. Install it: apt-get install gcc libc6-dev");
+      throw new Error(
+        "'gcc' was not found on PATH; it is needed to build the clock shim for clock-jump tests. Install it: apt-get install gcc libc6-dev",
+      );
     }
     // Unique scratch names, then an atomic rename: other test processes may be compiling the
     // same file at this moment, and none of them may ever load a half-written object.
@@ -107,7 +109,9 @@ export function compileClockShim(): string {
       try {
         runOrThrow(gcc, ["-shared", "-fPIC", "-O2", "-Wall", "-o", `${scratch}.so`, `${scratch}.c`]);
       } catch (err) {
-        throw new Error(`compiling the clock shim failed (are the C headers installed? apt-get install gcc libc6-dev): ${err instanceof Error ? err.message : String(err)}`);
+        throw new Error(
+          `compiling the clock shim failed (are the C headers installed? apt-get install gcc libc6-dev): ${err instanceof Error ? err.message : String(err)}`,
+        );
       }
       renameSync(`${scratch}.so`, target);
     } finally {

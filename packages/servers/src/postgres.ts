@@ -64,7 +64,10 @@ async function startDockerPostgres(durable: boolean): Promise<StartedPostgres> {
     .withEnvironment({ POSTGRES_USER: "fenced", POSTGRES_PASSWORD: "fenced", POSTGRES_DB: "fenced" })
     .withExposedPorts(5432);
   // The data is throwaway: tmpfs and no flushes keep start-up and commits fast.
-  if (!durable) definition = definition.withTmpFs({ "/var/lib/postgresql/data": "rw" }).withCommand(["postgres", ...FAST_SETTINGS.flatMap((s) => ["-c", s])]);
+  if (!durable)
+    definition = definition
+      .withTmpFs({ "/var/lib/postgresql/data": "rw" })
+      .withCommand(["postgres", ...FAST_SETTINGS.flatMap((s) => ["-c", s])]);
   const container = await definition
     // The entrypoint starts a temporary server for init scripts first; the second message is the real one.
     .withWaitStrategy(Wait.forLogMessage(/database system is ready to accept connections/, 2))
@@ -100,7 +103,8 @@ export function postgresBinDirs(): string[] {
 export function findPostgresBinaries(extraDirs: readonly string[] = postgresBinDirs()): { initdb: string; postgres: string } {
   const initdb = requireExecutable("initdb", INSTALL_HINT, extraDirs);
   const postgres = join(dirname(initdb), "postgres");
-  if (!existsSync(postgres)) throw new Error(`'postgres' was not found next to ${initdb}. Install PostgreSQL (${INSTALL_HINT}), or set DATABASE_URL.`);
+  if (!existsSync(postgres))
+    throw new Error(`'postgres' was not found next to ${initdb}. Install PostgreSQL (${INSTALL_HINT}), or set DATABASE_URL.`);
   return { initdb, postgres };
 }
 
@@ -120,7 +124,9 @@ function serverIdentity(): { uid: number; gid: number } | undefined {
     const [name, , uid, gid] = line.split(":");
     if (name === "postgres" && uid !== undefined && gid !== undefined) return { uid: Number(uid), gid: Number(gid) };
   }
-  throw new Error(`PostgreSQL cannot run as root and there is no 'postgres' user to run it as. Install PostgreSQL (${INSTALL_HINT}), run as a non-root user, or set DATABASE_URL.`);
+  throw new Error(
+    `PostgreSQL cannot run as root and there is no 'postgres' user to run it as. Install PostgreSQL (${INSTALL_HINT}), run as a non-root user, or set DATABASE_URL.`,
+  );
 }
 
 class PortTaken extends Error {}
@@ -151,15 +157,29 @@ async function startLocalPostgres(durable: boolean): Promise<StartedPostgres> {
 }
 
 /** Runs a set-up command as the server user and waits for it; tracked so it cannot outlive us. */
-async function runToEnd(command: string, args: readonly string[], cwd: string, identity: { uid: number; gid: number } | undefined): Promise<void> {
+async function runToEnd(
+  command: string,
+  args: readonly string[],
+  cwd: string,
+  identity: { uid: number; gid: number } | undefined,
+): Promise<void> {
   const spawned = spawnTracked(command, args, { cwd, ...identity, env: { ...process.env, LC_ALL: "C" } });
   await spawned.exited;
   if (spawned.child.exitCode !== 0) {
-    throw new Error(`${command} ${args.join(" ")} failed (${String(spawned.child.exitCode ?? spawned.child.signalCode)}):\n${spawned.output()}`);
+    throw new Error(
+      `${command} ${args.join(" ")} failed (${String(spawned.child.exitCode ?? spawned.child.signalCode)}):\n${spawned.output()}`,
+    );
   }
 }
 
-async function launch(binary: string, dataDir: string, socketDir: string, port: number, identity: { uid: number; gid: number } | undefined, durable: boolean): Promise<Spawned> {
+async function launch(
+  binary: string,
+  dataDir: string,
+  socketDir: string,
+  port: number,
+  identity: { uid: number; gid: number } | undefined,
+  durable: boolean,
+): Promise<Spawned> {
   const settings = [
     `listen_addresses=${LOOPBACK}`,
     `port=${port}`,
@@ -177,7 +197,12 @@ async function launch(binary: string, dataDir: string, socketDir: string, port: 
   });
   const url = `postgres://postgres@${LOOPBACK}:${port}/postgres`;
   try {
-    await waitFor(`postgres on port ${port}`, async () => exited || (await answersQuery(url)), START_TIMEOUT_MS, () => spawned.output());
+    await waitFor(
+      `postgres on port ${port}`,
+      async () => exited || (await answersQuery(url)),
+      START_TIMEOUT_MS,
+      () => spawned.output(),
+    );
   } catch (err) {
     await killHard(spawned);
     throw err;
@@ -196,7 +221,10 @@ function localHandle(spawned: Spawned, dir: string, url: string): StartedPostgre
     // SIGQUIT is PostgreSQL's immediate shutdown: the postmaster kills its backends and removes its
     // shared memory before exiting. SIGKILL would orphan the SysV segment; it is only the fallback.
     if (spawned.child.exitCode === null && spawned.child.signalCode === null) spawned.child.kill("SIGQUIT");
-    const gone = await Promise.race([spawned.exited.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 5_000).unref())]);
+    const gone = await Promise.race([
+      spawned.exited.then(() => true),
+      new Promise<boolean>((r) => setTimeout(() => r(false), 5_000).unref()),
+    ]);
     if (!gone) await killHard(spawned);
     await rm(dir, { recursive: true, force: true });
   };

@@ -95,23 +95,36 @@ export function findExecutable(name: string, extraDirs: readonly string[] = []):
 export function requireExecutable(name: string, install: string, extraDirs: readonly string[] = []): string {
   const found = findExecutable(name, extraDirs);
   if (found === undefined) {
-    throw new Error(`'${name}' was not found on PATH. Install it (${install}), or point the tests at running servers through the documented environment variables.`);
+    throw new Error(
+      `'${name}' was not found on PATH. Install it (${install}), or point the tests at running servers through the documented environment variables.`,
+    );
   }
   return found;
 }
 
 /** Runs a short command to completion; throws with its output if it fails. */
-export function runOrThrow(command: string, args: readonly string[], options: { cwd?: string; uid?: number; gid?: number; env?: NodeJS.ProcessEnv } = {}): string {
+export function runOrThrow(
+  command: string,
+  args: readonly string[],
+  options: { cwd?: string; uid?: number; gid?: number; env?: NodeJS.ProcessEnv } = {},
+): string {
   const result = spawnSync(command, args, { encoding: "utf8", ...options });
   if (result.error !== undefined) throw result.error;
   if (result.status !== 0) {
-    throw new Error(`${command} ${args.join(" ")} exited with ${String(result.status ?? result.signal)}:\n${result.stdout}${result.stderr}`);
+    throw new Error(
+      `${command} ${args.join(" ")} exited with ${String(result.status ?? result.signal)}:\n${result.stdout}${result.stderr}`,
+    );
   }
   return result.stdout;
 }
 
 /** Polls until check() resolves true or the deadline passes. */
-export async function waitFor(what: string, check: () => Promise<boolean>, timeoutMs: number, diagnostics: () => string = () => ""): Promise<void> {
+export async function waitFor(
+  what: string,
+  check: () => Promise<boolean>,
+  timeoutMs: number,
+  diagnostics: () => string = () => "",
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     try {

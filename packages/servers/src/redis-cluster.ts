@@ -41,7 +41,8 @@ async function runToCompletion(command: string, args: readonly string[]): Promis
   const spawned = spawnTracked(command, args);
   await spawned.exited;
   const { exitCode } = spawned.child;
-  if (exitCode !== 0) throw new Error(`${command} ${args.join(" ")} exited with ${String(exitCode ?? spawned.child.signalCode)}:\n${spawned.output()}`);
+  if (exitCode !== 0)
+    throw new Error(`${command} ${args.join(" ")} exited with ${String(exitCode ?? spawned.child.signalCode)}:\n${spawned.output()}`);
   return spawned.output();
 }
 

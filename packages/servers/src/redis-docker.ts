@@ -11,7 +11,10 @@ const IMAGE = "redis:7";
  * Starts a redis:7 container bound to a fixed host port, so that restart() can bring the node
  * back on the same port (a Docker-assigned port may change when the container is recreated).
  */
-async function startContainer(port: number | undefined, persistence: RedisPersistence): Promise<{ container: StartedTestContainer; port: number }> {
+async function startContainer(
+  port: number | undefined,
+  persistence: RedisPersistence,
+): Promise<{ container: StartedTestContainer; port: number }> {
   const { GenericContainer } = await import("testcontainers");
   for (let attempt = 1; ; attempt++) {
     const hostPort = port ?? (await freePort());
@@ -37,7 +40,9 @@ async function startContainer(port: number | undefined, persistence: RedisPersis
 function dockerCli(args: readonly string[]): void {
   const result = spawnSync("docker", args, { encoding: "utf8" });
   if (result.error !== undefined || result.status !== 0) {
-    throw new Error(`docker ${args.join(" ")} failed (pause/resume of Docker nodes needs a docker CLI that reaches the same engine as testcontainers): ${result.error?.message ?? result.stderr}`);
+    throw new Error(
+      `docker ${args.join(" ")} failed (pause/resume of Docker nodes needs a docker CLI that reaches the same engine as testcontainers): ${result.error?.message ?? result.stderr}`,
+    );
   }
 }
 
@@ -105,7 +110,9 @@ class DockerRedisNode implements OwnedRedisNode {
   }
 
   setClockOffsetMs(): void {
-    throw new Error(`Redis node ${this.name} runs in Docker; clock control needs local processes (startRedisNodes(n, { clockControl: [...] }) starts those)`);
+    throw new Error(
+      `Redis node ${this.name} runs in Docker; clock control needs local processes (startRedisNodes(n, { clockControl: [...] }) starts those)`,
+    );
   }
 
   async dispose(): Promise<void> {

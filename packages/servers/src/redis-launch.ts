@@ -28,8 +28,20 @@ class PortTaken extends Error {}
 async function launchOnPort(port: number, spec: LocalServerSpec): Promise<Spawned> {
   const binary = requireExecutable("redis-server", "apt-get install redis-server");
   const args = [
-    "--port", String(port), "--bind", LOOPBACK, "--protected-mode", "no", "--daemonize", "no",
-    "--logfile", "", "--dir", spec.dataDir, ...persistenceArgs(spec.persistence), ...(spec.extraArgs ?? []),
+    "--port",
+    String(port),
+    "--bind",
+    LOOPBACK,
+    "--protected-mode",
+    "no",
+    "--daemonize",
+    "no",
+    "--logfile",
+    "",
+    "--dir",
+    spec.dataDir,
+    ...persistenceArgs(spec.persistence),
+    ...(spec.extraArgs ?? []),
   ];
   const spawned = spawnTracked(binary, args, { cwd: spec.dataDir, env: { ...process.env, ...spec.env } });
   let exited = false;
@@ -56,7 +68,10 @@ async function launchOnPort(port: number, spec: LocalServerSpec): Promise<Spawne
 }
 
 /** Starts redis-server on a fresh port, trying another one if the chosen port was taken in the meantime. */
-export async function launchOnFreePort(spec: LocalServerSpec, pickPort: () => Promise<number> = freePort): Promise<{ port: number; spawned: Spawned }> {
+export async function launchOnFreePort(
+  spec: LocalServerSpec,
+  pickPort: () => Promise<number> = freePort,
+): Promise<{ port: number; spawned: Spawned }> {
   for (let attempt = 1; ; attempt++) {
     const port = await pickPort();
     try {

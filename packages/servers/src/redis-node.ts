@@ -55,7 +55,18 @@ export function persistenceArgs(persistence: RedisPersistence): string[] {
   // RDB snapshots are off either way: they would add an unrelated, timing-dependent way to survive a kill.
   // What PROTOCOL.md requires of lock nodes, spelled out even where it is Redis's default: an fsync
   // skipped during a rewrite, or a counter evicted under memory pressure, loses an acknowledged counter.
-  return ["--save", "", "--appendonly", persistence === "none" ? "no" : "yes", "--appendfsync", "always", "--no-appendfsync-on-rewrite", "no", "--maxmemory-policy", "noeviction"];
+  return [
+    "--save",
+    "",
+    "--appendonly",
+    persistence === "none" ? "no" : "yes",
+    "--appendfsync",
+    "always",
+    "--no-appendfsync-on-rewrite",
+    "no",
+    "--maxmemory-policy",
+    "noeviction",
+  ];
 }
 
 /** A node the harness owns; also what the docker and cluster variants build on. */

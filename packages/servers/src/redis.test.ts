@@ -127,7 +127,10 @@ describe("startRedisNodes with faults", () => {
 
   it("stop() kills every server and is idempotent", async () => {
     const pids = set.source === "local" ? await Promise.all(set.nodes.map(serverPid)) : [];
-    const dirs = set.source === "local" ? await Promise.all(set.nodes.map((n) => withClient(n, async (r) => (await r.config("GET", "dir")) as string[]))) : [];
+    const dirs =
+      set.source === "local"
+        ? await Promise.all(set.nodes.map((n) => withClient(n, async (r) => (await r.config("GET", "dir")) as string[])))
+        : [];
     expect(pids.every((pid) => pid > 0 && pidAlive(pid))).toBe(true);
     await set.stop();
     await set.stop();
@@ -164,7 +167,11 @@ describe("clock control", () => {
 
       jumpy.setClockOffsetMs(20_000);
       const jumpedAt = Date.now();
-      await waitFor("the key to expire on the node whose clock jumped", async () => (await withClient(jumpy, (r) => r.get("lease"))) === null, 1_000);
+      await waitFor(
+        "the key to expire on the node whose clock jumped",
+        async () => (await withClient(jumpy, (r) => r.get("lease"))) === null,
+        1_000,
+      );
       expect(Date.now() - jumpedAt).toBeLessThan(1_000);
 
       expect(await withClient(steady, (r) => r.get("lease"))).toBe("v");
@@ -182,7 +189,11 @@ describe("clock control", () => {
 describe("source selection", () => {
   const saved = { urls: process.env.REDIS_URLS, path: process.env.PATH, docker: process.env.FENCED_NO_DOCKER };
   afterAll(() => {
-    for (const [key, value] of [["REDIS_URLS", saved.urls], ["PATH", saved.path], ["FENCED_NO_DOCKER", saved.docker]] as const) {
+    for (const [key, value] of [
+      ["REDIS_URLS", saved.urls],
+      ["PATH", saved.path],
+      ["FENCED_NO_DOCKER", saved.docker],
+    ] as const) {
       if (value === undefined) delete process.env[key];
       else process.env[key] = value;
     }

@@ -5,7 +5,15 @@ import { dockerAvailable } from "./docker.js";
 import { killHard, requireExecutable, type Spawned } from "./processes.js";
 import { startDockerRedisNode } from "./redis-docker.js";
 import { launchOnFreePort, makeServerDir, relaunchOnPort, type LocalServerSpec } from "./redis-launch.js";
-import { LOOPBACK, nodeName, type OwnedRedisNode, type RedisNodeHandle, type RedisNodes, type RedisPersistence, type StartRedisOptions } from "./redis-node.js";
+import {
+  LOOPBACK,
+  nodeName,
+  type OwnedRedisNode,
+  type RedisNodeHandle,
+  type RedisNodes,
+  type RedisPersistence,
+  type StartRedisOptions,
+} from "./redis-node.js";
 
 export type { RedisNodeHandle, RedisNodes, StartRedisOptions } from "./redis-node.js";
 
@@ -63,7 +71,9 @@ class LocalRedisNode implements OwnedRedisNode {
 
   setClockOffsetMs(ms: number): void {
     if (this.offsetFile === undefined) {
-      throw new Error(`Redis node ${this.name} was not started with clock control; pass its index in startRedisNodes(n, { clockControl: [...] })`);
+      throw new Error(
+        `Redis node ${this.name} was not started with clock control; pass its index in startRedisNodes(n, { clockControl: [...] })`,
+      );
     }
     writeClockOffset(this.offsetFile, ms);
   }
@@ -133,14 +143,21 @@ class EnvRedisNode implements RedisNodeHandle {
   }
 
   private refuse(what: string): Error {
-    return new Error(`Redis node ${this.name} (${this.url}) comes from REDIS_URLS and cannot be controlled (${what}); request { faults: true } to get harness-owned nodes`);
+    return new Error(
+      `Redis node ${this.name} (${this.url}) comes from REDIS_URLS and cannot be controlled (${what}); request { faults: true } to get harness-owned nodes`,
+    );
   }
 }
 
 function envNodes(count: number, raw: string): RedisNodeHandle[] {
-  const urls = raw.split(",").map((u) => u.trim()).filter((u) => u !== "");
+  const urls = raw
+    .split(",")
+    .map((u) => u.trim())
+    .filter((u) => u !== "");
   if (urls.length < count) {
-    throw new Error(`REDIS_URLS lists ${urls.length} endpoint(s) but ${count} are needed; list at least ${count} independent Redis servers, or unset REDIS_URLS to let the harness start them`);
+    throw new Error(
+      `REDIS_URLS lists ${urls.length} endpoint(s) but ${count} are needed; list at least ${count} independent Redis servers, or unset REDIS_URLS to let the harness start them`,
+    );
   }
   return urls.slice(0, count).map((url, i) => new EnvRedisNode(nodeName(i), url));
 }
@@ -166,7 +183,8 @@ export async function startRedisNodes(count: number, options: StartRedisOptions 
   if (!Number.isInteger(count) || count < 1) throw new Error(`startRedisNodes needs a positive node count, got ${count}`);
   const clockControl = new Set(options.clockControl ?? []);
   for (const index of clockControl) {
-    if (!Number.isInteger(index) || index < 0 || index >= count) throw new Error(`clockControl index ${index} is not one of the ${count} nodes`);
+    if (!Number.isInteger(index) || index < 0 || index >= count)
+      throw new Error(`clockControl index ${index} is not one of the ${count} nodes`);
   }
   const persistence = options.persistence ?? "fsync-always";
   const wantsFaults = options.faults === true || clockControl.size > 0;

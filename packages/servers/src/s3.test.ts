@@ -38,7 +38,9 @@ describe("startS3", () => {
 
       // A stream body of known length goes through (the client must not ask for checksum trailers).
       const streamed = Buffer.alloc(300_000, 7);
-      await client.send(new PutObjectCommand({ Bucket: bucket, Key: "stream", Body: Readable.from([streamed]), ContentLength: streamed.length }));
+      await client.send(
+        new PutObjectCommand({ Bucket: bucket, Key: "stream", Body: Readable.from([streamed]), ContentLength: streamed.length }),
+      );
       const back = await client.send(new GetObjectCommand({ Bucket: bucket, Key: "stream" }));
       expect(Buffer.from(await back.Body!.transformToByteArray()).equals(streamed)).toBe(true);
 

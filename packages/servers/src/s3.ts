@@ -269,7 +269,11 @@ async function awaitRadosgw(cluster: CephRun, endpoint: string): Promise<void> {
   cluster.daemons.forEach((d, i) => void d.exited.then(() => (exited ??= names[i])));
   try {
     // A daemon that exits ends the wait at once: it will not come back by itself.
-    await waitFor("radosgw to answer HTTP", async () => exited !== undefined || (await fetch(endpoint, { signal: AbortSignal.timeout(2_000) })).status < 500, START_TIMEOUT_MS);
+    await waitFor(
+      "radosgw to answer HTTP",
+      async () => exited !== undefined || (await fetch(endpoint, { signal: AbortSignal.timeout(2_000) })).status < 500,
+      START_TIMEOUT_MS,
+    );
   } catch (err) {
     throw new Error(`${err instanceof Error ? err.message : String(err)}\n${await cluster.diagnostics()}`);
   }
@@ -311,7 +315,19 @@ async function startCephOnce(bins: CephBinaries): Promise<StartedS3> {
 
     const accessKeyId = `fenced${randomBytes(6).toString("hex")}`;
     const secretAccessKey = randomBytes(20).toString("hex");
-    await exec(bins.rgwAdmin, [...c, "user", "create", "--uid", "fenced", "--display-name", "fenced", "--access-key", accessKeyId, "--secret-key", secretAccessKey]);
+    await exec(bins.rgwAdmin, [
+      ...c,
+      "user",
+      "create",
+      "--uid",
+      "fenced",
+      "--display-name",
+      "fenced",
+      "--access-key",
+      accessKeyId,
+      "--secret-key",
+      secretAccessKey,
+    ]);
     return handle({ endpoint, region: "us-east-1", accessKeyId, secretAccessKey, source: "local", cleanBuckets: false }, cluster.shutdown);
   } catch (err) {
     await cluster.shutdown();

@@ -40,7 +40,8 @@ export async function clockJump(env: ScenarioEnv, mode: ClockJumpMode): Promise<
     return NODES.filter((_, i) => values[i] === info.value);
   };
   const markHeld = (at: DemoEvent, n: 1 | 2, nodes: readonly string[], token: string): void => {
-    for (const node of nodes) held.set(`${node}/${n}`, ctx.tl.open(at, { lane: `node-${node}`, kind: "held", label: `client ${n} · ${token}`, client: n }));
+    for (const node of nodes)
+      held.set(`${node}/${n}`, ctx.tl.open(at, { lane: `node-${node}`, kind: "held", label: `client ${n} · ${token}`, client: n }));
   };
 
   try {
@@ -48,7 +49,12 @@ export async function clockJump(env: ScenarioEnv, mode: ClockJumpMode): Promise<
 
     // A partition that keeps client 1 from D and E, played by a key there that makes them refuse it.
     await Promise.all(ctx.admin.slice(3).map((r) => r.set(leaseKey, "out of client 1's reach", "PX", CUT_OFF_MS)));
-    const cut = ctx.tl.event({ kind: "partition", lane: "node-D", label: "D, E: out of client 1's reach", message: "client 1 cannot reach D and E (a network partition)" });
+    const cut = ctx.tl.event({
+      kind: "partition",
+      lane: "node-D",
+      label: "D, E: out of client 1's reach",
+      message: "client 1 cannot reach D and E (a network partition)",
+    });
     const cutSpans = ["D", "E"].map((n) => ctx.tl.open(cut, { lane: `node-${n}`, kind: "cut-off", label: "unreachable for client 1" }));
 
     const lease1 = await c1.acquire(ctx.resource, TTL_MS);

@@ -123,7 +123,9 @@ export class RunContext {
 
   wrote(n: 1 | 2, token: string, doc: FileDoc, outcome: WriteOutcome, ifVersion?: string): DemoEvent {
     const what = `[${doc.entries.join(", ")}]`;
-    const sent = this.fenced ? `with token ${token}${ifVersion === undefined ? "" : ` if still at version ${shortVersion(ifVersion)}`}` : "(plain write, no token)";
+    const sent = this.fenced
+      ? `with token ${token}${ifVersion === undefined ? "" : ` if still at version ${shortVersion(ifVersion)}`}`
+      : "(plain write, no token)";
     if (outcome.accepted) {
       return this.tl.event({
         kind: "write",
@@ -163,7 +165,14 @@ export class RunContext {
   }
 
   released(n: 1 | 2, token: string, lockLane = "lock"): DemoEvent {
-    const e = this.tl.event({ kind: "release", lane: `client-${n}`, to: lockLane, label: "release", message: `client ${n} releases its lease (token ${token})`, token });
+    const e = this.tl.event({
+      kind: "release",
+      lane: `client-${n}`,
+      to: lockLane,
+      label: "release",
+      message: `client ${n} releases its lease (token ${token})`,
+      token,
+    });
     this.tl.close(this.leases.get(n), e);
     return e;
   }
@@ -197,7 +206,11 @@ export class RunContext {
   async leaseGone(n: 1 | 2, info: LeaseInfo, ttlMs: number, why: string): Promise<DemoEvent> {
     this.env.progress(`waiting for client ${n}'s lease to expire on the lock nodes (≈${(ttlMs / 1000).toFixed(1)} s)…`);
     const { lease } = resourceKeys(this.resource);
-    await waitFor(`client ${n}'s lease key to expire on every lock node`, async () => !(await Promise.all(this.admin.map((r) => r.get(lease)))).includes(info.value), ttlMs + 10_000);
+    await waitFor(
+      `client ${n}'s lease key to expire on every lock node`,
+      async () => !(await Promise.all(this.admin.map((r) => r.get(lease)))).includes(info.value),
+      ttlMs + 10_000,
+    );
     const e = this.tl.event({
       kind: "expire",
       lane: `client-${n}`,

@@ -34,7 +34,10 @@ async function holdFence(store: FencedPostgres, fence: Fence): Promise<{ release
 describe("FencedPostgres: AbortSignal on writes", () => {
   it("an already aborted signal rejects every write with its reason, before any I/O", async () => {
     let io = 0;
-    const trap = { query: () => ((io += 1), Promise.reject(new Error("I/O"))), connect: () => ((io += 1), Promise.reject(new Error("I/O"))) };
+    const trap = {
+      query: () => ((io += 1), Promise.reject(new Error("I/O"))),
+      connect: () => ((io += 1), Promise.reject(new Error("I/O"))),
+    };
     const store = new FencedPostgres(trap, { schema: "unused" });
     const controller = new AbortController();
     const reason = new Error("lease lost");
@@ -117,7 +120,11 @@ describe("FencedPostgres: AbortSignal on writes", () => {
     }
     const holder = await holdFence(store, f("r", 1n));
     const controller = new AbortController();
-    const deletion = store.delete("cas", { fence: f("r", 1n), ifVersion: (await store.get("cas"))?.version ?? "", signal: controller.signal });
+    const deletion = store.delete("cas", {
+      fence: f("r", 1n),
+      ifVersion: (await store.get("cas"))?.version ?? "",
+      signal: controller.signal,
+    });
     await sleep(50);
     controller.abort(new Error("too late"));
     await holder.release();
@@ -129,7 +136,9 @@ describe("FencedPostgres: AbortSignal on writes", () => {
     const store = await h.store("abort_bad");
     for (const signal of [null, 5, "abort", {}, { aborted: "yes" }]) {
       await expect(store.put("k", 1, { fence: f("r", 1n), signal } as never)).rejects.toBeInstanceOf(InvalidArgumentError);
-      await expect(store.transaction(f("r", 1n), () => Promise.resolve(), { signal } as never)).rejects.toBeInstanceOf(InvalidArgumentError);
+      await expect(store.transaction(f("r", 1n), () => Promise.resolve(), { signal } as never)).rejects.toBeInstanceOf(
+        InvalidArgumentError,
+      );
     }
     expect(await h.counts(store)).toEqual({ fence: 0, records: 0 });
   });
@@ -153,12 +162,14 @@ describe("FencedPostgres: the options and the pool are structural", () => {
     let connects = 0;
     // Written against nothing but the shape FencedPostgres documents; a user's own pg version, a wrapper, or a proxy.
     const minimal = {
-      query: (config: { readonly name?: string; readonly text: string; readonly values?: readonly unknown[] }) => h.pool.query({ ...config, values: config.values === undefined ? [] : [...config.values] }),
+      query: (config: { readonly name?: string; readonly text: string; readonly values?: readonly unknown[] }) =>
+        h.pool.query({ ...config, values: config.values === undefined ? [] : [...config.values] }),
       connect: async () => {
         connects += 1;
         const client = await h.pool.connect();
         return {
-          query: (config: { readonly name?: string; readonly text: string; readonly values?: readonly unknown[] }) => client.query({ ...config, values: config.values === undefined ? [] : [...config.values] }),
+          query: (config: { readonly name?: string; readonly text: string; readonly values?: readonly unknown[] }) =>
+            client.query({ ...config, values: config.values === undefined ? [] : [...config.values] }),
           release: (err?: Error | boolean) => client.release(err),
           extra: "the pool's own client type reaches transaction()",
         };

@@ -14,7 +14,6 @@ afterAll(async () => {
   await h.close();
 });
 
-
 /** The pool, with every statement and every checked-out connection counted: what a round trip costs. */
 function countingPool() {
   const sent: string[] = [];
@@ -40,7 +39,11 @@ function countingPool() {
     pool,
     /** Statements sent and connections checked out since the last call. */
     take() {
-      const taken = { statements: sent.length, connects, transactionControl: sent.filter((t) => /^(BEGIN|COMMIT|ROLLBACK)\b/.test(t)).length };
+      const taken = {
+        statements: sent.length,
+        connects,
+        transactionControl: sent.filter((t) => /^(BEGIN|COMMIT|ROLLBACK)\b/.test(t)).length,
+      };
       sent.length = 0;
       connects = 0;
       return taken;
@@ -59,10 +62,16 @@ describe("FencedPostgres: a conditional write (ifVersion) is one statement", () 
     const v2 = await store.put("k", 2, { fence: f("r", 1n, "h"), ifVersion: v1.version });
     expect(counting.take(), "ifVersion put, written").toEqual({ statements: 1, connects: 0, transactionControl: 0 });
 
-    await expect(store.put("k", 3, { fence: f("r", 1n, "h"), ifVersion: v1.version })).rejects.toMatchObject({ name: "VersionMismatchError", actual: v2.version });
+    await expect(store.put("k", 3, { fence: f("r", 1n, "h"), ifVersion: v1.version })).rejects.toMatchObject({
+      name: "VersionMismatchError",
+      actual: v2.version,
+    });
     expect(counting.take(), "ifVersion put, version refused").toEqual({ statements: 1, connects: 0, transactionControl: 0 });
 
-    await expect(store.put("k", 3, { fence: f("s", 1n), ifVersion: v2.version })).rejects.toMatchObject({ name: "ResourceMismatchError", owner: "r" });
+    await expect(store.put("k", 3, { fence: f("s", 1n), ifVersion: v2.version })).rejects.toMatchObject({
+      name: "ResourceMismatchError",
+      owner: "r",
+    });
     expect(counting.take(), "ifVersion put, owner refused").toEqual({ statements: 1, connects: 0, transactionControl: 0 });
 
     // A stale fence reads the highest token for its error, as the unconditional put does.
@@ -119,8 +128,16 @@ describe("FencedPostgres: conditional writes racing for one version", () => {
     try {
       const cases: { first: Fence; second: Fence; refused: object }[] = [
         { first: f("r", 10n, "a"), second: f("r", 11n, "b"), refused: { name: "VersionMismatchError" } },
-        { first: f("r", 20n, "a"), second: f("r", 19n, "b"), refused: { name: "StaleTokenError", token: 19n, highest: 20n, highestHolder: "a" } },
-        { first: f("r", 30n, "a"), second: f("r", 30n, "b"), refused: { name: "StaleTokenError", token: 30n, highest: 30n, highestHolder: "a" } },
+        {
+          first: f("r", 20n, "a"),
+          second: f("r", 19n, "b"),
+          refused: { name: "StaleTokenError", token: 19n, highest: 20n, highestHolder: "a" },
+        },
+        {
+          first: f("r", 30n, "a"),
+          second: f("r", 30n, "b"),
+          refused: { name: "StaleTokenError", token: 30n, highest: 30n, highestHolder: "a" },
+        },
         // The same lease sending two conditional writes at once: the ratchet admits both, the version one.
         { first: f("r", 40n, "a"), second: f("r", 40n, "a"), refused: { name: "VersionMismatchError" } },
       ];
@@ -130,7 +147,10 @@ describe("FencedPostgres: conditional writes racing for one version", () => {
         await gatekeeper.query("SELECT pg_advisory_lock($1)", [lock.toString()]);
         const winner = store.put(key, { n: 1, pause: lock.toString() }, { fence: first, ifVersion: base.version });
         const paused = async () => {
-          const { rows } = await h.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 AND NOT granted", [Number(lock)]);
+          const { rows } = await h.pool.query<{ n: number }>(
+            "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 AND NOT granted",
+            [Number(lock)],
+          );
           return rows[0]?.n === 1;
         };
         await waitFor("the first conditional put to pause before its commit", paused, 10_000);
@@ -141,7 +161,12 @@ describe("FencedPostgres: conditional writes racing for one version", () => {
         const err = await loser;
         expect(err, `case ${i}`).toMatchObject(refused);
         if (err instanceof VersionMismatchError) expect(err).toMatchObject({ key, expected: base.version, actual: won.version });
-        expect(await store.get(key), `case ${i}`).toMatchObject({ value: { n: 1 }, version: won.version, token: first.token, holder: first.holder });
+        expect(await store.get(key), `case ${i}`).toMatchObject({
+          value: { n: 1 },
+          version: won.version,
+          token: first.token,
+          holder: first.holder,
+        });
         expect(await h.fenceRow(store, "r"), `case ${i}`).toEqual({ token: first.token, holder: first.holder });
       }
     } finally {
@@ -173,20 +198,35 @@ describe("FencedPostgres: conditional writes racing for one version", () => {
         value: { round, by: i },
       }));
       const results = await Promise.all(
-        contenders.map((c) => outcome(c.kind === "delete" ? store.delete(key, { fence: c.fence, ifVersion: base.version }) : store.put(key, c.value, { fence: c.fence, ifVersion: base.version }))),
+        contenders.map((c) =>
+          outcome(
+            c.kind === "delete"
+              ? store.delete(key, { fence: c.fence, ifVersion: base.version })
+              : store.put(key, c.value, { fence: c.fence, ifVersion: base.version }),
+          ),
+        ),
       );
       const winners = contenders.filter((_, i) => !(results[i] instanceof Error));
       expect(winners, `round ${round}: ${results.map(String).join(", ")}`).toHaveLength(1);
       for (const [i, r] of results.entries()) {
-        if (r instanceof Error) expect(r instanceof StaleTokenError || r instanceof VersionMismatchError, `round ${round} #${i}: ${String(r)}`).toBe(true);
+        if (r instanceof Error)
+          expect(r instanceof StaleTokenError || r instanceof VersionMismatchError, `round ${round} #${i}: ${String(r)}`).toBe(true);
       }
       const winner = winners[0];
       if (winner === undefined) throw new Error("no winner");
       const row = await h.recordRow(store, key);
-      expect(row, `round ${round}`).toMatchObject({ value: winner.kind === "delete" ? undefined : winner.value, token: winner.fence.token, holder: winner.fence.holder ?? null, resource });
+      expect(row, `round ${round}`).toMatchObject({
+        value: winner.kind === "delete" ? undefined : winner.value,
+        token: winner.fence.token,
+        holder: winner.fence.holder ?? null,
+        resource,
+      });
       expect(row?.version).not.toBe(base.version);
       // Every loser's ratchet raise was undone with its refusal: the fence row is the winner's.
-      expect(await h.fenceRow(store, resource), `round ${round}`).toEqual({ token: winner.fence.token, holder: winner.fence.holder ?? null });
+      expect(await h.fenceRow(store, resource), `round ${round}`).toEqual({
+        token: winner.fence.token,
+        holder: winner.fence.holder ?? null,
+      });
     }
   });
 });

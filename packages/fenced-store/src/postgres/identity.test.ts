@@ -12,7 +12,8 @@ afterAll(async () => {
   await h.close();
 });
 
-const lease = (token: bigint, holder?: string): Fence => (holder === undefined ? { resource: "orders", token } : { resource: "orders", token, holder });
+const lease = (token: bigint, holder?: string): Fence =>
+  holder === undefined ? { resource: "orders", token } : { resource: "orders", token, holder };
 
 /** Everything a refused write could have changed: the record and the fence row, as stored. */
 async function snapshot(store: FencedPostgres, key: string) {
@@ -51,7 +52,13 @@ describe("FencedPostgres: the holder decides equal tokens", () => {
     }
 
     const again = await store.put("invoice", { by: "h1 again" }, { fence: lease(4n, "h1") });
-    expect(await store.get("invoice")).toEqual({ value: { by: "h1 again" }, version: again.version, token: 4n, resource: "orders", holder: "h1" });
+    expect(await store.get("invoice")).toEqual({
+      value: { by: "h1 again" },
+      version: again.version,
+      token: 4n,
+      resource: "orders",
+      holder: "h1",
+    });
     await store.register(lease(4n, "h1"));
     expect(await h.fenceRow(store, "orders")).toEqual({ token: 4n, holder: "h1" });
   });
@@ -62,8 +69,18 @@ describe("FencedPostgres: the holder decides equal tokens", () => {
     await store.put("k", 2, { fence: lease(5n, "h2") });
     expect(await h.fenceRow(store, "orders")).toEqual({ token: 5n, holder: "h2" });
     expect(await store.get("k")).toMatchObject({ value: 2, token: 5n, holder: "h2" });
-    await expect(store.put("k", 3, { fence: lease(4n, "h1") })).rejects.toMatchObject({ name: "StaleTokenError", token: 4n, highest: 5n, highestHolder: "h2" });
-    await expect(store.put("k", 3, { fence: lease(5n, "h1") })).rejects.toMatchObject({ name: "StaleTokenError", token: 5n, highest: 5n, highestHolder: "h2" });
+    await expect(store.put("k", 3, { fence: lease(4n, "h1") })).rejects.toMatchObject({
+      name: "StaleTokenError",
+      token: 4n,
+      highest: 5n,
+      highestHolder: "h2",
+    });
+    await expect(store.put("k", 3, { fence: lease(5n, "h1") })).rejects.toMatchObject({
+      name: "StaleTokenError",
+      token: 5n,
+      highest: 5n,
+      highestHolder: "h2",
+    });
   });
 
   it("fences without a holder are identified by their token alone", async () => {
@@ -74,7 +91,11 @@ describe("FencedPostgres: the holder decides equal tokens", () => {
     expect(await store.get("k")).toMatchObject({ value: "b", token: 7n, holder: null });
     expect(await h.fenceRow(store, "orders")).toEqual({ token: 7n, holder: null });
     // A lease with a holder is not the holderless fence that presented 7.
-    await expect(store.put("k", "c", { fence: lease(7n, "h1") })).rejects.toMatchObject({ name: "StaleTokenError", highest: 7n, highestHolder: null });
+    await expect(store.put("k", "c", { fence: lease(7n, "h1") })).rejects.toMatchObject({
+      name: "StaleTokenError",
+      highest: 7n,
+      highestHolder: null,
+    });
     expect(await store.get("k")).toMatchObject({ value: "b", holder: null });
   });
 
@@ -83,7 +104,10 @@ describe("FencedPostgres: the holder decides equal tokens", () => {
     await store.transaction(lease(9n, "h1"), async (client) => {
       await client.query({ text: "SELECT 1" });
     });
-    await expect(store.transaction(lease(9n, "h2"), () => Promise.resolve("ran"))).rejects.toMatchObject({ name: "StaleTokenError", highestHolder: "h1" });
+    await expect(store.transaction(lease(9n, "h2"), () => Promise.resolve("ran"))).rejects.toMatchObject({
+      name: "StaleTokenError",
+      highestHolder: "h1",
+    });
     expect(await store.transaction(lease(9n, "h1"), () => Promise.resolve("ran"))).toBe("ran");
   });
 });
@@ -114,7 +138,10 @@ describe("FencedPostgres: migrate() upgrades a store created by the previous lay
       expect(await store.get("old")).toMatchObject({ value: { v: 2 }, holder: "h1" });
       expect((await store.delete("old", { fence: lease(4n, "h1") })).token).toBe(4n);
       expect(await store.get("old")).toBeUndefined();
-      await expect(store.put("old", 3, { fence: { resource: "elsewhere", token: 0n } })).rejects.toMatchObject({ name: "ResourceMismatchError", owner: "orders" });
+      await expect(store.put("old", 3, { fence: { resource: "elsewhere", token: 0n } })).rejects.toMatchObject({
+        name: "ResourceMismatchError",
+        owner: "orders",
+      });
     } finally {
       await h.pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
     }

@@ -32,7 +32,10 @@ function everyCall(store: FencedPostgres, key: string, version: string): [string
 describe("FencedPostgres: no two keys share a row", () => {
   it("a key with a lone surrogate is refused by every entry point before any I/O", async () => {
     let io = 0;
-    const trap = { query: () => ((io += 1), Promise.reject(new Error("I/O"))), connect: () => ((io += 1), Promise.reject(new Error("I/O"))) };
+    const trap = {
+      query: () => ((io += 1), Promise.reject(new Error("I/O"))),
+      connect: () => ((io += 1), Promise.reject(new Error("I/O"))),
+    };
     const store = new FencedPostgres(trap, { schema: "unused" });
     for (const key of LONE_SURROGATES) {
       for (const [what, call] of everyCall(store, key, "1")) {
@@ -59,7 +62,13 @@ describe("FencedPostgres: no two keys share a row", () => {
     expect(await h.counts(store)).toEqual(before.counts);
     expect(await h.recordRow(store, REPLACEMENT)).toEqual(before.row);
     expect(await h.fenceRow(store, "r")).toEqual(before.fence);
-    expect(await store.get(REPLACEMENT)).toEqual({ value: { own: true }, version: written.version, token: 5n, resource: "r", holder: "h1" });
+    expect(await store.get(REPLACEMENT)).toEqual({
+      value: { own: true },
+      version: written.version,
+      token: 5n,
+      resource: "r",
+      holder: "h1",
+    });
     for (const key of neighbours) expect((await store.get(key))?.value, key).toBe(key);
   });
 });

@@ -29,7 +29,14 @@ async function everyOperation(store: FencedPostgres, key: string) {
   await store.put(key, { step: 3 }, { fence: f("r2", 1n) });
   const deletedAgain = await store.delete(key, { fence: f("r2", 1n) });
   const tombstone = (await h.recordRow(store, key))?.version;
-  return { read: read?.value, owner: (await h.recordRow(store, key))?.resource, inTx, deleted: deleted.token, deletedAgain: deletedAgain.version === tombstone, after: await store.get(key) };
+  return {
+    read: read?.value,
+    owner: (await h.recordRow(store, key))?.resource,
+    inTx,
+    deleted: deleted.token,
+    deletedAgain: deletedAgain.version === tombstone,
+    after: await store.get(key),
+  };
 }
 
 describe("FencedPostgres: prepared statement names fit PostgreSQL's 63-byte identifiers", () => {
@@ -41,7 +48,14 @@ describe("FencedPostgres: prepared statement names fit PostgreSQL's 63-byte iden
       const store = new FencedPostgres(h.pool, { schema });
       await store.migrate();
       await store.migrate();
-      expect(await everyOperation(store, "k")).toEqual({ read: { step: 2 }, owner: "r2", inTx: 1, deleted: 1n, deletedAgain: true, after: undefined });
+      expect(await everyOperation(store, "k")).toEqual({
+        read: { step: 2 },
+        owner: "r2",
+        inTx: 1,
+        deleted: 1n,
+        deletedAgain: true,
+        after: undefined,
+      });
     } finally {
       await h.pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
     }
@@ -63,8 +77,22 @@ describe("FencedPostgres: prepared statement names fit PostgreSQL's 63-byte iden
       await b.put("k", "in b", { fence: f("r", 1n) });
       expect(await a.get("k")).toMatchObject({ value: "in a" });
       expect(await b.get("k")).toMatchObject({ value: "in b" });
-      expect(await everyOperation(a, "all")).toEqual({ read: { step: 2 }, owner: "r2", inTx: 2, deleted: 1n, deletedAgain: true, after: undefined });
-      expect(await everyOperation(b, "all")).toEqual({ read: { step: 2 }, owner: "r2", inTx: 2, deleted: 1n, deletedAgain: true, after: undefined });
+      expect(await everyOperation(a, "all")).toEqual({
+        read: { step: 2 },
+        owner: "r2",
+        inTx: 2,
+        deleted: 1n,
+        deletedAgain: true,
+        after: undefined,
+      });
+      expect(await everyOperation(b, "all")).toEqual({
+        read: { step: 2 },
+        owner: "r2",
+        inTx: 2,
+        deleted: 1n,
+        deletedAgain: true,
+        after: undefined,
+      });
       const { rows } = await pool.query<{ name: string }>("SELECT name FROM pg_prepared_statements");
       for (const { name } of rows) expect(Buffer.byteLength(name)).toBeLessThanOrEqual(63);
       expect(new Set(rows.map((r) => r.name)).size).toBe(rows.length);

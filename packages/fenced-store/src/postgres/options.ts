@@ -11,8 +11,13 @@ import { checkSignal, liveFence, optionsObject, transferFences } from "../option
 // Versions are decimal renderings of a positive bigint sequence value; anything else was not issued by us.
 
 export function assertVersion(version: unknown, argument: string): asserts version is string {
-  if (typeof version !== "string") throw new InvalidArgumentError(argument, `must be a string (a version returned by put/get/transfer), got ${version === null ? "null" : typeof version}`);
-  if (!RECORD_VERSION.test(version) || BigInt(version) > MAX_TOKEN) throw new InvalidArgumentError(argument, `${JSON.stringify(version)} is not a version this store issues`);
+  if (typeof version !== "string")
+    throw new InvalidArgumentError(
+      argument,
+      `must be a string (a version returned by put/get/transfer), got ${version === null ? "null" : typeof version}`,
+    );
+  if (!RECORD_VERSION.test(version) || BigInt(version) > MAX_TOKEN)
+    throw new InvalidArgumentError(argument, `${JSON.stringify(version)} is not a version this store issues`);
 }
 
 export interface CheckedWrite {
@@ -42,7 +47,6 @@ export function transferOptions(options: unknown): CheckedTransfer {
   if (ifVersion !== undefined) assertVersion(ifVersion, "options.ifVersion");
   return { ...fences, ifVersion, signal: checkSignal(signal) };
 }
-
 
 export function assertPool(pool: unknown): void {
   const p = pool as { query?: unknown; connect?: unknown } | null;

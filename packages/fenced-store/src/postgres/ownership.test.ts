@@ -13,7 +13,6 @@ afterAll(async () => {
   await h.close();
 });
 
-
 /** What a refused call must leave alone: the key's row and the fence rows of every resource involved. */
 async function state(store: FencedPostgres, key: string, resources: readonly string[]) {
   const fences: Record<string, unknown> = {};
@@ -80,7 +79,10 @@ describe("FencedPostgres: a key belongs to the resource that created it", () => 
     await expect(store.delete("doc", { fence: f("S", 0n) })).rejects.toBeInstanceOf(ResourceMismatchError);
     expect(await state(store, "doc", ["R", "S"])).toEqual(before);
     // ifVersion never matches a tombstone: get() never handed its version out.
-    await expect(store.put("doc", "x", { fence: f("R", 2n), ifVersion: tomb?.version ?? "1" })).rejects.toMatchObject({ name: "VersionMismatchError", actual: undefined });
+    await expect(store.put("doc", "x", { fence: f("R", 2n), ifVersion: tomb?.version ?? "1" })).rejects.toMatchObject({
+      name: "VersionMismatchError",
+      actual: undefined,
+    });
 
     const v2 = await store.put("doc", "two", { fence: f("R", 3n) });
     expect(await store.get("doc")).toMatchObject({ value: "two", version: v2.version, resource: "R" });
@@ -118,7 +120,11 @@ describe("FencedPostgres: transfer() moves a key between resources, fenced on bo
     expect(await store.get("acct")).toEqual({ value: { balance: 5 }, version: moved?.version, token: 2n, resource: "new", holder: "b" });
     expect(await h.fenceRow(store, "old")).toEqual({ token: 34n, holder: "a" });
     expect(await h.fenceRow(store, "new")).toEqual({ token: 2n, holder: "b" });
-    await expect(store.put("acct", {}, { fence: f("old", 35n) })).rejects.toMatchObject({ name: "ResourceMismatchError", resource: "old", owner: "new" });
+    await expect(store.put("acct", {}, { fence: f("old", 35n) })).rejects.toMatchObject({
+      name: "ResourceMismatchError",
+      resource: "old",
+      owner: "new",
+    });
     await expect(store.put("acct", {}, { fence: f("new", 2n, "b"), ifVersion: v1.version })).rejects.toBeInstanceOf(VersionMismatchError);
     await store.put("acct", { balance: 6 }, { fence: f("new", 2n, "b"), ifVersion: moved?.version ?? "" });
     expect(await store.get("acct")).toMatchObject({ value: { balance: 6 }, resource: "new" });
@@ -132,13 +138,41 @@ describe("FencedPostgres: transfer() moves a key between resources, fenced on bo
     const before = await state(store, "acct", ["old", "new", "third"]);
     const older = String(BigInt(v.version) + 1000n); // a version the record is not at
     const refusals: [string, () => Promise<unknown>, object][] = [
-      ["stale from", () => store.transfer("acct", { from: f("old", 33n, "a"), to: f("new", 11n, "b") }), { name: "StaleTokenError", resource: "old", token: 33n, highest: 34n }],
-      ["from: equal token, other holder", () => store.transfer("acct", { from: f("old", 34n, "z"), to: f("new", 11n, "b") }), { name: "StaleTokenError", resource: "old", highestHolder: "a" }],
-      ["stale to", () => store.transfer("acct", { from: f("old", 35n, "a"), to: f("new", 9n, "b") }), { name: "StaleTokenError", resource: "new", token: 9n, highest: 10n }],
-      ["to: equal token, other holder", () => store.transfer("acct", { from: f("old", 35n, "a"), to: f("new", 10n, "c") }), { name: "StaleTokenError", resource: "new", highestHolder: "b" }],
-      ["from does not own it", () => store.transfer("acct", { from: f("third", 1n), to: f("new", 11n, "b") }), { name: "ResourceMismatchError", key: "acct", resource: "third", owner: "old" }],
-      ["the owner is already to", () => store.transfer("acct", { from: f("new", 11n, "b"), to: f("third", 2n) }), { name: "ResourceMismatchError", resource: "new", owner: "old" }],
-      ["ifVersion", () => store.transfer("acct", { from: f("old", 35n, "a"), to: f("new", 11n, "b"), ifVersion: older }), { name: "VersionMismatchError", expected: older, actual: v.version }],
+      [
+        "stale from",
+        () => store.transfer("acct", { from: f("old", 33n, "a"), to: f("new", 11n, "b") }),
+        { name: "StaleTokenError", resource: "old", token: 33n, highest: 34n },
+      ],
+      [
+        "from: equal token, other holder",
+        () => store.transfer("acct", { from: f("old", 34n, "z"), to: f("new", 11n, "b") }),
+        { name: "StaleTokenError", resource: "old", highestHolder: "a" },
+      ],
+      [
+        "stale to",
+        () => store.transfer("acct", { from: f("old", 35n, "a"), to: f("new", 9n, "b") }),
+        { name: "StaleTokenError", resource: "new", token: 9n, highest: 10n },
+      ],
+      [
+        "to: equal token, other holder",
+        () => store.transfer("acct", { from: f("old", 35n, "a"), to: f("new", 10n, "c") }),
+        { name: "StaleTokenError", resource: "new", highestHolder: "b" },
+      ],
+      [
+        "from does not own it",
+        () => store.transfer("acct", { from: f("third", 1n), to: f("new", 11n, "b") }),
+        { name: "ResourceMismatchError", key: "acct", resource: "third", owner: "old" },
+      ],
+      [
+        "the owner is already to",
+        () => store.transfer("acct", { from: f("new", 11n, "b"), to: f("third", 2n) }),
+        { name: "ResourceMismatchError", resource: "new", owner: "old" },
+      ],
+      [
+        "ifVersion",
+        () => store.transfer("acct", { from: f("old", 35n, "a"), to: f("new", 11n, "b"), ifVersion: older }),
+        { name: "VersionMismatchError", expected: older, actual: v.version },
+      ],
     ];
     for (const [what, refused, expected] of refusals) {
       expect(await outcome(refused()), what).toMatchObject(expected);
@@ -149,7 +183,10 @@ describe("FencedPostgres: transfer() moves a key between resources, fenced on bo
     expect([await h.fenceRow(store, "x"), await h.fenceRow(store, "y")]).toEqual([undefined, undefined]);
     expect(await store.get("never")).toBeUndefined();
     expect(await h.recordRow(store, "never")).toBeUndefined();
-    await expect(store.transfer("never", { from: f("x", 1n), to: f("y", 1n), ifVersion: "5" })).rejects.toMatchObject({ name: "VersionMismatchError", actual: undefined });
+    await expect(store.transfer("never", { from: f("x", 1n), to: f("y", 1n), ifVersion: "5" })).rejects.toMatchObject({
+      name: "VersionMismatchError",
+      actual: undefined,
+    });
     await expect(store.transfer("acct", { from: f("old", 35n), to: f("old", 36n) })).rejects.toBeInstanceOf(InvalidArgumentError);
     expect(await state(store, "acct", ["old", "new", "third"])).toEqual(before);
   });
@@ -207,7 +244,9 @@ describe("FencedPostgres: two resources create one key at the same time", () => 
         await gatekeeper.query("SELECT pg_advisory_lock(4242)");
         const first = store.put(key, "by r1", { fence: f("r1", 1n) });
         const paused = async () => {
-          const { rows } = await h.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted");
+          const { rows } = await h.pool.query<{ n: number }>(
+            "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted",
+          );
           return rows[0]?.n === 1;
         };
         await waitFor("r1's insert to pause before its commit", paused, 10_000);

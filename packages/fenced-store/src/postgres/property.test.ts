@@ -82,7 +82,15 @@ const fields = {
 // A transfer needs the key to exist and its from fence to be the owner's highest: it presents a high token, a little later.
 const opArb: fc.Arbitrary<Op> = fc.oneof(
   { arbitrary: fc.record(fields), weight: 4 },
-  { arbitrary: fc.record({ ...fields, kind: fc.constant<Kind>("transfer"), token: fc.bigInt({ min: 9n, max: 12n }), delayMs: fc.integer({ min: 2, max: 6 }) }), weight: 1 },
+  {
+    arbitrary: fc.record({
+      ...fields,
+      kind: fc.constant<Kind>("transfer"),
+      token: fc.bigInt({ min: 9n, max: 12n }),
+      delayMs: fc.integer({ min: 2, max: 6 }),
+    }),
+    weight: 1,
+  },
 );
 
 let run = 0;
@@ -162,11 +170,18 @@ describe("FencedPostgres: concurrent writers with random tokens, holders and res
           for (let i = 1; i < ratchet.length; i++) {
             const [prev, cur] = [ratchet[i - 1], ratchet[i]];
             if (prev === undefined || cur === undefined) throw new Error("index");
-            expect(admits(prev, { resource, ...cur }), `${resource}: ${prev.token}/${prev.holder} then ${cur.token}/${cur.holder}`).toBe(true);
+            expect(admits(prev, { resource, ...cur }), `${resource}: ${prev.token}/${prev.holder} then ${cur.token}/${cur.holder}`).toBe(
+              true,
+            );
           }
           // Every accepted operation raised (or re-affirmed) its ratchet exactly once; refused ones never did.
           const key = (f: { token: bigint; holder: string | null }) => `${f.token}/${f.holder ?? "-"}`;
-          expect(ratchet.map(key).sort()).toEqual(mine.filter(admitted).map((x) => key(x.fence)).sort());
+          expect(ratchet.map(key).sort()).toEqual(
+            mine
+              .filter(admitted)
+              .map((x) => key(x.fence))
+              .sort(),
+          );
           // The stored row is the last admitted fence.
           expect(await h.fenceRow(store, resource)).toEqual(ratchet.at(-1));
 
@@ -181,14 +196,17 @@ describe("FencedPostgres: concurrent writers with random tokens, holders and res
           const max = mine.reduce((m, x) => (x.fence.token > m ? x.fence.token : m), 0n);
           const holdersAtMax = new Set(mine.filter((x) => x.fence.token === max).map((x) => x.fence.holder));
           if (holdersAtMax.size === 1) {
-            for (const { fence, outcome } of mine) if (fence.token === max) expect(outcome !== undefined && !outcome.ok && "stale" in outcome && outcome.stale.resource === resource).toBe(false);
+            for (const { fence, outcome } of mine)
+              if (fence.token === max)
+                expect(outcome !== undefined && !outcome.ok && "stale" in outcome && outcome.stale.resource === resource).toBe(false);
           }
         }
         ops.forEach((op, i) => {
           const outcome = outcomes[i];
           if (outcome === undefined || outcome.ok) return;
           if ("stale" in outcome) expect(presented(op).map((f) => resources[f.name])).toContain(outcome.stale.resource);
-          if ("foreign" in outcome) expect(outcome.foreign).toMatchObject({ resource: resources[op.resource], owner: resources[other(op.resource)] });
+          if ("foreign" in outcome)
+            expect(outcome.foreign).toMatchObject({ resource: resources[op.resource], owner: resources[other(op.resource)] });
         });
 
         // 4. Acknowledged writes are in the history exactly once, under their own fence; refused ones not at all.
@@ -200,7 +218,12 @@ describe("FencedPostgres: concurrent writers with random tokens, holders and res
           const isWrite = op.kind === "put" || op.kind === "putIfVersion";
           const entries = writes.filter((e) => e.writer === `w${i}`);
           if (isWrite) expect(entries.length).toBe(outcome?.ok === true ? 1 : 0);
-          for (const e of entries) expect({ resource: e.resource, ...fenceOf(e) }).toEqual({ resource: resources[op.resource], token: op.token, holder: op.holder ?? null });
+          for (const e of entries)
+            expect({ resource: e.resource, ...fenceOf(e) }).toEqual({
+              resource: resources[op.resource],
+              token: op.token,
+              holder: op.holder ?? null,
+            });
         });
         expect(records.filter((e) => e.op === "DELETE")).toEqual([]); // deletes leave tombstones
         // Every accepted delete wrote one tombstone (over a record, over a tombstone, or as the key's first row).
@@ -211,7 +234,9 @@ describe("FencedPostgres: concurrent writers with random tokens, holders and res
           const history = records.filter((e) => e.key === key);
           // 5. A key changes owner only by a transfer: one TRANSFER entry per transfer that moved it, under the to-fence,
           // and every other write of the key names the owner of the moment.
-          const moves = ops.filter((op, i) => op.kind === "transfer" && op.key === name && outcomes[i]?.ok === true && outcomes[i]?.moved === true);
+          const moves = ops.filter(
+            (op, i) => op.kind === "transfer" && op.key === name && outcomes[i]?.ok === true && outcomes[i]?.moved === true,
+          );
           expect(history.filter((e) => e.op === "TRANSFER").length).toBe(moves.length);
           for (let i = 1; i < history.length; i++) {
             const [prev, cur] = [history[i - 1], history[i]];
@@ -219,7 +244,11 @@ describe("FencedPostgres: concurrent writers with random tokens, holders and res
             if (cur.op === "TRANSFER") {
               expect(cur.resource).not.toBe(prev.resource);
               const to = { resource: cur.resource, ...fenceOf(cur) };
-              expect(moves.some((op) => resources[other(op.resource)] === to.resource && op.toToken === to.token && (op.toHolder ?? null) === to.holder)).toBe(true);
+              expect(
+                moves.some(
+                  (op) => resources[other(op.resource)] === to.resource && op.toToken === to.token && (op.toHolder ?? null) === to.holder,
+                ),
+              ).toBe(true);
             } else expect(cur.resource).toBe(prev.resource);
           }
           // 6. The final state is the last committed write of the key (replaying the history).
@@ -229,7 +258,10 @@ describe("FencedPostgres: concurrent writers with random tokens, holders and res
             expect(stored).toBeUndefined();
           } else {
             expect(stored?.value.writer).toBe(last.writer);
-            expect({ resource: stored?.resource, token: stored?.token, holder: stored?.holder }).toEqual({ resource: last.resource, ...fenceOf(last) });
+            expect({ resource: stored?.resource, token: stored?.token, holder: stored?.holder }).toEqual({
+              resource: last.resource,
+              ...fenceOf(last),
+            });
           }
         }
       }),

@@ -14,8 +14,10 @@ export const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
 
 /** Validates a schema name and returns it double-quoted, ready for interpolation. */
 export function quoteSchema(schema: unknown, argument = "options.schema"): string {
-  if (typeof schema !== "string") throw new InvalidArgumentError(argument, `must be a string, got ${schema === null ? "null" : typeof schema}`);
-  if (!SCHEMA_NAME.test(schema)) throw new InvalidArgumentError(argument, `must match ${String(SCHEMA_NAME)}, got ${JSON.stringify(schema)}`);
+  if (typeof schema !== "string")
+    throw new InvalidArgumentError(argument, `must be a string, got ${schema === null ? "null" : typeof schema}`);
+  if (!SCHEMA_NAME.test(schema))
+    throw new InvalidArgumentError(argument, `must match ${String(SCHEMA_NAME)}, got ${JSON.stringify(schema)}`);
   // CREATE SCHEMA refuses pg_* names; say so before any I/O.
   if (schema.startsWith("pg_")) throw new InvalidArgumentError(argument, "must not start with 'pg_' (reserved by PostgreSQL)");
   return `"${schema}"`;
@@ -273,7 +275,10 @@ export function statementNames(sql: Statements): Record<NamedStatement, string> 
   const names = {} as Record<NamedStatement, string>;
   for (const key of Object.keys(sql) as (keyof Statements)[]) {
     if ((DDL as readonly string[]).includes(key)) continue;
-    const digest = createHash("sha256").update(sql[key as NamedStatement]).digest("base64url").slice(0, 22);
+    const digest = createHash("sha256")
+      .update(sql[key as NamedStatement])
+      .digest("base64url")
+      .slice(0, 22);
     names[key as NamedStatement] = `fenced:${key}:${digest}`;
   }
   return names;

@@ -61,7 +61,12 @@ describe("FencedPostgres: the article's figure", () => {
     await expect(store.put("c", "C", { fence: fence("r1", 9n) })).rejects.toBeInstanceOf(StaleTokenError);
     expect(await store.get("c")).toBeUndefined();
     // A key belongs to the resource that created it: r2's ratchet says nothing about r1's holders, so r2 may not write "a".
-    await expect(store.put("a", "A by r2", { fence: fence("r2", 3n) })).rejects.toMatchObject({ name: "ResourceMismatchError", key: "a", resource: "r2", owner: "r1" });
+    await expect(store.put("a", "A by r2", { fence: fence("r2", 3n) })).rejects.toMatchObject({
+      name: "ResourceMismatchError",
+      key: "a",
+      resource: "r2",
+      owner: "r1",
+    });
     expect(await store.get("a")).toMatchObject({ value: "A", resource: "r1", token: 10n });
     await store.put("a", "A by r1", { fence: fence("r1", 10n) });
     expect(await store.get("a")).toMatchObject({ value: "A by r1", resource: "r1", token: 10n });
@@ -79,9 +84,15 @@ describe("FencedPostgres: the both-paused hole (two stale holders write in incre
     const read34 = await store.get<{ n: number }>("counter");
     expect(read33?.version).toBe(r0.version);
     expect(read34?.version).toBe(r0.version);
-    const opts = (token: bigint, version: string | undefined) => ({ fence: fence("counter", token), ...(guard === "ifVersion" && version !== undefined ? { ifVersion: version } : {}) });
+    const opts = (token: bigint, version: string | undefined) => ({
+      fence: fence("counter", token),
+      ...(guard === "ifVersion" && version !== undefined ? { ifVersion: version } : {}),
+    });
     const acknowledged: number[] = [];
-    for (const [token, read] of [[33n, read33], [34n, read34]] as const) {
+    for (const [token, read] of [
+      [33n, read33],
+      [34n, read34],
+    ] as const) {
       try {
         await store.put("counter", { n: (read?.value.n ?? 0) + 1, by: Number(token) }, opts(token, read?.version));
         acknowledged.push(Number(token));
@@ -146,7 +157,7 @@ describe("FencedPostgres: 32 concurrent writers, increasing tokens, read-modify-
       Array.from({ length: 32 }, async (_, i) => {
         const f = fence("c", BigInt(100 + i));
         await sleep(i); // later leases arrive later, while earlier holders are still writing
-        for (let done = 0; done < 5; ) {
+        for (let done = 0; done < 5;) {
           const cur = await store.get<{ n: number }>("counter");
           if (cur === undefined) throw new Error("counter vanished");
           try {
@@ -293,13 +304,51 @@ describe("FencedPostgres: bad input", () => {
   let deep: unknown = 1;
   for (let i = 0; i < 300; i++) deep = [deep];
   const badKeys: unknown[] = ["", "/a", "a//b", "a/", "a/../b", "./a", "x\u0000y", "x\ny", "\u0085", "é".repeat(257), 42, undefined];
-  const badFences: unknown[] = [undefined, null, "r", { resource: "r" }, { resource: "r", token: 1n, holder: "" }, { resource: "r", token: 1n, holder: "a b" }, { resource: "r", token: 1n, holder: null }, { resource: "r", token: 5 }, { resource: "r", token: "5" }, { resource: "r", token: -1n }, { resource: "r", token: 1n << 63n }, { resource: "", token: 1n }, { resource: "a\u0007", token: 1n }, { resource: "x".repeat(513), token: 1n }, { token: 1n }];
+  const badFences: unknown[] = [
+    undefined,
+    null,
+    "r",
+    { resource: "r" },
+    { resource: "r", token: 1n, holder: "" },
+    { resource: "r", token: 1n, holder: "a b" },
+    { resource: "r", token: 1n, holder: null },
+    { resource: "r", token: 5 },
+    { resource: "r", token: "5" },
+    { resource: "r", token: -1n },
+    { resource: "r", token: 1n << 63n },
+    { resource: "", token: 1n },
+    { resource: "a\u0007", token: 1n },
+    { resource: "x".repeat(513), token: 1n },
+    { token: 1n },
+  ];
   const holey: unknown[] = [];
   holey[1] = 1; // index 0 is a hole, which JSON would write as null
   class Money {
     cents = 1;
   }
-  const badValues: unknown[] = [undefined, () => 1, 1n, Symbol("s"), NaN, Infinity, -Infinity, cycle, { a: undefined }, [1, undefined], holey, new Date(0), new Map(), new Money(), "\u0000", "\ud800", "a\udc00", { "\u0000": 1 }, { [Symbol("k")]: 1 }, { nested: { fn: Math.max } }, deep];
+  const badValues: unknown[] = [
+    undefined,
+    () => 1,
+    1n,
+    Symbol("s"),
+    NaN,
+    Infinity,
+    -Infinity,
+    cycle,
+    { a: undefined },
+    [1, undefined],
+    holey,
+    new Date(0),
+    new Map(),
+    new Money(),
+    "\u0000",
+    "\ud800",
+    "a\udc00",
+    { "\u0000": 1 },
+    { [Symbol("k")]: 1 },
+    { nested: { fn: Math.max } },
+    deep,
+  ];
   const badVersions: unknown[] = [5, 5n, null, "", "abc", "01", "-1", "1.0", "99999999999999999999"];
   const badOptions: unknown[] = [undefined, null, "r", 5];
 
@@ -307,9 +356,15 @@ describe("FencedPostgres: bad input", () => {
   function calls(store: FencedPostgres): [string, () => Promise<unknown>][] {
     const any = store as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>;
     return [
-      ...badKeys.map((k): [string, () => Promise<unknown>] => [`put key ${JSON.stringify(k)}`, () => any.put!.call(store, k, 1, { fence: good })]),
+      ...badKeys.map((k): [string, () => Promise<unknown>] => [
+        `put key ${JSON.stringify(k)}`,
+        () => any.put!.call(store, k, 1, { fence: good }),
+      ]),
       ...badKeys.map((k): [string, () => Promise<unknown>] => [`get key ${JSON.stringify(k)}`, () => any.get!.call(store, k)]),
-      ...badKeys.map((k): [string, () => Promise<unknown>] => [`delete key ${JSON.stringify(k)}`, () => any.delete!.call(store, k, { fence: good })]),
+      ...badKeys.map((k): [string, () => Promise<unknown>] => [
+        `delete key ${JSON.stringify(k)}`,
+        () => any.delete!.call(store, k, { fence: good }),
+      ]),
       ...badFences.flatMap((f): [string, () => Promise<unknown>][] => [
         [`put fence ${String(f)}`, () => any.put!.call(store, "k", 1, { fence: f })],
         [`register ${String(f)}`, () => any.register!.call(store, f)],
@@ -323,15 +378,30 @@ describe("FencedPostgres: bad input", () => {
       ]),
       ...badOptions.map((o): [string, () => Promise<unknown>] => [`put options ${String(o)}`, () => any.put!.call(store, "k", 1, o)]),
       ...badOptions.map((o): [string, () => Promise<unknown>] => [`delete options ${String(o)}`, () => any.delete!.call(store, "k", o)]),
-      ...badOptions.map((o): [string, () => Promise<unknown>] => [`transfer options ${String(o)}`, () => any.transfer!.call(store, "k", o)]),
-      ...[null, "x", 5].map((o): [string, () => Promise<unknown>] => [`register options ${String(o)}`, () => any.register!.call(store, good, o)]),
-      ...[null, "x", 5].map((o): [string, () => Promise<unknown>] => [`transaction options ${String(o)}`, () => any.transaction!.call(store, good, () => Promise.resolve(), o)]),
-      ...badKeys.map((k): [string, () => Promise<unknown>] => [`transfer key ${JSON.stringify(k)}`, () => any.transfer!.call(store, k, { from: good, to: other })]),
+      ...badOptions.map((o): [string, () => Promise<unknown>] => [
+        `transfer options ${String(o)}`,
+        () => any.transfer!.call(store, "k", o),
+      ]),
+      ...[null, "x", 5].map((o): [string, () => Promise<unknown>] => [
+        `register options ${String(o)}`,
+        () => any.register!.call(store, good, o),
+      ]),
+      ...[null, "x", 5].map((o): [string, () => Promise<unknown>] => [
+        `transaction options ${String(o)}`,
+        () => any.transaction!.call(store, good, () => Promise.resolve(), o),
+      ]),
+      ...badKeys.map((k): [string, () => Promise<unknown>] => [
+        `transfer key ${JSON.stringify(k)}`,
+        () => any.transfer!.call(store, k, { from: good, to: other }),
+      ]),
       ...badFences.flatMap((bad): [string, () => Promise<unknown>][] => [
         [`transfer from ${String(bad)}`, () => any.transfer!.call(store, "k", { from: bad, to: other })],
         [`transfer to ${String(bad)}`, () => any.transfer!.call(store, "k", { from: good, to: bad })],
       ]),
-      ...badVersions.map((v): [string, () => Promise<unknown>] => [`transfer ifVersion ${String(v)}`, () => any.transfer!.call(store, "k", { from: good, to: other, ifVersion: v })]),
+      ...badVersions.map((v): [string, () => Promise<unknown>] => [
+        `transfer ifVersion ${String(v)}`,
+        () => any.transfer!.call(store, "k", { from: good, to: other, ifVersion: v }),
+      ]),
       ["transfer within one resource", () => any.transfer!.call(store, "k", { from: good, to: fence("r", 6n) })],
       ["transaction without a callback", () => any.transaction!.call(store, good, "SELECT 1")],
     ];
@@ -339,7 +409,10 @@ describe("FencedPostgres: bad input", () => {
 
   it("throws InvalidArgumentError before any I/O", async () => {
     let io = 0;
-    const trap = { query: () => ((io += 1), Promise.reject(new Error("I/O"))), connect: () => ((io += 1), Promise.reject(new Error("I/O"))) };
+    const trap = {
+      query: () => ((io += 1), Promise.reject(new Error("I/O"))),
+      connect: () => ((io += 1), Promise.reject(new Error("I/O"))),
+    };
     const store = new FencedPostgres(trap, { schema: "unused" });
     for (const [what, call] of calls(store)) {
       const err = await call().then(
@@ -371,7 +444,21 @@ describe("FencedPostgres: bad input", () => {
 
   it("stores every JSON shape it accepts exactly as given", async () => {
     const store = await h.store("json");
-    const values = [null, true, 0, -0.5, 1e21, 5e-324, "", "ü€😀", [], {}, [1, [2, [3]]], { a: { b: [null, "x", { c: 1 }] } }, Object.create(null) as object];
+    const values = [
+      null,
+      true,
+      0,
+      -0.5,
+      1e21,
+      5e-324,
+      "",
+      "ü€😀",
+      [],
+      {},
+      [1, [2, [3]]],
+      { a: { b: [null, "x", { c: 1 }] } },
+      Object.create(null) as object,
+    ];
     for (const [i, value] of values.entries()) {
       await store.put(`v/${i}`, value, { fence: good });
       expect((await store.get(`v/${i}`))?.value).toEqual(value);

@@ -4,8 +4,31 @@ import { assertKey, type Fence } from "../fence.js";
 import { assertJsonValue, type JsonValue } from "../json.js";
 import { liveFence, signalOnly, throwIfAborted } from "../options.js";
 import { assertPool, transferOptions, writeOptions } from "./options.js";
-import type { FencedPostgresOptions, PgClient, PgParam, PgPool, PgPutResult, PgQueryConfig, PgQueryResult, PgRecord, PgSignalOptions, PgTransferOptions, PgWriteOptions } from "./types.js";
-import { BEGIN, COMMIT, FOREIGN_KEY_REFUSED, type NamedStatement, quoteSchema, ROLLBACK, statementNames, statements, type Statements, VERSION_REFUSED } from "./sql.js";
+import type {
+  FencedPostgresOptions,
+  PgClient,
+  PgParam,
+  PgPool,
+  PgPutResult,
+  PgQueryConfig,
+  PgQueryResult,
+  PgRecord,
+  PgSignalOptions,
+  PgTransferOptions,
+  PgWriteOptions,
+} from "./types.js";
+import {
+  BEGIN,
+  COMMIT,
+  FOREIGN_KEY_REFUSED,
+  type NamedStatement,
+  quoteSchema,
+  ROLLBACK,
+  statementNames,
+  statements,
+  type Statements,
+  VERSION_REFUSED,
+} from "./sql.js";
 
 /** The fence's three leading parameters of every write statement. */
 const fenceParams = (fence: CheckedFence): PgParam[] => [fence.resource, fence.token.toString(), fence.holder];
@@ -121,7 +144,9 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
   /** The record under `key`, or undefined (never written, or deleted). Reading needs no fence: only writes are ordered. */
   async get<T = JsonValue>(key: string): Promise<PgRecord<T> | undefined> {
     assertKey(key);
-    const { rows } = await this.pool.query<{ value: T; version: string; token: string; resource: string; holder: string | null }>(this.query("get", [key]));
+    const { rows } = await this.pool.query<{ value: T; version: string; token: string; resource: string; holder: string | null }>(
+      this.query("get", [key]),
+    );
     const row = rows[0];
     if (row === undefined) return undefined;
     // pg returns int8 as a decimal string; BigInt keeps all 64 bits (a JS number would not).
@@ -146,7 +171,9 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
       if (row !== undefined) return { version: String(row.version), token: fence.token };
       const now = await this.current(client, signal, key);
       if (now !== undefined && now.resource !== fence.resource) throw new ResourceMismatchError(key, fence.resource, now.resource);
-      throw new Error(`delete of ${JSON.stringify(key)} wrote no tombstone although the key is ${JSON.stringify(fence.resource)}'s; written outside the store?`);
+      throw new Error(
+        `delete of ${JSON.stringify(key)} wrote no tombstone although the key is ${JSON.stringify(fence.resource)}'s; written outside the store?`,
+      );
     });
   }
 
@@ -166,15 +193,26 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
       async (client) => {
         // Every transfer locks the two fence rows in the same (resource) order: no deadlock between transfers.
         const [first, second] = from.resource < to.resource ? [from, to] : [to, from];
-        const { rows } = await this.run<{ resource: string }>(client, signal, "ratchetPair", [...fenceParams(first), ...fenceParams(second)]);
+        const { rows } = await this.run<{ resource: string }>(client, signal, "ratchetPair", [
+          ...fenceParams(first),
+          ...fenceParams(second),
+        ]);
         for (const fence of [from, to]) if (!rows.some((r) => r.resource === fence.resource)) throw await this.staleError(client, fence);
-        const moved = await this.run<{ version: string }>(client, signal, "transferOwner", [from.resource, ...fenceParams(to), key, ifVersion ?? null]);
+        const moved = await this.run<{ version: string }>(client, signal, "transferOwner", [
+          from.resource,
+          ...fenceParams(to),
+          key,
+          ifVersion ?? null,
+        ]);
         const row = moved.rows[0];
         if (row !== undefined) return { version: String(row.version), token: to.token };
         const now = await this.current(client, signal, key);
         if (now === undefined && ifVersion === undefined) return undefined;
         if (now !== undefined && now.resource !== from.resource) throw new ResourceMismatchError(key, from.resource, now.resource);
-        if (ifVersion === undefined) throw new Error(`transfer of ${JSON.stringify(key)} found it owned by ${JSON.stringify(from.resource)} only after the move missed it; written outside the store?`);
+        if (ifVersion === undefined)
+          throw new Error(
+            `transfer of ${JSON.stringify(key)} found it owned by ${JSON.stringify(from.resource)} only after the move missed it; written outside the store?`,
+          );
         throw new VersionMismatchError(key, ifVersion, now === undefined || now.deleted ? undefined : now.version);
       },
       // A key that does not exist: nothing moved, so the ratchet raises are not kept either.
@@ -212,7 +250,13 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
    * why that holds against concurrent writers). Zero rows back: the fence is stale; a refusal for the
    * owner or the version is an error raised by the statement itself, recognised by its SQLSTATE.
    */
-  private async conditional(fence: CheckedFence, key: string, expected: string, name: "putIfVersion" | "deleteIfVersion", values: PgParam[]): Promise<PgPutResult> {
+  private async conditional(
+    fence: CheckedFence,
+    key: string,
+    expected: string,
+    name: "putIfVersion" | "deleteIfVersion",
+    values: PgParam[],
+  ): Promise<PgPutResult> {
     let result: PgQueryResult<{ version: string }>;
     try {
       result = await this.pool.query<{ version: string }>(this.query(name, values));
@@ -229,7 +273,11 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
    * aborted. The signal is checked before every statement the operation sends and last before
    * COMMIT: an abort is honoured at the next statement boundary, never inside a statement.
    */
-  private async inTransaction<T>(signal: AbortSignal | undefined, work: (client: Client) => Promise<T>, commit: (result: T) => boolean = () => true): Promise<T> {
+  private async inTransaction<T>(
+    signal: AbortSignal | undefined,
+    work: (client: Client) => Promise<T>,
+    commit: (result: T) => boolean = () => true,
+  ): Promise<T> {
     const client = await this.pool.connect();
     let broken: Error | undefined;
     let begun = false;
@@ -246,7 +294,8 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
       }
       const done = await client.query({ text: COMMIT });
       // A transaction in which a statement failed (and the error was swallowed) "commits" as ROLLBACK.
-      if (done.command !== "COMMIT") throw new Error(`the transaction was rolled back by the server (${done.command}); nothing was written`);
+      if (done.command !== "COMMIT")
+        throw new Error(`the transaction was rolled back by the server (${done.command}); nothing was written`);
       return result;
     } catch (err) {
       if (begun) {
@@ -264,13 +313,22 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
   }
 
   /** One statement of a multi-statement operation: not sent once the signal is aborted. */
-  private run<R = Record<string, unknown>>(client: Client, signal: AbortSignal | undefined, name: NamedStatement, values: PgParam[]): Promise<PgQueryResult<R>> {
+  private run<R = Record<string, unknown>>(
+    client: Client,
+    signal: AbortSignal | undefined,
+    name: NamedStatement,
+    values: PgParam[],
+  ): Promise<PgQueryResult<R>> {
     throwIfAborted(signal);
     return client.query<R>(this.query(name, values));
   }
 
   /** The key's row as it is now, tombstones included; read inside the operation's transaction. */
-  private async current(client: Client, signal: AbortSignal | undefined, key: string): Promise<{ version: string; resource: string; deleted: boolean } | undefined> {
+  private async current(
+    client: Client,
+    signal: AbortSignal | undefined,
+    key: string,
+  ): Promise<{ version: string; resource: string; deleted: boolean } | undefined> {
     const { rows } = await this.run<{ version: string; resource: string; deleted: boolean }>(client, signal, "current", [key]);
     const row = rows[0];
     return row === undefined ? undefined : { version: String(row.version), resource: row.resource, deleted: row.deleted };
@@ -283,7 +341,8 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
   private async staleError(db: Pick<PgClient, "query">, fence: CheckedFence): Promise<StaleTokenError> {
     const { rows } = await db.query<{ token: string; holder: string | null }>(this.query("highest", [fence.resource]));
     const highest = rows[0];
-    if (highest === undefined) throw new Error(`the ratchet refused token ${fence.token} for ${JSON.stringify(fence.resource)} but no fence row exists`);
+    if (highest === undefined)
+      throw new Error(`the ratchet refused token ${fence.token} for ${JSON.stringify(fence.resource)} but no fence row exists`);
     return new StaleTokenError(fence.resource, fence.token, BigInt(highest.token), highest.holder ?? null);
   }
 

@@ -67,14 +67,23 @@ export async function pgHarness(): Promise<PgHarness> {
       return row === undefined ? undefined : { token: BigInt(row.token), holder: row.holder ?? null };
     },
     async recordRow(store, key) {
-      const { rows } = await pool.query<{ row: { value: unknown; version: string; token: string; resource: string; holder?: string | null }; tombstone: boolean }>(
+      const { rows } = await pool.query<{
+        row: { value: unknown; version: string; token: string; resource: string; holder?: string | null };
+        tombstone: boolean;
+      }>(
         `SELECT to_jsonb(r) || jsonb_build_object('version', r.version::text, 'token', r.token::text) AS row, r.value IS NULL AS tombstone FROM "${store.schema}".records r WHERE key = $1`,
         [key],
       );
       const found = rows[0];
       if (found === undefined) return undefined;
       const { row } = found;
-      return { value: found.tombstone ? undefined : row.value, version: row.version, token: BigInt(row.token), resource: row.resource, holder: row.holder ?? null };
+      return {
+        value: found.tombstone ? undefined : row.value,
+        version: row.version,
+        token: BigInt(row.token),
+        resource: row.resource,
+        holder: row.holder ?? null,
+      };
     },
     async counts(store) {
       const { rows } = await pool.query<{ fence: string; records: string }>(

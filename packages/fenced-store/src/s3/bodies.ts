@@ -50,7 +50,12 @@ export class AttemptBodies {
   private upload(target: string | null): DataObject {
     const { client, options } = this.io;
     return this.add(target, (key) =>
-      uploadData(client, options.bucket, key, this.payload, { contentType: this.contentType, contentLength: this.length, partSize: options.partSize, signal: this.signal }),
+      uploadData(client, options.bucket, key, this.payload, {
+        contentType: this.contentType,
+        contentLength: this.length,
+        partSize: options.partSize,
+        signal: this.signal,
+      }),
     );
   }
 

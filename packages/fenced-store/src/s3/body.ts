@@ -17,7 +17,10 @@ export function assertBody(body: unknown, argument = "body"): asserts body is S3
     if (body.destroyed || body.readableEnded) throw new InvalidArgumentError(argument, "the stream has already been consumed or destroyed");
     return;
   }
-  throw new InvalidArgumentError(argument, `must be a string, a Uint8Array or a Readable stream, got ${body === null ? "null" : typeof body}`);
+  throw new InvalidArgumentError(
+    argument,
+    `must be a string, a Uint8Array or a Readable stream, got ${body === null ? "null" : typeof body}`,
+  );
 }
 
 export function assertContentType(contentType: unknown): asserts contentType is string | undefined {
@@ -29,7 +32,8 @@ export function assertContentType(contentType: unknown): asserts contentType is 
 
 export function assertContentLength(contentLength: unknown, body: S3Body): asserts contentLength is number | undefined {
   if (contentLength === undefined) return;
-  if (!(body instanceof Readable)) throw new InvalidArgumentError("contentLength", "is only for stream bodies (the length of bytes in memory is known)");
+  if (!(body instanceof Readable))
+    throw new InvalidArgumentError("contentLength", "is only for stream bodies (the length of bytes in memory is known)");
   if (typeof contentLength !== "number" || !Number.isSafeInteger(contentLength) || contentLength < 0) {
     throw new InvalidArgumentError("contentLength", "must be a non-negative safe integer");
   }
@@ -57,14 +61,29 @@ export interface UploadOptions {
  * unknown length goes multipart, holding a few parts in memory, and relies on the unique name alone,
  * because conditions on completing a multipart upload are not portable.
  */
-export async function uploadData(client: S3Client, bucket: string, key: string, body: Buffer | Readable, options: UploadOptions): Promise<number> {
+export async function uploadData(
+  client: S3Client,
+  bucket: string,
+  key: string,
+  body: Buffer | Readable,
+  options: UploadOptions,
+): Promise<number> {
   const contentType = options.contentType === undefined ? {} : { ContentType: options.contentType };
   if (Buffer.isBuffer(body) || options.contentLength !== undefined) {
     const length = Buffer.isBuffer(body) ? body.length : (options.contentLength ?? 0);
-    await putOnce(client, new PutObjectCommand({ Bucket: bucket, Key: key, Body: body, ContentLength: length, IfNoneMatch: "*", ...contentType }), options.signal);
+    await putOnce(
+      client,
+      new PutObjectCommand({ Bucket: bucket, Key: key, Body: body, ContentLength: length, IfNoneMatch: "*", ...contentType }),
+      options.signal,
+    );
     return length;
   }
-  return uploadStream(client, bucket, key, body, { contentType: options.contentType, partSize: options.partSize, concurrency: PART_CONCURRENCY, signal: options.signal });
+  return uploadStream(client, bucket, key, body, {
+    contentType: options.contentType,
+    partSize: options.partSize,
+    concurrency: PART_CONCURRENCY,
+    signal: options.signal,
+  });
 }
 
 export interface DataObject {

@@ -31,7 +31,8 @@ export type Failure =
 
 export type Condition = { readonly ifNoneMatch: true } | { readonly ifMatch: string };
 
-export type WriteOutcome = { readonly ok: true; readonly etag: string } | { readonly ok: false; readonly failure: Failure; readonly error: unknown };
+export type WriteOutcome =
+  { readonly ok: true; readonly etag: string } | { readonly ok: false; readonly failure: Failure; readonly error: unknown };
 
 export interface StoredObject {
   /** Bare (unquoted) ETag. */
@@ -340,7 +341,9 @@ export class ConditionalObjects {
     const key = `${keyPrefix}${randomBytes(16).toString("hex")}`;
     const missing = `${key}-missing`;
     const fail = (what: string): never => {
-      throw new Error(`S3 backend at bucket ${JSON.stringify(this.bucket)} does not honour conditional writes: ${what}. Fenced writes would not be safe on it.`);
+      throw new Error(
+        `S3 backend at bucket ${JSON.stringify(this.bucket)} does not honour conditional writes: ${what}. Fenced writes would not be safe on it.`,
+      );
     };
     try {
       const created = await this.write(key, Buffer.from("probe-1"), { ifNoneMatch: true });
@@ -363,9 +366,11 @@ export class ConditionalObjects {
       // Fence reads are conditional (If-None-Match): a 304 must mean that the ETag sent is current.
       const swappedBody = `probe-3-${this.form}`;
       const replaced = await this.readIfChanged(key, created.etag);
-      if (replaced.unchanged || replaced.object?.body.toString() !== swappedBody) fail("GET with If-None-Match on a replaced ETag did not return the current object");
+      if (replaced.unchanged || replaced.object?.body.toString() !== swappedBody)
+        fail("GET with If-None-Match on a replaced ETag did not return the current object");
       const current = await this.readIfChanged(key, swapped.etag);
-      if (!current.unchanged && current.object?.body.toString() !== swappedBody) fail("GET with If-None-Match on the current ETag returned another object");
+      if (!current.unchanged && current.object?.body.toString() !== swappedBody)
+        fail("GET with If-None-Match on the current ETag returned another object");
 
       const stale = await this.write(key, Buffer.from("probe-4"), { ifMatch: created.etag });
       if (stale.ok) fail("PUT with a stale If-Match ETag replaced the object");

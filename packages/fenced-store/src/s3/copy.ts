@@ -58,7 +58,10 @@ export async function copyData(
     }
   }
   const partBytes = Math.max(limits.part, Math.ceil(size / MAX_PARTS));
-  const created = await client.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: to, ...(contentType === undefined ? {} : { ContentType: contentType }) }), sendOptions(signal));
+  const created = await client.send(
+    new CreateMultipartUploadCommand({ Bucket: bucket, Key: to, ...(contentType === undefined ? {} : { ContentType: contentType }) }),
+    sendOptions(signal),
+  );
   const uploadId = created.UploadId;
   if (uploadId === undefined) throw new Error(`CreateMultipartUpload for ${to} returned no UploadId`);
   try {
@@ -66,12 +69,22 @@ export async function copyData(
     for (let start = 0, partNumber = 1; start < size; start += partBytes, partNumber++) {
       const end = Math.min(start + partBytes, size) - 1;
       const res = await client.send(
-        new UploadPartCopyCommand({ Bucket: bucket, Key: to, UploadId: uploadId, PartNumber: partNumber, CopySource: copySource(bucket, from), CopySourceRange: `bytes=${start}-${end}` }),
+        new UploadPartCopyCommand({
+          Bucket: bucket,
+          Key: to,
+          UploadId: uploadId,
+          PartNumber: partNumber,
+          CopySource: copySource(bucket, from),
+          CopySourceRange: `bytes=${start}-${end}`,
+        }),
         sendOptions(signal),
       );
       parts.push({ PartNumber: partNumber, ETag: res.CopyPartResult?.ETag });
     }
-    await client.send(new CompleteMultipartUploadCommand({ Bucket: bucket, Key: to, UploadId: uploadId, MultipartUpload: { Parts: parts } }), sendOptions(signal));
+    await client.send(
+      new CompleteMultipartUploadCommand({ Bucket: bucket, Key: to, UploadId: uploadId, MultipartUpload: { Parts: parts } }),
+      sendOptions(signal),
+    );
     return true;
   } catch (err) {
     // Parts of an abandoned upload are stored (and billed) until aborted.

@@ -24,7 +24,8 @@ const fence: Fence = { resource: "data", token: 1n };
 
 describe("data objects: one per manifest attempt, named for the manifest it is sent against", () => {
   it("the sweeper's rule: a data object may be named while the current manifest names it or is its attempt's target", () => {
-    const manifest = (writeId: string, body: ManifestHeader["body"]): ManifestHeader => nextHeader(undefined, "k", { resource: "r", token: 1n, holder: null }, writeId, body, undefined);
+    const manifest = (writeId: string, body: ManifestHeader["body"]): ManifestHeader =>
+      nextHeader(undefined, "k", { resource: "r", token: 1n, holder: null }, writeId, body, undefined);
     const [w1, w2] = [newId(), newId()];
     const againstW1 = dataKey("p/", "k", w1, newId());
     const create = dataKey("p/", "k", null, newId());

@@ -74,7 +74,9 @@ export class Deletions {
     if (keys.length > 1 && !this.batchRefused) {
       try {
         // Quiet: the answer lists only the keys that failed; they stay for the sweeper.
-        await this.client.send(new DeleteObjectsCommand({ Bucket: this.bucket, Delete: { Objects: keys.map((Key) => ({ Key })), Quiet: true } }));
+        await this.client.send(
+          new DeleteObjectsCommand({ Bucket: this.bucket, Delete: { Objects: keys.map((Key) => ({ Key })), Quiet: true } }),
+        );
         return;
       } catch (err) {
         // A backend without DeleteObjects (400, 405, 501, …) gets single deletions from now on; after

@@ -19,7 +19,9 @@ afterAll(async () => {
 const fence = (token: number, resource = "faults"): Fence => ({ resource, token: BigInt(token) });
 
 /** A client whose first manifest PUT suffers `fault`; every other request goes through untouched. */
-async function faulty(fault: (send: () => Promise<unknown>) => Promise<unknown>): Promise<{ client: S3Client; bucket: string; store: FencedS3 }> {
+async function faulty(
+  fault: (send: () => Promise<unknown>) => Promise<unknown>,
+): Promise<{ client: S3Client; bucket: string; store: FencedS3 }> {
   const client = server.client();
   const bucket = await server.createBucket();
   let armed = true;
@@ -118,12 +120,29 @@ describe("FencedS3: failures and ambiguous outcomes", () => {
     });
     const name = (r: RequestInfo): string => `${r.command.replace("ObjectCommand", "")} ${r.key?.split("/")[1] ?? ""}`;
     /** The requests of one put, in rounds: requests sent in parallel are one round (sorted). */
-    const count = async (store: FencedS3, token: number, key = "k", body = "body", parallel: [at: number, size: number][] = []): Promise<string[]> => {
+    const count = async (
+      store: FencedS3,
+      token: number,
+      key = "k",
+      body = "body",
+      parallel: [at: number, size: number][] = [],
+    ): Promise<string[]> => {
       seen.length = 0;
       await store.put(key, body, { fence: fence(token, "rt") });
       // The deletion of a replaced body runs in the background (batched), after the put has returned.
-      const names = seen.filter((r) => r.command !== "DeleteObjectsCommand").map(name).filter((n) => n !== "Delete data");
-      for (const [at, size] of parallel) names.splice(at, size, names.slice(at, at + size).sort().join(" | "));
+      const names = seen
+        .filter((r) => r.command !== "DeleteObjectsCommand")
+        .map(name)
+        .filter((n) => n !== "Delete data");
+      for (const [at, size] of parallel)
+        names.splice(
+          at,
+          size,
+          names
+            .slice(at, at + size)
+            .sort()
+            .join(" | "),
+        );
       return names;
     };
     const fenced = new FencedS3(client, { bucket });
@@ -158,7 +177,13 @@ describe("FencedS3: what the client's own logger sees", () => {
     const errors: unknown[] = [];
     const infos: { commandName?: string; metadata?: { httpStatusCode?: number } }[] = [];
     const noop = (): void => undefined;
-    (client.config as { logger: unknown }).logger = { trace: noop, debug: noop, warn: noop, info: (e: (typeof infos)[number]) => infos.push(e), error: (e: unknown) => errors.push(e) };
+    (client.config as { logger: unknown }).logger = {
+      trace: noop,
+      debug: noop,
+      warn: noop,
+      info: (e: (typeof infos)[number]) => infos.push(e),
+      error: (e: unknown) => errors.push(e),
+    };
     const store = new FencedS3(client, { bucket });
     await store.put("k", "first", { fence: fence(1) }); // reads the absent fence and manifest: two 404s
     errors.length = 0;
@@ -254,10 +279,14 @@ describe("FencedS3: giving up, aborting", () => {
     // update: the key changes under every read-modify-write round.
     let round = 0;
     const updated = await writer
-      .update("big", async () => {
-        await writer.put("big", `moved ${++round}`, { fence: fence(1) });
-        return "never";
-      }, { fence: fence(1), maxAttempts: 2 })
+      .update(
+        "big",
+        async () => {
+          await writer.put("big", `moved ${++round}`, { fence: fence(1) });
+          return "never";
+        },
+        { fence: fence(1), maxAttempts: 2 },
+      )
       .catch((e: unknown) => e);
     expect(updated).toBeInstanceOf(ContentionError);
     expect(updated).toMatchObject({ key: "big", attempts: 2 });

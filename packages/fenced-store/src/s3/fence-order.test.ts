@@ -70,7 +70,11 @@ describe("FencedS3: nothing the write awaits comes between the fence read and th
       const wire: string[] = []; // every request handed to the HTTP handler, the one answered by the test included
       onWire(writerClient, (r) => wire.push(`${r.method} ${r.kind}`));
 
-      await expect(writer.put("throttled", "late from 33", { fence: fence(33n) })).rejects.toMatchObject({ name: "StaleTokenError", token: 33n, highest: 34n });
+      await expect(writer.put("throttled", "late from 33", { fence: fence(33n) })).rejects.toMatchObject({
+        name: "StaleTokenError",
+        token: 33n,
+        highest: 34n,
+      });
       // Every manifest PUT on the wire follows a fence read sent after the previous answer.
       const puts = wire.flatMap((w, i) => (w === "PUT manifests" ? [i] : []));
       for (const i of puts) expect(wire[i - 1]).toBe("GET fences");

@@ -88,7 +88,11 @@ describe("FencedS3: which lease presented the token (holder)", () => {
     await store.put("k", "one", { fence: bare });
     await store.put("k", "two", { fence: { resource: "bare", token: 9n } });
     expect(await store.getBytes("k")).toMatchObject({ holder: null, token: 9n });
-    await expect(store.put("k", "three", { fence: { ...bare, holder: "h" } })).rejects.toMatchObject({ name: "StaleTokenError", highest: 9n, highestHolder: null });
+    await expect(store.put("k", "three", { fence: { ...bare, holder: "h" } })).rejects.toMatchObject({
+      name: "StaleTokenError",
+      highest: 9n,
+      highestHolder: null,
+    });
     await store.put("k", "four", { fence: { resource: "bare", token: 10n, holder: "h" } });
     await expect(store.put("k", "five", { fence: bare })).rejects.toMatchObject({ name: "StaleTokenError", highest: 10n });
   });
@@ -127,9 +131,18 @@ describe("FencedS3: a key belongs to the resource that created it", () => {
         owner: "R",
         resource: "S",
       });
-      await expect(store.transfer("k", { from: { resource: "R", token: 33n }, to: s0 })).rejects.toMatchObject({ name: "StaleTokenError", resource: "R", highest: 34n });
-      await expect(store.transfer("k", { from: { ...r34, holder: "someone-else" }, to: s0 })).rejects.toMatchObject({ name: "StaleTokenError", highestHolder: "r-34" });
-      await expect(store.transfer("k", { from: r34, to: s0, ifVersion: "0".repeat(32) })).rejects.toMatchObject({ name: "VersionMismatchError" });
+      await expect(store.transfer("k", { from: { resource: "R", token: 33n }, to: s0 })).rejects.toMatchObject({
+        name: "StaleTokenError",
+        resource: "R",
+        highest: 34n,
+      });
+      await expect(store.transfer("k", { from: { ...r34, holder: "someone-else" }, to: s0 })).rejects.toMatchObject({
+        name: "StaleTokenError",
+        highestHolder: "r-34",
+      });
+      await expect(store.transfer("k", { from: r34, to: s0, ifVersion: "0".repeat(32) })).rejects.toMatchObject({
+        name: "VersionMismatchError",
+      });
       expect(await contents(client, bucket)).toEqual(before);
 
       const moved = await store.transfer("k", { from: r34, to: s0, ifVersion: created.version });
@@ -139,20 +152,31 @@ describe("FencedS3: a key belongs to the resource that created it", () => {
       expect(now).toMatchObject({ version: moved.version, resource: "S", token: 0n, holder: null, contentType: "text/plain" });
       expect(now?.body.toString()).toBe("owned by R");
       // Both resources' fence objects were raised: R's stays at 34 (r-34), S's is at 0 now.
-      await expect(store.register({ resource: "R", token: 34n, holder: "other" })).rejects.toMatchObject({ highest: 34n, highestHolder: "r-34" });
-      await expect(store.register({ resource: "S", token: 0n, holder: "other" })).rejects.toMatchObject({ highest: 0n, highestHolder: null });
+      await expect(store.register({ resource: "R", token: 34n, holder: "other" })).rejects.toMatchObject({
+        highest: 34n,
+        highestHolder: "r-34",
+      });
+      await expect(store.register({ resource: "S", token: 0n, holder: "other" })).rejects.toMatchObject({
+        highest: 0n,
+        highestHolder: null,
+      });
 
       // Now R is refused and S may write.
       await expect(store.put("k", "R again", { fence: r34 })).rejects.toMatchObject({ name: "ResourceMismatchError", owner: "S" });
       await store.put("k", "from S", { fence: s0 });
       await store.delete("k", { fence: s0 });
       // A tombstone keeps the owner.
-      await expect(new FencedS3(client, { bucket }).put("k", "R after delete", { fence: { resource: "R", token: 99n } })).rejects.toMatchObject({
+      await expect(
+        new FencedS3(client, { bucket }).put("k", "R after delete", { fence: { resource: "R", token: 99n } }),
+      ).rejects.toMatchObject({
         name: "ResourceMismatchError",
         owner: "S",
       });
       // And back, fenced by both sides: R's old holder (33) cannot receive it, 35 can.
-      await expect(store.transfer("k", { from: s0, to: { resource: "R", token: 33n } })).rejects.toMatchObject({ name: "StaleTokenError", resource: "R" });
+      await expect(store.transfer("k", { from: s0, to: { resource: "R", token: 33n } })).rejects.toMatchObject({
+        name: "StaleTokenError",
+        resource: "R",
+      });
       await store.transfer("k", { from: s0, to: { resource: "R", token: 35n } });
       await store.put("k", "R is back", { fence: { resource: "R", token: 35n } });
       expect((await store.getBytes("k"))?.body.toString()).toBe("R is back");
@@ -165,12 +189,20 @@ describe("FencedS3: a key belongs to the resource that created it", () => {
     const store = new FencedS3(client, { bucket });
     expect(await store.transfer("nothing", { from: { resource: "A", token: 1n }, to: { resource: "B", token: 1n } })).toBeUndefined();
     expect(await store.get("nothing")).toBeUndefined();
-    await expect(store.transfer("nothing", { from: { resource: "A", token: 1n }, to: { resource: "B", token: 1n }, ifVersion: "0".repeat(32) })).rejects.toMatchObject({
+    await expect(
+      store.transfer("nothing", { from: { resource: "A", token: 1n }, to: { resource: "B", token: 1n }, ifVersion: "0".repeat(32) }),
+    ).rejects.toMatchObject({
       name: "VersionMismatchError",
       actual: undefined,
     });
-    await expect(store.transfer("k", { from: { resource: "A", token: 1n }, to: { resource: "A", token: 2n } })).rejects.toMatchObject({ name: "InvalidArgumentError", argument: "options.to.resource" });
-    await expect(store.transfer("k", { from: { resource: "A", token: -1n }, to: { resource: "B", token: 1n } })).rejects.toMatchObject({ name: "InvalidArgumentError", argument: "options.from.token" });
+    await expect(store.transfer("k", { from: { resource: "A", token: 1n }, to: { resource: "A", token: 2n } })).rejects.toMatchObject({
+      name: "InvalidArgumentError",
+      argument: "options.to.resource",
+    });
+    await expect(store.transfer("k", { from: { resource: "A", token: -1n }, to: { resource: "B", token: 1n } })).rejects.toMatchObject({
+      name: "InvalidArgumentError",
+      argument: "options.from.token",
+    });
     expect(await contents(client, bucket)).toEqual({});
   });
 
@@ -181,8 +213,15 @@ describe("FencedS3: a key belongs to the resource that created it", () => {
     expect(deleted.token).toBe(1n);
     expect(await store.get("ghost")).toBeUndefined();
     const other = new FencedS3(client, { bucket });
-    await expect(other.put("ghost", "by S", { fence: { resource: "S", token: 1n } })).rejects.toMatchObject({ name: "ResourceMismatchError", owner: "R", resource: "S" });
-    await expect(other.delete("ghost", { fence: { resource: "S", token: 1n } })).rejects.toMatchObject({ name: "ResourceMismatchError", owner: "R" });
+    await expect(other.put("ghost", "by S", { fence: { resource: "S", token: 1n } })).rejects.toMatchObject({
+      name: "ResourceMismatchError",
+      owner: "R",
+      resource: "S",
+    });
+    await expect(other.delete("ghost", { fence: { resource: "S", token: 1n } })).rejects.toMatchObject({
+      name: "ResourceMismatchError",
+      owner: "R",
+    });
     const written = await store.put("ghost", "by R", { fence: { resource: "R", token: 1n } });
     expect(written.version).not.toBe(deleted.version);
     expect(await store.getBytes("ghost")).toMatchObject({ resource: "R", version: written.version });
@@ -193,7 +232,8 @@ describe("FencedS3: a key belongs to the resource that created it", () => {
 describe("FencedS3: objects written in format /1", () => {
   it("read with every holder null and the key owned by the resource of its last write; the next write is /2", async () => {
     const bucket = await server.createBucket();
-    const put = (key: string, body: string): Promise<unknown> => client.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: body }));
+    const put = (key: string, body: string): Promise<unknown> =>
+      client.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: body }));
     const id = (): string => randomBytes(16).toString("hex");
     const header = {
       format: "fenced-s3-manifest/1",
@@ -216,15 +256,35 @@ describe("FencedS3: objects written in format /1", () => {
 
     expect(await store.getBytes("k")).toMatchObject({ version: header.writeId, token: 5n, holder: null, resource: "R" });
     // Token 5 of /1 was presented by a holder nobody recorded: a holder now cannot claim it ...
-    await expect(store.put("k", "h", { fence: { resource: "R", token: 5n, holder: "h" } })).rejects.toMatchObject({ name: "StaleTokenError", highest: 5n, highestHolder: null });
-    await expect(store.register({ resource: "R", token: 5n, holder: "h" })).rejects.toMatchObject({ name: "StaleTokenError", highestHolder: null });
+    await expect(store.put("k", "h", { fence: { resource: "R", token: 5n, holder: "h" } })).rejects.toMatchObject({
+      name: "StaleTokenError",
+      highest: 5n,
+      highestHolder: null,
+    });
+    await expect(store.register({ resource: "R", token: 5n, holder: "h" })).rejects.toMatchObject({
+      name: "StaleTokenError",
+      highestHolder: null,
+    });
     // ... the key belongs to R, whatever other resources wrote it before ...
-    await expect(store.put("k", "q", { fence: { resource: "Q", token: 41n } })).rejects.toMatchObject({ name: "ResourceMismatchError", owner: "R" });
+    await expect(store.put("k", "q", { fence: { resource: "Q", token: 41n } })).rejects.toMatchObject({
+      name: "ResourceMismatchError",
+      owner: "R",
+    });
     // ... and a fence without a holder, identified by its token alone, is admitted as before.
     await store.put("k", "five", { fence: { resource: "R", token: 5n } });
     const stored = await contents(client, bucket, "fenced/manifests/");
     const written = JSON.parse((stored["fenced/manifests/k"] ?? "").split("\n")[0] ?? "{}") as Record<string, unknown>;
-    expect(written).toMatchObject({ format: "fenced-s3-manifest/2", owner: "R", seq: 4, token: "5", holder: null, ratchet: [["Q", "40", null], ["R", "5", null]] });
+    expect(written).toMatchObject({
+      format: "fenced-s3-manifest/2",
+      owner: "R",
+      seq: 4,
+      token: "5",
+      holder: null,
+      ratchet: [
+        ["Q", "40", null],
+        ["R", "5", null],
+      ],
+    });
     await store.register({ resource: "R", token: 6n, holder: "h" });
     const fence = await contents(client, bucket, "fenced/fences/");
     expect(JSON.parse(fence[fenceOf("R")] ?? "{}")).toMatchObject({ format: "fenced-s3-fence/2", token: "6", holder: "h" });

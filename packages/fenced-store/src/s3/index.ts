@@ -11,5 +11,18 @@
 //   io.ts          StoreIo: manifest and fence reads, fence raises, what the store remembers
 //   manifest.ts    the manifest and fence object formats; layout.ts, where each object lives
 //   conditional.ts the conditional PUT and GET every decision rests on
-export { FencedS3, type FencedS3Options, type S3Body, type S3Bytes, type S3DeleteOptions, type S3Object, type S3PutResult, type S3RegisterOptions, type S3TransferOptions, type S3UpdateOptions, type S3VerifyResult, type S3WriteOptions } from "./store.js";
+export {
+  FencedS3,
+  type FencedS3Options,
+  type S3Body,
+  type S3Bytes,
+  type S3DeleteOptions,
+  type S3Object,
+  type S3PutResult,
+  type S3RegisterOptions,
+  type S3TransferOptions,
+  type S3UpdateOptions,
+  type S3VerifyResult,
+  type S3WriteOptions,
+} from "./store.js";
 export { assertContentType } from "./body.js";

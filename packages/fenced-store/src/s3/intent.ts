@@ -64,7 +64,8 @@ export function refusal(intent: Pick<Intent, "key" | "owner" | "fences" | "ifVer
   if (header !== undefined && header.owner !== intent.owner) return new ResourceMismatchError(intent.key, intent.owner, header.owner);
   for (const fence of intent.fences) {
     const highest = entryFor(header, fence.resource);
-    if (highest !== undefined && !admits(highest, fence)) return new StaleTokenError(fence.resource, fence.token, highest.token, highest.holder);
+    if (highest !== undefined && !admits(highest, fence))
+      return new StaleTokenError(fence.resource, fence.token, highest.token, highest.holder);
   }
   const { ifVersion } = intent;
   if (ifVersion === undefined) return undefined;
@@ -76,7 +77,12 @@ export function refusal(intent: Pick<Intent, "key" | "owner" | "fences" | "ifVer
 }
 
 /** The manifest an attempt writes over `state` (a transfer carries the body of the one it replaces). */
-export function build(intent: Intent, state: ManifestState, writeId: string, dataKey: string | undefined): { header: ManifestHeader; inline: Buffer | undefined } {
+export function build(
+  intent: Intent,
+  state: ManifestState,
+  writeId: string,
+  dataKey: string | undefined,
+): { header: ManifestHeader; inline: Buffer | undefined } {
   const { content, key } = intent;
   const prev = state.snap?.header;
   if (content.kind === "carry") {
@@ -86,7 +92,11 @@ export function build(intent: Intent, state: ManifestState, writeId: string, dat
     return { header: transferHeader(prev, from, intent.writer, writeId), inline: state.inline };
   }
   const body: ManifestHeader["body"] =
-    content.kind === "inline" ? { kind: "inline", size: content.bytes.length } : content.kind === "object" && dataKey !== undefined ? { kind: "object", dataKey } : { kind: "tombstone" };
+    content.kind === "inline"
+      ? { kind: "inline", size: content.bytes.length }
+      : content.kind === "object" && dataKey !== undefined
+        ? { kind: "object", dataKey }
+        : { kind: "tombstone" };
   const header = nextHeader(prev, key, intent.writer, writeId, body, content.kind === "tombstone" ? undefined : intent.contentType);
   return { header, inline: content.kind === "inline" ? content.bytes : undefined };
 }

@@ -140,7 +140,10 @@ export class StoreIo {
   async readFence(resource: string, signal: AbortSignal | undefined, gate?: SendGate): Promise<FenceSnapshot | null> {
     const key = fenceKey(this.options.prefix, resource);
     const seen = this.fences.get(resource);
-    const found = seen === undefined ? { unchanged: false as const, object: await this.objects.read(key, signal, gate) } : await this.objects.readIfChanged(key, seen.etag, signal, gate);
+    const found =
+      seen === undefined
+        ? { unchanged: false as const, object: await this.objects.read(key, signal, gate) }
+        : await this.objects.readIfChanged(key, seen.etag, signal, gate);
     if (found.unchanged && seen !== undefined) {
       this.noteFence(resource, seen);
       return seen;
@@ -183,7 +186,11 @@ export class StoreIo {
         throw refusedOwnEtag(target);
       }
       if (attempt >= this.options.maxAttempts) {
-        throw new ContentionError(target, attempt, `register ${JSON.stringify(fence.resource)} gave up after ${attempt} conflicting writes of its fence object`);
+        throw new ContentionError(
+          target,
+          attempt,
+          `register ${JSON.stringify(fence.resource)} gave up after ${attempt} conflicting writes of its fence object`,
+        );
       }
       snap = current;
     }

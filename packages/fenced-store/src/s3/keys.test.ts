@@ -80,7 +80,9 @@ describe("FencedS3: no two keys share an object", () => {
   it("a prefix with a lone surrogate is refused when the store is made", async () => {
     const bucket = await server.createBucket();
     for (const prefix of ["p\uD800/", "p/\uDC00/"]) {
-      expect(() => new FencedS3(client, { bucket, prefix }), prefix).toThrow(expect.objectContaining({ name: "InvalidArgumentError", argument: "prefix" }));
+      expect(() => new FencedS3(client, { bucket, prefix }), prefix).toThrow(
+        expect.objectContaining({ name: "InvalidArgumentError", argument: "prefix" }),
+      );
     }
   });
 });

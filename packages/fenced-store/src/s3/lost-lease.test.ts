@@ -59,7 +59,11 @@ for (const ending of ENDINGS) {
       let updated = false;
       await refusedWithItsError(store.put("k", "small", { fence: lease }), lease, ending);
       await refusedWithItsError(store.put("k", Buffer.alloc(4096, 1), { fence: lease }), lease, ending);
-      await refusedWithItsError(store.put("k", Readable.from([Buffer.from("streamed")]), { fence: lease, contentLength: 8 }), lease, ending);
+      await refusedWithItsError(
+        store.put("k", Readable.from([Buffer.from("streamed")]), { fence: lease, contentLength: 8 }),
+        lease,
+        ending,
+      );
       // Unknown length: the multipart path.
       await refusedWithItsError(store.put("k", Readable.from([Buffer.from("multipart")]), { fence: lease }), lease, ending);
       // A live signal passed beside it changes nothing: the fence itself says the lease ended.
@@ -94,7 +98,10 @@ for (const ending of ENDINGS) {
         await plain.put("of-lost", "a", { fence: { resource: lost.resource, token: 0n } });
         await plain.put("of-live", "b", { fence: live });
         const keys = await listKeys(client, bucket);
-        const versions = async (): Promise<unknown[]> => [(await plain.getBytes("of-lost"))?.version, (await plain.getBytes("of-live"))?.version];
+        const versions = async (): Promise<unknown[]> => [
+          (await plain.getBytes("of-lost"))?.version,
+          (await plain.getBytes("of-live"))?.version,
+        ];
         const before = await versions();
         await refusedWithItsError(store.transfer("of-lost", { from: lost, to: live }), lost, ending);
         await refusedWithItsError(store.transfer("of-live", { from: live, to: lost }), lost, ending);

@@ -116,18 +116,23 @@ export function decodeManifest(key: string, bytes: Buffer): { header: ManifestHe
   }
   const v1 = (parsed as { format?: unknown } | null)?.format === MANIFEST_FORMAT_V1;
   const result = v1 ? ManifestHeaderV1Schema.safeParse(parsed) : ManifestHeaderSchema.safeParse(parsed);
-  if (!result.success) throw new Error(`manifest of ${JSON.stringify(key)} is not a ${v1 ? MANIFEST_FORMAT_V1 : MANIFEST_FORMAT} header: ${result.error.message}`);
+  if (!result.success)
+    throw new Error(
+      `manifest of ${JSON.stringify(key)} is not a ${v1 ? MANIFEST_FORMAT_V1 : MANIFEST_FORMAT} header: ${result.error.message}`,
+    );
   const header = "tokens" in result.data ? upgrade(result.data) : result.data;
   if (header.key !== key) throw new Error(`manifest at ${JSON.stringify(key)} names another key, ${JSON.stringify(header.key)}`);
   const resources = header.ratchet.map(([r]) => r);
-  if (new Set(resources).size !== resources.length) throw new Error(`manifest of ${JSON.stringify(key)} has two ratchet entries for one resource`);
+  if (new Set(resources).size !== resources.length)
+    throw new Error(`manifest of ${JSON.stringify(key)} has two ratchet entries for one resource`);
   const own = entryFor(header, header.owner);
   if (own === undefined || own.token !== BigInt(header.token) || own.holder !== header.holder) {
     throw new Error(`manifest of ${JSON.stringify(key)}: its owner's ratchet entry is not the write that produced it`);
   }
   const rest = bytes.subarray(newline + 1);
   if (header.body.kind === "inline") {
-    if (rest.length !== header.body.size) throw new Error(`manifest of ${JSON.stringify(key)} is truncated: ${rest.length} of ${header.body.size} body bytes`);
+    if (rest.length !== header.body.size)
+      throw new Error(`manifest of ${JSON.stringify(key)} is truncated: ${rest.length} of ${header.body.size} body bytes`);
     return { header, inline: rest };
   }
   if (rest.length !== 0) throw new Error(`manifest of ${JSON.stringify(key)} has bytes after a header that declares none`);
@@ -147,7 +152,14 @@ function raised(header: ManifestHeader | undefined, fences: readonly CheckedFenc
 }
 
 /** The header of a write by the key's owner that replaces `prev`: next seq, the writer's fence, the ratchet raised. */
-export function nextHeader(prev: ManifestHeader | undefined, key: string, fence: CheckedFence, writeId: string, body: ManifestHeader["body"], contentType: string | undefined): ManifestHeader {
+export function nextHeader(
+  prev: ManifestHeader | undefined,
+  key: string,
+  fence: CheckedFence,
+  writeId: string,
+  body: ManifestHeader["body"],
+  contentType: string | undefined,
+): ManifestHeader {
   return {
     format: MANIFEST_FORMAT,
     key,
@@ -197,7 +209,13 @@ const FenceSchema = z.strictObject({
 const FenceV1Schema = z.strictObject({ format: z.literal(FENCE_FORMAT_V1), resource: Resource, token: TokenString, writeId: Id });
 
 export function encodeFence(fence: CheckedFence): Buffer {
-  const body: z.infer<typeof FenceSchema> = { format: FENCE_FORMAT, resource: fence.resource, token: fence.token.toString(), holder: fence.holder, writeId: newId() };
+  const body: z.infer<typeof FenceSchema> = {
+    format: FENCE_FORMAT,
+    resource: fence.resource,
+    token: fence.token.toString(),
+    holder: fence.holder,
+    writeId: newId(),
+  };
   return Buffer.from(JSON.stringify(body), "utf8");
 }
 
@@ -210,7 +228,11 @@ export function decodeFence(resource: string, bytes: Buffer): Highest {
   }
   const v1 = (parsed as { format?: unknown } | null)?.format === FENCE_FORMAT_V1;
   const result = v1 ? FenceV1Schema.safeParse(parsed) : FenceSchema.safeParse(parsed);
-  if (!result.success) throw new Error(`fence object of resource ${JSON.stringify(resource)} is not a ${v1 ? FENCE_FORMAT_V1 : FENCE_FORMAT} body: ${result.error.message}`);
-  if (result.data.resource !== resource) throw new Error(`fence object of resource ${JSON.stringify(resource)} belongs to ${JSON.stringify(result.data.resource)}`);
+  if (!result.success)
+    throw new Error(
+      `fence object of resource ${JSON.stringify(resource)} is not a ${v1 ? FENCE_FORMAT_V1 : FENCE_FORMAT} body: ${result.error.message}`,
+    );
+  if (result.data.resource !== resource)
+    throw new Error(`fence object of resource ${JSON.stringify(resource)} belongs to ${JSON.stringify(result.data.resource)}`);
   return { token: BigInt(result.data.token), holder: "holder" in result.data ? result.data.holder : null };
 }

@@ -26,7 +26,13 @@ export interface MultipartOptions {
  * memory to the garbage collector's timing, which lets a long upload's footprint drift far above it.
  * A body that fits in one part is sent as one create-only PUT instead. Returns the bytes stored.
  */
-export async function uploadStream(client: S3Client, bucket: string, key: string, body: Readable, options: MultipartOptions): Promise<number> {
+export async function uploadStream(
+  client: S3Client,
+  bucket: string,
+  key: string,
+  body: Readable,
+  options: MultipartOptions,
+): Promise<number> {
   const { partSize, concurrency, signal } = options;
   const send = sendOptions(signal);
   const contentType = options.contentType === undefined ? {} : { ContentType: options.contentType };
@@ -49,7 +55,17 @@ export async function uploadStream(client: S3Client, bucket: string, key: string
     }
     const partNumber = ++launched;
     const upload = client
-      .send(new UploadPartCommand({ Bucket: bucket, Key: key, UploadId: uploadId, PartNumber: partNumber, Body: buffer.subarray(0, length), ContentLength: length }), send)
+      .send(
+        new UploadPartCommand({
+          Bucket: bucket,
+          Key: key,
+          UploadId: uploadId,
+          PartNumber: partNumber,
+          Body: buffer.subarray(0, length),
+          ContentLength: length,
+        }),
+        send,
+      )
       .then(
         (res) => {
           parts.push({ PartNumber: partNumber, ETag: res.ETag });
@@ -68,7 +84,7 @@ export async function uploadStream(client: S3Client, bucket: string, key: string
     let filled = 0;
     for await (const bytes of chunksOf(body, signal)) {
       total += bytes.length;
-      for (let offset = 0; offset < bytes.length; ) {
+      for (let offset = 0; offset < bytes.length;) {
         const n = Math.min(bytes.length - offset, partSize - filled);
         bytes.copy(current, filled, offset, offset + n);
         filled += n;
@@ -81,20 +97,35 @@ export async function uploadStream(client: S3Client, bucket: string, key: string
       }
     }
     if (launched === 0) {
-      await putOnce(client, new PutObjectCommand({ Bucket: bucket, Key: key, Body: current.subarray(0, filled), ContentLength: filled, IfNoneMatch: "*", ...contentType }), signal);
+      await putOnce(
+        client,
+        new PutObjectCommand({
+          Bucket: bucket,
+          Key: key,
+          Body: current.subarray(0, filled),
+          ContentLength: filled,
+          IfNoneMatch: "*",
+          ...contentType,
+        }),
+        signal,
+      );
       return total;
     }
     if (filled > 0) await sendPart(current, filled);
     while (inFlight.size > 0) await Promise.race(inFlight);
     if (failure !== undefined) throw failure.error;
     parts.sort((a, b) => (a.PartNumber ?? 0) - (b.PartNumber ?? 0));
-    await client.send(new CompleteMultipartUploadCommand({ Bucket: bucket, Key: key, UploadId: uploadId, MultipartUpload: { Parts: parts } }), send);
+    await client.send(
+      new CompleteMultipartUploadCommand({ Bucket: bucket, Key: key, UploadId: uploadId, MultipartUpload: { Parts: parts } }),
+      send,
+    );
     return total;
   } catch (err) {
     body.destroy();
     await Promise.allSettled(inFlight);
     // Parts of an abandoned upload are stored (and billed) until aborted.
-    if (uploadId !== undefined) await client.send(new AbortMultipartUploadCommand({ Bucket: bucket, Key: key, UploadId: uploadId })).catch(() => undefined);
+    if (uploadId !== undefined)
+      await client.send(new AbortMultipartUploadCommand({ Bucket: bucket, Key: key, UploadId: uploadId })).catch(() => undefined);
     throw err;
   }
 }
@@ -127,7 +158,10 @@ async function* chunksOf(stream: Readable, signal: AbortSignal | undefined): Asy
     if (Buffer.isBuffer(chunk)) queue.push(chunk);
     else if (chunk instanceof Uint8Array) queue.push(Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength));
     else if (typeof chunk === "string") queue.push(Buffer.from(chunk, "utf8"));
-    else error ??= { error: new InvalidArgumentError("body", `the stream yielded a ${chunk === null ? "null" : typeof chunk}, not bytes or a string`) };
+    else
+      error ??= {
+        error: new InvalidArgumentError("body", `the stream yielded a ${chunk === null ? "null" : typeof chunk}, not bytes or a string`),
+      };
     wake?.();
   };
   const onEnd = (): void => {

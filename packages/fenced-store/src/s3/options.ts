@@ -92,7 +92,8 @@ function integerIn(name: string, value: unknown, min: number, max: number, fallb
 export function validateOptions(options: unknown): ResolvedOptions {
   const o = optionsObject(options, "{ bucket, prefix? }");
   if (typeof o.bucket !== "string") throw new InvalidArgumentError("bucket", "must be a string");
-  if (!/^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/.test(o.bucket)) throw new InvalidArgumentError("bucket", `${JSON.stringify(o.bucket)} is not a valid S3 bucket name`);
+  if (!/^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/.test(o.bucket))
+    throw new InvalidArgumentError("bucket", `${JSON.stringify(o.bucket)} is not a valid S3 bucket name`);
   const prefix = o.prefix ?? "fenced/";
   if (typeof prefix !== "string") throw new InvalidArgumentError("prefix", "must be a string");
   if (prefix !== "") {
@@ -101,7 +102,8 @@ export function validateOptions(options: unknown): ResolvedOptions {
     // Same rules as keys, so the store's objects never land outside the prefix.
     assertKey(prefix.slice(0, -1), "prefix");
   }
-  if (o.checkResourceFence !== undefined && typeof o.checkResourceFence !== "boolean") throw new InvalidArgumentError("checkResourceFence", "must be a boolean");
+  if (o.checkResourceFence !== undefined && typeof o.checkResourceFence !== "boolean")
+    throw new InvalidArgumentError("checkResourceFence", "must be a boolean");
   return {
     bucket: o.bucket,
     prefix,
@@ -114,8 +116,10 @@ export function validateOptions(options: unknown): ResolvedOptions {
 
 function checkVersion(ifVersion: unknown): string | undefined {
   if (ifVersion === undefined) return undefined;
-  if (typeof ifVersion !== "string") throw new InvalidArgumentError("options.ifVersion", `must be a string (a version returned by put/get/delete), got ${typeof ifVersion}`);
-  if (!OBJECT_VERSION.test(ifVersion)) throw new InvalidArgumentError("options.ifVersion", `${JSON.stringify(ifVersion)} is not a version this store issues`);
+  if (typeof ifVersion !== "string")
+    throw new InvalidArgumentError("options.ifVersion", `must be a string (a version returned by put/get/delete), got ${typeof ifVersion}`);
+  if (!OBJECT_VERSION.test(ifVersion))
+    throw new InvalidArgumentError("options.ifVersion", `${JSON.stringify(ifVersion)} is not a version this store issues`);
   return ifVersion;
 }
 

@@ -56,7 +56,15 @@ const fields = {
 // A transfer needs the key to exist and its from fence to be the owner's highest: it presents a high token, a little later.
 const writerArb: fc.Arbitrary<Writer> = fc.oneof(
   { arbitrary: fc.record(fields), weight: 4 },
-  { arbitrary: fc.record({ ...fields, op: fc.constant("transfer" as const), token: fc.bigInt({ min: 5n, max: 8n }), delay: fc.integer({ min: 5, max: 20 }) }), weight: 1 },
+  {
+    arbitrary: fc.record({
+      ...fields,
+      op: fc.constant("transfer" as const),
+      token: fc.bigInt({ min: 5n, max: 8n }),
+      delay: fc.integer({ min: 5, max: 20 }),
+    }),
+    weight: 1,
+  },
 );
 
 const other = (resource: "A" | "B"): "A" | "B" => (resource === "A" ? "B" : "A");
@@ -104,7 +112,11 @@ describe("FencedS3 under random concurrent interleavings", () => {
           const [before, after] = [history[i - 1], history[i]];
           for (const resource of [`prop-${run}-A`, `prop-${run}-B`]) {
             const [was, now] = [entryFor(before, resource), entryFor(after, resource)];
-            if (was !== undefined) expect(now !== undefined && admits(was, { resource, token: now.token, holder: now.holder }), `${resource} at seq ${after?.seq}`).toBe(true);
+            if (was !== undefined)
+              expect(
+                now !== undefined && admits(was, { resource, token: now.token, holder: now.holder }),
+                `${resource} at seq ${after?.seq}`,
+              ).toBe(true);
           }
         }
         const owners = new Set(history.map((h) => h.owner));
@@ -137,7 +149,10 @@ describe("FencedS3 under random concurrent interleavings", () => {
             expect(o.reason).toBeInstanceOf(StaleTokenError);
             const err = o.reason as StaleTokenError;
             // The refused fence is one this writer presented (a transfer presents two).
-            const mine = err.resource === resourceOf(w) ? { token: w?.token, holder: w?.holder ?? null } : { token: w?.toToken, holder: w?.toHolder ?? null };
+            const mine =
+              err.resource === resourceOf(w)
+                ? { token: w?.token, holder: w?.holder ?? null }
+                : { token: w?.toToken, holder: w?.toHolder ?? null };
             expect(err.resource === resourceOf(w) || (w?.op === "transfer" && err.resource === toOf(w))).toBe(true);
             expect(err.token).toBe(mine.token);
             expect(err.highest > err.token || (err.highest === err.token && err.highestHolder !== mine.holder)).toBe(true);
@@ -145,7 +160,9 @@ describe("FencedS3 under random concurrent interleavings", () => {
               { resource: resourceOf(x), token: x.token, holder: x.holder ?? null },
               ...(x.op === "transfer" ? [{ resource: toOf(x), token: x.toToken, holder: x.toHolder ?? null }] : []),
             ]);
-            expect(presented.some((f) => f.resource === err.resource && f.token === err.highest && f.holder === err.highestHolder)).toBe(true);
+            expect(presented.some((f) => f.resource === err.resource && f.token === err.highest && f.holder === err.highestHolder)).toBe(
+              true,
+            );
           }
         }
         // Exactly the acknowledged writes are in the history: a refused write left no manifest behind.

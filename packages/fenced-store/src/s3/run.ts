@@ -81,7 +81,13 @@ export function prepare(run: Run, dataKey: string | undefined, gate?: SendGate):
   const { io, intent, manifest } = run;
   const writeId = newId();
   const { header, inline } = build(intent, manifest, writeId, dataKey);
-  const outcome = io.objects.write(manifestKey(io.options.prefix, intent.key), encodeManifest(header, inline), condition(manifest.snap), intent.signal, gate);
+  const outcome = io.objects.write(
+    manifestKey(io.options.prefix, intent.key),
+    encodeManifest(header, inline),
+    condition(manifest.snap),
+    intent.signal,
+    gate,
+  );
   return { attempt: { writeId, target: manifest.snap, ambiguous: false }, header, dataKey, outcome };
 }
 

@@ -44,7 +44,9 @@ describe("FencedS3 against a real S3 server", () => {
     // Fence reads are conditional: a backend that answers 304 Not Modified to any If-None-Match would
     // hand a store the fence it saw last, however high the fence has risen since.
     const alwaysNotModified = server.client();
-    intercept(alwaysNotModified, (info, send) => (info.command === "GetObjectCommand" && info.input.IfNoneMatch !== undefined ? Promise.reject(fakeError(304, "NotModified")) : send()));
+    intercept(alwaysNotModified, (info, send) =>
+      info.command === "GetObjectCommand" && info.input.IfNoneMatch !== undefined ? Promise.reject(fakeError(304, "NotModified")) : send(),
+    );
     await expect(new FencedS3(alwaysNotModified, { bucket }).verify()).rejects.toThrow(/If-None-Match on a replaced ETag/);
     expect(await listKeys(client, bucket)).toEqual([]);
   });
@@ -81,7 +83,15 @@ describe("FencedS3 against a real S3 server", () => {
     const { etagForm } = await store.verify();
     const spell = (etag: string): string => (etagForm === "bare" ? etag.replaceAll('"', "") : etag);
     const naivePut = (body: string, token: bigint, ifMatch?: string) =>
-      client.send(new PutObjectCommand({ Bucket: bucket, Key: "naive", Body: body, Metadata: { token: token.toString() }, ...(ifMatch === undefined ? {} : { IfMatch: spell(ifMatch) }) }));
+      client.send(
+        new PutObjectCommand({
+          Bucket: bucket,
+          Key: "naive",
+          Body: body,
+          Metadata: { token: token.toString() },
+          ...(ifMatch === undefined ? {} : { IfMatch: spell(ifMatch) }),
+        }),
+      );
     const naiveRead = async () => {
       const r = await client.send(new HeadObjectCommand({ Bucket: bucket, Key: "naive" }));
       return { etag: r.ETag ?? "", token: BigInt(r.Metadata?.token ?? "-1") };
@@ -131,7 +141,9 @@ describe("FencedS3 against a real S3 server", () => {
     const v33 = await store.getBytes("versioned");
     const v34 = await store.getBytes("versioned");
     await store.put("versioned", increment(v33), { fence: fence(33, "versioned"), ifVersion: v33?.version ?? "" });
-    const refused = await store.put("versioned", increment(v34), { fence: fence(34, "versioned"), ifVersion: v34?.version ?? "" }).catch((e: unknown) => e);
+    const refused = await store
+      .put("versioned", increment(v34), { fence: fence(34, "versioned"), ifVersion: v34?.version ?? "" })
+      .catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(VersionMismatchError);
     expect(await n("versioned")).toBe(1);
     const again = await store.getBytes("versioned");
@@ -164,7 +176,10 @@ describe("FencedS3 against a real S3 server", () => {
     const r33 = await store.getBytes("registered");
     await store.register(fence(34, "other"));
     const r34 = await store.getBytes("registered");
-    await expect(store.put("registered", increment(r33), { fence: fence(33, "other") })).rejects.toMatchObject({ name: "StaleTokenError", highest: 34n });
+    await expect(store.put("registered", increment(r33), { fence: fence(33, "other") })).rejects.toMatchObject({
+      name: "StaleTokenError",
+      highest: 34n,
+    });
     await store.put("registered", increment(r34), { fence: fence(34, "other") });
     expect(await n("registered")).toBe(1); // one acknowledged increment, present
   });
@@ -227,7 +242,9 @@ describe("FencedS3 against a real S3 server", () => {
     // An object-mode stream of buffers is a body too; one that yields anything else fails the write.
     await store.put("small-stream", Readable.from([Buffer.from("a"), "b"]), { fence: fence(1) });
     expect(await text(store, "small-stream")).toBe("ab");
-    await expect(store.put("objects", Readable.from([Buffer.from("a"), { not: "bytes" }]), { fence: fence(1) })).rejects.toBeInstanceOf(InvalidArgumentError);
+    await expect(store.put("objects", Readable.from([Buffer.from("a"), { not: "bytes" }]), { fence: fence(1) })).rejects.toBeInstanceOf(
+      InvalidArgumentError,
+    );
     expect(await store.get("objects")).toBeUndefined();
     await store.put("blob", "small now", { fence: fence(2) });
     await store.flush();
@@ -283,11 +300,26 @@ describe("FencedS3 against a real S3 server", () => {
     // update's callback returning a bad body is refused before its write.
     await expect(store.update("k", () => 7 as never, { fence: ok })).rejects.toBeInstanceOf(InvalidArgumentError);
     expect(await listKeys(client, bucket)).toEqual([]);
-    expect((await client.send(new GetObjectCommand({ Bucket: bucket, Key: "fenced/manifests/k" })).catch(() => undefined))?.Body).toBeUndefined();
+    expect(
+      (await client.send(new GetObjectCommand({ Bucket: bucket, Key: "fenced/manifests/k" })).catch(() => undefined))?.Body,
+    ).toBeUndefined();
 
     // Every optional field may be given as undefined.
-    const spelledOut = new FencedS3(client, { bucket, prefix: undefined, inlineLimit: undefined, checkResourceFence: undefined, maxAttempts: undefined, partSize: undefined });
-    const written = await spelledOut.put("k", "x", { fence: { ...ok, holder: undefined }, ifVersion: undefined, contentType: undefined, contentLength: undefined, signal: undefined });
+    const spelledOut = new FencedS3(client, {
+      bucket,
+      prefix: undefined,
+      inlineLimit: undefined,
+      checkResourceFence: undefined,
+      maxAttempts: undefined,
+      partSize: undefined,
+    });
+    const written = await spelledOut.put("k", "x", {
+      fence: { ...ok, holder: undefined },
+      ifVersion: undefined,
+      contentType: undefined,
+      contentLength: undefined,
+      signal: undefined,
+    });
     await spelledOut.delete("k", { fence: ok, ifVersion: written.version, signal: undefined });
     await spelledOut.update("k", () => "y", { fence: ok, contentType: undefined, maxAttempts: undefined, signal: undefined });
     await spelledOut.register(ok, { signal: undefined });

@@ -201,12 +201,23 @@ export class FencedS3 {
       assertBody(next, "update's result");
       try {
         const version = current === null ? null : current.snap.header.writeId;
-        return await this.write(key, o.fence, this.content(toPayload(next), undefined), version, o.contentType ?? old?.contentType, o.signal);
+        return await this.write(
+          key,
+          o.fence,
+          this.content(toPayload(next), undefined),
+          version,
+          o.contentType ?? old?.contentType,
+          o.signal,
+        );
       } catch (err) {
         if (!(err instanceof VersionMismatchError)) throw err;
       }
     }
-    throw new ContentionError(key, attempts, `update ${JSON.stringify(key)} gave up after ${attempts} attempts: the key kept changing under it`);
+    throw new ContentionError(
+      key,
+      attempts,
+      `update ${JSON.stringify(key)} gave up after ${attempts} attempts: the key kept changing under it`,
+    );
   }
 
   /** Waits for the background deletion of superseded data objects. */
@@ -237,7 +248,8 @@ export class FencedS3 {
       const found = await this.io.readManifest(key, signal);
       if (found === null) return null;
       const { body } = found.snap.header;
-      if (body.kind !== "object") return { snap: found.snap, bytes: body.kind === "inline" ? (found.inline ?? Buffer.alloc(0)) : undefined };
+      if (body.kind !== "object")
+        return { snap: found.snap, bytes: body.kind === "inline" ? (found.inline ?? Buffer.alloc(0)) : undefined };
       const data = await openData(this.io.client, this.bucket, body.dataKey, signal);
       if (data !== undefined) return { snap: found.snap, bytes: await readAll(data.body) };
     }
@@ -246,7 +258,13 @@ export class FencedS3 {
 }
 
 function meta(header: ManifestHeader): S3Meta {
-  return { version: header.writeId, token: BigInt(header.token), holder: header.holder, resource: header.owner, contentType: header.contentType };
+  return {
+    version: header.writeId,
+    token: BigInt(header.token),
+    holder: header.holder,
+    resource: header.owner,
+    contentType: header.contentType,
+  };
 }
 
 function changedWhileRead(key: string, attempts: number): ContentionError {

@@ -128,7 +128,9 @@ export function isFenceRead(info: RequestInfo): boolean {
 /** A request that writes a data object's bytes (one PUT, or a multipart upload's first request). */
 export function isDataUpload(info: RequestInfo): boolean {
   const data = info.key?.includes("/data/") ?? false;
-  return data && (info.command === "PutObjectCommand" || info.command === "CreateMultipartUploadCommand" || info.command === "UploadPartCommand");
+  return (
+    data && (info.command === "PutObjectCommand" || info.command === "CreateMultipartUploadCommand" || info.command === "UploadPartCommand")
+  );
 }
 
 /** A request as it goes on the wire: its method and which of the store's folders it is for. */
@@ -142,7 +144,9 @@ export interface WireRequest {
  * the wire, unlike intercept(), which sees a request when it enters the SDK (it may still be held).
  */
 export function onWire(client: S3Client, seen: (request: WireRequest) => void): void {
-  const handler = client.config.requestHandler as { handle: (request: { method: string; path: string }, ...rest: unknown[]) => Promise<unknown> };
+  const handler = client.config.requestHandler as {
+    handle: (request: { method: string; path: string }, ...rest: unknown[]) => Promise<unknown>;
+  };
   const handle = handler.handle.bind(handler);
   handler.handle = (request, ...rest) => {
     const kind = /\/(manifests|fences|data)\//.exec(request.path)?.[1];
@@ -150,7 +154,6 @@ export function onWire(client: S3Client, seen: (request: WireRequest) => void): 
     return handle(request, ...rest);
   };
 }
-
 
 /** A request as the HTTP handler is given it: enough to tell which of the store's objects it is for. */
 export interface WireCall {

@@ -5,7 +5,18 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { StaleTokenError } from "../errors.js";
 import type { Fence } from "../fence.js";
 import { FencedS3 } from "./store.js";
-import { answered, contents, fakeError, holdFirst, intercept, isDataUpload, isFenceRead, isManifestPut, listKeys, onWire } from "./test-support.js";
+import {
+  answered,
+  contents,
+  fakeError,
+  holdFirst,
+  intercept,
+  isDataUpload,
+  isFenceRead,
+  isManifestPut,
+  listKeys,
+  onWire,
+} from "./test-support.js";
 
 let server: StartedS3;
 let client: S3Client;
@@ -69,7 +80,10 @@ describe("FencedS3: the resource fence is read right before each manifest PUT", 
       return send();
     });
     const racing = new FencedS3(racingClient, { bucket });
-    await expect(racing.put("fresh-key", "from 33", { fence: fence(33n) })).rejects.toMatchObject({ name: "StaleTokenError", highest: 34n });
+    await expect(racing.put("fresh-key", "from 33", { fence: fence(33n) })).rejects.toMatchObject({
+      name: "StaleTokenError",
+      highest: 34n,
+    });
     expect(await newer.get("fresh-key")).toBeUndefined();
   });
 });
@@ -183,4 +197,3 @@ describe("FencedS3: a request prepared ahead goes on the wire only after what it
     expect(await contents(client, bucket, "fenced/manifests/")).toEqual(before);
   });
 });
-

@@ -36,10 +36,23 @@ export async function writeManifest(io: StoreIo, intent: Intent): Promise<S3PutR
 
 function start(io: StoreIo, intent: Intent): Run {
   const { content } = intent;
-  const bodies = content.kind === "object" ? new AttemptBodies(io, intent.key, content.payload, content.length, intent.contentType, intent.signal) : undefined;
+  const bodies =
+    content.kind === "object"
+      ? new AttemptBodies(io, intent.key, content.payload, content.length, intent.contentType, intent.signal)
+      : undefined;
   const fencing = io.options.checkResourceFence ? resourceFences : noResourceFences;
   const manifest = { snap: null, inline: undefined, fresh: false };
-  return { io, intent, bodies, fencing, manifest, fences: { snaps: undefined, fresh: false }, attempts: [], afterSend: undefined, throttled: 0 };
+  return {
+    io,
+    intent,
+    bodies,
+    fencing,
+    manifest,
+    fences: { snaps: undefined, fresh: false },
+    attempts: [],
+    afterSend: undefined,
+    throttled: 0,
+  };
 }
 
 /**
@@ -94,7 +107,12 @@ async function send(run: Run): Promise<Prepared> {
  * 9. Whatever went wrong, the manifest itself says whether one of our attempts landed. Resolves the
  * result if one did, undefined to send the next attempt; throws a refusal, or when giving up.
  */
-async function afterFailure(run: Run, sent: Prepared, outcome: WriteOutcome & { ok: false }, attempt: number): Promise<S3PutResult | undefined> {
+async function afterFailure(
+  run: Run,
+  sent: Prepared,
+  outcome: WriteOutcome & { ok: false },
+  attempt: number,
+): Promise<S3PutResult | undefined> {
   const { io, intent } = run;
   sent.attempt.ambiguous = outcome.failure === "ambiguous";
   intent.signal?.throwIfAborted();
@@ -105,7 +123,12 @@ async function afterFailure(run: Run, sent: Prepared, outcome: WriteOutcome & { 
   run.afterSend = now;
   const landed = run.attempts.find((a) => a.writeId === now?.header.writeId);
   if (now !== null && landed !== undefined) return accepted(run, now, landed.target);
-  if (outcome.failure === "precondition" && sent.attempt.target !== null && now?.etag === sent.attempt.target.etag && !io.objects.noteRefusedOwnEtag()) {
+  if (
+    outcome.failure === "precondition" &&
+    sent.attempt.target !== null &&
+    now?.etag === sent.attempt.target.etag &&
+    !io.objects.noteRefusedOwnEtag()
+  ) {
     throw refusedOwnEtag(manifestKey(io.options.prefix, intent.key));
   }
   const refused = run.fencing.problem(run) ?? refusal(intent, now);
@@ -176,5 +199,8 @@ async function settle(run: Run): Promise<void> {
   }
   const now = (await io.readManifest(intent.key, undefined))?.snap ?? null;
   const landed = attempts.find((a) => a.writeId === now?.header.writeId);
-  await Promise.all([bodies?.cleanup(now?.header ?? null), now !== null && landed !== undefined ? retire(io, landed.target, now.header) : undefined]);
+  await Promise.all([
+    bodies?.cleanup(now?.header ?? null),
+    now !== null && landed !== undefined ? retire(io, landed.target, now.header) : undefined,
+  ]);
 }

@@ -64,7 +64,13 @@ export class ApiKeys {
       if (ids.has(k.id)) throw new RangeError(`duplicate API key id ${JSON.stringify(k.id)}`);
       ids.add(k.id);
       this.#digests.push(k.sha256 !== undefined ? Buffer.from(k.sha256, "hex") : sha256(k.key ?? ""));
-      this.#principals.push({ id: k.id, resources: [...k.resources], keys: [...k.keys], readOnly: k.readOnly, trustedLockClient: k.trustedLockClient });
+      this.#principals.push({
+        id: k.id,
+        resources: [...k.resources],
+        keys: [...k.keys],
+        readOnly: k.readOnly,
+        trustedLockClient: k.trustedLockClient,
+      });
     }
     const digests = new Set(this.#digests.map((d) => d.toString("hex")));
     if (digests.size !== this.#digests.length) throw new RangeError("two API keys have the same secret");
@@ -77,7 +83,8 @@ export class ApiKeys {
    */
   authenticate(req: Request): Principal {
     const header = req.headers.authorization;
-    if (header === undefined || header === "") throw new HttpProblem("unauthorized", "an API key is required: Authorization: Bearer <key>", {}, { "WWW-Authenticate": REALM });
+    if (header === undefined || header === "")
+      throw new HttpProblem("unauthorized", "an API key is required: Authorization: Bearer <key>", {}, { "WWW-Authenticate": REALM });
     const presented = BEARER.exec(header)?.[1];
     const digest = sha256(presented ?? header);
     let match = -1;
@@ -97,11 +104,13 @@ function inScope(prefixes: readonly string[], name: string): boolean {
 }
 
 export function requireKey(principal: Principal, key: string): void {
-  if (!inScope(principal.keys, key)) throw new HttpProblem("forbidden", `API key ${principal.id} may not access key ${JSON.stringify(key)}`);
+  if (!inScope(principal.keys, key))
+    throw new HttpProblem("forbidden", `API key ${principal.id} may not access key ${JSON.stringify(key)}`);
 }
 
 export function requireResource(principal: Principal, resource: string): void {
-  if (!inScope(principal.resources, resource)) throw new HttpProblem("forbidden", `API key ${principal.id} may not use resource ${JSON.stringify(resource)}`);
+  if (!inScope(principal.resources, resource))
+    throw new HttpProblem("forbidden", `API key ${principal.id} may not use resource ${JSON.stringify(resource)}`);
 }
 
 export function requireWrite(principal: Principal): void {

@@ -1,5 +1,15 @@
 import { z } from "zod";
-import { CredentialError, credentialKeys, ExpiredCredentialError, KEY_ID_PATTERN, MIN_SECRET_BYTES, mintFenceCredential, verifyFenceCredential, type CredentialKey, type Fence } from "@fenced/fence";
+import {
+  CredentialError,
+  credentialKeys,
+  ExpiredCredentialError,
+  KEY_ID_PATTERN,
+  MIN_SECRET_BYTES,
+  mintFenceCredential,
+  verifyFenceCredential,
+  type CredentialKey,
+  type Fence,
+} from "@fenced/fence";
 import { decodeLeaseId, encodeLeaseId, type LeaseIdParts } from "./lease-id.js";
 import { HttpProblem } from "../problems/problem.js";
 
@@ -16,7 +26,8 @@ export const fenceKeySchema = z
   })
   .transform((k, ctx): CredentialKey => {
     const secret = Buffer.from(k.secret, k.secret.includes("-") || k.secret.includes("_") ? "base64url" : "base64");
-    if (secret.length < MIN_SECRET_BYTES) ctx.addIssue({ code: "custom", message: `secret: at least ${MIN_SECRET_BYTES} bytes once decoded, got ${secret.length}` });
+    if (secret.length < MIN_SECRET_BYTES)
+      ctx.addIssue({ code: "custom", message: `secret: at least ${MIN_SECRET_BYTES} bytes once decoded, got ${secret.length}` });
     return { id: k.id, secret };
   });
 
@@ -66,14 +77,22 @@ export class FenceCredentials {
       if (!(err instanceof CredentialError)) throw err;
       if (err instanceof ExpiredCredentialError) {
         const { fence, expiresAt } = err.credential;
-        throw new HttpProblem("credentialExpired", err.message, { resource: fence.resource, token: fence.token.toString(), expiredAt: expiresAt });
+        throw new HttpProblem("credentialExpired", err.message, {
+          resource: fence.resource,
+          token: fence.token.toString(),
+          expiredAt: expiresAt,
+        });
       }
       if (err.code === "malformed") {
-        throw new HttpProblem("invalid", `Fencing-Credential: ${err.message}`, { errors: [{ path: "Fencing-Credential", message: err.message }] });
+        throw new HttpProblem("invalid", `Fencing-Credential: ${err.message}`, {
+          errors: [{ path: "Fencing-Credential", message: err.message }],
+        });
       }
       // One status for both: `reason` says whether the key id is unknown (never issued here, or
       // retired by a rotation: the client needs a new lease) or the signature is wrong (forged, altered).
-      throw new HttpProblem("invalidCredential", "the fence credential was not signed by a key this gateway holds", { reason: err.code === "unknown-key" ? "unknown-key" : "bad-signature" });
+      throw new HttpProblem("invalidCredential", "the fence credential was not signed by a key this gateway holds", {
+        reason: err.code === "unknown-key" ? "unknown-key" : "bad-signature",
+      });
     }
   }
 }

@@ -1,4 +1,14 @@
-import { parseEpochMs, SealError, TOKEN_PATTERN, MAX_TOKEN, resourceProblem, seal, unseal, type CredentialKey, type SealKind } from "@fenced/fence";
+import {
+  parseEpochMs,
+  SealError,
+  TOKEN_PATTERN,
+  MAX_TOKEN,
+  resourceProblem,
+  seal,
+  unseal,
+  type CredentialKey,
+  type SealKind,
+} from "@fenced/fence";
 import { HttpProblem } from "../problems/problem.js";
 
 /**
@@ -48,10 +58,19 @@ export function decodeLeaseId(id: string, keys: ReadonlyMap<string, CredentialKe
   const [token, value, end, resource] = fields as [string, string, string, string];
   const validUntil = parseEpochMs(end);
   // Sealed by us, so well-formed unless a key was used to seal something else: check anyway.
-  if (!TOKEN_PATTERN.test(token) || BigInt(token) > MAX_TOKEN || !VALUE.test(value) || validUntil === undefined || resourceProblem(resource) !== undefined) throw malformed();
+  if (
+    !TOKEN_PATTERN.test(token) ||
+    BigInt(token) > MAX_TOKEN ||
+    !VALUE.test(value) ||
+    validUntil === undefined ||
+    resourceProblem(resource) !== undefined
+  )
+    throw malformed();
   return { resource, token: BigInt(token), value, validUntil };
 }
 
 function malformed(): HttpProblem {
-  return new HttpProblem("invalid", "leaseId: not a lease id issued by this gateway", { errors: [{ path: "leaseId", message: "malformed" }] });
+  return new HttpProblem("invalid", "leaseId: not a lease id issued by this gateway", {
+    errors: [{ path: "leaseId", message: "malformed" }],
+  });
 }

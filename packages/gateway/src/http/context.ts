@@ -22,9 +22,24 @@ export interface Limits {
 
 /** GatewayOptions.limits with their defaults (the API document states the same numbers). */
 export const limitsSchema = z.strictObject({
-  recordBytes: z.number().int().min(1).max(64 * 1024 * 1024).default(1024 * 1024),
-  objectBytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).default(5 * 1024 ** 3),
-  maxTtlMs: z.number().int().min(1).max(2 ** 31 - 1).default(3_600_000),
+  recordBytes: z
+    .number()
+    .int()
+    .min(1)
+    .max(64 * 1024 * 1024)
+    .default(1024 * 1024),
+  objectBytes: z
+    .number()
+    .int()
+    .min(0)
+    .max(Number.MAX_SAFE_INTEGER)
+    .default(5 * 1024 ** 3),
+  maxTtlMs: z
+    .number()
+    .int()
+    .min(1)
+    .max(2 ** 31 - 1)
+    .default(3_600_000),
 });
 
 /** What every route module gets from createGateway. */
@@ -77,7 +92,9 @@ export function jsonBody(limitBytes: number): (req: Request, res: Response) => P
   return (req, res) => {
     const type = req.headers["content-type"];
     if (type === undefined || req.is("application/json") === false) {
-      return Promise.reject(new HttpProblem("mediaType", `body: expected Content-Type application/json, got ${JSON.stringify(type ?? null)}`));
+      return Promise.reject(
+        new HttpProblem("mediaType", `body: expected Content-Type application/json, got ${JSON.stringify(type ?? null)}`),
+      );
     }
     if (req.headers["content-length"] === undefined && req.headers["transfer-encoding"] === undefined) {
       return Promise.reject(new HttpProblem("invalid", "body: a JSON value is required"));

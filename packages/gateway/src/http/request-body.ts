@@ -91,7 +91,9 @@ export function readSmall(req: Request, res: Response, length: number): Promise<
       size += chunk.length;
       chunks.push(chunk);
     });
-    req.once("end", () => (size === length ? resolve(Buffer.concat(chunks, size)) : reject(new HttpProblem("invalid", "body: shorter than Content-Length"))));
+    req.once("end", () =>
+      size === length ? resolve(Buffer.concat(chunks, size)) : reject(new HttpProblem("invalid", "body: shorter than Content-Length")),
+    );
     req.once("close", () => {
       if (!req.complete) reject(new Error("the client closed the connection before the body was complete"));
     });

@@ -5,7 +5,16 @@ import { OBJECT_VERSION, RECORD_VERSION } from "@fenced/store";
 import { credentialString, tokenString, unanchored } from "../schemas/fields.js";
 import { PROBLEM_KINDS, PROBLEM_TYPES, problemSchema, type ProblemKind } from "../problems/kinds.js";
 import { leaseBodySchema } from "../schemas/validation.js";
-import type { HeaderObject, JsonSchema, MediaTypeObject, OperationObject, ParameterObject, Reference, ResolvedLimits, ResponseObject } from "./types.js";
+import type {
+  HeaderObject,
+  JsonSchema,
+  MediaTypeObject,
+  OperationObject,
+  ParameterObject,
+  Reference,
+  ResolvedLimits,
+  ResponseObject,
+} from "./types.js";
 
 // The document's building blocks (a zod schema as JSON Schema, references, the problem responses of
 // an operation) and its components (parameters, headers, schemas), which paths.ts refers to.
@@ -54,9 +63,22 @@ export function problemResponses(kinds: readonly ProblemKind[]): Record<string, 
 // on this gateway (404), a backend that does not answer (503), a failure of the gateway itself.
 export const ALWAYS: readonly ProblemKind[] = ["unauthorized", "notFound", "unavailable", "internal"];
 export const JSON_BODY: readonly ProblemKind[] = ["invalid", "tooLarge", "mediaType"];
-export const WRITE: readonly ProblemKind[] = ["invalid", "forbidden", "credentialRequired", "invalidCredential", "credentialExpired", "stale", "resourceMismatch", "version"];
+export const WRITE: readonly ProblemKind[] = [
+  "invalid",
+  "forbidden",
+  "credentialRequired",
+  "invalidCredential",
+  "credentialExpired",
+  "stale",
+  "resourceMismatch",
+  "version",
+];
 
-export function operation(op: Omit<OperationObject, "responses">, success: Record<string, ResponseObject | Reference>, problems: readonly ProblemKind[]): OperationObject {
+export function operation(
+  op: Omit<OperationObject, "responses">,
+  success: Record<string, ResponseObject | Reference>,
+  problems: readonly ProblemKind[],
+): OperationObject {
   // A kind listed twice (shared lists) is one problem: the oneOf must not hold it twice.
   return { ...op, responses: { ...success, ...problemResponses([...new Set([...problems, ...ALWAYS])]) } };
 }
@@ -104,7 +126,8 @@ export function parameters(): Record<string, ParameterObject> {
     "Fencing-Holder": {
       name: "Fencing-Holder",
       in: "header",
-      description: "Trusted lock clients only: the lease's public holder id, so that the stores accept an equal token only from this lease.",
+      description:
+        "Trusted lock clients only: the lease's public holder id, so that the stores accept an equal token only from this lease.",
       schema: { type: "string", pattern: HOLDER_PATTERN.source },
     },
     "If-Match-Record": ifMatch(RECORD_VERSION, "record"),
@@ -114,13 +137,32 @@ export function parameters(): Record<string, ParameterObject> {
 
 export function headers(): Record<string, HeaderObject> {
   return {
-    "ETag-Record": { description: "The record's version, quoted", required: true, schema: { type: "string", pattern: quoted(RECORD_VERSION) } },
-    "ETag-Object": { description: "The object's version, quoted", required: true, schema: { type: "string", pattern: quoted(OBJECT_VERSION) } },
-    "Fencing-Token": { description: "The token that wrote this version (a decimal string)", required: true, schema: jsonSchema(tokenString) },
-    "Fencing-Resource": { description: "The resource whose fence wrote this version, percent-encoded UTF-8", required: true, schema: { type: "string", minLength: 1 } },
+    "ETag-Record": {
+      description: "The record's version, quoted",
+      required: true,
+      schema: { type: "string", pattern: quoted(RECORD_VERSION) },
+    },
+    "ETag-Object": {
+      description: "The object's version, quoted",
+      required: true,
+      schema: { type: "string", pattern: quoted(OBJECT_VERSION) },
+    },
+    "Fencing-Token": {
+      description: "The token that wrote this version (a decimal string)",
+      required: true,
+      schema: jsonSchema(tokenString),
+    },
+    "Fencing-Resource": {
+      description: "The resource whose fence wrote this version, percent-encoded UTF-8",
+      required: true,
+      schema: { type: "string", minLength: 1 },
+    },
     "Content-Length": { description: "The object's size in bytes, when known", schema: { type: "string", pattern: "^(0|[1-9][0-9]*)$" } },
     "Retry-After": { description: "Seconds to wait before trying again", required: true, schema: { type: "string", pattern: "^[0-9]+$" } },
-    "Retry-After-Lock": { description: "With `lock-held`: seconds to wait before trying again", schema: { type: "string", pattern: "^[0-9]+$" } },
+    "Retry-After-Lock": {
+      description: "With `lock-held`: seconds to wait before trying again",
+      schema: { type: "string", pattern: "^[0-9]+$" },
+    },
     "WWW-Authenticate": { description: "The Bearer challenge", required: true, schema: { type: "string", pattern: "^Bearer " } },
     Allow: { description: "The methods the route serves", required: true, schema: { type: "string", minLength: 1 } },
   };

@@ -37,14 +37,24 @@ export function openApiDocument(documentLimits: DocumentLimits = {}): OpenApiDoc
       { name: "operations", description: "Health, metrics and this document (unauthenticated)" },
     ],
     security: [{ bearer: [] }],
-    paths: { ...leasePaths(), "/v1/records/{key}": keyPaths("records", limits), "/v1/objects/{key}": keyPaths("objects", limits), ...operationsPaths() },
+    paths: {
+      ...leasePaths(),
+      "/v1/records/{key}": keyPaths("records", limits),
+      "/v1/objects/{key}": keyPaths("objects", limits),
+      ...operationsPaths(),
+    },
     components: {
-      securitySchemes: { bearer: { type: "http", scheme: "bearer", description: "An API key: 16-256 characters of A-Z a-z 0-9 . _ ~ + / -" } },
+      securitySchemes: {
+        bearer: { type: "http", scheme: "bearer", description: "An API key: 16-256 characters of A-Z a-z 0-9 . _ ~ + / -" },
+      },
       schemas: schemas(limits),
       parameters: parameters(),
       headers: headers(),
       responses: {
-        NotFound: { description: "A path this document does not list", content: { [PROBLEM_JSON]: { schema: ref("schemas", problemName("notFound")) } } },
+        NotFound: {
+          description: "A path this document does not list",
+          content: { [PROBLEM_JSON]: { schema: ref("schemas", problemName("notFound")) } },
+        },
         MethodNotAllowed: {
           description: "A method the path does not serve",
           headers: { Allow: ref("headers", "Allow") },

@@ -19,7 +19,10 @@ export function leasePaths(): Record<string, PathItemObject> {
             "(fence-on-acquire): every older holder is refused from then on, also on keys this lease never writes; a store " +
             "that has seen a higher token refuses (409 `stale-token`) and the lease is released. Bodies up to 16 KiB.",
           tags: ["leases"],
-          requestBody: body("LeaseCreateRequest", "The resource, the TTL in milliseconds, and whether to register the fence with the stores"),
+          requestBody: body(
+            "LeaseCreateRequest",
+            "The resource, the TTL in milliseconds, and whether to register the fence with the stores",
+          ),
         },
         { "201": lease("The lease; `fence` is the credential every write of this lease presents") },
         [...JSON_BODY, "forbidden", "lockHeld", "tokenSpaceExhausted", "stale", "leaseLost"],
@@ -68,9 +71,16 @@ export function keyPaths(store: Store, limits: ResolvedLimits): PathItemObject {
   const etag = ref("headers", `ETag-${Noun}`);
   const token = ref("headers", "Fencing-Token");
   const resource = ref("headers", "Fencing-Resource");
-  const readHeaders = { ETag: etag, "Fencing-Token": token, "Fencing-Resource": resource, ...(store === "objects" && { "Content-Length": ref("headers", "Content-Length") }) };
+  const readHeaders = {
+    ETag: etag,
+    "Fencing-Token": token,
+    "Fencing-Resource": resource,
+    ...(store === "objects" && { "Content-Length": ref("headers", "Content-Length") }),
+  };
   const readContent: Record<string, MediaTypeObject> =
-    store === "records" ? json({ description: "The record's JSON value, as written" }) : { "*/*": { schema: { description: "The object's bytes, with the Content-Type they were written with" } } };
+    store === "records"
+      ? json({ description: "The record's JSON value, as written" })
+      : { "*/*": { schema: { description: "The object's bytes, with the Content-Type they were written with" } } };
   const read = (method: "get" | "head"): OperationObject =>
     operation(
       {
@@ -88,11 +98,21 @@ export function keyPaths(store: Store, limits: ResolvedLimits): PathItemObject {
       },
       ["invalid", "forbidden"],
     );
-  const writeParameters = [ref("parameters", "Fencing-Credential"), ref("parameters", "Fencing-Token"), ref("parameters", "Fencing-Resource"), ref("parameters", "Fencing-Holder"), ref("parameters", `If-Match-${Noun}`)];
+  const writeParameters = [
+    ref("parameters", "Fencing-Credential"),
+    ref("parameters", "Fencing-Token"),
+    ref("parameters", "Fencing-Resource"),
+    ref("parameters", "Fencing-Holder"),
+    ref("parameters", `If-Match-${Noun}`),
+  ];
   const bodyLimit = store === "records" ? limits.recordBytes : limits.objectBytes;
   const putBody =
     store === "records"
-      ? { required: true, description: `Any JSON value, at most ${bodyLimit} bytes`, content: json({ description: "The record's new value" }) }
+      ? {
+          required: true,
+          description: `Any JSON value, at most ${bodyLimit} bytes`,
+          content: json({ description: "The record's new value" }),
+        }
       : {
           description:
             `The object's bytes (any media type, stored and served back as sent; default application/octet-stream), at most ${bodyLimit} bytes. ` +
@@ -109,7 +129,14 @@ export function keyPaths(store: Store, limits: ResolvedLimits): PathItemObject {
     get: read("get"),
     head: read("head"),
     put: operation(
-      { operationId: `put${Noun}`, summary: `Write a${store === "objects" ? "n" : ""} ${noun} under a fence`, description: guarantee, tags: [store], parameters: writeParameters, requestBody: putBody },
+      {
+        operationId: `put${Noun}`,
+        summary: `Write a${store === "objects" ? "n" : ""} ${noun} under a fence`,
+        description: guarantee,
+        tags: [store],
+        parameters: writeParameters,
+        requestBody: putBody,
+      },
       {
         "200": {
           description: `Accepted: the ${noun}'s new version (also as ETag) and the token that wrote it`,
@@ -127,7 +154,12 @@ export function keyPaths(store: Store, limits: ResolvedLimits): PathItemObject {
         tags: [store],
         parameters: writeParameters,
       },
-      { "204": { description: "Deleted: ETag is the tombstone's version, Fencing-Token the token that wrote it", headers: { ETag: etag, "Fencing-Token": token } } },
+      {
+        "204": {
+          description: "Deleted: ETag is the tombstone's version, Fencing-Token the token that wrote it",
+          headers: { ETag: etag, "Fencing-Token": token },
+        },
+      },
       WRITE,
     ),
   };
@@ -158,7 +190,10 @@ export function operationsPaths(): Record<string, PathItemObject> {
         description: "Unauthenticated, for scrapers. No label holds a key, a resource or an API key id.",
         tags: ["operations"],
         security: PUBLIC,
-        responses: { "200": { description: "The Prometheus text exposition format", content: { "text/plain": { schema: { type: "string" } } } }, ...problemResponses(["internal"]) },
+        responses: {
+          "200": { description: "The Prometheus text exposition format", content: { "text/plain": { schema: { type: "string" } } } },
+          ...problemResponses(["internal"]),
+        },
       },
     },
     "/openapi.json": {
@@ -168,7 +203,10 @@ export function operationsPaths(): Record<string, PathItemObject> {
         description: "Unauthenticated. Its limits (TTL, body sizes) are this gateway's.",
         tags: ["operations"],
         security: PUBLIC,
-        responses: { "200": { description: "The OpenAPI 3.1 document", content: json({ type: "object" }) }, ...problemResponses(["internal"]) },
+        responses: {
+          "200": { description: "The OpenAPI 3.1 document", content: json({ type: "object" }) },
+          ...problemResponses(["internal"]),
+        },
       },
     },
   };

@@ -32,17 +32,28 @@ export interface OperationObject {
   readonly tags: readonly string[];
   readonly security?: readonly Record<string, readonly string[]>[];
   readonly parameters?: readonly (ParameterObject | Reference)[];
-  readonly requestBody?: { readonly description?: string; readonly required?: boolean; readonly content: Readonly<Record<string, MediaTypeObject>> };
+  readonly requestBody?: {
+    readonly description?: string;
+    readonly required?: boolean;
+    readonly content: Readonly<Record<string, MediaTypeObject>>;
+  };
   readonly responses: Readonly<Record<string, ResponseObject | Reference>>;
 }
 export const HTTP_METHODS = ["get", "put", "post", "delete", "options", "head", "patch", "trace"] as const;
 export type HttpMethod = (typeof HTTP_METHODS)[number];
-export type PathItemObject = { readonly parameters?: readonly (ParameterObject | Reference)[] } & { readonly [M in HttpMethod]?: OperationObject };
+export type PathItemObject = { readonly parameters?: readonly (ParameterObject | Reference)[] } & {
+  readonly [M in HttpMethod]?: OperationObject;
+};
 
 export interface OpenApiDocument {
   readonly openapi: "3.1.0";
   readonly jsonSchemaDialect: string;
-  readonly info: { readonly title: string; readonly version: string; readonly description: string; readonly license: { readonly name: string; readonly identifier: string } };
+  readonly info: {
+    readonly title: string;
+    readonly version: string;
+    readonly description: string;
+    readonly license: { readonly name: string; readonly identifier: string };
+  };
   readonly tags: readonly { readonly name: string; readonly description: string }[];
   readonly security: readonly Record<string, readonly string[]>[];
   readonly paths: Readonly<Record<string, PathItemObject>>;

@@ -20,7 +20,12 @@ export class GatewayMetrics {
 
   constructor(options: { defaultMetrics?: boolean } = {}) {
     const registers = [this.registry];
-    this.#accepted = new Counter({ name: "fenced_gateway_writes_accepted_total", help: "Writes the storage accepted", labelNames: ["store", "op"], registers });
+    this.#accepted = new Counter({
+      name: "fenced_gateway_writes_accepted_total",
+      help: "Writes the storage accepted",
+      labelNames: ["store", "op"],
+      registers,
+    });
     this.#rejected = new Counter({
       name: "fenced_gateway_writes_rejected_total",
       help: "Writes refused, by reason (stale_token, version_mismatch, invalid_request, unauthorized, forbidden, too_large, …)",
@@ -47,7 +52,12 @@ export class GatewayMetrics {
       labelNames: ["event"],
       registers,
     });
-    this.#leasesLost = new Counter({ name: "fenced_gateway_leases_lost_total", help: "Extensions that found the lease lost, by kind", labelNames: ["kind"], registers });
+    this.#leasesLost = new Counter({
+      name: "fenced_gateway_leases_lost_total",
+      help: "Extensions that found the lease lost, by kind",
+      labelNames: ["kind"],
+      registers,
+    });
     if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry, prefix: "fenced_gateway_" });
   }
 

@@ -14,7 +14,17 @@ export class BackendUnavailableError extends Error {
 }
 
 // Socket-level failures from Node (any backend).
-const SYSTEM_CODES = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH", "ECONNABORTED"]);
+const SYSTEM_CODES = new Set([
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "ETIMEDOUT",
+  "EPIPE",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "ECONNABORTED",
+]);
 // SQLSTATEs that mean "the server cannot serve you now": class 08 (connection exception),
 // 53300 too many connections, 57P01–57P03 shutdown / cannot connect now.
 const PG_UNAVAILABLE = /^(08...|53300|57P0[123])$/;
@@ -25,7 +35,11 @@ export function isUnavailable(store: string, err: unknown): boolean {
   const { code, $metadata, name } = err as { code?: unknown; $metadata?: { httpStatusCode?: unknown }; name?: unknown };
   if (typeof code === "string" && (SYSTEM_CODES.has(code) || (store === "records" && PG_UNAVAILABLE.test(code)))) return true;
   // The AWS SDK: a 5xx after its own retries, or its own timeout.
-  if (store === "objects" && (name === "TimeoutError" || (typeof $metadata?.httpStatusCode === "number" && $metadata.httpStatusCode >= 500))) return true;
+  if (
+    store === "objects" &&
+    (name === "TimeoutError" || (typeof $metadata?.httpStatusCode === "number" && $metadata.httpStatusCode >= 500))
+  )
+    return true;
   // node-postgres reports a dropped connection, a connect timeout and a pool it cannot fill as plain
   // `Error`s with no code (a DatabaseError always has a SQLSTATE). From a records call, that is the database.
   if (store === "records" && Object.getPrototypeOf(err) === Error.prototype && code === undefined) return true;

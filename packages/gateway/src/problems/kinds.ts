@@ -18,7 +18,8 @@ export const PROBLEM_TYPES = {
     status: 400,
     type: "/problems/invalid-request",
     title: "The request is malformed",
-    description: "A malformed token, key, resource, lease id, credential, If-Match, JSON or lease body, or an unsupported precondition; `errors` lists what is wrong",
+    description:
+      "A malformed token, key, resource, lease id, credential, If-Match, JSON or lease body, or an unsupported precondition; `errors` lists what is wrong",
     extensions: z.strictObject({ errors: fieldErrors.optional() }),
     reason: "invalid_request",
   },
@@ -52,7 +53,11 @@ export const PROBLEM_TYPES = {
     title: "The fence credential does not verify",
     description: "A Fencing-Credential that no key of this gateway signed",
     extensions: z.strictObject({
-      reason: z.enum(["unknown-key", "bad-signature"]).describe("unknown-key: no configured key has the credential's key id (never issued here, or retired: take a new lease); bad-signature: forged or altered"),
+      reason: z
+        .enum(["unknown-key", "bad-signature"])
+        .describe(
+          "unknown-key: no configured key has the credential's key id (never issued here, or retired: take a new lease); bad-signature: forged or altered",
+        ),
     }),
     reason: "invalid_credential",
   },
@@ -73,9 +78,14 @@ export const PROBLEM_TYPES = {
     status: 403,
     type: "/problems/invalid-lease-id",
     title: "The lease id was not issued by this gateway",
-    description: "A lease id that no key of this gateway sealed: edited (its token, value, resource or end) or forged. No lease was extended or released",
+    description:
+      "A lease id that no key of this gateway sealed: edited (its token, value, resource or end) or forged. No lease was extended or released",
     extensions: z.strictObject({
-      reason: z.enum(["unknown-key", "bad-signature"]).describe("unknown-key: sealed by a key this gateway does not hold (never issued here, or retired); bad-signature: edited or forged"),
+      reason: z
+        .enum(["unknown-key", "bad-signature"])
+        .describe(
+          "unknown-key: sealed by a key this gateway does not hold (never issued here, or retired); bad-signature: edited or forged",
+        ),
     }),
     reason: "error", // never the answer to a write
   },
@@ -99,8 +109,13 @@ export const PROBLEM_TYPES = {
     status: 409,
     type: "/problems/stale-token",
     title: "Stale fencing token",
-    description: "The storage has accepted a higher token for the resource (or this token from another lease). Nothing was written; this holder must stop",
-    extensions: z.strictObject({ resource, token: tokenString, highest: tokenString.describe("The highest token the storage has accepted for the resource") }),
+    description:
+      "The storage has accepted a higher token for the resource (or this token from another lease). Nothing was written; this holder must stop",
+    extensions: z.strictObject({
+      resource,
+      token: tokenString,
+      highest: tokenString.describe("The highest token the storage has accepted for the resource"),
+    }),
     reason: "stale_token",
   },
   resourceMismatch: {
@@ -123,7 +138,8 @@ export const PROBLEM_TYPES = {
     status: 409,
     type: "/problems/token-space-exhausted",
     title: "The resource's fencing tokens are used up",
-    description: "The resource's counter on the lock nodes has reached 2^63 - 1: no lease can be granted for it again (use a new resource name). Final: do not retry",
+    description:
+      "The resource's counter on the lock nodes has reached 2^63 - 1: no lease can be granted for it again (use a new resource name). Final: do not retry",
     extensions: z.strictObject({ resource }),
     reason: "error", // never the answer to a write
   },
@@ -141,7 +157,11 @@ export const PROBLEM_TYPES = {
     type: "/problems/version-mismatch",
     title: "Version mismatch",
     description: "If-Match names a version that is no longer current; nothing was written",
-    extensions: z.strictObject({ key, expected: z.string(), actual: z.string().nullable().describe("The current version, or null when there is no record") }),
+    extensions: z.strictObject({
+      key,
+      expected: z.string(),
+      actual: z.string().nullable().describe("The current version, or null when there is no record"),
+    }),
     reason: "version_mismatch",
   },
   tooLarge: {
@@ -200,5 +220,7 @@ export type ProblemExtensions<K extends ProblemKind> = z.input<(typeof PROBLEM_T
 /** The whole problem body of one kind: RFC 9457's members, fixed for the kind, and its extensions. */
 export function problemSchema(kind: ProblemKind): z.ZodObject {
   const t = PROBLEM_TYPES[kind];
-  return t.extensions.extend({ type: z.literal(t.type), title: z.literal(t.title), status: z.literal(t.status), detail: z.string().optional() }).describe(t.description);
+  return t.extensions
+    .extend({ type: z.literal(t.type), title: z.literal(t.title), status: z.literal(t.status), detail: z.string().optional() })
+    .describe(t.description);
 }

@@ -25,10 +25,11 @@ export interface ProblemBody {
  * The extensions and headers of a problem: typed by its kind from the table (kinds.ts), whose schemas
  * the API document is made of, and required when the kind has required extensions.
  */
-// eslint-disable-next-line @typescript-eslint/no-empty-object-type -- {}: "no members are required"
-type ProblemArgs<K extends ProblemKind> = {} extends ProblemExtensions<K>
-  ? [extensions?: ProblemExtensions<K>, headers?: Readonly<Record<string, string>>]
-  : [extensions: ProblemExtensions<K>, headers?: Readonly<Record<string, string>>];
+type ProblemArgs<K extends ProblemKind> =
+  // eslint-disable-next-line @typescript-eslint/no-empty-object-type -- {}: "no members are required"
+  {} extends ProblemExtensions<K>
+    ? [extensions?: ProblemExtensions<K>, headers?: Readonly<Record<string, string>>]
+    : [extensions: ProblemExtensions<K>, headers?: Readonly<Record<string, string>>];
 
 /** An error that already knows its HTTP answer. Thrown by validation, auth and the routes. */
 export class HttpProblem<K extends ProblemKind = ProblemKind> extends Error {
@@ -60,9 +61,18 @@ function make<K extends ProblemKind>(kind: K, detail: string | undefined, ...[ex
   return classified(kind, detail, extensions ?? {}, headers ?? {});
 }
 
-function classified(kind: ProblemKind, detail: string | undefined, extensions: Readonly<Record<string, unknown>>, headers: Readonly<Record<string, string>>): Classified {
+function classified(
+  kind: ProblemKind,
+  detail: string | undefined,
+  extensions: Readonly<Record<string, unknown>>,
+  headers: Readonly<Record<string, string>>,
+): Classified {
   const t = PROBLEM_TYPES[kind];
-  return { kind, body: { ...extensions, type: t.type, title: t.title, status: t.status, ...(detail === undefined ? {} : { detail }) }, headers };
+  return {
+    kind,
+    body: { ...extensions, type: t.type, title: t.title, status: t.status, ...(detail === undefined ? {} : { detail }) },
+    headers,
+  };
 }
 
 /**
@@ -75,8 +85,10 @@ export function classify(err: unknown): Classified {
     // Tokens are 64-bit: decimal strings, never JSON numbers (a double would round them).
     return make("stale", err.message, { resource: err.resource, token: err.token.toString(), highest: err.highest.toString() });
   }
-  if (err instanceof ResourceMismatchError) return make("resourceMismatch", err.message, { key: err.key, resource: err.resource, owner: err.owner });
-  if (err instanceof VersionMismatchError) return make("version", err.message, { key: err.key, expected: err.expected, actual: err.actual ?? null });
+  if (err instanceof ResourceMismatchError)
+    return make("resourceMismatch", err.message, { key: err.key, resource: err.resource, owner: err.owner });
+  if (err instanceof VersionMismatchError)
+    return make("version", err.message, { key: err.key, expected: err.expected, actual: err.actual ?? null });
   if (err instanceof ZodError) {
     const errors = err.issues.map((i) => ({ path: i.path.map(String).join("."), message: i.message }));
     return make("invalid", errors.map((e) => (e.path === "" ? e.message : `${e.path}: ${e.message}`)).join("; "), { errors });

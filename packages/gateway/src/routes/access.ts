@@ -57,14 +57,26 @@ function fenceOf(ctx: RouteContext, req: Request, principal: Principal, key: str
   const credential = req.headers["fencing-credential"];
   if (credential === undefined) {
     if (!principal.trustedLockClient) {
-      throw new HttpProblem("credentialRequired", `API key ${principal.id} writes with the Fencing-Credential its lease came with (POST /v1/leases); plain Fencing-Token headers are accepted only from trusted lock clients`);
+      throw new HttpProblem(
+        "credentialRequired",
+        `API key ${principal.id} writes with the Fencing-Credential its lease came with (POST /v1/leases); plain Fencing-Token headers are accepted only from trusted lock clients`,
+      );
     }
     return fenceFromHeaders(req, key);
   }
   // The credential is the whole fence: a header beside it would be ignored, so it is refused instead.
   const beside = PLAIN_FENCE_HEADERS.find((h) => req.headers[h] !== undefined);
-  if (beside !== undefined) throw new HttpProblem("invalid", `${beside}: not allowed with Fencing-Credential, which carries the whole fence`, { errors: [{ path: beside, message: "not allowed with Fencing-Credential" }] });
-  if (ctx.credentials === undefined) throw new HttpProblem("invalidCredential", "this gateway has no fence keys configured and accepts no credentials", { reason: "unknown-key" });
-  if (Array.isArray(credential)) throw new HttpProblem("invalid", "Fencing-Credential: one credential per request", { errors: [{ path: "Fencing-Credential", message: "repeated" }] });
+  if (beside !== undefined)
+    throw new HttpProblem("invalid", `${beside}: not allowed with Fencing-Credential, which carries the whole fence`, {
+      errors: [{ path: beside, message: "not allowed with Fencing-Credential" }],
+    });
+  if (ctx.credentials === undefined)
+    throw new HttpProblem("invalidCredential", "this gateway has no fence keys configured and accepts no credentials", {
+      reason: "unknown-key",
+    });
+  if (Array.isArray(credential))
+    throw new HttpProblem("invalid", "Fencing-Credential: one credential per request", {
+      errors: [{ path: "Fencing-Credential", message: "repeated" }],
+    });
   return ctx.credentials.verify(credential);
 }

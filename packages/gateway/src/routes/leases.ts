@@ -1,7 +1,15 @@
 // The only gateway module that imports @fenced/lock: the stores and the rest of the gateway know a
 // fence only as { resource, token, holder }, and a gateway without Redis never loads the lock.
 import { Router, type Request, type Response } from "express";
-import { LeaseLostError, LockNotAcquiredError, Redlock, TokenSpaceExhaustedError, type Lease, type RedisClient, type RedlockOptions } from "@fenced/lock";
+import {
+  LeaseLostError,
+  LockNotAcquiredError,
+  Redlock,
+  TokenSpaceExhaustedError,
+  type Lease,
+  type RedisClient,
+  type RedlockOptions,
+} from "@fenced/lock";
 import type { Fence } from "@fenced/fence";
 import type { LeaseAnswer } from "../schemas/answers.js";
 import { requireResource, requireWrite, type Principal } from "../auth/api-keys.js";
@@ -33,7 +41,13 @@ const BODY_LIMIT = 16 * 1024;
  * never from the request.
  */
 function leaseJson(lease: Lease, credentials: FenceCredentials): LeaseAnswer {
-  const issued: IssuedLease = { resource: lease.resource, token: lease.token, holder: lease.holder, value: lease.value, validUntil: lease.validUntil };
+  const issued: IssuedLease = {
+    resource: lease.resource,
+    token: lease.token,
+    holder: lease.holder,
+    value: lease.value,
+    validUntil: lease.validUntil,
+  };
   return {
     // The credential every write of this lease presents (Fencing-Credential) until validUntil: the
     // gateway takes resource, token and holder from it and from nothing else.
@@ -181,7 +195,12 @@ async function extend({ ctx, redlock }: Leases, held: LeaseIdParts, ttlMs: numbe
       ctx.metrics.leaseLost(err.kind);
       throw new HttpProblem("leaseLost", err.message, { resource: held.resource, token: held.token.toString(), kind: err.kind });
     }
-    throw new HttpProblem("unavailable", "too few lock nodes answered to confirm the extension", { resource: held.resource }, { "Retry-After": "1" });
+    throw new HttpProblem(
+      "unavailable",
+      "too few lock nodes answered to confirm the extension",
+      { resource: held.resource },
+      { "Retry-After": "1" },
+    );
   }
 }
 

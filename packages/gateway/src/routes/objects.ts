@@ -49,11 +49,13 @@ export function objectsRouter(ctx: RouteContext, store: FencedS3): Router {
     assertContentType(contentType);
     const encoding = req.headers["content-encoding"];
     // Stored bytes are served back as they are: an encoded body would come back without its encoding.
-    if (encoding !== undefined && encoding.toLowerCase() !== "identity") throw new HttpProblem("mediaType", "Content-Encoding is not supported; send the bytes to store");
+    if (encoding !== undefined && encoding.toLowerCase() !== "identity")
+      throw new HttpProblem("mediaType", "Content-Encoding is not supported; send the bytes to store");
     const announced = req.headers["content-length"];
     // Node's parser has already refused a malformed Content-Length (and one sent with chunked encoding).
     const length = announced === undefined ? (req.headers["transfer-encoding"] === undefined ? 0 : undefined) : Number(announced);
-    if (length !== undefined && length > ctx.limits.objectBytes) throw new HttpProblem("tooLarge", `body: ${length} bytes, at most ${ctx.limits.objectBytes}`);
+    if (length !== undefined && length > ctx.limits.objectBytes)
+      throw new HttpProblem("tooLarge", `body: ${length} bytes, at most ${ctx.limits.objectBytes}`);
 
     let result;
     if (length !== undefined && length <= ctx.limits.inlineBytes) {
@@ -62,7 +64,9 @@ export function objectsRouter(ctx: RouteContext, store: FencedS3): Router {
     } else {
       const upload = streamUpload(req, res, ctx.limits.objectBytes);
       try {
-        result = await ctx.metrics.time("objects", "put", () => store.put(key, upload.body, { ...options, contentType, ...(length === undefined ? {} : { contentLength: length }) }));
+        result = await ctx.metrics.time("objects", "put", () =>
+          store.put(key, upload.body, { ...options, contentType, ...(length === undefined ? {} : { contentLength: length }) }),
+        );
       } catch (err) {
         upload.abandon();
         // Whatever the store made of the destroyed stream, the cause was the size.

@@ -21,8 +21,15 @@ export const leaseAnswerSchema = z
       .string()
       .max(4096)
       .regex(LEASE_ID_PATTERN)
-      .describe("A capability to extend and release this lease, sealed by the gateway: keep it secret, send it only in request bodies. Each extension answers a new one; extend with the newest before validUntil"),
-    validUntil: z.number().int().describe("Epoch milliseconds until which the lease is valid (the lock's estimate, minus drift): its credential is refused after it, and so is an extension with its lease id (a release is still accepted)"),
+      .describe(
+        "A capability to extend and release this lease, sealed by the gateway: keep it secret, send it only in request bodies. Each extension answers a new one; extend with the newest before validUntil",
+      ),
+    validUntil: z
+      .number()
+      .int()
+      .describe(
+        "Epoch milliseconds until which the lease is valid (the lock's estimate, minus drift): its credential is refused after it, and so is an extension with its lease id (a release is still accepted)",
+      ),
   })
   .describe("A granted or extended lease");
 export type LeaseAnswer = z.input<typeof leaseAnswerSchema>;
@@ -37,7 +44,10 @@ export const objectWriteAnswerSchema = z
   .describe("An accepted object write");
 export type WriteAnswer = z.input<typeof recordWriteAnswerSchema> | z.input<typeof objectWriteAnswerSchema>;
 
-const backendHealth = z.strictObject({ ok: z.boolean(), error: z.string().optional().describe("Why the check failed (may name the backend's address)") });
+const backendHealth = z.strictObject({
+  ok: z.boolean(),
+  error: z.string().optional().describe("Why the check failed (may name the backend's address)"),
+});
 /** 200 and 503 of GET /healthz. */
 export const healthReportSchema = z
   .strictObject({
@@ -46,7 +56,11 @@ export const healthReportSchema = z
       postgres: backendHealth.optional(),
       s3: backendHealth.optional(),
       redis: z
-        .strictObject({ ok: z.boolean().describe("true while a quorum of nodes answers"), quorum: z.number().int().min(1), nodes: z.array(backendHealth).readonly() })
+        .strictObject({
+          ok: z.boolean().describe("true while a quorum of nodes answers"),
+          quorum: z.number().int().min(1),
+          nodes: z.array(backendHealth).readonly(),
+        })
         .optional(),
     }),
   })

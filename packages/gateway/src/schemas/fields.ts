@@ -1,5 +1,13 @@
 import { z } from "zod";
-import { CONTROL_CHARACTER, CREDENTIAL_VERSION, HOLDER_PATTERN, KEY_ID_PATTERN, MAX_RESOURCE_LENGTH, resourceProblem, TOKEN_PATTERN } from "@fenced/fence";
+import {
+  CONTROL_CHARACTER,
+  CREDENTIAL_VERSION,
+  HOLDER_PATTERN,
+  KEY_ID_PATTERN,
+  MAX_RESOURCE_LENGTH,
+  resourceProblem,
+  TOKEN_PATTERN,
+} from "@fenced/fence";
 
 /**
  * The fields every schema is made of — a token, a resource, a key, a holder id, a credential —
@@ -11,7 +19,10 @@ import { CONTROL_CHARACTER, CREDENTIAL_VERSION, HOLDER_PATTERN, KEY_ID_PATTERN, 
 /** A pattern's source without its anchors, to embed it in a larger pattern. */
 export const unanchored = (pattern: RegExp): string => pattern.source.replace(/^\^/, "").replace(/\$$/, "");
 
-export const tokenString = z.string().regex(TOKEN_PATTERN).describe("A fencing token: a decimal string (tokens are 64-bit; a JSON number would round them)");
+export const tokenString = z
+  .string()
+  .regex(TOKEN_PATTERN)
+  .describe("A fencing token: a decimal string (tokens are 64-bit; a JSON number would round them)");
 
 /** A resource as the lock grants it and the stores accept it (@fenced/fence's rule). */
 export const resourceSchema = z
@@ -38,4 +49,6 @@ export const credentialString = z
   .string()
   .max(4096)
   .regex(CREDENTIAL)
-  .describe("A signed fence credential (resource, token, holder and the lease's end under the gateway's HMAC key), presented as Fencing-Credential on every write of the lease until validUntil");
+  .describe(
+    "A signed fence credential (resource, token, holder and the lease's end under the gateway's HMAC key), presented as Fencing-Credential on every write of the lease until validUntil",
+  );

@@ -117,7 +117,8 @@ const ENTITY_TAG = /^"([\x21\x23-\x7e]*)"$|^([\x21\x23-\x7e]+)$/;
  */
 export function ifVersionFromHeaders(req: Request, versionPattern: RegExp): string | undefined {
   for (const unsupported of ["if-none-match", "if-unmodified-since", "if-modified-since"]) {
-    if (req.headers[unsupported] !== undefined) throw invalid("this precondition is not supported on writes; use If-Match with a version", unsupported);
+    if (req.headers[unsupported] !== undefined)
+      throw invalid("this precondition is not supported on writes; use If-Match with a version", unsupported);
   }
   const raw = single(req, "if-match");
   if (raw === undefined) return undefined;
