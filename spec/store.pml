@@ -1,0 +1,367 @@
+/*
+ * The stores' check (@fenced/store): whatever fences the lock hands out, as one atomic compare per
+ * write.
+ *
+ * Leases are fences (resource, token, holder): each lease has its own holder id, and its resource and
+ * token are chosen freely (tokens may repeat across leases: a lock that lost its counters). Several
+ * processes may use one lease at once (concurrent requests of one holder).
+ *
+ * Layouts:
+ *   default  FencedPostgres (sql.ts): a ratchet row per resource (highest token, its holder) and a
+ *            record per key (owner, version, live or tombstone). Every write is one atomic step: the
+ *            ratchet statement and the record statement commit together or not at all, ordered by
+ *            the fence row's lock.
+ *   S3       FencedS3: a manifest per key (owner, version, and per resource that has owned it the
+ *            highest token and its holder), and a fence object per resource. A write is two atomic
+ *            steps: the fence object's check (and raise: its own compare-and-swap), then the
+ *            manifest's compare-and-swap, which decides owner, the key's ratchet entries and
+ *            ifVersion on the manifest it replaces. Anything may happen in between: the window
+ *            PROTOCOL.md describes.
+ *
+ * Scenarios:
+ *   default  ownership: two resources, two keys, three leases doing OPS operations in all: put,
+ *            put with ifVersion (after a read), delete, register and transfer (to a lease of the
+ *            other resource).
+ *   UPDATES  read-modify-write: one resource, one key holding a number, two leases of which one
+ *            runs two updates at once (SEPARATE_LEASES: three leases, one update each); every update
+ *            follows the recipe: register on acquiring (unless NO_REGISTER), then read, add one, put
+ *            with ifVersion, re-read and retry once on a version mismatch.
+ *
+ * Invariants (PROTOCOL.md), named in the assertions:
+ *   ratchet               the tokens accepted for a resource never decrease (S3: per key; with
+ *                         ACROSS_KEYS also across the keys of a resource, which the window breaks)
+ *   one_lease_per_token   two different leases are never both accepted at one token of a resource
+ *   one_resource_per_key  no write under one resource changes a key another resource owns; only a
+ *                         transfer from the owner moves it
+ *   no_lost_update        (UPDATES) every acknowledged update is in the value
+ *
+ * Mutants:
+ *   MUTANT_EQUAL_TOKEN_ANY_HOLDER  an equal token is accepted from any holder
+ *   MUTANT_NO_OWNER_CHECK          a write under any resource takes the key over (the layout before owners)
+ *   MUTANT_SPLIT_COMPARE           the ratchet is read and checked in one step and written in another
+ *   MUTANT_TRANSFER_SKIPS_TO       transfer checks only the from resource's ratchet, and raises both
+ *   MUTANT_NO_IFVERSION            updates are written without ifVersion (the ratchet alone)
+ */
+
+#ifdef UPDATES
+#define R 1
+#define K 1
+#ifdef SEPARATE_LEASES
+#define LEASES 3
+#else
+#define LEASES 2
+#endif
+#else
+#define R 2
+#define K 2
+#define LEASES 3
+#endif
+#ifndef T
+#define T 2          /* tokens 1..T */
+#endif
+#ifndef OPS
+#define OPS 3        /* operations in all (ownership scenario), by any of the leases */
+#endif
+
+/* leases: resource, token; the holder id is the lease's number */
+byte resOf[LEASES + 1];
+byte tokOf[LEASES + 1];
+
+/* the store. Ratchets: FencedPostgres per resource; FencedS3 per key and resource (the manifest's
+   entries), and the fence object per resource. */
+byte hiT[R + 1];
+byte hiH[R + 1];
+#ifdef S3
+byte entT[K * (R + 1)];
+byte entH[K * (R + 1)];
+#endif
+byte owner[K];       /* 0: no record (never written) */
+byte ver[K];         /* 0: no record */
+bit live[K];         /* a live record, not a tombstone */
+byte seq;            /* versions handed out (a sequence, or fresh write ids: never repeated) */
+#ifdef UPDATES
+byte val[K];
+#endif
+
+/* ghosts */
+byte maxAcc[R + 1];              /* the highest token accepted for a resource */
+byte firstAt[(R + 1) * (T + 1)]; /* the first holder accepted at a resource's token */
+byte gOwner[K];                  /* the owner as creations and transfers decided it */
+#ifdef S3
+byte maxKey[K * (R + 1)];        /* the highest token accepted for a resource on a key */
+#endif
+#ifdef UPDATES
+byte acked;                      /* updates acknowledged */
+#endif
+
+hidden byte ratchet, one_lease_per_token, one_resource_per_key, no_lost_update;
+
+/*
+ * CHECK(id, name, cond): the invariant `name` must hold here. ONLY_CHECK=<id> asserts that one alone
+ * (a mutant breaks the invariant it targets; others may fail first otherwise).
+ */
+#ifndef ONLY_CHECK
+#define ONLY_CHECK 0
+#endif
+#define CHECK(id, name, cond) name = (cond); if :: (ONLY_CHECK == 0 || ONLY_CHECK == id) -> assert(name) :: else fi
+#define RATCHET 1
+#define ONE_LEASE_PER_TOKEN 2
+#define ONE_RESOURCE_PER_KEY 3
+#define NO_LOST_UPDATE 4
+
+#define ADMITS_PAIR(ht, hh, t, h) (t > ht || (t == ht && h == hh))
+#ifdef MUTANT_EQUAL_TOKEN_ANY_HOLDER
+#define ADMITS(ht, hh, t, h) (t >= ht)
+#else
+#define ADMITS(ht, hh, t, h) ADMITS_PAIR(ht, hh, t, h)
+#endif
+#define ENT(k, r) ((k) * (R + 1) + (r))
+#ifdef MUTANT_NO_OWNER_CHECK
+#define OWNER_IGNORED 1
+#else
+#define OWNER_IGNORED 0
+#endif
+
+
+#define LANDED 1
+#define STALE 2
+#define FOREIGN 3
+#define MISMATCH 4
+
+#ifdef UPDATES
+/* an update lands: the value read plus one, acknowledged */
+#define ON_LAND(k) val[k] = rv + 1; acked++; CHECK(NO_LOST_UPDATE, no_lost_update, val[k] == acked)
+#else
+#define ON_LAND(k) skip
+#endif
+
+/* Ghost checks for a fence (r, t, h) accepted by the store. */
+inline accepted(r, t, h) {
+#ifndef S3
+  CHECK(RATCHET, ratchet, t >= maxAcc[r]);
+#elif defined(ACROSS_KEYS)
+  CHECK(RATCHET, ratchet, t >= maxAcc[r]);
+#endif
+  CHECK(ONE_LEASE_PER_TOKEN, one_lease_per_token, firstAt[r * (T + 1) + t] == 0 || firstAt[r * (T + 1) + t] == h);
+  if :: firstAt[r * (T + 1) + t] == 0 -> firstAt[r * (T + 1) + t] = h :: else fi;
+  if :: t > maxAcc[r] -> maxAcc[r] = t :: else fi
+}
+
+#ifdef S3
+/* Ghost check for a fence accepted on key k's manifest entry of resource r. */
+inline acceptedOnKey(k, r, t) {
+  CHECK(RATCHET, ratchet, t >= maxKey[ENT(k, r)]);
+  maxKey[ENT(k, r)] = t
+}
+#endif
+
+/* Ghost check for a write under resource r that changes key k. */
+inline changes(k, r) {
+  CHECK(ONE_RESOURCE_PER_KEY, one_resource_per_key, gOwner[k] == 0 || gOwner[k] == r);
+  if :: gOwner[k] == 0 -> gOwner[k] = r :: else fi
+}
+
+/* -------- the resource-wide ratchet -------- */
+
+/* FencedPostgres: the ratchet statement (part of the write's one step). FencedS3: the fence object's
+   check and raise, a step of its own, before the manifest's. Sets ok. */
+inline fenceCheck(r, t, h) {
+  ok = ADMITS(hiT[r], hiH[r], t, h)
+}
+inline fenceRaise(r, t, h) {
+  hiT[r] = t; hiH[r] = h
+}
+
+/* register(fence): the ratchet alone */
+inline register(r, t, h) {
+  atomic {
+    fenceCheck(r, t, h);
+    if
+    :: ok -> printf("MSC: lease %d (resource %d, token %d) registers\n", h, r, t); accepted(r, t, h); fenceRaise(r, t, h)
+    :: else -> printf("MSC: lease %d (resource %d, token %d) registers: refused, stale\n", h, r, t)
+    fi;
+    ok = 0
+  }
+}
+
+/*
+ * put / delete (value: 0 a tombstone, 1 a live record), conditional on version e when cond. A delete
+ * always writes a tombstone, also over a tombstone or as a key's first write (which the deleting
+ * resource then owns). The refusals, in order: stale fence, another owner, version mismatch; each
+ * changes nothing.
+ */
+inline write(k, r, t, h, value, cond, e) {
+#ifdef S3
+  /* the fence object's check, and raise (its own compare-and-swap) */
+  atomic {
+    fenceCheck(r, t, h);
+    if :: ok && t > hiT[r] -> fenceRaise(r, t, h) :: else fi;
+    printf("MSC: lease %d (resource %d, token %d) reads the fence object (token %d, lease %d): admitted %d\n", h, r, t, hiT[r], hiH[r], ok)
+  }
+  /* ... the window: anything may happen here ... then the manifest's compare-and-swap */
+  atomic {
+    if
+    :: ok ->
+       ok = ADMITS(entT[ENT(k, r)], entH[ENT(k, r)], t, h)
+    :: else
+    fi;
+#elif defined(MUTANT_SPLIT_COMPARE)
+  atomic {
+    fenceCheck(r, t, h);
+    printf("MSC: lease %d (resource %d, token %d) reads the ratchet (token %d, lease %d): admitted %d\n", h, r, t, hiT[r], hiH[r], ok)
+  }
+  atomic {
+#else
+  atomic {
+    fenceCheck(r, t, h);
+#endif
+    if
+    :: !ok -> res = STALE; printf("MSC: lease %d (resource %d, token %d) writes key %d: refused, stale\n", h, r, t, k)
+#ifndef MUTANT_NO_OWNER_CHECK
+    :: ok && owner[k] != 0 && owner[k] != r ->
+       res = FOREIGN; printf("MSC: lease %d (resource %d, token %d) writes key %d: refused, owned by resource %d\n", h, r, t, k, owner[k])
+#endif
+    :: ok && (owner[k] == 0 || owner[k] == r || OWNER_IGNORED) && cond && !(live[k] && ver[k] == e) ->
+       res = MISMATCH; printf("MSC: lease %d (resource %d, token %d) writes key %d: refused, version mismatch\n", h, r, t, k)
+    :: ok && (owner[k] == 0 || owner[k] == r || OWNER_IGNORED) && !(cond && !(live[k] && ver[k] == e)) ->
+       res = LANDED;
+       printf("MSC: lease %d (resource %d, token %d) writes key %d: lands, version %d, live %d\n", h, r, t, k, seq + 1, value);
+       accepted(r, t, h);
+#ifdef S3
+       acceptedOnKey(k, r, t);
+       entT[ENT(k, r)] = t; entH[ENT(k, r)] = h;
+#else
+       fenceRaise(r, t, h);
+#endif
+       changes(k, r);
+       owner[k] = r; seq++; ver[k] = seq; live[k] = value;
+       ON_LAND(k)
+    fi;
+    ok = 0
+  }
+}
+
+/*
+ * transfer(k, { from, to }): one step (FencedPostgres: both ratchets locked in one statement, then the
+ * record, in one transaction; FencedS3: both fence objects, then one manifest compare-and-swap): both
+ * fences admitted, the key live or a tombstone and owned by from's resource; both ratchets raised, the
+ * owner becomes to's resource.
+ */
+inline transfer(k, fr, ft, fh, tr, tt, th) {
+#ifdef S3
+  atomic {
+    fenceCheck(fr, ft, fh);
+    if :: ok && ft > hiT[fr] -> fenceRaise(fr, ft, fh) :: else fi;
+    if
+    :: ok -> fenceCheck(tr, tt, th);
+             if :: ok && tt > hiT[tr] -> fenceRaise(tr, tt, th) :: else fi
+    :: else
+    fi
+  }
+  atomic {
+    if
+    :: ok -> ok = ADMITS(entT[ENT(k, fr)], entH[ENT(k, fr)], ft, fh) && ADMITS(entT[ENT(k, tr)], entH[ENT(k, tr)], tt, th)
+    :: else
+    fi;
+#else
+  atomic {
+    fenceCheck(fr, ft, fh);
+#ifndef MUTANT_TRANSFER_SKIPS_TO
+    if :: ok -> fenceCheck(tr, tt, th) :: else fi;
+#endif
+#endif
+    if
+    :: ok && owner[k] == fr ->
+       printf("MSC: transfer of key %d from lease %d (resource %d, token %d) to lease %d (resource %d, token %d): lands\n", k, fh, fr, ft, th, tr, tt);
+       accepted(fr, ft, fh); accepted(tr, tt, th);
+#ifdef S3
+       acceptedOnKey(k, fr, ft); acceptedOnKey(k, tr, tt);
+       entT[ENT(k, fr)] = ft; entH[ENT(k, fr)] = fh; entT[ENT(k, tr)] = tt; entH[ENT(k, tr)] = th;
+#else
+       fenceRaise(fr, ft, fh); fenceRaise(tr, tt, th);
+#endif
+       CHECK(ONE_RESOURCE_PER_KEY, one_resource_per_key, gOwner[k] == fr);
+       gOwner[k] = tr; owner[k] = tr; seq++; ver[k] = seq
+    :: else -> printf("MSC: transfer of key %d from lease %d to lease %d: refused\n", k, fh, th)
+    fi;
+    ok = 0
+  }
+}
+
+#ifdef UPDATES
+
+/* read-modify-write: register on acquiring, then read, add one, put with ifVersion; retry once */
+proctype Updater(byte h) {
+  byte r, t, tries, e, rv, ok, res;
+  r = resOf[h]; t = tokOf[h];
+#ifndef NO_REGISTER
+  register(r, t, h);
+#endif
+  do
+  :: tries < 2 ->
+     tries++;
+     atomic { e = ver[0]; rv = val[0]; printf("MSC: lease %d (resource %d, token %d) reads key 0: value %d, version %d\n", h, r, t, rv, e) };
+#ifdef MUTANT_NO_IFVERSION
+     write(0, r, t, h, 1, 0, e);
+#else
+     write(0, r, t, h, 1, 1, e);
+#endif
+     if
+     :: res != MISMATCH -> tries = 2
+     :: else
+     fi;
+     e = 0; rv = 0; res = 0
+  :: else -> break
+  od
+}
+
+#else
+
+/* a lease holder: operations of any kind, on any key, OPS in all */
+byte ops;
+proctype Holder(byte h) {
+  byte r, t, k, e, ok, res;
+  r = resOf[h]; t = tokOf[h];
+  do
+  :: atomic { ops < OPS -> ops++ };
+     if :: k = 0 :: k = 1 fi;
+     if
+     :: write(k, r, t, h, 1, 0, 0)
+     :: write(k, r, t, h, 0, 0, 0)
+     :: atomic { live[k] -> e = ver[k] }; write(k, r, t, h, 1, 1, e); e = 0
+     :: register(r, t, h)
+     :: resOf[(h % LEASES) + 1] != r ->
+        transfer(k, r, t, h, resOf[(h % LEASES) + 1], tokOf[(h % LEASES) + 1], (h % LEASES) + 1)
+     fi;
+     k = 0; res = 0
+  :: else -> break
+  od
+}
+
+#endif
+
+init {
+  byte h, x;
+  atomic {
+    /* every lease's resource and token, in every combination */
+    h = 1;
+    do
+    :: h <= LEASES ->
+       select(x : 1 .. R); resOf[h] = x;
+       select(x : 1 .. T); tokOf[h] = x;
+       h++
+    :: else -> h = 0; x = 0; break
+    od;
+#ifdef UPDATES
+    /* the key exists, written by no lease */
+    owner[0] = 1; gOwner[0] = 1; seq = 1; ver[0] = 1; live[0] = 1;
+#ifdef SEPARATE_LEASES
+    run Updater(1); run Updater(2); run Updater(3)
+#else
+    run Updater(1); run Updater(1); run Updater(2)
+#endif
+#else
+    run Holder(1); run Holder(2); run Holder(3)
+#endif
+  }
+}
