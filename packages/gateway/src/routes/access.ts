@@ -2,8 +2,8 @@ import type { Request, Response } from "express";
 import type { Fence } from "@fenced/fence";
 import { requireKey, requireResource, requireWrite, type Principal } from "../auth/api-keys.js";
 import { HttpProblem } from "../problems/problem.js";
-import type { RouteContext } from "../http/context.js";
-import { fenceFromHeaders, ifVersionFromHeaders, keyFromPath } from "../schemas/validation.js";
+import { markAccepted, sendJson, type RouteContext } from "../http/context.js";
+import { etag, fenceFromHeaders, ifVersionFromHeaders, keyFromPath } from "../schemas/validation.js";
 
 /**
  * The checks every /v1/records and /v1/objects request starts with, in the order that decides which
@@ -79,4 +79,17 @@ function fenceOf(ctx: RouteContext, req: Request, principal: Principal, key: str
       errors: [{ path: "Fencing-Credential", message: "repeated" }],
     });
   return ctx.credentials.verify(credential);
+}
+
+/**
+ * The answer to a write the store accepted (records and objects alike): counted as accepted first, so
+ * that a client hanging up now does not undo it in the metrics; the new version as ETag and the
+ * token that wrote it; then the JSON answer of a put (200) or the empty one of a delete (204).
+ */
+export function answerWrite(res: Response, result: { readonly version: string; readonly token: bigint }, status: 200 | 204): void {
+  markAccepted(res);
+  res.setHeader("ETag", etag(result.version));
+  res.setHeader("Fencing-Token", result.token.toString());
+  if (status === 200) sendJson(res, 200, { version: result.version, token: result.token.toString() });
+  else res.status(204).end();
 }

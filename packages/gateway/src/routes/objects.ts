@@ -3,8 +3,8 @@ import { Router, type Request, type Response } from "express";
 import type { FencedS3 } from "@fenced/store/s3";
 import { assertContentType } from "@fenced/store/s3";
 import { OBJECT_VERSION } from "@fenced/store";
-import { authorizeKey, writeOptions } from "./access.js";
-import { markAccepted, markWrite, keyMethods, sendJson, type RouteContext } from "../http/context.js";
+import { answerWrite, authorizeKey, writeOptions } from "./access.js";
+import { markWrite, keyMethods, type RouteContext } from "../http/context.js";
 import { HttpProblem } from "../problems/problem.js";
 import { readSmall, streamUpload } from "../http/request-body.js";
 import { encodeHeaderText, etag } from "../schemas/validation.js";
@@ -74,10 +74,7 @@ export function objectsRouter(ctx: RouteContext, store: FencedS3): Router {
         throw err;
       }
     }
-    markAccepted(res);
-    res.setHeader("ETag", etag(result.version));
-    res.setHeader("Fencing-Token", result.token.toString());
-    sendJson(res, 200, { version: result.version, token: result.token.toString() });
+    answerWrite(res, result, 200);
   };
 
   const remove = async (req: Request, res: Response): Promise<void> => {
@@ -86,10 +83,7 @@ export function objectsRouter(ctx: RouteContext, store: FencedS3): Router {
     const options = writeOptions(ctx, req, res, principal, key, OBJECT_VERSION);
     // A tombstone: the key's ratchet survives the delete (PROTOCOL.md, "Tombstones").
     const result = await ctx.metrics.time("objects", "delete", () => store.delete(key, options));
-    markAccepted(res);
-    res.setHeader("ETag", etag(result.version));
-    res.setHeader("Fencing-Token", result.token.toString());
-    res.status(204).end();
+    answerWrite(res, result, 204);
   };
 
   router.use(keyMethods({ get, put, remove }));

@@ -1,8 +1,8 @@
 import { Router, type Request, type Response } from "express";
 import type { FencedPostgres } from "@fenced/store/postgres";
 import { assertJsonValue, RECORD_VERSION } from "@fenced/store";
-import { authorizeKey, writeOptions } from "./access.js";
-import { jsonBody, markAccepted, markWrite, keyMethods, sendJson, type RouteContext } from "../http/context.js";
+import { answerWrite, authorizeKey, writeOptions } from "./access.js";
+import { jsonBody, markWrite, keyMethods, type RouteContext } from "../http/context.js";
 import { HttpProblem } from "../problems/problem.js";
 import { encodeHeaderText, etag } from "../schemas/validation.js";
 
@@ -36,10 +36,7 @@ export function recordsRouter(ctx: RouteContext, store: FencedPostgres): Router 
     // JSON.parse output can still hold what jsonb refuses (U+0000, lone surrogates) or nest too deep.
     assertJsonValue(value);
     const result = await ctx.metrics.time("records", "put", () => store.put(key, value, options));
-    markAccepted(res);
-    res.setHeader("ETag", etag(result.version));
-    res.setHeader("Fencing-Token", result.token.toString());
-    sendJson(res, 200, { version: result.version, token: result.token.toString() });
+    answerWrite(res, result, 200);
   };
 
   const remove = async (req: Request, res: Response): Promise<void> => {
@@ -48,10 +45,7 @@ export function recordsRouter(ctx: RouteContext, store: FencedPostgres): Router 
     const options = writeOptions(ctx, req, res, principal, key, RECORD_VERSION);
     // A tombstone: the key's ratchet and owner survive the delete (PROTOCOL.md, "Postgres").
     const result = await ctx.metrics.time("records", "delete", () => store.delete(key, options));
-    markAccepted(res);
-    res.setHeader("ETag", etag(result.version));
-    res.setHeader("Fencing-Token", result.token.toString());
-    res.status(204).end();
+    answerWrite(res, result, 204);
   };
 
   router.use(keyMethods({ get, put, remove }));
