@@ -1,8 +1,9 @@
 import { randomBytes } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
-import { Redlock, type Lease } from "@fenced/lock";
+import { LeaseLostError, Redlock, type Lease } from "@fenced/lock";
 import { startRedisNodes, type RedisNodes } from "@fenced/servers";
 import { Redis } from "ioredis";
+import { expect } from "vitest";
 
 /**
  * Real leases for the store tests: a Redlock over one real Redis node. A store knows a lease only
@@ -58,4 +59,15 @@ export async function leaseHarness(): Promise<LeaseHarness> {
       await nodes.stop();
     },
   };
+}
+
+/** The call's rejection: the lease's own LeaseLostError, the one `signal: lease.signal` would give. */
+export async function refusedWithItsError(call: Promise<unknown>, lease: Lease, ending: Ending): Promise<void> {
+  const err = await call.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(LeaseLostError);
+  expect((err as LeaseLostError).kind).toBe(ending);
+  expect(err).toBe(lease.lostReason);
 }

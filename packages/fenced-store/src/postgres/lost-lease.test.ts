@@ -1,8 +1,7 @@
-import { LeaseLostError, type Lease } from "@fenced/lock";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ENDINGS, leaseHarness, type Ending, type LeaseHarness } from "../lease-test-support.js";
+import { ENDINGS, leaseHarness, refusedWithItsError, type LeaseHarness } from "../lease-test-support.js";
 import { FencedPostgres } from "./store.js";
-import { outcome, pgHarness, type PgHarness } from "./test-support.js";
+import { pgHarness, type PgHarness } from "./test-support.js";
 
 /**
  * A fence that knows its lease ended is refused before any I/O, whether or not a signal was passed:
@@ -41,14 +40,6 @@ async function watchedStore(label: string): Promise<Watched> {
     },
   });
   return { store: new FencedPostgres(pool, { schema: plain.schema }), plain, sent: () => sent };
-}
-
-/** The call's rejection: the lease's own LeaseLostError, the one `signal: lease.signal` would give. */
-async function refusedWithItsError(call: Promise<unknown>, lease: Lease, ending: Ending): Promise<void> {
-  const err = await outcome(call);
-  expect(err).toBeInstanceOf(LeaseLostError);
-  expect((err as LeaseLostError).kind).toBe(ending);
-  expect(err).toBe(lease.lostReason);
 }
 
 for (const ending of ENDINGS) {

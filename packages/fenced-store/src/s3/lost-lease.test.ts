@@ -1,10 +1,8 @@
 import { Readable } from "node:stream";
 import type { S3Client } from "@aws-sdk/client-s3";
-import { LeaseLostError, type Lease } from "@fenced/lock";
 import { startS3, type StartedS3 } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ENDINGS, leaseHarness, type Ending, type LeaseHarness } from "../lease-test-support.js";
-import { outcome } from "../postgres/test-support.js";
+import { ENDINGS, leaseHarness, refusedWithItsError, type LeaseHarness } from "../lease-test-support.js";
 import { FencedS3 } from "./store.js";
 import { intercept, listKeys } from "./test-support.js";
 
@@ -42,13 +40,6 @@ async function watchedStore(): Promise<Watched> {
   // inlineLimit 1 KiB: a larger buffer goes to a data object of its own.
   const options = { bucket, inlineLimit: 1024 };
   return { bucket, store: new FencedS3(watchedClient, options), plain: new FencedS3(client, options), sent: () => sent };
-}
-
-async function refusedWithItsError(call: Promise<unknown>, lease: Lease, ending: Ending): Promise<void> {
-  const err = await outcome(call);
-  expect(err).toBeInstanceOf(LeaseLostError);
-  expect((err as LeaseLostError).kind).toBe(ending);
-  expect(err).toBe(lease.lostReason);
 }
 
 for (const ending of ENDINGS) {
