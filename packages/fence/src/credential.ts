@@ -68,7 +68,7 @@ export function mintFenceCredential(fence: FenceWithEnd, key: CredentialKey, opt
   const { validUntil } = fence;
   const given = options?.expiresAt;
   const expiresAt = checkExpiry(
-    given === undefined ? validUntil : validUntil === undefined ? given : Math.min(given, checkExpiry(validUntil)),
+    given === undefined ? validUntil : validUntil === undefined ? given : Math.min(checkExpiry(given), checkExpiry(validUntil)),
   );
   return seal(CREDENTIAL, [checked.token.toString(), checked.holder, expiresAt.toString(), checked.resource], key);
 }
