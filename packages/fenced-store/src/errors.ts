@@ -70,3 +70,102 @@ export class ContentionError extends Error {
     super(message);
   }
 }
+
+/** Which backend an error came from. */
+export type StoreBackend = "postgres" | "s3";
+
+/**
+ * Why a backend could not serve a call, as far as the store can tell without reading message text:
+ * - `refused`: the connection was refused or reset before the request was sent;
+ * - `timeout`: the store's deadline (`timeoutMs`) passed before an answer came;
+ * - `connection`: the connection failed or closed (socket error, server shutting down, pool exhausted);
+ * - `throttled`: the backend answered "slow down" (429, SlowDown, 503) after the store's own retries.
+ */
+export type UnavailableReason = "refused" | "timeout" | "connection" | "throttled";
+
+/**
+ * The backend could not be reached or did not answer in time, and the call changed nothing: either
+ * nothing was sent, or what was sent is known not to have been applied (a read, a statement rolled
+ * back, a write refused before it applied). Safe to retry, once the backend is back. HTTP: 503 with
+ * Retry-After.
+ */
+export class StoreUnavailableError extends Error {
+  override readonly name = "StoreUnavailableError";
+  readonly code = "unavailable";
+  readonly status = 503;
+  constructor(
+    readonly backend: StoreBackend,
+    readonly reason: UnavailableReason,
+    /** What the store was doing: "put", "get", "connect", "migrate" … */
+    readonly operation: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`${backend} unavailable during ${operation}: ${reason}`, options);
+  }
+}
+
+/**
+ * A write was sent and its answer was lost (the connection died or the deadline passed after the
+ * commit or the manifest PUT left this process): it may or may not have been applied. Read the key
+ * back before retrying — a retry with the same fence is judged by the ratchet like any other write,
+ * so it is safe, but it may repeat a write that did land. HTTP: 503, `/problems/outcome-unknown`.
+ */
+export class OutcomeUnknownError extends Error {
+  override readonly name = "OutcomeUnknownError";
+  readonly code = "outcome-unknown";
+  readonly status = 503;
+  constructor(
+    readonly backend: StoreBackend,
+    /** The key written (undefined for transaction(): the caller's statements name their own keys). */
+    readonly key: string | undefined,
+    readonly operation: string,
+    options?: { cause?: unknown },
+  ) {
+    super(
+      `${backend} ${operation}${key === undefined ? "" : ` of ${JSON.stringify(key)}`}: the answer was lost, the write may or may not have been applied; read it back`,
+      options,
+    );
+  }
+}
+
+/**
+ * The backend is reachable but not set up for this store, so no call can succeed until an operator
+ * acts: `not-migrated` (PostgreSQL: the schema or its tables are missing, or older than this version
+ * — run `migrate()`), `no-such-bucket` (S3), `conditional-writes-unsupported` (an S3 backend that
+ * ignored If-None-Match or If-Match: fencing cannot be enforced on it; `verify()` diagnoses).
+ * Nothing was written. HTTP: 503, `/problems/backend-misconfigured`.
+ */
+export class StoreSetupError extends Error {
+  override readonly name = "StoreSetupError";
+  readonly code = "store-setup";
+  readonly status = 503;
+  constructor(
+    readonly backend: StoreBackend,
+    readonly problem: "not-migrated" | "no-such-bucket" | "conditional-writes-unsupported",
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+/**
+ * State the store wrote (a manifest, a fence object, a record or fence row) is not in a form it
+ * wrote: truncated, edited by hand, or written by an incompatible version. The store refuses to
+ * judge a fence against it, so nothing was written. HTTP: 502, `/problems/corrupt-state`.
+ */
+export class CorruptStateError extends Error {
+  override readonly name = "CorruptStateError";
+  readonly code = "corrupt-state";
+  readonly status = 502;
+  constructor(
+    readonly backend: StoreBackend,
+    readonly what: "manifest" | "fence" | "record",
+    /** The key (manifest, record) or resource (fence) whose state is corrupt. */
+    readonly subject: string,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}

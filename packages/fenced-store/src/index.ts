@@ -1,7 +1,18 @@
 // "@fenced/store": what both backends share — the errors, the fence and key rules. The writers live
 // in subpaths of their own, "@fenced/store/postgres" and "@fenced/store/s3", so that a user of one
 // backend installs and loads only that backend's client library.
-export { ContentionError, ResourceMismatchError, StaleTokenError, VersionMismatchError } from "./errors.js";
+export {
+  ContentionError,
+  CorruptStateError,
+  OutcomeUnknownError,
+  ResourceMismatchError,
+  StaleTokenError,
+  StoreSetupError,
+  StoreUnavailableError,
+  VersionMismatchError,
+  type StoreBackend,
+  type UnavailableReason,
+} from "./errors.js";
 export { InvalidArgumentError } from "@fenced/fence";
 export { type Fence, assertFence, assertKey, assertResource, MAX_TOKEN } from "./fence.js";
 export { type JsonValue, assertJsonValue } from "./json.js";
