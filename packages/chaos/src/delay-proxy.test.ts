@@ -115,4 +115,40 @@ describe("delay proxy", () => {
     second.on("error", () => undefined);
     await new Promise<void>((resolve) => second.once("close", () => resolve()));
   });
+
+  it("resets every open connection mid-request: the client sees ECONNRESET, the server a reset, and new connections work", async () => {
+    // A server that reads and never answers: a request in flight when the reset comes.
+    const serverSide: Socket[] = [];
+    const serverErrors: string[] = [];
+    const server = createServer((s) => {
+      serverSide.push(s);
+      s.on("error", (err: NodeJS.ErrnoException) => serverErrors.push(err.code ?? err.message));
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    cleanup.push(() => new Promise<void>((r) => server.close(() => r())));
+    const address = server.address();
+    if (address === null || typeof address === "string") throw new Error("no port");
+    const proxy = await DelayProxy.start("127.0.0.1", address.port);
+    cleanup.push(() => proxy.close());
+
+    const sockets = [await open(proxy.port), await open(proxy.port)];
+    const errors = sockets.map(
+      (socket) => new Promise<string | undefined>((resolve) => socket.once("error", (err: NodeJS.ErrnoException) => resolve(err.code))),
+    );
+    for (const socket of sockets) socket.write("request");
+    await new Promise((r) => setTimeout(r, 50));
+    expect(proxy.resetConnections()).toBe(2);
+    expect(await Promise.all(errors)).toEqual(["ECONNRESET", "ECONNRESET"]);
+    await new Promise((r) => setTimeout(r, 50));
+    expect(serverSide.every((s) => s.destroyed)).toBe(true);
+    expect(serverErrors).toContain("ECONNRESET");
+    // Nothing left to reset; a new connection is forwarded as before.
+    expect(proxy.resetConnections()).toBe(0);
+    const { server: echo, port } = await echoServer();
+    cleanup.push(() => new Promise<void>((r) => echo.close(() => r())));
+    proxy.forwardTo("127.0.0.1", port);
+    const again = await open(proxy.port);
+    cleanup.push(() => void again.destroy());
+    expect(await roundTrip(again, "after")).toBeLessThan(100);
+  });
 });

@@ -74,6 +74,8 @@ export class DelayProxy {
   private readonly active: Record<Direction, Set<{ ms: number }>> = { up: new Set(), down: new Set() };
   private readonly sockets = new Set<Socket>();
   private readonly pipes = new Set<DelayedPipe>();
+  /** Open client connections, each with its upstream leg and pipes: what resetConnections() cuts. */
+  private readonly pairs = new Map<Socket, { upstream: Socket; up: DelayedPipe; down: DelayedPipe }>();
 
   private constructor(
     private readonly server: Server,
@@ -133,6 +135,24 @@ export class DelayProxy {
     this.active.down.clear();
   }
 
+  /**
+   * Resets every connection open through the proxy, both legs, with a TCP RST: the client sees
+   * ECONNRESET in the middle of whatever it was doing (a request sent and not answered, a reply
+   * half read), the server sees its peer vanish. Connections made afterwards are forwarded as usual.
+   * Returns how many client connections were reset.
+   */
+  resetConnections(): number {
+    let reset = 0;
+    for (const [client, pair] of this.pairs) {
+      this.pairs.delete(client);
+      pair.up.clear();
+      pair.down.clear();
+      reset++;
+      for (const socket of [client, pair.upstream]) if (!socket.destroyed) socket.resetAndDestroy();
+    }
+    return reset;
+  }
+
   async close(): Promise<void> {
     for (const pipe of this.pipes) pipe.clear();
     for (const socket of this.sockets) socket.destroy();
@@ -148,6 +168,7 @@ export class DelayProxy {
     const down = new DelayedPipe(client, () => this.delayMs("down"));
     this.sockets.add(client).add(upstream);
     this.pipes.add(up).add(down);
+    this.pairs.set(client, { upstream, up, down });
     client.on("data", (chunk: Buffer) => up.push(chunk));
     upstream.on("data", (chunk: Buffer) => down.push(chunk));
     client.on("end", () => up.end());
@@ -172,6 +193,7 @@ export class DelayProxy {
       this.sockets.delete(upstream);
       this.pipes.delete(up);
       this.pipes.delete(down);
+      this.pairs.delete(client);
     };
     client.on("close", () => {
       down.clear();
