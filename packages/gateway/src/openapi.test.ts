@@ -108,7 +108,10 @@ describe("the OpenAPI document", () => {
         ["/problems/version-mismatch", 412],
         ["/problems/too-large", 413],
         ["/problems/unsupported-media-type", 415],
+        ["/problems/corrupt-state", 502],
         ["/problems/unavailable", 503],
+        ["/problems/outcome-unknown", 503],
+        ["/problems/backend-misconfigured", 503],
         ["/problems/internal", 500],
       ]),
     );

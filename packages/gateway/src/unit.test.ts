@@ -3,12 +3,22 @@ import type { Request } from "express";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { InvalidArgumentError } from "@fenced/fence";
-import { ContentionError, ResourceMismatchError, StaleTokenError, VersionMismatchError } from "@fenced/store";
+import {
+  ContentionError,
+  CorruptStateError,
+  OutcomeUnknownError,
+  ResourceMismatchError,
+  StaleTokenError,
+  StoreSetupError,
+  StoreUnavailableError,
+  VersionMismatchError,
+} from "@fenced/store";
 import { credentialKeys, MAX_TOKEN } from "@fenced/fence";
 import { ApiKeys } from "./auth/api-keys.js";
 import { loadConfig } from "./config.js";
 import { decodeLeaseId, encodeLeaseId, LEASE_ID_PATTERN } from "./auth/lease-id.js";
 import { GatewayMetrics } from "./ops/metrics.js";
+import { problemSchema } from "./problems/kinds.js";
 import { classify, HttpProblem } from "./problems/problem.js";
 import { decodeHeaderText, encodeHeaderText, keyFromPath, tokenSchema } from "./schemas/validation.js";
 
@@ -121,6 +131,29 @@ describe("request parts", () => {
 });
 
 describe("problems", () => {
+  it("map every store outcome by its type, with the table's status, Retry-After and extensions", () => {
+    const cases = [
+      [new StoreUnavailableError("postgres", "timeout", "put"), "unavailable", 503, "1"],
+      [new StoreUnavailableError("s3", "throttled", "get"), "unavailable", 503, "1"],
+      [new ContentionError("k", 64, "gave up"), "unavailable", 503, "1"],
+      [new OutcomeUnknownError("s3", "orders/1", "put"), "outcomeUnknown", 503, "1"],
+      [new OutcomeUnknownError("postgres", undefined, "register"), "outcomeUnknown", 503, "1"],
+      [new StoreSetupError("postgres", "not-migrated", "no table"), "backendMisconfigured", 503, "30"],
+      [new StoreSetupError("s3", "no-such-bucket", "no bucket"), "backendMisconfigured", 503, "30"],
+      [new CorruptStateError("s3", "manifest", "orders/1", "truncated"), "corruptState", 502, undefined],
+    ] as const;
+    for (const [err, kind, status, retryAfter] of cases) {
+      const problem = classify(err);
+      expect(problem.kind, err.message).toBe(kind);
+      expect(problem.body.status).toBe(status);
+      expect(problem.headers["Retry-After"]).toBe(retryAfter);
+      // The body is exactly what the API document says a problem of this kind carries.
+      expect(problemSchema(kind).safeParse(problem.body).success, JSON.stringify(problem.body)).toBe(true);
+    }
+    expect(classify(new OutcomeUnknownError("s3", "orders/1", "put")).body).toMatchObject({ backend: "s3", key: "orders/1" });
+    expect(classify(new StoreSetupError("s3", "no-such-bucket", "x")).body).toMatchObject({ backend: "s3", problem: "no-such-bucket" });
+  });
+
   it("map each error to its status; a client mistake is never a 5xx", () => {
     const stale = classify(new StaleTokenError("r", 33n, 2n ** 62n));
     expect(stale.body).toMatchObject({ status: 409, type: "/problems/stale-token", token: "33", highest: (2n ** 62n).toString() });

@@ -3,7 +3,7 @@ import { HOLDER_PATTERN } from "@fenced/fence";
 import { healthReportSchema, leaseAnswerSchema, objectWriteAnswerSchema, recordWriteAnswerSchema } from "../schemas/answers.js";
 import { OBJECT_VERSION, RECORD_VERSION } from "@fenced/store";
 import { credentialString, tokenString, unanchored } from "../schemas/fields.js";
-import { PROBLEM_KINDS, PROBLEM_TYPES, problemSchema, type ProblemKind } from "../problems/kinds.js";
+import { PROBLEM_KINDS, PROBLEM_TYPES, problemSchema, type ProblemDefinition, type ProblemKind } from "../problems/kinds.js";
 import { leaseBodySchema } from "../schemas/validation.js";
 import type {
   HeaderObject,
@@ -38,6 +38,8 @@ export const quoted = (version: RegExp): string => `^"(?:${unanchored(version)})
 
 export const PROBLEM_JSON = "application/problem+json";
 
+const retries = (kind: ProblemKind): boolean => (PROBLEM_TYPES[kind] as ProblemDefinition).retryAfter !== undefined;
+
 /** One response per status for a route's problems: the types it can answer with, as a oneOf on `type`. */
 export function problemResponses(kinds: readonly ProblemKind[]): Record<string, ResponseObject> {
   const byStatus = new Map<number, ProblemKind[]>();
@@ -47,8 +49,9 @@ export function problemResponses(kinds: readonly ProblemKind[]): Record<string, 
     const refs = group.map((k) => ref("schemas", problemName(k)));
     const headers: Record<string, Reference> = {
       ...(status === 401 && { "WWW-Authenticate": ref("headers", "WWW-Authenticate") }),
-      ...(status === 503 && { "Retry-After": ref("headers", "Retry-After") }),
-      ...(group.includes("lockHeld") && { "Retry-After": ref("headers", "Retry-After-Lock") }),
+      // From the table: required where every kind of the status carries it, described per kind where only some do.
+      ...(group.every(retries) && { "Retry-After": ref("headers", "Retry-After") }),
+      ...(group.some(retries) && !group.every(retries) && { "Retry-After": ref("headers", "Retry-After-Some") }),
     };
     responses[String(status)] = {
       description: group.map((k) => `\`${PROBLEM_TYPES[k].type}\`: ${PROBLEM_TYPES[k].description}`).join("\n\n"),
@@ -63,7 +66,12 @@ export function problemResponses(kinds: readonly ProblemKind[]): Record<string, 
 // on this gateway (404), a backend that does not answer (503), a failure of the gateway itself.
 export const ALWAYS: readonly ProblemKind[] = ["unauthorized", "notFound", "unavailable", "internal"];
 export const JSON_BODY: readonly ProblemKind[] = ["invalid", "tooLarge", "mediaType"];
+// A route that calls a store: the backend may not be set up for it, or hold state the store did not write.
+export const STORE: readonly ProblemKind[] = ["backendMisconfigured", "corruptState"];
+// A store write (a put, a delete, a lease's registration) may have been applied with its answer lost.
+export const STORE_WRITE: readonly ProblemKind[] = [...STORE, "outcomeUnknown"];
 export const WRITE: readonly ProblemKind[] = [
+  ...STORE_WRITE,
   "invalid",
   "forbidden",
   "credentialRequired",
@@ -159,8 +167,10 @@ export function headers(): Record<string, HeaderObject> {
     },
     "Content-Length": { description: "The object's size in bytes, when known", schema: { type: "string", pattern: "^(0|[1-9][0-9]*)$" } },
     "Retry-After": { description: "Seconds to wait before trying again", required: true, schema: { type: "string", pattern: "^[0-9]+$" } },
-    "Retry-After-Lock": {
-      description: "With `lock-held`: seconds to wait before trying again",
+    "Retry-After-Some": {
+      description: `Seconds to wait before trying again: sent with ${PROBLEM_KINDS.filter(retries)
+        .map((k) => `\`${PROBLEM_TYPES[k].type}\``)
+        .join(", ")}`,
       schema: { type: "string", pattern: "^[0-9]+$" },
     },
     "WWW-Authenticate": { description: "The Bearer challenge", required: true, schema: { type: "string", pattern: "^Bearer " } },

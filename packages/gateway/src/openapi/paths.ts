@@ -1,4 +1,4 @@
-import { JSON_BODY, json, operation, problemResponses, ref, WRITE } from "./components.js";
+import { JSON_BODY, json, operation, problemResponses, ref, STORE, STORE_WRITE, WRITE } from "./components.js";
 import type { MediaTypeObject, OperationObject, PathItemObject, ResolvedLimits, ResponseObject } from "./types.js";
 
 // The document's paths: the lease routes, the record and object routes (one shape for both stores),
@@ -25,7 +25,7 @@ export function leasePaths(): Record<string, PathItemObject> {
           ),
         },
         { "201": lease("The lease; `fence` is the credential every write of this lease presents") },
-        [...JSON_BODY, "forbidden", "lockHeld", "tokenSpaceExhausted", "stale", "leaseLost"],
+        [...JSON_BODY, "forbidden", "lockHeld", "tokenSpaceExhausted", "stale", "leaseLost", ...STORE_WRITE],
       ),
     },
     "/v1/leases/extend": {
@@ -96,7 +96,7 @@ export function keyPaths(store: Store, limits: ResolvedLimits): PathItemObject {
           ...(method === "get" && { content: readContent }),
         },
       },
-      ["invalid", "forbidden"],
+      ["invalid", "forbidden", ...STORE],
     );
   const writeParameters = [
     ref("parameters", "Fencing-Credential"),

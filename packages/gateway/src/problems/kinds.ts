@@ -4,14 +4,15 @@ import { keyString as key, resourceSchema as resource, tokenString } from "../sc
 /**
  * Every kind of problem the gateway answers with, in one table: its status, its RFC 9457 `type`
  * and `title`, when it is answered (the API document's description), the extension members its
- * body carries beside type, title, status and detail, and the `reason` label of a refused write in
- * /metrics. problem.ts (the HTTP mapping), the validation and the API document read this table;
+ * body carries beside type, title, status and detail, the `reason` label of a refused write in
+ * /metrics, and the Retry-After it carries. problem.ts (the HTTP mapping), the validation and the API document read this table;
  * it imports none of them.
  */
 
 /** What an `invalid-request` problem lists: which part of the request is wrong, and why. */
 const fieldErrors = z.array(z.strictObject({ path: z.string(), message: z.string() }));
 const none = z.strictObject({});
+const storeBackend = z.enum(["postgres", "s3"]).describe("The backend the store was calling");
 
 export const PROBLEM_TYPES = {
   invalid: {
@@ -133,6 +134,7 @@ export const PROBLEM_TYPES = {
     description: "Another lease holds the resource (Retry-After: 1)",
     extensions: z.strictObject({ resource }),
     reason: "error", // never the answer to a write
+    retryAfter: 1,
   },
   tokenSpaceExhausted: {
     status: 409,
@@ -180,13 +182,54 @@ export const PROBLEM_TYPES = {
     extensions: none,
     reason: "unsupported_media_type",
   },
+  corruptState: {
+    status: 502,
+    type: "/problems/corrupt-state",
+    title: "The storage holds state the store did not write",
+    description:
+      "A manifest, fence or record in the backend is not in a form the store wrote (truncated, edited by hand, or written by an incompatible version). The store refuses to judge a fence against it: nothing was written. An operator must repair it; retrying does not help",
+    extensions: z.strictObject({
+      backend: storeBackend,
+      what: z.enum(["manifest", "fence", "record"]).describe("Which state is corrupt"),
+      subject: z.string().describe("The key (manifest, record) or resource (fence) whose state is corrupt"),
+    }),
+    reason: "corrupt_state",
+  },
   unavailable: {
     status: 503,
     type: "/problems/unavailable",
     title: "A backend is unavailable",
-    description: "A backend did not answer, too few lock nodes answered, or a store gave up under contention (Retry-After: 1)",
+    description:
+      "A backend refused the connection, did not answer within the gateway's deadline or asked it to slow down, too few lock nodes answered, or a store gave up under contention. Nothing was written: retry after Retry-After",
     extensions: z.strictObject({ resource: resource.optional() }),
     reason: "unavailable",
+    retryAfter: 1,
+  },
+  outcomeUnknown: {
+    status: 503,
+    type: "/problems/outcome-unknown",
+    title: "The write may have been applied",
+    description:
+      "The write was sent to the backend and its answer was lost (the connection died or the deadline passed after it left the gateway): it may or may not have been applied. Read the key back before retrying; a retry with the same fence is judged by the fence like any other write",
+    extensions: z.strictObject({
+      backend: storeBackend,
+      key: key.optional().describe("The key written (absent for a lease's registration with a store)"),
+    }),
+    reason: "outcome_unknown",
+    retryAfter: 1,
+  },
+  backendMisconfigured: {
+    status: 503,
+    type: "/problems/backend-misconfigured",
+    title: "A backend is not set up for the gateway",
+    description:
+      "The backend answers but is not set up for the store: PostgreSQL's tables are missing or older than this version (not-migrated), the bucket does not exist (no-such-bucket), or the S3 backend ignores conditional writes (conditional-writes-unsupported). Nothing was written; an operator must act",
+    extensions: z.strictObject({
+      backend: storeBackend,
+      problem: z.enum(["not-migrated", "no-such-bucket", "conditional-writes-unsupported"]),
+    }),
+    reason: "backend_misconfigured",
+    retryAfter: 30,
   },
   internal: {
     status: 500,
@@ -209,6 +252,8 @@ export interface ProblemDefinition {
   readonly extensions: z.ZodObject;
   /** The `reason` label of fenced_gateway_writes_rejected_total when a write is answered with it. */
   readonly reason: string;
+  /** Seconds in the Retry-After header every answer of this kind carries; absent: no header. */
+  readonly retryAfter?: number;
 }
 
 export type ProblemKind = keyof typeof PROBLEM_TYPES;

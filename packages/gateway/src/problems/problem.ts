@@ -5,9 +5,18 @@
 import type { Response } from "express";
 import { ZodError } from "zod";
 import { InvalidArgumentError } from "@fenced/fence";
-import { ContentionError, ResourceMismatchError, StaleTokenError, VersionMismatchError } from "@fenced/store";
+import {
+  ContentionError,
+  CorruptStateError,
+  OutcomeUnknownError,
+  ResourceMismatchError,
+  StaleTokenError,
+  StoreSetupError,
+  StoreUnavailableError,
+  VersionMismatchError,
+} from "@fenced/store";
 import { BackendUnavailableError, isUnavailable } from "./backend-errors.js";
-import { PROBLEM_TYPES, type ProblemExtensions, type ProblemKind } from "./kinds.js";
+import { PROBLEM_TYPES, type ProblemDefinition, type ProblemExtensions, type ProblemKind } from "./kinds.js";
 
 /**
  * RFC 9457 problem details. `type` is a relative URI reference naming the kind of problem; clients
@@ -67,11 +76,12 @@ function classified(
   extensions: Readonly<Record<string, unknown>>,
   headers: Readonly<Record<string, string>>,
 ): Classified {
-  const t = PROBLEM_TYPES[kind];
+  const t: ProblemDefinition = PROBLEM_TYPES[kind];
   return {
     kind,
     body: { ...extensions, type: t.type, title: t.title, status: t.status, ...(detail === undefined ? {} : { detail }) },
-    headers,
+    // The table says which kinds carry Retry-After, and how long: every answer of such a kind has it.
+    headers: t.retryAfter === undefined ? headers : { ...headers, "Retry-After": String(t.retryAfter) },
   };
 }
 
@@ -106,11 +116,42 @@ export function classify(err: unknown): Classified {
   // The lock and the stores validate every argument before any I/O and throw this class, and only
   // this class, for malformed input. Any other TypeError or RangeError is a bug of ours: a 500.
   if (err instanceof InvalidArgumentError) return make("invalid", err.message, { errors: [{ path: err.argument, message: err.message }] });
-  // A socket-level failure (Node's system error codes) from anywhere: a backend is unreachable.
-  if (err instanceof ContentionError || err instanceof BackendUnavailableError || isUnavailable("any", err)) {
-    return make("unavailable", "a backend could not be reached or gave up under contention; retry later", {}, { "Retry-After": "1" });
+  const store = storeProblem(err);
+  if (store !== undefined) return store;
+  // What a store or the lock still throws raw: a driver's connection failure (backend-errors.ts).
+  if (err instanceof BackendUnavailableError || isUnavailable("any", err)) {
+    return make("unavailable", "a backend could not be reached; retry later");
   }
   return make("internal", "the request failed inside the gateway; see its log");
+}
+
+/**
+ * The stores' failures, by type: whether anything may have been written decides the kind (nothing:
+ * `unavailable`; perhaps: `outcomeUnknown`). Details are built from the errors' fields, never their
+ * messages: a 5xx answer says what failed, not how the backend worded it.
+ */
+function storeProblem(err: unknown): Classified | undefined {
+  if (err instanceof StoreUnavailableError)
+    return make("unavailable", `${err.backend} could not serve the ${err.operation} (${err.reason}); nothing was written, retry later`);
+  if (err instanceof ContentionError) return make("unavailable", "the key kept changing under the store; nothing was written, retry later");
+  if (err instanceof OutcomeUnknownError)
+    return make(
+      "outcomeUnknown",
+      `the ${err.backend} ${err.operation} was sent and its answer lost: it may have been applied; read the key back before retrying`,
+      { backend: err.backend, ...(err.key === undefined ? {} : { key: err.key }) },
+    );
+  if (err instanceof StoreSetupError)
+    return make("backendMisconfigured", `${err.backend}: ${err.problem}; an operator must act`, {
+      backend: err.backend,
+      problem: err.problem,
+    });
+  if (err instanceof CorruptStateError)
+    return make("corruptState", `${err.backend} holds a ${err.what} the store did not write; nothing was written`, {
+      backend: err.backend,
+      what: err.what,
+      subject: err.subject,
+    });
+  return undefined;
 }
 
 export function sendProblem(res: Response, problem: Classified): void {

@@ -1,5 +1,7 @@
 // The only gateway module that imports @fenced/lock: the stores and the rest of the gateway know a
 // fence only as { resource, token, holder }, and a gateway without Redis never loads the lock.
+import { performance } from "node:perf_hooks";
+import { setTimeout as sleep } from "node:timers/promises";
 import { Router, type Request, type Response } from "express";
 import {
   LeaseLostError,
@@ -23,9 +25,26 @@ import { leaseBodySchema } from "../schemas/validation.js";
 export interface LeaseBackendOptions {
   /** One ioredis client per independent lock node (or one Cluster client). */
   readonly clients: readonly RedisClient[];
-  /** Lock settings. Default retryCount 0: a held lock answers 409 at once and the client decides when to retry. */
+  /**
+   * Lock settings; the gateway's defaults are LOCK_DEFAULTS. retryCount 0: a held lock answers 409 at
+   * once and the client decides when to retry. The gateway runs the retries itself (see acquire).
+   */
   readonly redlock?: RedlockOptions;
+  /**
+   * How long POST /v1/leases may spend on the lock: no retry starts that could not end before it
+   * (one attempt takes at most three rounds of nodeTimeoutMs). Default 2,000 ms.
+   */
+  readonly acquireTimeoutMs?: number;
 }
+
+/**
+ * The lock settings the gateway uses unless told otherwise, every one passed to the lock explicitly:
+ * the bound on an acquire is computed from these values, so they must be the ones the lock runs with.
+ */
+export const LOCK_DEFAULTS = { retryCount: 0, retryDelayMs: 200, retryJitterMs: 100, nodeTimeoutMs: 200, acquireTimeoutMs: 2_000 };
+
+/** Why a node did not count that means it is down or unreachable, not that the lock is held. */
+const UNREACHABLE: ReadonlySet<string> = new Set(["error", "timeout", "refused"]);
 
 export interface RedisHealth {
   readonly ok: boolean;
@@ -74,6 +93,8 @@ interface Leases {
   readonly credentials: FenceCredentials;
   readonly redlock: Redlock;
   readonly registrars: readonly Registrar[];
+  readonly retry: { readonly count: number; readonly delayMs: number; readonly jitterMs: number; readonly attemptMs: number };
+  readonly acquireTimeoutMs: number;
 }
 
 export function leasesRouter(
@@ -82,8 +103,22 @@ export function leasesRouter(
   options: LeaseBackendOptions,
   registrars: readonly Registrar[] = [],
 ): { router: Router; health(timeoutMs: number): Promise<RedisHealth> } {
-  const redlock = new Redlock(options.clients, { retryCount: 0, ...options.redlock });
-  const leases: Leases = { ctx, credentials, redlock, registrars };
+  const given = options.redlock ?? {};
+  const retry = {
+    count: given.retryCount ?? LOCK_DEFAULTS.retryCount,
+    delayMs: given.retryDelayMs ?? LOCK_DEFAULTS.retryDelayMs,
+    jitterMs: given.retryJitterMs ?? LOCK_DEFAULTS.retryJitterMs,
+    // An attempt is at most three fan-outs, each ended by nodeTimeoutMs: grant, publish, release.
+    attemptMs: 3 * (given.nodeTimeoutMs ?? LOCK_DEFAULTS.nodeTimeoutMs),
+  };
+  // The lock itself never retries here: acquire() does, within its deadline.
+  const redlock = new Redlock(options.clients, {
+    ...given,
+    nodeTimeoutMs: given.nodeTimeoutMs ?? LOCK_DEFAULTS.nodeTimeoutMs,
+    retryCount: 0,
+  });
+  const acquireTimeoutMs = options.acquireTimeoutMs ?? LOCK_DEFAULTS.acquireTimeoutMs;
+  const leases: Leases = { ctx, credentials, redlock, registrars, retry, acquireTimeoutMs };
   const bodies = leaseBodySchema(ctx.limits.maxTtlMs);
   const readBody = jsonBody(BODY_LIMIT);
   const router = Router({ caseSensitive: true, strict: true });
@@ -143,21 +178,32 @@ export function leasesRouter(
   return { router, health };
 }
 
-/** Takes the lock, or answers why not: its tokens are used up, it is down (no quorum possible), or it is held. */
-async function acquire({ ctx, redlock }: Leases, resource: string, ttlMs: number): Promise<Lease> {
-  try {
-    return await ctx.metrics.time("leases", "acquire", () => redlock.acquire(resource, ttlMs));
-  } catch (err) {
-    if (err instanceof TokenSpaceExhaustedError) throw new HttpProblem("tokenSpaceExhausted", err.message, { resource });
-    if (!(err instanceof LockNotAcquiredError)) throw err;
-    // So many nodes failed or timed out that no quorum was possible: the lock is down, not busy.
-    const unreachable = err.nodes.filter((n) => n.reason === "error" || n.reason === "timeout").length;
-    if (unreachable > redlock.clients.length - redlock.quorum) {
-      throw new HttpProblem("unavailable", "too few lock nodes answered", { resource }, { "Retry-After": "1" });
+/**
+ * Takes the lock, or answers why not: its tokens are used up, it is down (no quorum possible), or it
+ * is held. Bounded: a lock that cannot reach a quorum answers after one attempt (retrying within this
+ * request cannot help; Retry-After tells the client when to ask again), and a held lock is retried only
+ * while another attempt can end before acquireTimeoutMs.
+ */
+async function acquire({ ctx, redlock, retry, acquireTimeoutMs }: Leases, resource: string, ttlMs: number): Promise<Lease> {
+  const deadline = performance.now() + acquireTimeoutMs;
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await ctx.metrics.time("leases", "acquire", () => redlock.acquire(resource, ttlMs, { retryCount: 0 }));
+    } catch (err) {
+      if (err instanceof TokenSpaceExhaustedError) throw new HttpProblem("tokenSpaceExhausted", err.message, { resource });
+      if (!(err instanceof LockNotAcquiredError)) throw err;
+      // So many nodes failed or timed out that no quorum was possible: the lock is down, not busy.
+      const unreachable = err.nodes.filter((n) => UNREACHABLE.has(n.reason)).length;
+      if (unreachable > redlock.clients.length - redlock.quorum)
+        throw new HttpProblem("unavailable", "too few lock nodes answered", { resource });
+      const delay = retry.delayMs + Math.random() * retry.jitterMs;
+      if (attempt >= retry.count || performance.now() + delay + retry.attemptMs > deadline) {
+        // Contention (held elsewhere, or a round lost to a concurrent one): worth retrying later.
+        ctx.metrics.lease("refused");
+        throw new HttpProblem("lockHeld", err.message, { resource });
+      }
+      await sleep(delay);
     }
-    // Otherwise contention (held elsewhere, or a round lost to a concurrent one): worth retrying.
-    ctx.metrics.lease("refused");
-    throw new HttpProblem("lockHeld", err.message, { resource }, { "Retry-After": "1" });
   }
 }
 
@@ -195,12 +241,7 @@ async function extend({ ctx, redlock }: Leases, held: LeaseIdParts, ttlMs: numbe
       ctx.metrics.leaseLost(err.kind);
       throw new HttpProblem("leaseLost", err.message, { resource: held.resource, token: held.token.toString(), kind: err.kind });
     }
-    throw new HttpProblem(
-      "unavailable",
-      "too few lock nodes answered to confirm the extension",
-      { resource: held.resource },
-      { "Retry-After": "1" },
-    );
+    throw new HttpProblem("unavailable", "too few lock nodes answered to confirm the extension", { resource: held.resource });
   }
 }
 
