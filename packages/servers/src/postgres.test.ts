@@ -21,6 +21,17 @@ function processTable(): Map<number, { ppid: number; cmdline: string }> {
   return table;
 }
 
+/** A live process's state letter (R, S, T stopped …), undefined when it is gone or a zombie. */
+function processState(pid: number): string | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const state = stat.slice(stat.lastIndexOf(")") + 2).split(" ")[0];
+    return state === "Z" ? undefined : state;
+  } catch {
+    return undefined;
+  }
+}
+
 describe("startPostgres", () => {
   it("starts a server that answers SELECT 1, and stop() leaves no process and no files", async () => {
     const started = Date.now();
@@ -61,6 +72,66 @@ describe("startPostgres", () => {
     const late = new pg.Client({ connectionString: server.url, connectionTimeoutMillis: 1_000 });
     late.on("error", () => undefined);
     await expect(late.connect()).rejects.toThrow();
+  });
+
+  it("with faults: pause stops the postmaster and its backends, resume, kill and restart keep the data", async () => {
+    const saved = process.env.DATABASE_URL;
+    // Asked for faults, it starts a server of its own even when DATABASE_URL names another.
+    process.env.DATABASE_URL = "postgres://nobody@127.0.0.1:1/none";
+    let server;
+    try {
+      server = await startPostgres({ faults: true });
+    } finally {
+      if (saved === undefined) delete process.env.DATABASE_URL;
+      else process.env.DATABASE_URL = saved;
+    }
+    const { faults } = server;
+    const open = async (): Promise<pg.Client> => {
+      const client = new pg.Client({ connectionString: server.url, query_timeout: 1_000 });
+      client.on("error", () => undefined);
+      await client.connect();
+      return client;
+    };
+    try {
+      expect(server.source).toBe("local");
+      expect(faults.running).toBe(true);
+      const client = await open();
+      await client.query("CREATE TABLE kept (v int); INSERT INTO kept VALUES (42)");
+      const backend = (await client.query<{ pid: number }>("SELECT pg_backend_pid() AS pid")).rows[0]?.pid ?? 0;
+      const postmaster = processTable().get(backend)?.ppid ?? 0;
+      expect(processTable().get(postmaster)?.cmdline).toContain(`port=${new URL(server.url).port}`);
+
+      faults.pause();
+      expect(faults.paused).toBe(true);
+      // An open connection's backend is stopped too: no answer until resumed.
+      const started = Date.now();
+      await expect(client.query("SELECT 1")).rejects.toThrow();
+      expect(Date.now() - started).toBeGreaterThanOrEqual(900);
+      expect([processState(postmaster), processState(backend)]).toEqual(["T", "T"]);
+      faults.resume();
+      expect(faults.paused).toBe(false);
+      const again = await open();
+      expect((await again.query<{ v: number }>("SELECT v FROM kept")).rows).toEqual([{ v: 42 }]);
+
+      await faults.kill();
+      expect(faults.running).toBe(false);
+      await expect(again.query("SELECT 1")).rejects.toThrow();
+      expect([processState(postmaster), processState(backend)]).toEqual([undefined, undefined]);
+
+      await faults.restart();
+      expect(faults.running).toBe(true);
+      const after = await open();
+      expect((await after.query<{ v: number }>("SELECT v FROM kept")).rows).toEqual([{ v: 42 }]);
+      // restart() of a running server kills it first.
+      await faults.restart();
+      await expect(after.query("SELECT 1")).rejects.toThrow();
+      const last = await open();
+      expect((await last.query<{ v: number }>("SELECT v FROM kept")).rows).toEqual([{ v: 42 }]);
+      await Promise.all([client, again, after, last].map((c) => c.end().catch(() => undefined)));
+    } finally {
+      faults.resume();
+      await server.stop();
+    }
   });
 
   it("says what to install when the binaries are missing", () => {

@@ -5,7 +5,8 @@ import { dirname, join } from "node:path";
 import pg from "pg";
 import { dockerAvailable } from "./docker.js";
 import { freePort } from "./ports.js";
-import { killHard, requireExecutable, spawnTracked, waitFor, type Spawned } from "./processes.js";
+import type { ServerFaults } from "./faults.js";
+import { continueTree, killTree, requireExecutable, spawnTracked, stopTree, waitFor, type Spawned } from "./processes.js";
 
 export interface StartedPostgres {
   /** A connection string for pg.Pool / pg.Client. */
@@ -14,6 +15,8 @@ export interface StartedPostgres {
   readonly source: "env" | "docker" | "local";
   /** Kills the server and removes its data; idempotent. A DATABASE_URL server is left untouched. */
   stop(): Promise<void>;
+  /** Present when started with `{ faults: true }`: pause, resume, kill and restart the server. */
+  readonly faults?: ServerFaults;
 }
 
 export interface StartPostgresOptions {
@@ -23,6 +26,12 @@ export interface StartPostgresOptions {
    * throwaway and a flush per commit only costs time. Has no effect on a DATABASE_URL server.
    */
   readonly durable?: boolean;
+  /**
+   * Start a server this process owns from the machine's binaries — never DATABASE_URL or a container,
+   * even when they are available — and hand back its `faults`, so that a fault test never skips its
+   * fault. Default false.
+   */
+  readonly faults?: boolean;
 }
 
 const LOOPBACK = "127.0.0.1";
@@ -33,10 +42,16 @@ const INSTALL_HINT = "apt-get install postgresql";
  * A real PostgreSQL for tests and benchmarks: DATABASE_URL if set, else a postgres:16 container when
  * a Docker engine answers, else a private server from the machine's binaries on a free loopback port.
  */
+export async function startPostgres(
+  options: StartPostgresOptions & { readonly faults: true },
+): Promise<StartedPostgres & { readonly faults: ServerFaults }>;
+export async function startPostgres(options?: StartPostgresOptions): Promise<StartedPostgres>;
 export async function startPostgres(options: StartPostgresOptions = {}): Promise<StartedPostgres> {
+  const durable = options.durable ?? false;
+  // Faults need the server's processes: only a local server started here has them at hand.
+  if (options.faults === true) return startLocalPostgres(durable);
   const fromEnv = process.env.DATABASE_URL;
   if (fromEnv !== undefined && fromEnv !== "") return { url: fromEnv, source: "env", stop: () => Promise.resolve() };
-  const durable = options.durable ?? false;
   if (await dockerAvailable()) return startDockerPostgres(durable);
   return startLocalPostgres(durable);
 }
@@ -131,7 +146,7 @@ function serverIdentity(): { uid: number; gid: number } | undefined {
 
 class PortTaken extends Error {}
 
-async function startLocalPostgres(durable: boolean): Promise<StartedPostgres> {
+async function startLocalPostgres(durable: boolean): Promise<StartedPostgres & { readonly faults: ServerFaults }> {
   const bins = findPostgresBinaries();
   const identity = serverIdentity();
   const dir = await mkdtemp(join(tmpdir(), "fenced-pg-"));
@@ -144,8 +159,8 @@ async function startLocalPostgres(durable: boolean): Promise<StartedPostgres> {
     for (let attempt = 1; ; attempt++) {
       const port = await freePort();
       try {
-        const spawned = await launch(bins.postgres, dataDir, dir, port, identity, durable);
-        return localHandle(spawned, dir, `postgres://postgres@${LOOPBACK}:${port}/postgres`);
+        const start = (): Promise<Spawned> => launch(bins.postgres, dataDir, dir, port, identity, durable);
+        return new LocalPostgres(await start(), dir, dataDir, `postgres://postgres@${LOOPBACK}:${port}/postgres`, start);
       } catch (err) {
         if (!(err instanceof PortTaken) || attempt >= 8) throw err;
       }
@@ -189,8 +204,9 @@ async function launch(
     ...(durable ? [] : FAST_SETTINGS),
   ];
   const args = ["-D", dataDir, ...settings.flatMap((s) => ["-c", s])];
-  // Run postgres in the foreground (not pg_ctl, which daemonises): spawnTracked kills it with us.
-  const spawned = spawnTracked(binary, args, { cwd: socketDir, ...identity, env: { ...process.env, LC_ALL: "C" } });
+  // Run postgres in the foreground (not pg_ctl, which daemonises): spawnTracked kills it with us, and
+  // as a tree its backends too (each backend starts a session of its own, out of the postmaster's group).
+  const spawned = spawnTracked(binary, args, { cwd: socketDir, ...identity, env: { ...process.env, LC_ALL: "C" }, tree: true });
   let exited = false;
   void spawned.exited.then(() => {
     exited = true;
@@ -204,7 +220,7 @@ async function launch(
       () => spawned.output(),
     );
   } catch (err) {
-    await killHard(spawned);
+    await killTree(spawned);
     throw err;
   }
   if (exited) {
@@ -215,18 +231,93 @@ async function launch(
   return spawned;
 }
 
-function localHandle(spawned: Spawned, dir: string, url: string): StartedPostgres {
-  let stopped: Promise<void> | undefined;
-  const stop = async (): Promise<void> => {
-    // SIGQUIT is PostgreSQL's immediate shutdown: the postmaster kills its backends and removes its
-    // shared memory before exiting. SIGKILL would orphan the SysV segment; it is only the fallback.
-    if (spawned.child.exitCode === null && spawned.child.signalCode === null) spawned.child.kill("SIGQUIT");
-    const gone = await Promise.race([
-      spawned.exited.then(() => true),
-      new Promise<boolean>((r) => setTimeout(() => r(false), 5_000).unref()),
-    ]);
-    if (!gone) await killHard(spawned);
-    await rm(dir, { recursive: true, force: true });
-  };
-  return { url, source: "local", stop: () => (stopped ??= stop()) };
+/** A local server and its faults: every signal reaches the postmaster and every process it forked. */
+class LocalPostgres implements StartedPostgres {
+  readonly source = "local";
+  readonly faults: ServerFaults;
+  private killed = false;
+  private paused = false;
+  private stopped: Promise<void> | undefined;
+
+  constructor(
+    private spawned: Spawned,
+    private readonly dir: string,
+    private readonly dataDir: string,
+    readonly url: string,
+    private readonly start: () => Promise<Spawned>,
+  ) {
+    const state = (): { killed: boolean; paused: boolean } => ({ killed: this.killed, paused: this.paused });
+    this.faults = {
+      get running() {
+        return !state().killed;
+      },
+      get paused() {
+        return state().paused;
+      },
+      pause: () => this.pause(),
+      resume: () => this.resume(),
+      kill: () => this.kill(),
+      restart: () => this.restart(),
+    };
+  }
+
+  stop(): Promise<void> {
+    return (this.stopped ??= this.shutDown());
+  }
+
+  private pause(): void {
+    if (this.killed) throw new Error(`postgres (${this.url}) is killed; restart() it before pausing`);
+    // SIGSTOP of the postmaster alone would leave its backends answering on open connections.
+    stopTree(this.spawned);
+    this.paused = true;
+  }
+
+  private resume(): void {
+    continueTree(this.spawned);
+    this.paused = false;
+  }
+
+  private async kill(): Promise<void> {
+    await killTree(this.spawned);
+    this.killed = true;
+    this.paused = false;
+    // Every process of the server is gone: a stale lock file would only risk naming a reused pid.
+    await rm(join(this.dataDir, "postmaster.pid"), { force: true });
+  }
+
+  private async restart(): Promise<void> {
+    if (this.stopped !== undefined) throw new Error(`postgres (${this.url}) was stopped`);
+    if (!this.killed) await this.kill();
+    // Same data dir, port and settings; crash recovery runs first, and start() resolves once a query answers.
+    const deadline = Date.now() + 5_000;
+    for (;;) {
+      try {
+        this.spawned = await this.start();
+        break;
+      } catch (err) {
+        // The port may still be held for a moment by what the killed server left behind.
+        if (!(err instanceof PortTaken) || Date.now() > deadline) throw err;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    }
+    this.killed = false;
+  }
+
+  private async shutDown(): Promise<void> {
+    if (!this.killed) {
+      const { child } = this.spawned;
+      // A paused server cannot act on SIGQUIT.
+      continueTree(this.spawned);
+      // SIGQUIT is PostgreSQL's immediate shutdown: the postmaster kills its backends and removes its
+      // shared memory before exiting. SIGKILL would orphan the SysV segment; it is only the fallback.
+      if (child.exitCode === null && child.signalCode === null) child.kill("SIGQUIT");
+      const gone = await Promise.race([
+        this.spawned.exited.then(() => true),
+        new Promise<boolean>((r) => setTimeout(() => r(false), 5_000).unref()),
+      ]);
+      if (!gone) await killTree(this.spawned);
+      this.killed = true;
+    }
+    await rm(this.dir, { recursive: true, force: true });
+  }
 }

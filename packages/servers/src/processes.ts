@@ -1,5 +1,5 @@
 import { spawn, spawnSync, type ChildProcess, type SpawnOptions } from "node:child_process";
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync, readdirSync } from "node:fs";
 import { delimiter, join } from "node:path";
 
 /**
@@ -7,11 +7,15 @@ import { delimiter, join } from "node:path";
  * when the owning process exits, however it exits (a failed test, an uncaught error, SIGINT).
  */
 const live = new Set<ChildProcess>();
+/** The tracked processes started with `{ tree: true }`: killed together with every process they forked. */
+const trees = new WeakSet<ChildProcess>();
 let hooked = false;
 
 function killAllSync(): void {
   for (const child of live) {
     try {
+      // Descendants first collected, then killed: once the leader dies they are reparented and lost from view.
+      if (trees.has(child) && child.pid !== undefined) for (const pid of descendants(child.pid)) hardKill(pid);
       if (child.pid !== undefined) process.kill(child.pid, "SIGCONT");
       child.kill("SIGKILL");
     } catch {
@@ -41,11 +45,22 @@ export interface Spawned {
   output(): string;
 }
 
+export interface SpawnTrackedOptions extends SpawnOptions {
+  /**
+   * The process forks workers that must share its fate (PostgreSQL's backends, which each start a
+   * session of their own, so a process-group signal misses them): the exit hook kills them too, and
+   * stopTree/continueTree/killTree reach them.
+   */
+  readonly tree?: boolean;
+}
+
 /** Starts a process that is killed with the harness; keeps the tail of its output for diagnostics. */
-export function spawnTracked(command: string, args: readonly string[], options: SpawnOptions = {}): Spawned {
+export function spawnTracked(command: string, args: readonly string[], options: SpawnTrackedOptions = {}): Spawned {
   hookExit();
-  const child = spawn(command, args, { stdio: ["ignore", "pipe", "pipe"], ...options });
+  const { tree = false, ...spawnOptions } = options;
+  const child = spawn(command, args, { stdio: ["ignore", "pipe", "pipe"], ...spawnOptions });
   live.add(child);
+  if (tree) trees.add(child);
   let tail = "";
   const keep = (chunk: Buffer): void => {
     tail = (tail + chunk.toString("utf8")).slice(-8_000);
@@ -78,6 +93,103 @@ export async function killHard(spawned: Spawned): Promise<void> {
     child.kill("SIGKILL");
   }
   await spawned.exited;
+}
+
+/** A process's state letter from /proc (R, S, D, T stopped, Z zombie …) and parent, or undefined once it is gone. */
+function procStat(pid: number): { state: string; ppid: number } | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    // The command name may contain spaces and parentheses: fields resume after the last ')'.
+    const [state = "", ppid = ""] = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return { state, ppid: Number(ppid) };
+  } catch {
+    return undefined;
+  }
+}
+
+/** Every live descendant of `pid` (children, their children …), read from /proc (Linux). */
+export function descendants(pid: number): number[] {
+  const children = new Map<number, number[]>();
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    const stat = procStat(Number(entry));
+    if (stat === undefined || stat.state === "Z") continue;
+    children.set(stat.ppid, [...(children.get(stat.ppid) ?? []), Number(entry)]);
+  }
+  const found: number[] = [];
+  for (let queue = [...(children.get(pid) ?? [])]; queue.length > 0;) {
+    const next = queue.shift() as number;
+    found.push(next);
+    queue.push(...(children.get(next) ?? []));
+  }
+  return found;
+}
+
+function signal(pid: number, name: NodeJS.Signals): void {
+  try {
+    process.kill(pid, name);
+  } catch {
+    // already gone
+  }
+}
+
+function hardKill(pid: number): void {
+  signal(pid, "SIGCONT");
+  signal(pid, "SIGKILL");
+}
+
+/** Whether the process is gone (a zombie counts as gone: it runs nothing and holds no socket). */
+function gone(pid: number): boolean {
+  const state = procStat(pid)?.state;
+  return state === undefined || state === "Z" || state === "X";
+}
+
+/** A synchronous pause, for waits of a few milliseconds inside stopTree (ServerFaults.pause is synchronous). */
+function sleepSync(ms: number): void {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+}
+
+/**
+ * SIGSTOP a `{ tree: true }` process and every descendant, and return once all of them are stopped.
+ * The leader first, and only once it is stopped are its children listed, so none it forks is missed.
+ */
+export function stopTree(spawned: Spawned, timeoutMs = 2_000): void {
+  const pid = spawned.child.pid;
+  if (pid === undefined) return;
+  const deadline = Date.now() + timeoutMs;
+  const stopped = (p: number): boolean => gone(p) || procStat(p)?.state === "T";
+  signal(pid, "SIGSTOP");
+  while (!stopped(pid) && Date.now() < deadline) sleepSync(1);
+  for (;;) {
+    const running = descendants(pid).filter((p) => !stopped(p));
+    if (running.length === 0) return;
+    if (Date.now() > deadline) throw new Error(`processes ${running.join(", ")} under ${pid} did not stop within ${timeoutMs} ms`);
+    for (const p of running) signal(p, "SIGSTOP");
+    sleepSync(1);
+  }
+}
+
+/** SIGCONT a `{ tree: true }` process and every descendant. */
+export function continueTree(spawned: Spawned): void {
+  const pid = spawned.child.pid;
+  if (pid === undefined) return;
+  for (const p of descendants(pid)) signal(p, "SIGCONT");
+  signal(pid, "SIGCONT");
+}
+
+/** SIGKILL a `{ tree: true }` process and every descendant; resolves once every one of them is gone. */
+export async function killTree(spawned: Spawned, timeoutMs = 10_000): Promise<void> {
+  const pid = spawned.child.pid;
+  if (pid === undefined || (spawned.child.exitCode !== null && descendants(pid).length === 0)) {
+    await spawned.exited;
+    return;
+  }
+  // Stopped first, so that nothing forks or is reparented while the list is taken.
+  stopTree(spawned);
+  const all = [pid, ...descendants(pid)];
+  for (const p of all) hardKill(p);
+  await spawned.exited;
+  await waitFor(`processes ${all.join(", ")} to exit`, () => Promise.resolve(all.every(gone)), timeoutMs);
 }
 
 /** Absolute path of an executable on PATH or in one of the extra directories, or undefined. */
