@@ -10,6 +10,7 @@ import type { HealthAnswer } from "./schemas/answers.js";
 import { ApiKeys, type ApiKeyConfig } from "./auth/api-keys.js";
 import { FenceCredentials } from "./auth/credentials.js";
 import { accounting, limitsSchema, type Limits, type RouteContext } from "./http/context.js";
+import { wasCutByDrain } from "./http/server.js";
 import { postgresHealth, s3Health, type BackendHealth } from "./ops/health.js";
 import { GatewayMetrics } from "./ops/metrics.js";
 import { openApiDocument, type OpenApiDocument } from "./openapi/document.js";
@@ -45,6 +46,11 @@ export interface GatewayOptions {
   readonly defaultMetrics?: boolean;
   /** Per-backend deadline of GET /healthz. Default 2,000 ms. */
   readonly healthTimeoutMs?: number;
+  /**
+   * Serve /healthz and /metrics only on `admin` (an app for a listener of their own, such as an
+   * address only the infrastructure reaches), not on `app`. Default false: `app` serves them too.
+   */
+  readonly separateAdmin?: boolean;
 }
 
 export interface HealthReport {
@@ -54,6 +60,8 @@ export interface HealthReport {
 
 export interface Gateway {
   readonly app: Express;
+  /** /healthz and /metrics alone, for an admin listener (see GatewayOptions.separateAdmin). */
+  readonly admin: Express;
   readonly metrics: GatewayMetrics;
   readonly records: FencedPostgres | undefined;
   readonly objects: FencedS3 | undefined;
@@ -89,21 +97,7 @@ export function createGateway(options: GatewayOptions): Gateway {
       : new FencedPostgres(options.records.pool, options.records.schema === undefined ? {} : { schema: options.records.schema });
   const objects = options.objects === undefined ? undefined : new FencedS3(options.objects.client, options.objects);
 
-  const app = express();
-  // Before the first route: the router reads these when it is created. "/V1/RECORDS" is not a route.
-  app.set("case sensitive routing", true);
-  app.set("strict routing", true);
-  app.set("etag", false);
-  app.set("query parser", false);
-  app.disable("x-powered-by");
-
-  app.use((req, res, next) => {
-    const started = performance.now();
-    const route = routeOf(req.path);
-    res.once("close", () => account(ctx, req, res, route, performance.now() - started));
-    next();
-  });
-
+  const app = newApp(ctx);
   // Fence-on-acquire: a lease request may ask for its fence to be registered with every store here.
   const registrars: Registrar[] = [
     ...(records === undefined ? [] : [{ store: "records" as const, register: (fence: Fence) => records.register(fence) }]),
@@ -124,28 +118,24 @@ export function createGateway(options: GatewayOptions): Gateway {
     const checks = { ...(postgres && { postgres }), ...(s3 && { s3 }), ...(redis && { redis }) };
     return { status: Object.values(checks).every((c) => c.ok) ? "ok" : "unavailable", checks };
   };
-  // Unauthenticated, for load balancers and scrapers: neither names a key, a resource or a secret.
-  app.get("/healthz", async (_req, res) => {
-    const report = await health();
-    res.status(report.status === "ok" ? 200 : 503).json(report satisfies HealthAnswer);
-  });
-  // Unauthenticated too: the API document, with this gateway's limits, built on first use.
+  // Unauthenticated: the API document, with this gateway's limits, built on first use.
   let document: OpenApiDocument | undefined;
   app.get("/openapi.json", (_req, res) => {
     document ??= openApiDocument(limits);
     res.json(document);
   });
-  app.get("/metrics", async (_req, res) => {
-    res.setHeader("Content-Type", metrics.registry.contentType);
-    res.send(await metrics.registry.metrics());
-  });
-  app.use(() => {
-    throw new HttpProblem("notFound", "no such route");
-  });
-  app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => fail(ctx, err, req, res));
+  const admin = newApp(ctx);
+  for (const target of options.separateAdmin === true ? [admin] : [admin, app]) operations(target, health, metrics);
+  for (const target of [app, admin]) {
+    target.use(() => {
+      throw new HttpProblem("notFound", "no such route");
+    });
+    target.use((err: unknown, req: Request, res: Response, _next: NextFunction) => fail(ctx, err, req, res));
+  }
 
   return {
     app,
+    admin,
     metrics,
     records,
     objects,
@@ -155,6 +145,36 @@ export function createGateway(options: GatewayOptions): Gateway {
       if (objects !== undefined && (p.verify ?? true)) await objects.verify();
     },
   };
+}
+
+/** An express app with the gateway's settings and its request accounting, before any route. */
+function newApp(ctx: RouteContext): Express {
+  const app = express();
+  // Before the first route: the router reads these when it is created. "/V1/RECORDS" is not a route.
+  app.set("case sensitive routing", true);
+  app.set("strict routing", true);
+  app.set("etag", false);
+  app.set("query parser", false);
+  app.disable("x-powered-by");
+  app.use((req, res, next) => {
+    const started = performance.now();
+    const route = routeOf(req.path);
+    res.once("close", () => account(ctx, req, res, route, performance.now() - started));
+    next();
+  });
+  return app;
+}
+
+/** Unauthenticated, for load balancers and scrapers: neither names a key, a resource or a secret. */
+function operations(app: Express, health: () => Promise<HealthReport>, metrics: GatewayMetrics): void {
+  app.get("/healthz", async (_req, res) => {
+    const report = await health();
+    res.status(report.status === "ok" ? 200 : 503).json(report satisfies HealthAnswer);
+  });
+  app.get("/metrics", async (_req, res) => {
+    res.setHeader("Content-Type", metrics.registry.contentType);
+    res.send(await metrics.registry.metrics());
+  });
 }
 
 function routeOf(path: string): string {
@@ -184,8 +204,10 @@ function fail(ctx: RouteContext, err: unknown, req: Request, res: Response): voi
 
 function account(ctx: RouteContext, req: Request, res: Response, route: string, ms: number): void {
   const a = accounting(res);
-  // A response cut short: the client went away (499, as nginx logs it) or the gateway cut it.
-  const status = res.writableFinished ? res.statusCode : 499;
+  // A response cut short: by the drain at its deadline (503: the gateway stopped serving it), or
+  // because the client went away or a server timeout closed the connection (499, as nginx logs it).
+  const cut = res.writableFinished ? undefined : wasCutByDrain(res) ? "drain" : "connection";
+  const status = cut === undefined ? res.statusCode : cut === "drain" ? 503 : 499;
   ctx.metrics.request(route, req.method, status, ms / 1000);
   if (a.write !== undefined) {
     if (a.accepted === true) ctx.metrics.writeAccepted(a.write.store, a.write.op);
@@ -193,14 +215,20 @@ function account(ctx: RouteContext, req: Request, res: Response, route: string, 
       ctx.metrics.writeRejected(
         a.write.store,
         a.write.op,
-        a.problem === undefined ? (status === 499 ? "aborted" : "error") : PROBLEM_TYPES[a.problem].reason,
+        a.problem === undefined
+          ? cut === "drain"
+            ? "drained"
+            : cut === "connection"
+              ? "aborted"
+              : "error"
+          : PROBLEM_TYPES[a.problem].reason,
       );
   }
   const level = status >= 500 ? "warn" : status >= 400 ? "info" : "debug";
   // Checked first: at the default level a successful request costs no log object at all.
   if (ctx.logger.isLevelEnabled(level))
     ctx.logger[level](
-      { method: req.method, route, status, ms: Math.round(ms * 10) / 10, apiKey: a.principal, problem: a.problem },
-      "request",
+      { method: req.method, route, status, ms: Math.round(ms * 10) / 10, apiKey: a.principal, problem: a.problem, cut },
+      cut === "drain" ? "request cut by the drain" : "request",
     );
 }

@@ -4,9 +4,10 @@ import { Command, Option } from "commander";
 import pg from "pg";
 import { pino, type Logger } from "pino";
 import { ZodError } from "zod";
-import { createGateway } from "./app.js";
+import { createGateway, type Gateway } from "./app.js";
 import { loadConfig, type ConfigFlags, type GatewayConfig } from "./config.js";
-import { serve } from "./http/server.js";
+import { serve, type Serving } from "./http/server.js";
+import { refuseUnhealthy, StartRefusedError, startRefusal } from "./ops/start-checks.js";
 
 const program = new Command("fenced-gateway")
   .description("HTTP gateway to fenced Postgres records, fenced S3 objects and Redlock leases with fencing tokens")
@@ -24,22 +25,40 @@ const program = new Command("fenced-gateway")
   .option("--max-record-bytes <n>", "largest JSON record body (default 1 MiB)")
   .option("--max-object-bytes <n>", "largest object body (default 5 GiB)")
   .option("--max-ttl-ms <n>", "longest lease a client may ask for (default 1 h)")
+  .option("--admin-host <host>", "address of the admin listener (default 127.0.0.1)")
+  .option("--admin-port <port>", "serve /healthz and /metrics on this port, and not on the public one")
+  .option("--store-timeout-ms <n>", "deadline of each call into PostgreSQL or S3; past it the request answers 503 (default 5 s)")
+  .option("--redis-node-timeout-ms <n>", "how long one lock node may take to answer (default 200 ms)")
+  .option("--acquire-timeout-ms <n>", "how long POST /v1/leases may spend on the lock (default 2 s)")
+  .option("--keep-alive-timeout-ms <n>", "idle keep-alive connections close after this; above the load balancer's (default 65 s)")
+  .option("--headers-timeout-ms <n>", "longest time to receive a request's headers (default 10 s)")
+  .option("--request-timeout-ms <n>", "longest time to receive a whole request, body included (default 10 min)")
+  .option("--max-connections <n>", "open connections at most; more are closed at once (default 4096)")
   .option("--drain-timeout-ms <n>", "on SIGTERM, how long in-flight requests may take before they are cut (default 30 s)")
   .option("--log-level <level>", "fatal, error, warn, info, debug (one line per request), trace, silent")
   .option("--no-migrate", "do not create the Postgres tables at start")
   .option("--no-verify", "do not probe the S3 backend's conditional writes at start")
+  .option("--no-start-checks", "start even when a backend does not answer or is not set up at start")
   .addHelpText(
     "after",
-    "\nAPI keys and S3 credentials come from the config file or the environment (FENCED_GATEWAY_API_KEYS, FENCED_GATEWAY_S3_*), never from flags.",
+    "\nAPI keys and S3 credentials come from the config file or the environment (FENCED_GATEWAY_API_KEYS, FENCED_GATEWAY_S3_*), never from flags." +
+      "\nMost flags have a FENCED_GATEWAY_* variable too (--store-timeout-ms: FENCED_GATEWAY_STORE_TIMEOUT_MS; --no-start-checks: FENCED_GATEWAY_START_CHECKS=false)." +
+      "\nExit codes: 2 for a configuration or a backend that refuses the start (one line on stderr), 1 for any other failure.",
   );
 
 async function main(config: GatewayConfig, logger: Logger): Promise<void> {
   const closers: (() => Promise<unknown>)[] = [];
   const closeAll = () => Promise.allSettled(closers.map((close) => close()));
+  // Listening already when a later step fails (an admin port in use): closed before the backends.
+  const listening: Serving[] = [];
   try {
     let records;
     if (config.postgres !== undefined) {
-      const pool = new pg.Pool({ connectionString: config.postgres.url, max: config.postgres.poolSize, connectionTimeoutMillis: 5_000 });
+      const pool = new pg.Pool({
+        connectionString: config.postgres.url,
+        max: config.postgres.poolSize,
+        connectionTimeoutMillis: config.storeTimeoutMs,
+      });
       // An idle connection the server drops emits 'error' on the pool; unhandled, it would end the process.
       pool.on("error", (err) => logger.warn({ err }, "postgres connection lost"));
       closers.push(() => pool.end());
@@ -79,15 +98,17 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
         return redis;
       });
       closers.push(() => Promise.all(clients.map((c) => c.quit().catch(() => c.disconnect()))));
-      const { retryCount, retryDelayMs, nodeTimeoutMs, driftFactor } = config.redis;
+      const { retryCount, retryDelayMs, retryJitterMs, nodeTimeoutMs, driftFactor, acquireTimeoutMs } = config.redis;
       leases = {
         clients,
         redlock: {
           retryCount,
           ...(retryDelayMs === undefined ? {} : { retryDelayMs }),
+          ...(retryJitterMs === undefined ? {} : { retryJitterMs }),
           ...(nodeTimeoutMs === undefined ? {} : { nodeTimeoutMs }),
           ...(driftFactor === undefined ? {} : { driftFactor }),
         },
+        ...(acquireTimeoutMs === undefined ? {} : { acquireTimeoutMs }),
       };
     }
     const gateway = createGateway({
@@ -96,17 +117,21 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
       logger,
       limits: config.limits,
       healthTimeoutMs: config.healthTimeoutMs,
+      separateAdmin: config.admin !== undefined,
       ...(records && { records }),
       ...(objects && { objects }),
       ...(leases && { leases }),
     });
-    await gateway.prepare({ migrate: config.migrate, verify: config.verify });
-    const serving = await serve(gateway.app, {
-      host: config.host,
-      port: config.port,
+    await start(gateway, config, logger);
+    const limits = {
       keepAliveTimeoutMs: config.keepAliveTimeoutMs,
+      headersTimeoutMs: config.headersTimeoutMs,
       requestTimeoutMs: config.requestTimeoutMs,
-    });
+      maxConnections: config.maxConnections,
+    };
+    const serving = await serve(gateway.app, { host: config.host, port: config.port, ...limits });
+    listening.push(serving);
+    const admin = config.admin === undefined ? undefined : await serve(gateway.admin, { ...config.admin, ...limits });
     logger.info(
       {
         host: serving.host,
@@ -114,6 +139,7 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
         records: records !== undefined,
         objects: objects !== undefined,
         leases: leases !== undefined,
+        ...(admin && { admin: { host: admin.host, port: admin.port } }),
       },
       "listening",
     );
@@ -127,6 +153,8 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
       const draining = serving.drain(config.drainTimeoutMs);
       logger.info({ signal, inFlight, timeoutMs: config.drainTimeoutMs }, "draining");
       const drained = await draining;
+      // The admin listener answers until the public one is drained: health and metrics watch the drain.
+      await admin?.drain(1_000);
       // Backends close only after the last request that could use them has finished.
       await closeAll();
       logger.info({ drained }, "stopped");
@@ -135,8 +163,26 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
     process.once("SIGTERM", () => void stop("SIGTERM"));
     process.once("SIGINT", () => void stop("SIGINT"));
   } catch (err) {
+    await Promise.allSettled(listening.map((s) => s.drain(0)));
     await closeAll();
     throw err;
+  }
+}
+
+/**
+ * The start checks, then the stores' start work (migrate, verify). Checked, a backend that does not
+ * answer or is not set up refuses the start (StartRefusedError: exit 2); unchecked, it is logged and
+ * the gateway serves, answering 503 until the backend is back.
+ */
+async function start(gateway: Gateway, config: GatewayConfig, logger: Logger): Promise<void> {
+  try {
+    if (config.startChecks) refuseUnhealthy(await gateway.health(), config.healthTimeoutMs);
+    await gateway.prepare({ migrate: config.migrate, verify: config.verify });
+  } catch (err) {
+    const refusal = err instanceof StartRefusedError ? err : startRefusal(err);
+    if (refusal === undefined) throw err;
+    if (config.startChecks) throw refusal;
+    logger.warn({ err }, `starting anyway: ${refusal.message}`);
   }
 }
 
@@ -148,15 +194,21 @@ try {
 } catch (err) {
   const detail =
     err instanceof ZodError
-      ? err.issues.map((i) => `${i.path.join(".") || "(config)"}: ${i.message}`).join("\n  ")
+      ? err.issues.map((i) => `${i.path.join(".") || "(config)"}: ${i.message}`).join("; ")
       : err instanceof Error
         ? err.message
         : String(err);
-  process.stderr.write(`fenced-gateway: invalid configuration\n  ${detail}\n`);
-  process.exit(2);
+  refuse(`invalid configuration: ${detail}`);
 }
 const logger = pino({ name: "fenced-gateway", level: config.logLevel });
 main(config, logger).catch((err: unknown) => {
+  if (err instanceof StartRefusedError) refuse(err.message);
   logger.fatal({ err }, "could not start");
   process.exitCode = 1;
 });
+
+/** One line on stderr and exit code 2: the gateway will not start as configured. */
+function refuse(line: string): never {
+  process.stderr.write(`fenced-gateway: ${line.replace(/\s*\n\s*/g, " ")}\n`);
+  process.exit(2);
+}

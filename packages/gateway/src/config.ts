@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import { z } from "zod";
 import { apiKeySchema } from "./auth/api-keys.js";
 import { fenceKeySchema } from "./auth/credentials.js";
+import { SERVER_DEFAULTS } from "./http/server.js";
 
 /**
  * The gateway's configuration. Sources, later ones winning: a JSON file (--config or
@@ -20,7 +21,10 @@ export const configSchema = z
         urls: z.array(z.string().regex(/^rediss?:\/\//, "a redis:// or rediss:// URL")).min(1),
         retryCount: z.number().int().min(0).max(1_000).default(0),
         retryDelayMs: z.number().min(0).optional(),
+        retryJitterMs: z.number().min(0).optional(),
         nodeTimeoutMs: z.number().positive().optional(),
+        /** How long POST /v1/leases may spend on the lock (routes/leases.ts). */
+        acquireTimeoutMs: z.number().int().positive().optional(),
         driftFactor: z.number().min(0).max(0.5).optional(),
       })
       .optional(),
@@ -60,11 +64,25 @@ export const configSchema = z
     migrate: z.boolean().default(true),
     /** Prove at start that the S3 backend refuses stale conditional writes (FencedS3.verify). */
     verify: z.boolean().default(true),
+    /** A second listener for /healthz and /metrics, which the public port then does not serve. */
+    admin: z.strictObject({ host: z.string().min(1).default("127.0.0.1"), port: z.number().int().min(0).max(65_535) }).optional(),
+    /** The deadline of every call into a store (FencedPostgres/FencedS3 `timeoutMs`). */
+    storeTimeoutMs: z.number().int().positive().default(5_000),
+    /** Refuse to start when a configured backend does not answer or is not set up (ops/start-checks.ts). */
+    startChecks: z.boolean().default(true),
     drainTimeoutMs: z.number().int().min(0).default(30_000),
-    keepAliveTimeoutMs: z.number().int().min(0).default(5_000),
-    requestTimeoutMs: z.number().int().min(0).default(600_000),
+    // The HTTP server's limits (http/server.ts states what each bounds).
+    keepAliveTimeoutMs: z.number().int().min(0).default(SERVER_DEFAULTS.keepAliveTimeoutMs),
+    headersTimeoutMs: z.number().int().positive().default(SERVER_DEFAULTS.headersTimeoutMs),
+    requestTimeoutMs: z.number().int().positive().default(SERVER_DEFAULTS.requestTimeoutMs),
+    maxConnections: z.number().int().positive().default(SERVER_DEFAULTS.maxConnections),
     healthTimeoutMs: z.number().int().positive().default(2_000),
     logLevel: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
+  })
+  // Node refuses a server whose header deadline is past its request deadline.
+  .refine((c) => c.headersTimeoutMs <= c.requestTimeoutMs, {
+    path: ["headersTimeoutMs"],
+    message: "must not be longer than requestTimeoutMs (the headers are part of the request)",
   })
   .refine((c) => c.redis === undefined || (c.fenceKeys ?? []).length > 0, {
     path: ["fenceKeys"],
@@ -92,9 +110,19 @@ export interface ConfigFlags {
   readonly maxTtlMs?: string;
   readonly drainTimeoutMs?: string;
   readonly logLevel?: string;
-  /** commander's --no-migrate / --no-verify */
+  readonly adminHost?: string;
+  readonly adminPort?: string;
+  readonly storeTimeoutMs?: string;
+  readonly redisNodeTimeoutMs?: string;
+  readonly acquireTimeoutMs?: string;
+  readonly keepAliveTimeoutMs?: string;
+  readonly headersTimeoutMs?: string;
+  readonly requestTimeoutMs?: string;
+  readonly maxConnections?: string;
+  /** commander's --no-migrate / --no-verify / --no-start-checks */
   readonly migrate?: boolean;
   readonly verify?: boolean;
+  readonly startChecks?: boolean;
 }
 
 type Raw = Record<string, unknown>;
@@ -156,7 +184,11 @@ function fromEnv(env: NodeJS.ProcessEnv): Raw {
     port: num(e("PORT")),
     apiKeys: jsonVariable(env, "FENCED_GATEWAY_API_KEYS", "API keys"),
     fenceKeys: jsonVariable(env, "FENCED_GATEWAY_FENCE_KEYS", "fence keys ({ id, secret })"),
-    redis: { urls: list(e("REDIS_URLS")) },
+    redis: {
+      urls: list(e("REDIS_URLS")),
+      nodeTimeoutMs: num(e("REDIS_NODE_TIMEOUT_MS")),
+      acquireTimeoutMs: num(e("ACQUIRE_TIMEOUT_MS")),
+    },
     postgres: { url: e("POSTGRES_URL"), schema: e("POSTGRES_SCHEMA"), poolSize: num(e("POSTGRES_POOL_SIZE")) },
     s3: {
       endpoint: e("S3_ENDPOINT"),
@@ -169,18 +201,46 @@ function fromEnv(env: NodeJS.ProcessEnv): Raw {
     limits: { recordBytes: num(e("MAX_RECORD_BYTES")), objectBytes: num(e("MAX_OBJECT_BYTES")), maxTtlMs: num(e("MAX_TTL_MS")) },
     drainTimeoutMs: num(e("DRAIN_TIMEOUT_MS")),
     logLevel: e("LOG_LEVEL"),
+    ...serverFields((name) => e(name)),
+    startChecks: bool(e("START_CHECKS")),
   });
+}
+
+/** The settings that read alike from FENCED_GATEWAY_<NAME> and --<name>. */
+function serverFields(get: (name: string) => string | undefined): Raw {
+  return {
+    admin: { host: get("ADMIN_HOST"), port: num(get("ADMIN_PORT")) },
+    storeTimeoutMs: num(get("STORE_TIMEOUT_MS")),
+    keepAliveTimeoutMs: num(get("KEEP_ALIVE_TIMEOUT_MS")),
+    headersTimeoutMs: num(get("HEADERS_TIMEOUT_MS")),
+    requestTimeoutMs: num(get("REQUEST_TIMEOUT_MS")),
+    maxConnections: num(get("MAX_CONNECTIONS")),
+  };
+}
+
+/** "false"/"0"/"no" and "true"/"1"/"yes"; anything else stays a string, which the schema reports by name. */
+function bool(value: string | undefined): boolean | string | undefined {
+  if (value === undefined || value.trim() === "") return undefined;
+  const v = value.trim().toLowerCase();
+  return ["true", "1", "yes"].includes(v) ? true : ["false", "0", "no"].includes(v) ? false : value;
 }
 
 function fromFlags(f: ConfigFlags): Raw {
   return defined({
     host: f.host,
     port: num(f.port),
-    redis: { urls: list(f.redis) },
+    redis: { urls: list(f.redis), nodeTimeoutMs: num(f.redisNodeTimeoutMs), acquireTimeoutMs: num(f.acquireTimeoutMs) },
     postgres: { url: f.postgres, schema: f.postgresSchema, poolSize: num(f.postgresPoolSize) },
     s3: { endpoint: f.s3Endpoint, region: f.s3Region, bucket: f.s3Bucket, prefix: f.s3Prefix },
     migrate: f.migrate === false ? false : undefined,
     verify: f.verify === false ? false : undefined,
+    startChecks: f.startChecks === false ? false : undefined,
+    ...serverFields((name) => {
+      // ADMIN_HOST → adminHost: the flags are the variables' names in camel case.
+      const flag = name.toLowerCase().replace(/_([a-z])/g, (_, c: string) => c.toUpperCase()) as keyof ConfigFlags;
+      const value = f[flag];
+      return typeof value === "string" ? value : undefined;
+    }),
     limits: { recordBytes: num(f.maxRecordBytes), objectBytes: num(f.maxObjectBytes), maxTtlMs: num(f.maxTtlMs) },
     drainTimeoutMs: num(f.drainTimeoutMs),
     logLevel: f.logLevel,
@@ -201,5 +261,36 @@ export function loadConfig(
       throw new Error(`${path}: the config file must hold a JSON object`);
     file = parsed as Raw;
   }
-  return configSchema.parse(merge(merge(file, fromEnv(env)), fromFlags(flags)));
+  const merged = merge(merge(file, fromEnv(env)), fromFlags(flags));
+  for (const section of SECTIONS) requireWhole(section, merged, file, env, flags);
+  return configSchema.parse(merged);
+}
+
+/** The field without which a backend's section means nothing, and where it can be given. */
+const SECTIONS = [
+  { name: "s3", field: "bucket", variable: "FENCED_GATEWAY_S3_BUCKET", flag: "--s3-bucket", prefix: "s3" },
+  { name: "postgres", field: "url", variable: "FENCED_GATEWAY_POSTGRES_URL", flag: "--postgres", prefix: "postgres" },
+  { name: "redis", field: "urls", variable: "FENCED_GATEWAY_REDIS_URLS", flag: "--redis", prefix: "redis" },
+] as const;
+
+/**
+ * A backend's options given without the one field that enables it (S3 credentials in the
+ * environment, no bucket): the error names what was given and where the missing field goes, instead
+ * of the schema's "s3.bucket: Invalid input".
+ */
+function requireWhole(section: (typeof SECTIONS)[number], merged: Raw, file: Raw, env: NodeJS.ProcessEnv, flags: ConfigFlags): void {
+  const given = merged[section.name];
+  if (typeof given !== "object" || given === null || section.field in given) return;
+  const variablePrefix = `FENCED_GATEWAY_${section.name.toUpperCase()}_`;
+  const sources = [
+    ...Object.keys(env).filter((name) => name.startsWith(variablePrefix) && env[name] !== undefined && env[name] !== ""),
+    ...Object.keys(flags)
+      .filter((flag) => flag.startsWith(section.prefix) && flags[flag as keyof ConfigFlags] !== undefined)
+      .map((flag) => `--${flag.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`),
+    ...(typeof file[section.name] === "object" ? [`${section.name} in the config file`] : []),
+  ];
+  throw new Error(
+    `${section.name}.${section.field} is missing: ${sources.join(", ")} ${sources.length === 1 ? "is" : "are"} set, which ` +
+      `need${sources.length === 1 ? "s" : ""} ${section.variable} (or ${section.flag}, or ${section.name}.${section.field} in the config file)`,
+  );
 }

@@ -292,6 +292,35 @@ describe("configuration", () => {
     );
   });
 
+  it("a backend's options without the field that enables it name that field's variable", () => {
+    const env = { FENCED_GATEWAY_API_KEYS: JSON.stringify([{ id: "a", key: "k".repeat(16), resources: [""], keys: [""] }]) };
+    expect(() =>
+      loadConfig(
+        {},
+        {
+          ...env,
+          FENCED_GATEWAY_S3_ENDPOINT: "http://rgw:7480",
+          FENCED_GATEWAY_S3_ACCESS_KEY_ID: "id",
+          FENCED_GATEWAY_S3_SECRET_ACCESS_KEY: "s",
+        },
+      ),
+    ).toThrow(/s3\.bucket is missing: .*FENCED_GATEWAY_S3_ENDPOINT.* need FENCED_GATEWAY_S3_BUCKET \(or --s3-bucket/);
+    expect(() => loadConfig({ postgresSchema: "x" }, env)).toThrow(
+      /postgres\.url is missing: --postgres-schema is set, which needs FENCED_GATEWAY_POSTGRES_URL/,
+    );
+    expect(
+      loadConfig({ storeTimeoutMs: "750", adminPort: "9090", startChecks: false }, { ...env, FENCED_GATEWAY_MAX_CONNECTIONS: "10" }),
+    ).toMatchObject({
+      storeTimeoutMs: 750,
+      admin: { host: "127.0.0.1", port: 9090 },
+      startChecks: false,
+      maxConnections: 10,
+      headersTimeoutMs: 10_000,
+    });
+    expect(loadConfig({}, { ...env, FENCED_GATEWAY_START_CHECKS: "false" }).startChecks).toBe(false);
+    expect(() => loadConfig({ headersTimeoutMs: "5000", requestTimeoutMs: "1000" }, env)).toThrow(/headersTimeoutMs/);
+  });
+
   it("names every bad field", () => {
     expect(() => loadConfig({ port: "http" }, { FENCED_GATEWAY_API_KEYS: "[]" })).toThrow(/port[\s\S]*apiKeys|apiKeys[\s\S]*port/);
     expect(() => loadConfig({}, { FENCED_GATEWAY_API_KEYS: "not json" })).toThrow(/FENCED_GATEWAY_API_KEYS/);

@@ -3,14 +3,40 @@ import type { Socket } from "node:net";
 import type { AddressInfo } from "node:net";
 import type { Express } from "express";
 
+/**
+ * The server's limits unless told otherwise. Each bounds what one client can hold:
+ * - keepAliveTimeoutMs: an idle keep-alive connection. Longer than a load balancer's idle timeout
+ *   (60 s on common ones), so that the balancer, not the gateway, closes an idle connection: a
+ *   request it sends on a connection the gateway is closing at that moment would fail.
+ * - headersTimeoutMs: receiving one request's headers (a client trickling headers is cut).
+ * - requestTimeoutMs: receiving one whole request, body included. At 10 min, an object of the
+ *   default 5 GiB limit needs about 9 MB/s; raise it for larger or slower uploads.
+ * - maxConnections: open connections; beyond it, new ones are closed at once.
+ * - checkIntervalMs: how often Node checks the header and request deadlines, so how late past a
+ *   deadline a connection can be cut.
+ */
+export const SERVER_DEFAULTS = {
+  keepAliveTimeoutMs: 65_000,
+  headersTimeoutMs: 10_000,
+  requestTimeoutMs: 600_000,
+  maxConnections: 4_096,
+  checkIntervalMs: 1_000,
+} as const;
+
 export interface ServeOptions {
   readonly host?: string | undefined;
   /** 0 picks a free port (see `port` on the result). */
   readonly port?: number | undefined;
-  /** How long an idle keep-alive connection stays open. Default 5 s (Node's). */
+  /** How long an idle keep-alive connection stays open. Default 65 s (SERVER_DEFAULTS). */
   readonly keepAliveTimeoutMs?: number | undefined;
+  /** Longest time to receive one request's headers. Default 10 s. */
+  readonly headersTimeoutMs?: number | undefined;
   /** Longest time to receive one whole request, body included: bounds slow uploads. Default 10 min. */
   readonly requestTimeoutMs?: number | undefined;
+  /** Open connections at most; more are closed as they arrive. Default 4,096. */
+  readonly maxConnections?: number | undefined;
+  /** How often the header and request deadlines are checked. Default 1 s. */
+  readonly checkIntervalMs?: number | undefined;
   /** How long disposal (`await using`) drains before cutting what is left. Default 30 s. */
   readonly disposeDrainTimeoutMs?: number | undefined;
 }
@@ -49,16 +75,30 @@ function expressClasses(app: Express): { IncomingMessage: typeof IncomingMessage
   return { IncomingMessage: Request as unknown as typeof IncomingMessage, ServerResponse: Response as unknown as typeof ServerResponse };
 }
 
+/** Responses the drain cut at its deadline: the accounting tells them from a client that went away. */
+const cutByDrain = new WeakSet<ServerResponse>();
+
+/** Whether the drain cut this response (its connection closed at the drain's deadline). */
+export function wasCutByDrain(res: ServerResponse): boolean {
+  return cutByDrain.has(res);
+}
+
 /** How long `await using` lets requests in flight finish before cutting them. */
 const DEFAULT_DISPOSE_DRAIN_MS = 30_000;
 
 /** Serves the app on a node:http server that knows its requests, so that it can drain them. */
 export async function serve(app: Express, options: ServeOptions = {}): Promise<Serving> {
   // The tracker listens before the app, so that it sees each request before any response can start.
-  const server = createServer(expressClasses(app));
-  server.keepAliveTimeout = options.keepAliveTimeoutMs ?? 5_000;
-  // Node's default (300 s) would cut a large upload on a slow link; 0 would let a trickling client hold a socket forever.
-  server.requestTimeout = options.requestTimeoutMs ?? 600_000;
+  const server = createServer({
+    ...expressClasses(app),
+    // Node's defaults (60 s of headers, checked every 30 s) let a trickling client hold a socket for up to 90 s.
+    headersTimeout: options.headersTimeoutMs ?? SERVER_DEFAULTS.headersTimeoutMs,
+    // Never 0: that would let a trickling body hold a socket forever.
+    requestTimeout: options.requestTimeoutMs ?? SERVER_DEFAULTS.requestTimeoutMs,
+    connectionsCheckingInterval: options.checkIntervalMs ?? SERVER_DEFAULTS.checkIntervalMs,
+  });
+  server.keepAliveTimeout = options.keepAliveTimeoutMs ?? SERVER_DEFAULTS.keepAliveTimeoutMs;
+  server.maxConnections = options.maxConnections ?? SERVER_DEFAULTS.maxConnections;
   const active = new Set<ServerResponse>();
   let draining = false;
 
@@ -94,6 +134,7 @@ export async function serve(app: Express, options: ServeOptions = {}): Promise<S
       const sweeper = setInterval(() => server.closeIdleConnections(), 50);
       const deadline = setTimeout(() => {
         clearInterval(sweeper);
+        for (const res of active) cutByDrain.add(res);
         server.closeAllConnections();
         resolve(false);
       }, timeoutMs);

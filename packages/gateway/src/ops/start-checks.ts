@@ -1,0 +1,60 @@
+import { StoreSetupError, StoreUnavailableError } from "@fenced/store";
+import type { BackendHealth } from "./health.js";
+
+/**
+ * Why the gateway will not start: one line for an operator, naming the backend and what to do. The
+ * CLI writes it to stderr and exits 2; `--no-start-checks` starts anyway (a backend that comes up
+ * later is used as soon as it answers: every request reaches its backend afresh).
+ */
+export class StartRefusedError extends Error {
+  override readonly name = "StartRefusedError";
+}
+
+const ANYWAY = "or pass --no-start-checks to start anyway";
+
+/** What the start checks read of GET /healthz's report. */
+export interface StartHealth {
+  readonly checks: {
+    readonly postgres?: BackendHealth;
+    readonly s3?: BackendHealth;
+    readonly redis?: { readonly ok: boolean; readonly quorum: number; readonly nodes: readonly BackendHealth[] };
+  };
+}
+
+/**
+ * The first configured backend that does not answer within the health deadline, as a refusal. The
+ * lock needs a quorum of its nodes answering PING: with fewer, no lease could be granted.
+ */
+export function refuseUnhealthy(report: StartHealth, timeoutMs: number): void {
+  const { postgres, s3, redis } = report.checks;
+  if (redis !== undefined && !redis.ok) {
+    const answered = redis.nodes.filter((n) => n.ok).length;
+    const first = redis.nodes.find((n) => !n.ok)?.error ?? "no answer";
+    throw new StartRefusedError(
+      `the lock has no quorum: ${answered} of ${redis.nodes.length} Redis nodes answered PING within ${timeoutMs} ms, ` +
+        `${redis.quorum} are needed (${first}); start them, ${ANYWAY}`,
+    );
+  }
+  if (postgres !== undefined && !postgres.ok)
+    throw new StartRefusedError(`PostgreSQL did not answer SELECT 1 within ${timeoutMs} ms (${postgres.error ?? "no answer"}); ${ANYWAY}`);
+  if (s3 !== undefined && !s3.ok)
+    throw new StartRefusedError(
+      `S3 did not answer HeadBucket within ${timeoutMs} ms (${s3.error ?? "no answer"}): check the endpoint, the credentials and that the bucket exists; ${ANYWAY}`,
+    );
+}
+
+/** A failure of the stores' start work (migrate, verify) as a refusal, by type; undefined for anything else. */
+export function startRefusal(err: unknown): StartRefusedError | undefined {
+  if (err instanceof StoreSetupError) {
+    const fix =
+      err.problem === "not-migrated"
+        ? "run the gateway once without --no-migrate, or migrate() the schema"
+        : err.problem === "no-such-bucket"
+          ? "create the bucket"
+          : "use an S3 backend that honours If-Match and If-None-Match";
+    return new StartRefusedError(`${err.backend} is not set up for the store (${err.problem}): ${fix}; ${ANYWAY}`, { cause: err });
+  }
+  if (err instanceof StoreUnavailableError)
+    return new StartRefusedError(`${err.backend} could not serve the ${err.operation} at start (${err.reason}); ${ANYWAY}`, { cause: err });
+  return undefined;
+}
