@@ -307,4 +307,101 @@ describe("checker", () => {
   it("refuses to check a history without the final read", () => {
     expect(() => check(increment({ op: "0.0", token: 1, read: 0, invoke: 0, writeStart: 5, ack: 6 }))).toThrow(/no final read/);
   });
+
+  it("resolves a write of unknown outcome from the documents: seen landed (judged as applied) or not seen (not lost)", () => {
+    const base = (op: string): { op: string; worker: number; resource: string } => ({ op, worker: Number(op.split(".")[0]), resource: R });
+    const unknown = (op: string, token: number, read: number, head: string | null, t: number): HistoryEvent[] => [
+      { type: "invoke", ...base(op), ...at(t) },
+      { type: "acquired", ...base(op), token: String(token), holder: `holder-${op}`, ...at(t + 1) },
+      { type: "read", ...base(op), token: String(token), count: read, head, ...at(t + 2) },
+      {
+        type: "info",
+        ...base(op),
+        token: String(token),
+        holder: `holder-${op}`,
+        message: "the answer was lost",
+        error: "OutcomeUnknownError",
+        writeStart: t + 3,
+        ...at(t + 5),
+      },
+    ];
+    // 1.0 landed (2.0 read it), 1.1 did not (2.1 read 2.0's document, which does not hold it).
+    const history: HistoryEvent[] = [
+      ...increment({ op: "0.0", token: 1, read: 0, invoke: 0, writeStart: 5, ack: 6 }),
+      ...unknown("1.0", 2, 1, "0.0", 10),
+      ...increment({ op: "2.0", token: 3, read: 2, invoke: 20, writeStart: 25, ack: 26, head: "1.0" }),
+      ...unknown("1.1", 4, 3, "2.0", 30),
+      ...increment({ op: "2.1", token: 5, read: 3, invoke: 40, writeStart: 45, ack: 46, head: "2.0" }),
+      final([
+        ["0.0", 1],
+        ["1.0", 2],
+        ["2.0", 3],
+        ["2.1", 5],
+      ]),
+    ];
+    const result = check(history);
+    expect(result.valid).toBe(true);
+    expect(result.ops.byOutcome).toMatchObject({ ok: 3, "outcome-unknown": 2 });
+    expect(result.ops.outcomeUnknown).toEqual({ landed: 1, notSeen: 1 });
+    expect(result.ops.errors).toEqual({ OutcomeUnknownError: 2 });
+
+    // The same, but a later write of a stale line overwrote 1.0 after 2.0 had read it: 1.0 landed and was lost.
+    const overwritten: HistoryEvent[] = [
+      ...increment({ op: "0.0", token: 1, read: 0, invoke: 0, writeStart: 5, ack: 6 }),
+      ...unknown("1.0", 2, 1, "0.0", 10),
+      { type: "invoke", ...base("2.0"), ...at(20) },
+      { type: "acquired", ...base("2.0"), token: "3", holder: "holder-2.0", ...at(21) },
+      { type: "read", ...base("2.0"), token: "3", count: 2, head: "1.0", ...at(22) },
+      { type: "fail", ...base("2.0"), token: "3", holder: "holder-2.0", reason: "unavailable", message: "x", ...at(23) },
+      ...increment({ op: "3.0", token: 4, read: 1, invoke: 30, writeStart: 35, ack: 36, head: "0.0" }),
+      final([
+        ["0.0", 1],
+        ["3.0", 4],
+      ]),
+    ];
+    const lost = check(overwritten);
+    expect(lost.violations["lost-update"]).toBe(1);
+    expect(lost.first["lost-update"]?.message).toMatch(/^1\.0 \(token 2\) had an unknown outcome but was seen landed.*overwritten by 3\.0/);
+  });
+
+  it("liveness: a call answered past the deadline plus the margin is late, unless the nemesis stalled it outside the deadline", () => {
+    const live = { deadlineMs: 100, marginMs: 50 };
+    const withCalls = (events: HistoryEvent[], calls: { step: "read" | "write"; start: number; end: number }[]): HistoryEvent[] =>
+      events.map((e) => (e.type === "ok" ? { ...e, calls } : e));
+    const quick = withCalls(increment({ op: "0.0", token: 1, read: 0, invoke: 0, writeStart: 5, ack: 6 }), [
+      { step: "write", start: 5, end: 6 },
+    ]);
+    const slow = withCalls(increment({ op: "1.0", token: 2, read: 1, invoke: 10, writeStart: 300, ack: 500, head: "0.0" }), [
+      { step: "read", start: 12, end: 90 },
+      { step: "write", start: 300, end: 500 },
+    ]);
+    const history = [
+      ...quick,
+      ...slow,
+      final([
+        ["0.0", 1],
+        ["1.0", 2],
+      ]),
+    ];
+    const late = check(history, live).liveness;
+    expect(late).toMatchObject({ calls: 3, late: 1, unanswered: 0 });
+    expect(late.slowest).toMatchObject({ op: "1.0", step: "write", ms: 200, stalledMs: 0 });
+
+    // Worker 1 was stopped for 120 ms of its write: 80 ms net, in time.
+    const stop = (kind: "pause-worker", worker: number, from: number, to: number): HistoryEvent[] => [
+      { type: "nemesis", fault: 9, kind, target: `worker ${worker}`, phase: "start", worker, stalls: "worker", ...at(from) },
+      { type: "nemesis", fault: 9, kind, target: `worker ${worker}`, phase: "end", worker, stalls: "worker", ...at(to) },
+    ];
+    const stalled = check(
+      [...history, ...stop("pause-worker", 1, 320, 440)].sort((a, b) => a.mono - b.mono),
+      live,
+    ).liveness;
+    expect(stalled).toMatchObject({ late: 0 });
+    expect(stalled.slowest).toMatchObject({ op: "1.0", ms: 200, stalledMs: 120 });
+    // Another worker's pause is no excuse.
+    expect(check([...history, ...stop("pause-worker", 0, 320, 440)], live).liveness.late).toBe(1);
+    // An operation invoked and never answered.
+    const open: HistoryEvent = { type: "invoke", op: "2.0", worker: 2, resource: R, ...at(600) };
+    expect(check([...history, open], live).liveness.unanswered).toBe(1);
+  });
 });

@@ -1,4 +1,15 @@
-import { parseLogEntry, type FailReason, type FinalEvent, type HistoryEvent, type NemesisEvent, type OpEvent } from "./history.js";
+import {
+  OUTCOMES,
+  outcomeOfReason,
+  parseLogEntry,
+  type FailReason,
+  type FinalEvent,
+  type HistoryEvent,
+  type NemesisEvent,
+  type Outcome,
+} from "./history.js";
+import { Chains, collectOps, type Op } from "./history-ops.js";
+import { checkLiveness, type LivenessOptions, type LivenessResult } from "./liveness.js";
 
 /**
  * Checks a history against the three safety properties of a fenced counter:
@@ -18,8 +29,17 @@ import { parseLogEntry, type FailReason, type FinalEvent, type HistoryEvent, typ
  * (the lock repeats a token only when a majority of its nodes lost the counter, which the nemesis
  * causes on purpose); what the store does with them is what the three properties judge.
  *
- * Only what the history proves is reported: an indeterminate write ("info") is never counted as
- * lost, and a pair whose order the timestamps cannot establish is never counted as decreasing.
+ * An operation whose outcome is unknown (an `info` event: the write was sent, its answer lost) is
+ * resolved from the documents: it **landed** if a later read or the final counter held its increment
+ * (its chain of reads shows it), and is then judged as the applied write it was — by the three
+ * properties, except that it was never acknowledged; otherwise it was **not seen**, and is judged as
+ * not applied. In "full", where every write builds on the version it read, not seen means not
+ * applied; elsewhere it may also mean applied and overwritten before anyone read it.
+ *
+ * Only what the history proves is reported: a write not seen is never counted as lost, and a pair
+ * whose order the timestamps cannot establish is never counted as decreasing.
+ *
+ * Liveness (liveness.ts) is checked beside: every call answered within the deadline plus a margin.
  */
 
 export type ViolationKind = "lost-update" | "token-decrease" | "duplicate-token";
@@ -44,11 +64,17 @@ export interface CheckResult {
     readonly ok: number;
     readonly fail: number;
     readonly info: number;
+    readonly byOutcome: Readonly<Record<Outcome, number>>;
     readonly failByReason: Readonly<Record<FailReason, number>>;
+    /** Outcome unknown, resolved: its increment seen in a document afterwards, or not. */
+    readonly outcomeUnknown: { readonly landed: number; readonly notSeen: number };
     /** Invoked but never completed (the process never reported back). */
     readonly incomplete: number;
+    /** The classes and codes of the errors that ended operations, with their counts. */
+    readonly errors: Readonly<Record<string, number>>;
   };
   readonly violations: Readonly<Record<ViolationKind, number>>;
+  readonly liveness: LivenessResult;
   /** Acquisitions whose token another holder of the same resource had acquired before: for each (resource, token), holders − 1. */
   readonly repeatedTokens: number;
   /** The earliest violation of each kind. */
@@ -58,184 +84,123 @@ export interface CheckResult {
   /** Every operation a violation is about (its first op: the lost one, the late writer, the duplicates). */
   readonly victims: readonly string[];
   readonly final: Readonly<Record<string, { readonly count: number; readonly increments: number }>>;
-  /** Definite failures whose increment is in the final counter anyway (not a safety violation; see PROTOCOL.md on ambiguous S3 outcomes). */
+  /** Definite failures (refused, unavailable) whose increment a document held anyway (not a safety violation; see PROTOCOL.md on ambiguous S3 outcomes). */
   readonly failedButApplied: number;
 }
 
-interface Op {
-  id: string;
-  resource: string;
-  events: OpEvent[];
-  invoke: number;
-  end: number | undefined;
-  outcome: "ok" | "fail" | "info" | undefined;
-  token: string | undefined;
-  holder: string | undefined;
-  writeStart: number | undefined;
+/** The store's default deadline of the chaos runs, and the margin liveness allows beyond it. */
+export const DEFAULT_LIVENESS: LivenessOptions = { deadlineMs: 2_000, marginMs: 1_500 };
+
+/** A write judged as applied: acknowledged, or of unknown outcome and seen landed. */
+interface Applied {
+  readonly op: string;
+  readonly resource: string;
+  readonly token: string;
+  /** Its position in the document it wrote. */
+  readonly position: number;
+  readonly writeStart: number;
+  /** When it was acknowledged; undefined for a write of unknown outcome. */
+  readonly ack: number | undefined;
+  /** When its outcome was reported. */
+  readonly mono: number;
 }
 
-type Ok = Extract<OpEvent, { type: "ok" }>;
+interface Context {
+  readonly ops: ReadonlyMap<string, Op>;
+  readonly chains: Chains;
+  readonly finals: ReadonlyMap<string, FinalEvent>;
+  /** The final counter's increments, by resource. */
+  readonly surviving: ReadonlyMap<string, ReadonlySet<string>>;
+  readonly applied: readonly Applied[];
+  violation(kind: ViolationKind, resource: string, involved: string[], at: number, message: string): void;
+}
 
-function collectOps(history: readonly HistoryEvent[]): Map<string, Op> {
-  const ops = new Map<string, Op>();
+function appliedWrites(history: readonly HistoryEvent[], chains: Chains): Applied[] {
+  const out: Applied[] = [];
   for (const e of history) {
-    if (e.type === "nemesis" || e.type === "final") continue;
-    let op = ops.get(e.op);
-    if (op === undefined) {
-      op = {
-        id: e.op,
-        resource: e.resource,
-        events: [],
-        invoke: e.mono,
-        end: undefined,
-        outcome: undefined,
-        token: undefined,
-        holder: undefined,
-        writeStart: undefined,
-      };
-      ops.set(e.op, op);
-    }
-    op.events.push(e);
-    if (e.type === "invoke") op.invoke = e.mono;
-    if (e.type === "acquired" || e.type === "ok" || e.type === "fail" || e.type === "info") {
-      if (e.token !== undefined) op.token = e.token;
-      // null: a lease whose holder id was not disclosed (refused at registration); it never writes.
-      if (e.holder !== undefined && e.holder !== null) op.holder = e.holder;
-    }
-    if (e.type === "ok" || e.type === "fail" || e.type === "info") {
-      op.outcome = e.type;
-      op.end = e.mono;
-      if (e.type !== "fail") op.writeStart = e.writeStart;
+    if (e.type === "ok")
+      out.push({ op: e.op, resource: e.resource, token: e.token, position: e.wrote, writeStart: e.writeStart, ack: e.mono, mono: e.mono });
+    else if (e.type === "info" && chains.observed.has(e.op)) {
+      const position = chains.position(e.op);
+      if (position !== undefined)
+        out.push({ op: e.op, resource: e.resource, token: e.token, position, writeStart: e.writeStart, ack: undefined, mono: e.mono });
     }
   }
-  return ops;
+  return out;
 }
 
-export function check(history: readonly HistoryEvent[]): CheckResult {
-  const ops = collectOps(history);
-  const faults = history.filter((e): e is NemesisEvent => e.type === "nemesis");
-  const finals = new Map<string, FinalEvent>();
-  for (const e of history) if (e.type === "final") finals.set(e.resource, e);
-  const acked = history.filter((e): e is Ok => e.type === "ok");
-  const violations: Violation[] = [];
-
-  const subHistory = (involved: readonly string[]): HistoryEvent[] => {
-    const events = involved.flatMap((id) => ops.get(id)?.events ?? []);
-    const from = Math.min(...events.map((e) => e.mono));
-    const to = Math.max(...events.map((e) => e.mono));
-    const during = faults.filter((f) => f.mono >= from && f.mono <= to);
-    return [...events, ...during].sort((a, b) => a.mono - b.mono);
-  };
-  const violation = (kind: ViolationKind, resource: string, involved: string[], at: number, message: string): void => {
-    violations.push({ kind, resource, ops: involved, at, message, subHistory: subHistory(involved) });
-  };
-
-  // Lost updates: acknowledged, and absent from the final counter of its resource.
-  const applied = new Map<string, Set<string>>();
-  for (const resource of new Set([...acked.map((e) => e.resource), ...finals.keys()])) {
-    const final = finals.get(resource);
-    if (final === undefined) throw new Error(`the history has no final read of resource ${JSON.stringify(resource)}: it cannot be checked`);
-    applied.set(resource, new Set(final.log.map((entry) => parseLogEntry(entry).op)));
-  }
-  // Each write built on the document it read: `parent` links it to that document's last increment,
-  // so whether a write's document held an increment can be answered by walking up the chain.
-  // An increment sits at position `count read + 1` of every document that holds it, so the walk
-  // stops as soon as it is at or below the target's position.
-  const parent = new Map<string, { head: string | null; position: number }>();
-  for (const e of history) if (e.type === "read") parent.set(e.op, { head: e.head, position: e.count + 1 });
-  /** The write in `op`'s line at `position` (or, if the line is shorter, its last write). */
-  const ancestorAt = (op: string, position: number): string => {
-    for (let cur = op; ;) {
-      const link = parent.get(cur);
-      if (link === undefined || link.position <= position || link.head === null) return cur;
-      cur = link.head;
-    }
-  };
-  const holds = (writer: string, target: Ok): boolean => {
-    for (let cur: string | null = writer; ;) {
-      if (cur === target.op) return true;
-      const link: { head: string | null; position: number } | undefined = cur === null ? undefined : parent.get(cur);
-      if (link === undefined || link.position <= target.wrote) return false;
-      cur = link.head;
-    }
-  };
-  for (const ok of acked) {
-    if (applied.get(ok.resource)?.has(ok.op) === true) continue;
-    // Who overwrote it: the first write acknowledged after it whose document did not hold it builds
-    // on a line that replaced it; the write of that line at its position is the one that took its place.
-    const first = acked.find((o) => o.resource === ok.resource && o.mono > ok.mono && !holds(o.op, ok));
-    const culprit = first === undefined ? undefined : ancestorAt(first.op, ok.wrote);
-    const involved = culprit === undefined ? [ok.op] : [ok.op, culprit];
+/** Lost updates: applied (acknowledged, or seen landed), and absent from the final counter of its resource. */
+function lostUpdates(ctx: Context): void {
+  const acked = ctx.applied.filter((w) => w.ack !== undefined);
+  for (const w of ctx.applied) {
+    if (ctx.surviving.get(w.resource)?.has(w.op) === true) continue;
+    // Who overwrote it: the first write acknowledged after it was sent whose document did not hold it
+    // builds on a line that replaced it; the write of that line at its position took its place.
+    const since = w.ack ?? w.writeStart;
+    const first = acked.find((o) => o.resource === w.resource && o.mono > since && !ctx.chains.holds(o.op, w.op, w.position));
+    const culprit = first === undefined ? undefined : ctx.chains.ancestorAt(first.op, w.position);
+    const involved = culprit === undefined ? [w.op] : [w.op, culprit];
     const by =
       culprit === undefined
         ? ""
-        : `; overwritten by ${culprit} (token ${ops.get(culprit)?.token ?? "?"}), which had read ${(parent.get(culprit)?.position ?? 0) - 1}`;
-    violation(
+        : `; overwritten by ${culprit} (token ${ctx.ops.get(culprit)?.token ?? "?"}), which had read ${(ctx.chains.position(culprit) ?? 0) - 1}`;
+    const what = w.ack === undefined ? "had an unknown outcome but was seen landed" : "was acknowledged";
+    ctx.violation(
       "lost-update",
-      ok.resource,
+      w.resource,
       involved,
-      ok.mono,
-      `${ok.op} (token ${ok.token}) was acknowledged writing ${ok.wrote} but is not in the final counter${by}`,
+      w.mono,
+      `${w.op} (token ${w.token}) ${what} writing ${w.position} but is not in the final counter${by}`,
     );
   }
+}
 
-  // Decreasing tokens, by real time: sweep the writes in the order they were sent, keeping the
-  // highest token among the writes acknowledged before that moment.
-  const byResource = new Map<string, Ok[]>();
-  for (const ok of acked) {
-    const list = byResource.get(ok.resource);
-    if (list === undefined) byResource.set(ok.resource, [ok]);
-    else list.push(ok);
-  }
+/**
+ * Decreasing tokens, by real time: sweep the applied writes in the order they were sent, keeping the
+ * highest token among the writes acknowledged before that moment; then along the chain of surviving
+ * writes, whose order the document itself records.
+ */
+function tokenDecreases(ctx: Context): void {
+  const byResource = new Map<string, Applied[]>();
+  for (const w of ctx.applied) byResource.set(w.resource, [...(byResource.get(w.resource) ?? []), w]);
   const decreased = new Set<string>();
-  for (const [resource, oks] of byResource) {
-    const byAck = [...oks].sort((a, b) => a.mono - b.mono);
-    const bySend = [...oks].sort((a, b) => a.writeStart - b.writeStart);
+  for (const [resource, writes] of byResource) {
+    const byAck = writes.filter((w) => w.ack !== undefined).sort((a, b) => (a.ack ?? 0) - (b.ack ?? 0));
+    const bySend = [...writes].sort((a, b) => a.writeStart - b.writeStart);
     let i = 0;
-    let highest: Ok | undefined;
+    let highest: Applied | undefined;
     for (const y of bySend) {
-      for (; i < byAck.length && (byAck[i]?.mono ?? Infinity) < y.writeStart; i++) {
+      for (; i < byAck.length && (byAck[i]?.ack ?? Infinity) < y.writeStart; i++) {
         const x = byAck[i];
         if (x !== undefined && (highest === undefined || BigInt(x.token) > BigInt(highest.token))) highest = x;
       }
       if (highest !== undefined && BigInt(y.token) < BigInt(highest.token)) {
         decreased.add(y.op);
-        violation(
-          "token-decrease",
-          resource,
-          [y.op, highest.op],
-          y.mono,
-          `${y.op} wrote with token ${y.token} after ${highest.op} had been acknowledged with token ${highest.token}`,
-        );
+        const msg = `${y.op} wrote with token ${y.token} after ${highest.op} had been acknowledged with token ${highest.token}`;
+        ctx.violation("token-decrease", resource, [y.op, highest.op], y.mono, msg);
       }
     }
   }
-  // ... and along the chain of surviving writes, whose order the document itself records.
-  for (const [resource, final] of finals) {
+  for (const [resource, final] of ctx.finals) {
     const entries = final.log.map(parseLogEntry);
     for (let k = 1; k < entries.length; k++) {
       const prev = entries[k - 1];
       const cur = entries[k];
       if (prev === undefined || cur === undefined || decreased.has(cur.op) || BigInt(cur.token) >= BigInt(prev.token)) continue;
       decreased.add(cur.op);
-      const at = ops.get(cur.op)?.end ?? final.mono;
-      violation(
-        "token-decrease",
-        resource,
-        [cur.op, prev.op],
-        at,
-        `in the final counter, ${cur.op} (token ${cur.token}) directly follows ${prev.op} (token ${prev.token})`,
-      );
+      const at = ctx.ops.get(cur.op)?.end ?? final.mono;
+      const msg = `in the final counter, ${cur.op} (token ${cur.token}) directly follows ${prev.op} (token ${prev.token})`;
+      ctx.violation("token-decrease", resource, [cur.op, prev.op], at, msg);
     }
   }
+}
 
-  // Duplicate tokens: accepted writes (acknowledged, or present in the final counter) of different
-  // holders that carry the same token on one resource.
+/** Duplicate tokens: accepted writes (acknowledged, or seen in a document) of different holders with the same token on one resource. */
+function duplicateTokens(ctx: Context): void {
   const writers = new Map<string, Map<string, string>>(); // "resource@token" → holder → its first accepted op
-  const accepted = new Set<string>(acked.map((e) => e.op));
-  for (const final of finals.values()) for (const entry of final.log) accepted.add(parseLogEntry(entry).op);
+  const accepted = new Set<string>([...ctx.applied.filter((w) => w.ack !== undefined).map((w) => w.op), ...ctx.chains.observed]);
   for (const id of accepted) {
-    const op = ops.get(id);
+    const op = ctx.ops.get(id);
     if (op?.token === undefined) continue;
     if (op.holder === undefined)
       throw new Error(
@@ -249,19 +214,22 @@ export function check(history: readonly HistoryEvent[]): CheckResult {
   for (const [slot, byHolder] of writers) {
     if (byHolder.size < 2) continue;
     const involved = [...byHolder.values()];
-    const at = Math.max(...involved.map((id) => ops.get(id)?.end ?? 0));
+    const at = Math.max(...involved.map((id) => ctx.ops.get(id)?.end ?? 0));
     const resource = slot.slice(0, slot.lastIndexOf("@"));
     const holders = [...byHolder.keys()].map((h) => `${h.slice(0, 8)}…`).join(", ");
-    violation(
+    const token = slot.slice(slot.lastIndexOf("@") + 1);
+    ctx.violation(
       "duplicate-token",
       resource,
       involved,
       at,
-      `${involved.join(", ")} were accepted with the same token ${slot.slice(slot.lastIndexOf("@") + 1)} from ${byHolder.size} different holders (${holders})`,
+      `${involved.join(", ")} were accepted with the same token ${token} from ${byHolder.size} different holders (${holders})`,
     );
   }
+}
 
-  // Repeated tokens: the same (resource, token) acquired by more than one holder.
+/** Repeated tokens: the same (resource, token) acquired by more than one holder. */
+function repeatedTokens(history: readonly HistoryEvent[]): number {
   const acquirers = new Map<string, Set<string>>(); // "resource@token" → holders
   for (const e of history) {
     if (e.type !== "acquired") continue;
@@ -270,7 +238,73 @@ export function check(history: readonly HistoryEvent[]): CheckResult {
     // An undisclosed holder is still a lease of its own: every acquisition draws a fresh random value.
     acquirers.set(slot, holders.add(e.holder ?? `undisclosed:${e.op}`));
   }
-  const repeatedTokens = [...acquirers.values()].reduce((sum, holders) => sum + holders.size - 1, 0);
+  return [...acquirers.values()].reduce((sum, holders) => sum + holders.size - 1, 0);
+}
+
+function countOps(ops: ReadonlyMap<string, Op>, chains: Chains): CheckResult["ops"] {
+  const all = [...ops.values()];
+  const byOutcome = Object.fromEntries(OUTCOMES.map((o) => [o, 0])) as Record<Outcome, number>;
+  const failByReason: Record<FailReason, number> = { lock: 0, stale: 0, version: 0, refused: 0, unavailable: 0, error: 0 };
+  const errors: Record<string, number> = {};
+  const outcomeUnknown = { landed: 0, notSeen: 0 };
+  for (const op of all) {
+    if (op.outcome === "ok") byOutcome.ok++;
+    else if (op.outcome === "info") {
+      byOutcome["outcome-unknown"]++;
+      if (chains.observed.has(op.id)) outcomeUnknown.landed++;
+      else outcomeUnknown.notSeen++;
+    } else if (op.outcome === "fail" && op.reason !== undefined) {
+      failByReason[op.reason]++;
+      byOutcome[outcomeOfReason(op.reason)]++;
+    }
+    for (const e of op.events)
+      if ((e.type === "fail" || e.type === "info") && e.error !== undefined) errors[e.error] = (errors[e.error] ?? 0) + 1;
+  }
+  return {
+    total: all.length,
+    ok: byOutcome.ok,
+    fail: all.filter((o) => o.outcome === "fail").length,
+    info: byOutcome["outcome-unknown"],
+    byOutcome,
+    failByReason,
+    outcomeUnknown,
+    incomplete: all.filter((o) => o.outcome === undefined).length,
+    errors,
+  };
+}
+
+export function check(history: readonly HistoryEvent[], liveness: LivenessOptions = DEFAULT_LIVENESS): CheckResult {
+  const ops = collectOps(history);
+  const chains = new Chains(history);
+  const faults = history.filter((e): e is NemesisEvent => e.type === "nemesis");
+  const finals = new Map<string, FinalEvent>();
+  for (const e of history) if (e.type === "final") finals.set(e.resource, e);
+  const surviving = new Map<string, Set<string>>();
+  for (const resource of new Set([...history.flatMap((e) => (e.type === "ok" ? [e.resource] : [])), ...finals.keys()])) {
+    const final = finals.get(resource);
+    if (final === undefined) throw new Error(`the history has no final read of resource ${JSON.stringify(resource)}: it cannot be checked`);
+    surviving.set(resource, new Set(final.log.map((entry) => parseLogEntry(entry).op)));
+  }
+  const violations: Violation[] = [];
+  const subHistory = (involved: readonly string[]): HistoryEvent[] => {
+    const events = involved.flatMap((id) => ops.get(id)?.events ?? []);
+    const from = Math.min(...events.map((e) => e.mono));
+    const to = Math.max(...events.map((e) => e.mono));
+    const during = faults.filter((f) => f.mono >= from && f.mono <= to);
+    return [...events, ...during].sort((a, b) => a.mono - b.mono);
+  };
+  const ctx: Context = {
+    ops,
+    chains,
+    finals,
+    surviving,
+    applied: appliedWrites(history, chains),
+    violation: (kind, resource, involved, at, message) =>
+      violations.push({ kind, resource, ops: involved, at, message, subHistory: subHistory(involved) }),
+  };
+  lostUpdates(ctx);
+  tokenDecreases(ctx);
+  duplicateTokens(ctx);
 
   const counts: Record<ViolationKind, number> = { "lost-update": 0, "token-decrease": 0, "duplicate-token": 0 };
   const first: Partial<Record<ViolationKind, Violation>> = {};
@@ -279,35 +313,19 @@ export function check(history: readonly HistoryEvent[]): CheckResult {
     counts[v.kind]++;
     first[v.kind] ??= v;
   }
-
-  const all = [...ops.values()];
-  const failByReason: Record<FailReason, number> = { lock: 0, stale: 0, version: 0, error: 0 };
-  for (const op of all) {
-    if (op.outcome !== "fail") continue;
-    const fail = op.events.find((e): e is Extract<OpEvent, { type: "fail" }> => e.type === "fail");
-    if (fail !== undefined) failByReason[fail.reason]++;
-  }
-  const failedButApplied = all.filter((op) => op.outcome === "fail" && applied.get(op.resource)?.has(op.id) === true).length;
   const final: Record<string, { count: number; increments: number }> = {};
   for (const [resource, f] of finals) final[resource] = { count: f.count, increments: f.log.length };
-
   return {
     valid: violations.length === 0,
-    ops: {
-      total: all.length,
-      ok: all.filter((o) => o.outcome === "ok").length,
-      fail: all.filter((o) => o.outcome === "fail").length,
-      info: all.filter((o) => o.outcome === "info").length,
-      failByReason,
-      incomplete: all.filter((o) => o.outcome === undefined).length,
-    },
+    ops: countOps(ops, chains),
     violations: counts,
-    repeatedTokens,
+    liveness: checkLiveness(history, ops, liveness),
+    repeatedTokens: repeatedTokens(history),
     first,
     firstViolation: violations[0],
     victims: [...new Set(violations.flatMap((v) => (v.kind === "duplicate-token" ? v.ops : v.ops.slice(0, 1))))],
     final,
-    failedButApplied,
+    failedButApplied: [...ops.values()].filter((op) => op.outcome === "fail" && chains.observed.has(op.id)).length,
   };
 }
 
@@ -330,6 +348,8 @@ export function describeEvent(e: HistoryEvent): string {
     case "fail":
       return `${t}  ${e.op.padEnd(8)} fail (${e.reason}): ${e.message.slice(0, 120)}`;
     case "info":
-      return `${t}  ${e.op.padEnd(8)} indeterminate: ${e.message.slice(0, 120)}`;
+      return `${t}  ${e.op.padEnd(8)} outcome unknown: ${e.message.slice(0, 120)}`;
+    case "released":
+      return `${t}  ${e.op.padEnd(8)} released`;
   }
 }

@@ -29,10 +29,47 @@ interface OpStamp extends Stamp {
 }
 
 /**
- * Why an operation definitely did not write: the lock was not granted, the store refused the token
- * or the version, or something failed before the write was sent.
+ * Why an operation definitely did not write:
+ * - refused: the store (or the gateway) refused the token ("stale"), the version ("version") or the
+ *   request ("refused": any other refusal, a resource mismatch, a 4xx);
+ * - unavailable: no lease this time ("lock": LockNotAcquired, no quorum, the lock held past the
+ *   deadline), or the store could not serve a call and applied nothing ("unavailable":
+ *   StoreUnavailableError, a gateway's 503 `/problems/unavailable`, a read or a call before the write
+ *   that failed);
+ * - "error": an error no class describes. Every backend fault has a class; this one is a finding.
  */
-export type FailReason = "lock" | "stale" | "version" | "error";
+export type FailReason = "lock" | "stale" | "version" | "refused" | "unavailable" | "error";
+
+/**
+ * An operation's outcome, as the report counts them. "outcome-unknown" is the `info` event: the write
+ * was sent and its answer lost (OutcomeUnknownError, a gateway's 503 `/problems/outcome-unknown`, a
+ * connection reset after the write left): it may have landed. The checker resolves each one from the
+ * documents read afterwards.
+ */
+export type Outcome = "ok" | "refused" | "unavailable" | "outcome-unknown" | "error";
+export const OUTCOMES: readonly Outcome[] = ["ok", "refused", "unavailable", "outcome-unknown", "error"];
+
+export function outcomeOfReason(reason: FailReason): Outcome {
+  switch (reason) {
+    case "stale":
+    case "version":
+    case "refused":
+      return "refused";
+    case "lock":
+    case "unavailable":
+      return "unavailable";
+    case "error":
+      return "error";
+  }
+}
+
+/** One call an operation made and waited for: what liveness is judged on. Times in run ms. */
+export type CallStep = "acquire" | "register" | "read" | "write" | "release";
+export interface Call {
+  readonly step: CallStep;
+  readonly start: number;
+  readonly end: number;
+}
 
 export type OpEvent =
   | (OpStamp & { readonly type: "invoke" })
@@ -54,6 +91,7 @@ export type OpEvent =
       readonly wrote: number;
       /** When the write was sent: an ok that precedes this in `mono` was applied before this write. */
       readonly writeStart: number;
+      readonly calls?: readonly Call[];
     })
   | (OpStamp & {
       readonly type: "fail";
@@ -61,18 +99,41 @@ export type OpEvent =
       readonly message: string;
       readonly token?: string;
       readonly holder?: string;
+      /** The error's class or code ("StoreUnavailableError", "ECONNRESET", "503 /problems/unavailable"). */
+      readonly error?: string;
+      readonly calls?: readonly Call[];
     })
-  /** Indeterminate: the write was sent and its outcome is unknown (it may or may not have been applied). */
+  /** Outcome unknown: the write was sent and its answer was lost (it may or may not have been applied). */
   | (OpStamp & {
       readonly type: "info";
       readonly message: string;
       readonly token: string;
       readonly holder: string;
       readonly writeStart: number;
-    });
+      readonly error?: string;
+      readonly calls?: readonly Call[];
+    })
+  /** The lease was released (or the release failed) after the operation's outcome: its call, for liveness. */
+  | (OpStamp & { readonly type: "released"; readonly calls: readonly Call[] });
+
+/** Faults of the store server of the run's backend: SIGSTOP it, or SIGKILL it and restart it with its data. */
+export type StoreFaultKind = "pause-postgres" | "kill-postgres" | "pause-s3" | "kill-s3";
+export const STORE_FAULT_KINDS: Readonly<Record<Backend, { readonly pause: StoreFaultKind; readonly kill: StoreFaultKind }>> = {
+  postgres: { pause: "pause-postgres", kill: "kill-postgres" },
+  s3: { pause: "pause-s3", kill: "kill-s3" },
+};
 
 export type FaultKind =
-  "pause-worker" | "pause-in-rmw" | "pause-redis" | "kill-redis" | "wipe-redis" | "clock-jump" | "delay" | "pause-gateway";
+  | "pause-worker"
+  | "pause-in-rmw"
+  | "pause-redis"
+  | "kill-redis"
+  | "wipe-redis"
+  | "clock-jump"
+  | "delay"
+  | "reset"
+  | "pause-gateway"
+  | StoreFaultKind;
 export const FAULT_KINDS: readonly FaultKind[] = [
   "pause-worker",
   "pause-in-rmw",
@@ -81,7 +142,12 @@ export const FAULT_KINDS: readonly FaultKind[] = [
   "wipe-redis",
   "clock-jump",
   "delay",
+  "reset",
   "pause-gateway",
+  "pause-postgres",
+  "kill-postgres",
+  "pause-s3",
+  "kill-s3",
 ];
 
 /** A count of 0 for every fault kind. */
@@ -100,6 +166,11 @@ export interface NemesisEvent extends Stamp {
   readonly phase: "start" | "end" | "missed";
   /** Worker index the fault acts on, for the plot's lanes. */
   readonly worker?: number;
+  /** What the fault stalls, when it holds up a worker's calls without the store's deadline seeing it: liveness allows for it. */
+  readonly stalls?: "worker" | "gateway" | "gateway-link";
+  /** A delay: how long it holds each packet, and in which directions. */
+  readonly delayMs?: number;
+  readonly directions?: "up" | "down" | "both";
 }
 
 /** The counter document as read after every worker had exited. */

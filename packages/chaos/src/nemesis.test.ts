@@ -16,7 +16,7 @@ describe("fault schedule", () => {
   it("has every kind of fault, pauses longer than the TTL, and faults ordered in time", () => {
     const faults = planFaults({ ...shape, seed: 7 }, 120_000);
     expect(new Set(faults.map((f) => f.kind))).toEqual(
-      new Set(["pause-worker", "pause-in-rmw", "pause-redis", "kill-redis", "wipe-redis", "clock-jump", "delay"]),
+      new Set(["pause-worker", "pause-in-rmw", "pause-redis", "kill-redis", "wipe-redis", "clock-jump", "delay", "reset"]),
     );
     for (const f of faults) {
       if (f.kind === "pause-worker" || f.kind === "pause-in-rmw") expect(f.durationMs).toBeGreaterThan(shape.ttlMs);
@@ -49,6 +49,41 @@ describe("fault schedule", () => {
       expect(times).toEqual([...times].sort((x, y) => x - y));
       expect(gateway.map((f) => f.id)).toEqual(gateway.map((_, i) => i));
     }
+  });
+
+  it("with a backend, adds pauses and kills of its store server, one at a time, and leaves every other fault where it was", () => {
+    const withoutIds = (faults: Fault[]): Omit<Fault, "id">[] => faults.map(({ id: _id, ...rest }) => rest);
+    const storeKinds = new Set(["pause-postgres", "kill-postgres", "pause-s3", "kill-s3"]);
+    for (const [backend, pause, kill] of [
+      ["postgres", "pause-postgres", "kill-postgres"],
+      ["s3", "pause-s3", "kill-s3"],
+    ] as const) {
+      const plain = planFaults({ ...shape, seed: 3, gateway: true }, 120_000);
+      const faults = planFaults({ ...shape, seed: 3, gateway: true, store: backend }, 120_000);
+      expect(withoutIds(faults.filter((f) => !storeKinds.has(f.kind)))).toEqual(withoutIds(plain));
+      const store = faults.filter((f) => storeKinds.has(f.kind));
+      expect(new Set(store.map((f) => f.kind))).toEqual(new Set([pause, kill]));
+      // About one every 8 TTLs; some pauses outlast the stores' 2 s deadline of the chaos runs.
+      expect(store.length).toBeGreaterThanOrEqual(120_000 / (12 * shape.ttlMs));
+      expect(store.some((f) => f.kind === pause && f.durationMs > 2_000)).toBe(true);
+      for (const [i, f] of store.entries()) {
+        const next = store[i + 1];
+        if (next !== undefined) expect(next.at).toBeGreaterThan(f.at + f.durationMs);
+      }
+      expect(faults.map((f) => f.id)).toEqual(faults.map((_, i) => i));
+    }
+    expect(planFaults({ ...shape, seed: 3 }, 120_000).some((f) => storeKinds.has(f.kind))).toBe(false);
+  });
+
+  it("resets connections every couple of TTLs, on a stream of their own that can be turned off", () => {
+    const withoutIds = (faults: Fault[]): Omit<Fault, "id">[] => faults.map(({ id: _id, ...rest }) => rest);
+    const all = planFaults({ ...shape, seed: 4 }, 60_000);
+    const resets = all.filter((f) => f.kind === "reset");
+    expect(resets.length).toBeGreaterThanOrEqual(60_000 / (3 * shape.ttlMs));
+    expect(resets.some((f) => f.kind === "reset" && f.link === "store")).toBe(true);
+    expect(resets.some((f) => f.kind === "reset" && f.link !== "store")).toBe(true);
+    const without = planFaults({ ...shape, seed: 4, resets: false }, 60_000);
+    expect(withoutIds(without)).toEqual(withoutIds(all.filter((f) => f.kind !== "reset")));
   });
 
   it("never pauses or kills a majority of the Redis nodes at once, except at the instant of a wipe", () => {

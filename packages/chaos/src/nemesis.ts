@@ -1,6 +1,7 @@
 import type { Directions } from "./delay-proxy.js";
-import type { FaultKind } from "./history.js";
-import { hash32, Random } from "./random.js";
+import { connectionResets, gatewayPauses, mergeStreams, storeFaults, type Unnumbered } from "./fault-streams.js";
+import type { Backend, FaultKind, StoreFaultKind } from "./history.js";
+import { Random } from "./random.js";
 
 /**
  * The nemesis's schedule: a seeded, endless sequence of faults at times relative to the start of a
@@ -46,8 +47,12 @@ export type Fault =
       readonly directions: Directions;
       readonly delayMs: number;
     })
+  /** Resets (TCP RST) every open connection of one worker on one link, whatever is in flight on it; instantaneous. */
+  | (FaultBase & { readonly kind: "reset"; readonly worker: number; readonly link: Link })
   /** SIGSTOP the gateway process (only when the workers go through one), SIGCONT after durationMs (longer than the TTL). */
-  | (FaultBase & { readonly kind: "pause-gateway" });
+  | (FaultBase & { readonly kind: "pause-gateway" })
+  /** pause-postgres / pause-s3: SIGSTOP the store server, SIGCONT after durationMs; kill-…: SIGKILL it, restart it with its data after durationMs. */
+  | (FaultBase & { readonly kind: StoreFaultKind });
 
 export interface ScheduleOptions {
   readonly seed: number;
@@ -63,13 +68,17 @@ export interface ScheduleOptions {
    * of their own, so that every other fault stays exactly where the same seed puts it without one.
    */
   readonly gateway?: boolean;
+  /** The store server of this backend is paused and killed, on a stream of its own too; none if undefined. */
+  readonly store?: Backend;
+  /** Connection resets, on a stream of their own; default true. */
+  readonly resets?: boolean;
 }
 
 /**
  * Relative frequencies. The targeted pause is the one that makes stale writers; the wipe round the
  * one that makes the lock repeat tokens; the rest stress liveness and ordering.
  */
-const WEIGHTS: Readonly<Record<Exclude<FaultKind, "pause-gateway">, number>> = {
+const WEIGHTS: Readonly<Record<Exclude<FaultKind, "pause-gateway" | "reset" | StoreFaultKind>, number>> = {
   "pause-in-rmw": 3,
   "pause-worker": 2,
   delay: 2,
@@ -119,38 +128,18 @@ function wipeRound(rnd: Random, at: number, ttlMs: number, redisNodes: number): 
   return { faults, until: wipeAt + RESTART_MARGIN_MS };
 }
 
-/** Mean time between two pauses of the gateway, in TTLs: it stalls every worker at once, so it comes rarely. */
-const GATEWAY_PAUSE_GAP_TTLS = 10;
-
 /**
- * Pauses of the gateway process, on a stream seeded apart from the main schedule. Gaps are at least
- * 4 TTLs and pauses at most 3, so two never overlap.
+ * The main schedule, merged in time order with the streams of their own: gateway pauses (with a
+ * gateway), store faults (with a backend), connection resets (unless turned off). Ids are positions
+ * in the merged schedule.
  */
-function* gatewayPauses(options: ScheduleOptions): Generator<Omit<Extract<Fault, { kind: "pause-gateway" }>, "id">, never> {
-  const rnd = new Random(hash32(options.seed ^ 0x67a7e3a1));
-  const gap = GATEWAY_PAUSE_GAP_TTLS * options.ttlMs;
-  for (let at = options.ttlMs; ;) {
-    at += Math.round(rnd.between(0.4, 1.6) * gap);
-    yield { kind: "pause-gateway", at, durationMs: Math.round(rnd.between(1.5, 3) * options.ttlMs) };
-  }
-}
-
 export function* faultSchedule(options: ScheduleOptions): Generator<Fault, never> {
-  const main = mainSchedule(options);
-  if (options.gateway !== true) return yield* main;
-  const pauses = gatewayPauses(options);
-  // Merged in time order; ids are renumbered so that they stay positions in the merged schedule.
-  let next = main.next().value;
-  let pause = pauses.next().value;
-  for (let id = 0; ; id++) {
-    if (next.at <= pause.at) {
-      yield { ...next, id };
-      next = main.next().value;
-    } else {
-      yield { ...pause, id };
-      pause = pauses.next().value;
-    }
-  }
+  const streams: Iterator<Unnumbered, never>[] = [mainSchedule(options)];
+  if (options.gateway === true) streams.push(gatewayPauses(options));
+  if (options.store !== undefined) streams.push(storeFaults(options, options.store));
+  if (options.resets !== false) streams.push(connectionResets(options));
+  if (streams.length === 1) return yield* mainSchedule(options);
+  return yield* mergeStreams(streams);
 }
 
 function* mainSchedule(options: ScheduleOptions): Generator<Fault, never> {
@@ -258,7 +247,15 @@ export function describeTarget(fault: Fault, nodeNames: readonly string[], linkN
       return `${node(fault.node)} +${fault.jumpMs} ms`;
     case "delay":
       return `worker ${fault.worker} → ${linkName?.(fault.link) ?? (fault.link === "store" ? "store" : node(fault.link))} (${fault.directions}, ${fault.delayMs} ms)`;
+    case "reset":
+      return `worker ${fault.worker} → ${linkName?.(fault.link) ?? (fault.link === "store" ? "store" : node(fault.link))}`;
     case "pause-gateway":
       return "gateway";
+    case "pause-postgres":
+    case "kill-postgres":
+      return "postgres";
+    case "pause-s3":
+    case "kill-s3":
+      return "radosgw";
   }
 }

@@ -17,8 +17,10 @@ const OUTCOME_COLOURS: Record<string, string> = {
   ok: "#3a9a4a",
   "fail:stale": "#e08a1e",
   "fail:version": "#8a5ac8",
+  "fail:refused": "#c06040",
   "fail:lock": "#b0b0b0",
-  "fail:error": "#707070",
+  "fail:unavailable": "#909090",
+  "fail:error": "#ff00ff",
   info: "#e0c020",
   open: "#d0d0ff",
 };
@@ -30,8 +32,14 @@ const FAULT_COLOURS: Record<FaultKind, string> = {
   "kill-redis": "#a02020",
   "wipe-redis": "#000000",
   "clock-jump": "#c020c0",
+  reset: "#40c0c0",
   "pause-gateway": "#00a080",
+  "pause-postgres": "#806000",
+  "kill-postgres": "#600000",
+  "pause-s3": "#806000",
+  "kill-s3": "#600000",
 };
+const STORE_KINDS = new Set<FaultKind>(["pause-postgres", "kill-postgres", "pause-s3", "kill-s3"]);
 const RESOURCE_COLOURS = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#bcbd22"];
 
 const esc = (s: string): string => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
@@ -78,14 +86,21 @@ export function plotHistory(history: readonly HistoryEvent[], result: CheckResul
   const workers = [...new Set(ops.map((e) => e.worker))].sort((a, b) => a - b);
   // One lane per faulted Redis node ("redis C"), then one for the gateway process if it was paused.
   const laneName = (f: Interval): string | undefined =>
-    f.target.startsWith("redis ") ? `redis ${f.target.split(" ")[1] ?? "?"}` : f.kind === "pause-gateway" ? "gateway" : undefined;
+    f.target.startsWith("redis ")
+      ? `redis ${f.target.split(" ")[1] ?? "?"}`
+      : f.kind === "pause-gateway"
+        ? "gateway"
+        : STORE_KINDS.has(f.kind)
+          ? "store"
+          : undefined;
   const named = new Set(faults.flatMap((f) => laneName(f) ?? []));
   const nodes = [...[...named].filter((name) => name !== "gateway").sort(), ...(named.has("gateway") ? ["gateway"] : [])];
 
   const out: string[] = [];
   let y = 40;
   out.push(`<text x="${LEFT}" y="22" font-size="15" font-weight="bold">${esc(options.title)}</text>`);
-  const summary = `${result.ops.total} ops · ok ${result.ops.ok} · fail ${result.ops.fail} · indeterminate ${result.ops.info} · repeated tokens ${result.repeatedTokens} · violations: ${Object.entries(
+  const o = result.ops.byOutcome;
+  const summary = `${result.ops.total} ops · ok ${o.ok} · refused ${o.refused} · unavailable ${o.unavailable} · outcome unknown ${o["outcome-unknown"]} (landed ${result.ops.outcomeUnknown.landed}) · repeated tokens ${result.repeatedTokens} · violations: ${Object.entries(
     result.violations,
   )
     .map(([k, v]) => `${k} ${v}`)

@@ -1,0 +1,86 @@
+import type { Backend } from "./history.js";
+import { STORE_FAULT_KINDS } from "./history.js";
+import type { Fault, Link, ScheduleOptions } from "./nemesis.js";
+import { hash32, Random } from "./random.js";
+
+/**
+ * The faults that come on streams of their own beside the main schedule (nemesis.ts): pauses of the
+ * gateway process, faults of the store server, connection resets. Each stream is seeded apart from
+ * the main one, so that adding it leaves every fault of the main schedule where the same seed puts it.
+ */
+
+export type Unnumbered = Fault extends infer F ? (F extends Fault ? Omit<F, "id"> : never) : never;
+
+/** Mean time between two pauses of the gateway, in TTLs: it stalls every worker at once, so it comes rarely. */
+const GATEWAY_PAUSE_GAP_TTLS = 10;
+
+/**
+ * Pauses of the gateway process. Gaps are at least 4 TTLs and pauses at most 3, so two never overlap.
+ */
+export function* gatewayPauses(options: ScheduleOptions): Generator<Unnumbered, never> {
+  const rnd = new Random(hash32(options.seed ^ 0x67a7e3a1));
+  const gap = GATEWAY_PAUSE_GAP_TTLS * options.ttlMs;
+  for (let at = options.ttlMs; ;) {
+    at += Math.round(rnd.between(0.4, 1.6) * gap);
+    yield { kind: "pause-gateway", at, durationMs: Math.round(rnd.between(1.5, 3) * options.ttlMs) };
+  }
+}
+
+/** Mean time from the end of one store fault to the start of the next, in TTLs. */
+const STORE_FAULT_GAP_TTLS = 8;
+/** A store server killed needs a while to come back (PostgreSQL's recovery, radosgw's start): no other store fault meanwhile. */
+export const STORE_RESTART_MARGIN_MS: Readonly<Record<Backend, number>> = { postgres: 2_000, s3: 6_000 };
+
+/**
+ * Faults of the store server of `backend`, one at a time: a pause (SIGSTOP) of 0.5 to 4 TTLs — the
+ * longer ones outlast the store's deadline, so calls in flight must give up with a typed error — or
+ * a kill (SIGKILL) restarted with its data after 0.5 to 2 TTLs. Pauses come twice as often as kills.
+ */
+export function* storeFaults(options: ScheduleOptions, backend: Backend): Generator<Unnumbered, never> {
+  const rnd = new Random(hash32(options.seed ^ 0x5e0f1a2b));
+  const kinds = STORE_FAULT_KINDS[backend];
+  const gap = STORE_FAULT_GAP_TTLS * options.ttlMs;
+  for (let at = options.ttlMs; ;) {
+    at += Math.round(rnd.between(0.4, 1.6) * gap);
+    if (rnd.next() < 2 / 3) {
+      const durationMs = Math.round(rnd.between(0.5, 4) * options.ttlMs);
+      yield { kind: kinds.pause, at, durationMs };
+      at += durationMs;
+    } else {
+      const durationMs = Math.round(rnd.between(0.5, 2) * options.ttlMs);
+      yield { kind: kinds.kill, at, durationMs };
+      at += durationMs + STORE_RESTART_MARGIN_MS[backend];
+    }
+  }
+}
+
+/** Mean time between two connection resets, in TTLs. */
+const RESET_GAP_TTLS = 2;
+
+/**
+ * Connection resets: every open connection of one worker on one link is cut with a TCP RST, whatever
+ * is in flight on it (60 % the store link, else a Redis node's).
+ */
+export function* connectionResets(options: ScheduleOptions): Generator<Unnumbered, never> {
+  const rnd = new Random(hash32(options.seed ^ 0x2e5e7c01));
+  const gap = RESET_GAP_TTLS * options.ttlMs;
+  for (let at = options.ttlMs; ;) {
+    at += Math.round(rnd.between(0.4, 1.6) * gap);
+    const link: Link = rnd.next() < 0.6 ? "store" : rnd.int(0, options.redisNodes - 1);
+    yield { kind: "reset", at, worker: rnd.int(0, options.workers - 1), link, durationMs: 0 };
+  }
+}
+
+/** Streams merged in time order (a tie goes to the earlier stream), numbered by position in the merge. */
+export function* mergeStreams(streams: readonly Iterator<Unnumbered, never>[]): Generator<Fault, never> {
+  const heads = streams.map((s) => s.next().value);
+  for (let id = 0; ; id++) {
+    let best = 0;
+    for (let i = 1; i < heads.length; i++) if ((heads[i]?.at ?? Infinity) < (heads[best]?.at ?? Infinity)) best = i;
+    const head = heads[best];
+    const stream = streams[best];
+    if (head === undefined || stream === undefined) throw new Error("mergeStreams needs at least one stream");
+    yield { ...head, id };
+    heads[best] = stream.next().value;
+  }
+}
