@@ -166,6 +166,7 @@ export function keyPaths(store: Store, limits: ResolvedLimits): PathItemObject {
 }
 
 const PUBLIC: readonly Record<string, readonly string[]>[] = [];
+const ADMIN = "A gateway with an admin listener (`--admin-port`) serves it there only, and answers 404 `not-found` here.";
 
 export function operationsPaths(): Record<string, PathItemObject> {
   return {
@@ -173,13 +174,13 @@ export function operationsPaths(): Record<string, PathItemObject> {
       get: {
         operationId: "getHealth",
         summary: "One check per configured backend, each with a deadline",
-        description: "Unauthenticated, for load balancers: expose it to your infrastructure only (an error may name a backend's address).",
+        description: `Unauthenticated, for load balancers: expose it to your infrastructure only (an error may name a backend's address). ${ADMIN}`,
         tags: ["operations"],
         security: PUBLIC,
         responses: {
           "200": { description: "Every backend answered (the lock: a quorum of nodes)", content: json(ref("schemas", "HealthReport")) },
           "503": { description: "A backend did not answer", content: json(ref("schemas", "HealthReport")) },
-          ...problemResponses(["internal"]),
+          ...problemResponses(["notFound", "internal"]),
         },
       },
     },
@@ -187,12 +188,12 @@ export function operationsPaths(): Record<string, PathItemObject> {
       get: {
         operationId: "getMetrics",
         summary: "Prometheus metrics (text format)",
-        description: "Unauthenticated, for scrapers. No label holds a key, a resource or an API key id.",
+        description: `Unauthenticated, for scrapers. No label holds a key, a resource or an API key id. ${ADMIN}`,
         tags: ["operations"],
         security: PUBLIC,
         responses: {
           "200": { description: "The Prometheus text exposition format", content: { "text/plain": { schema: { type: "string" } } } },
-          ...problemResponses(["internal"]),
+          ...problemResponses(["notFound", "internal"]),
         },
       },
     },

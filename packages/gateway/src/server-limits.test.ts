@@ -1,0 +1,158 @@
+import { once } from "node:events";
+import { connect, createServer as createTcpServer, type AddressInfo, type Socket } from "node:net";
+import { performance } from "node:perf_hooks";
+import { Writable } from "node:stream";
+import express from "express";
+import pg from "pg";
+import { pino } from "pino";
+import { describe, expect, it } from "vitest";
+import { createGateway } from "./app.js";
+import { serve } from "./http/server.js";
+import { API_KEYS, bearer, httpClient, KEYS } from "./test-support.js";
+
+/**
+ * The HTTP server's limits, against the real Node server: a client trickling its headers or its body
+ * is cut at the deadline, connections beyond the cap are closed, the admin listener holds /metrics
+ * and /healthz, and a request the drain cuts is logged as such.
+ */
+
+/** Sends `text` one byte per `everyMs` until the server closes the socket; resolves with what it answered and when. */
+async function trickle(port: number, head: string, text: string, everyMs: number): Promise<{ answer: string; closedAfterMs: number }> {
+  const socket = connect(port, "127.0.0.1");
+  await once(socket, "connect");
+  const started = performance.now();
+  let answer = "";
+  socket.on("data", (d: Buffer) => (answer += d.toString()));
+  socket.on("error", () => undefined); // a write after the cut
+  socket.write(head);
+  let i = 0;
+  const timer = setInterval(() => {
+    if (i < text.length && !socket.destroyed) socket.write(text.charAt(i++));
+  }, everyMs);
+  await once(socket, "close");
+  clearInterval(timer);
+  return { answer, closedAfterMs: performance.now() - started };
+}
+
+/** A server that accepts connections and never answers: a backend that is paused. */
+async function blackhole(): Promise<{ port: number; close(): void }> {
+  const sockets: Socket[] = [];
+  const server = createTcpServer((s) => sockets.push(s));
+  server.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  return {
+    port: (server.address() as AddressInfo).port,
+    close: () => {
+      for (const s of sockets) s.destroy();
+      server.close();
+    },
+  };
+}
+
+describe("the HTTP server's limits", () => {
+  it("cuts a client trickling its headers at 1 byte/s after the header deadline", async () => {
+    const app = express().get("/", (_req, res) => res.send("ok"));
+    await using serving = await serve(app, { headersTimeoutMs: 1_000, requestTimeoutMs: 30_000, checkIntervalMs: 100 });
+    const { answer, closedAfterMs } = await trickle(serving.port, "GET / HTTP/1.1\r\n", "X-Slow: " + "a".repeat(60), 1_000);
+    expect(answer).toMatch(/^HTTP\/1\.1 408/);
+    expect(closedAfterMs).toBeGreaterThan(900);
+    expect(closedAfterMs).toBeLessThan(2_500);
+  });
+
+  it("a keep-alive connection idle for longer than the header deadline still serves its next request", async () => {
+    const app = express().get("/", (_req, res) => res.send("ok"));
+    await using serving = await serve(app, { headersTimeoutMs: 500, keepAliveTimeoutMs: 5_000, checkIntervalMs: 100 });
+    const socket = connect(serving.port, "127.0.0.1");
+    await once(socket, "connect");
+    let answer = "";
+    socket.on("data", (d: Buffer) => (answer += d.toString()));
+    socket.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    await new Promise((r) => setTimeout(r, 1_500));
+    socket.write("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    await once(socket, "close");
+    expect(answer.match(/HTTP\/1\.1 200/g)).toHaveLength(2);
+  });
+
+  it("cuts a body trickling at 1 byte/s after the request deadline, and a request in time is served", async () => {
+    const app = express().put("/", (req, res) => {
+      req.pipe(new Writable({ write: (_c, _e, done) => done() })).on("finish", () => res.send("stored"));
+    });
+    await using serving = await serve(app, { headersTimeoutMs: 500, requestTimeoutMs: 2_000, checkIntervalMs: 100 });
+    const head = "PUT / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n";
+    const { closedAfterMs } = await trickle(serving.port, head, "b".repeat(100), 1_000);
+    expect(closedAfterMs).toBeGreaterThan(1_900);
+    expect(closedAfterMs).toBeLessThan(3_500);
+    const fast = await trickle(serving.port, "PUT / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nConnection: close\r\n\r\n", "abc", 10);
+    expect(fast.answer).toMatch(/^HTTP\/1\.1 200[\s\S]*stored$/);
+  });
+
+  it("closes connections beyond maxConnections as they arrive", async () => {
+    const app = express().get("/", (_req, res) => res.send("ok"));
+    await using serving = await serve(app, { maxConnections: 2 });
+    const open = await Promise.all(
+      [0, 1].map(async () => {
+        const s = connect(serving.port, "127.0.0.1");
+        await once(s, "connect");
+        return s;
+      }),
+    );
+    await new Promise((r) => setTimeout(r, 100)); // the server has accepted both
+    const third = await trickle(serving.port, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", "", 10);
+    expect(third.answer).toBe("");
+    open[0]?.destroy();
+    await new Promise((r) => setTimeout(r, 100));
+    const after = await trickle(serving.port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", "", 10);
+    expect(after.answer).toMatch(/^HTTP\/1\.1 200/);
+    open[1]?.destroy();
+  });
+
+  it("serves /metrics and /healthz on the admin listener only, the API on the public one", async () => {
+    const gateway = createGateway({ apiKeys: API_KEYS, separateAdmin: true, logger: pino({ level: "silent" }), defaultMetrics: false });
+    await using publicPort = await serve(gateway.app);
+    await using adminPort = await serve(gateway.admin);
+    const pub = httpClient(publicPort.port);
+    const adm = httpClient(adminPort.port);
+    try {
+      for (const path of ["/metrics", "/healthz"]) {
+        expect((await pub.send({ method: "GET", path })).status, path).toBe(404);
+        expect((await adm.send({ method: "GET", path })).status, path).toBe(200);
+      }
+      expect((await pub.send({ method: "GET", path: "/openapi.json" })).status).toBe(200);
+      expect((await adm.send({ method: "GET", path: "/v1/records/x", headers: bearer(KEYS.admin) })).status).toBe(404);
+      // The metrics count the public port's requests.
+      const text = (await adm.send({ method: "GET", path: "/metrics" })).text();
+      expect(text).toMatch(/fenced_gateway_request_duration_seconds_count\{route="openapi.json",method="GET",status="200"\} 1/);
+    } finally {
+      pub.close();
+      adm.close();
+    }
+  });
+
+  it("logs a request the drain cut as cut by the drain, not as a client that went away", async () => {
+    const hole = await blackhole();
+    const lines: Record<string, unknown>[] = [];
+    const logger = pino(
+      { level: "info" },
+      new Writable({ write: (chunk: Buffer, _e, done) => (lines.push(JSON.parse(chunk.toString()) as never), done()) }),
+    );
+    const pool = new pg.Pool({ connectionString: `postgres://nobody@127.0.0.1:${hole.port}/none` });
+    pool.on("error", () => undefined);
+    const gateway = createGateway({ apiKeys: API_KEYS, records: { pool }, logger, defaultMetrics: false });
+    const serving = await serve(gateway.app);
+    const client = httpClient(serving.port);
+    try {
+      const answer = client.send({ method: "GET", path: "/v1/records/x", headers: bearer(KEYS.admin) }).catch((e: unknown) => e);
+      await new Promise((r) => setTimeout(r, 300));
+      expect(serving.inFlight()).toBe(1);
+      expect(await serving.drain(200)).toBe(false);
+      await answer;
+      await new Promise((r) => setTimeout(r, 50));
+      const line = lines.find((l) => l.route === "records");
+      expect(line).toMatchObject({ msg: "request cut by the drain", status: 503, cut: "drain" });
+    } finally {
+      client.close();
+      hole.close();
+      await pool.end().catch(() => undefined);
+    }
+  });
+});
