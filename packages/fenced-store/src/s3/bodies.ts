@@ -1,6 +1,8 @@
 import type { Readable } from "node:stream";
 import { uploadData } from "./body.js";
+import { OutcomeUnknownError } from "../errors.js";
 import { copyData } from "./copy.js";
+import type { Deadline } from "./deadline.js";
 import type { StoreIo } from "./io.js";
 import { dataKey, newId } from "./layout.js";
 import { mayBeNamed, type ManifestHeader } from "./manifest.js";
@@ -33,7 +35,8 @@ export class AttemptBodies {
     private readonly payload: Buffer | Readable,
     private readonly length: number | undefined,
     private readonly contentType: string | undefined,
-    private readonly signal: AbortSignal | undefined,
+    /** The write's deadline: its signal bounds every upload and copy; a stream's waits for the caller are not counted. */
+    private readonly deadline: Deadline,
   ) {}
 
   private add(target: string | null, create: (key: string) => Promise<number>): DataObject {
@@ -54,7 +57,8 @@ export class AttemptBodies {
         contentType: this.contentType,
         contentLength: this.length,
         partSize: options.partSize,
-        signal: this.signal,
+        deadline: this.deadline,
+        timeoutMs: options.timeoutMs,
       }),
     );
   }
@@ -100,7 +104,17 @@ export class AttemptBodies {
     for (const source of [...this.made].reverse()) {
       let copied = false;
       const object = this.add(target, async (key) => {
-        copied = await copyData(client, options.bucket, source.key, key, size, this.contentType, this.signal);
+        copied = await copyData(
+          client,
+          options.bucket,
+          source.key,
+          key,
+          size,
+          this.contentType,
+          this.deadline.signal,
+          undefined,
+          options.timeoutMs,
+        );
         return size;
       });
       await object.ready;
@@ -114,9 +128,9 @@ export class AttemptBodies {
       await again.ready;
       return { key: again.key, waited: true };
     }
-    throw new Error(
-      `write of ${JSON.stringify(this.key)}: the data object of an earlier attempt is gone (that attempt may have landed and been superseded), and a stream cannot be sent again; the outcome is unknown`,
-    );
+    // The data object of an earlier attempt is gone: that attempt may have landed and been
+    // superseded, and a stream cannot be sent again.
+    throw new OutcomeUnknownError("s3", this.key, "put");
   }
 
   /** The attempt naming this object is being sent. */

@@ -1,5 +1,8 @@
 import { randomBytes } from "node:crypto";
 import { DeleteObjectCommand, GetObjectCommand, PutObjectCommand, type S3Client } from "@aws-sdk/client-s3";
+import { StoreSetupError } from "../errors.js";
+import { requestSignal } from "./deadline.js";
+import { isAbsent, neverSent, retriedRefusal, statusOf } from "./failures.js";
 
 /**
  * The one primitive the S3 store is built on: a PUT that lands only if the object is absent
@@ -26,7 +29,7 @@ export type Failure =
   | "throttled"
   /** Anything else (403, 400, NoSuchBucket): retrying cannot help. */
   | "fatal"
-  /** Its gate closed: the request never left this process, so it cannot land. */
+  /** Its gate closed, or no connection could be opened: the request never left this process, so it cannot land. */
   | "unsent";
 
 export type Condition = { readonly ifNoneMatch: true } | { readonly ifMatch: string };
@@ -43,18 +46,6 @@ export interface StoredObject {
 /** What a conditional read found: the object still at the ETag sent, or as it is now (undefined: absent). */
 export type Revalidated = { readonly unchanged: true } | { readonly unchanged: false; readonly object: StoredObject | undefined };
 
-/** 412/409 are not modelled exception classes in the SDK: the HTTP status is the reliable signal. */
-export function statusOf(err: unknown): number | undefined {
-  if (typeof err !== "object" || err === null) return undefined;
-  return (err as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode;
-}
-
-function codeOf(err: unknown): string | undefined {
-  if (typeof err !== "object" || err === null) return undefined;
-  const { Code, name } = err as { Code?: unknown; name?: unknown };
-  return typeof Code === "string" ? Code : typeof name === "string" ? name : undefined;
-}
-
 /**
  * An answer to a conditional PUT that leaves its outcome unknown (5xx, a timeout, a reset, no answer),
  * taken out of the SDK's hands. Its retry would wait a backoff (about 100 ms) only to learn what one
@@ -69,33 +60,6 @@ class AmbiguousNotRetried extends Error {
   }
 }
 
-/** What the SDK retries although the server answered below 500: refusals that did not apply the write. */
-const RETRIED_REFUSALS = new Set([
-  "Throttling",
-  "ThrottlingException",
-  "ThrottledException",
-  "RequestThrottledException",
-  "TooManyRequestsException",
-  "ProvisionedThroughputExceededException",
-  "TransactionInProgressException",
-  "RequestLimitExceeded",
-  "BandwidthLimitExceeded",
-  "LimitExceededException",
-  "RequestThrottled",
-  "SlowDown",
-  "PriorRequestNotComplete",
-  "EC2ThrottledException",
-  "TimeoutError",
-  "RequestTimeout",
-  "RequestTimeoutException",
-  "AuthFailure",
-  "InvalidSignatureException",
-  "RequestExpired",
-  "RequestInTheFuture",
-  "RequestTimeTooSkewed",
-  "SignatureDoesNotMatch",
-]);
-
 /**
  * A conditional PUT's answer below 500 that the SDK would retry (throttling, RequestTimeout, a clock
  * skew), taken out of its hands: each try of a conditional PUT must follow a fence read of the
@@ -105,14 +69,6 @@ class RefusedNotRetried extends Error {
   constructor(readonly original: unknown) {
     super("conditional PUT: throttled or timed out before it was applied");
   }
-}
-
-/** Whether the SDK would retry this answer below 500 (its status or code says throttled or transient). */
-function retriedRefusal(err: unknown): boolean {
-  const status = statusOf(err);
-  if (status === 429) return true;
-  const code = codeOf(err);
-  return code !== undefined && RETRIED_REFUSALS.has(code);
 }
 
 /**
@@ -138,6 +94,17 @@ export class SendGate {
   }
 }
 
+/**
+ * A conditional PUT for which no connection could be opened (refused, or the name did not resolve):
+ * proven never sent. Taken out of the SDK's hands like AmbiguousNotRetried; the caller reads before
+ * any next try.
+ */
+class NeverConnected extends Error {
+  constructor(readonly original: unknown) {
+    super("conditional PUT: no connection could be opened");
+  }
+}
+
 /** A gated request whose gate closed: it never reached the HTTP handler. Not retried by the SDK (no status, name or code it retries). */
 export class NotSent extends Error {
   constructor() {
@@ -160,14 +127,14 @@ function holdUntil(gate: SendGate) {
 const HOLD = { step: "deserialize", priority: "low", name: "fencedSendGate" } as const;
 
 export function classify(err: unknown): Failure {
-  if (err instanceof NotSent) return "unsent";
+  if (err instanceof NotSent || err instanceof NeverConnected) return "unsent";
   if (err instanceof AmbiguousNotRetried) return "ambiguous";
   if (err instanceof RefusedNotRetried) return "throttled";
   const status = statusOf(err);
   if (status === undefined) return "ambiguous"; // no response at all: the request may still have landed
   if (status === 412) return "precondition";
   if (status === 409) return "conflict";
-  if (status === 404) return codeOf(err) === "NoSuchBucket" ? "fatal" : "precondition";
+  if (status === 404) return isAbsent(err) ? "precondition" : "fatal";
   if (status >= 500) return "ambiguous";
   return "fatal";
 }
@@ -196,7 +163,14 @@ export class ConditionalObjects {
   constructor(
     readonly client: S3Client,
     readonly bucket: string,
+    /** The bound on a request sent without a call's signal (cleanup, the probe's own objects). */
+    private readonly timeoutMs: number,
   ) {}
+
+  /** Every request is bounded: by the call's deadline, or on its own. */
+  private bounded(signal: AbortSignal | undefined): { abortSignal: AbortSignal } {
+    return { abortSignal: signal ?? requestSignal(this.timeoutMs) };
+  }
 
   get etagForm(): EtagForm {
     return this.form;
@@ -229,11 +203,11 @@ export class ConditionalObjects {
     const command = new GetObjectCommand({ Bucket: this.bucket, Key: key });
     if (gate !== undefined) command.middlewareStack.add(holdUntil(gate), HOLD);
     try {
-      const res = await this.client.send(command, sendOptions(signal));
+      const res = await this.client.send(command, this.bounded(signal));
       if (res.Body === undefined || res.ETag === undefined) throw new Error(`GET ${key} returned no body or no ETag`);
       return { etag: bareEtag(res.ETag), body: Buffer.from(await res.Body.transformToByteArray()) };
     } catch (err) {
-      if (statusOf(err) === 404 && codeOf(err) !== "NoSuchBucket") return undefined;
+      if (isAbsent(err)) return undefined;
       throw err;
     }
   }
@@ -275,13 +249,13 @@ export class ConditionalObjects {
     );
     const full = (async (): Promise<Revalidated> => {
       try {
-        const res = await this.client.send(command, sendOptions(signal));
+        const res = await this.client.send(command, this.bounded(signal));
         if (res.$metadata.httpStatusCode === 304) return { unchanged: true };
         if (res.Body === undefined || res.ETag === undefined) throw new Error(`GET ${key} returned no body or no ETag`);
         return { unchanged: false, object: { etag: bareEtag(res.ETag), body: Buffer.from(await res.Body.transformToByteArray()) } };
       } catch (err) {
         if (statusOf(err) === 304) return { unchanged: true };
-        if (statusOf(err) === 404 && codeOf(err) !== "NoSuchBucket") return { unchanged: false, object: undefined };
+        if (isAbsent(err)) return { unchanged: false, object: undefined };
         throw err;
       }
     })();
@@ -309,6 +283,7 @@ export class ConditionalObjects {
             return await next(args);
           } catch (err) {
             if (err instanceof NotSent) throw err;
+            if (neverSent(err)) throw new NeverConnected(err);
             const status = statusOf(err);
             if (status === undefined || status >= 500) throw new AmbiguousNotRetried(err);
             if (retriedRefusal(err)) throw new RefusedNotRetried(err);
@@ -318,7 +293,7 @@ export class ConditionalObjects {
         { step: "finalizeRequest", priority: "low", name: "fencedNoRetryWhenAmbiguous" },
       );
       if (gate !== undefined) command.middlewareStack.add(holdUntil(gate), HOLD);
-      const res = await this.client.send(command, sendOptions(signal));
+      const res = await this.client.send(command, this.bounded(signal));
       if (res.ETag === undefined) throw new Error(`PUT ${key} returned no ETag`);
       if ("ifMatch" in condition) this.formSettled = true;
       return { ok: true, etag: bareEtag(res.ETag) };
@@ -329,7 +304,7 @@ export class ConditionalObjects {
 
   /** Unconditional: only used on objects whose names are unique per write (data, probes). */
   async remove(key: string, signal?: AbortSignal): Promise<void> {
-    await this.client.send(new DeleteObjectCommand({ Bucket: this.bucket, Key: key }), sendOptions(signal));
+    await this.client.send(new DeleteObjectCommand({ Bucket: this.bucket, Key: key }), this.bounded(signal));
   }
 
   /**
@@ -337,25 +312,27 @@ export class ConditionalObjects {
    * exist that accept the headers and ignore them (or honour them on GET only); a store built on one
    * would silently lose the ratchet.
    */
-  async probe(keyPrefix: string): Promise<{ etagForm: EtagForm }> {
+  async probe(keyPrefix: string, signal?: AbortSignal): Promise<{ etagForm: EtagForm }> {
     const key = `${keyPrefix}${randomBytes(16).toString("hex")}`;
     const missing = `${key}-missing`;
     const fail = (what: string): never => {
-      throw new Error(
+      throw new StoreSetupError(
+        "s3",
+        "conditional-writes-unsupported",
         `S3 backend at bucket ${JSON.stringify(this.bucket)} does not honour conditional writes: ${what}. Fenced writes would not be safe on it.`,
       );
     };
     try {
-      const created = await this.write(key, Buffer.from("probe-1"), { ifNoneMatch: true });
+      const created = await this.write(key, Buffer.from("probe-1"), { ifNoneMatch: true }, signal);
       if (!created.ok) throw created.error;
-      const again = await this.write(key, Buffer.from("probe-2"), { ifNoneMatch: true });
+      const again = await this.write(key, Buffer.from("probe-2"), { ifNoneMatch: true }, signal);
       if (again.ok) fail("PUT with If-None-Match: * replaced an existing object");
       if (!again.ok && again.failure !== "precondition" && again.failure !== "conflict") throw again.error;
 
       let swapped: WriteOutcome | undefined;
       for (const form of ["bare", "quoted"] as const) {
         this.form = form;
-        swapped = await this.write(key, Buffer.from(`probe-3-${form}`), { ifMatch: created.etag });
+        swapped = await this.write(key, Buffer.from(`probe-3-${form}`), { ifMatch: created.etag }, signal);
         if (swapped.ok || swapped.failure !== "precondition") break;
       }
       if (swapped === undefined || !swapped.ok) {
@@ -365,23 +342,24 @@ export class ConditionalObjects {
       this.settleEtagForm(this.form);
       // Fence reads are conditional (If-None-Match): a 304 must mean that the ETag sent is current.
       const swappedBody = `probe-3-${this.form}`;
-      const replaced = await this.readIfChanged(key, created.etag);
+      const replaced = await this.readIfChanged(key, created.etag, signal);
       if (replaced.unchanged || replaced.object?.body.toString() !== swappedBody)
         fail("GET with If-None-Match on a replaced ETag did not return the current object");
-      const current = await this.readIfChanged(key, swapped.etag);
+      const current = await this.readIfChanged(key, swapped.etag, signal);
       if (!current.unchanged && current.object?.body.toString() !== swappedBody)
         fail("GET with If-None-Match on the current ETag returned another object");
 
-      const stale = await this.write(key, Buffer.from("probe-4"), { ifMatch: created.etag });
+      const stale = await this.write(key, Buffer.from("probe-4"), { ifMatch: created.etag }, signal);
       if (stale.ok) fail("PUT with a stale If-Match ETag replaced the object");
       if (!stale.ok && stale.failure !== "precondition" && stale.failure !== "conflict") throw stale.error;
-      const absent = await this.write(missing, Buffer.from("probe-5"), { ifMatch: created.etag });
+      const absent = await this.write(missing, Buffer.from("probe-5"), { ifMatch: created.etag }, signal);
       if (absent.ok) fail("PUT with If-Match on a missing key created it");
       if (!absent.ok && absent.failure !== "precondition" && absent.failure !== "conflict") throw absent.error;
-      const now = await this.read(key);
+      const now = await this.read(key, signal);
       if (now?.body.toString() !== `probe-3-${this.form}`) fail("a refused conditional PUT changed the object");
       return { etagForm: this.form };
     } finally {
+      // Bounded on their own: the call's deadline may have passed already.
       await Promise.allSettled([this.remove(key), this.remove(missing)]);
     }
   }

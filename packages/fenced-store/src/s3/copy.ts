@@ -7,7 +7,9 @@ import {
   type CompletedPart,
   type S3Client,
 } from "@aws-sdk/client-s3";
-import { sendOptions, statusOf } from "./conditional.js";
+import { sendOptions } from "./conditional.js";
+import { requestSignal } from "./deadline.js";
+import { isAbsent } from "./failures.js";
 
 /**
  * A server-side copy of a data object under a fresh name: how a write's next manifest attempt gets a
@@ -30,7 +32,7 @@ function copySource(bucket: string, key: string): string {
 }
 
 function gone(err: unknown): boolean {
-  return statusOf(err) === 404 && (err as { Code?: unknown }).Code !== "NoSuchBucket";
+  return isAbsent(err);
 }
 
 /**
@@ -46,6 +48,8 @@ export async function copyData(
   contentType: string | undefined,
   signal: AbortSignal | undefined,
   limits: CopyLimits = COPY_LIMITS,
+  /** The bound on aborting an abandoned copy (the call's signal may have aborted already). */
+  timeoutMs = 5_000,
 ): Promise<boolean> {
   if (size <= limits.single) {
     try {
@@ -88,7 +92,9 @@ export async function copyData(
     return true;
   } catch (err) {
     // Parts of an abandoned upload are stored (and billed) until aborted.
-    await client.send(new AbortMultipartUploadCommand({ Bucket: bucket, Key: to, UploadId: uploadId })).catch(() => undefined);
+    await client
+      .send(new AbortMultipartUploadCommand({ Bucket: bucket, Key: to, UploadId: uploadId }), { abortSignal: requestSignal(timeoutMs) })
+      .catch(() => undefined);
     if (gone(err)) return false;
     throw err;
   }

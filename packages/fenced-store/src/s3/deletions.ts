@@ -1,5 +1,6 @@
 import { DeleteObjectCommand, DeleteObjectsCommand, type S3Client } from "@aws-sdk/client-s3";
-import { statusOf } from "./conditional.js";
+import { requestSignal } from "./deadline.js";
+import { statusOf } from "./failures.js";
 
 /** How long a queued deletion waits for others to share its request. */
 const DELAY_MS = 100;
@@ -30,6 +31,8 @@ export class Deletions {
   constructor(
     private readonly client: S3Client,
     private readonly bucket: string,
+    /** Each deletion request gets an answer within this long or is given up (left to the sweeper): flush() never hangs. */
+    private readonly timeoutMs: number,
   ) {}
 
   /** Queues a deletion; resolves once it was sent and answered (deleted, or failed). */
@@ -76,6 +79,7 @@ export class Deletions {
         // Quiet: the answer lists only the keys that failed; they stay for the sweeper.
         await this.client.send(
           new DeleteObjectsCommand({ Bucket: this.bucket, Delete: { Objects: keys.map((Key) => ({ Key })), Quiet: true } }),
+          { abortSignal: requestSignal(this.timeoutMs) },
         );
         return;
       } catch (err) {
@@ -85,6 +89,12 @@ export class Deletions {
         if (status !== undefined && status < 500 && status !== 429) this.batchRefused = true;
       }
     }
-    await Promise.all(keys.map((Key) => this.client.send(new DeleteObjectCommand({ Bucket: this.bucket, Key })).catch(() => undefined)));
+    await Promise.all(
+      keys.map((Key) =>
+        this.client
+          .send(new DeleteObjectCommand({ Bucket: this.bucket, Key }), { abortSignal: requestSignal(this.timeoutMs) })
+          .catch(() => undefined),
+      ),
+    );
   }
 }

@@ -1,6 +1,7 @@
 import type { Readable } from "node:stream";
 import { ResourceMismatchError, StaleTokenError, VersionMismatchError } from "../errors.js";
 import { admits, type CheckedFence } from "../fence.js";
+import type { Deadline } from "./deadline.js";
 import type { Snapshot } from "./io.js";
 import { entryFor, nextHeader, transferHeader, type ManifestHeader } from "./manifest.js";
 
@@ -26,7 +27,10 @@ export interface Intent {
   readonly ifVersion: string | null | undefined | { readonly exists: true };
   readonly content: Content;
   readonly contentType: string | undefined;
-  readonly signal: AbortSignal | undefined;
+  /** The call's deadline (timeoutMs), which also carries the caller's signal. */
+  readonly deadline: Deadline;
+  /** The deadline's signal: every request of the write carries it. */
+  readonly signal: AbortSignal;
 }
 
 /**

@@ -4,7 +4,9 @@ import { Lru } from "../lru.js";
 import { ContentionError, StaleTokenError } from "../errors.js";
 import { admits, type CheckedFence } from "../fence.js";
 import { ConditionalObjects, type Condition, type SendGate } from "./conditional.js";
+import { requestSignal } from "./deadline.js";
 import { Deletions } from "./deletions.js";
+import { refusedOwnEtag } from "./failures.js";
 import { fenceKey, manifestKey } from "./layout.js";
 import { decodeFence, decodeManifest, encodeFence, type Highest, type ManifestHeader } from "./manifest.js";
 import type { ResolvedOptions } from "./options.js";
@@ -56,10 +58,6 @@ export function throttledPause(throttled: number, signal: AbortSignal | undefine
   return sleep(ms, undefined, signal === undefined ? undefined : { signal });
 }
 
-export function refusedOwnEtag(key: string): Error {
-  return new Error(`the S3 backend refused If-Match with ${key}'s current ETag in both quoted and unquoted form; run verify() to diagnose`);
-}
-
 /**
  * What one FencedS3 shares between its calls: the conditional-write primitive, what it last saw of
  * each key's manifest and each resource's fence (hints that save requests, never trusted for a
@@ -88,8 +86,13 @@ export class StoreIo {
     readonly client: S3Client,
     readonly options: ResolvedOptions,
   ) {
-    this.objects = new ConditionalObjects(client, options.bucket);
-    this.deletions = new Deletions(client, options.bucket);
+    this.objects = new ConditionalObjects(client, options.bucket, options.timeoutMs);
+    this.deletions = new Deletions(client, options.bucket, options.timeoutMs);
+  }
+
+  /** The signal of a request no call waits for (cleanup after a call ended): bounded on its own. */
+  cleanupSignal(): AbortSignal {
+    return requestSignal(this.options.timeoutMs);
   }
 
   /** What this store remembers of a key; a "read first" turn is used up by asking. */
@@ -161,9 +164,15 @@ export class StoreIo {
   /**
    * Raises the resource's fence object to this fence (CAS loop) unless it admits it already;
    * StaleTokenError if it refuses it. Returns the fence object as it now is. known: undefined = not
-   * read yet, null = known absent.
+   * read yet, null = known absent. `sent.open` tells, while it runs and if it fails, whether a raise
+   * it sent may have landed without its answer being known (register() reports that as unknown).
    */
-  async raiseFence(fence: CheckedFence, known: FenceSnapshot | null | undefined, signal: AbortSignal | undefined): Promise<FenceSnapshot> {
+  async raiseFence(
+    fence: CheckedFence,
+    known: FenceSnapshot | null | undefined,
+    signal: AbortSignal | undefined,
+    sent: { open: boolean } = { open: false },
+  ): Promise<FenceSnapshot> {
     const target = fenceKey(this.options.prefix, fence.resource);
     let snap = known === undefined ? await this.readFence(fence.resource, signal) : known;
     let throttled = 0;
@@ -171,7 +180,9 @@ export class StoreIo {
       const refused = fenceRefusal(fence, snap);
       if (refused !== undefined) throw refused;
       if (snap !== null && !needsRaise(fence, snap)) return snap; // already at this token, from this holder
+      sent.open = true; // from here until an answer says otherwise, this raise may land
       const outcome = await this.objects.write(target, encodeFence(fence), condition(snap), signal);
+      if (outcome.ok || outcome.failure !== "ambiguous") sent.open = false;
       if (outcome.ok) {
         const raised = { etag: outcome.etag, highest: { token: fence.token, holder: fence.holder } };
         this.noteFence(fence.resource, raised);

@@ -1,6 +1,8 @@
 import type { Readable } from "node:stream";
 import { InvalidArgumentError } from "@fenced/fence";
-import { sendOptions, statusOf } from "./conditional.js";
+import { sendOptions } from "./conditional.js";
+import { requestSignal, type Deadline } from "./deadline.js";
+import { statusOf } from "./failures.js";
 import {
   AbortMultipartUploadCommand,
   CompleteMultipartUploadCommand,
@@ -16,7 +18,10 @@ export interface MultipartOptions {
   readonly partSize: number;
   /** Parts uploading at once. Memory held: (concurrency + 1) × partSize, whatever the body's length. */
   readonly concurrency: number;
-  readonly signal: AbortSignal | undefined;
+  /** The write's deadline: its signal goes with every request; waiting for the stream's bytes does not count. */
+  readonly deadline: Deadline;
+  /** The bound on aborting an abandoned upload (the deadline may have passed already). */
+  readonly timeoutMs: number;
 }
 
 /**
@@ -33,7 +38,8 @@ export async function uploadStream(
   body: Readable,
   options: MultipartOptions,
 ): Promise<number> {
-  const { partSize, concurrency, signal } = options;
+  const { partSize, concurrency, deadline } = options;
+  const { signal } = deadline;
   const send = sendOptions(signal);
   const contentType = options.contentType === undefined ? {} : { ContentType: options.contentType };
   const free: Buffer[] = [];
@@ -82,7 +88,7 @@ export async function uploadStream(
   try {
     let current = take();
     let filled = 0;
-    for await (const bytes of chunksOf(body, signal)) {
+    for await (const bytes of chunksOf(body, deadline)) {
       total += bytes.length;
       for (let offset = 0; offset < bytes.length;) {
         const n = Math.min(bytes.length - offset, partSize - filled);
@@ -125,7 +131,11 @@ export async function uploadStream(
     await Promise.allSettled(inFlight);
     // Parts of an abandoned upload are stored (and billed) until aborted.
     if (uploadId !== undefined)
-      await client.send(new AbortMultipartUploadCommand({ Bucket: bucket, Key: key, UploadId: uploadId })).catch(() => undefined);
+      await client
+        .send(new AbortMultipartUploadCommand({ Bucket: bucket, Key: key, UploadId: uploadId }), {
+          abortSignal: requestSignal(options.timeoutMs),
+        })
+        .catch(() => undefined);
     throw err;
   }
 }
@@ -148,7 +158,8 @@ export async function putOnce(client: S3Client, command: PutObjectCommand, signa
  * copy; over a long upload those short-lived copies, released only when the collector runs,
  * doubled the memory the part buffers take.
  */
-async function* chunksOf(stream: Readable, signal: AbortSignal | undefined): AsyncGenerator<Buffer> {
+export async function* chunksOf(stream: Readable, deadline: Deadline): AsyncGenerator<Buffer> {
+  const { signal } = deadline;
   const queue: Buffer[] = [];
   let ended = false;
   let error: { error: unknown } | undefined;
@@ -173,9 +184,9 @@ async function* chunksOf(stream: Readable, signal: AbortSignal | undefined): Asy
     wake?.();
   };
   // An abort stops the reading too: a stream that waits for data would otherwise hold the upload open.
-  const onAbort = (): void => onError(signal?.reason);
-  signal?.addEventListener("abort", onAbort, { once: true });
-  if (signal?.aborted === true) onAbort();
+  const onAbort = (): void => onError(signal.reason);
+  signal.addEventListener("abort", onAbort, { once: true });
+  if (signal.aborted) onAbort();
   stream.on("data", onData).once("end", onEnd).once("error", onError);
   try {
     for (;;) {
@@ -187,12 +198,18 @@ async function* chunksOf(stream: Readable, signal: AbortSignal | undefined): Asy
       if (error !== undefined) throw error.error;
       if (ended) return;
       const woken = new Promise<void>((resolve) => (wake = resolve));
+      // Waiting for the caller's stream, not for the backend: the deadline's clock stops meanwhile.
+      const resume = deadline.suspend();
       stream.resume();
-      await woken;
+      try {
+        await woken;
+      } finally {
+        resume();
+      }
       wake = undefined;
     }
   } finally {
     stream.off("data", onData).off("end", onEnd).off("error", onError);
-    signal?.removeEventListener("abort", onAbort);
+    signal.removeEventListener("abort", onAbort);
   }
 }

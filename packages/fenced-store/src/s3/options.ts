@@ -22,6 +22,16 @@ export interface FencedS3Options {
   readonly maxAttempts?: number | undefined;
   /** Multipart part size for streams of unknown length (memory held: 3 parts). Default 8 MiB, minimum 5 MiB. */
   readonly partSize?: number | undefined;
+  /**
+   * How long one call may wait for the backend, in milliseconds (default 5,000; 100 to 600,000). Every
+   * call settles within about this long from its start: with its result, or StoreUnavailableError
+   * ("timeout": nothing was applied) or OutcomeUnknownError (a manifest PUT was sent and its answer
+   * did not come in time: read the key back). Time spent waiting for the caller — a stream body
+   * producing its bytes, update()'s function — is not counted. get()'s body stream then errors with
+   * StoreUnavailableError if no byte of it arrives for this long while it is being read. Requests no
+   * call waits for (the deletion of replaced bodies) are bounded by it too, each on its own.
+   */
+  readonly timeoutMs?: number | undefined;
 }
 
 /** What every write may carry. */
@@ -78,6 +88,7 @@ export interface ResolvedOptions {
   readonly checkResourceFence: boolean;
   readonly maxAttempts: number;
   readonly partSize: number;
+  readonly timeoutMs: number;
 }
 
 const MiB = 1024 * 1024;
@@ -86,6 +97,16 @@ function integerIn(name: string, value: unknown, min: number, max: number, fallb
   if (value === undefined) return fallback;
   if (typeof value !== "number" || !Number.isSafeInteger(value)) throw new InvalidArgumentError(name, "must be an integer");
   if (value < min || value > max) throw new InvalidArgumentError(name, `must be between ${min} and ${max}, got ${value}`);
+  return value;
+}
+
+function milliseconds(name: string, value: unknown, min: number, max: number, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < min || value > max)
+    throw new InvalidArgumentError(
+      name,
+      `must be an integer number of milliseconds from ${min} to ${max}, got ${typeof value === "number" ? value : typeof value}`,
+    );
   return value;
 }
 
@@ -111,6 +132,7 @@ export function validateOptions(options: unknown): ResolvedOptions {
     checkResourceFence: o.checkResourceFence ?? true,
     maxAttempts: integerIn("maxAttempts", o.maxAttempts, 1, 10_000, 64),
     partSize: integerIn("partSize", o.partSize, 5 * MiB, 5 * 1024 * MiB, 8 * MiB),
+    timeoutMs: milliseconds("timeoutMs", o.timeoutMs, 100, 600_000, 5_000),
   };
 }
 

@@ -1,6 +1,7 @@
 import type { AttemptBodies } from "./bodies.js";
 import type { SendGate, WriteOutcome } from "./conditional.js";
 import { condition, type FenceSnapshot, type Snapshot, type StoreIo } from "./io.js";
+import { OutcomeUnknownError } from "../errors.js";
 import { build, type Intent, type ManifestState } from "./intent.js";
 import { manifestKey, newId } from "./layout.js";
 import { encodeManifest, type ManifestHeader } from "./manifest.js";
@@ -12,7 +13,10 @@ export interface Attempt {
   readonly writeId: string;
   /** The manifest it was sent against (null: a create), i.e. the one it replaces if it lands. */
   readonly target: Snapshot | null;
-  /** Whether its answer left the outcome open: it may have landed, or land while its target is current. */
+  /**
+   * Whether it may have landed, or land while its target is current: from the moment it is handed
+   * to the wire until an answer says otherwise (a success, a 412, a 409, a refusal before it applied).
+   */
   ambiguous: boolean;
 }
 
@@ -88,7 +92,7 @@ export function prepare(run: Run, dataKey: string | undefined, gate?: SendGate):
     intent.signal,
     gate,
   );
-  return { attempt: { writeId, target: manifest.snap, ambiguous: false }, header, dataKey, outcome };
+  return { attempt: { writeId, target: manifest.snap, ambiguous: true }, header, dataKey, outcome };
 }
 
 /** The attempt goes on the wire: from now on it may land, and what follows awaits it (the fences are no longer fresh). */
@@ -104,8 +108,22 @@ export function sending(run: Run, p: Prepared): Prepared {
 export function refuse(run: Run, err: Error, now: Snapshot | null): Error {
   const open = run.attempts.some((a) => a.ambiguous && (a.target?.etag ?? null) === (now?.etag ?? null));
   if (!open) return err;
-  const what = `write of ${JSON.stringify(run.intent.key)}: ${err.message}, but an earlier attempt got no answer and may still land; the outcome is unknown`;
-  return new Error(what, { cause: err });
+  return new OutcomeUnknownError("s3", run.intent.key, operationOf(run.intent), { cause: err });
+}
+
+/**
+ * Whether a manifest PUT of this write may have been applied without its answer being known: one is
+ * in flight, or one got no answer (even if the manifest read since shows another: it may have
+ * landed and been replaced). A failure then may never be reported as "nothing was applied".
+ */
+export function outcomeOpen(run: Run): boolean {
+  return run.attempts.some((a) => a.ambiguous);
+}
+
+/** The operation a write is, as errors name it. */
+export function operationOf(intent: Intent): string {
+  if (intent.content.kind === "carry") return "transfer";
+  return intent.content.kind === "tombstone" ? "delete" : "put";
 }
 
 /** Step 5: this attempt's data object, named for the manifest it is sent against (undefined: no body object). */

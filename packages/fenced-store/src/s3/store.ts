@@ -1,11 +1,13 @@
 import { Readable } from "node:stream";
 import type { S3Client } from "@aws-sdk/client-s3";
 import { InvalidArgumentError } from "@fenced/fence";
-import { ContentionError, VersionMismatchError } from "../errors.js";
+import { ContentionError, StoreUnavailableError, VersionMismatchError } from "../errors.js";
 import { assertKey, checkFence, type Fence } from "../fence.js";
 import { liveFence } from "../options.js";
-import { assertBody, assertContentLength, assertContentType, openData, readAll, toPayload, type S3Body } from "./body.js";
+import { assertBody, assertContentLength, assertContentType, openData, readAll, toPayload, watchStalls, type S3Body } from "./body.js";
 import type { EtagForm } from "./conditional.js";
+import { Deadline } from "./deadline.js";
+import { typedFailure } from "./failures.js";
 import { StoreIo, type Snapshot } from "./io.js";
 import { probeKeyPrefix } from "./layout.js";
 import type { ManifestHeader } from "./manifest.js";
@@ -77,9 +79,12 @@ export class FencedS3 {
     this.io = new StoreIo(client, resolved);
   }
 
-  /** Proves the backend refuses a stale If-Match and an If-None-Match: * on an existing key; throws otherwise. */
+  /**
+   * Proves the backend refuses a stale If-Match and an If-None-Match: * on an existing key; throws
+   * StoreSetupError ("conditional-writes-unsupported") otherwise.
+   */
   async verify(): Promise<S3VerifyResult> {
-    return this.io.objects.probe(probeKeyPrefix(this.prefix));
+    return this.call("verify", undefined, undefined, (deadline) => this.io.objects.probe(probeKeyPrefix(this.prefix), deadline.signal));
   }
 
   /**
@@ -90,7 +95,8 @@ export class FencedS3 {
   async register(fence: Fence, options?: S3RegisterOptions): Promise<void> {
     const checked = liveFence(fence);
     const { signal } = registerOptions(options);
-    await this.io.raiseFence(checked, undefined, signal);
+    const sent = { open: false };
+    await this.call("register", undefined, signal, (deadline) => this.io.raiseFence(checked, undefined, deadline.signal, sent), sent);
   }
 
   async put(key: string, body: S3Body, options: S3WriteOptions): Promise<S3PutResult> {
@@ -123,6 +129,7 @@ export class FencedS3 {
   async transfer(key: string, options: S3TransferOptions): Promise<S3PutResult | undefined> {
     assertKey(key);
     const o = transferOptions(options);
+    const deadline = this.deadline(o.signal);
     try {
       return await writeManifest(this.io, {
         key,
@@ -132,18 +139,33 @@ export class FencedS3 {
         ifVersion: o.ifVersion ?? { exists: true },
         content: { kind: "carry" },
         contentType: undefined,
-        signal: o.signal,
+        deadline,
+        signal: deadline.signal,
       });
     } catch (err) {
       if (err instanceof NeverWrittenError) return undefined;
       throw err;
+    } finally {
+      deadline.end();
     }
   }
 
+  /**
+   * The key's current version, its body an open stream (consume or destroy it). The call is bounded
+   * by timeoutMs; the body stream then errors with StoreUnavailableError ("timeout") if no byte of
+   * it arrives for timeoutMs while it is being read.
+   */
   async get(key: string): Promise<S3Object | undefined> {
     assertKey(key);
+    const found = await this.call("get", key, undefined, (deadline) => this.open(key, deadline.signal));
+    const { timeoutMs } = this.io.options;
+    if (found !== undefined) watchStalls(found.body, timeoutMs, () => new StoreUnavailableError("s3", "timeout", "get"));
+    return found;
+  }
+
+  private async open(key: string, signal: AbortSignal): Promise<S3Object | undefined> {
     for (let attempt = 0; attempt < this.io.options.maxAttempts; attempt++) {
-      const found = await this.io.readManifest(key, undefined);
+      const found = await this.io.readManifest(key, signal);
       if (found === null) return undefined;
       const { header } = found.snap;
       if (header.body.kind === "tombstone") return undefined;
@@ -151,7 +173,7 @@ export class FencedS3 {
         const bytes = found.inline ?? Buffer.alloc(0);
         return { ...meta(header), body: Readable.from([bytes], { objectMode: false }), size: bytes.length };
       }
-      const data = await openData(this.io.client, this.bucket, header.body.dataKey);
+      const data = await openData(this.io.client, this.bucket, header.body.dataKey, signal);
       // Gone: superseded and cleaned up after we read the manifest. The newer manifest has the newer body.
       if (data === undefined) continue;
       return { ...meta(header), body: data.body, size: data.size };
@@ -161,7 +183,7 @@ export class FencedS3 {
 
   async getBytes(key: string): Promise<S3Bytes | undefined> {
     assertKey(key);
-    const current = await this.readCurrent(key);
+    const current = await this.call("get", key, undefined, (deadline) => this.readCurrent(key, deadline.signal));
     return current?.bytes === undefined ? undefined : { ...meta(current.snap.header), body: current.bytes };
   }
 
@@ -177,11 +199,14 @@ export class FencedS3 {
     const { contentType } = o;
     assertContentType(contentType);
     const attempts = o.maxAttempts ?? this.io.options.maxAttempts;
+    const deadline = this.deadline(o.signal);
     try {
-      return await this.updateRounds(key, fn, { ...o, contentType }, attempts);
+      return await this.updateRounds(key, fn, { ...o, contentType }, attempts, deadline);
     } catch (err) {
-      if (o.signal?.aborted === true) throw o.signal.reason;
-      throw err;
+      // Its writes' failures are typed already (and unknown if an attempt may have landed); its reads' are typed here.
+      throw typedFailure(err, { operation: "update", key, bucket: this.bucket, deadline, open: false });
+    } finally {
+      deadline.end();
     }
   }
 
@@ -190,24 +215,32 @@ export class FencedS3 {
     fn: (old: S3Bytes | undefined) => S3Body | Promise<S3Body>,
     o: ReturnType<typeof writeOptions> & { readonly contentType: string | undefined },
     attempts: number,
+    deadline: Deadline,
   ): Promise<S3PutResult> {
     for (let attempt = 0; attempt < attempts; attempt++) {
-      const current = await this.readCurrent(key, o.signal);
+      const current = await deadline.race(this.readCurrent(key, deadline.signal));
       // A holder the key refuses (stale, or naming another resource) learns it before computing anything.
       const refused = refusal({ key, owner: o.fence.resource, fences: [o.fence], ifVersion: undefined }, current?.snap ?? null);
       if (refused !== undefined) throw refused;
       const old = current?.bytes === undefined ? undefined : { ...meta(current.snap.header), body: current.bytes };
-      const next = await fn(old);
+      // The caller's function runs on the caller's time: the deadline's clock stops meanwhile.
+      const resume = deadline.suspend();
+      let next: S3Body;
+      try {
+        next = await fn(old);
+      } finally {
+        resume();
+      }
       assertBody(next, "update's result");
       try {
         const version = current === null ? null : current.snap.header.writeId;
-        return await this.write(
+        return await this.writeWithin(
           key,
           o.fence,
           this.content(toPayload(next), undefined),
           version,
           o.contentType ?? old?.contentType,
-          o.signal,
+          deadline,
         );
       } catch (err) {
         if (!(err instanceof VersionMismatchError)) throw err;
@@ -230,8 +263,34 @@ export class FencedS3 {
     return { kind: "object", payload, length };
   }
 
+  /** A call's deadline: timeoutMs from now, aborted early by the caller's signal. */
+  private deadline(signal: AbortSignal | undefined): Deadline {
+    return new Deadline(this.io.options.timeoutMs, signal);
+  }
+
+  /**
+   * Runs one call within its deadline, and turns what went wrong into the error it throws
+   * (failures.ts). `sent.open`: whether something it sent may have been applied unanswered.
+   */
+  private async call<T>(
+    operation: string,
+    key: string | undefined,
+    signal: AbortSignal | undefined,
+    work: (deadline: Deadline) => Promise<T>,
+    sent: { readonly open: boolean } = { open: false },
+  ): Promise<T> {
+    const deadline = this.deadline(signal);
+    try {
+      return await deadline.race(work(deadline));
+    } catch (err) {
+      throw typedFailure(err, { operation, key, bucket: this.bucket, deadline, open: sent.open });
+    } finally {
+      deadline.end();
+    }
+  }
+
   /** ifVersion: undefined = any version, null = the key must be absent (update of an absent key). */
-  private write(
+  private async write(
     key: string,
     fence: ReturnType<typeof checkFence>,
     content: Content,
@@ -239,7 +298,24 @@ export class FencedS3 {
     contentType: string | undefined,
     signal: AbortSignal | undefined,
   ): Promise<S3PutResult> {
-    return writeManifest(this.io, { key, owner: fence.resource, fences: [fence], writer: fence, ifVersion, content, contentType, signal });
+    const deadline = this.deadline(signal);
+    try {
+      return await this.writeWithin(key, fence, content, ifVersion, contentType, deadline);
+    } finally {
+      deadline.end();
+    }
+  }
+
+  private writeWithin(
+    key: string,
+    fence: ReturnType<typeof checkFence>,
+    content: Content,
+    ifVersion: string | null | undefined,
+    contentType: string | undefined,
+    deadline: Deadline,
+  ): Promise<S3PutResult> {
+    const intent = { key, owner: fence.resource, fences: [fence], writer: fence, ifVersion, content, contentType };
+    return writeManifest(this.io, { ...intent, deadline, signal: deadline.signal });
   }
 
   /** The current manifest and its body read whole (bytes undefined for a tombstone); null if absent. */

@@ -3,11 +3,12 @@ import { ContentionError } from "../errors.js";
 import { AttemptBodies } from "./bodies.js";
 import type { WriteOutcome } from "./conditional.js";
 import { noResourceFences, resourceFences } from "./fencing.js";
-import { refusal, type Intent, type S3PutResult } from "./intent.js";
-import { refusedOwnEtag, throttledPause, type Snapshot, type StoreIo } from "./io.js";
+import { refusedOwnEtag, typedFailure } from "./failures.js";
+import { NeverWrittenError, refusal, type Intent, type S3PutResult } from "./intent.js";
+import { throttledPause, type Snapshot, type StoreIo } from "./io.js";
 import { manifestKey } from "./layout.js";
 import type { ManifestHeader } from "./manifest.js";
-import { readBatch, refuse, type Prepared, type Run } from "./run.js";
+import { operationOf, outcomeOpen, readBatch, refuse, type Prepared, type Run } from "./run.js";
 
 /**
  * The S3 write: one loop over named steps, each a function of the write's state (`Run`, run.ts).
@@ -19,18 +20,23 @@ import { readBatch, refuse, type Prepared, type Run } from "./run.js";
 export async function writeManifest(io: StoreIo, intent: Intent): Promise<S3PutResult> {
   const run = start(io, intent);
   try {
-    await read(run); // 2
-    await check(run); // 3
-    await run.fencing.raise(run); // 4
-    for (let attempt = 1; ; attempt++) {
-      const sent = await send(run); // 5, 6, 7
-      const outcome = await sent.outcome;
-      if (outcome.ok) return accepted(run, { etag: outcome.etag, header: sent.header }, sent.attempt.target); // 8
-      const landed = await afterFailure(run, sent, outcome, attempt); // 9
-      if (landed !== undefined) return landed;
-    }
+    // Settles by the call's deadline at the latest: a request held past it is abandoned (and aborted).
+    return await intent.deadline.race(steps(run));
   } catch (err) {
     throw await failed(run, err);
+  }
+}
+
+async function steps(run: Run): Promise<S3PutResult> {
+  await read(run); // 2
+  await check(run); // 3
+  await run.fencing.raise(run); // 4
+  for (let attempt = 1; ; attempt++) {
+    const sent = await send(run); // 5, 6, 7
+    const outcome = await sent.outcome;
+    if (outcome.ok) return accepted(run, { etag: outcome.etag, header: sent.header }, sent.attempt.target); // 8
+    const landed = await afterFailure(run, sent, outcome, attempt); // 9
+    if (landed !== undefined) return landed;
   }
 }
 
@@ -38,7 +44,7 @@ function start(io: StoreIo, intent: Intent): Run {
   const { content } = intent;
   const bodies =
     content.kind === "object"
-      ? new AttemptBodies(io, intent.key, content.payload, content.length, intent.contentType, intent.signal)
+      ? new AttemptBodies(io, intent.key, content.payload, content.length, intent.contentType, intent.deadline)
       : undefined;
   const fencing = io.options.checkResourceFence ? resourceFences : noResourceFences;
   const manifest = { snap: null, inline: undefined, fresh: false };
@@ -115,7 +121,7 @@ async function afterFailure(
 ): Promise<S3PutResult | undefined> {
   const { io, intent } = run;
   sent.attempt.ambiguous = outcome.failure === "ambiguous";
-  intent.signal?.throwIfAborted();
+  intent.signal.throwIfAborted();
   if (outcome.failure === "fatal") throw outcome.error;
   await pause(run, outcome, attempt);
   await readBatch(run, { fences: true, manifest: true });
@@ -150,7 +156,7 @@ async function pause(run: Run, outcome: WriteOutcome & { ok: false }, attempt: n
   if (outcome.failure === "throttled") return throttledPause(++run.throttled, signal);
   if (attempt === 1) return;
   run.io.contended(run.intent.key);
-  await sleep(Math.random() * Math.min(2 ** attempt, 50), undefined, signal === undefined ? undefined : { signal });
+  await sleep(Math.random() * Math.min(2 ** attempt, 50), undefined, { signal });
 }
 
 /** 8. The write landed: remember its manifest, and delete what nothing can name any more (in the background). */
@@ -163,16 +169,19 @@ function accepted(run: Run, snap: Snapshot, replaced: Snapshot | null): S3PutRes
   return { version: snap.header.writeId, token: intent.writer.token };
 }
 
-/** The error a failed write throws, after settling what it leaves behind (in the background if it was aborted). */
+/**
+ * The error a failed write throws (failures.ts: typed by what went wrong, and unknown while an
+ * attempt may have landed), after settling what it leaves behind — within the call's deadline; past
+ * it (or once aborted), the settling goes on in the background and flush() waits for it.
+ */
 async function failed(run: Run, err: unknown): Promise<unknown> {
+  const { io, intent } = run;
+  const open = outcomeOpen(run); // taken now: the settling reads the key, but cannot tell more than the write could
   const cleanup = settle(run);
-  const { signal } = run.intent;
-  if (signal?.aborted === true) {
-    run.io.background(() => cleanup);
-    return signal.reason;
-  }
-  await cleanup.catch(() => undefined);
-  return err;
+  io.background(() => cleanup);
+  await intent.deadline.race(cleanup).catch(() => undefined);
+  if (err instanceof NeverWrittenError) return err;
+  return typedFailure(err, { operation: operationOf(intent), key: intent.key, bucket: io.options.bucket, deadline: intent.deadline, open });
 }
 
 /**
@@ -197,7 +206,7 @@ async function settle(run: Run): Promise<void> {
     await bodies?.cleanup(attempts.length === 0 ? undefined : (afterSend?.header ?? null));
     return;
   }
-  const now = (await io.readManifest(intent.key, undefined))?.snap ?? null;
+  const now = (await io.readManifest(intent.key, io.cleanupSignal()))?.snap ?? null;
   const landed = attempts.find((a) => a.writeId === now?.header.writeId);
   await Promise.all([
     bodies?.cleanup(now?.header ?? null),

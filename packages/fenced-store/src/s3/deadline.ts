@@ -1,0 +1,105 @@
+/**
+ * The bound on how long one call of the store waits for the backend (`timeoutMs`). One deadline per
+ * call, started when the call starts: every request the call sends carries its signal, and the call
+ * settles when the deadline passes even if a request is still held somewhere (the SDK's retry
+ * backoff is not abortable). Time the store spends waiting for the caller — for a stream body to
+ * produce bytes, for update()'s function — is not counted: the clock is suspended meanwhile.
+ */
+
+/** The reason a call's signal aborts when its deadline passed. Never thrown to a caller as is. */
+export class DeadlineExceeded extends Error {
+  override readonly name = "DeadlineExceeded";
+  constructor(readonly ms: number) {
+    super(`no answer from the S3 backend within ${ms} ms`);
+  }
+}
+
+export class Deadline {
+  /** Aborts when the deadline passes (reason: DeadlineExceeded) or the caller's signal aborts (its reason). */
+  readonly signal: AbortSignal;
+  private readonly controller = new AbortController();
+  private timer: NodeJS.Timeout | undefined;
+  /** Milliseconds left when the clock was last started. */
+  private left: number;
+  private startedAt = 0;
+  private suspended = 0;
+  private readonly onCallerAbort = (): void => this.controller.abort(this.caller?.reason);
+
+  constructor(
+    readonly ms: number,
+    /** The caller's own signal, if any: its abort is the caller's decision, not a timeout. */
+    readonly caller: AbortSignal | undefined,
+  ) {
+    this.signal = this.controller.signal;
+    this.left = ms;
+    if (caller?.aborted === true) this.controller.abort(caller.reason);
+    else caller?.addEventListener("abort", this.onCallerAbort, { once: true });
+    this.run();
+  }
+
+  /** Whether the deadline passed (not the caller's abort). */
+  get timedOut(): boolean {
+    return this.signal.aborted && this.signal.reason instanceof DeadlineExceeded;
+  }
+
+  /** Whether the caller's own signal aborted the call. */
+  get callerAborted(): boolean {
+    return this.signal.aborted && !(this.signal.reason instanceof DeadlineExceeded);
+  }
+
+  private run(): void {
+    if (this.signal.aborted) return;
+    this.startedAt = performance.now();
+    // Unref'd: a pending deadline alone never keeps the process alive (a request in flight does).
+    this.timer = setTimeout(() => this.controller.abort(new DeadlineExceeded(this.ms)), Math.max(0, this.left)).unref();
+  }
+
+  /**
+   * Stops the clock while the store waits for the caller (its stream, its function); the returned
+   * function starts it again with what was left. Nested suspensions count: the clock runs again when
+   * the last one ends.
+   */
+  suspend(): () => void {
+    if (this.suspended++ === 0 && this.timer !== undefined) {
+      clearTimeout(this.timer);
+      this.timer = undefined;
+      this.left -= performance.now() - this.startedAt;
+    }
+    let resumed = false;
+    return () => {
+      if (resumed) return;
+      resumed = true;
+      if (--this.suspended === 0) this.run();
+    };
+  }
+
+  /**
+   * Settles as `work` does, or rejects with the signal's reason as soon as it aborts, whichever comes
+   * first. What `work` does after that is its own business (its requests are aborted with it).
+   */
+  race<T>(work: Promise<T>): Promise<T> {
+    const { signal } = this;
+    if (signal.aborted) {
+      work.catch(() => undefined); // settles later; never an unhandled rejection
+      return Promise.reject(signal.reason as Error);
+    }
+    return new Promise<T>((resolve, reject) => {
+      const onAbort = (): void => reject(signal.reason as Error);
+      signal.addEventListener("abort", onAbort, { once: true });
+      work.finally(() => signal.removeEventListener("abort", onAbort)).then(resolve, reject);
+    });
+  }
+
+  /** The call is over: the clock stops for good, and the signal never aborts from now on. */
+  end(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    this.suspended = Number.POSITIVE_INFINITY;
+    this.caller?.removeEventListener("abort", this.onCallerAbort);
+  }
+}
+
+/** A signal for a request no call waits for (background cleanup, an abort of an upload): it still gets an answer or gives up. */
+export function requestSignal(ms: number): AbortSignal {
+  return AbortSignal.timeout(ms);
+}
