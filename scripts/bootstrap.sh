@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Makes a fresh Debian machine with Node.js ready to run fenced's demo and tests:
+# Makes a fresh Debian machine with Node.js and npm ready to run fenced's demo and tests:
 # the servers they start (redis-server, PostgreSQL, Ceph radosgw), gcc for the clock shim,
-# SPIN for the protocol's model check, tar for the release test, pnpm, and the workspace's
-# packages. Idempotent and quick when everything is already there.
+# SPIN for the protocol's model check, tar for the release test, a supported Node when the
+# machine's is older (see node-versions.sh), pnpm, and the workspace's packages. Idempotent and
+# quick when everything is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
@@ -33,7 +34,22 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo service postgresql stop >/dev/null 2>&1 || true
 fi
 
+# A machine whose Node is older than the supported range gets Node $FETCHED_NODE_MAJOR from the npm
+# registry's binary package in .cache/node (ignored by git); the machine's own Node is left as it is.
+# supported-node.sh, which the package.json scripts go through, puts it first on PATH.
+source scripts/node-versions.sh
+if ! node_is_supported "$(node --version 2>/dev/null || true)" &&
+  ! node_is_supported "$("$(fetched_node_bin)/node" --version 2>/dev/null || true)"; then
+  echo "this machine's Node ($(node --version 2>/dev/null || echo missing)) is not in $SUPPORTED_NODE_RANGE: fetching Node $FETCHED_NODE_MAJOR into .cache/node" >&2
+  mkdir -p "$FETCHED_NODE_DIR"
+  [ -f "$FETCHED_NODE_DIR/package.json" ] || echo '{ "name": "fenced-node", "private": true }' > "$FETCHED_NODE_DIR/package.json"
+  (cd "$FETCHED_NODE_DIR" && npm install --no-audit --no-fund --loglevel=error "$(node_binary_package)@$FETCHED_NODE_MAJOR")
+  fetched="$("$(fetched_node_bin)/node" --version)"
+  node_is_supported "$fetched" || { echo "fetched Node $fetched, which is not in $SUPPORTED_NODE_RANGE" >&2; exit 1; }
+fi
+
 if ! command -v pnpm >/dev/null || ! pnpm --version | grep -q '^10\.'; then
   npm install -g pnpm@10.34.9 >/dev/null 2>&1
 fi
-pnpm install --frozen-lockfile >/dev/null
+# On the supported Node, so that the dependencies' install scripts build for it.
+scripts/supported-node.sh pnpm install --frozen-lockfile >/dev/null
