@@ -116,3 +116,57 @@ describe("startS3", () => {
     }
   });
 });
+
+describe("startS3({ faults: true })", () => {
+  it("starts a local cluster even with S3_ENDPOINT set; pause, resume, kill and restart act on radosgw, and its data survives", async () => {
+    const saved = process.env.S3_ENDPOINT;
+    process.env.S3_ENDPOINT = "http://127.0.0.1:9"; // would be used without faults: the faults must not be skipped
+    let s3;
+    try {
+      s3 = await startS3({ faults: true });
+    } finally {
+      if (saved === undefined) delete process.env.S3_ENDPOINT;
+      else process.env.S3_ENDPOINT = saved;
+    }
+    try {
+      expect(s3.source).toBe("local");
+      const { faults } = s3;
+      const client = s3.client();
+      const bucket = await s3.createBucket();
+      await client.send(new PutObjectCommand({ Bucket: bucket, Key: "k", Body: "kept" }));
+      const read = async (ms: number): Promise<string> => {
+        const got = await client.send(new GetObjectCommand({ Bucket: bucket, Key: "k" }), { abortSignal: AbortSignal.timeout(ms) });
+        return (await got.Body?.transformToString()) ?? "";
+      };
+      const failure = (ms: number): Promise<unknown> =>
+        read(ms).then(
+          () => undefined,
+          (err: unknown) => err,
+        );
+
+      faults.pause();
+      expect(faults.paused).toBe(true);
+      expect(await failure(300)).toMatchObject({ name: "AbortError" }); // no answer: the request hangs until aborted
+      faults.resume();
+      expect(faults.paused).toBe(false);
+      expect(await read(5_000)).toBe("kept");
+
+      await faults.kill();
+      expect(faults.running).toBe(false);
+      expect(await failure(5_000)).toMatchObject({ code: "ECONNREFUSED" }); // nothing listens on the port
+      const endpoint = s3.endpoint;
+      await faults.restart();
+      expect(faults.running).toBe(true);
+      expect(s3.endpoint).toBe(endpoint);
+      expect(await read(5_000)).toBe("kept"); // same port, same cluster, same objects and user
+
+      // A paused radosgw is killed too, and a restart of a running one kills it first.
+      faults.pause();
+      await faults.restart();
+      expect(faults.paused).toBe(false);
+      expect(await read(5_000)).toBe("kept");
+    } finally {
+      await s3.stop();
+    }
+  });
+});

@@ -8,7 +8,8 @@ import { promisify } from "node:util";
 import { CreateBucketCommand, DeleteBucketCommand, DeleteObjectsCommand, ListObjectsV2Command, S3Client } from "@aws-sdk/client-s3";
 import { dockerAvailable } from "./docker.js";
 import { freePort } from "./ports.js";
-import { killHard, requireExecutable, spawnTracked, waitFor, type Spawned } from "./processes.js";
+import type { ServerFaults } from "./faults.js";
+import { continueTree, killHard, requireExecutable, spawnTracked, stopTree, waitFor, type Spawned } from "./processes.js";
 
 export interface StartedS3 {
   readonly endpoint: string;
@@ -25,6 +26,17 @@ export interface StartedS3 {
   createBucket(name?: string): Promise<string>;
   /** Stops the server and removes its files; idempotent. With S3_ENDPOINT, deletes only the buckets createBucket made. */
   stop(): Promise<void>;
+  /** Present when started with `{ faults: true }`: pause, resume, kill and restart radosgw. */
+  readonly faults?: ServerFaults;
+}
+
+export interface StartS3Options {
+  /**
+   * Start a local Ceph cluster this process owns — never S3_ENDPOINT or a container, even when they
+   * are available — and hand back its `faults`, acting on its radosgw (the cluster's mon and OSD,
+   * which hold the data, are left alone), so that a fault test never skips its fault. Default false.
+   */
+  readonly faults?: boolean;
 }
 
 /** What to install when a Ceph binary is missing. */
@@ -42,7 +54,11 @@ const MEMSTORE_BYTES = 4 * 1024 ** 3;
  * - a MinIO container when a Docker engine answers;
  * - else a private one-host Ceph cluster (ceph-mon, one memstore ceph-osd, radosgw) on free loopback ports.
  */
-export async function startS3(): Promise<StartedS3> {
+export async function startS3(options: StartS3Options & { readonly faults: true }): Promise<StartedS3 & { readonly faults: ServerFaults }>;
+export async function startS3(options?: StartS3Options): Promise<StartedS3>;
+export async function startS3(options: StartS3Options = {}): Promise<StartedS3> {
+  // Faults need the server's process: only a cluster started here has it at hand.
+  if (options.faults === true) return startLocalCeph();
   const endpoint = process.env.S3_ENDPOINT;
   if (endpoint !== undefined && endpoint !== "") {
     const accessKeyId = process.env.S3_ACCESS_KEY_ID;
@@ -67,7 +83,7 @@ interface Connection {
   cleanBuckets: boolean;
 }
 
-function handle(conn: Connection, shutdown: () => Promise<void>): StartedS3 {
+function handle(conn: Connection, shutdown: () => Promise<void>, faults?: ServerFaults): StartedS3 {
   const clients: S3Client[] = [];
   const buckets: string[] = [];
   const client = (): S3Client => {
@@ -93,6 +109,7 @@ function handle(conn: Connection, shutdown: () => Promise<void>): StartedS3 {
     secretAccessKey: conn.secretAccessKey,
     forcePathStyle: true,
     source: conn.source,
+    ...(faults === undefined ? {} : { faults }),
     client,
     async createBucket(name?: string): Promise<string> {
       const bucket = name ?? `fenced-${randomBytes(6).toString("hex")}`;
@@ -206,7 +223,7 @@ rgw_thread_pool_size = 64
 `;
 }
 
-async function startLocalCeph(): Promise<StartedS3> {
+async function startLocalCeph(): Promise<StartedS3 & { readonly faults: ServerFaults }> {
   const bins = cephBinaries();
   let lastError: unknown;
   // A port picked by freePort can be taken by someone else before the daemon binds it: start over with new ports.
@@ -262,11 +279,13 @@ async function cephRun(): Promise<CephRun> {
   return { dir, daemons, shutdown, diagnostics };
 }
 
-/** Waits until radosgw answers HTTP. A daemon that dies during start-up (bad config, port taken) fails the start at once, not at the timeout. */
-async function awaitRadosgw(cluster: CephRun, endpoint: string): Promise<void> {
+/**
+ * Waits until radosgw answers HTTP. A daemon that dies meanwhile (bad config, port taken) fails the
+ * wait at once, not at the timeout.
+ */
+async function awaitRadosgw(cluster: CephRun, endpoint: string, watched: readonly (readonly [string, Spawned])[]): Promise<void> {
   let exited: string | undefined;
-  const names = ["ceph-mon", "ceph-osd", "radosgw"] as const;
-  cluster.daemons.forEach((d, i) => void d.exited.then(() => (exited ??= names[i])));
+  for (const [name, daemon] of watched) void daemon.exited.then(() => (exited ??= name));
   try {
     // A daemon that exits ends the wait at once: it will not come back by itself.
     await waitFor(
@@ -280,7 +299,7 @@ async function awaitRadosgw(cluster: CephRun, endpoint: string): Promise<void> {
   if (exited !== undefined) throw new Error(`${exited} exited during start-up\n${await cluster.diagnostics()}`);
 }
 
-async function startCephOnce(bins: CephBinaries): Promise<StartedS3> {
+async function startCephOnce(bins: CephBinaries): Promise<StartedS3 & { readonly faults: ServerFaults }> {
   const cluster = await cephRun();
   const { dir, daemons } = cluster;
   try {
@@ -309,9 +328,19 @@ async function startCephOnce(bins: CephBinaries): Promise<StartedS3> {
     const frontends = `beast endpoint=${LOOPBACK}:${rgwPort} tcp_nodelay=1`;
     // tcp_nodelay: without it beast's small header and body writes meet the client's delayed ACK
     // and every small GET takes about 40 ms.
-    daemons.push(spawnTracked(bins.rgw, [...c, "-f", "-n", "client.rgw", "--rgw_frontends", frontends], { cwd: dir }));
+    const launchRgw = (): Spawned => {
+      const rgw = spawnTracked(bins.rgw, [...c, "-f", "-n", "client.rgw", "--rgw_frontends", frontends], { cwd: dir });
+      daemons.push(rgw); // stop() kills it with the cluster
+      return rgw;
+    };
+    const [mon, osd] = daemons as [Spawned, Spawned];
+    const rgw = launchRgw();
     const endpoint = `http://${LOOPBACK}:${rgwPort}`;
-    await awaitRadosgw(cluster, endpoint);
+    await awaitRadosgw(cluster, endpoint, [
+      ["ceph-mon", mon],
+      ["ceph-osd", osd],
+      ["radosgw", rgw],
+    ]);
 
     const accessKeyId = `fenced${randomBytes(6).toString("hex")}`;
     const secretAccessKey = randomBytes(20).toString("hex");
@@ -328,10 +357,64 @@ async function startCephOnce(bins: CephBinaries): Promise<StartedS3> {
       "--secret-key",
       secretAccessKey,
     ]);
-    return handle({ endpoint, region: "us-east-1", accessKeyId, secretAccessKey, source: "local", cleanBuckets: false }, cluster.shutdown);
+    const faults = new RadosgwFaults(rgw, async () => {
+      const again = launchRgw();
+      await awaitRadosgw(cluster, endpoint, [["radosgw", again]]);
+      return again;
+    });
+    const conn = { endpoint, region: "us-east-1", accessKeyId, secretAccessKey, source: "local", cleanBuckets: false } as const;
+    return { ...handle(conn, cluster.shutdown, faults), faults };
   } catch (err) {
     await cluster.shutdown();
     throw err;
+  }
+}
+
+/**
+ * Faults of a local cluster's radosgw, the one process that serves S3. The mon and the OSD (which
+ * holds the objects, in memory) keep running, so a restarted radosgw serves the same buckets, users
+ * and objects on the same port.
+ */
+class RadosgwFaults implements ServerFaults {
+  private killed = false;
+  private stopped = false;
+
+  constructor(
+    private rgw: Spawned,
+    /** Launches radosgw again; resolves once it answers HTTP. */
+    private readonly relaunch: () => Promise<Spawned>,
+  ) {}
+
+  get running(): boolean {
+    return !this.killed;
+  }
+
+  get paused(): boolean {
+    return this.stopped;
+  }
+
+  /** SIGSTOP: its sockets stay open (connections are accepted by the kernel's backlog) and nothing answers. */
+  pause(): void {
+    if (this.killed) throw new Error("radosgw is killed; restart() it before pausing");
+    stopTree(this.rgw);
+    this.stopped = true;
+  }
+
+  resume(): void {
+    continueTree(this.rgw);
+    this.stopped = false;
+  }
+
+  async kill(): Promise<void> {
+    await killHard(this.rgw);
+    this.killed = true;
+    this.stopped = false;
+  }
+
+  async restart(): Promise<void> {
+    if (!this.killed) await this.kill();
+    this.rgw = await this.relaunch();
+    this.killed = false;
   }
 }
 
