@@ -4,6 +4,7 @@ import { Command, Option } from "commander";
 import pg from "pg";
 import { pino, type Logger } from "pino";
 import { ZodError } from "zod";
+import { InvalidArgumentError } from "@fenced/fence";
 import { createGateway, type Gateway } from "./app.js";
 import { loadConfig, type ConfigFlags, type GatewayConfig } from "./config.js";
 import { serve, type Serving } from "./http/server.js";
@@ -97,7 +98,8 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
         redis.on("error", (err) => logger.debug({ err, node }, "redis node error"));
         return redis;
       });
-      closers.push(() => Promise.all(clients.map((c) => c.quit().catch(() => c.disconnect()))));
+      // QUIT to a node that is not connected would wait in the offline queue through every reconnection attempt.
+      closers.push(() => Promise.all(clients.map((c) => (c.status === "ready" ? c.quit().catch(() => c.disconnect()) : Promise.resolve(c.disconnect()))));
       const { retryCount, retryDelayMs, retryJitterMs, nodeTimeoutMs, driftFactor, acquireTimeoutMs } = config.redis;
       leases = {
         clients,
@@ -203,6 +205,8 @@ try {
 const logger = pino({ name: "fenced-gateway", level: config.logLevel });
 main(config, logger).catch((err: unknown) => {
   if (err instanceof StartRefusedError) refuse(err.message);
+  // The stores and the lock check their options before any I/O: a value the schema let through (a bucket name S3 refuses).
+  if (err instanceof InvalidArgumentError) refuse(`invalid configuration: ${err.message}`);
   logger.fatal({ err }, "could not start");
   process.exitCode = 1;
 });

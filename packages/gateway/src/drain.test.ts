@@ -1,14 +1,13 @@
-import { spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { Agent, request as httpRequest, type ClientRequest, type IncomingMessage } from "node:http";
 import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { startPostgres, startS3, type StartedPostgres, type StartedS3 } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { FencedS3 } from "@fenced/store/s3";
+import { startCli } from "./cli-test-support.js";
 import { KEYS } from "./test-support.js";
 
 /**
@@ -16,8 +15,6 @@ import { KEYS } from "./test-support.js";
  * it serves, and on SIGTERM stops accepting connections, closes idle ones, lets the request in
  * flight finish and exits 0.
  */
-const CLI = fileURLToPath(new URL("./cli.ts", import.meta.url));
-const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
 
 let postgres: StartedPostgres;
 let s3: StartedS3;
@@ -33,53 +30,6 @@ afterAll(async () => {
   await Promise.allSettled([postgres?.stop(), s3?.stop()]);
   if (dir !== undefined) await rm(dir, { recursive: true, force: true });
 });
-
-interface Child {
-  readonly process: ChildProcess;
-  readonly lines: Record<string, unknown>[];
-  /** Resolves with the first log line whose msg is `msg`. */
-  waitFor(msg: string): Promise<Record<string, unknown>>;
-  readonly exited: Promise<number | null>;
-  stderr(): string;
-}
-
-function startCli(args: string[], env: Record<string, string>): Child {
-  const child = spawn(process.execPath, ["--conditions=source", "--import", "tsx", CLI, ...args], {
-    cwd: ROOT,
-    env: { ...process.env, ...env },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  const lines: Record<string, unknown>[] = [];
-  const waiters: { msg: string; resolve: (line: Record<string, unknown>) => void }[] = [];
-  let buffered = "";
-  let err = "";
-  child.stderr?.on("data", (d: Buffer) => (err += d.toString()));
-  child.stdout?.on("data", (d: Buffer) => {
-    buffered += d.toString();
-    let nl: number;
-    while ((nl = buffered.indexOf("\n")) >= 0) {
-      const line = JSON.parse(buffered.slice(0, nl)) as Record<string, unknown>;
-      buffered = buffered.slice(nl + 1);
-      lines.push(line);
-      for (const w of waiters.filter((w) => w.msg === line.msg)) w.resolve(line);
-    }
-  });
-  const exited = once(child, "exit").then(([code]) => code as number | null);
-  return {
-    process: child,
-    lines,
-    exited,
-    stderr: () => err,
-    waitFor: (msg) => {
-      const seen = lines.find((l) => l.msg === msg);
-      if (seen !== undefined) return Promise.resolve(seen);
-      return Promise.race([
-        new Promise<Record<string, unknown>>((resolve) => waiters.push({ msg, resolve })),
-        exited.then((code) => Promise.reject(new Error(`the gateway exited (${code}) before logging "${msg}": ${err}`))),
-      ]);
-    },
-  };
-}
 
 function refused(port: number): Promise<boolean> {
   return new Promise((resolve) => {

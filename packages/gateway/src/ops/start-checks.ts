@@ -1,4 +1,4 @@
-import { StoreSetupError, StoreUnavailableError } from "@fenced/store";
+import { classify } from "../problems/problem.js";
 import type { BackendHealth } from "./health.js";
 
 /**
@@ -39,22 +39,30 @@ export function refuseUnhealthy(report: StartHealth, timeoutMs: number): void {
     throw new StartRefusedError(`PostgreSQL did not answer SELECT 1 within ${timeoutMs} ms (${postgres.error ?? "no answer"}); ${ANYWAY}`);
   if (s3 !== undefined && !s3.ok)
     throw new StartRefusedError(
-      `S3 did not answer HeadBucket within ${timeoutMs} ms (${s3.error ?? "no answer"}): check the endpoint, the credentials and that the bucket exists; ${ANYWAY}`,
+      `S3 did not confirm the bucket (HeadBucket) within ${timeoutMs} ms (${s3.error ?? "no answer"}): check the endpoint, the credentials and that the bucket exists; ${ANYWAY}`,
     );
 }
 
-/** A failure of the stores' start work (migrate, verify) as a refusal, by type; undefined for anything else. */
+/**
+ * A failure of the stores' start work (migrate, verify) as a refusal, classified as a request's
+ * failure would be (problems/problem.ts): a backend unavailable or not set up; undefined for anything else.
+ */
 export function startRefusal(err: unknown): StartRefusedError | undefined {
-  if (err instanceof StoreSetupError) {
+  const { kind, body } = classify(err);
+  if (kind === "backendMisconfigured") {
     const fix =
-      err.problem === "not-migrated"
-        ? "run the gateway once without --no-migrate, or migrate() the schema"
-        : err.problem === "no-such-bucket"
+      body.problem === "not-migrated"
+        ? "run the gateway without --no-migrate once"
+        : body.problem === "no-such-bucket"
           ? "create the bucket"
           : "use an S3 backend that honours If-Match and If-None-Match";
-    return new StartRefusedError(`${err.backend} is not set up for the store (${err.problem}): ${fix}; ${ANYWAY}`, { cause: err });
+    return new StartRefusedError(`${String(body.backend)} is not set up for the store (${String(body.problem)}): ${fix}; ${ANYWAY}`, {
+      cause: err,
+    });
   }
-  if (err instanceof StoreUnavailableError)
-    return new StartRefusedError(`${err.backend} could not serve the ${err.operation} at start (${err.reason}); ${ANYWAY}`, { cause: err });
+  if (kind === "unavailable")
+    return new StartRefusedError(`a backend could not serve the start's migrate or verify: ${body.detail ?? "unavailable"}; ${ANYWAY}`, {
+      cause: err,
+    });
   return undefined;
 }

@@ -1,0 +1,104 @@
+import { freePort } from "@fenced/servers";
+import { describe, expect, it } from "vitest";
+import { startCli, type Child } from "./cli-test-support.js";
+import { httpClient, KEYS } from "./test-support.js";
+
+/**
+ * The CLI refuses to start half-configured: exit 2 and one line on stderr naming what is wrong and
+ * what to do; --no-start-checks starts anyway when backends are down.
+ */
+const API_KEYS = JSON.stringify([{ id: "admin", key: KEYS.admin, resources: [""], keys: [""], trustedLockClient: true }]);
+const FENCE_KEYS = JSON.stringify([{ id: "k", secret: Buffer.alloc(32, 3).toString("base64") }]);
+// Node's own warnings (a dependency's notice about the Node version) are not the gateway's line.
+const ENV = { FENCED_GATEWAY_API_KEYS: API_KEYS, FENCED_GATEWAY_LOG_LEVEL: "warn", NODE_NO_WARNINGS: "1" };
+
+/** The child's exit code and its stderr, which must be exactly one line. */
+async function refusal(child: Child): Promise<string> {
+  try {
+    expect(await child.exited, child.stderr()).toBe(2);
+  } finally {
+    child.process.kill("SIGKILL");
+  }
+  const lines = child.stderr().trimEnd().split("\n");
+  expect(lines, child.stderr()).toHaveLength(1);
+  return lines[0] ?? "";
+}
+
+const deadPorts = (n: number): Promise<number[]> => Promise.all(Array.from({ length: n }, () => freePort()));
+
+describe("fenced-gateway refuses to start half-configured (exit 2, one line)", () => {
+  it("leases without fence keys", async () => {
+    const line = await refusal(startCli(["--port", "0", "--redis", "redis://127.0.0.1:1"], ENV));
+    expect(line).toMatch(/^fenced-gateway: invalid configuration: fenceKeys: leases \(redis\) need fence keys.*FENCED_GATEWAY_FENCE_KEYS/);
+  });
+
+  it("S3 options in the environment without a bucket: names the variable", async () => {
+    const child = startCli(["--port", "0"], {
+      ...ENV,
+      FENCED_GATEWAY_S3_ENDPOINT: "http://127.0.0.1:1",
+      FENCED_GATEWAY_S3_ACCESS_KEY_ID: "id",
+      FENCED_GATEWAY_S3_SECRET_ACCESS_KEY: "secret",
+    });
+    expect(await refusal(child)).toMatch(/s3\.bucket is missing: .*FENCED_GATEWAY_S3_ENDPOINT.*need FENCED_GATEWAY_S3_BUCKET/);
+  });
+
+  it("no quorum of lock nodes answers PING", async () => {
+    const urls = (await deadPorts(3)).map((p) => `redis://127.0.0.1:${p}`).join(",");
+    const child = startCli(["--port", "0", "--redis", urls], { ...ENV, FENCED_GATEWAY_FENCE_KEYS: FENCE_KEYS });
+    expect(await refusal(child)).toMatch(
+      /the lock has no quorum: 0 of 3 Redis nodes answered PING within 2000 ms, 2 are needed.*--no-start-checks/,
+    );
+  });
+
+  it("PostgreSQL does not answer", async () => {
+    const child = startCli(["--port", "0", "--postgres", `postgres://nobody@127.0.0.1:${await freePort()}/none`], ENV);
+    expect(await refusal(child)).toMatch(/PostgreSQL did not answer SELECT 1 within 2000 ms .*--no-start-checks/);
+  });
+
+  it("an option a store refuses (a bucket name S3 does not allow)", async () => {
+    const child = startCli(["--port", "0", "--s3-bucket", "b"], ENV);
+    expect(await refusal(child)).toMatch(/^fenced-gateway: invalid configuration: bucket: "b" is not a valid S3 bucket name/);
+  });
+
+  it("S3 does not confirm the bucket", async () => {
+    const child = startCli(["--port", "0", "--s3-bucket", "start-check", "--s3-endpoint", `http://127.0.0.1:${await freePort()}`], {
+      ...ENV,
+      FENCED_GATEWAY_S3_ACCESS_KEY_ID: "id",
+      FENCED_GATEWAY_S3_SECRET_ACCESS_KEY: "secret",
+    });
+    expect(await refusal(child)).toMatch(/S3 did not confirm the bucket \(HeadBucket\) within 2000 ms/);
+  });
+
+  it("--no-start-checks starts with every backend down, and /healthz says so", async () => {
+    const [pgPort, s3Port, ...redisPorts] = await deadPorts(5);
+    const child = startCli(
+      [
+        "--port",
+        "0",
+        "--no-start-checks",
+        "--postgres",
+        `postgres://nobody@127.0.0.1:${pgPort}/none`,
+        "--s3-bucket",
+        "start-check",
+        "--s3-endpoint",
+        `http://127.0.0.1:${s3Port}`,
+        "--redis",
+        redisPorts.map((p) => `redis://127.0.0.1:${p}`).join(","),
+      ],
+      { ...ENV, FENCED_GATEWAY_FENCE_KEYS: FENCE_KEYS, FENCED_GATEWAY_LOG_LEVEL: "info" },
+    );
+    try {
+      const listening = await child.waitFor("listening");
+      expect(child.lines.some((l) => l.level === 40 && String(l.msg).startsWith("starting anyway"))).toBe(true);
+      const client = httpClient(Number(listening.port));
+      try {
+        const health = await client.send({ method: "GET", path: "/healthz" });
+        expect(health.status).toBe(503);
+      } finally {
+        client.close();
+      }
+    } finally {
+      child.process.kill("SIGKILL");
+    }
+  });
+});
