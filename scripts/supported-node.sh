@@ -18,5 +18,7 @@ if ! node_is_supported "$current"; then
   # pnpm names the Node it runs on to the scripts it starts; name this one instead.
   [ -z "${NODE:-}" ] || export NODE="$fetched/node"
   [ -z "${npm_node_execpath:-}" ] || export npm_node_execpath="$fetched/node"
+  # Native addons built under it (node-gyp, in pnpm install) compile against its own headers.
+  export npm_config_nodedir="${fetched%/bin}"
 fi
 exec "$@"
