@@ -99,7 +99,9 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
         return redis;
       });
       // QUIT to a node that is not connected would wait in the offline queue through every reconnection attempt.
-      closers.push(() => Promise.all(clients.map((c) => (c.status === "ready" ? c.quit().catch(() => c.disconnect()) : Promise.resolve(c.disconnect()))));
+      closers.push(() =>
+        Promise.all(clients.map((c) => (c.status === "ready" ? c.quit().catch(() => c.disconnect()) : Promise.resolve(c.disconnect())))),
+      );
       const { retryCount, retryDelayMs, retryJitterMs, nodeTimeoutMs, driftFactor, acquireTimeoutMs } = config.redis;
       leases = {
         clients,
