@@ -47,6 +47,12 @@ export interface GatewayOptions {
   /** Per-backend deadline of GET /healthz. Default 2,000 ms. */
   readonly healthTimeoutMs?: number;
   /**
+   * The deadline of each call into a store (the stores' `timeoutMs`): past it the request answers
+   * 503 `unavailable` (nothing written) or `outcome-unknown` (a write sent, its answer lost).
+   * Default 5,000 ms; `objects.timeoutMs` wins for S3.
+   */
+  readonly storeTimeoutMs?: number;
+  /**
    * Serve /healthz and /metrics only on `admin` (an app for a listener of their own, such as an
    * address only the infrastructure reaches), not on `app`. Default false: `app` serves them too.
    */
@@ -95,7 +101,11 @@ export function createGateway(options: GatewayOptions): Gateway {
     options.records === undefined
       ? undefined
       : new FencedPostgres(options.records.pool, options.records.schema === undefined ? {} : { schema: options.records.schema });
-  const objects = options.objects === undefined ? undefined : new FencedS3(options.objects.client, options.objects);
+  const storeTimeoutMs = options.storeTimeoutMs ?? 5_000;
+  const objects =
+    options.objects === undefined
+      ? undefined
+      : new FencedS3(options.objects.client, { ...options.objects, timeoutMs: options.objects.timeoutMs ?? storeTimeoutMs });
 
   const app = newApp(ctx);
   // Fence-on-acquire: a lease request may ask for its fence to be registered with every store here.

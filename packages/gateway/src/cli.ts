@@ -121,6 +121,7 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
       logger,
       limits: config.limits,
       healthTimeoutMs: config.healthTimeoutMs,
+      storeTimeoutMs: config.storeTimeoutMs,
       separateAdmin: config.admin !== undefined,
       ...(records && { records }),
       ...(objects && { objects }),
