@@ -40,7 +40,7 @@ describe("chaos through the gateway, quick mode", () => {
           expect(run?.ops, mode).toBeGreaterThanOrEqual(OPS[backend]);
           expect(run?.timedOut, mode).toBe(false);
           expect(run?.problems, mode).toEqual([]);
-          expect(run?.ok, mode).toBeGreaterThan(0);
+          expect(run?.byOutcome.ok, mode).toBeGreaterThan(0);
         }
         expect(summary.faults["wipe-redis"]).toBeGreaterThan(0);
         expect(violations(runs?.full?.violations), JSON.stringify(runs?.full?.firstViolation)).toBe(0);

@@ -20,8 +20,9 @@ const program = new Command()
   .name("fenced-chaos")
   .description(
     "Fault injection with a history checker: workers increment counters under Redlock leases while a seeded nemesis " +
-      "pauses workers, pauses/kills Redis nodes, wipes a majority of them, jumps a node's clock and delays packets (with --via gateway, also pauses the gateway process); the checker " +
-      "then counts repeated tokens and looks for lost updates, decreasing tokens and writes of two holders at one token. Exits non-zero if 'full' shows a violation or 'unfenced' shows none.",
+      "pauses workers, pauses/kills Redis nodes, wipes a majority of them, jumps a node's clock, delays packets and resets connections, pauses and kills the store server " +
+      "(with --via gateway, also pauses the gateway process); the checker then counts repeated tokens and looks for lost updates, decreasing tokens and writes of two holders at one token, " +
+      "and checks that every call was answered within the deadline plus a margin. Exits non-zero if 'full' shows a violation, 'unfenced' shows none, an answer came late or never, or a process died.",
   )
   .option("--ops <n>", "operations per configuration and backend", positiveInt, 2000)
   .option("--seed <n>", "seed of the fault schedule (same seed, same faults)", nonNegativeInt)
@@ -37,6 +38,14 @@ const program = new Command()
   )
   .option("--ttl <ms>", "lease TTL in ms", positiveInt, 600)
   .option("--workers <n>", "worker processes", positiveInt, 5)
+  .option(
+    "--deadline <ms>",
+    "the stores' deadline (timeoutMs) in the workers and the gateway, and the workers' for a lease",
+    positiveInt,
+    2_000,
+  )
+  .option("--liveness-margin <ms>", "what liveness allows an answer beyond the deadline", nonNegativeInt, 1_500)
+  .option("--no-store-faults", "do not pause or kill the store server")
   .option("--json", "print the summary as JSON, as the last line on stdout", false)
   .option("--out <dir>", "write an SVG plot and the JSON-lines history of every run to this directory")
   .option("--check-history <file>", "only check a history written by --out, and exit non-zero if it has a violation")
@@ -50,19 +59,22 @@ const options = program.opts<{
   via: Via;
   ttl: number;
   workers: number;
+  deadline: number;
+  livenessMargin: number;
+  storeFaults: boolean;
   json: boolean;
   out?: string;
   checkHistory?: string;
 }>();
 
 if (options.checkHistory !== undefined) {
-  const result = check(readHistoryFile(options.checkHistory));
+  const result = check(readHistoryFile(options.checkHistory), { deadlineMs: options.deadline, marginMs: options.livenessMargin });
   const { first: _first, firstViolation, victims: _victims, ...counts } = result;
   const sub = firstViolation?.subHistory.map(describeEvent) ?? [];
   process.stdout.write(
     `${JSON.stringify({ ...counts, firstViolation: firstViolation === undefined ? null : { kind: firstViolation.kind, message: firstViolation.message, subHistory: sub } })}\n`,
   );
-  process.exit(result.valid ? 0 : 1);
+  process.exit(result.valid && result.liveness.late === 0 && result.liveness.unanswered === 0 ? 0 : 1);
 }
 const seed = options.seed ?? Math.floor(Math.random() * 2 ** 31);
 const configs = options.config === "all" ? MODES : [options.config];
@@ -82,6 +94,9 @@ const summary = await runChaos({
   via: options.via,
   ttlMs: options.ttl,
   workers: options.workers,
+  deadlineMs: options.deadline,
+  livenessMarginMs: options.livenessMargin,
+  storeFaults: options.storeFaults,
   log,
   ...(options.out === undefined ? {} : { out: options.out }),
 });
@@ -94,21 +109,28 @@ if (options.json) {
 process.exit(summary.pass ? 0 : 1);
 
 function report(s: ChaosSummary): string {
-  const lines: string[] = [
-    `seed ${s.seed}: ${s.ops} operations, TTL ${s.ttlMs} ms, ${s.workers} workers, ${s.redisNodes} Redis nodes, via ${s.via}`,
-  ];
-  lines.push(
-    `faults: ${Object.entries(s.faults)
+  const list = (counts: Readonly<Record<string, number>>): string =>
+    Object.entries(counts)
       .map(([k, v]) => `${k} ${v}`)
-      .join(", ")}`,
-  );
+      .join(", ");
+  const lines: string[] = [
+    `seed ${s.seed}: ${s.ops} operations, TTL ${s.ttlMs} ms, ${s.workers} workers, ${s.redisNodes} Redis nodes, via ${s.via}, ` +
+      `store deadline ${s.deadlineMs} ms, liveness bound ${s.deadlineMs + s.livenessMarginMs} ms, store faults ${s.storeFaults ? "on" : "off"}`,
+    `faults: ${list(s.faults)}`,
+  ];
   for (const [backend, byMode] of Object.entries(s.runs)) {
     for (const [mode, run] of Object.entries(byMode ?? {})) {
-      const v = Object.entries(run.violations)
-        .map(([k, n]) => `${k} ${n}`)
-        .join(", ");
+      const o = run.byOutcome;
+      const l = run.liveness;
       lines.push(
-        `\n${backend}/${mode}: ${run.ops} ops (ok ${run.ok}, fail ${run.fail}, indeterminate ${run.indeterminate}) in ${(run.durationMs / 1000).toFixed(1)} s; repeated tokens ${run.repeatedTokens}; violations: ${v}`,
+        `\n${backend}/${mode}: ${run.ops} ops in ${(run.durationMs / 1000).toFixed(1)} s`,
+        `  outcomes: ok ${o.ok}, refused ${o.refused}, unavailable ${o.unavailable}, ` +
+          `outcome unknown ${o["outcome-unknown"]} (landed ${run.outcomeUnknown.landed}, not seen ${run.outcomeUnknown.notSeen}), error ${o.error}`,
+        `  errors: ${list(run.errors) || "none"}`,
+        `  faults: ${list(Object.fromEntries(Object.entries(run.faults).filter(([, n]) => n > 0)))}; missed ${run.faultsMissed}`,
+        `  violations: ${list(run.violations)}; repeated tokens ${run.repeatedTokens}; failed but applied ${run.failedButApplied}`,
+        `  liveness: ${l.calls} calls, late ${l.late}, unanswered ${l.unanswered}; slowest answer ${l.slowestMs} ms: ${l.slowest ?? "-"}`,
+        `  process deaths: ${run.deaths.length === 0 ? "none" : run.deaths.join("; ")}`,
       );
       if (run.firstViolation !== undefined) {
         lines.push(`  first violation (${run.firstViolation.kind}): ${run.firstViolation.message}`);

@@ -43,8 +43,16 @@ export interface CounterStore extends CounterAccess {
   init(keys: readonly { key: string; resource: string }[]): Promise<void>;
 }
 
-export function openCounterStore(connection: StoreConnection, mode: Mode): CounterStore {
-  return connection.backend === "postgres" ? new PostgresCounters(connection, mode) : new S3Counters(connection, mode);
+export interface CounterStoreOptions {
+  /**
+   * The deadline of every call, in ms: the stores' `timeoutMs`, and the same bound on the raw
+   * clients of "unfenced" (pg's query_timeout, an abort signal on each S3 request).
+   */
+  readonly timeoutMs: number;
+}
+
+export function openCounterStore(connection: StoreConnection, mode: Mode, options: CounterStoreOptions): CounterStore {
+  return connection.backend === "postgres" ? new PostgresCounters(connection, mode, options) : new S3Counters(connection, mode, options);
 }
 
 /** Objects up to this size are stored inside their manifest: the document grows by one log entry per increment, and every write stays one conditional PUT. */
@@ -61,11 +69,13 @@ class PostgresCounters implements CounterStore {
   constructor(
     connection: Extract<StoreConnection, { backend: "postgres" }>,
     private readonly mode: Mode,
+    { timeoutMs }: CounterStoreOptions,
   ) {
-    this.pool = new pg.Pool({ connectionString: connection.url, max: 2 });
+    this.pool = new pg.Pool({ connectionString: connection.url, max: 2, connectionTimeoutMillis: timeoutMs, query_timeout: timeoutMs });
     // An idle connection broken by a fault would otherwise be an unhandled 'error' that kills the worker.
     this.pool.on("error", () => undefined);
-    this.store = new FencedPostgres(this.pool, { schema: connection.schema });
+    const storeOptions = { schema: connection.schema, timeoutMs };
+    this.store = new FencedPostgres(this.pool, storeOptions);
     // The schema name passed FencedPostgres's check (/^[a-z_][a-z0-9_]{0,62}$/), so it is safe to quote here.
     this.plainUpdate = `UPDATE "${connection.schema}".records SET value = $2 WHERE key = $1`;
   }
@@ -105,11 +115,14 @@ class S3Counters implements CounterStore {
   private readonly client: S3Client;
   private readonly store: FencedS3;
   private readonly bucket: string;
+  private readonly timeoutMs: number;
 
   constructor(
     connection: Extract<StoreConnection, { backend: "s3" }>,
     private readonly mode: Mode,
+    { timeoutMs }: CounterStoreOptions,
   ) {
+    this.timeoutMs = timeoutMs;
     this.client = new S3Client({
       endpoint: connection.endpoint,
       region: connection.region,
@@ -119,12 +132,13 @@ class S3Counters implements CounterStore {
       responseChecksumValidation: "WHEN_REQUIRED",
     });
     this.bucket = connection.bucket;
-    this.store = new FencedS3(this.client, { bucket: connection.bucket, inlineLimit: INLINE_LIMIT });
+    this.store = new FencedS3(this.client, { bucket: connection.bucket, inlineLimit: INLINE_LIMIT, timeoutMs });
   }
 
   async read(key: string): Promise<{ doc: CounterDoc; version: string | undefined }> {
     if (this.mode === "unfenced") {
-      const object = await this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: plainKey(key) }));
+      const signal = AbortSignal.timeout(this.timeoutMs);
+      const object = await this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: plainKey(key) }), { abortSignal: signal });
       const text = (await object.Body?.transformToString("utf8")) ?? "";
       return { doc: parseDoc(JSON.parse(text)), version: undefined };
     }
@@ -138,6 +152,7 @@ class S3Counters implements CounterStore {
     if (this.mode === "unfenced") {
       await this.client.send(
         new PutObjectCommand({ Bucket: this.bucket, Key: plainKey(key), Body: body, ContentType: "application/json" }),
+        { abortSignal: AbortSignal.timeout(this.timeoutMs) },
       );
       return;
     }

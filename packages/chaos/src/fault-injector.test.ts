@@ -1,4 +1,4 @@
-import type { RedisNodeHandle } from "@fenced/servers";
+import type { RedisNodeHandle, ServerFaults } from "@fenced/servers";
 import { describe, expect, it } from "vitest";
 import type { DelayProxy } from "./delay-proxy.js";
 import { FaultInjector, type FaultTargets } from "./fault-injector.js";
@@ -46,6 +46,10 @@ function fakes(): { targets: FaultTargets; actions: string[]; delays: () => numb
     };
   };
   const proxy = {
+    resetConnections: () => {
+      actions.push("reset");
+      return 1;
+    },
     addDelay: (directions: string, ms: number) => {
       delays++;
       actions.push(`delay ${directions} ${ms}`);
@@ -121,7 +125,12 @@ describe("fault injector", () => {
       "wipe-redis": 1,
       "clock-jump": 2,
       delay: 1,
+      reset: 0,
       "pause-gateway": 0,
+      "pause-postgres": 0,
+      "kill-postgres": 0,
+      "pause-s3": 0,
+      "kill-s3": 0,
     });
     // Every fault that started has ended (a clock jump is instantaneous: both at once).
     const starts = events.filter((e) => e.phase === "start").map((e) => e.fault);
@@ -197,5 +206,112 @@ describe("fault injector", () => {
     await injector.stop();
     expect(events.map((e) => e.phase)).toEqual(["missed"]);
     expect(injector.missed).toBe(1);
+  });
+
+  it("pauses and kills the store server one fault at a time, restarts it with its data, and resets a worker's connections", async () => {
+    const { targets, actions } = fakes();
+    let running = true;
+    let paused = false;
+    const store: ServerFaults = {
+      get running() {
+        return running;
+      },
+      get paused() {
+        return paused;
+      },
+      pause: () => {
+        paused = true;
+        actions.push("stop store");
+      },
+      resume: () => {
+        paused = false;
+        actions.push("cont store");
+      },
+      kill: () => {
+        running = false;
+        actions.push("kill store");
+        return Promise.resolve();
+      },
+      restart: async () => {
+        await new Promise((r) => setTimeout(r, 20));
+        running = true;
+        actions.push("restart store");
+      },
+    };
+    const schedule: Fault[] = [
+      { id: 0, at: 0, kind: "pause-postgres", durationMs: 30 },
+      // While the pause lasts: missed.
+      { id: 1, at: 10, kind: "kill-postgres", durationMs: 10 },
+      { id: 2, at: 50, kind: "kill-postgres", durationMs: 10 },
+      // While the kill's restart runs: missed.
+      { id: 3, at: 65, kind: "pause-postgres", durationMs: 10 },
+      { id: 4, at: 70, kind: "reset", worker: 1, link: "store", durationMs: 0 },
+      { id: 5, at: 120, kind: "kill-postgres", durationMs: 60_000 },
+    ];
+    const events: NemesisEvent[] = [];
+    const started = performance.now();
+    const injector = new FaultInjector(
+      schedule[Symbol.iterator](),
+      { ...targets, store },
+      (e) => events.push(e),
+      () => performance.now() - started,
+      600,
+    );
+    injector.start();
+    await new Promise((r) => setTimeout(r, 160));
+    expect(actions).toEqual(["stop store", "cont store", "kill store", "reset", "restart store", "kill store"]);
+    await injector.stop();
+    expect(actions.at(-1)).toBe("restart store");
+    expect(running).toBe(true);
+    expect(injector.missed).toBe(2);
+    expect(injector.faults).toMatchObject({ "pause-postgres": 1, "kill-postgres": 2, reset: 1 });
+    expect(injector.failures).toEqual([]);
+    expect(events.find((e) => e.kind === "reset")).toMatchObject({ target: "worker 1 → store", worker: 1, phase: "start" });
+    expect(events.find((e) => e.kind === "kill-postgres")?.target).toBe("postgres");
+
+    // A restart that fails is a failure of the run, not a silent miss.
+    const broken = { ...store, restart: () => Promise.reject(new Error("port taken")) };
+    running = true;
+    const failing = new FaultInjector(
+      ([{ id: 0, at: 0, kind: "kill-s3", durationMs: 5 }] as Fault[])[Symbol.iterator](),
+      { ...targets, store: broken },
+      () => undefined,
+      () => performance.now() - started,
+      600,
+    );
+    failing.start();
+    await new Promise((r) => setTimeout(r, 40));
+    await failing.stop();
+    expect(failing.failures).toEqual([expect.stringMatching(/port taken/)]);
+  });
+
+  it("marks the faults that stall a worker's calls outside the deadline, for liveness", async () => {
+    const { targets } = fakes();
+    const schedule: Fault[] = [
+      { id: 0, at: 0, kind: "pause-worker", worker: 1, durationMs: 10 },
+      { id: 1, at: 0, kind: "delay", worker: 2, link: 0, directions: "both", delayMs: 900, durationMs: 10 },
+      { id: 2, at: 0, kind: "delay", worker: 3, link: "store", directions: "up", delayMs: 800, durationMs: 10 },
+      { id: 3, at: 0, kind: "pause-gateway", durationMs: 10 },
+    ];
+    const events: NemesisEvent[] = [];
+    const started = performance.now();
+    const gateway = { pause: () => undefined, resume: () => undefined };
+    const linkName = (link: number | "store"): string => (link === "store" ? "store" : "gateway");
+    const injector = new FaultInjector(
+      schedule[Symbol.iterator](),
+      { ...targets, gateway, linkName },
+      (e) => events.push(e),
+      () => performance.now() - started,
+      600,
+    );
+    injector.start();
+    await new Promise((r) => setTimeout(r, 40));
+    await injector.stop();
+    const starts = events.filter((e) => e.phase === "start");
+    expect(starts.find((e) => e.fault === 0)).toMatchObject({ stalls: "worker", worker: 1 });
+    expect(starts.find((e) => e.fault === 1)).toMatchObject({ stalls: "gateway-link", worker: 2, delayMs: 900, directions: "both" });
+    // A delay on the store link is inside the store's deadline.
+    expect(starts.find((e) => e.fault === 2)?.stalls).toBeUndefined();
+    expect(starts.find((e) => e.fault === 3)).toMatchObject({ stalls: "gateway" });
   });
 });

@@ -1,4 +1,4 @@
-import type { RedisNodeHandle } from "@fenced/servers";
+import type { RedisNodeHandle, ServerFaults } from "@fenced/servers";
 import type { DelayProxy } from "./delay-proxy.js";
 import { noFaults, type FaultKind, type NemesisEvent } from "./history.js";
 import { describeTarget, type Fault, type Link } from "./nemesis.js";
@@ -18,7 +18,16 @@ export interface FaultTargets {
   readonly gateway?: { pause(): void; resume(): void };
   /** What a delay on `link` really holds back, when that is not the link itself (through a gateway: "gateway"). */
   readonly linkName?: (link: Link) => string;
+  /** The store server of the run's backend, when it was started for faults. */
+  readonly store?: ServerFaults;
+  /**
+   * Resets the connections a reset of `worker`'s `link` acts on (by default that link's proxy) and
+   * names them ("worker 2 → store", "gateway → store").
+   */
+  readonly reset?: (worker: number, link: Link) => string;
 }
+
+type Extra = Pick<NemesisEvent, "worker" | "stalls" | "delayMs" | "directions">;
 
 interface Active {
   timer: NodeJS.Timeout | undefined;
@@ -37,6 +46,9 @@ export class FaultInjector {
   private readonly clockOffsets = new Map<number, number>();
   private readonly started: Record<FaultKind, number> = noFaults();
   private missedCount = 0;
+  /** A store fault changing the server's state (a kill until its restart answered): another store fault meanwhile is missed. */
+  private storeBusy = false;
+  private readonly errors: string[] = [];
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
 
@@ -63,6 +75,11 @@ export class FaultInjector {
     return this.missedCount;
   }
 
+  /** Faults that could not be applied or undone (a store server that did not restart): the run is not what it claims. */
+  get failures(): readonly string[] {
+    return [...this.errors];
+  }
+
   /** An armed worker reported that it is between its read and its write, and waits: stop it there. */
   reachedRmw(worker: number, fault: number, mono: number): void {
     const armed = this.armed.get(fault);
@@ -70,13 +87,14 @@ export class FaultInjector {
     this.armed.delete(fault);
     this.started["pause-in-rmw"]++;
     const durationMs = armed?.fault.durationMs ?? 2 * this.ttlMs;
-    this.emit(fault, "pause-in-rmw", `worker ${worker}`, "start", worker, mono);
+    const extra: Extra = { worker, stalls: "worker" };
+    this.emit(fault, "pause-in-rmw", `worker ${worker}`, "start", extra, mono);
     this.targets.pauseWorker(worker);
     // Even after stop(): a worker waiting for "continue" must always get it.
     this.hold(fault, this.stopped ? 0 : durationMs, () => {
       this.targets.releaseWorker(worker, fault);
       this.targets.resumeWorker(worker);
-      this.emit(fault, "pause-in-rmw", `worker ${worker}`, "end", worker);
+      this.emit(fault, "pause-in-rmw", `worker ${worker}`, "end", extra);
     });
   }
 
@@ -90,7 +108,11 @@ export class FaultInjector {
     const ending = [...this.active.entries()];
     this.active.clear();
     for (const [, a] of ending) clearTimeout(a.timer);
-    await Promise.allSettled(ending.map(([, a]) => a.end()));
+    await Promise.all(
+      ending.map(([id, a]) =>
+        a.end().catch((err: unknown) => void this.errors.push(`undoing fault ${id}: ${err instanceof Error ? err.message : String(err)}`)),
+      ),
+    );
     while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
   }
 
@@ -102,15 +124,17 @@ export class FaultInjector {
     this.timer = setTimeout(
       () => {
         if (this.stopped) return;
-        this.track(this.apply(fault));
+        this.track(this.apply(fault), `${fault.kind} (fault ${fault.id})`);
         this.scheduleNext();
       },
       Math.max(0, fault.at - this.now()),
     );
   }
 
-  private track(work: Promise<void>): void {
-    const p = work.catch(() => undefined).finally(() => this.inFlight.delete(p));
+  private track(work: Promise<void>, what?: string): void {
+    const p = work
+      .catch((err: unknown) => void this.errors.push(`${what ?? "a fault"}: ${err instanceof Error ? err.message : String(err)}`))
+      .finally(() => this.inFlight.delete(p));
     this.inFlight.add(p);
   }
 
@@ -121,79 +145,146 @@ export class FaultInjector {
   private async apply(fault: Fault): Promise<void> {
     const target = describeTarget(fault, this.nodeNames(), this.targets.linkName);
     switch (fault.kind) {
-      case "pause-worker": {
-        this.targets.pauseWorker(fault.worker);
-        this.began(fault, target, fault.worker);
-        this.hold(fault.id, fault.durationMs, () => {
-          this.targets.resumeWorker(fault.worker);
-          this.emit(fault.id, fault.kind, target, "end", fault.worker);
-        });
-        return;
-      }
-      case "pause-in-rmw": {
-        const windowMs = 2 * this.ttlMs;
-        this.targets.armPauseInRmw(fault.worker, fault.id, this.now() + windowMs);
-        const timer = setTimeout(() => {
-          if (!this.armed.delete(fault.id)) return;
-          this.missedCount++;
-          this.emit(fault.id, fault.kind, target, "missed", fault.worker);
-        }, windowMs);
-        this.armed.set(fault.id, { timer, fault });
-        return;
-      }
-      case "pause-redis": {
-        const node = this.node(fault.node);
-        if (!node.running) return this.miss(fault, target);
-        node.pause();
-        this.began(fault, target);
-        this.hold(fault.id, fault.durationMs, () => {
-          if (node.paused) node.resume();
-          this.emit(fault.id, fault.kind, target, "end");
-        });
-        return;
-      }
+      case "pause-worker":
+      case "pause-in-rmw":
+        return this.applyToWorker(fault, target);
+      case "pause-redis":
       case "kill-redis":
-      case "wipe-redis": {
-        const node = this.node(fault.node);
-        if (!node.running) return this.miss(fault, target);
-        this.began(fault, target);
-        await node.kill();
-        this.hold(fault.id, fault.durationMs, async () => {
-          // A wiped node comes back with an empty data directory: every counter it held is gone.
-          await node.restart({ keepData: fault.kind === "kill-redis" });
-          this.emit(fault.id, fault.kind, target, "end");
-        });
-        return;
-      }
-      case "clock-jump": {
-        const offset = (this.clockOffsets.get(fault.node) ?? 0) + fault.jumpMs;
-        this.clockOffsets.set(fault.node, offset);
-        this.node(fault.node).setClockOffsetMs(offset);
-        this.began(fault, target);
-        this.emit(fault.id, fault.kind, target, "end");
-        return;
-      }
+      case "wipe-redis":
+      case "clock-jump":
+        return this.applyToRedis(fault, target);
+      case "delay":
+      case "reset":
+        return this.applyToLink(fault, target);
       case "pause-gateway": {
         const gateway = this.targets.gateway;
         if (gateway === undefined) return this.miss(fault, target);
         gateway.pause();
-        this.began(fault, target);
+        this.began(fault, target, { stalls: "gateway" });
         this.hold(fault.id, fault.durationMs, () => {
           gateway.resume();
-          this.emit(fault.id, fault.kind, target, "end");
+          this.emit(fault.id, fault.kind, target, "end", { stalls: "gateway" });
         });
         return;
       }
-      case "delay": {
-        const remove = this.targets.proxy(fault.worker, fault.link).addDelay(fault.directions, fault.delayMs);
-        this.began(fault, target, fault.worker);
-        this.hold(fault.id, fault.durationMs, () => {
-          remove();
-          this.emit(fault.id, fault.kind, target, "end", fault.worker);
-        });
-        return;
-      }
+      case "pause-postgres":
+      case "pause-s3":
+      case "kill-postgres":
+      case "kill-s3":
+        return this.applyToStore(fault, target);
     }
+  }
+
+  private applyToWorker(fault: Extract<Fault, { kind: "pause-worker" | "pause-in-rmw" }>, target: string): void {
+    if (fault.kind === "pause-in-rmw") {
+      const windowMs = 2 * this.ttlMs;
+      this.targets.armPauseInRmw(fault.worker, fault.id, this.now() + windowMs);
+      const timer = setTimeout(() => {
+        if (!this.armed.delete(fault.id)) return;
+        this.missedCount++;
+        this.emit(fault.id, fault.kind, target, "missed", { worker: fault.worker });
+      }, windowMs);
+      this.armed.set(fault.id, { timer, fault });
+      return;
+    }
+    const extra: Extra = { worker: fault.worker, stalls: "worker" };
+    this.targets.pauseWorker(fault.worker);
+    this.began(fault, target, extra);
+    this.hold(fault.id, fault.durationMs, () => {
+      this.targets.resumeWorker(fault.worker);
+      this.emit(fault.id, fault.kind, target, "end", extra);
+    });
+  }
+
+  private async applyToRedis(
+    fault: Extract<Fault, { kind: "pause-redis" | "kill-redis" | "wipe-redis" | "clock-jump" }>,
+    target: string,
+  ): Promise<void> {
+    const node = this.node(fault.node);
+    if (fault.kind === "clock-jump") {
+      const offset = (this.clockOffsets.get(fault.node) ?? 0) + fault.jumpMs;
+      this.clockOffsets.set(fault.node, offset);
+      node.setClockOffsetMs(offset);
+      this.began(fault, target);
+      this.emit(fault.id, fault.kind, target, "end");
+      return;
+    }
+    if (!node.running) return this.miss(fault, target);
+    if (fault.kind === "pause-redis") {
+      node.pause();
+      this.began(fault, target);
+      this.hold(fault.id, fault.durationMs, () => {
+        if (node.paused) node.resume();
+        this.emit(fault.id, fault.kind, target, "end");
+      });
+      return;
+    }
+    this.began(fault, target);
+    await node.kill();
+    this.hold(fault.id, fault.durationMs, async () => {
+      // A wiped node comes back with an empty data directory: every counter it held is gone.
+      await node.restart({ keepData: fault.kind === "kill-redis" });
+      this.emit(fault.id, fault.kind, target, "end");
+    });
+  }
+
+  private applyToLink(fault: Extract<Fault, { kind: "delay" | "reset" }>, target: string): void {
+    if (fault.kind === "reset") {
+      const reset = this.targets.reset;
+      const name =
+        reset === undefined ? (this.targets.proxy(fault.worker, fault.link).resetConnections(), target) : reset(fault.worker, fault.link);
+      this.began(fault, name, { worker: fault.worker });
+      this.emit(fault.id, fault.kind, name, "end", { worker: fault.worker });
+      return;
+    }
+    // A delay on a link to the gateway holds a call outside the deadline the gateway keeps: liveness allows for it.
+    const toGateway = this.targets.linkName?.(fault.link) === "gateway";
+    const extra: Extra = {
+      worker: fault.worker,
+      ...(toGateway ? { stalls: "gateway-link" as const, delayMs: fault.delayMs, directions: fault.directions } : {}),
+    };
+    const remove = this.targets.proxy(fault.worker, fault.link).addDelay(fault.directions, fault.delayMs);
+    this.began(fault, target, extra);
+    this.hold(fault.id, fault.durationMs, () => {
+      remove();
+      this.emit(fault.id, fault.kind, target, "end", extra);
+    });
+  }
+
+  /** A store fault finds the server as the last one left it, or is missed: one at a time. */
+  private async applyToStore(
+    fault: Extract<Fault, { kind: "pause-postgres" | "pause-s3" | "kill-postgres" | "kill-s3" }>,
+    target: string,
+  ): Promise<void> {
+    const store = this.targets.store;
+    if (store === undefined || this.storeBusy || !store.running || store.paused) return this.miss(fault, target);
+    this.storeBusy = true;
+    if (fault.kind === "pause-postgres" || fault.kind === "pause-s3") {
+      store.pause();
+      this.began(fault, target);
+      this.hold(fault.id, fault.durationMs, () => {
+        if (store.paused) store.resume();
+        this.storeBusy = false;
+        this.emit(fault.id, fault.kind, target, "end");
+      });
+      return;
+    }
+    this.began(fault, target);
+    try {
+      await store.kill();
+    } catch (err) {
+      this.storeBusy = false;
+      throw err;
+    }
+    this.hold(fault.id, fault.durationMs, async () => {
+      try {
+        // With its data: PostgreSQL recovers its committed transactions, radosgw finds the cluster's objects.
+        await store.restart();
+      } finally {
+        this.storeBusy = false;
+        this.emit(fault.id, fault.kind, target, "end");
+      }
+    });
   }
 
   private node(index: number): RedisNodeHandle {
@@ -202,9 +293,9 @@ export class FaultInjector {
     return node;
   }
 
-  private began(fault: Fault, target: string, worker?: number): void {
+  private began(fault: Fault, target: string, extra: Extra = {}): void {
     this.started[fault.kind]++;
-    this.emit(fault.id, fault.kind, target, "start", worker);
+    this.emit(fault.id, fault.kind, target, "start", extra);
   }
 
   private miss(fault: Fault, target: string): void {
@@ -221,16 +312,16 @@ export class FaultInjector {
       this.active.delete(id);
       await end();
     };
+    const what = `undoing fault ${id}`;
     if (this.stopped) {
-      this.track(once());
+      this.track(once(), what);
       return;
     }
-    const timer = setTimeout(() => this.track(once()), ms);
+    const timer = setTimeout(() => this.track(once(), what), ms);
     this.active.set(id, { timer, end: once });
   }
 
-  private emit(fault: number, kind: FaultKind, target: string, phase: NemesisEvent["phase"], worker?: number, mono?: number): void {
-    const base = { type: "nemesis" as const, fault, kind, target, phase, mono: mono ?? this.now(), wall: Date.now() };
-    this.record(worker === undefined ? base : { ...base, worker });
+  private emit(fault: number, kind: FaultKind, target: string, phase: NemesisEvent["phase"], extra: Extra = {}, mono?: number): void {
+    this.record({ type: "nemesis", fault, kind, target, phase, mono: mono ?? this.now(), wall: Date.now(), ...extra });
   }
 }

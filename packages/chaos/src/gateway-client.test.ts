@@ -30,7 +30,7 @@ let setup: CounterStore;
 beforeAll(async () => {
   [postgres, redis] = await Promise.all([startPostgres(), startRedisNodes(3, { faults: true })]);
   const connection: StoreConnection = { backend: "postgres", url: postgres.url, schema: "chaos_client_test" };
-  setup = openCounterStore(connection, "full");
+  setup = openCounterStore(connection, "full", { timeoutMs: 5_000 });
   await setup.init([{ key: KEY, resource: RESOURCE }]);
   gateway = await GatewayProcess.start({
     apiKey: newApiKey(),
@@ -39,6 +39,7 @@ beforeAll(async () => {
     resources: ["chaos-"],
     keys: ["counter/"],
     nodeTimeoutMs: 150,
+    deadlineMs: 5_000,
     inlineLimit: 1024,
   });
 });

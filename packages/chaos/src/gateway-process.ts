@@ -39,6 +39,8 @@ export interface GatewayProcessOptions {
   readonly nodeTimeoutMs: number;
   /** The S3 store's inline limit, as the library workers': every write is one conditional PUT. */
   readonly inlineLimit: number;
+  /** The deadline of every call into the store (its storeTimeoutMs), and of a lease's acquisition. */
+  readonly deadlineMs: number;
   /** Give up if the gateway does not listen by then. */
   readonly startTimeoutMs?: number;
 }
@@ -97,8 +99,9 @@ export class GatewayProcess {
       port: 0,
       apiKeys: [{ id: "chaos-workers", key: apiKey, resources: options.resources, keys: options.keys }],
       // retryCount 0: a held lock answers 409 at once and the worker retries, as the gateway's clients do.
-      redis: { urls: options.redisUrls, retryCount: 0, nodeTimeoutMs: options.nodeTimeoutMs },
+      redis: { urls: options.redisUrls, retryCount: 0, nodeTimeoutMs: options.nodeTimeoutMs, acquireTimeoutMs: options.deadlineMs },
       ...storeConfig(options.store, options.inlineLimit),
+      storeTimeoutMs: options.deadlineMs,
       // The counter document grows by one log entry per increment.
       limits: { recordBytes: 32 * 1024 * 1024 },
       // Longer than any pause of a worker: a connection it kept alive is still there when it wakes up.

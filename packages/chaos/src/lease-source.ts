@@ -27,20 +27,26 @@ export class NoLeaseError extends Error {
   override readonly name = "NoLeaseError";
 }
 
+/** Why an acquisition given up by its signal had no lease: the run stopped, or its deadline passed. */
+export function whyNoLease(signal: AbortSignal): string {
+  const reason: unknown = signal.reason;
+  return reason instanceof Error && reason.name === "TimeoutError" ? "no lease within the deadline" : "run stopped while acquiring";
+}
+
 /** Between two attempts on a held lock: the same pace in the library workers' Redlock and in a gateway worker's retries. */
 export const RETRY_DELAY_MS = 15;
 export const RETRY_JITTER_MS = 30;
 
 /**
  * Leases from the gateway. A held lock (409 lock-held) or a lock without a quorum (503) is retried at
- * the library's pace until the lease is granted or the run stops, as the library workers' Redlock
+ * the library's pace until the lease is granted, the deadline passes or the run stops, as the library workers' Redlock
  * does; any other failure ends the operation (RegistrationRefusedError, or the client's errors).
  */
 export function gatewayLeases(client: GatewayClient, register: boolean): LeaseSource {
   return {
     async acquire(resource, ttlMs, signal) {
       for (;;) {
-        if (signal.aborted) throw new NoLeaseError("run stopped while acquiring");
+        if (signal.aborted) throw new NoLeaseError(whyNoLease(signal));
         try {
           const lease = await client.acquire(resource, ttlMs, register);
           return {

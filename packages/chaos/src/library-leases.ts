@@ -1,6 +1,6 @@
 import { Redlock } from "@fenced/lock";
 import { Redis } from "ioredis";
-import { NoLeaseError, RETRY_DELAY_MS, RETRY_JITTER_MS, type LeaseSource } from "./lease-source.js";
+import { NoLeaseError, RETRY_DELAY_MS, RETRY_JITTER_MS, whyNoLease, type LeaseSource } from "./lease-source.js";
 
 /**
  * Redlock in the worker's own process, over its own connections (through its delay proxies) to the
@@ -31,7 +31,7 @@ export function libraryLeases(redisUrls: readonly string[], nodeTimeoutMs: numbe
         const fence = { resource: lease.resource, token: lease.token, holder: lease.holder };
         return { fence, credential: undefined, registered: false, release: () => lease.release() };
       } catch (err) {
-        throw new NoLeaseError(signal.aborted ? "run stopped while acquiring" : err instanceof Error ? err.message : String(err), {
+        throw new NoLeaseError(signal.aborted ? whyNoLease(signal) : err instanceof Error ? err.message : String(err), {
           cause: err,
         });
       }

@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { startPostgres, startS3 } from "@fenced/servers";
+import { startPostgres, startS3, type ServerFaults } from "@fenced/servers";
 import type { StoreConnection } from "./counter-store.js";
 import type { Backend, Mode } from "./history.js";
 
@@ -12,6 +12,8 @@ export interface StoreServer {
   /** Where the server listens; the workers' delay proxies forward here. */
   readonly host: string;
   readonly port: number;
+  /** Pause, kill and restart the server (radosgw for S3), when it was started for faults. */
+  readonly faults: ServerFaults | undefined;
   /** A fresh namespace (schema / bucket) for one configuration, connected directly. */
   namespace(mode: Mode): Promise<StoreConnection>;
   stop(): Promise<void>;
@@ -22,21 +24,36 @@ function hostPort(url: string, defaultPort: number): { host: string; port: numbe
   return { host: parsed.hostname, port: parsed.port === "" ? defaultPort : Number(parsed.port) };
 }
 
-export async function startStoreServer(backend: Backend): Promise<StoreServer> {
+export interface StoreServerOptions {
+  /**
+   * Start a server of our own that the nemesis can pause and kill (pause-postgres, kill-postgres,
+   * pause-s3, kill-s3). PostgreSQL is then started durable: a commit it acknowledged must survive a
+   * SIGKILL of every one of its processes. fsync=off alone would keep it (the WAL write reached the
+   * kernel's page cache, which a process kill leaves alone), but synchronous_commit=off would not: it
+   * acknowledges a commit whose WAL is still in the server's shared memory, which dies with it.
+   */
+  readonly faults?: boolean;
+}
+
+export async function startStoreServer(backend: Backend, options: StoreServerOptions = {}): Promise<StoreServer> {
   const suffix = (): string => randomBytes(4).toString("hex");
+  const faults = options.faults === true;
   if (backend === "postgres") {
-    const pg = await startPostgres();
+    const pg = faults ? await startPostgres({ faults: true, durable: true }) : await startPostgres();
     return {
       backend,
       ...hostPort(pg.url, 5432),
+      faults: pg.faults,
       namespace: (mode) => Promise.resolve({ backend, url: pg.url, schema: `chaos_${mode}_${suffix()}` }),
       stop: () => pg.stop(),
     };
   }
-  const s3 = await startS3();
+  // The Ceph cluster's monitor and OSD keep the objects; a kill is radosgw's, restarted on its port.
+  const s3 = faults ? await startS3({ faults: true }) : await startS3();
   return {
     backend,
     ...hostPort(s3.endpoint, s3.endpoint.startsWith("https:") ? 443 : 80),
+    faults: s3.faults,
     namespace: async (mode) => ({
       backend,
       endpoint: s3.endpoint,

@@ -1,7 +1,8 @@
 import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { describeEvent, VIOLATION_KINDS, type ViolationKind } from "./checker.js";
-import { historyToJsonLines, noFaults, type Backend, type FaultKind, type Mode, type Via } from "./history.js";
+import { DEFAULT_LIVENESS, describeEvent, VIOLATION_KINDS, type ViolationKind } from "./checker.js";
+import { historyToJsonLines, noFaults, type Backend, type FaultKind, type Mode, type Outcome, type Via } from "./history.js";
+import { describeCall } from "./liveness.js";
 import { plotHistory } from "./plot.js";
 import { runConfiguration, type RunResult } from "./run.js";
 import { startStoreServer } from "./store-server.js";
@@ -20,6 +21,12 @@ export interface ChaosOptions {
   readonly resources?: number;
   readonly redisNodes?: number;
   readonly workMs?: number;
+  /** The stores' deadline (timeoutMs) in the workers and the gateway, and the workers' for a lease; default 2 s. */
+  readonly deadlineMs?: number;
+  /** What liveness allows an answer beyond the deadline; default 1.5 s. */
+  readonly livenessMarginMs?: number;
+  /** Pause and kill the store server (pause-postgres, kill-postgres, pause-s3, kill-s3); default true. */
+  readonly storeFaults?: boolean;
   /** Directory for the SVG plots and JSON-lines histories; none written if undefined. */
   readonly out?: string;
   readonly log?: (line: string) => void;
@@ -27,13 +34,27 @@ export interface ChaosOptions {
 
 export interface RunSummary {
   readonly ops: number;
-  readonly ok: number;
-  readonly fail: number;
-  readonly indeterminate: number;
+  readonly byOutcome: Readonly<Record<Outcome, number>>;
+  /** Outcome unknown, resolved from the documents read afterwards. */
+  readonly outcomeUnknown: { readonly landed: number; readonly notSeen: number };
   readonly failByReason: Readonly<Record<string, number>>;
+  /** The classes and codes of the errors that ended operations. */
+  readonly errors: Readonly<Record<string, number>>;
   readonly durationMs: number;
   readonly timedOut: boolean;
+  /** Worker and gateway processes that died during the run. */
+  readonly deaths: readonly string[];
   readonly problems: readonly string[];
+  readonly liveness: {
+    readonly calls: number;
+    readonly late: number;
+    readonly unanswered: number;
+    readonly boundMs: number;
+    /** The slowest answer, stalls the nemesis caused outside the deadline taken off. */
+    readonly slowestMs: number;
+    readonly slowest: string | undefined;
+    readonly firstLate: string | undefined;
+  };
   readonly faults: Readonly<Record<FaultKind, number>>;
   readonly faultsMissed: number;
   readonly violations: Readonly<Record<ViolationKind, number>>;
@@ -53,12 +74,15 @@ export interface ChaosSummary {
   readonly resources: number;
   readonly redisNodes: number;
   readonly workMs: number;
+  readonly deadlineMs: number;
+  readonly livenessMarginMs: number;
+  readonly storeFaults: boolean;
   /** Operations over every configuration and backend. */
   readonly ops: number;
   readonly faults: Readonly<Record<FaultKind, number>>;
   readonly runs: Partial<Record<Backend, Partial<Record<Mode, RunSummary>>>>;
   readonly pass: boolean;
-  /** Why the run failed: full showed a violation, unfenced showed none, a run repeated no token, timed out or made no progress. */
+  /** Why the run failed: full showed a violation, unfenced showed none, a run repeated no token, an answer came late or never, a process died, a run timed out or made no progress. */
   readonly failures: readonly string[];
 }
 
@@ -73,15 +97,26 @@ function summarize(result: RunResult): RunSummary {
     const half = SUB_HISTORY_LINES / 2;
     subHistory = [...subHistory.slice(0, half), `… ${subHistory.length - SUB_HISTORY_LINES} more events …`, ...subHistory.slice(-half)];
   }
+  const l = c.liveness;
   return {
     ops: c.ops.total,
-    ok: c.ops.ok,
-    fail: c.ops.fail,
-    indeterminate: c.ops.info,
+    byOutcome: c.ops.byOutcome,
+    outcomeUnknown: c.ops.outcomeUnknown,
     failByReason: c.ops.failByReason,
+    errors: c.ops.errors,
     durationMs: result.durationMs,
     timedOut: result.timedOut,
+    deaths: result.deaths,
     problems: result.problems,
+    liveness: {
+      calls: l.calls,
+      late: l.late,
+      unanswered: l.unanswered,
+      boundMs: l.deadlineMs + l.marginMs,
+      slowestMs: l.slowest === undefined ? 0 : Math.round(l.slowest.ms - l.slowest.stalledMs),
+      slowest: l.slowest === undefined ? undefined : describeCall(l.slowest),
+      firstLate: l.firstLate === undefined ? undefined : describeCall(l.firstLate),
+    },
     faults: result.faults,
     faultsMissed: result.faultsMissed,
     violations: c.violations,
@@ -101,8 +136,12 @@ export function verdict(runs: ChaosSummary["runs"]): string[] {
     for (const [mode, run] of Object.entries(byMode ?? {})) {
       const where = `${backend}/${mode}`;
       if (run.timedOut) failures.push(`${where}: timed out after ${run.ops} operations`);
+      for (const death of run.deaths) failures.push(`${where}: ${death}`);
       for (const problem of run.problems) failures.push(`${where}: ${problem}`);
-      if (run.ok === 0) failures.push(`${where}: no operation succeeded`);
+      if (run.byOutcome.ok === 0) failures.push(`${where}: no operation succeeded`);
+      const l = run.liveness;
+      if (l.late > 0) failures.push(`${where}: ${l.late} call(s) answered after ${l.boundMs} ms, the first: ${l.firstLate ?? "?"}`);
+      if (l.unanswered > 0) failures.push(`${where}: ${l.unanswered} operation(s) never answered`);
       if (mode === "full" && total(run.violations) > 0)
         failures.push(`${where}: ${total(run.violations)} violation(s) ${JSON.stringify(run.violations)}`);
       // Unfenced writes under a lease are expected to break; if they do not, the faults were too gentle to prove anything.
@@ -123,6 +162,9 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosSummary> {
     resources: options.resources ?? 2,
     redisNodes: options.redisNodes ?? 5,
     workMs: options.workMs ?? 2,
+    deadlineMs: options.deadlineMs ?? DEFAULT_LIVENESS.deadlineMs,
+    livenessMarginMs: options.livenessMarginMs ?? DEFAULT_LIVENESS.marginMs,
+    storeFaults: options.storeFaults ?? true,
   };
   if (options.out !== undefined) await mkdir(options.out, { recursive: true });
   const via = options.via ?? "library";
@@ -131,7 +173,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosSummary> {
   let ops = 0;
   for (const backend of options.backends) {
     log(`starting ${backend}`);
-    const store = await startStoreServer(backend);
+    const store = await startStoreServer(backend, { faults: settings.storeFaults });
     try {
       for (const mode of options.configs) {
         const result = await runConfiguration({

@@ -1,10 +1,10 @@
-import { setTimeout as sleep } from "node:timers/promises";
-import { StaleTokenError, VersionMismatchError, type Fence } from "@fenced/store";
+import type { Fence } from "@fenced/store";
 import type { CounterAccess, CounterStore, StoreConnection } from "./counter-store.js";
-import { GatewayClient, GatewayRefusedError, RegistrationRefusedError } from "./gateway-client.js";
+import { GatewayClient } from "./gateway-client.js";
 import { GatewayCounters } from "./gateway-counters.js";
-import { headOf, increment, monoSince, type FailReason, type Mode, type OpEvent } from "./history.js";
-import { gatewayLeases, NoLeaseError, type LeaseSource, type WorkerLease } from "./lease-source.js";
+import { monoSince, type Mode, type OpEvent } from "./history.js";
+import { gatewayLeases, type LeaseSource } from "./lease-source.js";
+import { runOperation } from "./operation.js";
 import { hash32, Random } from "./random.js";
 
 /**
@@ -30,6 +30,8 @@ export interface WorkerConfig {
   readonly gateway?: { readonly port: number; readonly apiKey: string; readonly timeoutMs: number };
   /** Per lock node, in the worker's own Redlock. */
   readonly nodeTimeoutMs: number;
+  /** The stores' deadline (timeoutMs), and the worker's for acquiring a lease. */
+  readonly deadlineMs: number;
   /** resource → counter key */
   readonly counters: Readonly<Record<string, string>>;
   readonly ttlMs: number;
@@ -63,28 +65,32 @@ function send(message: FromWorker): Promise<void> {
   });
 }
 
+/** The worker's leases and store access: its own Redlock and store clients, or a gateway's. */
+async function connect(
+  config: WorkerConfig,
+): Promise<{ leases: LeaseSource; store: CounterAccess; register: ((fence: Fence) => Promise<void>) | undefined }> {
+  // Loaded only where used: a worker that goes through a gateway never loads the lock, nor (unless
+  // unfenced) a store client; five of them start in a fraction of the time.
+  const direct = async (): Promise<CounterStore> =>
+    (await import("./counter-store.js")).openCounterStore(config.store, config.mode, { timeoutMs: config.deadlineMs });
+  if (config.gateway === undefined) {
+    const leases = (await import("./library-leases.js")).libraryLeases(config.redisUrls, config.nodeTimeoutMs);
+    const counters = await direct();
+    return { leases, store: counters, register: config.mode === "full" ? (fence) => counters.register(fence) : undefined };
+  }
+  const client = new GatewayClient(config.gateway.port, config.gateway.apiKey, config.gateway.timeoutMs);
+  const leases = gatewayLeases(client, config.mode === "full");
+  const store = config.mode === "unfenced" ? await direct() : new GatewayCounters(client, config.store.backend, config.mode);
+  // Through a gateway, "full" registers on acquire: the gateway does it before it answers.
+  return { leases, store, register: undefined };
+}
+
 async function main(config: WorkerConfig): Promise<void> {
   let origin = process.hrtime.bigint();
   const now = (): number => monoSince(origin);
   const rnd = new Random(hash32(config.seed ^ Math.imul(config.worker + 1, 0x9e3779b1)));
   const resources = Object.keys(config.counters);
-  let leases: LeaseSource;
-  let store: CounterAccess;
-  /** Fence-on-acquire done by the worker itself ("full" without a gateway; the gateway does it before it answers). */
-  let register: ((fence: Fence) => Promise<void>) | undefined;
-  // Loaded only where used: a worker that goes through a gateway never loads the lock, nor (unless
-  // unfenced) a store client; five of them start in a fraction of the time.
-  const direct = async (): Promise<CounterStore> => (await import("./counter-store.js")).openCounterStore(config.store, config.mode);
-  if (config.gateway === undefined) {
-    leases = (await import("./library-leases.js")).libraryLeases(config.redisUrls, config.nodeTimeoutMs);
-    const counters = await direct();
-    store = counters;
-    if (config.mode === "full") register = (fence) => counters.register(fence);
-  } else {
-    const client = new GatewayClient(config.gateway.port, config.gateway.apiKey, config.gateway.timeoutMs);
-    leases = gatewayLeases(client, config.mode === "full");
-    store = config.mode === "unfenced" ? await direct() : new GatewayCounters(client, config.store.backend, config.mode);
-  }
+  const { leases, store, register } = await connect(config);
 
   let armed: { fault: number; until: number } | undefined;
   let proceed: (() => void) | undefined;
@@ -104,77 +110,35 @@ async function main(config: WorkerConfig): Promise<void> {
   await send({ type: "ready" });
   await started;
 
-  const stamp = (op: string, resource: string): { op: string; worker: number; resource: string; mono: number; wall: number } => ({
-    op,
+  const betweenReadAndWrite = async (): Promise<void> => {
+    if (armed === undefined) return;
+    const { fault, until } = armed;
+    armed = undefined;
+    if (now() > until) return;
+    // Waiting for "continue" (not stopping itself) makes the write wait for the end of the pause
+    // however the controller's SIGSTOP and SIGCONT race with this process's own steps.
+    const resumed = new Promise<void>((resolve) => (proceed = resolve));
+    await send({ type: "between-read-and-write", worker: config.worker, fault, mono: now() });
+    await resumed;
+    proceed = undefined;
+  };
+  const context = {
     worker: config.worker,
-    resource,
-    mono: now(),
-    wall: Date.now(),
-  });
-  const emit = (event: OpEvent): Promise<void> => send({ type: "event", event });
-
+    leases,
+    store,
+    register,
+    ttlMs: config.ttlMs,
+    acquireDeadlineMs: config.deadlineMs,
+    workMs: config.workMs,
+    rnd,
+    now,
+    stopping: stopping.signal,
+    emit: (event: OpEvent) => send({ type: "event", event }),
+    betweenReadAndWrite,
+  };
   for (let seq = 0; !stopping.signal.aborted; seq++) {
-    const op = `${config.worker}.${seq}`;
     const resource = rnd.pick(resources);
-    const key = config.counters[resource] ?? resource;
-    await emit({ type: "invoke", ...stamp(op, resource) });
-    let lease: WorkerLease;
-    try {
-      lease = await leases.acquire(resource, config.ttlMs, stopping.signal);
-    } catch (err) {
-      const message = err instanceof Error ? err.message : String(err);
-      if (err instanceof RegistrationRefusedError) {
-        // The lock granted a lease with this token; a store refused to register it and the gateway
-        // released it at once, without disclosing its holder id. It is an acquisition all the same.
-        const token = err.token.toString();
-        await emit({ type: "acquired", ...stamp(op, resource), token, holder: null });
-        await emit({ type: "fail", ...stamp(op, resource), token, reason: "stale", message });
-      } else await emit({ type: "fail", ...stamp(op, resource), reason: err instanceof NoLeaseError ? "lock" : "error", message });
-      continue;
-    }
-    const token = lease.fence.token.toString();
-    // The public holder id, never the secret value: the history is written to disk.
-    const held = { token, holder: lease.fence.holder };
-    await emit({ type: "acquired", ...stamp(op, resource), ...held });
-    let writeStart: number | undefined;
-    try {
-      if (register !== undefined && !lease.registered) await register(lease.fence);
-      const { doc, version } = await store.read(key);
-      await emit({ type: "read", ...stamp(op, resource), token, count: doc.count, head: headOf(doc) });
-      await sleep(rnd.between(0, config.workMs));
-      if (armed !== undefined) {
-        const { fault, until } = armed;
-        armed = undefined;
-        if (now() <= until) {
-          // Waiting for "continue" (not stopping itself) makes the write wait for the end of the pause
-          // however the controller's SIGSTOP and SIGCONT race with this process's own steps.
-          const resumed = new Promise<void>((resolve) => (proceed = resolve));
-          await send({ type: "between-read-and-write", worker: config.worker, fault, mono: now() });
-          await resumed;
-          proceed = undefined;
-        }
-      }
-      const next = increment(doc, op, token);
-      writeStart = now();
-      await store.write(key, next, lease, version);
-      await emit({ type: "ok", ...stamp(op, resource), ...held, read: doc.count, wrote: next.count, writeStart });
-    } catch (err) {
-      // A gateway that refused the request (a 4xx) wrote nothing, sent or not.
-      const reason: FailReason | undefined =
-        err instanceof StaleTokenError
-          ? "stale"
-          : err instanceof VersionMismatchError
-            ? "version"
-            : writeStart === undefined || err instanceof GatewayRefusedError
-              ? "error"
-              : undefined;
-      const message = err instanceof Error ? err.message : String(err);
-      if (reason !== undefined) await emit({ type: "fail", ...stamp(op, resource), ...held, reason, message });
-      // The write was sent and failed in an unknown way (a broken connection, a timeout): it may have landed.
-      else await emit({ type: "info", ...stamp(op, resource), ...held, message, writeStart: writeStart ?? now() });
-    } finally {
-      await lease.release().catch(() => undefined);
-    }
+    await runOperation(context, `${config.worker}.${seq}`, resource, config.counters[resource] ?? resource);
   }
 
   await store.close().catch(() => undefined);
