@@ -109,6 +109,7 @@ describe("the OpenAPI document", () => {
         ["/problems/too-large", 413],
         ["/problems/unsupported-media-type", 415],
         ["/problems/corrupt-state", 502],
+        ["/problems/backend-error", 502],
         ["/problems/unavailable", 503],
         ["/problems/outcome-unknown", 503],
         ["/problems/backend-misconfigured", 503],

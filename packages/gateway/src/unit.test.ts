@@ -18,6 +18,7 @@ import { ApiKeys } from "./auth/api-keys.js";
 import { loadConfig } from "./config.js";
 import { decodeLeaseId, encodeLeaseId, LEASE_ID_PATTERN } from "./auth/lease-id.js";
 import { GatewayMetrics } from "./ops/metrics.js";
+import { BackendFailedError } from "./problems/backend-errors.js";
 import { problemSchema } from "./problems/kinds.js";
 import { classify, HttpProblem } from "./problems/problem.js";
 import { decodeHeaderText, encodeHeaderText, keyFromPath, tokenSchema } from "./schemas/validation.js";
@@ -141,6 +142,7 @@ describe("problems", () => {
       [new StoreSetupError("postgres", "not-migrated", "no table"), "backendMisconfigured", 503, "30"],
       [new StoreSetupError("s3", "no-such-bucket", "no bucket"), "backendMisconfigured", 503, "30"],
       [new CorruptStateError("s3", "manifest", "orders/1", "truncated"), "corruptState", 502, undefined],
+      [new BackendFailedError("s3", { cause: new Error("AccessDenied") }), "backendError", 502, undefined],
     ] as const;
     for (const [err, kind, status, retryAfter] of cases) {
       const problem = classify(err);

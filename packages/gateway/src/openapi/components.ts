@@ -67,7 +67,7 @@ export function problemResponses(kinds: readonly ProblemKind[]): Record<string, 
 export const ALWAYS: readonly ProblemKind[] = ["unauthorized", "notFound", "unavailable", "internal"];
 export const JSON_BODY: readonly ProblemKind[] = ["invalid", "tooLarge", "mediaType"];
 // A route that calls a store: the backend may not be set up for it, or hold state the store did not write.
-export const STORE: readonly ProblemKind[] = ["backendMisconfigured", "corruptState"];
+export const STORE: readonly ProblemKind[] = ["backendMisconfigured", "corruptState", "backendError"];
 // A store write (a put, a delete, a lease's registration) may have been applied with its answer lost.
 export const STORE_WRITE: readonly ProblemKind[] = [...STORE, "outcomeUnknown"];
 export const WRITE: readonly ProblemKind[] = [

@@ -1,3 +1,5 @@
+import pg from "pg";
+
 /**
  * A backend failed at the connection level: the request may succeed once it is back (HTTP 503).
  * Decided where the backend was called (metrics.time), from what the drivers throw, by type and
@@ -11,6 +13,34 @@ export class BackendUnavailableError extends Error {
   ) {
     super(`the ${store} backend could not be reached`, options);
   }
+}
+
+/**
+ * A backend answered a call with an error that no store classifies (S3: AccessDenied,
+ * InvalidAccessKeyId; PostgreSQL: permission denied): the backend refused, not the gateway. HTTP 502.
+ */
+export class BackendFailedError extends Error {
+  override readonly name = "BackendFailedError";
+  constructor(
+    readonly backend: "postgres" | "s3",
+    options: { cause: unknown },
+  ) {
+    super(`the ${backend} backend answered with an error`, options);
+  }
+}
+
+/** The backend behind each route family that calls a store. */
+const BACKEND_OF: Readonly<Record<string, "postgres" | "s3">> = { records: "postgres", objects: "s3" };
+
+/**
+ * Whether `err`, thrown by a call to `store`, is the backend's own error answer: an AWS SDK service
+ * exception (it carries the SDK's `$fault` and `$metadata`) or node-postgres's DatabaseError.
+ */
+export function backendOf(store: string, err: unknown): "postgres" | "s3" | undefined {
+  const backend = BACKEND_OF[store];
+  if (backend === "postgres" && err instanceof pg.DatabaseError) return backend;
+  if (backend === "s3" && typeof err === "object" && err !== null && "$fault" in err && "$metadata" in err) return backend;
+  return undefined;
 }
 
 // Socket-level failures from Node (any backend).

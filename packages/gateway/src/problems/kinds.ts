@@ -195,6 +195,15 @@ export const PROBLEM_TYPES = {
     }),
     reason: "corrupt_state",
   },
+  backendError: {
+    status: 502,
+    type: "/problems/backend-error",
+    title: "A backend answered with an error",
+    description:
+      "A backend refused the call with an error no store classifies (wrong credentials or permissions, a statement the database refused); the detail is only in the gateway's log. Nothing was written: an operator must look",
+    extensions: z.strictObject({ backend: storeBackend }),
+    reason: "backend_error",
+  },
   unavailable: {
     status: 503,
     type: "/problems/unavailable",
