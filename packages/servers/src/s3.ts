@@ -209,6 +209,11 @@ osd_pool_default_pg_autoscale_mode = off
 osd_crush_chooseleaf_type = 0
 # radosgw creates its pools one map change at a time at first start; the default 1 s per change dominates start-up.
 paxos_propose_interval = 0.05
+# radosgw watches objects for cache notifications; a killed radosgw's watches stay until the OSD times
+# them out, and until then every notification (a bucket created, a user changed) waits for it: 30 s
+# by default. Clients ping their watches at each objecter tick: ticks of 0.5 s keep live ones alive.
+osd_client_watch_timeout = 3
+objecter_tick_interval = 0.5
 
 [mon]
 mon_data = ${dir}/mon/$id

@@ -188,3 +188,18 @@ export function answerOnWire(client: S3Client, answer: (call: WireCall) => Promi
 export function isFenceWrite(info: RequestInfo): boolean {
   return info.command === "PutObjectCommand" && (info.key?.includes("/fences/") ?? false);
 }
+
+/** An error shaped like Node's for a failed connection (ECONNREFUSED: nothing was sent; ECONNRESET: the connection dropped). */
+export function networkError(code: "ECONNREFUSED" | "ECONNRESET"): Error {
+  return Object.assign(new Error(`injected ${code}`), { code });
+}
+
+/**
+ * Wraps the client's HTTP handler: `around` sees each request as it would go on the wire, inside the
+ * SDK's retry loop and every middleware, and decides whether (and when) it is sent.
+ */
+export function aroundWire(client: S3Client, around: (call: WireCall, send: () => Promise<unknown>) => Promise<unknown>): void {
+  const handler = client.config.requestHandler as { handle: (request: WireCall, ...rest: unknown[]) => Promise<unknown> };
+  const handle = handler.handle.bind(handler);
+  handler.handle = (request, ...rest) => around(request, () => handle(request, ...rest));
+}
