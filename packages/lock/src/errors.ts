@@ -1,14 +1,34 @@
-/** Why one node did not count for an operation. */
+/**
+ * Why one node did not count for an operation. Classified by error codes and client state, never by
+ * message text; `detail` is the error's message, for people.
+ */
 export type NodeFailure =
   | { readonly node: number; readonly reason: "held"; readonly detail?: string }
+  /**
+   * The node is known down: its client's last attempt to connect failed and it has not connected
+   * since (`code` ECONNREFUSED, or ETIMEDOUT, EHOSTUNREACH, ENOTFOUND … of that attempt), or a call
+   * failed with ECONNREFUSED. The round did not wait for it.
+   */
+  | { readonly node: number; readonly reason: "refused"; readonly code: string; readonly detail: string }
+  /** No answer within nodeTimeoutMs while its connection was up (a paused or overloaded node), or down with no error seen. */
   | { readonly node: number; readonly reason: "timeout" }
-  /** The outcome was decided before this node answered; it was not waited for. */
+  /** The outcome was decided before this node answered (or before it was asked); it was not waited for. */
   | { readonly node: number; readonly reason: "unanswered" }
-  | { readonly node: number; readonly reason: "error"; readonly detail: string }
+  /**
+   * The call failed, or the node's connection was lost and not back within nodeTimeoutMs. `code`: the
+   * system error's (ECONNRESET, EPIPE, …) or the Redis error reply's (WRONGTYPE, ERR, …), when it has one.
+   */
+  | { readonly node: number; readonly reason: "error"; readonly code?: string; readonly detail: string }
   | { readonly node: number; readonly reason: "not-held" };
 
 function describe(failures: readonly NodeFailure[]): string {
-  return failures.map((f) => `node ${f.node}: ${f.reason}${"detail" in f && f.detail !== undefined ? ` (${f.detail})` : ""}`).join("; ");
+  return failures
+    .map((f) => {
+      const code = "code" in f && f.code !== undefined ? ` ${f.code}` : "";
+      const detail = "detail" in f && f.detail !== undefined ? ` (${f.detail})` : "";
+      return `node ${f.node}: ${f.reason}${code}${detail}`;
+    })
+    .join("; ");
 }
 
 /** acquire() gave up: no attempt reached a quorum. `nodes` holds the per-node reasons of the last attempt. */

@@ -52,8 +52,8 @@ describe("a lease held elsewhere", () => {
   });
 
   it("an expired lease cannot be extended, even after someone else held and released the resource", async () => {
-    const lease = await acquirer.acquire("held/expired", 50);
-    await new Promise((r) => setTimeout(r, 80));
+    const lease = await acquirer.acquire("held/expired", 100);
+    await new Promise((r) => setTimeout(r, 130));
     const next = await acquirer.acquire("held/expired", 1_000);
     await next.release();
     await expect(other.extend({ resource: lease.resource, token: lease.token, value: lease.value }, 10_000)).rejects.toBeInstanceOf(

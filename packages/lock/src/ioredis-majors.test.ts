@@ -14,6 +14,7 @@ import {
   leaseValuesOn,
   loadScripts,
   ready,
+  refusedReconnect,
   startTestNodes,
   type TestNodes,
 } from "./test-support.js";
@@ -135,21 +136,24 @@ describe.each(IOREDIS_MAJORS)("the lock on ioredis %i clients", (major) => {
       expect(granted[i]! > granted[i - 1]!, `grant ${i}: ${granted[i]} after ${granted[i - 1]}`).toBe(true);
   });
 
-  it("a killed node counts as an error; the other two grant, and the node serves again once restarted", async () => {
+  it("a killed node counts as refused; the other two grant, and the node serves again once restarted", async () => {
     const resource = "majors/killed";
+    const refused = refusedReconnect(t.clients[2]!);
     await t.nodes[2]!.kill();
+    // Until the client has tried to reconnect, a killed node is only a closed connection (an `error` without code).
+    await refused;
     try {
       const lease = await redlock.acquire(resource, 2_000);
       expect(lease.token).toBe(1n);
       await lease.release();
-      // With node A held by someone else, B's grant is not enough: the attempt fails on A's refusal and C's error.
+      // With node A held by someone else, B's grant is not enough: the attempt fails on A's refusal and C being down.
       await holdAs(t.admin[0]!, "majors/killed-held", "another-holder", 5_000);
       const error = await redlock.acquire("majors/killed-held", 2_000).catch((e: unknown) => e);
       expect(error).toBeInstanceOf(LockNotAcquiredError);
       // B granted, or had not answered when A and C decided the attempt.
       expect((error as LockNotAcquiredError).nodes.filter((n) => n.node !== 1).map((n) => [n.node, n.reason])).toEqual([
         [0, "held"],
-        [2, "error"],
+        [2, "refused"],
       ]);
     } finally {
       await t.nodes[2]!.restart({ keepData: true });

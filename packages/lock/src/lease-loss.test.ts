@@ -5,7 +5,7 @@ import { LeaseLostError } from "./errors.js";
 import type { Lease } from "./lease.js";
 import { Redlock } from "./redlock.js";
 import { resourceKeys } from "./keys.js";
-import { holdAs, leaseValuesOn, ready, startTestNodes, type TestNodes } from "./test-support.js";
+import { holdAs, leaseValuesOn, ready, refusedReconnect, startTestNodes, type TestNodes } from "./test-support.js";
 
 const TTL_MS = 3_000;
 
@@ -53,8 +53,11 @@ describe("losing the majority while holding a lease in using()", () => {
           acquiredAt = performance.now();
           expect(lease.signal.aborted).toBe(false);
           const victims = t.nodes.slice(2);
-          if (fault === "killed") await Promise.all(victims.map((n) => n.kill()));
-          else for (const node of victims) node.pause();
+          if (fault === "killed") {
+            const refused = Promise.all(t.clients.slice(2).map(refusedReconnect));
+            await Promise.all(victims.map((n) => n.kill()));
+            await refused;
+          } else for (const node of victims) node.pause();
           loss = await lossOf(lease, TTL_MS + 1_000);
           return "routine finished";
         })
@@ -70,7 +73,8 @@ describe("losing the majority while holding a lease in using()", () => {
       const lost = reason as LeaseLostError;
       expect(lost.kind).toBe("quorum-lost");
       expect(lost.nodes.map((n) => n.node)).toEqual([2, 3, 4]);
-      expect(lost.nodes.every((n) => n.reason === (fault === "killed" ? "error" : "timeout"))).toBe(true);
+      // A killed node is known down (its client's reconnects are refused); a paused one keeps its connection and is silent.
+      expect(lost.nodes.every((n) => n.reason === (fault === "killed" ? "refused" : "timeout"))).toBe(true);
       expect(outcome).toHaveProperty("error");
       expect((outcome as { error: unknown }).error).toBe(reason);
     });

@@ -80,9 +80,48 @@ function checkRetryCount(value: unknown, argument: string): number {
   throw new InvalidArgumentError(argument, `must be a non-negative integer or Infinity, got ${String(value)}`);
 }
 
+/**
+ * The shortest TTL the lock grants. A lease is of use only if its holder can act on it before it
+ * ends: acquiring costs a round trip to every node, each ACQUIRE waits for its node's fsync
+ * (appendfsync always: a few ms on a local SSD, tens of ms on network disks), and the holder then
+ * needs at least one more round trip (a fenced write; using() extends at half the validity, which
+ * must fit an extension round). Below 100 ms an ordinary fsync, GC pause or event-loop stall uses up
+ * most of the lease, and it would routinely run out before its first use; 100 ms leaves room for a
+ * few such delays. Larger TTLs are what a lease is for (a deadline for work that takes a while).
+ */
+export const MIN_TTL_MS = 100;
+
+/** A TTL's type and range: an integer number of milliseconds in [MIN_TTL_MS, MAX_MS]. */
 export function assertTtl(ttlMs: unknown, argument = "ttlMs"): asserts ttlMs is number {
-  if (typeof ttlMs !== "number" || !Number.isInteger(ttlMs) || ttlMs < 1 || ttlMs > MAX_MS) {
-    throw new InvalidArgumentError(argument, `must be an integer number of milliseconds between 1 and ${MAX_MS}, got ${String(ttlMs)}`);
+  if (typeof ttlMs === "number" && Number.isInteger(ttlMs) && ttlMs < MIN_TTL_MS) {
+    throw new InvalidArgumentError(
+      argument,
+      `must be at least ${MIN_TTL_MS} milliseconds, got ${ttlMs}: a shorter lease would run out before its holder could use it`,
+    );
+  }
+  if (typeof ttlMs !== "number" || !Number.isInteger(ttlMs) || ttlMs > MAX_MS) {
+    throw new InvalidArgumentError(
+      argument,
+      `must be an integer number of milliseconds between ${MIN_TTL_MS} and ${MAX_MS}, got ${String(ttlMs)}`,
+    );
+  }
+}
+
+/**
+ * A TTL a Redlock with this driftFactor can grant: assertTtl's range, and at least 1 ms of validity
+ * left after the drift allowance — without it, every round would take the lease and give it back.
+ * Not checked against nodeTimeoutMs: that bounds the slow case, while nodes usually answer far
+ * sooner, so a TTL shorter than the timeout still gets a lease whenever the nodes answer in time
+ * (a round that takes longer leaves no validity, and counts as failed).
+ */
+export function checkTtl(ttlMs: unknown, driftFactor: number, argument = "ttlMs"): asserts ttlMs is number {
+  assertTtl(ttlMs, argument);
+  const drift = driftMs(ttlMs, driftFactor);
+  if (ttlMs - drift < 1) {
+    throw new InvalidArgumentError(
+      argument,
+      `${ttlMs} milliseconds leaves no validity after the drift allowance of ${drift} milliseconds (driftFactor ${driftFactor} × TTL + 2)`,
+    );
   }
 }
 

@@ -1,10 +1,14 @@
 import { MAX_TOKEN } from "@fenced/fence";
 import { redisErrorCode, type RedisClient } from "./client.js";
 import type { NodeFailure } from "./errors.js";
+import { connectionFailure, failureOf, lateFailure, onAnyDown, type NodeWatch } from "./node-watch.js";
 import { INTEGER_REPLY_LIMIT, type Script } from "./scripts.js";
 
 /** One node's answer to one fan-out: a value, or why it does not count. */
-export type Reply<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly failure: NodeFailure };
+export type Reply<T> =
+  | { readonly ok: true; readonly value: T }
+  /** `unsent`: the node was not sent the call (it was known down, or the outcome was known first). */
+  | { readonly ok: false; readonly failure: NodeFailure; readonly unsent?: true };
 
 export function quorumOf(nodes: number): number {
   return Math.floor(nodes / 2) + 1;
@@ -54,40 +58,62 @@ export interface FanOut<T> {
   parse?(raw: unknown): T;
   /** A second call after `send` failed with `err` (a NOSCRIPT answer: see fallBack), or undefined. Asked even after the fan-out resolved. */
   retry?(node: number, err: unknown): Promise<unknown> | undefined;
+  /** The watch of node `node`'s connection (node-watch.ts), if its client has one. */
+  watch?(node: number): NodeWatch | undefined;
+  /**
+   * A cleanup call (RELEASE): every node gets it, also once the outcome is known, and also a node
+   * known down — its client queues it behind whatever it queued for that node before, so a late
+   * ACQUIRE there is undone when the node is back — but the fan-out does not wait for a node known down.
+   * Otherwise a node known down is not sent the call, nor is any node once the outcome is known.
+   */
+  readonly cleanup?: boolean;
 }
 
 /**
  * Sends to every node at once and resolves as soon as `decided` says the outcome is known,
- * every node has answered, or `timeoutMs` has passed (unanswered nodes then read as timeouts).
- * One timer per fan-out, not one per node: the timeout is per node in effect, since all requests
- * leave together. Each node's call costs one promise reaction, with parsing and the NOSCRIPT retry
- * inside it: this runs for every node of every operation, and each avoided promise shows up in the
- * lock's throughput. Replies that arrive after resolution are ignored; callers that must clean up
- * after slow nodes (acquire) address every node again, not just the ones that answered.
+ * every node has answered, or `timeoutMs` has passed (unanswered nodes then read as timeouts, or as
+ * the error their connection is down with). A node whose client is known down (node-watch.ts) fails
+ * at once as `refused`, before anything is sent, and so does a node seen down while the round waits
+ * for it. One timer per fan-out, not one per node: the timeout is per node in effect, since all
+ * requests leave together. Each node's call costs one promise reaction, with parsing and the NOSCRIPT
+ * retry inside it: this runs for every node of every operation, and each avoided promise shows up in
+ * the lock's throughput. Replies that arrive after resolution are ignored; callers that must clean up
+ * after slow nodes (acquire) address every node they sent to again (the replies say which: `unsent`).
  */
 export function fanOut<T>(count: number, timeoutMs: number, how: FanOut<T>): Promise<Reply<T>[]> {
   return new Promise((resolve) => {
     const replies: (Reply<T> | undefined)[] = new Array<Reply<T> | undefined>(count).fill(undefined);
+    const watches = how.watch === undefined ? [] : Array.from({ length: count }, (_, node) => how.watch?.(node));
     let answered = 0;
     let done = false;
+    // False until the nodes that are up have been sent the call; a node still unanswered then was never asked.
+    let asked = false;
+    let stopWatching = (): void => undefined;
     const finish = (timedOut: boolean): void => {
       if (done) return;
       done = true;
       clearTimeout(timer);
-      resolve(replies.map((r, node) => r ?? { ok: false, failure: { node, reason: timedOut ? "timeout" : "unanswered" } }));
+      stopWatching();
+      resolve(
+        replies.map((r, node) => {
+          if (r !== undefined) return r;
+          const failure: NodeFailure = timedOut ? lateFailure(node, watches[node]) : { node, reason: "unanswered" };
+          return asked ? { ok: false, failure } : { ok: false, failure, unsent: true };
+        }),
+      );
     };
+    // A node counts once: the first of its reply, its failure, or its being seen down.
     const settle = (node: number, reply: Reply<T>): void => {
+      if (done || replies[node] !== undefined) return;
       replies[node] = reply;
       answered++;
       if (how.decided(reply, node) || answered === count) finish(false);
     };
-    const failed = (node: number, err: unknown): void => {
-      if (!done) settle(node, { ok: false, failure: { node, reason: "error", detail: err instanceof Error ? err.message : String(err) } });
-    };
+    const failed = (node: number, err: unknown): void => settle(node, { ok: false, failure: failureOf(node, err, watches[node]) });
     const watch = (node: number, call: Promise<unknown>, first: boolean): void => {
       call.then(
         (raw) => {
-          if (done) return;
+          if (done || replies[node] !== undefined) return;
           let value: T;
           try {
             value = how.parse === undefined ? (raw as T) : how.parse(raw);
@@ -105,7 +131,25 @@ export function fanOut<T>(count: number, timeoutMs: number, how: FanOut<T>): Pro
       );
     };
     const timer = setTimeout(() => finish(true), timeoutMs);
-    for (let node = 0; node < count; node++) watch(node, how.send(node), true);
+    // Nodes known down count first, so that a quorum they make impossible is known before anything is sent.
+    for (let node = 0; node < count; node++) {
+      const down = watches[node]?.down;
+      if (down === undefined) continue;
+      if (how.cleanup === true) watch(node, how.send(node), true);
+      const failure = connectionFailure(node, down);
+      settle(node, how.cleanup === true ? { ok: false, failure } : { ok: false, failure, unsent: true });
+    }
+    if (done && how.cleanup !== true) return;
+    asked = true;
+    for (let node = 0; node < count; node++) if (replies[node] === undefined) watch(node, how.send(node), true);
+    if (done || watches.length === 0) return;
+    // A node whose client sees it down while the round waits for it: its call stays queued in the client, the round stops waiting.
+    stopWatching = onAnyDown(() => {
+      for (let node = 0; node < count; node++) {
+        const down = replies[node] === undefined ? watches[node]?.down : undefined;
+        if (down !== undefined) settle(node, { ok: false, failure: connectionFailure(node, down) });
+      }
+    });
   });
 }
 

@@ -6,12 +6,13 @@ import { LeaseLostError, LockNotAcquiredError, TokenSpaceExhaustedError, type No
 import { resourceKeys } from "./keys.js";
 import { Lease, leaseInternals } from "./lease.js";
 import { newLeaseValue } from "./lease-value.js";
+import { watchOf, type NodeWatch } from "./node-watch.js";
 import {
-  assertTtl,
   checkAcquireOptions,
   checkClients,
   checkHeld,
   checkSettings,
+  checkTtl,
   driftMs,
   type AcquireOptions,
   type HeldLease,
@@ -51,6 +52,8 @@ export class Redlock {
     this.clients = checkClients<RedisClient>(clients);
     this.quorum = quorumOf(this.clients.length);
     this.#settings = checkSettings(options);
+    // Watch the connections from the start, so that a node already down is known before the first round.
+    for (const client of this.clients) watchOf(client);
   }
 
   /**
@@ -59,7 +62,7 @@ export class Redlock {
    */
   async acquire(resource: string, ttlMs: number, options?: AcquireOptions): Promise<Lease> {
     assertResource(resource);
-    assertTtl(ttlMs);
+    this.#checkTtl(ttlMs);
     const { retryCount, signal } = checkAcquireOptions(options, this.#settings.retryCount);
     return this.#acquire(resource, ttlMs, retryCount, signal);
   }
@@ -83,7 +86,7 @@ export class Redlock {
    */
   async using<T>(resource: string, ttlMs: number, routine: (lease: Lease) => Promise<T>, options?: AcquireOptions): Promise<T> {
     assertResource(resource);
-    assertTtl(ttlMs);
+    this.#checkTtl(ttlMs);
     if (typeof routine !== "function") throw new InvalidArgumentError("routine", "must be a function (lease) => Promise");
     const { retryCount, signal } = checkAcquireOptions(options, this.#settings.retryCount);
     const threshold = this.#extensionThreshold(ttlMs);
@@ -125,21 +128,22 @@ export class Redlock {
     }
   }
 
+  /** A TTL this Redlock can grant: at least MIN_TTL_MS, and leaving validity after its drift allowance (options.ts). */
+  #checkTtl(ttlMs: unknown): asserts ttlMs is number {
+    checkTtl(ttlMs, this.#settings.driftFactor);
+  }
+
   /**
    * When using() extends: with this much validity left. A lease of `ttlMs` is never valid for longer
    * than `ttlMs` minus the drift allowance, so a threshold at or above that would extend back to back
-   * and never wait; such a call is refused before acquiring.
+   * and never wait; such a call is refused before acquiring. (#checkTtl has made that longest validity
+   * positive, so the default, half of it, is always below it.)
    */
   #extensionThreshold(ttlMs: number): number {
     const longestValidity = ttlMs - driftMs(ttlMs, this.#settings.driftFactor);
     const configured = this.#settings.automaticExtensionThresholdMs;
     const threshold = configured ?? longestValidity / 2;
     if (threshold < longestValidity) return threshold;
-    if (configured === undefined)
-      throw new InvalidArgumentError(
-        "ttlMs",
-        `${ttlMs} ms leaves no validity after the drift allowance (${driftMs(ttlMs, this.#settings.driftFactor)} ms)`,
-      );
     throw new InvalidArgumentError(
       "options.automaticExtensionThresholdMs",
       `${configured} ms leaves no time to wait between extensions: a lease of ${ttlMs} ms is valid for at most ${longestValidity} ms`,
@@ -159,7 +163,7 @@ export class Redlock {
    */
   async extend(held: HeldLease, ttlMs: number): Promise<Lease> {
     const { resource, token, value, validUntil } = checkHeld(held);
-    assertTtl(ttlMs);
+    this.#checkTtl(ttlMs);
     // Wall clock to monotonic once, here: the round's deadline is the previous end, or start + ttlMs.
     const previousMs = validUntil === undefined ? ttlMs : Math.min(ttlMs, validUntil - Date.now());
     if (previousMs <= 0) throw new LeaseLostError(resource, token, "expired");
@@ -177,7 +181,7 @@ export class Redlock {
    */
   async release(held: HeldLease): Promise<void> {
     const { resource, value } = checkHeld(held);
-    await this.#releaseAll(resourceKeys(resource).lease, value, false);
+    await this.#releaseAll(resourceKeys(resource).lease, value, false, this.#allNodes());
   }
 
   /** One acquisition round: grant + counter on all nodes, publish if needed, then the validity. */
@@ -194,15 +198,18 @@ export class Redlock {
     const replies = await fanOut(this.clients.length, this.#settings.nodeTimeoutMs, {
       send: (node) => evalSha(this.#client(node), call),
       retry: (node, err) => fallBack(this.#client(node), call, err, stillWanted),
+      watch: (node) => this.#watch(node),
       parse: parseGrant,
       decided: (reply) => tally.add(reply),
     });
     fanningOut = false;
+    // The nodes this attempt sent ACQUIRE to: the only ones it can have left a lease key on.
+    const reached = replies.flatMap((reply, node) => (!reply.ok && reply.unsent === true ? [] : [node]));
     const choice = chooseToken(replies, this.quorum);
     const ceiling = ceilingReached(replies, choice, this.quorum);
     if (ceiling !== undefined) {
       // Never ask any node for a token past 2^63 - 1; leave nothing behind, then stop (retrying cannot help).
-      await this.#releaseAll(keys.lease, value, true);
+      await this.#releaseAll(keys.lease, value, true, reached);
       throw new TokenSpaceExhaustedError(resource, ceiling);
     }
     let counted = choice?.counted.length ?? 0;
@@ -215,26 +222,30 @@ export class Redlock {
       const validityMs = Math.floor(ttlMs - elapsed - driftMs(ttlMs, this.#settings.driftFactor));
       if (validityMs > 0) return new Lease(this, resource, choice.token, value, validityMs);
     }
-    // Not acquired: release everywhere, including nodes that timed out (their grant may still land).
-    await this.#releaseAll(keys.lease, value, true);
+    // Not acquired: release on every node it sent to, including those that timed out or went down
+    // meanwhile (their grant may still land; the release is queued behind it).
+    await this.#releaseAll(keys.lease, value, true, reached);
     return failures(replies, (g: Grant, node) => (g.granted ? undefined : { node, reason: "held" }));
   }
 
   /** Raises the counters of granting nodes that are behind to `token`; resolves with how many now count. */
   async #publish(lease: string, counter: string, value: string, token: bigint, nodes: readonly number[], needed: number): Promise<number> {
     let moved = 0;
+    let missed = 0;
     const call: ScriptCall = { script: SCRIPTS.publish, keys: [lease, counter], args: [value, token.toString()] };
     await fanOut(nodes.length, this.#settings.nodeTimeoutMs, {
       send: (i) => evalSha(this.#client(nodes[i] as number), call),
       retry: (i, err) => fallBack(this.#client(nodes[i] as number), call, err),
-      decided: (reply) => reply.ok && reply.value === 1 && ++moved >= needed,
+      watch: (i) => this.#watch(nodes[i] as number),
+      // Over once enough moved, or once so many did not that `needed` cannot be reached.
+      decided: (reply) => (reply.ok && reply.value === 1 ? ++moved >= needed : ++missed > nodes.length - needed),
     });
     return moved;
   }
 
   /** @internal LeaseOwner: extends on every node; resolves with the new validity or throws LeaseLostError. */
   async extendLease(lease: Lease, ttlMs: number): Promise<number> {
-    assertTtl(ttlMs);
+    this.#checkTtl(ttlMs);
     const keys = resourceKeys(lease.resource);
     const start = performance.now();
     const deadline = start + lease.remainingMs;
@@ -243,6 +254,10 @@ export class Redlock {
     const replies = await fanOut(this.clients.length, this.#settings.nodeTimeoutMs, {
       send: (node) => evalSha(this.#client(node), call),
       retry: (node, err) => fallBack(this.#client(node), call, err),
+      watch: (node) => this.#watch(node),
+      // Not over before every node answered unless a quorum confirmed: the answers of the rest tell a
+      // lost lease (a majority answers not-held; using() then gives up at once) from nodes that could
+      // not be asked. A node known down answers at once (refused), so only a silent node makes it wait.
       decided: (reply) => reply.ok && reply.value === 1 && ++confirmed >= this.quorum,
     });
     const now = performance.now();
@@ -257,26 +272,38 @@ export class Redlock {
 
   /** @internal LeaseOwner: deletes this lease's value on every node. */
   async releaseLease(lease: Lease): Promise<void> {
-    await this.#releaseAll(resourceKeys(lease.resource).lease, lease.value, false);
+    await this.#releaseAll(resourceKeys(lease.resource).lease, lease.value, false, this.#allNodes());
   }
 
   /**
    * Release resolves once a majority answered (waiting for all would pay the slowest node's tail);
    * the rest complete in the background. After a failed acquire it waits for every node, so that a
-   * loser has left nothing behind by the time acquire() rejects.
+   * loser has left nothing behind by the time acquire() rejects — except on nodes known down, which
+   * get the release queued behind what they were sent before, and are not waited for.
    */
-  async #releaseAll(lease: string, value: string, waitForAll: boolean): Promise<void> {
-    const needed = waitForAll ? this.clients.length : this.quorum;
+  async #releaseAll(lease: string, value: string, waitForAll: boolean, nodes: readonly number[]): Promise<void> {
+    if (nodes.length === 0) return;
+    const needed = waitForAll ? nodes.length : Math.min(this.quorum, nodes.length);
     let answered = 0;
     const call: ScriptCall = { script: SCRIPTS.release, keys: [lease], args: [value] };
-    await fanOut(this.clients.length, this.#settings.nodeTimeoutMs, {
-      send: (node) => evalSha(this.#client(node), call),
-      retry: (node, err) => fallBack(this.#client(node), call, err),
+    await fanOut(nodes.length, this.#settings.nodeTimeoutMs, {
+      send: (i) => evalSha(this.#client(nodes[i] as number), call),
+      retry: (i, err) => fallBack(this.#client(nodes[i] as number), call, err),
+      watch: (i) => this.#watch(nodes[i] as number),
+      cleanup: true,
       decided: () => ++answered >= needed,
     });
   }
 
+  #allNodes(): number[] {
+    return this.clients.map((_, node) => node);
+  }
+
   #client(node: number): RedisClient {
     return this.clients[node] as RedisClient;
+  }
+
+  #watch(node: number): NodeWatch | undefined {
+    return watchOf(this.#client(node));
   }
 }

@@ -123,6 +123,23 @@ export async function ready(redis: LockClient, timeoutMs = 5_000): Promise<void>
   }
 }
 
+/**
+ * Resolves once the client has had a connection attempt refused: its node is down, and the lock
+ * (which watches the client's connection errors) knows it. Call it before the kill: with the tests'
+ * retry strategy the first refusal follows within milliseconds.
+ */
+export function refusedReconnect(client: LockClient): Promise<void> {
+  const emitter = client as unknown as NodeJS.EventEmitter;
+  return new Promise((resolve) => {
+    const onError = (err: Error & { code?: unknown }): void => {
+      if (err.code !== "ECONNREFUSED") return;
+      emitter.removeListener("error", onError);
+      resolve();
+    };
+    emitter.on("error", onError);
+  });
+}
+
 export function maxOf(values: readonly bigint[]): bigint {
   return values.reduce((a, b) => (b > a ? b : a), -1n);
 }

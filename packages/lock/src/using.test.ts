@@ -61,9 +61,10 @@ describe("using() and `await using`", () => {
       expect(error, `threshold ${threshold}`).toBeInstanceOf(InvalidArgumentError);
       expect((error as InvalidArgumentError).argument).toBe("options.automaticExtensionThresholdMs");
     }
-    // The default threshold is half the longest validity: a TTL whose drift allowance leaves none is refused too.
-    const drifty = new Redlock(t.clients, { retryCount: 0, driftFactor: 0.5 });
-    await expect(drifty.using("threshold/no-validity", 4, routine)).rejects.toThrow(
+    // The default threshold is half the longest validity: a TTL whose drift allowance leaves none is refused too
+    // (0.99 × 200 + 2 = 200 ms: nothing left).
+    const drifty = new Redlock(t.clients, { retryCount: 0, driftFactor: 0.99 });
+    await expect(drifty.using("threshold/no-validity", 200, routine)).rejects.toThrow(
       expect.objectContaining({ name: "InvalidArgumentError", argument: "ttlMs" }) as Error,
     );
     expect(await scriptCalls(t.admin)).toBe(before);

@@ -1,0 +1,143 @@
+import { performance } from "node:perf_hooks";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { LockNotAcquiredError, type NodeFailure } from "./errors.js";
+import { Redlock } from "./redlock.js";
+import { Redis } from "ioredis";
+import { connect, counterOn, loadScripts, ready, refusedReconnect, startTestNodes, type TestNodes } from "./test-support.js";
+
+/** A client as an application configures one: ioredis's defaults (offline queue, retries, backoff), and an "error" listener. */
+async function appClient(node: TestNodes["nodes"][number]): Promise<Redis> {
+  const client = new Redis({ host: node.host, port: node.port, lazyConnect: true });
+  client.on("error", () => undefined);
+  await client.connect();
+  return client;
+}
+
+/** Kills nodes and resolves once their clients have had a reconnect refused (the lock then knows them down). */
+async function killAndWait(t: TestNodes, clients: readonly Redis[], nodes: readonly number[]): Promise<void> {
+  const refused = Promise.all(nodes.map((i) => refusedReconnect(clients[i]!)));
+  await Promise.all(nodes.map((i) => t.nodes[i]!.kill()));
+  await refused;
+}
+
+async function acquireError(redlock: Redlock, resource: string): Promise<{ error: LockNotAcquiredError; ms: number }> {
+  const start = performance.now();
+  const error = await redlock.acquire(resource, 10_000).catch((e: unknown) => e);
+  const ms = performance.now() - start;
+  if (!(error instanceof LockNotAcquiredError)) throw new Error(`expected LockNotAcquiredError, got ${String(error)}`);
+  return { error, ms };
+}
+
+function reasonOf(error: LockNotAcquiredError, node: number): NodeFailure | undefined {
+  return error.nodes.find((n) => n.node === node);
+}
+
+/**
+ * ioredis clients as an application configures them: the offline queue on (commands to a node that
+ * is down wait for it to come back), and an "error" listener of the application's.
+ */
+describe("what the nodes of a failed acquisition say, with the clients' offline queues on", () => {
+  let t: TestNodes;
+  let clients: Redis[];
+  beforeAll(async () => {
+    t = await startTestNodes(3, { faults: true });
+    await Promise.all(t.admin.map(loadScripts));
+    clients = await Promise.all(t.nodes.map(appClient));
+    // As in an application, a Redlock over the clients exists before any node fails: the lock watches a
+    // client's connection from the first Redlock constructed over it, and knows only what it saw since.
+    new Redlock(clients);
+  });
+  afterEach(async () => {
+    for (const [i, node] of t.nodes.entries()) {
+      if (node.paused) node.resume();
+      if (!node.running) await node.restart({ keepData: true });
+      await ready(clients[i]!, 10_000);
+      await ready(t.admin[i]!);
+      await loadScripts(t.admin[i]!);
+    }
+  });
+  afterAll(async () => {
+    for (const client of clients ?? []) client.disconnect();
+    await t?.stop();
+  });
+
+  it("2 of 3 nodes killed: `refused` with ECONNREFUSED, without waiting nodeTimeoutMs per round", async () => {
+    await killAndWait(t, clients, [1, 2]);
+
+    const once = await acquireError(new Redlock(clients, { retryCount: 0, nodeTimeoutMs: 2_000 }), "killed/once");
+    expect(reasonOf(once.error, 1)).toMatchObject({ reason: "refused", code: "ECONNREFUSED" });
+    expect(reasonOf(once.error, 2)).toMatchObject({ reason: "refused", code: "ECONNREFUSED" });
+    // No quorum was possible before anything was sent: the node that is up was not asked either.
+    expect(reasonOf(once.error, 0)).toEqual({ node: 0, reason: "unanswered" });
+    expect(await counterOn(t.admin[0]!, "killed/once")).toBe(0n);
+    expect(once.ms).toBeLessThan(500);
+    const again = await acquireError(new Redlock(clients, { retryCount: 0, nodeTimeoutMs: 2_000 }), "killed/again");
+    expect(again.ms).toBeLessThan(100);
+
+    // The defaults: 11 attempts, 200–300 ms apart. What remains is the retry delays, not a node timeout per round.
+    const defaults = await acquireError(new Redlock(clients), "killed/defaults");
+    expect(defaults.error.attempts).toBe(11);
+    expect(defaults.error.nodes.filter((n) => n.reason === "refused").map((n) => n.node)).toEqual([1, 2]);
+    console.info(
+      `2 of 3 nodes killed: LockNotAcquiredError after ${Math.round(once.ms)} ms, then ${Math.round(again.ms)} ms (retryCount 0), ${Math.round(defaults.ms)} ms (defaults)`,
+    );
+    expect(defaults.ms).toBeLessThan(10 * 300 + 500);
+  });
+
+  it("nodes killed just before the round: their queued commands are given up once their clients see a reconnect refused", async () => {
+    await Promise.all([t.nodes[1]!.kill(), t.nodes[2]!.kill()]);
+    // The clients have not tried to reconnect yet (ioredis waits 50 ms first): the commands are queued.
+    const { error, ms } = await acquireError(new Redlock(clients, { retryCount: 0, nodeTimeoutMs: 3_000 }), "killed/during");
+    expect(reasonOf(error, 1)).toMatchObject({ reason: "refused", code: "ECONNREFUSED" });
+    expect(reasonOf(error, 2)).toMatchObject({ reason: "refused", code: "ECONNREFUSED" });
+    expect(ms).toBeLessThan(1_000);
+  });
+
+  it("2 of 3 nodes paused: `timeout` (their connections are open, they just do not answer)", async () => {
+    t.nodes[1]!.pause();
+    t.nodes[2]!.pause();
+    const { error, ms } = await acquireError(new Redlock(clients, { retryCount: 0, nodeTimeoutMs: 200 }), "paused");
+    expect(reasonOf(error, 1)).toEqual({ node: 1, reason: "timeout" });
+    expect(reasonOf(error, 2)).toEqual({ node: 2, reason: "timeout" });
+    expect(ms).toBeGreaterThanOrEqual(190);
+  });
+
+  it("a restarted node counts again as soon as its client is connected", async () => {
+    await killAndWait(t, clients, [2]);
+    const alone = new Redlock([clients[2]!], { retryCount: 0 });
+    const { error } = await acquireError(alone, "restarted");
+    expect(error.nodes).toEqual([expect.objectContaining({ node: 0, reason: "refused", code: "ECONNREFUSED" })]);
+    await t.nodes[2]!.restart({ keepData: true });
+    await ready(clients[2]!, 10_000);
+    await (await alone.acquire("restarted", 10_000)).release();
+  });
+
+  it("the lock only watches a client's events: it adds no 'error' listener, and its listeners go when the client ends", async () => {
+    const client = await connect(t.nodes[0]!);
+    const emitter = client as unknown as NodeJS.EventEmitter;
+    const before = emitter.eventNames().map((name) => [name, emitter.listenerCount(name)]);
+    const errorListeners = emitter.listenerCount("error");
+    const redlock = new Redlock([client, clients[1]!, clients[2]!], { retryCount: 0 });
+    await (await redlock.acquire("listeners", 10_000)).release();
+    expect(emitter.listenerCount("error")).toBe(errorListeners);
+    await client.quit();
+    await new Promise((r) => setTimeout(r, 20));
+    expect(emitter.eventNames().map((name) => [name, emitter.listenerCount(name)])).toEqual(before);
+  });
+});
+
+describe("a call that fails names its error's code", () => {
+  it("a system error: `error` with its code (ECONNRESET) and its message as detail", async () => {
+    const reset = Object.assign(new Error("read ECONNRESET"), { code: "ECONNRESET", syscall: "read" });
+    const failing = {
+      evalsha: () => Promise.reject(reset),
+      eval: () => Promise.reject(reset),
+      script: () => Promise.reject(reset),
+      ping: () => Promise.reject(reset),
+    };
+    const error = await new Redlock([failing], { retryCount: 0 }).acquire("reset", 1_000).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(LockNotAcquiredError);
+    expect((error as LockNotAcquiredError).nodes).toEqual([{ node: 0, reason: "error", code: "ECONNRESET", detail: "read ECONNRESET" }]);
+    expect((error as Error).message).toContain("node 0: error ECONNRESET (read ECONNRESET)");
+  });
+});

@@ -1,0 +1,147 @@
+import { errorMonitor } from "node:events";
+import { redisErrorCode, type RedisClient } from "./client.js";
+import type { NodeFailure } from "./errors.js";
+
+/**
+ * What the lock learns of a node's connection from its client, and how it names a node's failure.
+ *
+ * ioredis does not fail a command while a node is down: it queues it (the offline queue) until the
+ * connection is back, so a round would wait `nodeTimeoutMs` for a node that refused the connection
+ * long ago. The lock therefore watches each client's connection errors — as a monitor only: through
+ * `events.errorMonitor`, which does not count as an "error" listener, so it neither handles the
+ * errors nor changes what the client does with them (ioredis prints them when the application has no
+ * listener of its own; it then emits none, and the lock sees none). Listeners are added once per
+ * client, however many Redlocks share it, and removed when the client ends (`quit`, `disconnect`).
+ */
+
+/** The last error of a client's connection. */
+export interface ConnectionError {
+  /** The system error code: ECONNREFUSED, ECONNRESET, ETIMEDOUT, ENOTFOUND, … */
+  readonly code: string;
+  readonly detail: string;
+  /** Opening the connection failed (the node did not accept it), as opposed to losing one that was up. */
+  readonly connecting: boolean;
+}
+
+/** The parts of an ioredis Redis or Cluster the watch reads: its status, and its events. */
+interface Observable {
+  readonly status: string;
+  on(event: string | symbol, listener: (...args: never[]) => void): unknown;
+  removeListener(event: string | symbol, listener: (...args: never[]) => void): unknown;
+}
+
+// The statuses in which ioredis holds commands until a connection is (re)established. In "ready" and
+// "connect" the socket is up; "wait" has not tried yet; "end" fails commands at once by itself.
+const WAITING_FOR_CONNECTION: ReadonlySet<string> = new Set(["connecting", "reconnecting", "close"]);
+
+// System calls that open a connection: their failure means the node did not accept one.
+const CONNECTING_CALLS: ReadonlySet<string> = new Set(["connect", "getaddrinfo"]);
+
+export class NodeWatch {
+  readonly #client: Observable;
+  /** The last connection error since the client last connected (cleared on "connect"). */
+  #last: ConnectionError | undefined;
+  readonly #listeners: readonly (readonly [string | symbol, (...args: never[]) => void])[];
+
+  constructor(client: Observable) {
+    this.#client = client;
+    this.#listeners = [
+      [errorMonitor, (err: unknown) => this.#failed(err)],
+      ["connect", () => (this.#last = undefined)],
+      ["end", () => this.#detach()],
+    ];
+    for (const [event, listener] of this.#listeners) client.on(event, listener);
+  }
+
+  /** The connection is down, and this is what it last failed with; undefined while it is up or nothing was seen. */
+  get broken(): ConnectionError | undefined {
+    return WAITING_FOR_CONNECTION.has(this.#client.status) ? this.#last : undefined;
+  }
+
+  /** The node is known down: the client's last attempt to connect failed, and it has not connected since. */
+  get down(): ConnectionError | undefined {
+    const broken = this.broken;
+    return broken?.connecting === true ? broken : undefined;
+  }
+
+  #failed(err: unknown): void {
+    const seen = connectionError(err);
+    if (seen === undefined) return;
+    this.#last = seen;
+    if (this.down !== undefined) for (const listener of [...downListeners]) listener();
+  }
+
+  #detach(): void {
+    for (const [event, listener] of this.#listeners) this.#client.removeListener(event, listener);
+    watches.delete(this.#client);
+  }
+}
+
+// One watch per client, shared by every Redlock using it: listeners never pile up on a client.
+const watches = new WeakMap<object, NodeWatch>();
+
+// The rounds waiting for nodes. One entry per round, not per node: registering costs a round one Set
+// insertion, and a node seen down (rare) has each round check its own nodes.
+const downListeners = new Set<() => void>();
+
+/** Calls `listener` whenever any watched node is seen down, until the returned function is called. */
+export function onAnyDown(listener: () => void): () => void {
+  downListeners.add(listener);
+  return () => downListeners.delete(listener);
+}
+
+/** The client's watch, started on first use; undefined for a client that has no events to watch, or has ended. */
+export function watchOf(client: RedisClient): NodeWatch | undefined {
+  const existing = watches.get(client);
+  if (existing !== undefined) return existing;
+  const c = client as Partial<Record<keyof Observable, unknown>>;
+  if (typeof c.status !== "string" || c.status === "end" || typeof c.on !== "function" || typeof c.removeListener !== "function")
+    return undefined;
+  const watch = new NodeWatch(client as unknown as Observable);
+  watches.set(client, watch);
+  return watch;
+}
+
+/** A Node.js system error's code and call, or those of the node error a Cluster wraps; undefined for any other error. */
+function systemError(err: unknown): { readonly code: string; readonly syscall: string | undefined; readonly detail: string } | undefined {
+  if (!(err instanceof Error)) return undefined;
+  const { code, syscall, lastNodeError } = err as Error & { code?: unknown; syscall?: unknown; lastNodeError?: unknown };
+  // ioredis's ClusterAllFailedError carries the error of the last node it tried.
+  if (code === undefined && lastNodeError instanceof Error) return systemError(lastNodeError);
+  if (typeof code !== "string") return undefined;
+  return { code, syscall: typeof syscall === "string" ? syscall : undefined, detail: err.message };
+}
+
+function connectionError(err: unknown): ConnectionError | undefined {
+  const system = systemError(err);
+  if (system?.syscall === undefined) return undefined;
+  return { code: system.code, detail: system.detail, connecting: CONNECTING_CALLS.has(system.syscall) };
+}
+
+/** A node whose connection failed: `refused` when it did not accept one, `error` with the code when one was lost. */
+export function connectionFailure(node: number, failed: ConnectionError): NodeFailure {
+  return { node, reason: failed.connecting ? "refused" : "error", code: failed.code, detail: failed.detail };
+}
+
+/**
+ * Why a call to a node failed, classified by the error's code, never its text: a system error's
+ * code (ECONNREFUSED is `refused`), else a Redis error reply's code (WRONGTYPE, ERR, …). An error of
+ * the client's own has neither (ioredis's "Connection is closed.", MaxRetriesPerRequestError, an
+ * offline queue that is off): then what the connection last failed with, if it is down, says why.
+ */
+export function failureOf(node: number, err: unknown, watch: NodeWatch | undefined): NodeFailure {
+  const detail = err instanceof Error ? err.message : String(err);
+  const system = systemError(err);
+  if (system?.code === "ECONNREFUSED") return { node, reason: "refused", code: system.code, detail };
+  const code = system?.code ?? redisErrorCode(err);
+  if (code !== undefined) return { node, reason: "error", code, detail };
+  const broken = watch?.broken;
+  if (broken !== undefined) return connectionFailure(node, broken);
+  return { node, reason: "error", detail };
+}
+
+/** A node that did not answer within the round's timeout: its connection's error if it is down, else `timeout`. */
+export function lateFailure(node: number, watch: NodeWatch | undefined): NodeFailure {
+  const broken = watch?.broken;
+  return broken === undefined ? { node, reason: "timeout" } : connectionFailure(node, broken);
+}
