@@ -71,7 +71,10 @@ export interface Gateway {
   readonly metrics: GatewayMetrics;
   readonly records: FencedPostgres | undefined;
   readonly objects: FencedS3 | undefined;
-  /** Creates the Postgres tables (migrate) and proves the S3 backend honours conditional writes (verify). */
+  /**
+   * Creates the Postgres tables (migrate; without it, reads a key to prove they exist) and proves the
+   * S3 backend honours conditional writes (verify).
+   */
   prepare(options?: { readonly migrate?: boolean; readonly verify?: boolean }): Promise<void>;
   health(): Promise<HealthReport>;
 }
@@ -151,7 +154,11 @@ export function createGateway(options: GatewayOptions): Gateway {
     objects,
     health,
     async prepare(p = {}) {
-      if (records !== undefined && (p.migrate ?? true)) await records.migrate();
+      if (records !== undefined) {
+        // Not migrating here: a read proves the tables are there (the store throws StoreSetupError "not-migrated" otherwise).
+        if (p.migrate ?? true) await records.migrate();
+        else await records.get("fenced-gateway/start-check");
+      }
       if (objects !== undefined && (p.verify ?? true)) await objects.verify();
     },
   };

@@ -67,7 +67,7 @@ export const configSchema = z
     /** A second listener for /healthz and /metrics, which the public port then does not serve. */
     admin: z.strictObject({ host: z.string().min(1).default("127.0.0.1"), port: z.number().int().min(0).max(65_535) }).optional(),
     /** The deadline of every call into a store (FencedPostgres/FencedS3 `timeoutMs`). */
-    storeTimeoutMs: z.number().int().positive().default(5_000),
+    storeTimeoutMs: z.number().int().min(100).max(600_000).default(5_000), // the stores' own bounds
     /** Refuse to start when a configured backend does not answer or is not set up (ops/start-checks.ts). */
     startChecks: z.boolean().default(true),
     drainTimeoutMs: z.number().int().min(0).default(30_000),

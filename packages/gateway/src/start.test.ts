@@ -1,4 +1,4 @@
-import { freePort } from "@fenced/servers";
+import { freePort, startPostgres } from "@fenced/servers";
 import { describe, expect, it } from "vitest";
 import { startCli, type Child } from "./cli-test-support.js";
 import { httpClient, KEYS } from "./test-support.js";
@@ -53,6 +53,18 @@ describe("fenced-gateway refuses to start half-configured (exit 2, one line)", (
   it("PostgreSQL does not answer", async () => {
     const child = startCli(["--port", "0", "--postgres", `postgres://nobody@127.0.0.1:${await freePort()}/none`], ENV);
     expect(await refusal(child)).toMatch(/PostgreSQL did not answer SELECT 1 within 2000 ms .*--no-start-checks/);
+  });
+
+  it("PostgreSQL not migrated, with --no-migrate", async () => {
+    const postgres = await startPostgres();
+    try {
+      const child = startCli(["--port", "0", "--no-migrate", "--postgres", postgres.url, "--postgres-schema", "never_migrated"], ENV);
+      expect(await refusal(child)).toMatch(
+        /postgres is not set up for the store \(not-migrated\): run the gateway without --no-migrate once/,
+      );
+    } finally {
+      await postgres.stop();
+    }
   });
 
   it("an option a store refuses (a bucket name S3 does not allow)", async () => {
