@@ -163,6 +163,18 @@ describe("a backend paused: 503 within the deadline, and back by itself", () => 
     );
   }, 120_000);
 
+  it("leases: a held lock is retried only within acquireTimeoutMs", async () => {
+    const lease = (): Promise<Answer> => client.json("POST", "/v1/leases", { resource: "faults/held", ttlMs: 30_000 }, bearer(KEYS.admin));
+    expect((await lease()).status).toBe(201);
+    const held = await timed(lease);
+    expect(held.answer.status).toBe(409);
+    expect(held.answer.json().type).toBe("/problems/lock-held");
+    // Five retries of 200 to 300 ms would take longer than the deadline: the last ones are never started.
+    expect(held.ms).toBeGreaterThan(200);
+    expect(held.ms).toBeLessThan(ACQUIRE_TIMEOUT_MS + SLACK_MS);
+    measured["leases held (retried within the deadline)"] = Math.round(held.ms);
+  });
+
   it("leases: a majority of the lock nodes killed, then restarted", async () => {
     const lease = (resource: string): Promise<Answer> => client.json("POST", "/v1/leases", { resource, ttlMs: 5_000 }, bearer(KEYS.admin));
     const nodes = servers.redis.nodes.slice(1, 3);
