@@ -1,9 +1,22 @@
+import { EventEmitter } from "node:events";
 import { performance } from "node:perf_hooks";
+import { Redis } from "ioredis";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { LockNotAcquiredError, type NodeFailure } from "./errors.js";
 import { Redlock } from "./redlock.js";
-import { Redis } from "ioredis";
-import { connect, counterOn, loadScripts, ready, refusedReconnect, startTestNodes, type TestNodes } from "./test-support.js";
+import { SCRIPTS } from "./scripts.js";
+import {
+  connect,
+  counterOn,
+  countersOn,
+  drained,
+  leaseValuesOn,
+  loadScripts,
+  ready,
+  refusedReconnect,
+  startTestNodes,
+  type TestNodes,
+} from "./test-support.js";
 
 /** A client as an application configures one: ioredis's defaults (offline queue, retries, backoff), and an "error" listener. */
 async function appClient(node: TestNodes["nodes"][number]): Promise<Redis> {
@@ -91,6 +104,16 @@ describe("what the nodes of a failed acquisition say, with the clients' offline 
     expect(reasonOf(error, 1)).toMatchObject({ reason: "refused", code: "ECONNREFUSED" });
     expect(reasonOf(error, 2)).toMatchObject({ reason: "refused", code: "ECONNREFUSED" });
     expect(ms).toBeLessThan(1_000);
+
+    // The attempt's RELEASE was queued behind its ACQUIRE on the killed nodes: once they are back and
+    // have run their clients' queues, no lease key is left anywhere.
+    await Promise.all([t.nodes[1]!.restart({ keepData: true }), t.nodes[2]!.restart({ keepData: true })]);
+    await Promise.all(clients.map((c) => ready(c, 10_000)));
+    await drained(clients);
+    // The restarts emptied the script caches, so the queued ACQUIRE only loaded its script there (see
+    // fallBack). Which nodes get a failed attempt's RELEASE: the next describe.
+    expect(await leaseValuesOn(t.admin, "killed/during")).toEqual([null, null, null]);
+    expect(await countersOn(t.admin, "killed/during")).toEqual([1n, 0n, 0n]);
   });
 
   it("2 of 3 nodes paused: `timeout` (their connections are open, they just do not answer)", async () => {
@@ -139,5 +162,62 @@ describe("a call that fails names its error's code", () => {
     expect(error).toBeInstanceOf(LockNotAcquiredError);
     expect((error as LockNotAcquiredError).nodes).toEqual([{ node: 0, reason: "error", code: "ECONNRESET", detail: "read ECONNRESET" }]);
     expect((error as Error).message).toContain("node 0: error ECONNRESET (read ECONNRESET)");
+  });
+});
+
+/** A node's client as ioredis presents one (status, events), answering per script as told, and recording what it is sent. */
+class ScriptedClient extends EventEmitter {
+  status = "ready";
+  readonly sent: string[] = [];
+  constructor(private readonly acquire: "grant" | "held" | "silent") {
+    super();
+    this.on("error", () => undefined); // the application's listener: ioredis emits connection errors only to one
+  }
+  evalsha(sha: string): Promise<unknown> {
+    const name = Object.entries(SCRIPTS).find(([, s]) => s.sha === sha)?.[0] ?? sha;
+    this.sent.push(name);
+    if (name !== "acquire") return Promise.resolve(1);
+    if (this.acquire === "silent") return new Promise(() => undefined);
+    return Promise.resolve(this.acquire === "grant" ? [1, 1] : [0, 0]);
+  }
+  eval(): Promise<unknown> {
+    return Promise.reject(new Error("not used"));
+  }
+  script(): Promise<unknown> {
+    return Promise.resolve("sha");
+  }
+  ping(): Promise<unknown> {
+    return Promise.resolve("PONG");
+  }
+  /** What ioredis does when a reconnect is refused: the status, then the error. */
+  refuse(): void {
+    this.status = "reconnecting";
+    this.emit("error", Object.assign(new Error("connect ECONNREFUSED 10.0.0.3:6379"), { code: "ECONNREFUSED", syscall: "connect" }));
+  }
+}
+
+describe("which nodes a failed attempt releases", () => {
+  it("one seen down mid-round gets the RELEASE (queued behind its ACQUIRE, not waited for); one known down gets neither", async () => {
+    const nodes = [new ScriptedClient("held"), new ScriptedClient("grant"), new ScriptedClient("silent")];
+    const redlock = new Redlock(nodes, { retryCount: 0, nodeTimeoutMs: 5_000 });
+    const pending = acquireError(redlock, "mid-round");
+    await new Promise((r) => setTimeout(r, 20));
+    nodes[2]!.refuse();
+    const { error, ms } = await pending;
+    expect(ms).toBeLessThan(1_000);
+    expect(reasonOf(error, 2)).toEqual({ node: 2, reason: "refused", code: "ECONNREFUSED", detail: "connect ECONNREFUSED 10.0.0.3:6379" });
+    expect(nodes.map((n) => n.sent)).toEqual([
+      ["acquire", "release"],
+      ["acquire", "release"],
+      ["acquire", "release"],
+    ]);
+
+    await acquireError(redlock, "known-down");
+    expect(nodes.map((n) => n.sent.length)).toEqual([4, 4, 2]);
+    nodes[2]!.status = "ready";
+    nodes[2]!.emit("connect");
+    // Connected again: asked again (and, silent, released after the timeout).
+    await acquireError(new Redlock(nodes, { retryCount: 0, nodeTimeoutMs: 50 }), "back");
+    expect(nodes[2]!.sent).toEqual(["acquire", "release", "acquire", "release"]);
   });
 });
