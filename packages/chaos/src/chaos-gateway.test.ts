@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { VIOLATION_KINDS } from "./checker.js";
-import type { Backend } from "./history.js";
+import { STORE_FAULT_KINDS as STORE_FAULTS, type Backend } from "./history.js";
 import { runChaos } from "./suite.js";
 
 /**
@@ -8,12 +8,16 @@ import { runChaos } from "./suite.js";
  * the same seeded schedule as chaos.test.ts, but the workers take their leases from a fenced gateway
  * running as a process of its own, and in "ratchet" and "full" read and write through it over HTTP
  * with the fence credential of their lease (an ordinary API key: no plain tokens). The nemesis also
- * pauses the gateway process, and the delays act on the workers' links to it. Smaller than the
- * library's quick mode: the HTTP hop and a gateway start per configuration cost time.
+ * pauses the gateway process, and the delays act on the workers' links to it; a reset of a worker's
+ * store link cuts the gateway's own connections to the store. The store server is paused and killed
+ * as in the library's quick mode, and the gateway must answer 503 (unavailable, outcome unknown) in
+ * time. Smaller than the library's quick mode: the HTTP hop and a gateway start per configuration
+ * cost time.
  */
 
 const OPS: Record<Backend, number> = { postgres: 300, s3: 120 };
-// Seed 1 wipes a majority of the Redis nodes for the first time at 3 s.
+// Seed 1 wipes a majority of the Redis nodes for the first time at 3 s, pauses the store server at
+// 3.6 s and kills it at 7.6 s.
 const SEED = 1;
 
 const violations = (v: Readonly<Record<string, number>> | undefined): number => VIOLATION_KINDS.reduce((sum, k) => sum + (v?.[k] ?? 0), 0);
@@ -41,7 +45,14 @@ describe("chaos through the gateway, quick mode", () => {
           expect(run?.timedOut, mode).toBe(false);
           expect(run?.problems, mode).toEqual([]);
           expect(run?.byOutcome.ok, mode).toBeGreaterThan(0);
+          expect(run?.deaths, mode).toEqual([]);
+          // Every call answered within the deadline plus the margin (stalls of the gateway and its link aside).
+          expect(run?.liveness, mode).toMatchObject({ late: 0, unanswered: 0 });
+          expect(run?.byOutcome.error, `${mode}: ${JSON.stringify(run?.errors)}`).toBe(0);
         }
+        expect(summary.faults[STORE_FAULTS[backend].pause]).toBeGreaterThan(0);
+        expect(summary.faults[STORE_FAULTS[backend].kill]).toBeGreaterThan(0);
+        expect(summary.faults.reset).toBeGreaterThan(0);
         expect(summary.faults["wipe-redis"]).toBeGreaterThan(0);
         expect(violations(runs?.full?.violations), JSON.stringify(runs?.full?.firstViolation)).toBe(0);
         expect(violations(runs?.unfenced?.violations)).toBeGreaterThan(0);

@@ -1,18 +1,20 @@
 import { describe, expect, it } from "vitest";
 import { VIOLATION_KINDS } from "./checker.js";
-import type { Backend } from "./history.js";
+import { STORE_FAULT_KINDS as STORE_FAULTS, type Backend } from "./history.js";
 import { runChaos } from "./suite.js";
 
 /**
  * Quick mode of the fault-injection run: the three configurations under one seeded schedule, on
  * both backends, against real servers (redis-server ×5, PostgreSQL, Ceph radosgw) and real worker
- * processes. Postgres gets the bulk of the operations (≥ 2,000 on its own); S3, about three times
+ * processes. The nemesis also pauses and kills the store server and resets connections; every call
+ * must be answered within the stores' deadline plus the margin, and no process may die. Postgres gets the bulk of the operations (≥ 2,000 on its own); S3, about three times
  * slower per operation here, fewer. `pnpm chaos` runs longer ones.
  */
 
 const OPS: Record<Backend, number> = { postgres: 700, s3: 250 };
-// Seed 1's schedule pauses a worker between its read and its write within the first second, and
-// wipes a majority of the Redis nodes for the first time at 3 s.
+// Seed 1's schedule pauses a worker between its read and its write within the first second, wipes a
+// majority of the Redis nodes for the first time at 3 s, pauses the store server at 3.6 s and kills
+// it at 7.6 s.
 const SEED = 1;
 
 const violations = (v: Readonly<Record<string, number>> | undefined): number => VIOLATION_KINDS.reduce((sum, k) => sum + (v?.[k] ?? 0), 0);
@@ -30,6 +32,17 @@ describe("chaos, quick mode", () => {
         // The nemesis did something in every run: faults by kind were counted.
         expect(Object.values(summary.faults).reduce((a, b) => a + b, 0)).toBeGreaterThan(0);
         expect(summary.faults["wipe-redis"]).toBeGreaterThan(0);
+        // The store server was paused and killed (and restarted with its data), connections were reset.
+        expect(summary.faults[STORE_FAULTS[backend].pause]).toBeGreaterThan(0);
+        expect(summary.faults[STORE_FAULTS[backend].kill]).toBeGreaterThan(0);
+        expect(summary.faults.reset).toBeGreaterThan(0);
+        for (const mode of ["unfenced", "ratchet", "full"] as const) {
+          const run = runs?.[mode];
+          // Every call answered within the deadline plus the margin, no process lost, every outcome of a known type.
+          expect(run?.liveness, mode).toMatchObject({ late: 0, unanswered: 0 });
+          expect(run?.deaths, mode).toEqual([]);
+          expect(run?.byOutcome.error, `${mode}: ${JSON.stringify(run?.errors)}`).toBe(0);
+        }
         // Every configuration met tokens the lock had already handed to another holder.
         for (const mode of ["unfenced", "ratchet", "full"] as const) expect(runs?.[mode]?.repeatedTokens, mode).toBeGreaterThan(0);
         expect(violations(runs?.full?.violations), JSON.stringify(runs?.full?.firstViolation)).toBe(0);

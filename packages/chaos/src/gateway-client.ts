@@ -147,13 +147,17 @@ export class GatewayClient {
     this.authorization = `Bearer ${apiKey}`;
   }
 
-  /** POST /v1/leases. Throws LockBusyError (409 lock-held, 503), RegistrationRefusedError (409 stale-token) or a refused/failed answer. */
-  async acquire(resource: string, ttlMs: number, register: boolean): Promise<GatewayLease> {
+  /**
+   * POST /v1/leases. Throws LockBusyError (409 lock-held, 503), RegistrationRefusedError (409 stale-token) or a refused/failed answer.
+   * `signal` abandons the request (a lease it may still grant expires by its TTL).
+   */
+  async acquire(resource: string, ttlMs: number, register: boolean, signal?: AbortSignal): Promise<GatewayLease> {
     const answer = await this.send(
       "POST",
       "/v1/leases",
       { "content-type": "application/json" },
       Buffer.from(JSON.stringify({ resource, ttlMs, register })),
+      signal,
     );
     if (answer.status === 201) {
       const body = problemOf(answer);
@@ -222,11 +226,20 @@ export class GatewayClient {
     this.agent.destroy();
   }
 
-  private send(method: string, path: string, headers: Record<string, string>, body?: Buffer): Promise<Answer> {
+  private send(method: string, path: string, headers: Record<string, string>, body?: Buffer, signal?: AbortSignal): Promise<Answer> {
     return new Promise((resolve, reject) => {
       const all: Record<string, string | number> = { ...headers, authorization: this.authorization };
       if (body !== undefined) all["content-length"] = body.length;
-      const req = request({ host: "127.0.0.1", port: this.port, method, path, headers: all, agent: this.agent }, (res) => {
+      const options = {
+        host: "127.0.0.1",
+        port: this.port,
+        method,
+        path,
+        headers: all,
+        agent: this.agent,
+        ...(signal === undefined ? {} : { signal }),
+      };
+      const req = request(options, (res) => {
         const chunks: Buffer[] = [];
         res.on("data", (chunk: Buffer) => chunks.push(chunk));
         res.on("error", reject);

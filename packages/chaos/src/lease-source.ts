@@ -39,8 +39,9 @@ export const RETRY_JITTER_MS = 30;
 
 /**
  * Leases from the gateway. A held lock (409 lock-held) or a lock without a quorum (503) is retried at
- * the library's pace until the lease is granted, the deadline passes or the run stops, as the library workers' Redlock
- * does; any other failure ends the operation (RegistrationRefusedError, or the client's errors).
+ * the library's pace, as the library workers' Redlock does, until the lease is granted, or the
+ * deadline passes or the run stops (which also abandons an attempt in flight); any other failure
+ * ends the operation (RegistrationRefusedError, or the client's errors).
  */
 export function gatewayLeases(client: GatewayClient, register: boolean): LeaseSource {
   return {
@@ -48,7 +49,7 @@ export function gatewayLeases(client: GatewayClient, register: boolean): LeaseSo
       for (;;) {
         if (signal.aborted) throw new NoLeaseError(whyNoLease(signal));
         try {
-          const lease = await client.acquire(resource, ttlMs, register);
+          const lease = await client.acquire(resource, ttlMs, register, signal);
           return {
             fence: { resource: lease.resource, token: lease.token, holder: lease.holder },
             credential: lease.fence,
@@ -56,6 +57,8 @@ export function gatewayLeases(client: GatewayClient, register: boolean): LeaseSo
             release: () => client.release(lease.leaseId),
           };
         } catch (err) {
+          // Given up at the deadline (or the run's stop) in the middle of an attempt: no lease.
+          if (signal.aborted) throw new NoLeaseError(whyNoLease(signal), { cause: err });
           if (!(err instanceof LockBusyError)) throw err;
         }
         await sleep(RETRY_DELAY_MS + Math.random() * RETRY_JITTER_MS);
