@@ -29,7 +29,8 @@ export interface StartPostgresOptions {
   /**
    * Start a server this process owns from the machine's binaries — never DATABASE_URL or a container,
    * even when they are available — and hand back its `faults`, so that a fault test never skips its
-   * fault. Default false.
+   * fault. Without `durable` it still acknowledges a commit only once written (synchronous_commit
+   * on), so a killed server keeps every acknowledged commit. Default false.
    */
   readonly faults?: boolean;
 }
@@ -49,15 +50,22 @@ export async function startPostgres(options?: StartPostgresOptions): Promise<Sta
 export async function startPostgres(options: StartPostgresOptions = {}): Promise<StartedPostgres> {
   const durable = options.durable ?? false;
   // Faults need the server's processes: only a local server started here has them at hand.
-  if (options.faults === true) return startLocalPostgres(durable);
+  if (options.faults === true) return startLocalPostgres(durable ? [] : KILL_SAFE_SETTINGS);
   const fromEnv = process.env.DATABASE_URL;
   if (fromEnv !== undefined && fromEnv !== "") return { url: fromEnv, source: "env", stop: () => Promise.resolve() };
   if (await dockerAvailable()) return startDockerPostgres(durable);
-  return startLocalPostgres(durable);
+  return startLocalPostgres(durable ? [] : FAST_SETTINGS);
 }
 
 /** Throwaway data: durability settings only cost time. */
 const FAST_SETTINGS = ["fsync=off", "synchronous_commit=off", "full_page_writes=off"];
+
+/**
+ * A server started for faults is killed, not its machine: the operating system keeps what was
+ * written, so flushes (fsync) can stay off, but a commit must be written before it is acknowledged
+ * (synchronous_commit on, the default) or a kill loses acknowledged commits.
+ */
+const KILL_SAFE_SETTINGS = ["fsync=off", "full_page_writes=off"];
 
 /** Resolves once a fresh connection answers a query: accepting TCP alone does not mean recovery is over. */
 export async function answersQuery(url: string): Promise<boolean> {
@@ -146,7 +154,7 @@ function serverIdentity(): { uid: number; gid: number } | undefined {
 
 class PortTaken extends Error {}
 
-async function startLocalPostgres(durable: boolean): Promise<StartedPostgres & { readonly faults: ServerFaults }> {
+async function startLocalPostgres(settings: readonly string[]): Promise<StartedPostgres & { readonly faults: ServerFaults }> {
   const bins = findPostgresBinaries();
   const identity = serverIdentity();
   const dir = await mkdtemp(join(tmpdir(), "fenced-pg-"));
@@ -159,7 +167,7 @@ async function startLocalPostgres(durable: boolean): Promise<StartedPostgres & {
     for (let attempt = 1; ; attempt++) {
       const port = await freePort();
       try {
-        const start = (): Promise<Spawned> => launch(bins.postgres, dataDir, dir, port, identity, durable);
+        const start = (): Promise<Spawned> => launch(bins.postgres, dataDir, dir, port, identity, settings);
         return new LocalPostgres(await start(), dir, dataDir, `postgres://postgres@${LOOPBACK}:${port}/postgres`, start);
       } catch (err) {
         if (!(err instanceof PortTaken) || attempt >= 8) throw err;
@@ -193,7 +201,7 @@ async function launch(
   socketDir: string,
   port: number,
   identity: { uid: number; gid: number } | undefined,
-  durable: boolean,
+  extraSettings: readonly string[],
 ): Promise<Spawned> {
   const settings = [
     `listen_addresses=${LOOPBACK}`,
@@ -201,7 +209,7 @@ async function launch(
     // A private socket dir: no clash with a system server's /var/run/postgresql, no permission issues.
     `unix_socket_directories=${socketDir}`,
     "max_connections=200",
-    ...(durable ? [] : FAST_SETTINGS),
+    ...extraSettings,
   ];
   const args = ["-D", dataDir, ...settings.flatMap((s) => ["-c", s])];
   // Run postgres in the foreground (not pg_ctl, which daemonises): spawnTracked kills it with us, and

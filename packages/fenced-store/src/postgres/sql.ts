@@ -284,7 +284,23 @@ export function statementNames(sql: Statements): Record<NamedStatement, string> 
   return names;
 }
 
-/** Transaction control for the multi-statement operations (conditional writes, deletes, transfer(), transaction()). */
+/** Transaction control for the multi-statement operations (deletes, transfer(), transaction(), migrate()). */
 export const BEGIN = "BEGIN";
+
+/**
+ * BEGIN, in the same round trip telling the server to give up on any one statement of the
+ * transaction within `ms` too (statement_timeout): it then cancels the statement and the transaction
+ * can only roll back, releasing its locks — the fence row among them — even when this process has
+ * stopped listening. SET LOCAL ends with the transaction, so the pool's connection keeps its own
+ * settings. (Not idle_in_transaction_session_timeout: it ends the session with a FATAL error that
+ * can reach a connection the store has just handed back to the pool for closing, which the pool
+ * then reports as its own 'error'.)
+ */
+export function beginWithin(ms: number): string {
+  // The only number spliced into SQL: a positive integer, checked here.
+  if (!Number.isSafeInteger(ms) || ms < 1) throw new RangeError(`beginWithin: ${ms} is not a positive integer number of milliseconds`);
+  return `${BEGIN}; SET LOCAL statement_timeout = ${ms}`;
+}
+
 export const COMMIT = "COMMIT";
 export const ROLLBACK = "ROLLBACK";

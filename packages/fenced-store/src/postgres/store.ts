@@ -1,9 +1,11 @@
 import { InvalidArgumentError, type CheckedFence } from "@fenced/fence";
 import { ResourceMismatchError, StaleTokenError, VersionMismatchError } from "../errors.js";
+import { foreignKeyRefusal, versionRefusal } from "./refusals.js";
 import { assertKey, type Fence } from "../fence.js";
 import { assertJsonValue, type JsonValue } from "../json.js";
 import { liveFence, signalOnly, throwIfAborted } from "../options.js";
-import { assertPool, transferOptions, writeOptions } from "./options.js";
+import { assertPool, timeoutOption, transferOptions, writeOptions } from "./options.js";
+import { CallbackError, Session, type Call } from "./session.js";
 import type {
   FencedPostgresOptions,
   PgClient,
@@ -17,18 +19,7 @@ import type {
   PgTransferOptions,
   PgWriteOptions,
 } from "./types.js";
-import {
-  BEGIN,
-  COMMIT,
-  FOREIGN_KEY_REFUSED,
-  type NamedStatement,
-  quoteSchema,
-  ROLLBACK,
-  statementNames,
-  statements,
-  type Statements,
-  VERSION_REFUSED,
-} from "./sql.js";
+import { beginWithin, COMMIT, type NamedStatement, quoteSchema, ROLLBACK, statementNames, statements, type Statements } from "./sql.js";
 
 /** The fence's three leading parameters of every write statement. */
 const fenceParams = (fence: CheckedFence): PgParam[] => [fence.resource, fence.token.toString(), fence.holder];
@@ -40,11 +31,18 @@ const fenceParams = (fence: CheckedFence): PgParam[] => [fence.resource, fence.t
  * another resource is refused with ResourceMismatchError; either way nothing changes. See
  * PROTOCOL.md, "Postgres".
  *
+ * Every call has a deadline (options.timeoutMs) and fails with a typed error when PostgreSQL is
+ * down, paused or cuts the connection: StoreUnavailableError when nothing was applied,
+ * OutcomeUnknownError when a write or its COMMIT was sent and the answer lost, StoreSetupError when
+ * migrate() has not run (failures.ts holds the rule).
+ *
  * `Client` is what the pool's connect() returns (pg.PoolClient for a pg.Pool): transaction() hands
  * it to its callback.
  */
 export class FencedPostgres<Client extends PgClient = PgClient> {
   readonly schema: string;
+  /** The deadline of every call, in milliseconds. */
+  readonly timeoutMs: number;
   private readonly sql: Statements;
   private readonly names: Record<NamedStatement, string>;
 
@@ -53,10 +51,12 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     options: FencedPostgresOptions = {},
   ) {
     assertPool(pool);
-    if (typeof options !== "object" || options === null) throw new InvalidArgumentError("options", "must be an object { schema? }");
+    if (typeof options !== "object" || options === null)
+      throw new InvalidArgumentError("options", "must be an object { schema?, timeoutMs? }");
     const schema: unknown = options.schema === undefined ? "fenced" : options.schema;
     this.sql = statements(quoteSchema(schema));
     this.schema = schema as string;
+    this.timeoutMs = timeoutOption(options.timeoutMs);
     // Named (prepared) statements skip parse and plan after the first use on each connection.
     this.names = statementNames(this.sql);
   }
@@ -68,33 +68,34 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
    */
   async migrate(): Promise<void> {
     const lock: PgParam[] = [`fenced.migrate:${this.schema}`];
-    const client = await this.pool.connect();
-    let broken: Error | undefined;
-    try {
-      await client.query(this.query("migrateLock", lock));
+    await this.session({ operation: "migrate" }, async (s) => {
+      await s.query(this.query("migrateLock", lock), "read");
+      let failure: { err: unknown } | undefined;
       try {
-        await client.query({ text: BEGIN });
-        for (const ddl of this.sql.migrate) await client.query({ text: ddl });
-        for (const ddl of await this.upgrades(client)) await client.query({ text: ddl });
-        await client.query({ text: COMMIT });
+        await s.query({ text: beginWithin(s.remainingMs()) }, "read");
+        for (const ddl of this.sql.migrate) await s.query({ text: ddl }, "read");
+        for (const ddl of await this.upgrades(s)) await s.query({ text: ddl }, "read");
+        await s.query({ text: COMMIT }, "commit");
       } catch (err) {
-        await client.query({ text: ROLLBACK }).catch(() => undefined);
-        throw err;
-      } finally {
-        await client.query(this.query("migrateUnlock", lock));
+        failure = { err };
+        await s.rollback(ROLLBACK);
       }
-    } catch (err) {
-      // If the unlock (or anything) failed, discard the connection: closing it drops a session lock still held.
-      broken = err instanceof Error ? err : new Error(String(err));
-      throw err;
-    } finally {
-      client.release(broken);
-    }
+      try {
+        await s.query(this.query("migrateUnlock", lock), "read");
+      } catch (err) {
+        // Closing the connection drops a session lock still held; a committed migration stays committed.
+        s.discard(err);
+      }
+      if (failure !== undefined) {
+        s.discard(failure.err);
+        throw failure.err;
+      }
+    });
   }
 
   /** The ALTERs an older layout still needs; none on a current one (ALTER TABLE would lock the table for nothing). */
-  private async upgrades(client: Client): Promise<string[]> {
-    const { rows } = await client.query<{ table: string; column: string; notNull: boolean }>(this.query("layout", [this.schema]));
+  private async upgrades(s: Session<Client>): Promise<string[]> {
+    const { rows } = await s.query<{ table: string; column: string; notNull: boolean }>(this.query("layout", [this.schema]), "read");
     const has = (table: string, column: string) => rows.find((r) => r.table === table && r.column === column);
     const needed: string[] = [];
     if (has("fence", "holder") === undefined) needed.push(this.sql.addFenceHolder);
@@ -111,8 +112,11 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     const checked = liveFence(fence);
     const signal = signalOnly(options);
     throwIfAborted(signal);
-    const { rows } = await this.pool.query(this.query("ratchet", fenceParams(checked)));
-    if (rows.length === 0) throw await this.staleError(this.pool, checked);
+    await this.session({ operation: "register" }, async (s) => {
+      // Autocommit: once sent, a lost answer may hide a raise that was applied.
+      const { rows } = await s.query(this.query("ratchet", fenceParams(checked)), "commit");
+      if (rows.length === 0) throw await this.staleError(s, checked);
+    });
   }
 
   /**
@@ -128,24 +132,26 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     throwIfAborted(signal);
     if (ifVersion === undefined) {
       // The common case in a single statement: see sql.ts for why it is atomic, ordered, and undone whole when refused.
-      let result: PgQueryResult<{ version: string }>;
-      try {
-        result = await this.pool.query<{ version: string }>(this.query("putUnconditional", [...fenceParams(fence), key, json]));
-      } catch (err) {
-        throw foreignKeyRefusal(err, key, fence.resource) ?? err;
-      }
-      const row = result.rows[0];
-      if (row === undefined) throw await this.staleError(this.pool, fence);
-      return { version: String(row.version), token: fence.token };
+      return this.session({ operation: "put", key }, async (s) => {
+        let result: PgQueryResult<{ version: string }>;
+        try {
+          result = await s.query<{ version: string }>(this.query("putUnconditional", [...fenceParams(fence), key, json]), "commit");
+        } catch (err) {
+          throw foreignKeyRefusal(err, key, fence.resource) ?? err;
+        }
+        const row = result.rows[0];
+        if (row === undefined) throw await this.staleError(s, fence);
+        return { version: String(row.version), token: fence.token };
+      });
     }
-    return this.conditional(fence, key, ifVersion, "putIfVersion", [...fenceParams(fence), key, json, ifVersion]);
+    return this.conditional({ operation: "put", key }, fence, ifVersion, "putIfVersion", [...fenceParams(fence), key, json, ifVersion]);
   }
 
   /** The record under `key`, or undefined (never written, or deleted). Reading needs no fence: only writes are ordered. */
   async get<T = JsonValue>(key: string): Promise<PgRecord<T> | undefined> {
     assertKey(key);
-    const { rows } = await this.pool.query<{ value: T; version: string; token: string; resource: string; holder: string | null }>(
-      this.query("get", [key]),
+    const { rows } = await this.session({ operation: "get", key }, (s) =>
+      s.query<{ value: T; version: string; token: string; resource: string; holder: string | null }>(this.query("get", [key]), "read"),
     );
     const row = rows[0];
     if (row === undefined) return undefined;
@@ -164,12 +170,14 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     assertKey(key);
     const { fence, ifVersion, signal } = writeOptions(options);
     throwIfAborted(signal);
-    if (ifVersion !== undefined) return this.conditional(fence, key, ifVersion, "deleteIfVersion", [...fenceParams(fence), key, ifVersion]);
-    return this.fenced(fence, signal, async (client) => {
-      const { rows } = await this.run<{ version: string }>(client, signal, "tombstone", [...fenceParams(fence), key]);
+    const call = { operation: "delete", key };
+    if (ifVersion !== undefined)
+      return this.conditional(call, fence, ifVersion, "deleteIfVersion", [...fenceParams(fence), key, ifVersion]);
+    return this.fenced(call, fence, signal, async (s) => {
+      const { rows } = await this.run<{ version: string }>(s, signal, "tombstone", [...fenceParams(fence), key]);
       const row = rows[0];
       if (row !== undefined) return { version: String(row.version), token: fence.token };
-      const now = await this.current(client, signal, key);
+      const now = await this.current(s, signal, key);
       if (now !== undefined && now.resource !== fence.resource) throw new ResourceMismatchError(key, fence.resource, now.resource);
       throw new Error(
         `delete of ${JSON.stringify(key)} wrote no tombstone although the key is ${JSON.stringify(fence.resource)}'s; written outside the store?`,
@@ -189,16 +197,14 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     const { from, to, ifVersion, signal } = transferOptions(options);
     throwIfAborted(signal);
     return this.inTransaction(
+      { operation: "transfer", key },
       signal,
-      async (client) => {
+      async (s) => {
         // Every transfer locks the two fence rows in the same (resource) order: no deadlock between transfers.
         const [first, second] = from.resource < to.resource ? [from, to] : [to, from];
-        const { rows } = await this.run<{ resource: string }>(client, signal, "ratchetPair", [
-          ...fenceParams(first),
-          ...fenceParams(second),
-        ]);
-        for (const fence of [from, to]) if (!rows.some((r) => r.resource === fence.resource)) throw await this.staleError(client, fence);
-        const moved = await this.run<{ version: string }>(client, signal, "transferOwner", [
+        const { rows } = await this.run<{ resource: string }>(s, signal, "ratchetPair", [...fenceParams(first), ...fenceParams(second)]);
+        for (const fence of [from, to]) if (!rows.some((r) => r.resource === fence.resource)) throw await this.staleError(s, fence);
+        const moved = await this.run<{ version: string }>(s, signal, "transferOwner", [
           from.resource,
           ...fenceParams(to),
           key,
@@ -206,7 +212,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
         ]);
         const row = moved.rows[0];
         if (row !== undefined) return { version: String(row.version), token: to.token };
-        const now = await this.current(client, signal, key);
+        const now = await this.current(s, signal, key);
         if (now === undefined && ifVersion === undefined) return undefined;
         if (now !== undefined && now.resource !== from.resource) throw new ResourceMismatchError(key, from.resource, now.resource);
         if (ifVersion === undefined)
@@ -216,7 +222,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
         throw new VersionMismatchError(key, ifVersion, now === undefined || now.deleted ? undefined : now.version);
       },
       // A key that does not exist: nothing moved, so the ratchet raises are not kept either.
-      (result) => result !== undefined,
+      { commit: (result) => result !== undefined },
     );
   }
 
@@ -226,22 +232,41 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
    * stays locked until COMMIT, so every other writer of the resource waits, and `work`'s statements
    * see everything such writers committed before. Do not COMMIT/ROLLBACK inside `work`: that would
    * end the fenced transaction early. Ownership of keys is not checked for the caller's own SQL.
+   *
+   * The deadline (timeoutMs) covers the whole call: the wait for a client, BEGIN, the ratchet, `work`
+   * and COMMIT. Each of `work`'s statements is also bounded on the server by the time left at BEGIN
+   * (SET LOCAL statement_timeout). When the deadline passes while `work` runs, the connection is
+   * closed under it (its statements fail, the transaction is rolled back) and the call fails with
+   * StoreUnavailableError "timeout" at once. An error `work` throws passes through unchanged, unless
+   * the connection broke or the deadline passed meanwhile (then StoreUnavailableError, the error as
+   * its cause); either way nothing is committed.
    */
   async transaction<T>(fence: Fence, work: (client: Client) => Promise<T>, options?: PgSignalOptions): Promise<T> {
     const checked = liveFence(fence);
     if (typeof work !== "function") throw new InvalidArgumentError("work", "must be a function (client) => Promise");
     const signal = signalOnly(options);
     throwIfAborted(signal);
-    return this.fenced(checked, signal, work);
+    return this.fenced({ operation: "transaction" }, checked, signal, (s) => s.callback(() => work(s.client)));
   }
 
   /** BEGIN; ratchet; work; COMMIT. The ratchet runs first so its row lock orders everything after it. */
-  private fenced<T>(fence: CheckedFence, signal: AbortSignal | undefined, work: (client: Client) => Promise<T>): Promise<T> {
-    return this.inTransaction(signal, async (client) => {
-      const { rows } = await this.run(client, signal, "ratchet", fenceParams(fence));
-      if (rows.length === 0) throw await this.staleError(client, fence);
-      return work(client);
-    });
+  private fenced<T>(
+    call: Call,
+    fence: CheckedFence,
+    signal: AbortSignal | undefined,
+    work: (s: Session<Client>) => Promise<T>,
+    options?: TransactionOptions<T>,
+  ): Promise<T> {
+    return this.inTransaction(
+      call,
+      signal,
+      async (s) => {
+        const { rows } = await this.run(s, signal, "ratchet", fenceParams(fence));
+        if (rows.length === 0) throw await this.staleError(s, fence);
+        return work(s);
+      },
+      options,
+    );
   }
 
   /**
@@ -250,86 +275,98 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
    * why that holds against concurrent writers). Zero rows back: the fence is stale; a refusal for the
    * owner or the version is an error raised by the statement itself, recognised by its SQLSTATE.
    */
-  private async conditional(
+  private conditional(
+    call: Call & { readonly key: string },
     fence: CheckedFence,
-    key: string,
     expected: string,
     name: "putIfVersion" | "deleteIfVersion",
     values: PgParam[],
   ): Promise<PgPutResult> {
-    let result: PgQueryResult<{ version: string }>;
-    try {
-      result = await this.pool.query<{ version: string }>(this.query(name, values));
-    } catch (err) {
-      throw foreignKeyRefusal(err, key, fence.resource) ?? versionRefusal(err, key, expected) ?? err;
-    }
-    const row = result.rows[0];
-    if (row === undefined) throw await this.staleError(this.pool, fence);
-    return { version: String(row.version), token: fence.token };
+    const { key } = call;
+    return this.session(call, async (s) => {
+      let result: PgQueryResult<{ version: string }>;
+      try {
+        result = await s.query<{ version: string }>(this.query(name, values), "commit");
+      } catch (err) {
+        throw foreignKeyRefusal(err, key, fence.resource) ?? versionRefusal(err, key, expected) ?? err;
+      }
+      const row = result.rows[0];
+      if (row === undefined) throw await this.staleError(s, fence);
+      return { version: String(row.version), token: fence.token };
+    });
   }
 
   /**
    * BEGIN; work; COMMIT — or ROLLBACK if work throws, `commit` declines its result, or the signal was
    * aborted. The signal is checked before every statement the operation sends and last before
-   * COMMIT: an abort is honoured at the next statement boundary, never inside a statement.
+   * COMMIT: an abort is honoured at the next statement boundary, never inside a statement. COMMIT is
+   * the only statement whose lost answer leaves the outcome unknown; it is never sent after a failure.
    */
-  private async inTransaction<T>(
+  private inTransaction<T>(
+    call: Call,
     signal: AbortSignal | undefined,
-    work: (client: Client) => Promise<T>,
-    commit: (result: T) => boolean = () => true,
+    work: (s: Session<Client>) => Promise<T>,
+    options: TransactionOptions<T> = {},
   ): Promise<T> {
-    const client = await this.pool.connect();
-    let broken: Error | undefined;
-    let begun = false;
-    try {
-      throwIfAborted(signal); // waiting for a connection may have taken a while
-      await client.query({ text: BEGIN });
-      begun = true;
-      const result = await work(client);
-      throwIfAborted(signal); // the last moment at which nothing is written: an abort rolls back
-      if (!commit(result)) {
-        begun = false;
-        await client.query({ text: ROLLBACK });
-        return result;
-      }
-      const done = await client.query({ text: COMMIT });
-      // A transaction in which a statement failed (and the error was swallowed) "commits" as ROLLBACK.
-      if (done.command !== "COMMIT")
-        throw new Error(`the transaction was rolled back by the server (${done.command}); nothing was written`);
-      return result;
-    } catch (err) {
-      if (begun) {
-        try {
-          await client.query({ text: ROLLBACK });
-        } catch (rollbackError) {
-          // Connection state unknown: make the pool discard this client rather than reuse it mid-transaction.
-          broken = rollbackError instanceof Error ? rollbackError : new Error(String(rollbackError));
+    const { commit = () => true } = options;
+    return this.session(call, async (s) => {
+      let begun = false;
+      try {
+        throwIfAborted(signal); // waiting for a connection may have taken a while
+        await s.query({ text: beginWithin(s.remainingMs()) }, "read");
+        begun = true;
+        const result = await work(s);
+        throwIfAborted(signal); // the last moment at which nothing is written: an abort rolls back
+        if (!commit(result)) {
+          begun = false;
+          // Nothing to keep: a ROLLBACK that fails leaves a discarded connection, which rolls back too.
+          await s.rollback(ROLLBACK);
+          return result;
         }
+        begun = false;
+        const done = await s.query({ text: COMMIT }, "commit");
+        // A transaction in which a statement failed (and the error was swallowed) "commits" as ROLLBACK.
+        if (done.command !== "COMMIT")
+          throw new Error(`the transaction was rolled back by the server (${done.command}); nothing was written`);
+        return result;
+      } catch (err) {
+        if (begun) await s.rollback(ROLLBACK);
+        // The caller's callback is the one source of errors the store has not classified already;
+        // judged after the ROLLBACK, which tells whether the connection was still there.
+        throw err instanceof CallbackError ? s.callbackFailure(err.error) : err;
       }
-      throw err;
+    });
+  }
+
+  /** Runs `work` on a client checked out for this call, within the call's deadline; the client is released however it ends. */
+  private async session<T>(call: Call, work: (s: Session<Client>) => Promise<T>): Promise<T> {
+    const s = await Session.open(this.pool, call, this.timeoutMs);
+    try {
+      return await work(s);
     } finally {
-      client.release(broken);
+      s.release();
     }
   }
 
   /** One statement of a multi-statement operation: not sent once the signal is aborted. */
   private run<R = Record<string, unknown>>(
-    client: Client,
+    s: Session<Client>,
     signal: AbortSignal | undefined,
     name: NamedStatement,
     values: PgParam[],
   ): Promise<PgQueryResult<R>> {
     throwIfAborted(signal);
-    return client.query<R>(this.query(name, values));
+    // Before COMMIT: a failure here leaves nothing applied.
+    return s.query<R>(this.query(name, values), "read");
   }
 
   /** The key's row as it is now, tombstones included; read inside the operation's transaction. */
   private async current(
-    client: Client,
+    s: Session<Client>,
     signal: AbortSignal | undefined,
     key: string,
   ): Promise<{ version: string; resource: string; deleted: boolean } | undefined> {
-    const { rows } = await this.run<{ version: string; resource: string; deleted: boolean }>(client, signal, "current", [key]);
+    const { rows } = await this.run<{ version: string; resource: string; deleted: boolean }>(s, signal, "current", [key]);
     const row = rows[0];
     return row === undefined ? undefined : { version: String(row.version), resource: row.resource, deleted: row.deleted };
   }
@@ -338,8 +375,9 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
    * Called after the ratchet refused: a token above ours, or ours from another holder, was committed;
    * tokens never go down, so a fresh read shows one or the other.
    */
-  private async staleError(db: Pick<PgClient, "query">, fence: CheckedFence): Promise<StaleTokenError> {
-    const { rows } = await db.query<{ token: string; holder: string | null }>(this.query("highest", [fence.resource]));
+  private async staleError(s: Session<Client>, fence: CheckedFence): Promise<StaleTokenError> {
+    // The write's answer (zero rows) came back: it was not applied, so a failure of this read is a `read`'s.
+    const { rows } = await s.query<{ token: string; holder: string | null }>(this.query("highest", [fence.resource]), "read");
     const highest = rows[0];
     if (highest === undefined)
       throw new Error(`the ratchet refused token ${fence.token} for ${JSON.stringify(fence.resource)} but no fence row exists`);
@@ -351,21 +389,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
   }
 }
 
-/** The error fields a refusal raised by a statement carries. */
-function sqlError(err: unknown): { code?: unknown; detail?: unknown } {
-  return typeof err === "object" && err !== null ? err : {};
-}
-
-/** A write's refusal for a key owned by another resource, recognised by its SQLSTATE; the owner travels in DETAIL. */
-function foreignKeyRefusal(err: unknown, key: string, resource: string): ResourceMismatchError | undefined {
-  const { code, detail } = sqlError(err);
-  if (code !== FOREIGN_KEY_REFUSED || typeof detail !== "string" || detail === "") return undefined;
-  return new ResourceMismatchError(key, resource, detail);
-}
-
-/** A conditional write's refusal for the version, recognised by its SQLSTATE; DETAIL is the live version, or '' when there is none. */
-function versionRefusal(err: unknown, key: string, expected: string): VersionMismatchError | undefined {
-  const { code, detail } = sqlError(err);
-  if (code !== VERSION_REFUSED || typeof detail !== "string") return undefined;
-  return new VersionMismatchError(key, expected, detail === "" ? undefined : detail);
+/** inTransaction()'s options: whether to commit a result. */
+interface TransactionOptions<T> {
+  readonly commit?: (result: T) => boolean;
 }

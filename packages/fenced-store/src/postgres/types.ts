@@ -23,7 +23,11 @@ export interface PgQueryResult<R> {
   command: string;
 }
 
-/** One connection, checked out of the pool: what transaction() hands to its callback. */
+/**
+ * One connection, checked out of the pool: what transaction() hands to its callback. A client that
+ * can fail on its own (pg's: the server dies under it) must expose on/removeListener("error"): the
+ * store listens while it holds the client, as pg requires of whoever checks one out.
+ */
 export interface PgClient {
   query<R = Record<string, unknown>>(config: PgQueryConfig): Promise<PgQueryResult<R>>;
   /** An error discards the connection instead of returning it to the pool. */
@@ -44,6 +48,14 @@ export interface PgPool<Client extends PgClient = PgClient> {
 export interface FencedPostgresOptions {
   /** Schema holding the store's tables; default "fenced". Must match /^[a-z_][a-z0-9_]{0,62}$/ and not start with "pg_". */
   readonly schema?: string | undefined;
+  /**
+   * Deadline of every call, in milliseconds (an integer from 100 to 600000; default 5000): from the
+   * call to its answer, waiting for a pool client included, and for transaction() the callback and
+   * COMMIT included. Past it the call fails with StoreUnavailableError (reason "timeout"), or with
+   * OutcomeUnknownError when the write or its COMMIT had been sent. Inside the store's transactions
+   * the server is told the same (SET LOCAL statement_timeout), so it gives up and rolls back too.
+   */
+  readonly timeoutMs?: number | undefined;
 }
 
 /** An operation's abort signal (e.g. lease.signal). See PROTOCOL.md, "Postgres", for what an abort can still stop. */

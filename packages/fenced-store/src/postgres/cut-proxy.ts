@@ -1,0 +1,82 @@
+import { connect, createServer, type Server, type Socket } from "node:net";
+
+/**
+ * A TCP proxy in front of PostgreSQL for the tests: it forwards everything until the client sends a
+ * message containing an armed pattern (e.g. the simple-query COMMIT), forwards that message to the
+ * server, and when the server's answer to it arrives, drops the answer and cuts the client's
+ * connection. The server has done the work; the client never hears of it: a lost answer, on demand.
+ */
+export class CutProxy {
+  private armed: Buffer | undefined;
+  private readonly sockets = new Set<Socket>();
+  /** How many answers were cut. */
+  cuts = 0;
+
+  private constructor(
+    private readonly server: Server,
+    readonly port: number,
+  ) {}
+
+  static async start(target: { host: string; port: number }): Promise<CutProxy> {
+    const server = createServer();
+    await new Promise<void>((resolve, reject) => {
+      server.once("error", reject);
+      server.listen(0, "127.0.0.1", () => resolve());
+    });
+    const address = server.address();
+    if (address === null || typeof address === "string") throw new Error("the proxy has no TCP port");
+    const proxy = new CutProxy(server, address.port);
+    server.on("connection", (client: Socket) => proxy.pipe(client, target));
+    return proxy;
+  }
+
+  /** The next client message containing `pattern` has its answer lost (once). */
+  arm(pattern: Buffer): void {
+    this.armed = pattern;
+  }
+
+  async close(): Promise<void> {
+    for (const socket of this.sockets) socket.destroy();
+    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+  }
+
+  private pipe(client: Socket, target: { host: string; port: number }): void {
+    const upstream = connect(target.port, target.host);
+    this.sockets.add(client).add(upstream);
+    let cutNextAnswer = false;
+    // Client bytes seen lately, so that a pattern split across two chunks is still found.
+    let recent = Buffer.alloc(0);
+    client.on("data", (chunk: Buffer) => {
+      const armed = this.armed;
+      if (armed !== undefined) {
+        recent = Buffer.concat([recent, chunk]).subarray(-(chunk.length + armed.length));
+        if (recent.includes(armed)) {
+          this.armed = undefined;
+          cutNextAnswer = true;
+        }
+      }
+      upstream.write(chunk);
+    });
+    upstream.on("data", (chunk: Buffer) => {
+      if (cutNextAnswer) {
+        // The server answered: the work is done. The client never sees it.
+        this.cuts += 1;
+        client.destroy();
+        upstream.destroy();
+        return;
+      }
+      client.write(chunk);
+    });
+    const close = (): void => {
+      client.destroy();
+      upstream.destroy();
+      this.sockets.delete(client);
+      this.sockets.delete(upstream);
+    };
+    client.on("close", close).on("error", close);
+    upstream.on("close", close).on("error", close);
+  }
+}
+
+/** The simple-query message of a COMMIT, as pg sends the store's COMMIT: 'Q', length 11, "COMMIT\0". */
+export const COMMIT_MESSAGE = Buffer.from("Q\0\0\0\x0bCOMMIT\0", "latin1");

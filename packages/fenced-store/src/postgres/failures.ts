@@ -1,0 +1,106 @@
+import { OutcomeUnknownError, StoreSetupError, StoreUnavailableError, type UnavailableReason } from "../errors.js";
+
+/**
+ * How a failure of the driver (pg) becomes one of the store's errors: the one place that decides, used
+ * by every call. It reads only the error's type, its SQLSTATE and its Node system code — never its
+ * message — and what the store itself knows: which phase the call was in, and whether the call's
+ * deadline (timeoutMs) had passed.
+ *
+ * The phase says what a lost answer could mean:
+ * - `connect`: waiting for a pool client. Nothing was sent.
+ * - `read`: a statement that cannot have changed anything on its own: a read, BEGIN, or a statement
+ *   of a transaction whose COMMIT has not been sent (a transaction that never commits is rolled
+ *   back, by ROLLBACK or by the server when the connection closes).
+ * - `commit`: COMMIT, or a write statement in autocommit (put, conditional writes, register), has been
+ *   handed to the connection. From here a lost answer may hide a write that was applied.
+ *
+ * The rule:
+ * 1. The server answered with an SQLSTATE (a pg DatabaseError: a five-character `code` and a
+ *    `severity`):
+ *    - 3F000 (no such schema), 42P01 (no such table or sequence), 42703 (no such column), 42883 (no
+ *      such function), raised by the store's own statements outside migrate(): StoreSetupError
+ *      "not-migrated". The statement did not run.
+ *    - class 08 (connection exception), 53 (insufficient resources), 57 (operator intervention:
+ *      shutdown, crash of another backend, cancel), 58 (system error), XX (internal error): the
+ *      session ended or the statement was cut short by the server rather than refused. In the
+ *      `commit` phase that may have come after the commit record: OutcomeUnknownError. Before it:
+ *      StoreUnavailableError — "timeout" for 57014 (a cancel: the store's `statement_timeout`),
+ *      "refused" while connecting (the server turned the session away: starting up, shutting down,
+ *      too many connections), else "connection".
+ *    - anything else (a refusal the store recognises, FN001/FN002, a constraint, a bad password, a
+ *      missing database): the statement failed as a whole and nothing was applied; the error passes
+ *      through unchanged for the caller (or the store's refusal mapping) to read.
+ * 2. No SQLSTATE (a socket error with a Node system code, pg's own "Connection terminated …" or a
+ *    client that is no longer queryable, which carry no code, or the store's own deadline):
+ *    - in the `commit` phase: OutcomeUnknownError;
+ *    - else, if the call's deadline had passed: StoreUnavailableError "timeout";
+ *    - else while connecting: "refused" for ECONNREFUSED and ENOENT (no server listening on the port or
+ *      socket), "timeout" for ETIMEDOUT, "connection" for any other;
+ *    - else "connection".
+ */
+export type Phase = "connect" | "read" | "commit";
+
+export interface FailureContext {
+  readonly phase: Phase;
+  /** The store method: "put", "get", "transaction", "migrate" … */
+  readonly operation: string;
+  /** The key the call writes or reads; undefined for register(), transaction() and migrate(). */
+  readonly key?: string | undefined;
+  /** Whether the call's deadline had passed when the failure arrived. */
+  readonly timedOut: boolean;
+}
+
+/** The call's deadline passed: raised by the store itself, never by the driver. */
+export class DeadlineExceeded extends Error {
+  override readonly name = "DeadlineExceeded";
+  constructor(readonly timeoutMs: number) {
+    super(`no answer within ${timeoutMs} milliseconds`);
+  }
+}
+
+/** SQLSTATEs of a store object that does not exist: migrate() has not run (or not this version's). */
+const NOT_MIGRATED = new Set(["3F000", "42P01", "42703", "42883"]);
+
+/** SQLSTATE classes in which the server ended the session or cut the statement short. */
+const SESSION_ENDED = new Set(["08", "53", "57", "58", "XX"]);
+
+/** The server's answer: pg's DatabaseError, recognised by shape (the store does not import pg). */
+export function sqlState(err: unknown): string | undefined {
+  if (!(err instanceof Error)) return undefined;
+  const { code, severity } = err as { code?: unknown; severity?: unknown };
+  return typeof code === "string" && /^[0-9A-Z]{5}$/.test(code) && typeof severity === "string" ? code : undefined;
+}
+
+/** The error to throw for a failure of the driver in the given context (see the rule above). */
+export function classify(err: unknown, context: FailureContext): unknown {
+  const { phase, operation, key, timedOut } = context;
+  const unavailable = (reason: UnavailableReason) => new StoreUnavailableError("postgres", reason, operation, { cause: err });
+  const state = sqlState(err);
+  if (state !== undefined) {
+    if (NOT_MIGRATED.has(state) && operation !== "migrate")
+      return new StoreSetupError(
+        "postgres",
+        "not-migrated",
+        `the store's tables are missing or older than this version (SQLSTATE ${state}): run migrate()`,
+        { cause: err },
+      );
+    if (!SESSION_ENDED.has(state.slice(0, 2))) return err;
+    if (phase === "commit") return new OutcomeUnknownError("postgres", key, operation, { cause: err });
+    if (state === "57014") return unavailable("timeout");
+    return unavailable(phase === "connect" ? "refused" : "connection");
+  }
+  if (phase === "commit") return new OutcomeUnknownError("postgres", key, operation, { cause: err });
+  if (timedOut || err instanceof DeadlineExceeded) return unavailable("timeout");
+  if (phase === "connect") {
+    const code = (err as { code?: unknown } | null)?.code;
+    if (code === "ECONNREFUSED" || code === "ENOENT") return unavailable("refused");
+    if (code === "ETIMEDOUT") return unavailable("timeout");
+  }
+  return unavailable("connection");
+}
+
+/** Whether the connection is known to be in a usable state after this failure: the server answered it. */
+export function connectionIntact(err: unknown): boolean {
+  const state = sqlState(err);
+  return state !== undefined && !SESSION_ENDED.has(state.slice(0, 2));
+}

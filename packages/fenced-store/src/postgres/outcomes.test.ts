@@ -1,0 +1,194 @@
+import { InvalidArgumentError } from "@fenced/fence";
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { OutcomeUnknownError, StoreSetupError, StoreUnavailableError } from "../errors.js";
+import { COMMIT_MESSAGE, CutProxy } from "./cut-proxy.js";
+import { timed } from "./fault-support.js";
+import { FencedPostgres } from "./store.js";
+import { fenceAt as f, outcome, pgHarness, type PgHarness, sleep } from "./test-support.js";
+
+// What each failure of the database becomes, on a healthy server: an answer lost after COMMIT, the
+// store's deadline (the pool's wait, the caller's callback, the server's statement_timeout), tables
+// that were never created, and what passes through unchanged.
+
+let h: PgHarness;
+beforeAll(async () => {
+  h = await pgHarness();
+});
+afterAll(async () => {
+  await h.close();
+});
+
+/** A pool whose connections go through a proxy that can lose one answer, and a store on it in `schema`. */
+async function throughProxy(schema: string): Promise<{ proxy: CutProxy; pool: pg.Pool; store: FencedPostgres; close(): Promise<void> }> {
+  const url = new URL(h.url);
+  const proxy = await CutProxy.start({ host: url.hostname, port: Number(url.port) });
+  url.host = `127.0.0.1:${proxy.port}`;
+  const pool = new pg.Pool({ connectionString: url.toString(), max: 2 });
+  pool.on("error", () => undefined);
+  const store = new FencedPostgres(pool, { schema, timeoutMs: 2_000 });
+  return {
+    proxy,
+    pool,
+    store,
+    async close() {
+      await pool.end();
+      await proxy.close();
+    },
+  };
+}
+
+describe("FencedPostgres: a write whose answer is lost is OutcomeUnknownError", () => {
+  it("transaction() and delete(): the COMMIT reached the server, its answer did not; the writes landed", async () => {
+    const seed = await h.store("lost_commit");
+    await seed.put("k", "v", { fence: f("r", 1n) });
+    const via = await throughProxy(seed.schema);
+    try {
+      via.proxy.arm(COMMIT_MESSAGE);
+      const tx = await outcome(via.store.transaction(f("r", 2n), () => Promise.resolve("done")));
+      expect(tx).toBeInstanceOf(OutcomeUnknownError);
+      expect(tx).toMatchObject({ backend: "postgres", key: undefined, operation: "transaction" });
+      expect(await h.fenceToken(seed, "r")).toBe(2n); // it was applied all the same
+
+      via.proxy.arm(COMMIT_MESSAGE);
+      const deleted = await outcome(via.store.delete("k", { fence: f("r", 3n) }));
+      expect(deleted).toMatchObject({ name: "OutcomeUnknownError", key: "k", operation: "delete" });
+      expect(await seed.get("k")).toBeUndefined();
+      expect(via.proxy.cuts).toBe(2);
+
+      // A retry with the same fence is judged by the ratchet like any write: admitted again (same holder and token).
+      await via.store.put("k", "again", { fence: f("r", 3n) });
+      expect(await seed.get("k")).toMatchObject({ value: "again", token: 3n });
+    } finally {
+      await via.close();
+    }
+  });
+
+  it("put(): its one statement in autocommit ran, the answer was cut; the same store works on", async () => {
+    const seed = await h.store("lost_put");
+    const via = await throughProxy(seed.schema);
+    try {
+      via.proxy.arm(Buffer.from("fenced:putUnconditional:"));
+      const err = await outcome(via.store.put("k", { n: 1 }, { fence: f("r", 1n) }));
+      expect(err).toBeInstanceOf(OutcomeUnknownError);
+      expect(err).toMatchObject({ key: "k", operation: "put" });
+      expect(await seed.get("k")).toMatchObject({ value: { n: 1 }, token: 1n });
+      await via.store.put("k", { n: 2 }, { fence: f("r", 1n) });
+      expect(await via.store.get("k")).toMatchObject({ value: { n: 2 } });
+    } finally {
+      await via.close();
+    }
+  });
+});
+
+describe("FencedPostgres: deadlines", () => {
+  it("timeoutMs is whole milliseconds from 100 to 600000, default 5000", () => {
+    expect(new FencedPostgres(h.pool).timeoutMs).toBe(5_000);
+    expect(new FencedPostgres(h.pool, { timeoutMs: 100 }).timeoutMs).toBe(100);
+    expect(new FencedPostgres(h.pool, { timeoutMs: 600_000 }).timeoutMs).toBe(600_000);
+    for (const bad of [0, 99, 100.5, 600_001, -1, Number.NaN, Number.POSITIVE_INFINITY, "5000", null]) {
+      const build = () => new FencedPostgres(h.pool, { timeoutMs: bad as number });
+      expect(build).toThrow(InvalidArgumentError);
+      expect(build).toThrow(/options\.timeoutMs: .*milliseconds/);
+    }
+  });
+
+  it("a pool with every client taken: the wait is bounded, and the client that frees up later is not kept", async () => {
+    const seed = await h.store("exhausted");
+    const pool = new pg.Pool({ connectionString: h.url, max: 1 });
+    pool.on("error", () => undefined);
+    try {
+      const store = new FencedPostgres(pool, { schema: seed.schema, timeoutMs: 200 });
+      const taken = await pool.connect();
+      const { ms, value } = await timed(store.get("k"));
+      expect(value).toBeInstanceOf(StoreUnavailableError);
+      expect(value).toMatchObject({ reason: "timeout", operation: "get" });
+      expect(ms).toBeLessThan(700);
+      taken.release();
+      await sleep(20);
+      expect({ total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount }).toEqual({ total: 1, idle: 1, waiting: 0 });
+      expect(await store.get("k")).toBeUndefined();
+    } finally {
+      await pool.end();
+    }
+  });
+
+  it("transaction(): the deadline covers the callback; the server gives up too, so the fence row is free again", async () => {
+    const seed = await h.store("slow_tx");
+    const store = new FencedPostgres(h.pool, { schema: seed.schema, timeoutMs: 500 });
+    const slept = await timed(store.transaction(f("r", 1n), (c) => c.query("SELECT pg_sleep(30)")));
+    expect(slept.value).toBeInstanceOf(StoreUnavailableError);
+    expect(slept.value).toMatchObject({ reason: "timeout", operation: "transaction" });
+    expect(slept.ms).toBeLessThan(1_000);
+    // Without the server's statement_timeout its backend would sleep on, holding the fence row for 30 s.
+    const next = await timed(seed.put("k", 1, { fence: f("r", 2n) }));
+    expect(next.value).toMatchObject({ token: 2n });
+    expect(next.ms).toBeLessThan(1_500);
+    expect(await h.fenceToken(seed, "r")).toBe(2n);
+
+    // A callback that never settles: the call still ends at the deadline.
+    const hung = await timed(store.transaction(f("r", 3n), () => new Promise<never>(() => undefined)));
+    expect(hung.value).toMatchObject({ name: "StoreUnavailableError", reason: "timeout" });
+    expect(hung.ms).toBeLessThan(1_000);
+    expect(await h.fenceToken(seed, "r")).toBe(2n);
+  });
+
+  it("transaction(): the server's statement_timeout is set for the transaction only", async () => {
+    const seed = await h.store("local_timeout");
+    const store = new FencedPostgres(h.pool, { schema: seed.schema, timeoutMs: 3_000 });
+    const inside = await store.transaction(f("r", 1n), async (c) => {
+      const { rows } = await c.query<{ ms: string }>("SELECT current_setting('statement_timeout') AS ms");
+      return rows[0]?.ms ?? "";
+    });
+    expect(inside).toMatch(/^\d+ms$|^\d+s$/);
+    const ms = inside.endsWith("ms") ? Number(inside.slice(0, -2)) : Number(inside.slice(0, -1)) * 1_000;
+    expect(ms).toBeGreaterThan(2_000);
+    expect(ms).toBeLessThanOrEqual(3_000);
+    const client = await h.pool.connect();
+    try {
+      for (let i = 0; i < 3; i++) expect((await client.query("SHOW statement_timeout")).rows[0]).toEqual({ statement_timeout: "0" });
+    } finally {
+      client.release();
+    }
+  });
+
+  it("an error the callback throws passes through unchanged, its own SQL errors included", async () => {
+    const store = await h.store("passthrough");
+    const mine = new Error("mine");
+    expect(await outcome(store.transaction(f("r", 1n), () => Promise.reject(mine)))).toBe(mine);
+    const sqlError = await outcome(store.transaction(f("r", 1n), (c) => c.query("SELECT * FROM no_such_table_of_the_caller")));
+    expect(sqlError).not.toBeInstanceOf(StoreSetupError);
+    expect(sqlError).toMatchObject({ code: "42P01" });
+    expect(await h.counts(store)).toEqual({ fence: 0, records: 0 });
+  });
+});
+
+describe("FencedPostgres: migrate() forgotten", () => {
+  it("every operation fails with StoreSetupError not-migrated, whether the schema, a table or a function is missing", async () => {
+    const store = new FencedPostgres(h.pool, { schema: `t_unmigrated_${process.pid}` });
+    const calls = (s: FencedPostgres) => [
+      s.get("k"),
+      s.put("k", 1, { fence: f("r", 1n) }),
+      s.put("k", 1, { fence: f("r", 1n), ifVersion: "1" }),
+      s.delete("k", { fence: f("r", 1n) }),
+      s.register(f("r", 1n)),
+      s.transfer("k", { from: f("r", 1n), to: f("s", 1n) }),
+      s.transaction(f("r", 1n), () => Promise.resolve()),
+    ];
+    for (const err of await Promise.all(calls(store).map(outcome))) {
+      expect(err).toBeInstanceOf(StoreSetupError);
+      expect(err).toMatchObject({ backend: "postgres", problem: "not-migrated" });
+      expect((err as Error).message).toContain("run migrate()");
+    }
+    const partial = await h.store("partial");
+    await h.pool.query(`DROP TABLE "${partial.schema}".records`);
+    expect(await outcome(partial.get("k"))).toMatchObject({ name: "StoreSetupError", problem: "not-migrated" });
+    await partial.migrate();
+    await h.pool.query(`DROP FUNCTION "${partial.schema}".refuse_conditional_write`);
+    const v = await partial.put("k", 1, { fence: f("r", 1n) });
+    expect(await outcome(partial.put("k", 2, { fence: f("r", 1n), ifVersion: v.version }))).toMatchObject({
+      name: "StoreSetupError",
+      problem: "not-migrated",
+    });
+  });
+});

@@ -1,0 +1,24 @@
+import { ResourceMismatchError, VersionMismatchError } from "../errors.js";
+import { FOREIGN_KEY_REFUSED, VERSION_REFUSED } from "./sql.js";
+
+// The store's own refusals that a statement raises as an error (sql.ts): recognised by their
+// SQLSTATE, their subject carried in DETAIL. Every other failure of a statement is failures.ts's.
+
+/** The error fields a refusal raised by a statement carries. */
+function sqlError(err: unknown): { code?: unknown; detail?: unknown } {
+  return typeof err === "object" && err !== null ? err : {};
+}
+
+/** A write's refusal for a key owned by another resource, recognised by its SQLSTATE; the owner travels in DETAIL. */
+export function foreignKeyRefusal(err: unknown, key: string, resource: string): ResourceMismatchError | undefined {
+  const { code, detail } = sqlError(err);
+  if (code !== FOREIGN_KEY_REFUSED || typeof detail !== "string" || detail === "") return undefined;
+  return new ResourceMismatchError(key, resource, detail);
+}
+
+/** A conditional write's refusal for the version, recognised by its SQLSTATE; DETAIL is the live version, or '' when there is none. */
+export function versionRefusal(err: unknown, key: string, expected: string): VersionMismatchError | undefined {
+  const { code, detail } = sqlError(err);
+  if (code !== VERSION_REFUSED || typeof detail !== "string") return undefined;
+  return new VersionMismatchError(key, expected, detail === "" ? undefined : detail);
+}

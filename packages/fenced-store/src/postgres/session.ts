@@ -1,0 +1,177 @@
+import { classify, connectionIntact, DeadlineExceeded, type Phase } from "./failures.js";
+import type { PgClient, PgPool, PgQueryConfig, PgQueryResult } from "./types.js";
+
+/** An error thrown by transaction()'s callback, carried to where the store decides what it becomes (Session.callbackFailure). */
+export class CallbackError extends Error {
+  override readonly name = "CallbackError";
+  constructor(readonly error: unknown) {
+    super("the transaction() callback failed");
+  }
+}
+
+/** What a store call is, for its errors. */
+export interface Call {
+  readonly operation: string;
+  readonly key?: string | undefined;
+}
+
+/**
+ * One store call's deadline: a single timer from the call's start, against which every wait of the
+ * call is raced (the pool, each statement, transaction()'s callback). `passed` is exact: the timer fired.
+ */
+class Deadline {
+  private readonly timer: NodeJS.Timeout;
+  private readonly expired: Promise<never>;
+  private readonly at: number;
+  passed = false;
+
+  constructor(readonly timeoutMs: number) {
+    this.at = performance.now() + timeoutMs;
+    let expire!: (err: Error) => void;
+    this.expired = new Promise<never>((_, reject) => (expire = reject));
+    // Nobody may be racing at the moment it fires: the rejection must not count as unhandled.
+    this.expired.catch(() => undefined);
+    this.timer = setTimeout(() => {
+      this.passed = true;
+      expire(new DeadlineExceeded(timeoutMs));
+    }, timeoutMs);
+  }
+
+  /** Whole milliseconds left, at least 1: what the server is told to allow a statement. */
+  remainingMs(): number {
+    return Math.max(1, Math.ceil(this.at - performance.now()));
+  }
+
+  /** `work`, unless the deadline passes first (DeadlineExceeded). A late result of `work` is ignored by the race. */
+  race<T>(work: Promise<T>): Promise<T> {
+    return Promise.race([work, this.expired]);
+  }
+
+  clear(): void {
+    clearTimeout(this.timer);
+  }
+}
+
+/** The error listener a checked-out client may expose (pg's clients do; a minimal wrapper need not). */
+interface Emitter {
+  on?(event: "error", listener: (err: Error) => void): unknown;
+  removeListener?(event: "error", listener: (err: Error) => void): unknown;
+}
+
+/**
+ * One client checked out of the caller's pool for one store call, held until release(). While held,
+ * it listens for the client's 'error' event: pg emits it when the server dies under a checked-out
+ * client, and with no listener the process would exit (the pool listens only to idle clients). A
+ * client that errored, or whose state is unknown (a statement that got no answer), is released
+ * with the error, so that the pool destroys it instead of handing it out again.
+ */
+export class Session<Client extends PgClient> {
+  /** Why this connection must not be reused; set once, never cleared. */
+  private broken: Error | undefined;
+  private released = false;
+  private readonly onError = (err: Error): void => {
+    this.broken ??= err;
+  };
+
+  private constructor(
+    readonly client: Client,
+    private readonly call: Call,
+    private readonly deadline: Deadline,
+  ) {
+    (client as Emitter).on?.("error", this.onError);
+  }
+
+  /** Checks a client out within the deadline; a client that arrives after the call gave up goes straight back. */
+  static async open<Client extends PgClient>(pool: PgPool<Client>, call: Call, timeoutMs: number): Promise<Session<Client>> {
+    const deadline = new Deadline(timeoutMs);
+    let pending: Promise<Client> | undefined;
+    try {
+      pending = pool.connect();
+      return new Session(await deadline.race(pending), call, deadline);
+    } catch (err) {
+      deadline.clear();
+      if (deadline.passed)
+        pending?.then(
+          (late) => late.release(),
+          () => undefined,
+        );
+      throw classify(err, { ...call, phase: "connect", timedOut: deadline.passed });
+    }
+  }
+
+  /**
+   * Sends one statement, bounded by what is left of the deadline, and classifies a failure (failures.ts).
+   * Nothing is sent once the deadline has passed or the connection broke: that failure is a `read`'s
+   * whatever the phase, since nothing left this process.
+   */
+  async query<R = Record<string, unknown>>(config: PgQueryConfig, phase: Phase): Promise<PgQueryResult<R>> {
+    if (this.deadline.passed) throw this.failure(new DeadlineExceeded(this.deadline.timeoutMs), "read");
+    if (this.broken !== undefined) throw this.failure(this.broken, "read");
+    try {
+      return await this.deadline.race(this.client.query<R>(config));
+    } catch (err) {
+      // No answer from the server (or one that ended the session): the connection's state is unknown.
+      if (!connectionIntact(err)) this.discard(err);
+      throw this.failure(err, phase);
+    }
+  }
+
+  /**
+   * transaction()'s callback, raced against the deadline: past it, the connection is discarded under
+   * the caller's statements. Whatever it throws (or the deadline) comes out as a CallbackError.
+   */
+  async callback<T>(work: () => Promise<T>): Promise<T> {
+    try {
+      return await this.deadline.race(work());
+    } catch (err) {
+      if (err instanceof DeadlineExceeded) this.discard(err);
+      throw new CallbackError(err);
+    }
+  }
+
+  /**
+   * What an error thrown by transaction()'s callback becomes: unchanged, unless the connection broke
+   * or the deadline passed while it ran — then the call failed for the store's reasons, and nothing
+   * was committed (COMMIT is never sent after a failure).
+   */
+  callbackFailure(err: unknown): unknown {
+    if (this.broken === undefined && !this.deadline.passed) return err;
+    return this.failure(err, "read");
+  }
+
+  /** The ROLLBACK of a transaction that will not commit. Skipped, and the connection discarded, when it cannot be trusted to answer. */
+  async rollback(text: string): Promise<void> {
+    if (this.broken !== undefined || this.deadline.passed) {
+      this.discard(this.broken ?? new DeadlineExceeded(this.deadline.timeoutMs));
+      return;
+    }
+    try {
+      await this.deadline.race(this.client.query({ text }));
+    } catch (err) {
+      // State unknown: closing the connection rolls the transaction back on the server.
+      this.discard(err);
+    }
+  }
+
+  /** Makes release() destroy the connection instead of returning it to the pool. */
+  discard(err: unknown): void {
+    this.broken ??= err instanceof Error ? err : new Error(String(err));
+  }
+
+  /** Milliseconds left, for the server-side statement_timeout of the call's transaction. */
+  remainingMs(): number {
+    return this.deadline.remainingMs();
+  }
+
+  release(): void {
+    if (this.released) return;
+    this.released = true;
+    this.deadline.clear();
+    (this.client as Emitter).removeListener?.("error", this.onError);
+    this.client.release(this.broken);
+  }
+
+  private failure(err: unknown, phase: Phase): unknown {
+    return classify(err, { ...this.call, phase, timedOut: this.deadline.passed });
+  }
+}
