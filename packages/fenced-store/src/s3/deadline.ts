@@ -14,6 +14,14 @@ export class DeadlineExceeded extends Error {
   }
 }
 
+/** The reason a call's signal aborts what the call left running once it returned. Never thrown to a caller. */
+class CallOver extends Error {
+  override readonly name = "CallOver";
+  constructor() {
+    super("the call is over");
+  }
+}
+
 export class Deadline {
   /** Aborts when the deadline passes (reason: DeadlineExceeded) or the caller's signal aborts (its reason). */
   readonly signal: AbortSignal;
@@ -90,12 +98,17 @@ export class Deadline {
     });
   }
 
-  /** The call is over: the clock stops for good, and the signal never aborts from now on. */
-  end(): void {
+  /**
+   * The call is over: the clock stops for good. With `abandon`, what the call left running (an
+   * upload it did not need in the end) is aborted now, so nothing of it outlives the call; without,
+   * the signal never aborts from now on (get()'s body stream is still being read on it).
+   */
+  end(abandon = false): void {
     clearTimeout(this.timer);
     this.timer = undefined;
     this.suspended = Number.POSITIVE_INFINITY;
     this.caller?.removeEventListener("abort", this.onCallerAbort);
+    if (abandon && !this.signal.aborted) this.controller.abort(new CallOver());
   }
 }
 

@@ -146,7 +146,7 @@ export class FencedS3 {
       if (err instanceof NeverWrittenError) return undefined;
       throw err;
     } finally {
-      deadline.end();
+      deadline.end(true);
     }
   }
 
@@ -206,7 +206,7 @@ export class FencedS3 {
       // Its writes' failures are typed already (and unknown if an attempt may have landed); its reads' are typed here.
       throw typedFailure(err, { operation: "update", key, bucket: this.bucket, deadline, open: false });
     } finally {
-      deadline.end();
+      deadline.end(true);
     }
   }
 
@@ -302,7 +302,7 @@ export class FencedS3 {
     try {
       return await this.writeWithin(key, fence, content, ifVersion, contentType, deadline);
     } finally {
-      deadline.end();
+      deadline.end(true); // an upload the write did not use in the end is aborted: flush() never waits for it
     }
   }
 
