@@ -192,6 +192,27 @@ describe("FencedS3: a killed and restarted radosgw", () => {
     await s.put("k", "after", { fence: fence(1) });
     expect((await s.getBytes("k"))?.body.toString()).toBe("after");
   });
+
+  it("radosgw dies with a manifest PUT on the wire: OutcomeUnknownError at once, not at the deadline", async () => {
+    const { store: s, bucket } = await store({ timeoutMs: 5_000 });
+    await s.put("k", "before", { fence: fence(1) });
+    const client = server.client();
+    aroundWire(client, (call, send) => {
+      if (call.method !== "PUT" || !call.path.includes("/manifests/")) return send();
+      server.faults.pause(); // the PUT goes to a server that holds it unanswered ...
+      const sent = send();
+      setTimeout(() => void server.faults.kill(), 100); // ... and dies: the connection is cut
+      return sent;
+    });
+    const writer = new FencedS3(client, { bucket, timeoutMs: 5_000 });
+    const { ms, error } = await timed(() => writer.put("k", "cut", { fence: fence(1) }));
+    console.log(`radosgw killed with a manifest PUT in flight: OutcomeUnknownError after ${ms} ms`);
+    expect(error).toBeInstanceOf(OutcomeUnknownError);
+    expect(error).toMatchObject({ key: "k", operation: "put" });
+    expect(ms).toBeLessThan(2_000);
+    await server.faults.restart();
+    expect(["before", "cut"]).toContain((await s.getBytes("k"))?.body.toString());
+  });
 });
 
 describe("FencedS3: lost answers, setup and corrupt state", () => {
