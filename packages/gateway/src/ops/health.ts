@@ -30,9 +30,33 @@ export async function within(timeoutMs: number, check: (signal: AbortSignal) => 
   }
 }
 
-/** A query on a pooled connection: proves the server answers and the pool can still connect. */
+/**
+ * A query on a pooled connection: proves the server answers and the pool can still connect. A
+ * connection whose query outlives the deadline (a paused server) is destroyed, not kept: health
+ * checks every few seconds through a long pause would otherwise hold the whole pool.
+ */
 export function postgresHealth(pool: Pool, timeoutMs: number): Promise<BackendHealth> {
-  return within(timeoutMs, () => pool.query("SELECT 1"));
+  return within(timeoutMs, async (signal) => {
+    const client = await pool.connect();
+    let released = false;
+    // A server that dies while the connection is held emits 'error' on it: unheard, that ends the process.
+    const ignore = (): void => undefined;
+    client.on("error", ignore);
+    const release = (destroy: boolean): void => {
+      if (released) return;
+      released = true;
+      // A destroyed connection may still report its end: the listener stays with it.
+      if (!destroy) client.off("error", ignore);
+      client.release(destroy);
+    };
+    if (signal.aborted) return release(true);
+    signal.addEventListener("abort", () => release(true), { once: true });
+    try {
+      await client.query("SELECT 1");
+    } finally {
+      release(false);
+    }
+  });
 }
 
 /** HEAD on the bucket: proves the endpoint answers, the credentials work and the bucket exists. */
