@@ -49,7 +49,7 @@ export interface GatewayOptions {
   /**
    * The deadline of each call into a store (the stores' `timeoutMs`): past it the request answers
    * 503 `unavailable` (nothing written) or `outcome-unknown` (a write sent, its answer lost).
-   * Default 5,000 ms; `objects.timeoutMs` wins for S3.
+   * Default 5,000 ms (100 to 600,000); `objects.timeoutMs` wins for S3.
    */
   readonly storeTimeoutMs?: number;
   /**
@@ -100,11 +100,14 @@ export function createGateway(options: GatewayOptions): Gateway {
     );
   }
   const ctx: RouteContext = { auth: new ApiKeys(options.apiKeys), metrics, logger, limits, credentials };
+  const storeTimeoutMs = options.storeTimeoutMs ?? 5_000;
   const records =
     options.records === undefined
       ? undefined
-      : new FencedPostgres(options.records.pool, options.records.schema === undefined ? {} : { schema: options.records.schema });
-  const storeTimeoutMs = options.storeTimeoutMs ?? 5_000;
+      : new FencedPostgres(options.records.pool, {
+          timeoutMs: storeTimeoutMs,
+          ...(options.records.schema === undefined ? {} : { schema: options.records.schema }),
+        });
   const objects =
     options.objects === undefined
       ? undefined

@@ -31,7 +31,7 @@ let redisClients: Redis[];
 let serving: Serving;
 let client: HttpClient;
 /** Time to the 503 with each backend paused, for the report. */
-const measured: Record<string, number> = {};
+const measured: Record<string, number | string> = {};
 
 beforeAll(async () => {
   const [postgres, s3, redis] = await Promise.all([
@@ -122,7 +122,7 @@ describe("a backend paused: 503 within the deadline, and back by itself", () => 
         const read = await timed(() => get(store, key));
         expect503(read.answer, UNAVAILABLE);
         expect(read.ms).toBeLessThan(STORE_TIMEOUT_MS + SLACK_MS);
-        measured[`${store} write`] = Math.round(write.ms);
+        measured[`${store} write`] = `${Math.round(write.ms)} ${String(write.answer.json().type)}`;
         measured[`${store} read`] = Math.round(read.ms);
         const health = await client.send({ method: "GET", path: "/healthz" });
         expect(health.status).toBe(503);
