@@ -176,12 +176,14 @@ function accepted(run: Run, snap: Snapshot, replaced: Snapshot | null): S3PutRes
  */
 async function failed(run: Run, err: unknown): Promise<unknown> {
   const { io, intent } = run;
-  const open = outcomeOpen(run); // taken now: the settling reads the key, but cannot tell more than the write could
+  // Decided now, from what the write knows: the settling below reads the key, but cannot tell more.
+  const open = outcomeOpen(run);
+  const call = { operation: operationOf(intent), key: intent.key, bucket: io.options.bucket, deadline: intent.deadline, open };
+  const typed = err instanceof NeverWrittenError ? err : typedFailure(err, call);
   const cleanup = settle(run);
   io.background(() => cleanup);
   await intent.deadline.race(cleanup).catch(() => undefined);
-  if (err instanceof NeverWrittenError) return err;
-  return typedFailure(err, { operation: operationOf(intent), key: intent.key, bucket: io.options.bucket, deadline: intent.deadline, open });
+  return typed;
 }
 
 /**
