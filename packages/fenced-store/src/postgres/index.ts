@@ -3,6 +3,9 @@
 //
 // The layers, from the API down:
 //   store.ts    FencedPostgres: validates a call (options.ts) and runs its statements in one transaction
+//   session.ts  one client checked out per call: its deadline, its error listener, its release
+//   failures.ts what a failure of the driver becomes (StoreUnavailable, OutcomeUnknown, StoreSetup)
+//   refusals.ts the store's own refusals raised by a statement (owner, version)
 //   sql.ts      every statement, documented: the ratchet in the writing transaction (PROTOCOL.md "Postgres")
 //   types.ts    the pool, client and results by shape
 export { FencedPostgres } from "./store.js";
