@@ -1,4 +1,4 @@
-import { EventEmitter } from "node:events";
+import { errorMonitor, EventEmitter } from "node:events";
 import { performance } from "node:perf_hooks";
 import { Redis } from "ioredis";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
@@ -146,6 +146,15 @@ describe("what the nodes of a failed acquisition say, with the clients' offline 
     await client.quit();
     await new Promise((r) => setTimeout(r, 20));
     expect(emitter.eventNames().map((name) => [name, emitter.listenerCount(name)])).toEqual(before);
+
+    // Connected again, the client is watched again from the Redlock's next round: a kill is then known at once.
+    await client.connect();
+    await (await redlock.acquire("listeners", 10_000)).release();
+    expect(emitter.listenerCount(errorMonitor)).toBe(1);
+    await killAndWait(t, [client], [0]);
+    const { error } = await acquireError(new Redlock([client], { retryCount: 0, nodeTimeoutMs: 5_000 }), "listeners");
+    expect(error.nodes).toEqual([expect.objectContaining({ node: 0, reason: "refused", code: "ECONNREFUSED" })]);
+    client.disconnect();
   });
 });
 

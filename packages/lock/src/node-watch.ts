@@ -37,17 +37,29 @@ const WAITING_FOR_CONNECTION: ReadonlySet<string> = new Set(["connecting", "reco
 // System calls that open a connection: their failure means the node did not accept one.
 const CONNECTING_CALLS: ReadonlySet<string> = new Set(["connect", "getaddrinfo"]);
 
+// How many watched clients have a connection error on record: while none has, a round skips looking
+// for nodes known down (the steady state pays one comparison per round, not one per node).
+let troubled = 0;
+
+/** Whether any watched client has a connection error on record (a node may be known down). */
+export function connectionTrouble(): boolean {
+  return troubled > 0;
+}
+
 export class NodeWatch {
   readonly #client: Observable;
   /** The last connection error since the client last connected (cleared on "connect"). */
   #last: ConnectionError | undefined;
   readonly #listeners: readonly (readonly [string | symbol, (...args: never[]) => void])[];
 
+  /** Set once the client ended: a client that connects again gets a new watch (watchOf). */
+  detached = false;
+
   constructor(client: Observable) {
     this.#client = client;
     this.#listeners = [
       [errorMonitor, (err: unknown) => this.#failed(err)],
-      ["connect", () => (this.#last = undefined)],
+      ["connect", () => this.#record(undefined)],
       ["end", () => this.#detach()],
     ];
     for (const [event, listener] of this.#listeners) client.on(event, listener);
@@ -67,11 +79,18 @@ export class NodeWatch {
   #failed(err: unknown): void {
     const seen = connectionError(err);
     if (seen === undefined) return;
-    this.#last = seen;
+    this.#record(seen);
     if (this.down !== undefined) for (const listener of [...downListeners]) listener();
   }
 
+  #record(last: ConnectionError | undefined): void {
+    if ((this.#last === undefined) !== (last === undefined)) troubled += last === undefined ? -1 : 1;
+    this.#last = last;
+  }
+
   #detach(): void {
+    this.#record(undefined);
+    this.detached = true;
     for (const [event, listener] of this.#listeners) this.#client.removeListener(event, listener);
     watches.delete(this.#client);
   }

@@ -1,7 +1,7 @@
 import { MAX_TOKEN } from "@fenced/fence";
 import { redisErrorCode, type RedisClient } from "./client.js";
 import type { NodeFailure } from "./errors.js";
-import { connectionFailure, failureOf, lateFailure, onAnyDown, type NodeWatch } from "./node-watch.js";
+import { connectionFailure, connectionTrouble, failureOf, lateFailure, onAnyDown, type NodeWatch } from "./node-watch.js";
 import { INTEGER_REPLY_LIMIT, type Script } from "./scripts.js";
 
 /** One node's answer to one fan-out: a value, or why it does not count. */
@@ -58,8 +58,8 @@ export interface FanOut<T> {
   parse?(raw: unknown): T;
   /** A second call after `send` failed with `err` (a NOSCRIPT answer: see fallBack), or undefined. Asked even after the fan-out resolved. */
   retry?(node: number, err: unknown): Promise<unknown> | undefined;
-  /** The watch of node `node`'s connection (node-watch.ts), if its client has one. */
-  watch?(node: number): NodeWatch | undefined;
+  /** The watches of the nodes' connections (node-watch.ts), by node; undefined where a client has none. */
+  readonly watches?: readonly (NodeWatch | undefined)[];
   /**
    * A cleanup call (RELEASE): every node gets it, also once the outcome is known, and also a node
    * known down — its client queues it behind whatever it queued for that node before, so a late
@@ -83,7 +83,7 @@ export interface FanOut<T> {
 export function fanOut<T>(count: number, timeoutMs: number, how: FanOut<T>): Promise<Reply<T>[]> {
   return new Promise((resolve) => {
     const replies: (Reply<T> | undefined)[] = new Array<Reply<T> | undefined>(count).fill(undefined);
-    const watches = how.watch === undefined ? [] : Array.from({ length: count }, (_, node) => how.watch?.(node));
+    const watches = how.watches ?? [];
     let answered = 0;
     let done = false;
     // False until the nodes that are up have been sent the call; a node still unanswered then was never asked.
@@ -132,7 +132,7 @@ export function fanOut<T>(count: number, timeoutMs: number, how: FanOut<T>): Pro
     };
     const timer = setTimeout(() => finish(true), timeoutMs);
     // Nodes known down count first, so that a quorum they make impossible is known before anything is sent.
-    for (let node = 0; node < count; node++) {
+    for (let node = 0; node < count && connectionTrouble(); node++) {
       const down = watches[node]?.down;
       if (down === undefined) continue;
       if (how.cleanup === true) watch(node, how.send(node), true);

@@ -46,6 +46,8 @@ export class Redlock {
   readonly clients: readonly RedisClient[];
   readonly quorum: number;
   readonly #settings: Settings;
+  /** By node: the watch of its client's connection (node-watch.ts), renewed by #currentWatches once a client ended. */
+  readonly #watches: (NodeWatch | undefined)[];
 
   /** One client per independent node (a Cluster client counts as one node). Throws InvalidArgumentError on bad input. */
   constructor(clients: readonly RedisClient[], options?: RedlockOptions) {
@@ -53,7 +55,7 @@ export class Redlock {
     this.quorum = quorumOf(this.clients.length);
     this.#settings = checkSettings(options);
     // Watch the connections from the start, so that a node already down is known before the first round.
-    for (const client of this.clients) watchOf(client);
+    this.#watches = this.clients.map((client) => watchOf(client));
   }
 
   /**
@@ -198,7 +200,7 @@ export class Redlock {
     const replies = await fanOut(this.clients.length, this.#settings.nodeTimeoutMs, {
       send: (node) => evalSha(this.#client(node), call),
       retry: (node, err) => fallBack(this.#client(node), call, err, stillWanted),
-      watch: (node) => this.#watch(node),
+      watches: this.#currentWatches(),
       parse: parseGrant,
       decided: (reply) => tally.add(reply),
     });
@@ -236,7 +238,7 @@ export class Redlock {
     await fanOut(nodes.length, this.#settings.nodeTimeoutMs, {
       send: (i) => evalSha(this.#client(nodes[i] as number), call),
       retry: (i, err) => fallBack(this.#client(nodes[i] as number), call, err),
-      watch: (i) => this.#watch(nodes[i] as number),
+      watches: this.#currentWatches(nodes),
       // Over once enough moved, or once so many did not that `needed` cannot be reached.
       decided: (reply) => (reply.ok && reply.value === 1 ? ++moved >= needed : ++missed > nodes.length - needed),
     });
@@ -254,7 +256,7 @@ export class Redlock {
     const replies = await fanOut(this.clients.length, this.#settings.nodeTimeoutMs, {
       send: (node) => evalSha(this.#client(node), call),
       retry: (node, err) => fallBack(this.#client(node), call, err),
-      watch: (node) => this.#watch(node),
+      watches: this.#currentWatches(),
       // Not over before every node answered unless a quorum confirmed: the answers of the rest tell a
       // lost lease (a majority answers not-held; using() then gives up at once) from nodes that could
       // not be asked. A node known down answers at once (refused), so only a silent node makes it wait.
@@ -289,7 +291,7 @@ export class Redlock {
     await fanOut(nodes.length, this.#settings.nodeTimeoutMs, {
       send: (i) => evalSha(this.#client(nodes[i] as number), call),
       retry: (i, err) => fallBack(this.#client(nodes[i] as number), call, err),
-      watch: (i) => this.#watch(nodes[i] as number),
+      watches: this.#currentWatches(nodes),
       cleanup: true,
       decided: () => ++answered >= needed,
     });
@@ -303,7 +305,13 @@ export class Redlock {
     return this.clients[node] as RedisClient;
   }
 
-  #watch(node: number): NodeWatch | undefined {
-    return watchOf(this.#client(node));
+  /** The nodes' watches (all nodes, or `nodes` in that order), watching again a client that ended and may have connected since. */
+  #currentWatches(nodes?: readonly number[]): readonly (NodeWatch | undefined)[] {
+    const watches = this.#watches;
+    for (let node = 0; node < watches.length; node++) {
+      const watch = watches[node];
+      if (watch === undefined || watch.detached) watches[node] = watchOf(this.#client(node));
+    }
+    return nodes === undefined ? watches : nodes.map((node) => watches[node]);
   }
 }
