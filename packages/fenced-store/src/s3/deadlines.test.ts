@@ -80,6 +80,7 @@ describe("FencedS3: a paused radosgw", () => {
       // Nothing reached radosgw's answer: each is unavailable (timeout), or unknown if its manifest PUT was sent.
       if (error instanceof OutcomeUnknownError) expect(error.backend, name).toBe("s3");
       else expect(error, name).toMatchObject({ name: "StoreUnavailableError", backend: "s3", reason: "timeout" });
+      expect((error as { operation?: unknown }).operation, name).toBe(name.replace(/ .*/, "").replace("getBytes", "get"));
       expect(ms, name).toBeGreaterThanOrEqual(TIMEOUT_MS - 20);
       expect(ms, name).toBeLessThan(TIMEOUT_MS + MARGIN_MS);
     }

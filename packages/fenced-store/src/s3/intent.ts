@@ -27,6 +27,8 @@ export interface Intent {
   readonly ifVersion: string | null | undefined | { readonly exists: true };
   readonly content: Content;
   readonly contentType: string | undefined;
+  /** The call it is part of, as errors name it (update's write is "update"). */
+  readonly operation: "put" | "delete" | "update" | "transfer";
   /** The call's deadline (timeoutMs), which also carries the caller's signal. */
   readonly deadline: Deadline;
   /** The deadline's signal: every request of the write carries it. */

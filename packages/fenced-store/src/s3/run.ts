@@ -108,7 +108,7 @@ export function sending(run: Run, p: Prepared): Prepared {
 export function refuse(run: Run, err: Error, now: Snapshot | null): Error {
   const open = run.attempts.some((a) => a.ambiguous && (a.target?.etag ?? null) === (now?.etag ?? null));
   if (!open) return err;
-  return new OutcomeUnknownError("s3", run.intent.key, operationOf(run.intent), { cause: err });
+  return new OutcomeUnknownError("s3", run.intent.key, run.intent.operation, { cause: err });
 }
 
 /**
@@ -118,12 +118,6 @@ export function refuse(run: Run, err: Error, now: Snapshot | null): Error {
  */
 export function outcomeOpen(run: Run): boolean {
   return run.attempts.some((a) => a.ambiguous);
-}
-
-/** The operation a write is, as errors name it. */
-export function operationOf(intent: Intent): string {
-  if (intent.content.kind === "carry") return "transfer";
-  return intent.content.kind === "tombstone" ? "delete" : "put";
 }
 
 /** Step 5: this attempt's data object, named for the manifest it is sent against (undefined: no body object). */

@@ -105,14 +105,15 @@ export class FencedS3 {
     const o = writeOptions(options);
     assertContentType(o.contentType);
     assertContentLength(o.contentLength, body);
-    return this.write(key, o.fence, this.content(toPayload(body), o.contentLength), o.ifVersion, o.contentType, o.signal);
+    const content = this.content(toPayload(body), o.contentLength);
+    return this.write("put", key, o.fence, content, o.ifVersion, o.contentType, o.signal);
   }
 
   /** Writes a tombstone (the ratchet and the key's owner survive it); get() then reads undefined. */
   async delete(key: string, options: S3DeleteOptions): Promise<S3PutResult> {
     assertKey(key);
     const o = writeOptions(options);
-    return this.write(key, o.fence, { kind: "tombstone" }, o.ifVersion, undefined, o.signal);
+    return this.write("delete", key, o.fence, { kind: "tombstone" }, o.ifVersion, undefined, o.signal);
   }
 
   /**
@@ -139,6 +140,7 @@ export class FencedS3 {
         ifVersion: o.ifVersion ?? { exists: true },
         content: { kind: "carry" },
         contentType: undefined,
+        operation: "transfer",
         deadline,
         signal: deadline.signal,
       });
@@ -235,6 +237,7 @@ export class FencedS3 {
       try {
         const version = current === null ? null : current.snap.header.writeId;
         return await this.writeWithin(
+          "update",
           key,
           o.fence,
           this.content(toPayload(next), undefined),
@@ -291,6 +294,7 @@ export class FencedS3 {
 
   /** ifVersion: undefined = any version, null = the key must be absent (update of an absent key). */
   private async write(
+    operation: "put" | "delete",
     key: string,
     fence: ReturnType<typeof checkFence>,
     content: Content,
@@ -300,13 +304,14 @@ export class FencedS3 {
   ): Promise<S3PutResult> {
     const deadline = this.deadline(signal);
     try {
-      return await this.writeWithin(key, fence, content, ifVersion, contentType, deadline);
+      return await this.writeWithin(operation, key, fence, content, ifVersion, contentType, deadline);
     } finally {
       deadline.end(true); // an upload the write did not use in the end is aborted: flush() never waits for it
     }
   }
 
   private writeWithin(
+    operation: "put" | "delete" | "update",
     key: string,
     fence: ReturnType<typeof checkFence>,
     content: Content,
@@ -314,7 +319,7 @@ export class FencedS3 {
     contentType: string | undefined,
     deadline: Deadline,
   ): Promise<S3PutResult> {
-    const intent = { key, owner: fence.resource, fences: [fence], writer: fence, ifVersion, content, contentType };
+    const intent = { key, owner: fence.resource, fences: [fence], writer: fence, ifVersion, content, contentType, operation };
     return writeManifest(this.io, { ...intent, deadline, signal: deadline.signal });
   }
 

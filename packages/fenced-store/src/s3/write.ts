@@ -8,7 +8,7 @@ import { NeverWrittenError, refusal, type Intent, type S3PutResult } from "./int
 import { throttledPause, type Snapshot, type StoreIo } from "./io.js";
 import { manifestKey } from "./layout.js";
 import type { ManifestHeader } from "./manifest.js";
-import { operationOf, outcomeOpen, readBatch, refuse, type Prepared, type Run } from "./run.js";
+import { outcomeOpen, readBatch, refuse, type Prepared, type Run } from "./run.js";
 
 /**
  * The S3 write: one loop over named steps, each a function of the write's state (`Run`, run.ts).
@@ -178,7 +178,7 @@ async function failed(run: Run, err: unknown): Promise<unknown> {
   const { io, intent } = run;
   // Decided now, from what the write knows: the settling below reads the key, but cannot tell more.
   const open = outcomeOpen(run);
-  const call = { operation: operationOf(intent), key: intent.key, bucket: io.options.bucket, deadline: intent.deadline, open };
+  const call = { operation: intent.operation, key: intent.key, bucket: io.options.bucket, deadline: intent.deadline, open };
   const typed = err instanceof NeverWrittenError ? err : typedFailure(err, call);
   const cleanup = settle(run);
   io.background(() => cleanup);
