@@ -1,4 +1,5 @@
 import { performance } from "node:perf_hooks";
+import { S3Client } from "@aws-sdk/client-s3";
 import pg from "pg";
 import { Redis } from "ioredis";
 import { pino } from "pino";
@@ -29,6 +30,7 @@ let servers: Servers;
 let pool: pg.Pool;
 let redisClients: Redis[];
 let serving: Serving;
+let bucket: string;
 let client: HttpClient;
 /** Time to the 503 with each backend paused, for the report. */
 const measured: Record<string, number | string> = {};
@@ -51,7 +53,7 @@ beforeAll(async () => {
     storeTimeoutMs: STORE_TIMEOUT_MS,
     healthTimeoutMs: 500,
     records: { pool },
-    objects: { client: s3.client(), bucket: await s3.createBucket() },
+    objects: { client: s3.client(), bucket: (bucket = await s3.createBucket()) },
     // Retries configured: a lock without a quorum still answers after one attempt.
     leases: { clients: redisClients, redlock: { nodeTimeoutMs: NODE_TIMEOUT_MS, retryCount: 5 }, acquireTimeoutMs: ACQUIRE_TIMEOUT_MS },
   });
@@ -162,6 +164,39 @@ describe("a backend paused: 503 within the deadline, and back by itself", () => 
       ),
     );
   }, 120_000);
+
+  it("a backend's own error answer (S3 refusing the credentials) is 502 backend-error, never a 500", async () => {
+    const { endpoint, region, accessKeyId } = servers.s3;
+    const wrong = new S3Client({
+      endpoint,
+      region,
+      forcePathStyle: true,
+      credentials: { accessKeyId, secretAccessKey: "not-the-secret" },
+      requestChecksumCalculation: "WHEN_REQUIRED",
+      responseChecksumValidation: "WHEN_REQUIRED",
+    });
+    const gateway = createGateway({
+      apiKeys: API_KEYS,
+      logger: pino({ level: "silent" }),
+      defaultMetrics: false,
+      objects: { client: wrong, bucket },
+    });
+    await using other = await serve(gateway.app);
+    const otherClient = httpClient(other.port);
+    try {
+      for (const ask of [
+        { method: "GET", path: "/v1/objects/faults/denied", headers: bearer(KEYS.admin) },
+        { method: "PUT", path: "/v1/objects/faults/denied", headers: writeHeaders(KEYS.admin, 1n), body: "x" },
+      ]) {
+        const answer = await otherClient.send(ask);
+        expect(answer.status, answer.text()).toBe(502);
+        expect(answer.json()).toMatchObject({ type: "/problems/backend-error", backend: "s3" });
+      }
+    } finally {
+      otherClient.close();
+      wrong.destroy();
+    }
+  });
 
   it("leases: a held lock is retried only within acquireTimeoutMs", async () => {
     const lease = (): Promise<Answer> => client.json("POST", "/v1/leases", { resource: "faults/held", ttlMs: 30_000 }, bearer(KEYS.admin));

@@ -1,4 +1,5 @@
 import fc from "fast-check";
+import pg from "pg";
 import type { Request } from "express";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
@@ -177,7 +178,6 @@ describe("problems", () => {
     expect(classify(new URIError("bad")).body.status).toBe(400);
     expect(classify(Object.assign(new Error("too big"), { status: 413, expose: true })).body.status).toBe(413);
     expect(classify(Object.assign(new Error("charset"), { status: 415, expose: true })).body.status).toBe(415);
-    expect(classify(Object.assign(new Error("connect ECONNREFUSED"), { code: "ECONNREFUSED" })).body.status).toBe(503);
     // A TypeError or RangeError that is not InvalidArgumentError is a bug of ours, never the client's mistake.
     for (const bug of [new TypeError("x is not a function"), new RangeError("Invalid array length")]) {
       expect(classify(bug).body.status, bug.message).toBe(500);
@@ -197,21 +197,15 @@ describe("problems", () => {
           () => 0,
           (thrown: unknown) => classify(thrown).body.status,
         );
-    // node-postgres: a dropped connection or connect timeout is a plain Error without a code.
-    expect(await failWith("records", new Error("Connection terminated unexpectedly"))).toBe(503);
-    expect(
-      await failWith(
-        "records",
-        Object.assign(new Error("terminating connection due to administrator command"), { code: "57P01", severity: "FATAL" }),
-      ),
-    ).toBe(503);
-    // A database error with another SQLSTATE (a missing table: misconfiguration) is ours to fix: 500.
-    expect(await failWith("records", Object.assign(new Error("relation does not exist"), { code: "42P01", severity: "ERROR" }))).toBe(500);
-    expect(await failWith("objects", Object.assign(new Error("InternalError"), { $metadata: { httpStatusCode: 503 } }))).toBe(503);
-    expect(await failWith("objects", Object.assign(new Error("AccessDenied"), { $metadata: { httpStatusCode: 403 } }))).toBe(500);
-    // The same plain Error from the S3 side (for example a corrupt manifest) is not a connection failure.
+    // The backend's own error answer, which the stores pass on unchanged: 502, never a 500.
+    const denied = new pg.DatabaseError("permission denied for schema fenced", 0, "error");
+    expect(await failWith("records", Object.assign(denied, { code: "42501" }))).toBe(502);
+    const accessDenied = Object.assign(new Error("AccessDenied"), { $fault: "client", $metadata: { httpStatusCode: 403 } });
+    expect(await failWith("objects", accessDenied)).toBe(502);
+    // The stores wrap every connection failure in their typed errors: any other plain Error is the gateway's own (500).
     expect(await failWith("objects", new Error("manifest has no header line"))).toBe(500);
-    expect(await failWith("objects", Object.assign(new Error("socket hang up"), { code: "ECONNRESET" }))).toBe(503);
+    // Typed store errors pass through the timing untouched.
+    expect(await failWith("records", new StoreUnavailableError("postgres", "refused", "put"))).toBe(503);
   });
 });
 

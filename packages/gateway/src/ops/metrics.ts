@@ -1,4 +1,4 @@
-import { BackendFailedError, BackendUnavailableError, backendOf, isUnavailable } from "../problems/backend-errors.js";
+import { BackendFailedError, backendOf } from "../problems/backend-errors.js";
 import { collectDefaultMetrics, Counter, Histogram, Registry } from "prom-client";
 
 export type StoreName = "records" | "objects";
@@ -94,9 +94,8 @@ export class GatewayMetrics {
     try {
       return await call();
     } catch (err) {
-      // Classified here, where it is known which backend threw, what the stores pass on raw: a
-      // driver's connection failure (answered 503) or the backend's own error answer (502).
-      if (isUnavailable(store, err)) throw new BackendUnavailableError(store, { cause: err });
+      // Classified here, where it is known which backend was called: its own error answer, which
+      // the stores pass on unchanged (502, never a 500 of the gateway's).
       const backend = backendOf(store, err);
       throw backend === undefined ? err : new BackendFailedError(backend, { cause: err });
     } finally {

@@ -15,7 +15,7 @@ import {
   StoreUnavailableError,
   VersionMismatchError,
 } from "@fenced/store";
-import { BackendFailedError, BackendUnavailableError, isUnavailable } from "./backend-errors.js";
+import { BackendFailedError } from "./backend-errors.js";
 import { PROBLEM_TYPES, type ProblemDefinition, type ProblemExtensions, type ProblemKind } from "./kinds.js";
 
 /**
@@ -118,12 +118,9 @@ export function classify(err: unknown): Classified {
   if (err instanceof InvalidArgumentError) return make("invalid", err.message, { errors: [{ path: err.argument, message: err.message }] });
   const store = storeProblem(err);
   if (store !== undefined) return store;
-  // What a store passes on raw: the backend's own error answer, or a driver's connection failure (backend-errors.ts).
+  // What a store passes on unchanged: the backend's own error answer (backend-errors.ts).
   if (err instanceof BackendFailedError)
     return make("backendError", `${err.backend} answered with an error; see the gateway's log`, { backend: err.backend });
-  if (err instanceof BackendUnavailableError || isUnavailable("any", err)) {
-    return make("unavailable", "a backend could not be reached; retry later");
-  }
   return make("internal", "the request failed inside the gateway; see its log");
 }
 
