@@ -7,7 +7,7 @@ import { CorruptStateError, OutcomeUnknownError, StoreSetupError, StoreUnavailab
 import type { Fence } from "../fence.js";
 import { fenceKey, manifestKey } from "./layout.js";
 import { FencedS3 } from "./store.js";
-import { aroundWire, holdFirst, isManifestPut, networkError } from "./test-support.js";
+import { aroundWire, holdFirst, isFenceWrite, isManifestPut, networkError } from "./test-support.js";
 
 /** Deadlines and typed errors against a real radosgw that is paused, killed and restarted under the store. */
 
@@ -109,6 +109,21 @@ describe("FencedS3: a paused radosgw", () => {
     if (now !== undefined) expect(now.body.toString()).toBe("maybe");
     await s.put("k", "settled", { fence: fence(1) });
     expect((await s.getBytes("k"))?.body.toString()).toBe("settled");
+  });
+
+  it("register(): a fence PUT sent to a paused radosgw is OutcomeUnknownError within timeoutMs", async () => {
+    const { bucket } = await store();
+    const client = server.client();
+    const held = holdFirst(client, isFenceWrite);
+    const registering = timed(() => new FencedS3(client, { bucket, timeoutMs: TIMEOUT_MS }).register(fence(5)));
+    await held.reached;
+    server.faults.pause();
+    held.release();
+    const { ms, error } = await registering;
+    server.faults.resume();
+    expect(error).toBeInstanceOf(OutcomeUnknownError);
+    expect(error).toMatchObject({ backend: "s3", operation: "register" });
+    expect(ms).toBeLessThan(TIMEOUT_MS + MARGIN_MS);
   });
 
   it("a body whose bytes stop coming mid-stream: get()'s stream and getBytes() error with StoreUnavailableError instead of hanging", async () => {
