@@ -38,7 +38,8 @@ const WAITING_FOR_CONNECTION: ReadonlySet<string> = new Set(["connecting", "reco
 const CONNECTING_CALLS: ReadonlySet<string> = new Set(["connect", "getaddrinfo"]);
 
 // How many watched clients have a connection error on record: while none has, a round skips looking
-// for nodes known down (the steady state pays one comparison per round, not one per node).
+// for nodes known down (the steady state pays one comparison per round, not one per node). A client
+// dropped with an error on record, without ending, stays counted: rounds then only look needlessly.
 let troubled = 0;
 
 /** Whether any watched client has a connection error on record (a node may be known down). */

@@ -86,8 +86,9 @@ export function fanOut<T>(count: number, timeoutMs: number, how: FanOut<T>): Pro
     const watches = how.watches ?? [];
     let answered = 0;
     let done = false;
-    // False until the nodes that are up have been sent the call; a node still unanswered then was never asked.
-    let asked = false;
+    // False until the nodes that are up have been sent the call; a node still unanswered then was never
+    // asked. A cleanup call goes to every node whatever happens.
+    let asked = how.cleanup === true;
     let stopWatching = (): void => undefined;
     const finish = (timedOut: boolean): void => {
       if (done) return;
