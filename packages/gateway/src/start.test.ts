@@ -81,13 +81,15 @@ describe("fenced-gateway refuses to start half-configured (exit 2, one line)", (
     expect(await refusal(child)).toMatch(/S3 did not confirm the bucket \(HeadBucket\) within 2000 ms/);
   });
 
-  it("--no-start-checks starts with every backend down, and /healthz says so", async () => {
+  it("--no-start-checks starts with every backend down; the admin listener's /healthz says so", async () => {
     const [pgPort, s3Port, ...redisPorts] = await deadPorts(5);
     const child = startCli(
       [
         "--port",
         "0",
         "--no-start-checks",
+        "--admin-port",
+        "0",
         "--postgres",
         `postgres://nobody@127.0.0.1:${pgPort}/none`,
         "--s3-bucket",
@@ -102,12 +104,21 @@ describe("fenced-gateway refuses to start half-configured (exit 2, one line)", (
     try {
       const listening = await child.waitFor("listening");
       expect(child.lines.some((l) => l.level === 40 && String(l.msg).startsWith("starting anyway"))).toBe(true);
+      const admin = listening.admin as { port: number };
       const client = httpClient(Number(listening.port));
+      const adminClient = httpClient(admin.port);
       try {
-        const health = await client.send({ method: "GET", path: "/healthz" });
-        expect(health.status).toBe(503);
+        // /healthz and /metrics on the admin listener only.
+        expect((await adminClient.send({ method: "GET", path: "/healthz" })).status).toBe(503);
+        expect((await adminClient.send({ method: "GET", path: "/metrics" })).status).toBe(200);
+        expect((await client.send({ method: "GET", path: "/healthz" })).status).toBe(404);
+        expect((await client.send({ method: "GET", path: "/metrics" })).status).toBe(404);
+        // Records answer 503 while PostgreSQL is down, never a 500.
+        const read = await client.send({ method: "GET", path: "/v1/records/k", headers: { authorization: `Bearer ${KEYS.admin}` } });
+        expect(read.status).toBe(503);
       } finally {
         client.close();
+        adminClient.close();
       }
     } finally {
       child.process.kill("SIGKILL");
