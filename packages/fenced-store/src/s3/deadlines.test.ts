@@ -263,6 +263,12 @@ describe("FencedS3: lost answers, setup and corrupt state", () => {
     expect(await s.getBytes("k")).toBeUndefined();
   });
 
+  it("update()'s function's own error is passed on as it is, even one that looks like the backend's", async () => {
+    const { store: s } = await store();
+    const own = networkError("ECONNREFUSED");
+    await expect(s.update("k", () => Promise.reject(own), { fence: fence(1) })).rejects.toBe(own);
+  });
+
   it("a bucket that does not exist: StoreSetupError (no-such-bucket) from reads and writes", async () => {
     const s = new FencedS3(server.client(), { bucket: "no-such-bucket-here", timeoutMs: TIMEOUT_MS });
     for (const call of [() => s.get("k"), () => s.put("k", "x", { fence: fence(1) }), () => s.register(fence(1))]) {

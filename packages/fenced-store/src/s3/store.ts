@@ -205,6 +205,8 @@ export class FencedS3 {
     try {
       return await this.updateRounds(key, fn, { ...o, contentType }, attempts, deadline);
     } catch (err) {
+      // The caller's function's own error is the caller's, whatever it looks like.
+      if (err instanceof ThrownByCaller) throw err.error;
       // Its writes' failures are typed already (and unknown if an attempt may have landed); its reads' are typed here.
       throw typedFailure(err, { operation: "update", key, bucket: this.bucket, deadline, open: false });
     } finally {
@@ -230,6 +232,8 @@ export class FencedS3 {
       let next: S3Body;
       try {
         next = await fn(old);
+      } catch (err) {
+        throw new ThrownByCaller(err);
       } finally {
         resume();
       }
@@ -335,6 +339,13 @@ export class FencedS3 {
       if (data !== undefined) return { snap: found.snap, bytes: await readAll(data.body) };
     }
     throw changedWhileRead(key, this.io.options.maxAttempts);
+  }
+}
+
+/** What update()'s function threw: passed on as it is, never read as the backend's failure. */
+class ThrownByCaller extends Error {
+  constructor(readonly error: unknown) {
+    super("update's function threw");
   }
 }
 
