@@ -79,6 +79,11 @@ export const configSchema = z
     healthTimeoutMs: z.number().int().positive().default(2_000),
     logLevel: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
   })
+  // Two listeners cannot share an address: the second would fail to bind after the first started.
+  .refine((c) => c.admin === undefined || c.admin.port === 0 || c.admin.port !== c.port || c.admin.host !== c.host, {
+    path: ["admin", "port"],
+    message: "the admin listener needs an address of its own (another port than the public one)",
+  })
   // Node refuses a server whose header deadline is past its request deadline.
   .refine((c) => c.headersTimeoutMs <= c.requestTimeoutMs, {
     path: ["headersTimeoutMs"],
