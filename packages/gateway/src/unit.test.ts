@@ -315,7 +315,7 @@ describe("configuration", () => {
     });
     expect(loadConfig({}, { ...env, FENCED_GATEWAY_START_CHECKS: "false" }).startChecks).toBe(false);
     expect(() => loadConfig({ headersTimeoutMs: "5000", requestTimeoutMs: "1000" }, env)).toThrow(/headersTimeoutMs/);
-    expect(() => loadConfig({ port: "8080", adminPort: "8080" }, env)).toThrow(/admin\.port.*address of its own/);
+    expect(() => loadConfig({ port: "8080", adminPort: "8080" }, env)).toThrow(/"admin",\s*"port"[\s\S]*address of its own/);
   });
 
   it("names every bad field", () => {
