@@ -378,7 +378,9 @@ async function startCephOnce(bins: CephBinaries): Promise<StartedS3 & { readonly
 /**
  * Faults of a local cluster's radosgw, the one process that serves S3. The mon and the OSD (which
  * holds the objects, in memory) keep running, so a restarted radosgw serves the same buckets, users
- * and objects on the same port.
+ * and objects on the same port. For up to 3 s after a kill (osd_client_watch_timeout), a metadata
+ * change such as creating a bucket waits for the dead radosgw's watches to expire; object reads and
+ * writes do not.
  */
 class RadosgwFaults implements ServerFaults {
   private killed = false;
