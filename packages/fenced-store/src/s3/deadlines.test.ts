@@ -167,6 +167,18 @@ describe("FencedS3: a paused radosgw", () => {
     expect(bytes.ms).toBeLessThan(TIMEOUT_MS + MARGIN_MS);
   });
 
+  it("flush() with deletions queued for a paused radosgw returns: each deletion request is bounded by timeoutMs", async () => {
+    const { store: s } = await store({ inlineLimit: 0 });
+    await s.put("k", "one", { fence: fence(1) });
+    await s.put("k", "two", { fence: fence(1) }); // queues the deletion of "one"'s data object
+    server.faults.pause();
+    const { ms, error } = await timed(() => s.flush());
+    server.faults.resume();
+    console.log(`flush() with radosgw paused: ${ms} ms`);
+    expect(error).toBeUndefined();
+    expect(ms).toBeLessThan(2 * TIMEOUT_MS + MARGIN_MS); // at most a DeleteObjects, then the single deletions it falls back to
+  });
+
   it("a stream body that stalls on the caller's side is not the backend's: its wait is not counted", async () => {
     const { store: s } = await store();
     const slow = (): Readable => {
