@@ -38,10 +38,11 @@ export interface LeaseBackendOptions {
 }
 
 /**
- * The lock settings the gateway uses unless told otherwise, every one passed to the lock explicitly:
- * the bound on an acquire is computed from these values, so they must be the ones the lock runs with.
+ * The gateway's lock settings unless told otherwise. nodeTimeoutMs is passed to the lock explicitly
+ * and the retry settings drive acquire()'s own retries: the bound on an acquire is computed from the
+ * values in use, never from the lock's defaults.
  */
-export const LOCK_DEFAULTS = { retryCount: 0, retryDelayMs: 200, retryJitterMs: 100, nodeTimeoutMs: 200, acquireTimeoutMs: 2_000 };
+const LOCK_DEFAULTS = { retryCount: 0, retryDelayMs: 200, retryJitterMs: 100, nodeTimeoutMs: 200, acquireTimeoutMs: 2_000 };
 
 /** Why a node did not count that means it is down or unreachable, not that the lock is held. */
 const UNREACHABLE: ReadonlySet<string> = new Set(["error", "timeout", "refused"]);
