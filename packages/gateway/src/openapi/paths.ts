@@ -14,7 +14,9 @@ export function leasePaths(): Record<string, PathItemObject> {
           operationId: "createLease",
           summary: "Take a lease (Redlock over the configured nodes)",
           description:
-            "Never waits for a held lock: 409 `lock-held` with Retry-After, and the client decides when to try again. " +
+            "By default never waits for a held lock: 409 `lock-held` with Retry-After, and the client decides when to try again " +
+            "(a gateway configured with lock retries retries within its acquire deadline). Lock nodes too few to reach a quorum: " +
+            "503 `unavailable` after one attempt. " +
             "With `register: true` the lease's fence is registered with every store of this gateway before it is answered " +
             "(fence-on-acquire): every older holder is refused from then on, also on keys this lease never writes; a store " +
             "that has seen a higher token refuses (409 `stale-token`) and the lease is released. Bodies up to 16 KiB.",
