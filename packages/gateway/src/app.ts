@@ -60,7 +60,7 @@ export interface GatewayOptions {
 }
 
 export interface HealthReport {
-  readonly status: "ok" | "unavailable";
+  readonly status: "ok" | "unavailable" | "draining";
   readonly checks: { postgres?: BackendHealth; s3?: BackendHealth; redis?: RedisHealth };
 }
 
@@ -77,6 +77,11 @@ export interface Gateway {
    */
   prepare(options?: { readonly migrate?: boolean; readonly verify?: boolean }): Promise<void>;
   health(): Promise<HealthReport>;
+  /**
+   * From now on /healthz answers 503 `draining` (on the admin listener too), so that a load balancer
+   * stops sending new requests while the ones in flight finish. Called when a stop begins.
+   */
+  beginDrain(): void;
 }
 
 const DEFAULT_INLINE = 64 * 1024;
@@ -125,7 +130,9 @@ export function createGateway(options: GatewayOptions): Gateway {
   app.use("/v1/objects", objects === undefined ? disabled("objects") : objectsRouter(ctx, objects));
   app.use("/v1/leases", leases === undefined ? disabled("leases") : leases.router);
 
+  let draining = false;
   const health = async (): Promise<HealthReport> => {
+    if (draining) return { status: "draining", checks: {} };
     const [postgres, s3, redis] = await Promise.all([
       options.records === undefined ? undefined : postgresHealth(options.records.pool, healthTimeoutMs),
       options.objects === undefined ? undefined : s3Health(options.objects.client, options.objects.bucket, healthTimeoutMs),
@@ -156,6 +163,9 @@ export function createGateway(options: GatewayOptions): Gateway {
     records,
     objects,
     health,
+    beginDrain: () => {
+      draining = true;
+    },
     async prepare(p = {}) {
       if (records !== undefined) {
         // Not migrating here: a read proves the tables are there (the store throws StoreSetupError "not-migrated" otherwise).

@@ -154,6 +154,7 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
       if (stopping) return;
       stopping = true;
       const inFlight = serving.inFlight();
+      gateway.beginDrain();
       // drain() stops accepting before it returns: whoever reads this line finds the port closed.
       const draining = serving.drain(config.drainTimeoutMs);
       logger.info({ signal, inFlight, timeoutMs: config.drainTimeoutMs }, "draining");

@@ -114,6 +114,60 @@ describe("fenced-gateway (the CLI)", () => {
     }
   });
 
+  it("answers 503 draining on the admin listener's /healthz from SIGTERM on, while a request is still in flight", async () => {
+    const configFile = join(dir, "gateway-admin.json");
+    await writeFile(
+      configFile,
+      JSON.stringify({ apiKeys: [{ id: "admin", key: KEYS.admin, resources: [""], keys: [""], trustedLockClient: true }] }),
+    );
+    const child = startCli(["--port", "0", "--admin-port", "0", "--postgres", postgres.url, "--drain-timeout-ms", "20000"], {
+      FENCED_GATEWAY_CONFIG: configFile,
+    });
+    try {
+      const listening = await child.waitFor("listening");
+      const adminPort = Number((listening.admin as { port: number }).port);
+      const healthz = async (): Promise<{ status: number; body: { status?: string } }> => {
+        const res = await fetch(`http://127.0.0.1:${adminPort}/healthz`);
+        return { status: res.status, body: (await res.json()) as { status?: string } };
+      };
+      expect(await healthz()).toMatchObject({ status: 200, body: { status: "ok" } });
+
+      // A record write in flight: half its body sent, the rest held back until after SIGTERM.
+      const body = Buffer.from(JSON.stringify({ value: "x".repeat(64) }));
+      const upload = httpRequest({
+        port: Number(listening.port),
+        method: "PUT",
+        path: "/v1/records/drain/admin",
+        headers: {
+          authorization: `Bearer ${KEYS.admin}`,
+          "fencing-token": "1",
+          "content-type": "application/json",
+          "content-length": body.length,
+        },
+      });
+      const answered = new Promise<number>((resolve, reject) => {
+        upload.on("response", (res) => {
+          res.resume();
+          resolve(res.statusCode ?? 0);
+        });
+        upload.on("error", reject);
+      });
+      upload.write(body.subarray(0, 10));
+      await new Promise((r) => setTimeout(r, 300));
+
+      child.process.kill("SIGTERM");
+      expect((await child.waitFor("draining")).inFlight).toBe(1);
+      // A load balancer polling the admin listener stops sending work here, before the drain ends.
+      expect(await healthz()).toMatchObject({ status: 503, body: { status: "draining" } });
+
+      upload.end(body.subarray(10));
+      expect(await answered).toBe(200);
+      expect(await child.exited).toBe(0);
+    } finally {
+      child.process.kill("SIGKILL");
+    }
+  });
+
   it("refuses to start without API keys, naming what is missing (exit 2)", async () => {
     const child = startCli(["--port", "0"], {});
     expect(await child.exited).toBe(2);

@@ -139,11 +139,22 @@ describe("the OpenAPI document", () => {
       fc.boolean(),
       fc.constant(null),
     );
-    const ttl = fc.oneof(fc.integer({ min: -2, max: maxTtlMs + 2 }), fc.double(), fc.constant(maxTtlMs), fc.constant(1), fc.string());
+    const ttl = fc.oneof(
+      fc.integer({ min: -2, max: maxTtlMs + 2 }),
+      fc.double(),
+      fc.constant(maxTtlMs),
+      fc.constant(1),
+      fc.constant(99),
+      fc.constant(100),
+      fc.string(),
+    );
     const body = fc.record(
       { resource: value, ttlMs: ttl, register: fc.oneof(fc.boolean(), value), leaseId: value, extra: value },
       { requiredKeys: [] },
     );
+    // The lock's floor is the document's: a TTL under it is a 400 before any lock node is asked.
+    expect(zod.create.safeParse({ resource: "r", ttlMs: 99 }).success).toBe(false);
+    expect(zod.create.safeParse({ resource: "r", ttlMs: 100 }).success).toBe(true);
     fc.assert(
       fc.property(body, (b) => {
         for (const [schema, validate] of pairs) expect(validate(b), JSON.stringify(b)).toBe(schema.safeParse(b).success);

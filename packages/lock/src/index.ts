@@ -1,5 +1,5 @@
 export { Redlock } from "./redlock.js";
-export type { RedlockOptions, AcquireOptions, HeldLease } from "./options.js";
+export { MIN_TTL_MS, type RedlockOptions, type AcquireOptions, type HeldLease } from "./options.js";
 export { Lease, holderOf } from "./lease.js";
 export { LockNotAcquiredError, LeaseLostError, TokenSpaceExhaustedError, type NodeFailure } from "./errors.js";
 export { InvalidArgumentError } from "@fenced/fence";

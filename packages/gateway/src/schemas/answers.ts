@@ -51,7 +51,9 @@ const backendHealth = z.strictObject({
 /** 200 and 503 of GET /healthz. */
 export const healthReportSchema = z
   .strictObject({
-    status: z.enum(["ok", "unavailable"]),
+    status: z
+      .enum(["ok", "unavailable", "draining"])
+      .describe("draining: the instance is stopping (SIGTERM) and takes no new work; its backends are not checked"),
     checks: z.strictObject({
       postgres: backendHealth.optional(),
       s3: backendHealth.optional(),

@@ -1,6 +1,7 @@
 import type { Request } from "express";
 import { z } from "zod";
 import { HOLDER_PATTERN, keyProblem, MAX_TOKEN, TOKEN_PATTERN, type Fence } from "@fenced/fence";
+import { MIN_TTL_MS } from "@fenced/lock";
 import { HttpProblem } from "../problems/problem.js";
 import { resourceSchema } from "./fields.js";
 
@@ -17,7 +18,8 @@ export const tokenSchema = z
   .transform((s) => BigInt(s));
 
 export function leaseBodySchema(maxTtlMs: number) {
-  const ttlMs = z.number().int().min(1).max(maxTtlMs);
+  // The lock's floor (@fenced/lock MIN_TTL_MS): a shorter lease would run out before its holder could use it.
+  const ttlMs = z.number().int().min(MIN_TTL_MS).max(maxTtlMs).describe("Milliseconds");
   // Its shape is checked by decodeLeaseId; here only its type and a bound on its length.
   const leaseId = z.string().max(4096);
   return {
