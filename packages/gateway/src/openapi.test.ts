@@ -12,6 +12,7 @@ import { ApiMismatchError, exchangeChecker, resolve, type Exchange } from "./ope
 import { serve } from "./http/server.js";
 import { API_KEYS, bearer, httpClient, KEYS } from "./test-support.js";
 import { leaseBodySchema } from "./schemas/validation.js";
+import { PROBLEM_KINDS, PROBLEM_TYPES } from "./problems/kinds.js";
 
 const document = openApiDocument();
 
@@ -116,6 +117,13 @@ describe("the OpenAPI document", () => {
         ["/problems/internal", 500],
       ]),
     );
+  });
+
+  it("lists every problem type with its status in the README's error table, and no other", () => {
+    const readme = readFileSync(new URL("../../../README.md", import.meta.url), "utf8");
+    const rows = [...readme.matchAll(/^\| (\d{3}) \| `(\/problems\/[a-z-]+)` \|/gm)].map((m) => [m[2], Number(m[1])] as const);
+    expect(new Map(rows)).toEqual(new Map(Object.values(PROBLEM_TYPES).map((t) => [t.type, t.status] as const)));
+    expect(rows.length).toBe(PROBLEM_KINDS.length);
   });
 
   it("describes lease bodies exactly as the gateway validates them (the same zod schemas)", () => {
