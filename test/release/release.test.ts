@@ -148,7 +148,7 @@ describe("installed from the packed tarballs, like a user", () => {
       expect.soft(new Set(exportConditions(m)), t.name).toEqual(new Set(["types", "default"]));
       expect.soft(m.private, t.name).toBeUndefined();
       expect.soft(m.license, t.name).toBe("MIT");
-      expect.soft(m.engines, t.name).toEqual({ node: "^22.12 || >=24" });
+      expect.soft(m.engines, t.name).toEqual({ node: "^22.12 || ^24 || ^26" });
       for (const field of ["description", "keywords"]) expect.soft(m[field], `${t.name}.${field}`).toBeTruthy();
     }
   });
