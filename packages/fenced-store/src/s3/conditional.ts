@@ -17,8 +17,8 @@ export type Failure =
   /** 409 ConditionalRequestConflict: a concurrent conditional write on the same key; re-read and retry. */
   | "conflict"
   /**
-   * 5xx, timeouts, resets: the write may or may not have landed (and radosgw answers the loser of a
-   * true race with 500). Only reading the object back can tell.
+   * 5xx, timeouts, resets, a 2xx whose answer then failed: the write may or may not have landed (and
+   * radosgw answers the loser of a true race with 500). Only reading the object back can tell.
    */
   | "ambiguous"
   /**
@@ -126,16 +126,23 @@ function holdUntil(gate: SendGate) {
 }
 const HOLD = { step: "deserialize", priority: "low", name: "fencedSendGate" } as const;
 
+/**
+ * Whether a failed PUT with this status may have been applied: no status at all (no answer), a 5xx,
+ * or a 2xx — the server accepted it, and only reading the rest of its answer failed.
+ */
+function mayHaveLanded(status: number | undefined): boolean {
+  return status === undefined || status < 300 || status >= 500;
+}
+
 export function classify(err: unknown): Failure {
   if (err instanceof NotSent || err instanceof NeverConnected) return "unsent";
   if (err instanceof AmbiguousNotRetried) return "ambiguous";
   if (err instanceof RefusedNotRetried) return "throttled";
   const status = statusOf(err);
-  if (status === undefined) return "ambiguous"; // no response at all: the request may still have landed
+  if (mayHaveLanded(status)) return "ambiguous";
   if (status === 412) return "precondition";
   if (status === 409) return "conflict";
   if (status === 404) return isAbsent(err) ? "precondition" : "fatal";
-  if (status >= 500) return "ambiguous";
   return "fatal";
 }
 
@@ -284,8 +291,7 @@ export class ConditionalObjects {
           } catch (err) {
             if (err instanceof NotSent) throw err;
             if (neverSent(err)) throw new NeverConnected(err);
-            const status = statusOf(err);
-            if (status === undefined || status >= 500) throw new AmbiguousNotRetried(err);
+            if (mayHaveLanded(statusOf(err))) throw new AmbiguousNotRetried(err);
             if (retriedRefusal(err)) throw new RefusedNotRetried(err);
             throw err;
           }

@@ -114,15 +114,14 @@ export function unavailableReason(err: unknown): UnavailableReason | undefined {
   return undefined;
 }
 
-/** Answers that settle a call whatever else went wrong: the store's refusals and verdicts, and a caller's bad argument. */
+/** Answers that settle a call when nothing it sent may have been applied: the store's refusals and verdicts, and a caller's bad argument. */
 function isVerdict(err: unknown): boolean {
   return (
     err instanceof StaleTokenError ||
     err instanceof VersionMismatchError ||
     err instanceof ResourceMismatchError ||
     err instanceof ContentionError ||
-    err instanceof InvalidArgumentError ||
-    err instanceof OutcomeUnknownError
+    err instanceof InvalidArgumentError
   );
 }
 
@@ -135,24 +134,30 @@ export interface CallContext {
   readonly deadline: Deadline | undefined;
   /**
    * Whether something this call sent may have been applied without its answer being known: a
-   * manifest PUT (a fence PUT for register) that got no answer, or is still in flight.
+   * manifest PUT (a fence PUT for register) that got no answer, or is still in flight — even if what
+   * was read since shows another write (it may have landed and been replaced).
    */
   readonly open: boolean;
 }
 
 /**
- * The error a failed call throws, from what went wrong. The caller's own abort throws its reason;
- * a refusal or verdict stands; anything else, while a write may have been applied, is
- * OutcomeUnknownError; otherwise a timeout, a refused or lost connection, or throttling is
- * StoreUnavailableError, a missing bucket StoreSetupError, and any other error is thrown as it is.
+ * The error a failed call throws, from what went wrong. The caller's own abort throws its reason.
+ *
+ * INVARIANT: a refusal (StaleTokenError, VersionMismatchError, ResourceMismatchError), a give-up
+ * (ContentionError) or StoreUnavailableError promises that nothing of the call was applied. While
+ * something it sent may have been (`open`), no error makes that promise: whatever went wrong, even a
+ * refusal by what is current now, the call throws OutcomeUnknownError, with what went wrong as its
+ * cause. Only then do refusals and verdicts stand, and a timeout, a refused or lost connection, or
+ * throttling is StoreUnavailableError, a missing bucket StoreSetupError; any other error is thrown as it is.
  */
 export function typedFailure(err: unknown, call: CallContext): unknown {
   const { deadline } = call;
   if (deadline?.callerAborted === true) return deadline.caller?.reason ?? err;
+  if (err instanceof OutcomeUnknownError) return err;
+  // The commit point may have been passed: only reading back could tell, and it could not.
+  if (call.open) return new OutcomeUnknownError("s3", call.key, call.operation, { cause: err });
   if (isVerdict(err)) return err;
   const timedOut = deadline?.timedOut === true || err instanceof DeadlineExceeded;
-  // The commit point may have been passed: only reading the key back can tell, and that failed too.
-  if (call.open) return new OutcomeUnknownError("s3", call.key, call.operation, { cause: err });
   if (timedOut) return new StoreUnavailableError("s3", "timeout", call.operation, { cause: err });
   if (err instanceof StoreUnavailableError || err instanceof StoreSetupError) return err;
   if (codeOf(err) === "NoSuchBucket") {

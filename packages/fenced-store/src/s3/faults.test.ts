@@ -2,10 +2,20 @@ import { Readable } from "node:stream";
 import type { S3Client } from "@aws-sdk/client-s3";
 import { startS3, type StartedS3 } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ContentionError, ResourceMismatchError, StaleTokenError, VersionMismatchError } from "../errors.js";
+import { ContentionError, OutcomeUnknownError, ResourceMismatchError, StaleTokenError, VersionMismatchError } from "../errors.js";
 import type { Fence } from "../fence.js";
-import { FencedS3 } from "./store.js";
-import { auditManifests, fakeError, intercept, isDataUpload, isManifestPut, listKeys, type RequestInfo } from "./test-support.js";
+import { FencedS3, type FencedS3Options } from "./store.js";
+import { classify } from "./conditional.js";
+import {
+  auditManifests,
+  fakeError,
+  intercept,
+  isDataUpload,
+  isFenceWrite,
+  isManifestPut,
+  listKeys,
+  type RequestInfo,
+} from "./test-support.js";
 
 let server: StartedS3;
 
@@ -75,22 +85,6 @@ describe("FencedS3: failures and ambiguous outcomes", () => {
       expect(await listKeys(client, bucket, "fenced/data/")).toHaveLength(1);
     });
   }
-
-  it("a write that lost its response while a higher token overtook it reports StaleTokenError", async () => {
-    const other = server.client();
-    const late: { store34?: FencedS3 } = {};
-    const { client, bucket, store } = await faulty(async (send) => {
-      await send(); // 33's write lands ...
-      await late.store34?.put("k", "from 34", { fence: fence(34) }); // ... is overwritten by 34 at once ...
-      throw fakeError(undefined, "TimeoutError"); // ... and 33 never heard back.
-    });
-    const store34 = new FencedS3(other, { bucket });
-    late.store34 = store34;
-    await expect(store.put("k", "from 33", { fence: fence(33) })).rejects.toBeInstanceOf(StaleTokenError);
-    expect((await store.getBytes("k"))?.body.toString()).toBe("from 34");
-    await Promise.all([store.flush(), store34.flush()]);
-    expect(await listKeys(client, bucket, "fenced/data/")).toEqual([]); // 34's body is inline; 33's was removed
-  });
 
   it("a backend that wants quoted ETags in If-Match: the store switches spelling once and goes on", async () => {
     const client = server.client();
@@ -192,6 +186,177 @@ describe("FencedS3: what the client's own logger sees", () => {
     expect(errors).toEqual([]);
     // Each read the fence conditionally and was answered 304.
     expect(infos.filter((e) => e.commandName === "GetObjectCommand" && e.metadata?.httpStatusCode === 304)).toHaveLength(3);
+  });
+});
+
+/** What a write that fails says, when an attempt of it landed unanswered and another write replaced it before the read-back. */
+describe("FencedS3: a refusal never hides an attempt that may have landed", () => {
+  /** The outcome of a call: its result, or the error it threw. */
+  const settled = (call: Promise<unknown>): Promise<unknown> =>
+    call.then(
+      (r) => r,
+      (e: unknown) => e,
+    );
+
+  /**
+   * A store whose first manifest PUT lands, then `replace` runs (another writer), then the answer is
+   * lost; `later` answers every later manifest PUT (default: sent).
+   */
+  async function landedThenReplaced(
+    replace: (bucket: string) => Promise<unknown>,
+    options: { store?: Omit<FencedS3Options, "bucket">; later?: (send: () => Promise<unknown>) => Promise<unknown> } = {},
+  ): Promise<{ client: S3Client; store: FencedS3; bucket: string; arm: () => void }> {
+    const client = server.client();
+    const bucket = await server.createBucket();
+    let armed = false;
+    let sent = 0;
+    intercept(client, async (info, send) => {
+      if (!armed || !isManifestPut(info)) return send();
+      if (++sent > 1) return (options.later ?? ((s) => s()))(send);
+      await send(); // lands ...
+      await replace(bucket); // ... is replaced at once ...
+      throw fakeError(undefined, "TimeoutError"); // ... and its answer is lost
+    });
+    const store = new FencedS3(client, { ...options.store, bucket });
+    return { client, store, bucket, arm: () => (armed = true) };
+  }
+
+  const old: Fence = { resource: "r", token: 5n, holder: "h5" };
+  const newer: Fence = { resource: "r", token: 6n, holder: "h6" };
+
+  it("replaced by a newer lease: OutcomeUnknownError (the StaleTokenError as its cause), not a refusal", async () => {
+    const { store, bucket, arm } = await landedThenReplaced((b) =>
+      new FencedS3(server.client(), { bucket: b }).put("k", "from h6", { fence: newer }),
+    );
+    await store.put("k", "seed", { fence: old });
+    arm();
+    const outcome = await settled(store.put("k", "from h5", { fence: old }));
+    expect(outcome).toBeInstanceOf(OutcomeUnknownError);
+    expect((outcome as Error).cause).toBeInstanceOf(StaleTokenError);
+    expect((await new FencedS3(server.client(), { bucket }).getBytes("k"))?.body.toString()).toBe("from h6");
+  });
+
+  it("a create replaced by a newer lease: OutcomeUnknownError; its body is deleted once replaced", async () => {
+    const late: { store34?: FencedS3 } = {};
+    const { client, bucket, store, arm } = await landedThenReplaced(() => late.store34!.put("k", "from 34", { fence: fence(34) }), {
+      store: { inlineLimit: 0 },
+    });
+    const store34 = new FencedS3(server.client(), { bucket });
+    late.store34 = store34;
+    arm();
+    const outcome = await settled(store.put("k", "from 33", { fence: fence(33) }));
+    expect(outcome).toBeInstanceOf(OutcomeUnknownError);
+    expect((outcome as Error).cause).toBeInstanceOf(StaleTokenError);
+    expect((await store.getBytes("k"))?.body.toString()).toBe("from 34");
+    await Promise.all([store.flush(), store34.flush()]);
+    expect(await listKeys(client, bucket, "fenced/data/")).toEqual([]); // 34's body is inline; 33's was removed
+  });
+
+  it("with ifVersion, replaced by another write of the same lease: OutcomeUnknownError, not VersionMismatchError", async () => {
+    const { store, arm } = await landedThenReplaced((b) =>
+      new FencedS3(server.client(), { bucket: b }).put("k", "elsewhere", { fence: old }),
+    );
+    const seed = await store.put("k", "seed", { fence: old });
+    arm();
+    const outcome = await settled(store.put("k", "mine", { fence: old, ifVersion: seed.version }));
+    expect(outcome).toBeInstanceOf(OutcomeUnknownError);
+    expect((outcome as Error).cause).toBeInstanceOf(VersionMismatchError);
+  });
+
+  it("transferred to another resource: OutcomeUnknownError, not ResourceMismatchError", async () => {
+    const to: Fence = { resource: "elsewhere", token: 1n, holder: "t" };
+    const { store, arm } = await landedThenReplaced((b) => new FencedS3(server.client(), { bucket: b }).transfer("k", { from: old, to }));
+    await store.put("k", "seed", { fence: old });
+    arm();
+    const outcome = await settled(store.put("k", "mine", { fence: old }));
+    expect(outcome).toBeInstanceOf(OutcomeUnknownError);
+    expect((outcome as Error).cause).toBeInstanceOf(ResourceMismatchError);
+  });
+
+  it("giving up after maxAttempts: OutcomeUnknownError, not ContentionError", async () => {
+    const { store, arm } = await landedThenReplaced(
+      (b) => new FencedS3(server.client(), { bucket: b }).put("k", "elsewhere", { fence: old }),
+      {
+        store: { maxAttempts: 2 },
+        later: () => Promise.reject(fakeError(409, "ConditionalRequestConflict")),
+      },
+    );
+    await store.put("k", "seed", { fence: old });
+    arm();
+    const outcome = await settled(store.put("k", "mine", { fence: old }));
+    expect(outcome).toBeInstanceOf(OutcomeUnknownError);
+    expect((outcome as Error).cause).toBeInstanceOf(ContentionError);
+  });
+
+  it("an attempt whose target was replaced directly by another's write did not land: the refusal stands", async () => {
+    // radosgw's 500 for the loser of a race: the winner's manifest is the direct successor (next seq) of our attempt's target.
+    const client = server.client();
+    const bucket = await server.createBucket();
+    const other = new FencedS3(server.client(), { bucket });
+    let armed = false;
+    intercept(client, async (info, send) => {
+      if (!armed || !isManifestPut(info)) return send();
+      armed = false;
+      await other.put("k", "from h6", { fence: newer }); // the winner
+      throw fakeError(500, "UnknownError"); // ours is refused, with an answer that leaves it open
+    });
+    const store = new FencedS3(client, { bucket });
+    await store.put("k", "seed", { fence: old });
+    armed = true;
+    await expect(store.put("k", "from h5", { fence: old })).rejects.toBeInstanceOf(StaleTokenError);
+  });
+
+  it("register(): a fence PUT that landed unanswered, then a newer token registered: OutcomeUnknownError, not StaleTokenError", async () => {
+    const client = server.client();
+    const bucket = await server.createBucket();
+    const other = new FencedS3(server.client(), { bucket });
+    let armed = true;
+    intercept(client, async (info, send) => {
+      if (!armed || !isFenceWrite(info)) return send();
+      armed = false;
+      await send(); // lands ...
+      await other.register(fence(6)); // ... a newer token is registered ...
+      throw fakeError(undefined, "TimeoutError"); // ... and the answer is lost
+    });
+    const outcome = await settled(new FencedS3(client, { bucket }).register(fence(5)));
+    expect(outcome).toBeInstanceOf(OutcomeUnknownError);
+    expect((outcome as Error).cause).toBeInstanceOf(StaleTokenError);
+  });
+
+  it("register(): an unanswered fence PUT stays open after a later attempt's 412 (it may have landed meanwhile)", async () => {
+    const client = server.client();
+    const bucket = await server.createBucket();
+    const other = new FencedS3(server.client(), { bucket });
+    let first: (() => Promise<unknown>) | undefined;
+    let puts = 0;
+    intercept(client, async (info, send) => {
+      if (!isFenceWrite(info)) return send();
+      if (++puts === 1) {
+        first = send; // held: not sent yet, no answer
+        throw fakeError(undefined, "TimeoutError");
+      }
+      await first?.(); // the first lands late ...
+      await other.register(fence(6)); // ... a newer token is registered ...
+      return send(); // ... and the second is refused (412)
+    });
+    const outcome = await settled(new FencedS3(client, { bucket }).register(fence(5)));
+    expect(outcome).toBeInstanceOf(OutcomeUnknownError);
+  });
+});
+
+describe("FencedS3: an error that carries a 2xx status", () => {
+  it("is ambiguous: the PUT was accepted, only its answer failed", () => {
+    for (const status of [200, 201, 204]) expect(classify(fakeError(status, "Error"))).toBe("ambiguous");
+    expect(classify(fakeError(403, "AccessDenied"))).toBe("fatal");
+  });
+
+  it("a manifest PUT whose answer fails after its 200 status line: read back, and the write succeeded", async () => {
+    const { store } = await faulty(async (send) => {
+      await send();
+      throw fakeError(200, "Error"); // the body of the answer could not be read
+    });
+    const result = await store.put("k", "body", { fence: fence(1) });
+    expect((await store.getBytes("k"))?.version).toBe(result.version);
   });
 });
 

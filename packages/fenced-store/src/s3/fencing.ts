@@ -1,7 +1,7 @@
 import { fenceRefusal, needsRaise } from "./io.js";
 import { refusal } from "./intent.js";
 import { readFencesThenPut } from "./pipeline.js";
-import { dataObject, prepare, readBatch, refuse, sending, type Fencing, type Prepared, type Run } from "./run.js";
+import { dataObject, prepare, readBatch, sending, type Fencing, type Prepared, type Run } from "./run.js";
 
 /**
  * The two ways a write treats the resource fence objects, as strategies of the one write loop
@@ -71,7 +71,7 @@ function putAfterFenceRead(run: Run, dataKey: string | undefined, after: Promise
       read: (gate) => resourceFences.read(run, gate),
       admits: () => {
         const refused = resourceFences.problem(run);
-        if (refused !== undefined) throw refuse(run, refused, run.manifest.snap);
+        if (refused !== undefined) throw refused;
         return !raiseNeeded(run);
       },
       prepare: (gate) => prepare(run, dataKey, gate),

@@ -165,7 +165,8 @@ export class StoreIo {
    * Raises the resource's fence object to this fence (CAS loop) unless it admits it already;
    * StaleTokenError if it refuses it. Returns the fence object as it now is. known: undefined = not
    * read yet, null = known absent. `sent.open` tells, while it runs and if it fails, whether a raise
-   * it sent may have landed without its answer being known (register() reports that as unknown).
+   * it sent may have landed without its answer being known (register() then reports any failure,
+   * a refusal included, as unknown).
    */
   async raiseFence(
     fence: CheckedFence,
@@ -180,9 +181,12 @@ export class StoreIo {
       const refused = fenceRefusal(fence, snap);
       if (refused !== undefined) throw refused;
       if (snap !== null && !needsRaise(fence, snap)) return snap; // already at this token, from this holder
-      sent.open = true; // from here until an answer says otherwise, this raise may land
+      // From here until an answer says otherwise, this raise may land. An earlier one that got no
+      // answer stays open: it may have landed since, and been overtaken by a higher token.
+      const earlier = sent.open;
+      sent.open = true;
       const outcome = await this.objects.write(target, encodeFence(fence), condition(snap), signal);
-      if (outcome.ok || outcome.failure !== "ambiguous") sent.open = false;
+      if (!outcome.ok && outcome.failure !== "ambiguous") sent.open = earlier;
       if (outcome.ok) {
         const raised = { etag: outcome.etag, highest: { token: fence.token, holder: fence.holder } };
         this.noteFence(fence.resource, raised);

@@ -1,7 +1,6 @@
 import type { AttemptBodies } from "./bodies.js";
 import type { SendGate, WriteOutcome } from "./conditional.js";
 import { condition, type FenceSnapshot, type Snapshot, type StoreIo } from "./io.js";
-import { OutcomeUnknownError } from "../errors.js";
 import { build, type Intent, type ManifestState } from "./intent.js";
 import { manifestKey, newId } from "./layout.js";
 import { encodeManifest, type ManifestHeader } from "./manifest.js";
@@ -15,7 +14,8 @@ export interface Attempt {
   readonly target: Snapshot | null;
   /**
    * Whether it may have landed, or land while its target is current: from the moment it is handed
-   * to the wire until an answer says otherwise (a success, a 412, a 409, a refusal before it applied).
+   * to the wire until an answer says otherwise (a success, a 412, a 409, a refusal before it applied),
+   * or a manifest read shows its target directly replaced by another write (settledBy).
    */
   ambiguous: boolean;
 }
@@ -66,9 +66,12 @@ export interface Run {
   throttled: number;
 }
 
+/** Reads the key's manifest; an attempt without an answer that it proves never landed is settled. */
 export async function readManifest(run: Run): Promise<void> {
   const found = await run.io.readManifest(run.intent.key, run.intent.signal);
-  run.manifest = { snap: found?.snap ?? null, inline: found?.inline, fresh: true };
+  const snap = found?.snap ?? null;
+  run.manifest = { snap, inline: found?.inline, fresh: true };
+  for (const attempt of run.attempts) if (attempt.ambiguous && settledBy(attempt, snap)) attempt.ambiguous = false;
 }
 
 /**
@@ -104,20 +107,26 @@ export function sending(run: Run, p: Prepared): Prepared {
   return p;
 }
 
-/** A refusal says nothing was written: not so while an attempt whose outcome is open may still land. */
-export function refuse(run: Run, err: Error, now: Snapshot | null): Error {
-  const open = run.attempts.some((a) => a.ambiguous && (a.target?.etag ?? null) === (now?.etag ?? null));
-  if (!open) return err;
-  return new OutcomeUnknownError("s3", run.intent.key, run.intent.operation, { cause: err });
-}
-
 /**
  * Whether a manifest PUT of this write may have been applied without its answer being known: one is
  * in flight, or one got no answer (even if the manifest read since shows another: it may have
- * landed and been replaced). A failure then may never be reported as "nothing was applied".
+ * landed and been replaced). A failure then is never reported as "nothing was applied" — not even a
+ * refusal by the manifest or a fence object as they are now (failures.ts, typedFailure).
  */
 export function outcomeOpen(run: Run): boolean {
   return run.attempts.some((a) => a.ambiguous);
+}
+
+/**
+ * Whether `now`, read after `attempt` was sent, proves that the attempt did not land and never will:
+ * `now` is not ours and directly replaced the attempt's target (its seq is the next one, and every
+ * write of a key's manifest takes its target's seq plus one), so the one slot the attempt could have
+ * filled is taken. The target does not come back (ETags never repeat; manifests are never deleted),
+ * so the attempt's condition cannot hold again. Anything further along says nothing: the attempt may
+ * have landed and been replaced since.
+ */
+function settledBy(attempt: Attempt, now: Snapshot | null): boolean {
+  return now !== null && now.header.writeId !== attempt.writeId && now.header.seq === (attempt.target?.header.seq ?? 0) + 1;
 }
 
 /** Step 5: this attempt's data object, named for the manifest it is sent against (undefined: no body object). */

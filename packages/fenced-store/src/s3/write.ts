@@ -8,7 +8,7 @@ import { NeverWrittenError, refusal, type Intent, type S3PutResult } from "./int
 import { throttledPause, type Snapshot, type StoreIo } from "./io.js";
 import { manifestKey } from "./layout.js";
 import type { ManifestHeader } from "./manifest.js";
-import { outcomeOpen, readBatch, refuse, type Prepared, type Run } from "./run.js";
+import { outcomeOpen, readBatch, type Prepared, type Run } from "./run.js";
 
 /**
  * The S3 write: one loop over named steps, each a function of the write's state (`Run`, run.ts).
@@ -137,8 +137,9 @@ async function afterFailure(
   ) {
     throw refusedOwnEtag(manifestKey(io.options.prefix, intent.key));
   }
+  // Thrown as OutcomeUnknownError while an attempt may have landed (failed(): typedFailure).
   const refused = run.fencing.problem(run) ?? refusal(intent, now);
-  if (refused !== undefined) throw refuse(run, refused, now);
+  if (refused !== undefined) throw refused;
   if (attempt >= io.options.maxAttempts) {
     throw new ContentionError(intent.key, attempt, `write of ${JSON.stringify(intent.key)} gave up after ${attempt} conflicting writes`);
   }
@@ -179,7 +180,7 @@ async function failed(run: Run, err: unknown): Promise<unknown> {
   // Decided now, from what the write knows: the settling below reads the key, but cannot tell more.
   const open = outcomeOpen(run);
   const call = { operation: intent.operation, key: intent.key, bucket: io.options.bucket, deadline: intent.deadline, open };
-  const typed = err instanceof NeverWrittenError ? err : typedFailure(err, call);
+  const typed = err instanceof NeverWrittenError && !open ? err : typedFailure(err, call);
   const cleanup = settle(run);
   io.background(() => cleanup);
   await intent.deadline.race(cleanup).catch(() => undefined);
