@@ -11,7 +11,7 @@ import { runChaos } from "./suite.js";
  * slower per operation here, fewer. `pnpm chaos` runs longer ones.
  */
 
-const OPS: Record<Backend, number> = { postgres: 700, s3: 250 };
+const OPS: Record<Backend, number> = { postgres: 700, s3: 200 };
 // Seed 1's schedule pauses a worker between its read and its write within the first second, wipes a
 // majority of the Redis nodes for the first time at 3 s, pauses the store server at 3.6 s and kills
 // it at 7.6 s.

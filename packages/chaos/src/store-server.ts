@@ -27,10 +27,12 @@ function hostPort(url: string, defaultPort: number): { host: string; port: numbe
 export interface StoreServerOptions {
   /**
    * Start a server of our own that the nemesis can pause and kill (pause-postgres, kill-postgres,
-   * pause-s3, kill-s3). PostgreSQL is then started durable: a commit it acknowledged must survive a
-   * SIGKILL of every one of its processes. fsync=off alone would keep it (the WAL write reached the
-   * kernel's page cache, which a process kill leaves alone), but synchronous_commit=off would not: it
-   * acknowledges a commit whose WAL is still in the server's shared memory, which dies with it.
+   * pause-s3, kill-s3). A commit PostgreSQL acknowledged must survive a SIGKILL of every one of its
+   * processes: it is started with synchronous_commit on (a commit is acknowledged once its WAL is
+   * written) and fsync off. A process kill leaves the kernel's page cache alone, so written is enough;
+   * only a crash of the machine would need the flush. synchronous_commit=off, the throwaway servers'
+   * setting, would not do: it acknowledges a commit whose WAL may still be in the server's shared
+   * memory, which dies with it.
    */
   readonly faults?: boolean;
 }
@@ -39,7 +41,7 @@ export async function startStoreServer(backend: Backend, options: StoreServerOpt
   const suffix = (): string => randomBytes(4).toString("hex");
   const faults = options.faults === true;
   if (backend === "postgres") {
-    const pg = faults ? await startPostgres({ faults: true, durable: true }) : await startPostgres();
+    const pg = faults ? await startPostgres({ faults: true }) : await startPostgres();
     return {
       backend,
       ...hostPort(pg.url, 5432),
