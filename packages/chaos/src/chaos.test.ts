@@ -7,8 +7,9 @@ import { runChaos } from "./suite.js";
  * Quick mode of the fault-injection run: the three configurations under one seeded schedule, on
  * both backends, against real servers (redis-server ×5, PostgreSQL, Ceph radosgw) and real worker
  * processes. The nemesis also pauses and kills the store server and resets connections; every call
- * must be answered within the stores' deadline plus the margin, and no process may die. Postgres gets the bulk of the operations (≥ 2,000 on its own); S3, about three times
- * slower per operation here, fewer. `pnpm chaos` runs longer ones.
+ * must be answered within the stores' deadline plus the margin, and no process may die. Postgres
+ * gets the bulk of the operations (≥ 2,000 on its own); S3, about three times slower per operation
+ * here and slowed further by radosgw's pauses and restarts, fewer. `pnpm chaos` runs longer ones.
  */
 
 const OPS: Record<Backend, number> = { postgres: 700, s3: 200 };
