@@ -121,8 +121,12 @@ export function createGateway(options: GatewayOptions): Gateway {
   const app = newApp(ctx);
   // Fence-on-acquire: a lease request may ask for its fence to be registered with every store here.
   const registrars: Registrar[] = [
-    ...(records === undefined ? [] : [{ store: "records" as const, register: (fence: Fence) => records.register(fence) }]),
-    ...(objects === undefined ? [] : [{ store: "objects" as const, register: (fence: Fence) => objects.register(fence) }]),
+    ...(records === undefined
+      ? []
+      : [{ store: "records" as const, register: (fence: Fence, signal: AbortSignal) => records.register(fence, { signal }) }]),
+    ...(objects === undefined
+      ? []
+      : [{ store: "objects" as const, register: (fence: Fence, signal: AbortSignal) => objects.register(fence, { signal }) }]),
   ];
   const leases =
     options.leases === undefined || credentials === undefined ? undefined : leasesRouter(ctx, credentials, options.leases, registrars);

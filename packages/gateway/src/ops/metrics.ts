@@ -1,4 +1,4 @@
-import { BackendFailedError, backendOf } from "../problems/backend-errors.js";
+import { backendFailure } from "../problems/backend-errors.js";
 import { collectDefaultMetrics, Counter, Histogram, Registry } from "prom-client";
 
 export type StoreName = "records" | "objects";
@@ -17,6 +17,7 @@ export class GatewayMetrics {
   readonly #backend: Histogram<"store" | "op">;
   readonly #leases: Counter<"event">;
   readonly #leasesLost: Counter<"kind">;
+  readonly #leasesAbandoned: Counter;
 
   constructor(options: { defaultMetrics?: boolean } = {}) {
     const registers = [this.registry];
@@ -58,6 +59,11 @@ export class GatewayMetrics {
       labelNames: ["kind"],
       registers,
     });
+    this.#leasesAbandoned = new Counter({
+      name: "fenced_gateway_leases_abandoned_total",
+      help: "Leases granted or registered after their client had gone (closed the connection, or cut by the drain), released at once",
+      registers,
+    });
     if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry, prefix: "fenced_gateway_" });
   }
 
@@ -96,8 +102,7 @@ export class GatewayMetrics {
     } catch (err) {
       // Classified here, where it is known which backend was called: its own error answer, which
       // the stores pass on unchanged (502, never a 500 of the gateway's).
-      const backend = backendOf(store, err);
-      throw backend === undefined ? err : new BackendFailedError(backend, { cause: err });
+      throw backendFailure(store, op, err) ?? err;
     } finally {
       end();
     }
@@ -109,5 +114,9 @@ export class GatewayMetrics {
 
   leaseLost(kind: string): void {
     this.#leasesLost.inc({ kind });
+  }
+
+  leaseAbandoned(): void {
+    this.#leasesAbandoned.inc();
   }
 }

@@ -85,7 +85,8 @@ function leaseJson(lease: Lease, credentials: FenceCredentials): LeaseAnswer {
 /** Raises one store's ratchet to a fence (FencedPostgres/FencedS3.register). */
 export interface Registrar {
   readonly store: StoreName;
-  register(fence: Fence): Promise<void>;
+  /** `signal` aborts when the client has gone: the lease will be released, its registration is moot. */
+  register(fence: Fence, signal: AbortSignal): Promise<void>;
 }
 
 /** What the lease routes share: the gateway's context, its fence keys, the lock and the stores to register with. */
@@ -135,8 +136,9 @@ export function leasesRouter(
     const principal = principalFor(req, res);
     const { resource, ttlMs, register } = bodies.create.parse(await readBody(req, res));
     requireResource(principal, resource);
-    const lease = await acquire(leases, resource, ttlMs);
-    if (register) await registerEverywhere(leases, lease);
+    const lease = await grant(leases, resource, ttlMs, register, clientGone(res));
+    // The client has gone: there is nobody to answer (the request is accounted as cut).
+    if (lease === undefined) return;
     ctx.metrics.lease("granted");
     // No Location header: a lease id is a capability (extend, release), and Location headers are logged.
     res.status(201).json(leaseJson(lease, credentials));
@@ -180,16 +182,78 @@ export function leasesRouter(
 }
 
 /**
+ * Aborts when the client is gone before its answer was written: it closed the connection (its own
+ * timeout), or the drain cut it. The retries run inside the gateway, for up to acquireTimeoutMs —
+ * longer than many clients wait.
+ */
+function clientGone(res: Response): AbortSignal {
+  const controller = new AbortController();
+  res.once("close", () => {
+    if (!res.writableFinished) controller.abort();
+  });
+  return controller.signal;
+}
+
+/**
+ * acquire() and, if asked, registerEverywhere(), for a client that may leave meanwhile. A lease
+ * granted (or registered) after the client has gone is released at once: nobody holds its lease id,
+ * and it would keep the resource locked for its whole TTL. undefined when the client has gone.
+ */
+async function grant(leases: Leases, resource: string, ttlMs: number, register: boolean, gone: AbortSignal): Promise<Lease | undefined> {
+  let lease: Lease;
+  try {
+    lease = await acquire(leases, resource, ttlMs, gone);
+  } catch (err) {
+    // Stopped between attempts (an attempt in flight still ends, and is looked at below).
+    if (gone.aborted) return undefined;
+    throw err;
+  }
+  if (register) {
+    try {
+      await registerEverywhere(leases, lease, gone);
+    } catch (err) {
+      // registerEverywhere released it.
+      if (!gone.aborted) throw err;
+      leases.ctx.metrics.leaseAbandoned();
+      return undefined;
+    }
+  }
+  if (!gone.aborted) return lease;
+  await releaseQuietly(leases, lease, "the client left before the lease was answered");
+  leases.ctx.metrics.leaseAbandoned();
+  return undefined;
+}
+
+/** Releases a lease nobody will use; a failure is logged (the lease then ends with its TTL), never thrown. */
+async function releaseQuietly({ ctx }: Leases, lease: Lease, why: string): Promise<void> {
+  try {
+    await ctx.metrics.time("leases", "release", () => lease.release());
+    ctx.logger.info({ resource: lease.resource, token: lease.token.toString() }, `lease released: ${why}`);
+  } catch (err) {
+    ctx.logger.warn(
+      { err, resource: lease.resource, validUntil: lease.validUntil },
+      `could not release a lease (${why}); it ends with its TTL`,
+    );
+  }
+}
+
+/**
  * Takes the lock, or answers why not: its tokens are used up, it is down (no quorum possible), or it
  * is held. Bounded: a lock that cannot reach a quorum answers after one attempt (retrying within this
  * request cannot help; Retry-After tells the client when to ask again), and a held lock is retried only
  * while another attempt can end before acquireTimeoutMs.
  */
-async function acquire({ ctx, redlock, retry, acquireTimeoutMs }: Leases, resource: string, ttlMs: number): Promise<Lease> {
+async function acquire(
+  { ctx, redlock, retry, acquireTimeoutMs }: Leases,
+  resource: string,
+  ttlMs: number,
+  signal: AbortSignal,
+): Promise<Lease> {
   const deadline = performance.now() + acquireTimeoutMs;
   for (let attempt = 0; ; attempt++) {
     try {
-      return await ctx.metrics.time("leases", "acquire", () => redlock.acquire(resource, ttlMs, { retryCount: 0 }));
+      // The signal stops the loop between attempts; an attempt in flight runs to its end.
+      return await ctx.metrics.time("leases", "acquire", () => redlock.acquire(resource, ttlMs, { retryCount: 0, signal }));
     } catch (err) {
       if (err instanceof TokenSpaceExhaustedError) throw new HttpProblem("tokenSpaceExhausted", err.message, { resource });
       if (!(err instanceof LockNotAcquiredError)) throw err;
@@ -203,7 +267,7 @@ async function acquire({ ctx, redlock, retry, acquireTimeoutMs }: Leases, resour
         ctx.metrics.lease("refused");
         throw new HttpProblem("lockHeld", err.message, { resource });
       }
-      await sleep(delay);
+      await sleep(delay, undefined, { signal });
     }
   }
 }
@@ -213,11 +277,12 @@ async function acquire({ ctx, redlock, retry, acquireTimeoutMs }: Leases, resour
  * lease never writes. A store that has seen a higher token (the lock's counters are behind it)
  * refuses the registration: the lease is useless for writing, so it is released at once.
  */
-async function registerEverywhere({ ctx, registrars }: Leases, lease: Lease): Promise<void> {
+async function registerEverywhere(leases: Leases, lease: Lease, signal: AbortSignal): Promise<void> {
+  const { ctx, registrars } = leases;
   try {
-    await Promise.all(registrars.map((r) => ctx.metrics.time(r.store, "register", () => r.register(lease))));
+    await Promise.all(registrars.map((r) => ctx.metrics.time(r.store, "register", () => r.register(lease, signal))));
   } catch (err) {
-    await lease.release().catch(() => undefined);
+    await releaseQuietly(leases, lease, signal.aborted ? "the client left during its registration" : "its registration failed");
     // The lease ran out before every store registered it (a store refuses a lease it knows ended).
     if (err instanceof LeaseLostError) {
       ctx.metrics.leaseLost(err.kind);
