@@ -198,6 +198,44 @@ describe("a backend paused: 503 within the deadline, and back by itself", () => 
     }
   });
 
+  it("the S3 client's credentials provider failing is 502 backend-error, never a 500", async () => {
+    const { endpoint, region } = servers.s3;
+    // What the SDK's provider chain throws when it finds no credentials (IMDS down, an expired SSO session …).
+    const noCredentials = Object.assign(new Error("Could not load credentials from any providers"), {
+      name: "CredentialsProviderError",
+      tryNextLink: false,
+    });
+    const failing = new S3Client({
+      endpoint,
+      region,
+      forcePathStyle: true,
+      credentials: () => Promise.reject(noCredentials),
+      requestChecksumCalculation: "WHEN_REQUIRED",
+      responseChecksumValidation: "WHEN_REQUIRED",
+    });
+    const gateway = createGateway({
+      apiKeys: API_KEYS,
+      logger: pino({ level: "silent" }),
+      defaultMetrics: false,
+      objects: { client: failing, bucket },
+    });
+    await using other = await serve(gateway.app);
+    const otherClient = httpClient(other.port);
+    try {
+      for (const ask of [
+        { method: "GET", path: "/v1/objects/faults/no-credentials", headers: bearer(KEYS.admin) },
+        { method: "PUT", path: "/v1/objects/faults/no-credentials", headers: writeHeaders(KEYS.admin, 1n), body: "x" },
+      ]) {
+        const answer = await otherClient.send(ask);
+        expect(answer.status, answer.text()).toBe(502);
+        expect(answer.json()).toMatchObject({ type: "/problems/backend-error", backend: "s3" });
+      }
+    } finally {
+      otherClient.close();
+      failing.destroy();
+    }
+  });
+
   it("leases: a held lock is retried only within acquireTimeoutMs", async () => {
     const lease = (): Promise<Answer> => client.json("POST", "/v1/leases", { resource: "faults/held", ttlMs: 30_000 }, bearer(KEYS.admin));
     expect((await lease()).status).toBe(201);

@@ -143,7 +143,7 @@ describe("problems", () => {
       [new StoreSetupError("postgres", "not-migrated", "no table"), "backendMisconfigured", 503, "30"],
       [new StoreSetupError("s3", "no-such-bucket", "no bucket"), "backendMisconfigured", 503, "30"],
       [new CorruptStateError("s3", "manifest", "orders/1", "truncated"), "corruptState", 502, undefined],
-      [new BackendFailedError("s3", { cause: new Error("AccessDenied") }), "backendError", 502, undefined],
+      [new BackendFailedError("s3", "get", "AccessDenied", { cause: new Error("denied") }), "backendError", 502, undefined],
     ] as const;
     for (const [err, kind, status, retryAfter] of cases) {
       const problem = classify(err);
@@ -199,9 +199,31 @@ describe("problems", () => {
         );
     // The backend's own error answer, which the stores pass on unchanged: 502, never a 500.
     const denied = new pg.DatabaseError("permission denied for schema fenced", 0, "error");
-    expect(await failWith("records", Object.assign(denied, { code: "42501" }))).toBe(502);
+    expect(await failWith("records", Object.assign(denied, { code: "42501", severity: "ERROR" }))).toBe(502);
     const accessDenied = Object.assign(new Error("AccessDenied"), { $fault: "client", $metadata: { httpStatusCode: 403 } });
     expect(await failWith("objects", accessDenied)).toBe(502);
+    // node-postgres's DatabaseError of another copy of pg (an embedder's pool): recognised by shape, not by class.
+    class OtherDatabaseError extends Error {
+      constructor(
+        readonly code: string,
+        readonly severity: string,
+      ) {
+        super("permission denied for schema fenced");
+      }
+    }
+    expect(await failWith("records", new OtherDatabaseError("42501", "ERROR"))).toBe(502);
+    expect(await failWith("records", new OtherDatabaseError("3D000", "FATAL"))).toBe(502);
+    // The SDK's client failures: an answer it could not parse ($metadata, no $fault), a TLS error that
+    // went through its middleware, credentials its provider could not obtain (no $metadata at all).
+    const unparsed = Object.assign(new Error("Deserialization error"), { $metadata: { httpStatusCode: 200 } });
+    expect(await failWith("objects", unparsed)).toBe(502);
+    const tls = Object.assign(new Error("self-signed certificate"), { code: "DEPTH_ZERO_SELF_SIGNED_CERT", $metadata: { attempts: 3 } });
+    expect(await failWith("objects", tls)).toBe(502);
+    const credentials = Object.assign(new Error("Could not load credentials from any providers"), { name: "CredentialsProviderError" });
+    expect(await failWith("objects", credentials)).toBe(502);
+    // A shape of one backend's error means nothing for another's store, nor for the lock.
+    expect(await failWith("records", credentials)).toBe(500);
+    expect(await failWith("objects", new OtherDatabaseError("42501", "ERROR"))).toBe(500);
     // The stores wrap every connection failure in their typed errors: any other plain Error is the gateway's own (500).
     expect(await failWith("objects", new Error("manifest has no header line"))).toBe(500);
     // Typed store errors pass through the timing untouched.

@@ -200,7 +200,7 @@ export const PROBLEM_TYPES = {
     type: "/problems/backend-error",
     title: "A backend answered with an error",
     description:
-      "A backend refused the call with an error no store classifies (wrong credentials or permissions, a statement the database refused); the detail is only in the gateway's log. Nothing was written: an operator must look",
+      "A backend refused the call with an error no store classifies (wrong credentials or permissions, a statement the database refused), or its client failed before an answer (S3 credentials it could not obtain, a TLS handshake, an answer it could not parse); the detail is only in the gateway's log. Nothing was written: an operator must look",
     extensions: z.strictObject({ backend: storeBackend }),
     reason: "backend_error",
   },

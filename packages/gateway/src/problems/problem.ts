@@ -118,9 +118,11 @@ export function classify(err: unknown): Classified {
   if (err instanceof InvalidArgumentError) return make("invalid", err.message, { errors: [{ path: err.argument, message: err.message }] });
   const store = storeProblem(err);
   if (store !== undefined) return store;
-  // What a store passes on unchanged: the backend's own error answer (backend-errors.ts).
+  // What a store passes on unchanged: the backend's own error answer, or its client's failure (backend-errors.ts).
   if (err instanceof BackendFailedError)
-    return make("backendError", `${err.backend} answered with an error; see the gateway's log`, { backend: err.backend });
+    return make("backendError", `the ${err.backend} ${err.operation} failed with an error no store classifies; see the gateway's log`, {
+      backend: err.backend,
+    });
   return make("internal", "the request failed inside the gateway; see its log");
 }
 
