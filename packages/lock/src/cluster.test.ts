@@ -1,6 +1,7 @@
 import { Cluster } from "ioredis";
 import { Cluster as Cluster6 } from "ioredis-6";
 import { startRedisCluster, type RedisCluster } from "@fenced/servers";
+import { performance } from "node:perf_hooks";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { redisErrorCode, type RedisClient } from "./client.js";
 import { LockNotAcquiredError } from "./errors.js";
@@ -104,5 +105,32 @@ describe("Redlock over a Redis Cluster (one client, lock key and counter in one 
     });
     expect(token).toBe(1n);
     expect(await client.get(resourceKeys(resource).lease)).toBeNull();
+  });
+});
+
+describe("a Redis Cluster whose nodes are all down", () => {
+  it("is not known down (ioredis reports its nodes' refusals to it without a code): a round waits nodeTimeoutMs for it", async () => {
+    const cluster = await startRedisCluster(3);
+    const client = new Cluster(cluster.startupNodes);
+    try {
+      const errors: unknown[] = [];
+      client.on("error", (err) => errors.push(err));
+      const redlock = new Redlock([client], { retryCount: 0, nodeTimeoutMs: 300 });
+      await (await redlock.acquire("cluster/down", 10_000)).release();
+      await cluster.stop();
+
+      const start = performance.now();
+      const error = await redlock.acquire("cluster/down", 10_000).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(LockNotAcquiredError);
+      expect((error as LockNotAcquiredError).nodes).toEqual([{ node: 0, reason: "timeout" }]);
+      expect(performance.now() - start).toBeGreaterThanOrEqual(290);
+      // What the Cluster emitted meanwhile: the last node's error is the closed connection, not the refusal.
+      await expect.poll(() => errors.length, { timeout: 5_000 }).toBeGreaterThan(0);
+      expect(errors[0]).toMatchObject({ message: "Failed to refresh slots cache.", lastNodeError: { message: "Connection is closed." } });
+      expect((errors[0] as { lastNodeError: { code?: unknown } }).lastNodeError.code).toBeUndefined();
+    } finally {
+      client.disconnect();
+      await cluster.stop();
+    }
   });
 });

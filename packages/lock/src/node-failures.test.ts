@@ -1,4 +1,5 @@
-import { errorMonitor, EventEmitter } from "node:events";
+import dns from "node:dns";
+import { errorMonitor, EventEmitter, once } from "node:events";
 import { performance } from "node:perf_hooks";
 import { Redis } from "ioredis";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
@@ -135,6 +136,83 @@ describe("what the nodes of a failed acquisition say, with the clients' offline 
     await (await alone.acquire("restarted", 10_000)).release();
   });
 
+  it("a host with two addresses, both refusing (Node's happy eyeballs: an AggregateError without a syscall): `refused` at once", async () => {
+    // A name that resolves to 127.0.0.1 and ::1, as `localhost` does where /etc/hosts lists both, or a
+    // dual-stack DNS name. Node then tries each address and, when none accepts, fails the connection
+    // with an AggregateError (code ECONNREFUSED, one error per address, no syscall of its own).
+    const DUAL = "dual-stack.test";
+    const lookup = dns.lookup;
+    dns.lookup = ((host: string, options: unknown, callback?: unknown): void => {
+      const cb = (typeof options === "function" ? options : callback) as (...args: unknown[]) => void;
+      const all = typeof options === "object" && options !== null && (options as { all?: boolean }).all === true;
+      if (host !== DUAL) return void (lookup as (...args: unknown[]) => void)(host, options, callback);
+      const addresses = [
+        { address: t.nodes[0]!.host, family: 4 },
+        { address: "::1", family: 6 },
+      ];
+      if (all) cb(null, addresses);
+      else cb(null, addresses[0]!.address, 4);
+    }) as typeof dns.lookup;
+    const client = new Redis({ host: DUAL, port: t.nodes[0]!.port, lazyConnect: true });
+    try {
+      const errors: unknown[] = [];
+      client.on("error", (err) => errors.push(err));
+      await client.connect();
+      new Redlock([client]);
+      await killAndWait(t, [client], [0]);
+      expect(errors.at(-1)).toBeInstanceOf(AggregateError);
+
+      const { error, ms } = await acquireError(new Redlock([client], { retryCount: 0, nodeTimeoutMs: 5_000 }), "dual-stack");
+      expect(error.nodes).toEqual([
+        {
+          node: 0,
+          reason: "refused",
+          code: "ECONNREFUSED",
+          detail: `connect ECONNREFUSED ${t.nodes[0]!.host}:${t.nodes[0]!.port}; connect ECONNREFUSED ::1:${t.nodes[0]!.port}`,
+        },
+      ]);
+      expect(ms).toBeLessThan(500);
+    } finally {
+      client.disconnect();
+      dns.lookup = lookup;
+    }
+  });
+
+  it("an application that removes the client's listeners (removeAllListeners): the lock watches it again, and a stale error never fails it", async () => {
+    const client = await appClient(t.nodes[0]!);
+    const redlock = new Redlock([client], { retryCount: 0, nodeTimeoutMs: 5_000 });
+    try {
+      await killAndWait(t, [client], [0]);
+      expect((await acquireError(redlock, "unwatched")).error.nodes).toEqual([expect.objectContaining({ reason: "refused" })]);
+
+      // The application drops every listener of the client, the lock's too, and adds its own back.
+      client.removeAllListeners();
+      client.on("error", () => undefined);
+      await t.nodes[0]!.restart({ keepData: true });
+      await ready(client, 10_000);
+      await loadScripts(t.admin[0]!);
+      // The connection drops and comes back: the refusal seen before the listeners went says nothing of it.
+      const reconnecting = once(client, "reconnecting");
+      client.disconnect(true);
+      await reconnecting;
+      expect(client.status).toBe("reconnecting");
+      await (await redlock.acquire("unwatched", 10_000)).release();
+
+      // Watched again: a kill is known at once, and the node counts again once its client is back.
+      expect((client as unknown as NodeJS.EventEmitter).listenerCount(errorMonitor)).toBe(1);
+      await killAndWait(t, [client], [0]);
+      const { error, ms } = await acquireError(redlock, "unwatched");
+      expect(error.nodes).toEqual([expect.objectContaining({ node: 0, reason: "refused", code: "ECONNREFUSED" })]);
+      expect(ms).toBeLessThan(500);
+      await t.nodes[0]!.restart({ keepData: true });
+      await ready(client, 10_000);
+      await loadScripts(t.admin[0]!);
+      await (await redlock.acquire("unwatched/back", 10_000)).release();
+    } finally {
+      client.disconnect();
+    }
+  });
+
   it("the lock only watches a client's events: it adds no 'error' listener, and its listeners go when the client ends", async () => {
     const client = await connect(t.nodes[0]!);
     const emitter = client as unknown as NodeJS.EventEmitter;
@@ -228,5 +306,28 @@ describe("which nodes a failed attempt releases", () => {
     // Connected again: asked again (and, silent, released after the timeout).
     await acquireError(new Redlock(nodes, { retryCount: 0, nodeTimeoutMs: 50 }), "back");
     expect(nodes[2]!.sent).toEqual(["acquire", "release", "acquire", "release"]);
+  });
+});
+
+describe("a connection error of several addresses (AggregateError)", () => {
+  const refused = (address: string): Error =>
+    Object.assign(new Error(`connect ECONNREFUSED ${address}:6379`), { code: "ECONNREFUSED", syscall: "connect" });
+
+  it("is a node known down only if every address failed to connect", async () => {
+    const node = new ScriptedClient("silent");
+    const redlock = new Redlock([node], { retryCount: 0, nodeTimeoutMs: 50 });
+    node.status = "reconnecting";
+    // One entry is not a failure to connect (no syscall): what the connection failed with is unknown.
+    const mixed = Object.assign(new AggregateError([refused("127.0.0.1"), new Error("something else")]), { code: "ECONNREFUSED" });
+    node.emit("error", mixed);
+    expect((await acquireError(redlock, "aggregate")).error.nodes).toEqual([{ node: 0, reason: "timeout" }]);
+
+    const both = Object.assign(new AggregateError([refused("127.0.0.1"), refused("::1")]), { code: "ECONNREFUSED" });
+    node.emit("error", both);
+    const { error, ms } = await acquireError(new Redlock([node], { retryCount: 0, nodeTimeoutMs: 5_000 }), "aggregate");
+    expect(error.nodes).toEqual([
+      { node: 0, reason: "refused", code: "ECONNREFUSED", detail: "connect ECONNREFUSED 127.0.0.1:6379; connect ECONNREFUSED ::1:6379" },
+    ]);
+    expect(ms).toBeLessThan(1_000);
   });
 });

@@ -12,6 +12,8 @@ import type { NodeFailure } from "./errors.js";
  * errors nor changes what the client does with them (ioredis prints them when the application has no
  * listener of its own; it then emits none, and the lock sees none). Listeners are added once per
  * client, however many Redlocks share it, and removed when the client ends (`quit`, `disconnect`).
+ * An application that removes them (`removeAllListeners`) leaves the watch blind: it is then
+ * dropped, its record with it, and the client watched anew from the next round.
  */
 
 /** The last error of a client's connection. */
@@ -28,6 +30,7 @@ interface Observable {
   readonly status: string;
   on(event: string | symbol, listener: (...args: never[]) => void): unknown;
   removeListener(event: string | symbol, listener: (...args: never[]) => void): unknown;
+  listenerCount(event: string | symbol, listener?: (...args: never[]) => void): number;
 }
 
 // The statuses in which ioredis holds commands until a connection is (re)established. In "ready" and
@@ -53,8 +56,7 @@ export class NodeWatch {
   #last: ConnectionError | undefined;
   readonly #listeners: readonly (readonly [string | symbol, (...args: never[]) => void])[];
 
-  /** Set once the client ended: a client that connects again gets a new watch (watchOf). */
-  detached = false;
+  #detached = false;
 
   constructor(client: Observable) {
     this.#client = client;
@@ -66,8 +68,19 @@ export class NodeWatch {
     for (const [event, listener] of this.#listeners) client.on(event, listener);
   }
 
-  /** The connection is down, and this is what it last failed with; undefined while it is up or nothing was seen. */
+  /**
+   * The watch no longer sees the client's events: the client ended, or a listener of the watch was
+   * removed by someone else (`removeAllListeners`), after which an error on record might never be
+   * cleared. Either way it is dropped, and a client that is (or connects) again gets a new watch (watchOf).
+   */
+  get detached(): boolean {
+    if (!this.#detached && !this.#attached()) this.#detach();
+    return this.#detached;
+  }
+
+  /** The connection is down, and this is what it last failed with; undefined while it is up, nothing was seen, or the watch is detached. */
   get broken(): ConnectionError | undefined {
+    if (this.#last === undefined || this.detached) return undefined;
     return WAITING_FOR_CONNECTION.has(this.#client.status) ? this.#last : undefined;
   }
 
@@ -89,11 +102,16 @@ export class NodeWatch {
     this.#last = last;
   }
 
+  #attached(): boolean {
+    for (const [event, listener] of this.#listeners) if (this.#client.listenerCount(event, listener) === 0) return false;
+    return true;
+  }
+
   #detach(): void {
     this.#record(undefined);
-    this.detached = true;
+    this.#detached = true;
     for (const [event, listener] of this.#listeners) this.#client.removeListener(event, listener);
-    watches.delete(this.#client);
+    if (watches.get(this.#client) === this) watches.delete(this.#client);
   }
 }
 
@@ -113,29 +131,53 @@ export function onAnyDown(listener: () => void): () => void {
 /** The client's watch, started on first use; undefined for a client that has no events to watch, or has ended. */
 export function watchOf(client: RedisClient): NodeWatch | undefined {
   const existing = watches.get(client);
-  if (existing !== undefined) return existing;
+  if (existing !== undefined && !existing.detached) return existing;
   const c = client as Partial<Record<keyof Observable, unknown>>;
-  if (typeof c.status !== "string" || c.status === "end" || typeof c.on !== "function" || typeof c.removeListener !== "function")
+  if (
+    typeof c.status !== "string" ||
+    c.status === "end" ||
+    typeof c.on !== "function" ||
+    typeof c.removeListener !== "function" ||
+    typeof c.listenerCount !== "function"
+  )
     return undefined;
   const watch = new NodeWatch(client as unknown as Observable);
   watches.set(client, watch);
   return watch;
 }
 
-/** A Node.js system error's code and call, or those of the node error a Cluster wraps; undefined for any other error. */
+/**
+ * A Node.js system error's code and call; undefined for any other error. A Cluster's errors are not
+ * among them: ioredis reports its nodes' refused connections to it as "Connection is closed." (in a
+ * ClusterAllFailedError), with no code, so a Cluster client's nodes are never known down.
+ */
 function systemError(err: unknown): { readonly code: string; readonly syscall: string | undefined; readonly detail: string } | undefined {
   if (!(err instanceof Error)) return undefined;
-  const { code, syscall, lastNodeError } = err as Error & { code?: unknown; syscall?: unknown; lastNodeError?: unknown };
-  // ioredis's ClusterAllFailedError carries the error of the last node it tried.
-  if (code === undefined && lastNodeError instanceof Error) return systemError(lastNodeError);
+  const { code, syscall } = err as Error & { code?: unknown; syscall?: unknown };
   if (typeof code !== "string") return undefined;
   return { code, syscall: typeof syscall === "string" ? syscall : undefined, detail: err.message };
 }
 
 function connectionError(err: unknown): ConnectionError | undefined {
   const system = systemError(err);
-  if (system?.syscall === undefined) return undefined;
-  return { code: system.code, detail: system.detail, connecting: CONNECTING_CALLS.has(system.syscall) };
+  if (system?.syscall !== undefined) return { code: system.code, detail: system.detail, connecting: CONNECTING_CALLS.has(system.syscall) };
+  // A host with several addresses (`localhost` as 127.0.0.1 and ::1, a dual-stack name): Node tries
+  // each in turn (autoSelectFamily, on by default) and, when none connects, fails with an
+  // AggregateError holding one error per address, with the first one's code and no syscall. It is
+  // a failure to connect only if every address failed to connect.
+  const attempts = err instanceof Error ? (err as Error & { errors?: unknown }).errors : undefined;
+  if (!Array.isArray(attempts) || attempts.length === 0) return undefined;
+  const each: ConnectionError[] = [];
+  for (const attempt of attempts) {
+    const seen = connectionError(attempt);
+    if (seen === undefined) return undefined;
+    each.push(seen);
+  }
+  return {
+    code: system?.code ?? (each[0] as ConnectionError).code,
+    detail: each.map((e) => e.detail).join("; "),
+    connecting: each.every((e) => e.connecting),
+  };
 }
 
 /** A node whose connection failed: `refused` when it did not accept one, `error` with the code when one was lost. */
