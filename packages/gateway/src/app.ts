@@ -173,10 +173,11 @@ export function createGateway(options: GatewayOptions): Gateway {
     async prepare(p = {}) {
       if (records !== undefined) {
         // Not migrating here: a read proves the tables are there (the store throws StoreSetupError "not-migrated" otherwise).
-        if (p.migrate ?? true) await records.migrate();
-        else await records.get("fenced-gateway/start-check");
+        // Timed as calls into the store are: a backend's own refusal becomes BackendFailedError (start-checks.ts reads it).
+        if (p.migrate ?? true) await metrics.time("records", "migrate", () => records.migrate());
+        else await metrics.time("records", "get", () => records.get("fenced-gateway/start-check"));
       }
-      if (objects !== undefined && (p.verify ?? true)) await objects.verify();
+      if (objects !== undefined && (p.verify ?? true)) await metrics.time("objects", "verify", () => objects.verify());
     },
   };
 }

@@ -1,4 +1,5 @@
-import { freePort, startPostgres } from "@fenced/servers";
+import pg from "pg";
+import { freePort, startPostgres, startS3 } from "@fenced/servers";
 import { describe, expect, it } from "vitest";
 import { startCli, type Child } from "./cli-test-support.js";
 import { httpClient, KEYS } from "./test-support.js";
@@ -64,6 +65,63 @@ describe("fenced-gateway refuses to start half-configured (exit 2, one line)", (
       );
     } finally {
       await postgres.stop();
+    }
+  });
+
+  it("PostgreSQL refuses the migrate (a role without CREATE); --no-start-checks starts anyway", async () => {
+    const postgres = await startPostgres();
+    try {
+      const admin = new pg.Client({ connectionString: postgres.url });
+      await admin.connect();
+      try {
+        await admin.query("CREATE ROLE gw_no_create LOGIN PASSWORD 'gw-no-create'");
+        await admin.query("REVOKE CREATE ON SCHEMA public FROM PUBLIC");
+      } finally {
+        await admin.end();
+      }
+      const url = new URL(postgres.url);
+      url.username = "gw_no_create";
+      url.password = "gw-no-create";
+      const args = ["--port", "0", "--postgres", url.toString(), "--postgres-schema", "not_allowed"];
+      expect(await refusal(startCli(args, ENV))).toMatch(
+        /^fenced-gateway: PostgreSQL refused the migrate \(42501\): grant the gateway's role CREATE .*--no-migrate.*--no-start-checks/,
+      );
+      const anyway = startCli([...args, "--no-start-checks"], { ...ENV, FENCED_GATEWAY_LOG_LEVEL: "info" });
+      try {
+        await anyway.waitFor("listening");
+        const warned = anyway.lines.find((l) => l.level === 40 && String(l.msg).startsWith("starting anyway"));
+        expect(String(warned?.msg)).toMatch(/PostgreSQL refused the migrate \(42501\)/);
+      } finally {
+        anyway.process.kill("SIGKILL");
+      }
+    } finally {
+      await postgres.stop();
+    }
+  });
+
+  it("S3 refuses the verify (a wrong secret): with --no-start-checks, starts anyway with a warning", async () => {
+    const s3 = await startS3();
+    try {
+      const bucket = await s3.createBucket();
+      const env = {
+        ...ENV,
+        FENCED_GATEWAY_S3_ACCESS_KEY_ID: s3.accessKeyId,
+        FENCED_GATEWAY_S3_SECRET_ACCESS_KEY: "not-the-secret",
+        FENCED_GATEWAY_S3_REGION: s3.region,
+      };
+      const args = ["--port", "0", "--s3-bucket", bucket, "--s3-endpoint", s3.endpoint];
+      // Checked, HeadBucket already refuses the credentials.
+      expect(await refusal(startCli(args, env))).toMatch(/S3 did not confirm the bucket \(HeadBucket\)/);
+      const anyway = startCli([...args, "--no-start-checks"], { ...env, FENCED_GATEWAY_LOG_LEVEL: "info" });
+      try {
+        await anyway.waitFor("listening");
+        const warned = anyway.lines.find((l) => l.level === 40 && String(l.msg).startsWith("starting anyway"));
+        expect(String(warned?.msg)).toMatch(/S3 refused the verify \(SignatureDoesNotMatch\): check the endpoint, the credentials/);
+      } finally {
+        anyway.process.kill("SIGKILL");
+      }
+    } finally {
+      await s3.stop();
     }
   });
 

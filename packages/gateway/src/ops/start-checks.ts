@@ -1,3 +1,4 @@
+import { BackendFailedError } from "../problems/backend-errors.js";
 import { classify } from "../problems/problem.js";
 import type { BackendHealth } from "./health.js";
 
@@ -43,11 +44,39 @@ export function refuseUnhealthy(report: StartHealth, timeoutMs: number): void {
     );
 }
 
+/** What an operator can do when PostgreSQL refuses the start's statement, by SQLSTATE. */
+const POSTGRES_FIX: Readonly<Record<string, string>> = {
+  // insufficient_privilege
+  "42501":
+    "grant the gateway's role CREATE on the database and on the schema, or migrate once with a role that may and start with --no-migrate",
+  // invalid_catalog_name
+  "3D000": "create the database, or name an existing one in the connection string",
+  // invalid_authorization_specification, invalid_password
+  "28000": "check the role and the server's pg_hba.conf",
+  "28P01": "check the role's password",
+};
+
+/** The refusal line of a backend's own error answer to the start's migrate, read or verify. */
+function backendRefusal(err: BackendFailedError): StartRefusedError {
+  const fix =
+    err.backend === "postgres"
+      ? (POSTGRES_FIX[err.code] ??
+        (err.operation === "migrate"
+          ? "check the role's privileges on the database and the schema, or start with --no-migrate"
+          : "check the connection string and the role's privileges"))
+      : "check the endpoint, the credentials and that they may read, write and delete objects in the bucket" +
+        (err.operation === "verify" ? ", or start with --no-verify" : "");
+  const who = err.backend === "postgres" ? "PostgreSQL" : "S3";
+  return new StartRefusedError(`${who} refused the ${err.operation} (${err.code}): ${fix}; ${ANYWAY}`, { cause: err });
+}
+
 /**
  * A failure of the stores' start work (migrate, verify) as a refusal, classified as a request's
- * failure would be (problems/problem.ts): a backend unavailable or not set up; undefined for anything else.
+ * failure would be (problems/problem.ts): a backend unavailable, not set up, or refusing the call
+ * with an error of its own; undefined for anything else.
  */
 export function startRefusal(err: unknown): StartRefusedError | undefined {
+  if (err instanceof BackendFailedError) return backendRefusal(err);
   const { kind, body } = classify(err);
   if (kind === "backendMisconfigured") {
     const fix =

@@ -45,8 +45,11 @@ const CREDENTIALS_PROVIDER_ERROR = "CredentialsProviderError";
  * and a credentials provider that failed throws CredentialsProviderError before any request is sent.
  * The code: S3's error code, else the HTTP status, else the error's name or system code.
  */
-function s3Code(err: unknown): string | undefined {
-  if (typeof err !== "object" || err === null) return undefined;
+function s3Code(outer: unknown): string | undefined {
+  if (typeof outer !== "object" || outer === null) return undefined;
+  // The store's conditional-write wrappers carry the SDK's error as `original` (as its s3/failures.ts reads them).
+  const original = (outer as { original?: unknown }).original;
+  const err = typeof original === "object" && original !== null ? original : outer;
   const { name, Code, code, $metadata } = err as { name?: unknown; Code?: unknown; code?: unknown; $metadata?: unknown };
   if (name === CREDENTIALS_PROVIDER_ERROR) return CREDENTIALS_PROVIDER_ERROR;
   if (typeof $metadata !== "object" || $metadata === null) return undefined;
