@@ -44,7 +44,7 @@ const program = new Command("fenced-gateway")
     "after",
     "\nAPI keys and S3 credentials come from the config file or the environment (FENCED_GATEWAY_API_KEYS, FENCED_GATEWAY_S3_*), never from flags." +
       "\nMost flags have a FENCED_GATEWAY_* variable too (--store-timeout-ms: FENCED_GATEWAY_STORE_TIMEOUT_MS; --no-start-checks: FENCED_GATEWAY_START_CHECKS=false)." +
-      "\nExit codes: 2 for a configuration or a backend that refuses the start (one line on stderr), 1 for any other failure.",
+      "\nExit codes: 2 for a configuration, a backend or a listen address that refuses the start (one line on stderr), 1 for any other failure.",
   );
 
 async function main(config: GatewayConfig, logger: Logger): Promise<void> {
@@ -134,9 +134,13 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
       requestTimeoutMs: config.requestTimeoutMs,
       maxConnections: config.maxConnections,
     };
-    const serving = await serve(gateway.app, { host: config.host, port: config.port, ...limits });
+    const serving = await listen("the public listener", () => serve(gateway.app, { host: config.host, port: config.port, ...limits }));
     listening.push(serving);
-    const admin = config.admin === undefined ? undefined : await serve(gateway.admin, { ...config.admin, ...limits });
+    const adminAddress = config.admin;
+    const admin =
+      adminAddress === undefined
+        ? undefined
+        : await listen("the admin listener", () => serve(gateway.admin, { ...adminAddress, ...limits }));
     logger.info(
       {
         host: serving.host,
@@ -172,6 +176,26 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
     await Promise.allSettled(listening.map((s) => s.drain(0)));
     await closeAll();
     throw err;
+  }
+}
+
+/**
+ * A listener that cannot bind (the address in use, also by the other listener on another host
+ * string of one port, such as 0.0.0.0 and 127.0.0.1; not an address of this machine; no permission)
+ * refuses the start: one line, exit 2.
+ */
+async function listen(which: string, bind: () => Promise<Serving>): Promise<Serving> {
+  try {
+    return await bind();
+  } catch (err) {
+    const { code, address, port } = err as { code?: unknown; address?: unknown; port?: unknown };
+    if (typeof code !== "string") throw err;
+    throw new StartRefusedError(
+      `could not listen on ${String(address)}:${String(port)} (${which}): ${code}; choose another address or port`,
+      {
+        cause: err,
+      },
+    );
   }
 }
 

@@ -79,7 +79,8 @@ export const configSchema = z
     healthTimeoutMs: z.number().int().positive().default(2_000),
     logLevel: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
   })
-  // Two listeners cannot share an address: the second would fail to bind after the first started.
+  // Two listeners cannot share an address: the second would fail to bind after the first started. Only
+  // the same host string is seen here; 0.0.0.0 and 127.0.0.1 on one port fail at listen (cli.ts: exit 2).
   .refine((c) => c.admin === undefined || c.admin.port === 0 || c.admin.port !== c.port || c.admin.host !== c.host, {
     path: ["admin", "port"],
     message: "the admin listener needs an address of its own (another port than the public one)",

@@ -125,6 +125,19 @@ describe("fenced-gateway refuses to start half-configured (exit 2, one line)", (
     }
   });
 
+  it("the admin listener on the public port of another address (0.0.0.0 and 127.0.0.1)", async () => {
+    const port = String(await freePort());
+    const child = startCli(["--port", port, "--admin-host", "0.0.0.0", "--admin-port", port], ENV);
+    expect(await refusal(child)).toMatch(/^fenced-gateway: could not listen on 0\.0\.0\.0:[0-9]+ \(the admin listener\): EADDRINUSE/);
+  });
+
+  it("an acquire deadline shorter than one attempt of the lock", async () => {
+    const args = ["--port", "0", "--redis", "redis://127.0.0.1:1", "--redis-node-timeout-ms", "500", "--acquire-timeout-ms", "1000"];
+    expect(await refusal(startCli(args, { ...ENV, FENCED_GATEWAY_FENCE_KEYS: FENCE_KEYS }))).toMatch(
+      /^fenced-gateway: invalid configuration: acquireTimeoutMs: .*at least 1500/,
+    );
+  });
+
   it("an option a store refuses (a bucket name S3 does not allow)", async () => {
     const child = startCli(["--port", "0", "--s3-bucket", "b"], ENV);
     expect(await refusal(child)).toMatch(/^fenced-gateway: invalid configuration: bucket: "b" is not a valid S3 bucket name/);

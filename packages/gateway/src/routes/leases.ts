@@ -12,7 +12,7 @@ import {
   type RedisClient,
   type RedlockOptions,
 } from "@fenced/lock";
-import type { Fence } from "@fenced/fence";
+import { InvalidArgumentError, type Fence } from "@fenced/fence";
 import type { LeaseAnswer } from "../schemas/answers.js";
 import { requireResource, requireWrite, type Principal } from "../auth/api-keys.js";
 import type { FenceCredentials, IssuedLease } from "../auth/credentials.js";
@@ -120,6 +120,12 @@ export function leasesRouter(
     retryCount: 0,
   });
   const acquireTimeoutMs = options.acquireTimeoutMs ?? LOCK_DEFAULTS.acquireTimeoutMs;
+  // Shorter, no attempt could be sure to end within it: every held lock would answer after one attempt, late.
+  if (acquireTimeoutMs < retry.attemptMs)
+    throw new InvalidArgumentError(
+      "acquireTimeoutMs",
+      `${acquireTimeoutMs} ms is shorter than one attempt of the lock (three rounds of nodeTimeoutMs): give at least ${retry.attemptMs}`,
+    );
   const leases: Leases = { ctx, credentials, redlock, registrars, retry, acquireTimeoutMs };
   const bodies = leaseBodySchema(ctx.limits.maxTtlMs);
   const readBody = jsonBody(BODY_LIMIT);
