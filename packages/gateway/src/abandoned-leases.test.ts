@@ -55,22 +55,31 @@ afterAll(async () => {
   await Promise.allSettled([redis?.stop(), postgres?.stop()]);
 }, 120_000);
 
-/** POST /v1/leases from a client that gives up after `afterMs`: resolves once its connection is closed. */
-async function leaveAfter(body: unknown, afterMs: number): Promise<void> {
+/** POST /v1/leases, unanswered so far: `answered` resolves with the status, or undefined if the connection closed first. */
+function post(port: number, body: unknown): { answered: Promise<number | undefined>; leave(): void } {
   const payload = JSON.stringify(body);
   const req = httpRequest({
     host: "127.0.0.1",
-    port: serving.port,
+    port,
     method: "POST",
     path: "/v1/leases",
     headers: { ...bearer(KEYS.admin), "content-type": "application/json", "content-length": Buffer.byteLength(payload) },
   });
-  const answered = new Promise<number>((resolve) => req.once("response", (res) => resolve(res.statusCode ?? 0)));
+  const answered = new Promise<number | undefined>((resolve) => {
+    req.once("response", (res) => resolve(res.statusCode ?? 0));
+    req.once("close", () => resolve(undefined));
+  });
   req.on("error", () => undefined);
   req.end(payload);
-  const first = await Promise.race([answered, sleep(afterMs).then(() => undefined)]);
-  expect(first, "the gateway answered before the client left").toBeUndefined();
-  req.destroy();
+  return { answered, leave: () => req.destroy() };
+}
+
+/** POST /v1/leases from a client that gives up after `afterMs`: resolves once its connection is closed. */
+async function leaveAfter(body: unknown, afterMs: number): Promise<void> {
+  const request = post(serving.port, body);
+  const first = await Promise.race([request.answered, sleep(afterMs).then(() => "waiting")]);
+  expect(first, "the gateway answered before the client left").toBe("waiting");
+  request.leave();
 }
 
 /** Whether a lock client that does not retry gets the resource now. */
@@ -125,6 +134,28 @@ describe("a lease granted after its client left is released", () => {
     // The registration completes once PostgreSQL answers again; the lease is then released.
     const deadline = Date.now() + 10_000;
     while (!(await freeNow(resource)) && Date.now() < deadline) await sleep(100);
+    expect(await freeNow(resource)).toBe(true);
+    expect(await abandonedCount()).toBe(before + 1);
+  }, 30_000);
+
+  it("a drain cuts the request while a store registers the lease: settled() resolves once it is released", async () => {
+    const resource = "abandoned/drained";
+    const before = await abandonedCount();
+    // A listener of its own, so that the drain leaves the others serving.
+    const draining = await serve(gateway.app);
+    postgres.faults.pause();
+    let request: ReturnType<typeof post>;
+    try {
+      request = post(draining.port, { resource, ttlMs: TTL_MS, register: true });
+      await sleep(300);
+      // In flight past the deadline: cut.
+      expect(await draining.drain(200)).toBe(false);
+      expect(await request.answered).toBeUndefined();
+    } finally {
+      postgres.faults.resume();
+    }
+    // What a stopping gateway awaits before it closes the lock's connections: the release is done by then.
+    await gateway.settled();
     expect(await freeNow(resource)).toBe(true);
     expect(await abandonedCount()).toBe(before + 1);
   }, 30_000);

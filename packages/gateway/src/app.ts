@@ -82,6 +82,11 @@ export interface Gateway {
    * stops sending new requests while the ones in flight finish. Called when a stop begins.
    */
   beginDrain(): void;
+  /**
+   * Resolves once no lease request is still being granted. A lease granted after its client left (a
+   * drain cut the connection) is released then: close the lock's connections only after this.
+   */
+  settled(): Promise<void>;
 }
 
 const DEFAULT_INLINE = 64 * 1024;
@@ -170,6 +175,7 @@ export function createGateway(options: GatewayOptions): Gateway {
     beginDrain: () => {
       draining = true;
     },
+    settled: () => leases?.settled() ?? Promise.resolve(),
     async prepare(p = {}) {
       if (records !== undefined) {
         // Not migrating here: a read proves the tables are there (the store throws StoreSetupError "not-migrated" otherwise).

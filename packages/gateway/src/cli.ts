@@ -165,6 +165,8 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
       const drained = await draining;
       // The admin listener answers until the public one is drained: health and metrics watch the drain.
       await admin?.drain(1_000);
+      // A lease its client left while it was being granted (the drain cut it) is released before the lock's connections close.
+      await gateway.settled();
       // Backends close only after the last request that could use them has finished.
       await closeAll();
       logger.info({ drained }, "stopped");

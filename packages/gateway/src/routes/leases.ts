@@ -104,7 +104,7 @@ export function leasesRouter(
   credentials: FenceCredentials,
   options: LeaseBackendOptions,
   registrars: readonly Registrar[] = [],
-): { router: Router; health(timeoutMs: number): Promise<RedisHealth> } {
+): { router: Router; health(timeoutMs: number): Promise<RedisHealth>; settled(): Promise<void> } {
   const given = options.redlock ?? {};
   const retry = {
     count: given.retryCount ?? LOCK_DEFAULTS.retryCount,
@@ -130,6 +130,8 @@ export function leasesRouter(
   const bodies = leaseBodySchema(ctx.limits.maxTtlMs);
   const readBody = jsonBody(BODY_LIMIT);
   const router = Router({ caseSensitive: true, strict: true });
+  /** Grants in flight (grant()): settled() waits for them. */
+  const inFlight = new Set<Promise<unknown>>();
 
   const principalFor = (req: Request, res: Response): Principal => {
     const principal = ctx.auth.authenticate(req);
@@ -142,7 +144,9 @@ export function leasesRouter(
     const principal = principalFor(req, res);
     const { resource, ttlMs, register } = bodies.create.parse(await readBody(req, res));
     requireResource(principal, resource);
-    const lease = await grant(leases, resource, ttlMs, register, clientGone(res));
+    const granting = grant(leases, resource, ttlMs, register, clientGone(res));
+    inFlight.add(granting);
+    const lease = await granting.finally(() => inFlight.delete(granting));
     // The client has gone: there is nobody to answer (the request is accounted as cut).
     if (lease === undefined) return;
     ctx.metrics.lease("granted");
@@ -184,7 +188,12 @@ export function leasesRouter(
     // The lock works while a quorum answers; report every node so an operator sees which one is down.
     return { ok: nodes.filter((n) => n.ok).length >= redlock.quorum, quorum: redlock.quorum, nodes };
   };
-  return { router, health };
+  // Until each has ended, a lease its client left may still be granted and then released: the lock's
+  // connections must stay open that long (the CLI closes them after a drain).
+  const settled = async (): Promise<void> => {
+    while (inFlight.size > 0) await Promise.allSettled([...inFlight]);
+  };
+  return { router, health, settled };
 }
 
 /**
