@@ -386,6 +386,7 @@ describe("checker", () => {
     const late = check(history, live).liveness;
     expect(late).toMatchObject({ calls: 3, late: 1, unanswered: 0 });
     expect(late.slowest).toMatchObject({ op: "1.0", step: "write", ms: 200, stalledMs: 0 });
+    expect(late.slowestByStep.read).toMatchObject({ op: "1.0", ms: 78 });
 
     // Worker 1 was stopped for 120 ms of its write: 80 ms net, in time.
     const stop = (kind: "pause-worker", worker: number, from: number, to: number): HistoryEvent[] => [

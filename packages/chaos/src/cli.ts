@@ -130,6 +130,7 @@ function report(s: ChaosSummary): string {
         `  faults: ${list(Object.fromEntries(Object.entries(run.faults).filter(([, n]) => n > 0)))}; missed ${run.faultsMissed}`,
         `  violations: ${list(run.violations)}; repeated tokens ${run.repeatedTokens}; failed but applied ${run.failedButApplied}`,
         `  liveness: ${l.calls} calls, late ${l.late}, unanswered ${l.unanswered}; slowest answer ${l.slowestMs} ms: ${l.slowest ?? "-"}`,
+        `  slowest by call (ms): ${list(l.slowestByStep)}`,
         `  process deaths: ${run.deaths.length === 0 ? "none" : run.deaths.join("; ")}`,
       );
       if (run.firstViolation !== undefined) {

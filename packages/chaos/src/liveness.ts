@@ -42,6 +42,8 @@ export interface LivenessResult {
   readonly unanswered: number;
   /** The call with the longest answer, stalls taken off. */
   readonly slowest: SlowCall | undefined;
+  /** The same for each kind of call: the lock's (acquire, release) and the store's (register, read, write). */
+  readonly slowestByStep: Partial<Readonly<Record<CallStep, SlowCall>>>;
   readonly firstLate: SlowCall | undefined;
 }
 
@@ -93,6 +95,8 @@ export function checkLiveness(history: readonly HistoryEvent[], ops: ReadonlyMap
   let calls = 0;
   let late = 0;
   let slowest: SlowCall | undefined;
+  const slowestByStep: Partial<Record<CallStep, SlowCall>> = {};
+  const net = (c: SlowCall): number => c.ms - c.stalledMs;
   let firstLate: SlowCall | undefined;
   for (const op of ops.values()) {
     for (const e of op.events) {
@@ -101,9 +105,10 @@ export function checkLiveness(history: readonly HistoryEvent[], ops: ReadonlyMap
         calls++;
         const stalled = stalledMs(call, op.worker, all);
         const slow = { op: op.id, worker: op.worker, step: call.step, start: call.start, ms: call.end - call.start, stalledMs: stalled };
-        const net = slow.ms - stalled;
-        if (slowest === undefined || net > slowest.ms - slowest.stalledMs) slowest = slow;
-        if (net > bound) {
+        if (slowest === undefined || net(slow) > net(slowest)) slowest = slow;
+        const ofStep = slowestByStep[call.step];
+        if (ofStep === undefined || net(slow) > net(ofStep)) slowestByStep[call.step] = slow;
+        if (net(slow) > bound) {
           late++;
           if (firstLate === undefined || slow.start < firstLate.start) firstLate = slow;
         }
@@ -111,7 +116,7 @@ export function checkLiveness(history: readonly HistoryEvent[], ops: ReadonlyMap
     }
   }
   const unanswered = [...ops.values()].filter((op) => op.outcome === undefined).length;
-  return { deadlineMs: options.deadlineMs, marginMs: options.marginMs, calls, late, unanswered, slowest, firstLate };
+  return { deadlineMs: options.deadlineMs, marginMs: options.marginMs, calls, late, unanswered, slowest, slowestByStep, firstLate };
 }
 
 export function describeCall(call: SlowCall): string {

@@ -53,6 +53,8 @@ export interface RunSummary {
     /** The slowest answer, stalls the nemesis caused outside the deadline taken off. */
     readonly slowestMs: number;
     readonly slowest: string | undefined;
+    /** The slowest answer of each kind of call, in ms, stalls taken off. */
+    readonly slowestByStep: Readonly<Record<string, number>>;
     readonly firstLate: string | undefined;
   };
   readonly faults: Readonly<Record<FaultKind, number>>;
@@ -115,6 +117,7 @@ function summarize(result: RunResult): RunSummary {
       boundMs: l.deadlineMs + l.marginMs,
       slowestMs: l.slowest === undefined ? 0 : Math.round(l.slowest.ms - l.slowest.stalledMs),
       slowest: l.slowest === undefined ? undefined : describeCall(l.slowest),
+      slowestByStep: Object.fromEntries(Object.entries(l.slowestByStep).map(([step, c]) => [step, Math.round(c.ms - c.stalledMs)])),
       firstLate: l.firstLate === undefined ? undefined : describeCall(l.firstLate),
     },
     faults: result.faults,
