@@ -108,7 +108,10 @@ export class StoreUnavailableError extends Error {
  * A write was sent and its answer was lost (the connection died or the deadline passed after the
  * commit or the manifest PUT left this process): it may or may not have been applied. Read the key
  * back before retrying — a retry with the same fence is judged by the ratchet like any other write,
- * so it is safe, but it may repeat a write that did land. HTTP: 503, `/problems/outcome-unknown`.
+ * so it is safe, but it may repeat a write that did land. PostgreSQL: the read-back may still show the
+ * old value while the commit is pending on the server (a paused server, a commit in flight); it
+ * cannot be overtaken — every later write of the resource waits for the fence row's lock and is
+ * ordered after it. HTTP: 503, `/problems/outcome-unknown`.
  */
 export class OutcomeUnknownError extends Error {
   override readonly name = "OutcomeUnknownError";

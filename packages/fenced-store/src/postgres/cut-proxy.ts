@@ -80,3 +80,9 @@ export class CutProxy {
 
 /** The simple-query message of a COMMIT, as pg sends the store's COMMIT: 'Q', length 11, "COMMIT\0". */
 export const COMMIT_MESSAGE = Buffer.from("Q\0\0\0\x0bCOMMIT\0", "latin1");
+
+/**
+ * The extended-query protocol's Sync: 'S', length 4. The commit of a single-statement write, which
+ * the store sends alone, once the statement's answer has arrived.
+ */
+export const SYNC_MESSAGE = Buffer.from("S\0\0\0\x04", "latin1");

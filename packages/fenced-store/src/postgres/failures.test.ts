@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { OutcomeUnknownError, StoreSetupError, StoreUnavailableError } from "../errors.js";
-import { classify, DeadlineExceeded, type FailureContext, type Phase } from "./failures.js";
+import { callbackFailure, classify, DeadlineExceeded, type FailureContext, type Phase } from "./failures.js";
 
 // The rule of failures.ts, case by case, on errors shaped as pg raises them: a DatabaseError carries a
 // five-character SQLSTATE `code` and a `severity`; a socket error a Node system `code`; pg's own
@@ -75,5 +75,24 @@ describe("classify: what a failure of the driver becomes", () => {
   it("a five-letter system code is not an SQLSTATE: without a severity it is no answer of the server", () => {
     expect(classify(systemError("EPIPE"), at("commit"))).toBeInstanceOf(OutcomeUnknownError);
     expect(classify(systemError("EPIPE"), at("read"))).toMatchObject({ name: "StoreUnavailableError", reason: "connection" });
+  });
+});
+
+describe("callbackFailure: what an error of transaction()'s callback becomes", () => {
+  const call = (broken: boolean, timedOut: boolean) => ({ operation: "transaction", broken, timedOut });
+
+  it("the callback's own error passes through unchanged while the connection and the deadline held, its SQL errors included", () => {
+    for (const err of [new Error("mine"), databaseError("42P01"), databaseError("23505"), "not even an Error"])
+      expect(callbackFailure(err, call(false, false))).toBe(err);
+  });
+
+  it("the store's reasons while it ran: StoreUnavailableError, the callback's error as its cause", () => {
+    const mine = new Error("mine");
+    expect(callbackFailure(mine, call(false, true))).toMatchObject({ name: "StoreUnavailableError", reason: "timeout", cause: mine });
+    expect(callbackFailure(mine, call(true, false))).toMatchObject({ name: "StoreUnavailableError", reason: "connection", cause: mine });
+    // The server's statement_timeout, set by the store to its deadline, may cancel the statement just before the deadline fires.
+    const cancelled = databaseError("57014");
+    expect(callbackFailure(cancelled, call(false, false))).toMatchObject({ reason: "timeout", operation: "transaction", cause: cancelled });
+    expect(callbackFailure(databaseError("42P01"), call(false, true))).toBeInstanceOf(StoreUnavailableError);
   });
 });

@@ -9,10 +9,12 @@ import { OutcomeUnknownError, StoreSetupError, StoreUnavailableError, type Unava
  * The phase says what a lost answer could mean:
  * - `connect`: waiting for a pool client. Nothing was sent.
  * - `read`: a statement that cannot have changed anything on its own: a read, BEGIN, or a statement
- *   of a transaction whose COMMIT has not been sent (a transaction that never commits is rolled
- *   back, by ROLLBACK or by the server when the connection closes).
- * - `commit`: COMMIT, or a write statement in autocommit (put, conditional writes, register), has been
- *   handed to the connection. From here a lost answer may hide a write that was applied.
+ *   of a transaction whose commit has not been sent — the COMMIT of a transaction, or the Sync of a
+ *   single-statement write (register, put, the conditional writes), which the store sends only once
+ *   the statement's answer has arrived (Session.write). A transaction that never commits is rolled
+ *   back, by ROLLBACK or by the server when the connection closes.
+ * - `commit`: the commit (COMMIT, or a single-statement write's Sync) may have left this process.
+ *   From here a lost answer may hide a write that was applied.
  *
  * The rule:
  * 1. The server answered with an SQLSTATE (a pg DatabaseError: a five-character `code` and a
@@ -97,6 +99,21 @@ export function classify(err: unknown, context: FailureContext): unknown {
     if (code === "ETIMEDOUT") return unavailable("timeout");
   }
   return unavailable("connection");
+}
+
+/**
+ * What an error thrown by transaction()'s callback becomes, judged when it is caught (before the
+ * ROLLBACK, whose fate does not change it): the callback's own error, unchanged — its own SQL errors
+ * included — unless the call failed for the store's reasons while the callback ran: the connection
+ * broke (`broken`), the deadline passed, or the server cancelled the caller's statement on the
+ * `statement_timeout` the store set to that deadline (57014, which may arrive just before the
+ * deadline fires here). Then StoreUnavailableError, the callback's error as its cause. Either way
+ * nothing was committed.
+ */
+export function callbackFailure(err: unknown, context: { operation: string; broken: boolean; timedOut: boolean }): unknown {
+  const timedOut = context.timedOut || sqlState(err) === "57014";
+  if (!context.broken && !timedOut) return err;
+  return new StoreUnavailableError("postgres", timedOut ? "timeout" : "connection", context.operation, { cause: err });
 }
 
 /** Whether the connection is known to be in a usable state after this failure: the server answered it. */

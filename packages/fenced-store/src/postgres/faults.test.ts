@@ -1,6 +1,6 @@
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { OutcomeUnknownError, StoreUnavailableError } from "../errors.js";
+import { StoreUnavailableError } from "../errors.js";
 import { faultHarness, timed, type FaultHarness } from "./fault-support.js";
 import { FencedPostgres } from "./store.js";
 import { fenceAt as f, outcome, sleep } from "./test-support.js";
@@ -93,12 +93,12 @@ describe("PostgreSQL killed during a call", () => {
     await fresh.put("k", 1, { fence: f("m", 1n) });
   });
 
-  it("put(): its statement was sent, so the answer lost is OutcomeUnknownError", async () => {
+  it("put(): waiting for the fence row lock, its commit (Sync) not yet sent: StoreUnavailableError, nothing applied", async () => {
     const holder = await lockFence("p");
     const err = await killDuring(store.put("k", "v", { fence: f("p", 2n) }));
     await holder.end().catch(() => undefined);
-    expect(err).toBeInstanceOf(OutcomeUnknownError);
-    expect(err).toMatchObject({ backend: "postgres", key: "k", operation: "put" });
+    expect(err).toBeInstanceOf(StoreUnavailableError);
+    expect(err).toMatchObject({ backend: "postgres", reason: "connection", operation: "put" });
     // The holder's transaction never committed and the put's died with the server: the ratchet is where it was.
     expect(await store.get("k")).toBeUndefined();
     await worksAgain("p", 3n);
@@ -139,9 +139,9 @@ describe("PostgreSQL paused (SIGSTOP) under a call", () => {
     console.log(`paused server: typed errors after ${results.map((r) => Math.round(r.ms)).join(", ")} ms (timeoutMs ${TIMEOUT_MS})`);
     expect(get?.value).toBeInstanceOf(StoreUnavailableError);
     expect(get?.value).toMatchObject({ reason: "timeout", operation: "get" });
-    // The put's one statement was sent: it may have been applied, and the answer never came.
-    expect(put?.value).toBeInstanceOf(OutcomeUnknownError);
-    expect(put?.value).toMatchObject({ key: "k", operation: "put" });
+    // The put's statement was sent, its commit (Sync) was not: once resumed, the server runs it and rolls it back.
+    expect(put?.value).toBeInstanceOf(StoreUnavailableError);
+    expect(put?.value).toMatchObject({ reason: "timeout", operation: "put" });
     // BEGIN hung: nothing of the transaction was applied.
     expect(transaction?.value).toBeInstanceOf(StoreUnavailableError);
     expect(transaction?.value).toMatchObject({ reason: "timeout", operation: "transaction" });
@@ -150,6 +150,7 @@ describe("PostgreSQL paused (SIGSTOP) under a call", () => {
       expect(r.ms).toBeLessThan(TIMEOUT_MS + 500);
     }
     await worksAgain("paused", 2n);
+    expect(await store.get("k")).toBeUndefined();
   });
 
   it("a pool with no idle client: the wait for a new connection is bounded too, and the late connection goes back to the pool", async () => {

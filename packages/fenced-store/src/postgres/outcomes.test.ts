@@ -2,7 +2,7 @@ import { InvalidArgumentError } from "@fenced/fence";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { OutcomeUnknownError, StoreSetupError, StoreUnavailableError } from "../errors.js";
-import { COMMIT_MESSAGE, CutProxy } from "./cut-proxy.js";
+import { COMMIT_MESSAGE, CutProxy, SYNC_MESSAGE } from "./cut-proxy.js";
 import { timed } from "./fault-support.js";
 import { FencedPostgres } from "./store.js";
 import { fenceAt as f, outcome, pgHarness, type PgHarness, sleep } from "./test-support.js";
@@ -64,14 +64,21 @@ describe("FencedPostgres: a write whose answer is lost is OutcomeUnknownError", 
     }
   });
 
-  it("put(): its one statement in autocommit ran, the answer was cut; the same store works on", async () => {
+  it("put(): its statement ran, the answer was cut before its commit (Sync) was sent: nothing applied; the same store works on", async () => {
     const seed = await h.store("lost_put");
     const via = await throughProxy(seed.schema);
     try {
       via.proxy.arm(Buffer.from("fenced:putUnconditional:"));
       const err = await outcome(via.store.put("k", { n: 1 }, { fence: f("r", 1n) }));
-      expect(err).toBeInstanceOf(OutcomeUnknownError);
-      expect(err).toMatchObject({ key: "k", operation: "put" });
+      expect(err).toBeInstanceOf(StoreUnavailableError);
+      expect(err).toMatchObject({ reason: "connection", operation: "put" });
+      expect(await seed.get("k")).toBeUndefined();
+      expect(await h.fenceToken(seed, "r")).toBeUndefined();
+      // The Sync's answer cut: the commit was sent, the outcome is unknown (it landed).
+      via.proxy.arm(SYNC_MESSAGE);
+      const lost = await outcome(via.store.put("k", { n: 1 }, { fence: f("r", 1n) }));
+      expect(lost).toBeInstanceOf(OutcomeUnknownError);
+      expect(lost).toMatchObject({ key: "k", operation: "put" });
       expect(await seed.get("k")).toMatchObject({ value: { n: 1 }, token: 1n });
       await via.store.put("k", { n: 2 }, { fence: f("r", 1n) });
       expect(await via.store.get("k")).toMatchObject({ value: { n: 2 } });

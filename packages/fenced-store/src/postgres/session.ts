@@ -1,12 +1,35 @@
-import { classify, connectionIntact, DeadlineExceeded, type Phase } from "./failures.js";
+import { callbackFailure, classify, connectionIntact, DeadlineExceeded, type Phase } from "./failures.js";
 import type { PgClient, PgPool, PgQueryConfig, PgQueryResult } from "./types.js";
 
-/** An error thrown by transaction()'s callback, carried to where the store decides what it becomes (Session.callbackFailure). */
+/**
+ * What transaction()'s callback failed with, as the caller will see it: the callback's own error, or
+ * the store's when the connection broke or the deadline passed while it ran. Judged by
+ * Session.callback when the error is caught, so that what happens to the ROLLBACK after it cannot
+ * turn the caller's error into the store's.
+ */
 export class CallbackError extends Error {
   override readonly name = "CallbackError";
   constructor(readonly error: unknown) {
     super("the transaction() callback failed");
   }
+}
+
+/**
+ * The `rows` of a single-statement write: larger than any result the store's write statements return
+ * (one row at most), so that the statement completes in one Execute. Its purpose is not the bound:
+ * see Session.write.
+ */
+const WRITE_ROWS = 2 ** 31 - 1;
+
+/**
+ * pg's JavaScript client exposes its protocol connection, an emitter of the server's messages;
+ * pg-native's client and a wrapper around a client do not (then the store cannot see when a Sync left).
+ */
+interface Wire {
+  readonly connection?: {
+    on?(event: "commandComplete", listener: () => void): unknown;
+    removeListener?(event: "commandComplete", listener: () => void): unknown;
+  };
 }
 
 /** What a store call is, for its errors. */
@@ -102,41 +125,61 @@ export class Session<Client extends PgClient> {
   /**
    * Sends one statement, bounded by what is left of the deadline, and classifies a failure (failures.ts).
    * Nothing is sent once the deadline has passed or the connection broke: that failure is a `read`'s
-   * whatever the phase, since nothing left this process.
+   * whatever the phase, since nothing left this process — and the connection is discarded, since it
+   * may be inside a transaction (a COMMIT not sent) that must not go back to the pool open.
    */
   async query<R = Record<string, unknown>>(config: PgQueryConfig, phase: Phase): Promise<PgQueryResult<R>> {
-    if (this.deadline.passed) throw this.failure(new DeadlineExceeded(this.deadline.timeoutMs), "read");
-    if (this.broken !== undefined) throw this.failure(this.broken, "read");
+    return this.send<R>(config, () => phase);
+  }
+
+  /**
+   * A single-statement write (register, put, the conditional writes), in an implicit transaction:
+   * PostgreSQL commits it at the Sync that follows the statement, not when the statement runs. Sent
+   * with `rows`, pg's JavaScript client sends that Sync only once the statement's answer
+   * (CommandComplete) has arrived, instead of with the statement.
+   *
+   * Invariant: the commit (Sync) leaves this process only after the statement's answer arrived; a
+   * statement executed late, after this call gave up, never commits — the server rolls back a
+   * transaction whose client is gone — and a Sync that was sent and whose answer was lost leaves a
+   * transaction holding the fence row's lock, so every later write of the resource is ordered after it.
+   *
+   * A failure is therefore a `commit`'s only once the answer arrived (the Sync went out), or when the
+   * client does not show its protocol connection (pg-native, which sends the Sync with the statement
+   * and ignores `rows`; a wrapper): the store cannot tell, so the outcome is unknown. A `read`
+   * verdict stays true: the connection is discarded with it, and released (pg writes its Terminate)
+   * before this process reads anything more from the socket, so no Sync can follow.
+   *
+   * Any failure discards the connection, an error the server answered included: pg 8 sends no Sync
+   * after an error of a query with `rows`, and the server answers nothing more until one arrives.
+   */
+  async write<R = Record<string, unknown>>(config: PgQueryConfig): Promise<PgQueryResult<R>> {
+    const wire = (this.client as Wire).connection;
+    let answered = wire?.on === undefined || wire.removeListener === undefined;
+    const onAnswer = (): void => {
+      answered = true;
+    };
+    wire?.on?.("commandComplete", onAnswer);
     try {
-      return await this.deadline.race(this.client.query<R>(config));
-    } catch (err) {
-      // No answer from the server (or one that ended the session): the connection's state is unknown.
-      if (!connectionIntact(err)) this.discard(err);
-      throw this.failure(err, phase);
+      return await this.send<R>({ ...config, rows: WRITE_ROWS }, () => (answered ? "commit" : "read"), true);
+    } finally {
+      wire?.removeListener?.("commandComplete", onAnswer);
     }
   }
 
   /**
    * transaction()'s callback, raced against the deadline: past it, the connection is discarded under
-   * the caller's statements. Whatever it throws (or the deadline) comes out as a CallbackError.
+   * the caller's statements. Whatever it throws (or the deadline) comes out as a CallbackError,
+   * judged at once (failures.ts, callbackFailure): the callback's own error, or the store's when the
+   * connection broke or the deadline passed while it ran. COMMIT is never sent after a failure.
    */
   async callback<T>(work: () => Promise<T>): Promise<T> {
     try {
       return await this.deadline.race(work());
     } catch (err) {
       if (err instanceof DeadlineExceeded) this.discard(err);
-      throw new CallbackError(err);
+      const context = { operation: this.call.operation, broken: this.broken !== undefined, timedOut: this.deadline.passed };
+      throw new CallbackError(callbackFailure(err, context));
     }
-  }
-
-  /**
-   * What an error thrown by transaction()'s callback becomes: unchanged, unless the connection broke
-   * or the deadline passed while it ran — then the call failed for the store's reasons, and nothing
-   * was committed (COMMIT is never sent after a failure).
-   */
-  callbackFailure(err: unknown): unknown {
-    if (this.broken === undefined && !this.deadline.passed) return err;
-    return this.failure(err, "read");
   }
 
   /** The ROLLBACK of a transaction that will not commit. Skipped, and the connection discarded, when it cannot be trusted to answer. */
@@ -169,6 +212,22 @@ export class Session<Client extends PgClient> {
     this.deadline.clear();
     (this.client as Emitter).removeListener?.("error", this.onError);
     this.client.release(this.broken);
+  }
+
+  /** query() and write(): `phase` is asked only once the statement failed. `discardOnError`: whatever the failure, the connection goes. */
+  private async send<R>(config: PgQueryConfig, phase: () => Phase, discardOnError = false): Promise<PgQueryResult<R>> {
+    if (this.deadline.passed || this.broken !== undefined) {
+      const err = this.broken ?? new DeadlineExceeded(this.deadline.timeoutMs);
+      this.discard(err);
+      throw this.failure(err, "read");
+    }
+    try {
+      return await this.deadline.race(this.client.query<R>(config));
+    } catch (err) {
+      // No answer from the server (or one that ended the session): the connection's state is unknown.
+      if (discardOnError || !connectionIntact(err)) this.discard(err);
+      throw this.failure(err, phase());
+    }
   }
 
   private failure(err: unknown, phase: Phase): unknown {

@@ -68,7 +68,7 @@ export interface Statements {
    * $1–$3 fence, $4 key, $5 value, $6 expected version → one row { version } when written, zero rows
    * when fenced; raises FOREIGN_KEY_REFUSED when another resource owns the key, else VERSION_REFUSED
    * when the record is not live at $6 — either way nothing written, the ratchet raise undone. One
-   * statement in autocommit, like putUnconditional.
+   * statement in its own implicit transaction, like putUnconditional (committed by Session.write).
    */
   readonly putIfVersion: string;
   /** $1–$3 fence, $4 key, $5 expected version → one row { version } (the tombstone's) as putIfVersion. */
@@ -110,7 +110,7 @@ ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, holder = EXCLUDED.h
   const ratchet = `${ratchetOf("($1, $2::bigint, $3)")}
 RETURNING f.token`;
 
-  // A conditional write (ifVersion) is one statement in autocommit, like the unconditional put, and
+  // A conditional write (ifVersion) is one statement in an implicit transaction, like the unconditional put, and
   // shaped like it: the ratchet CTE, then an upsert of the record that reads its row FROM the ratchet
   // (nothing when the ratchet refused: zero rows back, the fence is stale). Any other refusal raises
   // inside the statement, so the implicit transaction aborts and the ratchet raise is undone — what

@@ -33,8 +33,8 @@ const fenceParams = (fence: CheckedFence): PgParam[] => [fence.resource, fence.t
  *
  * Every call has a deadline (options.timeoutMs) and fails with a typed error when PostgreSQL is
  * down, paused or cuts the connection: StoreUnavailableError when nothing was applied,
- * OutcomeUnknownError when a write or its COMMIT was sent and the answer lost, StoreSetupError when
- * migrate() has not run (failures.ts holds the rule).
+ * OutcomeUnknownError when a write's commit (a COMMIT, or a single-statement write's Sync) was sent
+ * and the answer lost, StoreSetupError when migrate() has not run (failures.ts holds the rule).
  *
  * `Client` is what the pool's connect() returns (pg.PoolClient for a pg.Pool): transaction() hands
  * it to its callback.
@@ -113,8 +113,8 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     const signal = signalOnly(options);
     throwIfAborted(signal);
     await this.session({ operation: "register" }, async (s) => {
-      // Autocommit: once sent, a lost answer may hide a raise that was applied.
-      const { rows } = await s.query(this.query("ratchet", fenceParams(checked)), "commit");
+      // One statement, committed only once its answer is in (Session.write).
+      const { rows } = await s.write(this.query("ratchet", fenceParams(checked)));
       if (rows.length === 0) throw await this.staleError(s, checked);
     });
   }
@@ -135,7 +135,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
       return this.session({ operation: "put", key }, async (s) => {
         let result: PgQueryResult<{ version: string }>;
         try {
-          result = await s.query<{ version: string }>(this.query("putUnconditional", [...fenceParams(fence), key, json]), "commit");
+          result = await s.write<{ version: string }>(this.query("putUnconditional", [...fenceParams(fence), key, json]));
         } catch (err) {
           throw foreignKeyRefusal(err, key, fence.resource) ?? err;
         }
@@ -270,8 +270,8 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
   }
 
   /**
-   * Ratchet and conditional write in one statement, in autocommit: one round trip. Refused in any
-   * way, the statement writes nothing and leaves the ratchet as it was (sql.ts, putIfVersion, says
+   * Ratchet and conditional write in one statement, committed once its answer is in (Session.write).
+   * Refused in any way, the statement writes nothing and leaves the ratchet as it was (sql.ts, putIfVersion, says
    * why that holds against concurrent writers). Zero rows back: the fence is stale; a refusal for the
    * owner or the version is an error raised by the statement itself, recognised by its SQLSTATE.
    */
@@ -286,7 +286,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     return this.session(call, async (s) => {
       let result: PgQueryResult<{ version: string }>;
       try {
-        result = await s.query<{ version: string }>(this.query(name, values), "commit");
+        result = await s.write<{ version: string }>(this.query(name, values));
       } catch (err) {
         throw foreignKeyRefusal(err, key, fence.resource) ?? versionRefusal(err, key, expected) ?? err;
       }
@@ -331,9 +331,8 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
         return result;
       } catch (err) {
         if (begun) await s.rollback(ROLLBACK);
-        // The caller's callback is the one source of errors the store has not classified already;
-        // judged after the ROLLBACK, which tells whether the connection was still there.
-        throw err instanceof CallbackError ? s.callbackFailure(err.error) : err;
+        // The callback's error was judged when it was caught (Session.callback), before this ROLLBACK.
+        throw err instanceof CallbackError ? err.error : err;
       }
     });
   }

@@ -15,6 +15,12 @@ export interface PgQueryConfig {
   name?: string;
   text: string;
   values?: PgParam[];
+  /**
+   * Set on the store's single-statement writes only (Session.write): pg's JavaScript client then
+   * sends the statement's Sync, at which PostgreSQL commits it, only after the statement's answer
+   * has arrived. A client that does not know it (pg-native) may ignore it.
+   */
+  rows?: number;
 }
 
 export interface PgQueryResult<R> {
@@ -52,7 +58,8 @@ export interface FencedPostgresOptions {
    * Deadline of every call, in milliseconds (an integer from 100 to 600000; default 5000): from the
    * call to its answer, waiting for a pool client included, and for transaction() the callback and
    * COMMIT included. Past it the call fails with StoreUnavailableError (reason "timeout"), or with
-   * OutcomeUnknownError when the write or its COMMIT had been sent. Inside the store's transactions
+   * OutcomeUnknownError when the write's commit (COMMIT, or a single-statement write's Sync) had
+   * been sent. Inside the store's transactions
    * the server is told the same (SET LOCAL statement_timeout), so it gives up and rolls back too.
    */
   readonly timeoutMs?: number | undefined;
