@@ -1,7 +1,7 @@
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { StoreUnavailableError } from "../errors.js";
-import { faultHarness, timed, type FaultHarness } from "./fault-support.js";
+import { faultHarness, timed, type FaultHarness } from "./fault-test-support.js";
 import { FencedPostgres } from "./store.js";
 import { fenceAt as f, outcome, sleep } from "./test-support.js";
 

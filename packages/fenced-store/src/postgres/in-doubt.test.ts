@@ -1,8 +1,8 @@
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { OutcomeUnknownError, StoreUnavailableError } from "../errors.js";
-import { CutProxy, SYNC_MESSAGE } from "./cut-proxy.js";
-import { faultHarness, timed, type FaultHarness } from "./fault-support.js";
+import { CutProxy, SYNC_MESSAGE } from "./cut-proxy-test-support.js";
+import { faultHarness, timed, type FaultHarness } from "./fault-test-support.js";
 import { FencedPostgres } from "./store.js";
 import { fenceAt as f, outcome, sleep } from "./test-support.js";
 

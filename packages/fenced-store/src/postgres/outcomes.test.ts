@@ -2,8 +2,8 @@ import { InvalidArgumentError } from "@fenced/fence";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { OutcomeUnknownError, StoreSetupError, StoreUnavailableError } from "../errors.js";
-import { COMMIT_MESSAGE, CutProxy, SYNC_MESSAGE } from "./cut-proxy.js";
-import { timed } from "./fault-support.js";
+import { COMMIT_MESSAGE, CutProxy, SYNC_MESSAGE } from "./cut-proxy-test-support.js";
+import { timed } from "./fault-test-support.js";
 import { FencedPostgres } from "./store.js";
 import { fenceAt as f, outcome, pgHarness, type PgHarness, sleep } from "./test-support.js";
 
