@@ -165,8 +165,8 @@ export class StoreIo {
    * Raises the resource's fence object to this fence (CAS loop) unless it admits it already;
    * StaleTokenError if it refuses it. Returns the fence object as it now is. known: undefined = not
    * read yet, null = known absent. `sent.open` tells, while it runs and if it fails, whether a raise
-   * it sent may have landed without its answer being known (register() then reports any failure,
-   * a refusal included, as unknown).
+   * it sent may have landed without its answer being known (register() then reports the failure as
+   * unknown) — except a refusal by the fence object, which is final either way.
    */
   async raiseFence(
     fence: CheckedFence,
@@ -179,7 +179,14 @@ export class StoreIo {
     let throttled = 0;
     for (let attempt = 1; ; attempt++) {
       const refused = fenceRefusal(fence, snap);
-      if (refused !== undefined) throw refused;
+      if (refused !== undefined) {
+        // Final, even with a raise of ours unanswered: whether or not it landed, the fence object now
+        // holds a higher token (or this token from another holder), so it refuses this fence on every
+        // key for good — a raise that landed and was overtaken left nothing a reader can tell apart.
+        // A raise writes no data (PROTOCOL.md): the refusal is all register() has to report.
+        sent.open = false;
+        throw refused;
+      }
       if (snap !== null && !needsRaise(fence, snap)) return snap; // already at this token, from this holder
       // From here until an answer says otherwise, this raise may land. An earlier one that got no
       // answer stays open: it may have landed since, and been overtaken by a higher token.
