@@ -178,4 +178,27 @@ describe("PostgreSQL paused (SIGSTOP) under a call", () => {
       await pool.end();
     }
   });
+  it("a pool with no idle client: the caller's abort ends the wait for a connection at once, with its reason, and the late connection goes back", async () => {
+    const pool = new pg.Pool({ connectionString: h.server.url, max: 2 });
+    pool.on("error", () => undefined);
+    const other = new FencedPostgres(pool, { schema: store.schema, timeoutMs: 10_000 });
+    const gone = new Error("the caller left");
+    try {
+      h.faults.pause();
+      let waited: { ms: number; value: unknown };
+      try {
+        const controller = new AbortController();
+        setTimeout(() => controller.abort(gone), 200);
+        waited = await timed(other.register(f("abort-wait", 1n), { signal: controller.signal }));
+      } finally {
+        h.faults.resume();
+      }
+      expect(waited.value).toBe(gone);
+      expect(waited.ms).toBeLessThan(2_000); // not the 10 s deadline
+      for (let i = 0; i < 200 && pool.idleCount < 1; i++) await sleep(10);
+      expect({ total: pool.totalCount, idle: pool.idleCount }).toEqual({ total: 1, idle: 1 });
+    } finally {
+      await pool.end();
+    }
+  });
 });

@@ -75,6 +75,16 @@ class Deadline {
   }
 }
 
+/** `work`, unless the signal aborts first (its reason); the listener is removed either way. */
+function untilAborted<T>(work: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (signal === undefined) return work;
+  if (signal.aborted) return Promise.reject(signal.reason as Error);
+  let onAbort!: () => void;
+  const aborted = new Promise<never>((_, reject) => (onAbort = () => reject(signal.reason as Error)));
+  signal.addEventListener("abort", onAbort, { once: true });
+  return Promise.race([work, aborted]).finally(() => signal.removeEventListener("abort", onAbort));
+}
+
 /** The error listener a checked-out client may expose (pg's clients do; a minimal wrapper need not). */
 interface Emitter {
   on?(event: "error", listener: (err: Error) => void): unknown;
@@ -104,20 +114,30 @@ export class Session<Client extends PgClient> {
     (client as Emitter).on?.("error", this.onError);
   }
 
-  /** Checks a client out within the deadline; a client that arrives after the call gave up goes straight back. */
-  static async open<Client extends PgClient>(pool: PgPool<Client>, call: Call, timeoutMs: number): Promise<Session<Client>> {
+  /**
+   * Checks a client out within the deadline, or until the caller's signal aborts (its reason is
+   * thrown: nothing was sent); a client that arrives after the call gave up goes straight back.
+   */
+  static async open<Client extends PgClient>(
+    pool: PgPool<Client>,
+    call: Call,
+    timeoutMs: number,
+    signal?: AbortSignal,
+  ): Promise<Session<Client>> {
     const deadline = new Deadline(timeoutMs);
     let pending: Promise<Client> | undefined;
     try {
       pending = pool.connect();
-      return new Session(await deadline.race(pending), call, deadline);
+      return new Session(await deadline.race(untilAborted(pending, signal)), call, deadline);
     } catch (err) {
       deadline.clear();
-      if (deadline.passed)
+      const aborted = signal?.aborted === true && !deadline.passed;
+      if (deadline.passed || aborted)
         pending?.then(
           (late) => late.release(),
           () => undefined,
         );
+      if (aborted) throw signal.reason ?? err;
       throw classify(err, { ...call, phase: "connect", timedOut: deadline.passed });
     }
   }

@@ -112,11 +112,16 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     const checked = liveFence(fence);
     const signal = signalOnly(options);
     throwIfAborted(signal);
-    await this.session({ operation: "register" }, async (s) => {
-      // One statement, committed only once its answer is in (Session.write).
-      const { rows } = await s.write(this.query("ratchet", fenceParams(checked)));
-      if (rows.length === 0) throw await this.staleError(s, checked);
-    });
+    await this.session(
+      { operation: "register" },
+      async (s) => {
+        throwIfAborted(signal); // waiting for a connection may have taken a while
+        // One statement, committed only once its answer is in (Session.write).
+        const { rows } = await s.write(this.query("ratchet", fenceParams(checked)));
+        if (rows.length === 0) throw await this.staleError(s, checked);
+      },
+      signal,
+    );
   }
 
   /**
@@ -132,17 +137,21 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     throwIfAborted(signal);
     if (ifVersion === undefined) {
       // The common case in a single statement: see sql.ts for why it is atomic, ordered, and undone whole when refused.
-      return this.session({ operation: "put", key }, async (s) => {
-        let result: PgQueryResult<{ version: string }>;
-        try {
-          result = await s.write<{ version: string }>(this.query("putUnconditional", [...fenceParams(fence), key, json]));
-        } catch (err) {
-          throw foreignKeyRefusal(err, key, fence.resource) ?? err;
-        }
-        const row = result.rows[0];
-        if (row === undefined) throw await this.staleError(s, fence);
-        return { version: String(row.version), token: fence.token };
-      });
+      return this.session(
+        { operation: "put", key },
+        async (s) => {
+          let result: PgQueryResult<{ version: string }>;
+          try {
+            result = await s.write<{ version: string }>(this.query("putUnconditional", [...fenceParams(fence), key, json]));
+          } catch (err) {
+            throw foreignKeyRefusal(err, key, fence.resource) ?? err;
+          }
+          const row = result.rows[0];
+          if (row === undefined) throw await this.staleError(s, fence);
+          return { version: String(row.version), token: fence.token };
+        },
+        signal,
+      );
     }
     return this.conditional({ operation: "put", key }, fence, ifVersion, "putIfVersion", [...fenceParams(fence), key, json, ifVersion]);
   }
@@ -309,37 +318,41 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     options: TransactionOptions<T> = {},
   ): Promise<T> {
     const { commit = () => true } = options;
-    return this.session(call, async (s) => {
-      let begun = false;
-      try {
-        throwIfAborted(signal); // waiting for a connection may have taken a while
-        await s.query({ text: beginWithin(s.remainingMs()) }, "read");
-        begun = true;
-        const result = await work(s);
-        throwIfAborted(signal); // the last moment at which nothing is written: an abort rolls back
-        if (!commit(result)) {
+    return this.session(
+      call,
+      async (s) => {
+        let begun = false;
+        try {
+          throwIfAborted(signal); // waiting for a connection may have taken a while
+          await s.query({ text: beginWithin(s.remainingMs()) }, "read");
+          begun = true;
+          const result = await work(s);
+          throwIfAborted(signal); // the last moment at which nothing is written: an abort rolls back
+          if (!commit(result)) {
+            begun = false;
+            // Nothing to keep: a ROLLBACK that fails leaves a discarded connection, which rolls back too.
+            await s.rollback(ROLLBACK);
+            return result;
+          }
           begun = false;
-          // Nothing to keep: a ROLLBACK that fails leaves a discarded connection, which rolls back too.
-          await s.rollback(ROLLBACK);
+          const done = await s.query({ text: COMMIT }, "commit");
+          // A transaction in which a statement failed (and the error was swallowed) "commits" as ROLLBACK.
+          if (done.command !== "COMMIT")
+            throw new Error(`the transaction was rolled back by the server (${done.command}); nothing was written`);
           return result;
+        } catch (err) {
+          if (begun) await s.rollback(ROLLBACK);
+          // The callback's error was judged when it was caught (Session.callback), before this ROLLBACK.
+          throw err instanceof CallbackError ? err.error : err;
         }
-        begun = false;
-        const done = await s.query({ text: COMMIT }, "commit");
-        // A transaction in which a statement failed (and the error was swallowed) "commits" as ROLLBACK.
-        if (done.command !== "COMMIT")
-          throw new Error(`the transaction was rolled back by the server (${done.command}); nothing was written`);
-        return result;
-      } catch (err) {
-        if (begun) await s.rollback(ROLLBACK);
-        // The callback's error was judged when it was caught (Session.callback), before this ROLLBACK.
-        throw err instanceof CallbackError ? err.error : err;
-      }
-    });
+      },
+      signal,
+    );
   }
 
   /** Runs `work` on a client checked out for this call, within the call's deadline; the client is released however it ends. */
-  private async session<T>(call: Call, work: (s: Session<Client>) => Promise<T>): Promise<T> {
-    const s = await Session.open(this.pool, call, this.timeoutMs);
+  private async session<T>(call: Call, work: (s: Session<Client>) => Promise<T>, signal?: AbortSignal): Promise<T> {
+    const s = await Session.open(this.pool, call, this.timeoutMs, signal);
     try {
       return await work(s);
     } finally {
