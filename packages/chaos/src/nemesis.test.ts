@@ -1,5 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { planFaults, type Fault, type ScheduleOptions } from "./nemesis.js";
+import { storeFaults } from "./fault-streams.js";
+import { STORE_FAULT_KINDS } from "./history.js";
 
 const shape: Omit<ScheduleOptions, "seed"> = { ttlMs: 600, workers: 5, redisNodes: 5, clockNode: 0 };
 
@@ -63,8 +65,8 @@ describe("fault schedule", () => {
       expect(withoutIds(faults.filter((f) => !storeKinds.has(f.kind)))).toEqual(withoutIds(plain));
       const store = faults.filter((f) => storeKinds.has(f.kind));
       expect(new Set(store.map((f) => f.kind))).toEqual(new Set([pause, kill]));
-      // About one every 8 TTLs; some pauses outlast the stores' 2 s deadline of the chaos runs.
-      expect(store.length).toBeGreaterThanOrEqual(120_000 / (12 * shape.ttlMs));
+      // About one every 8 TTLs between faults (kills add their restart margin); some pauses outlast the stores' 2 s deadline of the chaos runs.
+      expect(store.length).toBeGreaterThanOrEqual(120_000 / (16 * shape.ttlMs));
       expect(store.some((f) => f.kind === pause && f.durationMs > 2_000)).toBe(true);
       for (const [i, f] of store.entries()) {
         const next = store[i + 1];
@@ -134,5 +136,18 @@ describe("fault schedule", () => {
     }
     // A few rounds per minute of run.
     expect(rounds / 25).toBeGreaterThan(2);
+  });
+});
+
+describe("store fault stream", () => {
+  it("opens with a pause and then a kill, the kill within 5 s at a 600 ms TTL, for every seed (a quick run meets both)", () => {
+    for (let seed = 0; seed < 500; seed++) {
+      for (const backend of ["postgres", "s3"] as const) {
+        const stream = storeFaults({ seed, ttlMs: 600 } as ScheduleOptions, backend);
+        const [first, second] = [stream.next().value, stream.next().value];
+        expect([first.kind, second.kind]).toEqual([STORE_FAULT_KINDS[backend].pause, STORE_FAULT_KINDS[backend].kill]);
+        expect(second.at).toBeLessThan(5_000);
+      }
+    }
   });
 });
