@@ -81,6 +81,13 @@ async function write(client: HttpClient, store: "records" | "objects", token: bi
     expect(problem.type).toBe("/problems/stale-token");
     return { store, token, status: 409, highest: BigInt(problem.highest) };
   }
+  if (res.status === 503 && store === "objects") {
+    // radosgw answers the loser of a race with 500, which the store cannot tell from a lost answer
+    // when its slot may have been taken by it and then overwritten: outcome unknown. No answer is lost
+    // in this test, so it did not land (the final read checks the highest accepted token).
+    expect(res.json<{ type: string }>().type).toBe("/problems/outcome-unknown");
+    return { store, token, status: 503 };
+  }
   expect(res.status, res.text()).toBe(200);
   const read = await client.send({ method: "GET", path: `/v1/${store}/race/doc`, headers: bearer(KEYS.admin) });
   expect(read.status).toBe(200);
@@ -124,6 +131,7 @@ describe(`${CLIENTS} concurrent clients with interleaved tokens`, () => {
       expect(mine.filter((o) => o.status === 409).length).toBeGreaterThan(0);
       const highest = accepted.reduce((max, o) => (o.token > max ? o.token : max), 0n);
       for (const o of mine) {
+        if (o.status === 503) continue; // outcome unknown: a race lost to another write (above)
         if (o.status === 409) expect(o.highest ?? 0n).toBeGreaterThan(o.token);
         // A read that began after an accepted write never sees a lower token.
         else expect(o.readBack ?? 0n).toBeGreaterThanOrEqual(o.token);

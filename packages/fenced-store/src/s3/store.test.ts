@@ -198,7 +198,11 @@ describe("FencedS3 against a real S3 server", () => {
     );
     const acknowledged = writers.filter((_, i) => outcomes[i]?.status === "fulfilled");
     for (const [i, o] of outcomes.entries()) {
-      if (o.status === "rejected") expect(o.reason, `writer ${i + 1}`).toMatchObject({ name: "StaleTokenError" });
+      // radosgw answers the loser of a race with 500, which reads as a lost answer: with such an attempt
+      // open (its slot may have been taken by it, then overwritten) the store says OutcomeUnknownError.
+      // No answer is lost here, so it did not land: the log below holds exactly the acknowledged ones.
+      if (o.status === "rejected")
+        expect(["StaleTokenError", "OutcomeUnknownError"], `writer ${i + 1}: ${String(o.reason)}`).toContain((o.reason as Error).name);
     }
     const log = (JSON.parse((await text(store, "log")) ?? "[]") as string[]).map(BigInt);
     expect(log).toEqual(acknowledged); // every acknowledged update is present, in increasing token order
