@@ -34,16 +34,16 @@ export const STORE_RESTART_MARGIN_MS: Readonly<Record<Backend, number>> = { post
 /**
  * Faults of the store server of `backend`, one at a time: a pause (SIGSTOP) of 0.5 to 4 TTLs — the
  * longer ones outlast the store's deadline, so calls in flight must give up with a typed error — or
- * a kill (SIGKILL) restarted with its data after 0.5 to 2 TTLs. The first two are a pause and then a
- * kill, each soon after the one before, so that a run of a few seconds (the quick modes of the test
- * suite) meets both kinds; after them, pauses come twice as often as kills.
+ * a kill (SIGKILL) restarted with its data after 0.5 to 2 TTLs. The first two are a pause and then,
+ * soon after it, a kill, so that a run of a few seconds (the quick modes of the test suite) meets
+ * both kinds; after them, pauses come twice as often as kills.
  */
 export function* storeFaults(options: ScheduleOptions, backend: Backend): Generator<Unnumbered, never> {
   const rnd = new Random(hash32(options.seed ^ 0x5e0f1a2b));
   const kinds = STORE_FAULT_KINDS[backend];
   const gap = STORE_FAULT_GAP_TTLS * options.ttlMs;
   for (let n = 0, at = options.ttlMs; ; n++) {
-    at += Math.round(rnd.between(0.4, 1.6) * (n < 2 ? gap / 8 : gap));
+    at += Math.round(rnd.between(0.4, 1.6) * (n === 1 ? gap / 8 : gap));
     const pause = n === 0 || (n > 1 && rnd.next() < 2 / 3);
     if (pause) {
       const durationMs = Math.round(rnd.between(0.5, 4) * options.ttlMs);

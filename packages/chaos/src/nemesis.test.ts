@@ -140,13 +140,14 @@ describe("fault schedule", () => {
 });
 
 describe("store fault stream", () => {
-  it("opens with a pause and then a kill, the kill within 5 s at a 600 ms TTL, for every seed (a quick run meets both)", () => {
+  it("opens with a pause and then, soon after it, a kill, for every seed (a quick run meets both)", () => {
     for (let seed = 0; seed < 500; seed++) {
       for (const backend of ["postgres", "s3"] as const) {
         const stream = storeFaults({ seed, ttlMs: 600 } as ScheduleOptions, backend);
         const [first, second] = [stream.next().value, stream.next().value];
         expect([first.kind, second.kind]).toEqual([STORE_FAULT_KINDS[backend].pause, STORE_FAULT_KINDS[backend].kill]);
-        expect(second.at).toBeLessThan(5_000);
+        expect(second.at - (first.at + first.durationMs)).toBeLessThan(1_000);
+        expect(second.at).toBeLessThan(12_000);
       }
     }
   });
