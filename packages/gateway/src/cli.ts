@@ -62,6 +62,10 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
       });
       // An idle connection the server drops emits 'error' on the pool; unhandled, it would end the process.
       pool.on("error", (err) => logger.warn({ err }, "postgres connection lost"));
+      // And every connection keeps a listener of its own for its whole life: pg emits 'error' on a
+      // client whose server ends its session (57P01 when PostgreSQL stops), and an error emitted at a
+      // moment neither the pool nor a store call listens must not end the process either.
+      pool.on("connect", (client) => client.on("error", (err) => logger.debug({ err }, "postgres connection error")));
       closers.push(() => pool.end());
       records = { pool, ...(config.postgres.schema === undefined ? {} : { schema: config.postgres.schema }) };
     }
