@@ -9,6 +9,8 @@
 //   sql.ts      every statement, documented: the ratchet in the writing transaction (PROTOCOL.md "Postgres")
 //   types.ts    the pool, client and results by shape
 export { FencedPostgres } from "./store.js";
+// The SQLSTATE of PostgreSQL's error answer, read by shape: one rule for the store and whoever maps its errors.
+export { sqlState } from "./failures.js";
 export type {
   FencedPostgresOptions,
   PgClient,

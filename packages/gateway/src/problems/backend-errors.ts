@@ -1,3 +1,4 @@
+import { sqlState } from "@fenced/store/postgres";
 /**
  * What the stores pass on unchanged: both wrap every connection-level failure (refused, reset,
  * timed out, throttled) in their own typed errors (StoreUnavailableError, OutcomeUnknownError), and
@@ -24,17 +25,6 @@ export class BackendFailedError extends Error {
 
 /** The backend behind each route family that calls a store. */
 const BACKEND_OF: Readonly<Record<string, "postgres" | "s3">> = { records: "postgres", objects: "s3" };
-
-/**
- * PostgreSQL's error answer, by shape (as the store's postgres/failures.ts reads it): a five-character
- * SQLSTATE `code` and a `severity`. Not `instanceof pg.DatabaseError`: an embedder's pool may come from
- * another copy of pg than the gateway's.
- */
-function sqlState(err: unknown): string | undefined {
-  if (!(err instanceof Error)) return undefined;
-  const { code, severity } = err as { code?: unknown; severity?: unknown };
-  return typeof code === "string" && /^[0-9A-Z]{5}$/.test(code) && typeof severity === "string" ? code : undefined;
-}
 
 /** The name of the AWS SDK's error when its credentials provider (chain) could not produce credentials. */
 const CREDENTIALS_PROVIDER_ERROR = "CredentialsProviderError";
