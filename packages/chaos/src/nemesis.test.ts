@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { planFaults, type Fault, type ScheduleOptions } from "./nemesis.js";
+import { planFaults, scheduleCoverageMs, type Fault, type ScheduleOptions } from "./nemesis.js";
 import { storeFaults } from "./fault-streams.js";
 import { STORE_FAULT_KINDS } from "./history.js";
 
@@ -150,5 +150,28 @@ describe("store fault stream", () => {
         expect(second.at).toBeLessThan(12_000);
       }
     }
+  });
+});
+
+describe("schedule coverage", () => {
+  it("reaches past the first wipe and the first store kill's restart, so that a run whose operations finish early still meets both", () => {
+    for (let seed = 0; seed < 200; seed++) {
+      for (const store of [undefined, "postgres", "s3"] as const) {
+        const options: ScheduleOptions = { ...shape, seed, ...(store === undefined ? {} : { store }) };
+        const faults = planFaults(options, 60_000);
+        const wipe = faults.find((f) => f.kind === "wipe-redis");
+        const coverage = scheduleCoverageMs(options);
+        expect(wipe).toBeDefined();
+        expect(coverage).toBeGreaterThan((wipe?.at ?? Infinity) + 1_000);
+        if (store !== undefined) {
+          const kill = faults.find((f) => f.kind === STORE_FAULT_KINDS[store].kill);
+          expect(coverage).toBeGreaterThan((kill?.at ?? Infinity) + (kill?.durationMs ?? 0));
+        }
+        // Within a minute for any seed (the first wipe round comes when the draw puts it).
+        expect(coverage).toBeLessThan(60_000);
+      }
+    }
+    // The quick runs' seed: seconds.
+    expect(scheduleCoverageMs({ ...shape, seed: 1, store: "s3" })).toBeLessThan(10_000);
   });
 });

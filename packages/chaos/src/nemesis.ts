@@ -1,6 +1,6 @@
 import type { Directions } from "./delay-proxy.js";
 import { connectionResets, gatewayPauses, mergeStreams, storeFaults, type Unnumbered } from "./fault-streams.js";
-import type { Backend, FaultKind, StoreFaultKind } from "./history.js";
+import { STORE_FAULT_KINDS, type Backend, type FaultKind, type StoreFaultKind } from "./history.js";
 import { Random } from "./random.js";
 
 /**
@@ -140,6 +140,29 @@ export function* faultSchedule(options: ScheduleOptions): Generator<Fault, never
   if (options.resets !== false) streams.push(connectionResets(options));
   if (streams.length === 1) return yield* mainSchedule(options);
   return yield* mergeStreams(streams);
+}
+
+/** After the first wipe round's restart, time for the workers to take the tokens it makes the lock repeat. */
+const AFTER_FIRST_WIPE_MS = 2_000;
+
+/**
+ * How long a run must last, however fast its operations go, for its schedule to have played what
+ * every run is judged on: the first wipe round (the wipe, the restart after it, and time for the
+ * workers to meet the repeated tokens) and, with a store, the store server's first kill and restart.
+ * A run whose operations are done sooner goes on until then.
+ */
+export function scheduleCoverageMs(options: ScheduleOptions): number {
+  let wipeEnd: number | undefined;
+  let killEnd: number | undefined = options.store === undefined ? 0 : undefined;
+  const kill = options.store === undefined ? undefined : STORE_FAULT_KINDS[options.store].kill;
+  const schedule = faultSchedule(options);
+  for (let i = 0; i < 100_000 && (wipeEnd === undefined || killEnd === undefined); i++) {
+    const fault = schedule.next().value;
+    if (fault.kind === "wipe-redis") wipeEnd ??= fault.at + RESTART_MARGIN_MS + AFTER_FIRST_WIPE_MS;
+    if (fault.kind === kill) killEnd ??= fault.at + fault.durationMs + RESTART_MARGIN_MS;
+  }
+  if (wipeEnd === undefined || killEnd === undefined) throw new RangeError("the schedule has no wipe round or no store kill");
+  return Math.max(wipeEnd, killEnd);
 }
 
 function* mainSchedule(options: ScheduleOptions): Generator<Fault, never> {

@@ -6,7 +6,7 @@ import { DelayProxy } from "./delay-proxy.js";
 import { FaultInjector, type FaultTargets } from "./fault-injector.js";
 import { GatewayProcess, newApiKey } from "./gateway-process.js";
 import { monoSince, noFaults, type Backend, type FaultKind, type HistoryEvent, type Mode, type Via } from "./history.js";
-import { faultSchedule, type Link } from "./nemesis.js";
+import { faultSchedule, scheduleCoverageMs, type Link, type ScheduleOptions } from "./nemesis.js";
 import { throughProxy, type StoreServer } from "./store-server.js";
 import type { FromWorker, WorkerConfig } from "./worker.js";
 import { killWorkersOnExit, WorkerHandle } from "./workers.js";
@@ -16,7 +16,7 @@ export interface RunOptions {
   readonly store: StoreServer;
   /** "gateway": the workers take leases (and, unless unfenced, read and write) through a gateway process. */
   readonly via: Via;
-  /** Stop once this many operations have completed (any outcome). */
+  /** Stop once this many operations have completed (any outcome), and not before the schedule's first wipe round and store kill have played out (scheduleCoverageMs). */
   readonly ops: number;
   readonly seed: number;
   readonly ttlMs: number;
@@ -106,6 +106,8 @@ class ConfigurationRun {
   private injector: FaultInjector | undefined;
   private origin = process.hrtime.bigint();
   private completed = 0;
+  /** The run goes on at least this long (ms after its start), however soon its operations are done. */
+  private minDurationMs = 0;
   private stopping = false;
   private finish: () => void = () => undefined;
   private readonly finished = new Promise<void>((resolve) => (this.finish = resolve));
@@ -227,15 +229,21 @@ class ConfigurationRun {
     if (message.type === "event") {
       this.history.push(message.event);
       const t = message.event.type;
-      if ((t === "ok" || t === "fail" || t === "info") && ++this.completed === this.options.ops) this.finish();
+      if ((t === "ok" || t === "fail" || t === "info") && ++this.completed === this.options.ops) this.opsDone();
     } else if (message.type === "between-read-and-write") this.injector?.reachedRmw(message.worker, message.fault, message.mono);
+  }
+
+  private opsDone(): void {
+    const left = this.minDurationMs - this.now();
+    if (left <= 0) this.finish();
+    else setTimeout(this.finish, left);
   }
 
   async startWorkers(): Promise<void> {
     const { options } = this;
     const connection = this.connection;
     if (connection === undefined) throw new Error("startWorkers before setUp");
-    const schedule = faultSchedule({
+    const scheduleOptions: ScheduleOptions = {
       seed: options.seed,
       ttlMs: options.ttlMs,
       workers: options.workers,
@@ -243,7 +251,9 @@ class ConfigurationRun {
       clockNode: CLOCK_NODE,
       gateway: this.viaGateway,
       ...(options.store.faults === undefined ? {} : { store: options.store.backend }),
-    });
+    };
+    const schedule = faultSchedule(scheduleOptions);
+    this.minDurationMs = scheduleCoverageMs(scheduleOptions);
     // Built before the workers exist: it only reaches them through the targets' closures, once started.
     this.injector = new FaultInjector(schedule, this.faultTargets(), (event) => this.history.push(event), this.now, options.ttlMs);
     const ready = this.links.map((links, w) => {
