@@ -56,7 +56,10 @@ export interface Statements {
   readonly ratchet: string;
   /** Two fences, $1–$3 and $4–$6, locked in that order → one row { resource } per admitted fence. */
   readonly ratchetPair: string;
-  /** $1 resource → { token, holder } | no row. */
+  /**
+   * $1 resource → { token, holder } | no row: the resource's fence row, the one the ratchet compares
+   * every fence against. Read for StaleTokenError after a refusal, and by fence() (inspect.ts).
+   */
   readonly highest: string;
   /**
    * $1–$3 fence, $4 key, $5 value (JSON text) → one row { version } when written, zero rows when
@@ -214,6 +217,10 @@ WHERE n.nspname = $1 AND c.relname IN ('fence', 'records') AND a.attnum > 0 AND 
     // passes the two fences sorted by resource, so two transfers never lock them in opposite orders.
     ratchetPair: `${ratchetOf("($1, $2::bigint, $3), ($4, $5::bigint, $6)")}
 RETURNING f.resource`,
+    // Exactly the columns the ratchet's WHERE compares, from the row it compares them on. A plain
+    // SELECT: in READ COMMITTED it shows the row as last committed when the statement starts, takes no
+    // row lock, and so neither waits for nor delays a writer holding the row (whose raise shows once
+    // it commits). No row: nothing was ever admitted for the resource (no write, no register()).
     highest: `SELECT token, holder FROM ${fence} WHERE resource = $1`,
     // One statement, one round trip, one implicit transaction. The record insert reads its row FROM
     // the ratchet CTE, so it runs only after the ratchet has locked and raised the fence row, and

@@ -1,10 +1,11 @@
 import { InvalidArgumentError, type CheckedFence } from "@fenced/fence";
-import { ResourceMismatchError, StaleTokenError, VersionMismatchError } from "../errors.js";
+import { ResourceMismatchError, type StaleTokenError, VersionMismatchError } from "../errors.js";
 import { foreignKeyRefusal, versionRefusal } from "./refusals.js";
-import { assertKey, type Fence } from "../fence.js";
+import { assertKey, assertResource, type Fence } from "../fence.js";
 import { assertJsonValue, type JsonValue } from "../json.js";
 import { liveFence, signalOnly, throwIfAborted } from "../options.js";
 import { assertPool, timeoutOption, transferOptions, writeOptions } from "./options.js";
+import { readFence, staleError } from "./inspect.js";
 import { CallbackError, Session, type Call } from "./session.js";
 import type {
   FencedPostgresOptions,
@@ -154,6 +155,26 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
       );
     }
     return this.conditional({ operation: "put", key }, fence, ifVersion, "putIfVersion", [...fenceParams(fence), key, json, ifVersion]);
+  }
+
+  /**
+   * The resource's fence as the ratchet holds it: the highest token admitted and the holder that
+   * presented it (null: a fence without a holder) — the very row every write's check compares
+   * against — or undefined if no write or register() for the resource has committed. A plain read of
+   * what is committed: it takes no lock, and a write still in flight shows once it commits.
+   */
+  async fence(resource: string, options?: PgSignalOptions): Promise<CheckedFence | undefined> {
+    assertResource(resource);
+    const signal = signalOnly(options);
+    throwIfAborted(signal);
+    return this.session(
+      { operation: "fence" },
+      (s) => {
+        throwIfAborted(signal); // waiting for a connection may have taken a while
+        return readFence(s, this.query("highest", [resource]), resource);
+      },
+      signal,
+    );
   }
 
   /** The record under `key`, or undefined (never written, or deleted). Reading needs no fence: only writes are ordered. */
@@ -383,17 +404,9 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     return row === undefined ? undefined : { version: String(row.version), resource: row.resource, deleted: row.deleted };
   }
 
-  /**
-   * Called after the ratchet refused: a token above ours, or ours from another holder, was committed;
-   * tokens never go down, so a fresh read shows one or the other.
-   */
-  private async staleError(s: Session<Client>, fence: CheckedFence): Promise<StaleTokenError> {
-    // The write's answer (zero rows) came back: it was not applied, so a failure of this read is a `read`'s.
-    const { rows } = await s.query<{ token: string; holder: string | null }>(this.query("highest", [fence.resource]), "read");
-    const highest = rows[0];
-    if (highest === undefined)
-      throw new Error(`the ratchet refused token ${fence.token} for ${JSON.stringify(fence.resource)} but no fence row exists`);
-    return new StaleTokenError(fence.resource, fence.token, BigInt(highest.token), highest.holder ?? null);
+  /** Called after the ratchet refused: the error says what it was refused for (inspect.ts). */
+  private staleError(s: Session<Client>, fence: CheckedFence): Promise<StaleTokenError> {
+    return staleError(s, this.query("highest", [fence.resource]), fence);
   }
 
   private query(name: NamedStatement, values: PgParam[]): PgQueryConfig {
