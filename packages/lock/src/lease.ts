@@ -131,7 +131,14 @@ export class Lease implements AsyncDisposable {
     assertTtl(ttlMs);
     const lost = this.lostReason;
     if (lost !== undefined) throw lost;
-    const validityMs = await this.#owner.extendLease(this, ttlMs);
+    let validityMs: number;
+    try {
+      validityMs = await this.#owner.extendLease(this, ttlMs);
+    } catch (err) {
+      // Lost while the round ran (released, most often: the nodes then answer not-held): the lease's
+      // own reason, the one its signal aborted with, not what the nodes made of it.
+      throw (err instanceof LeaseLostError ? this.lostReason : undefined) ?? err;
+    }
     const lostMeanwhile = this.lostReason;
     if (lostMeanwhile !== undefined) throw lostMeanwhile;
     this.#validUntil = Date.now() + validityMs;

@@ -161,16 +161,31 @@ export class Redlock {
    * write late, after another client held a majority (PROTOCOL.md, "Gateway"): such a round, or a
    * `validUntil` already past, throws LeaseLostError (`expired`). Resolves with a Lease carrying the
    * new validity (extend()/release() work on it as usual). The token is not checked against the nodes
-   * (they do not keep it per lease): it is carried along.
+   * (they do not keep it per lease): it is carried along. A `held` that is a Lease known lost (released,
+   * before or during the round) throws its own LeaseLostError, as its extend() would.
    */
   async extend(held: HeldLease, ttlMs: number): Promise<Lease> {
     const { resource, token, value, validUntil } = checkHeld(held);
     this.#checkTtl(ttlMs);
+    const knownLoss = (): LeaseLostError | undefined => (held instanceof Lease ? held.lostReason : undefined);
+    const lostBefore = knownLoss();
+    if (lostBefore !== undefined) throw lostBefore;
     // Wall clock to monotonic once, here: the round's deadline is the previous end, or start + ttlMs.
     const previousMs = validUntil === undefined ? ttlMs : Math.min(ttlMs, validUntil - Date.now());
     if (previousMs <= 0) throw new LeaseLostError(resource, token, "expired");
     const lease = new Lease(this, resource, token, value, previousMs);
-    await lease.extend(ttlMs);
+    // The Lease handed in was released while the round ran: whatever the nodes answered (the release
+    // may have reached them first, or deleted what the round had just extended), its reason wins.
+    try {
+      await lease.extend(ttlMs);
+    } catch (err) {
+      throw knownLoss() ?? err;
+    }
+    const lostMeanwhile = knownLoss();
+    if (lostMeanwhile !== undefined) {
+      leaseInternals.lose(lease, lostMeanwhile);
+      throw lostMeanwhile;
+    }
     // As for acquire: a round that took longer than the TTL (minus drift) leaves no validity to hand out.
     const lost = lease.lostReason;
     if (lost !== undefined) throw lost;
@@ -179,10 +194,12 @@ export class Redlock {
 
   /**
    * Releases a lease that another process acquired (see extend(held)): deletes the lease key on every
-   * node where it still holds `value`, never a key holding another value. Idempotent.
+   * node where it still holds `value`, never a key holding another value. Idempotent. A `held` that is
+   * a Lease is released as its release() does: it is then lost (`released`) as well.
    */
   async release(held: HeldLease): Promise<void> {
     const { resource, value } = checkHeld(held);
+    if (held instanceof Lease) return held.release();
     await this.#releaseAll(resourceKeys(resource).lease, value, false, this.#allNodes());
   }
 

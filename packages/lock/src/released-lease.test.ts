@@ -1,0 +1,147 @@
+import type { Redis } from "ioredis";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { LeaseLostError } from "./errors.js";
+import type { Lease } from "./lease.js";
+import { Redlock } from "./redlock.js";
+import { SCRIPTS } from "./scripts.js";
+import { drained, leaseValuesOn, loadScripts, startTestNodes, type TestNodes } from "./test-support.js";
+
+/** Which the nodes run first when a release follows an extension that is under way. */
+type Order = "extension first" | "release first";
+const ORDERS: readonly Order[] = ["extension first", "release first"];
+
+/**
+ * Makes the next extension reach the nodes after whatever is sent right after it: with every script
+ * cached but EXTEND, its EVALSHA is answered NOSCRIPT and its EVAL goes out behind the release
+ * (a connection's commands run in order), as it does on a node whose script cache was emptied.
+ */
+async function nodesRun(order: Order, admin: readonly Redis[]): Promise<void> {
+  await Promise.all(
+    admin.map(async (redis) => {
+      await redis.script("FLUSH");
+      if (order === "extension first") await loadScripts(redis);
+      else await Promise.all([SCRIPTS.acquire, SCRIPTS.publish, SCRIPTS.release].map((s) => redis.script("LOAD", s.source)));
+    }),
+  );
+}
+
+/** EVALSHA and EVAL calls served, summed over the nodes. */
+async function scriptCalls(admin: readonly Redis[]): Promise<number> {
+  let total = 0;
+  for (const redis of admin) {
+    const stats = await redis.info("commandstats");
+    for (const [, calls] of stats.matchAll(/^cmdstat_eval(?:sha)?:calls=(\d+)/gm)) total += Number(calls);
+  }
+  return total;
+}
+
+function rejection(promise: Promise<unknown>): Promise<unknown> {
+  return promise.then(
+    (value) => ({ resolved: value }),
+    (err: unknown) => err,
+  );
+}
+
+function expectReleased(error: unknown, lease: Lease): void {
+  expect(error).toBeInstanceOf(LeaseLostError);
+  expect((error as LeaseLostError).kind).toBe("released");
+  expect((error as LeaseLostError).token).toBe(lease.token);
+}
+
+describe("a lease that was released says `released`", () => {
+  let t: TestNodes;
+  let redlock: Redlock;
+
+  beforeAll(async () => {
+    t = await startTestNodes(3);
+    redlock = new Redlock(t.clients, { retryCount: 0 });
+  });
+  afterAll(async () => {
+    await t?.stop();
+  });
+
+  for (const order of ORDERS) {
+    it(`lease.extend() under way when the lease is released rejects with \`released\`, its signal's reason (${order} on the nodes)`, async () => {
+      const resource = `released/under-way/${order}`;
+      const lease = await redlock.acquire(resource, 5_000);
+      const signal = lease.signal;
+      await nodesRun(order, t.admin);
+      const extending = rejection(lease.extend(5_000));
+      await lease.release();
+      const error = await extending;
+      expectReleased(error, lease);
+      expect(signal.reason).toBe(error);
+      await drained(t.clients);
+      expect(await leaseValuesOn(t.admin, resource)).toEqual([null, null, null]);
+    });
+
+    it(`redlock.extend(lease) under way when that lease is released rejects with \`released\` (${order} on the nodes)`, async () => {
+      const lease = await redlock.acquire(`released/held-under-way/${order}`, 5_000);
+      await nodesRun(order, t.admin);
+      const extending = rejection(redlock.extend(lease, 5_000));
+      await lease.release();
+      expectReleased(await extending, lease);
+    });
+  }
+
+  it("`await using`: an extension under way when the block ends rejects with `released`", async () => {
+    let extending: Promise<unknown> | undefined;
+    let token = 0n;
+    {
+      await using lease = await redlock.acquire("released/await-using", 5_000);
+      token = lease.token;
+      await nodesRun("release first", t.admin);
+      extending = rejection(lease.extend(5_000));
+    }
+    const error = await extending;
+    expect(error).toBeInstanceOf(LeaseLostError);
+    expect(error).toMatchObject({ kind: "released", token });
+  });
+
+  it("using(): an extension the routine leaves under way rejects with `released`, and using() resolves with the routine's value", async () => {
+    let extending: Promise<unknown> | undefined;
+    let held: Lease | undefined;
+    const value = await redlock.using("released/using", 5_000, async (lease) => {
+      held = lease;
+      await nodesRun("release first", t.admin);
+      extending = rejection(lease.extend(5_000));
+      return "routine done";
+    });
+    expect(value).toBe("routine done");
+    expectReleased(await extending, held as Lease);
+    expect((held as Lease).signal.reason).toMatchObject({ kind: "released" });
+  });
+
+  it("redlock.extend(lease) of a Lease already released rejects with `released` and sends nothing", async () => {
+    const lease = await redlock.acquire("released/held-after", 5_000);
+    await lease.release();
+    await drained(t.clients);
+    const before = await scriptCalls(t.admin);
+    expectReleased(await rejection(redlock.extend(lease, 5_000)), lease);
+    expect(await scriptCalls(t.admin)).toBe(before);
+  });
+
+  it("redlock.release(lease) ends that Lease: its signal aborts with `released`, and extend() rejects with `released`", async () => {
+    const resource = "released/by-redlock";
+    const lease = await redlock.acquire(resource, 5_000);
+    const signal = lease.signal;
+    await redlock.release(lease);
+    expect(signal.aborted).toBe(true);
+    expectReleased(signal.reason, lease);
+    expectReleased(await rejection(lease.extend(5_000)), lease);
+    await drained(t.clients);
+    expect(await leaseValuesOn(t.admin, resource)).toEqual([null, null, null]);
+  });
+
+  it("a plain { resource, token, value } released elsewhere is `quorum-lost`, every node `not-held`: the nodes keep no record of a release", async () => {
+    const lease = await redlock.acquire("released/plain", 5_000);
+    const held = { resource: lease.resource, token: lease.token, value: lease.value };
+    await redlock.release(held);
+    const error = await rejection(redlock.extend(held, 5_000));
+    expect(error).toBeInstanceOf(LeaseLostError);
+    expect(error).toMatchObject({
+      kind: "quorum-lost",
+      nodes: [0, 1, 2].map((node) => ({ node, reason: "not-held" })),
+    });
+  });
+});
