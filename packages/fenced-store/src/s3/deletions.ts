@@ -7,6 +7,15 @@ const DELAY_MS = 100;
 /** Deletions per DeleteObjects request (S3 accepts up to 1,000). */
 const BATCH = 100;
 
+/**
+ * Whether a failed DeleteObjects says the backend does not do DeleteObjects at all (400, 405, …), not
+ * that it failed this once (no answer, 5xx, 429): then single DeleteObject requests are sent instead.
+ */
+export function refusesDeleteObjects(err: unknown): boolean {
+  const status = statusOf(err);
+  return status !== undefined && status < 500 && status !== 429;
+}
+
 interface Queued {
   readonly key: string;
   readonly done: () => void;
@@ -83,10 +92,9 @@ export class Deletions {
         );
         return;
       } catch (err) {
-        // A backend without DeleteObjects (400, 405, 501, …) gets single deletions from now on; after
-        // a transient failure (no answer, 5xx, 429) only this batch goes one by one.
-        const status = statusOf(err);
-        if (status !== undefined && status < 500 && status !== 429) this.batchRefused = true;
+        // A backend without DeleteObjects gets single deletions from now on; after a transient
+        // failure only this batch goes one by one.
+        if (refusesDeleteObjects(err)) this.batchRefused = true;
       }
     }
     await Promise.all(

@@ -2,6 +2,7 @@
 //
 // The layers, from the API down (each imports only those below it):
 //   store.ts       FencedS3: validates a call (options.ts, body.ts) and runs it
+//   sweep.ts       the sweeper: orphaned data objects and incomplete uploads (mayBeNamed)
 //   write.ts       the write loop: read, check, raise, send, after-failure (PROTOCOL.md "The write")
 //   fencing.ts     the resource-fence strategies; the rule a manifest PUT is sent under
 //   pipeline.ts    the fence read and manifest PUT prepared ahead, gated on the wire
@@ -19,9 +20,14 @@ export {
   type S3Body,
   type S3Bytes,
   type S3DeleteOptions,
+  type S3FenceOptions,
   type S3Object,
   type S3PutResult,
   type S3RegisterOptions,
+  type S3SweepCount,
+  type S3SweepOptions,
+  type S3SweepProgress,
+  type S3SweepReport,
   type S3TransferOptions,
   type S3UpdateOptions,
   type S3VerifyResult,

@@ -1,4 +1,5 @@
 import { createHash, randomBytes } from "node:crypto";
+import { keyProblem } from "@fenced/fence";
 import { OBJECT_VERSION } from "../versions.js";
 
 /**
@@ -34,7 +35,28 @@ export const ABSENT = "absent";
  * sent against (null: a create). The last segment never contains '/', so (key, name) pairs never collide.
  */
 export function dataKey(prefix: string, key: string, target: string | null, dataId: string): string {
-  return `${prefix}data/${key}/${target ?? ABSENT}.${dataId}`;
+  return `${dataPrefix(prefix)}${key}/${target ?? ABSENT}.${dataId}`;
+}
+
+/** The folder every data object of the store lives under. */
+export function dataPrefix(prefix: string): string {
+  return `${prefix}data/`;
+}
+
+/**
+ * The key a data object belongs to, read back from its name: everything between `<prefix>data/` and
+ * the LAST '/' (the attempt's name, `<target>.<dataId>`, never contains one). Undefined for a name
+ * the store cannot have written there (no '/', or what precedes it is not a valid key). Listing
+ * `<prefix>data/<key>/` instead also finds the objects of every key `<key>/…`: judged against the
+ * manifest of `<key>`, their current bodies would look unnamed.
+ */
+export function keyOfData(prefix: string, dataObjectKey: string): string | undefined {
+  const folder = dataPrefix(prefix);
+  if (!dataObjectKey.startsWith(folder)) return undefined;
+  const last = dataObjectKey.lastIndexOf("/");
+  if (last < folder.length) return undefined;
+  const key = dataObjectKey.slice(folder.length, last);
+  return keyProblem(key) === undefined ? key : undefined;
 }
 
 /** `<target>.<dataId>`: the target a writeId (or `absent`), the data id a fresh id, both as newId() makes them. */
@@ -61,4 +83,13 @@ export function fenceKey(prefix: string, resource: string): string {
 
 export function probeKeyPrefix(prefix: string): string {
   return `${prefix}probe/`;
+}
+
+/** The two objects verify() may create: `<probe>/<id>`, and `<id>-missing` (created only by a backend that fails it). */
+const PROBE_NAME = /^[0-9a-f]{32}(-missing)?$/;
+
+/** Whether this is an object verify() writes (a leftover once the verify() that wrote it is over). */
+export function isProbe(prefix: string, objectKey: string): boolean {
+  const folder = probeKeyPrefix(prefix);
+  return objectKey.startsWith(folder) && PROBE_NAME.test(objectKey.slice(folder.length));
 }

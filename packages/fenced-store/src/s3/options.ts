@@ -81,6 +81,9 @@ export interface S3TransferOptions extends Abortable {
 
 export type S3RegisterOptions = Abortable;
 
+/** fence(): only the caller's signal. */
+export type S3FenceOptions = Abortable;
+
 export interface ResolvedOptions {
   readonly bucket: string;
   readonly prefix: string;
@@ -189,4 +192,34 @@ export function transferOptions(options: unknown): CheckedTransferOptions {
 
 export function registerOptions(options: unknown): { readonly signal: AbortSignal | undefined } {
   return { signal: liveSignal(signalOnly(options)) };
+}
+
+/** fence() takes what register() takes besides the fence: `{ signal? }`. */
+export const fenceOptions = registerOptions;
+
+export interface CheckedSweepOptions<P> {
+  readonly minAgeMs: number;
+  readonly dryRun: boolean;
+  readonly signal: AbortSignal | undefined;
+  readonly concurrency: number;
+  readonly pageSize: number;
+  readonly onProgress: ((progress: P) => void) | undefined;
+}
+
+const DAY_MS = 86_400_000;
+
+export function sweepOptions<P>(options: unknown): CheckedSweepOptions<P> {
+  const o = options === undefined ? {} : optionsObject(options, "{ minAgeMs?, dryRun?, signal?, concurrency?, pageSize?, onProgress? }");
+  const { minAgeMs, dryRun, signal, concurrency, pageSize, onProgress } = o;
+  if (dryRun !== undefined && typeof dryRun !== "boolean") throw new InvalidArgumentError("options.dryRun", "must be a boolean");
+  if (onProgress !== undefined && typeof onProgress !== "function")
+    throw new InvalidArgumentError("options.onProgress", "must be a function (progress) => void");
+  return {
+    minAgeMs: milliseconds("options.minAgeMs", minAgeMs, 0, 3650 * DAY_MS, DAY_MS),
+    dryRun: dryRun ?? false,
+    concurrency: integerIn("options.concurrency", concurrency, 1, 64, 8),
+    pageSize: integerIn("options.pageSize", pageSize, 1, 1000, 1000),
+    onProgress: onProgress as ((progress: P) => void) | undefined,
+    signal: liveSignal(signal),
+  };
 }

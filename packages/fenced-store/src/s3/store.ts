@@ -2,7 +2,7 @@ import { Readable } from "node:stream";
 import type { S3Client } from "@aws-sdk/client-s3";
 import { InvalidArgumentError } from "@fenced/fence";
 import { ContentionError, StoreUnavailableError, VersionMismatchError } from "../errors.js";
-import { assertKey, checkFence, type Fence } from "../fence.js";
+import { assertKey, assertResource, checkFence, type CheckedFence, type Fence } from "../fence.js";
 import { liveFence } from "../options.js";
 import { assertBody, assertContentLength, assertContentType, openData, readAll, toPayload, watchStalls, type S3Body } from "./body.js";
 import type { EtagForm } from "./conditional.js";
@@ -12,22 +12,35 @@ import { StoreIo, type Snapshot } from "./io.js";
 import { probeKeyPrefix } from "./layout.js";
 import type { ManifestHeader } from "./manifest.js";
 import {
+  fenceOptions,
   registerOptions,
+  sweepOptions,
   transferOptions,
   validateOptions,
   writeOptions,
   type FencedS3Options,
   type S3DeleteOptions,
+  type S3FenceOptions,
   type S3RegisterOptions,
   type S3TransferOptions,
   type S3UpdateOptions,
   type S3WriteOptions,
 } from "./options.js";
+import { Sweep, type S3SweepOptions, type S3SweepProgress, type S3SweepReport } from "./sweep.js";
 import { NeverWrittenError, refusal, type Content, type S3PutResult } from "./intent.js";
 import { writeManifest } from "./write.js";
 
 export type { S3Body } from "./body.js";
-export type { FencedS3Options, S3DeleteOptions, S3RegisterOptions, S3TransferOptions, S3UpdateOptions, S3WriteOptions } from "./options.js";
+export type {
+  FencedS3Options,
+  S3DeleteOptions,
+  S3FenceOptions,
+  S3RegisterOptions,
+  S3TransferOptions,
+  S3UpdateOptions,
+  S3WriteOptions,
+} from "./options.js";
+export type { S3SweepCount, S3SweepOptions, S3SweepProgress, S3SweepReport } from "./sweep.js";
 export type { S3PutResult } from "./intent.js";
 
 interface S3Meta {
@@ -97,6 +110,34 @@ export class FencedS3 {
     const { signal } = registerOptions(options);
     const sent = { open: false };
     await this.call("register", undefined, signal, (deadline) => this.io.raiseFence(checked, undefined, deadline.signal, sent), sent);
+  }
+
+  /**
+   * The resource's fence object as it is now: the highest token registered for the resource, or
+   * raised by a write through a store with checkResourceFence (the default), and the holder that
+   * presented it; undefined if there is none (nothing registered or written with it). It is what every
+   * write with checkResourceFence is checked against. A key's manifest may hold a higher token for
+   * the resource only if that write did not raise the fence object: one through a store with
+   * checkResourceFence: false, or after the fence object was deleted by hand. PROTOCOL.md, "S3".
+   */
+  async fence(resource: string, options?: S3FenceOptions): Promise<CheckedFence | undefined> {
+    assertResource(resource);
+    const { signal } = fenceOptions(options);
+    const found = await this.call("fence", undefined, signal, (deadline) => this.io.readFence(resource, deadline.signal));
+    return found === null ? undefined : { resource, token: found.highest.token, holder: found.highest.holder };
+  }
+
+  /**
+   * Deletes the data objects that no manifest names and none can come to name, left by writers that
+   * died before their manifest PUT or their cleanup, and aborts the incomplete multipart uploads of
+   * writers that died while uploading; see S3SweepOptions and PROTOCOL.md, "Data objects and
+   * cleanup". Safe beside running writers, however long they pause. A failure throws the typed error
+   * (as every call does; each request is bounded by timeoutMs) and no report: the last onProgress
+   * call carried the totals up to the last page dealt with.
+   */
+  async sweep(options?: S3SweepOptions): Promise<S3SweepReport> {
+    const checked = sweepOptions<S3SweepProgress>(options);
+    return new Sweep(this.io, checked).run();
   }
 
   async put(key: string, body: S3Body, options: S3WriteOptions): Promise<S3PutResult> {

@@ -1,0 +1,345 @@
+import {
+  AbortMultipartUploadCommand,
+  DeleteObjectCommand,
+  DeleteObjectsCommand,
+  ListMultipartUploadsCommand,
+  ListObjectsV2Command,
+  type _Object,
+} from "@aws-sdk/client-s3";
+import { Deadline } from "./deadline.js";
+import { refusesDeleteObjects } from "./deletions.js";
+import { isAbsent, typedFailure } from "./failures.js";
+import type { StoreIo } from "./io.js";
+import { dataPrefix, isProbe, keyOfData, manifestKey, probeKeyPrefix, targetOf } from "./layout.js";
+import { decodeManifest, mayBeNamed, type ManifestHeader } from "./manifest.js";
+import type { CheckedSweepOptions } from "./options.js";
+
+/**
+ * The sweeper: deletes the data objects that no manifest names and none can come to name — orphans
+ * of writers that died between their upload and their manifest PUT, or before their cleanup — and
+ * aborts the incomplete multipart uploads of writers that died while uploading (PROTOCOL.md, "S3",
+ * "Data objects and cleanup").
+ *
+ * INVARIANT: a data object is deleted only after its key's manifest, read AFTER a listing showed the
+ * object, says that nothing can name it (mayBeNamed, the writer's own rule). A manifest read earlier
+ * could predate the object's own target and condemn the body of an attempt that can still land.
+ */
+
+export interface S3SweepCount {
+  readonly objects: number;
+  readonly bytes: number;
+}
+
+export interface S3SweepReport {
+  readonly dryRun: boolean;
+  readonly minAgeMs: number;
+  /** Every object listed under `<prefix>data/` and `<prefix>probe/`. */
+  readonly scanned: S3SweepCount;
+  /** Deleted (with dryRun: those that would have been). */
+  readonly deleted: S3SweepCount;
+  /** Scanned and not deleted; why, in keptBecause. */
+  readonly kept: S3SweepCount;
+  readonly keptBecause: {
+    /** The key's manifest names it, or can still come to (its attempt's target is current). */
+    readonly named: S3SweepCount;
+    /** Younger than minAgeMs (a probe: than minAgeMs and timeoutMs). */
+    readonly young: S3SweepCount;
+    /** A name without an attempt target (format /1), or one the store does not write. */
+    readonly unrecognised: S3SweepCount;
+  };
+  /** Incomplete multipart uploads under `<prefix>data/`: listed, and aborted (with dryRun: would have been). */
+  readonly uploads: { readonly scanned: number; readonly aborted: number };
+}
+
+export interface S3SweepProgress extends S3SweepReport {
+  /** What the page just dealt with was a listing of: data objects, verify()'s probes, multipart uploads. */
+  readonly phase: "data" | "probes" | "uploads";
+  /** Listing pages dealt with so far, all phases together. */
+  readonly pages: number;
+}
+
+export interface S3SweepOptions {
+  /**
+   * Objects younger than this (by their LastModified) are kept, and only multipart uploads initiated
+   * before now − minAgeMs are aborted. Default 86,400,000 (one day); 0 to 315,360,000,000. A courtesy
+   * to writes in flight, not what makes the sweep safe: with 0 it still deletes only what no manifest
+   * names or can come to name.
+   */
+  readonly minAgeMs?: number | undefined;
+  /** List, read and judge, but delete and abort nothing; the report counts what would have gone. */
+  readonly dryRun?: boolean | undefined;
+  /** Aborts the sweep: the requests in flight are aborted and sweep() throws the signal's reason. */
+  readonly signal?: AbortSignal | undefined;
+  /** Manifest reads, deletion requests and aborts in flight at once; default 8, 1 to 64. */
+  readonly concurrency?: number | undefined;
+  /** Objects (or uploads) per listing request; default 1,000 (the most S3 returns), 1 to 1,000. */
+  readonly pageSize?: number | undefined;
+  /** Called after each listed page is dealt with, with the totals so far. What it throws ends the sweep, as it is. */
+  readonly onProgress?: ((progress: S3SweepProgress) => void) | undefined;
+}
+
+/** Keys per DeleteObjects request (S3 accepts up to 1,000): a page's deletions spread over `concurrency` requests. */
+const DELETE_BATCH = 250;
+
+class Count {
+  objects = 0;
+  bytes = 0;
+  add(size: number): void {
+    this.objects++;
+    this.bytes += size;
+  }
+  get value(): S3SweepCount {
+    return { objects: this.objects, bytes: this.bytes };
+  }
+}
+
+interface Listed {
+  readonly name: string;
+  readonly size: number;
+}
+
+/** One sweep of one store's prefix. Every request is bounded by the store's timeoutMs and the caller's signal. */
+export class Sweep {
+  private readonly scanned = new Count();
+  private readonly deleted = new Count();
+  private readonly named = new Count();
+  private readonly young = new Count();
+  private readonly unrecognised = new Count();
+  private readonly uploads = { scanned: 0, aborted: 0 };
+  private pages = 0;
+  /** The backend refused DeleteObjects itself: one DeleteObject per object from then on. */
+  private batchRefused = false;
+
+  constructor(
+    private readonly io: StoreIo,
+    private readonly o: CheckedSweepOptions<S3SweepProgress>,
+  ) {}
+
+  async run(): Promise<S3SweepReport> {
+    await this.objects(dataPrefix(this.io.options.prefix), "data");
+    await this.objects(probeKeyPrefix(this.io.options.prefix), "probes");
+    await this.abortUploads();
+    return this.report();
+  }
+
+  report(): S3SweepReport {
+    const { scanned, deleted, named, young, unrecognised } = this;
+    const kept = { objects: scanned.objects - deleted.objects, bytes: scanned.bytes - deleted.bytes };
+    return {
+      dryRun: this.o.dryRun,
+      minAgeMs: this.o.minAgeMs,
+      scanned: scanned.value,
+      deleted: deleted.value,
+      kept,
+      keptBecause: { named: named.value, young: young.value, unrecognised: unrecognised.value },
+      uploads: { ...this.uploads },
+    };
+  }
+
+  private progress(phase: S3SweepProgress["phase"]): void {
+    this.pages++;
+    this.o.onProgress?.({ ...this.report(), phase, pages: this.pages });
+  }
+
+  /** Sends one request within its own deadline (timeoutMs, and the caller's signal); a failure is thrown typed. */
+  private async request<T>(key: string | undefined, send: (signal: AbortSignal) => Promise<T>): Promise<T> {
+    const deadline = new Deadline(this.io.options.timeoutMs, this.o.signal);
+    try {
+      return await deadline.race(send(deadline.signal));
+    } catch (err) {
+      throw typedFailure(err, { operation: "sweep", key, bucket: this.io.options.bucket, deadline, open: false });
+    } finally {
+      deadline.end();
+    }
+  }
+
+  /** Whether an object (or upload) last modified (initiated) then is too young to touch. */
+  private isYoung(at: Date | undefined, minAgeMs = this.o.minAgeMs): boolean {
+    if (minAgeMs === 0) return false;
+    return at === undefined || Date.now() - at.getTime() < minAgeMs;
+  }
+
+  /** Lists everything under `folder`, one page at a time, and deals with each page before the next is asked for. */
+  private async objects(folder: string, phase: "data" | "probes"): Promise<void> {
+    const { client, options } = this.io;
+    let token: string | undefined;
+    do {
+      const input = { Bucket: options.bucket, Prefix: folder, MaxKeys: this.o.pageSize, ContinuationToken: token };
+      const page = await this.request(undefined, (signal) => client.send(new ListObjectsV2Command(input), { abortSignal: signal }));
+      token = page.IsTruncated === true ? page.NextContinuationToken : undefined;
+      if (page.IsTruncated === true && token === undefined)
+        throw new Error(`ListObjectsV2 of ${folder} was truncated without a continuation token`);
+      const listed = page.Contents ?? [];
+      await (phase === "data" ? this.dataPage(listed) : this.probePage(listed));
+      this.progress(phase);
+    } while (token !== undefined);
+  }
+
+  /**
+   * Judges one page of data objects. The page's listing has answered: every object on it was seen to
+   * exist, and each key's manifest is read only now (the INVARIANT). Its key is parsed from its name
+   * (keyOfData: up to the last '/'), so a key `a/b`'s objects are judged by `a/b`'s manifest, never by `a`'s.
+   */
+  private async dataPage(listed: readonly _Object[]): Promise<void> {
+    const byKey = new Map<string, Listed[]>();
+    for (const object of listed) {
+      const name = object.Key ?? "";
+      const size = object.Size ?? 0;
+      this.scanned.add(size);
+      const key = keyOfData(this.io.options.prefix, name);
+      // A format /1 name records no target: whether an attempt of a /1 writer still runs is unknown.
+      if (key === undefined || targetOf(name) === undefined) this.unrecognised.add(size);
+      else if (this.isYoung(object.LastModified)) this.young.add(size);
+      else byKey.set(key, [...(byKey.get(key) ?? []), { name, size }]);
+    }
+    const dead: Listed[] = [];
+    await this.limited([...byKey], async ([key, objects]) => {
+      const current = await this.readManifest(key);
+      for (const object of objects) {
+        if (mayBeNamed(object.name, current)) this.named.add(object.size);
+        else dead.push(object);
+      }
+    });
+    await this.remove(dead);
+  }
+
+  /**
+   * verify()'s probe objects, left behind when the process died during a verify(). Nothing reads a
+   * probe but the verify() that wrote it, which is over once its deadline (timeoutMs) has passed:
+   * deleting one earlier could only fail a verify() in progress, never touch data.
+   */
+  private async probePage(listed: readonly _Object[]): Promise<void> {
+    const dead: Listed[] = [];
+    const minAgeMs = Math.max(this.o.minAgeMs, this.io.options.timeoutMs);
+    for (const object of listed) {
+      const name = object.Key ?? "";
+      const size = object.Size ?? 0;
+      this.scanned.add(size);
+      if (!isProbe(this.io.options.prefix, name)) this.unrecognised.add(size);
+      else if (this.isYoung(object.LastModified, minAgeMs)) this.young.add(size);
+      else dead.push({ name, size });
+    }
+    await this.remove(dead);
+  }
+
+  /** The key's manifest as it is now (null: none); CorruptStateError if it is not one the store wrote. */
+  private async readManifest(key: string): Promise<ManifestHeader | null> {
+    const stored = await this.request(key, (signal) => this.io.objects.read(manifestKey(this.io.options.prefix, key), signal));
+    return stored === undefined ? null : decodeManifest(key, stored.body).header;
+  }
+
+  /**
+   * Deletes what was judged dead: DeleteObjects in batches, or one DeleteObject each where the
+   * backend refuses DeleteObjects (deletions.ts's rule). Deferring a deletion is safe: an object
+   * that no manifest can come to name never can again.
+   */
+  private async remove(dead: readonly Listed[]): Promise<void> {
+    if (this.o.dryRun) {
+      for (const object of dead) this.deleted.add(object.size);
+      return;
+    }
+    const batches: Listed[][] = [];
+    for (let i = 0; i < dead.length; i += DELETE_BATCH) batches.push(dead.slice(i, i + DELETE_BATCH));
+    const left: Listed[] = [];
+    await this.limited(batches, async (batch) => {
+      left.push(...(await this.deleteBatch(batch)));
+    });
+    await this.limited(left, (object) => this.deleteOne(object));
+  }
+
+  /** One DeleteObjects; returns the objects it did not delete (to be deleted one by one). */
+  private async deleteBatch(batch: readonly Listed[]): Promise<readonly Listed[]> {
+    if (batch.length < 2 || this.batchRefused) return batch;
+    const { client, options } = this.io;
+    const Delete = { Objects: batch.map((o) => ({ Key: o.name })), Quiet: true };
+    const answer = await this.request(undefined, async (signal) => {
+      try {
+        return await client.send(new DeleteObjectsCommand({ Bucket: options.bucket, Delete }), { abortSignal: signal });
+      } catch (err) {
+        if (signal.aborted) throw err;
+        // A backend without DeleteObjects gets single deletions from now on; after a transient failure, this batch does.
+        if (refusesDeleteObjects(err)) this.batchRefused = true;
+        return undefined;
+      }
+    });
+    if (answer === undefined) return batch;
+    // Quiet: the answer lists only the keys that failed; each gets a DeleteObject, whose failure is thrown.
+    const failed = new Set((answer.Errors ?? []).map((e) => e.Key ?? ""));
+    for (const object of batch) if (!failed.has(object.name)) this.deleted.add(object.size);
+    return batch.filter((o) => failed.has(o.name));
+  }
+
+  private async deleteOne(object: Listed): Promise<void> {
+    const { client, options } = this.io;
+    await this.request(object.name, (signal) =>
+      client.send(new DeleteObjectCommand({ Bucket: options.bucket, Key: object.name }), { abortSignal: signal }),
+    );
+    this.deleted.add(object.size);
+  }
+
+  /**
+   * Aborts the incomplete multipart uploads under `<prefix>data/` (where every upload of the store
+   * goes; with an empty prefix, listing the whole prefix would take in other writers' uploads)
+   * initiated more than minAgeMs ago. Safe at any age: a data object comes to exist only when its
+   * upload completes, and a writer sends the manifest PUT naming it only after that; a writer whose
+   * upload is aborted fails its upload (or, for a copy, finds no object) before any manifest names it.
+   */
+  private async abortUploads(): Promise<void> {
+    const { client, options } = this.io;
+    let markers: { KeyMarker?: string; UploadIdMarker?: string } = {};
+    for (;;) {
+      const input = { Bucket: options.bucket, Prefix: dataPrefix(options.prefix), MaxUploads: this.o.pageSize, ...markers };
+      const page = await this.request(undefined, (signal) => client.send(new ListMultipartUploadsCommand(input), { abortSignal: signal }));
+      const uploads = page.Uploads ?? [];
+      this.uploads.scanned += uploads.length;
+      const old = uploads.filter((u) => !this.isYoung(u.Initiated));
+      await this.limited(old, async (upload) => {
+        if (this.o.dryRun || (await this.abortUpload(upload.Key ?? "", upload.UploadId ?? ""))) this.uploads.aborted++;
+      });
+      this.progress("uploads");
+      if (page.IsTruncated !== true) return;
+      if (page.NextKeyMarker === undefined) throw new Error("ListMultipartUploads was truncated without a next marker");
+      markers = {
+        KeyMarker: page.NextKeyMarker,
+        ...(page.NextUploadIdMarker === undefined ? {} : { UploadIdMarker: page.NextUploadIdMarker }),
+      };
+    }
+  }
+
+  /** False if the upload is gone already: it completed, or was aborted by its writer or another sweep. */
+  private async abortUpload(key: string, uploadId: string): Promise<boolean> {
+    const { client, options } = this.io;
+    return this.request(key, async (signal) => {
+      try {
+        await client.send(new AbortMultipartUploadCommand({ Bucket: options.bucket, Key: key, UploadId: uploadId }), {
+          abortSignal: signal,
+        });
+        return true;
+      } catch (err) {
+        if (isAbsent(err)) return false;
+        throw err;
+      }
+    });
+  }
+
+  /**
+   * Runs `work` on every item, at most `concurrency` at a time. After a failure no new item starts,
+   * and what is running is waited for before the first failure is thrown: nothing outlives the sweep.
+   */
+  private async limited<T>(items: readonly T[], work: (item: T) => Promise<void>): Promise<void> {
+    let next = 0;
+    let failure: { error: unknown } | undefined;
+    const worker = async (): Promise<void> => {
+      while (failure === undefined && next < items.length) {
+        const item = items[next++] as T;
+        try {
+          await work(item);
+        } catch (error) {
+          failure ??= { error };
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(this.o.concurrency, items.length) }, worker));
+    if (failure !== undefined) throw failure.error;
+  }
+}
