@@ -3,18 +3,28 @@
 import { readFileSync } from "node:fs";
 import { Ajv2020 } from "ajv/dist/2020.js";
 import fc from "fast-check";
+import { z } from "zod";
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
 import { createGateway } from "./app.js";
 import { openApiDocument } from "./openapi/document.js";
-import { HTTP_METHODS, type OpenApiDocument, type ParameterObject } from "./openapi/types.js";
+import { HTTP_METHODS, type JsonSchema, type OpenApiDocument, type ParameterObject } from "./openapi/types.js";
 import { ApiMismatchError, exchangeChecker, resolve, type Exchange } from "./openapi-test-support.js";
 import { serve } from "./http/server.js";
 import { API_KEYS, bearer, httpClient, KEYS } from "./test-support.js";
 import { leaseBodySchema } from "./schemas/validation.js";
+import { jsonValueSchema } from "./schemas/fields.js";
+import { jsonSchema } from "./openapi/components.js";
 import { PROBLEM_KINDS, PROBLEM_TYPES } from "./problems/kinds.js";
 
 const document = openApiDocument();
+
+/** The JSON schema of one of components.requestBodies. */
+function requestSchema(doc: OpenApiDocument, name: string): JsonSchema {
+  const schema = doc.components.requestBodies[name]?.content["application/json"]?.schema;
+  if (schema === undefined) throw new Error(`the document has no request body ${name}`);
+  return schema;
+}
 
 /**
  * The OpenAPI Initiative's schema for 3.1 documents (2022-10-07; test-fixtures/README.md). Its
@@ -126,15 +136,50 @@ describe("the OpenAPI document", () => {
     expect(rows.length).toBe(PROBLEM_KINDS.length);
   });
 
+  it("types requests by zod's input side and answers by its output side; request schemas reach no component with a default", () => {
+    // A field with a default may be left out of a request, and is always in an answer.
+    const withDefault = z.strictObject({ register: z.boolean().default(false) });
+    expect(jsonSchema(withDefault, "input")).not.toHaveProperty("required");
+    expect(jsonSchema(withDefault, "output")).toMatchObject({ required: ["register"] });
+    expect(requestSchema(document, "LeaseCreateRequest")).toMatchObject({
+      properties: { register: { default: false } },
+      required: ["resource", "ttlMs"],
+    });
+    // Client generators read a property with a default in a schema component as always there (true of
+    // answers only), so no request reaches one: every components.schemas entry a request's schema
+    // refers to, directly or through others, is free of defaults.
+    const requests: unknown[] = [document.components.requestBodies, document.components.parameters];
+    for (const item of Object.values(document.paths))
+      for (const method of HTTP_METHODS) requests.push(item[method]?.requestBody, item[method]?.parameters);
+    const reached = new Set<string>();
+    const follow = (node: unknown): void => {
+      for (const [, object] of walk(node)) {
+        const target = object.$ref;
+        if (typeof target !== "string" || !target.startsWith("#/components/schemas/") || reached.has(target)) continue;
+        reached.add(target);
+        follow(resolve(document, { $ref: target }));
+      }
+    };
+    requests.forEach(follow);
+    expect([...reached]).toContain("#/components/schemas/JsonValue");
+    for (const target of reached)
+      for (const [at, object] of walk(resolve(document, { $ref: target }), target)) expect(object, at).not.toHaveProperty("default");
+    // A recursive schema becomes a component that refers to itself; embedded anywhere else it is refused.
+    expect(document.components.schemas.JsonValue).toMatchObject({
+      anyOf: expect.arrayContaining([{ type: "array", items: { $ref: "#/components/schemas/JsonValue" } }]) as unknown,
+    });
+    expect(() => jsonSchema(jsonValueSchema, "input")).toThrow(/recursive/);
+  });
+
   it("describes lease bodies exactly as the gateway validates them (the same zod schemas)", () => {
     const maxTtlMs = 60_000;
     const doc = openApiDocument({ maxTtlMs });
     const ajv = new Ajv2020({ strict: true });
     const zod = leaseBodySchema(maxTtlMs);
     const pairs = [
-      [zod.create, ajv.compile(doc.components.schemas.LeaseCreateRequest ?? {})],
-      [zod.extend, ajv.compile(doc.components.schemas.LeaseExtendRequest ?? {})],
-      [zod.release, ajv.compile(doc.components.schemas.LeaseReleaseRequest ?? {})],
+      [zod.create, ajv.compile(requestSchema(doc, "LeaseCreateRequest"))],
+      [zod.extend, ajv.compile(requestSchema(doc, "LeaseExtendRequest"))],
+      [zod.release, ajv.compile(requestSchema(doc, "LeaseReleaseRequest"))],
     ] as const;
     // Strings of ASCII with control characters, up to past the resource limit (the document's JSON
     // Schema counts code points and JavaScript UTF-16 units: the two agree on these).
@@ -198,6 +243,9 @@ describe("the answer checker", () => {
     check(at("PUT", "/v1/records/a/b/c", 200, written, { version: "7", token: "3" }));
     check(at("PUT", "/v1/records/a?x=1", 409, problem, stale));
     check(at("HEAD", "/v1/records/a", 200, { ...json, etag: '"7"', "fencing-token": "3", "fencing-resource": "a" }));
+    const read = { ...json, etag: '"7"', "fencing-token": "3", "fencing-resource": "a" };
+    for (const value of [{ nested: [1, "x", null, { deep: [true] }] }, "text", 0, null])
+      check(at("GET", "/v1/records/a", 200, read, JSON.stringify(value)));
     check(at("DELETE", "/v1/objects/a", 204, { etag: `"${"0".repeat(32)}"`, "fencing-token": "3" }));
     check(at("DELETE", "/v1/records/a", 204, { etag: '"8"', "fencing-token": "3" }));
     check(
@@ -262,7 +310,7 @@ describe("GET /openapi.json", () => {
       expect(served.status).toBe(200);
       const doc = served.json<OpenApiDocument>();
       expect(doc).toEqual(JSON.parse(JSON.stringify(openApiDocument({ maxTtlMs: 5_000 }))));
-      expect(doc.components.schemas.LeaseCreateRequest).toMatchObject({ properties: { ttlMs: { maximum: 5_000 } } });
+      expect(requestSchema(doc, "LeaseCreateRequest")).toMatchObject({ properties: { ttlMs: { maximum: 5_000 } } });
       // A gateway without backends: its routes answer as the document says (the client checks each answer).
       expect((await client.json("POST", "/v1/leases", { resource: "a", ttlMs: 1_000 }, bearer(KEYS.admin))).status).toBe(404);
       expect((await client.send({ method: "GET", path: "/v1/records/a", headers: bearer(KEYS.admin) })).status).toBe(404);

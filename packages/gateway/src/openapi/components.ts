@@ -2,7 +2,7 @@ import { z } from "zod";
 import { HOLDER_PATTERN } from "@fenced/fence";
 import { healthReportSchema, leaseAnswerSchema, objectWriteAnswerSchema, recordWriteAnswerSchema } from "../schemas/answers.js";
 import { OBJECT_VERSION, RECORD_VERSION } from "@fenced/store";
-import { credentialString, tokenString, unanchored } from "../schemas/fields.js";
+import { credentialString, jsonValueSchema, tokenString, unanchored } from "../schemas/fields.js";
 import { PROBLEM_KINDS, PROBLEM_TYPES, problemSchema, type ProblemDefinition, type ProblemKind } from "../problems/kinds.js";
 import { leaseBodySchema } from "../schemas/validation.js";
 import type {
@@ -12,19 +12,55 @@ import type {
   OperationObject,
   ParameterObject,
   Reference,
+  RequestBodyObject,
   ResolvedLimits,
   ResponseObject,
 } from "./types.js";
 
 // The document's building blocks (a zod schema as JSON Schema, references, the problem responses of
-// an operation) and its components (parameters, headers, schemas), which paths.ts refers to.
+// an operation) and its components (parameters, headers, schemas, requestBodies), which paths.ts
+// refers to. Requests are described by zod's input side (parameters, requestBodies), answers by its
+// output side (headers, schemas); a schema component used both ways must be the same both ways.
 
-/** A zod schema as a draft 2020-12 JSON Schema (OpenAPI 3.1's dialect), as the wire sees it (its input side). */
-export function jsonSchema(schema: z.ZodType): JsonSchema {
-  const { $schema: _dialect, ...rest } = z.toJSONSchema(schema, { target: "draft-2020-12", io: "input", unrepresentable: "throw" });
+/**
+ * Which side of the wire a schema describes. A request's schema is zod's input ("input": a field
+ * with a default may be left out); an answer's is its output ("output": what the gateway sends).
+ */
+export type Side = "input" | "output";
+
+/** Every `$ref` in a JSON Schema replaced by what `to` makes of it. */
+function mapRefs(node: unknown, to: (ref: string) => string): unknown {
+  if (Array.isArray(node)) return node.map((item) => mapRefs(item, to));
+  if (typeof node !== "object" || node === null) return node;
+  return Object.fromEntries(Object.entries(node).map(([k, v]) => [k, k === "$ref" && typeof v === "string" ? to(v) : mapRefs(v, to)]));
+}
+
+/**
+ * A zod schema as a draft 2020-12 JSON Schema (OpenAPI 3.1's dialect) for one side of the wire.
+ * A recursive schema refers to its own root (`#`): `self`, the reference of the component it
+ * becomes, stands in for it, since `#` would be the root of the whole document once embedded.
+ */
+export function jsonSchema(schema: z.ZodType, io: Side, self?: Reference): JsonSchema {
+  const { $schema: _dialect, ...rest } = z.toJSONSchema(schema, { target: "draft-2020-12", io, unrepresentable: "throw" });
   // Each component must stand alone: a $defs reference would point into the wrong document once embedded.
   if (JSON.stringify(rest).includes('"$defs"')) throw new Error("a component schema with $defs cannot be embedded");
-  return rest;
+  return mapRefs(rest, (target) => {
+    if (target !== "#") throw new Error(`a component schema refers to ${target}`);
+    if (self === undefined) throw new Error("a recursive schema is embedded only as a component (with its own reference)");
+    return self.$ref;
+  }) as JsonSchema;
+}
+
+/**
+ * A component both requests and answers refer to: its input and output schemas must be one, or a
+ * client would be typed wrongly on one side (give it two components, …Request and …Answer, then).
+ */
+function bothWays(name: string, schema: z.ZodType): JsonSchema {
+  const self = ref("schemas", name);
+  const input = jsonSchema(schema, "input", self);
+  if (JSON.stringify(input) !== JSON.stringify(jsonSchema(schema, "output", self)))
+    throw new Error(`${name} differs between requests and answers: make it two components`);
+  return input;
 }
 
 export const ref = (section: string, name: string): Reference => ({ $ref: `#/components/${section}/${name}` });
@@ -117,13 +153,13 @@ export function parameters(): Record<string, ParameterObject> {
       description:
         "The `fence` of the lease answer: the whole fence of the write (resource, token, holder) and its lease's end, judged when the request's headers arrive (403 `credential-expired` after it). " +
         "Required unless the API key is a trusted lock client; not allowed together with Fencing-Token, Fencing-Resource or Fencing-Holder.",
-      schema: jsonSchema(credentialString),
+      schema: jsonSchema(credentialString, "input"),
     },
     "Fencing-Token": {
       name: "Fencing-Token",
       in: "header",
       description: "Trusted lock clients only (without Fencing-Credential, and then required): the lease's token, a decimal string.",
-      schema: jsonSchema(tokenString),
+      schema: jsonSchema(tokenString, "input"),
     },
     "Fencing-Resource": {
       name: "Fencing-Resource",
@@ -158,7 +194,7 @@ export function headers(): Record<string, HeaderObject> {
     "Fencing-Token": {
       description: "The token that wrote this version (a decimal string)",
       required: true,
-      schema: jsonSchema(tokenString),
+      schema: jsonSchema(tokenString, "output"),
     },
     "Fencing-Resource": {
       description: "The resource whose fence wrote this version, percent-encoded UTF-8",
@@ -178,16 +214,38 @@ export function headers(): Record<string, HeaderObject> {
   };
 }
 
-export function schemas(limits: ResolvedLimits): Record<string, JsonSchema> {
-  const bodies = leaseBodySchema(limits.maxTtlMs);
+/**
+ * The schemas of the answers (zod's output side), and JsonValue, a record's value both ways. The
+ * request bodies are not here but in requestBodies(): see there.
+ */
+export function schemas(): Record<string, JsonSchema> {
   return {
-    LeaseCreateRequest: jsonSchema(bodies.create),
-    LeaseExtendRequest: jsonSchema(bodies.extend),
-    LeaseReleaseRequest: jsonSchema(bodies.release),
-    LeaseAnswer: jsonSchema(leaseAnswerSchema),
-    RecordWriteAnswer: jsonSchema(recordWriteAnswerSchema),
-    ObjectWriteAnswer: jsonSchema(objectWriteAnswerSchema),
-    HealthReport: jsonSchema(healthReportSchema),
-    ...Object.fromEntries(PROBLEM_KINDS.map((kind) => [problemName(kind), jsonSchema(problemSchema(kind))])),
+    LeaseAnswer: jsonSchema(leaseAnswerSchema, "output"),
+    RecordWriteAnswer: jsonSchema(recordWriteAnswerSchema, "output"),
+    ObjectWriteAnswer: jsonSchema(objectWriteAnswerSchema, "output"),
+    HealthReport: jsonSchema(healthReportSchema, "output"),
+    JsonValue: bothWays("JsonValue", jsonValueSchema),
+    ...Object.fromEntries(PROBLEM_KINDS.map((kind) => [problemName(kind), jsonSchema(problemSchema(kind), "output")])),
+  };
+}
+
+/**
+ * The lease request bodies, each with its input schema inline (zod's input side: `register`, which
+ * has a default, may be left out). Inline rather than a $ref to components.schemas: client
+ * generators read a property with a default in a schema component as always present, which is true
+ * of answers only (openapi-typescript's defaultNonNullable, on by default, exempts schemas under
+ * requestBodies and requestBody), so `{ resource, ttlMs }` would not type-check.
+ */
+export function requestBodies(limits: ResolvedLimits): Record<string, RequestBodyObject> {
+  const bodies = leaseBodySchema(limits.maxTtlMs);
+  const body = (schema: z.ZodType, description: string): RequestBodyObject => ({
+    required: true,
+    description,
+    content: json(jsonSchema(schema, "input")),
+  });
+  return {
+    LeaseCreateRequest: body(bodies.create, "The resource, the TTL in milliseconds, and whether to register the fence with the stores"),
+    LeaseExtendRequest: body(bodies.extend, "The lease id from the lease answer and the new TTL"),
+    LeaseReleaseRequest: body(bodies.release, "The lease id from the lease answer"),
   };
 }

@@ -1,5 +1,5 @@
 import { limitsSchema } from "../http/context.js";
-import { headers, parameters, PROBLEM_JSON, problemName, ref, schemas } from "./components.js";
+import { headers, parameters, PROBLEM_JSON, problemName, ref, requestBodies, schemas } from "./components.js";
 import { keyPaths, leasePaths, operationsPaths } from "./paths.js";
 import type { DocumentLimits, OpenApiDocument } from "./types.js";
 
@@ -47,7 +47,8 @@ export function openApiDocument(documentLimits: DocumentLimits = {}): OpenApiDoc
       securitySchemes: {
         bearer: { type: "http", scheme: "bearer", description: "An API key: 16-256 characters of A-Z a-z 0-9 . _ ~ + / -" },
       },
-      schemas: schemas(limits),
+      schemas: schemas(),
+      requestBodies: requestBodies(limits),
       parameters: parameters(),
       headers: headers(),
       responses: {

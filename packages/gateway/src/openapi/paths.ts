@@ -5,7 +5,6 @@ import type { MediaTypeObject, OperationObject, PathItemObject, ResolvedLimits, 
 // and the unauthenticated operations routes.
 
 export function leasePaths(): Record<string, PathItemObject> {
-  const body = (name: string, description: string) => ({ required: true, description, content: json(ref("schemas", name)) });
   const lease = (description: string): ResponseObject => ({ description, content: json(ref("schemas", "LeaseAnswer")) });
   return {
     "/v1/leases": {
@@ -21,10 +20,7 @@ export function leasePaths(): Record<string, PathItemObject> {
             "(fence-on-acquire): every older holder is refused from then on, also on keys this lease never writes; a store " +
             "that has seen a higher token refuses (409 `stale-token`) and the lease is released. Bodies up to 16 KiB.",
           tags: ["leases"],
-          requestBody: body(
-            "LeaseCreateRequest",
-            "The resource, the TTL in milliseconds, and whether to register the fence with the stores",
-          ),
+          requestBody: ref("requestBodies", "LeaseCreateRequest"),
         },
         { "201": lease("The lease; `fence` is the credential every write of this lease presents") },
         [...JSON_BODY, "forbidden", "lockHeld", "tokenSpaceExhausted", "stale", "leaseLost", ...STORE_WRITE],
@@ -41,7 +37,7 @@ export function leasePaths(): Record<string, PathItemObject> {
             "`lease-lost` (`expired`) without asking the lock. The answer carries a new validUntil, a new credential good until then and " +
             "a new lease id: use them from now on.",
           tags: ["leases"],
-          requestBody: body("LeaseExtendRequest", "The lease id from the lease answer and the new TTL"),
+          requestBody: ref("requestBodies", "LeaseExtendRequest"),
         },
         { "200": lease("The extended lease") },
         [...JSON_BODY, "forbidden", "invalidLeaseId", "leaseLost"],
@@ -56,7 +52,7 @@ export function leasePaths(): Record<string, PathItemObject> {
             "Idempotent: releases the lock only where it still holds this lease; a stale id releases nothing. An id this gateway did not " +
             "seal is refused (403 `invalid-lease-id`). The lease's credential is refused from its validUntil on, released or not.",
           tags: ["leases"],
-          requestBody: body("LeaseReleaseRequest", "The lease id from the lease answer"),
+          requestBody: ref("requestBodies", "LeaseReleaseRequest"),
         },
         { "204": { description: "Released (or no longer held)" } },
         [...JSON_BODY, "forbidden", "invalidLeaseId"],
@@ -81,7 +77,7 @@ export function keyPaths(store: Store, limits: ResolvedLimits): PathItemObject {
   };
   const readContent: Record<string, MediaTypeObject> =
     store === "records"
-      ? json({ description: "The record's JSON value, as written" })
+      ? json(ref("schemas", "JsonValue"))
       : { "*/*": { schema: { description: "The object's bytes, with the Content-Type they were written with" } } };
   const read = (method: "get" | "head"): OperationObject =>
     operation(
@@ -113,7 +109,7 @@ export function keyPaths(store: Store, limits: ResolvedLimits): PathItemObject {
       ? {
           required: true,
           description: `Any JSON value, at most ${bodyLimit} bytes`,
-          content: json({ description: "The record's new value" }),
+          content: json(ref("schemas", "JsonValue")),
         }
       : {
           description:

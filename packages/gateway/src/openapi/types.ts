@@ -18,6 +18,12 @@ export interface ResponseObject {
   readonly headers?: Readonly<Record<string, HeaderObject | Reference>>;
   readonly content?: Readonly<Record<string, MediaTypeObject>>;
 }
+/** A request body. The lease bodies are components.requestBodies, each with its schema inline (components.ts). */
+export interface RequestBodyObject {
+  readonly description?: string;
+  readonly required?: boolean;
+  readonly content: Readonly<Record<string, MediaTypeObject>>;
+}
 export interface ParameterObject {
   readonly name: string;
   readonly in: "path" | "header" | "query" | "cookie";
@@ -32,11 +38,7 @@ export interface OperationObject {
   readonly tags: readonly string[];
   readonly security?: readonly Record<string, readonly string[]>[];
   readonly parameters?: readonly (ParameterObject | Reference)[];
-  readonly requestBody?: {
-    readonly description?: string;
-    readonly required?: boolean;
-    readonly content: Readonly<Record<string, MediaTypeObject>>;
-  };
+  readonly requestBody?: RequestBodyObject | Reference;
   readonly responses: Readonly<Record<string, ResponseObject | Reference>>;
 }
 export const HTTP_METHODS = ["get", "put", "post", "delete", "options", "head", "patch", "trace"] as const;
@@ -60,6 +62,7 @@ export interface OpenApiDocument {
   readonly components: {
     readonly securitySchemes: Readonly<Record<string, unknown>>;
     readonly schemas: Readonly<Record<string, JsonSchema>>;
+    readonly requestBodies: Readonly<Record<string, RequestBodyObject>>;
     readonly parameters: Readonly<Record<string, ParameterObject>>;
     readonly headers: Readonly<Record<string, HeaderObject>>;
     readonly responses: Readonly<Record<string, ResponseObject>>;

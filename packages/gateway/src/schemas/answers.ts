@@ -10,7 +10,13 @@ import { credentialString, holderString as holder, resourceSchema as resource, t
  * schemas that validate them (validation.ts); the problems' bodies are the table's (../problems/kinds.ts).
  */
 
-/** 201 of POST /v1/leases and 200 of POST /v1/leases/extend. */
+/**
+ * 201 of POST /v1/leases and 200 of POST /v1/leases/extend. `fence` is required, in every document:
+ * a gateway serves leases only with fence keys (createGateway throws InvalidArgumentError without
+ * them, and the config refuses `redis` without `fenceKeys`), so no lease is ever answered without a
+ * credential; a gateway without leases answers these routes 404 and never this schema. One answer
+ * type thus serves every configuration, and a client's writes use `fence` without a check.
+ */
 export const leaseAnswerSchema = z
   .strictObject({
     fence: credentialString.describe("The credential for Fencing-Credential, good until validUntil"),
