@@ -1,25 +1,48 @@
 /**
- * Why one node did not count for an operation. Classified by error codes and client state, never by
- * message text; `detail` is the error's message, for people.
+ * Every reason a node can fail to count for an operation: the one list, from which NodeFailureReason
+ * and NodeFailure are derived (and against which the README's table of reasons is tested).
  */
-export type NodeFailure =
-  | { readonly node: number; readonly reason: "held"; readonly detail?: string }
+export const NODE_FAILURE_REASONS = ["held", "not-held", "refused", "timeout", "error", "unanswered"] as const;
+export type NodeFailureReason = (typeof NODE_FAILURE_REASONS)[number];
+
+/** What a NodeFailure carries beside `node`, by reason: every reason of NODE_FAILURE_REASONS needs an entry. */
+interface NodeFailureFields {
+  /** acquire: another lease holds the resource on the node. */
+  held: { readonly detail?: string };
+  /** extend: the node no longer holds this lease (released, expired there, or taken by another). */
+  "not-held": object;
   /**
    * The node is known down: its client's last attempt to connect failed and it has not connected
    * since (`code` ECONNREFUSED, or ETIMEDOUT, EHOSTUNREACH, ENOTFOUND … of that attempt), or a call
    * failed with ECONNREFUSED. The round did not wait for it.
    */
-  | { readonly node: number; readonly reason: "refused"; readonly code: string; readonly detail: string }
+  refused: { readonly code: string; readonly detail: string };
   /** No answer within nodeTimeoutMs while its connection was up (a paused or overloaded node), or down with no error seen. */
-  | { readonly node: number; readonly reason: "timeout" }
-  /** The outcome was decided before this node answered (or before it was asked); it was not waited for. */
-  | { readonly node: number; readonly reason: "unanswered" }
+  timeout: object;
   /**
    * The call failed, or the node's connection was lost and not back within nodeTimeoutMs. `code`: the
    * system error's (ECONNRESET, EPIPE, …) or the Redis error reply's (WRONGTYPE, ERR, …), when it has one.
    */
-  | { readonly node: number; readonly reason: "error"; readonly code?: string; readonly detail: string }
-  | { readonly node: number; readonly reason: "not-held" };
+  error: { readonly code?: string; readonly detail: string };
+  /** The outcome was decided before this node answered (or before it was asked); it was not waited for. */
+  unanswered: object;
+}
+
+/**
+ * Why one node did not count for an operation. Classified by error codes and client state, never by
+ * message text; `detail` is the error's message, for people.
+ */
+export type NodeFailure = {
+  [R in NodeFailureReason]: { readonly node: number; readonly reason: R } & NodeFailureFields[R];
+}[NodeFailureReason];
+
+/**
+ * Every way a lease is lost, the one list from which LeaseLostKind is derived: `expired` (its validity
+ * ran out, or an extension was confirmed only after it had), `released` (this lease was released,
+ * also while an extension was under way), `quorum-lost` (an extension was not confirmed by a majority).
+ */
+export const LEASE_LOST_KINDS = ["expired", "released", "quorum-lost"] as const;
+export type LeaseLostKind = (typeof LEASE_LOST_KINDS)[number];
 
 function describe(failures: readonly NodeFailure[]): string {
   return failures
@@ -71,7 +94,7 @@ export class LeaseLostError extends Error {
   constructor(
     readonly resource: string,
     readonly token: bigint,
-    readonly kind: "expired" | "released" | "quorum-lost",
+    readonly kind: LeaseLostKind,
     readonly nodes: readonly NodeFailure[] = [],
   ) {
     super(`lease on ${JSON.stringify(resource)} (token ${token}) lost: ${kind}` + (nodes.length > 0 ? ` — ${describe(nodes)}` : ""));
