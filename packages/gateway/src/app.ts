@@ -16,6 +16,7 @@ import { GatewayMetrics } from "./ops/metrics.js";
 import { openApiDocument, type OpenApiDocument } from "./openapi/document.js";
 import { PROBLEM_TYPES } from "./problems/kinds.js";
 import { classify, HttpProblem, sendProblem } from "./problems/problem.js";
+import { fencesRouter } from "./routes/fences.js";
 import { leasesRouter, type LeaseBackendOptions, type RedisHealth, type Registrar } from "./routes/leases.js";
 import { objectsRouter } from "./routes/objects.js";
 import { recordsRouter } from "./routes/records.js";
@@ -138,6 +139,8 @@ export function createGateway(options: GatewayOptions): Gateway {
   app.use("/v1/records", records === undefined ? disabled("records") : recordsRouter(ctx, records));
   app.use("/v1/objects", objects === undefined ? disabled("objects") : objectsRouter(ctx, objects));
   app.use("/v1/leases", leases === undefined ? disabled("leases") : leases.router);
+  // Each configured store's fence of a resource; with no store there is no fence to read.
+  app.use("/v1/fences", records === undefined && objects === undefined ? disabled("fences") : fencesRouter(ctx, { records, objects }));
 
   let draining = false;
   const health = async (): Promise<HealthReport> => {
@@ -219,7 +222,7 @@ function operations(app: Express, health: () => Promise<HealthReport>, metrics: 
 }
 
 function routeOf(path: string): string {
-  for (const route of ["records", "objects", "leases"]) if (path.startsWith(`/v1/${route}`)) return route;
+  for (const route of ["records", "objects", "leases", "fences"]) if (path.startsWith(`/v1/${route}`)) return route;
   return path === "/healthz" || path === "/metrics" || path === "/openapi.json" ? path.slice(1) : "other";
 }
 

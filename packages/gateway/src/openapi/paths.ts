@@ -1,4 +1,5 @@
-import { JSON_BODY, json, operation, problemResponses, ref, STORE, STORE_WRITE, WRITE } from "./components.js";
+import { fenceAnswerSchema } from "../schemas/fences.js";
+import { JSON_BODY, json, jsonSchema, operation, problemResponses, ref, STORE, STORE_WRITE, WRITE } from "./components.js";
 import type { MediaTypeObject, OperationObject, PathItemObject, ResolvedLimits, ResponseObject } from "./types.js";
 
 // The document's paths: the lease routes, the record and object routes (one shape for both stores),
@@ -56,6 +57,32 @@ export function leasePaths(): Record<string, PathItemObject> {
         },
         { "204": { description: "Released (or no longer held)" } },
         [...JSON_BODY, "forbidden", "invalidLeaseId"],
+      ),
+    },
+    // What the leases' tokens are checked against: each store's fence of a resource (routes/fences.ts).
+    "/v1/fences/{resource}": {
+      parameters: [
+        {
+          name: "resource",
+          in: "path",
+          required: true,
+          description:
+            "The resource, `/` included: the rest of the path (this parameter spans segments), percent-encoded as UTF-8; `%2F` and `/` are the same",
+          schema: { type: "string", minLength: 1 },
+        },
+      ],
+      get: operation(
+        {
+          operationId: "getFences",
+          summary: "A resource's fence in each configured store",
+          description:
+            "The highest token each store has admitted for the resource and the holder that presented it: what every write under " +
+            "the resource is checked against (a write below it gets 409 `stale-token`). `null` where nothing was ever written or " +
+            "registered under the resource. Any API key whose `resources` cover the resource may read it, read-only keys too.",
+          tags: ["leases"],
+        },
+        { "200": { description: "Each configured store's fence", content: json(jsonSchema(fenceAnswerSchema, "output")) } },
+        ["invalid", "forbidden", ...STORE],
       ),
     },
   };
