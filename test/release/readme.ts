@@ -31,29 +31,22 @@ export function codeBlocks(root: string, source: string): CodeBlock[] {
 }
 
 /**
- * Names the examples use without defining: each stands for something the reader already has (a lease
- * from the lock, a body to upload, a pool they configured). Typed as the packages would hand them
- * over, so a block that misuses one fails to compile.
+ * Lines of the blocks that declare a name ambiently (`declare const lease: Lease;`): a name the
+ * example uses without importing or constructing it, which a reader who pastes the block does not
+ * have. Each as "README.md:123: declare const lease: Lease;" (the line inside the Markdown file).
  */
-export const PREAMBLE = `// Free variables of the README examples, typed as what the reader already has.
-declare const lease: import("@fenced/lock").Lease;
-declare const fencedStore: import("@fenced/store/postgres").FencedPostgres;
-declare const body: string;
-declare function transform(old: import("@fenced/store/s3").S3Bytes | undefined): string;
-declare const order: import("@fenced/store").JsonValue;
-declare const apiKeys: readonly import("@fenced/gateway").ApiKeyConfig[];
-declare const pool: import("pg").Pool;
-declare const s3: import("@aws-sdk/client-s3").S3Client;
-declare const bucket: string;
-declare const redisClients: readonly import("ioredis").Redis[];
-`;
-
-/** The names PREAMBLE declares, to check that each one is still used by some block. */
-export function preambleNames(): string[] {
-  return [...PREAMBLE.matchAll(/^declare (?:const|function) (\w+)/gm)].map((m) => m[1] ?? "");
+export function ambientDeclarations(blocks: readonly CodeBlock[]): string[] {
+  return blocks.flatMap((block) =>
+    block.code
+      .split("\n")
+      .flatMap((text, i) => (/^\s*declare\s/.test(text) ? [`${block.source}:${block.line + 1 + i}: ${text.trim()}`] : [])),
+  );
 }
 
-/** Writes each block as a module of its own (no names shared between blocks) plus the preamble and a tsconfig. */
+/**
+ * Writes each block as a module of its own, with a tsconfig and nothing else: no names shared between
+ * blocks, none declared for them, so a block that uses a name it neither imports nor defines fails.
+ */
 export async function writeBlocks(dir: string, blocks: readonly CodeBlock[]): Promise<Map<string, CodeBlock>> {
   await mkdir(dir, { recursive: true });
   const files = new Map<string, CodeBlock>();
@@ -63,7 +56,6 @@ export async function writeBlocks(dir: string, blocks: readonly CodeBlock[]): Pr
     await writeFile(join(dir, name), `${block.code}\nexport {};\n`);
     files.set(name, block);
   }
-  await writeFile(join(dir, "preamble.d.ts"), PREAMBLE);
   const compilerOptions = {
     strict: true,
     exactOptionalPropertyTypes: true,
@@ -79,10 +71,7 @@ export async function writeBlocks(dir: string, blocks: readonly CodeBlock[]): Pr
     // The examples show calls, not programs: a value they compute and leave unused is fine.
     noUnusedLocals: false,
   };
-  await writeFile(
-    join(dir, "tsconfig.json"),
-    `${JSON.stringify({ compilerOptions, files: ["preamble.d.ts", ...files.keys()] }, null, 2)}\n`,
-  );
+  await writeFile(join(dir, "tsconfig.json"), `${JSON.stringify({ compilerOptions, files: [...files.keys()] }, null, 2)}\n`);
   return files;
 }
 
