@@ -1,51 +1,14 @@
 #!/usr/bin/env node
-import { S3Client } from "@aws-sdk/client-s3";
-import { Command, Option } from "commander";
 import pg from "pg";
 import { pino, type Logger } from "pino";
-import { ZodError } from "zod";
 import { InvalidArgumentError } from "@fenced/fence";
 import { createGateway, type Gateway } from "./app.js";
-import { loadConfig, type ConfigFlags, type GatewayConfig } from "./config.js";
+import { s3Backend } from "./cli-backends.js";
+import { configurationError, DEFAULT_MIN_AGE, gatewayProgram } from "./cli-program.js";
+import { loadConfig, loadSweepConfig, type GatewayConfig } from "./config.js";
+import { durationMs, sweepCommand } from "./sweep.js";
 import { serve, type Serving } from "./http/server.js";
 import { refuseUnhealthy, StartRefusedError, startRefusal } from "./ops/start-checks.js";
-
-const program = new Command("fenced-gateway")
-  .description("HTTP gateway to fenced Postgres records, fenced S3 objects and Redlock leases with fencing tokens")
-  .addOption(new Option("-c, --config <file>", "JSON config file").env("FENCED_GATEWAY_CONFIG"))
-  .option("--host <host>", "listen address (default 127.0.0.1)")
-  .option("-p, --port <port>", "listen port, 0 for any free one (default 8080)")
-  .option("--redis <urls>", "comma-separated redis:// URLs of the independent lock nodes (enables /v1/leases)")
-  .option("--postgres <url>", "PostgreSQL connection string (enables /v1/records)")
-  .option("--postgres-schema <name>", "schema of the fence and records tables (default fenced)")
-  .option("--postgres-pool-size <n>", "connections to PostgreSQL (default 16)")
-  .option("--s3-endpoint <url>", "S3 endpoint (default: AWS)")
-  .option("--s3-region <region>", "S3 region (default us-east-1)")
-  .option("--s3-bucket <bucket>", "bucket (enables /v1/objects)")
-  .option("--s3-prefix <prefix>", "prefix of every object the store writes (default fenced/)")
-  .option("--max-record-bytes <n>", "largest JSON record body (default 1 MiB)")
-  .option("--max-object-bytes <n>", "largest object body (default 5 GiB)")
-  .option("--max-ttl-ms <n>", "longest lease a client may ask for (default 1 h)")
-  .option("--admin-host <host>", "address of the admin listener (default 127.0.0.1)")
-  .option("--admin-port <port>", "serve /healthz and /metrics on this port, and not on the public one")
-  .option("--store-timeout-ms <n>", "deadline of each call into PostgreSQL or S3; past it the request answers 503 (default 5 s)")
-  .option("--redis-node-timeout-ms <n>", "how long one lock node may take to answer (default 200 ms)")
-  .option("--acquire-timeout-ms <n>", "how long POST /v1/leases may spend on the lock (default 2 s)")
-  .option("--keep-alive-timeout-ms <n>", "idle keep-alive connections close after this; above the load balancer's (default 65 s)")
-  .option("--headers-timeout-ms <n>", "longest time to receive a request's headers (default 10 s)")
-  .option("--request-timeout-ms <n>", "longest time to receive a whole request, body included (default 10 min)")
-  .option("--max-connections <n>", "open connections at most; more are closed at once (default 4096)")
-  .option("--drain-timeout-ms <n>", "on SIGTERM, how long in-flight requests may take before they are cut (default 30 s)")
-  .option("--log-level <level>", "fatal, error, warn, info, debug (one line per request), trace, silent")
-  .option("--no-migrate", "do not create the Postgres tables at start")
-  .option("--no-verify", "do not probe the S3 backend's conditional writes at start")
-  .option("--no-start-checks", "start even when a backend does not answer or is not set up at start")
-  .addHelpText(
-    "after",
-    "\nAPI keys and S3 credentials come from the config file or the environment (FENCED_GATEWAY_API_KEYS, FENCED_GATEWAY_S3_*), never from flags." +
-      "\nMost flags have a FENCED_GATEWAY_* variable too (--store-timeout-ms: FENCED_GATEWAY_STORE_TIMEOUT_MS; --no-start-checks: FENCED_GATEWAY_START_CHECKS=false)." +
-      "\nExit codes: 2 for a configuration, a backend or a listen address that refuses the start (one line on stderr), 1 for any other failure.",
-  );
 
 async function main(config: GatewayConfig, logger: Logger): Promise<void> {
   const closers: (() => Promise<unknown>)[] = [];
@@ -71,26 +34,9 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
     }
     let objects;
     if (config.s3 !== undefined) {
-      const { bucket, endpoint, region, prefix, accessKeyId, secretAccessKey, forcePathStyle, inlineLimit, checkResourceFence, partSize } =
-        config.s3;
-      const client = new S3Client({
-        region,
-        forcePathStyle,
-        ...(endpoint === undefined ? {} : { endpoint }),
-        ...(accessKeyId === undefined || secretAccessKey === undefined ? {} : { credentials: { accessKeyId, secretAccessKey } }),
-        // Streamed bodies of unknown length need no checksum trailer (radosgw answers such requests with 411).
-        requestChecksumCalculation: "WHEN_REQUIRED",
-        responseChecksumValidation: "WHEN_REQUIRED",
-      });
+      objects = s3Backend(config.s3);
+      const { client } = objects;
       closers.push(() => Promise.resolve(client.destroy()));
-      objects = {
-        client,
-        bucket,
-        ...(prefix === undefined ? {} : { prefix }),
-        ...(inlineLimit === undefined ? {} : { inlineLimit }),
-        ...(checkResourceFence === undefined ? {} : { checkResourceFence }),
-        ...(partSize === undefined ? {} : { partSize }),
-      };
     }
     let leases;
     if (config.redis !== undefined) {
@@ -222,31 +168,37 @@ async function start(gateway: Gateway, config: GatewayConfig, logger: Logger): P
   }
 }
 
-program.parse();
-const flags = program.opts<ConfigFlags>();
-let config: GatewayConfig;
-try {
-  config = loadConfig(flags);
-} catch (err) {
-  const detail =
-    err instanceof ZodError
-      ? err.issues.map((i) => `${i.path.join(".") || "(config)"}: ${i.message}`).join("; ")
-      : err instanceof Error
-        ? err.message
-        : String(err);
-  refuse(`invalid configuration: ${detail}`);
-}
-const logger = pino({ name: "fenced-gateway", level: config.logLevel });
-main(config, logger).catch((err: unknown) => {
-  if (err instanceof StartRefusedError) refuse(err.message);
-  // The stores and the lock check their options before any I/O: a value the schema let through (a bucket name S3 refuses).
-  if (err instanceof InvalidArgumentError) refuse(`invalid configuration: ${err.message}`);
-  logger.fatal({ err }, "could not start");
-  process.exitCode = 1;
+const program = gatewayProgram({
+  serve(flags) {
+    const config = configured(() => loadConfig(flags));
+    const logger = pino({ name: "fenced-gateway", level: config.logLevel });
+    main(config, logger).catch((err: unknown) => {
+      if (err instanceof StartRefusedError) refuse(err.message);
+      // The stores and the lock check their options before any I/O: a value the schema let through (a bucket name S3 refuses).
+      if (err instanceof InvalidArgumentError) refuse(`invalid configuration: ${err.message}`);
+      logger.fatal({ err }, "could not start");
+      process.exitCode = 1;
+    });
+  },
+  async sweep(flags, options) {
+    const minAgeMs = configured(() => durationMs(options.minAge ?? DEFAULT_MIN_AGE, "--min-age"), "fenced-gateway sweep");
+    const config = configured(() => loadSweepConfig(flags), "fenced-gateway sweep");
+    process.exitCode = await sweepCommand(config, { minAgeMs, dryRun: options.dryRun === true });
+  },
 });
+await program.parseAsync();
 
-/** One line on stderr and exit code 2: the gateway will not start as configured. */
-function refuse(line: string): never {
-  process.stderr.write(`fenced-gateway: ${line.replace(/\s*\n\s*/g, " ")}\n`);
+/** The configuration, or one line on stderr and exit code 2. */
+function configured<T>(load: () => T, command?: string): T {
+  try {
+    return load();
+  } catch (err) {
+    refuse(`invalid configuration: ${configurationError(err)}`, command);
+  }
+}
+
+/** One line on stderr and exit code 2: the gateway (or its sweep) will not run as configured. */
+function refuse(line: string, command = "fenced-gateway"): never {
+  process.stderr.write(`${command}: ${line.replace(/\s*\n\s*/g, " ")}\n`);
   process.exit(2);
 }

@@ -3,82 +3,210 @@ import { z } from "zod";
 import { apiKeySchema } from "./auth/api-keys.js";
 import { fenceKeySchema } from "./auth/credentials.js";
 import { SERVER_DEFAULTS } from "./http/server.js";
+import { CONFIG_VARIABLE, fromEnv, fromFlags, givenFor, type ConfigFlags, type Raw } from "./settings.js";
+
+export type { ConfigFlags } from "./settings.js";
 
 /**
  * The gateway's configuration. Sources, later ones winning: a JSON file (--config or
- * FENCED_GATEWAY_CONFIG), environment variables, command-line flags. API keys and S3 credentials come
- * only from the file or the environment: a command line is visible to every user of the machine.
+ * FENCED_GATEWAY_CONFIG), environment variables, command-line flags (settings.ts says which field
+ * has which). API keys, fence keys and S3 credentials come only from the file or the environment: a
+ * command line is visible to every user of the machine. Every field carries its description, which
+ * `--help` prints and the README must mention (docs.test.ts).
  */
-export const configSchema = z
-  .strictObject({
-    host: z.string().min(1).default("127.0.0.1"),
-    port: z.number().int().min(0).max(65_535).default(8080),
-    apiKeys: z.array(apiKeySchema).min(1, "at least one API key is needed (apiKeys in the config file, or FENCED_GATEWAY_API_KEYS)"),
-    /** Fence credential keys, the signing one first (config file or FENCED_GATEWAY_FENCE_KEYS only). */
-    fenceKeys: z.array(fenceKeySchema).optional(),
-    redis: z
-      .strictObject({
-        urls: z.array(z.string().regex(/^rediss?:\/\//, "a redis:// or rediss:// URL")).min(1),
-        retryCount: z.number().int().min(0).max(1_000).default(0),
-        retryDelayMs: z.number().min(0).optional(),
-        retryJitterMs: z.number().min(0).optional(),
-        nodeTimeoutMs: z.number().positive().optional(),
-        /** How long POST /v1/leases may spend on the lock (routes/leases.ts). */
-        acquireTimeoutMs: z.number().int().positive().optional(),
-        driftFactor: z.number().min(0).max(0.5).optional(),
-      })
-      .optional(),
-    postgres: z
-      .strictObject({
-        url: z.string().min(1),
-        schema: z.string().optional(),
-        poolSize: z.number().int().min(1).max(1_000).default(16),
-      })
-      .optional(),
-    s3: z
-      .strictObject({
-        bucket: z.string().min(1),
-        endpoint: z.string().url().optional(),
-        region: z.string().min(1).default("us-east-1"),
-        prefix: z.string().optional(),
-        accessKeyId: z.string().min(1).optional(),
-        secretAccessKey: z.string().min(1).optional(),
-        forcePathStyle: z.boolean().default(true),
-        inlineLimit: z.number().int().min(0).optional(),
-        checkResourceFence: z.boolean().optional(),
-        partSize: z.number().int().optional(),
-      })
-      .refine(
-        (s) => (s.accessKeyId === undefined) === (s.secretAccessKey === undefined),
-        "give both accessKeyId and secretAccessKey, or neither (the AWS default chain)",
-      )
-      .optional(),
-    limits: z
-      .strictObject({
-        recordBytes: z.number().int().positive().optional(),
-        objectBytes: z.number().int().min(0).optional(),
-        maxTtlMs: z.number().int().positive().optional(),
-      })
-      .default({}),
-    /** Create the Postgres tables at start (idempotent). */
-    migrate: z.boolean().default(true),
-    /** Prove at start that the S3 backend refuses stale conditional writes (FencedS3.verify). */
-    verify: z.boolean().default(true),
-    /** A second listener for /healthz and /metrics, which the public port then does not serve. */
-    admin: z.strictObject({ host: z.string().min(1).default("127.0.0.1"), port: z.number().int().min(0).max(65_535) }).optional(),
-    /** The deadline of every call into a store (FencedPostgres/FencedS3 `timeoutMs`). */
-    storeTimeoutMs: z.number().int().min(100).max(600_000).default(5_000), // the stores' own bounds
-    /** Refuse to start when a configured backend does not answer or is not set up (ops/start-checks.ts). */
-    startChecks: z.boolean().default(true),
-    drainTimeoutMs: z.number().int().min(0).default(30_000),
-    // The HTTP server's limits (http/server.ts states what each bounds).
-    keepAliveTimeoutMs: z.number().int().min(0).default(SERVER_DEFAULTS.keepAliveTimeoutMs),
-    headersTimeoutMs: z.number().int().positive().default(SERVER_DEFAULTS.headersTimeoutMs),
-    requestTimeoutMs: z.number().int().positive().default(SERVER_DEFAULTS.requestTimeoutMs),
-    maxConnections: z.number().int().positive().default(SERVER_DEFAULTS.maxConnections),
-    healthTimeoutMs: z.number().int().positive().default(2_000),
-    logLevel: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
-  })
+const fields = {
+  host: z.string().min(1).default("127.0.0.1").describe("address of the public listener (default 127.0.0.1)"),
+  port: z.number().int().min(0).max(65_535).default(8080).describe("port of the public listener, 0 for any free one (default 8080)"),
+  apiKeys: z
+    .array(apiKeySchema)
+    .min(1, "at least one API key is needed (apiKeys in the config file, or FENCED_GATEWAY_API_KEYS)")
+    .describe("the API keys, a JSON array of { id, key or sha256, resources, keys, readOnly?, trustedLockClient? } (required)"),
+  fenceKeys: z
+    .array(fenceKeySchema)
+    .optional()
+    .describe(
+      "keys that seal fence credentials and lease ids, a JSON array of { id, secret }: the first signs, all verify (required with redis)",
+    ),
+  redis: z
+    .strictObject({
+      urls: z
+        .array(z.string().regex(/^rediss?:\/\//, "a redis:// or rediss:// URL"))
+        .min(1)
+        .describe("the independent lock nodes, redis:// or rediss:// URLs, comma-separated as a flag or variable (enables /v1/leases)"),
+      retryCount: z
+        .number()
+        .int()
+        .min(0)
+        .max(1_000)
+        .default(0)
+        .describe("retries of a held lock within acquireTimeoutMs (default 0: answer 409 at once)"),
+      retryDelayMs: z.number().min(0).optional().describe("delay between those retries (default 200)"),
+      retryJitterMs: z.number().min(0).optional().describe("random extra delay added to each retry (default 100)"),
+      nodeTimeoutMs: z.number().positive().optional().describe("how long one lock node may take to answer (default 200)"),
+      /** How long POST /v1/leases may spend on the lock (routes/leases.ts). */
+      acquireTimeoutMs: z
+        .number()
+        .int()
+        .positive()
+        .optional()
+        .describe("how long POST /v1/leases may spend on the lock, at least three rounds of nodeTimeoutMs (default 2000)"),
+      driftFactor: z
+        .number()
+        .min(0)
+        .max(0.5)
+        .optional()
+        .describe("clock drift allowance, a fraction of the TTL taken off a lease's validity (default 0.01)"),
+    })
+    .optional(),
+  postgres: z
+    .strictObject({
+      url: z.string().min(1).describe("PostgreSQL connection string (enables /v1/records)"),
+      schema: z.string().optional().describe("schema of the fence and records tables (default fenced)"),
+      poolSize: z.number().int().min(1).max(1_000).default(16).describe("connections to PostgreSQL at most (default 16)"),
+    })
+    .optional(),
+  s3: z
+    .strictObject({
+      bucket: z.string().min(1).describe("the bucket (enables /v1/objects)"),
+      endpoint: z.string().url().optional().describe("S3 endpoint URL (default: AWS)"),
+      region: z.string().min(1).default("us-east-1").describe("S3 region (default us-east-1)"),
+      prefix: z.string().optional().describe("prefix of every object the store writes, empty or ending in / (default fenced/)"),
+      accessKeyId: z.string().min(1).optional().describe("S3 access key id (default: the AWS SDK's credential chain)"),
+      secretAccessKey: z.string().min(1).optional().describe("S3 secret access key, given with accessKeyId"),
+      forcePathStyle: z.boolean().default(true).describe("path-style requests (bucket in the path, not the host name; default true)"),
+      inlineLimit: z
+        .number()
+        .int()
+        .min(0)
+        .optional()
+        .describe("bodies up to this many bytes are stored inside the manifest, one PUT per write (default 65536; 0: never)"),
+      checkResourceFence: z
+        .boolean()
+        .optional()
+        .describe(
+          "every write also reads the resource's fence object, so that a register() refuses older tokens on every key (default true)",
+        ),
+      partSize: z.number().int().optional().describe("multipart part size for bodies of unknown length, at least 5 MiB (default 8 MiB)"),
+    })
+    .refine(
+      (s) => (s.accessKeyId === undefined) === (s.secretAccessKey === undefined),
+      "give both accessKeyId and secretAccessKey, or neither (the AWS default chain)",
+    )
+    .optional(),
+  limits: z
+    .strictObject({
+      recordBytes: z.number().int().positive().optional().describe("largest JSON record body in bytes (default 1 MiB)"),
+      objectBytes: z.number().int().min(0).optional().describe("largest object body in bytes (default 5 GiB)"),
+      maxTtlMs: z.number().int().positive().optional().describe("longest lease a client may ask for (default 1 h)"),
+    })
+    .default({}),
+  /** Create the Postgres tables at start (idempotent). */
+  migrate: z.boolean().default(true).describe("create or upgrade the PostgreSQL tables at start (default true)"),
+  /** Prove at start that the S3 backend refuses stale conditional writes (FencedS3.verify). */
+  verify: z.boolean().default(true).describe("prove at start that the S3 backend refuses stale conditional writes (default true)"),
+  /** A second listener for /healthz and /metrics, which the public port then does not serve. */
+  admin: z
+    .strictObject({
+      host: z.string().min(1).default("127.0.0.1").describe("address of the admin listener (default 127.0.0.1: this machine only)"),
+      port: z.number().int().min(0).max(65_535).describe("serve /healthz and /metrics on this port, and not on the public one"),
+    })
+    .optional(),
+  /** The deadline of every call into a store (FencedPostgres/FencedS3 `timeoutMs`). */
+  storeTimeoutMs: z
+    .number()
+    .int()
+    .min(100)
+    .max(600_000) // the stores' own bounds
+    .default(5_000)
+    .describe("deadline of each call into PostgreSQL or S3; past it the request answers 503 (default 5000)"),
+  /** Refuse to start when a configured backend does not answer or is not set up (ops/start-checks.ts). */
+  startChecks: z.boolean().default(true).describe("refuse to start when a backend does not answer or is not set up (default true)"),
+  drainTimeoutMs: z
+    .number()
+    .int()
+    .min(0)
+    .default(30_000)
+    .describe("on SIGTERM, how long requests in flight may take before they are cut (default 30000)"),
+  // The HTTP server's limits (http/server.ts states what each bounds).
+  keepAliveTimeoutMs: z
+    .number()
+    .int()
+    .min(0)
+    .default(SERVER_DEFAULTS.keepAliveTimeoutMs)
+    .describe("idle keep-alive connections close after this; keep it above the load balancer's (default 65000)"),
+  headersTimeoutMs: z
+    .number()
+    .int()
+    .positive()
+    .default(SERVER_DEFAULTS.headersTimeoutMs)
+    .describe("longest time to receive a request's headers (default 10000)"),
+  requestTimeoutMs: z
+    .number()
+    .int()
+    .positive()
+    .default(SERVER_DEFAULTS.requestTimeoutMs)
+    .describe("longest time to receive a whole request, body included (default 600000)"),
+  maxConnections: z
+    .number()
+    .int()
+    .positive()
+    .default(SERVER_DEFAULTS.maxConnections)
+    .describe("open connections at most; more are closed as they arrive (default 4096)"),
+  healthTimeoutMs: z
+    .number()
+    .int()
+    .positive()
+    .default(2_000)
+    .describe("deadline of each backend's check in /healthz and at start (default 2000)"),
+  logLevel: z
+    .enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"])
+    .default("info")
+    .describe("fatal, error, warn, info (default), debug (one line per request), trace or silent"),
+};
+
+/**
+ * The fields of the configuration's array items (schemas of their own, in auth/): what `--help`
+ * says of each.
+ */
+export const ITEM_FIELDS: Readonly<Record<string, string>> = {
+  "apiKeys[].id": "the key's name in logs: 1-64 of A-Z a-z 0-9 . _ -",
+  "apiKeys[].key": "the secret itself, 16-256 characters of A-Z a-z 0-9 . _ ~ + / -",
+  "apiKeys[].sha256": "or the secret's SHA-256 in hex, so that the file need not hold it",
+  "apiKeys[].resources": 'prefixes of the resources it may take leases on, write under and read the fences of ("": all)',
+  "apiKeys[].keys": 'prefixes of the record and object keys it may read and write ("": all)',
+  "apiKeys[].readOnly": "reads only: writes and leases answer 403 (default false)",
+  "apiKeys[].trustedLockClient": "may write with plain Fencing-Token headers instead of a fence credential (default false)",
+  "fenceKeys[].id": "the key's id, carried in every credential it signs: 1-64 of A-Z a-z 0-9 _ -",
+  "fenceKeys[].secret": "at least 32 random bytes, base64",
+};
+
+const configObject = z.strictObject(fields);
+
+/** A field's schema without its optional, default and transform wrappers: the object, array or value inside. */
+function bare(schema: z.ZodType): z.ZodType {
+  if (schema instanceof z.ZodOptional || schema instanceof z.ZodDefault) return bare(schema.unwrap() as z.ZodType);
+  if (schema instanceof z.ZodPipe) return bare(schema.in as z.ZodType);
+  return schema;
+}
+
+/**
+ * Every field of the configuration, dotted (`s3.partSize`), array items' fields as `apiKeys[].id`,
+ * each with its description: what `--help` lists. A section (`s3`) is not a field; its fields are.
+ */
+export function configFields(shape: z.ZodRawShape = fields, prefix = ""): { path: string; description: string }[] {
+  return Object.entries(shape).flatMap(([name, schema]) => {
+    const path = `${prefix}${name}`;
+    const inner = bare(schema as z.ZodType);
+    if (inner instanceof z.ZodObject) return configFields(inner.shape, `${path}.`);
+    const field = { path, description: (schema as z.ZodType).description ?? "" };
+    const item = inner instanceof z.ZodArray ? bare(inner.element as z.ZodType) : undefined;
+    if (!(item instanceof z.ZodObject)) return [field];
+    const items = Object.keys(item.shape).map((key) => ({ path: `${path}[].${key}`, description: ITEM_FIELDS[`${path}[].${key}`] ?? "" }));
+    return [field, ...items];
+  });
+}
+
+export const configSchema = configObject
   // Two listeners cannot share an address: the second would fail to bind after the first started. Only
   // the same host string is seen here; 0.0.0.0 and 127.0.0.1 on one port fail at listen (cli.ts: exit 2).
   .refine((c) => c.admin === undefined || c.admin.port === 0 || c.admin.port !== c.port || c.admin.host !== c.host, {
@@ -98,69 +226,13 @@ export const configSchema = z
 
 export type GatewayConfig = z.output<typeof configSchema>;
 
-/** Flags as commander hands them over (cli.ts); every one optional. */
-export interface ConfigFlags {
-  readonly config?: string;
-  readonly host?: string;
-  readonly port?: string;
-  readonly redis?: string;
-  readonly postgres?: string;
-  readonly postgresSchema?: string;
-  readonly postgresPoolSize?: string;
-  readonly s3Endpoint?: string;
-  readonly s3Region?: string;
-  readonly s3Bucket?: string;
-  readonly s3Prefix?: string;
-  readonly maxRecordBytes?: string;
-  readonly maxObjectBytes?: string;
-  readonly maxTtlMs?: string;
-  readonly drainTimeoutMs?: string;
-  readonly logLevel?: string;
-  readonly adminHost?: string;
-  readonly adminPort?: string;
-  readonly storeTimeoutMs?: string;
-  readonly redisNodeTimeoutMs?: string;
-  readonly acquireTimeoutMs?: string;
-  readonly keepAliveTimeoutMs?: string;
-  readonly headersTimeoutMs?: string;
-  readonly requestTimeoutMs?: string;
-  readonly maxConnections?: string;
-  /** commander's --no-migrate / --no-verify / --no-start-checks */
-  readonly migrate?: boolean;
-  readonly verify?: boolean;
-  readonly startChecks?: boolean;
-}
+/**
+ * What `fenced-gateway sweep` reads: the gateway's own file, variables and flags, checked alike. It
+ * serves nothing, so it needs no API keys (a scheduled job need not hold them).
+ */
+export const sweepConfigSchema = configObject.extend({ apiKeys: z.array(apiKeySchema).optional() });
 
-type Raw = Record<string, unknown>;
-
-/** A number where one was given; a non-number stays a string so that the schema reports it by name. */
-function num(value: string | undefined): number | string | undefined {
-  if (value === undefined || value.trim() === "") return undefined;
-  const n = Number(value);
-  return Number.isFinite(n) ? n : value;
-}
-
-function list(value: string | undefined): string[] | undefined {
-  return value === undefined
-    ? undefined
-    : value
-        .split(",")
-        .map((s) => s.trim())
-        .filter((s) => s !== "");
-}
-
-/** Drops undefined leaves, so that an unset variable never overrides a value from an earlier source. */
-function defined(raw: Raw): Raw {
-  const out: Raw = {};
-  for (const [k, v] of Object.entries(raw)) {
-    if (v === undefined) continue;
-    if (typeof v === "object" && v !== null && !Array.isArray(v)) {
-      const inner = defined(v as Raw);
-      if (Object.keys(inner).length > 0) out[k] = inner;
-    } else out[k] = v;
-  }
-  return out;
-}
+export type SweepConfig = z.output<typeof sweepConfigSchema>;
 
 /** Objects merge key by key; arrays and scalars replace. */
 function merge(base: Raw, over: Raw): Raw {
@@ -173,93 +245,27 @@ function merge(base: Raw, over: Raw): Raw {
   return out;
 }
 
-function jsonVariable(env: NodeJS.ProcessEnv, name: string, what: string): unknown {
-  const text = env[name];
-  if (text === undefined) return undefined;
-  try {
-    return JSON.parse(text);
-  } catch {
-    throw new Error(`${name} must be a JSON array of ${what}`);
-  }
-}
-
-function fromEnv(env: NodeJS.ProcessEnv): Raw {
-  const e = (name: string): string | undefined => env[`FENCED_GATEWAY_${name}`];
-  return defined({
-    host: e("HOST"),
-    port: num(e("PORT")),
-    apiKeys: jsonVariable(env, "FENCED_GATEWAY_API_KEYS", "API keys"),
-    fenceKeys: jsonVariable(env, "FENCED_GATEWAY_FENCE_KEYS", "fence keys ({ id, secret })"),
-    redis: {
-      urls: list(e("REDIS_URLS")),
-      nodeTimeoutMs: num(e("REDIS_NODE_TIMEOUT_MS")),
-      acquireTimeoutMs: num(e("ACQUIRE_TIMEOUT_MS")),
-    },
-    postgres: { url: e("POSTGRES_URL"), schema: e("POSTGRES_SCHEMA"), poolSize: num(e("POSTGRES_POOL_SIZE")) },
-    s3: {
-      endpoint: e("S3_ENDPOINT"),
-      region: e("S3_REGION"),
-      bucket: e("S3_BUCKET"),
-      prefix: e("S3_PREFIX"),
-      accessKeyId: e("S3_ACCESS_KEY_ID"),
-      secretAccessKey: e("S3_SECRET_ACCESS_KEY"),
-    },
-    limits: { recordBytes: num(e("MAX_RECORD_BYTES")), objectBytes: num(e("MAX_OBJECT_BYTES")), maxTtlMs: num(e("MAX_TTL_MS")) },
-    drainTimeoutMs: num(e("DRAIN_TIMEOUT_MS")),
-    logLevel: e("LOG_LEVEL"),
-    ...serverFields((name) => e(name)),
-    startChecks: bool(e("START_CHECKS")),
-  });
-}
-
-/** The settings that read alike from FENCED_GATEWAY_<NAME> and --<name>. */
-function serverFields(get: (name: string) => string | undefined): Raw {
-  return {
-    admin: { host: get("ADMIN_HOST"), port: num(get("ADMIN_PORT")) },
-    storeTimeoutMs: num(get("STORE_TIMEOUT_MS")),
-    keepAliveTimeoutMs: num(get("KEEP_ALIVE_TIMEOUT_MS")),
-    headersTimeoutMs: num(get("HEADERS_TIMEOUT_MS")),
-    requestTimeoutMs: num(get("REQUEST_TIMEOUT_MS")),
-    maxConnections: num(get("MAX_CONNECTIONS")),
-  };
-}
-
-/** "false"/"0"/"no" and "true"/"1"/"yes"; anything else stays a string, which the schema reports by name. */
-function bool(value: string | undefined): boolean | string | undefined {
-  if (value === undefined || value.trim() === "") return undefined;
-  const v = value.trim().toLowerCase();
-  return ["true", "1", "yes"].includes(v) ? true : ["false", "0", "no"].includes(v) ? false : value;
-}
-
-function fromFlags(f: ConfigFlags): Raw {
-  return defined({
-    host: f.host,
-    port: num(f.port),
-    redis: { urls: list(f.redis), nodeTimeoutMs: num(f.redisNodeTimeoutMs), acquireTimeoutMs: num(f.acquireTimeoutMs) },
-    postgres: { url: f.postgres, schema: f.postgresSchema, poolSize: num(f.postgresPoolSize) },
-    s3: { endpoint: f.s3Endpoint, region: f.s3Region, bucket: f.s3Bucket, prefix: f.s3Prefix },
-    migrate: f.migrate === false ? false : undefined,
-    verify: f.verify === false ? false : undefined,
-    startChecks: f.startChecks === false ? false : undefined,
-    ...serverFields((name) => {
-      // ADMIN_HOST → adminHost: the flags are the variables' names in camel case.
-      const flag = name.toLowerCase().replace(/_([a-z])/g, (_, c: string) => c.toUpperCase()) as keyof ConfigFlags;
-      const value = f[flag];
-      return typeof value === "string" ? value : undefined;
-    }),
-    limits: { recordBytes: num(f.maxRecordBytes), objectBytes: num(f.maxObjectBytes), maxTtlMs: num(f.maxTtlMs) },
-    drainTimeoutMs: num(f.drainTimeoutMs),
-    logLevel: f.logLevel,
-  });
-}
-
 /** Reads and validates the configuration; throws a ZodError naming every bad field. */
 export function loadConfig(
   flags: ConfigFlags,
   env: NodeJS.ProcessEnv = process.env,
   readFile: (path: string) => string = (p) => readFileSync(p, "utf8"),
 ): GatewayConfig {
-  const path = flags.config ?? env.FENCED_GATEWAY_CONFIG;
+  return configSchema.parse(gather(flags, env, readFile));
+}
+
+/** The configuration `fenced-gateway sweep` runs with (sweepConfigSchema). */
+export function loadSweepConfig(
+  flags: ConfigFlags,
+  env: NodeJS.ProcessEnv = process.env,
+  readFile: (path: string) => string = (p) => readFileSync(p, "utf8"),
+): SweepConfig {
+  return sweepConfigSchema.parse(gather(flags, env, readFile));
+}
+
+/** The three sources merged, before the schema: file < environment < flags. */
+function gather(flags: ConfigFlags, env: NodeJS.ProcessEnv, readFile: (path: string) => string): Raw {
+  const path = typeof flags.config === "string" ? flags.config : env[CONFIG_VARIABLE];
   let file: Raw = {};
   if (path !== undefined && path !== "") {
     const parsed: unknown = JSON.parse(readFile(path));
@@ -269,14 +275,14 @@ export function loadConfig(
   }
   const merged = merge(merge(file, fromEnv(env)), fromFlags(flags));
   for (const section of SECTIONS) requireWhole(section, merged, file, env, flags);
-  return configSchema.parse(merged);
+  return merged;
 }
 
 /** The field without which a backend's section means nothing, and where it can be given. */
 const SECTIONS = [
-  { name: "s3", field: "bucket", variable: "FENCED_GATEWAY_S3_BUCKET", flag: "--s3-bucket", prefix: "s3" },
-  { name: "postgres", field: "url", variable: "FENCED_GATEWAY_POSTGRES_URL", flag: "--postgres", prefix: "postgres" },
-  { name: "redis", field: "urls", variable: "FENCED_GATEWAY_REDIS_URLS", flag: "--redis", prefix: "redis" },
+  { name: "s3", field: "bucket", variable: "FENCED_GATEWAY_S3_BUCKET", flag: "--s3-bucket" },
+  { name: "postgres", field: "url", variable: "FENCED_GATEWAY_POSTGRES_URL", flag: "--postgres" },
+  { name: "redis", field: "urls", variable: "FENCED_GATEWAY_REDIS_URLS", flag: "--redis" },
 ] as const;
 
 /**
@@ -287,12 +293,8 @@ const SECTIONS = [
 function requireWhole(section: (typeof SECTIONS)[number], merged: Raw, file: Raw, env: NodeJS.ProcessEnv, flags: ConfigFlags): void {
   const given = merged[section.name];
   if (typeof given !== "object" || given === null || section.field in given) return;
-  const variablePrefix = `FENCED_GATEWAY_${section.name.toUpperCase()}_`;
   const sources = [
-    ...Object.keys(env).filter((name) => name.startsWith(variablePrefix) && env[name] !== undefined && env[name] !== ""),
-    ...Object.keys(flags)
-      .filter((flag) => flag.startsWith(section.prefix) && flags[flag as keyof ConfigFlags] !== undefined)
-      .map((flag) => `--${flag.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`),
+    ...givenFor(section.name, env, flags),
     ...(typeof file[section.name] === "object" ? [`${section.name} in the config file`] : []),
   ];
   throw new Error(
