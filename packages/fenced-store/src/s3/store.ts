@@ -128,12 +128,10 @@ export class FencedS3 {
   }
 
   /**
-   * Deletes the data objects that no manifest names and none can come to name, left by writers that
-   * died before their manifest PUT or their cleanup, and aborts the incomplete multipart uploads of
-   * writers that died while uploading; see S3SweepOptions and PROTOCOL.md, "Data objects and
-   * cleanup". Safe beside running writers, however long they pause. A failure throws the typed error
-   * (as every call does; each request is bounded by timeoutMs) and no report: the last onProgress
-   * call carried the totals up to the last page dealt with.
+   * Deletes the data objects no manifest names or can come to name (orphans of writers that died),
+   * and aborts old incomplete multipart uploads; safe beside running writers however long they pause
+   * (S3SweepOptions; PROTOCOL.md, "Data objects and cleanup"). A failure throws the typed error and
+   * no report: the last onProgress call carried the totals up to the last page dealt with.
    */
   async sweep(options?: S3SweepOptions): Promise<S3SweepReport> {
     const checked = sweepOptions<S3SweepProgress>(options);
