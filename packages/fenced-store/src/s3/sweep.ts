@@ -23,6 +23,12 @@ import type { CheckedSweepOptions } from "./options.js";
  * INVARIANT: a data object is deleted only after its key's manifest, read AFTER a listing showed the
  * object, says that nothing can name it (mayBeNamed, the writer's own rule). A manifest read earlier
  * could predate the object's own target and condemn the body of an attempt that can still land.
+ *
+ * No age is needed for safety (minAgeMs: 0 is safe): the object's target existed before the object,
+ * so before that read; a manifest that is neither the target nor names the object proves the target
+ * replaced for good (ETags never repeat, manifests are never deleted), and a transfer carries over only
+ * a body its current manifest names. Nothing can name the object again, however long its writer, or
+ * the sweep itself, pauses before its next request.
  */
 
 export interface S3SweepCount {
@@ -190,7 +196,11 @@ export class Sweep {
       // A format /1 name records no target: whether an attempt of a /1 writer still runs is unknown.
       if (key === undefined || targetOf(name) === undefined) this.unrecognised.add(size);
       else if (this.isYoung(object.LastModified)) this.young.add(size);
-      else byKey.set(key, [...(byKey.get(key) ?? []), { name, size }]);
+      else {
+        const objects = byKey.get(key) ?? [];
+        objects.push({ name, size });
+        byKey.set(key, objects);
+      }
     }
     const dead: Listed[] = [];
     await this.limited([...byKey], async ([key, objects]) => {
