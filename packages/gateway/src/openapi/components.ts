@@ -2,7 +2,7 @@ import { z } from "zod";
 import { HOLDER_PATTERN } from "@fenced/fence";
 import { healthReportSchema, leaseAnswerSchema, objectWriteAnswerSchema, recordWriteAnswerSchema } from "../schemas/answers.js";
 import { OBJECT_VERSION, RECORD_VERSION } from "@fenced/store";
-import { credentialString, jsonValueSchema, tokenString, unanchored } from "../schemas/fields.js";
+import { credentialString, tokenString, unanchored } from "../schemas/fields.js";
 import { PROBLEM_KINDS, PROBLEM_TYPES, problemSchema, type ProblemDefinition, type ProblemKind } from "../problems/kinds.js";
 import { leaseBodySchema } from "../schemas/validation.js";
 import type {
@@ -20,7 +20,7 @@ import type {
 // The document's building blocks (a zod schema as JSON Schema, references, the problem responses of
 // an operation) and its components (parameters, headers, schemas, requestBodies), which paths.ts
 // refers to. Requests are described by zod's input side (parameters, requestBodies), answers by its
-// output side (headers, schemas); a schema component used both ways must be the same both ways.
+// output side (headers, schemas); JsonValue and JsonObject, a record's value, are the same both ways.
 
 /**
  * Which side of the wire a schema describes. A request's schema is zod's input ("input": a field
@@ -28,39 +28,38 @@ import type {
  */
 export type Side = "input" | "output";
 
-/** Every `$ref` in a JSON Schema replaced by what `to` makes of it. */
-function mapRefs(node: unknown, to: (ref: string) => string): unknown {
-  if (Array.isArray(node)) return node.map((item) => mapRefs(item, to));
-  if (typeof node !== "object" || node === null) return node;
-  return Object.fromEntries(Object.entries(node).map(([k, v]) => [k, k === "$ref" && typeof v === "string" ? to(v) : mapRefs(v, to)]));
-}
-
-/**
- * A zod schema as a draft 2020-12 JSON Schema (OpenAPI 3.1's dialect) for one side of the wire.
- * A recursive schema refers to its own root (`#`): `self`, the reference of the component it
- * becomes, stands in for it, since `#` would be the root of the whole document once embedded.
- */
-export function jsonSchema(schema: z.ZodType, io: Side, self?: Reference): JsonSchema {
+/** A zod schema as a draft 2020-12 JSON Schema (OpenAPI 3.1's dialect), for one side of the wire. */
+export function jsonSchema(schema: z.ZodType, io: Side): JsonSchema {
   const { $schema: _dialect, ...rest } = z.toJSONSchema(schema, { target: "draft-2020-12", io, unrepresentable: "throw" });
-  // Each component must stand alone: a $defs reference would point into the wrong document once embedded.
-  if (JSON.stringify(rest).includes('"$defs"')) throw new Error("a component schema with $defs cannot be embedded");
-  return mapRefs(rest, (target) => {
-    if (target !== "#") throw new Error(`a component schema refers to ${target}`);
-    if (self === undefined) throw new Error("a recursive schema is embedded only as a component (with its own reference)");
-    return self.$ref;
-  }) as JsonSchema;
+  // Each component must stand alone: a $defs reference (or a recursive schema's "#") would point into
+  // the wrong document once embedded.
+  if (/"\$(defs|ref)"/.test(JSON.stringify(rest))) throw new Error("a component schema with references cannot be embedded");
+  return rest;
 }
 
+const JSON_SCALARS: readonly JsonSchema[] = [{ type: "null" }, { type: "boolean" }, { type: "number" }, { type: "string" }];
+
 /**
- * A component both requests and answers refer to: its input and output schemas must be one, or a
- * client would be typed wrongly on one side (give it two components, …Request and …Answer, then).
+ * A record's value, the same both ways (PUT's body, GET's answer): any JSON value. Written out, not
+ * from zod: the record routes check a body with the store's assertJsonValue, and the shape matters
+ * to generated clients. A JSON Schema says "any JSON value" in one recursive schema, but
+ * openapi-typescript turns an array of itself into `components["schemas"]["JsonValue"][]` inside an
+ * interface, which TypeScript refuses (TS2502: referenced in its own type annotation; a recursion
+ * through an object's properties is fine). So an array's items are a scalar, a JsonObject or an array
+ * of anything: every JSON value still matches, and a client gets JSON types down to arrays in arrays.
  */
-function bothWays(name: string, schema: z.ZodType): JsonSchema {
-  const self = ref("schemas", name);
-  const input = jsonSchema(schema, "input", self);
-  if (JSON.stringify(input) !== JSON.stringify(jsonSchema(schema, "output", self)))
-    throw new Error(`${name} differs between requests and answers: make it two components`);
-  return input;
+function jsonValueSchemas(): Record<string, JsonSchema> {
+  return {
+    JsonValue: {
+      description: "Any JSON value: null, a boolean, a number, a string, an array, or an object of JSON values",
+      anyOf: [
+        ...JSON_SCALARS,
+        { type: "array", items: { anyOf: [...JSON_SCALARS, { type: "array" }, ref("schemas", "JsonObject")] } },
+        ref("schemas", "JsonObject"),
+      ],
+    },
+    JsonObject: { description: "A JSON object", type: "object", additionalProperties: ref("schemas", "JsonValue") },
+  };
 }
 
 export const ref = (section: string, name: string): Reference => ({ $ref: `#/components/${section}/${name}` });
@@ -224,7 +223,7 @@ export function schemas(): Record<string, JsonSchema> {
     RecordWriteAnswer: jsonSchema(recordWriteAnswerSchema, "output"),
     ObjectWriteAnswer: jsonSchema(objectWriteAnswerSchema, "output"),
     HealthReport: jsonSchema(healthReportSchema, "output"),
-    JsonValue: bothWays("JsonValue", jsonValueSchema),
+    ...jsonValueSchemas(),
     ...Object.fromEntries(PROBLEM_KINDS.map((kind) => [problemName(kind), jsonSchema(problemSchema(kind), "output")])),
   };
 }

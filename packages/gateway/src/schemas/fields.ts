@@ -8,7 +8,6 @@ import {
   resourceProblem,
   TOKEN_PATTERN,
 } from "@fenced/fence";
-import type { JsonValue } from "@fenced/store";
 
 /**
  * The fields every schema is made of — a token, a resource, a key, a holder id, a credential —
@@ -43,16 +42,6 @@ export const resourceSchema = z
 
 export const keyString = z.string().min(1).describe("A record's or object's key");
 
-/**
- * A record's value: any JSON value (recursive: arrays and objects of JSON values). The same on the
- * wire both ways, written by PUT and answered by GET. Only a description: the record routes parse
- * the body as JSON, and the store refuses what PostgreSQL's jsonb cannot hold (U+0000, lone surrogates).
- */
-// Described on the lazy schema itself, which its items refer back to: the JSON Schema's recursion is
-// then a reference to its own root (z.json().describe() would be a copy, and bring a $defs along).
-export const jsonValueSchema: z.ZodType<JsonValue> = z
-  .lazy(() => z.union([z.null(), z.boolean(), z.number(), z.string(), z.array(jsonValueSchema), z.record(z.string(), jsonValueSchema)]))
-  .describe("Any JSON value: null, a boolean, a number, a string, or an array or object of JSON values");
 export const holderString = z.string().regex(HOLDER_PATTERN).describe("The public holder id of the lease (never its secret)");
 
 // fc2.<key id>.<base64url payload>.<base64url MAC> (@fenced/fence verifies it; this only describes it).
