@@ -4,6 +4,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { FencedS3 } from "@fenced/store/s3";
 import { startS3, type StartedS3 } from "@fenced/servers";
 import { startCli } from "./cli-test-support.js";
+import { loadSweepConfig } from "./config.js";
+import { sweepCommand, type SweepIo } from "./sweep.js";
 
 /**
  * `fenced-gateway sweep` as a child process, against a real radosgw: with the gateway's own flags and
@@ -130,5 +132,24 @@ describe("fenced-gateway sweep", () => {
     expect(oneLine(postgresOnly)).toMatch(/^fenced-gateway sweep: PostgreSQL: nothing to sweep/);
     expect(Object.keys(postgresOnly.report)).toEqual(["postgres"]);
     expect(postgresOnly.report.postgres?.why).toMatch(/^nothing to sweep/);
+  });
+
+  it("a signal interrupts it: exit 1, one line, no report", async () => {
+    const config = loadSweepConfig(
+      { s3Bucket: bucket, s3Endpoint: s3.endpoint, s3Prefix: PREFIX },
+      { ...s3Env(), FENCED_GATEWAY_S3_REGION: s3.region },
+    );
+    const listeners = process.listenerCount("SIGWINCH");
+    const out: string[] = [];
+    const err: string[] = [];
+    const io: SweepIo = { stdout: (t) => void out.push(t), stderr: (t) => void err.push(t), signals: ["SIGWINCH"] };
+    // The listing request is in flight when the signal arrives (sweepCommand is inside it once it returns its promise).
+    // SIGWINCH stands in for SIGINT and SIGTERM: emitted here, no other listener of the test process acts on it.
+    const running = sweepCommand(config, { minAgeMs: 0, dryRun: true }, io);
+    process.emit("SIGWINCH", "SIGWINCH");
+    expect(await running).toBe(1);
+    expect(err).toEqual([expect.stringMatching(/^fenced-gateway sweep: interrupted by SIGWINCH: what it deleted stays deleted/)]);
+    expect(out).toEqual([]);
+    expect(process.listenerCount("SIGWINCH")).toBe(listeners);
   });
 });
