@@ -23,7 +23,7 @@ export interface SweepRun {
 
 /** The report on stdout. */
 export interface SweepReport {
-  readonly s3?: S3SweepReport & { readonly bucket: string; readonly prefix: string | null };
+  readonly s3?: S3SweepReport & { readonly bucket: string; readonly prefix: string };
   readonly postgres?: { readonly swept: false; readonly why: string };
 }
 
@@ -75,7 +75,7 @@ export async function sweepCommand(config: SweepConfig, run: SweepRun, io: Sweep
         store.sweep({ minAgeMs: run.minAgeMs, dryRun: run.dryRun, signal, onProgress: progressLines(line) }),
       );
       line(`S3: done: ${summary(s3)}`);
-      report.s3 = { bucket: config.s3.bucket, prefix: config.s3.prefix ?? null, ...s3 };
+      report.s3 = { bucket: store.bucket, prefix: store.prefix, ...s3 };
     } catch (err) {
       const failure = failureLine(err);
       if (failure === undefined) throw err;
