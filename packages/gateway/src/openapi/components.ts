@@ -200,6 +200,10 @@ export function headers(): Record<string, HeaderObject> {
       required: true,
       schema: { type: "string", minLength: 1 },
     },
+    "Fencing-Holder": {
+      description: "The holder of the lease that wrote this version; absent when its fence had no holder",
+      schema: { type: "string", minLength: 1 },
+    },
     "Content-Length": { description: "The object's size in bytes, when known", schema: { type: "string", pattern: "^(0|[1-9][0-9]*)$" } },
     "Retry-After": { description: "Seconds to wait before trying again", required: true, schema: { type: "string", pattern: "^[0-9]+$" } },
     "Retry-After-Some": {

@@ -100,6 +100,7 @@ export function keyPaths(store: Store, limits: ResolvedLimits): PathItemObject {
     ETag: etag,
     "Fencing-Token": token,
     "Fencing-Resource": resource,
+    "Fencing-Holder": ref("headers", "Fencing-Holder"),
     ...(store === "objects" && { "Content-Length": ref("headers", "Content-Length") }),
   };
   const readContent: Record<string, MediaTypeObject> =
@@ -116,7 +117,7 @@ export function keyPaths(store: Store, limits: ResolvedLimits): PathItemObject {
       },
       {
         "200": {
-          description: `The ${noun}: ETag is its version (for If-Match), Fencing-Token and Fencing-Resource the fence that wrote it`,
+          description: `The ${noun}: ETag is its version (for If-Match), Fencing-Token, Fencing-Resource and Fencing-Holder the fence that wrote it`,
           headers: readHeaders,
           ...(method === "get" && { content: readContent }),
         },
