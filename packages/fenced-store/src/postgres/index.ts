@@ -3,6 +3,8 @@
 //
 // The layers, from the API down:
 //   store.ts    FencedPostgres: validates a call (options.ts) and runs its statements in one transaction
+//   migrate.ts  migrate(): the tables, function and upgrades, in one transaction under an advisory lock
+//   inspect.ts  fence(): a resource's fence row; the StaleTokenError a refused write reads
 //   session.ts  one client checked out per call: its deadline, its error listener, its release
 //   failures.ts what a failure of the driver becomes (StoreUnavailable, OutcomeUnknown, StoreSetup)
 //   refusals.ts the store's own refusals raised by a statement (owner, version)

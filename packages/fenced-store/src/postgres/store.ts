@@ -6,6 +6,7 @@ import { assertJsonValue, type JsonValue } from "../json.js";
 import { liveFence, signalOnly, throwIfAborted } from "../options.js";
 import { assertPool, timeoutOption, transferOptions, writeOptions } from "./options.js";
 import { readFence, staleError } from "./inspect.js";
+import { migrateWithin } from "./migrate.js";
 import { CallbackError, Session, type Call } from "./session.js";
 import type {
   FencedPostgresOptions,
@@ -68,41 +69,9 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
    * advisory lock.
    */
   async migrate(): Promise<void> {
-    const lock: PgParam[] = [`fenced.migrate:${this.schema}`];
-    await this.session({ operation: "migrate" }, async (s) => {
-      await s.query(this.query("migrateLock", lock), "read");
-      let failure: { err: unknown } | undefined;
-      try {
-        await s.query({ text: beginWithin(s.remainingMs()) }, "read");
-        for (const ddl of this.sql.migrate) await s.query({ text: ddl }, "read");
-        for (const ddl of await this.upgrades(s)) await s.query({ text: ddl }, "read");
-        await s.query({ text: COMMIT }, "commit");
-      } catch (err) {
-        failure = { err };
-        await s.rollback(ROLLBACK);
-      }
-      try {
-        await s.query(this.query("migrateUnlock", lock), "read");
-      } catch (err) {
-        // Closing the connection drops a session lock still held; a committed migration stays committed.
-        s.discard(err);
-      }
-      if (failure !== undefined) {
-        s.discard(failure.err);
-        throw failure.err;
-      }
-    });
-  }
-
-  /** The ALTERs an older layout still needs; none on a current one (ALTER TABLE would lock the table for nothing). */
-  private async upgrades(s: Session<Client>): Promise<string[]> {
-    const { rows } = await s.query<{ table: string; column: string; notNull: boolean }>(this.query("layout", [this.schema]), "read");
-    const has = (table: string, column: string) => rows.find((r) => r.table === table && r.column === column);
-    const needed: string[] = [];
-    if (has("fence", "holder") === undefined) needed.push(this.sql.addFenceHolder);
-    if (has("records", "holder") === undefined) needed.push(this.sql.addRecordHolder);
-    if (has("records", "value")?.notNull === true) needed.push(this.sql.allowTombstones);
-    return needed;
+    await this.session({ operation: "migrate" }, (s) =>
+      migrateWithin(s, this.sql, this.schema, (name, values) => this.query(name, values)),
+    );
   }
 
   /**
