@@ -13,7 +13,7 @@ export interface LeaseOwner {
 /** What only the lock itself may do to a lease: redlock.ts imports it; index.ts does not re-export it. */
 interface LeaseInternals {
   /** Marks the lease lost (the first reason wins), aborts `signal` if anyone holds it, stops the timer. */
-  lose(lease: Lease, reason: LeaseLostError): void;
+  lose(lease: Lease, reason: LeaseLostError | "released"): void;
   /** One extension round that leaves the lease as it was when it fails (see using()'s extensionAttempts). */
   tryExtend(lease: Lease, ttlMs: number): Promise<void>;
 }

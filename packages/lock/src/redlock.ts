@@ -195,11 +195,13 @@ export class Redlock {
   /**
    * Releases a lease that another process acquired (see extend(held)): deletes the lease key on every
    * node where it still holds `value`, never a key holding another value. Idempotent. A `held` that is
-   * a Lease is released as its release() does: it is then lost (`released`) as well.
+   * a Lease is lost (`released`) from now on, as after its own release(); the deletes are still sent
+   * with this Redlock's clients, each time: the Lease's own Redlock may have closed its clients, or
+   * its earlier release() reached no node.
    */
   async release(held: HeldLease): Promise<void> {
     const { resource, value } = checkHeld(held);
-    if (held instanceof Lease) return held.release();
+    if (held instanceof Lease) leaseInternals.lose(held, "released");
     await this.#releaseAll(resourceKeys(resource).lease, value, false, this.#allNodes());
   }
 
