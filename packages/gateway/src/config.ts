@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
 import { z } from "zod";
-import { apiKeySchema } from "./auth/api-keys.js";
+import { apiKeySchema, distinctApiKeys } from "./auth/api-keys.js";
 import { fenceKeySchema } from "./auth/credentials.js";
 import { SERVER_DEFAULTS } from "./http/server.js";
 import { CONFIG_VARIABLE, fromEnv, fromFlags, givenFor, type ConfigFlags, type Raw } from "./settings.js";
@@ -20,6 +20,7 @@ const fields = {
   apiKeys: z
     .array(apiKeySchema)
     .min(1, "at least one API key is needed (apiKeys in the config file, or FENCED_GATEWAY_API_KEYS)")
+    .superRefine(distinctApiKeys)
     .describe("the API keys, a JSON array of { id, key or sha256, resources, keys, readOnly?, trustedLockClient? } (required)"),
   fenceKeys: z
     .array(fenceKeySchema)

@@ -33,6 +33,26 @@ describe("fenced-gateway refuses to start half-configured (exit 2, one line)", (
     expect(line).toMatch(/^fenced-gateway: invalid configuration: fenceKeys: leases \(redis\) need fence keys.*FENCED_GATEWAY_FENCE_KEYS/);
   });
 
+  it("two API keys with one id, or with one secret: names the entries", async () => {
+    const key = (id: string, secret: string) => ({ id, key: secret, resources: [""], keys: [""] });
+    const sameId = JSON.stringify([key("billing", "a".repeat(24)), key("billing", "b".repeat(24))]);
+    const line = await refusal(
+      startCli(["--port", "0", "--postgres", "postgres://nobody@127.0.0.1:1/none", "--no-start-checks"], {
+        ...ENV,
+        FENCED_GATEWAY_API_KEYS: sameId,
+      }),
+    );
+    expect(line).toMatch(/^fenced-gateway: invalid configuration: apiKeys\.1\.id: .*"billing".*apiKeys\[0\]/);
+    const sameSecret = JSON.stringify([key("billing", "a".repeat(24)), key("billing-2", "a".repeat(24))]);
+    const again = await refusal(
+      startCli(["--port", "0", "--postgres", "postgres://nobody@127.0.0.1:1/none", "--no-start-checks"], {
+        ...ENV,
+        FENCED_GATEWAY_API_KEYS: sameSecret,
+      }),
+    );
+    expect(again).toMatch(/^fenced-gateway: invalid configuration: apiKeys\.1: .*same secret as apiKeys\[0\]/);
+  });
+
   it("S3 options in the environment without a bucket: names the variable", async () => {
     const child = startCli(["--port", "0"], {
       ...ENV,

@@ -51,18 +51,38 @@ function sha256(text: string): Buffer {
   return createHash("sha256").update(text, "utf8").digest();
 }
 
+/**
+ * The API keys' list rule, for the gateway's configuration and its constructor alike: no two entries
+ * share an id (it names the key in logs and metrics) or a secret (a bearer key names one principal).
+ */
+export function distinctApiKeys(keys: readonly z.infer<typeof apiKeySchema>[], ctx: z.RefinementCtx): void {
+  const ids = new Map<string, number>();
+  const secrets = new Map<string, number>();
+  keys.forEach((k, i) => {
+    const id = ids.get(k.id);
+    if (id === undefined) ids.set(k.id, i);
+    else
+      ctx.addIssue({
+        code: "custom",
+        path: [i, "id"],
+        message: `duplicate id ${JSON.stringify(k.id)}, apiKeys[${id}]'s too: give each key an id of its own`,
+      });
+    const digest = k.sha256 ?? sha256(k.key ?? "").toString("hex");
+    const same = secrets.get(digest);
+    if (same === undefined) secrets.set(digest, i);
+    else ctx.addIssue({ code: "custom", path: [i], message: `duplicate secret: the same secret as apiKeys[${same}]` });
+  });
+}
+
 export class ApiKeys {
   readonly #digests: Buffer[];
   readonly #principals: Principal[];
 
   constructor(configs: readonly ApiKeyConfig[]) {
-    const parsed = z.array(apiKeySchema).min(1, "at least one API key is needed").parse(configs);
-    const ids = new Set<string>();
+    const parsed = z.array(apiKeySchema).min(1, "at least one API key is needed").superRefine(distinctApiKeys).parse(configs);
     this.#digests = [];
     this.#principals = [];
     for (const k of parsed) {
-      if (ids.has(k.id)) throw new RangeError(`duplicate API key id ${JSON.stringify(k.id)}`);
-      ids.add(k.id);
       this.#digests.push(k.sha256 !== undefined ? Buffer.from(k.sha256, "hex") : sha256(k.key ?? ""));
       this.#principals.push({
         id: k.id,
@@ -72,8 +92,6 @@ export class ApiKeys {
         trustedLockClient: k.trustedLockClient,
       });
     }
-    const digests = new Set(this.#digests.map((d) => d.toString("hex")));
-    if (digests.size !== this.#digests.length) throw new RangeError("two API keys have the same secret");
   }
 
   /**
