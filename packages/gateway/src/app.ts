@@ -10,6 +10,7 @@ import type { HealthAnswer } from "./schemas/answers.js";
 import { ApiKeys, type ApiKeyConfig } from "./auth/api-keys.js";
 import { FenceCredentials } from "./auth/credentials.js";
 import { accounting, limitsSchema, type Limits, type RouteContext } from "./http/context.js";
+import { ClientGoneError } from "./http/client-gone.js";
 import { wasCutByDrain } from "./http/server.js";
 import { postgresHealth, s3Health, type BackendHealth } from "./ops/health.js";
 import { GatewayMetrics } from "./ops/metrics.js";
@@ -235,7 +236,8 @@ function disabled(what: string) {
 function fail(ctx: RouteContext, err: unknown, req: Request, res: Response): void {
   const problem = classify(err);
   // The route, never the path: a path may hold a lease id, which is a capability.
-  if (problem.body.status >= 500) ctx.logger.error({ err, method: req.method, route: routeOf(req.path) }, "request failed");
+  if (problem.body.status >= 500 && !(err instanceof ClientGoneError))
+    ctx.logger.error({ err, method: req.method, route: routeOf(req.path) }, "request failed");
   if (res.headersSent) {
     // Mid-stream (a GET whose source failed): a cut connection is the only honest signal left.
     res.destroy();

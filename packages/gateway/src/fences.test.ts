@@ -1,4 +1,9 @@
+import { request } from "node:http";
+import { createServer, type AddressInfo, type Socket } from "node:net";
+import { Writable } from "node:stream";
+import { setTimeout as sleep } from "node:timers/promises";
 import pg from "pg";
+import { pino } from "pino";
 import { freePort } from "@fenced/servers";
 import { describe, expect, it } from "vitest";
 import { createGateway } from "./app.js";
@@ -151,5 +156,44 @@ describe("the API document lists what GET /v1/fences/{resource} answers", () => 
       "internal",
     ] as const;
     expect(kinds.filter((k) => !documented.has(problemName(k)))).toEqual([]);
+  });
+});
+
+describe("a client that leaves while its fence is read", () => {
+  it("is not logged as a failure of the gateway: no error-level 'request failed'", async () => {
+    const sockets: Socket[] = [];
+    const hole = createServer((s) => void sockets.push(s)); // accepts, never answers: the read waits
+    await new Promise<void>((resolve) => hole.listen(0, "127.0.0.1", resolve));
+    const pool = new pg.Pool({ connectionString: `postgres://x@127.0.0.1:${(hole.address() as AddressInfo).port}/x` });
+    pool.on("error", () => undefined);
+    const lines: Record<string, unknown>[] = [];
+    const sink = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        for (const line of chunk.toString().split("\n")) if (line !== "") lines.push(JSON.parse(line) as Record<string, unknown>);
+        done();
+      },
+    });
+    const { objects: _objects, leases: _leases, ...options } = fixture.backends.gatewayOptions();
+    const gateway = createGateway({ ...options, records: { pool }, storeTimeoutMs: 2_000, logger: pino({ level: "info" }, sink) });
+    const serving = await serve(gateway.app, { port: 0 });
+    try {
+      await new Promise<void>((resolve) => {
+        const req = request({ host: "127.0.0.1", port: serving.port, path: "/v1/fences/svc/y", headers: bearer(KEYS.service) });
+        req.on("error", () => resolve());
+        req.end();
+        setTimeout(() => {
+          req.destroy();
+          resolve();
+        }, 200);
+      });
+      await sleep(300);
+      expect(lines.find((l) => l.msg === "request failed")).toBeUndefined();
+      expect(lines.some((l) => l.status === 499)).toBe(true);
+    } finally {
+      await serving.drain(500);
+      for (const s of sockets) s.destroy();
+      hole.close();
+      await pool.end().catch(() => undefined);
+    }
   });
 });

@@ -1,5 +1,6 @@
 import { Readable } from "node:stream";
 import type { Request, Response } from "express";
+import { ClientGoneError } from "./client-gone.js";
 import { HttpProblem } from "../problems/problem.js";
 
 /** Unread request bytes the gateway will still read and discard to keep a keep-alive connection usable. */
@@ -55,7 +56,7 @@ export function streamUpload(req: Request, res: Response, limit: number): Upload
       req.once("end", () => body.push(null));
       req.once("error", (err) => body.destroy(err));
       req.once("close", () => {
-        if (!req.complete && !body.destroyed) body.destroy(new Error("the client closed the connection before the body was complete"));
+        if (!req.complete && !body.destroyed) body.destroy(new ClientGoneError("body"));
       });
       req.resume();
     },
@@ -95,7 +96,7 @@ export function readSmall(req: Request, res: Response, length: number): Promise<
       size === length ? resolve(Buffer.concat(chunks, size)) : reject(new HttpProblem("invalid", "body: shorter than Content-Length")),
     );
     req.once("close", () => {
-      if (!req.complete) reject(new Error("the client closed the connection before the body was complete"));
+      if (!req.complete) reject(new ClientGoneError("body"));
     });
     req.once("error", reject);
   });

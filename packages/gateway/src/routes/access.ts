@@ -3,6 +3,7 @@ import type { Fence } from "@fenced/fence";
 import { requireKey, requireResource, requireWrite, type Principal } from "../auth/api-keys.js";
 import { HttpProblem } from "../problems/problem.js";
 import { markAccepted, sendJson, type RouteContext } from "../http/context.js";
+import { clientGone } from "../http/client-gone.js";
 import { etag, fenceFromHeaders, ifVersionFromHeaders, keyFromPath } from "../schemas/validation.js";
 
 /**
@@ -36,19 +37,6 @@ export function writeOptions(
   const ifVersion = ifVersionFromHeaders(req, versionPattern);
   const signal = clientGone(res);
   return ifVersion === undefined ? { fence, signal } : { fence, ifVersion, signal };
-}
-
-/**
- * Aborted when the client goes away before its answer is complete: the store then stops what it
- * can (a transaction not yet committed rolls back, S3 requests in flight are cancelled). A write
- * already committed stays committed; the client, gone, learns its outcome by reading.
- */
-function clientGone(res: Response): AbortSignal {
-  const controller = new AbortController();
-  res.once("close", () => {
-    if (!res.writableFinished) controller.abort(new Error("the client closed the connection before the answer was complete"));
-  });
-  return controller.signal;
 }
 
 const PLAIN_FENCE_HEADERS = ["fencing-token", "fencing-resource", "fencing-holder"] as const;

@@ -4,6 +4,7 @@ import type { FencedPostgres } from "@fenced/store/postgres";
 import type { FencedS3 } from "@fenced/store/s3";
 import { requireResource } from "../auth/api-keys.js";
 import { methodNotAllowed, type RouteContext } from "../http/context.js";
+import { clientGone } from "../http/client-gone.js";
 import { resourceFromPath, type FenceAnswer } from "../schemas/fences.js";
 
 /** The stores whose fences the route reads: those the gateway is configured with. */
@@ -50,13 +51,4 @@ export function fencesRouter(ctx: RouteContext, stores: FenceStores): Router {
 /** Tokens travel as decimal strings (a JSON number would round a 64-bit token); null: nothing recorded. */
 function wire(fence: CheckedFence | undefined): { token: string; holder: string | null } | null {
   return fence === undefined ? null : { token: fence.token.toString(), holder: fence.holder };
-}
-
-/** Aborted when the client goes away before its answer is complete: the store calls in flight stop. */
-function clientGone(res: Response): AbortSignal {
-  const controller = new AbortController();
-  res.once("close", () => {
-    if (!res.writableFinished) controller.abort(new Error("the client closed the connection before the answer was complete"));
-  });
-  return controller.signal;
 }

@@ -19,6 +19,7 @@ import type { FenceCredentials, IssuedLease } from "../auth/credentials.js";
 import type { LeaseIdParts } from "../auth/lease-id.js";
 import type { StoreName } from "../ops/metrics.js";
 import { jsonBody, methodNotAllowed, type RouteContext } from "../http/context.js";
+import { clientGone } from "../http/client-gone.js";
 import { HttpProblem } from "../problems/problem.js";
 import { leaseBodySchema } from "../schemas/validation.js";
 
@@ -194,19 +195,6 @@ export function leasesRouter(
     while (inFlight.size > 0) await Promise.allSettled([...inFlight]);
   };
   return { router, health, settled };
-}
-
-/**
- * Aborts when the client is gone before its answer was written: it closed the connection (its own
- * timeout), or the drain cut it. The retries run inside the gateway, for up to acquireTimeoutMs —
- * longer than many clients wait.
- */
-function clientGone(res: Response): AbortSignal {
-  const controller = new AbortController();
-  res.once("close", () => {
-    if (!res.writableFinished) controller.abort();
-  });
-  return controller.signal;
 }
 
 /**
