@@ -84,6 +84,11 @@ export function leasePaths(): Record<string, PathItemObject> {
         { "200": { description: "Each configured store's fence", content: json(jsonSchema(fenceAnswerSchema, "output")) } },
         ["invalid", "forbidden", ...STORE],
       ),
+      head: operation(
+        { operationId: "headFences", summary: "The answer's headers of a fence read, without its body", tags: ["leases"] },
+        { "200": { description: "Each configured store's fence was read" } },
+        ["invalid", "forbidden", ...STORE],
+      ),
     },
   };
 }
