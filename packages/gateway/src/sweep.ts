@@ -124,10 +124,12 @@ function progressLines(line: (text: string) => void): (progress: S3SweepProgress
 function summary(r: S3SweepReport): string {
   const gone = r.dryRun ? "would delete" : "deleted";
   const aborted = r.dryRun ? "would abort" : "aborted";
+  const kept = r.uploads.kept;
   return (
     `${r.scanned.objects} objects scanned (${bytes(r.scanned.bytes)}), ${gone} ${r.deleted.objects} (${bytes(r.deleted.bytes)}), ` +
     `kept ${r.kept.objects} (named ${r.keptBecause.named.objects}, younger than ${r.minAgeMs} ms ${r.keptBecause.young.objects}, ` +
-    `unrecognised ${r.keptBecause.unrecognised.objects}); multipart uploads: ${r.uploads.scanned} found, ${aborted} ${r.uploads.aborted}`
+    `unrecognised ${r.keptBecause.unrecognised.objects}); multipart uploads: ${r.uploads.scanned} found, ${aborted} ${r.uploads.aborted}, ` +
+    `kept (named ${kept.named}, younger ${kept.young}, unrecognised ${kept.unrecognised})`
   );
 }
 

@@ -6,7 +6,7 @@ import type { Fence } from "../fence.js";
 import { FencedS3 } from "./store.js";
 import { copyData } from "./copy.js";
 import { dataKey, newId, targetOf } from "./layout.js";
-import { mayBeNamed, nextHeader, type ManifestHeader } from "./manifest.js";
+import { judgeData, mayBeNamed, nextHeader, type ManifestHeader } from "./manifest.js";
 import { auditManifests, fakeError, intercept, isManifestPut, listKeys } from "./test-support.js";
 
 let server: StartedS3;
@@ -23,7 +23,7 @@ afterAll(async () => {
 const fence: Fence = { resource: "data", token: 1n };
 
 describe("data objects: one per manifest attempt, named for the manifest it is sent against", () => {
-  it("the sweeper's rule: a data object may be named while the current manifest names it or is its attempt's target", () => {
+  it("the sweeper's rule: a data object may be named while the current manifest names it or is its attempt's target; no manifest for a writeId target is unexplained, never an orphan", () => {
     const manifest = (writeId: string, body: ManifestHeader["body"]): ManifestHeader =>
       nextHeader(undefined, "k", { resource: "r", token: 1n, holder: null }, writeId, body, undefined);
     const [w1, w2] = [newId(), newId()];
@@ -34,15 +34,21 @@ describe("data objects: one per manifest attempt, named for the manifest it is s
     expect(targetOf("p/data/k/0123456789abcdef0123456789abcdef")).toBeUndefined(); // a /1 name
     const tomb: ManifestHeader["body"] = { kind: "tombstone" };
     // Its attempt's target is current: the attempt may still land.
-    expect(mayBeNamed(againstW1, manifest(w1, tomb))).toBe(true);
+    expect(judgeData(againstW1, manifest(w1, tomb))).toBe("named");
     // The current manifest names it.
-    expect(mayBeNamed(againstW1, manifest(w2, { kind: "object", dataKey: againstW1 }))).toBe(true);
+    expect(judgeData(againstW1, manifest(w2, { kind: "object", dataKey: againstW1 }))).toBe("named");
     // The target was replaced and the current manifest names something else: nothing can name it again.
+    expect(judgeData(againstW1, manifest(w2, tomb))).toBe("orphan");
     expect(mayBeNamed(againstW1, manifest(w2, tomb))).toBe(false);
     // A create lands only while the key has no manifest.
-    expect(mayBeNamed(create, null)).toBe(true);
-    expect(mayBeNamed(create, manifest(w1, tomb))).toBe(false);
+    expect(judgeData(create, null)).toBe("named");
+    expect(judgeData(create, manifest(w1, tomb))).toBe("orphan");
+    // Its target existed and manifests are never deleted: no manifest means the object is not this
+    // store's (another store's, whose prefix lies under this one's) or a manifest was deleted by hand.
+    expect(judgeData(againstW1, null)).toBe("unexplained");
+    expect(mayBeNamed(againstW1, null)).toBe(true);
     // Without a target in its name, nothing is known.
+    expect(judgeData("p/data/k/0123456789abcdef0123456789abcdef", manifest(w2, tomb))).toBe("unexplained");
     expect(mayBeNamed("p/data/k/0123456789abcdef0123456789abcdef", manifest(w2, tomb))).toBe(true);
   });
 

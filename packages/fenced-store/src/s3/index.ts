@@ -2,7 +2,7 @@
 //
 // The layers, from the API down (each imports only those below it):
 //   store.ts       FencedS3: validates a call (options.ts, body.ts) and runs it
-//   sweep.ts       the sweeper: orphaned data objects and incomplete uploads (mayBeNamed)
+//   sweep.ts       the sweeper: orphaned data objects and incomplete uploads (judgeData); sweep-report.ts, its report
 //   write.ts       the write loop: read, check, raise, send, after-failure (PROTOCOL.md "The write")
 //   fencing.ts     the resource-fence strategies; the rule a manifest PUT is sent under
 //   pipeline.ts    the fence read and manifest PUT prepared ahead, gated on the wire
@@ -28,6 +28,7 @@ export {
   type S3SweepOptions,
   type S3SweepProgress,
   type S3SweepReport,
+  type S3SweepUploadsKept,
   type S3TransferOptions,
   type S3UpdateOptions,
   type S3VerifyResult,

@@ -191,19 +191,36 @@ export function transferHeader(prev: ManifestHeader, from: CheckedFence, to: Che
 }
 
 /**
- * The sweeper's rule, and the writer's own: whether a manifest can still come to name this data
- * object, given its key's current manifest (null: none) read after the data object was seen to exist.
+ * What a key's current manifest (null: none), read after one of the key's data objects (or its
+ * multipart upload) was seen to exist, says of it:
+ * - "named": a manifest names it or can still come to — the current one names it, or it is the
+ *   object of an attempt whose target is current (a create's, while the key has no manifest);
+ * - "orphan": nothing can ever name it — the sweeper's rule, and the writer's own;
+ * - "unexplained": its name says nothing the store can judge by (a /1 name, whose attempts are
+ *   unknown), or what it says cannot happen under the protocol: its target, a manifest, existed
+ *   before it did, and manifests are never deleted, so "no manifest, and the target is a writeId"
+ *   means another writer's object under the prefix (another store whose prefix lies under this
+ *   one's, say) or a manifest deleted by hand. Never treated as an orphan.
+ *
  * A manifest names a data object only through the attempt it was made for (sent against the
  * manifest its name records) or a transfer that carries it over (sent against a manifest naming it).
  * Once the current manifest neither names the object nor is its attempt's target, the target was
  * replaced and never comes back, and no manifest names it to carry it over: nothing can name it again.
  */
-export function mayBeNamed(dataObjectKey: string, current: ManifestHeader | null): boolean {
-  if (current?.body.kind === "object" && current.body.dataKey === dataObjectKey) return true;
+export type DataVerdict = "named" | "orphan" | "unexplained";
+
+export function judgeData(dataObjectKey: string, current: ManifestHeader | null): DataVerdict {
+  if (current?.body.kind === "object" && current.body.dataKey === dataObjectKey) return "named";
   const target = targetOf(dataObjectKey);
-  if (target === undefined) return true; // a /1 name: its attempts are unknown
-  if (target === null) return current === null; // a create lands only while the key has no manifest
-  return current?.writeId === target;
+  if (target === undefined) return "unexplained"; // a /1 name: its attempts are unknown
+  if (target === null) return current === null ? "named" : "orphan"; // a create lands only while the key has no manifest
+  if (current === null) return "unexplained"; // its target existed, and manifests are never deleted
+  return current.writeId === target ? "named" : "orphan";
+}
+
+/** Whether a manifest can still come to name this data object: judgeData's verdict is not "orphan". */
+export function mayBeNamed(dataObjectKey: string, current: ManifestHeader | null): boolean {
+  return judgeData(dataObjectKey, current) !== "orphan";
 }
 
 const FenceSchema = z.strictObject({

@@ -5,7 +5,12 @@ import { checkSignal, liveFence, optionsObject, signalOnly, throwIfAborted, tran
 
 export interface FencedS3Options {
   readonly bucket: string;
-  /** Prefix of every object the store writes; default "fenced/". Empty, or ending in "/". */
+  /**
+   * Prefix of every object the store writes; default "fenced/". Empty, or ending in "/". The store
+   * owns everything under it, and nothing else may write there: two stores in one bucket need
+   * prefixes neither of which is a prefix of the other ("" owns the whole bucket), or one's sweep()
+   * may judge the other's objects as its own.
+   */
   readonly prefix?: string | undefined;
   /**
    * Bodies in memory up to this many bytes are stored inside the manifest: one PUT per write and one

@@ -40,7 +40,7 @@ export type {
   S3UpdateOptions,
   S3WriteOptions,
 } from "./options.js";
-export type { S3SweepCount, S3SweepOptions, S3SweepProgress, S3SweepReport } from "./sweep.js";
+export type { S3SweepCount, S3SweepOptions, S3SweepProgress, S3SweepReport, S3SweepUploadsKept } from "./sweep.js";
 export type { S3PutResult } from "./intent.js";
 
 interface S3Meta {
@@ -129,9 +129,10 @@ export class FencedS3 {
 
   /**
    * Deletes the data objects no manifest names or can come to name (orphans of writers that died),
-   * and aborts old incomplete multipart uploads; safe beside running writers however long they pause
-   * (S3SweepOptions; PROTOCOL.md, "Data objects and cleanup"). A failure throws the typed error and
-   * no report: the last onProgress call carried the totals up to the last page dealt with.
+   * and aborts the incomplete multipart uploads of such objects; safe beside running writers however
+   * long they pause (S3SweepOptions; PROTOCOL.md, "Data objects and cleanup"). It takes everything
+   * under the prefix for the store's own (FencedS3Options.prefix). A failure throws the typed error
+   * and no report: the last onProgress call carried the totals up to the last page dealt with.
    */
   async sweep(options?: S3SweepOptions): Promise<S3SweepReport> {
     const checked = sweepOptions<S3SweepProgress>(options);

@@ -9,7 +9,7 @@ import {
 } from "@aws-sdk/client-s3";
 import { InvalidArgumentError } from "@fenced/fence";
 import { startS3, type StartedS3 } from "@fenced/servers";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { StoreUnavailableError } from "../errors.js";
 import { FencedS3, type S3SweepProgress } from "./store.js";
 import { dataKey, newId } from "./layout.js";
@@ -39,34 +39,52 @@ async function uploadsIn(bucket: string): Promise<string[]> {
   return (res.Uploads ?? []).map((u) => u.Key ?? "").sort();
 }
 
-describe("FencedS3.sweep: incomplete multipart uploads and verify()'s probes", () => {
-  it("an incomplete multipart upload older than minAgeMs is aborted, a younger one is not; minAgeMs: 0 aborts every one under <prefix>data/", async () => {
-    const bucket = await server.createBucket();
-    const old = dataKey("fenced/", "big", null, newId());
-    const young = dataKey("fenced/", "big/er", null, newId());
-    await abandonedUpload(bucket, old);
-    await abandonedUpload(bucket, "elsewhere/not-the-stores");
-    await sleep(1200);
-    await abandonedUpload(bucket, young);
-    const store = new FencedS3(client, { bucket });
+/** The version a key's manifest is at. */
+async function versionOf(store: FencedS3, key: string): Promise<string> {
+  const found = await store.getBytes(key);
+  if (found === undefined) throw new Error(`${key} has no body`);
+  return found.version;
+}
 
-    expect(await store.sweep({ minAgeMs: 1000 })).toMatchObject({ uploads: { scanned: 2, aborted: 1 } });
-    expect(await uploadsIn(bucket)).toEqual(["elsewhere/not-the-stores", young]);
-    expect(await store.sweep({ minAgeMs: 0, dryRun: true })).toMatchObject({ uploads: { scanned: 1, aborted: 1 } });
-    expect(await uploadsIn(bucket)).toEqual(["elsewhere/not-the-stores", young]);
-    await abandonedUpload(bucket, dataKey("fenced/", "big", null, newId()));
+describe("FencedS3.sweep: incomplete multipart uploads and verify()'s probes", () => {
+  it("an upload is aborted only when its key's manifest, read after the listing, says nothing can name it; however old, one whose target is current, or a create's on a key with no manifest, is kept", async () => {
+    const bucket = await server.createBucket();
+    const store = new FencedS3(client, { bucket });
+    const fence = { resource: "sweep", token: 1n };
+    await store.put("current", "v1", { fence });
+    await store.put("replaced", "v1", { fence });
+    const replacedTarget = await versionOf(store, "replaced");
+    await store.put("replaced", "v2", { fence });
+    await store.put("taken", "v1", { fence });
+    const named = [dataKey("fenced/", "current", await versionOf(store, "current"), newId()), dataKey("fenced/", "created", null, newId())];
+    const orphans = [dataKey("fenced/", "replaced", replacedTarget, newId()), dataKey("fenced/", "taken", null, newId())];
+    const unrecognised = [
+      "fenced/data/stray", // no key
+      "fenced/data/k/0123456789abcdef0123456789abcdef", // a /1 name: no target
+      dataKey("fenced/", "ghost", newId(), newId()), // a writeId target, and no manifest: not this store's
+    ];
+    for (const name of [...named, ...orphans, ...unrecognised, "elsewhere/not-the-stores"]) await abandonedUpload(bucket, name);
+    await sleep(1200);
+    const young = dataKey("fenced/", "replaced", replacedTarget, newId());
+    await abandonedUpload(bucket, young);
+
+    const kept = { named: 2, young: 1, unrecognised: 3 };
+    expect(await store.sweep({ minAgeMs: 1000 })).toMatchObject({ uploads: { scanned: 8, aborted: 2, kept } });
+    const left = ["elsewhere/not-the-stores", ...named, ...unrecognised, young].sort();
+    expect(await uploadsIn(bucket)).toEqual(left);
+    expect(await store.sweep({ minAgeMs: 0, dryRun: true })).toMatchObject({
+      uploads: { scanned: 6, aborted: 1, kept: { named: 2, young: 0, unrecognised: 3 } },
+    });
+    expect(await uploadsIn(bucket)).toEqual(left);
     const progress: S3SweepProgress[] = [];
-    const report = await store.sweep({ minAgeMs: 0, pageSize: 1, onProgress: (p) => progress.push(p) });
-    expect(report).toMatchObject({ uploads: { scanned: 2, aborted: 2 } });
-    expect(progress.filter((p) => p.phase === "uploads").map((p) => p.uploads)).toEqual([
-      { scanned: 1, aborted: 1 },
-      { scanned: 2, aborted: 2 },
-    ]);
-    expect(await uploadsIn(bucket)).toEqual(["elsewhere/not-the-stores"]);
-    expect(await listKeys(client, bucket)).toEqual([]); // nothing was completed
+    const report = await store.sweep({ minAgeMs: 0, pageSize: 2, onProgress: (p) => progress.push(p) });
+    expect(report.uploads).toEqual({ scanned: 6, aborted: 1, kept: { named: 2, young: 0, unrecognised: 3 } });
+    expect(progress.filter((p) => p.phase === "uploads").map((p) => p.uploads.scanned)).toEqual([2, 4, 6]);
+    expect(await uploadsIn(bucket)).toEqual(left.filter((name) => name !== young));
+    expect(await listKeys(client, bucket, "fenced/data/")).toEqual([]); // nothing was completed
   });
 
-  it("a stream whose multipart upload a sweep aborts fails before any manifest names it", async () => {
+  it("a stream whose multipart upload a sweep aborts (its create's key was written meanwhile) fails before any manifest names it", async () => {
     const bucket = await server.createBucket();
     const writerClient = server.client();
     const completing = holdFirst(writerClient, (info) => info.command === "CompleteMultipartUploadCommand");
@@ -74,15 +92,20 @@ describe("FencedS3.sweep: incomplete multipart uploads and verify()'s probes", (
     const body = Readable.from([Buffer.alloc(6 * MiB, 2)], { objectMode: false }); // unknown length: two parts
     const put = writer.put("streamed", body, { fence: { resource: "sweep", token: 1n } });
     await completing.reached;
-    expect(await new FencedS3(client, { bucket }).sweep({ minAgeMs: 0 })).toMatchObject({ uploads: { scanned: 1, aborted: 1 } });
+    const store = new FencedS3(client, { bucket });
+    // While the key has no manifest, the create may still land: its upload is kept, however old.
+    expect(await store.sweep({ minAgeMs: 0 })).toMatchObject({ uploads: { scanned: 1, aborted: 0, kept: { named: 1 } } });
+    const other = await store.put("streamed", "another writer's", { fence: { resource: "sweep", token: 2n } });
+    expect(await store.sweep({ minAgeMs: 0 })).toMatchObject({ uploads: { scanned: 1, aborted: 1 } });
     completing.release();
     await expect(put).rejects.toThrow(); // its CompleteMultipartUpload is refused (radosgw: StoreUnavailableError)
-    expect(await writer.get("streamed")).toBeUndefined();
-    expect(await listKeys(client, bucket, "fenced/manifests/")).toEqual([]);
+    expect((await writer.getBytes("streamed"))?.version).toBe(other.version);
+    expect(await listKeys(client, bucket, "fenced/manifests/")).toEqual(["fenced/manifests/streamed"]);
+    expect(await listKeys(client, bucket, "fenced/data/")).toEqual([]);
     expect(await uploadsIn(bucket)).toEqual([]);
   });
 
-  it("verify()'s leftover probe is deleted once older than minAgeMs and the store's timeoutMs; other names under probe/ are kept", async () => {
+  it("verify()'s leftover probe is deleted once an hour old by the sweeper's clock (and older than minAgeMs and timeoutMs); a clock 59 minutes ahead keeps it; other names under probe/ are kept", async () => {
     const bucket = await server.createBucket();
     const probing = server.client();
     // The process dies before verify() cleans up: its deletions never reach the server.
@@ -103,7 +126,28 @@ describe("FencedS3.sweep: incomplete multipart uploads and verify()'s probes", (
       keptBecause: { young: { objects: 1 }, unrecognised: { objects: 1 } },
     });
     await sleep(1100);
-    expect(await store.sweep({ minAgeMs: 0 })).toMatchObject({ deleted: { objects: 1, bytes: "probe-3-bare".length } });
+    // The sweeper's clock runs ahead of the server's (its client signs with the server's time, as the
+    // SDK's skew correction makes it): the probe, a second old by the server's clock, looks 59
+    // minutes old. Kept: it is not yet an hour old.
+    const skewed = server.client();
+    const sweeper = new FencedS3(skewed, { bucket, timeoutMs: 1000 });
+    const now = Date.now.bind(Date);
+    const ahead = vi.spyOn(Date, "now");
+    try {
+      for (const [minutes, deleted] of [
+        [59, 0],
+        [61, 1],
+      ] as const) {
+        ahead.mockImplementation(() => now() + minutes * 60_000);
+        skewed.config.systemClockOffset = -minutes * 60_000;
+        expect(await sweeper.sweep({ minAgeMs: 0 })).toMatchObject({
+          deleted: { objects: deleted },
+          keptBecause: { young: { objects: 1 - deleted } },
+        });
+      }
+    } finally {
+      ahead.mockRestore();
+    }
     expect(await listKeys(client, bucket, "fenced/probe/")).toEqual(["fenced/probe/notes.txt"]);
   });
 });

@@ -51,7 +51,10 @@ async function dieBeforeManifestPut(bucket: string, key: string, body: string): 
   return made;
 }
 
-/** A data object as a writer would leave it whose attempt's target was replaced (or never was): nothing can name it. */
+/**
+ * A data object as a writer would leave it whose attempt's target was replaced: nothing can name it
+ * once the key has a manifest (with none, a target that is a writeId is unexplained, and kept).
+ */
 async function orphanOf(bucket: string, key: string, body = "orphan"): Promise<string> {
   const name = dataKey("fenced/", key, newId(), newId());
   await client.send(new PutObjectCommand({ Bucket: bucket, Key: name, Body: body }));
@@ -150,7 +153,8 @@ describe("FencedS3.sweep: orphaned data objects", () => {
     for (const k of ["x", "y/z"]) await store.put(k, `body of ${k}`, { fence });
     await orphanOf(bucket, "x", "twelve bytes");
     await orphanOf(bucket, "y/z", "twelve bytes");
-    await orphanOf(bucket, "never-written"); // a target that is not current: a key without manifest has none
+    // A create's, on a key that has a manifest: no create can land there again.
+    await client.send(new PutObjectCommand({ Bucket: bucket, Key: dataKey("fenced/", "x", null, newId()), Body: "orphan" }));
     await store.flush();
     const before = await listKeys(client, bucket, "fenced/data/");
 

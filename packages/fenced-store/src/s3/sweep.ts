@@ -5,24 +5,29 @@ import {
   ListMultipartUploadsCommand,
   ListObjectsV2Command,
   type _Object,
+  type MultipartUpload,
 } from "@aws-sdk/client-s3";
 import { Deadline } from "./deadline.js";
 import { refusesDeleteObjects } from "./deletions.js";
 import { isAbsent, typedFailure } from "./failures.js";
 import type { StoreIo } from "./io.js";
 import { dataPrefix, isProbe, keyOfData, manifestKey, probeKeyPrefix, targetOf } from "./layout.js";
-import { decodeManifest, mayBeNamed, type ManifestHeader } from "./manifest.js";
+import { decodeManifest, judgeData, type DataVerdict, type ManifestHeader } from "./manifest.js";
 import type { CheckedSweepOptions } from "./options.js";
+import { Count, type S3SweepProgress, type S3SweepReport } from "./sweep-report.js";
+
+export type { S3SweepCount, S3SweepOptions, S3SweepProgress, S3SweepReport, S3SweepUploadsKept } from "./sweep-report.js";
 
 /**
  * The sweeper: deletes the data objects that no manifest names and none can come to name — orphans
  * of writers that died between their upload and their manifest PUT, or before their cleanup — and
- * aborts the incomplete multipart uploads of writers that died while uploading (PROTOCOL.md, "S3",
- * "Data objects and cleanup").
+ * aborts the incomplete multipart uploads of such objects (PROTOCOL.md, "S3", "Data objects and cleanup").
  *
- * INVARIANT: a data object is deleted only after its key's manifest, read AFTER a listing showed the
- * object, says that nothing can name it (mayBeNamed, the writer's own rule). A manifest read earlier
- * could predate the object's own target and condemn the body of an attempt that can still land.
+ * INVARIANT: a data object is deleted, and an upload aborted, only after its key's manifest, read
+ * AFTER a listing showed it, says that nothing can name it (judgeData: "orphan", the writer's own
+ * rule). A manifest read earlier could predate the object's own target and condemn the body of an
+ * attempt that can still land. Only names of exactly the store's shape are judged (keyOfData,
+ * targetOf); an "unexplained" verdict — no manifest, yet a target that is a writeId — is kept.
  *
  * No age is needed for safety (minAgeMs: 0 is safe): the object's target existed before the object,
  * so before that read; a manifest that is neither the target nor names the object proves the target
@@ -31,73 +36,16 @@ import type { CheckedSweepOptions } from "./options.js";
  * the sweep itself, pauses before its next request.
  */
 
-export interface S3SweepCount {
-  readonly objects: number;
-  readonly bytes: number;
-}
-
-export interface S3SweepReport {
-  readonly dryRun: boolean;
-  readonly minAgeMs: number;
-  /** Every object listed under `<prefix>data/` and `<prefix>probe/`. */
-  readonly scanned: S3SweepCount;
-  /** Deleted (with dryRun: those that would have been). */
-  readonly deleted: S3SweepCount;
-  /** Scanned and not deleted; why, in keptBecause. */
-  readonly kept: S3SweepCount;
-  readonly keptBecause: {
-    /** The key's manifest names it, or can still come to (its attempt's target is current). */
-    readonly named: S3SweepCount;
-    /** Younger than minAgeMs (a probe: than minAgeMs and timeoutMs). */
-    readonly young: S3SweepCount;
-    /** A name without an attempt target (format /1), or one the store does not write. */
-    readonly unrecognised: S3SweepCount;
-  };
-  /** Incomplete multipart uploads under `<prefix>data/`: listed, and aborted (with dryRun: would have been). */
-  readonly uploads: { readonly scanned: number; readonly aborted: number };
-}
-
-export interface S3SweepProgress extends S3SweepReport {
-  /** What the page just dealt with was a listing of: data objects, verify()'s probes, multipart uploads. */
-  readonly phase: "data" | "probes" | "uploads";
-  /** Listing pages dealt with so far, all phases together. */
-  readonly pages: number;
-}
-
-export interface S3SweepOptions {
-  /**
-   * Objects younger than this (by their LastModified) are kept, and only multipart uploads initiated
-   * before now − minAgeMs are aborted. Default 86,400,000 (one day); 0 to 315,360,000,000. A courtesy
-   * to writes in flight, not what makes the sweep safe: with 0 it still deletes only what no manifest
-   * names or can come to name.
-   */
-  readonly minAgeMs?: number | undefined;
-  /** List, read and judge, but delete and abort nothing; the report counts what would have gone. */
-  readonly dryRun?: boolean | undefined;
-  /** Aborts the sweep: the requests in flight are aborted and sweep() throws the signal's reason. */
-  readonly signal?: AbortSignal | undefined;
-  /** Manifest reads, deletion requests and aborts in flight at once; default 8, 1 to 64. */
-  readonly concurrency?: number | undefined;
-  /** Objects (or uploads) per listing request; default 1,000 (the most S3 returns), 1 to 1,000. */
-  readonly pageSize?: number | undefined;
-  /** Called after each listed page is dealt with, with the totals so far. What it throws ends the sweep, as it is. */
-  readonly onProgress?: ((progress: S3SweepProgress) => void) | undefined;
-}
+/**
+ * The least age of a verify() probe the sweep deletes, whatever minAgeMs is. A probe's age is its
+ * server-side LastModified measured against the sweeper's clock: a sweeper clock ahead of the
+ * server's by more than the bound would delete a probe while its verify() still runs, failing it
+ * (liveness only). An hour absorbs any skew NTP leaves, and probes are few and tiny.
+ */
+export const PROBE_MIN_AGE_MS = 3_600_000;
 
 /** Keys per DeleteObjects request (S3 accepts up to 1,000): a page's deletions spread over `concurrency` requests. */
 const DELETE_BATCH = 250;
-
-class Count {
-  objects = 0;
-  bytes = 0;
-  add(size: number): void {
-    this.objects++;
-    this.bytes += size;
-  }
-  get value(): S3SweepCount {
-    return { objects: this.objects, bytes: this.bytes };
-  }
-}
 
 interface Listed {
   readonly name: string;
@@ -112,6 +60,7 @@ export class Sweep {
   private readonly young = new Count();
   private readonly unrecognised = new Count();
   private readonly uploads = { scanned: 0, aborted: 0 };
+  private readonly uploadsKept = { named: 0, young: 0, unrecognised: 0 };
   private pages = 0;
   /** The backend refused DeleteObjects itself: one DeleteObject per object from then on. */
   private batchRefused = false;
@@ -138,7 +87,7 @@ export class Sweep {
       deleted: deleted.value,
       kept,
       keptBecause: { named: named.value, young: young.value, unrecognised: unrecognised.value },
-      uploads: { ...this.uploads },
+      uploads: { ...this.uploads, kept: { ...this.uploadsKept } },
     };
   }
 
@@ -196,31 +145,40 @@ export class Sweep {
       // A format /1 name records no target: whether an attempt of a /1 writer still runs is unknown.
       if (key === undefined || targetOf(name) === undefined) this.unrecognised.add(size);
       else if (this.isYoung(object.LastModified)) this.young.add(size);
-      else {
-        const objects = byKey.get(key) ?? [];
-        objects.push({ name, size });
-        byKey.set(key, objects);
-      }
+      else add(byKey, key, { name, size });
     }
     const dead: Listed[] = [];
-    await this.limited([...byKey], async ([key, objects]) => {
-      const current = await this.readManifest(key);
-      for (const object of objects) {
-        if (mayBeNamed(object.name, current)) this.named.add(object.size);
-        else dead.push(object);
-      }
+    await this.judge(byKey, (object, verdict) => {
+      if (verdict === "named") this.named.add(object.size);
+      else if (verdict === "unexplained") this.unrecognised.add(object.size);
+      else dead.push(object);
     });
     await this.remove(dead);
   }
 
   /**
+   * Reads each key's manifest — only now, after the listing that showed its candidates (the
+   * INVARIANT) — and hands every candidate of the key its verdict, in order.
+   */
+  private async judge<T extends { readonly name: string }>(
+    byKey: ReadonlyMap<string, readonly T[]>,
+    decide: (candidate: T, verdict: DataVerdict) => void | Promise<void>,
+  ): Promise<void> {
+    await this.limited([...byKey], async ([key, candidates]) => {
+      const current = await this.readManifest(key);
+      for (const candidate of candidates) await decide(candidate, judgeData(candidate.name, current));
+    });
+  }
+
+  /**
    * verify()'s probe objects, left behind when the process died during a verify(). Nothing reads a
    * probe but the verify() that wrote it, which is over once its deadline (timeoutMs) has passed:
-   * deleting one earlier could only fail a verify() in progress, never touch data.
+   * deleting one earlier could only fail a verify() in progress, never touch data. Kept for at least
+   * PROBE_MIN_AGE_MS too, whatever minAgeMs is: the age is measured against the sweeper's clock.
    */
   private async probePage(listed: readonly _Object[]): Promise<void> {
     const dead: Listed[] = [];
-    const minAgeMs = Math.max(this.o.minAgeMs, this.io.options.timeoutMs);
+    const minAgeMs = Math.max(this.o.minAgeMs, this.io.options.timeoutMs, PROBE_MIN_AGE_MS);
     for (const object of listed) {
       const name = object.Key ?? "";
       const size = object.Size ?? 0;
@@ -289,10 +247,24 @@ export class Sweep {
 
   /**
    * Aborts the incomplete multipart uploads under `<prefix>data/` (where every upload of the store
-   * goes; with an empty prefix, listing the whole prefix would take in other writers' uploads)
-   * initiated more than minAgeMs ago. Safe at any age: a data object comes to exist only when its
-   * upload completes, and a writer sends the manifest PUT naming it only after that; a writer whose
-   * upload is aborted fails its upload (or, for a copy, finds no object) before any manifest names it.
+   * goes; with an empty prefix, listing the whole bucket would take in other writers' uploads) that
+   * no manifest can come to name: an upload's Key is its data object's name, judged as the object is.
+   *
+   * Age alone never makes an abort safe. On radosgw (16.2) an AbortMultipartUpload processed while
+   * the writer's CompleteMultipartUpload is lets Complete answer 200 (the abort answers 200 or 404)
+   * yet queues the parts for garbage collection: the object reads back until radosgw's GC runs
+   * (rgw_gc_obj_min_wait, 2 h by default) and is gone after. The writer, told its upload completed,
+   * sends the manifest PUT; it lands, the write is acknowledged, and its body is lost later. A
+   * stream's upload lasts as long as the caller's stream does, so no age protects it.
+   *
+   * With the rule, whichever way that race turns out loses nothing acknowledged: the upload's target
+   * existed before it was initiated, so before the listing and the manifest read; an "orphan" verdict
+   * proves that target replaced for good (or, for a create, some manifest there) and that no manifest
+   * names the object — none ever will, whether the object never exists, exists, or exists until GC.
+   * Its writer's attempt fails its manifest PUT; the next attempt copies the object under a name of
+   * its own (a copy made before GC runs is whole: radosgw's copy holds its own reference to the
+   * stored parts, measured), or finds it gone. An upload whose target is current, or a create's on
+   * a key with no manifest, is kept however old: its writer may be sending it still.
    */
   private async abortUploads(): Promise<void> {
     const { client, options } = this.io;
@@ -300,12 +272,7 @@ export class Sweep {
     for (;;) {
       const input = { Bucket: options.bucket, Prefix: dataPrefix(options.prefix), MaxUploads: this.o.pageSize, ...markers };
       const page = await this.request(undefined, (signal) => client.send(new ListMultipartUploadsCommand(input), { abortSignal: signal }));
-      const uploads = page.Uploads ?? [];
-      this.uploads.scanned += uploads.length;
-      const old = uploads.filter((u) => !this.isYoung(u.Initiated));
-      await this.limited(old, async (upload) => {
-        if (this.o.dryRun || (await this.abortUpload(upload.Key ?? "", upload.UploadId ?? ""))) this.uploads.aborted++;
-      });
+      await this.uploadPage(page.Uploads ?? []);
       this.progress("uploads");
       if (page.IsTruncated !== true) return;
       if (page.NextKeyMarker === undefined) throw new Error("ListMultipartUploads was truncated without a next marker");
@@ -314,6 +281,24 @@ export class Sweep {
         ...(page.NextUploadIdMarker === undefined ? {} : { UploadIdMarker: page.NextUploadIdMarker }),
       };
     }
+  }
+
+  /** Judges one page of uploads as dataPage() judges objects: each key's manifest read after the listing answered. */
+  private async uploadPage(listed: readonly MultipartUpload[]): Promise<void> {
+    const byKey = new Map<string, { name: string; uploadId: string }[]>();
+    for (const upload of listed) {
+      const name = upload.Key ?? "";
+      this.uploads.scanned++;
+      const key = keyOfData(this.io.options.prefix, name);
+      if (key === undefined || targetOf(name) === undefined || upload.UploadId === undefined) this.uploadsKept.unrecognised++;
+      else if (this.isYoung(upload.Initiated)) this.uploadsKept.young++;
+      else add(byKey, key, { name, uploadId: upload.UploadId });
+    }
+    await this.judge(byKey, async (upload, verdict) => {
+      if (verdict === "named") this.uploadsKept.named++;
+      else if (verdict === "unexplained") this.uploadsKept.unrecognised++;
+      else if (this.o.dryRun || (await this.abortUpload(upload.name, upload.uploadId))) this.uploads.aborted++;
+    });
   }
 
   /** False if the upload is gone already: it completed, or was aborted by its writer or another sweep. */
@@ -352,4 +337,10 @@ export class Sweep {
     await Promise.all(Array.from({ length: Math.min(this.o.concurrency, items.length) }, worker));
     if (failure !== undefined) throw failure.error;
   }
+}
+
+function add<T>(byKey: Map<string, T[]>, key: string, item: T): void {
+  const items = byKey.get(key);
+  if (items === undefined) byKey.set(key, [item]);
+  else items.push(item);
 }

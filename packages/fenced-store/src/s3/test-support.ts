@@ -1,6 +1,9 @@
+import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
+import { readdir, readFile } from "node:fs/promises";
 import { Readable } from "node:stream";
-import { listKeys } from "@fenced/servers";
+import { promisify } from "node:util";
+import { listKeys, type StartedS3 } from "@fenced/servers";
 import { GetObjectCommand, type S3Client } from "@aws-sdk/client-s3";
 import { decodeManifest, type ManifestHeader } from "./manifest.js";
 
@@ -202,4 +205,27 @@ export function aroundWire(client: S3Client, around: (call: WireCall, send: () =
   const handler = client.config.requestHandler as { handle: (request: WireCall, ...rest: unknown[]) => Promise<unknown> };
   const handle = handler.handle.bind(handler);
   handler.handle = (request, ...rest) => around(request, () => handle(request, ...rest));
+}
+
+/**
+ * Runs radosgw's garbage collection now (`radosgw-admin gc process --include-all`): radosgw deletes
+ * the stored parts an abort released only after rgw_gc_obj_min_wait (2 h by default). Needs the
+ * local cluster (startS3({ faults: true })): its ceph.conf is the `-c` argument of the radosgw
+ * process that serves the endpoint.
+ */
+export async function collectGarbage(server: StartedS3): Promise<void> {
+  if (server.source !== "local") throw new Error("collectGarbage needs the local radosgw: startS3({ faults: true })");
+  const frontend = `endpoint=${new URL(server.endpoint).host} `;
+  for (const pid of (await readdir("/proc")).filter((name) => /^\d+$/.test(name))) {
+    const args = await readFile(`/proc/${pid}/cmdline`, "utf8").then(
+      (line) => line.split("\0"),
+      (): string[] => [], // a process that ended meanwhile
+    );
+    if (!args.some((arg) => arg.endsWith("radosgw")) || !args.some((arg) => arg.includes(frontend))) continue;
+    const conf = args[args.indexOf("-c") + 1];
+    if (conf === undefined) break;
+    await promisify(execFile)("radosgw-admin", ["-c", conf, "gc", "process", "--include-all"], { timeout: 60_000 });
+    return;
+  }
+  throw new Error(`no radosgw process serves ${server.endpoint}`);
 }
