@@ -436,7 +436,14 @@ describe("FencedS3: giving up, aborting", () => {
     const writer = new FencedS3(server.client(), { bucket, inlineLimit: 0 });
     await writer.put("big", "in a data object", { fence: fence(1) });
     const reads = server.client();
-    intercept(reads, (info, send) => ((info.key?.includes("/data/") ?? false) ? Promise.reject(fakeError(404, "NoSuchKey")) : send()));
+    // Each body is found gone because the key moved on after its manifest was read (a newer manifest
+    // each round; the same manifest twice would be a body deleted while named: CorruptStateError).
+    let moves = 0;
+    intercept(reads, async (info, send) => {
+      if (!(info.key?.includes("/data/") ?? false)) return send();
+      await writer.put("big", `moved ${++moves}`, { fence: fence(1) });
+      throw fakeError(404, "NoSuchKey");
+    });
     await expect(new FencedS3(reads, { bucket, maxAttempts: 3 }).get("big")).rejects.toBeInstanceOf(ContentionError);
     await expect(new FencedS3(reads, { bucket, maxAttempts: 3 }).getBytes("big")).rejects.toBeInstanceOf(ContentionError);
 

@@ -223,6 +223,32 @@ export function mayBeNamed(dataObjectKey: string, current: ManifestHeader | null
   return judgeData(dataObjectKey, current) !== "orphan";
 }
 
+/**
+ * A read's data objects found missing. A body is deleted only once no manifest can name it: by the
+ * writer that replaced the manifest naming it, or by the sweeper. So a body found missing is one
+ * whose manifest was replaced since it was read, and the read tries the newer one. But if the same
+ * manifest (its writeId: never repeated) is read again after its body was found missing, it was
+ * current throughout, and its body was deleted while it named it — by hand, or by something else
+ * writing under the prefix: CorruptStateError, rather than maxAttempts rounds and a ContentionError.
+ */
+export class MissingBodies {
+  private last: string | undefined;
+
+  constructor(private readonly key: string) {}
+
+  /** The body `header` names was found missing: throws if it was already, under this same manifest. */
+  saw(header: ManifestHeader): void {
+    if (header.writeId === this.last) {
+      const name = header.body.kind === "object" ? header.body.dataKey : "";
+      throw corruptManifest(
+        this.key,
+        `the manifest of ${JSON.stringify(this.key)} names data object ${JSON.stringify(name)}, which does not exist: it was deleted while the manifest named it`,
+      );
+    }
+    this.last = header.writeId;
+  }
+}
+
 const FenceSchema = z.strictObject({
   format: z.literal(FENCE_FORMAT),
   resource: Resource,

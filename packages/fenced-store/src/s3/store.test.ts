@@ -1,9 +1,9 @@
 import { Readable } from "node:stream";
-import { GetObjectCommand, HeadObjectCommand, PutObjectCommand, type S3Client } from "@aws-sdk/client-s3";
+import { DeleteObjectCommand, GetObjectCommand, HeadObjectCommand, PutObjectCommand, type S3Client } from "@aws-sdk/client-s3";
 import { startS3, type StartedS3 } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { InvalidArgumentError } from "@fenced/fence";
-import { StaleTokenError, VersionMismatchError } from "../errors.js";
+import { CorruptStateError, StaleTokenError, VersionMismatchError } from "../errors.js";
 import { MAX_TOKEN, type Fence } from "../fence.js";
 import { FencedS3 } from "./store.js";
 import { fakeError, holdFirst, ignoreConditions, intercept, isManifestPut, listKeys } from "./test-support.js";
@@ -257,6 +257,29 @@ describe("FencedS3 against a real S3 server", () => {
     const owners = (await listKeys(client, bucket, "fenced/data/")).map((k) => k.split("/").slice(2, -1).join("/"));
     expect(owners).toEqual(["small-stream"]);
     expect(await text(store, "blob")).toBe("small now");
+  });
+
+  it("a data object deleted by hand while its manifest names it: get(), getBytes() and update() throw CorruptStateError after reading the same manifest twice, not ContentionError after maxAttempts rounds", async () => {
+    const { bucket } = await newStore();
+    const reading = server.client();
+    let manifestReads = 0;
+    intercept(reading, (info, send) => {
+      if (info.command === "GetObjectCommand" && info.key?.includes("/manifests/") === true) manifestReads++;
+      return send();
+    });
+    const store = new FencedS3(reading, { bucket, inlineLimit: 0 });
+    await store.put("k", "a body in a data object", { fence: fence(1) });
+    const [name] = await listKeys(client, bucket, "fenced/data/");
+    await client.send(new DeleteObjectCommand({ Bucket: bucket, Key: name }));
+
+    for (const read of [() => store.get("k"), () => store.getBytes("k"), () => store.update("k", () => "new", { fence: fence(1) })]) {
+      manifestReads = 0;
+      const err: unknown = await read().catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(CorruptStateError);
+      expect(err).toMatchObject({ backend: "s3", what: "manifest", subject: "k" });
+      expect((err as Error).message).toContain(name);
+      expect(manifestReads).toBe(2);
+    }
   });
 
   it("bad input is refused with InvalidArgumentError before any I/O; options spelled out as undefined are accepted", async () => {

@@ -10,7 +10,7 @@ import { Deadline } from "./deadline.js";
 import { typedFailure } from "./failures.js";
 import { StoreIo, type Snapshot } from "./io.js";
 import { probeKeyPrefix } from "./layout.js";
-import type { ManifestHeader } from "./manifest.js";
+import { MissingBodies, type ManifestHeader } from "./manifest.js";
 import {
   fenceOptions,
   registerOptions,
@@ -206,6 +206,7 @@ export class FencedS3 {
   }
 
   private async open(key: string, signal: AbortSignal): Promise<S3Object | undefined> {
+    const missing = new MissingBodies(key);
     for (let attempt = 0; attempt < this.io.options.maxAttempts; attempt++) {
       const found = await this.io.readManifest(key, signal);
       if (found === null) return undefined;
@@ -217,7 +218,10 @@ export class FencedS3 {
       }
       const data = await openData(this.io.client, this.bucket, header.body.dataKey, signal);
       // Gone: superseded and cleaned up after we read the manifest. The newer manifest has the newer body.
-      if (data === undefined) continue;
+      if (data === undefined) {
+        missing.saw(header);
+        continue;
+      }
       return { ...meta(header), body: data.body, size: data.size };
     }
     throw changedWhileRead(key, this.io.options.maxAttempts);
@@ -369,6 +373,7 @@ export class FencedS3 {
 
   /** The current manifest and its body read whole (bytes undefined for a tombstone); null if absent. */
   private async readCurrent(key: string, signal?: AbortSignal): Promise<{ snap: Snapshot; bytes: Buffer | undefined } | null> {
+    const missing = new MissingBodies(key);
     for (let attempt = 0; attempt < this.io.options.maxAttempts; attempt++) {
       const found = await this.io.readManifest(key, signal);
       if (found === null) return null;
@@ -377,6 +382,7 @@ export class FencedS3 {
         return { snap: found.snap, bytes: body.kind === "inline" ? (found.inline ?? Buffer.alloc(0)) : undefined };
       const data = await openData(this.io.client, this.bucket, body.dataKey, signal);
       if (data !== undefined) return { snap: found.snap, bytes: await readAll(data.body) };
+      missing.saw(found.snap.header);
     }
     throw changedWhileRead(key, this.io.options.maxAttempts);
   }
