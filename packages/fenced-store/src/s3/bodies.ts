@@ -14,17 +14,23 @@ interface DataObject {
   /** Settles when the object exists (or its upload failed): its size. */
   readonly ready: Promise<number>;
   settled: boolean;
-  /** Whether a manifest attempt naming it was sent: only then may a manifest ever name it. */
-  sent: boolean;
+  /** The manifest attempt naming it, once sent: only then may a manifest ever name it. */
+  attempt: SentAttempt | undefined;
+}
+
+/** What the write knows of the attempt that named an object (run.ts, Attempt). */
+interface SentAttempt {
+  /** False once an answer said it was not applied (throttled, fatal, 412, 409, unsent), or a read proved it never landed. */
+  readonly ambiguous: boolean;
 }
 
 /**
  * The data objects of one write. Every manifest attempt names a data object of its own, created
  * after the manifest it is sent against was read, and named for it (layout.ts): so no two attempts
  * ever name one object, and whether a manifest can still name an object follows from its name and
- * the key's current manifest (mayBeNamed). The first is uploaded; later ones are server-side copies
- * of an earlier one (a stream cannot be read twice), or, for bytes in memory, uploaded again if every
- * earlier object is gone.
+ * the key's current manifest (mayBeNamed) — and, to this write, from its attempt's answer. The
+ * first is uploaded; later ones are server-side copies of an earlier one (a stream cannot be read
+ * twice), or, for bytes in memory, uploaded again if every earlier object is gone.
  */
 export class AttemptBodies {
   private readonly made: DataObject[] = [];
@@ -41,7 +47,7 @@ export class AttemptBodies {
 
   private add(target: string | null, create: (key: string) => Promise<number>): DataObject {
     const key = dataKey(this.io.options.prefix, this.key, target, newId());
-    const object: DataObject = { key, target, ready: create(key), settled: false, sent: false };
+    const object: DataObject = { key, target, ready: create(key), settled: false, attempt: undefined };
     object.ready.then(
       () => (object.settled = true),
       () => (object.settled = true),
@@ -78,7 +84,7 @@ export class AttemptBodies {
    */
   running(target: string | null): { key: string; ready: Promise<number> } | undefined {
     const last = this.made.at(-1);
-    if (last === undefined || last.sent || last.settled || last.target !== target) return undefined;
+    if (last === undefined || last.attempt !== undefined || last.settled || last.target !== target) return undefined;
     return { key: last.key, ready: last.ready };
   }
 
@@ -89,7 +95,7 @@ export class AttemptBodies {
    */
   async prepare(target: string | null): Promise<{ key: string; waited: boolean }> {
     const last = this.made.at(-1);
-    if (last !== undefined && !last.sent && last.target === target) {
+    if (last !== undefined && last.attempt === undefined && last.target === target) {
       const waited = !last.settled;
       await last.ready;
       return { key: last.key, waited };
@@ -133,24 +139,37 @@ export class AttemptBodies {
     throw new OutcomeUnknownError("s3", this.key, "put");
   }
 
-  /** The attempt naming this object is being sent. */
-  sent(key: string): void {
+  /** `attempt`, naming this object, is being sent. */
+  sent(key: string, attempt: SentAttempt): void {
     const object = this.made.find((o) => o.key === key);
-    if (object !== undefined) object.sent = true;
+    if (object !== undefined) object.attempt = attempt;
   }
 
   /**
-   * Deletes this write's data objects that no manifest can come to name: those no attempt named,
-   * and, when the key's current manifest is known (undefined: unknown), those whose attempts can no
-   * longer land. Anything else is left for the sweeper (PROTOCOL.md, "S3", "Cleanup").
+   * Deletes this write's data objects that no manifest can come to name: those no attempt named;
+   * those whose attempt was answered "not applied"; and, when the key's current manifest is known
+   * (undefined: unknown), those whose attempts can no longer land. Called once the write is over.
+   * Anything else is left for the sweeper (PROTOCOL.md, "S3", "Data objects and cleanup").
    */
   async cleanup(current: ManifestHeader | null | undefined): Promise<void> {
     await Promise.all(
       this.made.map(async (object) => {
         await object.ready.catch(() => undefined); // an upload still running would create it after the delete
-        const dead = !object.sent || (current !== undefined && !mayBeNamed(object.key, current));
-        if (dead) await this.io.objects.remove(object.key).catch(() => undefined);
+        if (this.mayStillBeNamed(object, current)) return;
+        await this.io.objects.remove(object.key).catch(() => undefined);
       }),
     );
+  }
+
+  private mayStillBeNamed(object: DataObject, current: ManifestHeader | null | undefined): boolean {
+    // Once an attempt was sent, `current` is known: the landed attempt's own manifest, or one read
+    // after the last attempt was sent (write.ts). An attempt that landed although its answer said
+    // otherwise (a 412 to a retry of a request that landed) is named by it, or was replaced since.
+    if (current?.body.kind === "object" && current.body.dataKey === object.key) return true;
+    // Only its own attempt can name an object first (a transfer carries over only a body some
+    // manifest names). One never sent, or answered "not applied", never lands: the write is over, so
+    // no later attempt of it will copy from the object, and nothing ever names it.
+    if (object.attempt === undefined || !object.attempt.ambiguous) return false;
+    return current === undefined || mayBeNamed(object.key, current);
   }
 }

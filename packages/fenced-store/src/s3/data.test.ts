@@ -7,7 +7,7 @@ import { FencedS3 } from "./store.js";
 import { copyData } from "./copy.js";
 import { dataKey, newId, targetOf } from "./layout.js";
 import { judgeData, mayBeNamed, nextHeader, type ManifestHeader } from "./manifest.js";
-import { auditManifests, fakeError, intercept, isManifestPut, listKeys } from "./test-support.js";
+import { answerOnWire, auditManifests, fakeError, intercept, isManifestPut, listKeys, type FakeAnswer } from "./test-support.js";
 
 let server: StartedS3;
 let client: S3Client;
@@ -124,5 +124,37 @@ describe("data objects: one per manifest attempt, named for the manifest it is s
       if (refused) expect(deletes.filter((d) => d === "DeleteObjectCommand")).not.toHaveLength(0);
       else expect(deletes.length).toBeLessThan(10); // fewer requests than objects deleted
     });
+  }
+
+  // An attempt answered "not applied" never lands, and nothing else can name its object: the sweeper
+  // would keep it as long as its target stays current (for a create: while the key has no manifest).
+  const refusals: readonly [string, FakeAnswer][] = [
+    ["throttled", { status: 429, code: "SlowDown" }],
+    ["a conflict", { status: 409, code: "ConditionalRequestConflict" }],
+    ["fatal", { status: 403, code: "AccessDenied" }],
+  ];
+  for (const [what, answer] of refusals) {
+    for (const create of [true, false] as const) {
+      it(`every manifest PUT of ${create ? "a create" : "a write whose target stays current"} refused before it applied (${what}, ${answer.status} ${answer.code}): the writer deletes each attempt's data object`, async () => {
+        const bucket = await server.createBucket();
+        const store = new FencedS3(server.client(), { bucket, inlineLimit: 0 });
+        if (!create) await store.put("k", "the current body", { fence });
+        await store.flush();
+        const before = await listKeys(client, bucket, "fenced/data/");
+        const refusing = server.client();
+        let refused = 0;
+        answerOnWire(refusing, (call) => {
+          if (call.method !== "PUT" || !call.path.includes("/manifests/")) return Promise.resolve(undefined);
+          refused++;
+          return Promise.resolve(answer);
+        });
+        const writer = new FencedS3(refusing, { bucket, inlineLimit: 0, maxAttempts: 3 });
+        await expect(writer.put("k", Buffer.alloc(64 * 1024, 1), { fence })).rejects.toThrow();
+        await writer.flush();
+        expect(refused).toBe(answer.status === 403 ? 1 : 3); // one data object each: the first uploaded, the others copies
+        expect(await listKeys(client, bucket, "fenced/data/")).toEqual(before);
+        expect((await store.getBytes("k"))?.body.toString()).toBe(create ? undefined : "the current body");
+      });
+    }
   }
 });

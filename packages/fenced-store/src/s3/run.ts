@@ -101,7 +101,7 @@ export function prepare(run: Run, dataKey: string | undefined, gate?: SendGate):
 /** The attempt goes on the wire: from now on it may land, and what follows awaits it (the fences are no longer fresh). */
 export function sending(run: Run, p: Prepared): Prepared {
   run.attempts.push(p.attempt);
-  if (p.dataKey !== undefined) run.bodies?.sent(p.dataKey);
+  if (p.dataKey !== undefined) run.bodies?.sent(p.dataKey, p.attempt);
   run.afterSend = undefined;
   run.fences = { ...run.fences, fresh: false };
   return p;
