@@ -44,7 +44,8 @@ describe("data objects: one per manifest attempt, named for the manifest it is s
     expect(judgeData(create, null)).toBe("named");
     expect(judgeData(create, manifest(w1, tomb))).toBe("orphan");
     // Its target existed and manifests are never deleted: no manifest means the object is not this
-    // store's (another store's, whose prefix lies under this one's) or a manifest was deleted by hand.
+    // store's (something else wrote under the prefix, such as another store: unsupported) or a
+    // manifest was deleted by hand.
     expect(judgeData(againstW1, null)).toBe("unexplained");
     expect(mayBeNamed(againstW1, null)).toBe(true);
     // Without a target in its name, nothing is known.

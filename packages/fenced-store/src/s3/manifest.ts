@@ -195,12 +195,13 @@ export function transferHeader(prev: ManifestHeader, from: CheckedFence, to: Che
  * multipart upload) was seen to exist, says of it:
  * - "named": a manifest names it or can still come to — the current one names it, or it is the
  *   object of an attempt whose target is current (a create's, while the key has no manifest);
- * - "orphan": nothing can ever name it — the sweeper's rule, and the writer's own;
+ * - "orphan": nothing can ever name it — the sweeper's rule, and the writer's own (which also
+ *   deletes the objects of its attempts answered "not applied": bodies.ts);
  * - "unexplained": its name says nothing the store can judge by (a /1 name, whose attempts are
  *   unknown), or what it says cannot happen under the protocol: its target, a manifest, existed
  *   before it did, and manifests are never deleted, so "no manifest, and the target is a writeId"
- *   means another writer's object under the prefix (another store whose prefix lies under this
- *   one's, say) or a manifest deleted by hand. Never treated as an orphan.
+ *   means another writer's object under the prefix (another store's, say: nested prefixes are
+ *   unsupported) or a manifest deleted by hand. Never treated as an orphan.
  *
  * A manifest names a data object only through the attempt it was made for (sent against the
  * manifest its name records) or a transfer that carries it over (sent against a manifest naming it).

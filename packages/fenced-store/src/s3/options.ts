@@ -8,8 +8,8 @@ export interface FencedS3Options {
   /**
    * Prefix of every object the store writes; default "fenced/". Empty, or ending in "/". The store
    * owns everything under it, and nothing else may write there: two stores in one bucket need
-   * prefixes neither of which is a prefix of the other ("" owns the whole bucket), or one's sweep()
-   * may judge the other's objects as its own.
+   * prefixes neither of which is a prefix of the other ("" owns the whole bucket). Nested prefixes
+   * are unsupported: either store's sweep() may delete the other's current bodies.
    */
   readonly prefix?: string | undefined;
   /**

@@ -6,9 +6,10 @@ import { FencedS3 } from "./store.js";
 import { dataKey, newId } from "./layout.js";
 import { listKeys } from "./test-support.js";
 
-// Two stores in one bucket need prefixes neither of which is a prefix of the other: an outer store's
-// sweep lists the inner store's objects under `<prefix>data/` and judges them as its own. These
-// configurations are unsupported; the sweep must still never delete what it cannot explain.
+// Two stores in one bucket need prefixes neither of which is a prefix of the other: each store's
+// sweep lists the other's objects under its `<prefix>data/` and judges them as its own. Nested
+// prefixes are unsupported. The sweep keeps what no manifest of its own explains, but a body whose
+// parsed key has a manifest in the sweeping store is judged against that manifest, and deleted.
 let server: StartedS3;
 let client: S3Client;
 
@@ -73,7 +74,7 @@ describe("FencedS3.sweep: a name whose key has no manifest although its target i
     expect(await read(inner, key)).toBe("small");
   });
 
-  it("prefix 'data/' keeps the body of a key 'data/k' of a store with prefix ''", async () => {
+  it("prefix 'data/' keeps the body of a key 'data/k' of a store with prefix '', written after a first version, while it has no key 'k' of its own", async () => {
     const bucket = await server.createBucket();
     const outer = new FencedS3(client, { bucket, prefix: "", inlineLimit: 0 });
     const inner = new FencedS3(client, { bucket, prefix: "data/", inlineLimit: 0 });
@@ -82,5 +83,28 @@ describe("FencedS3.sweep: a name whose key has no manifest although its target i
     await outer.flush();
     expect(await inner.sweep({ minAgeMs: 0 })).toMatchObject({ deleted: { objects: 0 }, keptBecause: { unrecognised: { objects: 1 } } });
     expect(await read(outer, "data/k")).toBe("outer body");
+  });
+});
+
+describe("FencedS3.sweep: nested prefixes are unsupported", () => {
+  it("prefix 'data/' keeps the bodies of keys 'data/…' of a store with prefix '' only while it has no manifest for their parsed key: once it has, it deletes them", async () => {
+    const bucket = await server.createBucket();
+    const outer = new FencedS3(client, { bucket, prefix: "", inlineLimit: 0 });
+    const inner = new FencedS3(client, { bucket, prefix: "data/" });
+    await outer.put("data/a", "a create's body", { fence }); // data/data/a/absent.<id>: a create of the inner store's key "a"
+    await outer.put("data/b", "first", { fence });
+    await outer.put("data/b", "b's body", { fence }); // data/data/b/<writeId>.<id>
+    await outer.flush();
+    expect(await inner.sweep({ minAgeMs: 0 })).toMatchObject({
+      deleted: { objects: 0 },
+      keptBecause: { named: { objects: 1 }, unrecognised: { objects: 1 } },
+    });
+
+    // Inline bodies: the inner store's keys "a" and "b" add manifests, and no data object.
+    await inner.put("a", "inner a", { fence });
+    await inner.put("b", "inner b", { fence });
+    expect(await inner.sweep({ minAgeMs: 0 })).toMatchObject({ deleted: { objects: 2 } });
+    expect(await read(outer, "data/a")).toBe("CorruptStateError");
+    expect(await read(outer, "data/b")).toBe("CorruptStateError");
   });
 });

@@ -15,13 +15,17 @@ export interface S3SweepReport {
   /** Scanned and not deleted; why, in keptBecause. */
   readonly kept: S3SweepCount;
   readonly keptBecause: {
-    /** The key's manifest names it, or can still come to (its attempt's target is current). */
+    /**
+     * The key's manifest names it, or can still come to: its attempt's target is current, or it is
+     * a create's object while the key has no manifest.
+     */
     readonly named: S3SweepCount;
     /** Younger than minAgeMs (a probe: than minAgeMs, timeoutMs and one hour). */
     readonly young: S3SweepCount;
     /**
      * A name without an attempt target (format /1), one the store does not write, or one whose key
-     * has no manifest although its target is a writeId (another store's, or a manifest deleted by hand).
+     * has no manifest although its target is a writeId (something else wrote under the prefix, such
+     * as another store, an unsupported configuration; or a manifest was deleted by hand).
      */
     readonly unrecognised: S3SweepCount;
   };
