@@ -153,9 +153,14 @@ export class StoreSetupError extends Error {
 }
 
 /**
- * State the store wrote (a manifest, a fence object, a record or fence row) is not in a form it
- * wrote: truncated, edited by hand, or written by an incompatible version. The store refuses to
- * judge a fence against it, so nothing was written. HTTP: 502, `/problems/corrupt-state`.
+ * The store's state is not as the store left it, in one of two ways. Either state it wrote (a
+ * manifest, a fence object, a record or fence row) is not in a form it writes: truncated, edited by
+ * hand, or written by an incompatible version; the store refuses to judge a fence against it, so
+ * nothing was written. Or (S3, `what: "manifest"`, from get(), getBytes() and update()) a
+ * manifest names a data object that is missing — found missing twice under the same manifest
+ * version, so deleted while the manifest named it; update() writes nothing. put() and delete() read
+ * no body: they succeed, and replace that manifest, which heals the key. HTTP: 502,
+ * `/problems/corrupt-state`.
  */
 export class CorruptStateError extends Error {
   override readonly name = "CorruptStateError";

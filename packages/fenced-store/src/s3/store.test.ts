@@ -259,7 +259,7 @@ describe("FencedS3 against a real S3 server", () => {
     expect(await text(store, "blob")).toBe("small now");
   });
 
-  it("a data object deleted by hand while its manifest names it: get(), getBytes() and update() throw CorruptStateError after reading the same manifest twice, not ContentionError after maxAttempts rounds", async () => {
+  it("a data object deleted by hand while its manifest names it: get(), getBytes() and update() throw CorruptStateError after reading the same manifest twice, not ContentionError after maxAttempts rounds; put() and delete() replace that manifest and heal the key", async () => {
     const { bucket } = await newStore();
     const reading = server.client();
     let manifestReads = 0;
@@ -280,6 +280,14 @@ describe("FencedS3 against a real S3 server", () => {
       expect((err as Error).message).toContain(name);
       expect(manifestReads).toBe(2);
     }
+
+    // A write does not read the body it replaces.
+    await store.put("k", "written again", { fence: fence(1) });
+    expect((await store.getBytes("k"))?.body.toString()).toBe("written again");
+    const [again] = await listKeys(client, bucket, "fenced/data/");
+    await client.send(new DeleteObjectCommand({ Bucket: bucket, Key: again }));
+    await store.delete("k", { fence: fence(1) });
+    expect(await store.getBytes("k")).toBeUndefined();
   });
 
   it("bad input is refused with InvalidArgumentError before any I/O; options spelled out as undefined are accepted", async () => {
