@@ -156,7 +156,7 @@ export class StoreSetupError extends Error {
  * The store's state is not as the store left it, in one of two ways. Either state it wrote (a
  * manifest, a fence object, a record or fence row) is not in a form it writes: truncated, edited by
  * hand, or written by an incompatible version; the store refuses to judge a fence against it, so
- * nothing was written. Or (S3, `what: "manifest"`, from get(), getBytes() and update()) a
+ * nothing was written. Or (S3, `what: "body"`, from get(), getBytes() and update()) a
  * manifest names a data object that is missing — found missing twice under the same manifest
  * version, so deleted while the manifest named it; update() writes nothing. put() and delete() read
  * no body: they succeed, and replace that manifest, which heals the key. HTTP: 502,
@@ -168,7 +168,8 @@ export class CorruptStateError extends Error {
   readonly status = 502;
   constructor(
     readonly backend: StoreBackend,
-    readonly what: "manifest" | "fence" | "record",
+    /** body: the data object a manifest names is missing (S3); the others: that state is not in a form the store writes. */
+    readonly what: "manifest" | "fence" | "record" | "body",
     /** The key (manifest, record) or resource (fence) whose state is corrupt. */
     readonly subject: string,
     message: string,

@@ -241,7 +241,9 @@ export class MissingBodies {
   saw(header: ManifestHeader): void {
     if (header.writeId === this.last) {
       const name = header.body.kind === "object" ? header.body.dataKey : "";
-      throw corruptManifest(
+      throw new CorruptStateError(
+        "s3",
+        "body",
         this.key,
         `the manifest of ${JSON.stringify(this.key)} names data object ${JSON.stringify(name)}, which does not exist: it was deleted while the manifest named it`,
       );

@@ -276,7 +276,7 @@ describe("FencedS3 against a real S3 server", () => {
       manifestReads = 0;
       const err: unknown = await read().catch((e: unknown) => e);
       expect(err).toBeInstanceOf(CorruptStateError);
-      expect(err).toMatchObject({ backend: "s3", what: "manifest", subject: "k" });
+      expect(err).toMatchObject({ backend: "s3", what: "body", subject: "k" });
       expect((err as Error).message).toContain(name);
       expect(manifestReads).toBe(2);
     }

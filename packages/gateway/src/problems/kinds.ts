@@ -185,13 +185,15 @@ export const PROBLEM_TYPES = {
   corruptState: {
     status: 502,
     type: "/problems/corrupt-state",
-    title: "The storage holds state the store did not write",
+    title: "The storage is not as the store left it",
     description:
-      "A manifest, fence or record in the backend is not in a form the store wrote (truncated, edited by hand, or written by an incompatible version). The store refuses to judge a fence against it: nothing was written. An operator must repair it; retrying does not help",
+      "A manifest, fence or record in the backend is not in a form the store wrote (truncated, edited by hand, or written by an incompatible version): the store refuses to judge a fence against it, nothing was written, an operator must repair it. Or (`what: body`, a read of an object) the key's manifest names a body that is missing, deleted while named: a write of the key replaces it. Retrying does not help",
     extensions: z.strictObject({
       backend: storeBackend,
-      what: z.enum(["manifest", "fence", "record"]).describe("Which state is corrupt"),
-      subject: z.string().describe("The key (manifest, record) or resource (fence) whose state is corrupt"),
+      what: z
+        .enum(["manifest", "fence", "record", "body"])
+        .describe("Which state is corrupt (body: the data object the key's manifest names is missing)"),
+      subject: z.string().describe("The key (manifest, record, body) or resource (fence) whose state is corrupt"),
     }),
     reason: "corrupt_state",
   },

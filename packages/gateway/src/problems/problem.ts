@@ -147,11 +147,17 @@ function storeProblem(err: unknown): Classified | undefined {
       problem: err.problem,
     });
   if (err instanceof CorruptStateError)
-    return make("corruptState", `${err.backend} holds a ${err.what} the store did not write; nothing was written`, {
-      backend: err.backend,
-      what: err.what,
-      subject: err.subject,
-    });
+    return make(
+      "corruptState",
+      err.what === "body"
+        ? `${err.backend}: the manifest of the key names a body that is missing (deleted while named); a write of the key replaces it; nothing was written`
+        : `${err.backend} holds a ${err.what} the store did not write; nothing was written`,
+      {
+        backend: err.backend,
+        what: err.what,
+        subject: err.subject,
+      },
+    );
   return undefined;
 }
 
