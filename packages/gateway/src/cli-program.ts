@@ -40,7 +40,8 @@ export function gatewayProgram(commands: Commands): Command {
   program
     .command("sweep")
     .description(
-      "delete the S3 data objects no manifest names or can come to name (orphans of writers that died or lost an answer); " +
+      "delete the S3 data objects no manifest names or can come to name (orphans of writers that died or lost an answer), " +
+        "and abort their incomplete multipart uploads; " +
         "with the gateway's configuration (the same file, variables and flags)",
     )
     .option("--dry-run", "report what would be deleted, delete nothing")
