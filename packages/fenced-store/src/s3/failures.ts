@@ -9,7 +9,7 @@ import {
   VersionMismatchError,
   type UnavailableReason,
 } from "../errors.js";
-import { DeadlineExceeded, type Deadline } from "./deadline.js";
+import { Deadline, DeadlineExceeded } from "./deadline.js";
 
 /**
  * What a failed request means, read from the error's type, its S3 code, its HTTP status or its
@@ -138,6 +138,28 @@ export interface CallContext {
    * was read since shows another write (it may have landed and been replaced).
    */
   readonly open: boolean;
+}
+
+/**
+ * Runs one call's work within one deadline (timeoutMs, merged with the caller's signal), and throws
+ * what goes wrong as typedFailure makes it. `sent.open` is read at the failure: a write passes the
+ * record its sends keep up to date.
+ */
+export async function withinDeadline<T>(
+  timeoutMs: number,
+  signal: AbortSignal | undefined,
+  call: Omit<CallContext, "deadline" | "open">,
+  work: (deadline: Deadline) => Promise<T>,
+  sent: { readonly open: boolean } = { open: false },
+): Promise<T> {
+  const deadline = new Deadline(timeoutMs, signal);
+  try {
+    return await deadline.race(work(deadline));
+  } catch (err) {
+    throw typedFailure(err, { ...call, deadline, open: sent.open });
+  } finally {
+    deadline.end();
+  }
 }
 
 /**

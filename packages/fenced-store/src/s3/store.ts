@@ -7,7 +7,7 @@ import { liveFence } from "../options.js";
 import { assertBody, assertContentLength, assertContentType, openData, readAll, toPayload, watchStalls, type S3Body } from "./body.js";
 import type { EtagForm } from "./conditional.js";
 import { Deadline } from "./deadline.js";
-import { typedFailure } from "./failures.js";
+import { typedFailure, withinDeadline } from "./failures.js";
 import { StoreIo, type Snapshot } from "./io.js";
 import { probeKeyPrefix } from "./layout.js";
 import { MissingBodies, type ManifestHeader } from "./manifest.js";
@@ -330,14 +330,7 @@ export class FencedS3 {
     work: (deadline: Deadline) => Promise<T>,
     sent: { readonly open: boolean } = { open: false },
   ): Promise<T> {
-    const deadline = this.deadline(signal);
-    try {
-      return await deadline.race(work(deadline));
-    } catch (err) {
-      throw typedFailure(err, { operation, key, bucket: this.bucket, deadline, open: sent.open });
-    } finally {
-      deadline.end();
-    }
+    return withinDeadline(this.io.options.timeoutMs, signal, { operation, key, bucket: this.bucket }, work, sent);
   }
 
   /** ifVersion: undefined = any version, null = the key must be absent (update of an absent key). */

@@ -7,9 +7,8 @@ import {
   type _Object,
   type MultipartUpload,
 } from "@aws-sdk/client-s3";
-import { Deadline } from "./deadline.js";
 import { refusesDeleteObjects } from "./deletions.js";
-import { isAbsent, typedFailure } from "./failures.js";
+import { isAbsent, withinDeadline } from "./failures.js";
 import type { StoreIo } from "./io.js";
 import { dataPrefix, isProbe, keyOfData, manifestKey, probeKeyPrefix, targetOf } from "./layout.js";
 import { decodeManifest, judgeData, type DataVerdict, type ManifestHeader } from "./manifest.js";
@@ -98,14 +97,12 @@ export class Sweep {
 
   /** Sends one request within its own deadline (timeoutMs, and the caller's signal); a failure is thrown typed. */
   private async request<T>(key: string | undefined, send: (signal: AbortSignal) => Promise<T>): Promise<T> {
-    const deadline = new Deadline(this.io.options.timeoutMs, this.o.signal);
-    try {
-      return await deadline.race(send(deadline.signal));
-    } catch (err) {
-      throw typedFailure(err, { operation: "sweep", key, bucket: this.io.options.bucket, deadline, open: false });
-    } finally {
-      deadline.end();
-    }
+    return withinDeadline(
+      this.io.options.timeoutMs,
+      this.o.signal,
+      { operation: "sweep", key, bucket: this.io.options.bucket },
+      (deadline) => send(deadline.signal),
+    );
   }
 
   /** Whether an object (or upload) last modified (initiated) then is too young to touch. */
