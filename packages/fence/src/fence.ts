@@ -1,5 +1,5 @@
 import { InvalidArgumentError } from "./errors.js";
-import { assertHolder, assertResource, assertToken } from "./rules.js";
+import { assertHolder, assertResource, assertToken, MAX_RESOURCES } from "./rules.js";
 
 /**
  * All the storage ever learns about a lock: which resource the token belongs to, the token, and
@@ -24,16 +24,56 @@ export interface CheckedFence {
   readonly holder: string | null;
 }
 
-/** Validates a fence and copies it; InvalidArgumentError before any I/O if it is malformed. */
+/**
+ * Validates a fence and copies it; InvalidArgumentError before any I/O if it is malformed.
+ *
+ * A lease of several resources (a @fenced/lock Lease whose `fences` holds more than one) is refused
+ * here: it is one fence per resource, and its `resource` and `token` are only its first one's, so
+ * a write that took it as one fence would check one ratchet and leave the others unraised. Where one
+ * fence is wanted, pass one of `lease.fences`; where several are (checkFences), the whole lease.
+ */
 export function checkFence(fence: unknown, argument = "fence"): CheckedFence {
   if (typeof fence !== "object" || fence === null)
     throw new InvalidArgumentError(argument, "must be an object { resource, token, holder? }");
   // Read each field once: a getter must not be able to show the check one value and the store another.
-  const { resource, token, holder } = fence as { resource?: unknown; token?: unknown; holder?: unknown };
+  const { resource, token, holder, fences } = fence as { resource?: unknown; token?: unknown; holder?: unknown; fences?: unknown };
+  if (Array.isArray(fences) && fences.length > 1)
+    throw new InvalidArgumentError(
+      argument,
+      `is a lease of ${fences.length} resources, a fence for each: pass the one for this write (lease.fences[i]), or the whole lease where several fences are taken`,
+    );
   assertResource(resource, `${argument}.resource`);
   assertToken(token, `${argument}.token`);
   if (holder !== undefined) assertHolder(holder, `${argument}.holder`);
   return { resource, token, holder: holder ?? null };
+}
+
+/**
+ * Several fences presented by one write, validated and copied in the order given: an array of
+ * fences, or an object carrying them as `fences` (a @fenced/lock Lease of one or several resources).
+ * InvalidArgumentError before any I/O when there are none, more than MAX_RESOURCES, one is
+ * malformed, or two name the same resource (which of the two would the write be under?).
+ */
+export function checkFences(fences: unknown, argument = "fences"): CheckedFence[] {
+  let list: unknown = fences;
+  let path = argument;
+  if (!Array.isArray(fences) && typeof fences === "object" && fences !== null && "fences" in fences) {
+    list = (fences as { fences?: unknown }).fences;
+    path = `${argument}.fences`;
+  }
+  if (!Array.isArray(list)) throw new InvalidArgumentError(argument, "must be an array of fences, or a lease (its fences)");
+  if (list.length === 0) throw new InvalidArgumentError(path, "must hold at least one fence");
+  if (list.length > MAX_RESOURCES) throw new InvalidArgumentError(path, `must hold at most ${MAX_RESOURCES} fences, got ${list.length}`);
+  const checked: CheckedFence[] = [];
+  const seen = new Set<string>();
+  for (const [i, fence] of (list as unknown[]).entries()) {
+    const one = checkFence(fence, `${path}[${i}]`);
+    if (seen.has(one.resource))
+      throw new InvalidArgumentError(`${path}[${i}].resource`, `repeats ${JSON.stringify(one.resource)}: one fence per resource`);
+    seen.add(one.resource);
+    checked.push(one);
+  }
+  return checked;
 }
 
 /** Whether `incoming` may write where `highest` (with its holder) is the highest token accepted. */

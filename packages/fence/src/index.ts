@@ -11,12 +11,15 @@ export {
   MAX_HOLDER_LENGTH,
   MAX_KEY_LENGTH,
   MAX_RESOURCE_LENGTH,
+  MAX_RESOURCES,
+  checkResources,
+  resourcesProblem,
   MAX_TOKEN,
   parseToken,
   resourceProblem,
   TOKEN_PATTERN,
 } from "./rules.js";
-export { admits, checkFence, refuseEndedLease, type CheckedFence, type Fence } from "./fence.js";
+export { admits, checkFence, checkFences, refuseEndedLease, type CheckedFence, type Fence } from "./fence.js";
 export {
   assertCredentialKey,
   credentialKeys,

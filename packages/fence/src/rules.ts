@@ -45,6 +45,41 @@ export function assertResource(resource: unknown, argument = "resource"): assert
   if (problem !== undefined) throw new InvalidArgumentError(argument, problem);
 }
 
+/**
+ * At most this many resources in one lease, and fences in one write: every resource of a lease is a
+ * pair of keys in one script on every node, and every fence of a write a ratchet row locked until
+ * COMMIT. Sets are for the few things one operation must hold together (two accounts, an order and
+ * its stock), not for bulk locking.
+ */
+export const MAX_RESOURCES = 64;
+
+/**
+ * Why a list is not a set of resources one lease can hold, or undefined if it is one: a non-empty
+ * array of at most MAX_RESOURCES valid resources, no two the same (a lease holds a resource once;
+ * a repeated name would ask one node for one key twice in one script).
+ */
+export function resourcesProblem(resources: unknown): { readonly at?: number; readonly problem: string } | undefined {
+  if (!Array.isArray(resources)) return { problem: `must be an array of resources, got ${typeof resources}` };
+  if (resources.length === 0) return { problem: "must name at least one resource" };
+  if (resources.length > MAX_RESOURCES) return { problem: `must name at most ${MAX_RESOURCES} resources, got ${resources.length}` };
+  const seen = new Set<string>();
+  for (let at = 0; at < resources.length; at++) {
+    const resource: unknown = resources[at];
+    const problem = resourceProblem(resource);
+    if (problem !== undefined) return { at, problem };
+    if (seen.has(resource as string)) return { at, problem: `repeats ${JSON.stringify(resource)}: a lease holds each resource once` };
+    seen.add(resource as string);
+  }
+  return undefined;
+}
+
+/** A set of resources for one lease (resourcesProblem), copied; InvalidArgumentError naming the element at fault. */
+export function checkResources(resources: unknown, argument = "resources"): string[] {
+  const found = resourcesProblem(resources);
+  if (found !== undefined) throw new InvalidArgumentError(found.at === undefined ? argument : `${argument}[${found.at}]`, found.problem);
+  return [...(resources as string[])];
+}
+
 /** In UTF-8 bytes, as PostgreSQL and S3 store a key. */
 export const MAX_KEY_LENGTH = 512;
 

@@ -54,15 +54,26 @@ function describe(failures: readonly NodeFailure[]): string {
     .join("; ");
 }
 
-/** acquire() gave up: no attempt reached a quorum. `nodes` holds the per-node reasons of the last attempt. */
+/** How errors name a set of resources: JSON strings, comma-separated. */
+function named(resources: readonly string[]): string {
+  return resources.map((r) => JSON.stringify(r)).join(", ");
+}
+
+/**
+ * acquire() gave up: no attempt reached a quorum. `nodes` holds the per-node reasons of the last
+ * attempt. `resources`: every resource asked for, in order; `resource` is the first of them.
+ */
 export class LockNotAcquiredError extends Error {
   override readonly name = "LockNotAcquiredError";
+  readonly resources: readonly string[];
   constructor(
     readonly resource: string,
     readonly attempts: number,
     readonly nodes: readonly NodeFailure[],
+    resources: readonly string[] = [resource],
   ) {
-    super(`could not acquire ${JSON.stringify(resource)} after ${attempts} attempt(s): ${describe(nodes) || "no quorum"}`);
+    super(`could not acquire ${named(resources)} after ${attempts} attempt(s): ${describe(nodes) || "no quorum"}`);
+    this.resources = Object.freeze([...resources]);
   }
 }
 
@@ -85,18 +96,32 @@ export class TokenSpaceExhaustedError extends Error {
   }
 }
 
+/** A resource of a lease and its token, as errors report them. */
+export interface HeldFence {
+  readonly resource: string;
+  readonly token: bigint;
+}
+
 /**
  * The lease can no longer be trusted: a majority of nodes could not confirm it (or it expired
  * locally, or was released). Used as the reason of `lease.signal` and thrown by a failed extend().
+ * `fences`: every resource of the lease with its token; `resource` and `token` are the first's.
  */
 export class LeaseLostError extends Error {
   override readonly name = "LeaseLostError";
+  readonly fences: readonly HeldFence[];
   constructor(
     readonly resource: string,
     readonly token: bigint,
     readonly kind: LeaseLostKind,
     readonly nodes: readonly NodeFailure[] = [],
+    fences: readonly HeldFence[] = [{ resource, token }],
   ) {
-    super(`lease on ${JSON.stringify(resource)} (token ${token}) lost: ${kind}` + (nodes.length > 0 ? ` — ${describe(nodes)}` : ""));
+    const lease =
+      fences.length === 1
+        ? `${JSON.stringify(resource)} (token ${token})`
+        : fences.map((f) => `${JSON.stringify(f.resource)} (token ${f.token})`).join(", ");
+    super(`lease on ${lease} lost: ${kind}` + (nodes.length > 0 ? ` — ${describe(nodes)}` : ""));
+    this.fences = Object.freeze(fences.map((f) => Object.freeze({ resource: f.resource, token: f.token })));
   }
 }

@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import { performance } from "node:perf_hooks";
 import { inspect, type InspectOptions } from "node:util";
-import { LeaseLostError } from "./errors.js";
+import { LeaseLostError, type HeldFence, type LeaseLostKind, type NodeFailure } from "./errors.js";
 import { assertTtl } from "./options.js";
 
 /** The operations a Lease delegates to its Redlock (kept narrow so the lease holds no client state). */
@@ -16,6 +16,8 @@ interface LeaseInternals {
   lose(lease: Lease, reason: LeaseLostError | "released"): void;
   /** One extension round that leaves the lease as it was when it fails (see using()'s extensionAttempts). */
   tryExtend(lease: Lease, ttlMs: number): Promise<void>;
+  /** Every resource of the lease with its token, in order. */
+  held(lease: Lease): readonly HeldFence[];
 }
 
 /**
@@ -29,13 +31,30 @@ export let leaseInternals!: LeaseInternals;
 interface LeaseShown<Token> {
   readonly resource: string;
   readonly token: Token;
+  /** A lease of several resources only: each with its token, in order (the first is `resource`, `token`). */
+  readonly fences?: readonly { readonly resource: string; readonly token: Token }[];
   readonly holder: string;
   readonly validUntil: number;
   readonly lost: boolean;
 }
 
+/** One resource of a lease as a store takes it: the fence of that resource (see `Lease.fences`). */
+export interface LeaseFence {
+  readonly resource: string;
+  readonly token: bigint;
+  readonly holder: string;
+}
+
 /**
- * A granted lease. Storage only ever needs `{ resource, token }`; the rest serves the holder.
+ * A granted lease, of one resource or of several acquired together (`redlock.acquire([...])`). Storage
+ * only ever needs a fence, `{ resource, token, holder }`; the rest serves the holder.
+ *
+ * `fences` holds one fence per resource, in the order they were asked for: each resource has its own
+ * token (monotonic per resource), all share the lease's holder. A lease of one resource is itself
+ * that resource's fence (`resource`, `token`, `holder`). A lease of several has `resource` and
+ * `token` of its first resource only: the stores refuse it where one fence is expected (a write must
+ * name the fence it is under, `lease.fences[i]`) and take it whole where several are
+ * (PostgreSQL's transaction() and putAll(), register()).
  *
  * `signal` aborts, with a LeaseLostError as reason, the moment the lease is known lost: its validity
  * ran out, an extension could not confirm a majority, or it was released. Work that must not outlive
@@ -44,8 +63,18 @@ interface LeaseShown<Token> {
  * first access of `signal`: a lease nobody watches costs no timer and no controller.
  */
 export class Lease implements AsyncDisposable {
+  /** The lease's (first) resource. */
   readonly resource: string;
+  /** The (first) resource's token. */
   readonly token: bigint;
+  /** Every resource the lease holds, in the order asked for. */
+  readonly resources: readonly string[];
+  /** One fence per resource, in the order of `resources`, each with the lease's holder. Computed on first read. */
+  get fences(): readonly LeaseFence[] {
+    return (this.#fences ??= Object.freeze(
+      this.#held.map((f) => Object.freeze({ resource: f.resource, token: f.token, holder: this.holder })),
+    ));
+  }
   /**
    * This lease's public identity: stored by the fenced stores beside the highest token, so that an
    * equal token is accepted only from the lease that presented it. Derived one-way from `value`, so
@@ -65,6 +94,8 @@ export class Lease implements AsyncDisposable {
   }
   readonly #value: string;
   readonly #owner: LeaseOwner;
+  readonly #held: readonly HeldFence[];
+  #fences: readonly LeaseFence[] | undefined;
   #holder: string | undefined;
   #validUntil: number;
   /** Monotonic deadline (performance.now() ms): wall-clock jumps on this machine neither stretch nor cut it. */
@@ -75,10 +106,15 @@ export class Lease implements AsyncDisposable {
   #expiryTimer: NodeJS.Timeout | undefined;
   #released: Promise<void> | undefined;
 
-  constructor(owner: LeaseOwner, resource: string, token: bigint, value: string, validityMs: number) {
+  /** `held`: every resource with its token, in order (at least one; the lock checked them). */
+  constructor(owner: LeaseOwner, held: readonly HeldFence[], value: string, validityMs: number) {
+    const first = held[0];
+    if (first === undefined) throw new RangeError("a lease holds at least one resource");
     this.#owner = owner;
-    this.resource = resource;
-    this.token = token;
+    this.#held = Object.freeze(held.map((f) => Object.freeze({ resource: f.resource, token: f.token })));
+    this.resource = first.resource;
+    this.token = first.token;
+    this.resources = Object.freeze(held.map((f) => f.resource));
     this.#value = value;
     this.#validUntil = Date.now() + validityMs;
     this.#deadline = performance.now() + validityMs;
@@ -96,9 +132,8 @@ export class Lease implements AsyncDisposable {
 
   /** Why the lease is lost, or undefined while it is valid. Expiry is noticed on read, not only by the timer. */
   get lostReason(): LeaseLostError | undefined {
-    if (this.#lost === undefined && performance.now() >= this.#deadline)
-      this.#lose(new LeaseLostError(this.resource, this.token, "expired"));
-    if (this.#lost === "released") this.#lost = new LeaseLostError(this.resource, this.token, "released");
+    if (this.#lost === undefined && performance.now() >= this.#deadline) this.#lose(leaseLost(this, "expired"));
+    if (this.#lost === "released") this.#lost = leaseLost(this, "released");
     return this.#lost;
   }
 
@@ -168,8 +203,12 @@ export class Lease implements AsyncDisposable {
    * bigint): a lease in a log line or a response body shows which lease it is, never its value.
    */
   toJSON(): LeaseShown<string> {
-    const shown = this.#shown();
-    return { ...shown, token: shown.token.toString() };
+    const { fences, ...shown } = this.#shown();
+    return {
+      ...shown,
+      token: shown.token.toString(),
+      ...(fences === undefined ? {} : { fences: fences.map((f) => ({ resource: f.resource, token: f.token.toString() })) }),
+    };
   }
 
   /** util.inspect (console.log, most loggers): the same fields as toJSON, never the value. */
@@ -182,6 +221,7 @@ export class Lease implements AsyncDisposable {
     return {
       resource: this.resource,
       token: this.token,
+      ...(this.#held.length > 1 ? { fences: this.#held } : {}),
       holder: this.holder,
       validUntil: this.#validUntil,
       lost: this.lostReason !== undefined,
@@ -192,6 +232,7 @@ export class Lease implements AsyncDisposable {
     leaseInternals = {
       lose: (lease, reason) => lease.#lose(reason),
       tryExtend: (lease, ttlMs) => lease.#tryExtend(ttlMs),
+      held: (lease) => lease.#held,
     };
   }
 
@@ -208,10 +249,7 @@ export class Lease implements AsyncDisposable {
     if (this.#controller === undefined) return;
     clearTimeout(this.#expiryTimer);
     // setTimeout runs on the monotonic clock, so a wall-clock jump on this machine does not stretch the lease.
-    this.#expiryTimer = setTimeout(
-      () => this.#lose(new LeaseLostError(this.resource, this.token, "expired")),
-      Math.max(0, this.#deadline - performance.now()),
-    );
+    this.#expiryTimer = setTimeout(() => this.#lose(leaseLost(this, "expired")), Math.max(0, this.#deadline - performance.now()));
     this.#expiryTimer.unref();
   }
 }
@@ -219,4 +257,9 @@ export class Lease implements AsyncDisposable {
 /** The public holder id of the lease whose secret value is `value`: 32 hex digits of a domain-separated SHA-256. */
 export function holderOf(value: string): string {
   return createHash("sha256").update("fenced/holder\0").update(value).digest("hex").slice(0, 32);
+}
+
+/** The LeaseLostError of a lease: every resource it holds with its token, and why it is lost. */
+export function leaseLost(lease: Lease, kind: LeaseLostKind, nodes: readonly NodeFailure[] = []): LeaseLostError {
+  return new LeaseLostError(lease.resource, lease.token, kind, nodes, leaseInternals.held(lease));
 }

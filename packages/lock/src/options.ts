@@ -1,4 +1,5 @@
-import { assertResource, assertToken, InvalidArgumentError } from "@fenced/fence";
+import { assertResource, assertToken, checkResources, InvalidArgumentError } from "@fenced/fence";
+import type { HeldFence } from "./errors.js";
 
 /**
  * The lock's inputs and their checks. Every check throws InvalidArgumentError before any Redis
@@ -36,13 +37,31 @@ export interface AcquireOptions {
 /**
  * What identifies a lease on the nodes: enough for a process other than the one that acquired it
  * (for example another instance of a stateless HTTP gateway) to extend or release it. `value` is the
- * lease's random secret (`Lease.value`): whoever knows it can extend or release that lease, nothing more.
+ * lease's random secret (`Lease.value`): whoever knows it can extend or release that lease, nothing
+ * more. A lease of one resource is `{ resource, token, value }`; a lease of several is
+ * `{ fences: [{ resource, token }, …], value }`, every resource it holds in its order (a Lease is both).
  */
-export interface HeldLease {
-  readonly resource: string;
-  readonly token: bigint;
+export type HeldLease = HeldOne | HeldSet;
+
+interface HeldCommon {
   readonly value: string;
   /** Epoch ms: the lease's validUntil when it was handed on. extend(held) confirms only before it. */
+  readonly validUntil?: number | undefined;
+}
+
+export interface HeldOne extends HeldCommon {
+  readonly resource: string;
+  readonly token: bigint;
+}
+
+export interface HeldSet extends HeldCommon {
+  readonly fences: readonly { readonly resource: string; readonly token: bigint }[];
+}
+
+/** A HeldLease as the lock uses it: every resource with its token, in the lease's order. */
+export interface CheckedHeld {
+  readonly fences: readonly HeldFence[];
+  readonly value: string;
   readonly validUntil?: number | undefined;
 }
 
@@ -174,18 +193,39 @@ export function checkAcquireOptions(
   return { retryCount: checkRetryCount(retryCount, "options.retryCount"), signal };
 }
 
-/** A HeldLease, checked and copied (each field read once: a getter cannot show the check one value and the nodes another). */
-export function checkHeld(held: unknown, argument = "held"): HeldLease {
-  assertObject(held, argument, "{ resource, token, value }");
-  const { resource, token, value, validUntil } = held;
-  assertResource(resource, `${argument}.resource`);
-  assertToken(token, `${argument}.token`);
+/**
+ * A HeldLease, checked and copied (each field read once: a getter cannot show the check one value and
+ * the nodes another). `fences`, when present, is the lease (a Lease carries both it and its first
+ * resource as `resource`); its resources must make a set a lease can hold (no repeats).
+ */
+export function checkHeld(held: unknown, argument = "held"): CheckedHeld {
+  assertObject(held, argument, "{ resource, token, value } or { fences, value }");
+  const { resource, token, fences, value, validUntil } = held;
+  let checked: HeldFence[];
+  if (fences === undefined) {
+    assertResource(resource, `${argument}.resource`);
+    assertToken(token, `${argument}.token`);
+    checked = [{ resource, token }];
+  } else {
+    if (!Array.isArray(fences)) throw new InvalidArgumentError(`${argument}.fences`, "must be an array of { resource, token }");
+    checked = (fences as unknown[]).map((fence, i) => {
+      assertObject(fence, `${argument}.fences[${i}]`, "{ resource, token }");
+      const { resource: r, token: t } = fence;
+      assertResource(r, `${argument}.fences[${i}].resource`);
+      assertToken(t, `${argument}.fences[${i}].token`);
+      return { resource: r, token: t };
+    });
+    checkResources(
+      checked.map((f) => f.resource),
+      `${argument}.fences`,
+    );
+  }
   if (typeof value !== "string" || !LEASE_VALUE.test(value))
     throw new InvalidArgumentError(`${argument}.value`, "is not a lease value (32 lowercase hex digits)");
-  if (validUntil === undefined) return { resource, token, value };
+  if (validUntil === undefined) return { fences: checked, value };
   if (typeof validUntil !== "number" || !Number.isFinite(validUntil))
     throw new InvalidArgumentError(`${argument}.validUntil`, "must be epoch milliseconds (a finite number)");
-  return { resource, token, value, validUntil };
+  return { fences: checked, value, validUntil };
 }
 
 /**

@@ -9,7 +9,9 @@ const counter = fc.oneof(
   { weight: 9, arbitrary: fc.bigInt({ min: 0n, max: 12n }) },
   { weight: 1, arbitrary: fc.bigInt({ min: 2n ** 62n, max: 2n ** 63n - 2n }) },
 );
-const grantReply = fc.record({ granted: fc.boolean(), counter }).map((value): Reply<Grant> => ({ ok: true, value }));
+const grantReply = fc
+  .record({ granted: fc.boolean(), counter })
+  .map(({ granted, counter }): Reply<Grant> => ({ ok: true, value: { granted, counters: [counter] } }));
 const failedReply = fc.constantFrom("timeout", "error").map((reason): Reply<Grant> => ({
   ok: false,
   failure: reason === "timeout" ? { node: 0, reason } : { node: 0, reason, detail: "connection refused" },
@@ -20,10 +22,10 @@ const replySet = fc
   .chain((n) => fc.array(fc.option(reply, { nil: undefined, freq: 6 }), { minLength: n, maxLength: n }));
 
 function granting(replies: readonly MaybeReply[]): { node: number; counter: bigint }[] {
-  return replies.flatMap((r, node) => (r?.ok === true && r.value.granted ? [{ node, counter: r.value.counter }] : []));
+  return replies.flatMap((r, node) => (r?.ok === true && r.value.granted ? [{ node, counter: r.value.counters[0]! }] : []));
 }
 function refusing(replies: readonly MaybeReply[]): { node: number; counter: bigint }[] {
-  return replies.flatMap((r, node) => (r?.ok === true && !r.value.granted ? [{ node, counter: r.value.counter }] : []));
+  return replies.flatMap((r, node) => (r?.ok === true && !r.value.granted ? [{ node, counter: r.value.counters[0]! }] : []));
 }
 /** Replies that count against a quorum: refusals and failures (not the ones still outstanding). */
 function refusedOrFailed(replies: readonly MaybeReply[]): number {
@@ -60,7 +62,7 @@ describe("chooseToken", () => {
         expect(behind).toEqual(grants.filter((g) => g.counter !== token).map((g) => g.node));
         for (const node of behind) {
           const r = replies[node];
-          expect(r?.ok === true && r.value.counter < token).toBe(true);
+          expect(r?.ok === true && r.value.counters[0]! < token).toBe(true);
         }
       }),
       { numRuns: 2_000 },
@@ -68,7 +70,7 @@ describe("chooseToken", () => {
   });
 
   it("ignores failed and outstanding nodes", () => {
-    const grant = (counter: bigint, granted = true): Reply<Grant> => ({ ok: true, value: { granted, counter } });
+    const grant = (counter: bigint, granted = true): Reply<Grant> => ({ ok: true, value: { granted, counters: [counter] } });
     const replies: MaybeReply[] = [grant(7n), { ok: false, failure: { node: 1, reason: "timeout" } }, grant(5n), undefined, grant(7n)];
     expect(chooseToken(replies, 3)).toEqual({ token: 7n, counted: [0, 4], behind: [2] });
     expect(chooseToken([grant(3n), grant(9n, false), grant(3n)], 2)).toEqual({ token: 10n, counted: [], behind: [0, 2] });
@@ -131,9 +133,9 @@ describe("the protocol over a model of N nodes without data loss", () => {
           const replies: Reply<Grant>[] = counters.map((c, node) => {
             const what = outcome[node]!;
             if (what === "fail") return { ok: false, failure: { node, reason: "timeout" } };
-            if (what === "refuse") return { ok: true, value: { granted: false, counter: c } };
+            if (what === "refuse") return { ok: true, value: { granted: false, counters: [c] } };
             counters[node] = c + 1n;
-            return { ok: true, value: { granted: true, counter: c + 1n } };
+            return { ok: true, value: { granted: true, counters: [c + 1n] } };
           });
           const tally = new AcquireTally(n, quorum);
           const arrived: MaybeReply[] = new Array<MaybeReply>(n).fill(undefined);

@@ -154,24 +154,30 @@ export function fanOut<T>(count: number, timeoutMs: number, how: FanOut<T>): Pro
   });
 }
 
-/** What one node said to the acquire script. */
+/** What one node said to the acquire script: granted the whole set or none of it, and each resource's counter. */
 export interface Grant {
   readonly granted: boolean;
-  readonly counter: bigint;
+  /** By resource, in the set's order. */
+  readonly counters: readonly bigint[];
 }
 
-export function parseGrant(raw: unknown): Grant {
-  if (!Array.isArray(raw) || raw.length !== 2) throw new Error(`unexpected acquire reply: ${JSON.stringify(raw)}`);
-  const [flag, counter] = raw as [unknown, unknown];
+/** Reads one node's ACQUIRE reply for a set of `resources` resources: {flag, counter_1, …, counter_n}. */
+export function parseGrant(raw: unknown, resources: number): Grant {
+  if (!Array.isArray(raw) || raw.length !== resources + 1) throw new Error(`unexpected acquire reply: ${JSON.stringify(raw)}`);
+  const counters: bigint[] = [];
+  for (let i = 1; i <= resources; i++) counters.push(parseCounter(raw[i]));
+  return { granted: raw[0] === 1, counters };
+}
+
+function parseCounter(counter: unknown): bigint {
   // ACQUIRE sends integer replies only below INTEGER_REPLY_LIMIT, where every client reads them
   // exactly; a larger number cannot be trusted to be the counter. Larger counters arrive as decimal strings.
-  if (typeof counter === "number" && Number.isInteger(counter) && counter >= 0 && counter < INTEGER_REPLY_LIMIT)
-    return { granted: flag === 1, counter: BigInt(counter) };
+  if (typeof counter === "number" && Number.isInteger(counter) && counter >= 0 && counter < INTEGER_REPLY_LIMIT) return BigInt(counter);
   if (typeof counter !== "string" || !/^\d+$/.test(counter)) throw new Error(`unexpected fence counter: ${String(counter)}`);
-  return { granted: flag === 1, counter: BigInt(counter) };
+  return BigInt(counter);
 }
 
-/** The token a set of acquire replies points to, and which granting nodes count for it. */
+/** The token a set of acquire replies points to for one resource, and which granting nodes count for it. */
 export interface TokenChoice {
   readonly token: bigint;
   /** Granting nodes whose own INCR returned exactly `token`: they count without another round trip. */
@@ -181,27 +187,30 @@ export interface TokenChoice {
 }
 
 /**
- * Chooses the candidate token (PROTOCOL.md, "Choosing the token"). The base is the maximum counter
- * among the nodes that granted us the lease: any earlier lease was counted on a majority, which
- * shares a node with our granting majority, whose INCR therefore returned more than that token.
- * A node that refused us but reported a higher counter than every granting node is evidence that
- * a granting node lost data; the candidate then goes one past it, so that the token cannot repeat a
- * value that node's counter already passed. Equal counters on refusing nodes do not raise it:
- * that is the ordinary footprint of a competitor's failed attempt, and raising on it would cost a
- * publish round trip under contention for nothing.
- * Returns undefined while fewer than a quorum granted.
+ * Chooses the candidate token of resource `resource` (its index in the set; PROTOCOL.md, "Choosing
+ * the token"). Every resource is chosen on its own, from its own counters, exactly as a lease of that
+ * resource alone: the nodes that granted are the same for all (a node grants the whole set or
+ * nothing), and what counts is per resource. The base is the maximum counter among the nodes that
+ * granted us the lease: any earlier lease was counted on a majority, which shares a node with our
+ * granting majority, whose INCR therefore returned more than that token. A node that refused us
+ * but reported a higher counter than every granting node is evidence that a granting node lost
+ * data; the candidate then goes one past it, so that the token cannot repeat a value that node's
+ * counter already passed. Equal counters on refusing nodes do not raise it: that is the ordinary
+ * footprint of a competitor's failed attempt, and raising on it would cost a publish round trip
+ * under contention for nothing. Returns undefined while fewer than a quorum granted.
  */
-export function chooseToken(replies: readonly (Reply<Grant> | undefined)[], quorum: number): TokenChoice | undefined {
+export function chooseToken(replies: readonly (Reply<Grant> | undefined)[], quorum: number, resource = 0): TokenChoice | undefined {
   let grantedCount = 0;
   let grantMax = -1n;
   let refusedMax = -1n;
   for (const reply of replies) {
     if (reply === undefined || !reply.ok) continue;
+    const counter = reply.value.counters[resource] as bigint;
     if (reply.value.granted) {
       grantedCount++;
-      if (reply.value.counter > grantMax) grantMax = reply.value.counter;
-    } else if (reply.value.counter > refusedMax) {
-      refusedMax = reply.value.counter;
+      if (counter > grantMax) grantMax = counter;
+    } else if (counter > refusedMax) {
+      refusedMax = counter;
     }
   }
   if (grantedCount < quorum) return undefined;
@@ -210,65 +219,95 @@ export function chooseToken(replies: readonly (Reply<Grant> | undefined)[], quor
   const behind: number[] = [];
   replies.forEach((reply, node) => {
     if (reply === undefined || !reply.ok || !reply.value.granted) return;
-    if (reply.value.counter === token) counted.push(node);
+    if (reply.value.counters[resource] === token) counted.push(node);
     else behind.push(node);
   });
   return { token, counted, behind };
 }
 
-/**
- * Whether the resource has run out of tokens (PROTOCOL.md, "The counter ceiling"): the candidate
- * token would pass 2^63 - 1, or so many nodes report a counter at the ceiling (where ACQUIRE refuses
- * without setting anything) that no quorum can ever grant. Returns the highest counter seen then,
- * undefined otherwise. A node at the ceiling in a minority, below a quorum that grants with a lower
- * counter, is not yet exhaustion: that quorum's token is valid, and a later round will see the ceiling.
- */
-export function ceilingReached(
-  replies: readonly (Reply<Grant> | undefined)[],
-  choice: TokenChoice | undefined,
-  quorum: number,
-): bigint | undefined {
-  let atCeiling = 0;
-  let highest = -1n;
-  for (const reply of replies) {
-    if (reply === undefined || !reply.ok) continue;
-    if (reply.value.counter > highest) highest = reply.value.counter;
-    if (!reply.value.granted && reply.value.counter >= MAX_TOKEN) atCeiling++;
+/** chooseToken for every resource of a set of `resources`, in order; undefined while fewer than a quorum granted. */
+export function chooseTokens(replies: readonly (Reply<Grant> | undefined)[], quorum: number, resources: number): TokenChoice[] | undefined {
+  const choices: TokenChoice[] = [];
+  for (let i = 0; i < resources; i++) {
+    const choice = chooseToken(replies, quorum, i);
+    if (choice === undefined) return undefined;
+    choices.push(choice);
   }
-  if (choice !== undefined) return choice.token > MAX_TOKEN ? highest : undefined;
-  return atCeiling > replies.length - quorum ? highest : undefined;
+  return choices;
 }
 
 /**
- * Incremental view of an acquire fan-out, updated per reply so that deciding costs O(1) per reply:
- * decided once a quorum granted with the same maximum counter and no refusing node is above it
- * (the steady state: no publish round trip), or once so many refused that no quorum is possible.
+ * Whether a resource of the set has run out of tokens (PROTOCOL.md, "The counter ceiling"): its
+ * candidate token would pass 2^63 - 1, or so many nodes report its counter at the ceiling (where
+ * ACQUIRE refuses without setting anything) that no quorum can ever grant. Returns the first such
+ * resource's index and the highest counter seen for it, undefined otherwise. A node at the ceiling in
+ * a minority, below a quorum that grants with a lower counter, is not yet exhaustion: that quorum's
+ * token is valid, and a later round will see the ceiling.
+ */
+export function ceilingReached(
+  replies: readonly (Reply<Grant> | undefined)[],
+  choices: readonly TokenChoice[] | undefined,
+  quorum: number,
+  resources: number,
+): { readonly resource: number; readonly highest: bigint } | undefined {
+  for (let resource = 0; resource < resources; resource++) {
+    let atCeiling = 0;
+    let highest = -1n;
+    for (const reply of replies) {
+      if (reply === undefined || !reply.ok) continue;
+      const counter = reply.value.counters[resource] as bigint;
+      if (counter > highest) highest = counter;
+      if (!reply.value.granted && counter >= MAX_TOKEN) atCeiling++;
+    }
+    const exhausted = choices !== undefined ? (choices[resource] as TokenChoice).token > MAX_TOKEN : atCeiling > replies.length - quorum;
+    if (exhausted) return { resource, highest };
+  }
+  return undefined;
+}
+
+/**
+ * Incremental view of an acquire fan-out, updated per reply so that deciding costs O(resources) per
+ * reply: decided once a quorum granted and, for every resource, a quorum of granting nodes has the
+ * same maximum counter and no refusing node is above it (the steady state: no publish round trip),
+ * or once so many refused that no quorum is possible.
  */
 export class AcquireTally {
   #refused = 0;
-  #grantMax = -1n;
-  #atGrantMax = 0;
-  #refusedMax = -1n;
+  readonly #grantMax: bigint[];
+  readonly #atGrantMax: number[];
+  readonly #refusedMax: bigint[];
   constructor(
     readonly nodes: number,
     readonly quorum: number,
-  ) {}
+    readonly resources = 1,
+  ) {
+    this.#grantMax = new Array<bigint>(resources).fill(-1n);
+    this.#atGrantMax = new Array<number>(resources).fill(0);
+    this.#refusedMax = new Array<bigint>(resources).fill(-1n);
+  }
 
   add(reply: Reply<Grant>): boolean {
     if (!reply.ok || !reply.value.granted) {
       this.#refused++;
-      if (reply.ok && reply.value.counter > this.#refusedMax) this.#refusedMax = reply.value.counter;
+      if (reply.ok)
+        reply.value.counters.forEach((counter, i) => {
+          if (counter > (this.#refusedMax[i] as bigint)) this.#refusedMax[i] = counter;
+        });
     } else {
-      const { counter } = reply.value;
-      if (counter > this.#grantMax) {
-        this.#grantMax = counter;
-        this.#atGrantMax = 1;
-      } else if (counter === this.#grantMax) {
-        this.#atGrantMax++;
-      }
+      reply.value.counters.forEach((counter, i) => {
+        const max = this.#grantMax[i] as bigint;
+        if (counter > max) {
+          this.#grantMax[i] = counter;
+          this.#atGrantMax[i] = 1;
+        } else if (counter === max) {
+          this.#atGrantMax[i] = (this.#atGrantMax[i] as number) + 1;
+        }
+      });
     }
     if (this.#refused > this.nodes - this.quorum) return true;
-    return this.#atGrantMax >= this.quorum && this.#refusedMax <= this.#grantMax;
+    for (let i = 0; i < this.resources; i++)
+      if ((this.#atGrantMax[i] as number) < this.quorum || (this.#refusedMax[i] as bigint) > (this.#grantMax[i] as bigint)) return false;
+    return true;
   }
 }
 

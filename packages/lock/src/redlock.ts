@@ -1,10 +1,10 @@
 import { performance } from "node:perf_hooks";
 import { setTimeout as sleep } from "node:timers/promises";
-import { assertResource, InvalidArgumentError } from "@fenced/fence";
+import { assertResource, checkResources, InvalidArgumentError } from "@fenced/fence";
 import type { RedisClient } from "./client.js";
-import { LeaseLostError, LockNotAcquiredError, TokenSpaceExhaustedError, type NodeFailure } from "./errors.js";
+import { LeaseLostError, LockNotAcquiredError, TokenSpaceExhaustedError, type HeldFence, type NodeFailure } from "./errors.js";
 import { resourceKeys } from "./keys.js";
-import { Lease, leaseInternals } from "./lease.js";
+import { Lease, leaseInternals, leaseLost } from "./lease.js";
 import { newLeaseValue } from "./lease-value.js";
 import { watchOf, type NodeWatch } from "./node-watch.js";
 import {
@@ -22,7 +22,7 @@ import {
 import {
   AcquireTally,
   ceilingReached,
-  chooseToken,
+  chooseTokens,
   evalSha,
   failures,
   fallBack,
@@ -30,11 +30,16 @@ import {
   parseGrant,
   quorumOf,
   type Grant,
+  type Reply,
   type ScriptCall,
+  type TokenChoice,
 } from "./quorum.js";
 import { SCRIPTS } from "./scripts.js";
 
 export type { AcquireOptions, HeldLease, RedlockOptions } from "./options.js";
+
+/** One resource, or several to hold together in one lease (all or none, a token for each). */
+export type Resources = string | readonly string[];
 
 /**
  * Redlock over N independent Redis nodes, with fencing tokens that are unique per resource and
@@ -61,20 +66,29 @@ export class Redlock {
   /**
    * Acquires `resource` for `ttlMs`, retrying as configured; throws LockNotAcquiredError when it
    * gives up, and TokenSpaceExhaustedError at once (no retry) when the resource's counters reached 2^63 - 1.
+   *
+   * Given several resources (`["account:alice", "account:bob"]`), acquires all of them or none, as
+   * one lease with a token for each (`lease.fences`, in the order given; PROTOCOL.md, "Sets"). Each
+   * node grants the whole set or nothing, so two callers asking for overlapping sets in any order
+   * never deadlock: one of them gets none of it and retries. Duplicates or an empty list are
+   * InvalidArgumentError. On a Redis Cluster the set's keys must share a slot: resources share one
+   * when their text up to the first `}` is the same, so start them with a common `{tag}` —
+   * `{accounts}:alice`, `{accounts}:bob`; a set whose resources lie in different slots is refused
+   * with InvalidArgumentError once a node says so (CROSSSLOT), with nothing left held.
    */
-  async acquire(resource: string, ttlMs: number, options?: AcquireOptions): Promise<Lease> {
-    assertResource(resource);
+  async acquire(resource: Resources, ttlMs: number, options?: AcquireOptions): Promise<Lease> {
+    const resources = checkedResources(resource);
     this.#checkTtl(ttlMs);
     const { retryCount, signal } = checkAcquireOptions(options, this.#settings.retryCount);
-    return this.#acquire(resource, ttlMs, retryCount, signal);
+    return this.#acquire(resources, ttlMs, retryCount, signal);
   }
 
-  async #acquire(resource: string, ttlMs: number, retryCount: number, signal: AbortSignal | undefined): Promise<Lease> {
+  async #acquire(resources: readonly string[], ttlMs: number, retryCount: number, signal: AbortSignal | undefined): Promise<Lease> {
     for (let attempt = 1; ; attempt++) {
       signal?.throwIfAborted();
-      const result = await this.#attempt(resource, ttlMs);
+      const result = await this.#attempt(resources, ttlMs);
       if (result instanceof Lease) return result;
-      if (attempt > retryCount) throw new LockNotAcquiredError(resource, attempt, result);
+      if (attempt > retryCount) throw new LockNotAcquiredError(resources[0] as string, attempt, result, resources);
       const delay = this.#settings.retryDelayMs + Math.random() * this.#settings.retryJitterMs;
       await sleep(delay, undefined, signal === undefined ? {} : { signal });
     }
@@ -86,14 +100,14 @@ export class Redlock {
    * holds the lease), `lease.signal` aborts with the failing nodes as reason, and using() rethrows
    * that LeaseLostError after the routine settles: its work may have run unprotected.
    */
-  async using<T>(resource: string, ttlMs: number, routine: (lease: Lease) => Promise<T>, options?: AcquireOptions): Promise<T> {
-    assertResource(resource);
+  async using<T>(resource: Resources, ttlMs: number, routine: (lease: Lease) => Promise<T>, options?: AcquireOptions): Promise<T> {
+    const resources = checkedResources(resource);
     this.#checkTtl(ttlMs);
     if (typeof routine !== "function") throw new InvalidArgumentError("routine", "must be a function (lease) => Promise");
     const { retryCount, signal } = checkAcquireOptions(options, this.#settings.retryCount);
     const threshold = this.#extensionThreshold(ttlMs);
     const { extensionAttempts } = this.#settings;
-    const lease = await this.#acquire(resource, ttlMs, retryCount, signal);
+    const lease = await this.#acquire(resources, ttlMs, retryCount, signal);
     let timer: NodeJS.Timeout | undefined;
     const schedule = (): void => {
       const wait = Math.max(0, lease.remainingMs - threshold);
@@ -109,7 +123,7 @@ export class Redlock {
           const definitive =
             err instanceof LeaseLostError && err.nodes.filter((n) => n.reason === "not-held").length > this.clients.length - this.quorum;
           if (definitive || attempt === extensionAttempts || lease.remainingMs === 0) {
-            leaseInternals.lose(lease, err instanceof LeaseLostError ? err : new LeaseLostError(resource, lease.token, "quorum-lost"));
+            leaseInternals.lose(lease, err instanceof LeaseLostError ? err : leaseLost(lease, "quorum-lost"));
             return;
           }
           // Spread the remaining attempts over part of the remaining validity, so that a short
@@ -154,7 +168,7 @@ export class Redlock {
 
   /**
    * Extends a lease that another process acquired and handed on as `{ resource, token, value,
-   * validUntil? }`. The round counts only if a quorum confirms that it still holds `value` before the
+   * validUntil? }` (a lease of several resources: `{ fences, value, validUntil? }`). The round counts only if a quorum confirms that it still holds `value` before the
    * lease's previous end — `held.validUntil` (epoch ms) when the caller knows it, as Lease.extend()
    * checks for itself; otherwise before `ttlMs` has passed, as if the lease had just been granted.
    * Past the previous end, the nodes that confirm may include ones that received the acquisition's
@@ -165,15 +179,16 @@ export class Redlock {
    * before or during the round) throws its own LeaseLostError, as its extend() would.
    */
   async extend(held: HeldLease, ttlMs: number): Promise<Lease> {
-    const { resource, token, value, validUntil } = checkHeld(held);
+    const { fences, value, validUntil } = checkHeld(held);
     this.#checkTtl(ttlMs);
     const knownLoss = (): LeaseLostError | undefined => (held instanceof Lease ? held.lostReason : undefined);
     const lostBefore = knownLoss();
     if (lostBefore !== undefined) throw lostBefore;
     // Wall clock to monotonic once, here: the round's deadline is the previous end, or start + ttlMs.
     const previousMs = validUntil === undefined ? ttlMs : Math.min(ttlMs, validUntil - Date.now());
-    if (previousMs <= 0) throw new LeaseLostError(resource, token, "expired");
-    const lease = new Lease(this, resource, token, value, previousMs);
+    const first = fences[0] as HeldFence;
+    if (previousMs <= 0) throw new LeaseLostError(first.resource, first.token, "expired", [], fences);
+    const lease = new Lease(this, fences, value, previousMs);
     // The Lease handed in was released while the round ran: whatever the nodes answered (the release
     // may have reached them first, or deleted what the round had just extended), its reason wins.
     try {
@@ -200,78 +215,105 @@ export class Redlock {
    * its earlier release() reached no node.
    */
   async release(held: HeldLease): Promise<void> {
-    const { resource, value } = checkHeld(held);
+    const { fences, value } = checkHeld(held);
     if (held instanceof Lease) leaseInternals.lose(held, "released");
-    await this.#releaseAll(resourceKeys(resource).lease, value, false, this.#allNodes());
+    await this.#releaseAll(leaseKeys(fences), value, false, this.#allNodes());
   }
 
-  /** One acquisition round: grant + counter on all nodes, publish if needed, then the validity. */
-  async #attempt(resource: string, ttlMs: number): Promise<Lease | NodeFailure[]> {
-    const keys = resourceKeys(resource);
+  /** One acquisition round: grant + counters on all nodes, publish if needed, then the validity. */
+  async #attempt(resources: readonly string[], ttlMs: number): Promise<Lease | NodeFailure[]> {
+    const keys = resources.map(resourceKeys);
+    const leases = keys.map((k) => k.lease);
     const value = newLeaseValue();
     const start = performance.now();
-    const tally = new AcquireTally(this.clients.length, this.quorum);
+    const tally = new AcquireTally(this.clients.length, this.quorum, resources.length);
     // Once the fan-out has resolved, a node that answers NOSCRIPT must not get the acquire again
     // (see fallBack): the release that follows may already have run there.
     let fanningOut = true;
     const stillWanted = (): boolean => fanningOut;
-    const call: ScriptCall = { script: SCRIPTS.acquire, keys: [keys.lease, keys.counter], args: [value, ttlMs] };
+    const call: ScriptCall = { script: SCRIPTS.acquire, keys: keys.flatMap((k) => [k.lease, k.counter]), args: [value, ttlMs] };
     const replies = await fanOut(this.clients.length, this.#settings.nodeTimeoutMs, {
       send: (node) => evalSha(this.#client(node), call),
       retry: (node, err) => fallBack(this.#client(node), call, err, stillWanted),
       watches: this.#currentWatches(),
-      parse: parseGrant,
+      parse: (raw) => parseGrant(raw, resources.length),
       decided: (reply) => tally.add(reply),
     });
     fanningOut = false;
     // The nodes this attempt sent ACQUIRE to: the only ones it can have left a lease key on.
     const reached = replies.flatMap((reply, node) => (!reply.ok && reply.unsent === true ? [] : [node]));
-    const choice = chooseToken(replies, this.quorum);
-    const ceiling = ceilingReached(replies, choice, this.quorum);
+    const choices = chooseTokens(replies, this.quorum, resources.length);
+    const ceiling = ceilingReached(replies, choices, this.quorum, resources.length);
     if (ceiling !== undefined) {
       // Never ask any node for a token past 2^63 - 1; leave nothing behind, then stop (retrying cannot help).
-      await this.#releaseAll(keys.lease, value, true, reached);
-      throw new TokenSpaceExhaustedError(resource, ceiling);
+      await this.#releaseAll(leases, value, true, reached);
+      throw new TokenSpaceExhaustedError(resources[ceiling.resource] as string, ceiling.highest);
     }
-    let counted = choice?.counted.length ?? 0;
-    if (choice !== undefined && counted < this.quorum && choice.behind.length > 0) {
-      counted += await this.#publish(keys.lease, keys.counter, value, choice.token, choice.behind, this.quorum - counted);
-    }
-    if (choice !== undefined && counted >= this.quorum) {
-      // The token is settled; only now is the validity computed, with the monotonic clock.
+    if (choices !== undefined && (await this.#settle(keys, value, choices))) {
+      // Every token is settled; only now is the validity computed, with the monotonic clock.
       const elapsed = performance.now() - start;
       const validityMs = Math.floor(ttlMs - elapsed - driftMs(ttlMs, this.#settings.driftFactor));
-      if (validityMs > 0) return new Lease(this, resource, choice.token, value, validityMs);
+      const held = choices.map((choice, i) => ({ resource: resources[i] as string, token: choice.token }));
+      if (validityMs > 0) return new Lease(this, held, value, validityMs);
     }
     // Not acquired: release on every node it sent to, including those that timed out or went down
     // meanwhile (their grant may still land; the release is queued behind it).
-    await this.#releaseAll(keys.lease, value, true, reached);
+    await this.#releaseAll(leases, value, true, reached);
+    crossSlot(replies, resources);
     return failures(replies, (g: Grant, node) => (g.granted ? undefined : { node, reason: "held" }));
   }
 
-  /** Raises the counters of granting nodes that are behind to `token`; resolves with how many now count. */
-  async #publish(lease: string, counter: string, value: string, token: bigint, nodes: readonly number[], needed: number): Promise<number> {
-    let moved = 0;
-    let missed = 0;
-    const call: ScriptCall = { script: SCRIPTS.publish, keys: [lease, counter], args: [value, token.toString()] };
-    await fanOut(nodes.length, this.#settings.nodeTimeoutMs, {
-      send: (i) => evalSha(this.#client(nodes[i] as number), call),
-      retry: (i, err) => fallBack(this.#client(nodes[i] as number), call, err),
-      watches: this.#currentWatches(nodes),
-      // Over once enough moved, or once so many did not that `needed` cannot be reached.
-      decided: (reply) => (reply.ok && reply.value === 1 ? ++moved >= needed : ++missed > nodes.length - needed),
+  /**
+   * Whether every resource's token counts on a quorum: nodes whose own INCR returned it, plus the
+   * nodes that publishing moves to exactly it (PROTOCOL.md, "Choosing the token"). Publishes, in one
+   * round, to each granting node that is behind on some resource, only the resources it is behind on.
+   */
+  async #settle(keys: readonly { lease: string; counter: string }[], value: string, choices: readonly TokenChoice[]): Promise<boolean> {
+    const counted = choices.map((c) => c.counted.length);
+    const behind = (i: number): boolean => (counted[i] as number) < this.quorum;
+    if (!choices.some((_, i) => behind(i))) return true;
+    // Node → the resources (indexes) to publish there: those short of a quorum on which the node is behind.
+    const publish = new Map<number, number[]>();
+    choices.forEach((choice, i) => {
+      if (behind(i)) for (const node of choice.behind) publish.set(node, [...(publish.get(node) ?? []), i]);
     });
-    return moved;
+    const nodes = [...publish.keys()];
+    if (nodes.length === 0) return false;
+    const calls = nodes.map((node): ScriptCall => {
+      const which = publish.get(node) as number[];
+      return {
+        script: SCRIPTS.publish,
+        keys: which.flatMap((i) => [(keys[i] as { lease: string }).lease, (keys[i] as { counter: string }).counter]),
+        args: [value, ...which.map((i) => (choices[i] as TokenChoice).token.toString())],
+      };
+    });
+    // Over once every resource counts on a quorum, or once one of them can no longer get there.
+    const reachable = (i: number): boolean => (counted[i] as number) + pendingFor(publish, i) >= this.quorum;
+    await fanOut(nodes.length, this.#settings.nodeTimeoutMs, {
+      send: (k) => evalSha(this.#client(nodes[k] as number), calls[k] as ScriptCall),
+      retry: (k, err) => fallBack(this.#client(nodes[k] as number), calls[k] as ScriptCall, err),
+      watches: this.#currentWatches(nodes),
+      decided: (reply, k) => {
+        const which = publish.get(nodes[k] as number) as number[];
+        const moved = reply.ok && Array.isArray(reply.value) ? (reply.value as unknown[]) : [];
+        which.forEach((i, j) => {
+          if (moved[j] === 1) counted[i] = (counted[i] as number) + 1;
+        });
+        publish.delete(nodes[k] as number);
+        if (!choices.some((_, i) => behind(i))) return true;
+        return choices.some((_, i) => behind(i) && !reachable(i));
+      },
+    });
+    return !choices.some((_, i) => behind(i));
   }
 
   /** @internal LeaseOwner: extends on every node; resolves with the new validity or throws LeaseLostError. */
   async extendLease(lease: Lease, ttlMs: number): Promise<number> {
     this.#checkTtl(ttlMs);
-    const keys = resourceKeys(lease.resource);
     const start = performance.now();
     const deadline = start + lease.remainingMs;
     let confirmed = 0;
-    const call: ScriptCall = { script: SCRIPTS.extend, keys: [keys.lease], args: [lease.value, ttlMs] };
+    const call: ScriptCall = { script: SCRIPTS.extend, keys: leaseKeys(leaseInternals.held(lease)), args: [lease.value, ttlMs] };
     const replies = await fanOut(this.clients.length, this.#settings.nodeTimeoutMs, {
       send: (node) => evalSha(this.#client(node), call),
       retry: (node, err) => fallBack(this.#client(node), call, err),
@@ -286,14 +328,14 @@ export class Redlock {
     if (confirmed < this.quorum || now > deadline) {
       const reasons = failures(replies, (v, node) => (v === 1 ? undefined : { node, reason: "not-held" }));
       // The lease is not marked lost here: Lease.extend() does that, using() first retries (see Lease's #tryExtend).
-      throw new LeaseLostError(lease.resource, lease.token, now > deadline ? "expired" : "quorum-lost", reasons);
+      throw leaseLost(lease, now > deadline ? "expired" : "quorum-lost", reasons);
     }
     return Math.floor(ttlMs - (now - start) - driftMs(ttlMs, this.#settings.driftFactor));
   }
 
   /** @internal LeaseOwner: deletes this lease's value on every node. */
   async releaseLease(lease: Lease): Promise<void> {
-    await this.#releaseAll(resourceKeys(lease.resource).lease, lease.value, false, this.#allNodes());
+    await this.#releaseAll(leaseKeys(leaseInternals.held(lease)), lease.value, false, this.#allNodes());
   }
 
   /**
@@ -302,11 +344,11 @@ export class Redlock {
    * loser has left nothing behind by the time acquire() rejects — except on nodes known down, which
    * get the release queued behind what they were sent before, and are not waited for.
    */
-  async #releaseAll(lease: string, value: string, waitForAll: boolean, nodes: readonly number[]): Promise<void> {
+  async #releaseAll(leases: readonly string[], value: string, waitForAll: boolean, nodes: readonly number[]): Promise<void> {
     if (nodes.length === 0) return;
     const needed = waitForAll ? nodes.length : Math.min(this.quorum, nodes.length);
     let answered = 0;
-    const call: ScriptCall = { script: SCRIPTS.release, keys: [lease], args: [value] };
+    const call: ScriptCall = { script: SCRIPTS.release, keys: leases, args: [value] };
     await fanOut(nodes.length, this.#settings.nodeTimeoutMs, {
       send: (i) => evalSha(this.#client(nodes[i] as number), call),
       retry: (i, err) => fallBack(this.#client(nodes[i] as number), call, err),
@@ -333,4 +375,37 @@ export class Redlock {
     }
     return nodes === undefined ? watches : nodes.map((node) => watches[node]);
   }
+}
+
+/** acquire()'s and using()'s first argument, checked (@fenced/fence's rules): one resource, or a set. */
+function checkedResources(resource: unknown): string[] {
+  if (Array.isArray(resource)) return checkResources(resource);
+  assertResource(resource);
+  return [resource];
+}
+
+/** The lease keys of a lease's resources, in its order. */
+function leaseKeys(fences: readonly { readonly resource: string }[]): string[] {
+  return fences.map((f) => resourceKeys(f.resource).lease);
+}
+
+/** How many of the nodes still to answer publish resource `i`: the most they can add to its count. */
+function pendingFor(publish: ReadonlyMap<number, readonly number[]>, i: number): number {
+  let n = 0;
+  for (const which of publish.values()) if (which.includes(i)) n++;
+  return n;
+}
+
+/**
+ * A set a node refused to run because its keys lie in different Redis Cluster slots (CROSSSLOT: Redis's
+ * own classification) can never be granted there: InvalidArgumentError instead of a retry. Called after
+ * the attempt released what it took on the other nodes.
+ */
+function crossSlot(replies: readonly Reply<Grant>[], resources: readonly string[]): void {
+  const refused = replies.some((r) => !r.ok && r.failure.reason === "error" && r.failure.code === "CROSSSLOT");
+  if (!refused) return;
+  throw new InvalidArgumentError(
+    "resources",
+    `${resources.map((r) => JSON.stringify(r)).join(", ")} lie in different Redis Cluster slots, and a lease holds its set in one script per node: give them a common hash tag, the same text up to their first "}" (e.g. "{accounts}:alice", "{accounts}:bob")`,
+  );
 }
