@@ -175,7 +175,9 @@ const HOLES: Record<string, { mutate: (doc: Doc) => void; error: RegExp }> = {
         content: { "application/json": { schema: { $ref: "#/components/schemas/LeaseCreateRequest" } } },
       };
     },
-    error: /not assignable to type '\{ resource: string; ttlMs: number; register: boolean; \}/,
+    // The body is one resource or a set: `register` is then required in each of the two.
+    error:
+      /not assignable to type '\(\{ resource: string; ttlMs: number; register: boolean; \} & \{\}\) \| \(\{ resources: string\[\]; ttlMs: number; register: boolean; \}/,
   },
   fence: {
     mutate: (doc) => {

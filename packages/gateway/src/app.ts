@@ -13,7 +13,7 @@ import { accounting, limitsSchema, type Limits, type RouteContext } from "./http
 import { ClientGoneError } from "./http/client-gone.js";
 import { wasCutByDrain } from "./http/server.js";
 import { postgresHealth, s3Health, type BackendHealth } from "./ops/health.js";
-import { GatewayMetrics } from "./ops/metrics.js";
+import { GatewayMetrics, type StoreName } from "./ops/metrics.js";
 import { openApiDocument, type OpenApiDocument } from "./openapi/document.js";
 import { PROBLEM_TYPES } from "./problems/kinds.js";
 import { classify, HttpProblem, sendProblem } from "./problems/problem.js";
@@ -126,14 +126,16 @@ export function createGateway(options: GatewayOptions): Gateway {
       : new FencedS3(options.objects.client, { ...options.objects, timeoutMs: options.objects.timeoutMs ?? storeTimeoutMs });
 
   const app = newApp(ctx);
-  // Fence-on-acquire: a lease request may ask for its fence to be registered with every store here.
+  // Fence-on-acquire: a lease request may ask for its fences (one per resource) to be registered with
+  // every store here. Each fence raises its own resource's ratchet: one raised while another store or
+  // resource refuses stays raised, which only refuses holders older than a token the lock granted.
+  const registrar = (store: StoreName, register: (fence: Fence, signal: AbortSignal) => Promise<void>): Registrar => ({
+    store,
+    register: async (fences, signal) => void (await Promise.all(fences.map((fence) => register(fence, signal)))),
+  });
   const registrars: Registrar[] = [
-    ...(records === undefined
-      ? []
-      : [{ store: "records" as const, register: (fence: Fence, signal: AbortSignal) => records.register(fence, { signal }) }]),
-    ...(objects === undefined
-      ? []
-      : [{ store: "objects" as const, register: (fence: Fence, signal: AbortSignal) => objects.register(fence, { signal }) }]),
+    ...(records === undefined ? [] : [registrar("records", (fence, signal) => records.register(fence, { signal }))]),
+    ...(objects === undefined ? [] : [registrar("objects", (fence, signal) => objects.register(fence, { signal }))]),
   ];
   const leases =
     options.leases === undefined || credentials === undefined ? undefined : leasesRouter(ctx, credentials, options.leases, registrars);

@@ -401,7 +401,7 @@ export const leaseRequest: fc.Arbitrary<BadRequest> = fc.oneof(
     .tuple(goodToken, fc.stringMatching(/^[0-9a-f]{32}$/), segment, fc.constantFrom("/v1/leases/extend", "/v1/leases/release"))
     .map(([t, v, r, path]) => {
       const leaseId = encodeLeaseId(
-        { token: BigInt(t), value: v, resource: `fuzz/${r}`, validUntil: Date.now() + 60_000 },
+        { fences: [{ token: BigInt(t), resource: `fuzz/${r}` }], value: v, validUntil: Date.now() + 60_000 },
         { id: "current", secret: randomBytes(32) },
       );
       return lease(

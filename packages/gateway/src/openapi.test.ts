@@ -13,6 +13,7 @@ import { ApiMismatchError, exchangeChecker, resolve, type Exchange } from "./ope
 import { serve } from "./http/server.js";
 import { API_KEYS, bearer, httpClient, KEYS } from "./test-support.js";
 import { leaseBodySchema } from "./schemas/validation.js";
+import { MAX_LEASE_RESOURCE_BYTES } from "./auth/lease-id.js";
 import { jsonSchema } from "./openapi/components.js";
 import { PROBLEM_KINDS, PROBLEM_TYPES } from "./problems/kinds.js";
 
@@ -140,9 +141,12 @@ describe("the OpenAPI document", () => {
     const withDefault = z.strictObject({ register: z.boolean().default(false) });
     expect(jsonSchema(withDefault, "input")).not.toHaveProperty("required");
     expect(jsonSchema(withDefault, "output")).toMatchObject({ required: ["register"] });
+    // Exactly one of a resource and a set of resources, each with `register` optional.
     expect(requestSchema(document, "LeaseCreateRequest")).toMatchObject({
-      properties: { register: { default: false } },
-      required: ["resource", "ttlMs"],
+      oneOf: [
+        { properties: { register: { default: false } }, required: ["resource", "ttlMs"] },
+        { properties: { register: { default: false } }, required: ["resources", "ttlMs"] },
+      ],
     });
     // Client generators read a property with a default in a schema component as always there (true of
     // answers only), so no request reaches one: every components.schemas entry a request's schema
@@ -197,19 +201,42 @@ describe("the OpenAPI document", () => {
       fc.constant(100),
       fc.string(),
     );
+    // Sets of resources, repeats and bad elements included; never past the bound on their bytes, which
+    // the document states in words only (JSON Schema cannot count UTF-8 bytes): checked below.
+    const resources = fc.oneof(
+      fc.array(fc.oneof(fc.constantFrom("a", "b", "orders/1"), value), { maxLength: 3 }),
+      fc.array(fc.string({ unit: "binary-ascii", maxLength: 20 }), { minLength: 60, maxLength: 68 }),
+      value,
+    );
     const body = fc.record(
-      { resource: value, ttlMs: ttl, register: fc.oneof(fc.boolean(), value), leaseId: value, extra: value },
+      { resource: value, resources, ttlMs: ttl, register: fc.oneof(fc.boolean(), value), leaseId: value, extra: value },
       { requiredKeys: [] },
     );
     // The lock's floor is the document's: a TTL under it is a 400 before any lock node is asked.
     expect(zod.create.safeParse({ resource: "r", ttlMs: 99 }).success).toBe(false);
     expect(zod.create.safeParse({ resource: "r", ttlMs: 100 }).success).toBe(true);
+    const bytes = (b: { resources?: unknown }): number =>
+      Array.isArray(b.resources) ? b.resources.reduce((n: number, r) => n + (typeof r === "string" ? Buffer.byteLength(r) : 0), 0) : 0;
     fc.assert(
       fc.property(body, (b) => {
+        fc.pre(bytes(b) <= MAX_LEASE_RESOURCE_BYTES);
         for (const [schema, validate] of pairs) expect(validate(b), JSON.stringify(b)).toBe(schema.safeParse(b).success);
+        // The route's reading of a body (which of the two it meant) accepts exactly what the schema does.
+        let granted = true;
+        try {
+          zod.grant(b);
+        } catch {
+          granted = false;
+        }
+        expect(granted, JSON.stringify(b)).toBe(zod.create.safeParse(b).success);
       }),
       { numRuns: 2_000 },
     );
+    // The one rule the document states only in words: a set past the bound matches its JSON Schema, and is refused.
+    const long = { resources: ["a".repeat(512), "b".repeat(512), "c".repeat(512), "d"], ttlMs: 1_000 };
+    expect(ajv.compile(requestSchema(doc, "LeaseCreateRequest"))(long)).toBe(true);
+    expect(zod.create.safeParse(long).success).toBe(false);
+    expect(JSON.stringify(requestSchema(doc, "LeaseCreateRequest"))).toContain(`at most ${MAX_LEASE_RESOURCE_BYTES} bytes of UTF-8`);
   });
 });
 
@@ -309,7 +336,9 @@ describe("GET /openapi.json", () => {
       expect(served.status).toBe(200);
       const doc = served.json<OpenApiDocument>();
       expect(doc).toEqual(JSON.parse(JSON.stringify(openApiDocument({ maxTtlMs: 5_000 }))));
-      expect(requestSchema(doc, "LeaseCreateRequest")).toMatchObject({ properties: { ttlMs: { maximum: 5_000 } } });
+      expect(requestSchema(doc, "LeaseCreateRequest")).toMatchObject({
+        oneOf: [{ properties: { ttlMs: { maximum: 5_000 } } }, { properties: { ttlMs: { maximum: 5_000 } } }],
+      });
       // A gateway without backends: its routes answer as the document says (the client checks each answer).
       expect((await client.json("POST", "/v1/leases", { resource: "a", ttlMs: 1_000 }, bearer(KEYS.admin))).status).toBe(404);
       expect((await client.send({ method: "GET", path: "/v1/records/a", headers: bearer(KEYS.admin) })).status).toBe(404);

@@ -33,8 +33,10 @@ export const fenceKeySchema = z
 
 export type FenceKeyConfig = z.input<typeof fenceKeySchema>;
 
-/** A granted or extended lease, as the gateway seals it: its fence, its secret value and its end. */
-export interface IssuedLease extends LeaseIdParts {
+/** One fence of a granted or extended lease, as its credential seals it (with the lease's end). */
+export interface IssuedFence {
+  readonly resource: string;
+  readonly token: bigint;
   readonly holder: string;
 }
 
@@ -54,13 +56,13 @@ export class FenceCredentials {
     this.#signing = this.#keys.get(first.id) as CredentialKey;
   }
 
-  /** The credential for a lease's writes, good until the lease's end. */
-  mint(lease: IssuedLease): string {
-    return mintFenceCredential(lease, this.#signing, { expiresAt: lease.validUntil });
+  /** The credential for the writes under one fence of a lease, good until the lease's end (`validUntil`). */
+  mint(fence: IssuedFence, validUntil: number): string {
+    return mintFenceCredential(fence, this.#signing, { expiresAt: validUntil });
   }
 
-  /** The lease id of a lease: a capability to extend and release it. */
-  leaseId(lease: IssuedLease): string {
+  /** The lease id of a lease (of one resource or several): a capability to extend and release it. */
+  leaseId(lease: LeaseIdParts): string {
     return encodeLeaseId(lease, this.#signing);
   }
 

@@ -247,7 +247,10 @@ export function requestBodies(limits: ResolvedLimits): Record<string, RequestBod
     content: json(jsonSchema(schema, "input")),
   });
   return {
-    LeaseCreateRequest: body(bodies.create, "The resource, the TTL in milliseconds, and whether to register the fence with the stores"),
+    LeaseCreateRequest: body(
+      bodies.create,
+      "The resource (or `resources`, several taken together), the TTL in milliseconds, and whether to register the fences with the stores",
+    ),
     LeaseExtendRequest: body(bodies.extend, "The lease id from the lease answer and the new TTL"),
     LeaseReleaseRequest: body(bodies.release, "The lease id from the lease answer"),
   };

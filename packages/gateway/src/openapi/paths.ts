@@ -1,3 +1,5 @@
+import { MAX_RESOURCES } from "@fenced/fence";
+import { MAX_LEASE_RESOURCE_BYTES } from "../auth/lease-id.js";
 import { fenceAnswerSchema } from "../schemas/fences.js";
 import { JSON_BODY, json, jsonSchema, operation, problemResponses, ref, STORE, STORE_WRITE, WRITE } from "./components.js";
 import type { MediaTypeObject, OperationObject, PathItemObject, ResolvedLimits, ResponseObject } from "./types.js";
@@ -12,13 +14,18 @@ export function leasePaths(): Record<string, PathItemObject> {
       post: operation(
         {
           operationId: "createLease",
-          summary: "Take a lease (Redlock over the configured nodes)",
+          summary: "Take a lease of one resource or of several (Redlock over the configured nodes)",
           description:
+            "`resource` asks for one resource; `resources` for several, taken together as one lease — all of them or none — with a " +
+            "token and a credential per resource (`fences`, in the order asked for; `fence`, `resource` and `token` are the first's). " +
+            "Every resource must be in the API key's scope (403 otherwise, and nothing is taken). " +
+            `A set holds 1-${MAX_RESOURCES} resources, none repeated, together at most ${MAX_LEASE_RESOURCE_BYTES} bytes of UTF-8 ` +
+            "(the lease id carries them all): a longer set is a 400. " +
             "By default never waits for a held lock: 409 `lock-held` with Retry-After, and the client decides when to try again " +
             "(a gateway configured with lock retries retries within its acquire deadline). Lock nodes too few to reach a quorum: " +
             "503 `unavailable` after one attempt. " +
-            "With `register: true` the lease's fence is registered with every store of this gateway before it is answered " +
-            "(fence-on-acquire): every older holder is refused from then on, also on keys this lease never writes; a store " +
+            "With `register: true` every fence of the lease is registered with every store of this gateway before it is answered " +
+            "(fence-on-acquire): every older holder of each resource is refused from then on, also on keys this lease never writes; a store " +
             "that has seen a higher token refuses (409 `stale-token`) and the lease is released. Bodies up to 16 KiB.",
           tags: ["leases"],
           requestBody: ref("requestBodies", "LeaseCreateRequest"),
@@ -33,10 +40,11 @@ export function leasePaths(): Record<string, PathItemObject> {
           operationId: "extendLease",
           summary: "Extend a lease",
           description:
-            "The lease id travels in the body, never in a path. The token, holder and resource come from the lease id, which the gateway " +
+            "The lease id travels in the body, never in a path; a lease of several resources is extended whole (every resource or none), " +
+            "and the caller's API key must cover each of them. The resources, tokens and holder come from the lease id, which the gateway " +
             "sealed: an edited id is refused (403 `invalid-lease-id`) and earns no credential. An id past its validUntil is refused as " +
             "`lease-lost` (`expired`) without asking the lock. The answer carries a new validUntil, a new credential good until then and " +
-            "a new lease id: use them from now on.",
+            "a new lease id: use them from now on (a credential per resource, as the lease answered them).",
           tags: ["leases"],
           requestBody: ref("requestBodies", "LeaseExtendRequest"),
         },
@@ -50,7 +58,8 @@ export function leasePaths(): Record<string, PathItemObject> {
           operationId: "releaseLease",
           summary: "Release a lease",
           description:
-            "Idempotent: releases the lock only where it still holds this lease; a stale id releases nothing. An id this gateway did not " +
+            "Idempotent: releases the lock (every resource of the lease) only where it still holds this lease; a stale id releases nothing. " +
+            "The caller's API key must cover every resource of the lease. An id this gateway did not " +
             "seal is refused (403 `invalid-lease-id`). The lease's credential is refused from its validUntil on, released or not.",
           tags: ["leases"],
           requestBody: ref("requestBodies", "LeaseReleaseRequest"),

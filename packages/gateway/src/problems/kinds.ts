@@ -20,7 +20,7 @@ export const PROBLEM_TYPES = {
     type: "/problems/invalid-request",
     title: "The request is malformed",
     description:
-      "A malformed token, key, resource, lease id, credential, If-Match, JSON or lease body, or an unsupported precondition; `errors` lists what is wrong",
+      "A malformed token, key, resource, set of resources, lease id, credential, If-Match, JSON or lease body, or an unsupported precondition; `errors` lists what is wrong",
     extensions: z.strictObject({ errors: fieldErrors.optional() }),
     reason: "invalid_request",
   },
@@ -131,8 +131,14 @@ export const PROBLEM_TYPES = {
     status: 409,
     type: "/problems/lock-held",
     title: "The lock is held by another lease",
-    description: "Another lease holds the resource (Retry-After: 1)",
-    extensions: z.strictObject({ resource }),
+    description: "Another lease holds the resource, or one of the resources asked for together (Retry-After: 1)",
+    extensions: z.strictObject({
+      resource: resource.describe("The resource asked for (a lease of several resources: the first of them)"),
+      resources: z
+        .array(resource)
+        .optional()
+        .describe("A lease of several resources: every one asked for; none was taken (a set is taken whole or not at all)"),
+    }),
     reason: "error", // never the answer to a write
     retryAfter: 1,
   },

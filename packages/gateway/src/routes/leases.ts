@@ -1,27 +1,18 @@
-// The only gateway module that imports @fenced/lock: the stores and the rest of the gateway know a
-// fence only as { resource, token, holder }, and a gateway without Redis never loads the lock.
-import { performance } from "node:perf_hooks";
-import { setTimeout as sleep } from "node:timers/promises";
+// With lease-grants.ts, the only gateway module that imports @fenced/lock: the stores and the rest of
+// the gateway know a fence only as { resource, token, holder }, and a gateway without Redis never
+// loads the lock.
 import { Router, type Request, type Response } from "express";
-import {
-  LeaseLostError,
-  LockNotAcquiredError,
-  Redlock,
-  TokenSpaceExhaustedError,
-  type Lease,
-  type RedisClient,
-  type RedlockOptions,
-} from "@fenced/lock";
-import { InvalidArgumentError, type Fence } from "@fenced/fence";
+import { Redlock, type Lease, type RedisClient, type RedlockOptions } from "@fenced/lock";
+import { InvalidArgumentError } from "@fenced/fence";
 import type { LeaseAnswer } from "../schemas/answers.js";
 import { requireResource, requireWrite, type Principal } from "../auth/api-keys.js";
-import type { FenceCredentials, IssuedLease } from "../auth/credentials.js";
-import type { LeaseIdParts } from "../auth/lease-id.js";
-import type { StoreName } from "../ops/metrics.js";
+import type { FenceCredentials } from "../auth/credentials.js";
 import { jsonBody, methodNotAllowed, type RouteContext } from "../http/context.js";
 import { clientGone } from "../http/client-gone.js";
-import { HttpProblem } from "../problems/problem.js";
 import { leaseBodySchema } from "../schemas/validation.js";
+import { extend, grant, type Leases, type Registrar } from "./lease-grants.js";
+
+export type { Registrar } from "./lease-grants.js";
 
 export interface LeaseBackendOptions {
   /** One ioredis client per independent lock node (or one Cluster client). */
@@ -45,9 +36,6 @@ export interface LeaseBackendOptions {
  */
 const LOCK_DEFAULTS = { retryCount: 0, retryDelayMs: 200, retryJitterMs: 100, nodeTimeoutMs: 200, acquireTimeoutMs: 2_000 };
 
-/** Why a node did not count that means it is down or unreachable, not that the lock is held. */
-const UNREACHABLE: ReadonlySet<string> = new Set(["error", "timeout", "refused"]);
-
 export interface RedisHealth {
   readonly ok: boolean;
   readonly quorum: number;
@@ -58,46 +46,31 @@ const BODY_LIMIT = 16 * 1024;
 
 /**
  * The answer's shape is the API document's (schemas/answers.ts): the type keeps this code and the document
- * together. Everything sealed here comes from the lock's answer (resource, token, value, validUntil),
- * never from the request.
+ * together. Everything sealed here comes from the lock's answer (each resource and its token, the
+ * value, validUntil), never from the request.
  */
 function leaseJson(lease: Lease, credentials: FenceCredentials): LeaseAnswer {
-  const issued: IssuedLease = {
-    resource: lease.resource,
-    token: lease.token,
-    holder: lease.holder,
-    value: lease.value,
-    validUntil: lease.validUntil,
-  };
-  return {
-    // The credential every write of this lease presents (Fencing-Credential) until validUntil: the
-    // gateway takes resource, token and holder from it and from nothing else.
-    fence: credentials.mint(issued),
-    resource: lease.resource,
+  const validUntil = lease.validUntil;
+  const fences = lease.fences.map((f) => ({
+    resource: f.resource,
     // A decimal string: JSON numbers are doubles, tokens are 64-bit.
-    token: lease.token.toString(),
+    token: f.token.toString(),
+    // The credential every write under this resource presents (Fencing-Credential) until validUntil:
+    // the gateway takes resource, token and holder from it and from nothing else.
+    fence: credentials.mint(f, validUntil),
+  }));
+  // A lease of several resources answers its first one's here, so that the answer keeps one shape.
+  const first = fences[0] as (typeof fences)[number];
+  return {
+    fence: first.fence,
+    resource: first.resource,
+    token: first.token,
+    fences,
     // Public: the stores accept an equal token only from this lease.
     holder: lease.holder,
-    leaseId: credentials.leaseId(issued),
-    validUntil: lease.validUntil,
+    leaseId: credentials.leaseId({ fences: lease.fences, value: lease.value, validUntil }),
+    validUntil,
   };
-}
-
-/** Raises one store's ratchet to a fence (FencedPostgres/FencedS3.register). */
-export interface Registrar {
-  readonly store: StoreName;
-  /** `signal` aborts when the client has gone: the lease will be released, its registration is moot. */
-  register(fence: Fence, signal: AbortSignal): Promise<void>;
-}
-
-/** What the lease routes share: the gateway's context, its fence keys, the lock and the stores to register with. */
-interface Leases {
-  readonly ctx: RouteContext;
-  readonly credentials: FenceCredentials;
-  readonly redlock: Redlock;
-  readonly registrars: readonly Registrar[];
-  readonly retry: { readonly count: number; readonly delayMs: number; readonly jitterMs: number; readonly attemptMs: number };
-  readonly acquireTimeoutMs: number;
 }
 
 export function leasesRouter(
@@ -143,9 +116,10 @@ export function leasesRouter(
 
   router.post("/", async (req, res) => {
     const principal = principalFor(req, res);
-    const { resource, ttlMs, register } = bodies.create.parse(await readBody(req, res));
-    requireResource(principal, resource);
-    const granting = grant(leases, resource, ttlMs, register, clientGone(res));
+    const { resources, ttlMs, register } = bodies.grant(await readBody(req, res));
+    // Every resource of the lease: a set outside the key's scope in any part is refused whole.
+    for (const resource of resources) requireResource(principal, resource);
+    const granting = grant(leases, resources, ttlMs, register, clientGone(res));
     inFlight.add(granting);
     const lease = await granting.finally(() => inFlight.delete(granting));
     // The client has gone: there is nobody to answer (the request is accounted as cut).
@@ -161,11 +135,11 @@ export function leasesRouter(
   router.post("/extend", async (req, res) => {
     const principal = principalFor(req, res);
     const { leaseId, ttlMs } = bodies.extend.parse(await readBody(req, res));
-    // Sealed by this gateway: the token, value and resource the new credential carries are the ones
+    // Sealed by this gateway: the resources, tokens and value the new credentials carry are the ones
     // the lock granted, never the client's (an edited id is a 403 and earns nothing).
     const held = credentials.lease(leaseId);
-    // The id names its resource; the caller's key must cover it, whoever the lease was issued to.
-    requireResource(principal, held.resource);
+    // The id names its resources; the caller's key must cover each, whoever the lease was issued to.
+    for (const { resource } of held.fences) requireResource(principal, resource);
     const lease = await extend(leases, held, ttlMs);
     ctx.metrics.lease("extended");
     res.json(leaseJson(lease, credentials));
@@ -176,8 +150,9 @@ export function leasesRouter(
     const principal = principalFor(req, res);
     const { leaseId } = bodies.release.parse(await readBody(req, res));
     const held = credentials.lease(leaseId);
-    requireResource(principal, held.resource);
-    // Past its end too (its keys may linger on a node that took them late). Deletes the key only where it still holds this lease's value: a stale id releases nothing.
+    for (const { resource } of held.fences) requireResource(principal, resource);
+    // Past its end too (its keys may linger on a node that took them late). Deletes each key only
+    // where it still holds this lease's value: a stale id releases nothing.
     await ctx.metrics.time("leases", "release", () => redlock.release(held));
     ctx.metrics.lease("released");
     res.status(204).end();
@@ -195,123 +170,6 @@ export function leasesRouter(
     while (inFlight.size > 0) await Promise.allSettled([...inFlight]);
   };
   return { router, health, settled };
-}
-
-/**
- * acquire() and, if asked, registerEverywhere(), for a client that may leave meanwhile. A lease
- * granted (or registered) after the client has gone is released at once: nobody holds its lease id,
- * and it would keep the resource locked for its whole TTL. undefined when the client has gone.
- */
-async function grant(leases: Leases, resource: string, ttlMs: number, register: boolean, gone: AbortSignal): Promise<Lease | undefined> {
-  let lease: Lease;
-  try {
-    lease = await acquire(leases, resource, ttlMs, gone);
-  } catch (err) {
-    // Stopped between attempts (an attempt in flight still ends, and is looked at below).
-    if (gone.aborted) return undefined;
-    throw err;
-  }
-  if (register) {
-    try {
-      await registerEverywhere(leases, lease, gone);
-    } catch (err) {
-      // registerEverywhere released it.
-      if (!gone.aborted) throw err;
-      leases.ctx.metrics.leaseAbandoned();
-      return undefined;
-    }
-  }
-  if (!gone.aborted) return lease;
-  await releaseQuietly(leases, lease, "the client left before the lease was answered");
-  leases.ctx.metrics.leaseAbandoned();
-  return undefined;
-}
-
-/** Releases a lease nobody will use; a failure is logged (the lease then ends with its TTL), never thrown. */
-async function releaseQuietly({ ctx }: Leases, lease: Lease, why: string): Promise<void> {
-  try {
-    await ctx.metrics.time("leases", "release", () => lease.release());
-    ctx.logger.info({ resource: lease.resource, token: lease.token.toString() }, `lease released: ${why}`);
-  } catch (err) {
-    ctx.logger.warn(
-      { err, resource: lease.resource, validUntil: lease.validUntil },
-      `could not release a lease (${why}); it ends with its TTL`,
-    );
-  }
-}
-
-/**
- * Takes the lock, or answers why not: its tokens are used up, it is down (no quorum possible), or it
- * is held. Bounded: a lock that cannot reach a quorum answers after one attempt (retrying within this
- * request cannot help; Retry-After tells the client when to ask again), and a held lock is retried only
- * while another attempt can end before acquireTimeoutMs.
- */
-async function acquire(
-  { ctx, redlock, retry, acquireTimeoutMs }: Leases,
-  resource: string,
-  ttlMs: number,
-  signal: AbortSignal,
-): Promise<Lease> {
-  const deadline = performance.now() + acquireTimeoutMs;
-  for (let attempt = 0; ; attempt++) {
-    try {
-      // The signal stops the loop between attempts; an attempt in flight runs to its end.
-      return await ctx.metrics.time("leases", "acquire", () => redlock.acquire(resource, ttlMs, { retryCount: 0, signal }));
-    } catch (err) {
-      if (err instanceof TokenSpaceExhaustedError) throw new HttpProblem("tokenSpaceExhausted", err.message, { resource });
-      if (!(err instanceof LockNotAcquiredError)) throw err;
-      // So many nodes failed or timed out that no quorum was possible: the lock is down, not busy.
-      const unreachable = err.nodes.filter((n) => UNREACHABLE.has(n.reason)).length;
-      if (unreachable > redlock.clients.length - redlock.quorum)
-        throw new HttpProblem("unavailable", "too few lock nodes answered", { resource });
-      const delay = retry.delayMs + Math.random() * retry.jitterMs;
-      if (attempt >= retry.count || performance.now() + delay + retry.attemptMs > deadline) {
-        // Contention (held elsewhere, or a round lost to a concurrent one): worth retrying later.
-        ctx.metrics.lease("refused");
-        throw new HttpProblem("lockHeld", err.message, { resource });
-      }
-      await sleep(delay, undefined, { signal });
-    }
-  }
-}
-
-/**
- * Fence-on-acquire: every older holder is refused by every store from now on, also on keys this
- * lease never writes. A store that has seen a higher token (the lock's counters are behind it)
- * refuses the registration: the lease is useless for writing, so it is released at once.
- */
-async function registerEverywhere(leases: Leases, lease: Lease, signal: AbortSignal): Promise<void> {
-  const { ctx, registrars } = leases;
-  try {
-    await Promise.all(registrars.map((r) => ctx.metrics.time(r.store, "register", () => r.register(lease, signal))));
-  } catch (err) {
-    await releaseQuietly(leases, lease, signal.aborted ? "the client left during its registration" : "its registration failed");
-    // The lease ran out before every store registered it (a store refuses a lease it knows ended).
-    if (err instanceof LeaseLostError) {
-      ctx.metrics.leaseLost(err.kind);
-      throw new HttpProblem("leaseLost", err.message, { resource: lease.resource, token: lease.token.toString(), kind: err.kind });
-    }
-    throw err;
-  }
-}
-
-/** Extends the lease a lease id names, or answers that it is lost, or that too few nodes answered to tell. */
-async function extend({ ctx, redlock }: Leases, held: LeaseIdParts, ttlMs: number): Promise<Lease> {
-  try {
-    // Confirmations count only before the id's validUntil (PROTOCOL.md, "Lease ids"); one already
-    // past is `expired` without asking the lock.
-    return await ctx.metrics.time("leases", "extend", () => redlock.extend(held, ttlMs));
-  } catch (err) {
-    if (!(err instanceof LeaseLostError)) throw err;
-    const notHeld = err.nodes.filter((n) => n.reason === "not-held").length;
-    // Lost for certain: it expired, or a majority answered that they no longer hold it. Otherwise
-    // too few nodes answered to tell: the lease may still be alive, and a retry may confirm it.
-    if (err.kind === "expired" || notHeld > redlock.clients.length - redlock.quorum) {
-      ctx.metrics.leaseLost(err.kind);
-      throw new HttpProblem("leaseLost", err.message, { resource: held.resource, token: held.token.toString(), kind: err.kind });
-    }
-    throw new HttpProblem("unavailable", "too few lock nodes answered to confirm the extension", { resource: held.resource });
-  }
 }
 
 async function ping(client: RedisClient, timeoutMs: number): Promise<{ ok: boolean; error?: string }> {

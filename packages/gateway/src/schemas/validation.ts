@@ -1,7 +1,17 @@
 import type { Request } from "express";
 import { z } from "zod";
-import { HOLDER_PATTERN, keyProblem, MAX_TOKEN, TOKEN_PATTERN, type Fence } from "@fenced/fence";
+import {
+  HOLDER_PATTERN,
+  keyProblem,
+  MAX_RESOURCES,
+  MAX_TOKEN,
+  resourceProblem,
+  resourcesProblem,
+  TOKEN_PATTERN,
+  type Fence,
+} from "@fenced/fence";
 import { MIN_TTL_MS } from "@fenced/lock";
+import { leaseBytesProblem, MAX_LEASE_RESOURCE_BYTES } from "../auth/lease-id.js";
 import { HttpProblem } from "../problems/problem.js";
 import { resourceSchema } from "./fields.js";
 
@@ -17,13 +27,66 @@ export const tokenSchema = z
   .refine((s) => !TOKEN_PATTERN.test(s) || BigInt(s) <= MAX_TOKEN, `a token is at most ${MAX_TOKEN}`)
   .transform((s) => BigInt(s));
 
+/**
+ * The resources of one lease (`resources` in POST /v1/leases): @fenced/fence's rule for a set — 1 to
+ * MAX_RESOURCES valid resources, none repeated — and the gateway's bound on their total length, which
+ * keeps the lease id within what a sealed string may be (auth/lease-id.ts).
+ */
+export const resourcesSchema = z
+  .array(resourceSchema)
+  .superRefine((resources, ctx) => {
+    // Each resource's own problem is reported by its element's schema, at its index.
+    if (resources.some((r) => resourceProblem(r) !== undefined)) return;
+    const found = resourcesProblem(resources);
+    if (found !== undefined) {
+      ctx.addIssue({ code: "custom", path: found.at === undefined ? [] : [found.at], message: `resources ${found.problem}` });
+      return;
+    }
+    const tooLong = leaseBytesProblem(resources);
+    if (tooLong !== undefined) ctx.addIssue({ code: "custom", message: `resources ${tooLong}` });
+  })
+  // The rule in the API document's JSON Schema, which cannot count bytes: the description says it.
+  .meta({
+    description: `The resources of one lease, acquired all or none, in the order their fences are answered: 1-${MAX_RESOURCES}, none repeated, together at most ${MAX_LEASE_RESOURCE_BYTES} bytes of UTF-8`,
+    minItems: 1,
+    maxItems: MAX_RESOURCES,
+    uniqueItems: true,
+  });
+
+/** A lease request, whichever of `resource` and `resources` it named: the resources in order. */
+export interface LeaseGrant {
+  readonly resources: readonly string[];
+  readonly ttlMs: number;
+  readonly register: boolean;
+}
+
 export function leaseBodySchema(maxTtlMs: number) {
   // The lock's floor (@fenced/lock MIN_TTL_MS): a shorter lease would run out before its holder could use it.
   const ttlMs = z.number().int().min(MIN_TTL_MS).max(maxTtlMs).describe("Milliseconds");
+  const register = z.boolean().default(false);
   // Its shape is checked by decodeLeaseId; here only its type and a bound on its length.
   const leaseId = z.string().max(4096);
+  const one = z.strictObject({ resource: resourceSchema, ttlMs, register }).describe("A lease of one resource");
+  const set = z
+    .strictObject({ resources: resourcesSchema, ttlMs, register })
+    .describe("A lease of several resources, one token (and one credential) per resource");
   return {
-    create: z.strictObject({ resource: resourceSchema, ttlMs, register: z.boolean().default(false) }),
+    /** The request body as the API document states it: exactly one of `resource` and `resources`. */
+    create: z.xor([one, set]),
+    /**
+     * The same rule as `create`, with the explanation a client needs: which of the two the body
+     * meant is read from its fields, so that a bad resource is named, not "no option matched".
+     */
+    grant(body: unknown): LeaseGrant {
+      const fields = typeof body === "object" && body !== null && !Array.isArray(body) ? Object.keys(body) : [];
+      if (fields.includes("resource") && fields.includes("resources"))
+        throw invalid("give resource (one) or resources (several), not both", "resources");
+      if (fields.includes("resources")) return set.parse(body);
+      if (typeof body === "object" && body !== null && !Array.isArray(body) && !fields.includes("resource"))
+        throw invalid("give resource (one resource) or resources (several, acquired together)", "resource");
+      const parsed = one.parse(body);
+      return { resources: [parsed.resource], ttlMs: parsed.ttlMs, register: parsed.register };
+    },
     extend: z.strictObject({ leaseId, ttlMs }),
     release: z.strictObject({ leaseId }),
   };

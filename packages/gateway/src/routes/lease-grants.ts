@@ -1,0 +1,170 @@
+// The lease routes' calls into the lock and the stores (leases.ts holds the routes): acquiring with
+// retries and a deadline, fence-on-acquire, extending a lease a lease id names, releasing one nobody
+// will use. With leases.ts, the only gateway module that imports @fenced/lock.
+import { performance } from "node:perf_hooks";
+import { setTimeout as sleep } from "node:timers/promises";
+import { LeaseLostError, LockNotAcquiredError, TokenSpaceExhaustedError, type Lease, type Redlock } from "@fenced/lock";
+import type { Fence } from "@fenced/fence";
+import type { FenceCredentials } from "../auth/credentials.js";
+import type { LeaseIdParts } from "../auth/lease-id.js";
+import type { StoreName } from "../ops/metrics.js";
+import type { RouteContext } from "../http/context.js";
+import { HttpProblem } from "../problems/problem.js";
+
+/** Why a node did not count that means it is down or unreachable, not that the lock is held. */
+const UNREACHABLE: ReadonlySet<string> = new Set(["error", "timeout", "refused"]);
+
+/** Raises one store's ratchets to a lease's fences (FencedPostgres/FencedS3.register). */
+export interface Registrar {
+  readonly store: StoreName;
+  /**
+   * Every fence of the lease, one per resource. `signal` aborts when the client has gone: the lease
+   * will be released, its registration is moot.
+   */
+  register(fences: readonly Fence[], signal: AbortSignal): Promise<void>;
+}
+
+/** What the lease routes share: the gateway's context, its fence keys, the lock and the stores to register with. */
+export interface Leases {
+  readonly ctx: RouteContext;
+  readonly credentials: FenceCredentials;
+  readonly redlock: Redlock;
+  readonly registrars: readonly Registrar[];
+  readonly retry: { readonly count: number; readonly delayMs: number; readonly jitterMs: number; readonly attemptMs: number };
+  readonly acquireTimeoutMs: number;
+}
+
+/** The problem extensions that name what a lease request asked for: its (first) resource, and a set's every resource. */
+function asked(resources: readonly string[]): { resource: string; resources?: string[] } {
+  const resource = resources[0] as string;
+  return resources.length === 1 ? { resource } : { resource, resources: [...resources] };
+}
+
+/**
+ * acquire() and, if asked, registerEverywhere(), for a client that may leave meanwhile. A lease
+ * granted (or registered) after the client has gone is released at once: nobody holds its lease id,
+ * and it would keep its resources locked for its whole TTL. undefined when the client has gone.
+ */
+export async function grant(
+  leases: Leases,
+  resources: readonly string[],
+  ttlMs: number,
+  register: boolean,
+  gone: AbortSignal,
+): Promise<Lease | undefined> {
+  let lease: Lease;
+  try {
+    lease = await acquire(leases, resources, ttlMs, gone);
+  } catch (err) {
+    // Stopped between attempts (an attempt in flight still ends, and is looked at below).
+    if (gone.aborted) return undefined;
+    throw err;
+  }
+  if (register) {
+    try {
+      await registerEverywhere(leases, lease, gone);
+    } catch (err) {
+      // registerEverywhere released it.
+      if (!gone.aborted) throw err;
+      leases.ctx.metrics.leaseAbandoned();
+      return undefined;
+    }
+  }
+  if (!gone.aborted) return lease;
+  await releaseQuietly(leases, lease, "the client left before the lease was answered");
+  leases.ctx.metrics.leaseAbandoned();
+  return undefined;
+}
+
+/** Releases a lease nobody will use; a failure is logged (the lease then ends with its TTL), never thrown. */
+async function releaseQuietly({ ctx }: Leases, lease: Lease, why: string): Promise<void> {
+  try {
+    await ctx.metrics.time("leases", "release", () => lease.release());
+    ctx.logger.info({ resources: lease.resources, token: lease.token.toString() }, `lease released: ${why}`);
+  } catch (err) {
+    ctx.logger.warn(
+      { err, resources: lease.resources, validUntil: lease.validUntil },
+      `could not release a lease (${why}); it ends with its TTL`,
+    );
+  }
+}
+
+/**
+ * Takes the lock on every resource (all or none), or answers why not: a resource's tokens are used
+ * up, the lock is down (no quorum possible), or a resource is held. Bounded: a lock that cannot reach
+ * a quorum answers after one attempt (retrying within this request cannot help; Retry-After tells the
+ * client when to ask again), and a held lock is retried only while another attempt can end before
+ * acquireTimeoutMs.
+ */
+async function acquire(
+  { ctx, redlock, retry, acquireTimeoutMs }: Leases,
+  resources: readonly string[],
+  ttlMs: number,
+  signal: AbortSignal,
+): Promise<Lease> {
+  const deadline = performance.now() + acquireTimeoutMs;
+  for (let attempt = 0; ; attempt++) {
+    try {
+      // The signal stops the loop between attempts; an attempt in flight runs to its end.
+      return await ctx.metrics.time("leases", "acquire", () => redlock.acquire(resources, ttlMs, { retryCount: 0, signal }));
+    } catch (err) {
+      if (err instanceof TokenSpaceExhaustedError) throw new HttpProblem("tokenSpaceExhausted", err.message, { resource: err.resource });
+      if (!(err instanceof LockNotAcquiredError)) throw err;
+      // So many nodes failed or timed out that no quorum was possible: the lock is down, not busy.
+      const unreachable = err.nodes.filter((n) => UNREACHABLE.has(n.reason)).length;
+      if (unreachable > redlock.clients.length - redlock.quorum)
+        throw new HttpProblem("unavailable", "too few lock nodes answered", { resource: resources[0] });
+      const delay = retry.delayMs + Math.random() * retry.jitterMs;
+      if (attempt >= retry.count || performance.now() + delay + retry.attemptMs > deadline) {
+        // Contention (held elsewhere, or a round lost to a concurrent one): worth retrying later.
+        ctx.metrics.lease("refused");
+        throw new HttpProblem("lockHeld", err.message, asked(resources));
+      }
+      await sleep(delay, undefined, { signal });
+    }
+  }
+}
+
+/**
+ * Fence-on-acquire: every older holder of any of the lease's resources is refused by every store
+ * from now on, also on keys this lease never writes. A store that has seen a higher token (the
+ * lock's counters are behind it) refuses the registration: the lease is useless for writing, so it
+ * is released at once.
+ */
+async function registerEverywhere(leases: Leases, lease: Lease, signal: AbortSignal): Promise<void> {
+  const { ctx, registrars } = leases;
+  try {
+    await Promise.all(registrars.map((r) => ctx.metrics.time(r.store, "register", () => r.register(lease.fences, signal))));
+  } catch (err) {
+    await releaseQuietly(leases, lease, signal.aborted ? "the client left during its registration" : "its registration failed");
+    // The lease ran out before every store registered it (a store refuses a lease it knows ended).
+    if (err instanceof LeaseLostError) {
+      ctx.metrics.leaseLost(err.kind);
+      throw new HttpProblem("leaseLost", err.message, { resource: lease.resource, token: lease.token.toString(), kind: err.kind });
+    }
+    throw err;
+  }
+}
+
+/**
+ * Extends the lease a lease id names (every resource of it, or none), or answers that it is lost, or
+ * that too few nodes answered to tell.
+ */
+export async function extend({ ctx, redlock }: Leases, held: LeaseIdParts, ttlMs: number): Promise<Lease> {
+  const first = held.fences[0] as LeaseIdParts["fences"][number];
+  try {
+    // Confirmations count only before the id's validUntil (PROTOCOL.md, "Lease ids"); one already
+    // past is `expired` without asking the lock.
+    return await ctx.metrics.time("leases", "extend", () => redlock.extend(held, ttlMs));
+  } catch (err) {
+    if (!(err instanceof LeaseLostError)) throw err;
+    const notHeld = err.nodes.filter((n) => n.reason === "not-held").length;
+    // Lost for certain: it expired, or a majority answered that they no longer hold it. Otherwise
+    // too few nodes answered to tell: the lease may still be alive, and a retry may confirm it.
+    if (err.kind === "expired" || notHeld > redlock.clients.length - redlock.quorum) {
+      ctx.metrics.leaseLost(err.kind);
+      throw new HttpProblem("leaseLost", err.message, { resource: first.resource, token: first.token.toString(), kind: err.kind });
+    }
+    throw new HttpProblem("unavailable", "too few lock nodes answered to confirm the extension", { resource: first.resource });
+  }
+}
