@@ -68,7 +68,7 @@ describe("checker", () => {
     ];
     const result = check(history);
     expect(result.valid).toBe(true);
-    expect(result.violations).toEqual({ "lost-update": 0, "token-decrease": 0, "duplicate-token": 0 });
+    expect(result.violations).toEqual({ "lost-update": 0, "token-decrease": 0, "duplicate-token": 0, "torn-pair": 0 });
     expect(result.ops).toMatchObject({ total: 4, ok: 3, fail: 1, info: 0, incomplete: 0 });
     expect(result.ops.failByReason.stale).toBe(1);
     expect(result.firstViolation).toBeUndefined();
@@ -86,7 +86,7 @@ describe("checker", () => {
     ];
     const result = check(history);
     expect(result.valid).toBe(false);
-    expect(result.violations).toEqual({ "lost-update": 1, "token-decrease": 0, "duplicate-token": 0 });
+    expect(result.violations).toEqual({ "lost-update": 1, "token-decrease": 0, "duplicate-token": 0, "torn-pair": 0 });
     const v = result.first["lost-update"];
     expect(v?.ops).toEqual(["0.0", "1.0"]);
     expect(v?.message).toMatch(/0\.0 \(token 1\).*not in the final counter.*overwritten by 1\.0/);
@@ -146,7 +146,7 @@ describe("checker", () => {
       ]),
     ];
     const result = check(history);
-    expect(result.violations).toEqual({ "lost-update": 0, "token-decrease": 1, "duplicate-token": 0 });
+    expect(result.violations).toEqual({ "lost-update": 0, "token-decrease": 1, "duplicate-token": 0, "torn-pair": 0 });
     expect(result.first["token-decrease"]?.message).toMatch(/1\.0 \(token 4\) directly follows 0\.0 \(token 5\)/);
   });
 
@@ -160,7 +160,7 @@ describe("checker", () => {
       ]),
     ];
     const result = check(history);
-    expect(result.violations).toEqual({ "lost-update": 0, "token-decrease": 0, "duplicate-token": 1 });
+    expect(result.violations).toEqual({ "lost-update": 0, "token-decrease": 0, "duplicate-token": 1, "torn-pair": 0 });
     expect(result.first["duplicate-token"]?.ops).toEqual(["0.0", "1.0"]);
     expect(result.first["duplicate-token"]?.message).toMatch(/same token 7 from 2 different holders \(aaa…, bbb…\)/);
     expect(result.victims).toEqual(["0.0", "1.0"]);
@@ -179,7 +179,7 @@ describe("checker", () => {
       ]),
     ];
     const result = check(history);
-    expect(result.violations).toEqual({ "lost-update": 0, "token-decrease": 0, "duplicate-token": 0 });
+    expect(result.violations).toEqual({ "lost-update": 0, "token-decrease": 0, "duplicate-token": 0, "torn-pair": 0 });
     expect(result.repeatedTokens).toBe(0);
   });
 
@@ -192,7 +192,7 @@ describe("checker", () => {
       final([["1.0", 4]]),
     ];
     const result = check(history);
-    expect(result.violations).toEqual({ "lost-update": 1, "token-decrease": 0, "duplicate-token": 1 });
+    expect(result.violations).toEqual({ "lost-update": 1, "token-decrease": 0, "duplicate-token": 1, "torn-pair": 0 });
     expect(result.first["lost-update"]?.message).toMatch(/^0\.0 \(token 4\).*overwritten by 1\.0/);
     expect(result.first["duplicate-token"]?.ops).toEqual(["0.0", "1.0"]);
     expect(result.repeatedTokens).toBe(1);
@@ -211,7 +211,7 @@ describe("checker", () => {
       ]),
     ];
     const result = check(history);
-    expect(result.violations).toEqual({ "lost-update": 0, "token-decrease": 0, "duplicate-token": 1 });
+    expect(result.violations).toEqual({ "lost-update": 0, "token-decrease": 0, "duplicate-token": 1, "torn-pair": 0 });
     expect(result.first["duplicate-token"]?.ops).toEqual(["0.0", "1.0"]);
   });
 

@@ -10,6 +10,7 @@ import {
 } from "./history.js";
 import { Chains, collectOps, type Op } from "./history-ops.js";
 import { checkLiveness, type LivenessOptions, type LivenessResult } from "./liveness.js";
+import { tornPairs, type PairCounts } from "./pair-check.js";
 
 /**
  * Checks a history against the three safety properties of a fenced counter:
@@ -23,6 +24,10 @@ import { checkLiveness, type LivenessOptions, type LivenessResult } from "./live
  * - **duplicate-token**: no two accepted writes carry the same token from different leases. Leases
  *   are told apart by their holder id (Lease.holder, what the stores compare on an equal token),
  *   never by worker or operation: one holder writing twice with its token is not a duplicate.
+ *
+ * - **torn-pair**: a pair of resources written in one transaction (`--pairs` on PostgreSQL) landed
+ *   by halves: one half is in a document, the other provably never landed (pair-check.ts). Each half
+ *   of a pair is also an operation of its own resource, judged by the three properties above.
  *
  * Besides the violations it counts the **repeated tokens**: acquisitions that got a token the lock
  * had already handed to another holder of the same resource. They are not a violation of the store
@@ -42,8 +47,8 @@ import { checkLiveness, type LivenessOptions, type LivenessResult } from "./live
  * Liveness (liveness.ts) is checked beside: every call answered within the deadline plus a margin.
  */
 
-export type ViolationKind = "lost-update" | "token-decrease" | "duplicate-token";
-export const VIOLATION_KINDS: readonly ViolationKind[] = ["lost-update", "token-decrease", "duplicate-token"];
+export type ViolationKind = "lost-update" | "token-decrease" | "duplicate-token" | "torn-pair";
+export const VIOLATION_KINDS: readonly ViolationKind[] = ["lost-update", "token-decrease", "duplicate-token", "torn-pair"];
 
 export interface Violation {
   readonly kind: ViolationKind;
@@ -74,6 +79,8 @@ export interface CheckResult {
     readonly errors: Readonly<Record<string, number>>;
   };
   readonly violations: Readonly<Record<ViolationKind, number>>;
+  /** Pair operations (`--pairs`), and on how many atomicity was judged. */
+  readonly pairs: PairCounts;
   readonly liveness: LivenessResult;
   /** Acquisitions whose token another holder of the same resource had acquired before: for each (resource, token), holders − 1. */
   readonly repeatedTokens: number;
@@ -305,8 +312,11 @@ export function check(history: readonly HistoryEvent[], liveness: LivenessOption
   lostUpdates(ctx);
   tokenDecreases(ctx);
   duplicateTokens(ctx);
+  const pairs = tornPairs(history, ops, chains, finals, (resource, involved, at, message) =>
+    ctx.violation("torn-pair", resource, involved, at, message),
+  );
 
-  const counts: Record<ViolationKind, number> = { "lost-update": 0, "token-decrease": 0, "duplicate-token": 0 };
+  const counts: Record<ViolationKind, number> = { "lost-update": 0, "token-decrease": 0, "duplicate-token": 0, "torn-pair": 0 };
   const first: Partial<Record<ViolationKind, Violation>> = {};
   violations.sort((a, b) => a.at - b.at);
   for (const v of violations) {
@@ -319,6 +329,7 @@ export function check(history: readonly HistoryEvent[], liveness: LivenessOption
     valid: violations.length === 0,
     ops: countOps(ops, chains),
     violations: counts,
+    pairs,
     liveness: checkLiveness(history, ops, liveness),
     repeatedTokens: repeatedTokens(history),
     first,
@@ -338,7 +349,7 @@ export function describeEvent(e: HistoryEvent): string {
     case "final":
       return `${t}  final    ${e.resource}: count ${e.count}`;
     case "invoke":
-      return `${t}  ${e.op.padEnd(8)} invoke ${e.resource}`;
+      return `${t}  ${e.op.padEnd(8)} invoke ${e.resource}${e.pair === undefined ? "" : ` (half of pair ${e.pair.halves.join(" + ")})`}`;
     case "acquired":
       return `${t}  ${e.op.padEnd(8)} acquired token ${e.token} (${e.holder === null ? "holder undisclosed: registration refused" : `holder ${e.holder.slice(0, 8)}…`})`;
     case "read":

@@ -36,8 +36,15 @@ const program = new Command()
       .choices(VIAS)
       .default("library"),
   )
+  .option(
+    "--pairs",
+    "every operation takes one lease of two resources (drawn at random, in random order: sets overlap and come in both orders) and increments a counter per resource; " +
+      "on PostgreSQL both in one transaction under both fences (the checker also looks for pairs that landed by halves), on S3 each under its own resource's fence; --ops counts pairs (library only)",
+    false,
+  )
   .option("--ttl <ms>", "lease TTL in ms", positiveInt, 600)
   .option("--workers <n>", "worker processes", positiveInt, 5)
+  .option("--resources <n>", "resources the workers lock (default 2, with --pairs 3)", positiveInt)
   .option(
     "--deadline <ms>",
     "the stores' deadline (timeoutMs) in the workers and the gateway, and the workers' for a lease",
@@ -57,8 +64,10 @@ const options = program.opts<{
   config: Mode | "all";
   backend: Backend | "both";
   via: Via;
+  pairs: boolean;
   ttl: number;
   workers: number;
+  resources?: number;
   deadline: number;
   livenessMargin: number;
   storeFaults: boolean;
@@ -80,10 +89,13 @@ const seed = options.seed ?? Math.floor(Math.random() * 2 ** 31);
 const configs = options.config === "all" ? MODES : [options.config];
 const backends = options.backend === "both" ? BACKENDS : [options.backend];
 
+if (options.pairs && options.via !== "library") program.error("--pairs needs --via library: the gateway takes leases of one resource");
+if (options.pairs && options.resources === 1) program.error("--pairs needs at least 2 resources");
+
 // Progress goes to stderr so that stdout stays the summary alone under --json.
 const log = (line: string): void => void process.stderr.write(`${line}\n`);
 log(
-  `chaos: seed ${seed}, ${options.ops} operations per configuration, configurations ${configs.join(", ")}, backends ${backends.join(", ")}, via ${options.via}`,
+  `chaos: seed ${seed}, ${options.ops} ${options.pairs ? "pair operations" : "operations"} per configuration, configurations ${configs.join(", ")}, backends ${backends.join(", ")}, via ${options.via}`,
 );
 
 const summary = await runChaos({
@@ -92,8 +104,10 @@ const summary = await runChaos({
   configs,
   backends,
   via: options.via,
+  pairs: options.pairs,
   ttlMs: options.ttl,
   workers: options.workers,
+  ...(options.resources === undefined ? {} : { resources: options.resources }),
   deadlineMs: options.deadline,
   livenessMarginMs: options.livenessMargin,
   storeFaults: options.storeFaults,
@@ -114,7 +128,7 @@ function report(s: ChaosSummary): string {
       .map(([k, v]) => `${k} ${v}`)
       .join(", ");
   const lines: string[] = [
-    `seed ${s.seed}: ${s.ops} operations, TTL ${s.ttlMs} ms, ${s.workers} workers, ${s.redisNodes} Redis nodes, via ${s.via}, ` +
+    `seed ${s.seed}: ${s.ops} operations${s.pairs ? " (halves of pairs: one per resource)" : ""}, TTL ${s.ttlMs} ms, ${s.workers} workers, ${s.resources} resources, ${s.redisNodes} Redis nodes, via ${s.via}, ` +
       `store deadline ${s.deadlineMs} ms, liveness bound ${s.deadlineMs + s.livenessMarginMs} ms, store faults ${s.storeFaults ? "on" : "off"}`,
     `faults: ${list(s.faults)}`,
   ];
@@ -129,6 +143,11 @@ function report(s: ChaosSummary): string {
         `  errors: ${list(run.errors) || "none"}`,
         `  faults: ${list(Object.fromEntries(Object.entries(run.faults).filter(([, n]) => n > 0)))}; missed ${run.faultsMissed}`,
         `  violations: ${list(run.violations)}; repeated tokens ${run.repeatedTokens}; failed but applied ${run.failedButApplied}`,
+        ...(run.pairs === undefined
+          ? []
+          : [
+              `  pairs: ${run.pairs.ops} pair operations, ${run.pairs.atomic} written in one transaction, atomicity judged on ${run.pairs.judged} (a half seen landed)`,
+            ]),
         `  liveness: ${l.calls} calls, late ${l.late}, unanswered ${l.unanswered}; slowest answer ${l.slowestMs} ms: ${l.slowest ?? "-"}`,
         `  slowest by call (ms): ${list(l.slowestByStep)}`,
         `  process deaths: ${run.deaths.length === 0 ? "none" : run.deaths.join("; ")}`,

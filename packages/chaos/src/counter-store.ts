@@ -23,10 +23,20 @@ export interface WriteLease {
   readonly credential: string | undefined;
 }
 
+/** One counter of a pair's write (`--pairs`): its key, its new document, the fence of its own resource, the version read. */
+export interface CounterWrite {
+  readonly key: string;
+  readonly doc: CounterDoc;
+  readonly fence: Fence;
+  readonly version: string | undefined;
+}
+
 /** What a worker does with the counters, directly or through a gateway. */
 export interface CounterAccess {
   read(key: string): Promise<{ doc: CounterDoc; version: string | undefined }>;
   write(key: string, doc: CounterDoc, lease: WriteLease, version: string | undefined): Promise<void>;
+  /** Several counters in one transaction, all or none (PostgreSQL); absent where each key is written on its own, under its own fence (S3). */
+  writeAll?(writes: readonly CounterWrite[]): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -61,16 +71,26 @@ export const INLINE_LIMIT = 4 * 1024 * 1024;
 /** The fence of the initial empty document: below every token the lock hands out. */
 const INITIAL = (resource: string): Fence => ({ resource, token: 0n });
 
+interface PutAllWrite {
+  readonly key: string;
+  readonly value: unknown;
+  readonly resource?: string;
+  readonly ifVersion?: string;
+}
+type PutAll = (writes: readonly PutAllWrite[], options: { fences: readonly Fence[] }) => Promise<unknown>;
+
 class PostgresCounters implements CounterStore {
   private readonly pool: pg.Pool;
   private readonly store: FencedPostgres;
   private readonly plainUpdate: string;
+  private readonly timeoutMs: number;
 
   constructor(
     connection: Extract<StoreConnection, { backend: "postgres" }>,
     private readonly mode: Mode,
     { timeoutMs }: CounterStoreOptions,
   ) {
+    this.timeoutMs = timeoutMs;
     this.pool = new pg.Pool({ connectionString: connection.url, max: 2, connectionTimeoutMillis: timeoutMs, query_timeout: timeoutMs });
     // An idle connection broken by a fault would otherwise be an unhandled 'error' that kills the worker.
     this.pool.on("error", () => undefined);
@@ -95,6 +115,61 @@ class PostgresCounters implements CounterStore {
       return;
     }
     await this.store.put(key, value, this.mode === "full" && version !== undefined ? { fence, ifVersion: version } : { fence });
+  }
+
+  /**
+   * unfenced: plain UPDATEs in one transaction, in key order (two writers who both believe they hold
+   * the lease cannot deadlock); ratchet and full: putAll() under the fences of both resources, each
+   * record naming its own (full: each with the version read).
+   */
+  async writeAll(writes: readonly CounterWrite[]): Promise<void> {
+    const value = (doc: CounterDoc): { count: number; log: string[] } => ({ count: doc.count, log: [...doc.log] });
+    if (this.mode !== "unfenced") {
+      await this.putAll(
+        writes.map((w) => ({
+          key: w.key,
+          value: value(w.doc),
+          resource: w.fence.resource,
+          ...(this.mode === "full" && w.version !== undefined ? { ifVersion: w.version } : {}),
+        })),
+        { fences: writes.map((w) => w.fence) },
+      );
+      return;
+    }
+    const start = performance.now();
+    const client = await this.pool.connect();
+    // A connection that breaks while checked out emits 'error' on the client, which would kill the worker.
+    const ignore = (): void => undefined;
+    client.on("error", ignore);
+    let failed: Error | undefined;
+    // One deadline for the whole transaction, as for the single write: each statement gets what is left of it.
+    const query = (text: string, values: unknown[] = []): Promise<pg.QueryResult> => {
+      const left = Math.floor(this.timeoutMs - (performance.now() - start));
+      if (left <= 0) return Promise.reject(new Error("Query read timeout: the transaction's deadline passed"));
+      return client.query({ text, values, query_timeout: left } as pg.QueryConfig);
+    };
+    try {
+      await query("BEGIN");
+      for (const w of [...writes].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0))) {
+        const result = await query(this.plainUpdate, [w.key, JSON.stringify(value(w.doc))]);
+        if (result.rowCount !== 1) throw new Error(`plain UPDATE of ${w.key} touched ${String(result.rowCount)} rows`);
+      }
+      await query("COMMIT");
+    } catch (err) {
+      // Discarded, not rolled back: closing the connection rolls the transaction back without a statement that could wait out another deadline.
+      failed = err instanceof Error ? err : new Error(String(err));
+      throw err;
+    } finally {
+      client.off("error", ignore);
+      client.release(failed);
+    }
+  }
+
+  /** FencedPostgres.putAll: several records in one transaction, under the fences of their resources. */
+  private putAll(writes: readonly PutAllWrite[], options: { fences: readonly Fence[] }): Promise<unknown> {
+    const putAll = (this.store as unknown as { putAll?: PutAll }).putAll;
+    if (typeof putAll !== "function") throw new Error("this FencedPostgres has no putAll(): pairs on PostgreSQL need it");
+    return putAll.call(this.store, writes, options);
   }
 
   async register(fence: Fence): Promise<void> {

@@ -1,4 +1,4 @@
-import type { FailReason, HistoryEvent, OpEvent } from "./history.js";
+import type { FailReason, HistoryEvent, OpEvent, PairOf } from "./history.js";
 import { parseLogEntry } from "./history.js";
 
 /**
@@ -18,6 +18,8 @@ export interface Op {
   token: string | undefined;
   holder: string | undefined;
   writeStart: number | undefined;
+  /** A half of a pair operation: its pair. */
+  pair: PairOf | undefined;
 }
 
 export function collectOps(history: readonly HistoryEvent[]): Map<string, Op> {
@@ -38,11 +40,15 @@ export function collectOps(history: readonly HistoryEvent[]): Map<string, Op> {
         token: undefined,
         holder: undefined,
         writeStart: undefined,
+        pair: undefined,
       };
       ops.set(e.op, op);
     }
     op.events.push(e);
-    if (e.type === "invoke") op.invoke = e.mono;
+    if (e.type === "invoke") {
+      op.invoke = e.mono;
+      if (e.pair !== undefined) op.pair = e.pair;
+    }
     if (e.type === "acquired" || e.type === "ok" || e.type === "fail" || e.type === "info") {
       if (e.token !== undefined) op.token = e.token;
       // null: a lease whose holder id was not disclosed (refused at registration); it never writes.

@@ -71,8 +71,23 @@ export interface Call {
   readonly end: number;
 }
 
+/**
+ * A half of a pair operation (`--pairs`): one lease of two resources, a counter incremented under
+ * each. The pair's halves are operations of their own in the history ("<op>a", "<op>b", in the
+ * lease's order), one per resource, each with that resource's token; what the lease and an atomic
+ * write did is reported on both, their calls on the first.
+ */
+export interface PairOf {
+  /** The pair operation, "<worker>.<sequence>". */
+  readonly op: string;
+  /** Its halves' operation ids, in the lease's order. */
+  readonly halves: readonly string[];
+  /** Both halves were written in one transaction (PostgreSQL): they land together or not at all. */
+  readonly atomic: boolean;
+}
+
 export type OpEvent =
-  | (OpStamp & { readonly type: "invoke" })
+  | (OpStamp & { readonly type: "invoke"; readonly pair?: PairOf })
   /**
    * `holder`: the lease's public id (Lease.holder), which the stores compare on equal tokens; never its secret value.
    * null: a lease the lock granted and the gateway released at once, because a store refused to register

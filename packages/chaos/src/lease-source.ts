@@ -16,9 +16,17 @@ export interface WorkerLease extends WriteLease {
   release(): Promise<void>;
 }
 
+/** A lease of several resources at once (`--pairs`): one fence per resource, in the order asked for, all with the lease's holder. */
+export interface WorkerSetLease {
+  readonly fences: readonly { readonly resource: string; readonly token: bigint; readonly holder: string }[];
+  release(): Promise<void>;
+}
+
 export interface LeaseSource {
   /** Throws NoLeaseError when no lease could be had, RegistrationRefusedError when a store refused to register it. */
   acquire(resource: string, ttlMs: number, signal: AbortSignal): Promise<WorkerLease>;
+  /** All the resources in one lease, or none; throws NoLeaseError when it could not be had. Undefined where leases of sets are not offered. */
+  readonly acquireSet?: (resources: readonly string[], ttlMs: number, signal: AbortSignal) => Promise<WorkerSetLease>;
   close(): void;
 }
 

@@ -36,6 +36,18 @@ export function libraryLeases(redisUrls: readonly string[], nodeTimeoutMs: numbe
         });
       }
     },
+    async acquireSet(resources, ttlMs, signal) {
+      try {
+        const lease = await redlock.acquire(resources, ttlMs, { signal });
+        // Copies, as above: one fence per resource, in the order asked for.
+        const fences = lease.fences.map((f) => ({ resource: f.resource, token: f.token, holder: f.holder }));
+        return { fences, release: () => lease.release() };
+      } catch (err) {
+        throw new NoLeaseError(signal.aborted ? whyNoLease(signal) : err instanceof Error ? err.message : String(err), {
+          cause: err,
+        });
+      }
+    },
     close: () => redises.forEach((r) => r.disconnect()),
   };
 }

@@ -24,6 +24,8 @@ export interface RunOptions {
   readonly resources: number;
   readonly redisNodes: number;
   readonly workMs: number;
+  /** Every operation is a pair: one lease of two resources, a counter incremented under each (pair-operation.ts); `ops` counts pairs. */
+  readonly pairs: boolean;
   /** The stores' deadline (timeoutMs, in the workers and in the gateway), and the workers' for acquiring a lease. */
   readonly deadlineMs: number;
   /** What liveness allows an answer beyond the deadline. */
@@ -119,7 +121,12 @@ class ConfigurationRun {
   }
 
   private get tag(): string {
-    return `${this.options.store.backend}/${this.options.mode}`;
+    return `${this.options.store.backend}/${this.options.mode}${this.options.pairs ? " pairs" : ""}`;
+  }
+
+  /** Outcomes to wait for: one per operation, one per half of a pair. */
+  private get target(): number {
+    return this.options.ops * (this.options.pairs ? 2 : 1);
   }
 
   private readonly now = (): number => monoSince(this.origin);
@@ -222,6 +229,7 @@ class ConfigurationRun {
       deadlineMs: options.deadlineMs,
       workMs: options.workMs,
       seed: options.seed,
+      pairs: options.pairs,
     };
   }
 
@@ -229,7 +237,7 @@ class ConfigurationRun {
     if (message.type === "event") {
       this.history.push(message.event);
       const t = message.event.type;
-      if ((t === "ok" || t === "fail" || t === "info") && ++this.completed === this.options.ops) this.opsDone();
+      if ((t === "ok" || t === "fail" || t === "info") && ++this.completed === this.target) this.opsDone();
     } else if (message.type === "between-read-and-write") this.injector?.reachedRmw(message.worker, message.fault, message.mono);
   }
 
@@ -292,7 +300,7 @@ class ConfigurationRun {
     for (const worker of this.workers) worker.send({ type: "go", origin: this.origin.toString() });
     this.injector?.start();
     const progress = setInterval(
-      () => options.log(`[${this.tag}] ${this.completed}/${options.ops} operations, ${(this.now() / 1000).toFixed(1)} s`),
+      () => options.log(`[${this.tag}] ${this.completed}/${this.target} operations, ${(this.now() / 1000).toFixed(1)} s`),
       5_000,
     );
     const timeout = new Promise<"timeout">((resolve) => setTimeout(() => resolve("timeout"), options.timeoutMs).unref());

@@ -25,7 +25,7 @@ function run(overrides: Partial<RunSummary> = {}): RunSummary {
     },
     faults: noFaults(),
     faultsMissed: 0,
-    violations: { "lost-update": 0, "token-decrease": 0, "duplicate-token": 0 },
+    violations: { "lost-update": 0, "token-decrease": 0, "duplicate-token": 0, "torn-pair": 0 },
     repeatedTokens: 3,
     failedButApplied: 0,
     finalCount: 90,

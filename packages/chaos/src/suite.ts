@@ -15,9 +15,17 @@ export interface ChaosOptions {
   readonly backends: readonly Backend[];
   /** How the workers take leases and write; default "library" (their own Redlock and store clients). */
   readonly via?: Via;
+  /**
+   * Every operation takes one lease of two resources (drawn at random, in random order, so sets
+   * overlap and come in both orders) and increments a counter per resource under it: on PostgreSQL
+   * both in one transaction under both fences, on S3 each under its own resource's fence. `ops`
+   * then counts pairs. Needs leases of sets, which only `via: "library"` takes.
+   */
+  readonly pairs?: boolean;
   /** Lease TTL: short, so that pauses longer than it are cheap and stale writers really happen. */
   readonly ttlMs?: number;
   readonly workers?: number;
+  /** Resources the workers lock; default 2, with pairs 3 (every pair then overlaps every other). */
   readonly resources?: number;
   readonly redisNodes?: number;
   readonly workMs?: number;
@@ -60,6 +68,8 @@ export interface RunSummary {
   readonly faults: Readonly<Record<FaultKind, number>>;
   readonly faultsMissed: number;
   readonly violations: Readonly<Record<ViolationKind, number>>;
+  /** With pairs: pair operations (each is two of `ops`, one per resource), those written in one transaction, and those atomicity was judged on (a half seen landed). */
+  readonly pairs?: { readonly ops: number; readonly atomic: number; readonly judged: number };
   /** Acquisitions that got a token another holder of the resource had already acquired (the wipes cause them). */
   readonly repeatedTokens: number;
   readonly failedButApplied: number;
@@ -70,6 +80,8 @@ export interface RunSummary {
 export interface ChaosSummary {
   readonly seed: number;
   readonly via: Via;
+  /** Every operation was a pair of resources under one lease; `ops` counts their halves (one per resource). */
+  readonly pairs: boolean;
   readonly opsPerRun: number;
   readonly ttlMs: number;
   readonly workers: number;
@@ -123,6 +135,7 @@ function summarize(result: RunResult): RunSummary {
     faults: result.faults,
     faultsMissed: result.faultsMissed,
     violations: c.violations,
+    ...(c.pairs.ops === 0 ? {} : { pairs: c.pairs }),
     repeatedTokens: c.repeatedTokens,
     failedButApplied: c.failedButApplied,
     finalCount: Object.values(c.final).reduce((sum, f) => sum + f.count, 0),
@@ -152,6 +165,9 @@ export function verdict(runs: ChaosSummary["runs"]): string[] {
         failures.push(`${where}: no violation — the nemesis is too gentle to show anything`);
       // Without a repeated token, no store was ever shown two holders with one token: the run proves nothing about equal tokens.
       if (run.repeatedTokens === 0) failures.push(`${where}: the lock repeated no token — no wipe round took effect`);
+      // Pairs written in one transaction, none of them seen landed: atomicity was never judged.
+      if (run.pairs !== undefined && run.pairs.atomic > 0 && run.pairs.judged === 0)
+        failures.push(`${where}: no pair written in one transaction was seen landed — atomicity was never judged`);
     }
   }
   return failures;
@@ -159,18 +175,22 @@ export function verdict(runs: ChaosSummary["runs"]): string[] {
 
 export async function runChaos(options: ChaosOptions): Promise<ChaosSummary> {
   const log = options.log ?? (() => undefined);
+  const pairs = options.pairs ?? false;
+  const via = options.via ?? "library";
+  if (pairs && via !== "library")
+    throw new RangeError("pairs need leases of several resources, which only the workers' own lock takes: run them via library");
   const settings = {
     ttlMs: options.ttlMs ?? 600,
     workers: options.workers ?? 5,
-    resources: options.resources ?? 2,
+    resources: options.resources ?? (pairs ? 3 : 2),
     redisNodes: options.redisNodes ?? 5,
     workMs: options.workMs ?? 2,
     deadlineMs: options.deadlineMs ?? DEFAULT_LIVENESS.deadlineMs,
     livenessMarginMs: options.livenessMarginMs ?? DEFAULT_LIVENESS.marginMs,
     storeFaults: options.storeFaults ?? true,
   };
+  if (pairs && settings.resources < 2) throw new RangeError("pairs need at least 2 resources");
   if (options.out !== undefined) await mkdir(options.out, { recursive: true });
-  const via = options.via ?? "library";
   const runs: Partial<Record<Backend, Partial<Record<Mode, RunSummary>>>> = {};
   const faults: Record<FaultKind, number> = noFaults();
   let ops = 0;
@@ -183,6 +203,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosSummary> {
           mode,
           store,
           via,
+          pairs,
           ops: options.ops,
           seed: options.seed,
           ...settings,
@@ -195,12 +216,12 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosSummary> {
         ops += summary.ops;
         for (const [kind, n] of Object.entries(result.faults) as [FaultKind, number][]) faults[kind] += n;
         if (options.out !== undefined) {
-          const name = join(options.out, `${backend}-${mode}`);
+          const name = join(options.out, `${backend}-${mode}${pairs ? "-pairs" : ""}`);
           await writeFile(`${name}.history.jsonl`, historyToJsonLines(result.history));
           await writeFile(
             `${name}.svg`,
             plotHistory(result.history, result.check, {
-              title: `${backend} · ${mode} · via ${via} · seed ${options.seed}`,
+              title: `${backend} · ${mode}${pairs ? " · pairs" : ""} · via ${via} · seed ${options.seed}`,
               ttlMs: settings.ttlMs,
             }),
           );
@@ -211,5 +232,5 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosSummary> {
     }
   }
   const failures = verdict(runs);
-  return { seed: options.seed, via, opsPerRun: options.ops, ...settings, ops, faults, runs, pass: failures.length === 0, failures };
+  return { seed: options.seed, via, pairs, opsPerRun: options.ops, ...settings, ops, faults, runs, pass: failures.length === 0, failures };
 }

@@ -5,6 +5,7 @@ import { GatewayCounters } from "./gateway-counters.js";
 import { monoSince, type Mode, type OpEvent } from "./history.js";
 import { gatewayLeases, type LeaseSource } from "./lease-source.js";
 import { runOperation } from "./operation.js";
+import { runPairOperation } from "./pair-operation.js";
 import { hash32, Random } from "./random.js";
 
 /**
@@ -38,6 +39,8 @@ export interface WorkerConfig {
   /** Upper bound of the random "compute" time between read and write. */
   readonly workMs: number;
   readonly seed: number;
+  /** Each operation takes one lease of two resources (drawn at random, in random order) and increments both counters (pair-operation.ts). */
+  readonly pairs: boolean;
 }
 
 export type ToWorker =
@@ -137,8 +140,20 @@ async function main(config: WorkerConfig): Promise<void> {
     betweenReadAndWrite,
   };
   for (let seq = 0; !stopping.signal.aborted; seq++) {
+    const op = `${config.worker}.${seq}`;
+    if (config.pairs) {
+      // Two distinct resources in random order: every ordered pair as likely, so sets overlap and come in both orders.
+      const pair = rnd.shuffle(resources).slice(0, 2);
+      await runPairOperation(
+        context,
+        op,
+        pair,
+        pair.map((r) => config.counters[r] ?? r),
+      );
+      continue;
+    }
     const resource = rnd.pick(resources);
-    await runOperation(context, `${config.worker}.${seq}`, resource, config.counters[resource] ?? resource);
+    await runOperation(context, op, resource, config.counters[resource] ?? resource);
   }
 
   await store.close().catch(() => undefined);
