@@ -34,19 +34,23 @@ export interface SentAcquire {
 }
 
 /**
- * Records every ACQUIRE the lock sends through these clients (EVALSHA, or EVAL after NOSCRIPT): the
- * test learns the value of every attempt, also of those that failed and whose value the lock keeps to
- * itself. `sent` is in the order sent, one entry per attempt (the first node's call).
+ * Records every ACQUIRE the lock sends through these clients (EVALSHA, or EVAL after NOSCRIPT), before
+ * it is sent: the test learns the value of every attempt, also of those that failed and whose value
+ * the lock keeps to itself. `sent` is in the order sent, one entry per attempt (the first node's
+ * call); `byValue` (shared between recorders when given) finds an attempt by its value.
  */
-export function recordAcquires(clients: readonly LockClient[]): { readonly sent: SentAcquire[] } {
+export function recordAcquires(
+  clients: readonly LockClient[],
+  byValue = new Map<string, SentAcquire>(),
+): { readonly sent: SentAcquire[]; readonly byValue: Map<string, SentAcquire> } {
   const sent: SentAcquire[] = [];
-  const seen = new Set<string>();
   const note = (keysAndArgs: readonly (string | number)[], numberOfKeys: number): void => {
     const keys = keysAndArgs.slice(0, numberOfKeys).map(String);
     const value = String(keysAndArgs[numberOfKeys]);
-    if (seen.has(value)) return;
-    seen.add(value);
-    sent.push({ value, leaseKeys: keys.filter((_, i) => i % 2 === 0) });
+    if (byValue.has(value)) return;
+    const attempt = { value, leaseKeys: keys.filter((_, i) => i % 2 === 0) };
+    byValue.set(value, attempt);
+    sent.push(attempt);
   };
   for (const client of clients) {
     const evalsha = client.evalsha.bind(client);
@@ -60,5 +64,5 @@ export function recordAcquires(clients: readonly LockClient[]): { readonly sent:
       return evalScript(script, numberOfKeys, ...keysAndArgs);
     };
   }
-  return { sent };
+  return { sent, byValue };
 }
