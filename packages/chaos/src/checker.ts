@@ -84,6 +84,8 @@ export interface CheckResult {
   readonly liveness: LivenessResult;
   /** Acquisitions whose token another holder of the same resource had acquired before: for each (resource, token), holders − 1. */
   readonly repeatedTokens: number;
+  /** Acquisitions whose token is below one acquired earlier on the same resource (in the history's time order). */
+  readonly tokenRegressions: number;
   /** The earliest violation of each kind. */
   readonly first: Partial<Readonly<Record<ViolationKind, Violation>>>;
   /** The earliest violation of any kind. */
@@ -235,6 +237,20 @@ function duplicateTokens(ctx: Context): void {
   }
 }
 
+/** Acquisitions whose token is below one acquired earlier on the same resource: the lock went backwards (a wipe round). */
+function tokenRegressions(history: readonly HistoryEvent[]): number {
+  const highest = new Map<string, bigint>();
+  let regressions = 0;
+  for (const e of history) {
+    if (e.type !== "acquired") continue;
+    const token = BigInt(e.token);
+    const before = highest.get(e.resource);
+    if (before !== undefined && token < before) regressions++;
+    if (before === undefined || token > before) highest.set(e.resource, token);
+  }
+  return regressions;
+}
+
 /** Repeated tokens: the same (resource, token) acquired by more than one holder. */
 function repeatedTokens(history: readonly HistoryEvent[]): number {
   const acquirers = new Map<string, Set<string>>(); // "resource@token" → holders
@@ -332,6 +348,7 @@ export function check(history: readonly HistoryEvent[], liveness: LivenessOption
     pairs,
     liveness: checkLiveness(history, ops, liveness),
     repeatedTokens: repeatedTokens(history),
+    tokenRegressions: tokenRegressions(history),
     first,
     firstViolation: violations[0],
     victims: [...new Set(violations.flatMap((v) => (v.kind === "duplicate-token" ? v.ops : v.ops.slice(0, 1))))],

@@ -39,7 +39,7 @@ const program = new Command()
   .option(
     "--pairs",
     "every operation takes one lease of two resources (drawn at random, in random order: sets overlap and come in both orders) and increments a counter per resource; " +
-      "on PostgreSQL both in one transaction under both fences (the checker also looks for pairs that landed by halves), on S3 each under its own resource's fence; --ops counts pairs (library only)",
+      "on PostgreSQL both in one transaction under both fences (the checker also looks for pairs that landed by halves), on S3 (and through a gateway) each under its own resource's fence; --ops counts pairs",
     false,
   )
   .option("--ttl <ms>", "lease TTL in ms", positiveInt, 600)
@@ -89,7 +89,6 @@ const seed = options.seed ?? Math.floor(Math.random() * 2 ** 31);
 const configs = options.config === "all" ? MODES : [options.config];
 const backends = options.backend === "both" ? BACKENDS : [options.backend];
 
-if (options.pairs && options.via !== "library") program.error("--pairs needs --via library: the gateway takes leases of one resource");
 if (options.pairs && options.resources === 1) program.error("--pairs needs at least 2 resources");
 
 // Progress goes to stderr so that stdout stays the summary alone under --json.
@@ -142,7 +141,7 @@ function report(s: ChaosSummary): string {
           `outcome unknown ${o["outcome-unknown"]} (landed ${run.outcomeUnknown.landed}, not seen ${run.outcomeUnknown.notSeen}), error ${o.error}`,
         `  errors: ${list(run.errors) || "none"}`,
         `  faults: ${list(Object.fromEntries(Object.entries(run.faults).filter(([, n]) => n > 0)))}; missed ${run.faultsMissed}`,
-        `  violations: ${list(run.violations)}; repeated tokens ${run.repeatedTokens}; failed but applied ${run.failedButApplied}`,
+        `  violations: ${list(run.violations)}; repeated tokens ${run.repeatedTokens}, token regressions ${run.tokenRegressions}; failed but applied ${run.failedButApplied}`,
         ...(run.pairs === undefined
           ? []
           : [

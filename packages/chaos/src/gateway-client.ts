@@ -70,9 +70,18 @@ export class RegistrationRefusedError extends Error {
   }
 }
 
+/** One resource of a gateway lease: its token, and the credential of the writes under it. */
+export interface GatewayFence {
+  readonly resource: string;
+  readonly token: bigint;
+  readonly fence: string;
+}
+
 export interface GatewayLease {
   readonly resource: string;
   readonly token: bigint;
+  /** Every resource of the lease, in the order asked for (one entry for a lease of one resource). */
+  readonly fences: readonly GatewayFence[];
   /** The lease's public holder id. */
   readonly holder: string;
   /** The signed fence credential every write of this lease presents (Fencing-Credential). */
@@ -119,6 +128,19 @@ function unexpected(answer: Answer, what: string): Error {
     : new GatewayRefusedError(answer.status, text(problem.type), detail);
 }
 
+/** A lease answer's `fences`, or undefined if it has none that reads as one. */
+function fencesOf(value: unknown): GatewayFence[] | undefined {
+  if (!Array.isArray(value) || value.length === 0) return undefined;
+  const fences: GatewayFence[] = [];
+  for (const entry of value as unknown[]) {
+    const e = (typeof entry === "object" && entry !== null ? entry : {}) as Problem;
+    const [resource, t, fence] = [text(e.resource), token(e.token), text(e.fence)];
+    if (resource === undefined || t === undefined || fence === undefined) return undefined;
+    fences.push({ resource, token: t, fence });
+  }
+  return fences;
+}
+
 /** A key in a path: each segment percent-encoded, '/' kept (the gateway reads both alike). */
 function keyPath(area: GatewayArea, key: string): string {
   return `/v1/${area}/${key.split("/").map(encodeURIComponent).join("/")}`;
@@ -148,15 +170,18 @@ export class GatewayClient {
   }
 
   /**
-   * POST /v1/leases. Throws LockBusyError (409 lock-held, 503), RegistrationRefusedError (409 stale-token) or a refused/failed answer.
+   * POST /v1/leases, of one resource or (an array) of several at once. Throws LockBusyError (409
+   * lock-held, 503), RegistrationRefusedError (409 stale-token) or a refused/failed answer.
    * `signal` abandons the request (a lease it may still grant expires by its TTL).
    */
-  async acquire(resource: string, ttlMs: number, register: boolean, signal?: AbortSignal): Promise<GatewayLease> {
+  async acquire(asked: string | readonly string[], ttlMs: number, register: boolean, signal?: AbortSignal): Promise<GatewayLease> {
+    const resource = typeof asked === "string" ? asked : (asked[0] ?? "");
+    const what = typeof asked === "string" ? { resource } : { resources: asked };
     const answer = await this.send(
       "POST",
       "/v1/leases",
       { "content-type": "application/json" },
-      Buffer.from(JSON.stringify({ resource, ttlMs, register })),
+      Buffer.from(JSON.stringify({ ...what, ttlMs, register })),
       signal,
     );
     if (answer.status === 201) {
@@ -177,14 +202,18 @@ export class GatewayClient {
           `a lease answer without token, holder, fence, leaseId or validUntil: ${answer.body.toString("utf8").slice(0, 200)}`,
         );
       }
-      return { resource: owner, token: t, holder, fence, leaseId, validUntil: body.validUntil };
+      const fences = fencesOf(body.fences) ?? [{ resource: owner, token: t, fence }];
+      if (typeof asked !== "string" && fences.map((f) => f.resource).join("\0") !== asked.join("\0"))
+        throw new GatewayFailedError(201, undefined, `a lease answer whose fences do not name ${asked.join(", ")} in order`);
+      return { resource: owner, token: t, fences, holder, fence, leaseId, validUntil: body.validUntil };
     }
     const problem = problemOf(answer);
     const detail = text(problem.detail) ?? "";
     if ((answer.status === 409 && problem.type === LOCK_HELD) || answer.status === 503) throw new LockBusyError(answer.status, detail);
     if (answer.status === 409 && problem.type === STALE_TOKEN) {
       const [t, highest] = [token(problem.token), token(problem.highest)];
-      if (t !== undefined && highest !== undefined) throw new RegistrationRefusedError(resource, t, highest, detail);
+      if (t !== undefined && highest !== undefined)
+        throw new RegistrationRefusedError(text(problem.resource) ?? resource, t, highest, detail);
     }
     throw unexpected(answer, "POST /v1/leases");
   }

@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import type { WriteLease } from "./counter-store.js";
-import { LockBusyError, type GatewayClient } from "./gateway-client.js";
+import { LockBusyError, type GatewayClient, type GatewayLease } from "./gateway-client.js";
 
 /**
  * Where a worker's leases come from: its own Redlock over the Redis nodes (`--via library`,
@@ -18,7 +18,13 @@ export interface WorkerLease extends WriteLease {
 
 /** A lease of several resources at once (`--pairs`): one fence per resource, in the order asked for, all with the lease's holder. */
 export interface WorkerSetLease {
-  readonly fences: readonly { readonly resource: string; readonly token: bigint; readonly holder: string }[];
+  readonly fences: readonly {
+    readonly resource: string;
+    readonly token: bigint;
+    readonly holder: string;
+    /** Through a gateway: the signed credential of the writes under this resource. */
+    readonly credential: string | undefined;
+  }[];
   release(): Promise<void>;
 }
 
@@ -46,31 +52,39 @@ export const RETRY_DELAY_MS = 15;
 export const RETRY_JITTER_MS = 30;
 
 /**
- * Leases from the gateway. A held lock (409 lock-held) or a lock without a quorum (503) is retried at
- * the library's pace, as the library workers' Redlock does, until the lease is granted, or the
- * deadline passes or the run stops (which also abandons an attempt in flight); any other failure
- * ends the operation (RegistrationRefusedError, or the client's errors).
+ * Leases from the gateway, of one resource or of a set. A held lock (409 lock-held) or a lock without
+ * a quorum (503) is retried at the library's pace, as the library workers' Redlock does, until the
+ * lease is granted, or the deadline passes or the run stops (which also abandons an attempt in
+ * flight); any other failure ends the operation (RegistrationRefusedError, or the client's errors).
  */
 export function gatewayLeases(client: GatewayClient, register: boolean): LeaseSource {
+  const granted = async (asked: string | readonly string[], ttlMs: number, signal: AbortSignal): Promise<GatewayLease> => {
+    for (;;) {
+      if (signal.aborted) throw new NoLeaseError(whyNoLease(signal));
+      try {
+        return await client.acquire(asked, ttlMs, register, signal);
+      } catch (err) {
+        // Given up at the deadline (or the run's stop) in the middle of an attempt: no lease.
+        if (signal.aborted) throw new NoLeaseError(whyNoLease(signal), { cause: err });
+        if (!(err instanceof LockBusyError)) throw err;
+      }
+      await sleep(RETRY_DELAY_MS + Math.random() * RETRY_JITTER_MS);
+    }
+  };
   return {
     async acquire(resource, ttlMs, signal) {
-      for (;;) {
-        if (signal.aborted) throw new NoLeaseError(whyNoLease(signal));
-        try {
-          const lease = await client.acquire(resource, ttlMs, register, signal);
-          return {
-            fence: { resource: lease.resource, token: lease.token, holder: lease.holder },
-            credential: lease.fence,
-            registered: register,
-            release: () => client.release(lease.leaseId),
-          };
-        } catch (err) {
-          // Given up at the deadline (or the run's stop) in the middle of an attempt: no lease.
-          if (signal.aborted) throw new NoLeaseError(whyNoLease(signal), { cause: err });
-          if (!(err instanceof LockBusyError)) throw err;
-        }
-        await sleep(RETRY_DELAY_MS + Math.random() * RETRY_JITTER_MS);
-      }
+      const lease = await granted(resource, ttlMs, signal);
+      return {
+        fence: { resource: lease.resource, token: lease.token, holder: lease.holder },
+        credential: lease.fence,
+        registered: register,
+        release: () => client.release(lease.leaseId),
+      };
+    },
+    async acquireSet(resources, ttlMs, signal) {
+      const lease = await granted(resources, ttlMs, signal);
+      const fences = lease.fences.map((f) => ({ resource: f.resource, token: f.token, holder: lease.holder, credential: f.fence }));
+      return { fences, release: () => client.release(lease.leaseId) };
     },
     close: () => client.close(),
   };

@@ -40,7 +40,7 @@ export function libraryLeases(redisUrls: readonly string[], nodeTimeoutMs: numbe
       try {
         const lease = await redlock.acquire(resources, ttlMs, { signal });
         // Copies, as above: one fence per resource, in the order asked for.
-        const fences = lease.fences.map((f) => ({ resource: f.resource, token: f.token, holder: f.holder }));
+        const fences = lease.fences.map((f) => ({ resource: f.resource, token: f.token, holder: f.holder, credential: undefined }));
         return { fences, release: () => lease.release() };
       } catch (err) {
         throw new NoLeaseError(signal.aborted ? whyNoLease(signal) : err instanceof Error ? err.message : String(err), {

@@ -52,7 +52,10 @@ function brokenConnection(err: unknown): boolean {
   // pg ends a query whose connection ended with a plain Error and no code; the S3 SDK a 5xx with $metadata.
   const status = (err as { $metadata?: { httpStatusCode?: unknown } }).$metadata?.httpStatusCode;
   if (typeof status === "number" && status >= 500) return true;
-  return /^Connection terminated|^Query read timeout|^socket hang up|^timeout exceeded when trying to connect/.test(err.message);
+  // pg again: a query sent on a client whose connection broke while it was checked out (a transaction of several statements).
+  return /^Connection terminated|^Query read timeout|^socket hang up|^timeout exceeded when trying to connect|^Client has encountered a connection error|^Client was closed/.test(
+    err.message,
+  );
 }
 
 /** A short label of the error's type for the report: its class, a gateway answer's status and problem, or its code. */

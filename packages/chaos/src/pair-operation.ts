@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import type { CounterDoc } from "./history.js";
 import { headOf, increment, type Call, type CallStep, type PairOf } from "./history.js";
+import { RegistrationRefusedError } from "./gateway-client.js";
 import type { WorkerSetLease } from "./lease-source.js";
 import type { OperationContext } from "./operation.js";
 import { classify, errorLabel } from "./outcomes.js";
@@ -9,7 +10,8 @@ import { classify, errorLabel } from "./outcomes.js";
  * One pair operation (`--pairs`): one lease of two resources → (register both) → read both counters
  * → increment each → write → release. On PostgreSQL both counters are written in one transaction
  * under both fences (all or none); on S3 each counter is written on its own, under its own resource's
- * fence, with an outcome of its own.
+ * fence, with an outcome of its own; so is every counter written through a gateway (one request
+ * per key, each with its resource's credential).
  *
  * The history holds the pair as two operations, its halves ("<op>a", "<op>b", in the lease's order),
  * each on its own resource with that resource's token, so that the checker judges every resource on
@@ -72,13 +74,24 @@ export async function runPairOperation(
     const signal = AbortSignal.any([ctx.stopping, AbortSignal.timeout(ctx.acquireDeadlineMs)]);
     lease = await timed("acquire", first, () => acquireSet(resources, ctx.ttlMs, signal));
   } catch (err) {
+    const about = { message: messageOf(err), error: errorLabel(err) };
+    if (err instanceof RegistrationRefusedError) {
+      // Through a gateway: the lock granted the lease, a store refused to register the fence of
+      // err.resource and the gateway released the lease at once, without disclosing its holder id.
+      // That resource's acquisition is recorded (its token was handed out); the other's token is not known.
+      const token = err.token.toString();
+      for (const h of halves) {
+        if (h.resource === err.resource) await ctx.emit({ type: "acquired", ...stamp(h), token, holder: null });
+        await ctx.emit({ type: "fail", ...stamp(h), reason: "stale", ...about, calls: h.calls });
+      }
+      return;
+    }
     const c = classify(err, false);
     const reason = c.outcome === "fail" ? c.reason : "error";
-    for (const h of halves)
-      await ctx.emit({ type: "fail", ...stamp(h), reason, message: messageOf(err), error: errorLabel(err), calls: h.calls });
+    for (const h of halves) await ctx.emit({ type: "fail", ...stamp(h), reason, ...about, calls: h.calls });
     return;
   }
-  const fenceOf = (i: number): { resource: string; token: bigint; holder: string } => {
+  const fenceOf = (i: number): WorkerSetLease["fences"][number] => {
     const fence = lease.fences[i];
     if (fence === undefined || fence.resource !== halves[i]?.resource)
       throw new Error(`the lease has no fence ${i} for ${halves[i]?.resource}`);
@@ -118,7 +131,10 @@ export async function runPairOperation(
     if (writeAll !== undefined) {
       const writeStart = ctx.now();
       for (const h of halves) h.writeStart = writeStart;
-      const writes = halves.map((h, i) => ({ key: h.key, doc: nexts[i] as CounterDoc, fence: fenceOf(i), version: h.read?.version }));
+      const writes = halves.map((h, i) => {
+        const { resource, token, holder } = fenceOf(i);
+        return { key: h.key, doc: nexts[i] as CounterDoc, fence: { resource, token, holder }, version: h.read?.version };
+      });
       await timed("write", first, () => writeAll(writes));
       for (const [i] of halves.entries()) await succeeded(i, nexts[i] as CounterDoc);
     } else {
@@ -126,7 +142,8 @@ export async function runPairOperation(
       for (const [i, h] of halves.entries()) {
         h.writeStart = ctx.now();
         try {
-          const under = { fence: fenceOf(i), credential: undefined };
+          const { credential, ...fence } = fenceOf(i);
+          const under = { fence, credential };
           await timed("write", h, () => ctx.store.write(h.key, nexts[i] as CounterDoc, under, h.read?.version));
           await succeeded(i, nexts[i] as CounterDoc);
         } catch (err) {

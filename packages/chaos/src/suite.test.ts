@@ -27,6 +27,7 @@ function run(overrides: Partial<RunSummary> = {}): RunSummary {
     faultsMissed: 0,
     violations: { "lost-update": 0, "token-decrease": 0, "duplicate-token": 0, "torn-pair": 0 },
     repeatedTokens: 3,
+    tokenRegressions: 3,
     failedButApplied: 0,
     finalCount: 90,
     ...overrides,
@@ -47,5 +48,23 @@ describe("verdict", () => {
     expect(verdict({ s3: { ratchet: unanswered } })).toEqual(["s3/ratchet: 1 operation(s) never answered"]);
     const died = run({ deaths: ["worker 3 died during the run (1): boom"] });
     expect(verdict({ postgres: { ratchet: died } })).toEqual(["postgres/ratchet: worker 3 died during the run (1): boom"]);
+  });
+
+  it("wants a wipe round to show: a repeated token, or with pairs a token below one handed out before", () => {
+    expect(verdict({ s3: { full: run({ repeatedTokens: 0 }) } })).toEqual([
+      "s3/full: the lock repeated no token — no wipe round took effect",
+    ]);
+    const pairs = { ops: 50, atomic: 50, judged: 40 };
+    expect(verdict({ s3: { full: run({ repeatedTokens: 0, pairs }) } })).toEqual([]);
+    expect(verdict({ s3: { full: run({ repeatedTokens: 0, tokenRegressions: 0, pairs }) } })).toEqual([
+      "s3/full: the lock neither repeated a token nor went below one it had handed out — no wipe round took effect",
+    ]);
+  });
+
+  it("pairs written in one transaction must have been judged", () => {
+    expect(verdict({ postgres: { full: run({ pairs: { ops: 50, atomic: 50, judged: 0 } }) } })).toEqual([
+      "postgres/full: no pair written in one transaction was seen landed — atomicity was never judged",
+    ]);
+    expect(verdict({ s3: { full: run({ pairs: { ops: 50, atomic: 0, judged: 0 } }) } })).toEqual([]);
   });
 });
