@@ -10,3 +10,10 @@ export { type CheckedFence, type Fence, admits, assertKey, assertResource, check
 export function assertFence(fence: unknown): asserts fence is Fence {
   checkFence(fence);
 }
+
+/**
+ * Several fences presented by one call: an array of fences, or an object carrying them as `fences`
+ * — a @fenced/lock Lease, of one resource or of several (one fence per resource, in the order
+ * asked). Checked by checkFences: none twice for one resource, at most MAX_RESOURCES.
+ */
+export type FenceSet = readonly Fence[] | { readonly fences: readonly Fence[] };

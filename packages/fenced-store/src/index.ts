@@ -14,6 +14,6 @@ export {
   type UnavailableReason,
 } from "./errors.js";
 export { InvalidArgumentError } from "@fenced/fence";
-export { type Fence, assertFence, assertKey, assertResource, MAX_TOKEN } from "./fence.js";
+export { type Fence, type FenceSet, assertFence, assertKey, assertResource, MAX_TOKEN } from "./fence.js";
 export { type JsonValue, assertJsonValue } from "./json.js";
 export { OBJECT_VERSION, RECORD_VERSION } from "./versions.js";

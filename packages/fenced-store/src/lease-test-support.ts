@@ -22,6 +22,12 @@ export interface LeaseHarness {
    * lostReason nor its signal has been read: what the store reads is the first to notice.
    */
   ended(label: string, ending: Ending): Promise<Lease>;
+  /** A live lease of several resources, acquired together (one resource of its own per label, in that order): `lease.fences`. */
+  liveSet(labels: readonly string[]): Promise<Lease>;
+  /** A lease of several resources that has ended, as ended() for one. */
+  endedSet(labels: readonly string[], ending: Ending): Promise<Lease>;
+  /** A new live lease of exactly these resources (an earlier lease of them released first): the next holder. */
+  reacquire(resources: readonly string[]): Promise<Lease>;
   stop(): Promise<void>;
 }
 
@@ -41,19 +47,23 @@ export async function leaseHarness(): Promise<LeaseHarness> {
   const redlock = new Redlock(clients, { retryCount: 5, nodeTimeoutMs: 2_000 });
   // Resource names of their own: REDIS_URLS may point at nodes other runs use too.
   const resource = (label: string): string => `${label}/${randomBytes(4).toString("hex")}`;
+  const ended = async (resources: string | string[], ending: Ending): Promise<Lease> => {
+    if (ending === "released") {
+      const lease = await redlock.acquire(resources, 30_000);
+      await lease.release();
+      return lease;
+    }
+    const lease = await redlock.acquire(resources, SHORT_TTL_MS);
+    // validUntil (wall clock) and the lease's monotonic deadline were set together: past it, the lease has run out.
+    await sleep(Math.max(0, lease.validUntil - Date.now()) + 20);
+    return lease;
+  };
   return {
     live: (label) => redlock.acquire(resource(label), 30_000),
-    async ended(label, ending) {
-      if (ending === "released") {
-        const lease = await redlock.acquire(resource(label), 30_000);
-        await lease.release();
-        return lease;
-      }
-      const lease = await redlock.acquire(resource(label), SHORT_TTL_MS);
-      // validUntil (wall clock) and the lease's monotonic deadline were set together: past it, the lease has run out.
-      await sleep(Math.max(0, lease.validUntil - Date.now()) + 20);
-      return lease;
-    },
+    ended: (label, ending) => ended(resource(label), ending),
+    liveSet: (labels) => redlock.acquire(labels.map(resource), 30_000),
+    endedSet: (labels, ending) => ended(labels.map(resource), ending),
+    reacquire: (resources) => redlock.acquire([...resources], 30_000),
     async stop() {
       for (const c of clients) c.disconnect();
       await nodes.stop();

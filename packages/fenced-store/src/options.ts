@@ -1,4 +1,4 @@
-import { checkFence, InvalidArgumentError, refuseEndedLease, type CheckedFence } from "@fenced/fence";
+import { checkFence, checkFences, InvalidArgumentError, refuseEndedLease, type CheckedFence } from "@fenced/fence";
 
 /**
  * The argument checks both backends share, one definition each. Each reads every field once and
@@ -22,6 +22,36 @@ export function liveFence(fence: unknown, argument = "fence"): CheckedFence {
   const checked = checkFence(fence, argument);
   refuseEndedLease(fence);
   return checked;
+}
+
+/**
+ * Several fences checked and copied in the order given (checkFences: an array of fences, or an
+ * object carrying them as `fences`, a @fenced/lock Lease; none twice for one resource, at most
+ * MAX_RESOURCES), and refused before any I/O if one knows its lease ended (refuseEndedLease): the
+ * lease object itself when one is passed, then each fence. A lease's `fences` is read once, so the
+ * fences checked are the ones asked.
+ */
+export function liveFences(value: unknown, argument = "fences"): CheckedFence[] {
+  const lease = isFenceSet(value) ? value : undefined;
+  const list: unknown = lease === undefined ? value : lease.fences;
+  const checked = checkFences(lease === undefined ? list : { fences: list }, argument);
+  if (lease !== undefined) refuseEndedLease(lease);
+  for (const fence of list as readonly unknown[]) refuseEndedLease(fence);
+  return checked;
+}
+
+/**
+ * What the calls that take one fence or several read their first argument as: an array, or an object
+ * with `fences` (a Lease, of one resource or several), is liveFences'; anything else is one fence
+ * (liveFence). A Lease of one resource thus gives the same single fence either way.
+ */
+export function oneOrMoreFences(value: unknown, argument = "fence"): CheckedFence[] {
+  return Array.isArray(value) || isFenceSet(value) ? liveFences(value, argument) : [liveFence(value, argument)];
+}
+
+/** An object (not an array) with a `fences` property: a lease, or a set of fences presented as one. */
+function isFenceSet(value: unknown): value is { readonly fences?: unknown } {
+  return typeof value === "object" && value !== null && !Array.isArray(value) && "fences" in value;
 }
 
 /** Anything with AbortSignal's shape: an `aborted` flag and `addEventListener` (a polyfill or another realm's signal passes). */

@@ -3,12 +3,14 @@
 //
 // The layers, from the API down:
 //   store.ts    FencedPostgres: validates a call (options.ts) and runs its statements in one transaction
+//   batch.ts    the writes under several fences: every ratchet in one statement, in lock order; putAll()'s records in key order
+//   calls.ts    how a call runs: its session, the store's transactions, its statements by name
 //   migrate.ts  migrate(): the tables, function and upgrades, in one transaction under an advisory lock
 //   inspect.ts  fence(): a resource's fence row; the StaleTokenError a refused write reads
 //   session.ts  one client checked out per call: its deadline, its error listener, its release
 //   failures.ts what a failure of the driver becomes (StoreUnavailable, OutcomeUnknown, StoreSetup)
 //   refusals.ts the store's own refusals raised by a statement (owner, version)
-//   sql.ts      every statement, documented: the ratchet in the writing transaction (PROTOCOL.md "Postgres")
+//   sql.ts      every statement, documented: the ratchet in the writing transaction (PROTOCOL.md "Postgres"), the lock order
 //   types.ts    the pool, client and results by shape
 export { FencedPostgres } from "./store.js";
 // The SQLSTATE of PostgreSQL's error answer, read by shape: one rule for the store and whoever maps its errors.
@@ -18,6 +20,8 @@ export type {
   PgClient,
   PgParam,
   PgPool,
+  PgPutAllOptions,
+  PgPutAllWrite,
   PgPutResult,
   PgQueryConfig,
   PgQueryResult,

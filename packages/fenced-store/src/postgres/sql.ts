@@ -57,6 +57,13 @@ export interface Statements {
   /** Two fences, $1–$3 and $4–$6, locked in that order → one row { resource } per admitted fence. */
   readonly ratchetPair: string;
   /**
+   * Several fences as three arrays of one length (textArray): $1 resources, $2 tokens, $3 holders
+   * (NULL: a fence without a holder), locked in array order → one row { resource } per admitted
+   * fence. The caller passes them sorted (lockOrder): see the statement for why that is the order
+   * PostgreSQL locks them in.
+   */
+  readonly ratchetAll: string;
+  /**
    * $1 resource → { token, holder } | no row: the resource's fence row, the one the ratchet compares
    * every fence against. Read for StaleTokenError after a refusal, and by fence() (inspect.ts).
    */
@@ -87,6 +94,17 @@ export interface Statements {
    * Run after `ratchetPair`, in its transaction.
    */
   readonly transferOwner: string;
+  /**
+   * $1–$3 fence, $4 key, $5 value → { version }: putUnconditional's record upsert without its
+   * ratchet, for a write of putAll(), run after `ratchetAll` (or `ratchet`) in its transaction. Raises
+   * FOREIGN_KEY_REFUSED when another resource owns the key (the transaction then rolls back).
+   */
+  readonly putRecord: string;
+  /**
+   * $1–$3 fence, $4 key, $5 value, $6 expected version → { version }: putIfVersion's record upsert
+   * without its ratchet, as putRecord. Raises FOREIGN_KEY_REFUSED or VERSION_REFUSED as putIfVersion.
+   */
+  readonly putRecordIfVersion: string;
   /** $1 key → { version, resource, deleted } | no row: the row as it is now, tombstones included. */
   readonly current: string;
   /** $1 key → { value, version, token, resource, holder } | no row (none, or a tombstone). */
@@ -134,13 +152,28 @@ RETURNING f.token`;
   // fence row therefore meets what the one before it committed: a higher token leaves it stale, a
   // new version leaves it a version mismatch, its own ratchet raise undone. Of several conditional
   // writes expecting one version exactly one lands (test: "conditional writes racing for one version").
-  const conditionalWrite = (value: string, expected: string): string => `WITH ratchet AS (${ratchet})
-INSERT INTO ${records} AS r (key, value, version, token, resource, holder)
-SELECT $4, ${value}, 0, ratchet.token, $1, $3 FROM ratchet
+  // `rows`: where the record's row comes from — the ratchet CTE (a single-statement write), or the
+  // parameters (a write of putAll(), whose ratchets ran before it in its transaction).
+  const conditionalUpsert = (
+    rows: string,
+    value: string,
+    expected: string,
+  ): string => `INSERT INTO ${records} AS r (key, value, version, token, resource, holder)
+${rows === "ratchet" ? `SELECT $4, ${value}, 0, ratchet.token, $1, $3 FROM ratchet` : `VALUES ($4, ${value}, 0, $2::bigint, $1, $3)`}
 ON CONFLICT (key) DO UPDATE
 SET value = EXCLUDED.value, version = nextval('${versions}'), token = EXCLUDED.token, holder = EXCLUDED.holder
 WHERE CASE WHEN r.resource = $1 AND r.version = ${expected}::bigint AND r.value IS NOT NULL THEN true ELSE ${refuseConditional}($4, $1) IS NULL END
 RETURNING CASE WHEN r.version = 0 THEN ${refuseConditional}($4, $1) ELSE r.version END AS version`;
+  const conditionalWrite = (value: string, expected: string): string =>
+    `WITH ratchet AS (${ratchet})
+${conditionalUpsert("ratchet", value, expected)}`;
+  // The unconditional record upsert (putUnconditional says why it is safe), its row from the ratchet CTE or the parameters.
+  const recordUpsert = (rows: string): string => `INSERT INTO ${records} AS r (key, value, token, resource, holder)
+${rows === "ratchet" ? "SELECT $4, $5::jsonb, ratchet.token, $1, $3 FROM ratchet" : "VALUES ($4, $5::jsonb, $2::bigint, $1, $3)"}
+ON CONFLICT (key) DO UPDATE
+SET value = EXCLUDED.value, version = EXCLUDED.version, token = EXCLUDED.token, holder = EXCLUDED.holder
+WHERE CASE WHEN r.resource = EXCLUDED.resource THEN true ELSE ${refuse}($4, $1) IS NULL END
+RETURNING r.version`;
 
   return {
     // A session-level lock, taken before the migration's transaction begins: a transaction that
@@ -217,6 +250,30 @@ WHERE n.nspname = $1 AND c.relname IN ('fence', 'records') AND a.attnum > 0 AND 
     // passes the two fences sorted by resource, so two transfers never lock them in opposite orders.
     ratchetPair: `${ratchetOf("($1, $2::bigint, $3), ($4, $5::bigint, $6)")}
 RETURNING f.resource`,
+    // Every fence of a call of several (transaction(), register(), putAll()), each admitted or refused
+    // exactly as by `ratchet`, in one statement. The rows must be locked in one order every writer
+    // shares, or two writers with overlapping sets could each hold a row the other waits for
+    // (deadlock: PostgreSQL aborts one with 40P01 after deadlock_timeout). That order is lockOrder(),
+    // applied by the caller to the arrays, and the statement keeps it:
+    // - an INSERT's ModifyTable node takes its rows one at a time from its subplan and finishes each —
+    //   inserting it, or finding the conflicting row, waiting for its writer and locking it, then
+    //   evaluating the DO UPDATE's WHERE — before it asks for the next one;
+    // - the subplan is the SELECT, whose ORDER BY t.n (the array index, from WITH ORDINALITY) is the
+    //   top-level ordering of that query: the rows leave it in array order. (The plan has no Sort
+    //   node: the planner knows a function scan returns its ordinality column ascending, and takes
+    //   that as the order ORDER BY asks for; a plan that did not provide it would sort.) No collation
+    //   is involved: the order is the one the caller sorted by;
+    // - a row refused by the WHERE stays locked until the transaction ends, like an admitted one, and
+    //   the statement goes on to the next: every row of the set is locked, in order, before the
+    //   statement returns, and nothing else of the call runs before that.
+    // The other statements that lock fence rows lock one (`ratchet`) or two in the same order
+    // (`ratchetPair`), and every call locks its fence rows before any record: so no two calls of the
+    // store ever wait for each other's fence rows in a cycle (records: putAll()'s order, batch.ts).
+    ratchetAll: `INSERT INTO ${fence} AS f (resource, token, holder)
+SELECT t.resource, t.token, t.holder FROM unnest($1::text[], $2::bigint[], $3::text[]) WITH ORDINALITY AS t(resource, token, holder, n)
+ORDER BY t.n
+ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, holder = EXCLUDED.holder WHERE ${admits}
+RETURNING f.resource`,
     // Exactly the columns the ratchet's WHERE compares, from the row it compares them on. A plain
     // SELECT: in READ COMMITTED it shows the row as last committed when the statement starts, takes no
     // row lock, and so neither waits for nor delays a writer holding the row (whose raise shows once
@@ -235,12 +292,7 @@ RETURNING f.resource`,
     // raises; the implicit transaction aborts, and the raise is undone with it. So one row back
     // always means written, and nothing but the fence decides between one row and none.
     putUnconditional: `WITH ratchet AS (${ratchet})
-INSERT INTO ${records} AS r (key, value, token, resource, holder)
-SELECT $4, $5::jsonb, ratchet.token, $1, $3 FROM ratchet
-ON CONFLICT (key) DO UPDATE
-SET value = EXCLUDED.value, version = EXCLUDED.version, token = EXCLUDED.token, holder = EXCLUDED.holder
-WHERE CASE WHEN r.resource = EXCLUDED.resource THEN true ELSE ${refuse}($4, $1) IS NULL END
-RETURNING r.version`,
+${recordUpsert("ratchet")}`,
     putIfVersion: conditionalWrite("$5::jsonb", "$6"),
     deleteIfVersion: conditionalWrite("NULL::jsonb", "$5"),
     // An unconditional delete must also reach a record written while we waited for the fence lock,
@@ -262,9 +314,36 @@ RETURNING r.version`,
     transferOwner: `UPDATE ${records} SET resource = $2, token = $3::bigint, holder = $4, version = nextval('${versions}')
 WHERE key = $5 AND resource = $1 AND ($6::bigint IS NULL OR (version = $6::bigint AND value IS NOT NULL))
 RETURNING version`,
+    // putAll()'s writes, one statement per record, sent in key order after the ratchets, in their
+    // transaction: the same upserts as the single-statement writes, their row from the parameters
+    // instead of the ratchet CTE (every fence row is locked and raised by then). Each is its own
+    // statement, so it takes a fresh snapshot; the decision never reads the snapshot anyway (ON
+    // CONFLICT finds the newest committed row). A refusal raises (FN001, FN002) and names this key:
+    // the transaction can then only roll back, and every ratchet raise goes with it.
+    putRecord: recordUpsert("values"),
+    putRecordIfVersion: conditionalUpsert("values", "$5::jsonb", "$6"),
     current: `SELECT version, resource, value IS NULL AS deleted FROM ${records} WHERE key = $1`,
     get: `SELECT value, version, token, resource, holder FROM ${records} WHERE key = $1 AND value IS NOT NULL`,
   };
+}
+
+/**
+ * The one order in which every call locks several fence rows (transfer(), and the calls that take
+ * several fences): by resource, comparing UTF-16 code units (JavaScript's `<`), a total order on
+ * strings that does not depend on the database's collation. Returns a sorted copy.
+ */
+export function lockOrder<F extends { readonly resource: string }>(fences: readonly F[]): F[] {
+  return [...fences].sort((a, b) => (a.resource < b.resource ? -1 : a.resource > b.resource ? 1 : 0));
+}
+
+/**
+ * A one-dimensional PostgreSQL array literal of texts (null: NULL), for a `$n::text[]` or
+ * `$n::bigint[]` parameter: every element double-quoted, its backslashes and double quotes escaped
+ * (PostgreSQL manual, "Arrays", array value input), so no element can split or end the array. Keeps
+ * every parameter a string (PgParam), whatever client the pool is.
+ */
+export function textArray(values: readonly (string | null)[]): string {
+  return `{${values.map((v) => (v === null ? "NULL" : `"${v.replace(/[\\"]/g, "\\$&")}"`)).join(",")}}`;
 }
 
 /** The DDL, run once per migrate() as plain text; every other statement travels prepared, by name. */

@@ -1,30 +1,30 @@
 import { InvalidArgumentError, type CheckedFence } from "@fenced/fence";
-import { ResourceMismatchError, type StaleTokenError, VersionMismatchError } from "../errors.js";
+import { ResourceMismatchError, VersionMismatchError } from "../errors.js";
 import { foreignKeyRefusal, versionRefusal } from "./refusals.js";
-import { assertKey, assertResource, type Fence } from "../fence.js";
+import { assertKey, assertResource, type Fence, type FenceSet } from "../fence.js";
 import { assertJsonValue, type JsonValue } from "../json.js";
-import { liveFence, signalOnly, throwIfAborted } from "../options.js";
-import { assertPool, timeoutOption, transferOptions, writeOptions } from "./options.js";
-import { readFence, staleError } from "./inspect.js";
+import { oneOrMoreFences, signalOnly, throwIfAborted } from "../options.js";
+import { putAll, raiseAll } from "./batch.js";
+import { Calls, fenceParams, type TransactionOptions } from "./calls.js";
+import { assertPool, putAllOptions, timeoutOption, transferOptions, writeOptions } from "./options.js";
+import { readFence } from "./inspect.js";
 import { migrateWithin } from "./migrate.js";
-import { CallbackError, Session, type Call } from "./session.js";
+import type { Call, Session } from "./session.js";
 import type {
   FencedPostgresOptions,
   PgClient,
   PgParam,
   PgPool,
+  PgPutAllWrite,
+  PgPutAllOptions,
   PgPutResult,
-  PgQueryConfig,
   PgQueryResult,
   PgRecord,
   PgSignalOptions,
   PgTransferOptions,
   PgWriteOptions,
 } from "./types.js";
-import { beginWithin, COMMIT, type NamedStatement, quoteSchema, ROLLBACK, statementNames, statements, type Statements } from "./sql.js";
-
-/** The fence's three leading parameters of every write statement. */
-const fenceParams = (fence: CheckedFence): PgParam[] => [fence.resource, fence.token.toString(), fence.holder];
+import { lockOrder, quoteSchema, statements } from "./sql.js";
 
 /**
  * Fenced writes to PostgreSQL. Every write raises the per-resource ratchet (table `fence`) and
@@ -45,22 +45,17 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
   readonly schema: string;
   /** The deadline of every call, in milliseconds. */
   readonly timeoutMs: number;
-  private readonly sql: Statements;
-  private readonly names: Record<NamedStatement, string>;
+  private readonly calls: Calls<Client>;
 
-  constructor(
-    private readonly pool: PgPool<Client>,
-    options: FencedPostgresOptions = {},
-  ) {
+  constructor(pool: PgPool<Client>, options: FencedPostgresOptions = {}) {
     assertPool(pool);
     if (typeof options !== "object" || options === null)
       throw new InvalidArgumentError("options", "must be an object { schema?, timeoutMs? }");
     const schema: unknown = options.schema === undefined ? "fenced" : options.schema;
-    this.sql = statements(quoteSchema(schema));
+    const sql = statements(quoteSchema(schema));
     this.schema = schema as string;
     this.timeoutMs = timeoutOption(options.timeoutMs);
-    // Named (prepared) statements skip parse and plan after the first use on each connection.
-    this.names = statementNames(this.sql);
+    this.calls = new Calls(pool, this.timeoutMs, sql);
   }
 
   /**
@@ -69,26 +64,34 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
    * advisory lock.
    */
   async migrate(): Promise<void> {
-    await this.session({ operation: "migrate" }, (s) =>
-      migrateWithin(s, this.sql, this.schema, (name, values) => this.query(name, values)),
+    await this.calls.session({ operation: "migrate" }, (s) =>
+      migrateWithin(s, this.calls.sql, this.schema, (name, values) => this.calls.query(name, values)),
     );
   }
 
   /**
    * Fence-on-acquire: raises the resource's ratchet to fence.token (and its holder) without writing a
    * record, so that every older holder is refused from now on, even for keys the new holder never writes.
+   * Several fences (an array, or a lease of several resources): every ratchet, all or none — one
+   * refused is its StaleTokenError and none is raised (one statement in one transaction, batch.ts).
    */
-  async register(fence: Fence, options?: PgSignalOptions): Promise<void> {
-    const checked = liveFence(fence);
+  async register(fence: Fence | FenceSet, options?: PgSignalOptions): Promise<void> {
+    const fences = oneOrMoreFences(fence);
     const signal = signalOnly(options);
     throwIfAborted(signal);
-    await this.session(
-      { operation: "register" },
+    const call = { operation: "register" };
+    const [only, ...more] = fences;
+    if (only === undefined || more.length > 0) {
+      await this.calls.inTransaction(call, signal, (s) => raiseAll(this.calls, s, signal, fences));
+      return;
+    }
+    await this.calls.session(
+      call,
       async (s) => {
         throwIfAborted(signal); // waiting for a connection may have taken a while
         // One statement, committed only once its answer is in (Session.write).
-        const { rows } = await s.write(this.query("ratchet", fenceParams(checked)));
-        if (rows.length === 0) throw await this.staleError(s, checked);
+        const { rows } = await s.write(this.calls.query("ratchet", fenceParams(only)));
+        if (rows.length === 0) throw await this.calls.staleError(s, only);
       },
       signal,
     );
@@ -107,23 +110,44 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     throwIfAborted(signal);
     if (ifVersion === undefined) {
       // The common case in a single statement: see sql.ts for why it is atomic, ordered, and undone whole when refused.
-      return this.session(
+      return this.calls.session(
         { operation: "put", key },
         async (s) => {
           let result: PgQueryResult<{ version: string }>;
           try {
-            result = await s.write<{ version: string }>(this.query("putUnconditional", [...fenceParams(fence), key, json]));
+            result = await s.write<{ version: string }>(this.calls.query("putUnconditional", [...fenceParams(fence), key, json]));
           } catch (err) {
             throw foreignKeyRefusal(err, key, fence.resource) ?? err;
           }
           const row = result.rows[0];
-          if (row === undefined) throw await this.staleError(s, fence);
+          if (row === undefined) throw await this.calls.staleError(s, fence);
           return { version: String(row.version), token: fence.token };
         },
         signal,
       );
     }
     return this.conditional({ operation: "put", key }, fence, ifVersion, "putIfVersion", [...fenceParams(fence), key, json, ifVersion]);
+  }
+
+  /**
+   * Writes several records in one transaction, all or none, each exactly as put(key, value, { fence,
+   * ifVersion }) under the fence of the resource it names (`resource`, which may be left out when
+   * there is one fence): an unowned key becomes that resource's, a key of another resource is
+   * ResourceMismatchError, an ifVersion that does not hold is VersionMismatchError. options.fences
+   * (an array of fences, or a lease of one resource or several) are all raised and checked first,
+   * whether or not a write names them: one refused is StaleTokenError. Any refusal writes nothing,
+   * no ratchet raise included; with several, the first in this order: a stale fence (the first in
+   * the order given), then the records' in key order. Resolves one result per write, in the order
+   * given. At most MAX_PUT_ALL (256) writes, no key twice. Deadline, abort and OutcomeUnknownError
+   * as transfer(): the writes are a transaction, committed by its COMMIT.
+   *
+   * Fence rows are locked by resource and records by key, whatever order they are given in, so two
+   * calls with overlapping fences or keys never deadlock (PROTOCOL.md, "Several fences in one write").
+   */
+  async putAll(writes: readonly PgPutAllWrite[], options: PgPutAllOptions): Promise<PgPutResult[]> {
+    const checked = putAllOptions(writes, options);
+    throwIfAborted(checked.signal);
+    return putAll(this.calls, checked);
   }
 
   /**
@@ -136,11 +160,11 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     assertResource(resource);
     const signal = signalOnly(options);
     throwIfAborted(signal);
-    return this.session(
+    return this.calls.session(
       { operation: "fence" },
       (s) => {
         throwIfAborted(signal); // waiting for a connection may have taken a while
-        return readFence(s, this.query("highest", [resource]), resource);
+        return readFence(s, this.calls.query("highest", [resource]), resource);
       },
       signal,
     );
@@ -149,8 +173,11 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
   /** The record under `key`, or undefined (never written, or deleted). Reading needs no fence: only writes are ordered. */
   async get<T = JsonValue>(key: string): Promise<PgRecord<T> | undefined> {
     assertKey(key);
-    const { rows } = await this.session({ operation: "get", key }, (s) =>
-      s.query<{ value: T; version: string; token: string; resource: string; holder: string | null }>(this.query("get", [key]), "read"),
+    const { rows } = await this.calls.session({ operation: "get", key }, (s) =>
+      s.query<{ value: T; version: string; token: string; resource: string; holder: string | null }>(
+        this.calls.query("get", [key]),
+        "read",
+      ),
     );
     const row = rows[0];
     if (row === undefined) return undefined;
@@ -172,11 +199,11 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     const call = { operation: "delete", key };
     if (ifVersion !== undefined)
       return this.conditional(call, fence, ifVersion, "deleteIfVersion", [...fenceParams(fence), key, ifVersion]);
-    return this.fenced(call, fence, signal, async (s) => {
-      const { rows } = await this.run<{ version: string }>(s, signal, "tombstone", [...fenceParams(fence), key]);
+    return this.fenced(call, [fence], signal, async (s) => {
+      const { rows } = await this.calls.run<{ version: string }>(s, signal, "tombstone", [...fenceParams(fence), key]);
       const row = rows[0];
       if (row !== undefined) return { version: String(row.version), token: fence.token };
-      const now = await this.current(s, signal, key);
+      const now = await this.calls.current(s, signal, key);
       if (now !== undefined && now.resource !== fence.resource) throw new ResourceMismatchError(key, fence.resource, now.resource);
       throw new Error(
         `delete of ${JSON.stringify(key)} wrote no tombstone although the key is ${JSON.stringify(fence.resource)}'s; written outside the store?`,
@@ -195,15 +222,18 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     assertKey(key);
     const { from, to, ifVersion, signal } = transferOptions(options);
     throwIfAborted(signal);
-    return this.inTransaction(
+    return this.calls.inTransaction(
       { operation: "transfer", key },
       signal,
       async (s) => {
-        // Every transfer locks the two fence rows in the same (resource) order: no deadlock between transfers.
-        const [first, second] = from.resource < to.resource ? [from, to] : [to, from];
-        const { rows } = await this.run<{ resource: string }>(s, signal, "ratchetPair", [...fenceParams(first), ...fenceParams(second)]);
-        for (const fence of [from, to]) if (!rows.some((r) => r.resource === fence.resource)) throw await this.staleError(s, fence);
-        const moved = await this.run<{ version: string }>(s, signal, "transferOwner", [
+        // Every transfer locks the two fence rows in the one order of every call (lockOrder): no deadlock between them.
+        const [first, second] = lockOrder([from, to]) as [CheckedFence, CheckedFence];
+        const { rows } = await this.calls.run<{ resource: string }>(s, signal, "ratchetPair", [
+          ...fenceParams(first),
+          ...fenceParams(second),
+        ]);
+        for (const fence of [from, to]) if (!rows.some((r) => r.resource === fence.resource)) throw await this.calls.staleError(s, fence);
+        const moved = await this.calls.run<{ version: string }>(s, signal, "transferOwner", [
           from.resource,
           ...fenceParams(to),
           key,
@@ -211,7 +241,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
         ]);
         const row = moved.rows[0];
         if (row !== undefined) return { version: String(row.version), token: to.token };
-        const now = await this.current(s, signal, key);
+        const now = await this.calls.current(s, signal, key);
         if (now === undefined && ifVersion === undefined) return undefined;
         if (now !== undefined && now.resource !== from.resource) throw new ResourceMismatchError(key, from.resource, now.resource);
         if (ifVersion === undefined)
@@ -232,6 +262,11 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
    * see everything such writers committed before. Do not COMMIT/ROLLBACK inside `work`: that would
    * end the fenced transaction early. Ownership of keys is not checked for the caller's own SQL.
    *
+   * Several fences (an array, or a lease of several resources): every one passes its resource's
+   * ratchet, all raised in one statement before `work` runs, their rows locked by resource whatever
+   * order they are given in (so two transactions over overlapping sets never deadlock on them); one
+   * refused (the first in the order given) is its StaleTokenError, and none of `work` runs.
+   *
    * The deadline (timeoutMs) covers the whole call: the wait for a client, BEGIN, the ratchet, `work`
    * and COMMIT. Each of `work`'s statements is also bounded on the server by the time left at BEGIN
    * (SET LOCAL statement_timeout). When the deadline passes while `work` runs, the connection is
@@ -240,28 +275,27 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
    * the connection broke or the deadline passed meanwhile (then StoreUnavailableError, the error as
    * its cause); either way nothing is committed.
    */
-  async transaction<T>(fence: Fence, work: (client: Client) => Promise<T>, options?: PgSignalOptions): Promise<T> {
-    const checked = liveFence(fence);
+  async transaction<T>(fence: Fence | FenceSet, work: (client: Client) => Promise<T>, options?: PgSignalOptions): Promise<T> {
+    const fences = oneOrMoreFences(fence);
     if (typeof work !== "function") throw new InvalidArgumentError("work", "must be a function (client) => Promise");
     const signal = signalOnly(options);
     throwIfAborted(signal);
-    return this.fenced({ operation: "transaction" }, checked, signal, (s) => s.callback(() => work(s.client)));
+    return this.fenced({ operation: "transaction" }, fences, signal, (s) => s.callback(() => work(s.client)));
   }
 
-  /** BEGIN; ratchet; work; COMMIT. The ratchet runs first so its row lock orders everything after it. */
+  /** BEGIN; the ratchets (batch.ts: one fence, or several in lock order); work; COMMIT. The ratchets run first so their row locks order everything after them. */
   private fenced<T>(
     call: Call,
-    fence: CheckedFence,
+    fences: readonly CheckedFence[],
     signal: AbortSignal | undefined,
     work: (s: Session<Client>) => Promise<T>,
     options?: TransactionOptions<T>,
   ): Promise<T> {
-    return this.inTransaction(
+    return this.calls.inTransaction(
       call,
       signal,
       async (s) => {
-        const { rows } = await this.run(s, signal, "ratchet", fenceParams(fence));
-        if (rows.length === 0) throw await this.staleError(s, fence);
+        await raiseAll(this.calls, s, signal, fences);
         return work(s);
       },
       options,
@@ -282,108 +316,16 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     values: PgParam[],
   ): Promise<PgPutResult> {
     const { key } = call;
-    return this.session(call, async (s) => {
+    return this.calls.session(call, async (s) => {
       let result: PgQueryResult<{ version: string }>;
       try {
-        result = await s.write<{ version: string }>(this.query(name, values));
+        result = await s.write<{ version: string }>(this.calls.query(name, values));
       } catch (err) {
         throw foreignKeyRefusal(err, key, fence.resource) ?? versionRefusal(err, key, expected) ?? err;
       }
       const row = result.rows[0];
-      if (row === undefined) throw await this.staleError(s, fence);
+      if (row === undefined) throw await this.calls.staleError(s, fence);
       return { version: String(row.version), token: fence.token };
     });
   }
-
-  /**
-   * BEGIN; work; COMMIT — or ROLLBACK if work throws, `commit` declines its result, or the signal was
-   * aborted. The signal is checked before every statement the operation sends and last before
-   * COMMIT: an abort is honoured at the next statement boundary, never inside a statement. COMMIT is
-   * the only statement whose lost answer leaves the outcome unknown; it is never sent after a failure.
-   */
-  private inTransaction<T>(
-    call: Call,
-    signal: AbortSignal | undefined,
-    work: (s: Session<Client>) => Promise<T>,
-    options: TransactionOptions<T> = {},
-  ): Promise<T> {
-    const { commit = () => true } = options;
-    return this.session(
-      call,
-      async (s) => {
-        let begun = false;
-        try {
-          throwIfAborted(signal); // waiting for a connection may have taken a while
-          await s.query({ text: beginWithin(s.remainingMs()) }, "read");
-          begun = true;
-          const result = await work(s);
-          throwIfAborted(signal); // the last moment at which nothing is written: an abort rolls back
-          if (!commit(result)) {
-            begun = false;
-            // Nothing to keep: a ROLLBACK that fails leaves a discarded connection, which rolls back too.
-            await s.rollback(ROLLBACK);
-            return result;
-          }
-          begun = false;
-          const done = await s.query({ text: COMMIT }, "commit");
-          // A transaction in which a statement failed (and the error was swallowed) "commits" as ROLLBACK.
-          if (done.command !== "COMMIT")
-            throw new Error(`the transaction was rolled back by the server (${done.command}); nothing was written`);
-          return result;
-        } catch (err) {
-          if (begun) await s.rollback(ROLLBACK);
-          // The callback's error was judged when it was caught (Session.callback), before this ROLLBACK.
-          throw err instanceof CallbackError ? err.error : err;
-        }
-      },
-      signal,
-    );
-  }
-
-  /** Runs `work` on a client checked out for this call, within the call's deadline; the client is released however it ends. */
-  private async session<T>(call: Call, work: (s: Session<Client>) => Promise<T>, signal?: AbortSignal): Promise<T> {
-    const s = await Session.open(this.pool, call, this.timeoutMs, signal);
-    try {
-      return await work(s);
-    } finally {
-      s.release();
-    }
-  }
-
-  /** One statement of a multi-statement operation: not sent once the signal is aborted. */
-  private run<R = Record<string, unknown>>(
-    s: Session<Client>,
-    signal: AbortSignal | undefined,
-    name: NamedStatement,
-    values: PgParam[],
-  ): Promise<PgQueryResult<R>> {
-    throwIfAborted(signal);
-    // Before COMMIT: a failure here leaves nothing applied.
-    return s.query<R>(this.query(name, values), "read");
-  }
-
-  /** The key's row as it is now, tombstones included; read inside the operation's transaction. */
-  private async current(
-    s: Session<Client>,
-    signal: AbortSignal | undefined,
-    key: string,
-  ): Promise<{ version: string; resource: string; deleted: boolean } | undefined> {
-    const { rows } = await this.run<{ version: string; resource: string; deleted: boolean }>(s, signal, "current", [key]);
-    const row = rows[0];
-    return row === undefined ? undefined : { version: String(row.version), resource: row.resource, deleted: row.deleted };
-  }
-
-  /** Called after the ratchet refused: the error says what it was refused for (inspect.ts). */
-  private staleError(s: Session<Client>, fence: CheckedFence): Promise<StaleTokenError> {
-    return staleError(s, this.query("highest", [fence.resource]), fence);
-  }
-
-  private query(name: NamedStatement, values: PgParam[]): PgQueryConfig {
-    return { name: this.names[name], text: this.sql[name], values };
-  }
-}
-
-/** inTransaction()'s options: whether to commit a result. */
-interface TransactionOptions<T> {
-  readonly commit?: (result: T) => boolean;
 }

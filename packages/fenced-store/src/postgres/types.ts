@@ -1,4 +1,4 @@
-import type { Fence } from "../fence.js";
+import type { Fence, FenceSet } from "../fence.js";
 import type { JsonValue } from "../json.js";
 
 /**
@@ -89,6 +89,29 @@ export interface PgTransferOptions extends PgSignalOptions {
   readonly to: Fence;
   /** Move only if the record is still at this version; else VersionMismatchError. */
   readonly ifVersion?: string | undefined;
+}
+
+/** One record of putAll(): written exactly as put(key, value, { fence, ifVersion }) under the fence of `resource`. */
+export interface PgPutAllWrite {
+  readonly key: string;
+  readonly value: unknown;
+  /**
+   * The resource whose fence (in options.fences) the write is under: a new key becomes its, a key
+   * owned by another resource is refused (ResourceMismatchError). May be left out only when there
+   * is one fence; a resource that is not among the fences is an InvalidArgumentError.
+   */
+  readonly resource?: string | undefined;
+  /** Write only if the record is still at this version; else VersionMismatchError. */
+  readonly ifVersion?: string | undefined;
+}
+
+export interface PgPutAllOptions extends PgSignalOptions {
+  /**
+   * Every fence the writes are under: an array of fences, or a lease (of one resource or several).
+   * Each is checked against its resource's ratchet and raised, all of them, whether or not a write
+   * names it; one refused is a StaleTokenError and nothing is written.
+   */
+  readonly fences: FenceSet;
 }
 
 export interface PgPutResult {

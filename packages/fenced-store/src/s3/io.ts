@@ -218,6 +218,25 @@ export class StoreIo {
     }
   }
 
+  /**
+   * register(): raiseFence for each fence, all at once, each with its own record of what it sent
+   * (`sent[i]`, open while its raise may have landed unanswered; an answered raise is known, so its
+   * record is closed). Waits for every raise to end, then throws the first StaleTokenError in the
+   * order given, else the first failure. The others are raised or not, each by itself: a fence
+   * object raised alone only refuses its resource's older holders.
+   */
+  async raiseFences(fences: readonly CheckedFence[], signal: AbortSignal | undefined, sent: readonly { open: boolean }[]): Promise<void> {
+    const settled = await Promise.allSettled(
+      fences.map(async (fence, i) => {
+        const mine = sent[i] as { open: boolean };
+        await this.raiseFence(fence, undefined, signal, mine);
+        mine.open = false; // answered: raised
+      }),
+    );
+    const failures = settled.flatMap((r) => (r.status === "rejected" ? [r.reason as unknown] : []));
+    if (failures.length > 0) throw failures.find((e) => e instanceof StaleTokenError) ?? failures[0];
+  }
+
   /** A best-effort deletion or cleanup that outlives its call; flush() waits for it. */
   background(work: () => Promise<void>): void {
     const task: Promise<void> = work()

@@ -2,8 +2,8 @@ import { Readable } from "node:stream";
 import type { S3Client } from "@aws-sdk/client-s3";
 import { InvalidArgumentError } from "@fenced/fence";
 import { ContentionError, StoreUnavailableError, VersionMismatchError } from "../errors.js";
-import { assertKey, assertResource, checkFence, type CheckedFence, type Fence } from "../fence.js";
-import { liveFence } from "../options.js";
+import { assertKey, assertResource, checkFence, type CheckedFence, type Fence, type FenceSet } from "../fence.js";
+import { oneOrMoreFences } from "../options.js";
 import { assertBody, assertContentLength, assertContentType, openData, readAll, toPayload, watchStalls, type S3Body } from "./body.js";
 import type { EtagForm } from "./conditional.js";
 import { Deadline } from "./deadline.js";
@@ -103,13 +103,17 @@ export class FencedS3 {
   /**
    * Raises the resource's fence object to this fence (writes no data): from then on a lower token, or
    * the same token from another holder, is refused on every key of the resource. StaleTokenError if
-   * the fence object does not admit it.
+   * the fence object does not admit it. Several fences (an array, or a lease of several resources):
+   * every resource's fence object, all at once. One refused: StaleTokenError (the first in the order
+   * given) once all have ended, each of the others raised or not as if registered alone — S3 has no
+   * transaction over objects, and a raise alone is harmless: it only refuses older holders.
    */
-  async register(fence: Fence, options?: S3RegisterOptions): Promise<void> {
-    const checked = liveFence(fence);
+  async register(fence: Fence | FenceSet, options?: S3RegisterOptions): Promise<void> {
+    const fences = oneOrMoreFences(fence);
     const { signal } = registerOptions(options);
-    const sent = { open: false };
-    await this.call("register", undefined, signal, (deadline) => this.io.raiseFence(checked, undefined, deadline.signal, sent), sent);
+    const sent = fences.map(() => ({ open: false }));
+    const open = { get open() { return sent.some((one) => one.open); } }; // prettier-ignore
+    await this.call("register", undefined, signal, (deadline) => this.io.raiseFences(fences, deadline.signal, sent), open);
   }
 
   /**

@@ -1,0 +1,121 @@
+import type { CheckedFence } from "@fenced/fence";
+import type { StaleTokenError } from "../errors.js";
+import { throwIfAborted } from "../options.js";
+import { staleError } from "./inspect.js";
+import { CallbackError, Session, type Call } from "./session.js";
+import { beginWithin, COMMIT, type NamedStatement, ROLLBACK, statementNames, type Statements } from "./sql.js";
+import type { PgClient, PgParam, PgPool, PgQueryConfig, PgQueryResult } from "./types.js";
+
+/** The fence's three leading parameters of every write statement. */
+export const fenceParams = (fence: CheckedFence): PgParam[] => [fence.resource, fence.token.toString(), fence.holder];
+
+/** inTransaction()'s options: whether to commit a result. */
+export interface TransactionOptions<T> {
+  readonly commit?: (result: T) => boolean;
+}
+
+/**
+ * How FencedPostgres runs a call: a session on a client of the pool (session.ts), the store's
+ * transactions, and its statements by name. Shared by the single-fence operations (store.ts) and
+ * those of several fences (batch.ts).
+ */
+export class Calls<Client extends PgClient> {
+  private readonly names: Record<NamedStatement, string>;
+
+  constructor(
+    private readonly pool: PgPool<Client>,
+    /** The deadline of every call, in milliseconds. */
+    readonly timeoutMs: number,
+    readonly sql: Statements,
+  ) {
+    // Named (prepared) statements skip parse and plan after the first use on each connection.
+    this.names = statementNames(sql);
+  }
+
+  /** Runs `work` on a client checked out for this call, within the call's deadline; the client is released however it ends. */
+  async session<T>(call: Call, work: (s: Session<Client>) => Promise<T>, signal?: AbortSignal): Promise<T> {
+    const s = await Session.open(this.pool, call, this.timeoutMs, signal);
+    try {
+      return await work(s);
+    } finally {
+      s.release();
+    }
+  }
+
+  /**
+   * BEGIN; work; COMMIT — or ROLLBACK if work throws, `commit` declines its result, or the signal was
+   * aborted. The signal is checked before every statement the operation sends and last before
+   * COMMIT: an abort is honoured at the next statement boundary, never inside a statement. COMMIT is
+   * the only statement whose lost answer leaves the outcome unknown; it is never sent after a failure.
+   */
+  inTransaction<T>(
+    call: Call,
+    signal: AbortSignal | undefined,
+    work: (s: Session<Client>) => Promise<T>,
+    options: TransactionOptions<T> = {},
+  ): Promise<T> {
+    const { commit = () => true } = options;
+    return this.session(
+      call,
+      async (s) => {
+        let begun = false;
+        try {
+          throwIfAborted(signal); // waiting for a connection may have taken a while
+          await s.query({ text: beginWithin(s.remainingMs()) }, "read");
+          begun = true;
+          const result = await work(s);
+          throwIfAborted(signal); // the last moment at which nothing is written: an abort rolls back
+          if (!commit(result)) {
+            begun = false;
+            // Nothing to keep: a ROLLBACK that fails leaves a discarded connection, which rolls back too.
+            await s.rollback(ROLLBACK);
+            return result;
+          }
+          begun = false;
+          const done = await s.query({ text: COMMIT }, "commit");
+          // A transaction in which a statement failed (and the error was swallowed) "commits" as ROLLBACK.
+          if (done.command !== "COMMIT")
+            throw new Error(`the transaction was rolled back by the server (${done.command}); nothing was written`);
+          return result;
+        } catch (err) {
+          if (begun) await s.rollback(ROLLBACK);
+          // The callback's error was judged when it was caught (Session.callback), before this ROLLBACK.
+          throw err instanceof CallbackError ? err.error : err;
+        }
+      },
+      signal,
+    );
+  }
+
+  /** One statement of a multi-statement operation: not sent once the signal is aborted. */
+  run<R = Record<string, unknown>>(
+    s: Session<Client>,
+    signal: AbortSignal | undefined,
+    name: NamedStatement,
+    values: PgParam[],
+  ): Promise<PgQueryResult<R>> {
+    throwIfAborted(signal);
+    // Before COMMIT: a failure here leaves nothing applied.
+    return s.query<R>(this.query(name, values), "read");
+  }
+
+  /** The key's row as it is now, tombstones included; read inside the operation's transaction. */
+  async current(
+    s: Session<Client>,
+    signal: AbortSignal | undefined,
+    key: string,
+  ): Promise<{ version: string; resource: string; deleted: boolean } | undefined> {
+    const { rows } = await this.run<{ version: string; resource: string; deleted: boolean }>(s, signal, "current", [key]);
+    const row = rows[0];
+    return row === undefined ? undefined : { version: String(row.version), resource: row.resource, deleted: row.deleted };
+  }
+
+  /** Called after the ratchet refused: the error says what it was refused for (inspect.ts). */
+  staleError(s: Session<Client>, fence: CheckedFence): Promise<StaleTokenError> {
+    return staleError(s, this.query("highest", [fence.resource]), fence);
+  }
+
+  query(name: NamedStatement, values: PgParam[]): PgQueryConfig {
+    return { name: this.names[name], text: this.sql[name], values };
+  }
+}
