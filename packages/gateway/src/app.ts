@@ -13,7 +13,7 @@ import { accounting, limitsSchema, type Limits, type RouteContext } from "./http
 import { ClientGoneError } from "./http/client-gone.js";
 import { wasCutByDrain } from "./http/server.js";
 import { postgresHealth, s3Health, type BackendHealth } from "./ops/health.js";
-import { GatewayMetrics, type StoreName } from "./ops/metrics.js";
+import { GatewayMetrics } from "./ops/metrics.js";
 import { openApiDocument, type OpenApiDocument } from "./openapi/document.js";
 import { PROBLEM_TYPES } from "./problems/kinds.js";
 import { classify, HttpProblem, sendProblem } from "./problems/problem.js";
@@ -127,15 +127,15 @@ export function createGateway(options: GatewayOptions): Gateway {
 
   const app = newApp(ctx);
   // Fence-on-acquire: a lease request may ask for its fences (one per resource) to be registered with
-  // every store here. Each fence raises its own resource's ratchet: one raised while another store or
-  // resource refuses stays raised, which only refuses holders older than a token the lock granted.
-  const registrar = (store: StoreName, register: (fence: Fence, signal: AbortSignal) => Promise<void>): Registrar => ({
-    store,
-    register: async (fences, signal) => void (await Promise.all(fences.map((fence) => register(fence, signal)))),
-  });
+  // every store here, all of a lease's in one call per store (PostgreSQL raises all of them or none;
+  // S3 each on its own, and a raise alone only refuses holders older than a token the lock granted).
   const registrars: Registrar[] = [
-    ...(records === undefined ? [] : [registrar("records", (fence, signal) => records.register(fence, { signal }))]),
-    ...(objects === undefined ? [] : [registrar("objects", (fence, signal) => objects.register(fence, { signal }))]),
+    ...(records === undefined
+      ? []
+      : [{ store: "records" as const, register: (fences: readonly Fence[], signal: AbortSignal) => records.register(fences, { signal }) }]),
+    ...(objects === undefined
+      ? []
+      : [{ store: "objects" as const, register: (fences: readonly Fence[], signal: AbortSignal) => objects.register(fences, { signal }) }]),
   ];
   const leases =
     options.leases === undefined || credentials === undefined ? undefined : leasesRouter(ctx, credentials, options.leases, registrars);

@@ -260,6 +260,19 @@ describe("register: true", () => {
   });
 });
 
+describe("register: true, refused", () => {
+  it("a store that has admitted a higher token of one resource: 409 stale-token, and the whole set released", async () => {
+    await fixture.gw.gateway.records?.register({ resource: "svc/reg2/b", token: 1_000_000n });
+    const refused = await ask({ resources: ["svc/reg2/a", "svc/reg2/b"], ttlMs: 10_000, register: true });
+    expect(refused.status, refused.text()).toBe(409);
+    expect(refused.json()).toMatchObject({ type: "/problems/stale-token", resource: "svc/reg2/b", highest: "1000000" });
+    for (const r of ["svc/reg2/a", "svc/reg2/b"]) for (const node of await held(r)) expect(node.value, r).toBeNull();
+    // PostgreSQL raised none of the set's ratchets (all or none): a's is still unwritten there.
+    const a = await fixture.gw.client.send({ method: "GET", path: "/v1/fences/svc/reg2/a", headers: bearer(KEYS.service) });
+    expect(a.json()).toMatchObject({ stores: { postgres: null } });
+  });
+});
+
 describe("bad sets and scope", () => {
   it("400 with the reason, and nothing taken: both or neither field, empty, repeated, too many, malformed, too long", async () => {
     const cases: [unknown, RegExp][] = [
