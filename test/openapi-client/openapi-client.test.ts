@@ -146,6 +146,8 @@ interface Step {
   readonly value?: unknown;
   readonly ok?: boolean;
   readonly wrong?: readonly string[];
+  readonly resources?: readonly string[];
+  readonly tokens?: readonly string[];
 }
 
 /** The parts of the document the holes below change. */
@@ -235,7 +237,7 @@ describe("a TypeScript client generated from the served document (openapi-typesc
     }
   });
 
-  it("runs it: client 1's held write is refused by the ratchet, its later one by its credential's end; client 2's data stays", async () => {
+  it("runs it: client 1's held write is refused by the ratchet, its later one by its credential's end; client 2's data stays; a lease of two resources writes a record under each", async () => {
     const dir = await mkdtemp(join(work, "run-"));
     expect((await compile(dir, await served())).code).toBe(0);
     const resource = `articles/${randomBytes(4).toString("hex")}`;
@@ -284,5 +286,16 @@ describe("a TypeScript client generated from the served document (openapi-typesc
     // The store itself, read without the gateway: client 2's write, under client 2's token.
     const record = await new FencedPostgres(pool, { schema: SCHEMA }).get(key);
     expect(record).toMatchObject({ value: written2?.value, version: written2?.version, token: token2, resource });
+
+    // The lease of two resources: a token for each, and a record under each written in one request.
+    const [pairLease] = find("pair", "lease");
+    const [pairWritten] = find("pair", "written");
+    expect(pairLease, transcript).toMatchObject({ status: 201, resources: [`${resource}/left`, `${resource}/right`] });
+    expect(pairWritten, transcript).toMatchObject({ status: 200, tokens: pairLease?.tokens });
+    for (const [i, side] of ["left", "right"].entries())
+      expect(await new FencedPostgres(pool, { schema: SCHEMA }).get(`${resource}/${side}/total`)).toMatchObject({
+        resource: `${resource}/${side}`,
+        token: BigInt(pairLease?.tokens?.[i] ?? "-1"),
+      });
   });
 });

@@ -6,6 +6,8 @@
 // what tsc compiled. The types are the document's promises: a lease answer's `fence` is there, a lease
 // request may leave out `register`, a record is a JSON value, and a problem's `type` tells its fields.
 //
+// Last, a lease of two resources writes a record under each in one request (POST /v1/records).
+//
 // Client 1 takes a lease and reads; it sends its write while the lease is valid, and the network holds
 // the write's body until the lease has expired. Client 2 takes the lease, reads, and writes with its
 // fence and If-Match. Client 1's write arrives: every check a clock can make passed when it left, and
@@ -26,7 +28,7 @@ type JsonValue = components["schemas"]["JsonValue"];
 type Lease = components["schemas"]["LeaseAnswer"];
 // A record's value is typed as JSON, not `unknown`: this line compiles only while the document says so.
 const _recordsAreJson: unknown extends JsonValue ? never : true = true;
-type Name = "setup" | "client1" | "client2";
+type Name = "setup" | "client1" | "client2" | "pair";
 
 /** One line of the transcript (a field left undefined is left out). */
 interface Step {
@@ -41,6 +43,8 @@ interface Step {
   readonly value?: JsonValue;
   readonly ok?: boolean;
   readonly wrong?: readonly string[];
+  readonly resources?: readonly string[];
+  readonly tokens?: readonly string[];
 }
 
 const emit = (step: Step): void => void process.stdout.write(`${JSON.stringify(step)}\n`);
@@ -203,7 +207,46 @@ async function scenario(baseUrl: string, apiKey: string, resource: string, key: 
   expect("client2's version stays", final.etag, `"${write2.data.version}"`);
   expect("client2's text stays", asObject(final.value).text, "written by client2");
   expect("client2 release", await client2.release(), 204);
+  await pair(baseUrl, apiKey, resource, ttlMs, expect);
   return wrong;
+}
+
+/**
+ * A lease of two resources — a token and a credential for each — and a record written under each
+ * resource's fence in one transaction (POST /v1/records), every write naming its resource.
+ */
+async function pair(
+  baseUrl: string,
+  apiKey: string,
+  resource: string,
+  ttlMs: number,
+  expect: (what: string, actual: unknown, expected: unknown) => void,
+): Promise<void> {
+  const api = createClient<paths>({ baseUrl, headers: { Authorization: `Bearer ${apiKey}` } });
+  const resources = [`${resource}/left`, `${resource}/right`];
+  const granted = await api.POST("/v1/leases", { body: { resources, ttlMs } });
+  if (granted.data === undefined) throw new StepFailed(`pair lease: ${granted.response.status} ${granted.error.type}`);
+  const { fences, leaseId } = granted.data;
+  emit({
+    client: "pair",
+    step: "lease",
+    status: granted.response.status,
+    resources: fences.map((f) => f.resource),
+    tokens: fences.map((f) => f.token),
+  });
+  expect("the pair's resources, in order", fences.map((f) => f.resource).join(" "), resources.join(" "));
+  const writes = fences.map((f) => ({ key: `${f.resource}/total`, resource: f.resource, value: { under: f.resource, token: f.token } }));
+  const written = await api.POST("/v1/records", { body: { fences: fences.map((f) => f.fence), writes } });
+  if (written.data === undefined) throw new StepFailed(`pair write: ${written.response.status} ${written.error.type}`);
+  emit({ client: "pair", step: "written", status: written.response.status, tokens: written.data.writes.map((w) => w.token) });
+  expect(
+    "the pair's writes, each under its own resource",
+    written.data.writes.map((w) => `${w.resource} ${w.token}`).join(", "),
+    fences.map((f) => `${f.resource} ${f.token}`).join(", "),
+  );
+  const released = await api.POST("/v1/leases/release", { body: { leaseId } });
+  emit({ client: "pair", step: "release", status: released.response.status });
+  expect("pair release", released.response.status, 204);
 }
 
 async function main(): Promise<number> {

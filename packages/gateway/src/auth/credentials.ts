@@ -71,8 +71,11 @@ export class FenceCredentials {
     return decodeLeaseId(id, this.#keys);
   }
 
-  /** The fence a credential carries; 400 if it is not one, 403 if no configured key signed it or its lease has ended. */
-  verify(credential: string): Fence {
+  /**
+   * The fence a credential carries; 400 if it is not one, 403 if no configured key signed it or its
+   * lease has ended. `where` names it in a 400's `errors` (the header, or a place in a JSON body).
+   */
+  verify(credential: string, where = "Fencing-Credential"): Fence {
     try {
       return verifyFenceCredential(credential, this.#keys).fence;
     } catch (err) {
@@ -86,9 +89,7 @@ export class FenceCredentials {
         });
       }
       if (err.code === "malformed") {
-        throw new HttpProblem("invalid", `Fencing-Credential: ${err.message}`, {
-          errors: [{ path: "Fencing-Credential", message: err.message }],
-        });
+        throw new HttpProblem("invalid", `${where}: ${err.message}`, { errors: [{ path: where, message: err.message }] });
       }
       // One status for both: `reason` says whether the key id is unknown (never issued here, or
       // retired by a rotation: the client needs a new lease) or the signature is wrong (forged, altered).

@@ -2,6 +2,7 @@ import express, { type Request, type RequestHandler, type Response } from "expre
 import type { Logger } from "pino";
 import { z } from "zod";
 import type { WriteAnswer } from "../schemas/answers.js";
+import type { RecordWritesAnswer } from "../schemas/record-writes.js";
 import type { ApiKeys } from "../auth/api-keys.js";
 import type { FenceCredentials } from "../auth/credentials.js";
 import type { GatewayMetrics, StoreName, WriteOp } from "../ops/metrics.js";
@@ -110,7 +111,7 @@ export function jsonBody(limitBytes: number): (req: Request, res: Response) => P
 }
 
 /** A JSON answer to a write, in one piece: res.json's negotiation and freshness checks serve GETs, not writes. */
-export function sendJson(res: Response, status: number, body: WriteAnswer): void {
+export function sendJson(res: Response, status: number, body: WriteAnswer | RecordWritesAnswer): void {
   const text = JSON.stringify(body);
   res.statusCode = status;
   res.setHeader("Content-Type", "application/json; charset=utf-8");

@@ -5,6 +5,7 @@ import { OBJECT_VERSION, RECORD_VERSION } from "@fenced/store";
 import { credentialString, tokenString, unanchored } from "../schemas/fields.js";
 import { PROBLEM_KINDS, PROBLEM_TYPES, problemSchema, type ProblemDefinition, type ProblemKind } from "../problems/kinds.js";
 import { leaseBodySchema } from "../schemas/validation.js";
+import { recordWritesAnswerSchema, recordWritesSchema } from "../schemas/record-writes.js";
 import type {
   HeaderObject,
   JsonSchema,
@@ -32,8 +33,11 @@ export type Side = "input" | "output";
 export function jsonSchema(schema: z.ZodType, io: Side): JsonSchema {
   const { $schema: _dialect, ...rest } = z.toJSONSchema(schema, { target: "draft-2020-12", io, unrepresentable: "throw" });
   // Each component must stand alone: a $defs reference (or a recursive schema's "#") would point into
-  // the wrong document once embedded.
-  if (/"\$(defs|ref)"/.test(JSON.stringify(rest))) throw new Error("a component schema with references cannot be embedded");
+  // the wrong document once embedded. A reference to one of the document's components, which a schema
+  // asks for in its metadata (a record's value: JsonValue), resolves wherever it is embedded.
+  const text = JSON.stringify(rest);
+  if (/"\$defs"/.test(text) || /"\$ref":"(?!#\/components\/)/.test(text))
+    throw new Error("a component schema with references cannot be embedded");
   return rest;
 }
 
@@ -226,6 +230,7 @@ export function schemas(): Record<string, JsonSchema> {
     LeaseAnswer: jsonSchema(leaseAnswerSchema, "output"),
     RecordWriteAnswer: jsonSchema(recordWriteAnswerSchema, "output"),
     ObjectWriteAnswer: jsonSchema(objectWriteAnswerSchema, "output"),
+    RecordWritesAnswer: jsonSchema(recordWritesAnswerSchema, "output"),
     HealthReport: jsonSchema(healthReportSchema, "output"),
     ...jsonValueSchemas(),
     ...Object.fromEntries(PROBLEM_KINDS.map((kind) => [problemName(kind), jsonSchema(problemSchema(kind), "output")])),
@@ -253,5 +258,9 @@ export function requestBodies(limits: ResolvedLimits): Record<string, RequestBod
     ),
     LeaseExtendRequest: body(bodies.extend, "The lease id from the lease answer and the new TTL"),
     LeaseReleaseRequest: body(bodies.release, "The lease id from the lease answer"),
+    RecordWritesRequest: body(
+      recordWritesSchema,
+      `The credentials the writes are under (\`fences\`) and the records (\`writes\`, each naming its resource), the whole body at most ${limits.recordBytes} bytes`,
+    ),
   };
 }

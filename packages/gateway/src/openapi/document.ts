@@ -1,6 +1,6 @@
 import { limitsSchema } from "../http/context.js";
 import { headers, parameters, PROBLEM_JSON, problemName, ref, requestBodies, schemas } from "./components.js";
-import { keyPaths, leasePaths, operationsPaths } from "./paths.js";
+import { keyPaths, leasePaths, operationsPaths, recordWritesPath } from "./paths.js";
 import type { DocumentLimits, OpenApiDocument } from "./types.js";
 
 /**
@@ -39,6 +39,7 @@ export function openApiDocument(documentLimits: DocumentLimits = {}): OpenApiDoc
     security: [{ bearer: [] }],
     paths: {
       ...leasePaths(),
+      "/v1/records": recordWritesPath(limits),
       "/v1/records/{key}": keyPaths("records", limits),
       "/v1/objects/{key}": keyPaths("objects", limits),
       ...operationsPaths(),

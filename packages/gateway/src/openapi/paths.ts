@@ -1,5 +1,6 @@
 import { MAX_RESOURCES } from "@fenced/fence";
 import { MAX_LEASE_RESOURCE_BYTES } from "../auth/lease-id.js";
+import { MAX_RECORD_WRITES } from "../schemas/record-writes.js";
 import { fenceAnswerSchema } from "../schemas/fences.js";
 import { JSON_BODY, json, jsonSchema, operation, problemResponses, ref, STORE, STORE_WRITE, WRITE } from "./components.js";
 import type { MediaTypeObject, OperationObject, PathItemObject, ResolvedLimits, ResponseObject } from "./types.js";
@@ -201,6 +202,38 @@ export function keyPaths(store: Store, limits: ResolvedLimits): PathItemObject {
         },
       },
       WRITE,
+    ),
+  };
+}
+
+/** POST /v1/records: several records in one transaction, each under the fence of the resource it names. */
+export function recordWritesPath(limits: ResolvedLimits): PathItemObject {
+  return {
+    post: operation(
+      {
+        operationId: "putRecords",
+        summary: "Write several records under the fences of one lease (or several), all or none",
+        description:
+          "One transaction: every credential in `fences` is checked against its resource's ratchet and raised — whether or not a write " +
+          "names it — and every record is written as `PUT /v1/records/{key}` would write it under the fence of the resource it names " +
+          "(`resource`: required with more than one credential; a new key becomes that resource's, a key of another resource is 409 " +
+          "`resource-mismatch`; `ifVersion` a compare-and-set, 412 `version-mismatch`). Any refusal — a stale credential (409 " +
+          "`stale-token`), a key's owner, a version — writes nothing, no ratchet raise included. " +
+          "The credentials travel in the body, one per resource (the lease answer's `fences[].fence`), never as Fencing-Credential: a " +
+          "set's credentials outgrow what servers and proxies accept in headers. Fencing-* and precondition headers are refused (400). " +
+          "Each key must be in the API key's `keys`, each credential's resource in its `resources` (403). " +
+          `At most ${MAX_RECORD_WRITES} records and ${MAX_RESOURCES} credentials, each key once; the whole body at most ${limits.recordBytes} bytes. ` +
+          "Trusted lock clients, too, present credentials here.",
+        tags: ["records"],
+        requestBody: ref("requestBodies", "RecordWritesRequest"),
+      },
+      {
+        "200": {
+          description: "Every record written: a version and a token per write, in order",
+          content: json(ref("schemas", "RecordWritesAnswer")),
+        },
+      },
+      [...JSON_BODY, "forbidden", "invalidCredential", "credentialExpired", "stale", "resourceMismatch", "version", ...STORE_WRITE],
     ),
   };
 }

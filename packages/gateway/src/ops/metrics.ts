@@ -2,7 +2,8 @@ import { backendFailure } from "../problems/backend-errors.js";
 import { collectDefaultMetrics, Counter, Histogram, Registry } from "prom-client";
 
 export type StoreName = "records" | "objects";
-export type WriteOp = "put" | "delete";
+/** A write's operation: put_all is POST /v1/records (several records at once), counted once per request. */
+export type WriteOp = "put" | "delete" | "put_all";
 
 /**
  * One registry per gateway, so that two gateways in one process (tests, embedding) never share or

@@ -20,7 +20,7 @@ export const PROBLEM_TYPES = {
     type: "/problems/invalid-request",
     title: "The request is malformed",
     description:
-      "A malformed token, key, resource, set of resources, lease id, credential, If-Match, JSON or lease body, or an unsupported precondition; `errors` lists what is wrong",
+      "A malformed token, key, resource, set of resources, lease id, credential, If-Match, JSON, lease body or body of several records, or an unsupported precondition; `errors` lists what is wrong",
     extensions: z.strictObject({ errors: fieldErrors.optional() }),
     reason: "invalid_request",
   },
@@ -36,7 +36,7 @@ export const PROBLEM_TYPES = {
     status: 403,
     type: "/problems/forbidden",
     title: "Outside the API key's scope",
-    description: "A key or resource outside the API key's prefixes, or a write with a read-only key",
+    description: "A key or resource outside the API key's prefixes (any of a set's), or a write with a read-only key",
     extensions: none,
     reason: "forbidden",
   },

@@ -69,6 +69,60 @@ function fenceOf(ctx: RouteContext, req: Request, principal: Principal, key: str
   return ctx.credentials.verify(credential);
 }
 
+/** What a write of several records refuses in its headers: its fences and versions travel in its body. */
+const BODY_ONLY_HEADERS = [
+  ["fencing-credential", "the credentials travel in the body's `fences`"],
+  ["fencing-token", "the credentials travel in the body's `fences`"],
+  ["fencing-resource", "each write names its resource in the body"],
+  ["fencing-holder", "the credentials travel in the body's `fences`"],
+  ["if-match", "each write's precondition is its `ifVersion` in the body"],
+  ["if-none-match", "each write's precondition is its `ifVersion` in the body"],
+  ["if-unmodified-since", "each write's precondition is its `ifVersion` in the body"],
+  ["if-modified-since", "each write's precondition is its `ifVersion` in the body"],
+] as const;
+
+/**
+ * The first checks of a write of several records (POST /v1/records), before its body is read: the
+ * API key (401), a key that may write (403), and no fence or precondition header, which the route
+ * would otherwise ignore (400).
+ */
+export function authorizeWrites(ctx: RouteContext, req: Request, res: Response): Principal {
+  const principal = ctx.auth.authenticate(req);
+  res.locals.principal = principal.id;
+  requireWrite(principal);
+  for (const [header, why] of BODY_ONLY_HEADERS)
+    if (req.headers[header] !== undefined)
+      throw new HttpProblem("invalid", `${header}: not taken by a write of several records: ${why}`, {
+        errors: [{ path: header, message: why }],
+      });
+  return principal;
+}
+
+/**
+ * The fences of a write of several records, from the credentials in its body (`fences`), in their
+ * order: each verified as a Fencing-Credential is (400, 403), its resource in the API key's scope
+ * (403), one credential per resource (400: which of two would a write naming it be under?).
+ */
+export function fencesFromCredentials(ctx: RouteContext, principal: Principal, credentials: readonly string[]): Fence[] {
+  const verifier = ctx.credentials;
+  if (verifier === undefined)
+    throw new HttpProblem("invalidCredential", "this gateway has no fence keys configured and accepts no credentials", {
+      reason: "unknown-key",
+    });
+  const byResource = new Map<string, number>();
+  return credentials.map((credential, i) => {
+    const fence = verifier.verify(credential, `fences.${i}`);
+    requireResource(principal, fence.resource);
+    const earlier = byResource.get(fence.resource);
+    if (earlier !== undefined) {
+      const message = `a second credential for ${JSON.stringify(fence.resource)} (fences.${earlier} is one): one per resource`;
+      throw new HttpProblem("invalid", `fences.${i}: ${message}`, { errors: [{ path: `fences.${i}`, message }] });
+    }
+    byResource.set(fence.resource, i);
+    return fence;
+  });
+}
+
 /**
  * The answer to a write the store accepted (records and objects alike): counted as accepted first, so
  * that a client hanging up now does not undo it in the metrics; the new version as ETag and the

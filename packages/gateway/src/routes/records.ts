@@ -1,13 +1,16 @@
 import { Router, type Request, type Response } from "express";
 import type { FencedPostgres } from "@fenced/store/postgres";
 import { assertJsonValue, RECORD_VERSION } from "@fenced/store";
-import { answerWrite, authorizeKey, writeOptions } from "./access.js";
-import { jsonBody, markWrite, keyMethods, type RouteContext } from "../http/context.js";
+import { answerWrite, authorizeKey, authorizeWrites, fencesFromCredentials, writeOptions } from "./access.js";
+import { requireKey } from "../auth/api-keys.js";
+import { clientGone } from "../http/client-gone.js";
+import { jsonBody, markAccepted, markWrite, keyMethods, methodNotAllowed, sendJson, type RouteContext } from "../http/context.js";
+import { recordWritesSchema, type RecordWritesAnswer } from "../schemas/record-writes.js";
 import { HttpProblem } from "../problems/problem.js";
 import { encodeHeaderText, etag } from "../schemas/validation.js";
 
 /**
- * /v1/records/{key}: JSON records in FencedPostgres. The checks run in a fixed order — credentials
+ * /v1/records/{key}: JSON records in FencedPostgres (and POST /v1/records: several of them at once). The checks run in a fixed order — credentials
  * (401), key (400), key scope (403), fence (400/403), precondition (400), body (415/413/400) — and
  * all of them before the store is called, so a refused request never reaches Postgres. The store
  * then decides the ratchet (409) and the version (412) inside its transaction.
@@ -48,6 +51,59 @@ export function recordsRouter(ctx: RouteContext, store: FencedPostgres): Router 
     answerWrite(res, result, 204);
   };
 
+  /**
+   * POST /v1/records: several records in one transaction, each under the fence of the resource it
+   * names. The checks run in this order, all before the store is called: credentials (401), a key
+   * that may write (403), no fence or precondition header (400), body (415/413/400, each key's syntax
+   * included), each key's scope (403), each credential (400/403) and its resource's scope (403), each
+   * write's resource among the credentials' (400), each value (400). The store then raises and checks
+   * every fence's ratchet (409), each key's owner (409) and version (412): one refusal, nothing written.
+   */
+  const putAll = async (req: Request, res: Response): Promise<void> => {
+    markWrite(res, "records", "put_all");
+    const principal = authorizeWrites(ctx, req, res);
+    const body = recordWritesSchema.parse(await readBody(req, res));
+    for (const { key } of body.writes) requireKey(principal, key);
+    const fences = fencesFromCredentials(ctx, principal, body.fences);
+    const resources = fences.map((f) => f.resource);
+    const writes = body.writes.map(({ key, value, resource, ifVersion }, i) => {
+      const under = resourceOf(resource, resources, i);
+      // What jsonb refuses (U+0000, lone surrogates) or nests too deep: the store's rule, before the store.
+      assertJsonValue(value, `writes.${i}.value`);
+      return { key, value, resource: under, ...(ifVersion === undefined ? {} : { ifVersion }) };
+    });
+    const signal = clientGone(res);
+    const results = await ctx.metrics.time("records", "put_all", () => store.putAll(writes, { fences, signal }));
+    markAccepted(res);
+    const answer: RecordWritesAnswer = {
+      writes: results.map((r, i) => {
+        const { key, resource } = writes[i] as (typeof writes)[number];
+        return { key, resource, version: r.version, token: r.token.toString() };
+      }),
+    };
+    sendJson(res, 200, answer);
+  };
+
+  // The path itself (no key, no trailing slash) is the writes of several records: POST only.
+  router.all("/", (req, res, next) => {
+    if ((req.originalUrl.split("?")[0] ?? "").endsWith("/")) {
+      next();
+      return;
+    }
+    if (req.method !== "POST") methodNotAllowed(res, "POST");
+    return putAll(req, res);
+  });
   router.use(keyMethods({ get, put, remove }));
   return router;
+}
+
+/**
+ * The resource a write of several is under: the one it names, or the only credential's (a write is
+ * under one fence, which it must be able to say); 400 when that is not one of the credentials'.
+ */
+function resourceOf(named: string | undefined, resources: readonly string[], i: number): string {
+  const under = named ?? (resources.length === 1 ? resources[0] : undefined);
+  if (under !== undefined && resources.includes(under)) return under;
+  const message = under === undefined ? "required with several fences" : `${JSON.stringify(under)} is not a resource of \`fences\``;
+  throw new HttpProblem("invalid", `writes.${i}.resource: ${message}`, { errors: [{ path: `writes.${i}.resource`, message }] });
 }
