@@ -13,6 +13,8 @@
 //   sql.ts      every statement, documented: the ratchet in the writing transaction (PROTOCOL.md "Postgres"), the lock order
 //   types.ts    the pool, client and results by shape
 export { FencedPostgres } from "./store.js";
+// How many records one putAll() writes at most (its transaction holds every fence row meanwhile).
+export { MAX_PUT_ALL } from "./options.js";
 // The SQLSTATE of PostgreSQL's error answer, read by shape: one rule for the store and whoever maps its errors.
 export { sqlState } from "./failures.js";
 export type {

@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { keyProblem, MAX_RESOURCES } from "@fenced/fence";
 import { RECORD_VERSION } from "@fenced/store";
+import { MAX_PUT_ALL } from "@fenced/store/postgres";
 import { credentialString, keyString, resourceSchema, tokenString } from "./fields.js";
 
 /**
@@ -11,8 +12,8 @@ import { credentialString, keyString, resourceSchema, tokenString } from "./fiel
  * and each write names the resource whose credential it is under, beside it.
  */
 
-/** At most this many records in one request (the store's limit for one transaction, MAX_PUT_ALL). */
-export const MAX_RECORD_WRITES = 256;
+/** At most this many records in one request: the store's limit for one transaction. */
+export const MAX_RECORD_WRITES = MAX_PUT_ALL;
 
 /** A key as the body carries it: plain text, not percent-encoded; @fenced/fence's key rule (the stores'). */
 const bodyKey = keyString
