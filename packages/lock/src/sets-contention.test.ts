@@ -51,7 +51,8 @@ describe("overlapping sets asked for in both orders on a healthy 5-node cluster"
       sent.push(recordAcquires(clients, byValue).sent);
       locks.push(new Redlock(clients, { retryCount: 0, nodeTimeoutMs: 2_000 }));
     }
-    const isSetValue = (value: string | null): boolean => value !== null && (byValue.get(value)?.leaseKeys.length ?? 0) > 1;
+    const isSetValue = (value: string | null | undefined): boolean =>
+      typeof value === "string" && (byValue.get(value)?.leaseKeys.length ?? 0) > 1;
     const partial: string[] = [];
     /** A node that holds a set's value under one of its keys must hold it under the other. */
     const checkNode = (node: number, [a, b]: (string | null)[], when: string): void => {
