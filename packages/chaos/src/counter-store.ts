@@ -28,6 +28,8 @@ export interface CounterWrite {
   readonly key: string;
   readonly doc: CounterDoc;
   readonly fence: Fence;
+  /** Through a gateway: the signed credential of the fence's resource. */
+  readonly credential: string | undefined;
   readonly version: string | undefined;
 }
 
@@ -47,8 +49,8 @@ export interface CounterAccess {
  * - full: register() right after acquiring, and every put carries ifVersion (the version read).
  */
 export interface CounterStore extends CounterAccess {
-  /** Fence-on-acquire (only used in "full"). */
-  register(fence: Fence): Promise<void>;
+  /** Fence-on-acquire (only used in "full"): one fence, or every fence of a lease of several resources in one call. */
+  register(fence: Fence | readonly Fence[]): Promise<void>;
   /** Creates the namespace and an empty counter; run once by the controller before the workers start. */
   init(keys: readonly { key: string; resource: string }[]): Promise<void>;
 }
@@ -70,14 +72,6 @@ export const INLINE_LIMIT = 4 * 1024 * 1024;
 
 /** The fence of the initial empty document: below every token the lock hands out. */
 const INITIAL = (resource: string): Fence => ({ resource, token: 0n });
-
-interface PutAllWrite {
-  readonly key: string;
-  readonly value: unknown;
-  readonly resource?: string;
-  readonly ifVersion?: string;
-}
-type PutAll = (writes: readonly PutAllWrite[], options: { fences: readonly Fence[] }) => Promise<unknown>;
 
 class PostgresCounters implements CounterStore {
   private readonly pool: pg.Pool;
@@ -125,7 +119,7 @@ class PostgresCounters implements CounterStore {
   async writeAll(writes: readonly CounterWrite[]): Promise<void> {
     const value = (doc: CounterDoc): { count: number; log: string[] } => ({ count: doc.count, log: [...doc.log] });
     if (this.mode !== "unfenced") {
-      await this.putAll(
+      await this.store.putAll(
         writes.map((w) => ({
           key: w.key,
           value: value(w.doc),
@@ -165,14 +159,7 @@ class PostgresCounters implements CounterStore {
     }
   }
 
-  /** FencedPostgres.putAll: several records in one transaction, under the fences of their resources. */
-  private putAll(writes: readonly PutAllWrite[], options: { fences: readonly Fence[] }): Promise<unknown> {
-    const putAll = (this.store as unknown as { putAll?: PutAll }).putAll;
-    if (typeof putAll !== "function") throw new Error("this FencedPostgres has no putAll(): pairs on PostgreSQL need it");
-    return putAll.call(this.store, writes, options);
-  }
-
-  async register(fence: Fence): Promise<void> {
+  async register(fence: Fence | readonly Fence[]): Promise<void> {
     await this.store.register(fence);
   }
 
@@ -235,7 +222,7 @@ class S3Counters implements CounterStore {
     await this.store.put(key, body, { ...options, contentType: "application/json" });
   }
 
-  async register(fence: Fence): Promise<void> {
+  async register(fence: Fence | readonly Fence[]): Promise<void> {
     await this.store.register(fence);
   }
 

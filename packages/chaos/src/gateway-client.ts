@@ -128,6 +128,25 @@ function unexpected(answer: Answer, what: string): Error {
     : new GatewayRefusedError(answer.status, text(problem.type), detail);
 }
 
+/** One record of POST /v1/records. */
+export interface RecordWrite {
+  readonly key: string;
+  readonly resource: string;
+  readonly value: unknown;
+  readonly ifVersion?: string;
+}
+
+/** A write's refusal as the store's own error (stale token, version), or a refused/failed answer. */
+function writeRefusal(answer: Answer, what: string, key: string, ifVersion: string | undefined): Error {
+  const problem = problemOf(answer);
+  if (answer.status === 409 && problem.type === STALE_TOKEN) {
+    const [t, highest, resource] = [token(problem.token), token(problem.highest), text(problem.resource)];
+    if (t !== undefined && highest !== undefined && resource !== undefined) return new StaleTokenError(resource, t, highest);
+  }
+  if (answer.status === 412) return new VersionMismatchError(text(problem.key) ?? key, ifVersion ?? "", text(problem.actual));
+  return unexpected(answer, what);
+}
+
 /** A lease answer's `fences`, or undefined if it has none that reads as one. */
 function fencesOf(value: unknown): GatewayFence[] | undefined {
   if (!Array.isArray(value) || value.length === 0) return undefined;
@@ -242,13 +261,19 @@ export class GatewayClient {
     if (ifVersion !== undefined) headers["if-match"] = `"${ifVersion}"`;
     const answer = await this.send("PUT", keyPath(area, key), headers, body);
     if (answer.status === 200) return versionOf(answer.headers.etag);
-    const problem = problemOf(answer);
-    if (answer.status === 409 && problem.type === STALE_TOKEN) {
-      const [t, highest, resource] = [token(problem.token), token(problem.highest), text(problem.resource)];
-      if (t !== undefined && highest !== undefined && resource !== undefined) throw new StaleTokenError(resource, t, highest);
-    }
-    if (answer.status === 412) throw new VersionMismatchError(key, ifVersion ?? "", text(problem.actual));
-    throw unexpected(answer, `PUT ${area}`);
+    throw writeRefusal(answer, `PUT ${area}`, key, ifVersion);
+  }
+
+  /**
+   * POST /v1/records: several records in one transaction, all or none, each under the credential of
+   * the resource it names (`fences`: one credential per resource). Refusals as for write().
+   */
+  async writeAll(fences: readonly string[], writes: readonly RecordWrite[]): Promise<void> {
+    const body = Buffer.from(JSON.stringify({ fences, writes }));
+    const answer = await this.send("POST", "/v1/records", { "content-type": "application/json" }, body);
+    if (answer.status === 200) return;
+    const versioned = writes.find((w) => w.ifVersion !== undefined);
+    throw writeRefusal(answer, "POST /v1/records", versioned?.key ?? writes[0]?.key ?? "", versioned?.ifVersion);
   }
 
   close(): void {

@@ -1,4 +1,4 @@
-import type { CounterAccess, WriteLease } from "./counter-store.js";
+import type { CounterAccess, CounterWrite, WriteLease } from "./counter-store.js";
 import type { GatewayClient, GatewayArea } from "./gateway-client.js";
 import { parseDoc, type Backend, type CounterDoc, type Mode } from "./history.js";
 
@@ -6,10 +6,13 @@ import { parseDoc, type Backend, type CounterDoc, type Mode } from "./history.js
  * The counter documents through a gateway: `GET` for reads (the ETag is the version), `PUT` with the
  * lease's `Fencing-Credential` for writes, plus `If-Match: "<version read>"` in "full". Records in
  * PostgreSQL hold the document as JSON, objects in S3 as its JSON bytes: the same document the
- * library workers write, so the controller's setup and final read need no gateway.
+ * library workers write, so the controller's setup and final read need no gateway. A pair's two
+ * records go in one `POST /v1/records` (one transaction); S3 objects are written one by one.
  */
 export class GatewayCounters implements CounterAccess {
   private readonly area: GatewayArea;
+  /** Records only (PostgreSQL): `POST /v1/records`, several counters in one transaction under their resources' credentials. */
+  readonly writeAll?: (writes: readonly CounterWrite[]) => Promise<void>;
 
   constructor(
     private readonly client: GatewayClient,
@@ -17,6 +20,23 @@ export class GatewayCounters implements CounterAccess {
     private readonly mode: Exclude<Mode, "unfenced">,
   ) {
     this.area = backend === "postgres" ? "records" : "objects";
+    if (backend === "postgres") this.writeAll = (writes) => this.writeRecords(writes);
+  }
+
+  private async writeRecords(writes: readonly CounterWrite[]): Promise<void> {
+    const fences = writes.map((w) => {
+      if (w.credential === undefined) throw new Error("a write through the gateway needs the fence credential of a gateway lease");
+      return w.credential;
+    });
+    await this.client.writeAll(
+      fences,
+      writes.map((w) => ({
+        key: w.key,
+        resource: w.fence.resource,
+        value: { count: w.doc.count, log: [...w.doc.log] },
+        ...(this.mode === "full" && w.version !== undefined ? { ifVersion: w.version } : {}),
+      })),
+    );
   }
 
   async read(key: string): Promise<{ doc: CounterDoc; version: string | undefined }> {

@@ -17,8 +17,8 @@ export interface OperationContext {
   readonly worker: number;
   readonly leases: LeaseSource;
   readonly store: CounterAccess;
-  /** Fence-on-acquire done by the worker itself ("full" without a gateway). */
-  readonly register: ((fence: Fence) => Promise<void>) | undefined;
+  /** Fence-on-acquire done by the worker itself ("full" without a gateway): one fence, or every fence of a pair's lease in one call. */
+  readonly register: ((fence: Fence | readonly Fence[]) => Promise<void>) | undefined;
   readonly ttlMs: number;
   /** No lease by then (from the start of the acquisition) ends the operation as unavailable. */
   readonly acquireDeadlineMs: number;

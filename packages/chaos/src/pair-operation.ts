@@ -10,8 +10,8 @@ import { classify, errorLabel } from "./outcomes.js";
  * One pair operation (`--pairs`): one lease of two resources → (register both) → read both counters
  * → increment each → write → release. On PostgreSQL both counters are written in one transaction
  * under both fences (all or none); on S3 each counter is written on its own, under its own resource's
- * fence, with an outcome of its own; so is every counter written through a gateway (one request
- * per key, each with its resource's credential).
+ * fence, with an outcome of its own. Through a gateway the same: one `POST /v1/records` with both
+ * credentials for records, a `PUT` per object with its resource's credential.
  *
  * The history holds the pair as two operations, its halves ("<op>a", "<op>b", in the lease's order),
  * each on its own resource with that resource's token, so that the checker judges every resource on
@@ -119,7 +119,12 @@ export async function runPairOperation(
 
   try {
     const register = ctx.register;
-    if (register !== undefined) for (const [i] of halves.entries()) await timed("register", first, () => register(fenceOf(i)));
+    // Every fence of the lease in one call: on PostgreSQL one statement raises both ratchets, or neither.
+    const fences = halves.map((_, i) => {
+      const { resource, token, holder } = fenceOf(i);
+      return { resource, token, holder };
+    });
+    if (register !== undefined) await timed("register", first, () => register(fences));
     for (const [i, h] of halves.entries()) {
       const read = await timed("read", h, () => ctx.store.read(h.key));
       h.read = read;
@@ -131,10 +136,13 @@ export async function runPairOperation(
     if (writeAll !== undefined) {
       const writeStart = ctx.now();
       for (const h of halves) h.writeStart = writeStart;
-      const writes = halves.map((h, i) => {
-        const { resource, token, holder } = fenceOf(i);
-        return { key: h.key, doc: nexts[i] as CounterDoc, fence: { resource, token, holder }, version: h.read?.version };
-      });
+      const writes = halves.map((h, i) => ({
+        key: h.key,
+        doc: nexts[i] as CounterDoc,
+        fence: fences[i] as (typeof fences)[number],
+        credential: fenceOf(i).credential,
+        version: h.read?.version,
+      }));
       await timed("write", first, () => writeAll(writes));
       for (const [i] of halves.entries()) await succeeded(i, nexts[i] as CounterDoc);
     } else {

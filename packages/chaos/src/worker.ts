@@ -71,7 +71,7 @@ function send(message: FromWorker): Promise<void> {
 /** The worker's leases and store access: its own Redlock and store clients, or a gateway's. */
 async function connect(
   config: WorkerConfig,
-): Promise<{ leases: LeaseSource; store: CounterAccess; register: ((fence: Fence) => Promise<void>) | undefined }> {
+): Promise<{ leases: LeaseSource; store: CounterAccess; register: ((fence: Fence | readonly Fence[]) => Promise<void>) | undefined }> {
   // Loaded only where used: a worker that goes through a gateway never loads the lock, nor (unless
   // unfenced) a store client; five of them start in a fraction of the time.
   const direct = async (): Promise<CounterStore> =>
