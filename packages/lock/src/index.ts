@@ -1,12 +1,13 @@
-export { Redlock } from "./redlock.js";
-export { MIN_TTL_MS, type RedlockOptions, type AcquireOptions, type HeldLease } from "./options.js";
-export { Lease, holderOf } from "./lease.js";
+export { Redlock, type Resources } from "./redlock.js";
+export { MIN_TTL_MS, type RedlockOptions, type AcquireOptions, type HeldLease, type HeldOne, type HeldSet } from "./options.js";
+export { Lease, holderOf, type LeaseFence } from "./lease.js";
 export {
   LockNotAcquiredError,
   LeaseLostError,
   TokenSpaceExhaustedError,
   LEASE_LOST_KINDS,
   NODE_FAILURE_REASONS,
+  type HeldFence,
   type LeaseLostKind,
   type NodeFailure,
   type NodeFailureReason,

@@ -48,7 +48,8 @@ const compare = (op: ">" | ">="): string =>
  * 2^63 - 1 (Redis parses it strictly: no leading zeros, sign or spaces, and refuses to overflow);
  * when it fails, or finds a negative counter, for any resource of the set, this call's writes are
  * undone before it answers: every lease key it took deleted, every counter it advanced decremented
- * back (and a negative one too). A counter it moved and moved back was seen by no one (atomic), and
+ * back — deleted when its INCR returned 1, so that a counter this call created is not left behind
+ * as "0" (absent and "0" read alike) — and a negative one decremented back too. A counter it moved and moved back was seen by no one (atomic), and
  * the refusal makes no client count it, so each value a counter ever shows is still shown once
  * (PROTOCOL.md, "Sets"). So whatever the counters hold, the script leaves nothing behind when it does
  * not grant: a counter at or past the ceiling (2^63 - 1) is a refusal, which the client reads as an
@@ -69,7 +70,9 @@ if taken == #KEYS - 1 then
       if counter < ${INTEGER_REPLY_LIMIT} then reply[#reply + 1] = counter else reply[#reply + 1] = redis.call('GET', KEYS[i]) end
     else
       if type(counter) == 'number' then redis.call('DECR', KEYS[i]) end
-      for j = 2, i - 2, 2 do redis.call('DECR', KEYS[j]) end
+      for j = 2, i - 2, 2 do
+        if reply[j / 2 + 1] == 1 then redis.call('DEL', KEYS[j]) else redis.call('DECR', KEYS[j]) end
+      end
       reply = nil
       break
     end

@@ -200,11 +200,12 @@ describe("a lease of several resources over 5 nodes", () => {
   });
 
   it("a counter at 2^63 - 1: TokenSpaceExhaustedError naming that resource, nothing held, the other counters not advanced", async () => {
+    const [FREE, FULL] = ["exhausted/free", "exhausted/full"];
     for (const order of [
       ["exhausted/free", "exhausted/full"],
       ["exhausted/full", "exhausted/free"],
     ]) {
-      const [free, full] = ["exhausted/free", "exhausted/full"];
+      const [free, full] = [FREE, FULL];
       await setCounters(t.admin, free, Array(5).fill(41n));
       await setCounters(t.admin, full, Array(5).fill(MAX_TOKEN));
       // Default retries: exhaustion is not retried.
@@ -218,6 +219,12 @@ describe("a lease of several resources over 5 nodes", () => {
       expect(await countersOn(t.admin, full)).toEqual(Array(5).fill(MAX_TOKEN));
       expect(await countersOn(t.admin, "exhausted/third")).toEqual(Array(5).fill(0n));
     }
+    // A resource whose counter the refused call created (its INCR returned 1) is left without one, not at "0".
+    const fresh = "exhausted/fresh";
+    const refused = await new Redlock(t.clients).acquire([fresh, FULL], 5_000).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(TokenSpaceExhaustedError);
+    await drained(t.clients);
+    expect(await Promise.all(t.admin.map((redis) => redis.exists(resourceKeys(fresh).counter)))).toEqual([0, 0, 0, 0, 0]);
     // The other resources are not exhausted: they are granted alone, their tokens next in line.
     const lease = await redlock.acquire(["exhausted/third", "exhausted/free"], 5_000);
     expect(lease.fences.map((f) => f.token)).toEqual([1n, 42n]);
