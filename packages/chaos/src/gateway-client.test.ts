@@ -21,6 +21,8 @@ import { EMPTY_DOC, increment } from "./history.js";
 
 const RESOURCE = "chaos-0";
 const KEY = "counter/chaos-0";
+/** Two more resources, for a lease of both (asked in this order). */
+const PAIR = ["chaos-2", "chaos-1"] as const;
 
 let postgres: StartedPostgres;
 let redis: RedisNodes;
@@ -31,7 +33,7 @@ beforeAll(async () => {
   [postgres, redis] = await Promise.all([startPostgres(), startRedisNodes(3, { faults: true })]);
   const connection: StoreConnection = { backend: "postgres", url: postgres.url, schema: "chaos_client_test" };
   setup = openCounterStore(connection, "full", { timeoutMs: 5_000 });
-  await setup.init([{ key: KEY, resource: RESOURCE }]);
+  await setup.init([{ key: KEY, resource: RESOURCE }, ...PAIR.map((resource) => ({ key: `counter/${resource}`, resource }))]);
   gateway = await GatewayProcess.start({
     apiKey: newApiKey(),
     redisUrls: redis.urls,
@@ -51,11 +53,11 @@ afterAll(async () => {
 });
 
 /** A lease once the gateway has reconnected to restarted nodes (503 until a quorum answers). */
-async function acquireSoon(client: GatewayClient, register: boolean): Promise<GatewayLease> {
+async function acquireSoon(client: GatewayClient, register: boolean, asked: string | readonly string[] = RESOURCE): Promise<GatewayLease> {
   const deadline = Date.now() + 15_000;
   for (;;) {
     try {
-      return await client.acquire(RESOURCE, 10_000, register);
+      return await client.acquire(asked, 10_000, register);
     } catch (err) {
       if (!(err instanceof LockBusyError) || Date.now() > deadline) throw err;
       await new Promise((r) => setTimeout(r, 100));
@@ -64,6 +66,53 @@ async function acquireSoon(client: GatewayClient, register: boolean): Promise<Ga
 }
 
 describe("the chaos workers' gateway client", () => {
+  it("a lease of two resources: a credential per resource, both records in one POST /v1/records, a stale fence refuses both", async () => {
+    const client = new GatewayClient(gateway.port, gateway.apiKey, 5_000);
+    const keys = PAIR.map((r) => `counter/${r}`);
+    try {
+      const pair = await acquireSoon(client, false, PAIR);
+      expect(pair.fences.map((f) => f.resource)).toEqual(PAIR);
+      for (const f of pair.fences) expect(f.fence).toMatch(/^fc2\./);
+      const reads = await Promise.all(keys.map((key) => client.read("records", key)));
+      const docs = pair.fences.map((f, i) => increment(EMPTY_DOC, `0.0${"ab"[i] ?? ""}`, f.token.toString()));
+      const writes = (ifVersion: boolean): { key: string; resource: string; value: unknown; ifVersion?: string }[] =>
+        PAIR.map((resource, i) => ({
+          key: keys[i] as string,
+          resource,
+          value: docs[i],
+          ...(ifVersion ? { ifVersion: reads[i]?.version as string } : {}),
+        }));
+      await client.writeAll(
+        pair.fences.map((f) => f.fence),
+        writes(true),
+      );
+      for (const [i, key] of keys.entries()) expect((await setup.read(key)).doc).toEqual(docs[i]);
+      // The versions read are spent: 412, as VersionMismatchError, and nothing written.
+      await expect(
+        client.writeAll(
+          pair.fences.map((f) => f.fence),
+          writes(true),
+        ),
+      ).rejects.toBeInstanceOf(VersionMismatchError);
+      await client.release(pair.leaseId);
+
+      // A newer lease of one of the two, registered: the pair's fences are stale there, and neither record is written.
+      const newer = await acquireSoon(client, true, PAIR[1]);
+      const stale = await client
+        .writeAll(
+          pair.fences.map((f) => f.fence),
+          writes(false),
+        )
+        .catch((e: unknown) => e);
+      expect(stale).toBeInstanceOf(StaleTokenError);
+      expect(stale).toMatchObject({ resource: PAIR[1], token: pair.fences[1]?.token, highest: newer.token });
+      for (const [i, key] of keys.entries()) expect((await setup.read(key)).doc).toEqual(docs[i]);
+      await client.release(newer.leaseId);
+    } finally {
+      client.close();
+    }
+  });
+
   it(
     "maps every answer a worker branches on: lease, held lock, write, stale token, version, forged credential, refused registration, pause, backend down",
     { timeout: 90_000 },
