@@ -76,22 +76,22 @@ const INITIAL = (resource: string): Fence => ({ resource, token: 0n });
 class PostgresCounters implements CounterStore {
   private readonly pool: pg.Pool;
   private readonly store: FencedPostgres;
+  private readonly records: string;
   private readonly plainUpdate: string;
-  private readonly timeoutMs: number;
 
   constructor(
     connection: Extract<StoreConnection, { backend: "postgres" }>,
     private readonly mode: Mode,
     { timeoutMs }: CounterStoreOptions,
   ) {
-    this.timeoutMs = timeoutMs;
     this.pool = new pg.Pool({ connectionString: connection.url, max: 2, connectionTimeoutMillis: timeoutMs, query_timeout: timeoutMs });
     // An idle connection broken by a fault would otherwise be an unhandled 'error' that kills the worker.
     this.pool.on("error", () => undefined);
     const storeOptions = { schema: connection.schema, timeoutMs };
     this.store = new FencedPostgres(this.pool, storeOptions);
     // The schema name passed FencedPostgres's check (/^[a-z_][a-z0-9_]{0,62}$/), so it is safe to quote here.
-    this.plainUpdate = `UPDATE "${connection.schema}".records SET value = $2 WHERE key = $1`;
+    this.records = `"${connection.schema}".records`;
+    this.plainUpdate = `UPDATE ${this.records} SET value = $2 WHERE key = $1`;
   }
 
   async read(key: string): Promise<{ doc: CounterDoc; version: string | undefined }> {
@@ -112,9 +112,9 @@ class PostgresCounters implements CounterStore {
   }
 
   /**
-   * unfenced: plain UPDATEs in one transaction, in key order (two writers who both believe they hold
-   * the lease cannot deadlock); ratchet and full: putAll() under the fences of both resources, each
-   * record naming its own (full: each with the version read).
+   * unfenced: one plain UPDATE of both rows (in key order: two writers who both believe they hold
+   * the lease lock the rows in one order); ratchet and full: putAll() under the fences of both
+   * resources, each record naming its own (full: each with the version read).
    */
   async writeAll(writes: readonly CounterWrite[]): Promise<void> {
     const value = (doc: CounterDoc): { count: number; log: string[] } => ({ count: doc.count, log: [...doc.log] });
@@ -130,33 +130,17 @@ class PostgresCounters implements CounterStore {
       );
       return;
     }
-    const start = performance.now();
-    const client = await this.pool.connect();
-    // A connection that breaks while checked out emits 'error' on the client, which would kill the worker.
-    const ignore = (): void => undefined;
-    client.on("error", ignore);
-    let failed: Error | undefined;
-    // One deadline for the whole transaction, as for the single write: each statement gets what is left of it.
-    const query = (text: string, values: unknown[] = []): Promise<pg.QueryResult> => {
-      const left = Math.floor(this.timeoutMs - (performance.now() - start));
-      if (left <= 0) return Promise.reject(new Error("Query read timeout: the transaction's deadline passed"));
-      return client.query({ text, values, query_timeout: left } as pg.QueryConfig);
-    };
-    try {
-      await query("BEGIN");
-      for (const w of [...writes].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0))) {
-        const result = await query(this.plainUpdate, [w.key, JSON.stringify(value(w.doc))]);
-        if (result.rowCount !== 1) throw new Error(`plain UPDATE of ${w.key} touched ${String(result.rowCount)} rows`);
-      }
-      await query("COMMIT");
-    } catch (err) {
-      // Discarded, not rolled back: closing the connection rolls the transaction back without a statement that could wait out another deadline.
-      failed = err instanceof Error ? err : new Error(String(err));
-      throw err;
-    } finally {
-      client.off("error", ignore);
-      client.release(failed);
-    }
+    // One statement, autocommitted: atomic, and no row stays locked across a round trip (a worker
+    // paused, or its packets held, between two statements of a transaction would block every other writer).
+    const sorted = [...writes].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+    const rows = sorted.map((_, i) => `($${2 * i + 1}, $${2 * i + 2}::jsonb)`).join(", ");
+    const text = `UPDATE ${this.records} AS r SET value = v.value FROM (VALUES ${rows}) AS v(key, value) WHERE r.key = v.key`;
+    const result = await this.pool.query(
+      text,
+      sorted.flatMap((w) => [w.key, JSON.stringify(value(w.doc))]),
+    );
+    if (result.rowCount !== writes.length)
+      throw new Error(`plain UPDATE of ${writes.map((w) => w.key).join(", ")} touched ${String(result.rowCount)} rows`);
   }
 
   async register(fence: Fence | readonly Fence[]): Promise<void> {
