@@ -137,6 +137,23 @@ describe("fault schedule", () => {
     // A few rounds per minute of run.
     expect(rounds / 25).toBeGreaterThan(2);
   });
+
+  it("with pairs, wipes the majority as the minority restarts (without pairs, 400 ms after)", () => {
+    for (const seed of [1, 2, 3]) {
+      for (const [pairs, rejoinMs] of [
+        [true, 0],
+        [false, 400],
+      ] as const) {
+        const faults = planFaults({ ...shape, seed, pairs }, 120_000);
+        const wipes = faults.filter((f) => f.kind === "wipe-redis");
+        expect(wipes.length).toBeGreaterThan(0);
+        for (const wipe of wipes) {
+          const restarts = faults.filter((f) => f.kind === "kill-redis" && f.at + f.durationMs + rejoinMs === wipe.at);
+          expect(restarts.length, `seed ${seed}, pairs ${pairs}, wipe at ${wipe.at}`).toBe(2);
+        }
+      }
+    }
+  });
 });
 
 describe("store fault stream", () => {

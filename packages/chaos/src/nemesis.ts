@@ -72,6 +72,8 @@ export interface ScheduleOptions {
   readonly store?: Backend;
   /** Connection resets, on a stream of their own; default true. */
   readonly resets?: boolean;
+  /** The workers lease two resources at once (`--pairs`): a wipe round wipes the majority as the minority restarts (PAIRS_REJOIN_MS). */
+  readonly pairs?: boolean;
 }
 
 /**
@@ -92,6 +94,13 @@ const WEIGHTS: Readonly<Record<Exclude<FaultKind, "pause-gateway" | "reset" | St
 const RESTART_MARGIN_MS = 1_000;
 /** In a wipe round, from the restart of the killed minority to the wipe: time to restart and for every worker to reconnect. */
 const REJOIN_MS = 400;
+/**
+ * The same with `pairs`: none, the majority is wiped as the minority restarts. Every pair contends
+ * with every other, so in the 400 ms of REJOIN_MS some acquisition nearly always has fewer than a
+ * majority of its granting nodes at the highest counter (another attempt held one of them), and its
+ * publish step raises the minority to the top before the wipe: the round then repeats no token.
+ */
+const PAIRS_REJOIN_MS = 0;
 
 type RoundFault = Omit<Extract<Fault, { kind: "kill-redis" | "wipe-redis" }>, "id">;
 
@@ -106,21 +115,21 @@ type RoundFault = Omit<Extract<Fault, { kind: "kill-redis" | "wipe-redis" }>, "i
  *    out tokens the minority never sees, so the minority's counters fall behind by that many;
  * 2. once the minority is back and every worker has reconnected (REJOIN_MS), kills the majority at
  *    once and restarts it empty: tens of ms without a majority, the one moment when more than a
- *    minority of the nodes is down.
+ *    minority of the nodes is down (with `pairs`, as the minority restarts: PAIRS_REJOIN_MS).
  *
  * The next acquisitions take the highest counter of the minority, which is behind: the lock hands
  * out again, one by one, the tokens it handed out while the minority was down, up to and through
  * the highest the store has accepted, where two holders present the same token.
  * Returns the round's faults in time order, and when its last node is back.
  */
-function wipeRound(rnd: Random, at: number, ttlMs: number, redisNodes: number): { faults: RoundFault[]; until: number } {
+function wipeRound(rnd: Random, at: number, ttlMs: number, redisNodes: number, rejoinMs: number): { faults: RoundFault[]; until: number } {
   const quorum = Math.floor(redisNodes / 2) + 1;
   const order = rnd.shuffle(Array.from({ length: redisNodes }, (_, node) => node));
   const behind = order.slice(quorum);
   // Long enough that the lag outlasts the wipe: every attempt made while the majority restarts
   // advances the minority's counters too (granted there, refused for want of a majority).
   const downMs = Math.round(rnd.between(1.5, 3) * ttlMs);
-  const wipeAt = behind.length === 0 ? at : at + downMs + REJOIN_MS;
+  const wipeAt = behind.length === 0 ? at : at + downMs + rejoinMs;
   const faults: RoundFault[] = [
     ...behind.map((node): RoundFault => ({ kind: "kill-redis", at, node, durationMs: downMs })),
     ...order.slice(0, quorum).map((node): RoundFault => ({ kind: "wipe-redis", at: wipeAt, node, durationMs: 0 })),
@@ -211,7 +220,7 @@ function* mainSchedule(options: ScheduleOptions): Generator<Fault, never> {
         break;
       }
       case "wipe-redis": {
-        const round = wipeRound(rnd, at, ttlMs, redisNodes);
+        const round = wipeRound(rnd, at, ttlMs, redisNodes, options.pairs === true ? PAIRS_REJOIN_MS : REJOIN_MS);
         nodeBusyUntil.fill(round.until);
         for (const fault of round.faults) {
           if (fault.at <= at) yield { ...fault, id: id++ };

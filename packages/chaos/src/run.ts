@@ -258,6 +258,7 @@ class ConfigurationRun {
       redisNodes: options.redisNodes,
       clockNode: CLOCK_NODE,
       gateway: this.viaGateway,
+      pairs: options.pairs,
       ...(options.store.faults === undefined ? {} : { store: options.store.backend }),
     };
     const schedule = faultSchedule(scheduleOptions);
