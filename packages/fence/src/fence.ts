@@ -27,20 +27,31 @@ export interface CheckedFence {
 /**
  * Validates a fence and copies it; InvalidArgumentError before any I/O if it is malformed.
  *
- * A lease of several resources (a @fenced/lock Lease whose `fences` holds more than one) is refused
- * here: it is one fence per resource, and its `resource` and `token` are only its first one's, so
- * a write that took it as one fence would check one ratchet and leave the others unraised. Where one
- * fence is wanted, pass one of `lease.fences`; where several are (checkFences), the whole lease.
+ * A lease of several resources (a @fenced/lock Lease whose `fences` holds more than one, or a copy
+ * of one whose `resources` does) is refused here: it is one fence per resource, and its `resource`
+ * and `token` are only its first one's, so a write that took it as one fence would check one ratchet
+ * and leave the others unraised. Where one fence is wanted, pass one of `lease.fences`; where several
+ * are (checkFences), the whole lease.
  */
 export function checkFence(fence: unknown, argument = "fence"): CheckedFence {
   if (typeof fence !== "object" || fence === null)
     throw new InvalidArgumentError(argument, "must be an object { resource, token, holder? }");
   // Read each field once: a getter must not be able to show the check one value and the store another.
-  const { resource, token, holder, fences } = fence as { resource?: unknown; token?: unknown; holder?: unknown; fences?: unknown };
-  if (Array.isArray(fences) && fences.length > 1)
+  const { resource, token, holder, fences, resources } = fence as {
+    resource?: unknown;
+    token?: unknown;
+    holder?: unknown;
+    fences?: unknown;
+    resources?: unknown;
+  };
+  // `resources` too: a copy of such a lease ({ ...lease }, structuredClone) keeps it, and its first
+  // resource and token, but not `fences` (a getter of the class), nor its holder.
+  const several =
+    Array.isArray(fences) && fences.length > 1 ? fences.length : Array.isArray(resources) && resources.length > 1 ? resources.length : 0;
+  if (several > 0)
     throw new InvalidArgumentError(
       argument,
-      `is a lease of ${fences.length} resources, a fence for each: pass the one for this write (lease.fences[i]), or the whole lease where several fences are taken`,
+      `is a lease of ${several} resources, a fence for each: pass the one for this write (lease.fences[i]), or the whole lease where several fences are taken`,
     );
   assertResource(resource, `${argument}.resource`);
   assertToken(token, `${argument}.token`);
