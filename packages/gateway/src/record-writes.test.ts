@@ -258,9 +258,11 @@ describe("refused before the store is called", () => {
     const outside = await lease(["team-a/auth/x"], KEYS.admin);
     const [version, keyId, payload, mac] = a.fence.split(".") as [string, string, string, string];
     const forged = [version, keyId, payload, `${mac.startsWith("A") ? "B" : "A"}${mac.slice(1)}`].join(".");
-    const ended = await fixture.gw.client.json("POST", "/v1/leases", { resource: "svc/auth/ended", ttlMs: 100 }, bearer(KEYS.service));
+    // Long enough to be granted on a loaded machine (a grant needs validity left after its own round), then left to end.
+    const ended = await fixture.gw.client.json("POST", "/v1/leases", { resource: "svc/auth/ended", ttlMs: 500 }, bearer(KEYS.service));
+    expect(ended.status, ended.text()).toBe(201);
     const endedFence = ended.json<{ fence: string }>().fence;
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    await new Promise((resolve) => setTimeout(resolve, 800));
     const write = { key: "svc/auth/a/1", resource: a.resource, value: 1 };
     const before = await fixture.state();
     const calls = await storeCalls();

@@ -172,6 +172,6 @@ export async function loadScripts(redis: Redis): Promise<void> {
  * look at every node wait for the rest with this. Exact only while no NOSCRIPT fallback is pending:
  * load the scripts first (loadScripts).
  */
-export async function drained(clients: readonly LockClient[]): Promise<void> {
+export async function drained(clients: readonly RedisClient[]): Promise<void> {
   await Promise.all(clients.map((c) => c.ping()));
 }
