@@ -6,8 +6,11 @@
 //   latency percentiles, the gateway's RSS under that load and its CPU time per write;
 // - the same writes by an ordinary API key presenting a signed fence credential instead of plain
 //   fence headers (what the credential check costs per write), and the check alone in this process;
+// - those credential writes against two anchors, each a process of its own like the gateway, in the
+//   same interleaved rounds: the unfenced express 5 + pg server a user would write themselves
+//   (anchor-express.js) and the same upsert behind bare node:http (anchor-node-http.js), the floor;
 // - a 512 MiB object PUT (known length, then chunked) and GET streamed through the gateway, with its RSS.
-// Every process (benchmark, gateway, PostgreSQL, radosgw) shares this machine's cores.
+// Every process (benchmark, gateway, anchors, PostgreSQL, radosgw) shares this machine's cores.
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { once } from "node:events";
@@ -23,7 +26,7 @@ import { startPostgres, startS3 } from "@fenced/servers";
 import { emit, measure, median, openLoop, round3, type Measured, type Op } from "./measure.js";
 
 const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 3_000);
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 const CONCURRENCY = 64;
 const STREAM_BYTES = Number(process.env.BENCH_STREAM_BYTES ?? 512 * 1024 * 1024);
 const POOL_SIZE = 16;
@@ -33,33 +36,51 @@ const SERVICE_KEY = "service-key-0123456789abcdef";
 const FENCE_KEY: CredentialKey = { id: "bench", secret: randomBytes(32) };
 const MB = 1024 * 1024;
 const CLI = fileURLToPath(new URL("../packages/gateway/dist/cli.js", import.meta.url));
+const nodeArgs = (variable: string): string[] => (process.env[variable] ?? "").split(" ").filter((a) => a !== "");
 /** Extra node flags for the gateway process, e.g. "--cpu-prof --cpu-prof-dir=/tmp/gw" to profile it under this load. */
-const NODE_ARGS = (process.env.BENCH_GATEWAY_NODE_ARGS ?? "").split(" ").filter((a) => a !== "");
+const NODE_ARGS = nodeArgs("BENCH_GATEWAY_NODE_ARGS");
+/** The same for the anchor servers' processes. */
+const ANCHOR_NODE_ARGS = nodeArgs("BENCH_ANCHOR_NODE_ARGS");
+const ANCHORS = {
+  "express-pg": fileURLToPath(new URL("anchor-express.js", import.meta.url)),
+  "node-http-pg": fileURLToPath(new URL("anchor-node-http.js", import.meta.url)),
+} as const;
 const CLK_TCK = Number(execFileSync("getconf", ["CLK_TCK"]).toString().trim()) || 100;
 
-interface GatewayProcess {
+interface ServerProcess {
   readonly port: number;
   /** Resident memory now and its peak since start (or since resetPeak), in MiB, from /proc. */
   rssMb(): { now: number; peak: number };
   resetPeak(): void;
-  /** User + system CPU time the gateway has used, in seconds. */
+  /** User + system CPU time the process has used, in seconds. */
   cpuSeconds(): number;
   stop(): Promise<void>;
 }
 
-async function startGateway(args: string[], env: Record<string, string>): Promise<GatewayProcess> {
-  const child: ChildProcess = spawn(process.execPath, [...NODE_ARGS, CLI, "--port", "0", "--log-level", "info", ...args], {
-    env: {
-      ...process.env,
-      FENCED_GATEWAY_API_KEYS: JSON.stringify([
-        { id: "bench", key: KEY, resources: [""], keys: [""], trustedLockClient: true },
-        { id: "service", key: SERVICE_KEY, resources: [""], keys: [""] },
-      ]),
-      FENCED_GATEWAY_FENCE_KEYS: JSON.stringify([{ id: FENCE_KEY.id, secret: Buffer.from(FENCE_KEY.secret).toString("base64") }]),
-      ...env,
-    },
-    stdio: ["ignore", "pipe", "inherit"],
+function startGateway(args: string[], env: Record<string, string>): Promise<ServerProcess> {
+  return startServer([...NODE_ARGS, CLI, "--port", "0", "--log-level", "info", ...args], {
+    FENCED_GATEWAY_API_KEYS: JSON.stringify([
+      { id: "bench", key: KEY, resources: [""], keys: [""], trustedLockClient: true },
+      { id: "service", key: SERVICE_KEY, resources: [""], keys: [""] },
+    ]),
+    FENCED_GATEWAY_FENCE_KEYS: JSON.stringify([{ id: FENCE_KEY.id, secret: Buffer.from(FENCE_KEY.secret).toString("base64") }]),
+    ...env,
   });
+}
+
+/** An anchor server (plain node, no loader), on the same PostgreSQL and pool size, with a table of its own. */
+function startAnchor(anchor: keyof typeof ANCHORS, postgresUrl: string): Promise<ServerProcess> {
+  return startServer([...ANCHOR_NODE_ARGS, ANCHORS[anchor]], {
+    ANCHOR_POSTGRES_URL: postgresUrl,
+    ANCHOR_POOL_SIZE: String(POOL_SIZE),
+    ANCHOR_API_KEY: SERVICE_KEY,
+    ANCHOR_TABLE: `bench_anchor_${anchor.replaceAll("-", "_")}`,
+  });
+}
+
+/** A node process that prints {"msg":"listening","port":…} on stdout once it serves. */
+async function startServer(args: string[], env: Record<string, string>): Promise<ServerProcess> {
+  const child: ChildProcess = spawn(process.execPath, args, { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "inherit"] });
   const pid = child.pid ?? 0;
   const port = await new Promise<number>((resolve, reject) => {
     let buffered = "";
@@ -70,7 +91,7 @@ async function startGateway(args: string[], env: Record<string, string>): Promis
       }
       buffered = buffered.slice(buffered.lastIndexOf("\n") + 1);
     });
-    child.once("exit", (code) => reject(new Error(`the gateway exited with ${String(code)} before listening`)));
+    child.once("exit", (code) => reject(new Error(`${args.join(" ")} exited with ${String(code)} before listening`)));
   });
   child.stdout?.resume();
   const status = (field: string): number =>
@@ -114,7 +135,8 @@ const value = (w: number, i: number): string => JSON.stringify({ writer: w, seq:
 const postgres = await startPostgres();
 const s3 = await startS3();
 const pool = new pg.Pool({ connectionString: postgres.url, max: POOL_SIZE });
-let gateway: GatewayProcess | undefined;
+let gateway: ServerProcess | undefined;
+const anchorProcesses: ServerProcess[] = [];
 try {
   const bucket = await s3.createBucket();
   gateway = await startGateway(
@@ -138,6 +160,11 @@ try {
     },
   );
   const gw = gateway;
+  const anchors = {
+    "express-pg": await startAnchor("express-pg", postgres.url),
+    "node-http-pg": await startAnchor("node-http-pg", postgres.url),
+  };
+  anchorProcesses.push(...Object.values(anchors));
   const library = new FencedPostgres(pool, { schema: "bench_library" });
   await library.migrate();
   const setting = {
@@ -157,7 +184,28 @@ try {
       expiresAt: Date.now() + 86_400_000,
     }),
   );
-  const impls: Record<"gateway" | "gateway-credential" | "library", Op> = {
+  const credentialPut =
+    (to: Pool, what: string): Op =>
+    async (w, i) => {
+      const res = await to.request({
+        method: "PUT",
+        path: `/v1/records/cred/${w}`,
+        headers: {
+          authorization: `Bearer ${SERVICE_KEY}`,
+          "fencing-credential": credentials[w] as string,
+          "content-type": "application/json",
+        },
+        body: value(w, i),
+      });
+      await res.body.dump();
+      if (res.statusCode !== 200) throw new Error(`${what} answered ${res.statusCode}`);
+    };
+  // The anchors take the same requests (an anchor ignores the credential, as an unfenced server would).
+  const anchorClients = {
+    "express-pg": new Pool(`http://127.0.0.1:${anchors["express-pg"].port}`, { connections: CONCURRENCY, pipelining: 1 }),
+    "node-http-pg": new Pool(`http://127.0.0.1:${anchors["node-http-pg"].port}`, { connections: CONCURRENCY, pipelining: 1 }),
+  };
+  const impls: Record<"gateway" | "gateway-credential" | "library" | keyof typeof ANCHORS, Op> = {
     gateway: async (w, i) => {
       const res = await clients.request({
         method: "PUT",
@@ -173,57 +221,61 @@ try {
       await res.body.dump();
       if (res.statusCode !== 200) throw new Error(`gateway answered ${res.statusCode}`);
     },
-    "gateway-credential": async (w, i) => {
-      const res = await clients.request({
-        method: "PUT",
-        path: `/v1/records/cred/${w}`,
-        headers: {
-          authorization: `Bearer ${SERVICE_KEY}`,
-          "fencing-credential": credentials[w] as string,
-          "content-type": "application/json",
-        },
-        body: value(w, i),
-      });
-      await res.body.dump();
-      if (res.statusCode !== 200) throw new Error(`gateway answered ${res.statusCode}`);
-    },
+    "gateway-credential": credentialPut(clients, "gateway"),
     library: async (w, i) => {
       await library.put(`row/${w}`, JSON.parse(value(w, i)) as Record<string, unknown>, { fence: { resource: `writer/${w}`, token: 1n } });
     },
+    "express-pg": credentialPut(anchorClients["express-pg"], "express-pg anchor"),
+    "node-http-pg": credentialPut(anchorClients["node-http-pg"], "node-http-pg anchor"),
+  };
+  type Impl = keyof typeof impls;
+  /** The server process each HTTP line is read from (the library runs in this one). */
+  const processOf: Partial<Record<Impl, ServerProcess>> = {
+    gateway: gw,
+    "gateway-credential": gw,
+    "express-pg": anchors["express-pg"],
+    "node-http-pg": anchors["node-http-pg"],
   };
 
-  // A fresh gateway process needs a few thousand requests before V8 has optimised its hot paths
+  // A fresh server process needs a few thousand requests before V8 has optimised its hot paths
   // and grown its young generation; until then it runs at about half speed. Steady state is the goal.
-  await measure(impls.gateway, CONCURRENCY, 3_000);
-  type Impl = keyof typeof impls;
-  const rounds: Record<Impl, (Measured & { cpuUsPerWrite?: number })[]> = { gateway: [], "gateway-credential": [], library: [] };
-  let peakRss = 0;
+  for (const impl of ["gateway", "gateway-credential", "express-pg", "node-http-pg"] as const)
+    await measure(impls[impl], CONCURRENCY, 3_000);
+  const rounds: Record<Impl, (Measured & { cpuUsPerWrite?: number; peakRssMb?: number })[]> = {
+    gateway: [],
+    "gateway-credential": [],
+    library: [],
+    "express-pg": [],
+    "node-http-pg": [],
+  };
+  const peakRss: Partial<Record<Impl, number>> = {};
   for (let round = 0; round < ROUNDS; round++) {
-    for (const impl of ["gateway", "gateway-credential", "library"] as const) {
+    for (const impl of ["gateway", "gateway-credential", "express-pg", "node-http-pg", "library"] as const) {
       await measure(impls[impl], CONCURRENCY, 500); // warm-up: connections, prepared statements, JIT
-      if (impl === "library") {
+      const server = processOf[impl];
+      if (server === undefined) {
         const r = await measure(impls[impl], CONCURRENCY, DURATION_MS);
         emit({ bench: "gateway-postgres-put", impl, ...setting, round, ...r });
         rounds[impl].push(r);
         continue;
       }
-      gw.resetPeak();
-      const cpu0 = gw.cpuSeconds();
+      server.resetPeak();
+      const cpu0 = server.cpuSeconds();
       const r = await measure(impls[impl], CONCURRENCY, DURATION_MS);
-      const rss = gw.rssMb();
-      peakRss = Math.max(peakRss, rss.peak);
-      const cpuUsPerWrite = Math.round(((gw.cpuSeconds() - cpu0) * 1e6) / r.ops);
+      const rss = server.rssMb();
+      peakRss[impl] = Math.max(peakRss[impl] ?? 0, rss.peak);
+      const cpuUsPerWrite = Math.round(((server.cpuSeconds() - cpu0) * 1e6) / r.ops);
       emit({
         bench: "gateway-postgres-put",
         impl,
         ...setting,
         round,
         ...r,
-        gatewayRssMb: rss.now,
-        gatewayPeakRssMb: rss.peak,
-        gatewayCpuUsPerWrite: cpuUsPerWrite,
+        serverRssMb: rss.now,
+        serverPeakRssMb: rss.peak,
+        serverCpuUsPerWrite: cpuUsPerWrite,
       });
-      rounds[impl].push({ ...r, cpuUsPerWrite });
+      rounds[impl].push({ ...r, cpuUsPerWrite, peakRssMb: rss.peak });
     }
   }
   const med = (impl: Impl, field: "opsPerSec" | "p50Ms" | "p99Ms" | "cpuUsPerWrite"): number =>
@@ -255,20 +307,53 @@ try {
     gatewayOpsPerSec: med("gateway", "opsPerSec"),
     libraryOpsPerSec: med("library", "opsPerSec"),
     gatewayCpuUsPerWrite: med("gateway", "cpuUsPerWrite"),
-    gatewayPeakRssMb: peakRss,
+    gatewayPeakRssMb: peakRss.gateway,
     // In a closed loop every client waits for its answer before sending again, so the latency is
     // the queue: by Little's law p50 ≈ clients ÷ throughput. The open-loop line below is the latency goal.
     closedLoopP50Ms: med("gateway", "p50Ms"),
     closedLoopP99Ms: med("gateway", "p99Ms"),
   });
+  // Fenced credential writes through the gateway against the servers a user would compare it with.
+  const anchorGoals = {
+    "express-pg": {
+      goal: ">= 1.0",
+      min: 1.0,
+      anchorIs: "express 5 + pg, unfenced: express.json(), a bearer check, one INSERT … ON CONFLICT DO UPDATE … RETURNING version per PUT",
+    },
+    "node-http-pg": {
+      goal: ">= 0.75 (stretch)",
+      min: 0.75,
+      anchorIs: "the floor: the same bearer check and upsert behind bare node:http, no framework",
+    },
+  } as const;
+  for (const anchor of ["express-pg", "node-http-pg"] as const) {
+    const anchorRatio = round3(med("gateway-credential", "opsPerSec") / med(anchor, "opsPerSec"));
+    emit({
+      bench: "gateway-anchor",
+      anchor,
+      ...setting,
+      ratio: anchorRatio,
+      ratioOf: `gateway credential writes/s ÷ ${anchor} writes/s (median of ${ROUNDS} interleaved rounds, ${CONCURRENCY} keep-alive clients, pool of ${POOL_SIZE})`,
+      goal: anchorGoals[anchor].goal,
+      met: anchorRatio >= anchorGoals[anchor].min,
+      anchorIs: anchorGoals[anchor].anchorIs,
+      gatewayOpsPerSec: med("gateway-credential", "opsPerSec"),
+      anchorOpsPerSec: med(anchor, "opsPerSec"),
+      gatewayCpuUsPerWrite: med("gateway-credential", "cpuUsPerWrite"),
+      anchorCpuUsPerWrite: med(anchor, "cpuUsPerWrite"),
+      gatewayPeakRssMb: peakRss["gateway-credential"],
+      anchorPeakRssMb: peakRss[anchor],
+    });
+  }
 
-  // Latency as a client sees it when the gateway is not the bottleneck: writes arrive at a fixed rate
+  // Latency as a client sees it when the server is not the bottleneck: writes arrive at a fixed rate
   // (half of the closed-loop throughput just measured) over the same 64 connections, each timed from
   // its scheduled start, so that a stall delays every write behind it (no coordinated omission).
   const rate = Math.max(100, Math.round(med("gateway", "opsPerSec") / 2));
   const open = await openLoop(impls.gateway, rate, DURATION_MS * 2);
   emit({
     bench: "gateway-postgres-put-latency",
+    impl: "gateway",
     ...setting,
     ratesPerSec: rate,
     arrival: "open loop, fixed interval, timed from the scheduled start",
@@ -277,13 +362,31 @@ try {
     met: open.p99Ms < 20,
     gatewayPeakRssMb: gw.rssMb().peak,
   });
+  // The credential writes at half their throughput, and each anchor at that same rate.
+  const credentialRate = Math.max(100, Math.round(med("gateway-credential", "opsPerSec") / 2));
+  for (const impl of ["gateway-credential", "express-pg", "node-http-pg"] as const) {
+    const server = processOf[impl] as ServerProcess;
+    const openResult = await openLoop(impls[impl], credentialRate, DURATION_MS * 2);
+    emit({
+      bench: "gateway-postgres-put-latency",
+      impl,
+      ...setting,
+      ratesPerSec: credentialRate,
+      arrival: "open loop, fixed interval, timed from the scheduled start",
+      ...openResult,
+      ...(impl === "gateway-credential" ? { goal: "p99 < 20 ms", met: openResult.p99Ms < 20 } : {}),
+      serverPeakRssMb: server.rssMb().peak,
+    });
+  }
+  await Promise.all(Object.values(anchorClients).map((c) => c.close()));
   await clients.close();
 
   // 512 MiB through the gateway, generated and checked on the fly in this process: the gateway
   // must pass it on as it arrives, never holding it whole.
   const chunk = Buffer.alloc(MB);
   for (let i = 0; i < chunk.length; i++) chunk[i] = (i * 131) % 251;
-  for (const length of ["known", "unknown"] as const) {
+  // BENCH_STREAM_BYTES=0 leaves the streams out.
+  for (const length of STREAM_BYTES > 0 ? (["known", "unknown"] as const) : []) {
     gw.resetPeak();
     const before = gw.rssMb().now;
     const digest = createHash("sha256");
@@ -351,6 +454,7 @@ try {
 } finally {
   agent.destroy();
   await gateway?.stop();
+  await Promise.all(anchorProcesses.map((a) => a.stop()));
   await pool.end();
   await Promise.allSettled([s3.stop(), postgres.stop()]);
 }

@@ -1,0 +1,43 @@
+// What both anchor servers share: the gateway's own copies of express and pg (the versions it ships
+// with), one unfenced table, and the one statement a write is. Started by gateway.bench.ts with
+// ANCHOR_POSTGRES_URL, ANCHOR_POOL_SIZE, ANCHOR_API_KEY and ANCHOR_TABLE; each server prints the
+// line the benchmark waits for, {"msg":"listening","port":…}, once it listens.
+import { createRequire } from "node:module";
+import process from "node:process";
+import { URL } from "node:url";
+
+export const require = createRequire(new URL("../packages/gateway/package.json", import.meta.url));
+const pg = require("pg");
+
+const env = (name) => {
+  const value = process.env[name];
+  if (value === undefined || value === "") throw new Error(`${name} is required`);
+  return value;
+};
+
+export const bearer = `Bearer ${env("ANCHOR_API_KEY")}`;
+const table = env("ANCHOR_TABLE");
+if (!/^[a-z_][a-z0-9_]*$/.test(table)) throw new Error("ANCHOR_TABLE: a plain lowercase identifier");
+
+const pool = new pg.Pool({ connectionString: env("ANCHOR_POSTGRES_URL"), max: Number(env("ANCHOR_POOL_SIZE")) });
+pool.on("error", () => undefined);
+await pool.query(`CREATE TABLE IF NOT EXISTS ${table} (key text PRIMARY KEY, value jsonb NOT NULL, version bigint NOT NULL)`);
+const UPSERT = `INSERT INTO ${table} AS r (key, value, version) VALUES ($1, $2, 1)
+  ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, version = r.version + 1 RETURNING version`;
+
+/** Writes `value` (a parsed JSON value) under `key`; resolves with the new version (a decimal string). */
+export async function upsert(key, value) {
+  const { rows } = await pool.query(UPSERT, [key, JSON.stringify(value)]);
+  return rows[0].version;
+}
+
+/** Listens on 127.0.0.1, a free port, with the gateway's keep-alive timeout; stops on SIGTERM. */
+export function listen(server) {
+  server.keepAliveTimeout = 65_000;
+  server.listen(0, "127.0.0.1", () => process.stdout.write(`${JSON.stringify({ msg: "listening", port: server.address().port })}\n`));
+  process.once("SIGTERM", () => {
+    server.close();
+    server.closeAllConnections();
+    void pool.end();
+  });
+}
