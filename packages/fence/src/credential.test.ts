@@ -1,4 +1,4 @@
-import { randomBytes } from "node:crypto";
+import { createHmac, randomBytes } from "node:crypto";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { CREDENTIAL_VERSION, CredentialError, ExpiredCredentialError, mintFenceCredential, verifyFenceCredential } from "./credential.js";
@@ -29,6 +29,17 @@ function code(f: () => unknown): string {
 }
 
 describe("fence credentials", () => {
+  it("carry HMAC-SHA256(secret, domain + key id + payload) as sealed.ts documents it, computed here from the raw bytes", () => {
+    const credential = mint({ resource: "orders/1", token: 7n, holder: "h-1" }, current);
+    const [version, keyId, payload, mac] = credential.split(".") as [string, string, string, string];
+    expect([version, keyId]).toEqual([CREDENTIAL_VERSION, current.id]);
+    const expected = createHmac("sha256", Buffer.from(current.secret))
+      .update(`fenced-fence-credential/2\n${current.id}\n`)
+      .update(Buffer.from(payload, "base64url"))
+      .digest("base64url");
+    expect(mac).toBe(expected);
+  });
+
   it("verify to exactly the fence they were minted for, under the key that signed them", () => {
     fc.assert(
       fc.property(fence, fc.constantFrom(current, previous), (f, key) => {

@@ -1,4 +1,3 @@
-import { timingSafeEqual } from "node:crypto";
 import { z } from "zod";
 import {
   CredentialError,
@@ -41,18 +40,6 @@ export interface IssuedFence {
   readonly holder: string;
 }
 
-/** How many verified credentials `FenceCredentials` remembers (the oldest is forgotten first). */
-const REMEMBERED_CREDENTIALS = 4096;
-/** A MAC as a sealed string spells it: base64url of 32 bytes, no padding. */
-const MAC_TEXT = /^[A-Za-z0-9_-]{43}$/;
-
-/** A credential that verified: its MAC as it was spelled, and what it verified to. */
-interface Remembered {
-  readonly mac: Buffer;
-  readonly fence: Fence;
-  readonly expiresAt: number;
-}
-
 /**
  * The gateway's seals, under its fence keys: the credential of every lease it grants or extends
  * (verified on every write), and the lease id that extends or releases it. The first key signs; all
@@ -61,16 +48,6 @@ interface Remembered {
 export class FenceCredentials {
   readonly #signing: CredentialKey;
   readonly #keys: ReadonlyMap<string, CredentialKey>;
-  /**
-   * Credentials that verified here, by everything before their MAC (version, key id, payload: none
-   * of it secret). A client writes with one credential until its lease ends, and HMAC-SHA256 is the
-   * dearest part of its check (on Node 24, createHmac with a byte-array key also throws and catches
-   * two errors inside node:crypto on every call). The MAC is a function of the key and that prefix,
-   * so a credential whose prefix verified before carries the same MAC or a forged one: comparing the
-   * presented MAC with the remembered one, in constant time, decides as recomputing it would. The
-   * lease's end is checked on every use; anything else takes the full check.
-   */
-  readonly #verified = new Map<string, Remembered>();
 
   constructor(keys: readonly CredentialKey[]) {
     const first = keys[0];
@@ -99,19 +76,8 @@ export class FenceCredentials {
    * lease has ended. `where` names it in a 400's `errors` (the header, or a place in a JSON body).
    */
   verify(credential: string, where = "Fencing-Credential"): Fence {
-    const dot = credential.lastIndexOf(".");
-    const signed = credential.slice(0, dot);
-    const remembered = dot === -1 ? undefined : this.#verified.get(signed);
-    if (remembered !== undefined) {
-      const mac = credential.slice(dot + 1);
-      // MAC_TEXT first: a string that is not pure ASCII never reaches the byte comparison.
-      if (Date.now() <= remembered.expiresAt && MAC_TEXT.test(mac) && timingSafeEqual(Buffer.from(mac, "latin1"), remembered.mac))
-        return remembered.fence;
-    }
     try {
-      const verified = verifyFenceCredential(credential, this.#keys);
-      this.#remember(signed, credential.slice(dot + 1), verified.fence, verified.expiresAt);
-      return verified.fence;
+      return verifyFenceCredential(credential, this.#keys).fence;
     } catch (err) {
       if (!(err instanceof CredentialError)) throw err;
       if (err instanceof ExpiredCredentialError) {
@@ -131,13 +97,5 @@ export class FenceCredentials {
         reason: err.code === "unknown-key" ? "unknown-key" : "bad-signature",
       });
     }
-  }
-
-  #remember(signed: string, mac: string, fence: Fence, expiresAt: number): void {
-    if (!MAC_TEXT.test(mac)) return; // a verified credential always has one; never remember what did not
-    this.#verified.delete(signed);
-    if (this.#verified.size >= REMEMBERED_CREDENTIALS) this.#verified.delete(this.#verified.keys().next().value as string);
-    // One fence object answers every later use: frozen, so that no caller can change it for the next.
-    this.#verified.set(signed, { mac: Buffer.from(mac, "latin1"), fence: Object.freeze({ ...fence }), expiresAt });
   }
 }
