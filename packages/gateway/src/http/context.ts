@@ -85,9 +85,12 @@ export function jsonBody(limitBytes: number): (req: Request, res: Response) => P
     inflate: false,
     strict: false,
     type: () => true,
-    // An empty body would parse as {} and be stored as such: a missing body is a client mistake.
-    verify: (_req, _res, buf) => {
-      if (buf.length === 0) throw new HttpProblem("invalid", "body: a JSON value is required");
+    // JSON in UTF-8 only (RFC 8259 §8.1); a body that is empty or only a byte order mark is a client
+    // mistake — body-parser would parse it as {} and the route would store that.
+    verify: (_req, _res, buf, encoding) => {
+      if (encoding !== "utf-8") throw new HttpProblem("mediaType", `body: JSON must be UTF-8, got charset ${JSON.stringify(encoding)}`);
+      if (buf.length === 0 || (buf.length === 3 && buf[0] === 0xef && buf[1] === 0xbb && buf[2] === 0xbf))
+        throw new HttpProblem("invalid", "body: a JSON value is required");
     },
   });
   return (req, res) => {

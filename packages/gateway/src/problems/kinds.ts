@@ -184,7 +184,7 @@ export const PROBLEM_TYPES = {
     status: 415,
     type: "/problems/unsupported-media-type",
     title: "Unsupported media type",
-    description: "A JSON route without Content-Type application/json, or a Content-Encoding",
+    description: "A JSON route without Content-Type application/json, or with a charset other than UTF-8, or a Content-Encoding",
     extensions: none,
     reason: "unsupported_media_type",
   },

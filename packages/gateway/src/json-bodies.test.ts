@@ -1,0 +1,116 @@
+import { connect } from "node:net";
+import { once } from "node:events";
+import { Readable } from "node:stream";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { KEYS, bearer, runGateway, startBackends, writeHeaders, type Backends, type RunningGateway } from "./test-support.js";
+
+/**
+ * JSON bodies: every body here is sent both ways — with Content-Length, and chunked — and must get
+ * the same answer and store the same value; only UTF-8 is JSON, and a body that holds no value is 400.
+ */
+const LIMIT = 4096;
+let backends: Backends;
+let gw: RunningGateway;
+let token = 0n;
+
+beforeAll(async () => {
+  backends = await startBackends({ postgres: true });
+  gw = await runGateway(backends.gatewayOptions({ limits: { recordBytes: LIMIT } }));
+});
+afterAll(async () => {
+  await gw?.close();
+  await backends?.stop();
+});
+
+interface Outcome {
+  readonly status: number;
+  readonly problem?: unknown;
+  readonly stored?: unknown;
+}
+
+async function write(key: string, body: Buffer, contentType: string, chunked: boolean): Promise<Outcome> {
+  const answer = await gw.client.send({
+    method: "PUT",
+    path: `/v1/records/${key}`,
+    headers: {
+      ...writeHeaders(KEYS.admin, ++token),
+      "content-type": contentType,
+      ...(chunked ? { "transfer-encoding": "chunked" } : { "content-length": String(body.length) }),
+    },
+    // Two chunks, split inside the body, so that the chunked reader joins pieces too.
+    body: chunked ? Readable.from([body.subarray(0, 3), body.subarray(3)]) : body,
+  });
+  const read = await gw.client.send({ method: "GET", path: `/v1/records/${key}`, headers: bearer(KEYS.admin) });
+  return {
+    status: answer.status,
+    ...(answer.status >= 400 ? { problem: answer.json().type } : {}),
+    ...(read.status === 200 ? { stored: read.json() } : {}),
+  };
+}
+
+const JSON_TYPE = "application/json";
+const bytes = (text: string): Buffer => Buffer.from(text, "utf8");
+const cases: ReadonlyArray<{ name: string; body: Buffer; type?: string; status: number; stored?: unknown }> = [
+  { name: "an object", body: bytes('{"n":1,"s":"é😀"}'), status: 200, stored: { n: 1, s: "é😀" } },
+  { name: "charset=utf-8", body: bytes('{"n":2}'), type: "application/json; charset=utf-8", status: 200, stored: { n: 2 } },
+  { name: 'charset="UTF-8", odd spacing', body: bytes("[1]"), type: 'Application/JSON ;charset="UTF-8"', status: 200, stored: [1] },
+  { name: "a byte order mark", body: Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), bytes('{"n":3}')]), status: 200, stored: { n: 3 } },
+  { name: "a scalar", body: bytes("  7 "), status: 200, stored: 7 },
+  { name: "malformed UTF-8 in a string", body: Buffer.from([0x22, 0x61, 0xff, 0x62, 0x22]), status: 200, stored: "a\ufffdb" },
+  { name: "a __proto__ key", body: bytes('{"__proto__":{"x":1}}'), status: 200, stored: { ["__proto__"]: { x: 1 } } },
+  { name: "not JSON", body: bytes('{"n":'), status: 400 },
+  { name: "only a byte order mark", body: Buffer.from([0xef, 0xbb, 0xbf]), status: 400 },
+  { name: "only spaces", body: bytes("   "), status: 400 },
+  { name: "over the limit", body: bytes(JSON.stringify({ s: "x".repeat(LIMIT) })), status: 413 },
+  {
+    name: "exactly at the limit",
+    body: bytes(JSON.stringify({ s: "x".repeat(LIMIT - 8) })),
+    status: 200,
+    stored: { s: "x".repeat(LIMIT - 8) },
+  },
+  { name: "latin1", body: bytes('{"n":4}'), type: "application/json; charset=latin1", status: 415 },
+  { name: "UTF-16", body: Buffer.from('{"n":4}', "utf16le"), type: "application/json; charset=utf-16le", status: 415 },
+  { name: "another media type", body: bytes('{"n":5}'), type: "text/plain", status: 415 },
+];
+
+describe("JSON bodies, read with Content-Length and chunked", () => {
+  it.each(cases)("$name: $status both ways, the same value stored", async ({ name, body, type, status, stored }) => {
+    const key = `bodies/${name.replace(/[^a-z0-9]+/gi, "-")}`;
+    const known = await write(`${key}/known`, body, type ?? JSON_TYPE, false);
+    const chunked = await write(`${key}/chunked`, body, type ?? JSON_TYPE, true);
+    expect(known.status, JSON.stringify(known)).toBe(status);
+    expect(chunked).toEqual(known);
+    if (status === 200) expect(known.stored).toEqual(stored);
+    else expect(known.stored).toBeUndefined();
+  });
+
+  it("an empty body is 400 both ways, and nothing is stored", async () => {
+    const known = await write("bodies/empty/known", Buffer.alloc(0), JSON_TYPE, false);
+    const chunked = await write("bodies/empty/chunked", Buffer.alloc(0), JSON_TYPE, true);
+    expect(known).toMatchObject({ status: 400 });
+    expect(known.stored).toBeUndefined();
+    expect(chunked).toEqual(known);
+  });
+
+  it("a client that leaves before its announced body is complete writes nothing, and the gateway serves the next", async () => {
+    const socket = connect(gw.serving.port, "127.0.0.1");
+    await once(socket, "connect");
+    const head = [
+      "PUT /v1/records/bodies/left HTTP/1.1",
+      "Host: localhost",
+      `Authorization: Bearer ${KEYS.admin}`,
+      `Fencing-Token: ${++token}`,
+      "Content-Type: application/json",
+      "Content-Length: 100",
+      "",
+      '{"n":',
+    ].join("\r\n");
+    socket.write(head);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    socket.destroy();
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const read = await gw.client.send({ method: "GET", path: "/v1/records/bodies/left", headers: bearer(KEYS.admin) });
+    expect(read.status).toBe(404);
+    expect((await write("bodies/after-left", bytes('{"n":6}'), JSON_TYPE, false)).stored).toEqual({ n: 6 });
+  });
+});
