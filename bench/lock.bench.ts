@@ -1,6 +1,7 @@
 // Lock benchmark: acquire+release ops/s of @fenced/lock against every Node Redlock library on the
 // same 5 local redis-server nodes, in the same run, at concurrency 1 and 16; beside them the floor
-// that any Redlock pays (a bare SET NX PX and a compare-and-delete, each resolved at a quorum), and
+// that any Redlock pays (a bare SET NX PX and a compare-and-delete, each resolved at a quorum) with
+// two variants that split our cost above it (a script; a second write), and
 // a lease of two resources at once, ours against node-redlock's (the one peer that takes a set).
 // Then the heap after 100,000 acquire/release cycles against the heap after the first 1,000.
 // JSON lines on stdout; the lines with "goal" are the ones the project is judged by.
@@ -26,11 +27,15 @@ const PEERS = ["redlock 5.0.0-beta.2", "redlock-universal 0.8.5", "redis-semapho
 /** Two resources in one lease: `acquire([a, b], ttl)` + release, ours and node-redlock's. */
 const OURS_PAIR = "@fenced/lock [a, b]";
 const PEER_PAIR = "redlock 5.0.0-beta.2 [a, b]";
+/** The floor's SET inside a script, and with an INCR after it (lock-floor.ts): where our cost above the floor goes. */
+const FLOOR_SCRIPT = "floor, SET in a script";
+const FLOOR_INCR = "floor, SET + INCR in a script";
 const GOAL = 1.0;
 const STRETCH = 1.2;
 const CONCURRENCIES = [1, 16];
 
-type Impl = typeof OURS | typeof FLOOR | (typeof PEERS)[number] | typeof OURS_PAIR | typeof PEER_PAIR;
+type Impl =
+  typeof OURS | typeof FLOOR | typeof FLOOR_SCRIPT | typeof FLOOR_INCR | (typeof PEERS)[number] | typeof OURS_PAIR | typeof PEER_PAIR;
 /** How many resources each implementation's lease holds. */
 const resourcesOf = (impl: Impl): number => (impl === OURS_PAIR || impl === PEER_PAIR ? 2 : 1);
 
@@ -68,6 +73,8 @@ function implementations(urls: readonly string[], workers: number): { ops: Recor
       }),
   );
   const floor = floorLock(connect());
+  const floorScript = floorLock(connect(), "script");
+  const floorIncr = floorLock(connect(), "script + INCR");
   const ops: Record<Impl, Op> = {
     [OURS]: async (w) => {
       const lease = await fenced.acquire(`bench:${w}`, TTL_MS);
@@ -98,6 +105,14 @@ function implementations(urls: readonly string[], workers: number): { ops: Recor
     [FLOOR]: async (w) => {
       const value = await floor.acquire(`bench-floor:${w}`, TTL_MS);
       await floor.release(`bench-floor:${w}`, value);
+    },
+    [FLOOR_SCRIPT]: async (w) => {
+      const value = await floorScript.acquire(`bench-floor-script:${w}`, TTL_MS);
+      await floorScript.release(`bench-floor-script:${w}`, value);
+    },
+    [FLOOR_INCR]: async (w) => {
+      const value = await floorIncr.acquire(`bench-floor-incr:${w}`, TTL_MS);
+      await floorIncr.release(`bench-floor-incr:${w}`, value);
     },
   };
   return { ops, clients };
@@ -153,6 +168,18 @@ async function compare(persistence: "fsync-always" | "none"): Promise<void> {
         concurrency,
         ratio: round3(ours / medians[FLOOR]),
         ratioOf: `${OURS} ÷ floor (bare SET NX PX + compare-and-delete, each at a quorum)`,
+      });
+      // Where our cost above the floor goes, on the nodes (for information, no goal).
+      emit({
+        bench: "lock-floor",
+        persistence,
+        concurrency,
+        scriptRatio: round3(medians[FLOOR_SCRIPT] / medians[FLOOR]),
+        scriptRatioOf: "floor with its SET in a Lua script ÷ floor: what running a script costs",
+        incrRatio: round3(medians[FLOOR_INCR] / medians[FLOOR_SCRIPT]),
+        incrRatioOf: "floor with SET + INCR in one script ÷ with SET alone in a script: what a second write per acquire costs",
+        oursOverIncr: round3(ours / medians[FLOOR_INCR]),
+        oursOverIncrOf: `${OURS} ÷ floor with SET + INCR in a script: the rest (the client's own work, the token's choice)`,
       });
       emit({
         bench: "lock-ratio",
