@@ -5,7 +5,8 @@ import type { Pool } from "pg";
 import { pino, type Logger } from "pino";
 import { FencedPostgres } from "@fenced/store/postgres";
 import { FencedS3, type FencedS3Options } from "@fenced/store/s3";
-import { InvalidArgumentError, type CredentialKey, type Fence } from "@fenced/fence";
+import { InvalidArgumentError, type CredentialKey } from "@fenced/fence";
+import type { FenceSet } from "@fenced/store";
 import type { HealthAnswer } from "./schemas/answers.js";
 import { ApiKeys, type ApiKeyConfig } from "./auth/api-keys.js";
 import { FenceCredentials } from "./auth/credentials.js";
@@ -132,10 +133,10 @@ export function createGateway(options: GatewayOptions): Gateway {
   const registrars: Registrar[] = [
     ...(records === undefined
       ? []
-      : [{ store: "records" as const, register: (fences: readonly Fence[], signal: AbortSignal) => records.register(fences, { signal }) }]),
+      : [{ store: "records" as const, register: (lease: FenceSet, signal: AbortSignal) => records.register(lease, { signal }) }]),
     ...(objects === undefined
       ? []
-      : [{ store: "objects" as const, register: (fences: readonly Fence[], signal: AbortSignal) => objects.register(fences, { signal }) }]),
+      : [{ store: "objects" as const, register: (lease: FenceSet, signal: AbortSignal) => objects.register(lease, { signal }) }]),
   ];
   const leases =
     options.leases === undefined || credentials === undefined ? undefined : leasesRouter(ctx, credentials, options.leases, registrars);

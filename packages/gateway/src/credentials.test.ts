@@ -147,6 +147,33 @@ describe("fence-on-acquire", () => {
   });
 });
 
+describe("fence-on-acquire that outlasts the lease", () => {
+  it.each([[["svc/slow/one"]], [["svc/slow/a", "svc/slow/b"]]])(
+    "%j: a registration still waiting when the lease ends is 409 lease-lost, never a lease answered already ended",
+    async (resources) => {
+      const records = fixture.gw.gateway.records;
+      const pool = fixture.backends.pool;
+      if (records === undefined || pool === undefined) throw new Error("the fixture has PostgreSQL");
+      // The last resource's fence row exists, and another transaction holds it: the registration waits for it.
+      const last = resources[resources.length - 1] as string;
+      await records.register({ resource: last, token: 0n });
+      const blocker = await pool.connect();
+      try {
+        await blocker.query("BEGIN");
+        await blocker.query(`SELECT 1 FROM "${records.schema}".fence WHERE resource = $1 FOR UPDATE`, [last]);
+        const answer = fixture.gw.client.json("POST", "/v1/leases", { resources, ttlMs: 300, register: true }, bearer(KEYS.service));
+        await new Promise((resolve) => setTimeout(resolve, 800));
+        await blocker.query("COMMIT");
+        const res = await answer;
+        expect(res.status, res.text()).toBe(409);
+        expect(res.json()).toMatchObject({ type: "/problems/lease-lost", resource: resources[0], kind: "expired" });
+      } finally {
+        blocker.release();
+      }
+    },
+  );
+});
+
 describe("a resource whose tokens are used up", () => {
   it("answers 409 token-space-exhausted, final, and leaves no lease behind", async () => {
     const counter = resourceKeys("svc/full").counter;

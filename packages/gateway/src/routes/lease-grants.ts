@@ -4,7 +4,7 @@
 import { performance } from "node:perf_hooks";
 import { setTimeout as sleep } from "node:timers/promises";
 import { LeaseLostError, LockNotAcquiredError, TokenSpaceExhaustedError, type Lease, type Redlock } from "@fenced/lock";
-import type { Fence } from "@fenced/fence";
+import type { FenceSet } from "@fenced/store";
 import type { FenceCredentials } from "../auth/credentials.js";
 import type { LeaseIdParts } from "../auth/lease-id.js";
 import type { StoreName } from "../ops/metrics.js";
@@ -18,10 +18,11 @@ const UNREACHABLE: ReadonlySet<string> = new Set(["error", "timeout", "refused"]
 export interface Registrar {
   readonly store: StoreName;
   /**
-   * Every fence of the lease, one per resource. `signal` aborts when the client has gone: the lease
-   * will be released, its registration is moot.
+   * The lease itself (its fences, one per resource): the store refuses, before any I/O, a lease that
+   * knows it has ended. `signal` aborts when the client has gone: the lease will be released, its
+   * registration is moot.
    */
-  register(fences: readonly Fence[], signal: AbortSignal): Promise<void>;
+  register(lease: FenceSet, signal: AbortSignal): Promise<void>;
 }
 
 /** What the lease routes share: the gateway's context, its fence keys, the lock and the stores to register with. */
@@ -134,10 +135,14 @@ async function acquire(
 async function registerEverywhere(leases: Leases, lease: Lease, signal: AbortSignal): Promise<void> {
   const { ctx, registrars } = leases;
   try {
-    await Promise.all(registrars.map((r) => ctx.metrics.time(r.store, "register", () => r.register(lease.fences, signal))));
+    await Promise.all(registrars.map((r) => ctx.metrics.time(r.store, "register", () => r.register(lease, signal))));
+    // A registration that outlasted the lease (a store slow to answer): its credentials would be
+    // answered already ended. The ratchets it raised refuse only holders older than its tokens.
+    const lost = lease.lostReason;
+    if (lost !== undefined) throw lost;
   } catch (err) {
     await releaseQuietly(leases, lease, signal.aborted ? "the client left during its registration" : "its registration failed");
-    // The lease ran out before every store registered it (a store refuses a lease it knows ended).
+    // The lease ran out before every store registered it (a store refuses a lease it knows ended), or while they did.
     if (err instanceof LeaseLostError) {
       ctx.metrics.leaseLost(err.kind);
       throw new HttpProblem("leaseLost", err.message, { resource: lease.resource, token: lease.token.toString(), kind: err.kind });
