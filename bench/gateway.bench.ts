@@ -11,10 +11,8 @@
 //   (anchor-express.js) and the same upsert behind bare node:http (anchor-node-http.js), the floor;
 // - a 512 MiB object PUT (known length, then chunked) and GET streamed through the gateway, with its RSS.
 // Every process (benchmark, gateway, anchors, PostgreSQL, radosgw) shares this machine's cores.
-import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { once } from "node:events";
-import { readFileSync, writeFileSync } from "node:fs";
 import { Agent, request, type IncomingMessage } from "node:http";
 import { availableParallelism } from "node:os";
 import { fileURLToPath } from "node:url";
@@ -24,6 +22,7 @@ import { credentialKeys, mintFenceCredential, verifyFenceCredential, type Creden
 import { FencedPostgres } from "@fenced/store/postgres";
 import { startPostgres, startS3 } from "@fenced/servers";
 import { emit, measure, median, openLoop, round3, type Measured, type Op } from "./measure.js";
+import { startServer, type ServerProcess } from "./server-process.js";
 
 const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 3_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
@@ -45,18 +44,6 @@ const ANCHORS = {
   "express-pg": fileURLToPath(new URL("anchor-express.js", import.meta.url)),
   "node-http-pg": fileURLToPath(new URL("anchor-node-http.js", import.meta.url)),
 } as const;
-const CLK_TCK = Number(execFileSync("getconf", ["CLK_TCK"]).toString().trim()) || 100;
-
-interface ServerProcess {
-  readonly port: number;
-  /** Resident memory now and its peak since start (or since resetPeak), in MiB, from /proc. */
-  rssMb(): { now: number; peak: number };
-  resetPeak(): void;
-  /** User + system CPU time the process has used, in seconds. */
-  cpuSeconds(): number;
-  stop(): Promise<void>;
-}
-
 function startGateway(args: string[], env: Record<string, string>): Promise<ServerProcess> {
   return startServer([...NODE_ARGS, CLI, "--port", "0", "--log-level", "info", ...args], {
     FENCED_GATEWAY_API_KEYS: JSON.stringify([
@@ -76,42 +63,6 @@ function startAnchor(anchor: keyof typeof ANCHORS, postgresUrl: string): Promise
     ANCHOR_API_KEY: SERVICE_KEY,
     ANCHOR_TABLE: `bench_anchor_${anchor.replaceAll("-", "_")}`,
   });
-}
-
-/** A node process that prints {"msg":"listening","port":…} on stdout once it serves. */
-async function startServer(args: string[], env: Record<string, string>): Promise<ServerProcess> {
-  const child: ChildProcess = spawn(process.execPath, args, { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "inherit"] });
-  const pid = child.pid ?? 0;
-  const port = await new Promise<number>((resolve, reject) => {
-    let buffered = "";
-    child.stdout?.on("data", (d: Buffer) => {
-      buffered += d.toString();
-      for (const line of buffered.split("\n")) {
-        if (line.includes('"msg":"listening"')) resolve(Number((JSON.parse(line) as { port: number }).port));
-      }
-      buffered = buffered.slice(buffered.lastIndexOf("\n") + 1);
-    });
-    child.once("exit", (code) => reject(new Error(`${args.join(" ")} exited with ${String(code)} before listening`)));
-  });
-  child.stdout?.resume();
-  const status = (field: string): number =>
-    Number(new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0) / 1024;
-  return {
-    port,
-    rssMb: () => ({ now: Math.round(status("VmRSS")), peak: Math.round(status("VmHWM")) }),
-    // "5" resets the peak resident set size (Linux ≥ 4.0), so each phase reports its own peak.
-    resetPeak: () => writeFileSync(`/proc/${pid}/clear_refs`, "5"),
-    cpuSeconds: () => {
-      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      return (Number(fields[11]) + Number(fields[12])) / CLK_TCK; // utime, stime
-    },
-    stop: async () => {
-      const exited = once(child, "exit");
-      child.kill("SIGTERM");
-      await exited;
-    },
-  };
 }
 
 const agent = new Agent({ keepAlive: true, maxSockets: CONCURRENCY });
@@ -302,8 +253,9 @@ try {
     ...setting,
     ratio,
     ratioOf: `gateway writes/s ÷ the same writes made with FencedPostgres in this process (median of ${ROUNDS} interleaved rounds, ${CONCURRENCY} keep-alive clients)`,
-    goal: ">= 0.5",
-    met: ratio >= 0.5,
+    // HTTP against no HTTP: for information. The gateway is judged against the servers a user would
+    // write without fencing (the gateway-anchor lines below).
+    note: "for information, no goal",
     gatewayOpsPerSec: med("gateway", "opsPerSec"),
     libraryOpsPerSec: med("library", "opsPerSec"),
     gatewayCpuUsPerWrite: med("gateway", "cpuUsPerWrite"),

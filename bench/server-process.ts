@@ -1,0 +1,53 @@
+// A server process of the benchmarks: spawned with plain node, ready once it prints
+// {"msg":"listening","port":…} on stdout, and read from /proc for its memory and CPU time.
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { once } from "node:events";
+import { readFileSync, writeFileSync } from "node:fs";
+
+const CLK_TCK = Number(execFileSync("getconf", ["CLK_TCK"]).toString().trim()) || 100;
+
+export interface ServerProcess {
+  readonly port: number;
+  /** Resident memory now and its peak since start (or since resetPeak), in MiB, from /proc. */
+  rssMb(): { now: number; peak: number };
+  resetPeak(): void;
+  /** User + system CPU time the process has used, in seconds. */
+  cpuSeconds(): number;
+  stop(): Promise<void>;
+}
+
+/** A node process that prints {"msg":"listening","port":…} on stdout once it serves. */
+export async function startServer(args: string[], env: Record<string, string>): Promise<ServerProcess> {
+  const child: ChildProcess = spawn(process.execPath, args, { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "inherit"] });
+  const pid = child.pid ?? 0;
+  const port = await new Promise<number>((resolve, reject) => {
+    let buffered = "";
+    child.stdout?.on("data", (d: Buffer) => {
+      buffered += d.toString();
+      for (const line of buffered.split("\n")) {
+        if (line.includes('"msg":"listening"')) resolve(Number((JSON.parse(line) as { port: number }).port));
+      }
+      buffered = buffered.slice(buffered.lastIndexOf("\n") + 1);
+    });
+    child.once("exit", (code) => reject(new Error(`${args.join(" ")} exited with ${String(code)} before listening`)));
+  });
+  child.stdout?.resume();
+  const status = (field: string): number =>
+    Number(new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0) / 1024;
+  return {
+    port,
+    rssMb: () => ({ now: Math.round(status("VmRSS")), peak: Math.round(status("VmHWM")) }),
+    // "5" resets the peak resident set size (Linux ≥ 4.0), so each phase reports its own peak.
+    resetPeak: () => writeFileSync(`/proc/${pid}/clear_refs`, "5"),
+    cpuSeconds: () => {
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      return (Number(fields[11]) + Number(fields[12])) / CLK_TCK; // utime, stime
+    },
+    stop: async () => {
+      const exited = once(child, "exit");
+      child.kill("SIGTERM");
+      await exited;
+    },
+  };
+}
