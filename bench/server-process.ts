@@ -2,9 +2,11 @@
 // {"msg":"listening","port":…} on stdout, and read from /proc for its memory and CPU time.
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
-import { readFileSync, writeFileSync } from "node:fs";
+import { appendFileSync, readFileSync, writeFileSync } from "node:fs";
 
 const CLK_TCK = Number(execFileSync("getconf", ["CLK_TCK"]).toString().trim()) || 100;
+/** BENCH_SERVER_LOG=<file>: every server's stdout appended there (with --trace-gc in its node flags, its collections). */
+const LOG = process.env.BENCH_SERVER_LOG;
 
 export interface ServerProcess {
   readonly port: number;
@@ -23,6 +25,7 @@ export async function startServer(args: string[], env: Record<string, string>): 
   const port = await new Promise<number>((resolve, reject) => {
     let buffered = "";
     child.stdout?.on("data", (d: Buffer) => {
+      if (LOG !== undefined) appendFileSync(LOG, d);
       buffered += d.toString();
       for (const line of buffered.split("\n")) {
         if (line.includes('"msg":"listening"')) resolve(Number((JSON.parse(line) as { port: number }).port));
