@@ -68,26 +68,36 @@ export function round3(x: number): number {
 /**
  * Open-loop load: starts one `op` every 1000/rate ms for `durationMs`, whether or not earlier ones
  * have finished, and times each from its scheduled start (a stalled server delays every op behind
- * it, which a closed loop would hide). Worker ids cycle over 64 so ops stay on distinct rows.
+ * it, which a closed loop would hide). Worker ids cycle over 64 so ops stay on distinct rows. Each
+ * op's latency (ms) is appended to `latencies`, so that rounds can be pooled (latencyOf).
  */
-export async function openLoop(
-  op: Op,
-  ratePerSec: number,
-  durationMs: number,
-): Promise<{ ops: number; p50Ms: number; p99Ms: number; maxMs: number }> {
+export async function openLoop(op: Op, ratePerSec: number, durationMs: number, latencies: number[] = []): Promise<Latency> {
   const interval = 1000 / ratePerSec;
   const start = performance.now();
-  const latencies: number[] = [];
+  const mine: number[] = [];
   const pending: Promise<void>[] = [];
   for (let i = 0; ; i++) {
     const scheduled = start + i * interval;
     if (scheduled > start + durationMs) break;
     const wait = scheduled - performance.now();
     if (wait > 1) await new Promise((r) => setTimeout(r, wait));
-    pending.push(op(i % 64, i).then(() => void latencies.push(performance.now() - scheduled)));
+    pending.push(op(i % 64, i).then(() => void mine.push(performance.now() - scheduled)));
   }
   await Promise.all(pending);
-  latencies.sort((a, b) => a - b);
-  const pct = (p: number): number => round3(percentile(latencies, p));
-  return { ops: latencies.length, p50Ms: pct(0.5), p99Ms: pct(0.99), maxMs: pct(1) };
+  latencies.push(...mine);
+  return latencyOf(mine);
+}
+
+export interface Latency {
+  readonly ops: number;
+  readonly p50Ms: number;
+  readonly p99Ms: number;
+  readonly maxMs: number;
+}
+
+/** Count, median, 99th percentile and maximum of latencies in ms. */
+export function latencyOf(latencies: readonly number[]): Latency {
+  const sorted = [...latencies].sort((a, b) => a - b);
+  const pct = (p: number): number => round3(percentile(sorted, p));
+  return { ops: sorted.length, p50Ms: pct(0.5), p99Ms: pct(0.99), maxMs: pct(1) };
 }
