@@ -141,7 +141,12 @@ async function registerEverywhere(leases: Leases, lease: Lease, signal: AbortSig
     const lost = lease.lostReason;
     if (lost !== undefined) throw lost;
   } catch (err) {
-    await releaseQuietly(leases, lease, signal.aborted ? "the client left during its registration" : "its registration failed");
+    const why = signal.aborted
+      ? "the client left during its registration"
+      : err instanceof LeaseLostError
+        ? "it ended before its registration did"
+        : "its registration failed";
+    await releaseQuietly(leases, lease, why);
     // The lease ran out before every store registered it (a store refuses a lease it knows ended), or while they did.
     if (err instanceof LeaseLostError) {
       ctx.metrics.leaseLost(err.kind);
