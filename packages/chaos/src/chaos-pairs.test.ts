@@ -16,7 +16,7 @@ import { runChaos } from "./suite.js";
 
 const OPS: Record<Backend, number> = { postgres: 300, s3: 100 };
 // Seed 1, as chaos.test.ts: a worker paused between read and write within the first second, a wipe
-// round at 3 s, the store server paused at 3.6 s and killed at 5.2 s.
+// round at 2.9 s, the store server paused at 3.6 s and killed at 5.2 s.
 const SEED = 1;
 
 const violations = (v: Readonly<Record<string, number>> | undefined): number => VIOLATION_KINDS.reduce((sum, k) => sum + (v?.[k] ?? 0), 0);

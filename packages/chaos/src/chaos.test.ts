@@ -14,7 +14,7 @@ import { runChaos } from "./suite.js";
 
 const OPS: Record<Backend, number> = { postgres: 700, s3: 200 };
 // Seed 1's schedule pauses a worker between its read and its write within the first second, wipes a
-// majority of the Redis nodes for the first time at 3 s, pauses the store server at 3.6 s and kills
+// majority of the Redis nodes for the first time at 2.9 s, pauses the store server at 3.6 s and kills
 // it at 5.2 s (the first store fault is a pause, a kill soon follows: fault-streams.ts).
 const SEED = 1;
 

@@ -11,6 +11,7 @@ import {
 import { Chains, collectOps, type Op } from "./history-ops.js";
 import { checkLiveness, type LivenessOptions, type LivenessResult } from "./liveness.js";
 import { tornPairs, type PairCounts } from "./pair-check.js";
+import { TokenWatch } from "./token-watch.js";
 
 /**
  * Checks a history against the three safety properties of a fenced counter:
@@ -237,33 +238,6 @@ function duplicateTokens(ctx: Context): void {
   }
 }
 
-/** Acquisitions whose token is below one acquired earlier on the same resource: the lock went backwards (a wipe round). */
-function tokenRegressions(history: readonly HistoryEvent[]): number {
-  const highest = new Map<string, bigint>();
-  let regressions = 0;
-  for (const e of history) {
-    if (e.type !== "acquired") continue;
-    const token = BigInt(e.token);
-    const before = highest.get(e.resource);
-    if (before !== undefined && token < before) regressions++;
-    if (before === undefined || token > before) highest.set(e.resource, token);
-  }
-  return regressions;
-}
-
-/** Repeated tokens: the same (resource, token) acquired by more than one holder. */
-function repeatedTokens(history: readonly HistoryEvent[]): number {
-  const acquirers = new Map<string, Set<string>>(); // "resource@token" → holders
-  for (const e of history) {
-    if (e.type !== "acquired") continue;
-    const slot = `${e.resource}@${e.token}`;
-    const holders = acquirers.get(slot) ?? new Set<string>();
-    // An undisclosed holder is still a lease of its own: every acquisition draws a fresh random value.
-    acquirers.set(slot, holders.add(e.holder ?? `undisclosed:${e.op}`));
-  }
-  return [...acquirers.values()].reduce((sum, holders) => sum + holders.size - 1, 0);
-}
-
 function countOps(ops: ReadonlyMap<string, Op>, chains: Chains): CheckResult["ops"] {
   const all = [...ops.values()];
   const byOutcome = Object.fromEntries(OUTCOMES.map((o) => [o, 0])) as Record<Outcome, number>;
@@ -332,6 +306,7 @@ export function check(history: readonly HistoryEvent[], liveness: LivenessOption
     ctx.violation("torn-pair", resource, involved, at, message),
   );
 
+  const tokens = TokenWatch.of(history);
   const counts: Record<ViolationKind, number> = { "lost-update": 0, "token-decrease": 0, "duplicate-token": 0, "torn-pair": 0 };
   const first: Partial<Record<ViolationKind, Violation>> = {};
   violations.sort((a, b) => a.at - b.at);
@@ -347,8 +322,8 @@ export function check(history: readonly HistoryEvent[], liveness: LivenessOption
     violations: counts,
     pairs,
     liveness: checkLiveness(history, ops, liveness),
-    repeatedTokens: repeatedTokens(history),
-    tokenRegressions: tokenRegressions(history),
+    repeatedTokens: tokens.repeated,
+    tokenRegressions: tokens.regressions,
     first,
     firstViolation: violations[0],
     victims: [...new Set(violations.flatMap((v) => (v.kind === "duplicate-token" ? v.ops : v.ops.slice(0, 1))))],

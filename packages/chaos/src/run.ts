@@ -6,7 +6,8 @@ import { DelayProxy } from "./delay-proxy.js";
 import { FaultInjector, type FaultTargets } from "./fault-injector.js";
 import { GatewayProcess, newApiKey } from "./gateway-process.js";
 import { monoSince, noFaults, type Backend, type FaultKind, type HistoryEvent, type Mode, type Via } from "./history.js";
-import { faultSchedule, scheduleCoverageMs, type Link, type ScheduleOptions } from "./nemesis.js";
+import { faultSchedule, type Link, type ScheduleOptions } from "./nemesis.js";
+import { RunEnd } from "./run-end.js";
 import { throughProxy, type StoreServer } from "./store-server.js";
 import type { FromWorker, WorkerConfig } from "./worker.js";
 import { killWorkersOnExit, WorkerHandle } from "./workers.js";
@@ -16,7 +17,7 @@ export interface RunOptions {
   readonly store: StoreServer;
   /** "gateway": the workers take leases (and, unless unfenced, read and write) through a gateway process. */
   readonly via: Via;
-  /** Stop once this many operations have completed (any outcome), and not before the schedule's first wipe round and store kill have played out (scheduleCoverageMs). */
+  /** Stop once this many operations have completed (any outcome), and not before what the run is judged on has played out (RunEnd). */
   readonly ops: number;
   readonly seed: number;
   readonly ttlMs: number;
@@ -108,8 +109,8 @@ class ConfigurationRun {
   private injector: FaultInjector | undefined;
   private origin = process.hrtime.bigint();
   private completed = 0;
-  /** The run goes on at least this long (ms after its start), however soon its operations are done. */
-  private minDurationMs = 0;
+  /** When the run may end, however soon its operations are done. */
+  private end: RunEnd | undefined;
   private stopping = false;
   private finish: () => void = () => undefined;
   private readonly finished = new Promise<void>((resolve) => (this.finish = resolve));
@@ -236,15 +237,10 @@ class ConfigurationRun {
   private onMessage(message: FromWorker): void {
     if (message.type === "event") {
       this.history.push(message.event);
+      this.end?.event(message.event);
       const t = message.event.type;
-      if ((t === "ok" || t === "fail" || t === "info") && ++this.completed === this.target) this.opsDone();
+      if ((t === "ok" || t === "fail" || t === "info") && ++this.completed === this.target) this.end?.opsDone();
     } else if (message.type === "between-read-and-write") this.injector?.reachedRmw(message.worker, message.fault, message.mono);
-  }
-
-  private opsDone(): void {
-    const left = this.minDurationMs - this.now();
-    if (left <= 0) this.finish();
-    else setTimeout(this.finish, left);
   }
 
   async startWorkers(): Promise<void> {
@@ -258,11 +254,10 @@ class ConfigurationRun {
       redisNodes: options.redisNodes,
       clockNode: CLOCK_NODE,
       gateway: this.viaGateway,
-      pairs: options.pairs,
       ...(options.store.faults === undefined ? {} : { store: options.store.backend }),
     };
     const schedule = faultSchedule(scheduleOptions);
-    this.minDurationMs = scheduleCoverageMs(scheduleOptions);
+    this.end = new RunEnd(scheduleOptions, options.pairs, this.now, () => this.finish());
     // Built before the workers exist: it only reaches them through the targets' closures, once started.
     this.injector = new FaultInjector(schedule, this.faultTargets(), (event) => this.history.push(event), this.now, options.ttlMs);
     const ready = this.links.map((links, w) => {

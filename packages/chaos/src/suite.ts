@@ -6,6 +6,7 @@ import { describeCall } from "./liveness.js";
 import { plotHistory } from "./plot.js";
 import { runConfiguration, type RunResult } from "./run.js";
 import { startStoreServer } from "./store-server.js";
+import { wipeShown } from "./token-watch.js";
 
 export interface ChaosOptions {
   /** Operations per configuration and backend. */
@@ -168,13 +169,13 @@ export function verdict(runs: ChaosSummary["runs"]): string[] {
       if (mode === "unfenced" && total(run.violations) === 0)
         failures.push(`${where}: no violation — the nemesis is too gentle to show anything`);
       // Without a repeated token, no store was ever shown two holders with one token: the run proves nothing about equal tokens.
-      // Pairs contend harder: an attempt that loses still advances the counters where it was granted, so the
-      // tokens handed out are sparse, and the ones a wipe round hands out again rarely hit one exactly. There
-      // the wipe round shows as the lock going backwards; what the stores make of it the properties judge.
-      if (run.pairs !== undefined) {
-        if (run.repeatedTokens === 0 && run.tokenRegressions === 0)
-          failures.push(`${where}: the lock neither repeated a token nor went below one it had handed out — no wipe round took effect`);
-      } else if (run.repeatedTokens === 0) failures.push(`${where}: the lock repeated no token — no wipe round took effect`);
+      // With pairs the wipe round may show as the lock going backwards; what the stores make of it the properties judge.
+      if (!wipeShown({ repeated: run.repeatedTokens, regressions: run.tokenRegressions }, run.pairs !== undefined))
+        failures.push(
+          run.pairs === undefined
+            ? `${where}: the lock repeated no token — no wipe round took effect`
+            : `${where}: the lock neither repeated a token nor went below one it had handed out — no wipe round took effect`,
+        );
       // Pairs written in one transaction, none of them seen landed: atomicity was never judged.
       if (run.pairs !== undefined && run.pairs.atomic > 0 && run.pairs.judged === 0)
         failures.push(`${where}: no pair written in one transaction was seen landed — atomicity was never judged`);

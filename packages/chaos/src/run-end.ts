@@ -1,0 +1,53 @@
+import type { HistoryEvent } from "./history.js";
+import { scheduleCoverageMs, type ScheduleOptions } from "./nemesis.js";
+import { TokenWatch, wipeShown } from "./token-watch.js";
+
+/**
+ * A wipe round can fail to show: a node of the minority it left behind can be healed before the
+ * majority is wiped (in a quick S3 run, one resource of two in 1 run of 6, both now and then). A run
+ * whose operations are done goes on through this many rounds, and no further, until one shows.
+ */
+const WIPE_ROUNDS_AT_MOST = 3;
+
+/**
+ * When a run ends: once its operations are done, and its schedule has played what every run is
+ * judged on (scheduleCoverageMs: the first wipe round and the first store kill), and a wipe round has
+ * shown in the tokens (wipeShown) — or WIPE_ROUNDS_AT_MOST rounds have played out without one showing,
+ * and the run is judged as it is.
+ */
+export class RunEnd {
+  readonly #tokens = new TokenWatch();
+  readonly #minMs: number;
+  readonly #maxMs: number;
+  #opsDone = false;
+
+  constructor(
+    schedule: ScheduleOptions,
+    private readonly pairs: boolean,
+    private readonly now: () => number,
+    private readonly finish: () => void,
+  ) {
+    this.#minMs = scheduleCoverageMs(schedule);
+    this.#maxMs = scheduleCoverageMs(schedule, WIPE_ROUNDS_AT_MOST);
+  }
+
+  /** Every event of the history, as it arrives. */
+  event(e: HistoryEvent): void {
+    this.#tokens.add(e);
+    if (e.type === "acquired") this.#finishIfCovered();
+  }
+
+  /** The last operation has completed. */
+  opsDone(): void {
+    this.#opsDone = true;
+    this.#finishIfCovered();
+    const now = this.now();
+    for (const at of [this.#minMs, this.#maxMs]) if (at > now) setTimeout(() => this.#finishIfCovered(), at - now);
+  }
+
+  #finishIfCovered(): void {
+    if (!this.#opsDone) return;
+    const now = this.now();
+    if (now >= this.#maxMs || (now >= this.#minMs && wipeShown(this.#tokens, this.pairs))) this.finish();
+  }
+}
