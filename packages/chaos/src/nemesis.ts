@@ -156,7 +156,7 @@ const AFTER_WIPE_MS = 2_000;
  * How long a run must last, however fast its operations go, for its schedule to have played what
  * every run is judged on: the first `wipeRounds` wipe rounds (each wipe, the restart after it, and
  * time for the workers to meet the repeated tokens) and, with a store, the store server's first kill
- * and restart. A run whose operations are done sooner goes on until then (run.ts).
+ * and restart. A run whose operations are done sooner goes on until then (RunEnd, run-end.ts).
  */
 export function scheduleCoverageMs(options: ScheduleOptions, wipeRounds = 1): number {
   const wipes: number[] = [];

@@ -86,9 +86,24 @@ describe("when a run ends", () => {
     }
   });
 
+  it("a timer that fires before the run's clock has reached its moment checks again", () => {
+    const { end, finished } = start();
+    end.event(acquired(1, "a"));
+    end.event(acquired(1, "b"));
+    end.opsDone();
+    // The run's clock trails the timers by 5 ms.
+    clock = minMs - 5;
+    vi.advanceTimersByTime(minMs);
+    expect(finished()).toBe(false);
+    clock = minMs;
+    vi.advanceTimersByTime(5);
+    expect(finished()).toBe(true);
+  });
+
   it("never while operations are still running", () => {
     const { end, finished } = start();
     advanceTo(maxMs + 10_000);
+    expect(end.latestMs).toBe(maxMs);
     end.event(acquired(1, "a"));
     end.event(acquired(1, "b"));
     expect(finished()).toBe(false);

@@ -299,7 +299,9 @@ class ConfigurationRun {
       () => options.log(`[${this.tag}] ${this.completed}/${this.target} operations, ${(this.now() / 1000).toFixed(1)} s`),
       5_000,
     );
-    const timeout = new Promise<"timeout">((resolve) => setTimeout(() => resolve("timeout"), options.timeoutMs).unref());
+    // Never before the run may still be waiting for a wipe round to show.
+    const timeoutMs = Math.max(options.timeoutMs, (this.end?.latestMs ?? 0) + 30_000);
+    const timeout = new Promise<"timeout">((resolve) => setTimeout(() => resolve("timeout"), timeoutMs).unref());
     const outcome = await Promise.race([this.finished.then(() => "done" as const), timeout]);
     clearInterval(progress);
     const durationMs = this.now();
