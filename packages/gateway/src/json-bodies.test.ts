@@ -56,7 +56,10 @@ const cases: ReadonlyArray<{ name: string; body: Buffer; type?: string; status: 
   { name: 'charset="UTF-8", odd spacing', body: bytes("[1]"), type: 'Application/JSON ;charset="UTF-8"', status: 200, stored: [1] },
   { name: "a byte order mark", body: Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), bytes('{"n":3}')]), status: 200, stored: { n: 3 } },
   { name: "a scalar", body: bytes("  7 "), status: 200, stored: 7 },
-  { name: "malformed UTF-8 in a string", body: Buffer.from([0x22, 0x61, 0xff, 0x62, 0x22]), status: 200, stored: "a\ufffdb" },
+  // Not UTF-8, so not JSON: decoding would store U+FFFD in its place, a value the client never sent.
+  { name: "malformed UTF-8 in a string", body: Buffer.from([0x22, 0x61, 0xff, 0x62, 0x22]), status: 400 },
+  { name: "a lone surrogate encoded in UTF-8", body: Buffer.from([0x22, 0xed, 0xa0, 0x80, 0x22]), status: 400 },
+  { name: "a sequence cut short", body: Buffer.from([0x22, 0x61, 0xe2, 0x82, 0x22]), status: 400 },
   { name: "a __proto__ key", body: bytes('{"__proto__":{"x":1}}'), status: 200, stored: { ["__proto__"]: { x: 1 } } },
   { name: "not JSON", body: bytes('{"n":'), status: 400 },
   { name: "only a byte order mark", body: Buffer.from([0xef, 0xbb, 0xbf]), status: 400 },

@@ -1,3 +1,4 @@
+import { isUtf8 } from "node:buffer";
 import express, { type Request, type RequestHandler, type Response } from "express";
 import type { Logger } from "pino";
 import { z } from "zod";
@@ -85,12 +86,14 @@ export function jsonBody(limitBytes: number): (req: Request, res: Response) => P
     inflate: false,
     strict: false,
     type: () => true,
-    // JSON in UTF-8 only (RFC 8259 §8.1); a body that is empty or only a byte order mark is a client
+    // JSON in well-formed UTF-8 only (RFC 8259 §8.1); a body that is empty or only a byte order mark is a client
     // mistake — body-parser would parse it as {} and the route would store that.
     verify: (_req, _res, buf, encoding) => {
       if (encoding !== "utf-8") throw new HttpProblem("mediaType", `body: JSON must be UTF-8, got charset ${JSON.stringify(encoding)}`);
       if (buf.length === 0 || (buf.length === 3 && buf[0] === 0xef && buf[1] === 0xbb && buf[2] === 0xbf))
         throw new HttpProblem("invalid", "body: a JSON value is required");
+      // Decoding would put U+FFFD in place of every ill-formed sequence: a value the client never sent.
+      if (!isUtf8(buf)) throw new HttpProblem("invalid", "body: not well-formed UTF-8");
     },
   });
   return (req, res) => {
