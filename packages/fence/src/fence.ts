@@ -100,7 +100,7 @@ export function admits(highest: { readonly token: bigint; readonly holder: strin
  * already knows stops at once); the storage's check of the token remains the guarantee, since a
  * lease can end while a write is in flight, or without its holder noticing.
  *
- * - A `lostReason` property (a @fenced/lock Lease): throws it if it is an Error. It is the reason
+ * - A `lostReason` property (a @fenced/lock Lease, or one of its `lease.fences`): throws it if it is an Error. It is the reason
  *   the lease's signal aborts with, and reading it allocates nothing, so `signal` is then not read:
  *   on a live lease that would create an AbortController and arm a timer on every write.
  * - Otherwise a `signal` that is aborted (`aborted === true`): throws its reason, or an AbortError.

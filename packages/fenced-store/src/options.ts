@@ -15,7 +15,8 @@ export function optionsObject(options: unknown, shape: string, argument = "optio
 
 /**
  * A fence checked and copied (checkFence), and refused with its own error if it knows its lease
- * ended (refuseEndedLease: a released or expired Lease), whether or not a signal was passed too.
+ * ended (refuseEndedLease: a released or expired Lease, or one of its lease.fences), whether or not a
+ * signal was passed too.
  * Every operation that takes a fence reads it through here, before any I/O.
  */
 export function liveFence(fence: unknown, argument = "fence"): CheckedFence {

@@ -38,11 +38,18 @@ interface LeaseShown<Token> {
   readonly lost: boolean;
 }
 
-/** One resource of a lease as a store takes it: the fence of that resource (see `Lease.fences`). */
+/**
+ * One resource of a lease as a store takes it: the fence of that resource (see `Lease.fences`).
+ * Besides its three fields it answers `lostReason`, the lease's, as a getter that is not enumerable:
+ * a store refuses the fence of a lease that knows it ended before any I/O, as it refuses the lease
+ * (refuseEndedLease in @fenced/fence), and a copy (`{ ...fence }`, structuredClone) is a plain fence.
+ */
 export interface LeaseFence {
   readonly resource: string;
   readonly token: bigint;
   readonly holder: string;
+  /** The lease's lostReason: why it ended, or undefined while it is valid (absent on a copy). */
+  readonly lostReason?: LeaseLostError | undefined;
 }
 
 /**
@@ -71,9 +78,7 @@ export class Lease implements AsyncDisposable {
   readonly resources: readonly string[];
   /** One fence per resource, in the order of `resources`, each with the lease's holder. Computed on first read. */
   get fences(): readonly LeaseFence[] {
-    return (this.#fences ??= Object.freeze(
-      this.#held.map((f) => Object.freeze({ resource: f.resource, token: f.token, holder: this.holder })),
-    ));
+    return (this.#fences ??= Object.freeze(this.#held.map((f) => fenceOf(this, f))));
   }
   /**
    * This lease's public identity: stored by the fenced stores beside the highest token, so that an
@@ -262,4 +267,11 @@ export function holderOf(value: string): string {
 /** The LeaseLostError of a lease: every resource it holds with its token, and why it is lost. */
 export function leaseLost(lease: Lease, kind: LeaseLostKind, nodes: readonly NodeFailure[] = []): LeaseLostError {
   return new LeaseLostError(lease.resource, lease.token, kind, nodes, leaseInternals.held(lease));
+}
+
+/** `lease`'s fence of one resource it holds (LeaseFence): frozen, its `lostReason` the lease's. */
+function fenceOf(lease: Lease, held: HeldFence): LeaseFence {
+  const fence = { resource: held.resource, token: held.token, holder: lease.holder };
+  Object.defineProperty(fence, "lostReason", { get: () => lease.lostReason, enumerable: false });
+  return Object.freeze(fence as LeaseFence);
 }

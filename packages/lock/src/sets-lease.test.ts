@@ -1,9 +1,10 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { inspect } from "node:util";
-import { checkFence, checkFences } from "@fenced/fence";
+import { checkFence, checkFences, refuseEndedLease } from "@fenced/fence";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LeaseLostError } from "./errors.js";
 import { resourceKeys } from "./keys.js";
+import type { LeaseFence } from "./lease.js";
 import { Redlock } from "./redlock.js";
 import { leaseKeysOn } from "./sets-test-support.js";
 import { countersOn, drained, holdAs, loadScripts, startTestNodes, type LockClient, type TestNodes } from "./test-support.js";
@@ -198,6 +199,30 @@ describe("a lease of several resources, held", () => {
       await lease.release();
     }
     expect(JSON.parse(JSON.stringify(lease))).toMatchObject({ lost: true, fences: [{ resource: "show/a" }, { resource: "show/b" }] });
+  });
+
+  it("each of lease.fences answers the lease's lostReason, not enumerable: refused before I/O once the lease ended, a copy a plain fence", async () => {
+    const lease = await redlock.acquire(["ended/a", "ended/b"], 10_000);
+    const b = lease.fences[1] as LeaseFence;
+    expect(b.lostReason).toBeUndefined();
+    expect(() => refuseEndedLease(b)).not.toThrow();
+    expect(Object.keys(b)).toEqual(["resource", "token", "holder"]);
+    const copies = [{ ...b }, structuredClone(b)];
+    for (const copy of copies)
+      expect([copy, "lostReason" in copy]).toEqual([{ resource: "ended/b", token: 1n, holder: lease.holder }, false]);
+    await lease.release();
+    const lost = lease.lostReason;
+    expect(lost).toBeInstanceOf(LeaseLostError);
+    expect(b.lostReason).toBe(lost);
+    let thrown: unknown;
+    try {
+      refuseEndedLease(b);
+    } catch (err) {
+      thrown = err;
+    }
+    expect(thrown).toBe(lost);
+    // A copy knows nothing of the lease: the storage's check of its token decides.
+    for (const copy of copies) expect(() => refuseEndedLease(copy)).not.toThrow();
   });
 
   it("using() extends every key of the set past its TTL and releases them all; `await using` releases them all too", async () => {

@@ -37,14 +37,18 @@ describe("FencedPostgres: a copy of a lease of several resources", () => {
       // The older lease of both accounts ends; a newer lease of bob alone registers its fence.
       const older = await leases.endedSet(["alice", "bob"], "released");
       const [alice, bob] = older.resources as [string, string];
-      await store.put("accounts/bob", { balance: 10 }, { fence: older.fences[1] as Lease["fences"][number] }).catch(() => undefined);
+      const { resource, token, holder } = older.fences[1] as Lease["fences"][number];
+      await store.put("accounts/bob", { balance: 10 }, { fence: { resource, token, holder } }).catch(() => undefined);
       const newer = await leases.reacquire([bob]);
       try {
         await store.register(newer);
         await store.put("accounts/bob", { balance: 10 }, { fence: newer });
-        // The lease itself, and its fences, are refused.
+        // The lease itself, and its fences, know it ended: refused before any I/O. Copies of its fences
+        // do not: the storage refuses them.
         expect(await outcome(store.transaction(older, () => Promise.resolve()))).toMatchObject({ name: "LeaseLostError" });
-        expect(await outcome(store.transaction(older.fences, () => Promise.resolve()))).toBeInstanceOf(StaleTokenError);
+        expect(await outcome(store.transaction(older.fences, () => Promise.resolve()))).toMatchObject({ name: "LeaseLostError" });
+        const copies = older.fences.map(({ resource, token, holder }) => ({ resource, token, holder }));
+        expect(await outcome(store.transaction(copies, () => Promise.resolve()))).toBeInstanceOf(StaleTokenError);
 
         const copied = copy(older);
         let ran = false;

@@ -1,5 +1,5 @@
 import { InvalidArgumentError } from "@fenced/fence";
-import type { Lease } from "@fenced/lock";
+import type { Lease, LeaseFence } from "@fenced/lock";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { StaleTokenError } from "../errors.js";
 import { ENDINGS, leaseHarness, refusedWithItsError, type LeaseHarness } from "../lease-test-support.js";
@@ -95,8 +95,9 @@ WHERE key IN ('accounts/alice', 'accounts/bob')`,
   it("a newer lease of the set fences the older one out: a holder that does not know its lease ended is refused by the storage", async () => {
     const store = await h.store("lease_set_next");
     const first = await leases.liveSet(["erin", "frank"]);
-    // What a paused holder still has: its fences, which do not know the lease ended.
-    const stale = [...first.fences];
+    // What a paused holder still has: copies of its fences, which do not know the lease ended (the
+    // fences themselves would: a store refuses them before any I/O once it has, lease-sets above).
+    const stale = first.fences.map(({ resource, token, holder }) => ({ resource, token, holder }));
     await store.register(first);
     await first.release();
     await withLease(await leases.reacquire(first.resources), async (next) => {
@@ -130,6 +131,23 @@ for (const ending of ENDINGS) {
       await refusedWithItsError(store.register(lease), lease, ending);
       await refusedWithItsError(store.putAll([{ key: "k", value: 1, resource: lease.resource }], { fences: lease }), lease, ending);
       expect(ran).toBe(false);
+      expect(sent()).toBe(0);
+      expect(await h.counts(plain)).toEqual({ fence: 0, records: 0 });
+    });
+
+    it("so is every operation under one of its fences (lease.fences[i]), alone or in a list", async () => {
+      const lease = await leases.endedSet(["ivy", "jon"], ending);
+      const [first, second] = lease.fences as [LeaseFence, LeaseFence];
+      const { store, plain, sent } = await watchedStore("lease_set_fence_lost");
+      await refusedWithItsError(store.put("k", { v: 1 }, { fence: second }), lease, ending);
+      await refusedWithItsError(store.delete("k", { fence: second, ifVersion: "1" }), lease, ending);
+      await refusedWithItsError(store.register(first), lease, ending);
+      await refusedWithItsError(
+        store.transaction([first, second], () => Promise.resolve()),
+        lease,
+        ending,
+      );
+      await refusedWithItsError(store.putAll([{ key: "k", value: 1, resource: second.resource }], { fences: [second] }), lease, ending);
       expect(sent()).toBe(0);
       expect(await h.counts(plain)).toEqual({ fence: 0, records: 0 });
     });

@@ -1,6 +1,7 @@
 import { Readable } from "node:stream";
 import type { S3Client } from "@aws-sdk/client-s3";
 import { InvalidArgumentError } from "@fenced/fence";
+import type { LeaseFence } from "@fenced/lock";
 import { startS3, type StartedS3 } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { StaleTokenError } from "../errors.js";
@@ -129,6 +130,17 @@ for (const ending of ENDINGS) {
       const lease = await leases.endedSet(["s3-set-lost-a", "s3-set-lost-b"], ending);
       const { bucket, store, sent } = await watchedStore();
       await refusedWithItsError(store.register(lease), lease, ending);
+      expect(sent()).toBe(0);
+      expect(await listKeys(client, bucket)).toEqual([]);
+    });
+
+    it("a write, a delete or a registration under one of its fences (lease.fences[i]): its LeaseLostError before any request", async () => {
+      const lease = await leases.endedSet(["s3-set-fence-lost-a", "s3-set-fence-lost-b"], ending);
+      const [first, second] = lease.fences as [LeaseFence, LeaseFence];
+      const { bucket, store, sent } = await watchedStore();
+      await refusedWithItsError(store.put("k", "small", { fence: second }), lease, ending);
+      await refusedWithItsError(store.delete("k", { fence: second }), lease, ending);
+      await refusedWithItsError(store.register(first), lease, ending);
       expect(sent()).toBe(0);
       expect(await listKeys(client, bucket)).toEqual([]);
     });
