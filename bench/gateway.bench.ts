@@ -21,7 +21,8 @@ import { Pool } from "undici";
 import { credentialKeys, mintFenceCredential, verifyFenceCredential, type CredentialKey } from "@fenced/fence";
 import { FencedPostgres } from "@fenced/store/postgres";
 import { startPostgres, startS3 } from "@fenced/servers";
-import { emit, latencyOf, measure, median, openLoop, round3, type Measured, type Op } from "./measure.js";
+import { latencyBench, type OpenImpl } from "./gateway-latency.js";
+import { emit, measure, median, round3, type Measured, type Op } from "./measure.js";
 import { startServer, type ServerProcess } from "./server-process.js";
 
 const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 3_000);
@@ -298,39 +299,15 @@ try {
     });
   }
 
-  // Latency as a client sees it when the server is not the bottleneck: writes arrive at a fixed rate
-  // (half of the closed-loop throughput just measured) over the same 64 connections, each timed from
-  // its scheduled start, so that a stall delays every write behind it (no coordinated omission). The
-  // plain-header writes at half their throughput; the credential writes and each anchor at half the
-  // credential writes'. Interleaved in OPEN_ROUNDS rounds in a rotating order, each side's latencies
-  // pooled, so that a stall of the machine (a checkpoint, another process) is not charged to one side.
-  const OPEN_ROUNDS = 3;
-  const rate = Math.max(100, Math.round(med("gateway", "opsPerSec") / 2));
-  const credentialRate = Math.max(100, Math.round(med("gateway-credential", "opsPerSec") / 2));
-  const open = ["gateway", "gateway-credential", "express-pg", "node-http-pg"] as const;
-  const rateOf = (impl: (typeof open)[number]): number => (impl === "gateway" ? rate : credentialRate);
-  const pooled = Object.fromEntries(open.map((impl) => [impl, [] as number[]])) as Record<(typeof open)[number], number[]>;
-  for (const impl of open) processOf[impl]?.resetPeak();
-  for (let round = 0; round < OPEN_ROUNDS; round++) {
-    for (let k = 0; k < open.length; k++) {
-      const impl = open[(round + k) % open.length] as (typeof open)[number];
-      await openLoop(impls[impl], rateOf(impl), (DURATION_MS * 2) / OPEN_ROUNDS, pooled[impl]);
-    }
-  }
-  for (const impl of open) {
-    const latency = latencyOf(pooled[impl]);
-    const judged = impl === "gateway" || impl === "gateway-credential";
-    emit({
-      bench: "gateway-postgres-put-latency",
-      impl,
-      ...setting,
-      ratesPerSec: rateOf(impl),
-      arrival: `open loop, fixed interval, timed from the scheduled start; ${OPEN_ROUNDS} interleaved rounds pooled`,
-      ...latency,
-      ...(judged ? { goal: "p99 < 20 ms", met: latency.p99Ms < 20 } : {}),
-      serverPeakRssMb: (processOf[impl] as ServerProcess).rssMb().peak,
-    });
-  }
+  // Latency as a client sees it when the server is not the bottleneck (gateway-latency.ts).
+  await latencyBench({
+    impls,
+    processOf: processOf as Record<OpenImpl, ServerProcess>,
+    plainOpsPerSec: med("gateway", "opsPerSec"),
+    credentialOpsPerSec: med("gateway-credential", "opsPerSec"),
+    durationMs: DURATION_MS * 2,
+    setting,
+  });
   await Promise.all(Object.values(anchorClients).map((c) => c.close()));
   await clients.close();
 

@@ -81,7 +81,10 @@ export async function openLoop(op: Op, ratePerSec: number, durationMs: number, l
     if (scheduled > start + durationMs) break;
     const wait = scheduled - performance.now();
     if (wait > 1) await new Promise((r) => setTimeout(r, wait));
-    pending.push(op(i % 64, i).then(() => void mine.push(performance.now() - scheduled)));
+    // Timed from the scheduled start, or from the launch when that is earlier: a wait under 1 ms is
+    // not slept (timers are not that fine), and no answer may come before its own request went out.
+    const from = Math.min(scheduled, performance.now());
+    pending.push(op(i % 64, i).then(() => void mine.push(performance.now() - from)));
   }
   await Promise.all(pending);
   latencies.push(...mine);
