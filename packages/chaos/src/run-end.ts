@@ -3,9 +3,10 @@ import { scheduleCoverageMs, type ScheduleOptions } from "./nemesis.js";
 import { TokenWatch, wipeShown } from "./token-watch.js";
 
 /**
- * A wipe round can fail to show: a node of the minority it left behind can be healed before the
- * majority is wiped (in a quick S3 run, one resource of two in 1 run of 6, both now and then). A run
- * whose operations are done goes on through this many rounds, and no further, until one shows.
+ * A wipe round can fail to show: the minority it left behind can catch up before the majority is
+ * wiped — the workers' ioredis clients replay to a restarted node the commands they queued while it
+ * was down, acquisitions among them (a quick S3 run had one resource of two healed in 1 run of 6). A
+ * run whose operations are done goes on through this many rounds, and no further, until one shows.
  */
 const WIPE_ROUNDS_AT_MOST = 3;
 

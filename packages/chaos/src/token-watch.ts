@@ -2,8 +2,8 @@ import type { HistoryEvent } from "./history.js";
 
 /**
  * What the lock's acquisitions show of the wipe rounds, event by event: the checker counts it over a
- * whole history, and a run watches it as the history grows (run.ts ends no run before a round has
- * shown, within a bound).
+ * whole history, and a run watches it as the history grows (RunEnd, run-end.ts, ends no run before a
+ * round has shown, within a bound).
  *
  * - repeated: an acquisition of a (resource, token) another holder had already acquired. An
  *   undisclosed holder is still a lease of its own: every acquisition draws a fresh random value.
@@ -50,7 +50,7 @@ export class TokenWatch {
  * Whether a run's wipe rounds showed: the lock handed out a token again, or, with pairs, went below
  * one it had handed out (pairs contend harder: an attempt that loses still advances the counters
  * where it was granted, so the tokens handed out are sparse, and the ones a round hands out again
- * rarely hit one exactly). suite.ts fails a run where they did not; run.ts waits for it.
+ * rarely hit one exactly). suite.ts fails a run where they did not; RunEnd waits for it.
  */
 export function wipeShown(tokens: { readonly repeated: number; readonly regressions: number }, pairs: boolean): boolean {
   return tokens.repeated > 0 || (pairs && tokens.regressions > 0);
