@@ -117,6 +117,8 @@ describe("fence credentials", () => {
     );
     expect(() => credentialKeys([current, { id: "k2", secret: randomBytes(32) }])).toThrow(/duplicate/);
     expect(() => credentialKeys([{ id: "bad id", secret: randomBytes(32) }])).toThrow(InvalidArgumentError);
+    // The configured copies cannot be edited into another id or secret under their cached HMAC key.
+    for (const copy of keys.values()) expect(Object.isFrozen(copy)).toBe(true);
   });
 
   it("a credential carries its lease's end: accepted up to it, refused as expired after it, the end cannot be edited", () => {

@@ -74,7 +74,8 @@ export function credentialKeys(keys: readonly CredentialKey[]): ReadonlyMap<stri
   keys.forEach((key, i) => {
     assertCredentialKey(key, `keys[${i}]`);
     if (byId.has(key.id)) throw new InvalidArgumentError(`keys[${i}].id`, `duplicate key id ${JSON.stringify(key.id)}`);
-    const copy: CredentialKey = { id: key.id, secret: Uint8Array.from(key.secret) };
+    // Frozen: its id goes into every MAC beside the KeyObject made below, which must stay its pair.
+    const copy: CredentialKey = Object.freeze({ id: key.id, secret: Uint8Array.from(key.secret) });
     // Made once, from the secret as configured (createSecretKey copies the bytes).
     hmacKeys.set(copy, createSecretKey(copy.secret));
     byId.set(key.id, copy);
