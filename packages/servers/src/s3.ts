@@ -1,6 +1,8 @@
 import { execFile } from "node:child_process";
 import { randomBytes, randomUUID } from "node:crypto";
 import { rmSync } from "node:fs";
+import { Agent } from "node:http";
+import { Agent as HttpsAgent } from "node:https";
 import { mkdir, mkdtemp, readFile, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -20,8 +22,11 @@ export interface StartedS3 {
   readonly forcePathStyle: true;
   /** env: S3_ENDPOINT as given; docker: a MinIO container; local: a one-host Ceph cluster with radosgw. */
   readonly source: "env" | "docker" | "local";
-  /** A new client for this server (each call: tests may attach their own middleware). */
-  client(): S3Client;
+  /**
+   * A new client for this server (each call: tests may attach their own middleware). `maxSockets`:
+   * at most that many connections at once (default: the SDK's), so that a test can exhaust them.
+   */
+  client(options?: { readonly maxSockets?: number }): S3Client;
   /** Creates a bucket (a fresh unique name unless given) and returns its name. */
   createBucket(name?: string): Promise<string>;
   /** Stops the server and removes its files; idempotent. With S3_ENDPOINT, deletes only the buckets createBucket made. */
@@ -86,8 +91,12 @@ interface Connection {
 function handle(conn: Connection, shutdown: () => Promise<void>, faults?: ServerFaults): StartedS3 {
   const clients: S3Client[] = [];
   const buckets: string[] = [];
-  const client = (): S3Client => {
+  const client = (options: { readonly maxSockets?: number } = {}): S3Client => {
+    const agent = options.maxSockets === undefined ? undefined : new Agent({ keepAlive: true, maxSockets: options.maxSockets });
     const c = new S3Client({
+      ...(agent === undefined
+        ? {}
+        : { requestHandler: { httpAgent: agent, httpsAgent: new HttpsAgent({ keepAlive: true, maxSockets: options.maxSockets }) } }),
       endpoint: conn.endpoint,
       region: conn.region,
       credentials: { accessKeyId: conn.accessKeyId, secretAccessKey: conn.secretAccessKey },

@@ -32,8 +32,13 @@ export class Calls<Client extends PgClient> {
     this.names = statementNames(sql);
   }
 
-  /** Runs `work` on a client checked out for this call, within the call's deadline; the client is released however it ends. */
-  async session<T>(call: Call, work: (s: Session<Client>) => Promise<T>, signal?: AbortSignal): Promise<T> {
+  /**
+   * Runs `work` on a client checked out for this call, within the call's deadline; the client is
+   * released however it ends. `signal` is the caller's (undefined: none), asked for by every call so
+   * that none can leave it out: waiting for the client ends at its abort, and `work` never starts
+   * once it has aborted (Session.open) — nothing is sent.
+   */
+  async session<T>(call: Call, signal: AbortSignal | undefined, work: (s: Session<Client>) => Promise<T>): Promise<T> {
     const s = await Session.open(this.pool, call, this.timeoutMs, signal);
     try {
       return await work(s);
@@ -55,36 +60,31 @@ export class Calls<Client extends PgClient> {
     options: TransactionOptions<T> = {},
   ): Promise<T> {
     const { commit = () => true } = options;
-    return this.session(
-      call,
-      async (s) => {
-        let begun = false;
-        try {
-          throwIfAborted(signal); // waiting for a connection may have taken a while
-          await s.query({ text: beginWithin(s.remainingMs()) }, "read");
-          begun = true;
-          const result = await work(s);
-          throwIfAborted(signal); // the last moment at which nothing is written: an abort rolls back
-          if (!commit(result)) {
-            begun = false;
-            // Nothing to keep: a ROLLBACK that fails leaves a discarded connection, which rolls back too.
-            await s.rollback(ROLLBACK);
-            return result;
-          }
+    return this.session(call, signal, async (s) => {
+      let begun = false;
+      try {
+        await s.query({ text: beginWithin(s.remainingMs()) }, "read");
+        begun = true;
+        const result = await work(s);
+        throwIfAborted(signal); // the last moment at which nothing is written: an abort rolls back
+        if (!commit(result)) {
           begun = false;
-          const done = await s.query({ text: COMMIT }, "commit");
-          // A transaction in which a statement failed (and the error was swallowed) "commits" as ROLLBACK.
-          if (done.command !== "COMMIT")
-            throw new Error(`the transaction was rolled back by the server (${done.command}); nothing was written`);
+          // Nothing to keep: a ROLLBACK that fails leaves a discarded connection, which rolls back too.
+          await s.rollback(ROLLBACK);
           return result;
-        } catch (err) {
-          if (begun) await s.rollback(ROLLBACK);
-          // The callback's error was judged when it was caught (Session.callback), before this ROLLBACK.
-          throw err instanceof CallbackError ? err.error : err;
         }
-      },
-      signal,
-    );
+        begun = false;
+        const done = await s.query({ text: COMMIT }, "commit");
+        // A transaction in which a statement failed (and the error was swallowed) "commits" as ROLLBACK.
+        if (done.command !== "COMMIT")
+          throw new Error(`the transaction was rolled back by the server (${done.command}); nothing was written`);
+        return result;
+      } catch (err) {
+        if (begun) await s.rollback(ROLLBACK);
+        // The callback's error was judged when it was caught (Session.callback), before this ROLLBACK.
+        throw err instanceof CallbackError ? err.error : err;
+      }
+    });
   }
 
   /** One statement of a multi-statement operation: not sent once the signal is aborted. */

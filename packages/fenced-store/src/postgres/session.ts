@@ -1,4 +1,5 @@
 import { callbackFailure, classify, connectionIntact, DeadlineExceeded, type Phase } from "./failures.js";
+import { throwIfAborted } from "../options.js";
 import type { PgClient, PgPool, PgQueryConfig, PgQueryResult } from "./types.js";
 
 /**
@@ -116,7 +117,9 @@ export class Session<Client extends PgClient> {
 
   /**
    * Checks a client out within the deadline, or until the caller's signal aborts (its reason is
-   * thrown: nothing was sent); a client that arrives after the call gave up goes straight back.
+   * thrown: nothing was sent); a client that arrives after the call gave up goes straight back. The
+   * signal is asked once more when the client is there: an abort in the same turn as its arrival
+   * also sends nothing.
    */
   static async open<Client extends PgClient>(
     pool: PgPool<Client>,
@@ -128,7 +131,9 @@ export class Session<Client extends PgClient> {
     let pending: Promise<Client> | undefined;
     try {
       pending = pool.connect();
-      return new Session(await deadline.race(untilAborted(pending, signal)), call, deadline);
+      const client = await deadline.race(untilAborted(pending, signal));
+      throwIfAborted(signal); // the client goes back below, with the late ones
+      return new Session(client, call, deadline);
     } catch (err) {
       deadline.clear();
       const aborted = signal?.aborted === true && !deadline.passed;

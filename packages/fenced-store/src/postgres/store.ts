@@ -64,7 +64,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
    * advisory lock.
    */
   async migrate(): Promise<void> {
-    await this.calls.session({ operation: "migrate" }, (s) =>
+    await this.calls.session({ operation: "migrate" }, undefined, (s) =>
       migrateWithin(s, this.calls.sql, this.schema, (name, values) => this.calls.query(name, values)),
     );
   }
@@ -85,16 +85,11 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
       await this.calls.inTransaction(call, signal, (s) => raiseAll(this.calls, s, signal, fences));
       return;
     }
-    await this.calls.session(
-      call,
-      async (s) => {
-        throwIfAborted(signal); // waiting for a connection may have taken a while
-        // One statement, committed only once its answer is in (Session.write).
-        const { rows } = await s.write(this.calls.query("ratchet", fenceParams(only)));
-        if (rows.length === 0) throw await this.calls.staleError(s, only);
-      },
-      signal,
-    );
+    await this.calls.session(call, signal, async (s) => {
+      // One statement, committed only once its answer is in (Session.write).
+      const { rows } = await s.write(this.calls.query("ratchet", fenceParams(only)));
+      if (rows.length === 0) throw await this.calls.staleError(s, only);
+    });
   }
 
   /**
@@ -110,23 +105,20 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     throwIfAborted(signal);
     if (ifVersion === undefined) {
       // The common case in a single statement: see sql.ts for why it is atomic, ordered, and undone whole when refused.
-      return this.calls.session(
-        { operation: "put", key },
-        async (s) => {
-          let result: PgQueryResult<{ version: string }>;
-          try {
-            result = await s.write<{ version: string }>(this.calls.query("putUnconditional", [...fenceParams(fence), key, json]));
-          } catch (err) {
-            throw foreignKeyRefusal(err, key, fence.resource) ?? err;
-          }
-          const row = result.rows[0];
-          if (row === undefined) throw await this.calls.staleError(s, fence);
-          return { version: String(row.version), token: fence.token };
-        },
-        signal,
-      );
+      return this.calls.session({ operation: "put", key }, signal, async (s) => {
+        let result: PgQueryResult<{ version: string }>;
+        try {
+          result = await s.write<{ version: string }>(this.calls.query("putUnconditional", [...fenceParams(fence), key, json]));
+        } catch (err) {
+          throw foreignKeyRefusal(err, key, fence.resource) ?? err;
+        }
+        const row = result.rows[0];
+        if (row === undefined) throw await this.calls.staleError(s, fence);
+        return { version: String(row.version), token: fence.token };
+      });
     }
-    return this.conditional({ operation: "put", key }, fence, ifVersion, "putIfVersion", [...fenceParams(fence), key, json, ifVersion]);
+    const values = [...fenceParams(fence), key, json, ifVersion];
+    return this.conditional({ operation: "put", key }, signal, fence, ifVersion, "putIfVersion", values);
   }
 
   /**
@@ -160,20 +152,18 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     assertResource(resource);
     const signal = signalOnly(options);
     throwIfAborted(signal);
-    return this.calls.session(
-      { operation: "fence" },
-      (s) => {
-        throwIfAborted(signal); // waiting for a connection may have taken a while
-        return readFence(s, this.calls.query("highest", [resource]), resource);
-      },
-      signal,
-    );
+    return this.calls.session({ operation: "fence" }, signal, (s) => readFence(s, this.calls.query("highest", [resource]), resource));
   }
 
-  /** The record under `key`, or undefined (never written, or deleted). Reading needs no fence: only writes are ordered. */
-  async get<T = JsonValue>(key: string): Promise<PgRecord<T> | undefined> {
+  /**
+   * The record under `key`, or undefined (never written, or deleted). Reading needs no fence: only
+   * writes are ordered. options.signal ends the wait for a connection, as for a write.
+   */
+  async get<T = JsonValue>(key: string, options?: PgSignalOptions): Promise<PgRecord<T> | undefined> {
     assertKey(key);
-    const { rows } = await this.calls.session({ operation: "get", key }, (s) =>
+    const signal = signalOnly(options);
+    throwIfAborted(signal);
+    const { rows } = await this.calls.session({ operation: "get", key }, signal, (s) =>
       s.query<{ value: T; version: string; token: string; resource: string; holder: string | null }>(
         this.calls.query("get", [key]),
         "read",
@@ -198,7 +188,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     throwIfAborted(signal);
     const call = { operation: "delete", key };
     if (ifVersion !== undefined)
-      return this.conditional(call, fence, ifVersion, "deleteIfVersion", [...fenceParams(fence), key, ifVersion]);
+      return this.conditional(call, signal, fence, ifVersion, "deleteIfVersion", [...fenceParams(fence), key, ifVersion]);
     return this.fenced(call, [fence], signal, async (s) => {
       const { rows } = await this.calls.run<{ version: string }>(s, signal, "tombstone", [...fenceParams(fence), key]);
       const row = rows[0];
@@ -310,13 +300,14 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
    */
   private conditional(
     call: Call & { readonly key: string },
+    signal: AbortSignal | undefined,
     fence: CheckedFence,
     expected: string,
     name: "putIfVersion" | "deleteIfVersion",
     values: PgParam[],
   ): Promise<PgPutResult> {
     const { key } = call;
-    return this.calls.session(call, async (s) => {
+    return this.calls.session(call, signal, async (s) => {
       let result: PgQueryResult<{ version: string }>;
       try {
         result = await s.write<{ version: string }>(this.calls.query(name, values));

@@ -23,6 +23,7 @@ export {
   type S3FenceOptions,
   type S3Object,
   type S3PutResult,
+  type S3ReadOptions,
   type S3RegisterOptions,
   type S3SweepCount,
   type S3SweepOptions,

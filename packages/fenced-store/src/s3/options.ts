@@ -89,6 +89,9 @@ export type S3RegisterOptions = Abortable;
 /** fence(): only the caller's signal. */
 export type S3FenceOptions = Abortable;
 
+/** get() and getBytes(): only the caller's signal, which ends the call (not a body stream already handed over). */
+export type S3ReadOptions = Abortable;
+
 export interface ResolvedOptions {
   readonly bucket: string;
   readonly prefix: string;
@@ -195,12 +198,10 @@ export function transferOptions(options: unknown): CheckedTransferOptions {
   return { ...transferFences(from, to), ifVersion: checkVersion(ifVersion), signal: liveSignal(signal) };
 }
 
-export function registerOptions(options: unknown): { readonly signal: AbortSignal | undefined } {
+/** The `{ signal? }` of register(), fence(), get() and getBytes(). */
+export function signalOptions(options: unknown): { readonly signal: AbortSignal | undefined } {
   return { signal: liveSignal(signalOnly(options)) };
 }
-
-/** fence() takes what register() takes besides the fence: `{ signal? }`. */
-export const fenceOptions = registerOptions;
 
 export interface CheckedSweepOptions<P> {
   readonly minAgeMs: number;

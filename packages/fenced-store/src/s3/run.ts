@@ -83,9 +83,13 @@ export async function readBatch(run: Run, what: { readonly fences: boolean; read
   if (!what.fences && what.manifest) run.fences = { ...run.fences, fresh: false };
 }
 
-/** The next manifest attempt, built on the current manifest and handed to the SDK (through `gate`: sent only once it opens). */
+/**
+ * The next manifest attempt, built on the current manifest and handed to the SDK (through `gate`:
+ * sent only once it opens). Without a gate it goes to the wire now: an abort seen by then sends nothing.
+ */
 export function prepare(run: Run, dataKey: string | undefined, gate?: SendGate): Prepared {
   const { io, intent, manifest } = run;
+  if (gate === undefined) intent.signal.throwIfAborted();
   const writeId = newId();
   const { header, inline } = build(intent, manifest, writeId, dataKey);
   const outcome = io.objects.write(
@@ -98,8 +102,12 @@ export function prepare(run: Run, dataKey: string | undefined, gate?: SendGate):
   return { attempt: { writeId, target: manifest.snap, ambiguous: true }, header, dataKey, outcome };
 }
 
-/** The attempt goes on the wire: from now on it may land, and what follows awaits it (the fences are no longer fresh). */
+/**
+ * The attempt goes on the wire: from now on it may land, and what follows awaits it (the fences are
+ * no longer fresh). The last moment an abort stops it: a gated PUT whose gate is not opened is never sent.
+ */
 export function sending(run: Run, p: Prepared): Prepared {
+  run.intent.signal.throwIfAborted();
   run.attempts.push(p.attempt);
   if (p.dataKey !== undefined) run.bodies?.sent(p.dataKey, p.attempt);
   run.afterSend = undefined;

@@ -12,8 +12,7 @@ import { StoreIo, type Snapshot } from "./io.js";
 import { probeKeyPrefix } from "./layout.js";
 import { MissingBodies, type ManifestHeader } from "./manifest.js";
 import {
-  fenceOptions,
-  registerOptions,
+  signalOptions,
   sweepOptions,
   transferOptions,
   validateOptions,
@@ -21,6 +20,7 @@ import {
   type FencedS3Options,
   type S3DeleteOptions,
   type S3FenceOptions,
+  type S3ReadOptions,
   type S3RegisterOptions,
   type S3TransferOptions,
   type S3UpdateOptions,
@@ -35,6 +35,7 @@ export type {
   FencedS3Options,
   S3DeleteOptions,
   S3FenceOptions,
+  S3ReadOptions,
   S3RegisterOptions,
   S3TransferOptions,
   S3UpdateOptions,
@@ -110,7 +111,7 @@ export class FencedS3 {
    */
   async register(fence: Fence | FenceSet, options?: S3RegisterOptions): Promise<void> {
     const fences = oneOrMoreFences(fence);
-    const { signal } = registerOptions(options);
+    const { signal } = signalOptions(options);
     const sent = fences.map(() => ({ open: false }));
     const open = { get open() { return sent.some((one) => one.open); } }; // prettier-ignore
     await this.call("register", undefined, signal, (deadline) => this.io.raiseFences(fences, deadline.signal, sent), open);
@@ -126,7 +127,7 @@ export class FencedS3 {
    */
   async fence(resource: string, options?: S3FenceOptions): Promise<CheckedFence | undefined> {
     assertResource(resource);
-    const { signal } = fenceOptions(options);
+    const { signal } = signalOptions(options);
     const found = await this.call("fence", undefined, signal, (deadline) => this.io.readFence(resource, deadline.signal));
     return found === null ? undefined : { resource, token: found.highest.token, holder: found.highest.holder };
   }
@@ -199,11 +200,13 @@ export class FencedS3 {
   /**
    * The key's current version, its body an open stream (consume or destroy it). The call is bounded
    * by timeoutMs; the body stream then errors with StoreUnavailableError ("timeout") if no byte of
-   * it arrives for timeoutMs while it is being read.
+   * it arrives for timeoutMs while it is being read. options.signal aborts the call (its reason is
+   * thrown), not the body stream once handed over.
    */
-  async get(key: string): Promise<S3Object | undefined> {
+  async get(key: string, options?: S3ReadOptions): Promise<S3Object | undefined> {
     assertKey(key);
-    const found = await this.call("get", key, undefined, (deadline) => this.open(key, deadline.signal));
+    const { signal } = signalOptions(options);
+    const found = await this.call("get", key, signal, (deadline) => this.open(key, deadline.signal));
     const { timeoutMs } = this.io.options;
     if (found !== undefined) watchStalls(found.body, timeoutMs, () => new StoreUnavailableError("s3", "timeout", "get"));
     return found;
@@ -231,9 +234,11 @@ export class FencedS3 {
     throw changedWhileRead(key, this.io.options.maxAttempts);
   }
 
-  async getBytes(key: string): Promise<S3Bytes | undefined> {
+  /** The key's current version with its body read whole. options.signal as for get(). */
+  async getBytes(key: string, options?: S3ReadOptions): Promise<S3Bytes | undefined> {
     assertKey(key);
-    const current = await this.call("get", key, undefined, (deadline) => this.readCurrent(key, deadline.signal));
+    const { signal } = signalOptions(options);
+    const current = await this.call("get", key, signal, (deadline) => this.readCurrent(key, deadline.signal));
     return current?.bytes === undefined ? undefined : { ...meta(current.snap.header), body: current.bytes };
   }
 

@@ -4,6 +4,7 @@ import type { FencedS3 } from "@fenced/store/s3";
 import { assertContentType } from "@fenced/store/s3";
 import { OBJECT_VERSION } from "@fenced/store";
 import { answerWrite, authorizeKey, writeOptions } from "./access.js";
+import { clientGone } from "../http/client-gone.js";
 import { markWrite, keyMethods, type RouteContext } from "../http/context.js";
 import { HttpProblem } from "../problems/problem.js";
 import { readSmall, streamUpload } from "../http/request-body.js";
@@ -21,7 +22,7 @@ export function objectsRouter(ctx: RouteContext, store: FencedS3): Router {
 
   const get = async (req: Request, res: Response): Promise<void> => {
     const { key } = authorizeKey(ctx, req, res);
-    const object = await ctx.metrics.time("objects", "get", () => store.get(key));
+    const object = await ctx.metrics.time("objects", "get", () => store.get(key, { signal: clientGone(res) }));
     if (object === undefined) throw new HttpProblem("notFound", `no object under ${JSON.stringify(key)}`);
     res.setHeader("ETag", etag(object.version));
     res.setHeader("Fencing-Token", object.token.toString());

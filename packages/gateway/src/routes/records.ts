@@ -21,7 +21,7 @@ export function recordsRouter(ctx: RouteContext, store: FencedPostgres): Router 
 
   const get = async (req: Request, res: Response): Promise<void> => {
     const { key } = authorizeKey(ctx, req, res);
-    const record = await ctx.metrics.time("records", "get", () => store.get(key));
+    const record = await ctx.metrics.time("records", "get", () => store.get(key, { signal: clientGone(res) }));
     if (record === undefined) throw new HttpProblem("notFound", `no record under ${JSON.stringify(key)}`);
     res.setHeader("ETag", etag(record.version));
     res.setHeader("Fencing-Token", record.token.toString());
