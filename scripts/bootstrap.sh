@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Makes a fresh Debian machine with Node.js and npm ready to run fenced's demo and tests:
-# the servers they start (redis-server, PostgreSQL, Ceph radosgw), gcc for the clock shim,
-# SPIN for the protocol's model check, tar for the release test, a supported Node when the
-# machine's is older (see node-versions.sh), pnpm, and the workspace's packages. Idempotent and
+# the servers they start (redis-server, PostgreSQL, Ceph radosgw), gcc for the clock shim, stress-ng
+# for the loaded test run, SPIN for the protocol's model check, tar for the release test, a
+# supported Node when the machine's is older (see node-versions.sh), pnpm, and the workspace's packages. Idempotent and
 # quick when everything is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +21,8 @@ command -v tar >/dev/null || missing+=(tar)
 command -v gzip >/dev/null || missing+=(gzip)
 # The gateway's client in another language (test/python) uses only Python's standard library.
 command -v python3 >/dev/null || missing+=(python3)
+# scripts/loaded-test.sh (the loaded run of .ci/run) puts two CPU hogs beside the tests.
+command -v stress-ng >/dev/null || missing+=(stress-ng)
 # The protocol's model check (test/spec) runs the SPIN model checker; its verifiers are compiled with gcc.
 command -v spin >/dev/null || missing+=(spin)
 if [ ${#missing[@]} -gt 0 ]; then

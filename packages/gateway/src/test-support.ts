@@ -6,7 +6,7 @@ import { Redis } from "ioredis";
 import pg from "pg";
 import { pino } from "pino";
 import { afterAll, beforeAll } from "vitest";
-import { startPostgres, startRedisNodes, startS3, type RedisNodes, type StartedS3 } from "@fenced/servers";
+import { ANSWERING_NODE_TIMEOUT_MS, startPostgres, startRedisNodes, startS3, type RedisNodes, type StartedS3 } from "@fenced/servers";
 import { createGateway, type Gateway, type GatewayOptions } from "./app.js";
 import type { CredentialKey } from "@fenced/fence";
 import type { ApiKeyConfig } from "./auth/api-keys.js";
@@ -84,7 +84,16 @@ export async function startBackends(want: { redis?: number; redisFaults?: boolea
         ...(s3Client === undefined || bucket === undefined
           ? {}
           : { objects: { client: s3Client, bucket, prefix: `gw-${Math.random().toString(36).slice(2, 10)}/` } }),
-        ...(redisClients.length === 0 ? {} : { leases: { clients: redisClients } }),
+        // A lease these tests ask for means a grant or a refusal, never the timeout of a node that is up (a busy machine).
+        ...(redisClients.length === 0
+          ? {}
+          : {
+              leases: {
+                clients: redisClients,
+                redlock: { nodeTimeoutMs: ANSWERING_NODE_TIMEOUT_MS },
+                acquireTimeoutMs: 3 * ANSWERING_NODE_TIMEOUT_MS,
+              },
+            }),
         ...extra,
       };
     },

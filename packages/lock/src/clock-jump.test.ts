@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ANSWERING_NODE_TIMEOUT_MS } from "@fenced/servers";
 import { resourceKeys } from "./keys.js";
 import { Redlock } from "./redlock.js";
 import { countersOn, holdAs, leaseValuesOn, loadScripts, startTestNodes, type TestNodes } from "./test-support.js";
@@ -26,8 +27,8 @@ describe("the article's clock jump on node C", () => {
     const resource = "article/clock-jump";
     const ttl = 10_000;
     const [, , nodeC] = t.nodes;
-    const client1 = new Redlock(t.clients, { retryCount: 0 });
-    const client2 = new Redlock(await t.moreClients(), { retryCount: 0 });
+    const client1 = new Redlock(t.clients, { retryCount: 0, nodeTimeoutMs: ANSWERING_NODE_TIMEOUT_MS });
+    const client2 = new Redlock(await t.moreClients(), { retryCount: 0, nodeTimeoutMs: ANSWERING_NODE_TIMEOUT_MS });
 
     // D and E are held by someone else while client 1 acquires: client 1 gets exactly A, B, C.
     for (const redis of t.admin.slice(3)) await holdAs(redis, resource, "elsewhere", 60_000);

@@ -1,4 +1,5 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { ANSWERING_NODE_TIMEOUT_MS } from "@fenced/servers";
 import { resourceKeys } from "./keys.js";
 import { Redlock } from "./redlock.js";
 import { leaseKeysOn } from "./sets-test-support.js";
@@ -23,10 +24,10 @@ describe("a set under the article's clock jump on node C", () => {
     const [a, b] = ["jump/a", "jump/b"];
     const ttl = 10_000;
     const [, , nodeC] = t.nodes;
-    const client1 = new Redlock(t.clients, { retryCount: 0 });
+    const client1 = new Redlock(t.clients, { retryCount: 0, nodeTimeoutMs: ANSWERING_NODE_TIMEOUT_MS });
     const client2Clients = await t.moreClients();
-    const client2 = new Redlock(client2Clients, { retryCount: 0 });
-    const client3 = new Redlock(await t.moreClients(), { retryCount: 0 });
+    const client2 = new Redlock(client2Clients, { retryCount: 0, nodeTimeoutMs: ANSWERING_NODE_TIMEOUT_MS });
+    const client3 = new Redlock(await t.moreClients(), { retryCount: 0, nodeTimeoutMs: ANSWERING_NODE_TIMEOUT_MS });
 
     // a was locked alone before, on every node: the two counters differ from here on.
     await (await client1.acquire(a, ttl)).release();
@@ -141,7 +142,7 @@ describe("a set when a node restarts without its data", () => {
 
   it("wiped C, and A and B refusing the set because q is held there: their counters in the refusal push each token past every earlier one", async () => {
     const [q, r] = ["wipe/q", "wipe/r"];
-    const redlock = new Redlock(t.clients, { retryCount: 0 });
+    const redlock = new Redlock(t.clients, { retryCount: 0, nodeTimeoutMs: ANSWERING_NODE_TIMEOUT_MS });
     const earlier = await lagBehindAndWipeC(redlock, q, r);
     // Another lease holds q alone on A and B. They refuse the set, reporting r at 8 and q at 10; C, D
     // and E grant with 1, 4, 4 for both, whose maximum, 4, repeats tokens handed out before.
@@ -161,7 +162,7 @@ describe("a set when a node restarts without its data", () => {
 
   it("wiped C, and A and B down: both tokens go backwards — why lock nodes must keep appendonly yes + appendfsync always", async () => {
     const [q, r] = ["wipe-down/q", "wipe-down/r"];
-    const redlock = new Redlock(t.clients, { retryCount: 0 });
+    const redlock = new Redlock(t.clients, { retryCount: 0, nodeTimeoutMs: ANSWERING_NODE_TIMEOUT_MS });
     const earlier = await lagBehindAndWipeC(redlock, q, r);
     await Promise.all([t.nodes[0]!.kill(), t.nodes[1]!.kill()]);
     // Nobody reports 8 or 10 now: C, D and E grant with 1, 4, 4, and the lock hands out 4 again for both.
@@ -176,7 +177,7 @@ describe("a set when a node restarts without its data", () => {
 async function released(t: TestNodes, resources: readonly string[]): Promise<void> {
   const running = t.admin.filter((_, i) => t.nodes[i]!.running);
   await expect
-    .poll(async () => (await leaseKeysOn(running, resources)).flat().filter((v) => v !== null), { timeout: 2_000, interval: 5 })
+    .poll(async () => (await leaseKeysOn(running, resources)).flat().filter((v) => v !== null), { timeout: 10_000, interval: 5 })
     .toEqual([]);
 }
 

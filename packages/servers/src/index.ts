@@ -1,7 +1,7 @@
 export { freePort } from "./ports.js";
 export { dockerAvailable } from "./docker.js";
 export { spawnTracked, killHard, findExecutable, requireExecutable, runOrThrow, waitFor, type Spawned } from "./processes.js";
-export { startRedisNodes, type RedisNodeHandle, type RedisNodes, type StartRedisOptions } from "./redis.js";
+export { ANSWERING_NODE_TIMEOUT_MS, startRedisNodes, type RedisNodeHandle, type RedisNodes, type StartRedisOptions } from "./redis.js";
 export { startRedisCluster, type RedisCluster } from "./redis-cluster.js";
 export { compileClockShim, CLOCK_SHIM_SOURCE, CLOCK_OFFSET_FILE_ENV } from "./clock-shim.js";
 export { type ServerFaults } from "./faults.js";

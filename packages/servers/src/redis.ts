@@ -17,6 +17,17 @@ import {
 
 export type { RedisNodeHandle, RedisNodes, StartRedisOptions } from "./redis-node.js";
 
+/**
+ * The per-node timeout (the lock's `nodeTimeoutMs`) of a test in which every lock node that is up
+ * must answer: the test means a grant, a refusal or a token, not a node's timeout. The lock's
+ * default, 200 ms, is an operator's liveness setting; on a busy machine a node's answer can take
+ * most of it. Measured here beside a loaded run of the suite (`stress-ng --cpu 2`, load average 7–9),
+ * one client's SET + INCR script every 5 ms for 60 s: at most 96 ms (p99.9 10 ms) on a node without
+ * persistence, 118 ms (p99.9 29 ms) with `appendfsync always`. 2,000 ms is 17× the worst: a node
+ * that answers costs nothing of it, and a node that is down refuses at once (or is known down).
+ */
+export const ANSWERING_NODE_TIMEOUT_MS = 2_000;
+
 class LocalRedisNode implements OwnedRedisNode {
   readonly host = LOOPBACK;
   readonly controllable = true;
