@@ -1,12 +1,8 @@
 import { request } from "node:http";
 import { setTimeout as sleep } from "node:timers/promises";
-import pg from "pg";
-import { pino } from "pino";
-import { startPostgres, type StartedPostgres } from "@fenced/servers";
+import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createGateway, type Gateway } from "./app.js";
-import { serve, type Serving } from "./http/server.js";
-import { API_KEYS, bearer, FENCE_KEYS, httpClient, KEYS, snapshot, writeHeaders, type HttpClient } from "./test-support.js";
+import { bearer, KEYS, runGateway, snapshot, startBackends, writeHeaders, type Backends, type RunningGateway } from "./test-support.js";
 
 /**
  * A client that has gone writes nothing that was not already sent: every store call of a request is
@@ -15,42 +11,29 @@ import { API_KEYS, bearer, FENCE_KEYS, httpClient, KEYS, snapshot, writeHeaders,
  * call once ignored the signal and wrote as soon as a connection freed. The gateway's pool has one
  * connection, which the test holds while each client leaves.
  */
-const SCHEMA = "client_gone";
 
-let postgres: StartedPostgres;
+let backends: Backends;
+let gw: RunningGateway;
 let pool: pg.Pool;
-let gateway: Gateway;
-let serving: Serving;
-let client: HttpClient;
+let schema: string | undefined;
 
 beforeAll(async () => {
-  postgres = await startPostgres();
-  pool = new pg.Pool({ connectionString: postgres.url, max: 1 });
-  pool.on("error", () => undefined);
-  gateway = createGateway({
-    apiKeys: API_KEYS,
-    fenceKeys: FENCE_KEYS,
-    logger: pino({ level: "silent" }),
-    defaultMetrics: false,
-    // Far beyond the test's waits: a call that ends, ends at the client's leaving, never at its deadline.
-    storeTimeoutMs: 60_000,
-    records: { pool, schema: SCHEMA },
-  });
-  await gateway.prepare();
-  serving = await serve(gateway.app);
-  client = httpClient(serving.port);
+  backends = await startBackends({ postgres: true, poolMax: 1 });
+  pool = backends.pool!;
+  // A deadline far beyond the test's waits: a call that ends, ends at the client's leaving, never at its deadline.
+  const options = backends.gatewayOptions({ storeTimeoutMs: 60_000 });
+  schema = options.records?.schema;
+  gw = await runGateway(options);
 }, 120_000);
 
 afterAll(async () => {
-  client?.close();
-  await serving?.drain(1_000);
-  await pool?.end().catch(() => undefined);
-  await postgres?.stop();
+  await gw?.close();
+  await backends?.stop();
 });
 
 /** How many calls into the records store for `op` have ended: the histogram observes each call as it settles. */
 async function callsEnded(op: string): Promise<number> {
-  const metric = await gateway.metrics.registry.getSingleMetric("fenced_gateway_store_duration_seconds")?.get();
+  const metric = await gw.gateway.metrics.registry.getSingleMetric("fenced_gateway_store_duration_seconds")?.get();
   // A histogram's values carry their series' name (prom-client's MetricValueWithName); its _count is the calls ended.
   const values = (metric?.values ?? []) as { value: number; labels: Record<string, unknown>; metricName?: string }[];
   const count = values.find((v) => v.metricName?.endsWith("_count") === true && v.labels.store === "records" && v.labels.op === op);
@@ -62,7 +45,7 @@ async function sendAndLeave(method: string, path: string, headers: Record<string
   const waitingBefore = pool.waitingCount;
   const req = request({
     host: "127.0.0.1",
-    port: serving.port,
+    port: gw.serving.port,
     method,
     path,
     headers: {
@@ -81,7 +64,7 @@ async function sendAndLeave(method: string, path: string, headers: Record<string
 }
 
 const put = (key: string, token: bigint, ifMatch?: string): Promise<{ status: number; etag: string }> =>
-  client
+  gw.client
     .send({
       method: "PUT",
       path: `/v1/records/${key}`,
@@ -111,7 +94,7 @@ describe("a client that leaves while its request waits for a pool connection", (
     it(`${name}: the store call ends when the client leaves, and nothing is written once the connection frees`, async () => {
       const written = await put(key, 1n);
       expect(written.status).toBe(200);
-      const before = await snapshot(pool, SCHEMA, undefined, undefined);
+      const before = await snapshot(pool, schema, undefined, undefined);
       const ended = await callsEnded(op);
       const held = await pool.connect();
       let released = false;
@@ -129,7 +112,7 @@ describe("a client that leaves while its request waits for a pool connection", (
       // The pool at rest: whatever still waited for the connection has had it and given it back.
       for (let i = 0; i < 1_000 && (pool.waitingCount > 0 || pool.idleCount < 1); i++) await sleep(5);
       expect({ waiting: pool.waitingCount, idle: pool.idleCount }).toEqual({ waiting: 0, idle: 1 });
-      expect(await snapshot(pool, SCHEMA, undefined, undefined)).toBe(before);
+      expect(await snapshot(pool, schema, undefined, undefined)).toBe(before);
     });
   }
 });

@@ -51,13 +51,20 @@ export interface Backends {
 }
 
 /** Real servers, each only if asked for: tests that need no lock start no Redis. */
-export async function startBackends(want: { redis?: number; redisFaults?: boolean; postgres?: boolean; s3?: boolean }): Promise<Backends> {
+export async function startBackends(want: {
+  redis?: number;
+  redisFaults?: boolean;
+  postgres?: boolean;
+  /** The PostgreSQL pool's size (default 24). */
+  poolMax?: number;
+  s3?: boolean;
+}): Promise<Backends> {
   const [postgres, s3, redis] = await Promise.all([
     want.postgres === true ? startPostgres() : Promise.resolve(undefined),
     want.s3 === true ? startS3() : Promise.resolve(undefined),
     want.redis === undefined ? Promise.resolve(undefined) : startRedisNodes(want.redis, { faults: want.redisFaults ?? false }),
   ]);
-  const pool = postgres === undefined ? undefined : new pg.Pool({ connectionString: postgres.url, max: 24 });
+  const pool = postgres === undefined ? undefined : new pg.Pool({ connectionString: postgres.url, max: want.poolMax ?? 24 });
   // Idle connections see the server go away at the end of a file; that is not a test failure.
   pool?.on("error", () => undefined);
   const s3Client = s3?.client();

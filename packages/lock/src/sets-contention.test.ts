@@ -67,6 +67,13 @@ describe("overlapping sets asked for in both orders on a healthy 5-node cluster"
     ]);
     let maxHolders = 0;
     let failed = 0;
+    /** Every attempt's outcome, by the order of the set it asked for, in the order they ended. */
+    const outcomes = new Map<string, boolean[]>();
+    const ended = (resources: readonly string[], granted: boolean): void => {
+      const list = outcomes.get(resources.join()) ?? [];
+      list.push(granted);
+      outcomes.set(resources.join(), list);
+    };
     const end = performance.now() + DURATION_MS;
 
     const acquirer = async (id: number): Promise<void> => {
@@ -79,6 +86,7 @@ describe("overlapping sets asked for in both orders on a healthy 5-node cluster"
         } catch (err) {
           if (!(err instanceof LockNotAcquiredError)) throw err;
           failed++;
+          ended(resources, false);
           // The attempt released what it took on every node before rejecting: its value is nowhere.
           const value = sent[id]!.at(-1)!.value;
           const seen = await Promise.all(t.admin.map((redis) => leaseKeysAt(redis, [A, B])));
@@ -90,6 +98,7 @@ describe("overlapping sets asked for in both orders on a healthy 5-node cluster"
           continue;
         }
         const grantedAt = performance.now();
+        ended(resources, true);
         const validEnd = grantedAt + lease.remainingMs;
         for (const r of resources) holders.set(r, holders.get(r)! + 1);
         maxHolders = Math.max(maxHolders, ...holders.values());
@@ -129,7 +138,8 @@ describe("overlapping sets asked for in both orders on a healthy 5-node cluster"
       `sets under contention: ${grants.length} grants ([a,b] ${ordered([A, B]).length}, [b,a] ${ordered([B, A]).length}, ` +
         `a ${ordered([A]).length}, b ${ordered([B]).length}), ${failed} failed attempts; per second [a,b] ${perSecond([A, B]).join("/")}, ` +
         `[b,a] ${perSecond([B, A]).join("/")}; tokens a ${tokensOf(A)[0]}..${tokensOf(A).at(-1)}, b ${tokensOf(B)[0]}..${tokensOf(B).at(-1)}; ` +
-        `${samples} samples of all nodes, ${samplesHoldingASet} saw a set held`,
+        `${samples} samples of all nodes, ${samplesHoldingASet} saw a set held; longest runs of refusals ` +
+        [[A, B], [B, A], [A], [B]].map((o) => longestRefused(outcomes.get(o.join()) ?? [])).join("/"),
     );
 
     // Never part of a set on a node, while running or after a failed attempt; a failed attempt left nothing.
@@ -139,14 +149,22 @@ describe("overlapping sets asked for in both orders on a healthy 5-node cluster"
     expect(samples).toBeGreaterThan(200);
     expect(samplesHoldingASet).toBeGreaterThan(20);
     expect(failed).toBeGreaterThan(50);
-    // No deadlock: grants kept coming for both orders, every second, and for each resource alone.
-    for (const order of [
-      [A, B],
-      [B, A],
-    ])
-      for (const n of perSecond(order)) expect(n, `grants of ${order.join()} in a second`).toBeGreaterThan(0);
-    expect(ordered([A]).length).toBeGreaterThan(0);
-    expect(ordered([B]).length).toBeGreaterThan(0);
+    // No deadlock: grants kept coming for both orders all along, and for each resource alone. Counted
+    // in attempts, not seconds (a busy machine can leave an acquirer unscheduled for a second, which
+    // says nothing about the lock): no run of refused attempts of an order is longer than its own
+    // grant rate in this run makes likely once in a million runs. A deadlocked order is refused from
+    // some point on, every attempt.
+    for (const order of [[A, B], [B, A], [A], [B]]) {
+      const tries = outcomes.get(order.join()) ?? [];
+      const rate = tries.filter((granted) => granted).length / tries.length;
+      expect(rate, `grants of ${order.join()}`).toBeGreaterThan(0);
+      const longest = longestRefused(tries);
+      const likely = Math.ceil(Math.log(1e-6 / tries.length) / Math.log(1 - rate));
+      expect(
+        longest,
+        `${order.join()}: ${longest} refusals in a row, ${tries.length} attempts at a grant rate of ${rate.toFixed(2)}`,
+      ).toBeLessThan(Math.max(likely, 1));
+    }
 
     // Hardly any lease ran out while held (the overlap check below would be vacuous for those; on a
     // loaded machine a holder's 0–3 ms may stretch past its validity).
@@ -176,3 +194,11 @@ describe("overlapping sets asked for in both orders on a healthy 5-node cluster"
     expect(await leaseKeysOn(t.admin, [A, B])).toEqual(Array(5).fill([null, null]));
   });
 });
+
+/** The longest run of refused attempts in a list of outcomes (true: granted). */
+function longestRefused(tries: readonly boolean[]): number {
+  let longest = 0;
+  let run = 0;
+  for (const granted of tries) longest = Math.max(longest, (run = granted ? 0 : run + 1));
+  return longest;
+}

@@ -45,24 +45,21 @@ async function tables(): Promise<string> {
 }
 
 /**
- * Runs `call` with a signal while the pool's only client is held, aborts 100 ms in, gives the
- * client back right after, and resolves what the call settled with and whether the client had come
- * back by then.
+ * Runs `call` with a signal while the pool's only client is held; once the call waits for a
+ * connection, aborts, and gives the client back a turn later. Resolves what the call settled with
+ * and whether the client had come back by then.
  */
-async function abortedWhileWaiting(call: (options: Required<PgSignalOptions>) => Promise<unknown>): Promise<{
-  value: unknown;
-  settledAfterRelease: boolean;
-  reason: Error;
-}> {
+async function abortedWhileWaiting(call: Operation): Promise<{ value: unknown; settledAfterRelease: boolean; reason: Error }> {
   const held = await pool.connect();
   const controller = new AbortController();
   const reason = new Error("the caller left");
   let released = false;
-  const running = call({ signal: controller.signal }).then(
+  const running = call(store, { signal: controller.signal }).then(
     (v) => ({ value: v, settledAfterRelease: released }),
     (e: unknown) => ({ value: e, settledAfterRelease: released }),
   );
-  await sleep(100);
+  for (let i = 0; i < 1_000 && pool.waitingCount < 1; i++) await sleep(5);
+  expect(pool.waitingCount, "the call waits for a connection").toBe(1);
   controller.abort(reason);
   // A macrotask later: everything the abort settles synchronously (and its microtasks) has run.
   setImmediate(() => {
@@ -78,18 +75,20 @@ async function abortedWhileWaiting(call: (options: Required<PgSignalOptions>) =>
 
 const fresh = (resource: string): ReturnType<typeof f> => f(resource, 5n, "h2");
 
-const operations: [string, (o: Required<PgSignalOptions>) => Promise<unknown>][] = [
-  ["register", (o) => store.register(fresh("r"), o)],
-  ["register of a set", (o) => store.register([fresh("r"), fresh("other")], o)],
-  ["put", (o) => store.put("k", { v: 2 }, { fence: fresh("r"), ...o })],
-  ["put with ifVersion", async (o) => store.put("k", { v: 2 }, { fence: fresh("r"), ifVersion: await version("k"), ...o })],
-  ["putAll", (o) => store.putAll([{ key: "k", value: { v: 2 } }], { fences: [fresh("r")], ...o })],
-  ["delete", (o) => store.delete("k", { fence: fresh("r"), ...o })],
-  ["delete with ifVersion", async (o) => store.delete("k", { fence: fresh("r"), ifVersion: await version("k"), ...o })],
-  ["transfer", (o) => store.transfer("moving", { from: fresh("from"), to: fresh("to"), ...o })],
-  ["transaction", (o) => store.transaction(fresh("r"), (client) => client.query("SELECT 1"), o)],
-  ["fence", (o) => store.fence("r", o)],
-  ["get", (o) => store.get("k", o)],
+type Operation = (store: FencedPostgres<pg.PoolClient>, o: Required<PgSignalOptions>) => Promise<unknown>;
+
+const operations: [string, Operation][] = [
+  ["register", (store, o) => store.register(fresh("r"), o)],
+  ["register of a set", (store, o) => store.register([fresh("r"), fresh("other")], o)],
+  ["put", (store, o) => store.put("k", { v: 2 }, { fence: fresh("r"), ...o })],
+  ["put with ifVersion", async (store, o) => store.put("k", { v: 2 }, { fence: fresh("r"), ifVersion: await version("k"), ...o })],
+  ["putAll", (store, o) => store.putAll([{ key: "k", value: { v: 2 } }], { fences: [fresh("r")], ...o })],
+  ["delete", (store, o) => store.delete("k", { fence: fresh("r"), ...o })],
+  ["delete with ifVersion", async (store, o) => store.delete("k", { fence: fresh("r"), ifVersion: await version("k"), ...o })],
+  ["transfer", (store, o) => store.transfer("moving", { from: fresh("from"), to: fresh("to"), ...o })],
+  ["transaction", (store, o) => store.transaction(fresh("r"), (client) => client.query("SELECT 1"), o)],
+  ["fence", (store, o) => store.fence("r", o)],
+  ["get", (store, o) => store.get("k", o)],
 ];
 
 /** The record's version, read outside the store's pool (whose only client the test is about to hold). */
@@ -109,11 +108,61 @@ describe("FencedPostgres: an abort while the pool has no idle client", () => {
     });
   }
 
+  it("an abort in any turn between the connection's arrival and the first statement sends nothing", async () => {
+    // The client arrives, and the abort lands `hops` microtasks later: in Session.open, in the
+    // resumption of Calls.session, or just before work() sends — every place a check could miss.
+    // Once the abort lands after the first statement was handed to the client, the call is the
+    // statement's ("a single-statement write already sent completes"): those hops are not judged here.
+    const reason = new Error("the caller left");
+    let judged = 0;
+    for (let hops = 0; hops <= 12; hops++) {
+      for (const [name, call] of operations.filter(([n]) => ["register", "put", "put with ifVersion", "transfer"].includes(n))) {
+        const controller = new AbortController();
+        let sent = false;
+        let sentBeforeAbort: boolean | undefined;
+        const abortLater = async (): Promise<void> => {
+          for (let i = 0; i < hops; i++) await Promise.resolve();
+          sentBeforeAbort = sent;
+          controller.abort(reason);
+        };
+        let checkedOut: pg.PoolClient | undefined;
+        const racing = new FencedPostgres(
+          {
+            query: (config: pg.QueryConfig) => pool.query(config),
+            connect: async () => {
+              const client = await pool.connect();
+              // The test's own view of the wire: whether a statement has been handed to the client.
+              const query = client.query.bind(client) as (...args: unknown[]) => unknown;
+              Object.assign(client, { query: (...args: unknown[]) => ((sent = true), query(...args)) });
+              checkedOut = client;
+              void abortLater();
+              return client;
+            },
+          } as typeof pool,
+          { schema: store.schema, timeoutMs: TIMEOUT_MS },
+        );
+        const before = await tables();
+        const value = await call(racing, { signal: controller.signal }).then(
+          () => "written",
+          (e: unknown) => e,
+        );
+        // The pool's client is the test's again: its own query method back.
+        if (checkedOut !== undefined) delete (checkedOut as { query?: unknown }).query;
+        if (sentBeforeAbort === true) continue; // written or refused, the statement decided
+
+        judged++;
+        expect([hops, name, value]).toEqual([hops, name, reason]);
+        expect(await tables()).toBe(before);
+      }
+    }
+    expect(judged).toBeGreaterThan(0);
+  });
+
   it("a signal aborted before the call: its reason, before any I/O, for every operation", async () => {
     const reason = new Error("gone already");
     for (const [, call] of operations) {
       const signal = AbortSignal.abort(reason);
-      await expect(call({ signal })).rejects.toBe(reason);
+      await expect(call(store, { signal })).rejects.toBe(reason);
     }
   });
 });

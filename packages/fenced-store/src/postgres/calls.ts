@@ -35,12 +35,15 @@ export class Calls<Client extends PgClient> {
   /**
    * Runs `work` on a client checked out for this call, within the call's deadline; the client is
    * released however it ends. `signal` is the caller's (undefined: none), asked for by every call so
-   * that none can leave it out: waiting for the client ends at its abort, and `work` never starts
-   * once it has aborted (Session.open) — nothing is sent.
+   * that none can leave it out: waiting for the client ends at its abort (Session.open), and `work`
+   * never starts once it has aborted — nothing is sent.
    */
   async session<T>(call: Call, signal: AbortSignal | undefined, work: (s: Session<Client>) => Promise<T>): Promise<T> {
     const s = await Session.open(this.pool, call, this.timeoutMs, signal);
     try {
+      // Asked here, in the turn `work` starts and sends its first statement: an abort that came with
+      // the client, or while this call resumed, sends nothing.
+      throwIfAborted(signal);
       return await work(s);
     } finally {
       s.release();

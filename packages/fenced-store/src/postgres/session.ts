@@ -1,5 +1,4 @@
 import { callbackFailure, classify, connectionIntact, DeadlineExceeded, type Phase } from "./failures.js";
-import { throwIfAborted } from "../options.js";
 import type { PgClient, PgPool, PgQueryConfig, PgQueryResult } from "./types.js";
 
 /**
@@ -117,9 +116,8 @@ export class Session<Client extends PgClient> {
 
   /**
    * Checks a client out within the deadline, or until the caller's signal aborts (its reason is
-   * thrown: nothing was sent); a client that arrives after the call gave up goes straight back. The
-   * signal is asked once more when the client is there: an abort in the same turn as its arrival
-   * also sends nothing.
+   * thrown: nothing was sent); a client that arrives after the call gave up goes straight back.
+   * Calls.session asks the signal once more, in the turn the call's first statement is sent.
    */
   static async open<Client extends PgClient>(
     pool: PgPool<Client>,
@@ -131,17 +129,15 @@ export class Session<Client extends PgClient> {
     let pending: Promise<Client> | undefined;
     try {
       pending = pool.connect();
-      const client = await deadline.race(untilAborted(pending, signal));
-      throwIfAborted(signal); // the client goes back below, with the late ones
-      return new Session(client, call, deadline);
+      return new Session(await deadline.race(untilAborted(pending, signal)), call, deadline);
     } catch (err) {
       deadline.clear();
       const aborted = signal?.aborted === true && !deadline.passed;
-      if (deadline.passed || aborted)
-        pending?.then(
-          (late) => late.release(),
-          () => undefined,
-        );
+      // No Session holds the client, whatever failed: one that arrives (or has arrived) goes back.
+      pending?.then(
+        (late) => late.release(),
+        () => undefined,
+      );
       if (aborted) throw signal.reason ?? err;
       throw classify(err, { ...call, phase: "connect", timedOut: deadline.passed });
     }

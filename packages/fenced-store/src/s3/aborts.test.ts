@@ -73,18 +73,24 @@ describe("FencedS3: an abort while the client's only connection is taken", () =>
       const held = (await client.send(new GetObjectCommand({ Bucket: bucket, Key: "hold" }))).Body as Readable;
       const controller = new AbortController();
       const reason = new Error("the caller left");
+      let queued = 0;
+      onWire(client, () => queued++);
       let freed = false;
       const settled = call(c, controller.signal).then(
         (value) => ({ value, freed }),
         (error: unknown) => ({ value: error, freed }),
       );
-      await sleep(100);
+      // The call's first request has reached the HTTP handler, which waits for the one socket.
+      for (let i = 0; i < 1_000 && queued === 0; i++) await sleep(5);
+      expect(queued, "a request of the call waits for the connection").toBeGreaterThan(0);
       controller.abort(reason);
       setImmediate(() => {
         freed = true;
         held.destroy();
       });
-      expect(await settled).toEqual({ value: reason, freed: false });
+      const { value, freed: freedFirst } = await settled;
+      expect(value).toBe(reason);
+      expect(freedFirst).toBe(false);
       await store.flush();
       expect(await contents(admin, bucket, "fenced/")).toEqual(before);
     });
