@@ -1,5 +1,4 @@
 import { request } from "node:http";
-import { setTimeout as sleep } from "node:timers/promises";
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { bearer, KEYS, runGateway, snapshot, startBackends, writeHeaders, type Backends, type RunningGateway } from "./test-support.js";
@@ -57,7 +56,7 @@ async function sendAndLeave(method: string, path: string, headers: Record<string
   req.on("response", () => (answered = true));
   req.on("error", () => undefined);
   req.end(body);
-  for (let i = 0; i < 1_000 && pool.waitingCount <= waitingBefore && !answered; i++) await sleep(5);
+  await expect.poll(() => answered || pool.waitingCount > waitingBefore, { timeout: 5_000, interval: 5 }).toBe(true);
   expect(answered, "the gateway answered before it needed a connection").toBe(false);
   expect(pool.waitingCount).toBeGreaterThan(waitingBefore);
   req.destroy();
@@ -97,21 +96,18 @@ describe("a client that leaves while its request waits for a pool connection", (
       const before = await snapshot(pool, schema, undefined, undefined);
       const ended = await callsEnded(op);
       const held = await pool.connect();
-      let released = false;
       try {
         const [method, path, headers, body] = ask(key, written.etag);
         await sendAndLeave(method, path, headers, body);
         // The store call settles at the client's leaving (its abort), with the connection still held.
-        for (let i = 0; i < 1_000 && (await callsEnded(op)) === ended; i++) await sleep(5);
-        expect(await callsEnded(op)).toBe(ended + 1);
+        await expect.poll(() => callsEnded(op), { timeout: 5_000, interval: 5 }).toBe(ended + 1);
       } finally {
         held.release();
-        released = true;
       }
-      expect(released).toBe(true);
       // The pool at rest: whatever still waited for the connection has had it and given it back.
-      for (let i = 0; i < 1_000 && (pool.waitingCount > 0 || pool.idleCount < 1); i++) await sleep(5);
-      expect({ waiting: pool.waitingCount, idle: pool.idleCount }).toEqual({ waiting: 0, idle: 1 });
+      await expect
+        .poll(() => ({ waiting: pool.waitingCount, idle: pool.idleCount }), { timeout: 5_000, interval: 5 })
+        .toEqual({ waiting: 0, idle: 1 });
       expect(await snapshot(pool, schema, undefined, undefined)).toBe(before);
     });
   }

@@ -4,7 +4,7 @@ import { startPostgres, type StartedPostgres } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { PgSignalOptions } from "./types.js";
 import { FencedPostgres } from "./store.js";
-import { fenceAt as f, sleep } from "./test-support.js";
+import { fenceAt as f } from "./test-support.js";
 
 // PROTOCOL.md, "Aborts": waiting for a pool connection ends at the caller's abort, with its reason,
 // and nothing is sent — for every operation. The pool has one client, which the test holds; each
@@ -58,8 +58,7 @@ async function abortedWhileWaiting(call: Operation): Promise<{ value: unknown; s
     (v) => ({ value: v, settledAfterRelease: released }),
     (e: unknown) => ({ value: e, settledAfterRelease: released }),
   );
-  for (let i = 0; i < 1_000 && pool.waitingCount < 1; i++) await sleep(5);
-  expect(pool.waitingCount, "the call waits for a connection").toBe(1);
+  await expect.poll(() => pool.waitingCount, { message: "the call waits for a connection", timeout: 5_000, interval: 5 }).toBe(1);
   controller.abort(reason);
   // A macrotask later: everything the abort settles synchronously (and its microtasks) has run.
   setImmediate(() => {
@@ -68,8 +67,9 @@ async function abortedWhileWaiting(call: Operation): Promise<{ value: unknown; s
   });
   const settled = await running;
   // Wait for the pool to be at rest: a call that went on waiting has had the client and given it back.
-  for (let i = 0; i < 500 && (pool.waitingCount > 0 || pool.idleCount < 1); i++) await sleep(10);
-  expect({ waiting: pool.waitingCount, idle: pool.idleCount, total: pool.totalCount }).toEqual({ waiting: 0, idle: 1, total: 1 });
+  await expect
+    .poll(() => ({ waiting: pool.waitingCount, idle: pool.idleCount, total: pool.totalCount }), { timeout: 5_000, interval: 5 })
+    .toEqual({ waiting: 0, idle: 1, total: 1 });
   return { ...settled, reason };
 }
 

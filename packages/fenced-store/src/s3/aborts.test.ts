@@ -27,7 +27,6 @@ afterAll(async () => {
 
 const fresh = (resource: string): Fence => ({ resource, token: 5n, holder: "h2" });
 const first = (resource: string): Fence => ({ resource, token: 1n, holder: "h" });
-const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 interface Case {
   readonly client: S3Client;
@@ -81,8 +80,9 @@ describe("FencedS3: an abort while the client's only connection is taken", () =>
         (error: unknown) => ({ value: error, freed }),
       );
       // The call's first request has reached the HTTP handler, which waits for the one socket.
-      for (let i = 0; i < 1_000 && queued === 0; i++) await sleep(5);
-      expect(queued, "a request of the call waits for the connection").toBeGreaterThan(0);
+      await expect
+        .poll(() => queued, { message: "a request of the call waits for the connection", timeout: 5_000, interval: 5 })
+        .toBeGreaterThan(0);
       controller.abort(reason);
       setImmediate(() => {
         freed = true;
