@@ -132,12 +132,13 @@ export class Session<Client extends PgClient> {
       return new Session(await deadline.race(untilAborted(pending, signal)), call, deadline);
     } catch (err) {
       deadline.clear();
-      const aborted = signal?.aborted === true && !deadline.passed;
-      // No Session holds the client, whatever failed: one that arrives (or has arrived) goes back.
+      // No Session holds the client, whatever failed: one that arrives (or has arrived) goes back —
+      // before anything of the caller's signal is read again.
       pending?.then(
         (late) => late.release(),
         () => undefined,
       );
+      const aborted = signal?.aborted === true && !deadline.passed;
       if (aborted) throw signal.reason ?? err;
       throw classify(err, { ...call, phase: "connect", timedOut: deadline.passed });
     }

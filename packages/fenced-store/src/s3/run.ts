@@ -25,6 +25,8 @@ export interface Prepared {
   readonly attempt: Attempt;
   readonly header: ManifestHeader;
   readonly dataKey: string | undefined;
+  /** Held by a gate until sending() (else handed to the wire by prepare()). */
+  readonly gated: boolean;
   readonly outcome: Promise<WriteOutcome>;
 }
 
@@ -99,15 +101,17 @@ export function prepare(run: Run, dataKey: string | undefined, gate?: SendGate):
     intent.signal,
     gate,
   );
-  return { attempt: { writeId, target: manifest.snap, ambiguous: true }, header, dataKey, outcome };
+  return { attempt: { writeId, target: manifest.snap, ambiguous: true }, header, dataKey, gated: gate !== undefined, outcome };
 }
 
 /**
  * The attempt goes on the wire: from now on it may land, and what follows awaits it (the fences are
- * no longer fresh). The last moment an abort stops it: a gated PUT whose gate is not opened is never sent.
+ * no longer fresh). A gated PUT is checked against an abort here, the last moment it can be stopped
+ * (its gate is then never opened); an ungated one was checked by prepare() and is already handed to
+ * the SDK, so it is recorded whatever happens now — an attempt that may land is never left out.
  */
 export function sending(run: Run, p: Prepared): Prepared {
-  run.intent.signal.throwIfAborted();
+  if (p.gated) run.intent.signal.throwIfAborted();
   run.attempts.push(p.attempt);
   if (p.dataKey !== undefined) run.bodies?.sent(p.dataKey, p.attempt);
   run.afterSend = undefined;
