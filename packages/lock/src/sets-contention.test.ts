@@ -151,19 +151,17 @@ describe("overlapping sets asked for in both orders on a healthy 5-node cluster"
     expect(failed).toBeGreaterThan(50);
     // No deadlock: grants kept coming for both orders all along, and for each resource alone. Counted
     // in attempts, not seconds (a busy machine can leave an acquirer unscheduled for a second, which
-    // says nothing about the lock): no run of refused attempts of an order is longer than its own
-    // grant rate in this run makes likely once in a million runs. A deadlocked order is refused from
-    // some point on, every attempt.
+    // says nothing about the lock). Attempts are not independent draws (six acquirers retry at once
+    // while one holds, so refusals come in runs: 23 in a row at a grant rate of 0.63 was seen beside
+    // CPU hogs), so no run length is "unlikely" enough to judge by. A deadlocked or livelocked order is
+    // refused every attempt from some point on: no run of refusals may take a fifth of its attempts (a
+    // deadlock that set in anywhere in the first four fifths of the run fails this).
     for (const order of [[A, B], [B, A], [A], [B]]) {
       const tries = outcomes.get(order.join()) ?? [];
-      const rate = tries.filter((granted) => granted).length / tries.length;
-      expect(rate, `grants of ${order.join()}`).toBeGreaterThan(0);
+      expect(tries.length, `attempts of ${order.join()}`).toBeGreaterThan(100);
+      expect(tries.filter((granted) => granted).length, `grants of ${order.join()}`).toBeGreaterThan(0);
       const longest = longestRefused(tries);
-      const likely = Math.ceil(Math.log(1e-6 / tries.length) / Math.log(1 - rate));
-      expect(
-        longest,
-        `${order.join()}: ${longest} refusals in a row, ${tries.length} attempts at a grant rate of ${rate.toFixed(2)}`,
-      ).toBeLessThan(Math.max(likely, 1));
+      expect(longest, `${order.join()}: ${longest} refusals in a row of ${tries.length} attempts`).toBeLessThan(tries.length / 5);
     }
 
     // Hardly any lease ran out while held (the overlap check below would be vacuous for those; on a
