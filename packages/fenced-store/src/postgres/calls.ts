@@ -3,7 +3,16 @@ import type { StaleTokenError } from "../errors.js";
 import { throwIfAborted } from "../options.js";
 import { staleError } from "./inspect.js";
 import { CallbackError, Session, type Call } from "./session.js";
-import { beginWithin, COMMIT, type NamedStatement, ROLLBACK, statementNames, type Statements } from "./sql.js";
+import {
+  beginWithin,
+  COMMIT,
+  COMMIT_AT,
+  type NamedStatement,
+  ROLLBACK,
+  type SingleStatementWrite,
+  statementNames,
+  type Statements,
+} from "./sql.js";
 import type { PgClient, PgParam, PgPool, PgQueryConfig, PgQueryResult } from "./types.js";
 
 /** The fence's three leading parameters of every write statement. */
@@ -100,6 +109,11 @@ export class Calls<Client extends PgClient> {
     throwIfAborted(signal);
     // Before COMMIT: a failure here leaves nothing applied.
     return s.query<R>(this.query(name, values), "read");
+  }
+
+  /** A single-statement write, its commit sent when COMMIT_AT says (Session.write). */
+  write<R = Record<string, unknown>>(s: Session<Client>, name: SingleStatementWrite, values: PgParam[]): Promise<PgQueryResult<R>> {
+    return s.write<R>(this.query(name, values), COMMIT_AT[name]);
   }
 
   /** The key's row as it is now, tombstones included; read inside the operation's transaction. */

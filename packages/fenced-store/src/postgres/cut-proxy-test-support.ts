@@ -5,10 +5,18 @@ import { connect, createServer, type Server, type Socket } from "node:net";
  * message containing an armed pattern (e.g. the simple-query COMMIT), forwards that message to the
  * server, and when the server's answer to it arrives, drops the answer and cuts the client's
  * connection. The server has done the work; the client never hears of it: a lost answer, on demand.
+ *
+ * hold() and deliver(): a delay on the network, on demand. While held, what clients send is kept
+ * back, and a client that closes its connection has that close kept back too; deliver() sends the
+ * kept bytes on, in order, then the close (the server reads the bytes, then end of stream) — as
+ * bytes still in flight when their sender gave up arrive.
  */
 export class CutProxy {
   private armed: Buffer | undefined;
   private readonly sockets = new Set<Socket>();
+  /** While held: the kept-back sends of each connection, and whether its client has closed. */
+  private held: Map<Socket, { chunks: Buffer[]; closed: boolean }> | undefined;
+  private readonly upstreams = new Set<Socket>();
   /** How many answers were cut. */
   cuts = 0;
 
@@ -35,6 +43,26 @@ export class CutProxy {
     this.armed = pattern;
   }
 
+  /** Keeps back what every client sends from now on, until deliver(). */
+  hold(): void {
+    this.held = new Map();
+  }
+
+  /** Sends on what was kept back, in order, then the closes of clients that closed meanwhile. */
+  deliver(): void {
+    const held = this.held ?? new Map<Socket, { chunks: Buffer[]; closed: boolean }>();
+    this.held = undefined;
+    for (const [upstream, { chunks, closed }] of held) {
+      for (const chunk of chunks) upstream.write(chunk);
+      if (closed) upstream.end();
+    }
+  }
+
+  /** How many connections to the server are still open. */
+  get connections(): number {
+    return this.upstreams.size;
+  }
+
   async close(): Promise<void> {
     for (const socket of this.sockets) socket.destroy();
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
@@ -43,6 +71,8 @@ export class CutProxy {
   private pipe(client: Socket, target: { host: string; port: number }): void {
     const upstream = connect(target.port, target.host);
     this.sockets.add(client).add(upstream);
+    this.upstreams.add(upstream);
+    upstream.on("close", () => this.upstreams.delete(upstream));
     let cutNextAnswer = false;
     // Client bytes seen lately, so that a pattern split across two chunks is still found.
     let recent = Buffer.alloc(0);
@@ -54,6 +84,13 @@ export class CutProxy {
           this.armed = undefined;
           cutNextAnswer = true;
         }
+      }
+      const held = this.held;
+      if (held !== undefined) {
+        const kept = held.get(upstream) ?? { chunks: [], closed: false };
+        held.set(upstream, kept);
+        kept.chunks.push(chunk);
+        return;
       }
       upstream.write(chunk);
     });
@@ -73,7 +110,18 @@ export class CutProxy {
       this.sockets.delete(client);
       this.sockets.delete(upstream);
     };
-    client.on("close", close).on("error", close);
+    client.on("close", () => {
+      const kept = this.held?.get(upstream);
+      // Held: the close waits behind the kept bytes (deliver() ends the upstream); the answers have nowhere to go.
+      if (kept !== undefined) {
+        kept.closed = true;
+        this.sockets.delete(client);
+        upstream.removeAllListeners("data").on("data", () => undefined);
+        return;
+      }
+      close();
+    });
+    client.on("error", () => undefined);
     upstream.on("close", close).on("error", close);
   }
 }

@@ -6,10 +6,13 @@ import { faultHarness, timed, type FaultHarness } from "./fault-test-support.js"
 import { FencedPostgres } from "./store.js";
 import { fenceAt as f, outcome, sleep } from "./test-support.js";
 
-// A single-statement write (register, put, the conditional writes) that the store gave up on must
-// not commit later. Its commit is PostgreSQL's Sync, which the store lets leave only once the
-// statement's answer is in: a statement that runs after the call failed — it waited on a lock, or sat
-// in the socket of a paused server — finds its client gone and is rolled back.
+// A single-statement write the store gave up on must never overwrite a later write of the same
+// holder (sql.ts, COMMIT_AT). An unconditional put's commit is PostgreSQL's Sync, which the store lets
+// leave only once the statement's answer is in: a statement that runs after the call failed — it
+// waited on a lock, sat in the socket of a paused server, was delayed on the network — finds its
+// client gone and is rolled back. Register and the conditional writes send their Sync with the
+// statement: late, they may land (OutcomeUnknownError), but a conditional write finds the version it
+// expected gone if the holder wrote the key since, and is refused.
 
 let h: FaultHarness;
 const TIMEOUT_MS = 300;
@@ -30,38 +33,60 @@ async function lockFence(store: FencedPostgres, resource: string): Promise<pg.Cl
   return holder;
 }
 
-describe("a single-statement write the store gave up on never commits later", () => {
-  it("waiting on the fence row past the deadline: StoreUnavailableError, and nothing lands once the lock is free", async () => {
+/** The fence row's token, as committed. */
+async function tokenOf(store: FencedPostgres, resource: string): Promise<string | undefined> {
+  const { rows } = await h.pool.query<{ token: string }>(`SELECT token FROM "${store.schema}".fence WHERE resource = $1`, [resource]);
+  return rows[0]?.token;
+}
+
+describe("a single-statement write the store gave up on never overwrites the holder's later write", () => {
+  it("an unconditional put waiting on the fence row past the deadline: StoreUnavailableError, and it never lands once the lock is free", async () => {
     const store = await h.store("lock_wait", TIMEOUT_MS);
     const fence = f("r", 5n, "h5");
     const v0 = await store.put("k", "v0", { fence });
-    const writes: [string, () => Promise<unknown>][] = [
-      ["put", () => store.put("k", "late put", { fence })],
-      ["put", () => store.put("k", "late conditional put", { fence, ifVersion: v0.version })],
-      ["delete", () => store.delete("k", { fence, ifVersion: v0.version })],
-      ["register", () => store.register(f("r", 6n, "h6"))],
-    ];
-    for (const [operation, write] of writes) {
-      const holder = await lockFence(store, "r");
-      const { ms, value } = await timed(write());
-      expect(value).toBeInstanceOf(StoreUnavailableError);
-      expect(value).toMatchObject({ backend: "postgres", reason: "timeout", operation });
-      expect(ms).toBeLessThan(TIMEOUT_MS + 500);
-      // The statement still waits on the server; the lock is freed, it runs, and its client is gone.
-      await holder.query("COMMIT");
-      await sleep(200);
-      expect(await store.get("k")).toMatchObject({ value: "v0", version: v0.version });
-      expect(await h.pool.query(`SELECT token FROM "${store.schema}".fence WHERE resource = 'r'`)).toMatchObject({
-        rows: [{ token: "5" }],
-      });
-    }
+    const holder = await lockFence(store, "r");
+    const { ms, value } = await timed(store.put("k", "late put", { fence }));
+    expect(value).toBeInstanceOf(StoreUnavailableError);
+    expect(value).toMatchObject({ backend: "postgres", reason: "timeout", operation: "put" });
+    expect(ms).toBeLessThan(TIMEOUT_MS + 500);
+    // The statement still waits on the server; the lock is freed, it runs, and its client is gone.
+    await holder.query("COMMIT");
+    await sleep(200);
+    expect(await store.get("k")).toMatchObject({ value: "v0", version: v0.version });
     // The same holder writes on, and its write stays.
     const v2 = await store.put("k", "v2", { fence });
     await sleep(200);
     expect(await store.get("k")).toMatchObject({ value: "v2", version: v2.version });
   });
 
-  it("sent to a paused server: the deadline passes, the server resumes and runs it, and it does not apply", async () => {
+  it("register and the conditional writes waiting on the fence row past the deadline: OutcomeUnknownError; once the lock is free they land, before the holder's next write", async () => {
+    const store = await h.store("lock_wait_sent", TIMEOUT_MS);
+    const fence = f("r", 5n, "h5");
+    const put0 = await store.put("put", "v0", { fence });
+    const del0 = await store.put("delete", "v0", { fence });
+    const writes: [string, () => Promise<unknown>, () => Promise<unknown>][] = [
+      ["put", () => store.put("put", "late", { fence, ifVersion: put0.version }), () => store.get("put").then((r) => r?.value)],
+      ["delete", () => store.delete("delete", { fence, ifVersion: del0.version }), () => store.get("delete").then((r) => r?.value)],
+      ["register", () => store.register(f("r", 6n, "h6")), () => tokenOf(store, "r")],
+    ];
+    const landed = ["late", undefined, "6"];
+    for (const [i, [operation, write, seen]] of writes.entries()) {
+      const holder = await lockFence(store, "r");
+      const { ms, value } = await timed(write());
+      expect(value).toBeInstanceOf(OutcomeUnknownError);
+      expect(value).toMatchObject({ backend: "postgres", operation });
+      expect(ms).toBeLessThan(TIMEOUT_MS + 500);
+      // Its commit was sent with it: once the lock is free it runs and commits, its client gone or not.
+      await holder.query("COMMIT");
+      await expect.poll(seen, { timeout: 5_000 }).toBe(landed[i]);
+    }
+    // The late writes came first: the holder of the highest token writes on, and its write stays.
+    const next = await store.put("put", "next", { fence: f("r", 6n, "h6") });
+    await sleep(200);
+    expect(await store.get("put")).toMatchObject({ value: "next", version: next.version });
+  });
+
+  it("sent to a paused server: the deadline passes, the server resumes and runs them; the unconditional put does not apply, and the holder's next write stays", async () => {
     const store = await h.store("paused", TIMEOUT_MS);
     const fence = f("r", 1n, "h1");
     const v0 = await store.put("k", "v0", { fence });
@@ -72,21 +97,56 @@ describe("a single-statement write the store gave up on never commits later", ()
     try {
       results = await Promise.all([
         timed(store.put("k", "late put", { fence })),
-        timed(store.put("k", "late conditional put", { fence, ifVersion: v0.version })),
+        timed(store.put("other", "late conditional put", { fence, ifVersion: v0.version })),
       ]);
     } finally {
       h.faults.resume();
     }
-    for (const { ms, value } of results) {
-      expect(value).toBeInstanceOf(StoreUnavailableError);
-      expect(value).toMatchObject({ reason: "timeout", operation: "put" });
-      expect(ms).toBeLessThan(TIMEOUT_MS + 500);
-    }
+    expect(results.map(({ value }) => value)).toEqual([expect.any(StoreUnavailableError), expect.any(OutcomeUnknownError)]);
+    expect(results[0]!.value).toMatchObject({ reason: "timeout", operation: "put" });
+    for (const { ms } of results) expect(ms).toBeLessThan(TIMEOUT_MS + 500);
     await sleep(300);
     expect(await store.get("k")).toMatchObject({ value: "v0", version: v0.version });
     const v2 = await store.put("k", "v2", { fence });
     await sleep(200);
     expect(await store.get("k")).toMatchObject({ value: "v2", version: v2.version });
+  });
+
+  it("delayed on the network past the deadline, then delivered: a conditional write finds the holder's later write and is refused; an unconditional put is rolled back", async () => {
+    const seed = await h.store("delayed", TIMEOUT_MS);
+    const url = new URL(h.server.url);
+    const proxy = await CutProxy.start({ host: url.hostname, port: Number(url.port) });
+    url.host = `127.0.0.1:${proxy.port}`;
+    const pool = new pg.Pool({ connectionString: url.toString(), max: 3 });
+    pool.on("error", () => undefined);
+    try {
+      const via = new FencedPostgres(pool, { schema: seed.schema, timeoutMs: TIMEOUT_MS });
+      const fence = f("r", 1n, "h1");
+      const v0 = await seed.put("k", "v0", { fence });
+      // Connections through the proxy before it holds, so that only the writes' own messages are delayed.
+      await Promise.all([via.get("k"), via.get("k"), via.get("k")]);
+      proxy.hold();
+      const late = await Promise.all([
+        timed(via.put("k", "late conditional put", { fence, ifVersion: v0.version })),
+        timed(via.delete("k", { fence, ifVersion: v0.version })),
+        timed(via.put("k", "late put", { fence })),
+      ]);
+      expect(late.map(({ value }) => (value as Error).name)).toEqual([
+        "OutcomeUnknownError",
+        "OutcomeUnknownError",
+        "StoreUnavailableError",
+      ]);
+      for (const { ms } of late) expect(ms).toBeLessThan(TIMEOUT_MS + 500);
+      // The holder, told its writes may have landed or did not, writes on; its write is acknowledged.
+      const v2 = await seed.put("k", "v2", { fence });
+      // The delayed messages arrive, their senders' connections closed behind them, and the server runs them.
+      proxy.deliver();
+      await expect.poll(() => proxy.connections, { timeout: 5_000 }).toBe(0);
+      expect(await seed.get("k")).toMatchObject({ value: "v2", version: v2.version });
+    } finally {
+      await pool.end();
+      await proxy.close();
+    }
   });
 
   it("the commit sent and its answer lost: OutcomeUnknownError, and the write did land", async () => {

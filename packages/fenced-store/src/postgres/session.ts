@@ -1,4 +1,5 @@
 import { callbackFailure, classify, connectionIntact, DeadlineExceeded, type Phase } from "./failures.js";
+import type { CommitAt } from "./sql.js";
 import type { PgClient, PgPool, PgQueryConfig, PgQueryResult } from "./types.js";
 
 /**
@@ -17,7 +18,7 @@ export class CallbackError extends Error {
 /**
  * The `rows` of a single-statement write: larger than any result the store's write statements return
  * (one row at most), so that the statement completes in one Execute. Its purpose is not the bound:
- * see Session.write.
+ * see Session.write, `after-answer`.
  */
 const WRITE_ROWS = 2 ** 31 - 1;
 
@@ -92,6 +93,61 @@ interface Emitter {
 }
 
 /**
+ * A client as the pool handed it over, listened to for 'error' from that moment on. pg-pool removes
+ * its own (idle) listener when it hands a client out, and pool.connect()'s promise resolves only in a
+ * later microtask; pg may emit 'error' before that, in the same turn: the read that brings a new
+ * connection's ReadyForQuery can also bring the server's FATAL (57P01: the backend terminated, or
+ * the postmaster gone, just after the start-up), and pg emits it with no query active. Unheard,
+ * that 'error' would end the process. pg.Pool's callback form calls back in that turn, so the
+ * listener is on before pg reads on.
+ */
+class Held<Client extends PgClient> {
+  /** The first error the client emitted before a Session took it over. */
+  error: Error | undefined;
+  private readonly onError = (err: Error): void => {
+    this.error ??= err;
+  };
+
+  constructor(readonly client: Client) {
+    (client as Emitter).on?.("error", this.onError);
+  }
+
+  stopListening(): void {
+    (this.client as Emitter).removeListener?.("error", this.onError);
+  }
+
+  /** Back to the pool unused (the call gave up): destroyed if it failed meanwhile. Released first, so the pool listens again before this stops. */
+  giveBack(): void {
+    this.client.release(this.error);
+    this.stopListening();
+  }
+}
+
+type ConnectCallback<Client> = (err: Error | null | undefined, client?: Client) => void;
+
+/**
+ * pool.connect(), in its callback form, so that the client is listened to in the turn the pool hands
+ * it over (Held). A pool with only the promise form (a wrapper) returns a promise and never calls
+ * back: its client is listened to once the promise resolves, as before.
+ */
+function checkOut<Client extends PgClient>(pool: PgPool<Client>): Promise<Held<Client>> {
+  return new Promise<Held<Client>>((resolve, reject) => {
+    let held: Held<Client> | undefined;
+    const take = (client: Client): void => {
+      held ??= new Held(client);
+      resolve(held);
+    };
+    const connect = pool.connect.bind(pool) as unknown as (callback: ConnectCallback<Client>) => unknown;
+    const returned = connect((err, client) => {
+      if (err) reject(err);
+      else if (client === undefined) reject(new Error("the pool's connect() called back without a client"));
+      else take(client);
+    });
+    if (typeof (returned as PromiseLike<Client> | undefined)?.then === "function") (returned as PromiseLike<Client>).then(take, reject);
+  });
+}
+
+/**
  * One client checked out of the caller's pool for one store call, held until release(). While held,
  * it listens for the client's 'error' event: pg emits it when the server dies under a checked-out
  * client, and with no listener the process would exit (the pool listens only to idle clients). A
@@ -107,12 +163,19 @@ export class Session<Client extends PgClient> {
   };
 
   private constructor(
-    readonly client: Client,
+    held: Held<Client>,
     private readonly call: Call,
     private readonly deadline: Deadline,
   ) {
-    (client as Emitter).on?.("error", this.onError);
+    this.client = held.client;
+    // Takes over from the listener the client has had since the pool handed it over: an error that
+    // came in between (the server's FATAL in the read that ended the start-up) breaks the session.
+    (this.client as Emitter).on?.("error", this.onError);
+    held.stopListening();
+    this.broken = held.error;
   }
+
+  readonly client: Client;
 
   /**
    * Checks a client out within the deadline, or until the caller's signal aborts (its reason is
@@ -126,16 +189,16 @@ export class Session<Client extends PgClient> {
     signal?: AbortSignal,
   ): Promise<Session<Client>> {
     const deadline = new Deadline(timeoutMs);
-    let pending: Promise<Client> | undefined;
+    let pending: Promise<Held<Client>> | undefined;
     try {
-      pending = pool.connect();
+      pending = checkOut(pool);
       return new Session(await deadline.race(untilAborted(pending, signal)), call, deadline);
     } catch (err) {
       deadline.clear();
       // No Session holds the client, whatever failed: one that arrives (or has arrived) goes back —
       // before anything of the caller's signal is read again.
       pending?.then(
-        (late) => late.release(),
+        (late) => late.giveBack(),
         () => undefined,
       );
       const aborted = signal?.aborted === true && !deadline.passed;
@@ -156,25 +219,28 @@ export class Session<Client extends PgClient> {
 
   /**
    * A single-statement write (register, put, the conditional writes), in an implicit transaction:
-   * PostgreSQL commits it at the Sync that follows the statement, not when the statement runs. Sent
-   * with `rows`, pg's JavaScript client sends that Sync only once the statement's answer
-   * (CommandComplete) has arrived, instead of with the statement.
+   * PostgreSQL commits it at the Sync that follows the statement, not when the statement runs.
+   * `commitAt` (sql.ts, COMMIT_AT, says which write takes which and why) decides when that Sync leaves:
    *
-   * Invariant: the commit (Sync) leaves this process only after the statement's answer arrived; a
-   * statement executed late, after this call gave up, never commits — the server rolls back a
-   * transaction whose client is gone — and a Sync that was sent and whose answer was lost leaves a
-   * transaction holding the fence row's lock, so every later write of the resource is ordered after it.
-   *
-   * A failure is therefore a `commit`'s only once the answer arrived (the Sync went out), or when the
-   * client does not show its protocol connection (pg-native, which sends the Sync with the statement
-   * and ignores `rows`; a wrapper): the store cannot tell, so the outcome is unknown. A `read`
-   * verdict stays true: the connection is discarded with it, and released (pg writes its Terminate)
-   * before this process reads anything more from the socket, so no Sync can follow.
-   *
-   * Any failure discards the connection, an error the server answered included: pg 8 sends no Sync
-   * after an error of a query with `rows`, and the server answers nothing more until one arrives.
+   * - `with-statement`: pg sends it with the statement, in one socket write. From then on the write may
+   *   commit whatever this process does, so a failure without the server's refusal is a `commit`'s:
+   *   OutcomeUnknownError. A refusal (an SQLSTATE answer) leaves the connection usable, as for a read.
+   * - `after-answer`: sent with `rows`, pg's JavaScript client sends the Sync only once the statement's
+   *   answer (CommandComplete) has arrived. Invariant: the commit leaves this process only after the
+   *   statement's answer arrived; a statement executed late, after this call gave up, never commits —
+   *   the server rolls back a transaction whose client is gone — and a Sync that was sent and whose
+   *   answer was lost leaves a transaction holding the fence row's lock, so every later write of the
+   *   resource is ordered after it. A failure is therefore a `commit`'s only once the answer arrived
+   *   (the Sync went out), or when the client does not show its protocol connection (pg-native, which
+   *   sends the Sync with the statement and ignores `rows`; a wrapper): the store cannot tell, so the
+   *   outcome is unknown. A `read` verdict stays true: the connection is discarded with it, and
+   *   released (pg writes its Terminate) before this process reads anything more from the socket, so
+   *   no Sync can follow. Any failure discards the connection, an error the server answered included:
+   *   pg 8 sends no Sync after an error of a query with `rows`, and the server answers nothing more
+   *   until one arrives.
    */
-  async write<R = Record<string, unknown>>(config: PgQueryConfig): Promise<PgQueryResult<R>> {
+  async write<R = Record<string, unknown>>(config: PgQueryConfig, commitAt: CommitAt): Promise<PgQueryResult<R>> {
+    if (commitAt === "with-statement") return this.send<R>(config, () => "commit");
     const wire = (this.client as Wire).connection;
     let answered = wire?.on === undefined || wire.removeListener === undefined;
     const onAnswer = (): void => {

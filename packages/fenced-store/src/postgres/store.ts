@@ -86,8 +86,8 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
       return;
     }
     await this.calls.session(call, signal, async (s) => {
-      // One statement, committed only once its answer is in (Session.write).
-      const { rows } = await s.write(this.calls.query("ratchet", fenceParams(only)));
+      // One statement, its commit sent with it (sql.ts, COMMIT_AT).
+      const { rows } = await this.calls.write(s, "ratchet", fenceParams(only));
       if (rows.length === 0) throw await this.calls.staleError(s, only);
     });
   }
@@ -108,7 +108,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
       return this.calls.session({ operation: "put", key }, signal, async (s) => {
         let result: PgQueryResult<{ version: string }>;
         try {
-          result = await s.write<{ version: string }>(this.calls.query("putUnconditional", [...fenceParams(fence), key, json]));
+          result = await this.calls.write<{ version: string }>(s, "putUnconditional", [...fenceParams(fence), key, json]);
         } catch (err) {
           throw foreignKeyRefusal(err, key, fence.resource) ?? err;
         }
@@ -293,7 +293,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
   }
 
   /**
-   * Ratchet and conditional write in one statement, committed once its answer is in (Session.write).
+   * Ratchet and conditional write in one statement, its commit sent with it (sql.ts, COMMIT_AT).
    * Refused in any way, the statement writes nothing and leaves the ratchet as it was (sql.ts, putIfVersion, says
    * why that holds against concurrent writers). Zero rows back: the fence is stale; a refusal for the
    * owner or the version is an error raised by the statement itself, recognised by its SQLSTATE.
@@ -310,7 +310,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     return this.calls.session(call, signal, async (s) => {
       let result: PgQueryResult<{ version: string }>;
       try {
-        result = await s.write<{ version: string }>(this.calls.query(name, values));
+        result = await this.calls.write<{ version: string }>(s, name, values);
       } catch (err) {
         throw foreignKeyRefusal(err, key, fence.resource) ?? versionRefusal(err, key, expected) ?? err;
       }

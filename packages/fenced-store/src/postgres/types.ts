@@ -44,9 +44,10 @@ export interface PgPool<Client extends PgClient = PgClient> {
   query<R = Record<string, unknown>>(config: PgQueryConfig): Promise<PgQueryResult<R>>;
   connect(): Promise<Client>;
   /**
-   * pg.Pool's callback form, never called. Declared so that TypeScript infers `Client` from a
-   * pg.Pool's promise form (it pairs overloads from the last one); a pool object with only the
-   * promise form satisfies it too.
+   * pg.Pool's callback form. The store calls it (Session.open), so that it listens to the client's
+   * 'error' in the turn the pool hands it over; a pool with only the promise form satisfies this too
+   * (it returns its promise and ignores the callback, which the store then uses). Typed `never` so
+   * that TypeScript infers `Client` from a pg.Pool's promise form (it pairs overloads from the last one).
    */
   connect(callback: never): void;
 }

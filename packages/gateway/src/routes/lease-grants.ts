@@ -72,9 +72,17 @@ export async function grant(
     }
   }
   if (!gone.aborted) return lease;
-  await releaseQuietly(leases, lease, "the client left before the lease was answered");
-  leases.ctx.metrics.leaseAbandoned();
+  await abandon(leases, lease, "the client left before the lease was answered");
   return undefined;
+}
+
+/**
+ * Releases a lease whose client will never learn its id: it left before the answer (grant()), or as
+ * the answer was being written (the route, when the answer did not finish).
+ */
+export async function abandon(leases: Leases, lease: Lease, why: string): Promise<void> {
+  await releaseQuietly(leases, lease, why);
+  leases.ctx.metrics.leaseAbandoned();
 }
 
 /** Releases a lease nobody will use; a failure is logged (the lease then ends with its TTL), never thrown. */

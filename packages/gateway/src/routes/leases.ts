@@ -10,7 +10,7 @@ import type { FenceCredentials } from "../auth/credentials.js";
 import { jsonBody, methodNotAllowed, type RouteContext } from "../http/context.js";
 import { clientGone } from "../http/client-gone.js";
 import { leaseBodySchema } from "../schemas/validation.js";
-import { extend, grant, type Leases, type Registrar } from "./lease-grants.js";
+import { abandon, extend, grant, type Leases, type Registrar } from "./lease-grants.js";
 
 export type { Registrar } from "./lease-grants.js";
 
@@ -125,6 +125,14 @@ export function leasesRouter(
     // The client has gone: there is nobody to answer (the request is accounted as cut).
     if (lease === undefined) return;
     ctx.metrics.lease("granted");
+    // The client may leave as the answer is written (its leaving not yet seen when the grant ended):
+    // an answer that did not finish leaves nobody with the lease id, so the lease is released.
+    res.once("close", () => {
+      if (res.writableFinished) return;
+      const abandoning = abandon(leases, lease, "the client left while the lease was answered");
+      inFlight.add(abandoning);
+      void abandoning.finally(() => inFlight.delete(abandoning));
+    });
     // No Location header: a lease id is a capability (extend, release), and Location headers are logged.
     res.status(201).json(leaseJson(lease, credentials));
   });
