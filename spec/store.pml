@@ -26,6 +26,14 @@
  *            runs two updates at once (SEPARATE_LEASES: three leases, one update each); every update
  *            follows the recipe: register on acquiring (unless NO_REGISTER), then read, add one, put
  *            with ifVersion, re-read and retry once on a version mismatch.
+ *   LATE_COMMIT  (PostgreSQL) a write the store gave up on: one lease sends write 1 of a key (a put,
+ *            a put or delete with ifVersion, or a register), gives up on it (its answer lost or
+ *            late), and writes the key again (write 2: a put, or a put with ifVersion). Write 1's
+ *            statement runs at the server at any point after it was sent. Its commit (the Sync)
+ *            travels with it for register and the conditional writes (sql.ts, COMMIT_AT
+ *            "with-statement"): it commits whenever it runs. For the put it leaves only once the
+ *            statement's answer is in ("after-answer"): run after the client gave up, the statement
+ *            finds its connection closed and is rolled back.
  *
  * Invariants (PROTOCOL.md), named in the assertions:
  *   ratchet               the tokens accepted for a resource never decrease (S3: per key; with
@@ -34,6 +42,8 @@
  *   one_resource_per_key  no write under one resource changes a key another resource owns; only a
  *                         transfer from the owner moves it
  *   no_lost_update        (UPDATES) every acknowledged update is in the value
+ *   no_late_overwrite     (LATE_COMMIT) a holder's acknowledged later write is never overwritten by
+ *                         its earlier one
  *
  * Mutants:
  *   MUTANT_EQUAL_TOKEN_ANY_HOLDER  an equal token is accepted from any holder
@@ -41,9 +51,14 @@
  *   MUTANT_SPLIT_COMPARE           the ratchet is read and checked in one step and written in another
  *   MUTANT_TRANSFER_SKIPS_TO       transfer checks only the from resource's ratchet, and raises both
  *   MUTANT_NO_IFVERSION            updates are written without ifVersion (the ratchet alone)
+ *   MUTANT_PUT_SYNC_WITH_STATEMENT the put's commit is sent with its statement, like the others'
  */
 
-#ifdef UPDATES
+#if defined(LATE_COMMIT)
+#define R 1
+#define K 1
+#define LEASES 1
+#elif defined(UPDATES)
 #define R 1
 #define K 1
 #ifdef SEPARATE_LEASES
@@ -94,7 +109,7 @@ byte maxKey[K * (R + 1)];        /* the highest token accepted for a resource on
 byte acked;                      /* updates acknowledged */
 #endif
 
-hidden byte ratchet, one_lease_per_token, one_resource_per_key, no_lost_update;
+hidden byte ratchet, one_lease_per_token, one_resource_per_key, no_lost_update, no_late_overwrite;
 
 /*
  * CHECK(id, name, cond): the invariant `name` must hold here. ONLY_CHECK=<id> asserts that one alone
@@ -108,6 +123,7 @@ hidden byte ratchet, one_lease_per_token, one_resource_per_key, no_lost_update;
 #define ONE_LEASE_PER_TOKEN 2
 #define ONE_RESOURCE_PER_KEY 3
 #define NO_LOST_UPDATE 4
+#define NO_LATE_OVERWRITE 5
 
 #define ADMITS_PAIR(ht, hh, t, h) (t > ht || (t == ht && h == hh))
 #ifdef MUTANT_EQUAL_TOKEN_ANY_HOLDER
@@ -288,7 +304,59 @@ inline transfer(k, fr, ft, fh, tr, tt, th) {
   }
 }
 
-#ifdef UPDATES
+#ifdef LATE_COMMIT
+
+#define PUT 1
+#define PUT_IF_VERSION 2
+#define DELETE_IF_VERSION 3
+#define REGISTER 4
+/* Whether a write of this kind can commit after its client gave up: its Sync went with the statement. */
+#ifdef MUTANT_PUT_SYNC_WITH_STATEMENT
+#define COMMITS_LATE(kind) 1
+#else
+#define COMMITS_LATE(kind) (kind != PUT)
+#endif
+
+byte kind1;      /* write 1's kind */
+byte e1;         /* the version write 1 expects (read before it was sent) */
+bit sent1;       /* write 1 has left the client */
+bit gaveUp;      /* the client has given up on write 1: no Sync follows it any more */
+bit acked2;      /* write 2 is acknowledged */
+
+/* The client: write 1 sent, given up on, then write 2. */
+proctype Client() {
+  byte r, t, e, ok, res;
+  r = resOf[1]; t = tokOf[1];
+  atomic { e1 = ver[0]; sent1 = 1; printf("MSC: lease 1 sends write 1 (kind %d, expecting version %d)\n", kind1, e1) };
+  gaveUp = 1; printf("MSC: lease 1 gives up on write 1\n");
+  if
+  :: write(0, r, t, 1, 1, 0, 0)
+  :: atomic { e = ver[0] }; write(0, r, t, 1, 1, 1, e)
+  fi;
+  if :: res == LANDED -> acked2 = 1; printf("MSC: write 2 acknowledged\n") :: else fi
+}
+
+/* The server running write 1's statement, once, at any point after it was sent. */
+proctype Statement1() {
+  byte r, t, ok, res;
+  r = resOf[1]; t = tokOf[1];
+  sent1;
+  atomic {
+    if
+    :: COMMITS_LATE(kind1) || !gaveUp ->
+       if
+       :: kind1 == PUT -> write(0, r, t, 1, 1, 0, 0)
+       :: kind1 == PUT_IF_VERSION -> write(0, r, t, 1, 1, 1, e1)
+       :: kind1 == DELETE_IF_VERSION -> write(0, r, t, 1, 0, 1, e1)
+       :: kind1 == REGISTER -> register(r, t, 1)
+       fi;
+       CHECK(NO_LATE_OVERWRITE, no_late_overwrite, res != LANDED || !acked2)
+    :: else -> printf("MSC: write 1 runs after its client gave up: its connection is closed, rolled back\n")
+    fi
+  }
+}
+
+#elif defined(UPDATES)
 
 /* read-modify-write: register on acquiring, then read, add one, put with ifVersion; retry once */
 proctype Updater(byte h) {
@@ -352,7 +420,12 @@ init {
        h++
     :: else -> h = 0; x = 0; break
     od;
-#ifdef UPDATES
+#if defined(LATE_COMMIT)
+    /* the key exists, the lease's resource's; write 1 of every kind */
+    owner[0] = resOf[1]; gOwner[0] = resOf[1]; seq = 1; ver[0] = 1; live[0] = 1;
+    select(x : PUT .. REGISTER); kind1 = x; x = 0;
+    run Client(); run Statement1()
+#elif defined(UPDATES)
     /* the key exists, written by no lease */
     owner[0] = 1; gOwner[0] = 1; seq = 1; ver[0] = 1; live[0] = 1;
 #ifdef SEPARATE_LEASES

@@ -97,6 +97,19 @@ const CONFIGURATIONS: readonly Configuration[] = [
     defines: ["-DUPDATES", "-DSEPARATE_LEASES", "-DMUTANT_NO_IFVERSION", "-DS3"],
     expect: { violates: "no_lost_update" },
   },
+  // A write given up on, running at the server at any point after it was sent, then the holder's next write.
+  {
+    name: "PostgreSQL store, a late commit never overwrites the holder's later write",
+    model: "store",
+    defines: ["-DLATE_COMMIT"],
+    expect: "holds",
+  },
+  {
+    name: "mutant: the put's commit sent with its statement (PostgreSQL)",
+    model: "store",
+    defines: ["-DLATE_COMMIT", "-DMUTANT_PUT_SYNC_WITH_STATEMENT", "-DONLY_CHECK=NO_LATE_OVERWRITE"],
+    expect: { violates: "no_late_overwrite" },
+  },
   {
     name: "mutant: equal tokens accepted from any holder (PostgreSQL)",
     model: "store",
