@@ -10,7 +10,7 @@
 //   UPDATE … WHERE version = $3 RETURNING version, autocommit, prepared. Goal 1.3.
 // And one line for information, no goal:
 // - "postgres-sync-floor": the plain upsert committed at a Sync sent only once its answer has arrived
-//   (pg's `rows`), as every single-statement write of FencedPostgres is committed (PROTOCOL.md,
+//   (pg's `rows`), as FencedPostgres commits an unconditional put (PROTOCOL.md,
 //   "Faults") ÷ the same upsert with its Sync sent along. What one more round trip per write costs
 //   on this machine, whatever the statement: the part of the postgres-put ratio no change to the SQL
 //   can remove.
@@ -50,7 +50,7 @@ const COMPARISONS: Record<Bench, { goal: number | null; sides: Record<Impl, stri
     goal: null,
     sides: { fenced: "deferred-sync", plain: "plain" },
     fenced:
-      "the plain upsert, its Sync (the commit) sent only once the statement's answer has arrived, as FencedPostgres commits its single-statement writes",
+      "the plain upsert, its Sync (the commit) sent only once the statement's answer has arrived, as FencedPostgres commits an unconditional put",
     plain: "the same plain upsert, its Sync sent with it",
   },
 };
@@ -197,7 +197,7 @@ async function suite(durable: boolean): Promise<void> {
     }
 
     // The same plain upsert on both sides, one statement per operation; the "fenced" side commits it as
-    // FencedPostgres commits its single-statement writes (Session.write): with `rows` set, pg sends the
+    // FencedPostgres commits an unconditional put (Session.write): with `rows` set, pg sends the
     // Sync only once the statement's answer has arrived.
     const floor: Record<Impl, Op> = {
       fenced: async (w, i) => {

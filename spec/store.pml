@@ -27,13 +27,14 @@
  *            follows the recipe: register on acquiring (unless NO_REGISTER), then read, add one, put
  *            with ifVersion, re-read and retry once on a version mismatch.
  *   LATE_COMMIT  (PostgreSQL) a write the store gave up on: one lease sends write 1 of a key (a put,
- *            a put or delete with ifVersion, or a register), gives up on it (its answer lost or
- *            late), and writes the key again (write 2: a put, or a put with ifVersion). Write 1's
- *            statement runs at the server at any point after it was sent. Its commit (the Sync)
- *            travels with it for register and the conditional writes (sql.ts, COMMIT_AT
- *            "with-statement"): it commits whenever it runs. For the put it leaves only once the
- *            statement's answer is in ("after-answer"): run after the client gave up, the statement
- *            finds its connection closed and is rolled back.
+ *            or a put or delete with ifVersion), gives up on it (its answer lost or late), and
+ *            writes the key again (write 2: a put, or a put with ifVersion). Write 1's statement runs
+ *            at the server at any point after it was sent. Its commit (the Sync) travels with it for
+ *            the conditional writes (sql.ts, COMMIT_AT "with-statement"): it commits whenever it
+ *            runs. For the put it leaves only once the statement's answer is in ("after-answer"):
+ *            run after the client gave up, the statement finds its connection closed and is rolled
+ *            back. (A late register, also "with-statement", writes no record; what it does to the
+ *            ratchet is a register like any other, which the other scenarios check.)
  *
  * Invariants (PROTOCOL.md), named in the assertions:
  *   ratchet               the tokens accepted for a resource never decrease (S3: per key; with
@@ -52,6 +53,7 @@
  *   MUTANT_TRANSFER_SKIPS_TO       transfer checks only the from resource's ratchet, and raises both
  *   MUTANT_NO_IFVERSION            updates are written without ifVersion (the ratchet alone)
  *   MUTANT_PUT_SYNC_WITH_STATEMENT the put's commit is sent with its statement, like the others'
+ *   MUTANT_PUT_KEEPS_VERSION       an unconditional write keeps the record's version (no new one from the sequence)
  */
 
 #if defined(LATE_COMMIT)
@@ -250,7 +252,11 @@ inline write(k, r, t, h, value, cond, e) {
        fenceRaise(r, t, h);
 #endif
        changes(k, r);
+#ifdef MUTANT_PUT_KEEPS_VERSION
+       owner[k] = r; if :: cond || ver[k] == 0 -> seq++; ver[k] = seq :: else fi; live[k] = value;
+#else
        owner[k] = r; seq++; ver[k] = seq; live[k] = value;
+#endif
        ON_LAND(k)
     fi;
     ok = 0
@@ -309,7 +315,6 @@ inline transfer(k, fr, ft, fh, tr, tt, th) {
 #define PUT 1
 #define PUT_IF_VERSION 2
 #define DELETE_IF_VERSION 3
-#define REGISTER 4
 /* Whether a write of this kind can commit after its client gave up: its Sync went with the statement. */
 #ifdef MUTANT_PUT_SYNC_WITH_STATEMENT
 #define COMMITS_LATE(kind) 1
@@ -348,7 +353,6 @@ proctype Statement1() {
        :: kind1 == PUT -> write(0, r, t, 1, 1, 0, 0)
        :: kind1 == PUT_IF_VERSION -> write(0, r, t, 1, 1, 1, e1)
        :: kind1 == DELETE_IF_VERSION -> write(0, r, t, 1, 0, 1, e1)
-       :: kind1 == REGISTER -> register(r, t, 1)
        fi;
        CHECK(NO_LATE_OVERWRITE, no_late_overwrite, res != LANDED || !acked2)
     :: else -> printf("MSC: write 1 runs after its client gave up: its connection is closed, rolled back\n")
@@ -421,9 +425,9 @@ init {
     :: else -> h = 0; x = 0; break
     od;
 #if defined(LATE_COMMIT)
-    /* the key exists, the lease's resource's; write 1 of every kind */
+    /* the key exists, the lease's resource's; write 1 of each kind */
     owner[0] = resOf[1]; gOwner[0] = resOf[1]; seq = 1; ver[0] = 1; live[0] = 1;
-    select(x : PUT .. REGISTER); kind1 = x; x = 0;
+    select(x : PUT .. DELETE_IF_VERSION); kind1 = x; x = 0;
     run Client(); run Statement1()
 #elif defined(UPDATES)
     /* the key exists, written by no lease */

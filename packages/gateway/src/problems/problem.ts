@@ -138,7 +138,7 @@ function storeProblem(err: unknown): Classified | undefined {
   if (err instanceof OutcomeUnknownError)
     return make(
       "outcomeUnknown",
-      `the ${err.backend} ${err.operation} was sent and its answer lost: it may have been applied; read the key back before retrying`,
+      `the ${err.backend} ${err.operation} was sent and its answer lost: it may have been applied (a conditional write may still land, on the version it expects): retry it, with the same If-Match for a conditional write`,
       { backend: err.backend, ...(err.key === undefined ? {} : { key: err.key }) },
     );
   if (err instanceof StoreSetupError)

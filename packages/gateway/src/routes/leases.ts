@@ -125,6 +125,7 @@ export function leasesRouter(
     // The client has gone: there is nobody to answer (the request is accounted as cut).
     if (lease === undefined) return;
     ctx.metrics.lease("granted");
+    const body = leaseJson(lease, credentials);
     // The client may leave as the answer is written (its leaving not yet seen when the grant ended):
     // an answer that did not finish leaves nobody with the lease id, so the lease is released.
     res.once("close", () => {
@@ -134,7 +135,7 @@ export function leasesRouter(
       void abandoning.finally(() => inFlight.delete(abandoning));
     });
     // No Location header: a lease id is a capability (extend, release), and Location headers are logged.
-    res.status(201).json(leaseJson(lease, credentials));
+    res.status(201).json(body);
   });
   router.all("/", (_req, res) => methodNotAllowed(res, "POST"));
 
