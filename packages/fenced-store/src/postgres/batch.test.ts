@@ -105,14 +105,16 @@ describe("FencedPostgres: transaction() and register() under several fences", ()
   it("locks the set's fence rows one by one in resource order, whatever order they are given in", async () => {
     const store = await h.store("tx_lock_order");
     for (const r of ["a", "b", "c"]) await store.register(f(r, 0n));
-    // "b" is held by a transaction kept open.
+    // "b"'s row is held by a transaction of the test's own, kept open: a row lock without the fence lock
+    // (fence-lock.ts), which the set takes first for all three, so that it goes on to the rows.
+    const holder = await h.pool.connect();
+    await holder.query("BEGIN");
+    await holder.query(`SELECT 1 FROM "${store.schema}".fence WHERE resource = 'b' FOR UPDATE`);
     const release = gate();
-    const holding = gate();
-    const held = store.transaction(f("b", 1n), async () => {
-      holding.open();
-      await release.opened;
+    const held = release.opened.then(async () => {
+      await holder.query("COMMIT");
+      holder.release();
     });
-    await holding.opened;
     // Given as c, a, b: locked as a, b, c, so it now holds "a" and waits for "b", and has not touched "c".
     const waiting = store.register([f("c", 1n), f("a", 1n), f("b", 1n)]);
     await waitForLockWaiters(1);

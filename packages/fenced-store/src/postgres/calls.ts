@@ -18,6 +18,16 @@ import type { PgClient, PgParam, PgPool, PgQueryConfig, PgQueryResult } from "./
 /** The fence's three leading parameters of every write statement. */
 export const fenceParams = (fence: CheckedFence): PgParam[] => [fence.resource, fence.token.toString(), fence.holder];
 
+/**
+ * The record writes that run first at the fence the row already holds, under the shared fence lock
+ * (fence-lock.ts), and their raise: the statement each falls back to.
+ */
+const SHARED_FIRST = {
+  putUnconditional: "putShared",
+  putIfVersion: "putIfVersionShared",
+  deleteIfVersion: "deleteIfVersionShared",
+} as const satisfies Partial<Record<SingleStatementWrite, SingleStatementWrite>>;
+
 /** inTransaction()'s options: whether to commit a result. */
 export interface TransactionOptions<T> {
   readonly commit?: (result: T) => boolean;
@@ -114,6 +124,27 @@ export class Calls<Client extends PgClient> {
   /** A single-statement write, its commit sent when COMMIT_AT says (Session.write). */
   write<R = Record<string, unknown>>(s: Session<Client>, name: SingleStatementWrite, values: PgParam[]): Promise<PgQueryResult<R>> {
     return s.write<R>(this.query(name, values), COMMIT_AT[name]);
+  }
+
+  /**
+   * A single-statement record write under one fence, one lease's writes side by side (fence-lock.ts).
+   * First the shared statement: a write at the fence the row already holds, which many can run at
+   * once. When it wrote nothing — the row holds another fence, or none — the exclusive statement, in
+   * a new implicit transaction (never an upgrade of the shared lock): it raises the row, or finds the
+   * fence stale (zero rows), exactly as it always decided. The shared statement writes only what the
+   * exclusive one would write for a fence the row already holds, so the outcome is the same either
+   * way; only the locks differ. An abort is honoured before the second statement, as between any two.
+   */
+  async fencedWrite<R = Record<string, unknown>>(
+    s: Session<Client>,
+    signal: AbortSignal | undefined,
+    name: keyof typeof SHARED_FIRST,
+    values: PgParam[],
+  ): Promise<PgQueryResult<R>> {
+    const shared = await this.write<R>(s, SHARED_FIRST[name], values);
+    if (shared.rows.length > 0) return shared;
+    throwIfAborted(signal);
+    return this.write<R>(s, name, values);
   }
 
   /** The key's row as it is now, tombstones included; read inside the operation's transaction. */

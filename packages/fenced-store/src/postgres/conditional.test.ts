@@ -61,7 +61,8 @@ describe("FencedPostgres: a conditional write (ifVersion) is one statement", () 
     const seed = await h.store("one_trip");
     const store = new FencedPostgres(counting.pool, { schema: seed.schema });
     const v1 = await store.put("k", 1, { fence: f("r", 1n, "h") });
-    expect(counting.take()).toEqual({ statements: 1, connects: 1, transactionControl: 0 });
+    // The first write of a fence: the shared statement finds the row at another fence (none), then the raise.
+    expect(counting.take()).toEqual({ statements: 2, connects: 1, transactionControl: 0 });
 
     const v2 = await store.put("k", 2, { fence: f("r", 1n, "h"), ifVersion: v1.version });
     expect(counting.take(), "ifVersion put, written").toEqual({ statements: 1, connects: 1, transactionControl: 0 });
@@ -76,11 +77,12 @@ describe("FencedPostgres: a conditional write (ifVersion) is one statement", () 
       name: "ResourceMismatchError",
       owner: "r",
     });
-    expect(counting.take(), "ifVersion put, owner refused").toEqual({ statements: 1, connects: 1, transactionControl: 0 });
+    // "s" has no fence row yet: the shared statement finds none, the raise is refused for the owner (and undone).
+    expect(counting.take(), "ifVersion put, owner refused").toEqual({ statements: 2, connects: 1, transactionControl: 0 });
 
-    // A stale fence reads the highest token for its error, as the unconditional put does.
+    // A stale fence: the shared statement, the raise (refused), and the highest token read for its error.
     await expect(store.put("k", 3, { fence: f("r", 0n, "h"), ifVersion: v2.version })).rejects.toBeInstanceOf(StaleTokenError);
-    expect(counting.take(), "ifVersion put, stale").toEqual({ statements: 2, connects: 1, transactionControl: 0 });
+    expect(counting.take(), "ifVersion put, stale").toEqual({ statements: 3, connects: 1, transactionControl: 0 });
 
     const deleted = await store.delete("k", { fence: f("r", 1n, "h"), ifVersion: v2.version });
     expect(deleted.token).toBe(1n);

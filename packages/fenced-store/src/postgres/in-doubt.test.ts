@@ -159,6 +159,7 @@ describe("a single-statement write the store gave up on never overwrites the hol
     try {
       const via = new FencedPostgres(pool, { schema: store.schema, timeoutMs: 2_000 });
       await via.get("k"); // a connection, and the get's own Sync, before the proxy is armed
+      await store.register(f("r", 1n)); // the row at the fence: the put is one statement, its Sync the first
       proxy.arm(SYNC_MESSAGE);
       const err = await outcome(via.put("k", "landed", { fence: f("r", 1n) }));
       expect(err).toBeInstanceOf(OutcomeUnknownError);

@@ -74,7 +74,9 @@ describe("FencedPostgres: a write whose answer is lost is OutcomeUnknownError", 
       expect(err).toMatchObject({ reason: "connection", operation: "put" });
       expect(await seed.get("k")).toBeUndefined();
       expect(await h.fenceToken(seed, "r")).toBeUndefined();
-      // The Sync's answer cut: the commit was sent, the outcome is unknown (it landed).
+      // The Sync's answer cut: the commit was sent, the outcome is unknown (it landed). The fence is
+      // the row's already, so the write is the shared statement alone and the first Sync is its commit.
+      await seed.register(f("r", 1n));
       via.proxy.arm(SYNC_MESSAGE);
       const lost = await outcome(via.store.put("k", { n: 1 }, { fence: f("r", 1n) }));
       expect(lost).toBeInstanceOf(OutcomeUnknownError);

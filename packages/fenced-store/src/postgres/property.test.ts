@@ -11,9 +11,11 @@ beforeAll(async () => {
   h = await pgHarness();
   store = await h.store("property");
   // An independent history, written by the database itself inside each writing transaction.
-  // Every writer of a resource holds that resource's fence row lock from its ratchet to its COMMIT,
-  // so `seq` (drawn under the lock) orders the committed writes of one resource in commit order.
-  // Rolled-back transactions take their history rows with them: only committed effects are logged.
+  // Every raise of a resource holds its fence lock exclusively (and its fence row) from its ratchet to
+  // its COMMIT, and every write at the fence the row already holds holds the fence lock shared to its
+  // commit (fence-lock.ts): so `seq` (drawn under the lock) orders a resource's raises in commit order,
+  // and places every write between the raises before and after it. Rolled-back transactions take
+  // their history rows with them: only committed effects are logged.
   await h.pool.query(`
     CREATE TABLE "${store.schema}".history (seq bigserial PRIMARY KEY, tbl text, op text, resource text, key text, token bigint, holder text, writer text, tombstone boolean);
     CREATE FUNCTION "${store.schema}".log_fence() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -174,14 +176,25 @@ describe("FencedPostgres: concurrent writers with random tokens, holders and res
               true,
             );
           }
-          // Every accepted operation raised (or re-affirmed) its ratchet exactly once; refused ones never did.
+          // Every raise is an accepted operation's (at most once each; refused ones never raised), and every
+          // accepted operation's fence was the ratchet's at some point: raised by it, or before it (a write
+          // at the fence the row already held rewrites nothing).
           const key = (f: { token: bigint; holder: string | null }) => `${f.token}/${f.holder ?? "-"}`;
-          expect(ratchet.map(key).sort()).toEqual(
-            mine
-              .filter(admitted)
-              .map((x) => key(x.fence))
-              .sort(),
-          );
+          const accepted = mine.filter(admitted).map((x) => key(x.fence));
+          const unused = [...accepted];
+          for (const raised of ratchet.map(key)) {
+            const at = unused.indexOf(raised);
+            expect(at, `${resource}: raised ${raised}, which no accepted operation presented`).toBeGreaterThanOrEqual(0);
+            unused.splice(at, 1);
+          }
+          for (const fence of accepted) expect(ratchet.map(key), `${resource}: ${fence} accepted`).toContain(fence);
+          // Every record written under the resource (a transfer's under its to-fence) was written at the
+          // fence the ratchet held at that moment: the last raise of the resource logged before it.
+          let current: { token: bigint; holder: string | null } | undefined;
+          for (const e of log.filter((x) => x.resource === resource)) {
+            if (e.tbl === "fence") current = fenceOf(e);
+            else expect(fenceOf(e), `${resource}: record ${e.key} written by ${e.writer}`).toEqual(current);
+          }
           // The stored row is the last admitted fence.
           expect(await h.fenceRow(store, resource)).toEqual(ratchet.at(-1));
 

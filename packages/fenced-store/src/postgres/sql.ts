@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
 import { InvalidArgumentError } from "@fenced/fence";
+import { lockAllExclusive, lockExclusive, sharedRatchet } from "./fence-lock.js";
 
 /**
  * Every SQL text FencedPostgres sends. The only thing ever interpolated is the schema identifier,
@@ -52,7 +53,11 @@ export interface Statements {
   readonly addFenceHolder: string;
   readonly addRecordHolder: string;
   readonly allowTombstones: string;
-  /** $1 resource, $2 token, $3 holder → one row { token } when admitted, zero rows when fenced. */
+  /**
+   * $1 resource, $2 token, $3 holder → one row { token } when admitted, zero rows when fenced. Takes
+   * the resource's fence lock exclusively first (fence-lock.ts), as every statement below that locks
+   * fence rows does, but the shared writes.
+   */
   readonly ratchet: string;
   /** Two fences, $1–$3 and $4–$6, locked in that order → one row { resource } per admitted fence. */
   readonly ratchetPair: string;
@@ -83,6 +88,15 @@ export interface Statements {
   readonly putIfVersion: string;
   /** $1–$3 fence, $4 key, $5 expected version → one row { version } (the tombstone's) as putIfVersion. */
   readonly deleteIfVersion: string;
+  /**
+   * putUnconditional, putIfVersion and deleteIfVersion at the fence the row already holds: the same
+   * record upserts, their row from the shared ratchet (fence-lock.ts, sharedRatchet) instead of a
+   * raise. One row { version }: written. Zero rows: the fence row holds another fence (or none);
+   * nothing was written, and the caller sends the exclusive statement (Calls.fencedWrite).
+   */
+  readonly putShared: string;
+  readonly putIfVersionShared: string;
+  readonly deleteIfVersionShared: string;
   /**
    * $1–$3 fence, $4 key → { version } (the tombstone's: a live record, a tombstone, or no row at all
    * becomes a tombstone owned by $1) | no row (the key belongs to another resource). Run after
@@ -130,9 +144,10 @@ export function statements(schema: string): Statements {
   // of the row at exactly this token and holder, and this INSERT only when that found nothing —
   // saves a WAL record and a row version per write but measured no faster end to end: the second
   // CTE and the INSERT's executor set-up, paid even when it inserts nothing, cost what it saves.
-  const ratchetOf = (values: string): string => `INSERT INTO ${fence} AS f (resource, token, holder) VALUES ${values}
+  // The row comes from a SELECT whose WHERE takes the resource's fence lock first (fence-lock.ts).
+  const ratchetOf = (rows: string): string => `INSERT INTO ${fence} AS f (resource, token, holder) ${rows}
 ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, holder = EXCLUDED.holder WHERE ${admits}`;
-  const ratchet = `${ratchetOf("($1, $2::bigint, $3)")}
+  const ratchet = `${ratchetOf(`SELECT $1::text, $2::bigint, $3::text WHERE ${lockExclusive("$1")}`)}
 RETURNING f.token`;
 
   // A conditional write (ifVersion) is one statement in an implicit transaction, like the unconditional put, and
@@ -168,9 +183,11 @@ ON CONFLICT (key) DO UPDATE
 SET value = EXCLUDED.value, version = nextval('${versions}'), token = EXCLUDED.token, holder = EXCLUDED.holder
 WHERE CASE WHEN r.resource = $1 AND r.version = ${expected}::bigint AND r.value IS NOT NULL THEN true ELSE ${refuseConditional}($4, $1) IS NULL END
 RETURNING CASE WHEN r.version = 0 THEN ${refuseConditional}($4, $1) ELSE r.version END AS version`;
-  const conditionalWrite = (value: string, expected: string): string =>
-    `WITH ratchet AS (${ratchet})
+  // `admission`: the ratchet CTE — a raise (`ratchet`), or the shared check of a write at the fence the row holds.
+  const conditionalWrite = (admission: string, value: string, expected: string): string =>
+    `WITH ratchet AS (${admission})
 ${conditionalUpsert("ratchet", value, expected)}`;
+  const shared = sharedRatchet(fence);
   // The unconditional record upsert (putUnconditional says why it is safe), its row from the ratchet CTE or the parameters.
   const recordUpsert = (rows: string): string => `INSERT INTO ${records} AS r (key, value, token, resource, holder)
 ${rows === "ratchet" ? "SELECT $4, $5::jsonb, ratchet.token, $1, $3 FROM ratchet" : "VALUES ($4, $5::jsonb, $2::bigint, $1, $3)"}
@@ -252,7 +269,9 @@ WHERE n.nspname = $1 AND c.relname IN ('fence', 'records') AND a.attnum > 0 AND 
     ratchet,
     // Multi-row VALUES are inserted (and their conflicting rows locked) in list order: the caller
     // passes the two fences sorted by resource, so two transfers never lock them in opposite orders.
-    ratchetPair: `${ratchetOf("($1, $2::bigint, $3), ($4, $5::bigint, $6)")}
+    // Both fence locks are taken first, in key order (fence-lock.ts).
+    ratchetPair: `${ratchetOf(`SELECT v.resource, v.token, v.holder FROM (VALUES ($1::text, $2::bigint, $3::text), ($4::text, $5::bigint, $6::text)) AS v(resource, token, holder)
+WHERE ${lockAllExclusive("ARRAY[$1::text, $4::text]")}`)}
 RETURNING f.resource`,
     // Every fence of a call of several (transaction(), register(), putAll()), each admitted or refused
     // exactly as by `ratchet`, in one statement. The rows must be locked in one order every writer
@@ -273,8 +292,10 @@ RETURNING f.resource`,
     // The other statements that lock fence rows lock one (`ratchet`) or two in the same order
     // (`ratchetPair`), and every call locks its fence rows before any record: so no two calls of the
     // store ever wait for each other's fence rows in a cycle (records: putAll()'s order, batch.ts).
+    // Before any row, the statement takes every resource's fence lock, in key order (fence-lock.ts).
     ratchetAll: `INSERT INTO ${fence} AS f (resource, token, holder)
 SELECT t.resource, t.token, t.holder FROM unnest($1::text[], $2::bigint[], $3::text[]) WITH ORDINALITY AS t(resource, token, holder, n)
+WHERE ${lockAllExclusive("$1::text[]")}
 ORDER BY t.n
 ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, holder = EXCLUDED.holder WHERE ${admits}
 RETURNING f.resource`,
@@ -297,8 +318,12 @@ RETURNING f.resource`,
     // always means written, and nothing but the fence decides between one row and none.
     putUnconditional: `WITH ratchet AS (${ratchet})
 ${recordUpsert("ratchet")}`,
-    putIfVersion: conditionalWrite("$5::jsonb", "$6"),
-    deleteIfVersion: conditionalWrite("NULL::jsonb", "$5"),
+    putIfVersion: conditionalWrite(ratchet, "$5::jsonb", "$6"),
+    deleteIfVersion: conditionalWrite(ratchet, "NULL::jsonb", "$5"),
+    putShared: `WITH ratchet AS (${shared})
+${recordUpsert("ratchet")}`,
+    putIfVersionShared: conditionalWrite(shared, "$5::jsonb", "$6"),
+    deleteIfVersionShared: conditionalWrite(shared, "NULL::jsonb", "$5"),
     // An unconditional delete must also reach a record written while we waited for the fence lock,
     // which the waiting statement's snapshot cannot see; so it runs as its own statement after the
     // ratchet, and its fresh snapshot sees every write this resource committed before us. It always
@@ -397,6 +422,10 @@ export const COMMIT_AT = {
   putIfVersion: "with-statement",
   deleteIfVersion: "with-statement",
   putUnconditional: "after-answer",
+  // The same writes at the fence the row holds (fence-lock.ts): the same reasons.
+  putIfVersionShared: "with-statement",
+  deleteIfVersionShared: "with-statement",
+  putShared: "after-answer",
 } as const satisfies Partial<Record<NamedStatement, CommitAt>>;
 export type CommitAt = "with-statement" | "after-answer";
 export type SingleStatementWrite = keyof typeof COMMIT_AT;

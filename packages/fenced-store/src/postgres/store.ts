@@ -108,7 +108,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
       return this.calls.session({ operation: "put", key }, signal, async (s) => {
         let result: PgQueryResult<{ version: string }>;
         try {
-          result = await this.calls.write<{ version: string }>(s, "putUnconditional", [...fenceParams(fence), key, json]);
+          result = await this.calls.fencedWrite<{ version: string }>(s, signal, "putUnconditional", [...fenceParams(fence), key, json]);
         } catch (err) {
           throw foreignKeyRefusal(err, key, fence.resource) ?? err;
         }
@@ -310,7 +310,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     return this.calls.session(call, signal, async (s) => {
       let result: PgQueryResult<{ version: string }>;
       try {
-        result = await this.calls.write<{ version: string }>(s, name, values);
+        result = await this.calls.fencedWrite<{ version: string }>(s, signal, name, values);
       } catch (err) {
         throw foreignKeyRefusal(err, key, fence.resource) ?? versionRefusal(err, key, expected) ?? err;
       }
