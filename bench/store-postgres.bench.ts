@@ -1,13 +1,16 @@
 // Postgres write benchmark: FencedPostgres against the plain statement a writer without fencing
 // would send, on the same server in the same run, at concurrency 1 and 16. JSON lines on stdout.
 //
-// Two comparisons, each with its goal:
+// Three comparisons, each with its goal:
 // - "postgres-put": put() without ifVersion (the ratchet, with a holder id as a Lease carries, and
 //   the owner-checked upsert in one statement) ÷ one INSERT … ON CONFLICT (key) DO UPDATE, autocommit,
 //   prepared. Goal 1.15.
 // - "postgres-recipe": the safe recipe — register() once per lease, then put() with ifVersion, each
 //   put using the version the previous one returned — ÷ one compare-and-set INSERT … ON CONFLICT DO
 //   UPDATE … WHERE version = $3 RETURNING version, autocommit, prepared. Goal 1.3.
+// - "postgres-one-lease": 32 writers of one lease (one resource, one fence), each writing a key of
+//   its own ÷ the same writers each under a resource of its own: what sharing one fence row costs.
+//   Goal 1.111 (one resource at ≥ 0.9× the throughput).
 // And one line for information, no goal:
 // - "postgres-sync-floor": the plain upsert committed at a Sync sent only once its answer has arrived
 //   (pg's `rows`), as FencedPostgres commits an unconditional put (PROTOCOL.md,
@@ -30,6 +33,8 @@ import { closedLoop, emit, median, percentile, type Op } from "./measure.js";
 const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 3_000);
 const SLICES = Number(process.env.BENCH_SLICES ?? 10);
 const WARM_UP_MS = Math.min(500, DURATION_MS / 4);
+/** Concurrent writers of the one-lease comparison (each with a connection of its own). */
+const ONE_LEASE_WRITERS = 32;
 /** What a Lease from @fenced/lock presents as its holder. */
 const HOLDER = "5f0c1e8a9b7d4c3e2f1a0b9c8d7e6f5a";
 
@@ -46,6 +51,13 @@ const COMPARISONS: Record<Bench, { goal: number | null; sides: Record<Impl, stri
     fenced: "register() once per lease, then FencedPostgres.put with ifVersion (the version the previous put returned)",
     plain: "single statement compare-and-set INSERT … ON CONFLICT DO UPDATE … WHERE version = $3 RETURNING version, autocommit, prepared",
   },
+  "postgres-one-lease": {
+    // One resource's writers at ≥ 0.9× the throughput of the same writers spread over as many resources.
+    goal: 1.111, // 1 / 0.9
+    sides: { fenced: "one-resource", plain: "own-resources" },
+    fenced: `${ONE_LEASE_WRITERS} writers of one lease (one resource, one fence), each its own key: FencedPostgres.put`,
+    plain: `the same ${ONE_LEASE_WRITERS} writers, each under a resource of its own: FencedPostgres.put`,
+  },
   "postgres-sync-floor": {
     goal: null,
     sides: { fenced: "deferred-sync", plain: "plain" },
@@ -54,7 +66,7 @@ const COMPARISONS: Record<Bench, { goal: number | null; sides: Record<Impl, stri
     plain: "the same plain upsert, its Sync sent with it",
   },
 };
-type Bench = "postgres-put" | "postgres-recipe" | "postgres-sync-floor";
+type Bench = "postgres-put" | "postgres-recipe" | "postgres-sync-floor" | "postgres-one-lease";
 type Impl = "fenced" | "plain";
 
 /** The pool, with every statement sent through it (or a client it lent) counted: one statement, one round trip. */
@@ -245,9 +257,35 @@ async function suite(durable: boolean): Promise<void> {
       };
       await compare("postgres-recipe", recipe, counter, concurrency, { ...context, rows: "per-worker" });
     }
+    await oneLease(server.url, context);
   } finally {
     await pool.end();
     await server.stop();
+  }
+}
+
+/**
+ * One lease's writes side by side: ONE_LEASE_WRITERS writers under one resource and fence, each
+ * writing a key of its own, against the same writers each under a resource of its own (where no two
+ * share a fence row). Both sides are the fenced store; the ratio is what sharing a resource costs.
+ */
+async function oneLease(url: string, context: Record<string, unknown>): Promise<void> {
+  const pool = new pg.Pool({ connectionString: url, max: ONE_LEASE_WRITERS });
+  const { counter, counted } = countingPool(pool);
+  try {
+    const store = new FencedPostgres(counted, { schema: "bench_fenced" });
+    const value = { note: "invoice total updated" };
+    const impls: Record<Impl, Op> = {
+      fenced: async (w) => {
+        await store.put(`one-lease/${w}`, value, { fence: { resource: "one-lease", token: 1n, holder: HOLDER } });
+      },
+      plain: async (w) => {
+        await store.put(`own-resource/${w}`, value, { fence: { resource: `own-resource/${w}`, token: 1n, holder: HOLDER } });
+      },
+    };
+    await compare("postgres-one-lease", impls, counter, ONE_LEASE_WRITERS, { ...context, rows: "per-worker" });
+  } finally {
+    await pool.end();
   }
 }
 
