@@ -30,7 +30,7 @@
  *            or a put or delete with ifVersion), gives up on it (its answer lost or late), and
  *            writes the key again (write 2: a put, or a put with ifVersion). Write 1's statement runs
  *            at the server at any point after it was sent. Its commit (the Sync) travels with it for
- *            the conditional writes (sql.ts, COMMIT_AT "with-statement"): it commits whenever it
+ *            the conditional writes (commit-at.ts, COMMIT_AT "with-statement"): it commits whenever it
  *            runs. For the put it leaves only once the statement's answer is in ("after-answer"):
  *            run after the client gave up, the statement finds its connection closed and is rolled
  *            back. (A late register, also "with-statement", writes no record; what it does to the

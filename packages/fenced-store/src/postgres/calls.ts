@@ -3,16 +3,8 @@ import type { StaleTokenError } from "../errors.js";
 import { throwIfAborted } from "../options.js";
 import { staleError } from "./inspect.js";
 import { CallbackError, Session, type Call } from "./session.js";
-import {
-  beginWithin,
-  COMMIT,
-  COMMIT_AT,
-  type NamedStatement,
-  ROLLBACK,
-  type SingleStatementWrite,
-  statementNames,
-  type Statements,
-} from "./sql.js";
+import { COMMIT_AT, type SingleStatementWrite } from "./commit-at.js";
+import { beginWithin, COMMIT, type NamedStatement, ROLLBACK, statementNames, type Statements } from "./sql.js";
 import type { PgClient, PgParam, PgPool, PgQueryConfig, PgQueryResult } from "./types.js";
 
 /** The fence's three leading parameters of every write statement. */

@@ -7,7 +7,7 @@ import { FencedPostgres } from "./store.js";
 import { fenceAt as f, outcome, sleep } from "./test-support.js";
 
 // A single-statement write the store gave up on must never overwrite a later write of the same
-// holder (sql.ts, COMMIT_AT). An unconditional put's commit is PostgreSQL's Sync, which the store lets
+// holder (commit-at.ts, COMMIT_AT). An unconditional put's commit is PostgreSQL's Sync, which the store lets
 // leave only once the statement's answer is in: a statement that runs after the call failed — it
 // waited on a lock, sat in the socket of a paused server, was delayed on the network — finds its
 // client gone and is rolled back. Register and the conditional writes send their Sync with the

@@ -4,7 +4,9 @@
 // The layers, from the API down:
 //   store.ts    FencedPostgres: validates a call (options.ts) and runs its statements in one transaction
 //   batch.ts    the writes under several fences: every ratchet in one statement, in lock order; putAll()'s records in key order
-//   calls.ts    how a call runs: its session, the store's transactions, its statements by name
+//   calls.ts    how a call runs: its session, the store's transactions, its statements by name, a write at the fence the row holds first (fencedWrite)
+//   commit-at.ts when each single-statement write's commit (Sync) leaves: with the statement, or after its answer
+//   fence-lock.ts the per-resource advisory lock taken before any fence row: shared by one lease's writes, exclusive by raises
 //   migrate.ts  migrate(): the tables, function and upgrades, in one transaction under an advisory lock
 //   inspect.ts  fence(): a resource's fence row; the StaleTokenError a refused write reads
 //   session.ts  one client checked out per call: its deadline, its error listener, its release

@@ -1,5 +1,5 @@
 import { callbackFailure, classify, connectionIntact, DeadlineExceeded, type Phase } from "./failures.js";
-import type { CommitAt } from "./sql.js";
+import type { CommitAt } from "./commit-at.js";
 import type { PgClient, PgPool, PgQueryConfig, PgQueryResult } from "./types.js";
 
 /**
@@ -220,7 +220,7 @@ export class Session<Client extends PgClient> {
   /**
    * A single-statement write (register, put, the conditional writes), in an implicit transaction:
    * PostgreSQL commits it at the Sync that follows the statement, not when the statement runs.
-   * `commitAt` (sql.ts, COMMIT_AT, says which write takes which and why) decides when that Sync leaves:
+   * `commitAt` (commit-at.ts, COMMIT_AT, says which write takes which and why) decides when that Sync leaves:
    *
    * - `with-statement`: pg sends it with the statement, in one socket write. From then on the write may
    *   commit whatever this process does, so a failure without the server's refusal is a `commit`'s:

@@ -86,7 +86,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
       return;
     }
     await this.calls.session(call, signal, async (s) => {
-      // One statement, its commit sent with it (sql.ts, COMMIT_AT).
+      // One statement, its commit sent with it (commit-at.ts, COMMIT_AT).
       const { rows } = await this.calls.write(s, "ratchet", fenceParams(only));
       if (rows.length === 0) throw await this.calls.staleError(s, only);
     });
@@ -293,7 +293,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
   }
 
   /**
-   * Ratchet and conditional write in one statement, its commit sent with it (sql.ts, COMMIT_AT).
+   * Ratchet and conditional write in one statement, its commit sent with it (commit-at.ts, COMMIT_AT).
    * Refused in any way, the statement writes nothing and leaves the ratchet as it was (sql.ts, putIfVersion, says
    * why that holds against concurrent writers). Zero rows back: the fence is stale; a refusal for the
    * owner or the version is an error raised by the statement itself, recognised by its SQLSTATE.
