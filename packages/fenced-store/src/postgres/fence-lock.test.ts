@@ -1,7 +1,7 @@
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { StaleTokenError, StoreUnavailableError } from "../errors.js";
-import { key } from "./fence-lock.js";
+import { fenceLocks } from "./fence-lock.js";
 import { FencedPostgres } from "./store.js";
 import { fenceAt as f, outcome, pgHarness, stillPending, type PgHarness } from "./test-support.js";
 
@@ -69,7 +69,7 @@ describe("FencedPostgres: one lease's writes side by side", () => {
     await store.put("k", 0, { fence: lease });
     // A raise in flight, as the store's ratchet does it: the fence lock exclusively, then the row, uncommitted.
     const raise = await openTransaction();
-    await raise.client.query(`SELECT pg_advisory_xact_lock(${key("$1")})`, ["r"]);
+    await raise.client.query(`SELECT pg_advisory_xact_lock(${fenceLocks(`"${store.schema}"`).key("$1")})`, ["r"]);
     await raise.client.query(`UPDATE "${store.schema}".fence SET token = 2, holder = 'h2' WHERE resource = 'r'`);
     // The write's statement starts (its snapshot shows token 1) and waits for the fence lock.
     const write = outcome(store.put("k", 1, { fence: lease }));
@@ -79,6 +79,27 @@ describe("FencedPostgres: one lease's writes side by side", () => {
     expect(err).toBeInstanceOf(StaleTokenError);
     expect(err).toMatchObject({ token: 1n, highest: 2n, highestHolder: "h2" });
     expect(await h.recordRow(store, "k")).toMatchObject({ value: 0, token: 1n });
+  });
+
+  it("two stores in different schemas of one database, one resource name: neither waits for the other's fence lock", async () => {
+    const [one, two] = [await h.store("schema_one"), await h.store("schema_two")];
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let started!: () => void;
+    const inside = new Promise<void>((resolve) => (started = resolve));
+    // A transaction of the first store holds its fence lock on "orders" exclusively until released.
+    const held = one.transaction(f("orders", 1n, "h1"), async () => {
+      started();
+      await released;
+    });
+    await inside;
+    try {
+      expect(await two.put("k", 1, { fence: f("orders", 1n, "h1") })).toMatchObject({ token: 1n });
+      expect(await two.register(f("orders", 2n, "h2"))).toBeUndefined();
+    } finally {
+      release();
+      await held;
+    }
   });
 
   it("32 writers of one lease to different keys, without a pause: a newer lease's register gets through, and every write after it is refused", async () => {

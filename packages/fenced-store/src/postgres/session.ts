@@ -229,8 +229,8 @@ export class Session<Client extends PgClient> {
    *   answer (CommandComplete) has arrived. Invariant: the commit leaves this process only after the
    *   statement's answer arrived; a statement executed late, after this call gave up, never commits —
    *   the server rolls back a transaction whose client is gone — and a Sync that was sent and whose
-   *   answer was lost leaves a transaction holding the fence row's lock, so every later write of the
-   *   resource is ordered after it. A failure is therefore a `commit`'s only once the answer arrived
+   *   answer was lost leaves a transaction holding its locks (the record's row, the fence lock), so
+   *   every later write of the key, and every raise of the resource, is ordered after it. A failure is therefore a `commit`'s only once the answer arrived
    *   (the Sync went out), or when the client does not show its protocol connection (pg-native, which
    *   sends the Sync with the statement and ignores `rows`; a wrapper): the store cannot tell, so the
    *   outcome is unknown. A `read` verdict stays true: the connection is discarded with it, and

@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { InvalidArgumentError } from "@fenced/fence";
-import { lockAllExclusive, lockExclusive, sharedRatchet } from "./fence-lock.js";
+import { fenceLocks } from "./fence-lock.js";
 
 /**
  * Every SQL text FencedPostgres sends. The only thing ever interpolated is the schema identifier,
@@ -131,6 +131,7 @@ export function statements(schema: string): Statements {
   const versions = `${schema}.record_version`;
   const refuse = `${schema}.refuse_foreign_write`;
   const refuseConditional = `${schema}.refuse_conditional_write`;
+  const { lockAllExclusive, lockExclusive, sharedRatchet } = fenceLocks(schema);
 
   // Admission, the same rule as admits() in @fenced/fence: a higher token, or the same token from the
   // same holder (IS NOT DISTINCT FROM: two holderless fences at one token are the same lease).
@@ -166,7 +167,8 @@ RETURNING f.token`;
   // Why this is atomic with respect to concurrent writers, although every part of the statement
   // shares one snapshot taken before any wait: the decision never reads the snapshot. The ratchet's
   // ON CONFLICT compares against the newest committed fence row and keeps it locked until the
-  // statement ends, so writes of one resource run one after another; the record's ON CONFLICT
+  // statement ends (the shared form: fence-lock.ts, the row FOR SHARE at exactly this fence), so no
+  // raise of the resource interleaves with the write; the record's ON CONFLICT
   // compares against the newest committed record, under its row lock. A writer that waited for the
   // fence row therefore meets what the one before it committed: a higher token leaves it stale, a
   // new version leaves it a version mismatch, its own ratchet raise undone. Of several conditional
