@@ -220,7 +220,8 @@ export class Session<Client extends PgClient> {
   /**
    * A single-statement write (register, put, the conditional writes), in an implicit transaction:
    * PostgreSQL commits it at the Sync that follows the statement, not when the statement runs.
-   * `commitAt` (commit-at.ts, COMMIT_AT, says which write takes which and why) decides when that Sync leaves:
+   * `commitAt` (commit-at.ts, COMMIT_AT, says which write takes which and why) decides when that
+   * Sync leaves:
    *
    * - `with-statement`: pg sends it with the statement, in one socket write. From then on the write may
    *   commit whatever this process does, so a failure without the server's refusal is a `commit`'s:
@@ -230,10 +231,10 @@ export class Session<Client extends PgClient> {
    *   statement's answer arrived; a statement executed late, after this call gave up, never commits —
    *   the server rolls back a transaction whose client is gone — and a Sync that was sent and whose
    *   answer was lost leaves a transaction holding its locks (the record's row, the fence lock), so
-   *   every later write of the key, and every raise of the resource, is ordered after it. A failure is therefore a `commit`'s only once the answer arrived
-   *   (the Sync went out), or when the client does not show its protocol connection (pg-native, which
-   *   sends the Sync with the statement and ignores `rows`; a wrapper): the store cannot tell, so the
-   *   outcome is unknown. A `read` verdict stays true: the connection is discarded with it, and
+   *   every later write of the key, and every raise of the resource, is ordered after it. A failure
+   *   is therefore a `commit`'s only once the answer arrived (the Sync went out), or when the client
+   *   does not show its protocol connection (pg-native, which sends the Sync with the statement and
+   *   ignores `rows`; a wrapper): the store cannot tell, so the outcome is unknown. A `read` verdict stays true: the connection is discarded with it, and
    *   released (pg writes its Terminate) before this process reads anything more from the socket, so
    *   no Sync can follow. Any failure discards the connection, an error the server answered included:
    *   pg 8 sends no Sync after an error of a query with `rows`, and the server answers nothing more
