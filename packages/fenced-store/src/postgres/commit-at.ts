@@ -17,6 +17,8 @@ import type { NamedStatement } from "./sql.js";
  *   in `putUnconditional` refuses a late commit over the same holder's later write (same token, same
  *   holder: the ratchet admits it), so a statement that runs after the call gave up must find its
  *   connection closed, which rolls it back; a failure before the answer is StoreUnavailableError.
+ *   Such a statement returns a row if and only if it wrote something (Session.write reads a lost
+ *   Sync's answer after no row as "nothing applied").
  */
 export const COMMIT_AT = {
   ratchet: "with-statement",

@@ -64,6 +64,24 @@ describe("FencedPostgres: a write whose answer is lost is OutcomeUnknownError", 
     }
   });
 
+  it("put() of a new lease: its first statement found another fence and wrote nothing, and the answer to its Sync was cut: nothing applied, StoreUnavailableError", async () => {
+    const seed = await h.store("lost_empty_sync");
+    const via = await throughProxy(seed.schema);
+    try {
+      await seed.register(f("r", 1n));
+      // The row holds token 1; the put presents 2: the shared statement answers no row, then its Sync's answer is lost.
+      via.proxy.arm(SYNC_MESSAGE);
+      const err = await outcome(via.store.put("k", { n: 1 }, { fence: f("r", 2n) }));
+      expect(err).toBeInstanceOf(StoreUnavailableError);
+      expect(err).toMatchObject({ reason: "connection", operation: "put" });
+      expect(via.proxy.cuts).toBe(1);
+      expect(await seed.get("k")).toBeUndefined();
+      expect(await h.fenceToken(seed, "r")).toBe(1n);
+    } finally {
+      await via.close();
+    }
+  });
+
   it("put(): its statement ran, the answer was cut before its commit (Sync) was sent: nothing applied; the same store works on", async () => {
     const seed = await h.store("lost_put");
     const via = await throughProxy(seed.schema);

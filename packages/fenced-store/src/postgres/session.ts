@@ -28,8 +28,8 @@ const WRITE_ROWS = 2 ** 31 - 1;
  */
 interface Wire {
   readonly connection?: {
-    on?(event: "commandComplete", listener: () => void): unknown;
-    removeListener?(event: "commandComplete", listener: () => void): unknown;
+    on?(event: "commandComplete" | "dataRow", listener: () => void): unknown;
+    removeListener?(event: "commandComplete" | "dataRow", listener: () => void): unknown;
   };
 }
 
@@ -232,7 +232,8 @@ export class Session<Client extends PgClient> {
    *   the server rolls back a transaction whose client is gone — and a Sync that was sent and whose
    *   answer was lost leaves a transaction holding its locks (the record's row, the fence lock), so
    *   every later write of the key, and every raise of the resource, is ordered after it. A failure
-   *   is therefore a `commit`'s only once the answer arrived (the Sync went out), or when the client
+   *   is therefore a `commit`'s only once the answer arrived with a row (the Sync went out after a
+   *   write; an answer without a row wrote nothing, so its Sync commits nothing), or when the client
    *   does not show its protocol connection (pg-native, which sends the Sync with the statement and
    *   ignores `rows`; a wrapper): the store cannot tell, so the outcome is unknown. A `read` verdict stays true: the connection is discarded with it, and
    *   released (pg writes its Terminate) before this process reads anything more from the socket, so
@@ -243,15 +244,25 @@ export class Session<Client extends PgClient> {
   async write<R = Record<string, unknown>>(config: PgQueryConfig, commitAt: CommitAt): Promise<PgQueryResult<R>> {
     if (commitAt === "with-statement") return this.send<R>(config, () => "commit");
     const wire = (this.client as Wire).connection;
-    let answered = wire?.on === undefined || wire.removeListener === undefined;
+    const unseen = wire?.on === undefined || wire.removeListener === undefined;
+    // Whether the statement's answer arrived (the Sync may have left), and whether it carried a row:
+    // an `after-answer` write returns a row if and only if it wrote something (COMMIT_AT), so a Sync
+    // after an answer without one commits nothing, and its lost answer changes nothing.
+    let answered = unseen;
+    let wrote = unseen;
     const onAnswer = (): void => {
       answered = true;
     };
+    const onRow = (): void => {
+      wrote = true;
+    };
     wire?.on?.("commandComplete", onAnswer);
+    wire?.on?.("dataRow", onRow);
     try {
-      return await this.send<R>({ ...config, rows: WRITE_ROWS }, () => (answered ? "commit" : "read"), true);
+      return await this.send<R>({ ...config, rows: WRITE_ROWS }, () => (answered && wrote ? "commit" : "read"), true);
     } finally {
       wire?.removeListener?.("commandComplete", onAnswer);
+      wire?.removeListener?.("dataRow", onRow);
     }
   }
 
