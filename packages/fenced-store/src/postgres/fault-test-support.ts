@@ -35,9 +35,10 @@ export async function faultHarness(max = 8): Promise<FaultHarness> {
     pool,
     idleErrors,
     async store(label, timeoutMs = 1_000) {
-      const store = new FencedPostgres(pool, { schema: `t_${label}_${randomBytes(4).toString("hex")}`, timeoutMs });
-      await store.migrate();
-      return store;
+      const schema = `t_${label}_${randomBytes(4).toString("hex")}`;
+      // Set up outside the deadline under test: on a loaded machine migrate() can outlast a short one.
+      await new FencedPostgres(pool, { schema, timeoutMs: 60_000 }).migrate();
+      return new FencedPostgres(pool, { schema, timeoutMs });
     },
     async client(url = server.url) {
       const client = new pg.Client({ connectionString: url });
