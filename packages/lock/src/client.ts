@@ -10,6 +10,16 @@ export interface RedisClient {
   script(subcommand: "LOAD", script: string): Promise<unknown>;
   /** Not sent by the lock itself: lets whoever holds `redlock.clients` check the nodes' health. */
   ping(): Promise<unknown>;
+  /** Where present, the scripts of one tick go out as one pipeline (pipelining.ts); optional. */
+  pipeline?(): RedisPipeline;
+  /** True on a Redis Cluster client (ioredis's `Cluster`): its pipelines must keep to one slot. */
+  readonly isCluster?: boolean;
+}
+
+/** The part of an ioredis pipeline the lock uses. */
+export interface RedisPipeline {
+  evalsha(sha: string, numberOfKeys: number, ...keysAndArgs: (string | number)[]): unknown;
+  exec(): Promise<[error: Error | null, result: unknown][] | null>;
 }
 
 /**

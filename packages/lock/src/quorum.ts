@@ -22,15 +22,6 @@ export interface ScriptCall {
 }
 
 /**
- * EVALSHA with the script's keys and arguments. A node that does not have the script cached yet
- * answers NOSCRIPT; see fallBack.
- */
-export function evalSha(client: RedisClient, call: ScriptCall): Promise<unknown> {
-  const { script, keys, args } = call;
-  return client.evalsha(script.sha, keys.length, ...keys, ...args);
-}
-
-/**
  * After a NOSCRIPT answer: the same call as EVAL (which also caches the script), or undefined when
  * the error is anything else, or when `stillWanted` says the call must not run any more.
  *

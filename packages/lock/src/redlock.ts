@@ -7,6 +7,7 @@ import { resourceKeys } from "./keys.js";
 import { Lease, leaseInternals, leaseLost } from "./lease.js";
 import { newLeaseValue } from "./lease-value.js";
 import { watchOf, type NodeWatch } from "./node-watch.js";
+import { sendScript } from "./pipelining.js";
 import {
   checkAcquireOptions,
   checkClients,
@@ -23,7 +24,6 @@ import {
   AcquireTally,
   ceilingReached,
   chooseTokens,
-  evalSha,
   failures,
   fallBack,
   fanOut,
@@ -233,7 +233,7 @@ export class Redlock {
     const stillWanted = (): boolean => fanningOut;
     const call: ScriptCall = { script: SCRIPTS.acquire, keys: keys.flatMap((k) => [k.lease, k.counter]), args: [value, ttlMs] };
     const replies = await fanOut(this.clients.length, this.#settings.nodeTimeoutMs, {
-      send: (node) => evalSha(this.#client(node), call),
+      send: (node) => sendScript(this.#client(node), call),
       retry: (node, err) => fallBack(this.#client(node), call, err, stillWanted),
       watches: this.#currentWatches(),
       parse: (raw) => parseGrant(raw, resources.length),
@@ -290,7 +290,7 @@ export class Redlock {
     // Over once every resource counts on a quorum, or once one of them can no longer get there.
     const reachable = (i: number): boolean => (counted[i] as number) + pendingFor(publish, i) >= this.quorum;
     await fanOut(nodes.length, this.#settings.nodeTimeoutMs, {
-      send: (k) => evalSha(this.#client(nodes[k] as number), calls[k] as ScriptCall),
+      send: (k) => sendScript(this.#client(nodes[k] as number), calls[k] as ScriptCall),
       retry: (k, err) => fallBack(this.#client(nodes[k] as number), calls[k] as ScriptCall, err),
       watches: this.#currentWatches(nodes),
       decided: (reply, k) => {
@@ -315,7 +315,7 @@ export class Redlock {
     let confirmed = 0;
     const call: ScriptCall = { script: SCRIPTS.extend, keys: leaseKeys(leaseInternals.held(lease)), args: [lease.value, ttlMs] };
     const replies = await fanOut(this.clients.length, this.#settings.nodeTimeoutMs, {
-      send: (node) => evalSha(this.#client(node), call),
+      send: (node) => sendScript(this.#client(node), call),
       retry: (node, err) => fallBack(this.#client(node), call, err),
       watches: this.#currentWatches(),
       // Not over before every node answered unless a quorum confirmed: the answers of the rest tell a
@@ -350,7 +350,7 @@ export class Redlock {
     let answered = 0;
     const call: ScriptCall = { script: SCRIPTS.release, keys: leases, args: [value] };
     await fanOut(nodes.length, this.#settings.nodeTimeoutMs, {
-      send: (i) => evalSha(this.#client(nodes[i] as number), call),
+      send: (i) => sendScript(this.#client(nodes[i] as number), call),
       retry: (i, err) => fallBack(this.#client(nodes[i] as number), call, err),
       watches: this.#currentWatches(nodes),
       cleanup: true,

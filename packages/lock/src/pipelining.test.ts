@@ -1,0 +1,93 @@
+import type { Socket } from "node:net";
+import { Cluster } from "ioredis";
+import { Cluster as Cluster6 } from "ioredis-6";
+import { startRedisCluster } from "@fenced/servers";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { RedisClient } from "./client.js";
+import { Redlock } from "./redlock.js";
+import { SCRIPTS } from "./scripts.js";
+import { drained, IOREDIS_MAJORS, leaseValuesOn, loadScripts, startTestNodes, type LockClient, type TestNodes } from "./test-support.js";
+
+/** Counts the socket writes a client makes from now on (ioredis keeps its connection's socket as `stream`). */
+function countWrites(client: LockClient): { readonly count: () => number; readonly stop: () => void } {
+  const socket = (client as unknown as { stream: Socket }).stream;
+  const write = socket.write;
+  let writes = 0;
+  socket.write = function (this: Socket, ...args: Parameters<Socket["write"]>): boolean {
+    writes++;
+    return write.apply(this, args);
+  } as Socket["write"];
+  return { count: () => writes, stop: () => void (socket.write = write) };
+}
+
+/** The same client seen through the structural type alone: no `pipeline()`. */
+const withoutPipeline = (c: LockClient): RedisClient => ({
+  evalsha: (...a) => c.evalsha(...a),
+  eval: (...a) => c.eval(...a),
+  script: (...a) => c.script(...a),
+  ping: () => c.ping(),
+});
+
+const N = 16;
+
+/** pipelining.ts: the scripts of one tick leave for each node in one socket write. */
+describe.each(IOREDIS_MAJORS)("scripts of one tick, one write per node (ioredis %i)", (major) => {
+  let t: TestNodes;
+
+  beforeAll(async () => {
+    t = await startTestNodes(3, {}, { ioredis: major });
+    await Promise.all(t.admin.map(loadScripts));
+  });
+  afterAll(async () => {
+    await t?.stop();
+  });
+
+  const acquireAll = async (redlock: Redlock, prefix: string): Promise<number[]> => {
+    const counters = t.clients.map(countWrites);
+    try {
+      const leases = await Promise.all(Array.from({ length: N }, (_, i) => redlock.acquire(`${prefix}/${i}`, 5_000)));
+      const writes = counters.map((c) => c.count());
+      expect(leases.map((l) => l.token)).toEqual(Array.from({ length: N }, () => 1n));
+      await Promise.all(leases.map((l) => l.release()));
+      await drained(t.clients);
+      for (let i = 0; i < N; i++) expect(await leaseValuesOn(t.admin, `${prefix}/${i}`)).toEqual([null, null, null]);
+      return writes;
+    } finally {
+      for (const c of counters) c.stop();
+    }
+  };
+
+  it(`${N} concurrent acquires: one write per node with pipeline(), ${N} through a client without it`, async () => {
+    expect(await acquireAll(new Redlock(t.clients, { retryCount: 0 }), `pipe-${major}/a`)).toEqual([1, 1, 1]);
+    expect(await acquireAll(new Redlock(t.clients.map(withoutPipeline), { retryCount: 0 }), `pipe-${major}/b`)).toEqual([N, N, N]);
+  });
+
+  it("a pipeline answered NOSCRIPT throughout: every call falls back to EVAL, and the nodes have the script after", async () => {
+    await Promise.all(t.admin.map((r) => r.script("FLUSH")));
+    await acquireAll(new Redlock(t.clients, { retryCount: 0 }), `pipe-${major}/noscript`);
+    for (const redis of t.admin) expect(await redis.script("EXISTS", SCRIPTS.acquire.sha, SCRIPTS.release.sha)).toEqual([1, 1]);
+  });
+});
+
+describe("scripts of one tick on a Redis Cluster client", () => {
+  it.each(IOREDIS_MAJORS)(
+    "are pipelined by hash tag: concurrent acquires of resources in many slots are all granted (ioredis %i)",
+    async (major) => {
+      const cluster = await startRedisCluster(3);
+      const options = { clusterRetryStrategy: () => null };
+      const client = major === 5 ? new Cluster(cluster.startupNodes, options) : new Cluster6(cluster.startupNodes, options);
+      try {
+        const redlock = new Redlock([client], { retryCount: 0 });
+        // Distinct resources: their keys fall in many slots, on all three masters.
+        const leases = await Promise.all(Array.from({ length: N }, (_, i) => redlock.acquire(`cluster-pipe-${major}/${i}`, 5_000)));
+        expect(leases.map((l) => l.token)).toEqual(Array.from({ length: N }, () => 1n));
+        await Promise.all(leases.map((l) => l.release()));
+        const values = await Promise.all(leases.map((l) => client.get(`{fenced:${l.resource}}:lease`)));
+        expect(values).toEqual(Array.from({ length: N }, () => null));
+      } finally {
+        client.disconnect();
+        await cluster.stop();
+      }
+    },
+  );
+});
