@@ -6,7 +6,19 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { RedisClient } from "./client.js";
 import { Redlock } from "./redlock.js";
 import { SCRIPTS } from "./scripts.js";
-import { drained, IOREDIS_MAJORS, leaseValuesOn, loadScripts, startTestNodes, type LockClient, type TestNodes } from "./test-support.js";
+import { LockNotAcquiredError } from "./errors.js";
+import {
+  drained,
+  holdAs,
+  IOREDIS_MAJORS,
+  leaseValuesOn,
+  loadScripts,
+  ready,
+  refusedReconnect,
+  startTestNodes,
+  type LockClient,
+  type TestNodes,
+} from "./test-support.js";
 
 /** Counts the socket writes a client makes from now on (ioredis keeps its connection's socket as `stream`). */
 function countWrites(client: LockClient): { readonly count: () => number; readonly stop: () => void } {
@@ -66,6 +78,43 @@ describe.each(IOREDIS_MAJORS)("scripts of one tick, one write per node (ioredis 
     await Promise.all(t.admin.map((r) => r.script("FLUSH")));
     await acquireAll(new Redlock(t.clients, { retryCount: 0 }), `pipe-${major}/noscript`);
     for (const redis of t.admin) expect(await redis.script("EXISTS", SCRIPTS.acquire.sha, SCRIPTS.release.sha)).toEqual([1, 1]);
+  });
+});
+
+describe.each(IOREDIS_MAJORS)("pipelines and a killed node (ioredis %i)", (major) => {
+  it("concurrent acquires are granted by the other two and count the killed node refused; the cleanup releases sent to it fail alone", async () => {
+    const t = await startTestNodes(3, { faults: true }, { ioredis: major, failFast: true });
+    try {
+      await Promise.all(t.admin.map(loadScripts));
+      const redlock = new Redlock(t.clients, { retryCount: 0 });
+      const refused = refusedReconnect(t.clients[2]!);
+      await t.nodes[2]!.kill();
+      await refused;
+      const leases = await Promise.all(Array.from({ length: N }, (_, i) => redlock.acquire(`killed-${major}/${i}`, 5_000)));
+      expect(leases.map((l) => l.token)).toEqual(Array.from({ length: N }, () => 1n));
+      await Promise.all(leases.map((l) => l.release()));
+      // Node A held by another: every attempt fails on A's refusal and C being down, and releases on the nodes it reached.
+      await Promise.all(Array.from({ length: N }, (_, i) => holdAs(t.admin[0]!, `killed-${major}/held-${i}`, "another", 5_000)));
+      const errors = await Promise.all(
+        Array.from({ length: N }, (_, i) => redlock.acquire(`killed-${major}/held-${i}`, 2_000).catch((e: unknown) => e)),
+      );
+      for (const error of errors) {
+        expect(error).toBeInstanceOf(LockNotAcquiredError);
+        expect((error as LockNotAcquiredError).nodes.filter((n) => n.node !== 1).map((n) => [n.node, n.reason])).toEqual([
+          [0, "held"],
+          [2, "refused"],
+        ]);
+      }
+      await t.nodes[2]!.restart({ keepData: true });
+      await Promise.all([ready(t.clients[2]!), ready(t.admin[2]!)]);
+      await drained(t.clients);
+      for (let i = 0; i < N; i++) {
+        expect(await leaseValuesOn(t.admin, `killed-${major}/${i}`)).toEqual([null, null, null]);
+        expect(await leaseValuesOn(t.admin, `killed-${major}/held-${i}`)).toEqual(["another", null, null]);
+      }
+    } finally {
+      await t.stop();
+    }
   });
 });
 
