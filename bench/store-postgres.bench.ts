@@ -11,6 +11,10 @@
 // - "postgres-one-lease": 32 writers of one lease (one resource, one fence), each writing a key of
 //   its own ÷ the same writers each under a resource of its own: what sharing one fence row costs.
 //   Goal 1.111 (one resource at ≥ 0.9× the throughput).
+// - "postgres-scale": postgres-put's two sides, each writing a key drawn uniformly from 1,000,000
+//   already written (the fenced side under 100,000 resources, each fence row already at the fence
+//   the writes present), against their ratio on empty tables (postgres-put, same server, same run,
+//   same concurrency): goal within 0.05 of it. What fencing's cost does with the size of the tables.
 // And one line for information, no goal:
 // - "postgres-sync-floor": the plain upsert committed at a Sync sent only once its answer has arrived
 //   (pg's `rows`), as FencedPostgres commits an unconditional put (PROTOCOL.md,
@@ -58,6 +62,13 @@ const COMPARISONS: Record<Bench, { goal: number | null; sides: Record<Impl, stri
     fenced: `${ONE_LEASE_WRITERS} writers of one lease (one resource, one fence), each its own key: FencedPostgres.put`,
     plain: `the same ${ONE_LEASE_WRITERS} writers, each under a resource of its own: FencedPostgres.put`,
   },
+  "postgres-scale": {
+    // Goal on the difference from postgres-put's ratio (SCALE_GOAL), not on this ratio.
+    goal: null,
+    sides: { fenced: "fenced", plain: "plain" },
+    fenced: "FencedPostgres.put without ifVersion, a key drawn uniformly from 1,000,000 written under 100,000 resources",
+    plain: "single statement INSERT … ON CONFLICT DO UPDATE, autocommit, prepared, a key drawn uniformly from 1,000,000 written",
+  },
   "postgres-sync-floor": {
     goal: null,
     sides: { fenced: "deferred-sync", plain: "plain" },
@@ -66,7 +77,10 @@ const COMPARISONS: Record<Bench, { goal: number | null; sides: Record<Impl, stri
     plain: "the same plain upsert, its Sync sent with it",
   },
 };
-type Bench = "postgres-put" | "postgres-recipe" | "postgres-sync-floor" | "postgres-one-lease";
+type Bench = "postgres-put" | "postgres-recipe" | "postgres-sync-floor" | "postgres-one-lease" | "postgres-scale";
+/** The scale comparison's tables, and how far its ratio may be from the one on empty tables. */
+const SCALE = { keys: 1_000_000, resources: 100_000 } as const;
+const SCALE_GOAL = 0.05;
 type Impl = "fenced" | "plain";
 
 /** The pool, with every statement sent through it (or a client it lent) counted: one statement, one round trip. */
@@ -130,7 +144,7 @@ async function compare(
   counter: { statements: number },
   concurrency: number,
   context: Record<string, unknown>,
-): Promise<void> {
+): Promise<number> {
   const latencies: Record<Impl, number[]> = { fenced: [], plain: [] };
   const slices: Record<Impl, Slice[]> = { fenced: [], plain: [] };
   for (const impl of ["fenced", "plain"] as const) await slice(impls[impl], concurrency, WARM_UP_MS, [], counter);
@@ -164,6 +178,7 @@ async function compare(
     [sides.fenced]: fencedKind,
     [sides.plain]: plainKind,
   });
+  return ratio;
 }
 
 /**
@@ -194,6 +209,7 @@ async function suite(durable: boolean): Promise<void> {
       note: "invoice total updated",
     });
 
+    const emptyRatios = new Map<number, number>();
     for (const rows of durable ? (["per-worker"] as const) : (["per-worker", "shared"] as const)) {
       const row = (w: number): number => (rows === "shared" ? 0 : w);
       const impls: Record<Impl, Op> = {
@@ -204,8 +220,10 @@ async function suite(durable: boolean): Promise<void> {
           await counted.query({ name: "bench.plain", text: upsert, values: [`row/${row(w)}`, JSON.stringify(value(w, i))] });
         },
       };
-      for (const concurrency of rows === "shared" ? [16] : [1, 16])
-        await compare("postgres-put", impls, counter, concurrency, { ...context, rows });
+      for (const concurrency of rows === "shared" ? [16] : [1, 16]) {
+        const ratio = await compare("postgres-put", impls, counter, concurrency, { ...context, rows });
+        if (rows === "per-worker") emptyRatios.set(concurrency, ratio);
+      }
     }
 
     // The same plain upsert on both sides, one statement per operation; the "fenced" side commits it as
@@ -258,9 +276,85 @@ async function suite(durable: boolean): Promise<void> {
       await compare("postgres-recipe", recipe, counter, concurrency, { ...context, rows: "per-worker" });
     }
     await oneLease(server.url, context);
+    if (durable) await scale(store, counted, counter, context, emptyRatios);
   } finally {
     await pool.end();
     await server.stop();
+  }
+}
+
+/**
+ * postgres-put at scale: SCALE.keys records written under SCALE.resources resources on the fenced
+ * side, as many rows in the plain table, then both sides write keys drawn uniformly from them. The
+ * tables are filled with one INSERT … SELECT each (the layout of PROTOCOL.md, "Layout": what a
+ * million put() calls would leave, minutes faster), then vacuumed and analysed alike, and checkpointed.
+ */
+async function scale(
+  store: FencedPostgres,
+  counted: ReturnType<typeof countingPool>["counted"],
+  counter: { statements: number },
+  context: Record<string, unknown>,
+  emptyRatios: ReadonlyMap<number, number>,
+): Promise<void> {
+  const db = (text: string, values: readonly (string | number)[] = []): Promise<unknown> =>
+    counted.query({ text, values: values.map(String) });
+  const started = performance.now();
+  await db(
+    `INSERT INTO bench_fenced.fence (resource, token, holder)
+SELECT 'scale/' || r, 1, $1 FROM generate_series(0, $2::int - 1) r ON CONFLICT (resource) DO NOTHING`,
+    [HOLDER, SCALE.resources],
+  );
+  await db(
+    `INSERT INTO bench_fenced.records (key, value, token, resource, holder)
+SELECT 'scale/' || k, '{"note": "invoice total updated"}', 1, 'scale/' || (k % $2::int), $1 FROM generate_series(0, $3::int - 1) k
+ON CONFLICT (key) DO NOTHING`,
+    [HOLDER, SCALE.resources, SCALE.keys],
+  );
+  await db("DROP TABLE IF EXISTS bench_scale_plain");
+  await db("CREATE TABLE bench_scale_plain (key text PRIMARY KEY, value jsonb NOT NULL)");
+  await db(
+    `INSERT INTO bench_scale_plain (key, value)
+SELECT 'scale/' || k, '{"note": "invoice total updated"}' FROM generate_series(0, $1::int - 1) k`,
+    [SCALE.keys],
+  );
+  await db("VACUUM ANALYZE bench_fenced.fence, bench_fenced.records, bench_scale_plain");
+  // The fill's WAL would otherwise be checkpointed during the first slices, whichever side they are.
+  await db("CHECKPOINT");
+  const fillMs = Math.round(performance.now() - started);
+  const upsert = "INSERT INTO bench_scale_plain (key, value) VALUES ($1, $2::jsonb) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value";
+  const pick = (): number => Math.floor(Math.random() * SCALE.keys);
+  const impls: Record<Impl, Op> = {
+    fenced: async (w, i) => {
+      const k = pick();
+      const fence = { resource: `scale/${k % SCALE.resources}`, token: 1n, holder: HOLDER };
+      await store.put(`scale/${k}`, { writer: w, seq: i, note: "invoice total updated" }, { fence });
+    },
+    plain: async (w, i) => {
+      await counted.query({
+        name: "bench.scale_plain",
+        text: upsert,
+        values: [`scale/${pick()}`, JSON.stringify({ writer: w, seq: i, note: "invoice total updated" })],
+      });
+    },
+  };
+  for (const concurrency of [1, 16]) {
+    const ratio = await compare("postgres-scale", impls, counter, concurrency, { ...context, rows: "uniform", ...SCALE });
+    const empty = emptyRatios.get(concurrency);
+    if (empty === undefined) throw new Error(`no postgres-put ratio at concurrency ${concurrency}`);
+    const delta = round(ratio - empty);
+    emit({
+      bench: "postgres-scale-delta",
+      ...context,
+      concurrency,
+      ...SCALE,
+      ratio,
+      emptyRatio: empty,
+      delta,
+      ratioOf: "postgres-scale's ratio − postgres-put's (empty tables), same server and run",
+      goal: SCALE_GOAL,
+      met: Math.abs(delta) <= SCALE_GOAL,
+      fillMs,
+    });
   }
 }
 
