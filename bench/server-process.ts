@@ -15,6 +15,12 @@ export interface ServerProcess {
   resetPeak(): void;
   /** User + system CPU time the process has used, in seconds. */
   cpuSeconds(): number;
+  /**
+   * Read and write system calls the process has made (/proc/<pid>/io: syscr, syscw). Node writes to
+   * and reads from sockets with read/write/writev, all counted, so under load — nothing else written —
+   * their growth per request is its socket reads and writes: to the client and to the database.
+   */
+  syscalls(): { reads: number; writes: number };
   stop(): Promise<void>;
 }
 
@@ -46,6 +52,11 @@ export async function startServer(args: string[], env: Record<string, string>): 
       const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
       const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
       return (Number(fields[11]) + Number(fields[12])) / CLK_TCK; // utime, stime
+    },
+    syscalls: () => {
+      const io = readFileSync(`/proc/${pid}/io`, "utf8");
+      const field = (name: string): number => Number(new RegExp(`^${name}:\\s+(\\d+)`, "m").exec(io)?.[1] ?? Number.NaN);
+      return { reads: field("syscr"), writes: field("syscw") };
     },
     stop: async () => {
       const exited = once(child, "exit");
