@@ -14,6 +14,8 @@ export interface RedisClient {
   pipeline?(): RedisPipeline;
   /** True on a Redis Cluster client (ioredis's `Cluster`): its pipelines must keep to one slot. */
   readonly isCluster?: boolean;
+  /** ioredis's connection status; a Cluster client's pipelines wait for "ready" (pipelining.ts). */
+  readonly status?: string;
 }
 
 /** The part of an ioredis pipeline the lock uses. */

@@ -1,9 +1,10 @@
-import type { Socket } from "node:net";
-import { Cluster } from "ioredis";
+import { connect as netConnect, createServer, type Server, type Socket } from "node:net";
+import { Cluster, Redis } from "ioredis";
 import { Cluster as Cluster6 } from "ioredis-6";
 import { startRedisCluster } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { RedisClient } from "./client.js";
+import { resourceKeys } from "./keys.js";
 import { Redlock } from "./redlock.js";
 import { SCRIPTS } from "./scripts.js";
 import { LockNotAcquiredError } from "./errors.js";
@@ -139,4 +140,107 @@ describe("scripts of one tick on a Redis Cluster client", () => {
       }
     },
   );
+});
+
+/** A TCP proxy to `port` that keeps back what a client sends for `delayMs` after it connects. */
+async function slowProxy(port: number, delayMs: number): Promise<{ port: number; close: () => void }> {
+  const sockets: Socket[] = [];
+  const server: Server = createServer((client) => {
+    const upstream = netConnect(port, "127.0.0.1");
+    sockets.push(client, upstream);
+    client.pause();
+    setTimeout(() => {
+      client.pipe(upstream);
+      client.resume();
+    }, delayMs);
+    upstream.pipe(client);
+    for (const s of [client, upstream]) s.on("error", () => undefined);
+    client.on("close", () => upstream.destroy());
+    upstream.on("close", () => client.destroy());
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return {
+    port: (server.address() as { port: number }).port,
+    close: () => {
+      for (const s of sockets) s.destroy();
+      server.close();
+    },
+  };
+}
+
+describe("a Redis Cluster client that does not know its slots yet", () => {
+  // A Cluster parks a pipeline until it knows its slots, then queues it behind single commands issued
+  // after it: the cleanup RELEASEs of two timed-out acquires would run before their ACQUIREs.
+  it.each(IOREDIS_MAJORS)("gets one call at a time: two acquires that time out leave no lease key behind (ioredis %i)", async (major) => {
+    const cluster = await startRedisCluster(3);
+    const admins = cluster.startupNodes.map((n) => new Redis(n.port, n.host));
+    const proxy = await slowProxy(cluster.startupNodes[0]!.port, 600);
+    const options = { clusterRetryStrategy: () => null };
+    const client =
+      major === 5
+        ? new Cluster([{ host: "127.0.0.1", port: proxy.port }], options)
+        : new Cluster6([{ host: "127.0.0.1", port: proxy.port }], options);
+    try {
+      await Promise.all(admins.map(loadScripts));
+      const redlock = new Redlock([client], { retryCount: 0, nodeTimeoutMs: 100 });
+      const resource = `slow-slots-${major}`;
+      const results = await Promise.all([0, 1].map(() => redlock.acquire(resource, 30_000).catch((e: unknown) => e)));
+      expect(results.map((e) => (e as Error).name)).toEqual(["LockNotAcquiredError", "LockNotAcquiredError"]);
+      // Once the client knows its slots, everything it queued has run.
+      await expect.poll(() => client.status, { timeout: 5_000 }).toBe("ready");
+      await client.ping();
+      const values = await Promise.all(admins.map((a) => a.get(resourceKeys(resource).lease).catch(() => null)));
+      expect(values).toEqual([null, null, null]);
+    } finally {
+      client.disconnect();
+      for (const a of admins) a.disconnect();
+      proxy.close();
+      await cluster.stop();
+    }
+  });
+});
+
+describe("a client of the user's own whose pipeline() fails", () => {
+  let t: TestNodes;
+  beforeAll(async () => {
+    t = await startTestNodes(3);
+    await Promise.all(t.admin.map(loadScripts));
+  });
+  afterAll(async () => {
+    await t?.stop();
+  });
+
+  it("throwing: the calls go one by one, and every acquire is granted", async () => {
+    const clients = t.clients.map((c) => ({
+      ...withoutPipeline(c),
+      pipeline: (): never => {
+        throw new Error("no pipelines here");
+      },
+    }));
+    const redlock = new Redlock(clients, { retryCount: 0 });
+    const leases = await Promise.all(Array.from({ length: N }, (_, i) => redlock.acquire(`own-client/${i}`, 5_000)));
+    expect(leases.map((l) => l.token)).toEqual(Array.from({ length: N }, () => 1n));
+    await Promise.all(leases.map((l) => l.release()));
+  });
+
+  it("whose exec() throws: every node fails its calls, the acquires fail with LockNotAcquiredError, and the process lives", async () => {
+    const clients = t.clients.map((c) => ({
+      ...withoutPipeline(c),
+      pipeline: () => ({
+        evalsha: () => undefined,
+        exec: (): never => {
+          throw new Error("exec refused");
+        },
+      }),
+    }));
+    const redlock = new Redlock(clients, { retryCount: 0 });
+    const errors = await Promise.all(Array.from({ length: N }, (_, i) => redlock.acquire(`own-exec/${i}`, 5_000).catch((e: unknown) => e)));
+    for (const error of errors) {
+      expect(error).toBeInstanceOf(LockNotAcquiredError);
+      // Two errors decide it (no quorum left); the third node may not have been counted by then.
+      const reasons = (error as LockNotAcquiredError).nodes.map((n) => n.reason);
+      expect(reasons.filter((r) => r === "error").length).toBeGreaterThanOrEqual(2);
+      expect(reasons.every((r) => r === "error" || r === "unanswered")).toBe(true);
+    }
+  });
 });

@@ -15,6 +15,15 @@ import type { ScriptCall } from "./quorum.js";
  * sent whole before the next can start. A Cluster client sends commands of different slots over
  * different connections, in no order the lock relies on (a call's keys share one slot: keys.ts), so
  * there the queue is split by hash tag, each part in issue order; keys with one tag share a slot.
+ * A Cluster client that is not `ready` gets one EVALSHA per call: it parks a pipeline until it knows
+ * its slots and then queues it behind calls issued after it (and an ended one never answers it).
+ *
+ * A pipeline whose connection is cut after part of it was answered has the rest rejected (ioredis does
+ * not send those again once it reconnects, as it does single commands): a RELEASE among them is
+ * not retried, and the lease key stays on that node until its TTL — liveness, as any node that missed
+ * a release. A client's own `pipeline()` replaces its `evalsha` for the pipelined calls: a wrapper
+ * around a Cluster client must pass `isCluster` on with it. A `pipeline()` that throws sends the calls
+ * one by one instead; an `exec()` that throws fails them.
  *
  * Not queued: the EVAL that retries a NOSCRIPT answer and the SCRIPT LOAD that replaces it
  * (quorum.ts, fallBack). They follow the answer of a call already sent, so they can only overtake
@@ -51,6 +60,10 @@ function flush(client: RedisClient): void {
   const queue = queues.get(client) ?? [];
   queues.delete(client);
   if (client.isCluster !== true) return send(client, queue);
+  if (client.status !== "ready") {
+    for (const p of queue) sendOne(client, p);
+    return;
+  }
   const bySlot = new Map<string, Pending[]>();
   for (const p of queue) {
     const tag = hashTag(p.call.keys[0] ?? "");
@@ -66,16 +79,30 @@ function hashTag(key: string): string {
   return close > open + 1 ? key.slice(open + 1, close) : key;
 }
 
+function sendOne(client: RedisClient, p: Pending): void {
+  evalSha(client, p.call).then(p.resolve, p.reject);
+}
+
 function send(client: RedisClient, queue: readonly Pending[]): void {
   const [first] = queue;
   if (first === undefined) return;
-  if (queue.length === 1) {
-    evalSha(client, first.call).then(first.resolve, first.reject);
+  if (queue.length === 1) return sendOne(client, first);
+  let pipeline: RedisPipeline;
+  try {
+    pipeline = (client.pipeline as () => RedisPipeline).call(client);
+  } catch {
+    // Nothing sent: one by one, in order.
+    for (const p of queue) sendOne(client, p);
     return;
   }
-  const pipeline = (client.pipeline as () => RedisPipeline).call(client);
-  for (const { call } of queue) pipeline.evalsha(call.script.sha, call.keys.length, ...call.keys, ...call.args);
-  pipeline.exec().then(
+  let answer: Promise<[Error | null, unknown][] | null>;
+  try {
+    for (const { call } of queue) pipeline.evalsha(call.script.sha, call.keys.length, ...call.keys, ...call.args);
+    answer = Promise.resolve(pipeline.exec());
+  } catch (err) {
+    answer = Promise.reject(err instanceof Error ? err : new Error(String(err)));
+  }
+  answer.then(
     (results) => {
       queue.forEach((p, i) => {
         const result = results?.[i];
