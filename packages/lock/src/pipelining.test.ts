@@ -24,13 +24,14 @@ import {
 /** Counts the socket writes a client makes from now on (ioredis keeps its connection's socket as `stream`). */
 function countWrites(client: LockClient): { readonly count: () => number; readonly stop: () => void } {
   const socket = (client as unknown as { stream: Socket }).stream;
-  const write = socket.write;
+  const write = socket.write.bind(socket) as (...args: unknown[]) => boolean;
   let writes = 0;
-  socket.write = function (this: Socket, ...args: Parameters<Socket["write"]>): boolean {
+  socket.write = (...args: unknown[]): boolean => {
     writes++;
-    return write.apply(this, args);
-  } as Socket["write"];
-  return { count: () => writes, stop: () => void (socket.write = write) };
+    return write(...args);
+  };
+  // The socket's own method again (the prototype's): what it was before.
+  return { count: () => writes, stop: () => void Reflect.deleteProperty(socket, "write") };
 }
 
 /** The same client seen through the structural type alone: no `pipeline()`. */
