@@ -16,6 +16,7 @@ export const fenceParams = (fence: CheckedFence): PgParam[] => [fence.resource, 
  */
 const SHARED_FIRST = {
   putUnconditional: "putShared",
+  putOrdered: "putOrderedShared",
   putIfVersion: "putIfVersionShared",
   deleteIfVersion: "deleteIfVersionShared",
 } as const satisfies Partial<Record<SingleStatementWrite, SingleStatementWrite>>;

@@ -1,6 +1,6 @@
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { StoreUnavailableError } from "../errors.js";
+import { OutcomeUnknownError, StoreUnavailableError } from "../errors.js";
 import { faultHarness, timed, type FaultHarness } from "./fault-test-support.js";
 import { FencedPostgres } from "./store.js";
 import { fenceAt as f, outcome, sleep } from "./test-support.js";
@@ -93,12 +93,12 @@ describe("PostgreSQL killed during a call", () => {
     await fresh.put("k", 1, { fence: f("m", 1n) });
   });
 
-  it("put(): waiting for the fence row lock, its commit (Sync) not yet sent: StoreUnavailableError, nothing applied", async () => {
+  it("put(): waiting for the fence row lock, its commit (Sync) sent with it: OutcomeUnknownError; the server died, nothing applied", async () => {
     const holder = await lockFence("p");
     const err = await killDuring(store.put("k", "v", { fence: f("p", 2n) }));
     await holder.end().catch(() => undefined);
-    expect(err).toBeInstanceOf(StoreUnavailableError);
-    expect(err).toMatchObject({ backend: "postgres", reason: "connection", operation: "put" });
+    expect(err).toBeInstanceOf(OutcomeUnknownError);
+    expect(err).toMatchObject({ backend: "postgres", key: "k", operation: "put" });
     // The holder's transaction never committed and the put's died with the server: the ratchet is where it was.
     expect(await store.get("k")).toBeUndefined();
     await worksAgain("p", 3n);
@@ -139,9 +139,11 @@ describe("PostgreSQL paused (SIGSTOP) under a call", () => {
     console.log(`paused server: typed errors after ${results.map((r) => Math.round(r.ms)).join(", ")} ms (timeoutMs ${TIMEOUT_MS})`);
     expect(get?.value).toBeInstanceOf(StoreUnavailableError);
     expect(get?.value).toMatchObject({ reason: "timeout", operation: "get" });
-    // The put's statement was sent, its commit (Sync) was not: once resumed, the server runs it and rolls it back.
-    expect(put?.value).toBeInstanceOf(StoreUnavailableError);
-    expect(put?.value).toMatchObject({ reason: "timeout", operation: "put" });
+    // The put's statement was sent with its commit (Sync, putOrdered): its outcome is unknown. That
+    // statement was the shared one (fence-lock.ts), which finds no fence row at this fence and writes
+    // nothing; the raise that would have followed it was never sent (below: nothing landed).
+    expect(put?.value).toBeInstanceOf(OutcomeUnknownError);
+    expect(put?.value).toMatchObject({ key: "k", operation: "put" });
     // BEGIN hung: nothing of the transaction was applied.
     expect(transaction?.value).toBeInstanceOf(StoreUnavailableError);
     expect(transaction?.value).toMatchObject({ reason: "timeout", operation: "transaction" });

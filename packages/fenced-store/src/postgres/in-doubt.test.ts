@@ -7,12 +7,13 @@ import { FencedPostgres } from "./store.js";
 import { fenceAt as f, outcome, sleep } from "./test-support.js";
 
 // A single-statement write the store gave up on must never overwrite a later write of the same
-// holder (commit-at.ts, COMMIT_AT). An unconditional put's commit is PostgreSQL's Sync, which the store lets
-// leave only once the statement's answer is in: a statement that runs after the call failed — it
-// waited on a lock, sat in the socket of a paused server, was delayed on the network — finds its
-// client gone and is rolled back. Register and the conditional writes send their Sync with the
-// statement: late, they may land (OutcomeUnknownError), but a conditional write finds the version it
-// expected gone if the holder wrote the key since, and is refused.
+// holder (commit-at.ts, COMMIT_AT). Every single-statement write sends its commit (PostgreSQL's Sync)
+// with it: late — it waited on a lock, sat in the socket of a paused server, was delayed on the
+// network — it may land (OutcomeUnknownError), but never over the holder's later write: a conditional
+// write finds the version it expected gone, and an unconditional put (putOrdered) finds a version at
+// its own fence newer than the one it came after (write-order.ts). A put refused as out of order is
+// sent again unordered, its Sync only after its answer: late, it finds its connection closed and is
+// rolled back (outcomes.test.ts).
 
 let h: FaultHarness;
 const TIMEOUT_MS = 300;
@@ -40,19 +41,18 @@ async function tokenOf(store: FencedPostgres, resource: string): Promise<string 
 }
 
 describe("a single-statement write the store gave up on never overwrites the holder's later write", () => {
-  it("an unconditional put waiting on the fence row past the deadline: StoreUnavailableError, and it never lands once the lock is free", async () => {
+  it("an unconditional put waiting on the fence row past the deadline: OutcomeUnknownError; once the lock is free it lands, before the holder's next write, which stays", async () => {
     const store = await h.store("lock_wait", TIMEOUT_MS);
     const fence = f("r", 5n, "h5");
-    const v0 = await store.put("k", "v0", { fence });
+    await store.put("k", "v0", { fence });
     const holder = await lockFence(store, "r");
     const { ms, value } = await timed(store.put("k", "late put", { fence }));
-    expect(value).toBeInstanceOf(StoreUnavailableError);
-    expect(value).toMatchObject({ backend: "postgres", reason: "timeout", operation: "put" });
+    expect(value).toBeInstanceOf(OutcomeUnknownError);
+    expect(value).toMatchObject({ backend: "postgres", key: "k", operation: "put" });
     expect(ms).toBeLessThan(TIMEOUT_MS + 500);
-    // The statement still waits on the server; the lock is freed, it runs, and its client is gone.
+    // Its commit was sent with it: once the lock is free it runs and commits, its client gone.
     await holder.query("COMMIT");
-    await sleep(200);
-    expect(await store.get("k")).toMatchObject({ value: "v0", version: v0.version });
+    await expect.poll(() => store.get("k").then((r) => r?.value), { timeout: 5_000 }).toBe("late put");
     // The same holder writes on, and its write stays.
     const v2 = await store.put("k", "v2", { fence });
     await sleep(200);
@@ -86,7 +86,7 @@ describe("a single-statement write the store gave up on never overwrites the hol
     expect(await store.get("put")).toMatchObject({ value: "next", version: next.version });
   });
 
-  it("sent to a paused server: the deadline passes, the server resumes and runs them; the unconditional put does not apply, and the holder's next write stays", async () => {
+  it("sent to a paused server: the deadline passes, the server resumes and runs them; they land, and the holder's next write stays", async () => {
     const store = await h.store("paused", TIMEOUT_MS);
     const fence = f("r", 1n, "h1");
     const v0 = await store.put("k", "v0", { fence });
@@ -102,17 +102,17 @@ describe("a single-statement write the store gave up on never overwrites the hol
     } finally {
       h.faults.resume();
     }
-    expect(results.map(({ value }) => value)).toEqual([expect.any(StoreUnavailableError), expect.any(OutcomeUnknownError)]);
-    expect(results[0]!.value).toMatchObject({ reason: "timeout", operation: "put" });
+    expect(results.map(({ value }) => value)).toEqual([expect.any(OutcomeUnknownError), expect.any(OutcomeUnknownError)]);
+    expect(results[0]!.value).toMatchObject({ key: "k", operation: "put" });
     for (const { ms } of results) expect(ms).toBeLessThan(TIMEOUT_MS + 500);
-    await sleep(300);
-    expect(await store.get("k")).toMatchObject({ value: "v0", version: v0.version });
+    // Resumed, the server runs what it was sent: the put lands (nothing was written since it was sent).
+    await expect.poll(() => store.get("k").then((r) => r?.value), { timeout: 5_000 }).toBe("late put");
     const v2 = await store.put("k", "v2", { fence });
     await sleep(200);
     expect(await store.get("k")).toMatchObject({ value: "v2", version: v2.version });
   });
 
-  it("delayed on the network past the deadline, then delivered: a conditional write finds the holder's later write and is refused; an unconditional put is rolled back", async () => {
+  it("delayed on the network past the deadline, then delivered: each finds the holder's later write and is refused, the conditional writes by version, the unconditional put by the version it came after", async () => {
     const seed = await h.store("delayed", TIMEOUT_MS);
     const url = new URL(h.server.url);
     const proxy = await CutProxy.start({ host: url.hostname, port: Number(url.port) });
@@ -122,7 +122,8 @@ describe("a single-statement write the store gave up on never overwrites the hol
     try {
       const via = new FencedPostgres(pool, { schema: seed.schema, timeoutMs: TIMEOUT_MS });
       const fence = f("r", 1n, "h1");
-      const v0 = await seed.put("k", "v0", { fence });
+      // Written through `via`: its puts of the key come after this version (write-order.ts).
+      const v0 = await via.put("k", "v0", { fence });
       // Connections through the proxy before it holds, so that only the writes' own messages are delayed.
       await Promise.all([via.get("k"), via.get("k"), via.get("k")]);
       proxy.hold();
@@ -131,13 +132,10 @@ describe("a single-statement write the store gave up on never overwrites the hol
         timed(via.delete("k", { fence, ifVersion: v0.version })),
         timed(via.put("k", "late put", { fence })),
       ]);
-      expect(late.map(({ value }) => (value as Error).name)).toEqual([
-        "OutcomeUnknownError",
-        "OutcomeUnknownError",
-        "StoreUnavailableError",
-      ]);
+      expect(late.map(({ value }) => (value as Error).name)).toEqual(["OutcomeUnknownError", "OutcomeUnknownError", "OutcomeUnknownError"]);
       for (const { ms } of late) expect(ms).toBeLessThan(TIMEOUT_MS + 500);
-      // The holder, told its writes may have landed or did not, writes on; its write is acknowledged.
+      // The holder, told its writes may have landed, writes on (through another store, which has not
+      // seen v0 and so sends its put unordered); its write is acknowledged.
       const v2 = await seed.put("k", "v2", { fence });
       // The delayed messages arrive, their senders' connections closed behind them, and the server runs them.
       proxy.deliver();

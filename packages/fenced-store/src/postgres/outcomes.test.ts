@@ -4,6 +4,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { OutcomeUnknownError, StoreSetupError, StoreUnavailableError } from "../errors.js";
 import { COMMIT_MESSAGE, CutProxy, SYNC_MESSAGE } from "./cut-proxy-test-support.js";
 import { timed } from "./fault-test-support.js";
+import { Calls } from "./calls.js";
+import { quoteSchema, statements } from "./sql.js";
 import { FencedPostgres } from "./store.js";
 import { fenceAt as f, outcome, pgHarness, type PgHarness, sleep } from "./test-support.js";
 
@@ -64,44 +66,59 @@ describe("FencedPostgres: a write whose answer is lost is OutcomeUnknownError", 
     }
   });
 
-  it("put() of a new lease: its first statement found another fence and wrote nothing, and the answer to its Sync was cut: nothing applied, StoreUnavailableError", async () => {
+  it("put() refused as out of order, then sent unordered: its zero-row answer came, the answer to its Sync was cut: nothing applied, StoreUnavailableError", async () => {
     const seed = await h.store("lost_empty_sync");
     const via = await throughProxy(seed.schema);
     try {
-      await seed.register(f("r", 1n));
-      // The row holds token 1; the put presents 2: the shared statement answers no row, then its Sync's answer is lost.
+      await seed.put("k", { n: 0 }, { fence: f("r", 1n) });
+      // The unordered statement, called as put() calls it after an out-of-order refusal, on a fence row
+      // another fence holds: no row back; then its Sync's answer is lost.
+      await seed.register(f("r", 2n));
+      const calls = new Calls(via.pool, 2_000, statements(quoteSchema(seed.schema)));
       via.proxy.arm(SYNC_MESSAGE);
-      const err = await outcome(via.store.put("k", { n: 1 }, { fence: f("r", 2n) }));
+      const err = await outcome(
+        calls.session({ operation: "put", key: "k" }, undefined, (s) =>
+          calls.write(s, "putShared", ["r", "1", null, "k", JSON.stringify({ n: 1 })]),
+        ),
+      );
       expect(err).toBeInstanceOf(StoreUnavailableError);
       expect(err).toMatchObject({ reason: "connection", operation: "put" });
       expect(via.proxy.cuts).toBe(1);
-      expect(await seed.get("k")).toBeUndefined();
-      expect(await h.fenceToken(seed, "r")).toBe(1n);
+      expect(await seed.get("k")).toMatchObject({ value: { n: 0 } });
     } finally {
       await via.close();
     }
   });
 
-  it("put(): its statement ran, the answer was cut before its commit (Sync) was sent: nothing applied; the same store works on", async () => {
+  it("put(): refused as out of order, sent unordered, its statement ran and the answer was cut before its commit (Sync) was sent: nothing applied", async () => {
     const seed = await h.store("lost_put");
     const via = await throughProxy(seed.schema);
     try {
-      via.proxy.arm(Buffer.from("fenced:putUnconditional:"));
+      // Written at this fence by another store: `via` has not seen it, so its put is refused as out of
+      // order (it may be late) and sent again unordered, committed only after its answer.
+      const v0 = await seed.put("k", { n: 0 }, { fence: f("r", 1n) });
+      via.proxy.arm(Buffer.from("fenced:putShared:"));
       const err = await outcome(via.store.put("k", { n: 1 }, { fence: f("r", 1n) }));
       expect(err).toBeInstanceOf(StoreUnavailableError);
       expect(err).toMatchObject({ reason: "connection", operation: "put" });
-      expect(await seed.get("k")).toBeUndefined();
-      expect(await h.fenceToken(seed, "r")).toBeUndefined();
-      // The Sync's answer cut: the commit was sent, the outcome is unknown (it landed). The fence is
-      // the row's already, so the write is the shared statement alone and the first Sync is its commit.
-      await seed.register(f("r", 1n));
+      expect(await seed.get("k")).toMatchObject({ value: { n: 0 }, version: v0.version });
+    } finally {
+      await via.close();
+    }
+  });
+
+  it("put(): sent ordered with its commit, the answer cut: OutcomeUnknownError, it landed; the store's next put of the key is refused as out of order and sent unordered", async () => {
+    const seed = await h.store("lost_ordered");
+    const via = await throughProxy(seed.schema);
+    try {
+      await via.store.put("k", { n: 1 }, { fence: f("r", 1n) });
       via.proxy.arm(SYNC_MESSAGE);
-      const lost = await outcome(via.store.put("k", { n: 1 }, { fence: f("r", 1n) }));
+      const lost = await outcome(via.store.put("k", { n: 2 }, { fence: f("r", 1n) }));
       expect(lost).toBeInstanceOf(OutcomeUnknownError);
       expect(lost).toMatchObject({ key: "k", operation: "put" });
-      expect(await seed.get("k")).toMatchObject({ value: { n: 1 }, token: 1n });
-      await via.store.put("k", { n: 2 }, { fence: f("r", 1n) });
-      expect(await via.store.get("k")).toMatchObject({ value: { n: 2 } });
+      expect(await seed.get("k")).toMatchObject({ value: { n: 2 }, token: 1n });
+      const next = await via.store.put("k", { n: 3 }, { fence: f("r", 1n) });
+      expect(await via.store.get("k")).toMatchObject({ value: { n: 3 }, version: next.version });
     } finally {
       await via.close();
     }
@@ -211,11 +228,9 @@ describe("FencedPostgres: migrate() forgotten", () => {
     await h.pool.query(`DROP TABLE "${partial.schema}".records`);
     expect(await outcome(partial.get("k"))).toMatchObject({ name: "StoreSetupError", problem: "not-migrated" });
     await partial.migrate();
-    await h.pool.query(`DROP FUNCTION "${partial.schema}".refuse_conditional_write`);
     const v = await partial.put("k", 1, { fence: f("r", 1n) });
-    expect(await outcome(partial.put("k", 2, { fence: f("r", 1n), ifVersion: v.version }))).toMatchObject({
-      name: "StoreSetupError",
-      problem: "not-migrated",
-    });
+    await h.pool.query(`DROP FUNCTION "${partial.schema}".refuse_conditional_write`);
+    for (const call of [partial.put("k", 2, { fence: f("r", 1n), ifVersion: v.version }), partial.put("k", 2, { fence: f("r", 1n) })])
+      expect(await outcome(call)).toMatchObject({ name: "StoreSetupError", problem: "not-migrated" });
   });
 });

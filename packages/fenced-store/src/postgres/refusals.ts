@@ -22,3 +22,11 @@ export function versionRefusal(err: unknown, key: string, expected: string): Ver
   if (code !== VERSION_REFUSED || typeof detail !== "string") return undefined;
   return new VersionMismatchError(key, expected, detail === "" ? undefined : detail);
 }
+
+/**
+ * putOrdered's refusal: the record is at the write's own fence with a newer version than the one the
+ * write comes after (write-order.ts). Nothing was written; the store sends the write again unordered.
+ */
+export function outOfOrder(err: unknown): boolean {
+  return sqlError(err).code === VERSION_REFUSED;
+}

@@ -80,6 +80,14 @@ export interface Statements {
    */
   readonly putUnconditional: string;
   /**
+   * putUnconditional, and $6 the version the write comes after (write-order.ts): raises
+   * VERSION_REFUSED, nothing written, when the record is at exactly this fence (token and holder)
+   * with a newer version. Its commit is sent with it (commit-at.ts).
+   */
+  readonly putOrdered: string;
+  /** putShared with putOrdered's $6. */
+  readonly putOrderedShared: string;
+  /**
    * $1–$3 fence, $4 key, $5 value, $6 expected version → one row { version } when written, zero rows
    * when fenced; raises FOREIGN_KEY_REFUSED when another resource owns the key, else VERSION_REFUSED
    * when the record is not live at $6 — either way nothing written, the ratchet raise undone. One
@@ -191,11 +199,24 @@ RETURNING CASE WHEN r.version = 0 THEN ${refuseConditional}($4, $1) ELSE r.versi
 ${conditionalUpsert("ratchet", value, expected)}`;
   const shared = sharedRatchet(fence);
   // The unconditional record upsert (putUnconditional says why it is safe), its row from the ratchet CTE or the parameters.
-  const recordUpsert = (rows: string): string => `INSERT INTO ${records} AS r (key, value, token, resource, holder)
+  // `after` (putOrdered, write-order.ts): the newest version of the key this write was issued
+  // knowing of at its own fence, or NULL (no such check). A record at exactly this fence — same
+  // token, same holder — with a newer version was written after this write was issued: it is
+  // refused as a version mismatch (refuse_conditional_write, the owner being ours), so that a late
+  // write never overwrites the same holder's later one. Compared under the record's row lock, on
+  // its newest committed version, like the owner. The new version is drawn there too, under the row
+  // lock (not the insert's DEFAULT, drawn before any wait): so a key's versions increase in the order
+  // its writes commit, which the check relies on (a write stalled between drawing a version and
+  // locking the row would otherwise commit an older version over a newer one).
+  const recordUpsert = (rows: string, after: string): string => `INSERT INTO ${records} AS r (key, value, token, resource, holder)
 ${rows === "ratchet" ? "SELECT $4, $5::jsonb, ratchet.token, $1, $3 FROM ratchet" : "VALUES ($4, $5::jsonb, $2::bigint, $1, $3)"}
 ON CONFLICT (key) DO UPDATE
-SET value = EXCLUDED.value, version = EXCLUDED.version, token = EXCLUDED.token, holder = EXCLUDED.holder
-WHERE CASE WHEN r.resource = EXCLUDED.resource THEN true ELSE ${refuse}($4, $1) IS NULL END
+SET value = EXCLUDED.value, version = nextval('${versions}'), token = EXCLUDED.token, holder = EXCLUDED.holder
+WHERE CASE
+  WHEN r.resource <> EXCLUDED.resource THEN ${refuse}($4, $1) IS NULL
+  WHEN r.token = EXCLUDED.token AND r.holder IS NOT DISTINCT FROM EXCLUDED.holder AND r.version > ${after} THEN ${refuseConditional}($4, $1) IS NULL
+  ELSE true
+END
 RETURNING r.version`;
 
   return {
@@ -319,11 +340,16 @@ RETURNING f.resource`,
     // raises; the implicit transaction aborts, and the raise is undone with it. So one row back
     // always means written, and nothing but the fence decides between one row and none.
     putUnconditional: `WITH ratchet AS (${ratchet})
-${recordUpsert("ratchet")}`,
+${recordUpsert("ratchet", "NULL")}`,
+    // putUnconditional with the write order's check ($6: the version the write comes after).
+    putOrdered: `WITH ratchet AS (${ratchet})
+${recordUpsert("ratchet", "$6::bigint")}`,
     putIfVersion: conditionalWrite(ratchet, "$5::jsonb", "$6"),
     deleteIfVersion: conditionalWrite(ratchet, "NULL::jsonb", "$5"),
     putShared: `WITH ratchet AS (${shared})
-${recordUpsert("ratchet")}`,
+${recordUpsert("ratchet", "NULL")}`,
+    putOrderedShared: `WITH ratchet AS (${shared})
+${recordUpsert("ratchet", "$6::bigint")}`,
     putIfVersionShared: conditionalWrite(shared, "$5::jsonb", "$6"),
     deleteIfVersionShared: conditionalWrite(shared, "NULL::jsonb", "$5"),
     // An unconditional delete must also reach a record written while we waited for the fence lock,
@@ -336,7 +362,7 @@ ${recordUpsert("ratchet")}`,
     // resource is left alone and no row comes back (the caller then reports the owner and rolls back).
     tombstone: `INSERT INTO ${records} AS r (key, value, token, resource, holder) VALUES ($4, NULL, $2::bigint, $1, $3)
 ON CONFLICT (key) DO UPDATE
-SET value = NULL, version = EXCLUDED.version, token = EXCLUDED.token, holder = EXCLUDED.holder
+SET value = NULL, version = nextval('${versions}'), token = EXCLUDED.token, holder = EXCLUDED.holder
 WHERE r.resource = EXCLUDED.resource
 RETURNING r.version`,
     // Its own statement after both ratchets, for the same reason as `tombstone`. The record is then
@@ -351,7 +377,7 @@ RETURNING version`,
     // statement, so it takes a fresh snapshot; the decision never reads the snapshot anyway (ON
     // CONFLICT finds the newest committed row). A refusal raises (FN001, FN002) and names this key:
     // the transaction can then only roll back, and every ratchet raise goes with it.
-    putRecord: recordUpsert("values"),
+    putRecord: recordUpsert("values", "NULL"),
     putRecordIfVersion: conditionalUpsert("values", "$5::jsonb", "$6"),
     current: `SELECT version, resource, value IS NULL AS deleted FROM ${records} WHERE key = $1`,
     get: `SELECT value, version, token, resource, holder FROM ${records} WHERE key = $1 AND value IS NOT NULL`,

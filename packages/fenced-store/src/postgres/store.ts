@@ -1,6 +1,6 @@
 import { InvalidArgumentError, type CheckedFence } from "@fenced/fence";
 import { ResourceMismatchError, VersionMismatchError } from "../errors.js";
-import { foreignKeyRefusal, versionRefusal } from "./refusals.js";
+import { foreignKeyRefusal, outOfOrder, versionRefusal } from "./refusals.js";
 import { assertKey, assertResource, type Fence, type FenceSet } from "../fence.js";
 import { assertJsonValue, type JsonValue } from "../json.js";
 import { oneOrMoreFences, signalOnly, throwIfAborted } from "../options.js";
@@ -25,6 +25,7 @@ import type {
   PgWriteOptions,
 } from "./types.js";
 import { lockOrder, quoteSchema, statements } from "./sql.js";
+import { WriteOrder } from "./write-order.js";
 
 /**
  * Fenced writes to PostgreSQL. Every write raises the per-resource ratchet (table `fence`) and
@@ -46,6 +47,8 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
   /** The deadline of every call, in milliseconds. */
   readonly timeoutMs: number;
   private readonly calls: Calls<Client>;
+  /** The versions this store's writes gave each key, by fence: what an unconditional put comes after (write-order.ts). */
+  private readonly order = new WriteOrder();
 
   constructor(pool: PgPool<Client>, options: FencedPostgresOptions = {}) {
     assertPool(pool);
@@ -108,12 +111,13 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
       return this.calls.session({ operation: "put", key }, signal, async (s) => {
         let result: PgQueryResult<{ version: string }>;
         try {
-          result = await this.calls.fencedWrite<{ version: string }>(s, signal, "putUnconditional", [...fenceParams(fence), key, json]);
+          result = await this.unconditional(s, signal, key, fence, json);
         } catch (err) {
           throw foreignKeyRefusal(err, key, fence.resource) ?? err;
         }
         const row = result.rows[0];
         if (row === undefined) throw await this.calls.staleError(s, fence);
+        this.order.wrote(key, fence, String(row.version));
         return { version: String(row.version), token: fence.token };
       });
     }
@@ -293,6 +297,30 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
   }
 
   /**
+   * An unconditional put in one statement. First `putOrdered`, its commit sent with it: it comes after
+   * the newest version this store saw written at the fence (write-order.ts), so that it cannot land
+   * late over a later write of the holder. Refused as out of order — a write of the fence this store
+   * did not see, or its own put of the key at the same time — it is sent again as `putUnconditional`,
+   * whose commit leaves only once its answer is in (commit-at.ts): it cannot land late either.
+   */
+  private async unconditional(
+    s: Session<Client>,
+    signal: AbortSignal | undefined,
+    key: string,
+    fence: CheckedFence,
+    json: string,
+  ): Promise<PgQueryResult<{ version: string }>> {
+    const values = [...fenceParams(fence), key, json];
+    try {
+      return await this.calls.fencedWrite<{ version: string }>(s, signal, "putOrdered", [...values, this.order.after(key, fence)]);
+    } catch (err) {
+      if (!outOfOrder(err)) throw err;
+    }
+    throwIfAborted(signal);
+    return this.calls.fencedWrite<{ version: string }>(s, signal, "putUnconditional", values);
+  }
+
+  /**
    * Ratchet and conditional write in one statement, its commit sent with it (commit-at.ts, COMMIT_AT).
    * Refused in any way, the statement writes nothing and leaves the ratchet as it was (sql.ts, putIfVersion, says
    * why that holds against concurrent writers). Zero rows back: the fence is stale; a refusal for the
@@ -316,6 +344,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
       }
       const row = result.rows[0];
       if (row === undefined) throw await this.calls.staleError(s, fence);
+      this.order.wrote(key, fence, String(row.version));
       return { version: String(row.version), token: fence.token };
     });
   }
