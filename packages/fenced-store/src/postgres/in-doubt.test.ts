@@ -1,6 +1,6 @@
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { OutcomeUnknownError, StoreUnavailableError } from "../errors.js";
+import { OutcomeUnknownError } from "../errors.js";
 import { CutProxy, SYNC_MESSAGE } from "./cut-proxy-test-support.js";
 import { faultHarness, timed, type FaultHarness } from "./fault-test-support.js";
 import { FencedPostgres } from "./store.js";
