@@ -26,15 +26,20 @@
  *            runs two updates at once (SEPARATE_LEASES: three leases, one update each); every update
  *            follows the recipe: register on acquiring (unless NO_REGISTER), then read, add one, put
  *            with ifVersion, re-read and retry once on a version mismatch.
- *   LATE_COMMIT  (PostgreSQL) a write the store gave up on: one lease sends write 1 of a key (a put,
- *            or a put or delete with ifVersion), gives up on it (its answer lost or late), and
- *            writes the key again (write 2: a put, or a put with ifVersion). Write 1's statement runs
- *            at the server at any point after it was sent. Its commit (the Sync) travels with it for
- *            the conditional writes (commit-at.ts, COMMIT_AT "with-statement"): it commits whenever it
- *            runs. For the put it leaves only once the statement's answer is in ("after-answer"):
- *            run after the client gave up, the statement finds its connection closed and is rolled
- *            back. (A late register, also "with-statement", writes no record; what it does to the
- *            ratchet is a register like any other, which the other scenarios check.)
+ *   LATE_COMMIT  (PostgreSQL) a write the store gave up on: one lease sends write 1 of a key (an
+ *            ordered put, an unordered put, or a put or delete with ifVersion), gives up on it (its
+ *            answer lost or late), and writes the key again (write 2: an unordered put, a put with
+ *            ifVersion, or an ordered put sent again unordered when refused as out of order). The
+ *            key was last written at the lease's own fence or at another. Write 1's statement runs at
+ *            the server at any point after it was sent. Its commit (the Sync) travels with it for the
+ *            conditional writes and the ordered put (commit-at.ts, COMMIT_AT "with-statement"): it
+ *            commits whenever it runs. An ordered put (putOrdered, write-order.ts) carries `after`, a
+ *            version seen before it was sent (any, or none), and is refused when the record is at
+ *            exactly its fence with a newer version. For the unordered put the Sync leaves only once
+ *            the statement's answer is in ("after-answer"): run after the client gave up, the
+ *            statement finds its connection closed and is rolled back. (A late register, also
+ *            "with-statement", writes no record; what it does to the ratchet is a register like any
+ *            other, which the other scenarios check.)
  *
  * Invariants (PROTOCOL.md), named in the assertions:
  *   ratchet               the tokens accepted for a resource never decrease (S3: per key; with
@@ -54,6 +59,7 @@
  *   MUTANT_NO_IFVERSION            updates are written without ifVersion (the ratchet alone)
  *   MUTANT_PUT_SYNC_WITH_STATEMENT the put's commit is sent with its statement, like the others'
  *   MUTANT_PUT_KEEPS_VERSION       an unconditional write keeps the record's version (no new one from the sequence)
+ *   MUTANT_ORDERED_PUT_NO_CHECK    an ordered put lands whatever version the record at its fence has
  */
 
 #if defined(LATE_COMMIT)
@@ -96,6 +102,10 @@ byte owner[K];       /* 0: no record (never written) */
 byte ver[K];         /* 0: no record */
 bit live[K];         /* a live record, not a tombstone */
 byte seq;            /* versions handed out (a sequence, or fresh write ids: never repeated) */
+#ifdef LATE_COMMIT
+byte recT[K];        /* the fence (token, holder) of the record's last write */
+byte recH[K];
+#endif
 #ifdef UPDATES
 byte val[K];
 #endif
@@ -140,6 +150,22 @@ hidden byte ratchet, one_lease_per_token, one_resource_per_key, no_lost_update, 
 #define OWNER_IGNORED 0
 #endif
 
+
+/*
+ * An ordered put (putOrdered) refused as out of order: `after` — a variable of the calling process, 0
+ * for a write without the check, else 1 + the version it comes after (1: none seen) — is not above the
+ * version of a record at exactly its fence.
+ */
+#if defined(LATE_COMMIT) && !defined(MUTANT_ORDERED_PUT_NO_CHECK)
+#define OUT_OF_ORDER(k, t, h) (after > 0 && recT[k] == t && recH[k] == h && ver[k] >= after)
+#else
+#define OUT_OF_ORDER(k, t, h) 0
+#endif
+#ifdef LATE_COMMIT
+#define ON_RECORD(k, t, h) recT[k] = t; recH[k] = h
+#else
+#define ON_RECORD(k, t, h) skip
+#endif
 
 #define LANDED 1
 #define STALE 2
@@ -239,9 +265,9 @@ inline write(k, r, t, h, value, cond, e) {
     :: ok && owner[k] != 0 && owner[k] != r ->
        res = FOREIGN; printf("MSC: lease %d (resource %d, token %d) writes key %d: refused, owned by resource %d\n", h, r, t, k, owner[k])
 #endif
-    :: ok && (owner[k] == 0 || owner[k] == r || OWNER_IGNORED) && cond && !(live[k] && ver[k] == e) ->
+    :: ok && (owner[k] == 0 || owner[k] == r || OWNER_IGNORED) && ((cond && !(live[k] && ver[k] == e)) || OUT_OF_ORDER(k, t, h)) ->
        res = MISMATCH; printf("MSC: lease %d (resource %d, token %d) writes key %d: refused, version mismatch\n", h, r, t, k)
-    :: ok && (owner[k] == 0 || owner[k] == r || OWNER_IGNORED) && !(cond && !(live[k] && ver[k] == e)) ->
+    :: ok && (owner[k] == 0 || owner[k] == r || OWNER_IGNORED) && !(cond && !(live[k] && ver[k] == e)) && !OUT_OF_ORDER(k, t, h) ->
        res = LANDED;
        printf("MSC: lease %d (resource %d, token %d) writes key %d: lands, version %d, live %d\n", h, r, t, k, seq + 1, value);
        accepted(r, t, h);
@@ -257,6 +283,7 @@ inline write(k, r, t, h, value, cond, e) {
 #else
        owner[k] = r; seq++; ver[k] = seq; live[k] = value;
 #endif
+       ON_RECORD(k, t, h);
        ON_LAND(k)
     fi;
     ok = 0
@@ -315,6 +342,7 @@ inline transfer(k, fr, ft, fh, tr, tt, th) {
 #define PUT 1
 #define PUT_IF_VERSION 2
 #define DELETE_IF_VERSION 3
+#define PUT_ORDERED 4
 /* Whether a write of this kind can commit after its client gave up: its Sync went with the statement. */
 #ifdef MUTANT_PUT_SYNC_WITH_STATEMENT
 #define COMMITS_LATE(kind) 1
@@ -324,26 +352,33 @@ inline transfer(k, fr, ft, fh, tr, tt, th) {
 
 byte kind1;      /* write 1's kind */
 byte e1;         /* the version write 1 expects (read before it was sent) */
+byte after1;     /* write 1's `after` when ordered: 1 + a version seen before it was sent, any (1: none) */
 bit sent1;       /* write 1 has left the client */
 bit gaveUp;      /* the client has given up on write 1: no Sync follows it any more */
 bit acked2;      /* write 2 is acknowledged */
 
 /* The client: write 1 sent, given up on, then write 2. */
 proctype Client() {
-  byte r, t, e, ok, res;
+  byte r, t, e, ok, res, after;
   r = resOf[1]; t = tokOf[1];
-  atomic { e1 = ver[0]; sent1 = 1; printf("MSC: lease 1 sends write 1 (kind %d, expecting version %d)\n", kind1, e1) };
+  atomic {
+    e1 = ver[0]; select(after1 : 1 .. ver[0] + 1); sent1 = 1;
+    printf("MSC: lease 1 sends write 1 (kind %d, expecting version %d, after %d)\n", kind1, e1, after1 - 1)
+  };
   gaveUp = 1; printf("MSC: lease 1 gives up on write 1\n");
   if
   :: write(0, r, t, 1, 1, 0, 0)
   :: atomic { e = ver[0] }; write(0, r, t, 1, 1, 1, e)
+  /* an ordered put, after any version seen (or none); refused as out of order, sent again unordered */
+  :: atomic { select(after : 1 .. ver[0] + 1) }; write(0, r, t, 1, 1, 0, 0);
+     if :: res == MISMATCH -> after = 0; write(0, r, t, 1, 1, 0, 0) :: else fi
   fi;
   if :: res == LANDED -> acked2 = 1; printf("MSC: write 2 acknowledged\n") :: else fi
 }
 
 /* The server running write 1's statement, once, at any point after it was sent. */
 proctype Statement1() {
-  byte r, t, ok, res;
+  byte r, t, ok, res, after;
   r = resOf[1]; t = tokOf[1];
   sent1;
   atomic {
@@ -351,6 +386,7 @@ proctype Statement1() {
     :: COMMITS_LATE(kind1) || !gaveUp ->
        if
        :: kind1 == PUT -> write(0, r, t, 1, 1, 0, 0)
+       :: kind1 == PUT_ORDERED -> after = after1; write(0, r, t, 1, 1, 0, 0)
        :: kind1 == PUT_IF_VERSION -> write(0, r, t, 1, 1, 1, e1)
        :: kind1 == DELETE_IF_VERSION -> write(0, r, t, 1, 0, 1, e1)
        fi;
@@ -427,7 +463,9 @@ init {
 #if defined(LATE_COMMIT)
     /* the key exists, the lease's resource's; write 1 of each kind */
     owner[0] = resOf[1]; gOwner[0] = resOf[1]; seq = 1; ver[0] = 1; live[0] = 1;
-    select(x : PUT .. DELETE_IF_VERSION); kind1 = x; x = 0;
+    /* last written at the lease's own fence, or at another (an older lease's) */
+    if :: recT[0] = tokOf[1]; recH[0] = 1 :: recT[0] = 0; recH[0] = 0 fi;
+    select(x : PUT .. PUT_ORDERED); kind1 = x; x = 0;
     run Client(); run Statement1()
 #elif defined(UPDATES)
     /* the key exists, written by no lease */

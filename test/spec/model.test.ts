@@ -117,6 +117,12 @@ const CONFIGURATIONS: readonly Configuration[] = [
     expect: { violates: "no_late_overwrite" },
   },
   {
+    name: "mutant: an ordered put lands whatever version the record at its fence has (PostgreSQL, late commit)",
+    model: "store",
+    defines: ["-DLATE_COMMIT", "-DMUTANT_ORDERED_PUT_NO_CHECK", "-DONLY_CHECK=NO_LATE_OVERWRITE"],
+    expect: { violates: "no_late_overwrite" },
+  },
+  {
     name: "mutant: equal tokens accepted from any holder (PostgreSQL)",
     model: "store",
     defines: ["-DOPS=3", "-DMUTANT_EQUAL_TOKEN_ANY_HOLDER", "-DONLY_CHECK=ONE_LEASE_PER_TOKEN"],
