@@ -13,17 +13,16 @@ import type { NamedStatement } from "./sql.js";
  *   never used before (one sequence): a later write of the key leaves the late one refused
  *   (VERSION_REFUSED). `ratchet` (a register) writes no record: late, it raises the fence row to a
  *   token and holder the holder writes at anyway, or is refused by a higher one.
- *   `putOrdered` carries a version of the key its store saw written at its fence before it was issued
- *   (write-order.ts): a later write of the key draws a newer one, and so does every write that commits
- *   after it (drawn under the row lock), so a later write of the same holder leaves the late one
- *   refused as well (VERSION_REFUSED).
+ *   `putOrdered` carries a version drawn before it was issued (write-order.ts): every write of the key
+ *   that commits after that draws a newer one (under the row lock), so a later write of the same
+ *   holder leaves the late one refused as well (VERSION_REFUSED).
  * - `after-answer`: the `Sync` is sent only once the statement's answer arrived (pg's `rows`). Nothing
  *   in `putUnconditional` refuses a late commit over the same holder's later write (same token, same
  *   holder: the ratchet admits it), so a statement that runs after the call gave up must find its
  *   connection closed, which rolls it back; a failure before the answer is StoreUnavailableError.
- *   The store sends it only when `putOrdered` was refused as out of order: its write-order knowledge
- *   was stale (another store or process wrote the key at the fence, or two of its own puts of the key
- *   ran at once).
+ *   The store sends it only when `putOrdered` was refused as out of order: the key was written at its
+ *   fence after the newest version the store had heard of (by another store or process, or by one of
+ *   its own puts of the key running at the same time).
  *   Such a statement returns a row if and only if it wrote something (Session.write reads a lost
  *   Sync's answer after no row as "nothing applied").
  */

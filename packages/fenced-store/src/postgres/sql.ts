@@ -80,9 +80,9 @@ export interface Statements {
    */
   readonly putUnconditional: string;
   /**
-   * putUnconditional, and $6 the version the write comes after (write-order.ts): raises
-   * VERSION_REFUSED, nothing written, when the record is at exactly this fence (token and holder)
-   * with a newer version. Its commit is sent with it (commit-at.ts).
+   * putUnconditional, and $6 the version the write comes after, drawn before it was issued
+   * (write-order.ts): raises VERSION_REFUSED, nothing written, when the record is at exactly this
+   * fence (token and holder) with a newer version. Its commit is sent with it (commit-at.ts).
    */
   readonly putOrdered: string;
   /** putShared with putOrdered's $6. */
@@ -199,10 +199,10 @@ RETURNING CASE WHEN r.version = 0 THEN ${refuseConditional}($4, $1) ELSE r.versi
 ${conditionalUpsert("ratchet", value, expected)}`;
   const shared = sharedRatchet(fence);
   // The unconditional record upsert (putUnconditional says why it is safe), its row from the ratchet CTE or the parameters.
-  // `after` (putOrdered, write-order.ts): the newest version of the key this write was issued
-  // knowing of at its own fence, or NULL (no such check). A record at exactly this fence — same
-  // token, same holder — with a newer version was written after this write was issued: it is
-  // refused as a version mismatch (refuse_conditional_write, the owner being ours), so that a late
+  // `after` (putOrdered, write-order.ts): a version drawn from the sequence before this write was
+  // issued, or NULL (no such check). A record at exactly this fence — same token, same holder — with
+  // a newer version may have been written after this write was issued: it is refused as a version
+  // mismatch (refuse_conditional_write, the owner being ours), so that a late
   // write never overwrites the same holder's later one. Compared under the record's row lock, on
   // its newest committed version, like the owner. The new version is drawn there too, under the row
   // lock (not the insert's DEFAULT, drawn before any wait): so a key's versions increase in the order

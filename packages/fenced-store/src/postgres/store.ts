@@ -47,7 +47,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
   /** The deadline of every call, in milliseconds. */
   readonly timeoutMs: number;
   private readonly calls: Calls<Client>;
-  /** The versions this store's writes gave each key, by fence: what an unconditional put comes after (write-order.ts). */
+  /** The newest version the database gave this store: what an unconditional put comes after (write-order.ts). */
   private readonly order = new WriteOrder();
 
   constructor(pool: PgPool<Client>, options: FencedPostgresOptions = {}) {
@@ -117,7 +117,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
         }
         const row = result.rows[0];
         if (row === undefined) throw await this.calls.staleError(s, fence);
-        this.order.wrote(key, fence, String(row.version));
+        this.order.saw(String(row.version));
         return { version: String(row.version), token: fence.token };
       });
     }
@@ -175,6 +175,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     );
     const row = rows[0];
     if (row === undefined) return undefined;
+    this.order.saw(String(row.version));
     // pg returns int8 as a decimal string; BigInt keeps all 64 bits (a JS number would not).
     return { value: row.value, version: String(row.version), token: BigInt(row.token), resource: row.resource, holder: row.holder ?? null };
   }
@@ -298,10 +299,11 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
 
   /**
    * An unconditional put in one statement. First `putOrdered`, its commit sent with it: it comes after
-   * the newest version this store saw written at the fence (write-order.ts), so that it cannot land
-   * late over a later write of the holder. Refused as out of order — a write of the fence this store
-   * did not see, or its own put of the key at the same time — it is sent again as `putUnconditional`,
-   * whose commit leaves only once its answer is in (commit-at.ts): it cannot land late either.
+   * the newest version the database gave this store (write-order.ts), so that it cannot land late over
+   * a later write of the holder. Refused as out of order — a write of the key at this fence that this
+   * store has not heard of, or its own put of the key at the same time — it is sent again as
+   * `putUnconditional`, whose commit leaves only once its answer is in (commit-at.ts): it cannot land
+   * late either.
    */
   private async unconditional(
     s: Session<Client>,
@@ -312,7 +314,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
   ): Promise<PgQueryResult<{ version: string }>> {
     const values = [...fenceParams(fence), key, json];
     try {
-      return await this.calls.fencedWrite<{ version: string }>(s, signal, "putOrdered", [...values, this.order.after(key, fence)]);
+      return await this.calls.fencedWrite<{ version: string }>(s, signal, "putOrdered", [...values, this.order.after()]);
     } catch (err) {
       if (!outOfOrder(err)) throw err;
     }
@@ -344,7 +346,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
       }
       const row = result.rows[0];
       if (row === undefined) throw await this.calls.staleError(s, fence);
-      this.order.wrote(key, fence, String(row.version));
+      this.order.saw(String(row.version));
       return { version: String(row.version), token: fence.token };
     });
   }

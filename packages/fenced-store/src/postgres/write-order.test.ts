@@ -1,33 +1,16 @@
-import { checkFence } from "@fenced/fence";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { fenceAt as f, pgHarness, type PgHarness } from "./test-support.js";
 import { WriteOrder } from "./write-order.js";
 
 describe("WriteOrder", () => {
-  const fence = checkFence({ resource: "r", token: 5n, holder: "h" });
-  it("a put comes after the newest version its store saw at its own fence; anything else is 0", () => {
+  it("a put comes after the newest version the database gave the store, of any key; 0 before any", () => {
     const order = new WriteOrder();
-    expect(order.after("k", fence)).toBe("0");
-    order.wrote("k", fence, "7");
-    expect(order.after("k", fence)).toBe("7");
-    // Acknowledged out of order (two puts of the key at once): the newer stays.
-    order.wrote("k", fence, "6");
-    expect(order.after("k", fence)).toBe("7");
-    // Another token or holder: what this store saw tells nothing about that fence's writes.
-    expect(order.after("k", checkFence({ resource: "r", token: 6n, holder: "h" }))).toBe("0");
-    expect(order.after("k", checkFence({ resource: "r", token: 5n, holder: "other" }))).toBe("0");
-    expect(order.after("k", checkFence({ resource: "r", token: 5n }))).toBe("0");
-    order.wrote("k", checkFence({ resource: "r", token: 6n, holder: "h" }), "3");
-    expect(order.after("k", fence)).toBe("0");
-  });
-
-  it("forgets the least recently written key beyond its capacity", () => {
-    const order = new WriteOrder(2);
-    order.wrote("a", fence, "1");
-    order.wrote("b", fence, "2");
-    order.wrote("a", fence, "3");
-    order.wrote("c", fence, "4");
-    expect(["a", "b", "c"].map((k) => order.after(k, fence))).toEqual(["3", "0", "4"]);
+    expect(order.after()).toBe("0");
+    order.saw("7");
+    order.saw("6"); // answers may come out of order: the newest stays
+    expect(order.after()).toBe("7");
+    order.saw("9223372036854775807");
+    expect(order.after()).toBe("9223372036854775807");
   });
 });
 
