@@ -9,12 +9,12 @@ import { OutcomeUnknownError, StoreSetupError, StoreUnavailableError, type Unava
  * The phase says what a lost answer could mean:
  * - `connect`: waiting for a pool client. Nothing was sent.
  * - `read`: a statement that cannot have changed anything on its own: a read, BEGIN, or a statement
- *   of a transaction whose commit has not been sent — the COMMIT of a transaction, or the Sync of an
- *   unconditional put, which the store sends only once the statement's answer has arrived
- *   (Session.write, `after-answer`). A transaction that never commits is rolled back, by ROLLBACK or
- *   by the server when the connection closes.
+ *   of a transaction whose commit has not been sent — the COMMIT of a transaction, or the Sync of a
+ *   put sent unordered (after an out-of-order refusal), which the store sends only once the
+ *   statement's answer has arrived (Session.write, `after-answer`). A transaction that never commits
+ *   is rolled back, by ROLLBACK or by the server when the connection closes.
  * - `commit`: the commit (COMMIT, or a single-statement write's Sync) may have left this process —
- *   for register and the conditional writes, from the moment the statement is sent, since their Sync
+ *   for every other single-statement write, from the moment the statement is sent, since its Sync
  *   goes with it (`with-statement`). From here a lost answer may hide a write that was applied.
  *
  * The rule:

@@ -16,7 +16,7 @@ export interface PgQueryConfig {
   text: string;
   values?: PgParam[];
   /**
-   * Set on the store's unconditional put only (Session.write, `after-answer`): pg's JavaScript client then
+   * Set on a put the store sends unordered only (Session.write, `after-answer`): pg's JavaScript client then
    * sends the statement's Sync, at which PostgreSQL commits it, only after the statement's answer
    * has arrived. A client that does not know it (pg-native) may ignore it.
    */
