@@ -38,7 +38,7 @@ export async function migrateWithin<Client extends PgClient>(
   }
 }
 
-/** The ALTERs an older layout still needs; none on a current one (ALTER TABLE would lock the table for nothing). */
+/** The ALTERs an older or altered layout needs; none on a current one (ALTER would lock for nothing). */
 async function upgrades<Client extends PgClient>(
   s: Session<Client>,
   sql: Statements,
@@ -51,5 +51,13 @@ async function upgrades<Client extends PgClient>(
   if (has("fence", "holder") === undefined) needed.push(sql.addFenceHolder);
   if (has("records", "holder") === undefined) needed.push(sql.addRecordHolder);
   if (has("records", "value")?.notNull === true) needed.push(sql.allowTombstones);
+  // A sequence someone altered (a per-session cache, a negative step, a wrap-around) would hand a later
+  // write a smaller version, and a late put could land over it (write-order.ts): put it back.
+  const { rows: sequence } = await s.query<{ increment: string; cache: string; cycle: boolean }>(
+    query("versionSequence", [schema]),
+    "read",
+  );
+  const shape = sequence[0];
+  if (shape !== undefined && (BigInt(shape.increment) <= 0n || shape.cache !== "1" || shape.cycle)) needed.push(sql.orderVersions);
   return needed;
 }

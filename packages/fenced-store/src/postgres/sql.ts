@@ -54,6 +54,14 @@ export interface Statements {
   readonly addRecordHolder: string;
   readonly allowTombstones: string;
   /**
+   * $1 schema name → { increment, cache, cycle } of the version sequence: putOrdered's check needs it
+   * to hand out increasing values in real time (write-order.ts), which a per-session cache, a
+   * negative step or a wrap-around would break.
+   */
+  readonly versionSequence: string;
+  /** Restores what versionSequence checks; run by migrate() only when it differs. */
+  readonly orderVersions: string;
+  /**
    * $1 resource, $2 token, $3 holder → one row { token } when admitted, zero rows when fenced. Takes
    * the resource's fence lock exclusively first (fence-lock.ts), as every statement below that locks
    * fence rows does, but the shared writes.
@@ -204,10 +212,11 @@ ${conditionalUpsert("ratchet", value, expected)}`;
   // a newer version may have been written after this write was issued: it is refused as a version
   // mismatch (refuse_conditional_write, the owner being ours), so that a late
   // write never overwrites the same holder's later one. Compared under the record's row lock, on
-  // its newest committed version, like the owner. The new version is drawn there too, under the row
-  // lock (not the insert's DEFAULT, drawn before any wait): so a key's versions increase in the order
-  // its writes commit, which the check relies on (a write stalled between drawing a version and
-  // locking the row would otherwise commit an older version over a newer one).
+  // its newest committed version, like the owner. An update draws its new version there too, under
+  // the row lock (the insert's DEFAULT, drawn before any wait and then thrown away on a conflict,
+  // serves only a key with no row): so a key's versions increase in the order its writes commit,
+  // which the check relies on (a write stalled between drawing a version and locking the row would
+  // otherwise commit an older version over a newer one).
   const recordUpsert = (rows: string, after: string): string => `INSERT INTO ${records} AS r (key, value, token, resource, holder)
 ${rows === "ratchet" ? "SELECT $4, $5::jsonb, ratchet.token, $1, $3 FROM ratchet" : "VALUES ($4, $5::jsonb, $2::bigint, $1, $3)"}
 ON CONFLICT (key) DO UPDATE
@@ -289,6 +298,9 @@ WHERE n.nspname = $1 AND c.relname IN ('fence', 'records') AND a.attnum > 0 AND 
     addFenceHolder: `ALTER TABLE ${fence} ADD COLUMN IF NOT EXISTS holder text`,
     addRecordHolder: `ALTER TABLE ${records} ADD COLUMN IF NOT EXISTS holder text`,
     allowTombstones: `ALTER TABLE ${records} ALTER COLUMN value DROP NOT NULL`,
+    versionSequence: `SELECT increment_by::text AS increment, cache_size::text AS cache, cycle FROM pg_catalog.pg_sequences
+WHERE schemaname = $1 AND sequencename = 'record_version'`,
+    orderVersions: `ALTER SEQUENCE ${versions} INCREMENT BY 1 CACHE 1 NO CYCLE`,
     ratchet,
     // Multi-row VALUES are inserted (and their conflicting rows locked) in list order: the caller
     // passes the two fences sorted by resource, so two transfers never lock them in opposite orders.
@@ -404,7 +416,7 @@ export function textArray(values: readonly (string | null)[]): string {
 }
 
 /** The DDL, run once per migrate() as plain text; every other statement travels prepared, by name. */
-const DDL = ["migrate", "addFenceHolder", "addRecordHolder", "allowTombstones"] as const;
+const DDL = ["migrate", "addFenceHolder", "addRecordHolder", "allowTombstones", "orderVersions"] as const;
 export type NamedStatement = Exclude<keyof Statements, (typeof DDL)[number]>;
 
 /**

@@ -35,4 +35,20 @@ describe("unconditional puts of one key at once, one store, one fence", () => {
     expect(BigInt(record?.version ?? "0")).toBe(newest);
     expect(record?.value).toBe(versions.indexOf(newest));
   });
+
+  it("migrate() puts back a version sequence someone altered: a per-session cache or a wrap-around would hand a later write a smaller version", async () => {
+    const store = await h.store("sequence_shape");
+    const shape = async (): Promise<unknown> =>
+      (
+        await h.pool.query(
+          "SELECT increment_by::text AS increment, cache_size::text AS cache, cycle FROM pg_sequences WHERE schemaname = $1 AND sequencename = 'record_version'",
+          [store.schema],
+        )
+      ).rows[0];
+    expect(await shape()).toEqual({ increment: "1", cache: "1", cycle: false });
+    await h.pool.query(`ALTER SEQUENCE "${store.schema}".record_version CACHE 100 CYCLE`);
+    expect(await shape()).toEqual({ increment: "1", cache: "100", cycle: true });
+    await store.migrate();
+    expect(await shape()).toEqual({ increment: "1", cache: "1", cycle: false });
+  });
 });
