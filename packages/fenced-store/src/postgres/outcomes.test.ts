@@ -230,7 +230,10 @@ describe("FencedPostgres: migrate() forgotten", () => {
     await partial.migrate();
     const v = await partial.put("k", 1, { fence: f("r", 1n) });
     await h.pool.query(`DROP FUNCTION "${partial.schema}".refuse_conditional_write`);
-    for (const call of [partial.put("k", 2, { fence: f("r", 1n), ifVersion: v.version }), partial.put("k", 2, { fence: f("r", 1n) })])
-      expect(await outcome(call)).toMatchObject({ name: "StoreSetupError", problem: "not-migrated" });
+    // Each call's outcome is taken as it is made: a rejection is never left unhandled while another is awaited.
+    const refused = await Promise.all(
+      [partial.put("k", 2, { fence: f("r", 1n), ifVersion: v.version }), partial.put("k", 2, { fence: f("r", 1n) })].map(outcome),
+    );
+    for (const err of refused) expect(err).toMatchObject({ name: "StoreSetupError", problem: "not-migrated" });
   });
 });
