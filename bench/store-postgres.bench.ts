@@ -15,7 +15,10 @@
 //   already written (the fenced side under 100,000 resources, each fence row already at the fence
 //   the writes present), against their ratio on empty tables (postgres-put, same server, same run,
 //   same concurrency): goal within 0.05 of it. What fencing's cost does with the size of the tables.
-// And one line for information, no goal:
+// And two lines for information, no goal:
+// - "postgres-put-all": putAll() of PUT_ALL_RECORDS records under one fence (the ratchet and every
+//   owner-checked upsert in one statement) ÷ one multi-row INSERT … SELECT FROM unnest … ON CONFLICT
+//   DO UPDATE of as many records, autocommit, prepared; with each side's time per record.
 // - "postgres-sync-floor": the plain upsert committed at a Sync sent only once its answer has arrived
 //   (pg's `rows`), as FencedPostgres commits an unconditional put (PROTOCOL.md,
 //   "Faults") ÷ the same upsert with its Sync sent along. What one more round trip per write costs
@@ -39,6 +42,8 @@ const SLICES = Number(process.env.BENCH_SLICES ?? 10);
 const WARM_UP_MS = Math.min(500, DURATION_MS / 4);
 /** Concurrent writers of the one-lease comparison (each with a connection of its own). */
 const ONE_LEASE_WRITERS = 32;
+/** Records per putAll() in the postgres-put-all comparison. */
+const PUT_ALL_RECORDS = 16;
 /** What a Lease from @fenced/lock presents as its holder. */
 const HOLDER = "5f0c1e8a9b7d4c3e2f1a0b9c8d7e6f5a";
 
@@ -69,6 +74,12 @@ const COMPARISONS: Record<Bench, { goal: number | null; sides: Record<Impl, stri
     fenced: "FencedPostgres.put without ifVersion, a key drawn uniformly from 1,000,000 written under 100,000 resources",
     plain: "single statement INSERT … ON CONFLICT DO UPDATE, autocommit, prepared, a key drawn uniformly from 1,000,000 written",
   },
+  "postgres-put-all": {
+    goal: null,
+    sides: { fenced: "fenced", plain: "plain" },
+    fenced: `FencedPostgres.putAll of ${PUT_ALL_RECORDS} records under one fence, unconditional`,
+    plain: `one multi-row INSERT … SELECT FROM unnest … ON CONFLICT DO UPDATE of ${PUT_ALL_RECORDS} records, autocommit, prepared`,
+  },
   "postgres-sync-floor": {
     goal: null,
     sides: { fenced: "deferred-sync", plain: "plain" },
@@ -77,7 +88,7 @@ const COMPARISONS: Record<Bench, { goal: number | null; sides: Record<Impl, stri
     plain: "the same plain upsert, its Sync sent with it",
   },
 };
-type Bench = "postgres-put" | "postgres-recipe" | "postgres-sync-floor" | "postgres-one-lease" | "postgres-scale";
+type Bench = "postgres-put" | "postgres-recipe" | "postgres-put-all" | "postgres-sync-floor" | "postgres-one-lease" | "postgres-scale";
 /** The scale comparison's tables, and how far its ratio may be from the one on empty tables. */
 const SCALE = { keys: 1_000_000, resources: 100_000 } as const;
 const SCALE_GOAL = 0.05;
@@ -162,6 +173,8 @@ async function compare(
   emit({ bench, impl: sides.fenced, ...context, concurrency, ...fenced, [sides.fenced]: fencedKind });
   emit({ bench, impl: sides.plain, ...context, concurrency, ...plain, [sides.plain]: plainKind });
   const ratio = round(median(ratios));
+  const records = context.records;
+  const perRecord = (d: { opsPerSec: number }) => round(1e6 / d.opsPerSec / (typeof records === "number" ? records : 1), 1);
   const measured = goal !== null && context.rows === "per-worker";
   emit({
     bench,
@@ -175,6 +188,9 @@ async function compare(
       : { note: goal === null ? "for information, no goal" : "one row for all workers: for information, no goal" }),
     sliceRatios: { min: round(Math.min(...ratios)), max: round(Math.max(...ratios)) },
     roundTripsPerOp: { [sides.fenced]: fenced.roundTripsPerOp, [sides.plain]: plain.roundTripsPerOp },
+    ...(typeof records === "number"
+      ? { microsecondsPerRecord: { [sides.fenced]: perRecord(fenced), [sides.plain]: perRecord(plain) }, note: "for information, no goal" }
+      : {}),
     [sides.fenced]: fencedKind,
     [sides.plain]: plainKind,
   });
@@ -275,6 +291,7 @@ async function suite(durable: boolean): Promise<void> {
       };
       await compare("postgres-recipe", recipe, counter, concurrency, { ...context, rows: "per-worker" });
     }
+    await putAllLines(store, counted, counter, context);
     await oneLease(server.url, context);
     if (durable) await scale(store, counted, counter, context, emptyRatios);
   } finally {
@@ -356,6 +373,36 @@ SELECT 'scale/' || k, '{"note": "invoice total updated"}' FROM generate_series(0
       fillMs,
     });
   }
+}
+
+/** postgres-put-all: each worker writes PUT_ALL_RECORDS keys of its own under a resource of its own. */
+async function putAllLines(
+  store: FencedPostgres,
+  counted: ReturnType<typeof countingPool>["counted"],
+  counter: { statements: number },
+  context: Record<string, unknown>,
+): Promise<void> {
+  await counted.query({ text: "DROP TABLE IF EXISTS bench_plain_all", values: [] });
+  await counted.query({ text: "CREATE TABLE bench_plain_all (key text PRIMARY KEY, value jsonb NOT NULL)", values: [] });
+  const upsert = `INSERT INTO bench_plain_all (key, value) SELECT k, v::jsonb FROM unnest($1::text[], $2::text[]) AS t(k, v)
+ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value`;
+  const keys = (w: number): string[] => Array.from({ length: PUT_ALL_RECORDS }, (_, i) => `all/${w}/${i}`);
+  const value = (w: number, i: number) => ({ writer: w, seq: i, note: "invoice total updated" });
+  const array = (xs: readonly string[]): string => `{${xs.map((x) => `"${x.replace(/[\\"]/g, "\\$&")}"`).join(",")}}`;
+  const impls: Record<Impl, Op> = {
+    fenced: async (w, i) => {
+      await store.putAll(
+        keys(w).map((key) => ({ key, value: value(w, i) })),
+        { fences: [{ resource: `all/${w}`, token: 1n, holder: HOLDER }] },
+      );
+    },
+    plain: async (w, i) => {
+      const ks = keys(w);
+      await counted.query({ name: "bench.plain_all", text: upsert, values: [array(ks), array(ks.map(() => JSON.stringify(value(w, i))))] });
+    },
+  };
+  for (const concurrency of [1, 16])
+    await compare("postgres-put-all", impls, counter, concurrency, { ...context, rows: "per-worker", records: PUT_ALL_RECORDS });
 }
 
 /**

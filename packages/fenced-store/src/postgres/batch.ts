@@ -1,10 +1,11 @@
 import type { CheckedFence } from "@fenced/fence";
 import { fenceParams, type Calls } from "./calls.js";
 import type { CheckedPutAll, CheckedPutAllWrite } from "./options.js";
-import { foreignKeyRefusal, versionRefusal } from "./refusals.js";
+import { foreignKeyRefusal, putAllRefused, versionRefusal } from "./refusals.js";
 import type { Session } from "./session.js";
 import { lockOrder, textArray } from "./sql.js";
 import type { PgClient, PgPutResult } from "./types.js";
+import type { WriteOrder } from "./write-order.js";
 
 /**
  * The writes under several fences (PROTOCOL.md, "Several fences in one write"). Every fence's ratchet
@@ -12,7 +13,8 @@ import type { PgClient, PgPutResult } from "./types.js";
  * `ratchetAll`, says why PostgreSQL locks them in that order); then putAll()'s records, one statement
  * each, in key order. So every call of the store takes its locks in one global order — fence rows by
  * resource, then record rows by key — and no two calls ever wait for each other in a cycle, whatever
- * order their caller gave the fences or the writes in.
+ * order their caller gave the fences or the writes in. putAll() sends all of it as one statement
+ * first (sql.ts, putAllOrdered), which takes the same locks in the same order.
  */
 
 /**
@@ -45,19 +47,71 @@ export async function raiseAll<Client extends PgClient>(
 }
 
 /**
- * putAll(): BEGIN; every ratchet (raiseAll); each record in key order, as put() would write it under
- * its fence; COMMIT. The first refusal — a stale fence, then, in key order, a key of another
- * resource or a version mismatch — rolls all of it back. Results in the order of the writes given.
+ * putAll(): first in one statement, `putAllOrdered`, its commit sent with it — every ratchet, then
+ * every record in key order, each decided as put() decides it under its fence, the unconditional
+ * ones coming after `order` (write-order.ts) so that a late commit cannot overwrite the holder's
+ * later write. Refused in any way, that statement writes nothing and does not say for which key: the
+ * call then runs as a transaction (inTransaction), whose statements name the refusal — the first in
+ * this order: a stale fence (the first in the order given), then the records' in key order — and
+ * whose COMMIT leaves only once every answer is in. Results in the order of the writes given.
  */
-export function putAll<Client extends PgClient>(calls: Calls<Client>, checked: CheckedPutAll): Promise<PgPutResult[]> {
+export function putAll<Client extends PgClient>(calls: Calls<Client>, order: WriteOrder, checked: CheckedPutAll): Promise<PgPutResult[]> {
   const { writes, fences, signal } = checked;
-  return calls.inTransaction({ operation: "putAll" }, signal, async (s) => {
+  // Key order: two calls creating the same new keys wait for each other's inserts in one order only.
+  const byKey = [...writes].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+  return calls.session({ operation: "putAll" }, signal, async (s) => {
+    const written = (await inOneStatement(calls, s, order, fences, byKey)) ?? (await inTransaction(calls, s, signal, fences, byKey));
+    for (const result of written.values()) order.saw(result.version);
+    return writes.map((w) => written.get(w.key) as PgPutResult);
+  });
+}
+
+/** putAllOrdered: the results by key, or undefined when the statement refused (nothing written). */
+async function inOneStatement<Client extends PgClient>(
+  calls: Calls<Client>,
+  s: Session<Client>,
+  order: WriteOrder,
+  fences: readonly CheckedFence[],
+  byKey: readonly CheckedPutAllWrite[],
+): Promise<Map<string, PgPutResult> | undefined> {
+  const sorted = lockOrder(fences);
+  let rows: { key: string; version: string }[];
+  try {
+    ({ rows } = await calls.write<{ key: string; version: string }>(s, "putAllOrdered", [
+      textArray(sorted.map((f) => f.resource)),
+      textArray(sorted.map((f) => f.token.toString())),
+      textArray(sorted.map((f) => f.holder)),
+      textArray(byKey.map((w) => w.key)),
+      textArray(byKey.map((w) => w.json)),
+      textArray(byKey.map((w) => w.fence.resource)),
+      textArray(byKey.map((w) => w.ifVersion ?? null)),
+      order.after(),
+    ]));
+  } catch (err) {
+    if (putAllRefused(err)) return undefined;
+    throw err;
+  }
+  const tokens = new Map(byKey.map((w) => [w.key, w.fence.token]));
+  const written = new Map<string, PgPutResult>();
+  for (const row of rows) written.set(row.key, { version: String(row.version), token: tokens.get(row.key) as bigint });
+  // Every record is written or the statement raises: a missing one is not an answer it gives.
+  if (written.size !== byKey.length) throw new Error(`putAll wrote ${written.size} of ${byKey.length} records; written outside the store?`);
+  return written;
+}
+
+/** BEGIN; every ratchet (raiseAll); each record in key order, one statement each; COMMIT. The first refusal rolls all of it back. */
+function inTransaction<Client extends PgClient>(
+  calls: Calls<Client>,
+  s: Session<Client>,
+  signal: AbortSignal | undefined,
+  fences: readonly CheckedFence[],
+  byKey: readonly CheckedPutAllWrite[],
+): Promise<Map<string, PgPutResult>> {
+  return calls.transaction(s, signal, async () => {
     await raiseAll(calls, s, signal, fences);
     const written = new Map<string, PgPutResult>();
-    // Key order: two putAll() calls creating the same new keys wait for each other's inserts in one order only.
-    for (const write of [...writes].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0)))
-      written.set(write.key, await putRecord(calls, s, signal, write));
-    return writes.map((w) => written.get(w.key) as PgPutResult);
+    for (const write of byKey) written.set(write.key, await putRecord(calls, s, signal, write));
+    return written;
   });
 }
 

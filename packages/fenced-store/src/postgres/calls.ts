@@ -74,32 +74,41 @@ export class Calls<Client extends PgClient> {
     work: (s: Session<Client>) => Promise<T>,
     options: TransactionOptions<T> = {},
   ): Promise<T> {
+    return this.session(call, signal, (s) => this.transaction(s, signal, work, options));
+  }
+
+  /** inTransaction() on a session already open: the same transaction, after whatever the call sent first. */
+  async transaction<T>(
+    s: Session<Client>,
+    signal: AbortSignal | undefined,
+    work: (s: Session<Client>) => Promise<T>,
+    options: TransactionOptions<T> = {},
+  ): Promise<T> {
     const { commit = () => true } = options;
-    return this.session(call, signal, async (s) => {
-      let begun = false;
-      try {
-        await s.query({ text: beginWithin(s.remainingMs()) }, "read");
-        begun = true;
-        const result = await work(s);
-        throwIfAborted(signal); // the last moment at which nothing is written: an abort rolls back
-        if (!commit(result)) {
-          begun = false;
-          // Nothing to keep: a ROLLBACK that fails leaves a discarded connection, which rolls back too.
-          await s.rollback(ROLLBACK);
-          return result;
-        }
+    throwIfAborted(signal);
+    let begun = false;
+    try {
+      await s.query({ text: beginWithin(s.remainingMs()) }, "read");
+      begun = true;
+      const result = await work(s);
+      throwIfAborted(signal); // the last moment at which nothing is written: an abort rolls back
+      if (!commit(result)) {
         begun = false;
-        const done = await s.query({ text: COMMIT }, "commit");
-        // A transaction in which a statement failed (and the error was swallowed) "commits" as ROLLBACK.
-        if (done.command !== "COMMIT")
-          throw new Error(`the transaction was rolled back by the server (${done.command}); nothing was written`);
+        // Nothing to keep: a ROLLBACK that fails leaves a discarded connection, which rolls back too.
+        await s.rollback(ROLLBACK);
         return result;
-      } catch (err) {
-        if (begun) await s.rollback(ROLLBACK);
-        // The callback's error was judged when it was caught (Session.callback), before this ROLLBACK.
-        throw err instanceof CallbackError ? err.error : err;
       }
-    });
+      begun = false;
+      const done = await s.query({ text: COMMIT }, "commit");
+      // A transaction in which a statement failed (and the error was swallowed) "commits" as ROLLBACK.
+      if (done.command !== "COMMIT")
+        throw new Error(`the transaction was rolled back by the server (${done.command}); nothing was written`);
+      return result;
+    } catch (err) {
+      if (begun) await s.rollback(ROLLBACK);
+      // The callback's error was judged when it was caught (Session.callback), before this ROLLBACK.
+      throw err instanceof CallbackError ? err.error : err;
+    }
   }
 
   /** One statement of a multi-statement operation: not sent once the signal is aborted. */

@@ -32,6 +32,9 @@ export const COMMIT_AT = {
   deleteIfVersion: "with-statement",
   putUnconditional: "after-answer",
   putOrdered: "with-statement",
+  // putAll() in one statement: its conditional records as putIfVersion, its unconditional ones as
+  // putOrdered, its raises as ratchet's; refused in any way, it writes nothing (sql.ts).
+  putAllOrdered: "with-statement",
   // The same writes at the fence the row holds (fence-lock.ts): the same reasons.
   putIfVersionShared: "with-statement",
   deleteIfVersionShared: "with-statement",

@@ -59,7 +59,7 @@ describe("a single-statement write the store gave up on never overwrites the hol
     expect(await store.get("k")).toMatchObject({ value: "v2", version: v2.version });
   });
 
-  it("register and the conditional writes waiting on the fence row past the deadline: OutcomeUnknownError; once the lock is free they land, before the holder's next write", async () => {
+  it("register, putAll and the conditional writes waiting on the fence row past the deadline: OutcomeUnknownError; once the lock is free they land, before the holder's next write", async () => {
     const store = await h.store("lock_wait_sent", TIMEOUT_MS);
     const fence = f("r", 5n, "h5");
     const put0 = await store.put("put", "v0", { fence });
@@ -67,9 +67,10 @@ describe("a single-statement write the store gave up on never overwrites the hol
     const writes: [string, () => Promise<unknown>, () => Promise<unknown>][] = [
       ["put", () => store.put("put", "late", { fence, ifVersion: put0.version }), () => store.get("put").then((r) => r?.value)],
       ["delete", () => store.delete("delete", { fence, ifVersion: del0.version }), () => store.get("delete").then((r) => r?.value)],
+      ["putAll", () => store.putAll([{ key: "all", value: "late" }], { fences: [fence] }), () => store.get("all").then((r) => r?.value)],
       ["register", () => store.register(f("r", 6n, "h6")), () => tokenOf(store, "r")],
     ];
-    const landed = ["late", undefined, "6"];
+    const landed = ["late", undefined, "late", "6"];
     for (const [i, [operation, write, seen]] of writes.entries()) {
       const holder = await lockFence(store, "r");
       const { ms, value } = await timed(write());
@@ -112,12 +113,12 @@ describe("a single-statement write the store gave up on never overwrites the hol
     expect(await store.get("k")).toMatchObject({ value: "v2", version: v2.version });
   });
 
-  it("delayed on the network past the deadline, then delivered: each finds the holder's later write and is refused, the conditional writes by version, the unconditional put by the version it came after", async () => {
+  it("delayed on the network past the deadline, then delivered: each finds the holder's later write and is refused, the conditional writes by version, the unconditional put and putAll by the version they came after", async () => {
     const seed = await h.store("delayed", TIMEOUT_MS);
     const url = new URL(h.server.url);
     const proxy = await CutProxy.start({ host: url.hostname, port: Number(url.port) });
     url.host = `127.0.0.1:${proxy.port}`;
-    const pool = new pg.Pool({ connectionString: url.toString(), max: 3 });
+    const pool = new pg.Pool({ connectionString: url.toString(), max: 4 });
     pool.on("error", () => undefined);
     try {
       const via = new FencedPostgres(pool, { schema: seed.schema, timeoutMs: TIMEOUT_MS });
@@ -125,14 +126,24 @@ describe("a single-statement write the store gave up on never overwrites the hol
       // Written through `via`: its puts of the key come after this version (write-order.ts).
       const v0 = await via.put("k", "v0", { fence });
       // Connections through the proxy before it holds, so that only the writes' own messages are delayed.
-      await Promise.all([via.get("k"), via.get("k"), via.get("k")]);
+      await Promise.all([via.get("k"), via.get("k"), via.get("k"), via.get("k")]);
       proxy.hold();
       const late = await Promise.all([
         timed(via.put("k", "late conditional put", { fence, ifVersion: v0.version })),
         timed(via.delete("k", { fence, ifVersion: v0.version })),
         timed(via.put("k", "late put", { fence })),
+        // putAll's unconditional records come after v0 too: a new key beside k, all or nothing.
+        timed(
+          via.putAll(
+            [
+              { key: "k", value: "late putAll" },
+              { key: "new", value: "late putAll" },
+            ],
+            { fences: [fence] },
+          ),
+        ),
       ]);
-      expect(late.map(({ value }) => (value as Error).name)).toEqual(["OutcomeUnknownError", "OutcomeUnknownError", "OutcomeUnknownError"]);
+      expect(late.map(({ value }) => (value as Error).name)).toEqual(Array(4).fill("OutcomeUnknownError"));
       for (const { ms } of late) expect(ms).toBeLessThan(TIMEOUT_MS + 500);
       // The holder, told its writes may have landed, writes on (through another store, which has not
       // seen v0 and so sends its put unordered); its write is acknowledged.
@@ -141,6 +152,7 @@ describe("a single-statement write the store gave up on never overwrites the hol
       proxy.deliver();
       await expect.poll(() => proxy.connections, { timeout: 5_000 }).toBe(0);
       expect(await seed.get("k")).toMatchObject({ value: "v2", version: v2.version });
+      expect(await seed.get("new")).toBeUndefined();
     } finally {
       await pool.end();
       await proxy.close();

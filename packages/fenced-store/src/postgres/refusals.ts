@@ -1,5 +1,5 @@
 import { ResourceMismatchError, VersionMismatchError } from "../errors.js";
-import { FOREIGN_KEY_REFUSED, VERSION_REFUSED } from "./sql.js";
+import { FENCE_REFUSED, FOREIGN_KEY_REFUSED, VERSION_REFUSED } from "./sql.js";
 
 // The store's own refusals that a statement raises as an error (sql.ts): recognised by their
 // SQLSTATE, their subject carried in DETAIL. Every other failure of a statement is failures.ts's.
@@ -29,4 +29,14 @@ export function versionRefusal(err: unknown, key: string, expected: string): Ver
  */
 export function outOfOrder(err: unknown): boolean {
   return sqlError(err).code === VERSION_REFUSED;
+}
+
+/**
+ * putAllOrdered's refusals, of any kind: a stale fence, a key of another resource, a version that
+ * does not hold or a record out of order. The statement says only that it refused, not for which
+ * key; nothing was written, and the store runs the call again as a transaction, which names it.
+ */
+export function putAllRefused(err: unknown): boolean {
+  const { code } = sqlError(err);
+  return code === FENCE_REFUSED || code === FOREIGN_KEY_REFUSED || code === VERSION_REFUSED;
 }

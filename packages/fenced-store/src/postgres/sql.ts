@@ -40,6 +40,12 @@ export const FOREIGN_KEY_REFUSED = "FN001";
  */
 export const VERSION_REFUSED = "FN002";
 
+/**
+ * SQLSTATE of the error putAllOrdered raises when one of its fences is stale: the statement fails
+ * as a whole, so the other fences' raises are undone with it (putAll() is all or nothing).
+ */
+export const FENCE_REFUSED = "FN003";
+
 export interface Statements {
   /** $1 = lock name. Serialises concurrent migrate() calls: concurrent CREATE … IF NOT EXISTS can still collide in the catalogs. */
   readonly migrateLock: string;
@@ -135,6 +141,17 @@ export interface Statements {
    * without its ratchet, as putRecord. Raises FOREIGN_KEY_REFUSED or VERSION_REFUSED as putIfVersion.
    */
   readonly putRecordIfVersion: string;
+  /**
+   * putAll() in one statement, its commit sent with it (commit-at.ts): `ratchetAll`'s $1–$3, then
+   * the records in key order as arrays of one length — $4 keys, $5 values (JSON texts), $6 the
+   * resource each is under (one of $1), $7 the version each expects (NULL: unconditional) — and $8
+   * the version the unconditional ones come after (write-order.ts) → one row { key, version } per
+   * record. Every refusal raises, so nothing is written and no ratchet raise stays: FENCE_REFUSED (a
+   * stale fence), FOREIGN_KEY_REFUSED, VERSION_REFUSED (an ifVersion that does not hold, or an
+   * unconditional record out of order). The caller then runs putAll() as a transaction (batch.ts),
+   * whose statements name what was refused.
+   */
+  readonly putAllOrdered: string;
   /** $1 key → { version, resource, deleted } | no row: the row as it is now, tombstones included. */
   readonly current: string;
   /** $1 key → { value, version, token, resource, holder } | no row (none, or a tombstone). */
@@ -147,6 +164,7 @@ export function statements(schema: string): Statements {
   const versions = `${schema}.record_version`;
   const refuse = `${schema}.refuse_foreign_write`;
   const refuseConditional = `${schema}.refuse_conditional_write`;
+  const refuseStale = `${schema}.refuse_stale_fence`;
   const { lockAllExclusive, lockExclusive, sharedRatchet } = fenceLocks(schema);
 
   // Admission, the same rule as admits() in @fenced/fence: a higher token, or the same token from the
@@ -228,6 +246,38 @@ WHERE CASE
 END
 RETURNING r.version`;
 
+  // ratchetAll's raise (the statement says why it locks the rows in array order), without its RETURNING.
+  const ratchetAll = `INSERT INTO ${fence} AS f (resource, token, holder)
+SELECT t.resource, t.token, t.holder FROM unnest($1::text[], $2::bigint[], $3::text[]) WITH ORDINALITY AS t(resource, token, holder, n)
+WHERE ${lockAllExclusive("$1::text[]")}
+ORDER BY t.n
+ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, holder = EXCLUDED.holder WHERE ${admits}`;
+  // putAllOrdered's record upsert: recordUpsert's and conditionalUpsert's decisions, row by row. A
+  // conditional record is told apart by the placeholder version 0 of its insert (conditionalUpsert
+  // says why nothing is ever committed with it); the version it expects is its entry in $7.
+  const expected = "($7::bigint[])[array_position($4::text[], EXCLUDED.key)]";
+  const putAllOrdered = `WITH ratchet AS (${ratchetAll}
+RETURNING f.resource, f.token, f.holder)
+INSERT INTO ${records} AS r (key, value, version, token, resource, holder)
+SELECT w.key, w.value::jsonb, CASE WHEN w.expected IS NULL THEN nextval('${versions}') ELSE 0 END, ratchet.token, w.resource, ratchet.holder
+FROM unnest($4::text[], $5::text[], $6::text[], $7::bigint[]) WITH ORDINALITY AS w(key, value, resource, expected, n)
+JOIN ratchet ON ratchet.resource = w.resource
+WHERE (SELECT CASE WHEN count(*) = cardinality($1::text[]) THEN true ELSE ${refuseStale}() END FROM ratchet)
+ORDER BY w.n
+ON CONFLICT (key) DO UPDATE
+SET value = EXCLUDED.value, version = nextval('${versions}'), token = EXCLUDED.token, holder = EXCLUDED.holder
+WHERE CASE
+  WHEN r.resource <> EXCLUDED.resource THEN ${refuse}(EXCLUDED.key, EXCLUDED.resource) IS NULL
+  WHEN EXCLUDED.version = 0 THEN CASE
+    WHEN r.version = ${expected} AND r.value IS NOT NULL THEN true
+    ELSE ${refuseConditional}(EXCLUDED.key, EXCLUDED.resource) IS NULL
+  END
+  WHEN r.token = EXCLUDED.token AND r.holder IS NOT DISTINCT FROM EXCLUDED.holder AND r.version > $8::bigint
+    THEN ${refuseConditional}(EXCLUDED.key, EXCLUDED.resource) IS NULL
+  ELSE true
+END
+RETURNING r.key, CASE WHEN r.version = 0 THEN ${refuseConditional}(r.key, r.resource) ELSE r.version END AS version`;
+
   return {
     // A session-level lock, taken before the migration's transaction begins: a transaction that
     // starts after the previous holder committed refreshes its catalog caches at BEGIN, so its
@@ -287,6 +337,14 @@ BEGIN
     DETAIL = CASE WHEN found_row.deleted = false AND found_row.version <> 0 THEN found_row.version::text ELSE '' END;
 END
 $fn$`,
+      // Raised from inside putAllOrdered when one of its fences is stale, so that its one statement fails
+      // as a whole and the other fences' raises are undone with it. Declared boolean: the statement's
+      // one-time filter calls it in place of the true it would have given.
+      `CREATE OR REPLACE FUNCTION ${refuseStale}() RETURNS boolean LANGUAGE plpgsql VOLATILE AS $fn$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = '${FENCE_REFUSED}', MESSAGE = 'a fence of the write is stale';
+END
+$fn$`,
     ],
     layout: `SELECT c.relname AS "table", a.attname AS "column", a.attnotnull AS "notNull"
 FROM pg_catalog.pg_attribute a
@@ -328,11 +386,7 @@ RETURNING f.resource`,
     // (`ratchetPair`), and every call locks its fence rows before any record: so no two calls of the
     // store ever wait for each other's fence rows in a cycle (records: putAll()'s order, batch.ts).
     // Before any row, the statement takes every resource's fence lock, in key order (fence-lock.ts).
-    ratchetAll: `INSERT INTO ${fence} AS f (resource, token, holder)
-SELECT t.resource, t.token, t.holder FROM unnest($1::text[], $2::bigint[], $3::text[]) WITH ORDINALITY AS t(resource, token, holder, n)
-WHERE ${lockAllExclusive("$1::text[]")}
-ORDER BY t.n
-ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, holder = EXCLUDED.holder WHERE ${admits}
+    ratchetAll: `${ratchetAll}
 RETURNING f.resource`,
     // Exactly the columns the ratchet's WHERE compares, from the row it compares them on. A plain
     // SELECT: in READ COMMITTED it shows the row as last committed when the statement starts, takes no
@@ -391,6 +445,21 @@ RETURNING version`,
     // the transaction can then only roll back, and every ratchet raise goes with it.
     putRecord: recordUpsert("values", "NULL"),
     putRecordIfVersion: conditionalUpsert("values", "$5::jsonb", "$6"),
+    // putAll() in one statement, as the single-statement writes are: the raises of `ratchetAll` as a CTE,
+    // then every record, each decided exactly as putRecord or putRecordIfVersion decides it, with
+    // putOrdered's check for the unconditional ones (recordUpsert says why it keeps a late commit off
+    // the holder's later write). Why the locks are still taken in the one global order:
+    // - the WHERE is a one-time filter (an uncorrelated subquery: an InitPlan) that reads the whole
+    //   ratchet CTE before the join yields its first row: every fence lock and fence row is taken, in
+    //   ratchetAll's order, before any record row;
+    // - the records leave the sorted subplan in $4's order (ORDER BY w.n: the caller sorts the keys),
+    //   and the INSERT finishes each — insert, or wait for and lock the conflicting row, then its
+    //   WHERE — before it asks for the next (ratchetAll's argument, for records).
+    // All or nothing: a stale fence leaves the filter calling refuse_stale_fence, and every other refusal
+    // raises from the record's WHERE or RETURNING; either way the implicit transaction aborts and
+    // takes every raise and record with it. A record's token and holder come FROM its fence's
+    // ratchet row, the one just admitted.
+    putAllOrdered,
     current: `SELECT version, resource, value IS NULL AS deleted FROM ${records} WHERE key = $1`,
     get: `SELECT value, version, token, resource, holder FROM ${records} WHERE key = $1 AND value IS NOT NULL`,
   };

@@ -134,8 +134,10 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
    * whether or not a write names them: one refused is StaleTokenError. Any refusal writes nothing,
    * no ratchet raise included; with several, the first in this order: a stale fence (the first in
    * the order given), then the records' in key order. Resolves one result per write, in the order
-   * given. At most MAX_PUT_ALL (256) writes, no key twice. Deadline, abort and OutcomeUnknownError
-   * as transfer(): the writes are a transaction, committed by its COMMIT.
+   * given. At most MAX_PUT_ALL (256) writes, no key twice. Sent as one statement with its commit
+   * (batch.ts), as put() is: once it is sent, a lost answer is OutcomeUnknownError, and a late commit
+   * never overwrites a later write of the same holder. Refused, it is run again as a transaction
+   * (deadline, abort and OutcomeUnknownError as transfer()), whose statements name the refusal.
    *
    * Fence rows are locked by resource and records by key, whatever order they are given in, so two
    * calls with overlapping fences or keys never deadlock (PROTOCOL.md, "Several fences in one write").
@@ -143,7 +145,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
   async putAll(writes: readonly PgPutAllWrite[], options: PgPutAllOptions): Promise<PgPutResult[]> {
     const checked = putAllOptions(writes, options);
     throwIfAborted(checked.signal);
-    return putAll(this.calls, checked);
+    return putAll(this.calls, this.order, checked);
   }
 
   /**
