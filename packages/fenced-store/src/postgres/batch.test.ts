@@ -187,6 +187,66 @@ describe("FencedPostgres: putAll()", () => {
     expect(BigInt(again[0]?.version ?? "0")).toBeGreaterThan(BigInt(results[2]?.version ?? "0"));
   });
 
+  it("one statement when nothing is refused; refused in any way, nothing written and the transaction that follows names it", async () => {
+    const base = await h.store("put_all_one_statement");
+    // The same schema through a pool that records the statements sent: one for the whole call.
+    const sent: string[] = [];
+    const pool = {
+      query: (config: never) => h.pool.query(config),
+      connect: async () => {
+        const client = await h.pool.connect();
+        return {
+          query: (config: { text: string }) => (sent.push(config.text.split(/\s/)[0] ?? ""), client.query(config as never)),
+          release: (err?: Error | boolean) => client.release(err),
+        };
+      },
+    };
+    const store = new FencedPostgres(pool as never, { schema: base.schema });
+    const fences = [f("a", 1n), f("b", 1n)];
+    const [a] = await store.putAll(
+      [
+        { key: "a/1", value: 1, resource: "a" },
+        { key: "b/1", value: 1, resource: "b" },
+      ],
+      { fences },
+    );
+    expect(sent).toEqual(["WITH"]);
+    // Each refusal of the one statement: a stale fence, a key of another resource, a version that does not hold.
+    await base.register(f("b", 2n));
+    const refused: [string, Parameters<FencedPostgres["putAll"]>, (err: unknown) => void][] = [
+      ["stale", [[{ key: "a/1", value: 2, resource: "a" }], { fences }], (err) => expect(err).toBeInstanceOf(StaleTokenError)],
+      [
+        "foreign",
+        [[{ key: "b/1", value: 2, resource: "a" }], { fences: [f("a", 1n)] }],
+        (err) => expect(err).toMatchObject({ name: "ResourceMismatchError", key: "b/1", owner: "b" }),
+      ],
+      [
+        "version",
+        [[{ key: "a/1", value: 2, ifVersion: String(BigInt(a!.version) + 100n) }], { fences: [f("a", 1n)] }],
+        (err) => expect(err).toMatchObject({ name: "VersionMismatchError", key: "a/1", actual: a!.version }),
+      ],
+    ];
+    for (const [what, args, check] of refused) {
+      const before = await snapshot(base);
+      sent.length = 0;
+      check(await outcome(store.putAll(...args)));
+      expect(sent[0], what).toBe("WITH");
+      expect(sent[1], what).toBe("BEGIN;");
+      expect(await snapshot(base), what).toEqual(before);
+    }
+  });
+
+  it("on a schema this version's migrate() has not run on (no refuse_stale_fence): StoreSetupError not-migrated, nothing written", async () => {
+    const store = await h.store("put_all_old_schema");
+    await h.pool.query(`DROP FUNCTION "${store.schema}".refuse_stale_fence()`);
+    const err = await outcome(store.putAll([{ key: "k", value: 1 }], { fences: [f("r", 1n)] }));
+    expect(err).toMatchObject({ name: "StoreSetupError", problem: "not-migrated" });
+    expect(await h.counts(store)).toEqual({ fence: 0, records: 0 });
+    await store.migrate();
+    await store.putAll([{ key: "k", value: 1 }], { fences: [f("r", 1n)] });
+    expect(await store.get("k")).toMatchObject({ value: 1 });
+  });
+
   it("with one fence a write may leave its resource out; with several it must name one of them", async () => {
     const store = await h.store("put_all_one");
     const [only] = await store.putAll([{ key: "k", value: 1 }], { fences: [f("r", 1n)] });
