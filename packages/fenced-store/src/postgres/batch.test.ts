@@ -2,6 +2,7 @@ import { InvalidArgumentError, MAX_RESOURCES } from "@fenced/fence";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ResourceMismatchError, StaleTokenError, VersionMismatchError } from "../errors.js";
 import type { Fence } from "../fence.js";
+import { ONE_STATEMENT_JSON_CHARS } from "./batch.js";
 import { MAX_PUT_ALL } from "./options.js";
 import { FencedPostgres } from "./store.js";
 import { fenceAt, gate, outcome, pgHarness, sleep, type PgHarness } from "./test-support.js";
@@ -234,6 +235,25 @@ describe("FencedPostgres: putAll()", () => {
       expect(sent[1], what).toBe("BEGIN;");
       expect(await snapshot(base), what).toEqual(before);
     }
+    // Out of order: a store that has heard of no version (after 0), the key written at its fence since.
+    // Refused as a whole, then written by the transaction, whose COMMIT follows every answer.
+    const fresh = new FencedPostgres(pool as never, { schema: base.schema });
+    sent.length = 0;
+    const [late] = await fresh.putAll([{ key: "a/1", value: "fallback" }], { fences: [f("a", 1n)] });
+    expect(sent.slice(0, 2)).toEqual(["WITH", "BEGIN;"]);
+    expect(await base.get("a/1")).toMatchObject({ value: "fallback", version: late?.version });
+    // Values too large for one parameter go straight to the transaction (ONE_STATEMENT_JSON_CHARS).
+    sent.length = 0;
+    const big = "x".repeat(ONE_STATEMENT_JSON_CHARS / 2);
+    await store.putAll(
+      [
+        { key: "a/big1", value: big },
+        { key: "a/big2", value: big },
+      ],
+      { fences: [f("a", 1n)] },
+    );
+    expect(sent[0]).toBe("BEGIN;");
+    expect(await base.get("a/big2")).toMatchObject({ value: big });
   });
 
   it("on a schema this version's migrate() has not run on (no refuse_stale_fence): StoreSetupError not-migrated, nothing written", async () => {

@@ -60,10 +60,27 @@ export function putAll<Client extends PgClient>(calls: Calls<Client>, order: Wri
   // Key order: two calls creating the same new keys wait for each other's inserts in one order only.
   const byKey = [...writes].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
   return calls.session({ operation: "putAll" }, signal, async (s) => {
-    const written = (await inOneStatement(calls, s, order, fences, byKey)) ?? (await inTransaction(calls, s, signal, fences, byKey));
+    const written =
+      (oneStatementFits(byKey) ? await inOneStatement(calls, s, order, fences, byKey) : undefined) ??
+      (await inTransaction(calls, s, signal, fences, byKey));
     for (const result of written.values()) order.saw(result.version);
     return writes.map((w) => written.get(w.key) as PgPutResult);
   });
+}
+
+/**
+ * The most JSON text putAllOrdered carries in its one parameter of values: larger writes go straight
+ * to the transaction, one value per statement, as a put would send each. One parameter holding them
+ * all could exceed what a JavaScript string holds (RangeError) or PostgreSQL's 1 GB message limit
+ * (the server drops the connection: nothing written, but the answer lost), where the transaction's
+ * statements would not. A one-statement write saves a round trip, which values this large dwarf.
+ */
+export const ONE_STATEMENT_JSON_CHARS = 1 << 20;
+
+function oneStatementFits(byKey: readonly CheckedPutAllWrite[]): boolean {
+  let chars = 0;
+  for (const w of byKey) chars += w.json.length;
+  return chars <= ONE_STATEMENT_JSON_CHARS;
 }
 
 /** putAllOrdered: the results by key, or undefined when the statement refused (nothing written). */
