@@ -3,7 +3,7 @@
 //
 // The layers, from the API down:
 //   store.ts    FencedPostgres: validates a call (options.ts) and runs its statements in one transaction
-//   batch.ts    the writes under several fences: every ratchet in one statement, in lock order; putAll()'s records in key order
+//   batch.ts    the writes under several fences: every ratchet in one statement, in lock order; putAll() in one statement, or as a transaction naming its refusal
 //   calls.ts    how a call runs: its session, the store's transactions, its statements by name, a write at the fence the row holds first (fencedWrite)
 //   commit-at.ts when each single-statement write's commit (Sync) leaves: with the statement, or after its answer
 //   fence-lock.ts the per-resource advisory lock taken before any fence row: shared by one lease's writes, exclusive by raises
@@ -11,11 +11,12 @@
 //   inspect.ts  fence(): a resource's fence row; the StaleTokenError a refused write reads
 //   session.ts  one client checked out per call: its deadline, its error listener, its release
 //   failures.ts what a failure of the driver becomes (StoreUnavailable, OutcomeUnknown, StoreSetup)
-//   refusals.ts the store's own refusals raised by a statement (owner, version)
+//   refusals.ts the store's own refusals raised by a statement (owner, version, a stale fence of putAll)
 //   sql.ts      every statement, documented: the ratchet in the writing transaction (PROTOCOL.md "Postgres"), the lock order
+//   schema-sql.ts the layout migrate() creates: tables, version sequence, refusal functions and their SQLSTATEs
 //   types.ts    the pool, client and results by shape
 export { FencedPostgres } from "./store.js";
-// How many records one putAll() writes at most (its transaction holds every fence row meanwhile).
+// How many records one putAll() writes at most (every fence row of the call is held meanwhile).
 export { MAX_PUT_ALL } from "./options.js";
 // The SQLSTATE of PostgreSQL's error answer, read by shape: one rule for the store and whoever maps its errors.
 export { sqlState } from "./failures.js";

@@ -1,7 +1,7 @@
 import { ResourceMismatchError, VersionMismatchError } from "../errors.js";
-import { FENCE_REFUSED, FOREIGN_KEY_REFUSED, VERSION_REFUSED } from "./sql.js";
+import { FENCE_REFUSED, FOREIGN_KEY_REFUSED, VERSION_REFUSED } from "./schema-sql.js";
 
-// The store's own refusals that a statement raises as an error (sql.ts): recognised by their
+// The store's own refusals that a statement raises as an error (schema-sql.ts): recognised by their
 // SQLSTATE, their subject carried in DETAIL. Every other failure of a statement is failures.ts's.
 
 /** The error fields a refusal raised by a statement carries. */

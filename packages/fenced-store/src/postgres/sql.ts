@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
 import { InvalidArgumentError } from "@fenced/fence";
 import { fenceLocks } from "./fence-lock.js";
+import { objectNames, schemaStatements, type SchemaStatements } from "./schema-sql.js";
 
 /**
  * Every SQL text FencedPostgres sends. The only thing ever interpolated is the schema identifier,
@@ -24,49 +25,7 @@ export function quoteSchema(schema: unknown, argument = "options.schema"): strin
   return `"${schema}"`;
 }
 
-/**
- * SQLSTATE of the error a put (with or without ifVersion) or a conditional delete raises when the key
- * belongs to another resource. The error aborts the write's single statement, and with it the
- * ratchet raise that statement made. Its DETAIL field carries the owner. A class of our own ("FN"):
- * no PostgreSQL error uses it.
- */
-export const FOREIGN_KEY_REFUSED = "FN001";
-
-/**
- * SQLSTATE of the error a conditional write (ifVersion) raises when the record is not live at the
- * expected version (another version, a tombstone, or no row). The error aborts the write's single
- * statement, and with it the ratchet raise that statement made. Its DETAIL field carries the
- * record's current version, or '' when there is no live record.
- */
-export const VERSION_REFUSED = "FN002";
-
-/**
- * SQLSTATE of the error putAllOrdered raises when one of its fences is stale: the statement fails
- * as a whole, so the other fences' raises are undone with it (putAll() is all or nothing).
- */
-export const FENCE_REFUSED = "FN003";
-
-export interface Statements {
-  /** $1 = lock name. Serialises concurrent migrate() calls: concurrent CREATE … IF NOT EXISTS can still collide in the catalogs. */
-  readonly migrateLock: string;
-  /** $1 = lock name. */
-  readonly migrateUnlock: string;
-  /** Plain DDL, no parameters; idempotent. Creates the current layout where nothing exists. */
-  readonly migrate: readonly string[];
-  /** $1 schema name → { table, column, notNull } for the columns of `fence` and `records`: what an upgrade must add. */
-  readonly layout: string;
-  /** Upgrades of a layout created by an earlier version, each run only when `layout` shows it is missing. */
-  readonly addFenceHolder: string;
-  readonly addRecordHolder: string;
-  readonly allowTombstones: string;
-  /**
-   * $1 schema name → { increment, cache, cycle } of the version sequence: putOrdered's check needs it
-   * to hand out increasing values in real time (write-order.ts), which a per-session cache, a
-   * negative step or a wrap-around would break.
-   */
-  readonly versionSequence: string;
-  /** Restores what versionSequence checks; run by migrate() only when it differs. */
-  readonly orderVersions: string;
+export interface Statements extends SchemaStatements {
   /**
    * $1 resource, $2 token, $3 holder → one row { token } when admitted, zero rows when fenced. Takes
    * the resource's fence lock exclusively first (fence-lock.ts), as every statement below that locks
@@ -159,12 +118,8 @@ export interface Statements {
 }
 
 export function statements(schema: string): Statements {
-  const fence = `${schema}.fence`;
-  const records = `${schema}.records`;
-  const versions = `${schema}.record_version`;
-  const refuse = `${schema}.refuse_foreign_write`;
-  const refuseConditional = `${schema}.refuse_conditional_write`;
-  const refuseStale = `${schema}.refuse_stale_fence`;
+  const names = objectNames(schema);
+  const { fence, records, versions, refuse, refuseConditional, refuseStale } = names;
   const { lockAllExclusive, lockExclusive, sharedRatchet } = fenceLocks(schema);
 
   // Admission, the same rule as admits() in @fenced/fence: a higher token, or the same token from the
@@ -279,86 +234,7 @@ END
 RETURNING r.key, CASE WHEN r.version = 0 THEN ${refuseConditional}(r.key, r.resource) ELSE r.version END AS version`;
 
   return {
-    // A session-level lock, taken before the migration's transaction begins: a transaction that
-    // starts after the previous holder committed refreshes its catalog caches at BEGIN, so its
-    // IF NOT EXISTS checks see the objects that holder created (a lock taken inside an already
-    // open transaction could leave a stale "does not exist" cached, and CREATE would then collide).
-    migrateLock: "SELECT pg_advisory_lock(hashtextextended($1, 0))",
-    migrateUnlock: "SELECT pg_advisory_unlock(hashtextextended($1, 0))",
-    migrate: [
-      `CREATE SCHEMA IF NOT EXISTS ${schema}`,
-      // holder: the holder that presented `token` (null: a fence without a holder).
-      `CREATE TABLE IF NOT EXISTS ${fence} (
-  resource text PRIMARY KEY,
-  token bigint NOT NULL CHECK (token >= 0),
-  holder text
-)`,
-      // Versions come from one sequence and are never reused, so a record deleted and written again
-      // can never present a version an old reader still holds (no ABA through ifVersion).
-      `CREATE SEQUENCE IF NOT EXISTS ${versions} AS bigint`,
-      // resource: the owner, the resource that created the key (or received it by transfer); it
-      // never changes otherwise, so every write of the key passes one ratchet. value null: a
-      // tombstone, which keeps the owner and the version sequence after a delete.
-      `CREATE TABLE IF NOT EXISTS ${records} (
-  key text PRIMARY KEY,
-  value jsonb,
-  version bigint NOT NULL DEFAULT nextval('${versions}'),
-  token bigint NOT NULL CHECK (token >= 0),
-  resource text NOT NULL,
-  holder text
-)`,
-      // Raised from inside the unconditional put (and through refuse_conditional_write), so that its one
-      // statement fails as a whole. VOLATILE: the SELECT takes a fresh snapshot, and sees the owner the
-      // put was refused for, whose row the put holds locked (ON CONFLICT DO UPDATE locks the row
-      // before it evaluates its WHERE, which calls this).
-      `CREATE OR REPLACE FUNCTION ${refuse}(k text, r text) RETURNS text LANGUAGE plpgsql VOLATILE AS $fn$
-DECLARE
-  owner text;
-BEGIN
-  SELECT resource INTO owner FROM ${records} WHERE key = k;
-  RAISE EXCEPTION USING ERRCODE = '${FOREIGN_KEY_REFUSED}', MESSAGE = format('key %L belongs to resource %L, not %L', k, owner, r), DETAIL = coalesce(owner, '');
-END
-$fn$`,
-      // Raised from inside a conditional write that the ratchet admitted but the record refused, so
-      // that its one statement fails as a whole: the owner first (through refuse_foreign_write), then
-      // the version. Called with the record's row locked by the write (or, for a key that did not
-      // exist, with the write's own uncommitted placeholder of version 0 being all there is), so the
-      // fresh snapshot (VOLATILE) shows what the write was refused for. Declared bigint: the write's
-      // RETURNING calls it in place of the version it would have returned.
-      `CREATE OR REPLACE FUNCTION ${refuseConditional}(k text, r text) RETURNS bigint LANGUAGE plpgsql VOLATILE AS $fn$
-DECLARE
-  found_row record;
-BEGIN
-  SELECT resource, version, value IS NULL AS deleted INTO found_row FROM ${records} WHERE key = k;
-  IF found_row.resource IS NOT NULL AND found_row.resource <> r THEN
-    PERFORM ${refuse}(k, r);
-  END IF;
-  RAISE EXCEPTION USING ERRCODE = '${VERSION_REFUSED}', MESSAGE = format('key %L is not live at the expected version', k),
-    DETAIL = CASE WHEN found_row.deleted = false AND found_row.version <> 0 THEN found_row.version::text ELSE '' END;
-END
-$fn$`,
-      // Raised from inside putAllOrdered when one of its fences is stale, so that its one statement fails
-      // as a whole and the other fences' raises are undone with it. Declared boolean: the statement's
-      // one-time filter calls it in place of the true it would have given.
-      `CREATE OR REPLACE FUNCTION ${refuseStale}() RETURNS boolean LANGUAGE plpgsql VOLATILE AS $fn$
-BEGIN
-  RAISE EXCEPTION USING ERRCODE = '${FENCE_REFUSED}', MESSAGE = 'a fence of the write is stale';
-END
-$fn$`,
-    ],
-    layout: `SELECT c.relname AS "table", a.attname AS "column", a.attnotnull AS "notNull"
-FROM pg_catalog.pg_attribute a
-JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
-JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = $1 AND c.relname IN ('fence', 'records') AND a.attnum > 0 AND NOT a.attisdropped`,
-    // Rows of an earlier layout get holder null: their tokens were presented by an unknown holder,
-    // so an equal token with a holder is refused (a higher token is not).
-    addFenceHolder: `ALTER TABLE ${fence} ADD COLUMN IF NOT EXISTS holder text`,
-    addRecordHolder: `ALTER TABLE ${records} ADD COLUMN IF NOT EXISTS holder text`,
-    allowTombstones: `ALTER TABLE ${records} ALTER COLUMN value DROP NOT NULL`,
-    versionSequence: `SELECT increment_by::text AS increment, cache_size::text AS cache, cycle FROM pg_catalog.pg_sequences
-WHERE schemaname = $1 AND sequencename = 'record_version'`,
-    orderVersions: `ALTER SEQUENCE ${versions} INCREMENT BY 1 CACHE 1 NO CYCLE`,
+    ...schemaStatements(names),
     ratchet,
     // Multi-row VALUES are inserted (and their conflicting rows locked) in list order: the caller
     // passes the two fences sorted by resource, so two transfers never lock them in opposite orders.
