@@ -67,7 +67,9 @@ function flush(client: RedisClient): void {
   const bySlot = new Map<string, Pending[]>();
   for (const p of queue) {
     const tag = hashTag(p.call.keys[0] ?? "");
-    bySlot.set(tag, [...(bySlot.get(tag) ?? []), p]);
+    const part = bySlot.get(tag);
+    if (part === undefined) bySlot.set(tag, [p]);
+    else part.push(p);
   }
   for (const part of bySlot.values()) send(client, part);
 }
