@@ -29,4 +29,16 @@ export default tseslint.config(
     },
     rules: { "import-x/no-cycle": ["error", { ignoreExternal: true }] },
   },
+  {
+    // Every import declared by the package that makes it (its nearest package.json): a package's
+    // tests (and test/, all of it tests) may use its devDependencies, its sources only what a user's install brings.
+    files: ["packages/**/*.ts", "test/**/*.ts"],
+    plugins: { "import-x": importX },
+    rules: {
+      "import-x/no-extraneous-dependencies": [
+        "error",
+        { devDependencies: ["**/*.test.ts", "**/*test-support.ts", "**/*.tmp.ts", "test/**"], includeTypes: true },
+      ],
+    },
+  },
 );
