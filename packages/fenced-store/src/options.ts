@@ -89,3 +89,19 @@ export function transferFences(from: unknown, to: unknown): CheckedTransferFence
     throw new InvalidArgumentError("options.to.resource", "must differ from options.from.resource: a key already belongs to its owner");
   return { from: source, to: target };
 }
+
+/** Default deadline of every store call (timeoutMs), PostgreSQL's and S3's alike. */
+export const DEFAULT_TIMEOUT_MS = 5_000;
+export const MIN_TIMEOUT_MS = 100;
+export const MAX_TIMEOUT_MS = 600_000;
+
+/** A store's `timeoutMs`: whole milliseconds within [MIN_TIMEOUT_MS, MAX_TIMEOUT_MS]; DEFAULT_TIMEOUT_MS when absent. */
+export function timeoutOption(timeoutMs: unknown, argument: string): number {
+  if (timeoutMs === undefined) return DEFAULT_TIMEOUT_MS;
+  if (typeof timeoutMs !== "number" || !Number.isInteger(timeoutMs) || timeoutMs < MIN_TIMEOUT_MS || timeoutMs > MAX_TIMEOUT_MS)
+    throw new InvalidArgumentError(
+      argument,
+      `must be an integer number of milliseconds from ${MIN_TIMEOUT_MS} to ${MAX_TIMEOUT_MS}, got ${typeof timeoutMs === "number" ? String(timeoutMs) : typeof timeoutMs}`,
+    );
+  return timeoutMs;
+}

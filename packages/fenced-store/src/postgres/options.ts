@@ -130,19 +130,3 @@ export function assertPool(pool: unknown): void {
     throw new InvalidArgumentError("pool", "must be a pg.Pool (an object with query() and connect())");
   }
 }
-
-/** Default deadline of every store call, waiting for a pool client included. */
-export const DEFAULT_TIMEOUT_MS = 5_000;
-export const MIN_TIMEOUT_MS = 100;
-export const MAX_TIMEOUT_MS = 600_000;
-
-/** The constructor's `timeoutMs`: whole milliseconds within [100, 600000]; DEFAULT_TIMEOUT_MS when absent. */
-export function timeoutOption(timeoutMs: unknown): number {
-  if (timeoutMs === undefined) return DEFAULT_TIMEOUT_MS;
-  if (typeof timeoutMs !== "number" || !Number.isInteger(timeoutMs) || timeoutMs < MIN_TIMEOUT_MS || timeoutMs > MAX_TIMEOUT_MS)
-    throw new InvalidArgumentError(
-      "options.timeoutMs",
-      `must be an integer number of milliseconds from ${MIN_TIMEOUT_MS} to ${MAX_TIMEOUT_MS}, got ${typeof timeoutMs === "number" ? String(timeoutMs) : typeof timeoutMs}`,
-    );
-  return timeoutMs;
-}

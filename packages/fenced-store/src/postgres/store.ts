@@ -3,10 +3,10 @@ import { ResourceMismatchError, VersionMismatchError } from "../errors.js";
 import { foreignKeyRefusal, outOfOrder, versionRefusal } from "./refusals.js";
 import { assertKey, assertResource, type Fence, type FenceSet } from "../fence.js";
 import { assertJsonValue, type JsonValue } from "../json.js";
-import { oneOrMoreFences, signalOnly, throwIfAborted } from "../options.js";
+import { oneOrMoreFences, signalOnly, throwIfAborted, timeoutOption } from "../options.js";
 import { putAll, raiseAll } from "./batch.js";
 import { Calls, fenceParams, type TransactionOptions } from "./calls.js";
-import { assertPool, putAllOptions, timeoutOption, transferOptions, writeOptions } from "./options.js";
+import { assertPool, putAllOptions, transferOptions, writeOptions } from "./options.js";
 import { readFence } from "./inspect.js";
 import { migrateWithin } from "./migrate.js";
 import type { Call, Session } from "./session.js";
@@ -57,7 +57,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     const schema: unknown = options.schema === undefined ? "fenced" : options.schema;
     const sql = statements(quoteSchema(schema));
     this.schema = schema as string;
-    this.timeoutMs = timeoutOption(options.timeoutMs);
+    this.timeoutMs = timeoutOption(options.timeoutMs, "options.timeoutMs");
     this.calls = new Calls(pool, this.timeoutMs, sql);
   }
 

@@ -1,7 +1,7 @@
 import { InvalidArgumentError, type CheckedFence, type Fence } from "@fenced/fence";
 import { OBJECT_VERSION } from "../versions.js";
 import { assertKey } from "../fence.js";
-import { checkSignal, liveFence, optionsObject, signalOnly, throwIfAborted, transferFences } from "../options.js";
+import { checkSignal, liveFence, optionsObject, signalOnly, throwIfAborted, timeoutOption, transferFences } from "../options.js";
 
 export interface FencedS3Options {
   readonly bucket: string;
@@ -143,7 +143,7 @@ export function validateOptions(options: unknown): ResolvedOptions {
     checkResourceFence: o.checkResourceFence ?? true,
     maxAttempts: integerIn("maxAttempts", o.maxAttempts, 1, 10_000, 64),
     partSize: integerIn("partSize", o.partSize, 5 * MiB, 5 * 1024 * MiB, 8 * MiB),
-    timeoutMs: milliseconds("timeoutMs", o.timeoutMs, 100, 600_000, 5_000),
+    timeoutMs: timeoutOption(o.timeoutMs, "timeoutMs"),
   };
 }
 
