@@ -14,9 +14,14 @@ import type { StoreConnection } from "./counter-store.js";
  * stopped with SIGKILL: its state is the run's throwaway servers'.
  */
 
-/** The CLI beside this package: its TypeScript source through tsx when this file runs from source, its build otherwise. */
-const FROM_SOURCE = new URL(import.meta.url).pathname.endsWith(".ts");
-const CLI = fileURLToPath(new URL(FROM_SOURCE ? "../../gateway/src/cli.ts" : "../../gateway/dist/cli.js", import.meta.url));
+/**
+ * The gateway's CLI, beside the package's entry point as this process resolves @fenced/gateway (a
+ * dependency of this package): its TypeScript source, run through tsx, under the "source" condition
+ * (tests, `pnpm chaos`), its build otherwise.
+ */
+const ENTRY = import.meta.resolve("@fenced/gateway");
+const FROM_SOURCE = ENTRY.endsWith(".ts");
+const CLI = fileURLToPath(new URL(FROM_SOURCE ? "./cli.ts" : "./cli.js", ENTRY));
 /** The workspace root: `--import tsx` is resolved from the child's working directory. */
 const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
 
