@@ -14,4 +14,4 @@ export {
 } from "./errors.js";
 export { InvalidArgumentError } from "@fenced/fence";
 export { resourceKeys, type ResourceKeys } from "./keys.js";
-export { redisErrorCode, type RedisClient } from "./client.js";
+export { type RedisClient } from "./client.js";
