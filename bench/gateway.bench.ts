@@ -20,7 +20,7 @@ import { availableParallelism } from "node:os";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { Pool } from "undici";
-import { credentialKeys, mintFenceCredential, verifyFenceCredential, type CredentialKey } from "@fenced/fence";
+import { credentialKeys, mintFenceCredential, verifyFenceCredential, type CredentialKey } from "@fenced/fence/credentials";
 import { FencedPostgres } from "@fenced/store/postgres";
 import { startPostgres, startS3 } from "@fenced/servers";
 import { latencyBench, type OpenImpl } from "./gateway-latency.js";

@@ -20,27 +20,3 @@ export {
   TOKEN_PATTERN,
 } from "./rules.js";
 export { admits, checkFence, checkFences, refuseEndedLease, type CheckedFence, type Fence } from "./fence.js";
-export {
-  assertCredentialKey,
-  credentialKeys,
-  KEY_ID_PATTERN,
-  MAX_SEALED_LENGTH,
-  MIN_SECRET_BYTES,
-  parseEpochMs,
-  seal,
-  SealError,
-  unseal,
-  type CredentialKey,
-  type SealKind,
-  type SealProblem,
-} from "./sealed.js";
-export {
-  CREDENTIAL_VERSION,
-  CredentialError,
-  ExpiredCredentialError,
-  mintFenceCredential,
-  verifyFenceCredential,
-  type CredentialProblem,
-  type FenceWithEnd,
-  type VerifiedCredential,
-} from "./credential.js";

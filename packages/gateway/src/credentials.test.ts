@@ -1,7 +1,8 @@
 import { randomBytes } from "node:crypto";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { MAX_TOKEN, mintFenceCredential } from "@fenced/fence";
+import { MAX_TOKEN } from "@fenced/fence";
+import { mintFenceCredential } from "@fenced/fence/credentials";
 import { resourceKeys } from "@fenced/lock";
 import { bearer, FENCE_KEYS, KEYS, runGateway, useGateway, writeHeaders } from "./test-support.js";
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { mintFenceCredential } from "@fenced/fence";
+import { mintFenceCredential } from "@fenced/fence/credentials";
 import { FenceCredentials } from "./auth/credentials.js";
 import { HttpProblem } from "./problems/problem.js";
 

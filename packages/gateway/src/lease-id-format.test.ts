@@ -1,6 +1,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { credentialKeys, MAX_RESOURCES, MAX_SEALED_LENGTH, MAX_TOKEN, seal } from "@fenced/fence";
+import { MAX_RESOURCES, MAX_TOKEN } from "@fenced/fence";
+import { credentialKeys, MAX_SEALED_LENGTH, seal } from "@fenced/fence/credentials";
 import { decodeLeaseId, encodeLeaseId, LEASE_ID_PATTERN, leaseBytesProblem, MAX_LEASE_RESOURCE_BYTES } from "./auth/lease-id.js";
 import { HttpProblem } from "./problems/problem.js";
 

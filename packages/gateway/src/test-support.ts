@@ -8,7 +8,7 @@ import { pino } from "pino";
 import { afterAll, beforeAll } from "vitest";
 import { ANSWERING_NODE_TIMEOUT_MS, startPostgres, startRedisNodes, startS3, type RedisNodes, type StartedS3 } from "@fenced/servers";
 import { createGateway, type Gateway, type GatewayOptions } from "./app.js";
-import type { CredentialKey } from "@fenced/fence";
+import type { CredentialKey } from "@fenced/fence/credentials";
 import type { ApiKeyConfig } from "./auth/api-keys.js";
 import { exchangeChecker, type ExchangeCheck } from "./openapi-test-support.js";
 import { serve, type Serving } from "./http/server.js";

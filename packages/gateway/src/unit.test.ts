@@ -14,7 +14,8 @@ import {
   StoreUnavailableError,
   VersionMismatchError,
 } from "@fenced/store";
-import { credentialKeys, MAX_TOKEN } from "@fenced/fence";
+import { MAX_TOKEN } from "@fenced/fence";
+import { credentialKeys } from "@fenced/fence/credentials";
 import { ApiKeys } from "./auth/api-keys.js";
 import { loadConfig } from "./config.js";
 import { decodeLeaseId, encodeLeaseId, LEASE_ID_PATTERN } from "./auth/lease-id.js";

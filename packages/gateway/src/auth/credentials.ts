@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { type Fence } from "@fenced/fence";
 import {
   CredentialError,
   credentialKeys,
@@ -8,8 +9,7 @@ import {
   mintFenceCredential,
   verifyFenceCredential,
   type CredentialKey,
-  type Fence,
-} from "@fenced/fence";
+} from "@fenced/fence/credentials";
 import { decodeLeaseId, encodeLeaseId, type LeaseIdParts } from "./lease-id.js";
 import { HttpProblem } from "../problems/problem.js";
 

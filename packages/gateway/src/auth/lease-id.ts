@@ -1,16 +1,5 @@
-import {
-  parseEpochMs,
-  SealError,
-  TOKEN_PATTERN,
-  MAX_RESOURCES,
-  MAX_SEALED_LENGTH,
-  MAX_TOKEN,
-  resourcesProblem,
-  seal,
-  unseal,
-  type CredentialKey,
-  type SealKind,
-} from "@fenced/fence";
+import { TOKEN_PATTERN, MAX_RESOURCES, MAX_TOKEN, resourcesProblem } from "@fenced/fence";
+import { parseEpochMs, SealError, MAX_SEALED_LENGTH, seal, unseal, type CredentialKey, type SealKind } from "@fenced/fence/credentials";
 import { HttpProblem } from "../problems/problem.js";
 
 /** One resource of a lease and its token, as a lease id carries it. */

@@ -1,13 +1,6 @@
 import { z } from "zod";
-import {
-  CONTROL_CHARACTER,
-  CREDENTIAL_VERSION,
-  HOLDER_PATTERN,
-  KEY_ID_PATTERN,
-  MAX_RESOURCE_LENGTH,
-  resourceProblem,
-  TOKEN_PATTERN,
-} from "@fenced/fence";
+import { CONTROL_CHARACTER, HOLDER_PATTERN, MAX_RESOURCE_LENGTH, resourceProblem, TOKEN_PATTERN } from "@fenced/fence";
+import { CREDENTIAL_VERSION, KEY_ID_PATTERN } from "@fenced/fence/credentials";
 
 /**
  * The fields every schema is made of — a token, a resource, a key, a holder id, a credential —
