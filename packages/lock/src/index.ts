@@ -1,3 +1,17 @@
+// "@fenced/lock": Redlock leases over N independent Redis nodes, each carrying a fencing token per
+// resource (PROTOCOL.md, "The lock"). The public API only.
+//
+// The layers, from the API down:
+//   redlock.ts     Redlock: acquire, extend, release and using() — the rounds, their quorum and validity
+//   lease.ts       Lease: a held lease, its fences, signal and expiry (the calls it delegates to Redlock)
+//   options.ts     the inputs and their checks (InvalidArgumentError before any command)
+//   quorum.ts      one fan-out to every node: per-node timeouts, replies, the outcome once it is known
+//   pipelining.ts  sendScript: one tick's scripts to a node as one write (the one way a script is sent)
+//   scripts.ts     every Lua script, one place (acquire raises the token counter in the same script)
+//   node-watch.ts  what the lock learns of each node's connection, and how a node's failure is named
+//   keys.ts        a resource's keys on a node; lease-value.ts, the random value that names a lease
+//   client.ts      the Redis client by shape (ioredis 5 or 6, a Cluster)
+//   errors.ts      the errors, their kinds and the reasons a node does not count
 export { Redlock, type Resources } from "./redlock.js";
 export { MIN_TTL_MS, type RedlockOptions, type AcquireOptions, type HeldLease, type HeldOne, type HeldSet } from "./options.js";
 export { Lease, holderOf, type LeaseFence } from "./lease.js";
