@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { OutcomeUnknownError, StoreSetupError, StoreUnavailableError } from "../errors.js";
-import { callbackFailure, classify, DeadlineExceeded, type FailureContext, type Phase } from "./failures.js";
+import { DeadlineExceeded } from "../deadline.js";
+import { callbackFailure, classify, type FailureContext, type Phase } from "./failures.js";
 
 // The rule of failures.ts, case by case, on errors shaped as pg raises them: a DatabaseError carries a
 // five-character SQLSTATE `code` and a `severity`; a socket error a Node system `code`; pg's own

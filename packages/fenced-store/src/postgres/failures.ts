@@ -1,3 +1,4 @@
+import { DeadlineExceeded } from "../deadline.js";
 import { OutcomeUnknownError, StoreSetupError, StoreUnavailableError, type UnavailableReason } from "../errors.js";
 
 /**
@@ -51,14 +52,6 @@ export interface FailureContext {
   readonly key?: string | undefined;
   /** Whether the call's deadline had passed when the failure arrived. */
   readonly timedOut: boolean;
-}
-
-/** The call's deadline passed: raised by the store itself, never by the driver. */
-export class DeadlineExceeded extends Error {
-  override readonly name = "DeadlineExceeded";
-  constructor(readonly timeoutMs: number) {
-    super(`no answer within ${timeoutMs} milliseconds`);
-  }
 }
 
 /** SQLSTATEs of a store object that does not exist: migrate() has not run (or not this version's). */

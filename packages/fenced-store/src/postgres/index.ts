@@ -9,7 +9,7 @@
 //   fence-lock.ts the per-resource advisory lock taken before any fence row: shared by one lease's writes, exclusive by raises
 //   migrate.ts  migrate(): the tables, function and upgrades, in one transaction under an advisory lock
 //   inspect.ts  fence(): a resource's fence row; the StaleTokenError a refused write reads
-//   session.ts  one client checked out per call: its deadline, its error listener, its release
+//   session.ts  one client checked out per call: its deadline (../deadline.ts), its error listener, its release
 //   failures.ts what a failure of the driver becomes (StoreUnavailable, OutcomeUnknown, StoreSetup)
 //   refusals.ts the store's own refusals raised by a statement (owner, version, a stale fence of putAll)
 //   sql.ts      every statement, documented: the ratchet in the writing transaction (PROTOCOL.md "Postgres"), the lock order

@@ -1,4 +1,5 @@
-import { callbackFailure, classify, connectionIntact, DeadlineExceeded, type Phase } from "./failures.js";
+import { Deadline, DeadlineExceeded } from "../deadline.js";
+import { callbackFailure, classify, connectionIntact, type Phase } from "./failures.js";
 import type { CommitAt } from "./commit-at.js";
 import type { PgClient, PgPool, PgQueryConfig, PgQueryResult } from "./types.js";
 
@@ -37,43 +38,6 @@ interface Wire {
 export interface Call {
   readonly operation: string;
   readonly key?: string | undefined;
-}
-
-/**
- * One store call's deadline: a single timer from the call's start, against which every wait of the
- * call is raced (the pool, each statement, transaction()'s callback). `passed` is exact: the timer fired.
- */
-class Deadline {
-  private readonly timer: NodeJS.Timeout;
-  private readonly expired: Promise<never>;
-  private readonly at: number;
-  passed = false;
-
-  constructor(readonly timeoutMs: number) {
-    this.at = performance.now() + timeoutMs;
-    let expire!: (err: Error) => void;
-    this.expired = new Promise<never>((_, reject) => (expire = reject));
-    // Nobody may be racing at the moment it fires: the rejection must not count as unhandled.
-    this.expired.catch(() => undefined);
-    this.timer = setTimeout(() => {
-      this.passed = true;
-      expire(new DeadlineExceeded(timeoutMs));
-    }, timeoutMs);
-  }
-
-  /** Whole milliseconds left, at least 1: what the server is told to allow a statement. */
-  remainingMs(): number {
-    return Math.max(1, Math.ceil(this.at - performance.now()));
-  }
-
-  /** `work`, unless the deadline passes first (DeadlineExceeded). A late result of `work` is ignored by the race. */
-  race<T>(work: Promise<T>): Promise<T> {
-    return Promise.race([work, this.expired]);
-  }
-
-  clear(): void {
-    clearTimeout(this.timer);
-  }
 }
 
 /** `work`, unless the signal aborts first (its reason); the listener is removed either way. */
@@ -188,22 +152,23 @@ export class Session<Client extends PgClient> {
     timeoutMs: number,
     signal?: AbortSignal,
   ): Promise<Session<Client>> {
-    const deadline = new Deadline(timeoutMs);
+    // The caller's signal is not the deadline's: it ends only the wait for a client (untilAborted), and is asked between statements.
+    const deadline = new Deadline(timeoutMs, undefined);
     let pending: Promise<Held<Client>> | undefined;
     try {
       pending = checkOut(pool);
       return new Session(await deadline.race(untilAborted(pending, signal)), call, deadline);
     } catch (err) {
-      deadline.clear();
+      deadline.end();
       // No Session holds the client, whatever failed: one that arrives (or has arrived) goes back —
       // before anything of the caller's signal is read again.
       pending?.then(
         (late) => late.giveBack(),
         () => undefined,
       );
-      const aborted = signal?.aborted === true && !deadline.passed;
+      const aborted = signal?.aborted === true && !deadline.timedOut;
       if (aborted) throw signal.reason ?? err;
-      throw classify(err, { ...call, phase: "connect", timedOut: deadline.passed });
+      throw classify(err, { ...call, phase: "connect", timedOut: deadline.timedOut });
     }
   }
 
@@ -277,14 +242,14 @@ export class Session<Client extends PgClient> {
       return await this.deadline.race(work());
     } catch (err) {
       if (err instanceof DeadlineExceeded) this.discard(err);
-      const context = { operation: this.call.operation, broken: this.broken !== undefined, timedOut: this.deadline.passed };
+      const context = { operation: this.call.operation, broken: this.broken !== undefined, timedOut: this.deadline.timedOut };
       throw new CallbackError(callbackFailure(err, context));
     }
   }
 
   /** The ROLLBACK of a transaction that will not commit. Skipped, and the connection discarded, when it cannot be trusted to answer. */
   async rollback(text: string): Promise<void> {
-    if (this.broken !== undefined || this.deadline.passed) {
+    if (this.broken !== undefined || this.deadline.timedOut) {
       this.discard(this.broken ?? new DeadlineExceeded(this.deadline.timeoutMs));
       return;
     }
@@ -309,14 +274,14 @@ export class Session<Client extends PgClient> {
   release(): void {
     if (this.released) return;
     this.released = true;
-    this.deadline.clear();
+    this.deadline.end();
     (this.client as Emitter).removeListener?.("error", this.onError);
     this.client.release(this.broken);
   }
 
   /** query() and write(): `phase` is asked only once the statement failed. `discardOnError`: whatever the failure, the connection goes. */
   private async send<R>(config: PgQueryConfig, phase: () => Phase, discardOnError = false): Promise<PgQueryResult<R>> {
-    if (this.deadline.passed || this.broken !== undefined) {
+    if (this.deadline.timedOut || this.broken !== undefined) {
       const err = this.broken ?? new DeadlineExceeded(this.deadline.timeoutMs);
       this.discard(err);
       throw this.failure(err, "read");
@@ -331,6 +296,6 @@ export class Session<Client extends PgClient> {
   }
 
   private failure(err: unknown, phase: Phase): unknown {
-    return classify(err, { ...this.call, phase, timedOut: this.deadline.passed });
+    return classify(err, { ...this.call, phase, timedOut: this.deadline.timedOut });
   }
 }

@@ -2,7 +2,7 @@ import type { Readable } from "node:stream";
 import { uploadData } from "./body.js";
 import { OutcomeUnknownError } from "../errors.js";
 import { copyData } from "./copy.js";
-import type { Deadline } from "./deadline.js";
+import type { Deadline } from "../deadline.js";
 import type { StoreIo } from "./io.js";
 import { dataKey, newId } from "./layout.js";
 import { mayBeNamed, type ManifestHeader } from "./manifest.js";

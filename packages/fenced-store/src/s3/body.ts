@@ -2,7 +2,7 @@ import { Readable } from "node:stream";
 import { GetObjectCommand, PutObjectCommand, type S3Client } from "@aws-sdk/client-s3";
 import { CONTROL_CHARACTER, InvalidArgumentError } from "@fenced/fence";
 import { sendOptions } from "./conditional.js";
-import type { Deadline } from "./deadline.js";
+import type { Deadline } from "../deadline.js";
 import { isAbsent } from "./failures.js";
 import { chunksOf, putOnce, uploadStream } from "./multipart.js";
 

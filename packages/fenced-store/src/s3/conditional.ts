@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { DeleteObjectCommand, GetObjectCommand, PutObjectCommand, type S3Client } from "@aws-sdk/client-s3";
 import { StoreSetupError } from "../errors.js";
-import { requestSignal } from "./deadline.js";
+import { requestSignal } from "../deadline.js";
 import { isAbsent, neverSent, retriedRefusal, statusOf } from "./failures.js";
 
 /**

@@ -8,7 +8,7 @@ import {
   type S3Client,
 } from "@aws-sdk/client-s3";
 import { sendOptions } from "./conditional.js";
-import { requestSignal } from "./deadline.js";
+import { requestSignal } from "../deadline.js";
 import { isAbsent } from "./failures.js";
 
 /**

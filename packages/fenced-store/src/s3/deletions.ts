@@ -1,5 +1,5 @@
 import { DeleteObjectCommand, DeleteObjectsCommand, type S3Client } from "@aws-sdk/client-s3";
-import { requestSignal } from "./deadline.js";
+import { requestSignal } from "../deadline.js";
 import { statusOf } from "./failures.js";
 
 /** How long a queued deletion waits for others to share its request. */

@@ -9,7 +9,7 @@ import {
   VersionMismatchError,
   type UnavailableReason,
 } from "../errors.js";
-import { Deadline, DeadlineExceeded } from "./deadline.js";
+import { Deadline, DeadlineExceeded } from "../deadline.js";
 
 /**
  * What a failed request means, read from the error's type, its S3 code, its HTTP status or its

@@ -13,7 +13,7 @@
 //   manifest.ts    the manifest and fence object formats; layout.ts, where each object lives
 //   conditional.ts the conditional PUT and GET every decision rests on
 //   failures.ts    what a failed request means, and the typed error a failed call throws
-//   deadline.ts    the one deadline (timeoutMs) that bounds a call
+//   ../deadline.ts the one deadline (timeoutMs) that bounds a call, shared with the PostgreSQL store
 export {
   FencedS3,
   type FencedS3Options,

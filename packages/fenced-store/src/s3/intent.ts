@@ -1,7 +1,7 @@
 import type { Readable } from "node:stream";
 import { ResourceMismatchError, StaleTokenError, VersionMismatchError } from "../errors.js";
 import { admits, type CheckedFence } from "../fence.js";
-import type { Deadline } from "./deadline.js";
+import type { Deadline } from "../deadline.js";
 import type { Snapshot } from "./io.js";
 import { entryFor, nextHeader, transferHeader, type ManifestHeader } from "./manifest.js";
 

@@ -4,7 +4,7 @@ import { Lru } from "../lru.js";
 import { ContentionError, StaleTokenError } from "../errors.js";
 import { admits, type CheckedFence } from "../fence.js";
 import { ConditionalObjects, type Condition, type SendGate } from "./conditional.js";
-import { requestSignal } from "./deadline.js";
+import { requestSignal } from "../deadline.js";
 import { Deletions } from "./deletions.js";
 import { refusedOwnEtag } from "./failures.js";
 import { fenceKey, manifestKey } from "./layout.js";

@@ -1,7 +1,7 @@
 import type { Readable } from "node:stream";
 import { InvalidArgumentError } from "@fenced/fence";
 import { sendOptions } from "./conditional.js";
-import { requestSignal, type Deadline } from "./deadline.js";
+import { requestSignal, type Deadline } from "../deadline.js";
 import { statusOf } from "./failures.js";
 import {
   AbortMultipartUploadCommand,

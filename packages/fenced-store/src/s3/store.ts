@@ -6,7 +6,7 @@ import { assertKey, assertResource, checkFence, type CheckedFence, type Fence, t
 import { oneOrMoreFences } from "../options.js";
 import { assertBody, assertContentLength, assertContentType, openData, readAll, toPayload, watchStalls, type S3Body } from "./body.js";
 import type { EtagForm } from "./conditional.js";
-import { Deadline } from "./deadline.js";
+import { Deadline } from "../deadline.js";
 import { typedFailure, withinDeadline } from "./failures.js";
 import { StoreIo, type Snapshot } from "./io.js";
 import { probeKeyPrefix } from "./layout.js";

@@ -1,16 +1,18 @@
 /**
- * The bound on how long one call of the store waits for the backend (`timeoutMs`). One deadline per
- * call, started when the call starts: every request the call sends carries its signal, and the call
- * settles when the deadline passes even if a request is still held somewhere (the SDK's retry
- * backoff is not abortable). Time the store spends waiting for the caller — for a stream body to
- * produce bytes, for update()'s function — is not counted: the clock is suspended meanwhile.
+ * The bound on how long one call of a store waits for its backend (`timeoutMs`), PostgreSQL's and
+ * S3's alike. One deadline per call, started when the call starts: every wait of the call is raced
+ * against it (PostgreSQL: the pool, each statement, transaction()'s callback), every request an S3
+ * call sends carries its signal, and the call settles when the deadline passes even if a request is
+ * still held somewhere (the SDK's retry backoff is not abortable). Time the store spends waiting for
+ * the caller — for a stream body to produce bytes, for update()'s function — is not counted: the
+ * clock is suspended meanwhile.
  */
 
 /** The reason a call's signal aborts when its deadline passed. Never thrown to a caller as is. */
 export class DeadlineExceeded extends Error {
   override readonly name = "DeadlineExceeded";
-  constructor(readonly ms: number) {
-    super(`no answer from the S3 backend within ${ms} ms`);
+  constructor(readonly timeoutMs: number) {
+    super(`no answer within ${timeoutMs} ms`);
   }
 }
 
@@ -34,12 +36,12 @@ export class Deadline {
   private readonly onCallerAbort = (): void => this.controller.abort(this.caller?.reason);
 
   constructor(
-    readonly ms: number,
+    readonly timeoutMs: number,
     /** The caller's own signal, if any: its abort is the caller's decision, not a timeout. */
     readonly caller: AbortSignal | undefined,
   ) {
     this.signal = this.controller.signal;
-    this.left = ms;
+    this.left = timeoutMs;
     if (caller?.aborted === true) this.controller.abort(caller.reason);
     else caller?.addEventListener("abort", this.onCallerAbort, { once: true });
     this.run();
@@ -55,11 +57,17 @@ export class Deadline {
     return this.signal.aborted && !(this.signal.reason instanceof DeadlineExceeded);
   }
 
+  /** Whole milliseconds left, at least 1: what PostgreSQL is told to allow a statement. */
+  remainingMs(): number {
+    const left = this.timer === undefined ? this.left : this.left - (performance.now() - this.startedAt);
+    return Math.max(1, Math.ceil(left));
+  }
+
   private run(): void {
     if (this.signal.aborted) return;
     this.startedAt = performance.now();
     // Unref'd: a pending deadline alone never keeps the process alive (a request in flight does).
-    this.timer = setTimeout(() => this.controller.abort(new DeadlineExceeded(this.ms)), Math.max(0, this.left)).unref();
+    this.timer = setTimeout(() => this.controller.abort(new DeadlineExceeded(this.timeoutMs)), Math.max(0, this.left)).unref();
   }
 
   /**
