@@ -6,12 +6,14 @@ import base from "./vitest.config.js";
 /**
  * `pnpm test:unit`: the tests that need no server, in seconds, while editing; `pnpm test` runs them
  * with the rest. A test needs servers when it, or a module of this repository it imports (relative
- * imports, followed transitively; type-only imports are not), imports @fenced/servers or
- * node:child_process — it starts Redis, PostgreSQL, radosgw or another process. The rule errs one
- * way only: a test it cannot prove server-free stays out of this tier, never out of `pnpm test`.
+ * imports, followed transitively; type-only imports are not), names @fenced/servers (or chaos or
+ * demo, which use it), child_process or testcontainers — it starts Redis, PostgreSQL, radosgw or
+ * another process. The rule errs one way only: a test it cannot prove server-free (an import it cannot
+ * read included) stays out of this tier, never out of `pnpm test`.
  */
-const STARTS_SERVERS = /from\s+["'](@fenced\/servers|node:child_process)["']/;
-const LOCAL_IMPORT = /^\s*(?:import|export)\s+(?!type\s)[^;]*?from\s+["'](\.[^"']+)["']|import\(\s*["'](\.[^"']+)["']\s*\)/gm;
+const STARTS_SERVERS = /["'](@fenced\/(servers|chaos|demo)|(node:)?child_process|testcontainers)["']/;
+const LOCAL_IMPORT =
+  /^\s*(?:import|export)\s+(?!type\s)[^;]*?from\s+["'](\.[^"']+)["']|import\(\s*["'](\.[^"']+)["']\s*\)|^\s*import\s+["'](\.[^"']+)["']/gm;
 
 const verdicts = new Map<string, boolean>();
 function needsServers(file: string, seen = new Set<string>()): boolean {
@@ -23,12 +25,12 @@ function needsServers(file: string, seen = new Set<string>()): boolean {
   try {
     text = readFileSync(file, "utf8");
   } catch {
-    return false; // not a source file of this repository (a generated or built one)
+    return true; // an import this rule cannot read (a .js file, a directory): not proven server-free
   }
   let verdict = STARTS_SERVERS.test(text);
   for (const m of text.matchAll(LOCAL_IMPORT)) {
     if (verdict) break;
-    const spec = (m[1] ?? m[2]) as string;
+    const spec = (m[1] ?? m[2] ?? m[3]) as string;
     verdict = needsServers(normalize(join(dirname(file), spec.replace(/\.js$/, ".ts"))), seen);
   }
   verdicts.set(file, verdict);

@@ -103,11 +103,13 @@ export class Deadline {
     }
     // One abort listener for the whole call, however many waits it races (a PostgreSQL call races
     // each statement): a listener added and removed per wait cost twice the old per-call timer.
-    this.aborted ??= new Promise<never>((_, reject) =>
-      signal.addEventListener("abort", () => reject(signal.reason as Error), { once: true }),
-    );
-    // Nobody may be racing at the moment it aborts: that rejection must not count as unhandled.
-    this.aborted.catch(() => undefined);
+    if (this.aborted === undefined) {
+      this.aborted = new Promise<never>((_, reject) =>
+        signal.addEventListener("abort", () => reject(signal.reason as Error), { once: true }),
+      );
+      // Nobody may be racing at the moment it aborts: that rejection must not count as unhandled.
+      this.aborted.catch(() => undefined);
+    }
     return Promise.race([work, this.aborted]);
   }
 
