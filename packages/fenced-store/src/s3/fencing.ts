@@ -1,78 +1,71 @@
-import { fenceRefusal, needsRaise } from "./io.js";
-import { refusal } from "./intent.js";
+import type { SendGate } from "./conditional.js";
+import type { FenceSnapshot } from "./io.js";
 import { readFencesThenPut } from "./pipeline.js";
-import { dataObject, prepare, readBatch, sending, type Fencing, type Prepared, type Run } from "./run.js";
+import { dataObject, next, prepare, readManifest, sending, waited, type Prepared, type Run } from "./run.js";
 
 /**
- * The two ways a write treats the resource fence objects, as strategies of the one write loop
- * (write.ts): `resourceFences` reads, checks and raises them; `noResourceFences`
- * (checkResourceFence: false) leaves them alone, and the manifest's own entries are the only check.
+ * The resource fence objects' side of a write: reading them (with the manifest, or pipelined
+ * before a PUT), raising them, and sending an attempt under the decision made on them (decision.ts).
+ * With checkResourceFence: false (`run.checked` false) nothing here reads or raises a fence object.
  */
 
-/** Whether some fence object, as last read, is below this write's token (or absent). */
-function raiseNeeded(run: Run): boolean {
-  const snaps = run.fences.snaps;
-  return snaps === undefined || run.intent.fences.some((f, i) => needsRaise(f, snaps[i] ?? null));
+/** Reads the fence objects, one request each, at once; with a gate, each goes on the wire only once it opens. */
+function readFences(run: Run, gate?: SendGate): Promise<(FenceSnapshot | null)[]> {
+  const { io, intent } = run;
+  return Promise.all(intent.fences.map((f) => io.readFence(f.resource, intent.signal, gate)));
 }
 
-export const resourceFences: Fencing = {
-  expectsRaise: (run) => run.intent.fences.some((f) => run.io.expectsRaise(f)),
+/**
+ * Reads the fence objects and the manifest, each if asked, in parallel: one wait, which delivers
+ * the fences (they are current until the write awaits anything else).
+ */
+export async function readBatch(run: Run, what: { readonly fences: boolean; readonly manifest: boolean }): Promise<void> {
+  const fences = what.fences && run.checked;
+  const [snaps] = await waited(run, Promise.all([fences ? readFences(run) : undefined, what.manifest ? readManifest(run) : undefined]));
+  if (snaps !== undefined) run.fences = { snaps, readIn: run.waits };
+}
 
-  async read(run, gate) {
-    const { io, intent } = run;
-    const snaps = await Promise.all(intent.fences.map((f) => io.readFence(f.resource, intent.signal, gate)));
-    run.fences = { snaps, fresh: true };
-  },
+/** Whether this store expects a fence object to need raising (a guess: it only decides what step 2 reads). */
+export function expectsRaise(run: Run): boolean {
+  return run.checked && run.intent.fences.some((f) => run.io.expectsRaise(f));
+}
 
-  problem(run) {
-    const snaps = run.fences.snaps;
-    if (snaps === undefined) return undefined;
-    return run.intent.fences.map((f, i) => fenceRefusal(f, snaps[i] ?? null)).find((e) => e !== undefined);
-  },
-
-  /** Step 4: only after the manifest was read in this write and admitted it (a write refused for its key's owner raises nothing). */
-  async raise(run) {
-    const { io, intent } = run;
-    const known = run.fences.snaps;
-    if (known === undefined || !raiseNeeded(run)) return;
-    if (!run.manifest.fresh) {
-      await readBatch(run, { fences: false, manifest: true });
-      const refused = refusal(intent, run.manifest.snap);
-      if (refused !== undefined) throw refused;
-    }
-    const snaps = await Promise.all(intent.fences.map((f, i) => io.raiseFence(f, known[i] ?? null, intent.signal)));
-    // A raise's answer is as fresh as a read of that fence, but not of another fence read before it was awaited.
-    run.fences = { snaps, fresh: intent.fences.length === 1 };
-  },
-
-  /**
-   * Steps 5 to 7. An upload still running is not waited for here: the fence read is held until it
-   * has answered (pipeline.ts).
-   */
-  async send(run) {
-    const running = run.bodies?.running(run.manifest.snap?.header.writeId ?? null);
-    if (running !== undefined) return putAfterFenceRead(run, running.key, running.ready);
-    return putAfterFenceRead(run, await dataObject(run), undefined);
-  },
-};
+/** Step 4, on a decision to raise: the fences are known, one is below this write's token, and the manifest read in this write admits it. */
+export async function raise(run: Run): Promise<void> {
+  const { io, intent } = run;
+  const known = run.fences.snaps;
+  const snaps = await waited(run, Promise.all(intent.fences.map((f, i) => io.raiseFence(f, known?.[i], intent.signal))));
+  // A raise's answer is as current as a read of that fence, but not of another fence raised beside it.
+  run.fences = { snaps, readIn: intent.fences.length === 1 ? run.waits : undefined };
+}
 
 /**
- * THE RULE the fenced write rests on, enforced here and nowhere else: a manifest PUT leaves only
- * after a fence read that was sent after everything the attempt awaited (an upload, a copy, a
- * manifest read, a raise of another fence, a pause), and whose answer admits it. Sent at once when
- * the fences were read after the last thing awaited and nothing is still running; otherwise after a
- * new read (steps 6 and 7, pipelined on the client, never on the wire). Undefined: a raise is needed
- * first, and nothing was sent.
+ * Steps 5 to 7, on a decision to put or to read the fences first: the attempt's data object, then
+ * its manifest PUT — at once if the decision, made after the data object, is to put; otherwise
+ * after a new fence read, pipelined (pipeline.ts). An upload still running is not waited for here:
+ * the fence read is held until it has answered. Undefined: that read did not admit a PUT (a raise
+ * is needed first), and nothing was sent.
  */
+export async function send(run: Run): Promise<Prepared | undefined> {
+  const running = run.checked ? run.bodies?.running(run.manifest.snap?.header.writeId ?? null) : undefined;
+  if (running !== undefined) return putAfterFenceRead(run, running.key, waited(run, running.ready));
+  const dataKey = await dataObject(run);
+  if (next(run).kind === "put") return sending(run, prepare(run, dataKey));
+  return putAfterFenceRead(run, dataKey, undefined);
+}
+
+/** The fence read, then the PUT if the decision on its answer is to put; `after` answers before the read is sent. */
 function putAfterFenceRead(run: Run, dataKey: string | undefined, after: Promise<unknown> | undefined): Promise<Prepared | undefined> {
-  if (run.fences.fresh && after === undefined) return Promise.resolve(sending(run, prepare(run, dataKey)));
   return readFencesThenPut(
     {
-      read: (gate) => resourceFences.read(run, gate),
+      read: async (gate) => {
+        const snaps = await waited(run, readFences(run, gate));
+        run.fences = { snaps, readIn: run.waits };
+      },
       admits: () => {
-        const refused = resourceFences.problem(run);
-        if (refused !== undefined) throw refused;
-        return !raiseNeeded(run);
+        const decision = next(run);
+        if (decision.kind === "refuse") throw decision.error;
+        return decision.kind === "put";
       },
       prepare: (gate) => prepare(run, dataKey, gate),
       sending: (p) => sending(run, p),
@@ -80,12 +73,3 @@ function putAfterFenceRead(run: Run, dataKey: string | undefined, after: Promise
     after,
   );
 }
-
-export const noResourceFences: Fencing = {
-  expectsRaise: () => false,
-  read: () => Promise.resolve(),
-  problem: () => undefined,
-  raise: () => Promise.resolve(),
-  /** Steps 5 and 7: the data object (waited for), then the manifest PUT. */
-  send: async (run) => sending(run, prepare(run, await dataObject(run))),
-};

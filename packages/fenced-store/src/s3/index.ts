@@ -3,10 +3,11 @@
 // The layers, from the API down (each imports only those below it):
 //   store.ts       FencedS3: validates a call (options.ts, body.ts) and runs it
 //   sweep.ts       the sweeper: orphaned data objects and incomplete uploads (judgeData); sweep-report.ts, its report
-//   write.ts       the write loop: read, check, raise, send, after-failure (PROTOCOL.md "The write")
-//   fencing.ts     the resource-fence strategies; the rule a manifest PUT is sent under
+//   write.ts       the write's driver: asks decide() what next, does that I/O, after-failure (PROTOCOL.md "The write")
+//   fencing.ts     the fence objects' side of a write: reads, raises, an attempt sent under the decision on them
 //   pipeline.ts    the fence read and manifest PUT prepared ahead, gated on the wire
-//   run.ts         one write's state record and the steps both strategies share
+//   run.ts         one write's state, its waits counted (freshness as a value), the PUT handed over only on a decision to put
+//   decision.ts    the decision: refuse, read, raise, read the fences, or put — a pure function of what the write knows
 //   intent.ts      what a write asks (refusal) and the manifest it builds
 //   bodies.ts      a write's data objects (copy.ts, multipart.ts) and their cleanup (deletions.ts)
 //   io.ts          StoreIo: manifest and fence reads, fence raises, what the store remembers

@@ -58,7 +58,7 @@ export interface ManifestState {
   readonly snap: Snapshot | null;
   readonly inline: Buffer | undefined;
   /** Read during this write (not remembered from an earlier one, nor assumed absent). */
-  readonly fresh: boolean;
+  readonly read: boolean;
 }
 
 /**

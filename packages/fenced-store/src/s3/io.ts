@@ -2,7 +2,8 @@ import { setTimeout as sleep } from "node:timers/promises";
 import type { S3Client } from "@aws-sdk/client-s3";
 import { Lru } from "../lru.js";
 import { ContentionError, StaleTokenError } from "../errors.js";
-import { admits, type CheckedFence } from "../fence.js";
+import type { CheckedFence } from "../fence.js";
+import { fenceRefusal, needsRaise } from "./decision.js";
 import { ConditionalObjects, type Condition, type SendGate } from "./conditional.js";
 import { requestSignal } from "../deadline.js";
 import { Deletions } from "./deletions.js";
@@ -35,17 +36,6 @@ const CONTENDED_READ_FIRST = 16;
 
 export function condition(snap: { etag: string } | null): Condition {
   return snap === null ? { ifNoneMatch: true } : { ifMatch: snap.etag };
-}
-
-/** Whether the stored fence (null: none) refuses this fence; the error to throw if it does. */
-export function fenceRefusal(fence: CheckedFence, stored: FenceSnapshot | null): StaleTokenError | undefined {
-  if (stored === null || admits(stored.highest, fence)) return undefined;
-  return new StaleTokenError(fence.resource, fence.token, stored.highest.token, stored.highest.holder);
-}
-
-/** Whether the fence object must be raised before a write with this fence (it admits it already otherwise). */
-export function needsRaise(fence: CheckedFence, stored: FenceSnapshot | null): boolean {
-  return stored === null || fence.token > stored.highest.token;
 }
 
 /**

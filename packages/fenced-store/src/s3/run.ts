@@ -1,11 +1,15 @@
 import type { AttemptBodies } from "./bodies.js";
 import type { SendGate, WriteOutcome } from "./conditional.js";
+import { decide, type Decision, type FenceView } from "./decision.js";
 import { condition, type FenceSnapshot, type Snapshot, type StoreIo } from "./io.js";
 import { build, type Intent, type ManifestState } from "./intent.js";
 import { manifestKey, newId } from "./layout.js";
 import { encodeManifest, type ManifestHeader } from "./manifest.js";
 
-/** The state of one write while it runs (write.ts), and the small steps both fencing strategies share. */
+/**
+ * The state of one write while it runs (write.ts), how much of it is known (`next`: the decision on
+ * it), and the steps that touch the manifest: its read, an attempt's PUT and what its answer settles.
+ */
 
 /** One manifest PUT of this write: its writeId, and what it replaces if it lands. */
 export interface Attempt {
@@ -30,25 +34,15 @@ export interface Prepared {
   readonly outcome: Promise<WriteOutcome>;
 }
 
-/** The fence objects as last read or raised (null: absent; undefined: not read yet). */
+/** The fence objects as last read or raised. */
 export interface FenceState {
+  /** One per fence of the intent (null: absent); undefined: not read yet. */
   readonly snaps: readonly (FenceSnapshot | null)[] | undefined;
-  /** Read (or raised) after everything this write awaited since: a manifest PUT may go out on it. */
-  readonly fresh: boolean;
-}
-
-/** How a write treats the resource fence objects: checked and raised (the default), or not at all. */
-export interface Fencing {
-  /** Whether this store expects a fence object to need raising (a guess: it only decides what step 2 reads). */
-  expectsRaise(run: Run): boolean;
-  /** Reads the fence objects into run.fences; with a gate, the read goes on the wire only once it opens. */
-  read(run: Run, gate?: SendGate): Promise<void>;
-  /** The refusal by the fence objects as last read, if any. */
-  problem(run: Run): Error | undefined;
-  /** Step 4: raises the fence objects below this write's tokens. */
-  raise(run: Run): Promise<void>;
-  /** Steps 5 to 7: the attempt's data object, then its manifest PUT; undefined if a raise is needed first (nothing was sent). */
-  send(run: Run): Promise<Prepared | undefined>;
+  /**
+   * The wait that delivered them (`waits` when it ended); undefined: never current (raised beside
+   * another fence's raise, whose CAS loop may have taken several round trips after this one answered).
+   */
+  readonly readIn: number | undefined;
 }
 
 /** Everything one write knows while it runs. Each step reads and updates it; nothing else is shared. */
@@ -56,10 +50,13 @@ export interface Run {
   readonly io: StoreIo;
   readonly intent: Intent;
   readonly bodies: AttemptBodies | undefined;
-  readonly fencing: Fencing;
+  /** Whether the resource fence objects are read, checked and raised (checkResourceFence). */
+  readonly checked: boolean;
   /** The manifest the next attempt is built on and sent against. */
   manifest: ManifestState;
   fences: FenceState;
+  /** The waits of this write that have ended, counted (`waited`): freshness as a value. */
+  waits: number;
   /** Every attempt sent, in order. */
   readonly attempts: Attempt[];
   /** The key's manifest as read after the latest attempt was sent; undefined while unknown. */
@@ -68,21 +65,47 @@ export interface Run {
   throttled: number;
 }
 
+/**
+ * Awaits `work` as one wait of the write: every wait that lets time pass (a batch of reads, a raise,
+ * an upload, a PUT's answer, a pause) ends here, and is counted. Fence objects delivered by a wait
+ * are current while it is the last one ended (`fencesCurrent`): a wait not counted would let a PUT
+ * go out on fences read before it, so the driver awaits nothing else.
+ */
+export async function waited<T>(run: Run, work: Promise<T>): Promise<T> {
+  try {
+    return await work;
+  } finally {
+    run.waits++;
+  }
+}
+
+/** Read (or raised alone) in the last wait this write ended: nothing was awaited since. */
+function fencesCurrent(run: Run): boolean {
+  return run.fences.readIn !== undefined && run.fences.readIn === run.waits;
+}
+
+/** The write's next step (decision.ts), from what it knows now. */
+export function next(run: Run): Decision {
+  const fences: FenceView = run.checked ? { checked: true, snaps: run.fences.snaps, current: fencesCurrent(run) } : { checked: false };
+  return decide(run.intent, fences, run.manifest);
+}
+
+/**
+ * THE RULE the fenced write rests on, checked where a manifest PUT is handed to the wire and nowhere
+ * else (prepare() ungated, sending() gated): only on a decision to put — with the fence objects
+ * checked, one made on a fence read sent after everything the write awaited, whose answer admits it.
+ */
+function assertMayPut(run: Run): void {
+  const decision = next(run);
+  if (decision.kind !== "put") throw new Error(`a manifest PUT without a decision to put (${decision.kind})`);
+}
+
 /** Reads the key's manifest; an attempt without an answer that it proves never landed is settled. */
 export async function readManifest(run: Run): Promise<void> {
   const found = await run.io.readManifest(run.intent.key, run.intent.signal);
   const snap = found?.snap ?? null;
-  run.manifest = { snap, inline: found?.inline, fresh: true };
+  run.manifest = { snap, inline: found?.inline, read: true };
   for (const attempt of run.attempts) if (attempt.ambiguous && settledBy(attempt, snap)) attempt.ambiguous = false;
-}
-
-/**
- * Reads the fence objects and the manifest, each if asked, in parallel. The fences are fresh after
- * it only if they were read in it: a manifest read awaited alone comes between them and the PUT.
- */
-export async function readBatch(run: Run, what: { readonly fences: boolean; readonly manifest: boolean }): Promise<void> {
-  await Promise.all([what.fences ? run.fencing.read(run) : undefined, what.manifest ? readManifest(run) : undefined]);
-  if (!what.fences && what.manifest) run.fences = { ...run.fences, fresh: false };
 }
 
 /**
@@ -91,7 +114,10 @@ export async function readBatch(run: Run, what: { readonly fences: boolean; read
  */
 export function prepare(run: Run, dataKey: string | undefined, gate?: SendGate): Prepared {
   const { io, intent, manifest } = run;
-  if (gate === undefined) intent.signal.throwIfAborted();
+  if (gate === undefined) {
+    intent.signal.throwIfAborted();
+    assertMayPut(run);
+  }
   const writeId = newId();
   const { header, inline } = build(intent, manifest, writeId, dataKey);
   const outcome = io.objects.write(
@@ -105,17 +131,18 @@ export function prepare(run: Run, dataKey: string | undefined, gate?: SendGate):
 }
 
 /**
- * The attempt goes on the wire: from now on it may land, and what follows awaits it (the fences are
- * no longer fresh). A gated PUT is checked against an abort here, the last moment it can be stopped
+ * The attempt goes on the wire: from now on it may land (its answer is a wait of its own). A gated PUT is checked against an abort here, the last moment it can be stopped
  * (its gate is then never opened); an ungated one was checked by prepare() and is already handed to
  * the SDK, so it is recorded whatever happens now — an attempt that may land is never left out.
  */
 export function sending(run: Run, p: Prepared): Prepared {
-  if (p.gated) run.intent.signal.throwIfAborted();
+  if (p.gated) {
+    run.intent.signal.throwIfAborted();
+    assertMayPut(run);
+  }
   run.attempts.push(p.attempt);
   if (p.dataKey !== undefined) run.bodies?.sent(p.dataKey, p.attempt);
   run.afterSend = undefined;
-  run.fences = { ...run.fences, fresh: false };
   return p;
 }
 
@@ -145,6 +172,8 @@ function settledBy(attempt: Attempt, now: Snapshot | null): boolean {
 export async function dataObject(run: Run): Promise<string | undefined> {
   if (run.bodies === undefined) return undefined;
   const prepared = await run.bodies.prepare(run.manifest.snap?.header.writeId ?? null);
-  if (prepared.waited) run.fences = { ...run.fences, fresh: false };
+  // A wait of the write only when it waited for I/O (an upload or a copy): an upload already done
+  // settled before, and awaiting it lets no request answer meanwhile (microtasks only).
+  if (prepared.waited) run.waits++;
   return prepared.key;
 }

@@ -2,20 +2,21 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { ContentionError } from "../errors.js";
 import { AttemptBodies } from "./bodies.js";
 import type { WriteOutcome } from "./conditional.js";
-import { noResourceFences, resourceFences } from "./fencing.js";
+import { expectsRaise, raise, readBatch, send } from "./fencing.js";
 import { refusedOwnEtag, typedFailure } from "./failures.js";
-import { NeverWrittenError, refusal, type Intent, type S3PutResult } from "./intent.js";
+import { NeverWrittenError, type Intent, type S3PutResult } from "./intent.js";
 import { throttledPause, type Snapshot, type StoreIo } from "./io.js";
 import { manifestKey } from "./layout.js";
 import type { ManifestHeader } from "./manifest.js";
-import { outcomeOpen, readBatch, type Prepared, type Run } from "./run.js";
+import { next, outcomeOpen, waited, type Prepared, type Run } from "./run.js";
 
 /**
- * The S3 write: one loop over named steps, each a function of the write's state (`Run`, run.ts).
- * The manifest CAS is the single request that decides; everything before it only avoids sending a
- * write that is bound to be refused. The steps are numbered as in PROTOCOL.md, "S3", "The write"
- * (step 1, validation, is the caller's). How the resource fences are treated is the run's `Fencing`
- * strategy (fencing.ts), which also holds the rule the manifest PUT is sent under.
+ * The S3 write, a driver around a pure decision (decision.ts, `decide`): it asks what to do next,
+ * does that I/O, and asks again, until the decision is to refuse or an attempt landed. The manifest
+ * CAS is the single request that decides; everything before it only avoids sending a write that is
+ * bound to be refused. The steps are numbered as in PROTOCOL.md, "S3", "The write" (step 1,
+ * validation, is the caller's). Every wait of the write is counted (run.ts, `waited`): a PUT goes out
+ * only on fence objects read after the last one.
  */
 export async function writeManifest(io: StoreIo, intent: Intent): Promise<S3PutResult> {
   const run = start(io, intent);
@@ -29,13 +30,17 @@ export async function writeManifest(io: StoreIo, intent: Intent): Promise<S3PutR
 
 async function steps(run: Run): Promise<S3PutResult> {
   await read(run); // 2
-  await check(run); // 3
-  await run.fencing.raise(run); // 4
-  for (let attempt = 1; ; attempt++) {
+  for (let attempt = 1; ;) {
+    const decision = next(run); // 3
+    if (decision.kind === "refuse") throw decision.error;
+    if (decision.kind === "read") await readBatch(run, { fences: decision.fences, manifest: true });
+    if (decision.kind === "raise") await raise(run); // 4
+    if (decision.kind !== "put" && decision.kind !== "read-fences") continue;
     const sent = await send(run); // 5, 6, 7
-    const outcome = await sent.outcome;
+    if (sent === undefined) continue; // the fence read asked for a raise first: nothing was sent
+    const outcome = await waited(run, sent.outcome);
     if (outcome.ok) return accepted(run, { etag: outcome.etag, header: sent.header }, sent.attempt.target); // 8
-    const landed = await afterFailure(run, sent, outcome, attempt); // 9
+    const landed = await afterFailure(run, sent, outcome, attempt++); // 9
     if (landed !== undefined) return landed;
   }
 }
@@ -46,15 +51,14 @@ function start(io: StoreIo, intent: Intent): Run {
     content.kind === "object"
       ? new AttemptBodies(io, intent.key, content.payload, content.length, intent.contentType, intent.deadline)
       : undefined;
-  const fencing = io.options.checkResourceFence ? resourceFences : noResourceFences;
-  const manifest = { snap: null, inline: undefined, fresh: false };
   return {
     io,
     intent,
     bodies,
-    fencing,
-    manifest,
-    fences: { snaps: undefined, fresh: false },
+    checked: io.options.checkResourceFence,
+    manifest: { snap: null, inline: undefined, read: false },
+    fences: { snaps: undefined, readIn: undefined },
+    waits: 0,
     attempts: [],
     afterSend: undefined,
     throttled: 0,
@@ -62,14 +66,15 @@ function start(io: StoreIo, intent: Intent): Run {
 }
 
 /**
- * 2. Reads the resource fences and, when the write needs it, the manifest. A key this store has not
- * seen is assumed absent: the write goes out as a create, which fails if the key exists (never
- * wrongly succeeds). A fence raise needs the manifest read first (a write refused for its key's
- * owner must raise nothing): when this store expects one, the manifest is read alongside. Bytes in
- * memory start uploading now, named for the manifest this store expects to replace. The fences are
- * read now only when they must be known before anything else is sent: for a raise, before a stream
- * (a stale writer never sends it), or alongside a manifest read the write waits for anyway.
- * Otherwise they are read in step 6, right before the manifest PUT.
+ * 2. What the write reads before it decides anything: a latency choice, never a safety one (the
+ * decision asks for whatever else it needs). A key this store has not seen is assumed absent: the
+ * write goes out as a create, which fails if the key exists (never wrongly succeeds). A fence raise
+ * needs the manifest read first (a write refused for its key's owner must raise nothing): when this
+ * store expects one, the manifest is read alongside. Bytes in memory start uploading now, named for
+ * the manifest this store expects to replace. The fences are read now only when they must be known
+ * before anything else is sent: for a raise, before a stream (a stale writer never sends it), or
+ * alongside a manifest read the write waits for anyway. Otherwise they are read in step 6, right
+ * before the manifest PUT.
  */
 async function read(run: Run): Promise<void> {
   const { io, intent, bodies } = run;
@@ -77,41 +82,17 @@ async function read(run: Run): Promise<void> {
   const remembered = io.recall(intent.key);
   const stream = content.kind === "object" && !Buffer.isBuffer(content.payload);
   const versioned = typeof intent.ifVersion === "string" || content.kind === "carry";
-  const expectsRaise = run.fencing.expectsRaise(run);
-  const readFirst = content.kind === "carry" || expectsRaise || (remembered === undefined ? versioned || stream : remembered.readFirst);
-  run.manifest = { snap: remembered?.snap ?? null, inline: undefined, fresh: false };
+  const raising = expectsRaise(run);
+  const readFirst = content.kind === "carry" || raising || (remembered === undefined ? versioned || stream : remembered.readFirst);
+  run.manifest = { snap: remembered?.snap ?? null, inline: undefined, read: false };
   const uploading = bodies !== undefined && !stream && !(remembered === undefined && versioned);
   if (uploading) bodies.begin(run.manifest.snap?.header.writeId ?? null);
-  await readBatch(run, { fences: expectsRaise || stream || (readFirst && !uploading), manifest: readFirst });
-}
-
-/**
- * 3. Only the current manifest may refuse a write: a refusal by a remembered one is re-read, with
- * the fences if they were not read yet (a stale token is reported before what the manifest says).
- */
-async function check(run: Run): Promise<void> {
-  const stale = run.fencing.problem(run);
-  if (stale !== undefined) throw stale;
-  let problem = refusal(run.intent, run.manifest.snap);
-  if (problem !== undefined && !run.manifest.fresh) {
-    await readBatch(run, { fences: run.fences.snaps === undefined, manifest: true });
-    problem = run.fencing.problem(run) ?? refusal(run.intent, run.manifest.snap);
-  }
-  if (problem !== undefined) throw problem;
-}
-
-/** 5 to 7: the next attempt on the wire. A fence object lower than this write's token (reset) is raised again first. */
-async function send(run: Run): Promise<Prepared> {
-  for (;;) {
-    const sent = await run.fencing.send(run);
-    if (sent !== undefined) return sent;
-    await run.fencing.raise(run);
-  }
+  await readBatch(run, { fences: raising || stream || (readFirst && !uploading), manifest: readFirst });
 }
 
 /**
  * 9. Whatever went wrong, the manifest itself says whether one of our attempts landed. Resolves the
- * result if one did, undefined to send the next attempt; throws a refusal, or when giving up.
+ * result if one did, undefined to decide on the next attempt; throws a refusal, or when giving up.
  */
 async function afterFailure(
   run: Run,
@@ -123,7 +104,7 @@ async function afterFailure(
   sent.attempt.ambiguous = outcome.failure === "ambiguous";
   intent.signal.throwIfAborted();
   if (outcome.failure === "fatal") throw outcome.error;
-  await pause(run, outcome, attempt);
+  await waited(run, pause(run, outcome, attempt));
   await readBatch(run, { fences: true, manifest: true });
   const now = run.manifest.snap;
   run.afterSend = now;
@@ -138,12 +119,11 @@ async function afterFailure(
     throw refusedOwnEtag(manifestKey(io.options.prefix, intent.key));
   }
   // Thrown as OutcomeUnknownError while an attempt may have landed (failed(): typedFailure).
-  const refused = run.fencing.problem(run) ?? refusal(intent, now);
-  if (refused !== undefined) throw refused;
+  const decision = next(run);
+  if (decision.kind === "refuse") throw decision.error;
   if (attempt >= io.options.maxAttempts) {
     throw new ContentionError(intent.key, attempt, `write of ${JSON.stringify(intent.key)} gave up after ${attempt} conflicting writes`);
   }
-  await run.fencing.raise(run);
   return undefined;
 }
 
