@@ -22,7 +22,7 @@ function code(f: () => unknown): string {
   try {
     f();
   } catch (err) {
-    if (err instanceof CredentialError) return err.code;
+    if (err instanceof CredentialError) return err.problem;
     throw err;
   }
   return "accepted";
@@ -132,7 +132,7 @@ describe("fence credentials", () => {
       refused = err;
     }
     expect(refused).toBeInstanceOf(ExpiredCredentialError);
-    expect((refused as ExpiredCredentialError).code).toBe("expired");
+    expect(refused).toMatchObject({ problem: "expired", code: "CREDENTIAL_EXPIRED", applied: "no" });
     expect((refused as ExpiredCredentialError).credential.fence).toEqual({ resource: "orders/42", token: 34n, holder: "h1" });
     // Given both, the earlier end: a credential never outlives the lease it is minted from.
     expect(verifyFenceCredential(mintFenceCredential(lease, current, { expiresAt: 5 }), keys, 5).expiresAt).toBe(5);

@@ -1,4 +1,5 @@
 import { InvalidArgumentError } from "./errors.js";
+import { FencedError } from "./fenced-error.js";
 import { checkFence, type CheckedFence, type Fence } from "./fence.js";
 import { HOLDER_PATTERN, resourceProblem, TOKEN_PATTERN, MAX_TOKEN } from "./rules.js";
 import { parseEpochMs, seal, SealError, unseal, type CredentialKey, type SealKind, type SealProblem } from "./sealed.js";
@@ -23,14 +24,25 @@ const CREDENTIAL: SealKind = { version: CREDENTIAL_VERSION, domain: "fenced-fenc
 /** Why a credential was refused: a seal problem, or `expired` (it verified, and its lease has ended). */
 export type CredentialProblem = SealProblem | "expired";
 
-export class CredentialError extends Error {
-  override readonly name = "CredentialError";
+/**
+ * A fence credential was refused; nothing was written (applied `"no"`). `problem` says why; `code`
+ * is CREDENTIAL_MALFORMED (malformed), CREDENTIAL_INVALID (unknown-key, bad-signature) or
+ * CREDENTIAL_EXPIRED (expired: an ExpiredCredentialError).
+ */
+export class CredentialError extends FencedError {
+  override readonly name: string = "CredentialError";
+  declare readonly code: "CREDENTIAL_MALFORMED" | "CREDENTIAL_INVALID" | "CREDENTIAL_EXPIRED";
   constructor(
-    readonly code: CredentialProblem,
+    /** Why it was refused (before 0.2.0 this was `code`). */
+    readonly problem: CredentialProblem,
     message: string,
   ) {
-    super(message);
+    super(credentialCode(problem), message);
   }
+}
+
+function credentialCode(problem: CredentialProblem): CredentialError["code"] {
+  return problem === "malformed" ? "CREDENTIAL_MALFORMED" : problem === "expired" ? "CREDENTIAL_EXPIRED" : "CREDENTIAL_INVALID";
 }
 
 /** A credential that verified: the fence it carries, its lease's end, and which key signed it. */
@@ -90,7 +102,7 @@ export function verifyFenceCredential(
     unsealed = unseal(CREDENTIAL, credential, keys);
   } catch (err) {
     if (err instanceof SealError)
-      throw new CredentialError(err.code, err.code === "malformed" ? "not a fence credential" : `the credential: ${err.message}`);
+      throw new CredentialError(err.problem, err.problem === "malformed" ? "not a fence credential" : `the credential: ${err.message}`);
     throw err;
   }
   const [token, holder, end, resource] = unsealed.fields as [string, string, string, string];
@@ -112,6 +124,8 @@ export function verifyFenceCredential(
 
 /** An authentic credential past its lease's end; carries what it verified to, for the refusal's detail. */
 export class ExpiredCredentialError extends CredentialError {
+  override readonly name = "ExpiredCredentialError";
+  declare readonly code: "CREDENTIAL_EXPIRED";
   constructor(readonly credential: VerifiedCredential) {
     super(
       "expired",

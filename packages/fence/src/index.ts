@@ -1,5 +1,14 @@
 export { InvalidArgumentError } from "./errors.js";
 export {
+  ERROR_CODE_LIST,
+  ERROR_CODES,
+  FencedError,
+  type Applied,
+  type ErrorCode,
+  type ErrorCodeDefinition,
+  type FencedErrorOptions,
+} from "./fenced-error.js";
+export {
   assertHolder,
   assertKey,
   assertResource,

@@ -1,5 +1,6 @@
 import { createHmac, createSecretKey, timingSafeEqual, type KeyObject } from "node:crypto";
 import { InvalidArgumentError } from "./errors.js";
+import { FencedError } from "./fenced-error.js";
 import { CONTROL_CHARACTER } from "./rules.js";
 
 /**
@@ -41,13 +42,19 @@ export interface SealKind {
 /** Why a sealed string was refused. Never says which part of a MAC matched. */
 export type SealProblem = "malformed" | "unknown-key" | "bad-signature";
 
-export class SealError extends Error {
+/**
+ * A sealed string was refused (applied `"no"`). `problem` says why; `code` is SEAL_MALFORMED
+ * (malformed) or SEAL_INVALID (unknown-key, bad-signature).
+ */
+export class SealError extends FencedError {
   override readonly name: string = "SealError";
+  declare readonly code: "SEAL_MALFORMED" | "SEAL_INVALID";
   constructor(
-    readonly code: SealProblem,
+    /** Why it was refused (before 0.2.0 this was `code`). */
+    readonly problem: SealProblem,
     message: string,
   ) {
-    super(message);
+    super(problem === "malformed" ? "SEAL_MALFORMED" : "SEAL_INVALID", message);
   }
 }
 

@@ -1,11 +1,20 @@
+import { FencedError } from "@fenced/fence";
+
+/*
+ * The stores' errors. Each extends FencedError (@fenced/fence): `code` names the kind, `applied`
+ * whether anything of the failed call may have taken effect. None of them knows HTTP; `status`, kept
+ * one minor version for code written against 0.1, is deprecated (the gateway maps `code`).
+ */
+
 /**
  * A write carried a fencing token lower than the highest the storage has already accepted for the
  * same resource — or equal to it but presented by another holder (another lease that was handed the
- * same token, which only a lock that lost its counters does). Nothing was written. HTTP: 409.
+ * same token, which only a lock that lost its counters does). Nothing was written: code
+ * STALE_TOKEN, applied "no".
  */
-export class StaleTokenError extends Error {
+export class StaleTokenError extends FencedError {
   override readonly name = "StaleTokenError";
-  readonly status = 409;
+  declare readonly code: "STALE_TOKEN";
   constructor(
     readonly resource: string,
     readonly token: bigint,
@@ -14,60 +23,91 @@ export class StaleTokenError extends Error {
     readonly highestHolder?: string | null,
   ) {
     super(
+      "STALE_TOKEN",
       token === highest
         ? `fencing token ${token} for resource ${JSON.stringify(resource)} was already accepted from another holder${highestHolder == null ? "" : ` (${highestHolder})`}`
         : `stale fencing token ${token} for resource ${JSON.stringify(resource)}: the storage has accepted ${highest}`,
     );
   }
+  /**
+   * @deprecated Since 0.2.0; removed in 0.3.0. An HTTP status is the gateway's to choose: branch on
+   * `code` (the gateway's problem table maps each code to its answer).
+   */
+  get status(): 409 {
+    return 409;
+  }
 }
 
 /**
  * The caller's `ifVersion` precondition did not hold: the record changed since it was read
- * (or does not exist). Nothing was written. HTTP: 412.
+ * (or does not exist). Nothing was written: code VERSION_MISMATCH, applied "no".
  */
-export class VersionMismatchError extends Error {
+export class VersionMismatchError extends FencedError {
   override readonly name = "VersionMismatchError";
-  readonly status = 412;
+  declare readonly code: "VERSION_MISMATCH";
   constructor(
     readonly key: string,
     readonly expected: string,
     readonly actual: string | undefined,
   ) {
-    super(`version mismatch on ${JSON.stringify(key)}: expected ${expected}, found ${actual ?? "no record"}`);
+    super("VERSION_MISMATCH", `version mismatch on ${JSON.stringify(key)}: expected ${expected}, found ${actual ?? "no record"}`);
+  }
+  /**
+   * @deprecated Since 0.2.0; removed in 0.3.0. An HTTP status is the gateway's to choose: branch on
+   * `code` (the gateway's problem table maps each code to its answer).
+   */
+  get status(): 412 {
+    return 412;
   }
 }
 
 /**
  * The key belongs to another resource: it was created under `owner`, and a write, delete or
  * conditional write naming `resource` may not touch it (the ratchet of `resource` says nothing about
- * `owner`'s holders). Nothing was written. Moving a key between resources is `transfer()`. HTTP: 409.
+ * `owner`'s holders). Nothing was written: code RESOURCE_MISMATCH, applied "no". Moving a key between
+ * resources is `transfer()`.
  */
-export class ResourceMismatchError extends Error {
+export class ResourceMismatchError extends FencedError {
   override readonly name = "ResourceMismatchError";
-  readonly status = 409;
+  declare readonly code: "RESOURCE_MISMATCH";
   constructor(
     readonly key: string,
     readonly resource: string,
     readonly owner: string,
   ) {
-    super(`key ${JSON.stringify(key)} belongs to resource ${JSON.stringify(owner)}, not ${JSON.stringify(resource)}`);
+    super("RESOURCE_MISMATCH", `key ${JSON.stringify(key)} belongs to resource ${JSON.stringify(owner)}, not ${JSON.stringify(resource)}`);
+  }
+  /**
+   * @deprecated Since 0.2.0; removed in 0.3.0. An HTTP status is the gateway's to choose: branch on
+   * `code` (the gateway's problem table maps each code to its answer).
+   */
+  get status(): 409 {
+    return 409;
   }
 }
 
 /**
  * The store gave up: the key kept changing under it (writers racing on one key) for as many rounds as
- * it was allowed. Nothing of this call was acknowledged; the same call may well succeed a moment
- * later. HTTP: 503.
+ * it was allowed. Each round's conditional write was refused, so none of this call's data was
+ * applied (a write may have raised the resource's fence to its own token, which refuses only older
+ * holders): code CONTENTION, applied "no". The same call may well succeed a moment later.
  */
-export class ContentionError extends Error {
+export class ContentionError extends FencedError {
   override readonly name = "ContentionError";
-  readonly status = 503;
+  declare readonly code: "CONTENTION";
   constructor(
     readonly key: string,
     readonly attempts: number,
     message: string,
   ) {
-    super(message);
+    super("CONTENTION", message);
+  }
+  /**
+   * @deprecated Since 0.2.0; removed in 0.3.0. An HTTP status is the gateway's to choose: branch on
+   * `code` (the gateway's problem table maps each code to its answer).
+   */
+  get status(): 503 {
+    return 503;
   }
 }
 
@@ -86,13 +126,12 @@ export type UnavailableReason = "refused" | "timeout" | "connection" | "throttle
 /**
  * The backend could not be reached or did not answer in time, and the call changed nothing: either
  * nothing was sent, or what was sent is known not to have been applied (a read, a statement rolled
- * back, a write refused before it applied). Safe to retry, once the backend is back. HTTP: 503 with
- * Retry-After.
+ * back, a write refused before it applied): code STORE_UNAVAILABLE, applied "no". Safe to retry, once
+ * the backend is back. (Before 0.2.0 `code` was "unavailable".)
  */
-export class StoreUnavailableError extends Error {
+export class StoreUnavailableError extends FencedError {
   override readonly name = "StoreUnavailableError";
-  readonly code = "unavailable";
-  readonly status = 503;
+  declare readonly code: "STORE_UNAVAILABLE";
   constructor(
     readonly backend: StoreBackend,
     readonly reason: UnavailableReason,
@@ -100,7 +139,14 @@ export class StoreUnavailableError extends Error {
     readonly operation: string,
     options?: { cause?: unknown },
   ) {
-    super(`${backend} unavailable during ${operation}: ${reason}`, options);
+    super("STORE_UNAVAILABLE", `${backend} unavailable during ${operation}: ${reason}`, options);
+  }
+  /**
+   * @deprecated Since 0.2.0; removed in 0.3.0. An HTTP status is the gateway's to choose: branch on
+   * `code` (the gateway's problem table maps each code to its answer).
+   */
+  get status(): 503 {
+    return 503;
   }
 }
 
@@ -111,12 +157,11 @@ export class StoreUnavailableError extends Error {
  * so it is safe, but it may repeat a write that did land. PostgreSQL: the read-back may still show the
  * old value while the commit is pending on the server (a paused server, a commit in flight); it
  * cannot be overtaken — every later write of the resource waits for the fence row's lock and is
- * ordered after it. HTTP: 503, `/problems/outcome-unknown`.
+ * ordered after it. Code OUTCOME_UNKNOWN, applied "unknown" (before 0.2.0 `code` was "outcome-unknown").
  */
-export class OutcomeUnknownError extends Error {
+export class OutcomeUnknownError extends FencedError {
   override readonly name = "OutcomeUnknownError";
-  readonly code = "outcome-unknown";
-  readonly status = 503;
+  declare readonly code: "OUTCOME_UNKNOWN";
   constructor(
     readonly backend: StoreBackend,
     /** The key written (undefined for transaction(): the caller's statements name their own keys). */
@@ -125,9 +170,17 @@ export class OutcomeUnknownError extends Error {
     options?: { cause?: unknown },
   ) {
     super(
+      "OUTCOME_UNKNOWN",
       `${backend} ${operation}${key === undefined ? "" : ` of ${JSON.stringify(key)}`}: the answer was lost, the write may or may not have been applied; read it back`,
       options,
     );
+  }
+  /**
+   * @deprecated Since 0.2.0; removed in 0.3.0. An HTTP status is the gateway's to choose: branch on
+   * `code` (the gateway's problem table maps each code to its answer).
+   */
+  get status(): 503 {
+    return 503;
   }
 }
 
@@ -136,19 +189,26 @@ export class OutcomeUnknownError extends Error {
  * acts: `not-migrated` (PostgreSQL: the schema or its tables are missing, or older than this version
  * — run `migrate()`), `no-such-bucket` (S3), `conditional-writes-unsupported` (an S3 backend that
  * ignored If-None-Match or If-Match: fencing cannot be enforced on it; `verify()` diagnoses).
- * Nothing was written. HTTP: 503, `/problems/backend-misconfigured`.
+ * Nothing was written: code STORE_SETUP, applied "no" (before 0.2.0 `code` was "store-setup"; which
+ * setup is missing is `problem`).
  */
-export class StoreSetupError extends Error {
+export class StoreSetupError extends FencedError {
   override readonly name = "StoreSetupError";
-  readonly code = "store-setup";
-  readonly status = 503;
+  declare readonly code: "STORE_SETUP";
   constructor(
     readonly backend: StoreBackend,
     readonly problem: "not-migrated" | "no-such-bucket" | "conditional-writes-unsupported",
     message: string,
     options?: { cause?: unknown },
   ) {
-    super(message, options);
+    super("STORE_SETUP", message, options);
+  }
+  /**
+   * @deprecated Since 0.2.0; removed in 0.3.0. An HTTP status is the gateway's to choose: branch on
+   * `code` (the gateway's problem table maps each code to its answer).
+   */
+  get status(): 503 {
+    return 503;
   }
 }
 
@@ -159,13 +219,12 @@ export class StoreSetupError extends Error {
  * nothing was written. Or (S3, `what: "body"`, from get(), getBytes() and update()) a
  * manifest names a data object that is missing — found missing twice under the same manifest
  * version, so deleted while the manifest named it; update() writes nothing. put() and delete() read
- * no body: they succeed, and replace that manifest, which heals the key. HTTP: 502,
- * `/problems/corrupt-state`.
+ * no body: they succeed, and replace that manifest, which heals the key. Code CORRUPT_STATE, applied
+ * "no" (before 0.2.0 `code` was "corrupt-state").
  */
-export class CorruptStateError extends Error {
+export class CorruptStateError extends FencedError {
   override readonly name = "CorruptStateError";
-  readonly code = "corrupt-state";
-  readonly status = 502;
+  declare readonly code: "CORRUPT_STATE";
   constructor(
     readonly backend: StoreBackend,
     /** body: the data object a manifest names is missing (S3); the others: that state is not in a form the store writes. */
@@ -175,6 +234,13 @@ export class CorruptStateError extends Error {
     message: string,
     options?: { cause?: unknown },
   ) {
-    super(message, options);
+    super("CORRUPT_STATE", message, options);
+  }
+  /**
+   * @deprecated Since 0.2.0; removed in 0.3.0. An HTTP status is the gateway's to choose: branch on
+   * `code` (the gateway's problem table maps each code to its answer).
+   */
+  get status(): 502 {
+    return 502;
   }
 }

@@ -13,7 +13,7 @@ export {
   type StoreBackend,
   type UnavailableReason,
 } from "./errors.js";
-export { InvalidArgumentError } from "@fenced/fence";
+export { FencedError, InvalidArgumentError, type Applied, type ErrorCode } from "@fenced/fence";
 export { type Fence, type FenceSet, assertFence, assertKey, assertResource, MAX_TOKEN } from "./fence.js";
 export { type JsonValue, assertJsonValue } from "./json.js";
 export { OBJECT_VERSION, RECORD_VERSION } from "./versions.js";

@@ -278,7 +278,16 @@ function account(ctx: RouteContext, req: Request, res: Response, route: string, 
   // Checked first: at the default level a successful request costs no log object at all.
   if (ctx.logger.isLevelEnabled(level))
     ctx.logger[level](
-      { method: req.method, route, status, ms: Math.round(ms * 10) / 10, apiKey: a.principal, problem: a.problem, cut },
+      {
+        method: req.method,
+        route,
+        status,
+        ms: Math.round(ms * 10) / 10,
+        apiKey: a.principal,
+        // The kind's slug, as its problem `type` and its metric `reason` spell it (kinds.ts, outcomeNames).
+        problem: a.problem === undefined ? undefined : PROBLEM_TYPES[a.problem].log,
+        cut,
+      },
       cut === "drain" ? "request cut by the drain" : "request",
     );
 }

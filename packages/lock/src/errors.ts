@@ -1,3 +1,5 @@
+import { FencedError, type Applied } from "@fenced/fence";
+
 /**
  * Every reason a node can fail to count for an operation: the one list, from which NodeFailureReason
  * and NodeFailure are derived (and against which the README's table of reasons is tested).
@@ -61,10 +63,13 @@ function named(resources: readonly string[]): string {
 
 /**
  * acquire() gave up: no attempt reached a quorum. `nodes` holds the per-node reasons of the last
- * attempt. `resources`: every resource asked for, in order; `resource` is the first of them.
+ * attempt. `resources`: every resource asked for, in order; `resource` is the first of them. Code
+ * LOCK_NOT_ACQUIRED, applied "no": no lease is held (a node that did not answer a round's release
+ * drops its key when the TTL ends).
  */
-export class LockNotAcquiredError extends Error {
+export class LockNotAcquiredError extends FencedError {
   override readonly name = "LockNotAcquiredError";
+  declare readonly code: "LOCK_NOT_ACQUIRED";
   readonly resources: readonly string[];
   constructor(
     readonly resource: string,
@@ -72,7 +77,7 @@ export class LockNotAcquiredError extends Error {
     readonly nodes: readonly NodeFailure[],
     resources: readonly string[] = [resource],
   ) {
-    super(`could not acquire ${named(resources)} after ${attempts} attempt(s): ${describe(nodes) || "no quorum"}`);
+    super("LOCK_NOT_ACQUIRED", `could not acquire ${named(resources)} after ${attempts} attempt(s): ${describe(nodes) || "no quorum"}`);
     this.resources = Object.freeze([...resources]);
   }
 }
@@ -82,17 +87,21 @@ export class LockNotAcquiredError extends Error {
  * token a store can compare, so no lease with a larger token can ever be granted. Thrown at once,
  * without retrying, after the attempt released every node (no lease key is left behind). Only an
  * operator can end it, by moving the work to another resource name: lowering a counter would repeat
- * tokens the stores have already seen.
+ * tokens the stores have already seen. Code TOKEN_SPACE_EXHAUSTED (before 0.2.0 "token-space-exhausted"),
+ * applied "no".
  */
-export class TokenSpaceExhaustedError extends Error {
+export class TokenSpaceExhaustedError extends FencedError {
   override readonly name = "TokenSpaceExhaustedError";
-  readonly code = "token-space-exhausted";
+  declare readonly code: "TOKEN_SPACE_EXHAUSTED";
   constructor(
     readonly resource: string,
     /** The highest counter a node reported (2^63 − 1, or above it on a node written by other means). */
     readonly highest: bigint,
   ) {
-    super(`no fencing tokens left for ${JSON.stringify(resource)}: a counter is at ${highest}, and tokens end at 2^63 - 1`);
+    super(
+      "TOKEN_SPACE_EXHAUSTED",
+      `no fencing tokens left for ${JSON.stringify(resource)}: a counter is at ${highest}, and tokens end at 2^63 - 1`,
+    );
   }
 }
 
@@ -106,9 +115,13 @@ export interface HeldFence {
  * The lease can no longer be trusted: a majority of nodes could not confirm it (or it expired
  * locally, or was released). Used as the reason of `lease.signal` and thrown by a failed extend().
  * `fences`: every resource of the lease with its token; `resource` and `token` are the first's.
+ * Code LEASE_LOST. `applied`: "unknown" (the default) when nodes were asked to extend it (some may
+ * have) or work ran under it (using() rethrows it after its function settles); "no" when the call
+ * that threw it sent nothing (an extend() of a lease already past its end).
  */
-export class LeaseLostError extends Error {
+export class LeaseLostError extends FencedError {
   override readonly name = "LeaseLostError";
+  declare readonly code: "LEASE_LOST";
   readonly fences: readonly HeldFence[];
   constructor(
     readonly resource: string,
@@ -116,12 +129,15 @@ export class LeaseLostError extends Error {
     readonly kind: LeaseLostKind,
     readonly nodes: readonly NodeFailure[] = [],
     fences: readonly HeldFence[] = [{ resource, token }],
+    options: { readonly applied?: Applied } = {},
   ) {
     const lease =
       fences.length === 1
         ? `${JSON.stringify(resource)} (token ${token})`
         : fences.map((f) => `${JSON.stringify(f.resource)} (token ${f.token})`).join(", ");
-    super(`lease on ${lease} lost: ${kind}` + (nodes.length > 0 ? ` — ${describe(nodes)}` : ""));
+    super("LEASE_LOST", `lease on ${lease} lost: ${kind}` + (nodes.length > 0 ? ` — ${describe(nodes)}` : ""), {
+      applied: options.applied ?? "unknown",
+    });
     this.fences = Object.freeze(fences.map((f) => Object.freeze({ resource: f.resource, token: f.token })));
   }
 }

@@ -26,6 +26,6 @@ export {
   type NodeFailure,
   type NodeFailureReason,
 } from "./errors.js";
-export { InvalidArgumentError } from "@fenced/fence";
+export { FencedError, InvalidArgumentError, type Applied, type ErrorCode } from "@fenced/fence";
 export { resourceKeys, type ResourceKeys } from "./keys.js";
 export { type RedisClient } from "./client.js";

@@ -187,7 +187,8 @@ export class Redlock {
     // Wall clock to monotonic once, here: the round's deadline is the previous end, or start + ttlMs.
     const previousMs = validUntil === undefined ? ttlMs : Math.min(ttlMs, validUntil - Date.now());
     const first = fences[0] as HeldFence;
-    if (previousMs <= 0) throw new LeaseLostError(first.resource, first.token, "expired", [], fences);
+    // Nothing is sent for a lease already past its end: nothing of this extend() was applied.
+    if (previousMs <= 0) throw new LeaseLostError(first.resource, first.token, "expired", [], fences, { applied: "no" });
     const lease = new Lease(this, fences, value, previousMs);
     // The Lease handed in was released while the round ran: whatever the nodes answered (the release
     // may have reached them first, or deleted what the round had just extended), its reason wins.

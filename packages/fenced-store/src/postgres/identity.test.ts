@@ -47,7 +47,7 @@ describe("FencedPostgres: the holder decides equal tokens", () => {
         (e: unknown) => e,
       );
       expect(err, `refusal #${i}`).toBeInstanceOf(StaleTokenError);
-      expect(err, `refusal #${i}`).toMatchObject({ resource: "orders", token: 4n, highest: 4n, highestHolder: "h1", status: 409 });
+      expect(err, `refusal #${i}`).toMatchObject({ resource: "orders", token: 4n, highest: 4n, highestHolder: "h1", code: "STALE_TOKEN" });
       expect(await snapshot(store, "invoice"), `refusal #${i}`).toEqual(before);
     }
 

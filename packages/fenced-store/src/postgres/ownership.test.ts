@@ -44,7 +44,7 @@ describe("FencedPostgres: a key belongs to the resource that created it", () => 
     for (const [what, attempt] of attempts) {
       const err = await outcome(attempt());
       expect(err, what).toBeInstanceOf(ResourceMismatchError);
-      expect(err, what).toMatchObject({ key: "invoice/7", owner: "R", status: 409 });
+      expect(err, what).toMatchObject({ key: "invoice/7", owner: "R", code: "RESOURCE_MISMATCH" });
       expect(await state(store, "invoice/7", ["R", "S", "T"]), what).toEqual(before);
     }
     // The owner still writes.

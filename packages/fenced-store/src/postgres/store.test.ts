@@ -37,7 +37,7 @@ describe("FencedPostgres: the article's figure", () => {
       (err: unknown) => err,
     );
     expect(refused).toBeInstanceOf(StaleTokenError);
-    expect(refused).toMatchObject({ resource: "file", token: 33n, highest: 34n, status: 409 });
+    expect(refused).toMatchObject({ resource: "file", token: 33n, highest: 34n, code: "STALE_TOKEN" });
     expect(await store.get("file")).toMatchObject({ value: { body: "client2" }, token: 34n, resource: "file" });
     expect(await h.fenceToken(store, "file")).toBe(34n);
   });
@@ -119,7 +119,7 @@ describe("FencedPostgres: the both-paused hole (two stale holders write in incre
     const read = await store.get("counter");
     const err = await store.put("counter", {}, { fence: fence("counter", 34n), ifVersion: "1" }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(VersionMismatchError);
-    expect(err).toMatchObject({ key: "counter", expected: "1", actual: read?.version, status: 412 });
+    expect(err).toMatchObject({ key: "counter", expected: "1", actual: read?.version, code: "VERSION_MISMATCH" });
   });
 
   it("with register on acquire, 33 is fenced before it writes, so no acknowledged write is lost", async () => {

@@ -260,7 +260,7 @@ describe("FencedS3: lost answers, setup and corrupt state", () => {
     const writer = new FencedS3(client, { bucket, timeoutMs: TIMEOUT_MS });
     const { error } = await timed(() => writer.put("k", "landed", { fence: fence(1) }));
     expect(error).toBeInstanceOf(OutcomeUnknownError);
-    expect(error).toMatchObject({ backend: "s3", key: "k", operation: "put", status: 503 });
+    expect(error).toMatchObject({ backend: "s3", key: "k", operation: "put", code: "OUTCOME_UNKNOWN", applied: "unknown" });
     expect((await s.getBytes("k"))?.body.toString()).toBe("landed");
   });
 

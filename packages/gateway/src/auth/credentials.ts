@@ -11,6 +11,7 @@ import {
   type CredentialKey,
 } from "@fenced/fence/credentials";
 import { decodeLeaseId, encodeLeaseId, type LeaseIdParts } from "./lease-id.js";
+import { PROBLEM_OF_CODE } from "../problems/kinds.js";
 import { HttpProblem } from "../problems/problem.js";
 
 /**
@@ -82,19 +83,19 @@ export class FenceCredentials {
       if (!(err instanceof CredentialError)) throw err;
       if (err instanceof ExpiredCredentialError) {
         const { fence, expiresAt } = err.credential;
-        throw new HttpProblem("credentialExpired", err.message, {
+        throw new HttpProblem(PROBLEM_OF_CODE[err.code], err.message, {
           resource: fence.resource,
           token: fence.token.toString(),
           expiredAt: expiresAt,
         });
       }
-      if (err.code === "malformed") {
-        throw new HttpProblem("invalid", `${where}: ${err.message}`, { errors: [{ path: where, message: err.message }] });
+      if (err.code === "CREDENTIAL_MALFORMED") {
+        throw new HttpProblem(PROBLEM_OF_CODE[err.code], `${where}: ${err.message}`, { errors: [{ path: where, message: err.message }] });
       }
       // One status for both: `reason` says whether the key id is unknown (never issued here, or
       // retired by a rotation: the client needs a new lease) or the signature is wrong (forged, altered).
-      throw new HttpProblem("invalidCredential", "the fence credential was not signed by a key this gateway holds", {
-        reason: err.code === "unknown-key" ? "unknown-key" : "bad-signature",
+      throw new HttpProblem(PROBLEM_OF_CODE.CREDENTIAL_INVALID, "the fence credential was not signed by a key this gateway holds", {
+        reason: err.problem === "unknown-key" ? "unknown-key" : "bad-signature",
       });
     }
   }

@@ -1,5 +1,6 @@
 import { TOKEN_PATTERN, MAX_RESOURCES, MAX_TOKEN, resourcesProblem } from "@fenced/fence";
 import { parseEpochMs, SealError, MAX_SEALED_LENGTH, seal, unseal, type CredentialKey, type SealKind } from "@fenced/fence/credentials";
+import { PROBLEM_OF_CODE } from "../problems/kinds.js";
 import { HttpProblem } from "../problems/problem.js";
 
 /** One resource of a lease and its token, as a lease id carries it. */
@@ -84,8 +85,8 @@ export function decodeLeaseId(id: string, keys: ReadonlyMap<string, CredentialKe
     fields = unseal(kind, id, keys).fields;
   } catch (err) {
     if (!(err instanceof SealError)) throw err;
-    if (err.code === "malformed") throw malformed();
-    throw new HttpProblem("invalidLeaseId", "leaseId: not a lease id issued by this gateway", { reason: err.code });
+    if (err.problem === "malformed") throw malformed();
+    throw new HttpProblem(PROBLEM_OF_CODE.SEAL_INVALID, "leaseId: not a lease id issued by this gateway", { reason: err.problem });
   }
   // unseal checked the count: fl1 is token, value, end, resource; fl2 value, end, then a token and a resource per resource.
   const [value, end, pairs] =

@@ -1,12 +1,16 @@
 import { z } from "zod";
+import type { ErrorCode } from "@fenced/fence";
 import { keyString as key, resourceSchema as resource, tokenString } from "../schemas/fields.js";
 
 /**
- * Every kind of problem the gateway answers with, in one table: its status, its RFC 9457 `type`
- * and `title`, when it is answered (the API document's description), the extension members its
- * body carries beside type, title, status and detail, the `reason` label of a refused write in
- * /metrics, and the Retry-After it carries. problem.ts (the HTTP mapping), the validation and the API document read this table;
- * it imports none of them.
+ * Every kind of problem the gateway answers with, in one table: its status, its slug, its `title`,
+ * when it is answered (the API document's description), the extension members its body carries
+ * beside type, title, status and detail, and the Retry-After it carries. The slug is the kind's one
+ * name outside the process, spelled three ways by outcomeNames(): the RFC 9457 `type`, the `problem`
+ * field of the request log line and the `reason` label of a refused write in /metrics. Below it,
+ * PROBLEM_OF_CODE: the kind that answers each code of the packages' errors (FencedError).
+ * problem.ts (the HTTP mapping), the validation, the logs, the metrics and the API document read
+ * these tables; they import none of them.
  */
 
 /** What an `invalid-request` problem lists: which part of the request is wrong, and why. */
@@ -14,43 +18,39 @@ const fieldErrors = z.array(z.strictObject({ path: z.string(), message: z.string
 const none = z.strictObject({});
 const storeBackend = z.enum(["postgres", "s3"]).describe("The backend the store was calling");
 
-export const PROBLEM_TYPES = {
+const KINDS = {
   invalid: {
     status: 400,
-    type: "/problems/invalid-request",
+    slug: "invalid-request",
     title: "The request is malformed",
     description:
       "A malformed token, key, resource, set of resources, lease id, credential, If-Match, JSON, lease body or body of several records, or an unsupported precondition; `errors` lists what is wrong",
     extensions: z.strictObject({ errors: fieldErrors.optional() }),
-    reason: "invalid_request",
   },
   unauthorized: {
     status: 401,
-    type: "/problems/unauthorized",
+    slug: "unauthorized",
     title: "Missing or invalid API key",
     description: "No API key, or one that is not configured (with WWW-Authenticate: Bearer)",
     extensions: none,
-    reason: "unauthorized",
   },
   forbidden: {
     status: 403,
-    type: "/problems/forbidden",
+    slug: "forbidden",
     title: "Outside the API key's scope",
     description: "A key or resource outside the API key's prefixes (any of a set's), or a write with a read-only key",
     extensions: none,
-    reason: "forbidden",
   },
   credentialRequired: {
     status: 403,
-    type: "/problems/credential-required",
+    slug: "credential-required",
     title: "A write needs a fence credential",
     description: "A write without Fencing-Credential from an API key that is not a trusted lock client",
     extensions: none,
-    reason: "credential_required",
   },
   invalidCredential: {
     status: 403,
-    type: "/problems/invalid-credential",
+    slug: "invalid-credential",
     title: "The fence credential does not verify",
     description: "A Fencing-Credential that no key of this gateway signed",
     extensions: z.strictObject({
@@ -60,11 +60,10 @@ export const PROBLEM_TYPES = {
           "unknown-key: no configured key has the credential's key id (never issued here, or retired: take a new lease); bad-signature: forged or altered",
         ),
     }),
-    reason: "invalid_credential",
   },
   credentialExpired: {
     status: 403,
-    type: "/problems/credential-expired",
+    slug: "credential-expired",
     title: "The fence credential's lease has ended",
     description:
       "An authentic Fencing-Credential whose lease has ended (its validUntil has passed): nothing was written. Extend the lease before its validUntil and write with the credential the extension answers, or take a new lease",
@@ -73,11 +72,10 @@ export const PROBLEM_TYPES = {
       token: tokenString,
       expiredAt: z.number().int().describe("Epoch milliseconds: the end of the lease the credential was issued for (its validUntil)"),
     }),
-    reason: "credential_expired",
   },
   invalidLeaseId: {
     status: 403,
-    type: "/problems/invalid-lease-id",
+    slug: "invalid-lease-id",
     title: "The lease id was not issued by this gateway",
     description:
       "A lease id that no key of this gateway sealed: edited (its token, value, resource or end) or forged. No lease was extended or released",
@@ -88,27 +86,24 @@ export const PROBLEM_TYPES = {
           "unknown-key: sealed by a key this gateway does not hold (never issued here, or retired); bad-signature: edited or forged",
         ),
     }),
-    reason: "error", // never the answer to a write
   },
   notFound: {
     status: 404,
-    type: "/problems/not-found",
+    slug: "not-found",
     title: "Not found",
     description: "No such record or object; an unknown route; a backend that is not configured",
     extensions: none,
-    reason: "not_found",
   },
   method: {
     status: 405,
-    type: "/problems/method-not-allowed",
+    slug: "method-not-allowed",
     title: "Method not allowed",
     description: "A method the route does not serve (with Allow)",
     extensions: none,
-    reason: "error", // never the answer to a write
   },
   stale: {
     status: 409,
-    type: "/problems/stale-token",
+    slug: "stale-token",
     title: "Stale fencing token",
     description:
       "The storage has accepted a higher token for the resource (or this token from another lease). Nothing was written; this holder must stop",
@@ -117,19 +112,17 @@ export const PROBLEM_TYPES = {
       token: tokenString,
       highest: tokenString.describe("The highest token the storage has accepted for the resource"),
     }),
-    reason: "stale_token",
   },
   resourceMismatch: {
     status: 409,
-    type: "/problems/resource-mismatch",
+    slug: "resource-mismatch",
     title: "The key belongs to another resource",
     description: "The key was created under another resource; nothing was written",
     extensions: z.strictObject({ key, resource, owner: resource.describe("The resource that created the key") }),
-    reason: "resource_mismatch",
   },
   lockHeld: {
     status: 409,
-    type: "/problems/lock-held",
+    slug: "lock-held",
     title: "The lock is held by another lease",
     description: "Another lease holds the resource, or one of the resources asked for together (Retry-After: 1)",
     extensions: z.strictObject({
@@ -139,30 +132,27 @@ export const PROBLEM_TYPES = {
         .optional()
         .describe("A lease of several resources: every one asked for; none was taken (a set is taken whole or not at all)"),
     }),
-    reason: "error", // never the answer to a write
     retryAfter: 1,
   },
   tokenSpaceExhausted: {
     status: 409,
-    type: "/problems/token-space-exhausted",
+    slug: "token-space-exhausted",
     title: "The resource's fencing tokens are used up",
     description:
       "The resource's counter on the lock nodes has reached 2^63 - 1: no lease can be granted for it again (use a new resource name). Final: do not retry",
     extensions: z.strictObject({ resource }),
-    reason: "error", // never the answer to a write
   },
   leaseLost: {
     status: 409,
-    type: "/problems/lease-lost",
+    slug: "lease-lost",
     title: "The lease is lost",
     description:
       "Extend: the lease id's validUntil has passed, or a majority of lock nodes no longer holds it. Register: the lease ran out before every store registered it (it was released)",
     extensions: z.strictObject({ resource, token: tokenString, kind: z.enum(["expired", "released", "quorum-lost"]) }),
-    reason: "error", // never the answer to a write
   },
   version: {
     status: 412,
-    type: "/problems/version-mismatch",
+    slug: "version-mismatch",
     title: "Version mismatch",
     description: "If-Match names a version that is no longer current; nothing was written",
     extensions: z.strictObject({
@@ -170,27 +160,24 @@ export const PROBLEM_TYPES = {
       expected: z.string(),
       actual: z.string().nullable().describe("The current version, or null when there is no record"),
     }),
-    reason: "version_mismatch",
   },
   tooLarge: {
     status: 413,
-    type: "/problems/too-large",
+    slug: "too-large",
     title: "Body too large",
     description: "The body is over the gateway's limit; nothing was kept",
     extensions: none,
-    reason: "too_large",
   },
   mediaType: {
     status: 415,
-    type: "/problems/unsupported-media-type",
+    slug: "unsupported-media-type",
     title: "Unsupported media type",
     description: "A JSON route without Content-Type application/json, or with a charset other than UTF-8, or a Content-Encoding",
     extensions: none,
-    reason: "unsupported_media_type",
   },
   corruptState: {
     status: 502,
-    type: "/problems/corrupt-state",
+    slug: "corrupt-state",
     title: "The storage is not as the store left it",
     description:
       "A manifest, fence or record in the backend is not in a form the store wrote (truncated, edited by hand, or written by an incompatible version): the store refuses to judge a fence against it, nothing was written, an operator must repair it. Or (`what: body`, a read of an object) the key's manifest names a body that is missing, deleted while named: a write of the key replaces it. Retrying does not help",
@@ -201,30 +188,27 @@ export const PROBLEM_TYPES = {
         .describe("Which state is corrupt (body: the data object the key's manifest names is missing)"),
       subject: z.string().describe("The key (manifest, record, body) or resource (fence) whose state is corrupt"),
     }),
-    reason: "corrupt_state",
   },
   backendError: {
     status: 502,
-    type: "/problems/backend-error",
+    slug: "backend-error",
     title: "A backend answered with an error",
     description:
       "A backend refused the call with an error no store classifies (wrong credentials or permissions, a statement the database refused), or its client failed before an answer (S3 credentials it could not obtain, a TLS handshake, an answer it could not parse); the detail is only in the gateway's log. Nothing was written: an operator must look",
     extensions: z.strictObject({ backend: storeBackend }),
-    reason: "backend_error",
   },
   unavailable: {
     status: 503,
-    type: "/problems/unavailable",
+    slug: "unavailable",
     title: "A backend is unavailable",
     description:
       "A backend refused the connection, did not answer within the gateway's deadline or asked it to slow down, too few lock nodes answered, or a store gave up under contention. Nothing was written: retry after Retry-After",
     extensions: z.strictObject({ resource: resource.optional() }),
-    reason: "unavailable",
     retryAfter: 1,
   },
   outcomeUnknown: {
     status: 503,
-    type: "/problems/outcome-unknown",
+    slug: "outcome-unknown",
     title: "The write may have been applied",
     description:
       "The write was sent to the backend and its answer was lost (the connection died or the deadline passed after it left the gateway): it may or may not have been applied. Read the key back before retrying; a retry with the same fence is judged by the fence like any other write",
@@ -232,12 +216,11 @@ export const PROBLEM_TYPES = {
       backend: storeBackend,
       key: key.optional().describe("The key written (absent for a lease's registration with a store)"),
     }),
-    reason: "outcome_unknown",
     retryAfter: 1,
   },
   backendMisconfigured: {
     status: 503,
-    type: "/problems/backend-misconfigured",
+    slug: "backend-misconfigured",
     title: "A backend is not set up for the gateway",
     description:
       "The backend answers but is not set up for the store: PostgreSQL's tables are missing or older than this version (not-migrated), the bucket does not exist (no-such-bucket), or the S3 backend ignores conditional writes (conditional-writes-unsupported). Nothing was written; an operator must act",
@@ -245,39 +228,88 @@ export const PROBLEM_TYPES = {
       backend: storeBackend,
       problem: z.enum(["not-migrated", "no-such-bucket", "conditional-writes-unsupported"]),
     }),
-    reason: "backend_misconfigured",
     retryAfter: 30,
   },
   internal: {
     status: 500,
-    type: "/problems/internal",
+    slug: "internal",
     title: "Internal error",
     description: "A failure inside the gateway; the detail is only in its log",
     extensions: none,
-    reason: "error",
   },
-} as const satisfies Record<string, ProblemDefinition>;
+} as const satisfies Record<string, KindDefinition>;
 
-export interface ProblemDefinition {
+/** `stale-token` → `stale_token`: a slug as a Prometheus label value. */
+type Snake<S extends string> = S extends `${infer A}-${infer B}` ? `${A}_${Snake<B>}` : S;
+
+/** The names of an outcome, all spelled from its slug: the one rule for each spelling. */
+export interface OutcomeNames<S extends string = string> {
+  /** The problem body's `type`: a relative URI reference, on which clients branch. */
+  readonly type: `/problems/${S}`;
+  /** The `reason` label of fenced_gateway_writes_rejected_total when a write is answered with it. */
+  readonly reason: Snake<S>;
+  /** The `problem` field of the request's log line. */
+  readonly log: S;
+}
+
+export function outcomeNames<S extends string>(slug: S): OutcomeNames<S> {
+  return { type: `/problems/${slug}`, reason: slug.replaceAll("-", "_") as Snake<S>, log: slug };
+}
+
+/** What a kind's row says; its type, reason and log names are derived from `slug`. */
+export interface KindDefinition {
   readonly status: number;
-  /** A relative URI reference: clients branch on it. */
-  readonly type: `/problems/${string}`;
+  /** Lowercase words joined by `-`: the kind's one name (see outcomeNames). */
+  readonly slug: string;
   readonly title: string;
   /** When it is answered: the API document's description of its schema. */
   readonly description: string;
   /** The members its body carries beside RFC 9457's type, title, status and detail. */
   readonly extensions: z.ZodObject;
-  /** The `reason` label of fenced_gateway_writes_rejected_total when a write is answered with it. */
-  readonly reason: string;
   /** Seconds in the Retry-After header every answer of this kind carries; absent: no header. */
   readonly retryAfter?: number;
 }
+
+export interface ProblemDefinition extends KindDefinition, OutcomeNames {}
+
+type Kinds = typeof KINDS;
+
+/** The table with each kind's names spelled out (type, reason, log). */
+export const PROBLEM_TYPES = Object.fromEntries(
+  Object.entries(KINDS).map(([kind, row]) => [kind, { ...row, ...outcomeNames(row.slug) }]),
+) as { readonly [K in keyof Kinds]: Kinds[K] & OutcomeNames<Kinds[K]["slug"]> };
 
 export type ProblemKind = keyof typeof PROBLEM_TYPES;
 
 export const PROBLEM_KINDS = Object.keys(PROBLEM_TYPES) as ProblemKind[];
 
 export type ProblemExtensions<K extends ProblemKind> = z.input<(typeof PROBLEM_TYPES)[K]["extensions"]>;
+
+/**
+ * The kind that answers an error of the packages, by its code: every code has one (a new code does
+ * not compile until it is given its answer). Where the gateway knows more than the code — a lock
+ * that is down rather than held, a credential in a named place — the route answers itself.
+ */
+export const PROBLEM_OF_CODE = {
+  INVALID_ARGUMENT: "invalid",
+  CREDENTIAL_MALFORMED: "invalid",
+  CREDENTIAL_INVALID: "invalidCredential",
+  CREDENTIAL_EXPIRED: "credentialExpired",
+  SEAL_MALFORMED: "invalid",
+  // The gateway seals only lease ids: a fence credential's seal problem arrives as a CredentialError.
+  SEAL_INVALID: "invalidLeaseId",
+  LOCK_NOT_ACQUIRED: "lockHeld",
+  TOKEN_SPACE_EXHAUSTED: "tokenSpaceExhausted",
+  LEASE_LOST: "leaseLost",
+  STALE_TOKEN: "stale",
+  VERSION_MISMATCH: "version",
+  RESOURCE_MISMATCH: "resourceMismatch",
+  CONTENTION: "unavailable",
+  STORE_UNAVAILABLE: "unavailable",
+  OUTCOME_UNKNOWN: "outcomeUnknown",
+  STORE_SETUP: "backendMisconfigured",
+  CORRUPT_STATE: "corruptState",
+} as const satisfies Record<ErrorCode, ProblemKind>;
 
 /** The whole problem body of one kind: RFC 9457's members, fixed for the kind, and its extensions. */
 export function problemSchema(kind: ProblemKind): z.ZodObject {

@@ -4,18 +4,9 @@
  */
 import type { Response } from "express";
 import { ZodError } from "zod";
-import { InvalidArgumentError } from "@fenced/fence";
-import {
-  ContentionError,
-  CorruptStateError,
-  OutcomeUnknownError,
-  ResourceMismatchError,
-  StaleTokenError,
-  StoreSetupError,
-  StoreUnavailableError,
-  VersionMismatchError,
-} from "@fenced/store";
+import { FencedError } from "@fenced/fence";
 import { BackendFailedError } from "./backend-errors.js";
+import { fencedAnswer } from "./fenced-errors.js";
 import { PROBLEM_TYPES, type ProblemDefinition, type ProblemExtensions, type ProblemKind } from "./kinds.js";
 
 /**
@@ -91,14 +82,13 @@ function classified(
  */
 export function classify(err: unknown): Classified {
   if (isHttpProblem(err)) return classified(err.kind, err.message, err.extensions, err.headers);
-  if (err instanceof StaleTokenError) {
-    // Tokens are 64-bit: decimal strings, never JSON numbers (a double would round them).
-    return make("stale", err.message, { resource: err.resource, token: err.token.toString(), highest: err.highest.toString() });
+  // Every error of the packages (the lock's, the stores', @fenced/fence's): its code names its kind.
+  // Among them InvalidArgumentError, the only TypeError that is a 400: any other TypeError or
+  // RangeError is a bug of ours, a 500.
+  if (err instanceof FencedError) {
+    const { kind, detail, extensions } = fencedAnswer(err);
+    return classified(kind, detail, extensions, {});
   }
-  if (err instanceof ResourceMismatchError)
-    return make("resourceMismatch", err.message, { key: err.key, resource: err.resource, owner: err.owner });
-  if (err instanceof VersionMismatchError)
-    return make("version", err.message, { key: err.key, expected: err.expected, actual: err.actual ?? null });
   if (err instanceof ZodError) {
     const errors = err.issues.map((i) => ({ path: i.path.map(String).join("."), message: i.message }));
     return make("invalid", errors.map((e) => (e.path === "" ? e.message : `${e.path}: ${e.message}`)).join("; "), { errors });
@@ -113,52 +103,12 @@ export function classify(err: unknown): Classified {
   }
   // A path segment that is not valid percent-encoding (express decodes route parameters).
   if (err instanceof URIError) return make("invalid", err.message);
-  // The lock and the stores validate every argument before any I/O and throw this class, and only
-  // this class, for malformed input. Any other TypeError or RangeError is a bug of ours: a 500.
-  if (err instanceof InvalidArgumentError) return make("invalid", err.message, { errors: [{ path: err.argument, message: err.message }] });
-  const store = storeProblem(err);
-  if (store !== undefined) return store;
   // What a store passes on unchanged: the backend's own error answer, or its client's failure (backend-errors.ts).
   if (err instanceof BackendFailedError)
     return make("backendError", `the ${err.backend} ${err.operation} failed with an error no store classifies; see the gateway's log`, {
       backend: err.backend,
     });
   return make("internal", "the request failed inside the gateway; see its log");
-}
-
-/**
- * The stores' failures, by type: whether anything may have been written decides the kind (nothing:
- * `unavailable`; perhaps: `outcomeUnknown`). Details are built from the errors' fields, never their
- * messages: a 5xx answer says what failed, not how the backend worded it.
- */
-function storeProblem(err: unknown): Classified | undefined {
-  if (err instanceof StoreUnavailableError)
-    return make("unavailable", `${err.backend} could not serve the ${err.operation} (${err.reason}); nothing was written, retry later`);
-  if (err instanceof ContentionError) return make("unavailable", "the key kept changing under the store; nothing was written, retry later");
-  if (err instanceof OutcomeUnknownError)
-    return make(
-      "outcomeUnknown",
-      `the ${err.backend} ${err.operation} was sent and its answer lost: it may have been applied (a conditional write may still land, on the version it expects): retry it, with the same If-Match for a conditional write`,
-      { backend: err.backend, ...(err.key === undefined ? {} : { key: err.key }) },
-    );
-  if (err instanceof StoreSetupError)
-    return make("backendMisconfigured", `${err.backend}: ${err.problem}; an operator must act`, {
-      backend: err.backend,
-      problem: err.problem,
-    });
-  if (err instanceof CorruptStateError)
-    return make(
-      "corruptState",
-      err.what === "body"
-        ? `${err.backend}: the manifest of the key names a body that is missing (deleted while named); a write of the key replaces it; nothing was written`
-        : `${err.backend} holds a ${err.what} the store did not write; nothing was written`,
-      {
-        backend: err.backend,
-        what: err.what,
-        subject: err.subject,
-      },
-    );
-  return undefined;
 }
 
 export function sendProblem(res: Response, problem: Classified): void {

@@ -9,6 +9,7 @@ import type { FenceCredentials } from "../auth/credentials.js";
 import type { LeaseIdParts } from "../auth/lease-id.js";
 import type { StoreName } from "../ops/metrics.js";
 import type { RouteContext } from "../http/context.js";
+import { PROBLEM_OF_CODE } from "../problems/kinds.js";
 import { HttpProblem } from "../problems/problem.js";
 
 /** Why a node did not count that means it is down or unreachable, not that the lock is held. */
@@ -117,7 +118,8 @@ async function acquire(
       // The signal stops the loop between attempts; an attempt in flight runs to its end.
       return await ctx.metrics.time("leases", "acquire", () => redlock.acquire(resources, ttlMs, { retryCount: 0, signal }));
     } catch (err) {
-      if (err instanceof TokenSpaceExhaustedError) throw new HttpProblem("tokenSpaceExhausted", err.message, { resource: err.resource });
+      if (err instanceof TokenSpaceExhaustedError)
+        throw new HttpProblem(PROBLEM_OF_CODE[err.code], err.message, { resource: err.resource });
       if (!(err instanceof LockNotAcquiredError)) throw err;
       // So many nodes failed or timed out that no quorum was possible: the lock is down, not busy.
       const unreachable = err.nodes.filter((n) => UNREACHABLE.has(n.reason)).length;
@@ -127,7 +129,7 @@ async function acquire(
       if (attempt >= retry.count || performance.now() + delay + retry.attemptMs > deadline) {
         // Contention (held elsewhere, or a round lost to a concurrent one): worth retrying later.
         ctx.metrics.lease("refused");
-        throw new HttpProblem("lockHeld", err.message, asked(resources));
+        throw new HttpProblem(PROBLEM_OF_CODE[err.code], err.message, asked(resources));
       }
       await sleep(delay, undefined, { signal });
     }
@@ -158,7 +160,11 @@ async function registerEverywhere(leases: Leases, lease: Lease, signal: AbortSig
     // The lease ran out before every store registered it (a store refuses a lease it knows ended), or while they did.
     if (err instanceof LeaseLostError) {
       ctx.metrics.leaseLost(err.kind);
-      throw new HttpProblem("leaseLost", err.message, { resource: lease.resource, token: lease.token.toString(), kind: err.kind });
+      throw new HttpProblem(PROBLEM_OF_CODE[err.code], err.message, {
+        resource: lease.resource,
+        token: lease.token.toString(),
+        kind: err.kind,
+      });
     }
     throw err;
   }
@@ -181,7 +187,11 @@ export async function extend({ ctx, redlock }: Leases, held: LeaseIdParts, ttlMs
     // too few nodes answered to tell: the lease may still be alive, and a retry may confirm it.
     if (err.kind === "expired" || notHeld > redlock.clients.length - redlock.quorum) {
       ctx.metrics.leaseLost(err.kind);
-      throw new HttpProblem("leaseLost", err.message, { resource: first.resource, token: first.token.toString(), kind: err.kind });
+      throw new HttpProblem(PROBLEM_OF_CODE[err.code], err.message, {
+        resource: first.resource,
+        token: first.token.toString(),
+        kind: err.kind,
+      });
     }
     throw new HttpProblem("unavailable", "too few lock nodes answered to confirm the extension", { resource: first.resource });
   }
