@@ -12,9 +12,23 @@
  * The lock is abstracted to what the lock model checks: each grant is a fresh lease value with a
  * token above every earlier one; its key (per resource, holding the value) may vanish at any time.
  *
- * Invariant:
+ * Scenarios:
+ *   default  leases of one resource (fl1 lease ids), two resources.
+ *   SETS     leases of any set of three resources (one value, a token per resource, a credential per
+ *            resource), whose ids are fl1 for one resource and fl2 for several: the id seals the
+ *            value and every resource with its token. The lock's EXTEND of a set acts only where every
+ *            key of the set holds the value (all or none), RELEASE on every key of the set that holds
+ *            it; a key may vanish at any time. The client presents any value, any set and any tokens.
+ *            The gateway seals one payload per lease (an extension seals the same value and fences
+ *            again, with a new end, which the model leaves out), so the sealed ids are the grants.
+ *
+ * Invariants:
  *   lock_issued_only   every fence a store accepts is one the lock granted: that token, that holder,
  *                      that resource
+ *   one_set_per_id     (SETS) every extend and release the gateway asks of the lock names exactly the
+ *                      lease the lock granted under the id's value: all its resources, each with its
+ *                      token, and no other. A set's id is never extended or released as another set
+ *                      ({A, B} as {A, C}), as a part of it ({A, B} as A), or the other way round
  *
  * Mutants:
  *   MUTANT_EXTEND_SIGNS_CLIENT_TOKEN  extend takes the token as the client wrote it: the lease id's
@@ -22,9 +36,18 @@
  *                                     before lease ids were sealed: "<token>.<value>.<resource>")
  *   MUTANT_PLAIN_TOKEN_ANY_KEY        a plain Fencing-Token header is taken from any API key, not
  *                                     only from trusted lock clients
+ *   MUTANT_SET_ID_SEALS_VALUE_ONLY    (SETS) an fl2 id's MAC covers its value (and end) only: the
+ *                                     resources and tokens after it are taken as written (fl1 ids
+ *                                     stay sealed whole)
+ *   MUTANT_SET_ID_ANY_SUBSET          (SETS) an id's fences are checked one by one against the sealed
+ *                                     ones: any part of a set passes (each fence presented is sealed)
  */
 
-#define R 2          /* resources 1..R */
+#ifdef SETS
+#define R 3          /* resources 1..R */
+#else
+#define R 2
+#endif
 #define V 2          /* lease values 1..V: the lock grants at most V leases */
 #define T 3          /* tokens 1..T; the lock grants at most V of them, so T is one it never issues */
 #ifndef STEPS
@@ -42,14 +65,25 @@ byte lastToken, lastValue;
 /* the store's ratchet, per resource */
 byte hiT[R + 1], hiH[R + 1];
 
-hidden byte lock_issued_only;
+hidden byte lock_issued_only, one_set_per_id;
+
+/*
+ * CHECK(id, name, cond): the invariant `name` must hold here. ONLY_CHECK=<id> asserts that one alone
+ * (a mutant breaks the invariant it targets; others may fail first otherwise).
+ */
+#ifndef ONLY_CHECK
+#define ONLY_CHECK 0
+#endif
+#define CHECK(id, name, cond) name = (cond); if :: (ONLY_CHECK == 0 || ONLY_CHECK == id) -> assert(name) :: else fi
+#define LOCK_ISSUED_ONLY 1
+#define ONE_SET_PER_ID 2
 
 /* A fence reaches the store: the ratchet admits it or not. */
 inline storeWrite(t, h, r) {
   if
   :: t > hiT[r] || (t == hiT[r] && h == hiH[r]) ->
      printf("MSC: the store accepts the fence (token %d, holder %d, resource %d)\n", t, h, r);
-     lock_issued_only = ((granted & BIT(t, h, r)) != 0); assert(lock_issued_only);
+     CHECK(LOCK_ISSUED_ONLY, lock_issued_only, (granted & BIT(t, h, r)) != 0);
      hiT[r] = t; hiH[r] = h
   :: else -> printf("MSC: the store refuses the fence (token %d, holder %d, resource %d)\n", t, h, r)
   fi
@@ -115,6 +149,132 @@ inline plainWrite(t, h, r) {
 #endif
 }
 
+#ifdef SETS
+
+/*
+ * The leases, by value: the resources the lock granted under v (a bit per resource, 0: not granted)
+ * and each one's token. The gateway sealed exactly these as lease ids: fl1 when one bit is set, fl2
+ * otherwise (so neither format's payload is the other's).
+ */
+byte setOf[V + 1];
+byte tokenOf[(V + 1) * (R + 1)];
+#define TOKEN(v, r) tokenOf[(v) * (R + 1) + (r)]
+#define IN(S, r) (((S) >> ((r) - 1)) & 1)
+byte lastTokenOf[R + 1];  /* the lock's counter per resource */
+byte keysOf[V + 1];       /* the resources whose lease key holds value v on a quorum */
+
+/* Whether the presented fence of resource r (token pt[r]) is the sealed one of value v. */
+#define SEALED_FENCE(v, r) (!IN(S, r) || (IN(setOf[v], r) && TOKEN(v, r) == pt[r]))
+#define SEALED_FENCES(v) (SEALED_FENCE(v, 1) && SEALED_FENCE(v, 2) && SEALED_FENCE(v, 3))
+
+/* Whether the gateway unseals the id (value v, resources S, tokens pt): the MAC covers every field. */
+#define SEVERAL(S) (IN(S, 1) + IN(S, 2) + IN(S, 3) >= 2)
+#if defined(MUTANT_SET_ID_SEALS_VALUE_ONLY)
+#define UNSEALS_SET(v) ((SEVERAL(S) && SEVERAL(setOf[v])) || (setOf[v] == S && SEALED_FENCES(v)))
+#elif defined(MUTANT_SET_ID_ANY_SUBSET)
+#define UNSEALS_SET(v) (setOf[v] != 0 && SEALED_FENCES(v))
+#else
+#define UNSEALS_SET(v) (setOf[v] == S && SEALED_FENCES(v))
+#endif
+
+/* The id names the lease granted under v, whole: what the gateway may ask the lock to extend or release. */
+#define ITS_SET(v) (S == setOf[v] && SEALED_FENCES(v))
+
+/* POST /v1/leases with resources S: one value, a token per resource, a credential per resource, one id. */
+inline acquireSet() {
+  lastValue++; setOf[lastValue] = S; keysOf[lastValue] = S;
+  r = 1;
+  do
+  :: r <= R && IN(S, r) ->
+     lastTokenOf[r]++; TOKEN(lastValue, r) = lastTokenOf[r];
+     granted = granted | BIT(lastTokenOf[r], lastValue, r);
+     signedCreds = signedCreds | BIT(lastTokenOf[r], lastValue, r);
+     printf("MSC: POST /v1/leases: the lock grants value %d, resource %d at token %d\n", lastValue, r, lastTokenOf[r]);
+     r++
+  :: r <= R && !IN(S, r) -> r++
+  :: else -> r = 0; break
+  od
+}
+
+/*
+ * POST /v1/leases/extend with the id (value v, resources S, tokens pt): unsealed, the lock's EXTEND
+ * confirms that every key of the set holds v, and the gateway signs a credential per resource with
+ * the id's token, value and resource.
+ */
+inline extendSet(v) {
+  if
+  :: UNSEALS_SET(v) ->
+     printf("MSC: POST /v1/leases/extend with the id (value %d; tokens of resources 1, 2, 3: %d %d %d, 0 not in the id): unsealed\n", v, pt[1], pt[2], pt[3]);
+     CHECK(ONE_SET_PER_ID, one_set_per_id, ITS_SET(v));
+     if
+     :: (keysOf[v] & S) == S ->
+        r = 1;
+        do
+        :: r <= R && IN(S, r) -> signedCreds = signedCreds | BIT(pt[r], v, r); r++
+        :: r <= R && !IN(S, r) -> r++
+        :: else -> r = 0; break
+        od
+     :: else -> printf("MSC: the lock refuses the extension: lease-lost\n")
+     fi
+  :: else -> printf("MSC: POST /v1/leases/extend with the id (value %d; tokens of resources 1, 2, 3: %d %d %d, 0 not in the id): invalid-lease-id\n", v, pt[1], pt[2], pt[3])
+  fi
+}
+
+/* POST /v1/leases/release: the RELEASE script deletes every key of the set holding the id's value. */
+inline releaseSet(v) {
+  if
+  :: UNSEALS_SET(v) ->
+     printf("MSC: POST /v1/leases/release with the id (value %d; tokens of resources 1, 2, 3: %d %d %d, 0 not in the id): unsealed\n", v, pt[1], pt[2], pt[3]);
+     CHECK(ONE_SET_PER_ID, one_set_per_id, ITS_SET(v));
+     keysOf[v] = keysOf[v] & (7 - S)
+  :: else
+  fi
+}
+
+active proctype Client() {
+  byte n, op, t, v, r, S;
+  byte pt[R + 1];  /* the tokens of the id presented, per resource */
+  do
+  :: n < STEPS ->
+     n++;
+     select(op : 1 .. 5);
+     atomic {
+       if
+       :: op == 1 && lastValue < V -> select(S : 1 .. 7); acquireSet()
+       :: op == 2 || op == 3 ->
+          /* an id: any value, any set of resources, any token for each */
+          select(v : 1 .. V); select(S : 1 .. 7);
+          if :: IN(S, 1) -> select(t : 1 .. T); pt[1] = t :: else fi;
+          if :: IN(S, 2) -> select(t : 1 .. T); pt[2] = t :: else fi;
+          if :: IN(S, 3) -> select(t : 1 .. T); pt[3] = t :: else fi;
+          if :: op == 2 -> extendSet(v) :: else -> releaseSet(v) fi
+       :: op == 4 || op == 5 ->
+          select(t : 1 .. T); select(v : 1 .. V); select(r : 1 .. R);
+          if :: op == 4 -> write(t, v, r) :: else -> plainWrite(t, v, r) fi
+       :: else
+       fi;
+       op = 0; t = 0; v = 0; r = 0; S = 0; pt[1] = 0; pt[2] = 0; pt[3] = 0
+     }
+  :: else -> break
+  od
+}
+
+/* A lease key may vanish at any time (its TTL, a clock jump). */
+#define VANISHES(v, r) atomic { IN(keysOf[v], r) -> keysOf[v] = keysOf[v] - (1 << ((r) - 1)) }
+active proctype Expiry() {
+end:
+  do
+  :: VANISHES(1, 1)
+  :: VANISHES(1, 2)
+  :: VANISHES(1, 3)
+  :: VANISHES(2, 1)
+  :: VANISHES(2, 2)
+  :: VANISHES(2, 3)
+  od
+}
+
+#else
+
 active proctype Client() {
   byte n, op, t, v, r;
   do
@@ -145,3 +305,5 @@ end:
   :: atomic { heldBy[2] != 0 -> heldBy[2] = 0 }
   od
 }
+
+#endif

@@ -40,6 +40,13 @@
  *            statement finds its connection closed and is rolled back. (A late register, also
  *            "with-statement", writes no record; what it does to the ratchet is a register like any
  *            other, which the other scenarios check.)
+ *   SETS     (PostgreSQL) a lease of two resources: lease 1 holds a fence on each of resources 1 and
+ *            2 (one holder, a token each), leases 2 and 3 one fence each (any resource, any token);
+ *            OPS operations in all. Lease 1 calls putAll (one or two records, keys 0 and 1, each under
+ *            the fence of the resource it names) or register of both fences; leases 2 and 3 put a
+ *            key or register. A call of several fences is one step, as every PostgreSQL write: every
+ *            ratchet raised and checked in one statement (ratchetAll), then the records in key order,
+ *            inside one transaction that any refusal rolls back.
  *
  * Invariants (PROTOCOL.md), named in the assertions:
  *   ratchet               the tokens accepted for a resource never decrease (S3: per key; with
@@ -50,6 +57,10 @@
  *   no_lost_update        (UPDATES) every acknowledged update is in the value
  *   no_late_overwrite     (LATE_COMMIT) a holder's acknowledged later write is never overwritten by
  *                         its earlier one
+ *   set_whole             (SETS) a call of several fences lands whole or not at all: every record
+ *                         written and every ratchet raised to its fence, each fence admitted by its
+ *                         resource's ratchet as it stood; or no record and no ratchet changed. So no
+ *                         record lands that either resource's ratchet refuses
  *
  * Mutants:
  *   MUTANT_EQUAL_TOKEN_ANY_HOLDER  an equal token is accepted from any holder
@@ -60,8 +71,15 @@
  *   MUTANT_PUT_SYNC_WITH_STATEMENT the put's commit is sent with its statement, like the others'
  *   MUTANT_PUT_KEEPS_VERSION       an unconditional write keeps the record's version (no new one from the sequence)
  *   MUTANT_ORDERED_PUT_NO_CHECK    an ordered put lands whatever version the record at its fence has
+ *   MUTANT_SET_CHECKS_FIRST_FENCE  a call of several fences checks the first fence's ratchet only (and
+ *                                  raises both)
+ *   MUTANT_SET_NOT_ATOMIC          putAll's ratchets and records each commit by themselves: a refused
+ *                                  record leaves the ones before it written
  */
 
+#if defined(SETS) && (defined(S3) || defined(UPDATES) || defined(LATE_COMMIT))
+#error "SETS is a PostgreSQL scenario of its own (FencedS3 writes one fence per call)"
+#endif
 #if defined(LATE_COMMIT)
 #define R 1
 #define K 1
@@ -121,7 +139,7 @@ byte maxKey[K * (R + 1)];        /* the highest token accepted for a resource on
 byte acked;                      /* updates acknowledged */
 #endif
 
-hidden byte ratchet, one_lease_per_token, one_resource_per_key, no_lost_update, no_late_overwrite;
+hidden byte ratchet, one_lease_per_token, one_resource_per_key, no_lost_update, no_late_overwrite, set_whole;
 
 /*
  * CHECK(id, name, cond): the invariant `name` must hold here. ONLY_CHECK=<id> asserts that one alone
@@ -136,6 +154,7 @@ hidden byte ratchet, one_lease_per_token, one_resource_per_key, no_lost_update, 
 #define ONE_RESOURCE_PER_KEY 3
 #define NO_LOST_UPDATE 4
 #define NO_LATE_OVERWRITE 5
+#define SET_WHOLE 6
 
 #define ADMITS_PAIR(ht, hh, t, h) (t > ht || (t == ht && h == hh))
 #ifdef MUTANT_EQUAL_TOKEN_ANY_HOLDER
@@ -423,6 +442,138 @@ proctype Updater(byte h) {
   od
 }
 
+#elif defined(SETS)
+
+/*
+ * Lease 1 of the set {1, 2}: tokOf[1] is its token for resource 1, setTok2 its token for resource 2,
+ * and its holder id is 1 for both (a set has one value, so one holder).
+ */
+byte setTok2;
+#define SET_TOKEN(r) (r == 1 -> tokOf[1] : setTok2)
+
+/* ghosts of the call of several fences in progress (each used within its one atomic step) */
+hidden byte admits1, admits2;          /* each fence admitted by its ratchet as it stood, by the rule */
+hidden byte was1T, was1H, was2T, was2H; /* the ratchets before the call */
+hidden byte landed;                    /* records written by the call */
+
+/* Before a call of several fences: what each ratchet (admits, as specified) says of its fence. */
+inline setBefore(h) {
+  admits1 = ADMITS_PAIR(hiT[1], hiH[1], tokOf[1], h); admits2 = ADMITS_PAIR(hiT[2], hiH[2], setTok2, h);
+  was1T = hiT[1]; was1H = hiH[1]; was2T = hiT[2]; was2H = hiH[2]; landed = 0
+}
+
+/* After it: n records written and both ratchets at the call's fences, both admitted; or nothing changed. */
+#define SET_LANDED(n, h) (landed == n && admits1 && admits2 && hiT[1] == tokOf[1] && hiH[1] == h && hiT[2] == setTok2 && hiH[2] == h)
+#define SET_UNCHANGED (landed == 0 && hiT[1] == was1T && hiH[1] == was1H && hiT[2] == was2T && hiH[2] == was2H)
+
+/* ratchetAll (sql.ts; raiseAll in batch.ts): both fences, in lock order (resource 1 first). Sets ok. */
+inline ratchetAll(h) {
+  fenceCheck(1, tokOf[1], h);
+#ifndef MUTANT_SET_CHECKS_FIRST_FENCE
+  if :: ok -> fenceCheck(2, setTok2, h) :: else fi
+#endif
+}
+inline raiseBoth(h) {
+  accepted(1, tokOf[1], h); fenceRaise(1, tokOf[1], h);
+  accepted(2, setTok2, h); fenceRaise(2, setTok2, h)
+}
+
+/* register(fences) of both: the ratchets alone, all or none (ratchetAll in the call's transaction). */
+inline registerSet(h) {
+  atomic {
+    setBefore(h);
+    ratchetAll(h);
+    if
+    :: ok -> printf("MSC: lease %d registers (resource 1, token %d) and (resource 2, token %d)\n", h, tokOf[1], setTok2); raiseBoth(h)
+    :: else -> printf("MSC: lease %d registers both fences: refused, stale\n", h)
+    fi;
+    CHECK(SET_WHOLE, set_whole, SET_LANDED(0, h) || SET_UNCHANGED);
+    ok = 0
+  }
+}
+
+/* A record of putAll refused: another resource owns key k (r: the resource the record names, 0: no record). */
+#define FOREIGN_RECORD(k, r) (r != 0 && owner[k] != 0 && owner[k] != r)
+
+/* One record of putAll under its resource's fence: written (putRecord), or the call refused. */
+inline setRecord(k, r, h) {
+  if
+  :: res == LANDED && r != 0 && FOREIGN_RECORD(k, r) ->
+     res = FOREIGN; printf("MSC: putAll's record of key %d: refused, owned by resource %d\n", k, owner[k])
+  :: res == LANDED && r != 0 && !FOREIGN_RECORD(k, r) ->
+     printf("MSC: putAll writes key %d under resource %d (token %d), version %d\n", k, r, SET_TOKEN(r), seq + 1);
+     changes(k, r); owner[k] = r; seq++; ver[k] = seq; live[k] = 1; landed++
+  :: else
+  fi
+}
+
+/*
+ * putAll(writes, { fences }) of lease h's two fences: key 0 under resource r0 and key 1 under r1 (0:
+ * no record of that key). One step: putAllOrdered, or after its refusal the transaction of raiseAll
+ * and putRecord (batch.ts), which decide alike; any refusal rolls back every record and raise.
+ */
+inline putAll(h, r0, r1) {
+  atomic {
+    printf("MSC: lease %d putAll under (resource 1, token %d) and (resource 2, token %d): key 0 under resource %d, key 1 under resource %d (0: none)\n", h, tokOf[1], setTok2, r0, r1);
+    setBefore(h);
+    ratchetAll(h);
+    if
+    :: ok -> res = LANDED
+    :: else -> res = STALE; printf("MSC: lease %d putAll: refused, stale\n", h)
+    fi;
+#ifdef MUTANT_SET_NOT_ATOMIC
+    /* the ratchets commit, then each record by itself */
+    if :: res == LANDED -> raiseBoth(h) :: else fi;
+    setRecord(0, r0, h); setRecord(1, r1, h);
+#else
+    /* the transaction: a refused record (the first in key order) leaves nothing written */
+    if
+    :: res == LANDED && (FOREIGN_RECORD(0, r0) || FOREIGN_RECORD(1, r1)) ->
+       res = FOREIGN; printf("MSC: lease %d putAll: refused, a key owned by another resource\n", h)
+    :: else
+    fi;
+    if :: res == LANDED -> raiseBoth(h) :: else fi;
+    setRecord(0, r0, h); setRecord(1, r1, h);
+#endif
+    CHECK(SET_WHOLE, set_whole, SET_LANDED((r0 != 0) + (r1 != 0), h) || SET_UNCHANGED);
+    ok = 0; res = 0
+  }
+}
+
+byte ops;
+
+/* lease 1, of both resources: putAll of one or two records, or register, OPS operations in all with the others' */
+proctype SetHolder() {
+  byte r0, r1, ok, res;
+  do
+  :: atomic { ops < OPS -> ops++ };
+     if
+     :: registerSet(1)
+     :: if :: r0 = 0 :: r0 = 1 :: r0 = 2 fi;
+        if :: r1 = 1 :: r1 = 2 :: r0 != 0 -> r1 = 0 fi;
+        putAll(1, r0, r1)
+     fi;
+     r0 = 0; r1 = 0
+  :: else -> break
+  od
+}
+
+/* a lease of one resource: put a key, or register */
+proctype Holder(byte h) {
+  byte r, t, k, ok, res;
+  r = resOf[h]; t = tokOf[h];
+  do
+  :: atomic { ops < OPS -> ops++ };
+     if
+     :: k = 0; write(k, r, t, h, 1, 0, 0)
+     :: k = 1; write(k, r, t, h, 1, 0, 0)
+     :: register(r, t, h)
+     fi;
+     k = 0; res = 0
+  :: else -> break
+  od
+}
+
 #else
 
 /* a lease holder: operations of any kind, on any key, OPS in all */
@@ -452,7 +603,14 @@ init {
   byte h, x;
   atomic {
     /* every lease's resource and token, in every combination */
+#ifdef SETS
+    /* lease 1 holds both resources: a token for each */
+    select(x : 1 .. T); tokOf[1] = x;
+    select(x : 1 .. T); setTok2 = x;
+    h = 2;
+#else
     h = 1;
+#endif
     do
     :: h <= LEASES ->
        select(x : 1 .. R); resOf[h] = x;
@@ -475,6 +633,8 @@ init {
 #else
     run Updater(1); run Updater(1); run Updater(2)
 #endif
+#elif defined(SETS)
+    run SetHolder(); run Holder(2); run Holder(3)
 #else
     run Holder(1); run Holder(2); run Holder(3)
 #endif

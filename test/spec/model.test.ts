@@ -122,6 +122,26 @@ const CONFIGURATIONS: readonly Configuration[] = [
     defines: ["-DLATE_COMMIT", "-DMUTANT_ORDERED_PUT_NO_CHECK", "-DONLY_CHECK=NO_LATE_OVERWRITE"],
     expect: { violates: "no_late_overwrite" },
   },
+  // A lease of two resources: putAll and register under both fences, beside leases of one resource.
+  {
+    name: "PostgreSQL store, writes under a set of fences land whole or not at all",
+    model: "store",
+    defines: ["-DSETS", "-DOPS=3"],
+    expect: "holds",
+    large: { hashBits: 22 },
+  },
+  {
+    name: "mutant: a set of fences admitted by its first ratchet only (PostgreSQL)",
+    model: "store",
+    defines: ["-DSETS", "-DOPS=3", "-DMUTANT_SET_CHECKS_FIRST_FENCE", "-DONLY_CHECK=SET_WHOLE"],
+    expect: { violates: "set_whole" },
+  },
+  {
+    name: "mutant: putAll's records commit one by one (PostgreSQL)",
+    model: "store",
+    defines: ["-DSETS", "-DOPS=3", "-DMUTANT_SET_NOT_ATOMIC", "-DONLY_CHECK=SET_WHOLE"],
+    expect: { violates: "set_whole" },
+  },
   {
     name: "mutant: equal tokens accepted from any holder (PostgreSQL)",
     model: "store",
@@ -184,6 +204,27 @@ const CONFIGURATIONS: readonly Configuration[] = [
     model: "gateway",
     defines: ["-DMUTANT_PLAIN_TOKEN_ANY_KEY"],
     expect: { violates: "lock_issued_only" },
+  },
+  // Leases of any set of three resources (fl1 ids for one, fl2 for several), five requests.
+  { name: "gateway trust, leases of sets", model: "gateway", defines: ["-DSETS", "-DSTEPS=5"], expect: "holds", large: { hashBits: 20 } },
+  {
+    name: "mutant: an fl2 lease id seals its value only",
+    model: "gateway",
+    defines: ["-DSETS", "-DMUTANT_SET_ID_SEALS_VALUE_ONLY", "-DONLY_CHECK=ONE_SET_PER_ID"],
+    expect: { violates: "one_set_per_id" },
+  },
+  {
+    name: "mutant: a part of a set's lease id is accepted",
+    model: "gateway",
+    defines: ["-DSETS", "-DMUTANT_SET_ID_ANY_SUBSET", "-DONLY_CHECK=ONE_SET_PER_ID"],
+    expect: { violates: "one_set_per_id" },
+  },
+  {
+    name: "mutant: a part of a set's lease id is accepted, yet only fences the lock granted are signed",
+    model: "gateway",
+    defines: ["-DSETS", "-DSTEPS=5", "-DMUTANT_SET_ID_ANY_SUBSET", "-DONLY_CHECK=LOCK_ISSUED_ONLY"],
+    expect: "holds",
+    large: { hashBits: 20 },
   },
 ];
 
