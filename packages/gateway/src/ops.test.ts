@@ -118,6 +118,12 @@ describe("secrets", () => {
       await sleep(20);
       const metrics = await c.send({ method: "GET", path: "/metrics" });
       expect(lines.length).toBeGreaterThan(answers.length);
+      // Each refusal's log line names its problem as its `type` does: one slug (kinds.ts, outcomeNames).
+      const logged = lines
+        .map((line) => JSON.parse(line) as { msg?: string; problem?: string })
+        .flatMap((l) => (l.msg === "request" && l.problem !== undefined ? [`/problems/${l.problem}`] : []));
+      expect(logged).toEqual(answers.filter((a) => a.status >= 400).map((a) => a.json<{ type: string }>().type));
+      expect(logged).toContain("/problems/lease-lost");
       for (const secret of secrets) {
         for (const line of lines) expect(line).not.toContain(secret);
         expect(metrics.text()).not.toContain(secret);
