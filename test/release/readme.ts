@@ -98,14 +98,22 @@ export function shellCommands(blocks: readonly CodeBlock[]): string[] {
     .flatMap((line) => line.split(/\s*&&\s*/));
 }
 
-/** `pnpm <script>` invocations (flags before the script skipped); pnpm's own commands are left out. */
+/** pnpm's options that take the next word as their value (`--filter @fenced/lock`). */
+const PNPM_OPTIONS_WITH_VALUE = new Set(["--filter", "-F", "--dir", "-C", "--workspace-concurrency"]);
+
+/** `pnpm <script>` invocations (options before the script skipped, with their values); pnpm's own commands are left out. */
 export function pnpmScripts(commands: readonly string[]): string[] {
-  const builtin = new Set(["install", "add", "exec", "dlx", "run", "test", "i"]);
+  const builtin = new Set(["install", "add", "exec", "dlx", "run", "test", "i", "pack"]);
   const scripts: string[] = [];
   for (const command of commands) {
     const words = command.split(/\s+/);
     if (words[0] !== "pnpm") continue;
-    const script = words.slice(1).find((w) => !w.startsWith("-"));
+    let script: string | undefined;
+    for (let i = 1; i < words.length && script === undefined; i++) {
+      const word = words[i] as string;
+      if (PNPM_OPTIONS_WITH_VALUE.has(word)) i++;
+      else if (!word.startsWith("-")) script = word;
+    }
     if (script !== undefined && !builtin.has(script)) scripts.push(script);
   }
   // `pnpm test` runs the "test" script: check it like the others.
@@ -131,4 +139,18 @@ export function relativeLinks(root: string, source: string): string[] {
 /** The words of each `npm install` command, to see which packages it installs together. */
 export function npmInstalls(commands: readonly string[]): string[][] {
   return commands.map((c) => c.split(/\s+/)).filter((words) => words[0] === "npm" && (words[1] === "install" || words[1] === "i"));
+}
+
+/** The file `pnpm pack` writes for a package: "@fenced/lock" 0.1.0 → "fenced-lock-0.1.0.tgz". */
+export function tarballName(name: string, version: string): string {
+  return `${name.replace(/^@/, "").replace("/", "-")}-${version}.tgz`;
+}
+
+/**
+ * Whether an install command's words install `name` at `version`: by its name, or by the path of the
+ * tarball `pnpm pack` writes for it (nothing is published, so the README installs tarballs).
+ */
+export function installs(words: readonly string[], name: string, version: string): boolean {
+  const tarball = tarballName(name, version);
+  return words.some((word) => word === name || word === tarball || word.endsWith(`/${tarball}`));
 }

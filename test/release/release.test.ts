@@ -1,7 +1,7 @@
 // The packages as a user gets them, and the README as a user reads it. One file, run in order: `pnpm
 // pack` (each package's prepack rebuilds its dist/ from clean) and the README's `pnpm build` both write
 // the packages' dist/ directories, so they must not run side by side.
-import { existsSync, lstatSync, readFileSync } from "node:fs";
+import { existsSync, lstatSync, readdirSync, readFileSync } from "node:fs";
 import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -14,12 +14,14 @@ import { healthz, startGateway, withTestValues, type GatewayBackends } from "./g
 import {
   ambientDeclarations,
   codeBlocks,
+  installs,
   mapErrors,
   npmInstalls,
   pnpmScripts,
   relativeLinks,
   repositoryPaths,
   shellCommands,
+  tarballName,
   writeBlocks,
   type CodeBlock,
 } from "./readme.js";
@@ -28,6 +30,7 @@ import {
   exportConditions,
   formatTarball,
   manifestStrings,
+  type Manifest,
   packAll,
   PUBLIC_PACKAGES,
   ROOT,
@@ -48,8 +51,17 @@ function shipsTypes(dir: string): boolean {
   );
 }
 const elapsed = (): string => `${((performance.now() - started) / 1000).toFixed(1)} s`;
-const READMES = ["README.md", ...PUBLIC_PACKAGES.map((p) => `${p.dir}/README.md`)];
+/** The README, the pages it moved detail to (docs/), and each package's README: their code and commands are checked alike. */
+const READMES = [
+  "README.md",
+  ...readdirSync(join(ROOT, "docs"))
+    .filter((f) => f.endsWith(".md"))
+    .map((f) => `docs/${f}`),
+  ...PUBLIC_PACKAGES.map((p) => `${p.dir}/README.md`),
+];
 const WORKSPACE_TSC = join(ROOT, "node_modules", "typescript", "bin", "tsc");
+/** Which peer dependencies a package can do without. */
+type PeersMeta = { readonly peerDependenciesMeta?: Record<string, { optional?: boolean }> };
 
 let work: string;
 let redis: RedisNodes;
@@ -282,7 +294,7 @@ describe("installed from the packed tarballs, like a user", () => {
   }, 90_000);
 });
 
-describe("the README is true", () => {
+describe("the README (and the pages under docs/) is true", () => {
   let blocks: CodeBlock[];
   let commands: string[];
 
@@ -355,24 +367,40 @@ describe("the README is true", () => {
     }
   });
 
-  it("its npm install commands name every published package, each with the peers it requires", () => {
-    const rootCommands = shellCommands(blocks.filter((b) => b.source === "README.md"));
-    const installs = npmInstalls(commands);
+  it("its npm install commands install every published package, from its tarball in README.md, each with the packages and peers it requires", () => {
+    const rootInstalls = npmInstalls(shellCommands(blocks.filter((b) => b.source === "README.md")));
+    const all = npmInstalls(commands);
+    const manifests = new Map<string, Pick<Manifest, "version" | "dependencies" | "peerDependencies"> & PeersMeta>(
+      PUBLIC_PACKAGES.map((p) => [p.name, JSON.parse(readFileSync(join(ROOT, p.dir, "package.json"), "utf8")) as Manifest & PeersMeta]),
+    );
+    const versionOf = (name: string): string => manifests.get(name)?.version ?? "";
     for (const pkg of PUBLIC_PACKAGES) {
+      const manifest = manifests.get(pkg.name);
+      if (manifest === undefined) throw new Error(`no manifest for ${pkg.name}`);
       if (pkg.name !== "@fenced/fence")
         expect(
-          npmInstalls(rootCommands).some((words) => words.includes(pkg.name)),
+          rootInstalls.some((words) => installs(words, pkg.name, manifest.version)),
           `README.md installs ${pkg.name}`,
         ).toBe(true);
-      const manifest = JSON.parse(readFileSync(join(ROOT, pkg.dir, "package.json"), "utf8")) as {
-        peerDependencies?: Record<string, string>;
-        peerDependenciesMeta?: Record<string, { optional?: boolean }>;
-      };
+      // Nothing is published: the README's own commands install the tarballs `pnpm pack` writes.
+      for (const words of rootInstalls) expect(words, `README.md: ${words.join(" ")}`).not.toContain(pkg.name);
       const required = Object.keys(manifest.peerDependencies ?? {}).filter(
         (peer) => manifest.peerDependenciesMeta?.[peer]?.optional !== true,
       );
-      for (const words of installs.filter((w) => w.includes(pkg.name))) {
-        for (const peer of required) expect(words, `${words.join(" ")}: ${pkg.name} needs its peer ${peer}`).toContain(peer);
+      const workspace = Object.keys(manifest.dependencies ?? {}).filter((dep) => manifests.has(dep));
+      for (const words of all.filter((w) => installs(w, pkg.name, manifest.version))) {
+        // A peer is there when the command names it, or when another package it installs depends on it.
+        const provided = new Set([
+          ...words,
+          ...[...manifests].flatMap(([name, m]) => (installs(words, name, m.version) ? Object.keys(m.dependencies ?? {}) : [])),
+        ]);
+        for (const peer of required) expect([...provided], `${words.join(" ")}: ${pkg.name} needs its peer ${peer}`).toContain(peer);
+        // A tarball's dependencies on the other packages are found on no registry: their tarballs come with it.
+        if (words.some((w) => w.endsWith(tarballName(pkg.name, manifest.version))))
+          for (const dep of workspace)
+            expect(installs(words, dep, versionOf(dep)), `${words.join(" ")}: ${pkg.name} needs ${tarballName(dep, versionOf(dep))}`).toBe(
+              true,
+            );
       }
     }
   });
