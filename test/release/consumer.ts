@@ -14,7 +14,7 @@ import { Redis } from "ioredis";
 import pg from "pg";
 
 /** What one store did with a fresh write and then a stale one; the test judges it. */
-export interface StoreOutcome {
+interface StoreOutcome {
   readonly store: "postgres" | "s3";
   readonly firstToken: string;
   readonly secondToken: string;

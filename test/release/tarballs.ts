@@ -17,7 +17,7 @@ export const PUBLIC_PACKAGES = [
 /** Files every package carries besides what its exports, bin and source maps reach. */
 const ALWAYS = new Set(["package.json", "README.md", "LICENSE"]);
 
-export interface PackedFile {
+interface PackedFile {
   readonly path: string;
   readonly bytes: number;
 }
@@ -167,13 +167,6 @@ export function closure(tarball: Tarball, starts?: readonly string[]): Closure {
     if (declaration && existsSync(join(root, sibling))) add(sibling, path);
   }
   return result;
-}
-
-/** The declaration files a subpath's types reach, and the packages they import. */
-export function typeImportsOf(tarball: Tarball, subpath: string): Set<string> {
-  const types = tarball.manifest.exports?.[subpath]?.types;
-  if (types === undefined) throw new Error(`${tarball.name} has no types for ${subpath}`);
-  return closure(tarball, [types]).typeImports;
 }
 
 /** Files in the tarball that nothing reaches: stale build output, scratch files, tests. */

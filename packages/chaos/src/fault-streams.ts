@@ -29,7 +29,7 @@ export function* gatewayPauses(options: ScheduleOptions): Generator<Unnumbered, 
 /** Mean time from the end of one store fault to the start of the next, in TTLs. */
 const STORE_FAULT_GAP_TTLS = 8;
 /** A store server killed needs a while to come back (PostgreSQL's recovery, radosgw's start): no other store fault meanwhile. */
-export const STORE_RESTART_MARGIN_MS: Readonly<Record<Backend, number>> = { postgres: 2_000, s3: 6_000 };
+const STORE_RESTART_MARGIN_MS: Readonly<Record<Backend, number>> = { postgres: 2_000, s3: 6_000 };
 
 /**
  * Faults of the store server of `backend`, one at a time: a pause (SIGSTOP) of 0.5 to 4 TTLs — the

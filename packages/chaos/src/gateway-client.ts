@@ -71,7 +71,7 @@ export class RegistrationRefusedError extends Error {
 }
 
 /** One resource of a gateway lease: its token, and the credential of the writes under it. */
-export interface GatewayFence {
+interface GatewayFence {
   readonly resource: string;
   readonly token: bigint;
   readonly fence: string;

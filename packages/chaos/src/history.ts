@@ -149,7 +149,7 @@ export type FaultKind =
   | "reset"
   | "pause-gateway"
   | StoreFaultKind;
-export const FAULT_KINDS: readonly FaultKind[] = [
+const FAULT_KINDS: readonly FaultKind[] = [
   "pause-worker",
   "pause-in-rmw",
   "pause-redis",

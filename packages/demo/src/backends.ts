@@ -50,7 +50,7 @@ export interface Refusal {
 export type WriteOutcome =
   { readonly accepted: true; readonly version: string | undefined } | { readonly accepted: false; readonly refusal: Refusal };
 
-export interface WriteOptions {
+interface WriteOptions {
   readonly fence: Fence;
   readonly ifVersion?: string | undefined;
 }
@@ -110,7 +110,7 @@ export function s3Client(config: Extract<BackendConfig, { kind: "s3" }>): S3Clie
   });
 }
 
-export function refusalOf(err: unknown): Refusal | undefined {
+function refusalOf(err: unknown): Refusal | undefined {
   if (err instanceof StaleTokenError) {
     return { error: "StaleTokenError", message: err.message, token: err.token.toString(), highest: err.highest.toString() };
   }

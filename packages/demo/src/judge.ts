@@ -3,14 +3,14 @@ import type { FileDoc, Refusal, RefusalName, WriteOutcome } from "./backends.js"
 export type Expectation = "anomaly" | "protected";
 
 /** One client's write: the entry it added to what it had read, and what the storage answered. */
-export interface WriteRecord {
+interface WriteRecord {
   readonly client: string;
   readonly entry: string;
   readonly outcome: WriteOutcome;
 }
 
 /** Something the scenario needs to have really happened, or the run proves nothing (e.g. "the lease expired while client 1 was stopped"). */
-export interface Precondition {
+interface Precondition {
   readonly what: string;
   readonly holds: boolean;
 }

@@ -2,9 +2,8 @@ import { performance } from "node:perf_hooks";
 import type { Refusal } from "./backends.js";
 
 export type ScenarioName = "gc-pause" | "clock-jump" | "both-paused";
-export const SCENARIOS: readonly ScenarioName[] = ["gc-pause", "clock-jump", "both-paused"];
 
-export type LaneKind = "client" | "lock" | "node" | "storage";
+type LaneKind = "client" | "lock" | "node" | "storage";
 
 export interface Lane {
   readonly id: string;
@@ -14,7 +13,7 @@ export interface Lane {
   readonly client?: 1 | 2;
 }
 
-export type EventKind =
+type EventKind =
   | "setup"
   | "acquire"
   | "read"

@@ -4,7 +4,7 @@ import { InvalidArgumentError } from "@fenced/fence";
 export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
 
 /** Deeper values are refused up front rather than failing halfway through the validator or the server. */
-export const MAX_JSON_DEPTH = 256;
+const MAX_JSON_DEPTH = 256;
 
 // jsonb cannot store U+0000 and rejects unpaired surrogates, so such strings would fail on the server, after I/O.
 // eslint-disable-next-line no-control-regex

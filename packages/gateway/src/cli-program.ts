@@ -4,7 +4,7 @@ import { configFields } from "./config.js";
 import { CONFIG_VARIABLE, SETTINGS, flagNames, type ConfigFlags } from "./settings.js";
 
 /** The sweep command's own flags, as commander hands them over. */
-export interface SweepFlags {
+interface SweepFlags {
   readonly dryRun?: boolean;
   readonly minAge?: string;
 }

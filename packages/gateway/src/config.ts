@@ -169,7 +169,7 @@ const fields = {
  * The fields of the configuration's array items (schemas of their own, in auth/): what `--help`
  * says of each.
  */
-export const ITEM_FIELDS: Readonly<Record<string, string>> = {
+const ITEM_FIELDS: Readonly<Record<string, string>> = {
   "apiKeys[].id": "the key's name in logs: 1-64 of A-Z a-z 0-9 . _ -",
   "apiKeys[].key": "the secret itself, 16-256 characters of A-Z a-z 0-9 . _ ~ + / -",
   "apiKeys[].sha256": "or the secret's SHA-256 in hex, so that the file need not hold it",
@@ -231,7 +231,7 @@ export type GatewayConfig = z.output<typeof configSchema>;
  * What `fenced-gateway sweep` reads: the gateway's own file, variables and flags, checked alike. It
  * serves nothing, so it needs no API keys (a scheduled job need not hold them).
  */
-export const sweepConfigSchema = configObject.extend({ apiKeys: z.array(apiKeySchema).optional() });
+const sweepConfigSchema = configObject.extend({ apiKeys: z.array(apiKeySchema).optional() });
 
 export type SweepConfig = z.output<typeof sweepConfigSchema>;
 

@@ -43,7 +43,7 @@ const goodToken = fc.bigInt({ min: 1n, max: MAX_TOKEN - 1n }).map(String);
 
 const validToken = (v: string): boolean => TOKEN_PATTERN.test(v) && BigInt(v) <= MAX_TOKEN;
 
-export const malformedToken: fc.Arbitrary<string> = fc
+const malformedToken: fc.Arbitrary<string> = fc
   .oneof(
     fc.bigInt({ min: -(2n ** 70n), max: -1n }).map(String),
     fc.bigInt({ min: MAX_TOKEN + 1n, max: 10n ** 40n }).map(String),
@@ -74,7 +74,7 @@ export const malformedToken: fc.Arbitrary<string> = fc
 
 const pct = (code: number): string => `%${code.toString(16).toUpperCase().padStart(2, "0")}`;
 
-export const badKeyPath: fc.Arbitrary<string> = fc.oneof(
+const badKeyPath: fc.Arbitrary<string> = fc.oneof(
   fc
     .tuple(
       fc.array(segment, { maxLength: 2 }),
@@ -139,7 +139,7 @@ const setAuth = (value: string | undefined) => (s: Spec) => {
 const defect = (name: string, status: number, apply: (s: Spec) => void): Defect => ({ name, status, apply });
 
 /** Every way a write can be wrong, each on its own enough for the gateway to refuse it without writing. */
-export const storeDefect: fc.Arbitrary<Defect> = fc.oneof(
+const storeDefect: fc.Arbitrary<Defect> = fc.oneof(
   unauthorized.map((v) => defect(`auth ${JSON.stringify(v)}`, 401, setAuth(v))),
   fc.constant(defect("team-a key, key outside its scope", 403, setAuth(auth(KEYS.teamA)))),
   segment.map((k) =>
@@ -253,7 +253,7 @@ export const storeDefect: fc.Arbitrary<Defect> = fc.oneof(
 );
 
 /** A write that would be accepted: every generated request gets at least one defect on top. */
-export const baseSpec: fc.Arbitrary<Spec> = fc
+const baseSpec: fc.Arbitrary<Spec> = fc
   .record({
     store: fc.constantFrom("records" as const, "objects" as const),
     method: fc.constantFrom("PUT", "DELETE"),
@@ -272,7 +272,7 @@ export const baseSpec: fc.Arbitrary<Spec> = fc
     body: store === "records" ? '{"written":true}' : Buffer.from("written"),
   }));
 
-export function toRequest(spec: Spec, defects: readonly Defect[]): BadRequest {
+function toRequest(spec: Spec, defects: readonly Defect[]): BadRequest {
   const body = spec.method === "GET" ? undefined : spec.body;
   const headers = { ...spec.headers };
   if (spec.body === "" && body !== undefined) headers["content-length"] = "0";

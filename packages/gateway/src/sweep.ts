@@ -11,7 +11,7 @@ import { backendFailure } from "./problems/backend-errors.js";
  */
 
 /** Why PostgreSQL has nothing to sweep: what the report and stderr say. */
-export const POSTGRES =
+const POSTGRES =
   "nothing to sweep: a record and its resource's fence row change only inside one transaction, so no write, " +
   "failed or abandoned, leaves anything behind; tombstones and fence rows stay by design (they keep each key's owner " +
   "and each resource's highest token)";
@@ -22,7 +22,7 @@ export interface SweepRun {
 }
 
 /** The report on stdout. */
-export interface SweepReport {
+interface SweepReport {
   readonly s3?: S3SweepReport & { readonly bucket: string; readonly prefix: string };
   readonly postgres?: { readonly swept: false; readonly why: string };
 }

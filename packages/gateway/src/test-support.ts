@@ -181,7 +181,7 @@ export interface Answer {
   text(): string;
 }
 
-export interface Ask {
+interface Ask {
   readonly method: string;
   /** Sent verbatim: no normalisation of '..' or '//' on the way, as a hostile client would send it. */
   readonly path: string;

@@ -77,7 +77,7 @@ export interface Settings {
 }
 
 /** Redis's PX and Node's timers both stop at 2^31 - 1 ms (a longer Node timer fires at once). */
-export const MAX_MS = 2 ** 31 - 1;
+const MAX_MS = 2 ** 31 - 1;
 
 // What the lock generates for a lease (16 random bytes in hex); anything else cannot be a lease value.
 const LEASE_VALUE = /^[0-9a-f]{32}$/;

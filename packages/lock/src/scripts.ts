@@ -56,7 +56,7 @@ const compare = (op: ">" | ">="): string =>
  * exhausted resource; one that is not a decimal integer is an error. Redis lets a script that has
  * written keep writing even under maxmemory, so the undo cannot itself be refused.
  */
-export const ACQUIRE = `
+const ACQUIRE = `
 local taken = 0
 for i = 1, #KEYS, 2 do
   if not redis.call('SET', KEYS[i], ARGV[1], 'NX', 'PX', ARGV[2]) then break end
@@ -96,7 +96,7 @@ return reply
  * ARGV[i + 1], 0 if it was already there or above, -1 if the lease is not held here. Every ARGV[i + 1]
  * must be a token (at most 2^63 - 1): anything else is an error, and nothing is written.
  */
-export const PUBLISH = `
+const PUBLISH = `
 for i = 2, #ARGV do
   local s = ARGV[i]
   if not ${IS_DECIMAL} or ${compare(">")} then return redis.error_reply('ERR publish wants a token in 0..${CEILING}') end
@@ -123,7 +123,7 @@ return reply
  * Extend the set only where every lease key still holds this lease's value, all of them or none
  * (a node that holds part of a set does not hold the lease). ARGV: value, ttl ms. Returns 1 or 0.
  */
-export const EXTEND = `
+const EXTEND = `
 for i = 1, #KEYS do
   if redis.call('GET', KEYS[i]) ~= ARGV[1] then return 0 end
 end
@@ -135,7 +135,7 @@ return 1
  * Delete every lease key of the set that still holds this lease's value; never someone else's lease.
  * ARGV: value. Returns how many it deleted.
  */
-export const RELEASE = `
+const RELEASE = `
 local deleted = 0
 for i = 1, #KEYS do
   if redis.call('GET', KEYS[i]) == ARGV[1] then deleted = deleted + redis.call('DEL', KEYS[i]) end

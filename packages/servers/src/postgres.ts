@@ -68,7 +68,7 @@ const FAST_SETTINGS = ["fsync=off", "synchronous_commit=off", "full_page_writes=
 const KILL_SAFE_SETTINGS = ["fsync=off", "full_page_writes=off"];
 
 /** Resolves once a fresh connection answers a query: accepting TCP alone does not mean recovery is over. */
-export async function answersQuery(url: string): Promise<boolean> {
+async function answersQuery(url: string): Promise<boolean> {
   const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 2_000 });
   // A refused connection also emits 'error' on the client; without a listener it would crash the process.
   client.on("error", () => undefined);
@@ -108,7 +108,7 @@ async function startDockerPostgres(durable: boolean): Promise<StartedPostgres> {
 }
 
 /** Directories where distributions put initdb/postgres outside PATH (Debian: /usr/lib/postgresql/<major>/bin), newest first. */
-export function postgresBinDirs(): string[] {
+function postgresBinDirs(): string[] {
   const dirs: string[] = [];
   try {
     const majors = readdirSync("/usr/lib/postgresql")

@@ -108,7 +108,7 @@ function procStat(pid: number): { state: string; ppid: number } | undefined {
 }
 
 /** Every live descendant of `pid` (children, their children …), read from /proc (Linux). */
-export function descendants(pid: number): number[] {
+function descendants(pid: number): number[] {
   // Without /proc (not Linux) no descendant is seen: signals then reach the leader alone.
   if (!existsSync("/proc/self/stat")) return [];
   const children = new Map<number, number[]>();

@@ -91,18 +91,3 @@ export async function redisReady(host: string, port: number, pid?: number): Prom
   if (pid === undefined) return true;
   return typeof info === "string" && new RegExp(`^process_id:${pid}\\r?$`, "m").test(info);
 }
-
-/** Whether anything accepts TCP connections on the port (used to prove a node is down). */
-export function portAccepts(host: string, port: number, timeoutMs = 1_000): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect({ host, port });
-    const done = (result: boolean): void => {
-      clearTimeout(timer);
-      socket.destroy();
-      resolve(result);
-    };
-    const timer = setTimeout(() => done(true), timeoutMs);
-    socket.once("connect", () => done(true));
-    socket.once("error", () => done(false));
-  });
-}

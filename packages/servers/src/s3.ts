@@ -191,7 +191,7 @@ function cephBinaries(): CephBinaries {
 }
 
 /** Everything under one directory, so that clusters started side by side (parallel test files) never meet. */
-export function cephConfig(dir: string, fsid: string, monPort: number): string {
+function cephConfig(dir: string, fsid: string, monPort: number): string {
   return `[global]
 fsid = ${fsid}
 mon_host = [v2:${LOOPBACK}:${monPort}]

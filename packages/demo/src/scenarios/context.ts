@@ -31,7 +31,7 @@ export interface RunRecord extends RunId {
 
 /** The tokens of the article's figure: the lock has been granted 32 times before, the file was written under 32. */
 const TOKENS_BEFORE = 31n;
-export const INITIAL_ENTRY = "initial";
+const INITIAL_ENTRY = "initial";
 
 export function updateOf(client: 1 | 2): string {
   return `client ${client}'s update`;
@@ -248,7 +248,7 @@ export class RunContext {
 }
 
 /** "client 2's update" → "client 2": the diagram has little room. */
-export function shortEntry(entry: string): string {
+function shortEntry(entry: string): string {
   return entry.replace(/'s update$/, "");
 }
 

@@ -11,7 +11,7 @@ import { checkSignal, liveFence, liveFences, optionsObject, transferFences } fro
 
 // Versions are decimal renderings of a positive bigint sequence value; anything else was not issued by us.
 
-export function assertVersion(version: unknown, argument: string): asserts version is string {
+function assertVersion(version: unknown, argument: string): asserts version is string {
   if (typeof version !== "string")
     throw new InvalidArgumentError(
       argument,

@@ -12,7 +12,7 @@ import { objectNames, schemaStatements, type SchemaStatements } from "./schema-s
  */
 
 /** Unquoted-identifier shape; also keeps the name within PostgreSQL's 63-byte NAMEDATALEN limit. */
-export const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
+const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
 
 /** Validates a schema name and returns it double-quoted, ready for interpolation. */
 export function quoteSchema(schema: unknown, argument = "options.schema"): string {
@@ -385,7 +385,7 @@ export function statementNames(sql: Statements): Record<NamedStatement, string> 
 }
 
 /** Transaction control for the multi-statement operations (deletes, transfer(), transaction(), migrate()). */
-export const BEGIN = "BEGIN";
+const BEGIN = "BEGIN";
 
 /**
  * BEGIN, in the same round trip telling the server to give up on any one statement of the

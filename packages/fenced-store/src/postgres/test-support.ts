@@ -26,7 +26,7 @@ export interface PgHarness {
   close(): Promise<void>;
 }
 
-export interface StoredRecord {
+interface StoredRecord {
   /** undefined: a tombstone. */
   readonly value: unknown;
   readonly version: string;

@@ -106,7 +106,7 @@ class NeverConnected extends Error {
 }
 
 /** A gated request whose gate closed: it never reached the HTTP handler. Not retried by the SDK (no status, name or code it retries). */
-export class NotSent extends Error {
+class NotSent extends Error {
   constructor() {
     super("request not sent: its gate closed");
   }
@@ -152,7 +152,7 @@ export function sendOptions(signal: AbortSignal | undefined): { abortSignal?: Ab
 }
 
 /** ETags travel quoted in responses; keep them bare so the quoting can be chosen per backend when sending. */
-export function bareEtag(etag: string): string {
+function bareEtag(etag: string): string {
   return etag.replace(/^W\//, "").replaceAll('"', "");
 }
 

@@ -23,7 +23,7 @@ export interface CopyLimits {
   readonly part: number;
 }
 
-export const COPY_LIMITS: CopyLimits = { single: 5 * 1024 ** 3, part: 512 * 1024 ** 2 };
+const COPY_LIMITS: CopyLimits = { single: 5 * 1024 ** 3, part: 512 * 1024 ** 2 };
 const MAX_PARTS = 10_000;
 
 /** The x-amz-copy-source of an object: each key segment URL-encoded, the slashes kept. */

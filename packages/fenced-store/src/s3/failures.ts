@@ -100,7 +100,7 @@ export function retriedRefusal(err: unknown): boolean {
 }
 
 /** Why the backend could not serve a request, if the error says so; undefined for any other failure. */
-export function unavailableReason(err: unknown): UnavailableReason | undefined {
+function unavailableReason(err: unknown): UnavailableReason | undefined {
   const inner = (err as { original?: unknown } | null)?.original ?? err; // conditional.ts's wrappers
   if (inner instanceof DeadlineExceeded || (inner as { cause?: unknown } | null)?.cause instanceof DeadlineExceeded) return "timeout";
   const errno = errnoOf(inner);

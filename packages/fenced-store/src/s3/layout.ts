@@ -28,7 +28,7 @@ export function manifestKey(prefix: string, key: string): string {
 }
 
 /** The target of a create: the attempt lands only while the key has no manifest. */
-export const ABSENT = "absent";
+const ABSENT = "absent";
 
 /**
  * The data object of one manifest attempt. `target` is the writeId of the manifest the attempt is

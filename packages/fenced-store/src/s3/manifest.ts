@@ -16,10 +16,10 @@ import { newId, targetOf } from "./layout.js";
  * of the write that produced the manifest. Writes always produce /2.
  */
 
-export const MANIFEST_FORMAT = "fenced-s3-manifest/2";
-export const MANIFEST_FORMAT_V1 = "fenced-s3-manifest/1";
-export const FENCE_FORMAT = "fenced-s3-fence/2";
-export const FENCE_FORMAT_V1 = "fenced-s3-fence/1";
+const MANIFEST_FORMAT = "fenced-s3-manifest/2";
+const MANIFEST_FORMAT_V1 = "fenced-s3-manifest/1";
+const FENCE_FORMAT = "fenced-s3-fence/2";
+const FENCE_FORMAT_V1 = "fenced-s3-fence/1";
 
 /** The highest token accepted and the holder that presented it (null: a fence without a holder). */
 export interface Highest {

@@ -41,7 +41,7 @@ export type { S3SweepCount, S3SweepOptions, S3SweepProgress, S3SweepReport, S3Sw
  * server's by more than the bound would delete a probe while its verify() still runs, failing it
  * (liveness only). An hour absorbs any skew NTP leaves, and probes are few and tiny.
  */
-export const PROBE_MIN_AGE_MS = 3_600_000;
+const PROBE_MIN_AGE_MS = 3_600_000;
 
 /** Keys per DeleteObjects request (S3 accepts up to 1,000): a page's deletions spread over `concurrency` requests. */
 const DELETE_BATCH = 250;

@@ -73,7 +73,7 @@ export const problemName = (kind: ProblemKind): string =>
     .split("-")
     .map((w) => w.charAt(0).toUpperCase() + w.slice(1))
     .join("")}Problem`;
-export const quoted = (version: RegExp): string => `^"(?:${unanchored(version)})"$`;
+const quoted = (version: RegExp): string => `^"(?:${unanchored(version)})"$`;
 
 export const PROBLEM_JSON = "application/problem+json";
 
@@ -103,7 +103,7 @@ export function problemResponses(kinds: readonly ProblemKind[]): Record<string, 
 
 // Every authenticated route can answer these: no or a bad API key, a backend that is not configured
 // on this gateway (404), a backend that does not answer (503), a failure of the gateway itself.
-export const ALWAYS: readonly ProblemKind[] = ["unauthorized", "notFound", "unavailable", "internal"];
+const ALWAYS: readonly ProblemKind[] = ["unauthorized", "notFound", "unavailable", "internal"];
 export const JSON_BODY: readonly ProblemKind[] = ["invalid", "tooLarge", "mediaType"];
 // A route that calls a store: the backend may not be set up for it, or hold state the store did not write.
 export const STORE: readonly ProblemKind[] = ["backendMisconfigured", "corruptState", "backendError"];

@@ -11,7 +11,7 @@ function message(err: unknown): string {
 }
 
 /** Runs a check with a deadline: a backend that hangs is as unhealthy as one that refuses. */
-export async function within(timeoutMs: number, check: (signal: AbortSignal) => Promise<unknown>): Promise<BackendHealth> {
+async function within(timeoutMs: number, check: (signal: AbortSignal) => Promise<unknown>): Promise<BackendHealth> {
   const controller = new AbortController();
   let timer: NodeJS.Timeout | undefined;
   try {

@@ -72,7 +72,6 @@ export const recordWritesSchema = z
       .describe("The records, each key once: all of them are written, or none"),
   })
   .describe("Several records written together under the fences of one or more leases");
-export type RecordWrites = z.output<typeof recordWritesSchema>;
 
 /** 200 of POST /v1/records. */
 export const recordWritesAnswerSchema = z

@@ -32,7 +32,7 @@ export const tokenSchema = z
  * MAX_RESOURCES valid resources, none repeated — and the gateway's bound on their total length, which
  * keeps the lease id within what a sealed string may be (auth/lease-id.ts).
  */
-export const resourcesSchema = z
+const resourcesSchema = z
   .array(resourceSchema)
   .superRefine((resources, ctx) => {
     // Each resource's own problem is reported by its element's schema, at its index.
