@@ -124,6 +124,46 @@ describe("FencedS3 over the in-memory S3 server", () => {
   });
 });
 
+describe("a caller's abort, as the SDK's Node handler honours it", () => {
+  const isManifestPut = (call: MemoryCall) => call.operation === "PutObject" && (call.key?.includes("/manifests/") ?? false);
+
+  it("while the manifest PUT waits to be applied: the call rejects with the reason and the PUT never lands, even once its turn comes", async () => {
+    let arrived!: () => void;
+    const reached = new Promise<void>((resolve) => (arrived = resolve));
+    let release!: () => void;
+    const turnCame = new Promise<void>((resolve) => (release = resolve));
+    const memory = new MemoryS3(radosgwProfile, {
+      turn: (call) => (isManifestPut(call) ? (arrived(), turnCame) : Promise.resolve()),
+    });
+    const { store } = memoryStore(memory);
+    const caller = new AbortController();
+    const put = store.put("k", "body", { fence: fence(1), signal: caller.signal });
+    await reached;
+    caller.abort(new Error("the caller gave up"));
+    await expect(put).rejects.toThrow("the caller gave up");
+    release();
+    await tick();
+    expect(memory.log.filter((a) => isManifestPut(a.call))).toEqual([]);
+  });
+
+  it("after the manifest PUT was applied, before its answer: the call rejects with the reason, and the write is there", async () => {
+    let applied!: () => void;
+    const reached = new Promise<void>((resolve) => (applied = resolve));
+    const memory = new MemoryS3(radosgwProfile, {
+      turn: () => Promise.resolve(),
+      deliver: (call) => (isManifestPut(call) ? (applied(), new Promise<boolean>(() => undefined)) : Promise.resolve(true)),
+    });
+    const { store } = memoryStore(memory);
+    const caller = new AbortController();
+    const put = store.put("k", "body", { fence: fence(1), signal: caller.signal });
+    await reached;
+    caller.abort(new Error("the caller gave up"));
+    await expect(put).rejects.toThrow("the caller gave up");
+    expect(memory.log.filter((a) => isManifestPut(a.call)).map((a) => a.lost)).toEqual([true]);
+    expect(await text(store, "k")).toBe("body");
+  });
+});
+
 /** A small seeded generator (mulberry32): the whole schedule follows from one integer fast-check chooses. */
 function random(seed: number): () => number {
   let a = seed >>> 0;
@@ -216,8 +256,9 @@ describe("FencedS3 under seeded schedules of two or three writers", () => {
         fc.constantFrom(0, 0.1, 0.3),
         // Without the resource's fence object, the manifest's compare-and-swap alone keeps each key's ratchet.
         fc.boolean(),
-        async (seed, writers, loss, checkResourceFence) => {
-          const memory = new MemoryS3(radosgwProfile, new SeededScheduler(random(seed), loss));
+        fc.constantFrom(radosgwProfile, awsProfile),
+        async (seed, writers, loss, checkResourceFence, profile) => {
+          const memory = new MemoryS3(profile, new SeededScheduler(random(seed), loss));
           const bucket = memory.createBucket();
           const outcomes: Outcome[] = [];
           let clock = 0;
@@ -305,6 +346,7 @@ describe("FencedS3 under seeded schedules of two or three writers", () => {
           }
         },
       ),
+      // 60 runs keep the server-free tier fast; 1,000 (both profiles) passed in 28 s.
       { numRuns: 60 },
     );
   });
