@@ -7,6 +7,6 @@ export { type LeaseBackendOptions, type RedisHealth } from "./routes/leases.js";
 export { type BackendHealth } from "./ops/health.js";
 export { type GatewayMetrics } from "./ops/metrics.js";
 export { openApiDocument, type DocumentLimits, type OpenApiDocument } from "./openapi/document.js";
-export { PROBLEM_TYPES, type ProblemKind } from "./problems/kinds.js";
+export { outcomeNames, PROBLEM_OF_CODE, PROBLEM_TYPES, type OutcomeNames, type ProblemKind } from "./problems/kinds.js";
 export { type ProblemBody } from "./problems/problem.js";
 export { type HealthAnswer, type LeaseAnswer, type WriteAnswer } from "./schemas/answers.js";
