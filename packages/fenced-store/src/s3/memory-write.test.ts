@@ -1,4 +1,5 @@
 import { Readable } from "node:stream";
+import { CreateMultipartUploadCommand, PutObjectCommand } from "@aws-sdk/client-s3";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import {
@@ -71,6 +72,25 @@ describe("FencedS3 over the in-memory S3 server", () => {
     expect(memory.keys(bucket, `${PREFIX}data/`)).toHaveLength(1);
     for (const profile of [radosgwProfile, awsProfile])
       expect(await memoryStore(new MemoryS3(profile)).store.verify()).toEqual({ etagForm: "bare" });
+  });
+
+  it("sweep() lists, judges and deletes orphans page by page, and aborts their uploads: ListObjectsV2, ListMultipartUploads, DeleteObjects", async () => {
+    const memory = new MemoryS3(radosgwProfile);
+    const { store, bucket } = memoryStore(memory, "one", 0);
+    await store.put("k", "current", { fence: fence(1) });
+    await store.flush();
+    const [live] = memory.keys(bucket, `${PREFIX}data/`);
+    // Creates that lost to the manifest now there: nothing can come to name them.
+    const orphans = ["1", "2", "3"].map((n) => `${PREFIX}data/k/absent.${n.repeat(32)}`);
+    const client = memory.client("dead writer");
+    for (const Key of orphans) await client.send(new PutObjectCommand({ Bucket: bucket, Key, Body: "orphan", IfNoneMatch: "*" }));
+    await client.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: `${PREFIX}data/k/absent.${"4".repeat(32)}` }));
+    const report = await store.sweep({ minAgeMs: 0, pageSize: 2 });
+    expect([report.deleted.objects, report.uploads.aborted]).toEqual([3, 1]);
+    expect(memory.keys(bucket, `${PREFIX}data/`)).toEqual([live]);
+    // Four data objects in pages of two, then the probes' folder.
+    expect(memory.log.filter((a) => a.call.operation === "ListObjectsV2")).toHaveLength(3);
+    expect(await text(store, "k")).toBe("current");
   });
 
   it("a manifest PUT applied whose answer is lost, and a race lost with radosgw's 500: the write reads back and resolves with the current version", async () => {
