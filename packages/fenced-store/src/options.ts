@@ -91,9 +91,9 @@ export function transferFences(from: unknown, to: unknown): CheckedTransferFence
 }
 
 /** Default deadline of every store call (timeoutMs), PostgreSQL's and S3's alike. */
-const DEFAULT_TIMEOUT_MS = 5_000;
-const MIN_TIMEOUT_MS = 100;
-const MAX_TIMEOUT_MS = 600_000;
+export const DEFAULT_TIMEOUT_MS = 5_000;
+export const MIN_TIMEOUT_MS = 100;
+export const MAX_TIMEOUT_MS = 600_000;
 
 /** A store's `timeoutMs`: whole milliseconds within [MIN_TIMEOUT_MS, MAX_TIMEOUT_MS]; DEFAULT_TIMEOUT_MS when absent. */
 export function timeoutOption(timeoutMs: unknown, argument: string): number {

@@ -1,4 +1,5 @@
 import { readFileSync } from "node:fs";
+import { DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS, MIN_TIMEOUT_MS } from "@fenced/store";
 import { z } from "zod";
 import { apiKeySchema, distinctApiKeys } from "./auth/api-keys.js";
 import { fenceKeySchema } from "./auth/credentials.js";
@@ -116,10 +117,10 @@ const fields = {
   storeTimeoutMs: z
     .number()
     .int()
-    .min(100)
-    .max(600_000) // the stores' own bounds
-    .default(5_000)
-    .describe("deadline of each call into PostgreSQL or S3; past it the request answers 503 (default 5000)"),
+    .min(MIN_TIMEOUT_MS) // the stores' own bounds
+    .max(MAX_TIMEOUT_MS)
+    .default(DEFAULT_TIMEOUT_MS)
+    .describe(`deadline of each call into PostgreSQL or S3; past it the request answers 503 (default ${DEFAULT_TIMEOUT_MS})`),
   /** Refuse to start when a configured backend does not answer or is not set up (ops/start-checks.ts). */
   startChecks: z.boolean().default(true).describe("refuse to start when a backend does not answer or is not set up (default true)"),
   drainTimeoutMs: z
