@@ -13,6 +13,7 @@
 //   failures.ts what a failure of the driver becomes (StoreUnavailable, OutcomeUnknown, StoreSetup)
 //   refusals.ts the store's own refusals raised by a statement (owner, version, a stale fence of putAll)
 //   sql.ts      every statement, documented: the ratchet in the writing transaction (PROTOCOL.md "Postgres"), the lock order
+//   upsert-sql.ts the record upserts a write ends in, after its ratchet, and putAll() in one statement
 //   schema-sql.ts the layout migrate() creates: tables, version sequence, refusal functions and their SQLSTATEs
 //   types.ts    the pool, client and results by shape
 export { FencedPostgres } from "./store.js";

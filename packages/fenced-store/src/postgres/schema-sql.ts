@@ -1,7 +1,8 @@
 /**
  * The schema's layout (PROTOCOL.md, "Layout"): the tables, the version sequence and the refusal
  * functions the write statements call, as migrate() creates and upgrades them (migrate.ts runs
- * these), and the SQLSTATEs those functions raise. The write statements themselves are sql.ts's.
+ * these), and the SQLSTATEs those functions raise. The write statements themselves are sql.ts's (their
+ * record upserts, upsert-sql.ts's).
  */
 
 /** The schema's objects, by their quoted names (schema: a quoted identifier, as quoteSchema returns it). */
@@ -16,6 +17,8 @@ export function objectNames(schema: string) {
     refuseStale: `${schema}.refuse_stale_fence`,
   } as const;
 }
+
+export type ObjectNames = ReturnType<typeof objectNames>;
 
 /**
  * SQLSTATE of the error a put (with or without ifVersion) or a conditional delete raises when the key
@@ -62,8 +65,8 @@ export interface SchemaStatements {
   readonly orderVersions: string;
 }
 
-export function schemaStatements(names: ReturnType<typeof objectNames>): SchemaStatements {
-  const { schema, fence, records, versions, refuse, refuseConditional, refuseStale } = names;
+export function schemaStatements(names: ObjectNames): SchemaStatements {
+  const { fence, records, versions } = names;
   return {
     // A session-level lock, taken before the migration's transaction begins: a transaction that
     // starts after the previous holder committed refreshes its catalog caches at BEGIN, so its
@@ -71,67 +74,7 @@ export function schemaStatements(names: ReturnType<typeof objectNames>): SchemaS
     // open transaction could leave a stale "does not exist" cached, and CREATE would then collide).
     migrateLock: "SELECT pg_advisory_lock(hashtextextended($1, 0))",
     migrateUnlock: "SELECT pg_advisory_unlock(hashtextextended($1, 0))",
-    migrate: [
-      `CREATE SCHEMA IF NOT EXISTS ${schema}`,
-      // holder: the holder that presented `token` (null: a fence without a holder).
-      `CREATE TABLE IF NOT EXISTS ${fence} (
-  resource text PRIMARY KEY,
-  token bigint NOT NULL CHECK (token >= 0),
-  holder text
-)`,
-      // Versions come from one sequence and are never reused, so a record deleted and written again
-      // can never present a version an old reader still holds (no ABA through ifVersion).
-      `CREATE SEQUENCE IF NOT EXISTS ${versions} AS bigint`,
-      // resource: the owner, the resource that created the key (or received it by transfer); it
-      // never changes otherwise, so every write of the key passes one ratchet. value null: a
-      // tombstone, which keeps the owner and the version sequence after a delete.
-      `CREATE TABLE IF NOT EXISTS ${records} (
-  key text PRIMARY KEY,
-  value jsonb,
-  version bigint NOT NULL DEFAULT nextval('${versions}'),
-  token bigint NOT NULL CHECK (token >= 0),
-  resource text NOT NULL,
-  holder text
-)`,
-      // Raised from inside the unconditional put (and through refuse_conditional_write), so that its one
-      // statement fails as a whole. VOLATILE: the SELECT takes a fresh snapshot, and sees the owner the
-      // put was refused for, whose row the put holds locked (ON CONFLICT DO UPDATE locks the row
-      // before it evaluates its WHERE, which calls this).
-      `CREATE OR REPLACE FUNCTION ${refuse}(k text, r text) RETURNS text LANGUAGE plpgsql VOLATILE AS $fn$
-DECLARE
-  owner text;
-BEGIN
-  SELECT resource INTO owner FROM ${records} WHERE key = k;
-  RAISE EXCEPTION USING ERRCODE = '${FOREIGN_KEY_REFUSED}', MESSAGE = format('key %L belongs to resource %L, not %L', k, owner, r), DETAIL = coalesce(owner, '');
-END
-$fn$`,
-      // Raised from inside a conditional write that the ratchet admitted but the record refused, so
-      // that its one statement fails as a whole: the owner first (through refuse_foreign_write), then
-      // the version. Called with the record's row locked by the write (or, for a key that did not
-      // exist, with the write's own uncommitted placeholder of version 0 being all there is), so the
-      // fresh snapshot (VOLATILE) shows what the write was refused for. Declared bigint: the write's
-      // RETURNING calls it in place of the version it would have returned.
-      `CREATE OR REPLACE FUNCTION ${refuseConditional}(k text, r text) RETURNS bigint LANGUAGE plpgsql VOLATILE AS $fn$
-DECLARE
-  found_row record;
-BEGIN
-  SELECT resource, version, value IS NULL AS deleted INTO found_row FROM ${records} WHERE key = k;
-  IF found_row.resource IS NOT NULL AND found_row.resource <> r THEN
-    PERFORM ${refuse}(k, r);
-  END IF;
-  RAISE EXCEPTION USING ERRCODE = '${VERSION_REFUSED}', MESSAGE = format('key %L is not live at the expected version', k),
-    DETAIL = CASE WHEN found_row.deleted = false AND found_row.version <> 0 THEN found_row.version::text ELSE '' END;
-END
-$fn$`,
-      // Raised from inside putAllOrdered when one of its fences is stale, so that its one statement fails
-      // as a whole and the other fences' raises are undone with it. Declared boolean: the statement's
-      // one-time filter calls it in place of the true it would have given.
-      `CREATE OR REPLACE FUNCTION ${refuseStale}() RETURNS boolean LANGUAGE plpgsql VOLATILE AS $fn$
-BEGIN
-  RAISE EXCEPTION USING ERRCODE = '${FENCE_REFUSED}', MESSAGE = 'a fence of the write is stale';
-END
-$fn$`,
-    ],
+    migrate: [...layoutObjects(names), ...refusalFunctions(names)],
     layout: `SELECT c.relname AS "table", a.attname AS "column", a.attnotnull AS "notNull"
 FROM pg_catalog.pg_attribute a
 JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
@@ -146,4 +89,77 @@ WHERE n.nspname = $1 AND c.relname IN ('fence', 'records') AND a.attnum > 0 AND 
 WHERE schemaname = $1 AND sequencename = 'record_version'`,
     orderVersions: `ALTER SEQUENCE ${versions} INCREMENT BY 1 CACHE 1 NO CYCLE`,
   };
+}
+
+/** The schema, its tables and the version sequence, each created only where it does not exist yet. */
+function layoutObjects(names: ObjectNames): string[] {
+  const { schema, fence, records, versions } = names;
+  return [
+    `CREATE SCHEMA IF NOT EXISTS ${schema}`,
+    // holder: the holder that presented `token` (null: a fence without a holder).
+    `CREATE TABLE IF NOT EXISTS ${fence} (
+  resource text PRIMARY KEY,
+  token bigint NOT NULL CHECK (token >= 0),
+  holder text
+)`,
+    // Versions come from one sequence and are never reused, so a record deleted and written again
+    // can never present a version an old reader still holds (no ABA through ifVersion).
+    `CREATE SEQUENCE IF NOT EXISTS ${versions} AS bigint`,
+    // resource: the owner, the resource that created the key (or received it by transfer); it
+    // never changes otherwise, so every write of the key passes one ratchet. value null: a
+    // tombstone, which keeps the owner and the version sequence after a delete.
+    `CREATE TABLE IF NOT EXISTS ${records} (
+  key text PRIMARY KEY,
+  value jsonb,
+  version bigint NOT NULL DEFAULT nextval('${versions}'),
+  token bigint NOT NULL CHECK (token >= 0),
+  resource text NOT NULL,
+  holder text
+)`,
+  ];
+}
+
+/** The refusal functions the write statements call, (re)defined by every migrate(). */
+function refusalFunctions(names: ObjectNames): string[] {
+  const { records, refuse, refuseConditional, refuseStale } = names;
+  return [
+    // Raised from inside the unconditional put (and through refuse_conditional_write), so that its one
+    // statement fails as a whole. VOLATILE: the SELECT takes a fresh snapshot, and sees the owner the
+    // put was refused for, whose row the put holds locked (ON CONFLICT DO UPDATE locks the row
+    // before it evaluates its WHERE, which calls this).
+    `CREATE OR REPLACE FUNCTION ${refuse}(k text, r text) RETURNS text LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+  owner text;
+BEGIN
+  SELECT resource INTO owner FROM ${records} WHERE key = k;
+  RAISE EXCEPTION USING ERRCODE = '${FOREIGN_KEY_REFUSED}', MESSAGE = format('key %L belongs to resource %L, not %L', k, owner, r), DETAIL = coalesce(owner, '');
+END
+$fn$`,
+    // Raised from inside a conditional write that the ratchet admitted but the record refused, so
+    // that its one statement fails as a whole: the owner first (through refuse_foreign_write), then
+    // the version. Called with the record's row locked by the write (or, for a key that did not
+    // exist, with the write's own uncommitted placeholder of version 0 being all there is), so the
+    // fresh snapshot (VOLATILE) shows what the write was refused for. Declared bigint: the write's
+    // RETURNING calls it in place of the version it would have returned.
+    `CREATE OR REPLACE FUNCTION ${refuseConditional}(k text, r text) RETURNS bigint LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+  found_row record;
+BEGIN
+  SELECT resource, version, value IS NULL AS deleted INTO found_row FROM ${records} WHERE key = k;
+  IF found_row.resource IS NOT NULL AND found_row.resource <> r THEN
+    PERFORM ${refuse}(k, r);
+  END IF;
+  RAISE EXCEPTION USING ERRCODE = '${VERSION_REFUSED}', MESSAGE = format('key %L is not live at the expected version', k),
+    DETAIL = CASE WHEN found_row.deleted = false AND found_row.version <> 0 THEN found_row.version::text ELSE '' END;
+END
+$fn$`,
+    // Raised from inside putAllOrdered when one of its fences is stale, so that its one statement fails
+    // as a whole and the other fences' raises are undone with it. Declared boolean: the statement's
+    // one-time filter calls it in place of the true it would have given.
+    `CREATE OR REPLACE FUNCTION ${refuseStale}() RETURNS boolean LANGUAGE plpgsql VOLATILE AS $fn$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = '${FENCE_REFUSED}', MESSAGE = 'a fence of the write is stale';
+END
+$fn$`,
+  ];
 }

@@ -1,7 +1,8 @@
 import { createHash } from "node:crypto";
 import { InvalidArgumentError } from "@fenced/fence";
 import { fenceLocks } from "./fence-lock.js";
-import { objectNames, schemaStatements, type SchemaStatements } from "./schema-sql.js";
+import { objectNames, schemaStatements, type ObjectNames, type SchemaStatements } from "./schema-sql.js";
+import { putAllOrdered, recordUpserts, type ConditionalUpsert, type RecordUpsert } from "./upsert-sql.js";
 
 /**
  * Every SQL text FencedPostgres sends. The only thing ever interpolated is the schema identifier,
@@ -117,10 +118,47 @@ export interface Statements extends SchemaStatements {
   readonly get: string;
 }
 
+type FenceLocks = ReturnType<typeof fenceLocks>;
+
 export function statements(schema: string): Statements {
   const names = objectNames(schema);
-  const { fence, records, versions, refuse, refuseConditional, refuseStale } = names;
-  const { lockAllExclusive, lockExclusive, sharedRatchet } = fenceLocks(schema);
+  const { fence, records } = names;
+  const ratchet = ratchets(names, fenceLocks(schema));
+  const { conditionalUpsert, recordUpsert } = recordUpserts(names);
+  return {
+    ...schemaStatements(names),
+    ratchet: ratchet.one,
+    ratchetPair: ratchet.pair,
+    ratchetAll: `${ratchet.all}
+RETURNING f.resource`,
+    // Exactly the columns the ratchet's WHERE compares, from the row it compares them on. A plain
+    // SELECT: in READ COMMITTED it shows the row as last committed when the statement starts, takes no
+    // row lock, and so neither waits for nor delays a writer holding the row (whose raise shows once
+    // it commits). No row: nothing was ever admitted for the resource (no write, no register()).
+    highest: `SELECT token, holder FROM ${fence} WHERE resource = $1`,
+    ...singleStatementWrites(ratchet, conditionalUpsert, recordUpsert),
+    ...writesAfterTheRatchets(names, conditionalUpsert, recordUpsert),
+    putAllOrdered: putAllOrdered(names, ratchet.all),
+    current: `SELECT version, resource, value IS NULL AS deleted FROM ${records} WHERE key = $1`,
+    get: `SELECT value, version, token, resource, holder FROM ${records} WHERE key = $1 AND value IS NOT NULL`,
+  };
+}
+
+/** The ratchets a statement starts with: the raise of a fence row, and the shared check of a write at the fence the row holds. */
+interface Ratchets {
+  /** `ratchet`: $1–$3 → { token } when admitted. */
+  readonly one: string;
+  /** `ratchetPair`: $1–$3 and $4–$6 → { resource } per admitted fence. */
+  readonly pair: string;
+  /** `ratchetAll` without its RETURNING: $1–$3 the fences as arrays of one length. */
+  readonly all: string;
+  /** sharedRatchet (fence-lock.ts): $1–$3 → { token } when the row holds exactly this fence. */
+  readonly shared: string;
+}
+
+function ratchets(names: ObjectNames, locks: FenceLocks): Ratchets {
+  const { fence } = names;
+  const { lockAllExclusive, lockExclusive, sharedRatchet } = locks;
 
   // Admission, the same rule as admits() in @fenced/fence: a higher token, or the same token from the
   // same holder (IS NOT DISTINCT FROM: two holderless fences at one token are the same lease).
@@ -140,106 +178,12 @@ ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, holder = EXCLUDED.h
   const ratchet = `${ratchetOf(`SELECT $1::text, $2::bigint, $3::text WHERE ${lockExclusive("$1")}`)}
 RETURNING f.token`;
 
-  // A conditional write (ifVersion) is one statement in an implicit transaction, like the unconditional put, and
-  // shaped like it: the ratchet CTE, then an upsert of the record that reads its row FROM the ratchet
-  // (nothing when the ratchet refused: zero rows back, the fence is stale). Any other refusal raises
-  // inside the statement, so the implicit transaction aborts and the ratchet raise is undone — what
-  // a ROLLBACK did when this ran between BEGIN and COMMIT, without their two round trips:
-  // - the key exists: ON CONFLICT finds its newest committed row whatever the statement's snapshot
-  //   (waiting for an uncommitted one to commit or roll back), locks it, and only then evaluates the
-  //   WHERE on that locked version. Version, owner and liveness are compared there, so a write lands
-  //   only on the record exactly as the caller read it; otherwise the CASE calls
-  //   refuse_conditional_write, which raises (the owner first, then the version, read under the lock);
-  // - the key does not exist: the insert path writes a placeholder whose version is 0 — a value the
-  //   sequence never hands out, and $v never is (versions start at 1) — and RETURNING turns that row
-  //   into the same refusal before the statement can end. Nothing is ever committed with version 0.
-  // Why this is atomic with respect to concurrent writers, although every part of the statement
-  // shares one snapshot taken before any wait: the decision never reads the snapshot. The ratchet's
-  // ON CONFLICT compares against the newest committed fence row and keeps it locked until the
-  // statement ends (the shared form: fence-lock.ts, the row FOR SHARE at exactly this fence), so no
-  // raise of the resource interleaves with the write; the record's ON CONFLICT
-  // compares against the newest committed record, under its row lock. A writer that waited for the
-  // fence row therefore meets what the one before it committed: a higher token leaves it stale, a
-  // new version leaves it a version mismatch, its own ratchet raise undone. Of several conditional
-  // writes expecting one version exactly one lands (test: "conditional writes racing for one version").
-  // `rows`: where the record's row comes from — the ratchet CTE (a single-statement write), or the
-  // parameters (a write of putAll(), whose ratchets ran before it in its transaction).
-  const conditionalUpsert = (
-    rows: string,
-    value: string,
-    expected: string,
-  ): string => `INSERT INTO ${records} AS r (key, value, version, token, resource, holder)
-${rows === "ratchet" ? `SELECT $4, ${value}, 0, ratchet.token, $1, $3 FROM ratchet` : `VALUES ($4, ${value}, 0, $2::bigint, $1, $3)`}
-ON CONFLICT (key) DO UPDATE
-SET value = EXCLUDED.value, version = nextval('${versions}'), token = EXCLUDED.token, holder = EXCLUDED.holder
-WHERE CASE WHEN r.resource = $1 AND r.version = ${expected}::bigint AND r.value IS NOT NULL THEN true ELSE ${refuseConditional}($4, $1) IS NULL END
-RETURNING CASE WHEN r.version = 0 THEN ${refuseConditional}($4, $1) ELSE r.version END AS version`;
-  // `admission`: the ratchet CTE — a raise (`ratchet`), or the shared check of a write at the fence the row holds.
-  const conditionalWrite = (admission: string, value: string, expected: string): string =>
-    `WITH ratchet AS (${admission})
-${conditionalUpsert("ratchet", value, expected)}`;
-  const shared = sharedRatchet(fence);
-  // The unconditional record upsert (putUnconditional says why it is safe), its row from the ratchet CTE or the parameters.
-  // `after` (putOrdered, write-order.ts): a version drawn from the sequence before this write was
-  // issued, or NULL (no such check). A record at exactly this fence — same token, same holder — with
-  // a newer version may have been written after this write was issued: it is refused as a version
-  // mismatch (refuse_conditional_write, the owner being ours), so that a late
-  // write never overwrites the same holder's later one. Compared under the record's row lock, on
-  // its newest committed version, like the owner. An update draws its new version there too, under
-  // the row lock (the insert's DEFAULT, drawn before any wait and then thrown away on a conflict,
-  // serves only a key with no row): so a key's versions increase in the order its writes commit,
-  // which the check relies on (a write stalled between drawing a version and locking the row would
-  // otherwise commit an older version over a newer one).
-  const recordUpsert = (rows: string, after: string): string => `INSERT INTO ${records} AS r (key, value, token, resource, holder)
-${rows === "ratchet" ? "SELECT $4, $5::jsonb, ratchet.token, $1, $3 FROM ratchet" : "VALUES ($4, $5::jsonb, $2::bigint, $1, $3)"}
-ON CONFLICT (key) DO UPDATE
-SET value = EXCLUDED.value, version = nextval('${versions}'), token = EXCLUDED.token, holder = EXCLUDED.holder
-WHERE CASE
-  WHEN r.resource <> EXCLUDED.resource THEN ${refuse}($4, $1) IS NULL
-  WHEN r.token = EXCLUDED.token AND r.holder IS NOT DISTINCT FROM EXCLUDED.holder AND r.version > ${after} THEN ${refuseConditional}($4, $1) IS NULL
-  ELSE true
-END
-RETURNING r.version`;
-
-  // ratchetAll's raise (the statement says why it locks the rows in array order), without its RETURNING.
-  const ratchetAll = `INSERT INTO ${fence} AS f (resource, token, holder)
-SELECT t.resource, t.token, t.holder FROM unnest($1::text[], $2::bigint[], $3::text[]) WITH ORDINALITY AS t(resource, token, holder, n)
-WHERE ${lockAllExclusive("$1::text[]")}
-ORDER BY t.n
-ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, holder = EXCLUDED.holder WHERE ${admits}`;
-  // putAllOrdered's record upsert: recordUpsert's and conditionalUpsert's decisions, row by row. A
-  // conditional record is told apart by the placeholder version 0 of its insert (conditionalUpsert
-  // says why nothing is ever committed with it); the version it expects is its entry in $7.
-  const expected = "($7::bigint[])[array_position($4::text[], EXCLUDED.key)]";
-  const putAllOrdered = `WITH ratchet AS (${ratchetAll}
-RETURNING f.resource, f.token, f.holder)
-INSERT INTO ${records} AS r (key, value, version, token, resource, holder)
-SELECT w.key, w.value::jsonb, CASE WHEN w.expected IS NULL THEN nextval('${versions}') ELSE 0 END, ratchet.token, w.resource, ratchet.holder
-FROM unnest($4::text[], $5::text[], $6::text[], $7::bigint[]) WITH ORDINALITY AS w(key, value, resource, expected, n)
-JOIN ratchet ON ratchet.resource = w.resource
-WHERE (SELECT CASE WHEN count(*) = cardinality($1::text[]) THEN true ELSE ${refuseStale}() END FROM ratchet)
-ORDER BY w.n
-ON CONFLICT (key) DO UPDATE
-SET value = EXCLUDED.value, version = nextval('${versions}'), token = EXCLUDED.token, holder = EXCLUDED.holder
-WHERE CASE
-  WHEN r.resource <> EXCLUDED.resource THEN ${refuse}(EXCLUDED.key, EXCLUDED.resource) IS NULL
-  WHEN EXCLUDED.version = 0 THEN CASE
-    WHEN r.version = ${expected} AND r.value IS NOT NULL THEN true
-    ELSE ${refuseConditional}(EXCLUDED.key, EXCLUDED.resource) IS NULL
-  END
-  WHEN r.token = EXCLUDED.token AND r.holder IS NOT DISTINCT FROM EXCLUDED.holder AND r.version > $8::bigint
-    THEN ${refuseConditional}(EXCLUDED.key, EXCLUDED.resource) IS NULL
-  ELSE true
-END
-RETURNING r.key, CASE WHEN r.version = 0 THEN ${refuseConditional}(r.key, r.resource) ELSE r.version END AS version`;
-
   return {
-    ...schemaStatements(names),
-    ratchet,
+    one: ratchet,
     // Multi-row VALUES are inserted (and their conflicting rows locked) in list order: the caller
     // passes the two fences sorted by resource, so two transfers never lock them in opposite orders.
     // Both fence locks are taken first, in key order (fence-lock.ts).
-    ratchetPair: `${ratchetOf(`SELECT v.resource, v.token, v.holder FROM (VALUES ($1::text, $2::bigint, $3::text), ($4::text, $5::bigint, $6::text)) AS v(resource, token, holder)
+    pair: `${ratchetOf(`SELECT v.resource, v.token, v.holder FROM (VALUES ($1::text, $2::bigint, $3::text), ($4::text, $5::bigint, $6::text)) AS v(resource, token, holder)
 WHERE ${lockAllExclusive("ARRAY[$1::text, $4::text]")}`)}
 RETURNING f.resource`,
     // Every fence of a call of several (transaction(), register(), putAll()), each admitted or refused
@@ -262,13 +206,36 @@ RETURNING f.resource`,
     // (`ratchetPair`), and every call locks its fence rows before any record: so no two calls of the
     // store ever wait for each other's fence rows in a cycle (records: putAll()'s order, batch.ts).
     // Before any row, the statement takes every resource's fence lock, in key order (fence-lock.ts).
-    ratchetAll: `${ratchetAll}
-RETURNING f.resource`,
-    // Exactly the columns the ratchet's WHERE compares, from the row it compares them on. A plain
-    // SELECT: in READ COMMITTED it shows the row as last committed when the statement starts, takes no
-    // row lock, and so neither waits for nor delays a writer holding the row (whose raise shows once
-    // it commits). No row: nothing was ever admitted for the resource (no write, no register()).
-    highest: `SELECT token, holder FROM ${fence} WHERE resource = $1`,
+    all: `INSERT INTO ${fence} AS f (resource, token, holder)
+SELECT t.resource, t.token, t.holder FROM unnest($1::text[], $2::bigint[], $3::text[]) WITH ORDINALITY AS t(resource, token, holder, n)
+WHERE ${lockAllExclusive("$1::text[]")}
+ORDER BY t.n
+ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, holder = EXCLUDED.holder WHERE ${admits}`,
+    shared: sharedRatchet(fence),
+  };
+}
+
+/** The writes that are one statement, the ratchet (or the shared check) as their CTE. */
+function singleStatementWrites(
+  { one: ratchet, shared }: Ratchets,
+  conditionalUpsert: ConditionalUpsert,
+  recordUpsert: RecordUpsert,
+): Pick<
+  Statements,
+  | "putUnconditional"
+  | "putOrdered"
+  | "putIfVersion"
+  | "deleteIfVersion"
+  | "putShared"
+  | "putOrderedShared"
+  | "putIfVersionShared"
+  | "deleteIfVersionShared"
+> {
+  // `admission`: the ratchet CTE — a raise (`ratchet`), or the shared check of a write at the fence the row holds.
+  const conditionalWrite = (admission: string, value: string, expected: string): string =>
+    `WITH ratchet AS (${admission})
+${conditionalUpsert("ratchet", value, expected)}`;
+  return {
     // One statement, one round trip, one implicit transaction. The record insert reads its row FROM
     // the ratchet CTE, so it runs only after the ratchet has locked and raised the fence row, and
     // inserts nothing when the ratchet returned nothing (zero rows back: fenced). The upsert writes
@@ -294,6 +261,17 @@ ${recordUpsert("ratchet", "NULL")}`,
 ${recordUpsert("ratchet", "$6::bigint")}`,
     putIfVersionShared: conditionalWrite(shared, "$5::jsonb", "$6"),
     deleteIfVersionShared: conditionalWrite(shared, "NULL::jsonb", "$5"),
+  };
+}
+
+/** The statements a transaction runs after its ratchets, each in a fresh snapshot. */
+function writesAfterTheRatchets(
+  names: ObjectNames,
+  conditionalUpsert: ConditionalUpsert,
+  recordUpsert: RecordUpsert,
+): Pick<Statements, "tombstone" | "transferOwner" | "putRecord" | "putRecordIfVersion"> {
+  const { records, versions } = names;
+  return {
     // An unconditional delete must also reach a record written while we waited for the fence lock,
     // which the waiting statement's snapshot cannot see; so it runs as its own statement after the
     // ratchet, and its fresh snapshot sees every write this resource committed before us. It always
@@ -321,23 +299,6 @@ RETURNING version`,
     // the transaction can then only roll back, and every ratchet raise goes with it.
     putRecord: recordUpsert("values", "NULL"),
     putRecordIfVersion: conditionalUpsert("values", "$5::jsonb", "$6"),
-    // putAll() in one statement, as the single-statement writes are: the raises of `ratchetAll` as a CTE,
-    // then every record, each decided exactly as putRecord or putRecordIfVersion decides it, with
-    // putOrdered's check for the unconditional ones (recordUpsert says why it keeps a late commit off
-    // the holder's later write). Why the locks are still taken in the one global order:
-    // - the WHERE is a one-time filter (an uncorrelated subquery: an InitPlan) that reads the whole
-    //   ratchet CTE before the join yields its first row: every fence lock and fence row is taken, in
-    //   ratchetAll's order, before any record row;
-    // - the records leave the sorted subplan in $4's order (ORDER BY w.n: the caller sorts the keys),
-    //   and the INSERT finishes each — insert, or wait for and lock the conflicting row, then its
-    //   WHERE — before it asks for the next (ratchetAll's argument, for records).
-    // All or nothing: a stale fence leaves the filter calling refuse_stale_fence, and every other refusal
-    // raises from the record's WHERE or RETURNING; either way the implicit transaction aborts and
-    // takes every raise and record with it. A record's token and holder come FROM its fence's
-    // ratchet row, the one just admitted.
-    putAllOrdered,
-    current: `SELECT version, resource, value IS NULL AS deleted FROM ${records} WHERE key = $1`,
-    get: `SELECT value, version, token, resource, holder FROM ${records} WHERE key = $1 AND value IS NOT NULL`,
   };
 }
 

@@ -38,105 +38,164 @@ export async function uploadStream(
   body: Readable,
   options: MultipartOptions,
 ): Promise<number> {
-  const { partSize, concurrency, deadline } = options;
-  const { signal } = deadline;
-  const send = sendOptions(signal);
-  const contentType = options.contentType === undefined ? {} : { ContentType: options.contentType };
-  const free: Buffer[] = [];
-  const take = (): Buffer => free.pop() ?? Buffer.allocUnsafe(partSize);
-  const parts: CompletedPart[] = [];
-  const inFlight = new Set<Promise<void>>();
-  let uploadId: string | undefined;
-  let launched = 0;
-  let total = 0;
-  let failure: { error: unknown } | undefined;
-
-  const sendPart = async (buffer: Buffer, length: number): Promise<void> => {
-    while (inFlight.size >= concurrency) await Promise.race(inFlight);
-    if (failure !== undefined) throw failure.error;
-    if (uploadId === undefined) {
-      const created = await client.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: key, ...contentType }), send);
-      if (created.UploadId === undefined) throw new Error(`CreateMultipartUpload for ${key} returned no UploadId`);
-      uploadId = created.UploadId;
-    }
-    const partNumber = ++launched;
-    const upload = client
-      .send(
-        new UploadPartCommand({
-          Bucket: bucket,
-          Key: key,
-          UploadId: uploadId,
-          PartNumber: partNumber,
-          Body: buffer.subarray(0, length),
-          ContentLength: length,
-        }),
-        send,
-      )
-      .then(
-        (res) => {
-          parts.push({ PartNumber: partNumber, ETag: res.ETag });
-          free.push(buffer);
-        },
-        (error: unknown) => {
-          failure ??= { error };
-        },
-      )
-      .finally(() => inFlight.delete(upload));
-    inFlight.add(upload);
-  };
-
+  const uploads = new PartUploads(client, bucket, key, options);
   try {
-    let current = take();
-    let filled = 0;
-    for await (const bytes of chunksOf(body, deadline)) {
-      total += bytes.length;
-      for (let offset = 0; offset < bytes.length;) {
-        const n = Math.min(bytes.length - offset, partSize - filled);
-        bytes.copy(current, filled, offset, offset + n);
-        filled += n;
-        offset += n;
-        if (filled === partSize) {
-          await sendPart(current, filled);
-          current = take();
-          filled = 0;
-        }
-      }
-    }
-    if (launched === 0) {
+    const { total, last, filled } = await fillParts(body, options.deadline, uploads);
+    if (uploads.launched === 0) {
       await putOnce(
         client,
         new PutObjectCommand({
           Bucket: bucket,
           Key: key,
-          Body: current.subarray(0, filled),
+          Body: last.subarray(0, filled),
           ContentLength: filled,
           IfNoneMatch: "*",
-          ...contentType,
+          ...contentTypeOf(options),
         }),
-        signal,
+        options.deadline.signal,
       );
       return total;
     }
-    if (filled > 0) await sendPart(current, filled);
-    while (inFlight.size > 0) await Promise.race(inFlight);
-    if (failure !== undefined) throw failure.error;
-    parts.sort((a, b) => (a.PartNumber ?? 0) - (b.PartNumber ?? 0));
-    await client.send(
-      new CompleteMultipartUploadCommand({ Bucket: bucket, Key: key, UploadId: uploadId, MultipartUpload: { Parts: parts } }),
-      send,
-    );
+    if (filled > 0) await uploads.send(last, filled);
+    await uploads.complete();
     return total;
   } catch (err) {
     body.destroy();
-    await Promise.allSettled(inFlight);
+    await uploads.abort();
+    throw err;
+  }
+}
+
+const contentTypeOf = (options: MultipartOptions): { ContentType?: string } =>
+  options.contentType === undefined ? {} : { ContentType: options.contentType };
+
+/**
+ * Copies the body's bytes into part buffers, handing each full one to `uploads` as a part. Returns the
+ * bytes read, and the last buffer with the `filled` bytes no part has taken yet.
+ */
+async function fillParts(
+  body: Readable,
+  deadline: Deadline,
+  uploads: PartUploads,
+): Promise<{ total: number; last: Buffer; filled: number }> {
+  const { partSize } = uploads;
+  let current = uploads.take();
+  let filled = 0;
+  let total = 0;
+  for await (const bytes of chunksOf(body, deadline)) {
+    total += bytes.length;
+    for (let offset = 0; offset < bytes.length;) {
+      const n = Math.min(bytes.length - offset, partSize - filled);
+      bytes.copy(current, filled, offset, offset + n);
+      filled += n;
+      offset += n;
+      if (filled === partSize) {
+        await uploads.send(current, filled);
+        current = uploads.take();
+        filled = 0;
+      }
+    }
+  }
+  return { total, last: current, filled };
+}
+
+/**
+ * The parts of one multipart upload, created with its first part: at most `concurrency` in flight,
+ * each part's buffer free for the next once S3 has stored it. The first failure of a part is kept,
+ * and thrown by the next send() or by complete().
+ */
+class PartUploads {
+  /** Parts handed to send() so far: 0 while the body fits in one part. */
+  launched = 0;
+  readonly partSize: number;
+  private readonly free: Buffer[] = [];
+  private readonly parts: CompletedPart[] = [];
+  private readonly inFlight = new Set<Promise<void>>();
+  private readonly sendOptions: { abortSignal?: AbortSignal };
+  private uploadId: string | undefined;
+  private failure: { error: unknown } | undefined;
+
+  constructor(
+    private readonly client: S3Client,
+    private readonly bucket: string,
+    private readonly key: string,
+    private readonly options: MultipartOptions,
+  ) {
+    this.partSize = options.partSize;
+    this.sendOptions = sendOptions(options.deadline.signal);
+  }
+
+  /** A part buffer: one a stored part has freed, or a new one. */
+  take(): Buffer {
+    return this.free.pop() ?? Buffer.allocUnsafe(this.partSize);
+  }
+
+  /** Starts the upload of the next part, once fewer than `concurrency` are in flight. */
+  async send(buffer: Buffer, length: number): Promise<void> {
+    while (this.inFlight.size >= this.options.concurrency) await Promise.race(this.inFlight);
+    if (this.failure !== undefined) throw this.failure.error;
+    if (this.uploadId === undefined) this.uploadId = await this.create();
+    const partNumber = ++this.launched;
+    const upload = this.client
+      .send(
+        new UploadPartCommand({
+          Bucket: this.bucket,
+          Key: this.key,
+          UploadId: this.uploadId,
+          PartNumber: partNumber,
+          Body: buffer.subarray(0, length),
+          ContentLength: length,
+        }),
+        this.sendOptions,
+      )
+      .then(
+        (res) => {
+          this.parts.push({ PartNumber: partNumber, ETag: res.ETag });
+          this.free.push(buffer);
+        },
+        (error: unknown) => {
+          this.failure ??= { error };
+        },
+      )
+      .finally(() => this.inFlight.delete(upload));
+    this.inFlight.add(upload);
+  }
+
+  /** Waits for every part, then completes the upload with them, in part order. */
+  async complete(): Promise<void> {
+    while (this.inFlight.size > 0) await Promise.race(this.inFlight);
+    if (this.failure !== undefined) throw this.failure.error;
+    this.parts.sort((a, b) => (a.PartNumber ?? 0) - (b.PartNumber ?? 0));
+    await this.client.send(
+      new CompleteMultipartUploadCommand({
+        Bucket: this.bucket,
+        Key: this.key,
+        UploadId: this.uploadId,
+        MultipartUpload: { Parts: this.parts },
+      }),
+      this.sendOptions,
+    );
+  }
+
+  /** After a failure: waits for the parts in flight, then aborts the upload, if one was created. */
+  async abort(): Promise<void> {
+    await Promise.allSettled(this.inFlight);
     // Parts of an abandoned upload are stored (and billed) until aborted.
-    if (uploadId !== undefined)
-      await client
-        .send(new AbortMultipartUploadCommand({ Bucket: bucket, Key: key, UploadId: uploadId }), {
-          abortSignal: requestSignal(options.timeoutMs),
+    if (this.uploadId !== undefined)
+      await this.client
+        .send(new AbortMultipartUploadCommand({ Bucket: this.bucket, Key: this.key, UploadId: this.uploadId }), {
+          abortSignal: requestSignal(this.options.timeoutMs),
         })
         .catch(() => undefined);
-    throw err;
+  }
+
+  private async create(): Promise<string> {
+    const created = await this.client.send(
+      new CreateMultipartUploadCommand({ Bucket: this.bucket, Key: this.key, ...contentTypeOf(this.options) }),
+      this.sendOptions,
+    );
+    if (created.UploadId === undefined) throw new Error(`CreateMultipartUpload for ${this.key} returned no UploadId`);
+    return created.UploadId;
   }
 }
 
