@@ -82,8 +82,11 @@ export class MemoryS3 {
     return this.buckets.get(bucket)?.keys(prefix, undefined) ?? [];
   }
 
-  /** A real S3Client whose requests this server answers; `label` names them in MemoryCall.client. */
-  client(label = "client"): S3Client {
+  /**
+   * A real S3Client whose requests this server answers; `label` names them in MemoryCall.client.
+   * maxAttempts as the SDK's (default 3): 1 shows every answer as it came, none retried.
+   */
+  client(label = "client", options: { maxAttempts?: number } = {}): S3Client {
     const requestHandler = {
       handle: (request: WireRequest, options?: { abortSignal?: AbortSignal }) => this.handle(label, request, options?.abortSignal),
       updateHttpClientConfig: () => undefined,
@@ -98,6 +101,7 @@ export class MemoryS3 {
       requestChecksumCalculation: "WHEN_REQUIRED",
       responseChecksumValidation: "WHEN_REQUIRED",
       requestHandler,
+      ...options,
     });
   }
 
