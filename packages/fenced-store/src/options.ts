@@ -95,13 +95,21 @@ export const DEFAULT_TIMEOUT_MS = 5_000;
 export const MIN_TIMEOUT_MS = 100;
 export const MAX_TIMEOUT_MS = 600_000;
 
+/**
+ * A duration option: whole milliseconds within [min, max], `fallback` when absent; otherwise
+ * InvalidArgumentError naming `name`.
+ */
+export function milliseconds(name: string, value: unknown, min: number, max: number, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < min || value > max)
+    throw new InvalidArgumentError(
+      name,
+      `must be an integer number of milliseconds from ${min} to ${max}, got ${typeof value === "number" ? value : typeof value}`,
+    );
+  return value;
+}
+
 /** A store's `timeoutMs`: whole milliseconds within [MIN_TIMEOUT_MS, MAX_TIMEOUT_MS]; DEFAULT_TIMEOUT_MS when absent. */
 export function timeoutOption(timeoutMs: unknown, argument: string): number {
-  if (timeoutMs === undefined) return DEFAULT_TIMEOUT_MS;
-  if (typeof timeoutMs !== "number" || !Number.isInteger(timeoutMs) || timeoutMs < MIN_TIMEOUT_MS || timeoutMs > MAX_TIMEOUT_MS)
-    throw new InvalidArgumentError(
-      argument,
-      `must be an integer number of milliseconds from ${MIN_TIMEOUT_MS} to ${MAX_TIMEOUT_MS}, got ${typeof timeoutMs === "number" ? String(timeoutMs) : typeof timeoutMs}`,
-    );
-  return timeoutMs;
+  return milliseconds(argument, timeoutMs, MIN_TIMEOUT_MS, MAX_TIMEOUT_MS, DEFAULT_TIMEOUT_MS);
 }

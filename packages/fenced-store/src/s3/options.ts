@@ -1,7 +1,16 @@
 import { InvalidArgumentError, type CheckedFence, type Fence } from "@fenced/fence";
 import { OBJECT_VERSION } from "../versions.js";
 import { assertKey } from "../fence.js";
-import { checkSignal, liveFence, optionsObject, signalOnly, throwIfAborted, timeoutOption, transferFences } from "../options.js";
+import {
+  checkSignal,
+  liveFence,
+  milliseconds,
+  optionsObject,
+  signalOnly,
+  throwIfAborted,
+  timeoutOption,
+  transferFences,
+} from "../options.js";
 
 export interface FencedS3Options {
   readonly bucket: string;
@@ -108,16 +117,6 @@ function integerIn(name: string, value: unknown, min: number, max: number, fallb
   if (value === undefined) return fallback;
   if (typeof value !== "number" || !Number.isSafeInteger(value)) throw new InvalidArgumentError(name, "must be an integer");
   if (value < min || value > max) throw new InvalidArgumentError(name, `must be between ${min} and ${max}, got ${value}`);
-  return value;
-}
-
-function milliseconds(name: string, value: unknown, min: number, max: number, fallback: number): number {
-  if (value === undefined) return fallback;
-  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < min || value > max)
-    throw new InvalidArgumentError(
-      name,
-      `must be an integer number of milliseconds from ${min} to ${max}, got ${typeof value === "number" ? value : typeof value}`,
-    );
   return value;
 }
 
