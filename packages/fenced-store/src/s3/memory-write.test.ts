@@ -11,7 +11,7 @@ import {
   VersionMismatchError,
 } from "../errors.js";
 import { decodeFence, decodeManifest, type ManifestHeader } from "./manifest.js";
-import { awsProfile, MemoryS3, radosgwProfile, type MemoryCall, type Scheduler } from "./memory-s3-test-support.js";
+import { awsProfile, MemoryS3, memoryS3Client, radosgwProfile, type MemoryCall, type Scheduler } from "./memory-s3-test-support.js";
 import { FencedS3 } from "./store.js";
 
 /**
@@ -71,7 +71,7 @@ describe("FencedS3 over the in-memory S3 server", () => {
     expect(memory.log.filter((a) => a.call.operation === "CompleteMultipartUpload" && a.status === 200)).toHaveLength(1);
     expect(memory.keys(bucket, `${PREFIX}data/`)).toHaveLength(1);
     for (const profile of [radosgwProfile, awsProfile])
-      expect(await memoryStore(new MemoryS3(profile)).store.verify()).toEqual({ etagForm: "bare" });
+      expect(await new FencedS3(memoryS3Client({ profile }), { bucket: "bucket" }).verify()).toEqual({ etagForm: "bare" });
   });
 
   it("sweep() lists, judges and deletes orphans page by page, and aborts their uploads: ListObjectsV2, ListMultipartUploads, DeleteObjects", async () => {
