@@ -32,8 +32,6 @@ export const fenceKeySchema = z
     return { id: k.id, secret };
   });
 
-export type FenceKeyConfig = z.input<typeof fenceKeySchema>;
-
 /** One fence of a granted or extended lease, as its credential seals it (with the lease's end). */
 export interface IssuedFence {
   readonly resource: string;

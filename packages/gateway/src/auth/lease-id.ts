@@ -4,7 +4,7 @@ import { PROBLEM_OF_CODE } from "../problems/kinds.js";
 import { HttpProblem } from "../problems/problem.js";
 
 /** One resource of a lease and its token, as a lease id carries it. */
-export interface LeaseIdFence {
+interface LeaseIdFence {
   readonly resource: string;
   readonly token: bigint;
 }
