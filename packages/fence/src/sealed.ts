@@ -141,7 +141,7 @@ function malformed(): SealError {
 }
 
 /** Epoch milliseconds as sealed: a decimal integer without a leading zero, within Number's exact range. */
-export const EPOCH_MS_PATTERN = /^(0|[1-9][0-9]{0,15})$/;
+const EPOCH_MS_PATTERN = /^(0|[1-9][0-9]{0,15})$/;
 
 export function parseEpochMs(text: string): number | undefined {
   if (!EPOCH_MS_PATTERN.test(text)) return undefined;

@@ -12,7 +12,7 @@ import { encodeManifest, type ManifestHeader } from "./manifest.js";
  */
 
 /** One manifest PUT of this write: its writeId, and what it replaces if it lands. */
-export interface Attempt {
+interface Attempt {
   readonly writeId: string;
   /** The manifest it was sent against (null: a create), i.e. the one it replaces if it lands. */
   readonly target: Snapshot | null;
@@ -35,7 +35,7 @@ export interface Prepared {
 }
 
 /** The fence objects as last read or raised. */
-export interface FenceState {
+interface FenceState {
   /** One per fence of the intent (null: absent); undefined: not read yet. */
   readonly snaps: readonly (FenceSnapshot | null)[] | undefined;
   /**
