@@ -38,6 +38,8 @@ export interface QuirkProfile {
   readonly copyResultEtag: EtagForm;
   /** The ETag in CompleteMultipartUpload's XML answer: the object's, quoted, or left empty. */
   readonly completeResultEtag: "quoted" | "empty";
+  /** CompleteMultipartUpload of an upload it completed before (the SDK's retry after a lost answer): answered as the first time, or 404 NoSuchUpload. */
+  readonly completeAgain: "NoSuchUpload" | { readonly replayedEtag: "bare" | "quoted" | "empty" };
 }
 
 const PRECONDITION: ErrorAnswer = { status: 412, code: "PreconditionFailed" };
@@ -57,6 +59,7 @@ export const radosgwProfile: QuirkProfile = {
   completeNamesEveryPart: true,
   copyResultEtag: "bare",
   completeResultEtag: "empty",
+  completeAgain: { replayedEtag: "bare" }, // the first answer's is empty
 };
 
 /**
@@ -76,6 +79,8 @@ export const awsProfile: QuirkProfile = {
   completeNamesEveryPart: false,
   copyResultEtag: "quoted",
   completeResultEtag: "quoted",
+  // Unverified: the harsher answer, which retried completions are reported to get (ydb-platform/ydb#49947).
+  completeAgain: "NoSuchUpload",
 };
 
 export interface Stored {
@@ -98,6 +103,8 @@ interface Upload {
 export class MemoryBucket {
   readonly objects = new Map<string, Stored>();
   readonly uploads = new Map<string, Upload>();
+  /** Uploads completed, by id: the object each completion wrote (QuirkProfile.completeAgain). */
+  readonly completed = new Map<string, { key: string; object: Stored }>();
 
   constructor(readonly name: string) {}
 
@@ -134,7 +141,9 @@ export class MemoryBucket {
     const digests = Buffer.concat(parts.map((p) => Buffer.from(p.etag, "hex")));
     const etag = `${md5(digests)}-${parts.length}`;
     this.uploads.delete(upload.id);
-    return this.set(upload.key, Buffer.concat(parts.map((p) => p.body)), upload.contentType, etag);
+    const object = this.set(upload.key, Buffer.concat(parts.map((p) => p.body)), upload.contentType, etag);
+    this.completed.set(upload.id, { key: upload.key, object });
+    return object;
   }
 
   /** Keys under `prefix` in S3's order (by their UTF-8 bytes), after `after`. */

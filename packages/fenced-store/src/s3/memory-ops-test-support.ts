@@ -159,6 +159,10 @@ const uploadPartCopy: Operation = (bucket, key, r, c) => {
 
 const completeMultipartUpload: Operation = (bucket, key, r, c) => {
   const upload = bucket.upload(key, r.query.uploadId ?? "");
+  const before = bucket.completed.get(r.query.uploadId ?? "");
+  const again = c.profile.completeAgain;
+  // Sent again after it completed (a retry after a lost answer): replayed, or NoSuchUpload as for any unknown upload.
+  if (isError(upload) && before?.key === key && again !== "NoSuchUpload") return completed(bucket, key, before.object, again.replayedEtag);
   if (isError(upload)) return upload;
   const named = elements(r.body.toString("utf8"), "Part").map((part) => ({
     partNumber: Number(elements(part, "PartNumber")[0]),
@@ -166,15 +170,14 @@ const completeMultipartUpload: Operation = (bucket, key, r, c) => {
   }));
   const wrote = bucket.complete(upload, named, c.profile);
   if (isError(wrote)) return wrote;
-  const location = `http://memory.s3.invalid/${bucket.name}/${key}`;
-  const fields = [
-    el("Location", location),
-    el("Bucket", bucket.name),
-    el("Key", key),
-    el("ETag", spelled(wrote.etag, c.profile.completeResultEtag)),
-  ];
-  return { ...xml("CompleteMultipartUploadResult", fields), wrote };
+  return { ...completed(bucket, key, wrote, c.profile.completeResultEtag), wrote };
 };
+
+function completed(bucket: MemoryBucket, key: string, object: Stored, form: "bare" | "quoted" | "empty"): Answer {
+  const location = `http://memory.s3.invalid/${bucket.name}/${key}`;
+  const etag = el("ETag", spelled(object.etag, form));
+  return xml("CompleteMultipartUploadResult", [el("Location", location), el("Bucket", bucket.name), el("Key", key), etag]);
+}
 
 const abortMultipartUpload: Operation = (bucket, key, r) => {
   const upload = bucket.upload(key, r.query.uploadId ?? "");

@@ -199,6 +199,17 @@ const CASES: readonly Case[] = [
       expect(Buffer.from(await got.Body!.transformToByteArray()).equals(Buffer.concat([first, Buffer.from("tail")]))).toBe(true);
       expect((await client.send(new ListMultipartUploadsCommand({ Bucket: b.bucket, Prefix: key }))).Uploads ?? []).toEqual([]);
 
+      // Completing it again (the SDK's retry after a lost answer): as the profile's completeAgain says.
+      const again = client.send(
+        new CompleteMultipartUploadCommand({ Bucket: b.bucket, Key: key, UploadId, MultipartUpload: { Parts: parts } }),
+      );
+      const { completeAgain } = b.profile;
+      if (completeAgain === "NoSuchUpload") expect(await answer(again)).toMatchObject({ status: 404, code: "NoSuchUpload" });
+      else {
+        const spelledAgain = { bare: etag.replaceAll('"', ""), quoted: etag, empty: "" }[completeAgain.replayedEtag];
+        expect(await answer(again)).toMatchObject({ status: 200, output: { ETag: spelledAgain } });
+      }
+
       const other = await client.send(new CreateMultipartUploadCommand({ Bucket: b.bucket, Key: `${key}-x` }));
       const abort = () =>
         answer(client.send(new AbortMultipartUploadCommand({ Bucket: b.bucket, Key: `${key}-x`, UploadId: other.UploadId })));

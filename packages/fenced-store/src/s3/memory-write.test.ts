@@ -11,7 +11,15 @@ import {
   VersionMismatchError,
 } from "../errors.js";
 import { decodeFence, decodeManifest, type ManifestHeader } from "./manifest.js";
-import { awsProfile, MemoryS3, memoryS3Client, radosgwProfile, type MemoryCall, type Scheduler } from "./memory-s3-test-support.js";
+import {
+  awsProfile,
+  MemoryS3,
+  memoryS3Client,
+  radosgwProfile,
+  type MemoryCall,
+  type QuirkProfile,
+  type Scheduler,
+} from "./memory-s3-test-support.js";
 import { FencedS3 } from "./store.js";
 
 /**
@@ -141,6 +149,40 @@ describe("FencedS3 over the in-memory S3 server", () => {
     const names = results.map((r) => (r.status === "fulfilled" ? "ok" : (r.reason as Error).name));
     expect(names).toEqual(losers[0] === "writer-2" ? ["StaleTokenError", "ok"] : ["ok", "ok"]);
     expect((await writers[0]?.store.getBytes("k"))?.token).toBe(3n);
+  });
+});
+
+describe("a lost answer to CompleteMultipartUpload (the SDK sends it again)", () => {
+  /** put() of a stream of unknown length over one part, the first answer to CompleteMultipartUpload lost. */
+  async function putLosingComplete(profile: QuirkProfile): Promise<{ outcome: unknown; memory: MemoryS3 }> {
+    let lost = false;
+    const memory = new MemoryS3(profile, {
+      turn: () => Promise.resolve(),
+      deliver: (call) => Promise.resolve(call.operation !== "CompleteMultipartUpload" || lost || !(lost = true)),
+    });
+    const bucket = memory.createBucket();
+    const store = new FencedS3(memory.client(), { bucket, prefix: PREFIX, partSize: 5 * 1024 * 1024 });
+    const body = Readable.from([Buffer.alloc(6 * 1024 * 1024, "x")]);
+    const outcome = await store.put("k", body, { fence: fence(1) }).then(
+      (result) => result,
+      (error: unknown) => error,
+    );
+    await store.flush();
+    expect(memory.log.filter((a) => a.call.operation === "CompleteMultipartUpload").map((a) => a.lost)).toEqual([true, false]);
+    return { outcome, memory };
+  }
+
+  it("radosgw answers the retry as the first time: the write goes on and lands", async () => {
+    const { outcome } = await putLosingComplete(radosgwProfile);
+    expect(outcome).toMatchObject({ token: 1n });
+  });
+
+  // KNOWN FAULT of the store, kept failing (it.fails) until it is fixed: on a backend that answers the
+  // retry NoSuchUpload (the AWS profile), put() rejects with the SDK's raw NoSuchUpload error — none of
+  // the store's typed errors — although the upload had completed; its data object is then deleted.
+  it.fails("a backend that answers the retry NoSuchUpload: put() resolves, or rejects with a typed error", async () => {
+    const { outcome } = await putLosingComplete(awsProfile);
+    expect(outcome instanceof Error ? TYPED.some((type) => outcome instanceof type) : true, String(outcome)).toBe(true);
   });
 });
 
