@@ -130,6 +130,68 @@ export class MemoryS3 {
   }
 }
 
+/** A small seeded generator (mulberry32): a whole schedule follows from one integer (a test's, or fast-check's). */
+function random(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** One turn of the event loop. */
+export const tick = (): Promise<void> => new Promise<void>((resolve) => setImmediate(resolve));
+
+/**
+ * Applies the requests waiting in a random order (one per turn of the event loop, among those that
+ * have arrived), delays each answer by a few turns, and loses the answers of some applied requests:
+ * the "applied, answer lost" fault (the SDK retries what it may, as over a reset connection).
+ */
+export class SeededScheduler implements Scheduler {
+  private readonly waiting: (() => void)[] = [];
+  private pumping = false;
+
+  private readonly next: () => number;
+
+  constructor(
+    seed: number,
+    /** The chance that an applied request's answer is lost (may be changed between requests). */
+    public loss = 0,
+  ) {
+    this.next = random(seed);
+  }
+
+  turn(): Promise<void> {
+    return new Promise((go) => {
+      this.waiting.push(go);
+      void this.pump();
+    });
+  }
+
+  private async pump(): Promise<void> {
+    if (this.pumping) return;
+    this.pumping = true;
+    while (this.waiting.length > 0) {
+      await tick();
+      const [go] = this.waiting.splice(Math.floor(this.next() * this.waiting.length), 1);
+      go?.();
+    }
+    this.pumping = false;
+  }
+
+  async deliver(): Promise<boolean> {
+    for (let delay = Math.floor(this.next() * 3); delay > 0; delay--) await tick();
+    return !(this.next() < this.loss);
+  }
+
+  choose(_call: MemoryCall, n: number): number {
+    return Math.floor(this.next() * n);
+  }
+}
+
 /** A client of a fresh in-memory server with the given buckets ("bucket" unless named). */
 export function memoryS3Client(options: { profile: QuirkProfile; scheduler?: Scheduler; buckets?: readonly string[] }): S3Client {
   const server = new MemoryS3(options.profile, options.scheduler);

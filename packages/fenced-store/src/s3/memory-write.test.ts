@@ -17,6 +17,8 @@ import {
   memoryS3Client,
   radosgwProfile,
   type MemoryCall,
+  SeededScheduler,
+  tick,
   type QuirkProfile,
   type Scheduler,
 } from "./memory-s3-test-support.js";
@@ -226,63 +228,6 @@ describe("a caller's abort, as the SDK's Node handler honours it", () => {
   });
 });
 
-/** A small seeded generator (mulberry32): the whole schedule follows from one integer fast-check chooses. */
-function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-const tick = () => new Promise<void>((resolve) => setImmediate(resolve));
-
-/**
- * Applies the requests waiting in a random order (one per turn of the event loop, among those that
- * have arrived), delays each answer by a few turns, and loses the answers of some applied requests:
- * the "applied, answer lost" fault (the SDK retries what it may, as over a reset connection).
- */
-class SeededScheduler implements Scheduler {
-  private readonly waiting: (() => void)[] = [];
-  private pumping = false;
-
-  constructor(
-    private readonly next: () => number,
-    /** The chance that an applied request's answer is lost. */
-    public loss: number,
-  ) {}
-
-  turn(): Promise<void> {
-    return new Promise((go) => {
-      this.waiting.push(go);
-      void this.pump();
-    });
-  }
-
-  private async pump(): Promise<void> {
-    if (this.pumping) return;
-    this.pumping = true;
-    while (this.waiting.length > 0) {
-      await tick();
-      const [go] = this.waiting.splice(Math.floor(this.next() * this.waiting.length), 1);
-      go?.();
-    }
-    this.pumping = false;
-  }
-
-  async deliver(): Promise<boolean> {
-    for (let delay = Math.floor(this.next() * 3); delay > 0; delay--) await tick();
-    return !(this.next() < this.loss);
-  }
-
-  choose(_call: MemoryCall, n: number): number {
-    return Math.floor(this.next() * n);
-  }
-}
-
 type Op = { readonly kind: "put" | "update" | "delete"; readonly key: "k1" | "k2"; readonly large: boolean };
 
 const opArb: fc.Arbitrary<Op> = fc.record({
@@ -321,7 +266,7 @@ describe("FencedS3 under seeded schedules of two or three writers", () => {
         fc.boolean(),
         fc.constantFrom(radosgwProfile, awsProfile),
         async (seed, writers, loss, checkResourceFence, profile) => {
-          const scheduler = new SeededScheduler(random(seed), loss);
+          const scheduler = new SeededScheduler(seed, loss);
           const memory = new MemoryS3(profile, scheduler);
           const bucket = memory.createBucket();
           const outcomes: Outcome[] = [];
