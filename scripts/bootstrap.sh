@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Makes a fresh Debian machine with Node.js and npm ready to run fenced's demo and tests:
 # the servers they start (redis-server, PostgreSQL, Ceph radosgw), gcc for the clock shim, stress-ng
-# for the loaded test run, SPIN for the protocol's model check, tar for the release test, a
+# for the loaded test run, SPIN for the protocol's model check, promtool for the alert rules, tar for the release test, a
 # supported Node when the machine's is older (see node-versions.sh), pnpm, and the workspace's packages. Idempotent and
 # quick when everything is already there.
 set -euo pipefail
@@ -25,6 +25,8 @@ command -v python3 >/dev/null || missing+=(python3)
 command -v stress-ng >/dev/null || missing+=(stress-ng)
 # The protocol's model check (test/spec) runs the SPIN model checker; its verifiers are compiled with gcc.
 command -v spin >/dev/null || missing+=(spin)
+# The gateway's alert rules (packages/gateway/ops) are checked and unit-tested with promtool.
+command -v promtool >/dev/null || missing+=(prometheus)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
@@ -34,6 +36,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   # The distribution starts its own instances; fenced starts private ones on free ports.
   $sudo service redis-server stop >/dev/null 2>&1 || true
   $sudo service postgresql stop >/dev/null 2>&1 || true
+  $sudo service prometheus stop >/dev/null 2>&1 || true
 fi
 
 # A machine whose Node is older than the supported range gets Node $FETCHED_NODE_MAJOR from the npm
