@@ -9,9 +9,11 @@
 //   pipelining.ts  sendScript: one tick's scripts to a node as one write (the one way a script is sent)
 //   scripts.ts     every Lua script, one place (acquire raises the token counter in the same script)
 //   node-watch.ts  what the lock learns of each node's connection, and how a node's failure is named
+//   probe.ts       probeNodes: each node's answer to a PING, named as the lock names failures (for health checks)
 //   keys.ts        a resource's keys on a node; lease-value.ts, the random value that names a lease
 //   client.ts      the Redis client by shape (ioredis 5 or 6, a Cluster)
 //   errors.ts      the errors, their kinds and the reasons a node does not count
+//   observe.ts     what an observer sees: each operation on node:diagnostics_channel and as an OpenTelemetry span
 export { Redlock, type Resources } from "./redlock.js";
 export { MIN_TTL_MS, type RedlockOptions, type AcquireOptions, type HeldLease, type HeldOne, type HeldSet } from "./options.js";
 export { Lease, holderOf, type LeaseFence } from "./lease.js";
@@ -28,4 +30,6 @@ export {
 } from "./errors.js";
 export { FencedError, InvalidArgumentError, type Applied, type ErrorCode } from "@fenced/fence";
 export { resourceKeys, type ResourceKeys } from "./keys.js";
+export { LOCK_CHANNELS, type LockLostMessage, type LockOperation, type LockOperationMessage, type LockOutcome } from "./observe.js";
 export { type RedisClient } from "./client.js";
+export { probeNodes, type NodeProbe, type NodesProbe, type NodeState } from "./probe.js";

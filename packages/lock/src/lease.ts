@@ -2,6 +2,7 @@ import { createHash } from "node:crypto";
 import { performance } from "node:perf_hooks";
 import { inspect, type InspectOptions } from "node:util";
 import { LeaseLostError, type HeldFence, type LeaseLostKind, type NodeFailure } from "./errors.js";
+import { publishLost } from "./observe.js";
 import { assertTtl } from "./options.js";
 
 /** The operations a Lease delegates to its Redlock (kept narrow so the lease holds no client state). */
@@ -247,6 +248,7 @@ export class Lease implements AsyncDisposable {
     this.#expiryTimer = undefined;
     if (this.#lost !== undefined) return;
     this.#lost = reason;
+    if (reason !== "released") publishLost(reason);
     if (this.#controller !== undefined) this.#controller.abort(this.lostReason);
   }
 

@@ -6,6 +6,7 @@ import { LeaseLostError, LockNotAcquiredError, TokenSpaceExhaustedError, type He
 import { resourceKeys } from "./keys.js";
 import { Lease, leaseInternals, leaseLost } from "./lease.js";
 import { newLeaseValue } from "./lease-value.js";
+import { nodeEvents, observed } from "./observe.js";
 import { watchOf, type NodeWatch } from "./node-watch.js";
 import { sendScript } from "./pipelining.js";
 import {
@@ -83,7 +84,15 @@ export class Redlock {
     return this.#acquire(resources, ttlMs, retryCount, signal);
   }
 
-  async #acquire(resources: readonly string[], ttlMs: number, retryCount: number, signal: AbortSignal | undefined): Promise<Lease> {
+  #acquire(resources: readonly string[], ttlMs: number, retryCount: number, signal: AbortSignal | undefined): Promise<Lease> {
+    return observed(
+      { operation: "acquire", resources, ttlMs },
+      () => this.#acquireRounds(resources, ttlMs, retryCount, signal),
+      (lease) => ({ fences: leaseInternals.held(lease), holder: lease.holder, validUntil: lease.validUntil }),
+    );
+  }
+
+  async #acquireRounds(resources: readonly string[], ttlMs: number, retryCount: number, signal: AbortSignal | undefined): Promise<Lease> {
     for (let attempt = 1; ; attempt++) {
       signal?.throwIfAborted();
       const result = await this.#attempt(resources, ttlMs);
@@ -218,7 +227,12 @@ export class Redlock {
   async release(held: HeldLease): Promise<void> {
     const { fences, value } = checkHeld(held);
     if (held instanceof Lease) leaseInternals.lose(held, "released");
-    await this.#releaseAll(leaseKeys(fences), value, false, this.#allNodes());
+    const resources = fences.map((f) => f.resource);
+    await observed(
+      { operation: "release", resources, fences },
+      () => this.#releaseAll(leaseKeys(fences), value, false, this.#allNodes()),
+      () => ({ holder: held instanceof Lease ? held.holder : undefined }),
+    );
   }
 
   /** One acquisition round: grant + counters on all nodes, publish if needed, then the validity. */
@@ -241,6 +255,7 @@ export class Redlock {
       decided: (reply) => tally.add(reply),
     });
     fanningOut = false;
+    nodeEvents("acquire", replies);
     // The nodes this attempt sent ACQUIRE to: the only ones it can have left a lease key on.
     const reached = replies.flatMap((reply, node) => (!reply.ok && reply.unsent === true ? [] : [node]));
     const choices = chooseTokens(replies, this.quorum, resources.length);
@@ -290,7 +305,7 @@ export class Redlock {
     });
     // Over once every resource counts on a quorum, or once one of them can no longer get there.
     const reachable = (i: number): boolean => (counted[i] as number) + pendingFor(publish, i) >= this.quorum;
-    await fanOut(nodes.length, this.#settings.nodeTimeoutMs, {
+    const published = await fanOut(nodes.length, this.#settings.nodeTimeoutMs, {
       send: (k) => sendScript(this.#client(nodes[k] as number), calls[k] as ScriptCall),
       retry: (k, err) => fallBack(this.#client(nodes[k] as number), calls[k] as ScriptCall, err),
       watches: this.#currentWatches(nodes),
@@ -305,11 +320,21 @@ export class Redlock {
         return choices.some((_, i) => behind(i) && !reachable(i));
       },
     });
+    nodeEvents("publish", published, nodes);
     return !choices.some((_, i) => behind(i));
   }
 
   /** @internal LeaseOwner: extends on every node; resolves with the new validity or throws LeaseLostError. */
-  async extendLease(lease: Lease, ttlMs: number): Promise<number> {
+  extendLease(lease: Lease, ttlMs: number): Promise<number> {
+    const fences = leaseInternals.held(lease);
+    return observed(
+      { operation: "extend", resources: lease.resources, fences, ttlMs },
+      () => this.#extendLease(lease, ttlMs),
+      (validityMs) => ({ fences, holder: lease.holder, validUntil: Date.now() + validityMs }),
+    );
+  }
+
+  async #extendLease(lease: Lease, ttlMs: number): Promise<number> {
     this.#checkTtl(ttlMs);
     const start = performance.now();
     const deadline = start + lease.remainingMs;
@@ -324,6 +349,7 @@ export class Redlock {
       // not be asked. A node known down answers at once (refused), so only a silent node makes it wait.
       decided: (reply) => reply.ok && reply.value === 1 && ++confirmed >= this.quorum,
     });
+    nodeEvents("extend", replies);
     const now = performance.now();
     // A majority confirmed after the old validity ended proves nothing: another client may have held it meanwhile.
     if (confirmed < this.quorum || now > deadline) {
@@ -336,7 +362,12 @@ export class Redlock {
 
   /** @internal LeaseOwner: deletes this lease's value on every node. */
   async releaseLease(lease: Lease): Promise<void> {
-    await this.#releaseAll(leaseKeys(leaseInternals.held(lease)), lease.value, false, this.#allNodes());
+    const fences = leaseInternals.held(lease);
+    await observed(
+      { operation: "release", resources: lease.resources, fences },
+      () => this.#releaseAll(leaseKeys(fences), lease.value, false, this.#allNodes()),
+      () => ({ holder: lease.holder }),
+    );
   }
 
   /**
@@ -350,13 +381,14 @@ export class Redlock {
     const needed = waitForAll ? nodes.length : Math.min(this.quorum, nodes.length);
     let answered = 0;
     const call: ScriptCall = { script: SCRIPTS.release, keys: leases, args: [value] };
-    await fanOut(nodes.length, this.#settings.nodeTimeoutMs, {
+    const replies = await fanOut(nodes.length, this.#settings.nodeTimeoutMs, {
       send: (i) => sendScript(this.#client(nodes[i] as number), call),
       retry: (i, err) => fallBack(this.#client(nodes[i] as number), call, err),
       watches: this.#currentWatches(nodes),
       cleanup: true,
       decided: () => ++answered >= needed,
     });
+    nodeEvents("release", replies, nodes);
   }
 
   #allNodes(): number[] {
