@@ -271,7 +271,7 @@ describe("FencedS3 under seeded schedules of two or three writers", () => {
           const bucket = memory.createBucket();
           const outcomes: Outcome[] = [];
           let clock = 0;
-          // Distinct tokens, in an order unrelated to the writers' start: 1, 2, 3 shuffled by the seed.
+          // Distinct tokens, 1 to 3 rotated by the seed: which writer holds the highest varies.
           const tokens = writers.map((_, i) => ((i + (seed >>> 0)) % writers.length) + 1);
           await Promise.all(
             writers.map(async (ops, w) => {
