@@ -17,5 +17,6 @@ export { FencedError, InvalidArgumentError, type Applied, type ErrorCode } from 
 export { type Fence, type FenceSet, assertFence, assertKey, assertResource, MAX_TOKEN } from "./fence.js";
 export { type JsonValue, assertJsonValue } from "./json.js";
 export { OBJECT_VERSION, RECORD_VERSION } from "./versions.js";
+export { STORE_CHANNELS, type StoreOutcome, type StoreWriteMessage } from "./observe.js";
 /** The bounds and default of both stores' `timeoutMs` (whole milliseconds). */
 export { DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS, MIN_TIMEOUT_MS } from "./options.js";

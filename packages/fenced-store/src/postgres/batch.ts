@@ -59,7 +59,7 @@ export function putAll<Client extends PgClient>(calls: Calls<Client>, order: Wri
   const { writes, fences, signal } = checked;
   // Key order: two calls creating the same new keys wait for each other's inserts in one order only.
   const byKey = [...writes].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
-  return calls.session({ operation: "putAll" }, signal, async (s) => {
+  return calls.session({ operation: "putAll", fences }, signal, async (s) => {
     const written =
       (oneStatementFits(byKey) ? await inOneStatement(calls, s, order, fences, byKey) : undefined) ??
       (await inTransaction(calls, s, signal, fences, byKey));

@@ -1,5 +1,6 @@
 import type { CheckedFence } from "@fenced/fence";
 import type { StaleTokenError } from "../errors.js";
+import { observedCall } from "../observe.js";
 import { throwIfAborted } from "../options.js";
 import { staleError } from "./inspect.js";
 import { CallbackError, Session, type Call } from "./session.js";
@@ -50,16 +51,18 @@ export class Calls<Client extends PgClient> {
    * that none can leave it out: waiting for the client ends at its abort (Session.open), and `work`
    * never starts once it has aborted — nothing is sent.
    */
-  async session<T>(call: Call, signal: AbortSignal | undefined, work: (s: Session<Client>) => Promise<T>): Promise<T> {
-    const s = await Session.open(this.pool, call, this.timeoutMs, signal);
-    try {
-      // Asked here, in the turn `work` starts and sends its first statement: an abort that came with
-      // the client, or while this call resumed, sends nothing.
-      throwIfAborted(signal);
-      return await work(s);
-    } finally {
-      s.release();
-    }
+  session<T>(call: Call, signal: AbortSignal | undefined, work: (s: Session<Client>) => Promise<T>): Promise<T> {
+    return observedCall({ store: "postgres", ...call }, async () => {
+      const s = await Session.open(this.pool, call, this.timeoutMs, signal);
+      try {
+        // Asked here, in the turn `work` starts and sends its first statement: an abort that came with
+        // the client, or while this call resumed, sends nothing.
+        throwIfAborted(signal);
+        return await work(s);
+      } finally {
+        s.release();
+      }
+    });
   }
 
   /**

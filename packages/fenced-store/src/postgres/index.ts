@@ -16,6 +16,7 @@
 //   upsert-sql.ts the record upserts a write ends in, after its ratchet, and putAll() in one statement
 //   schema-sql.ts the layout migrate() creates: tables, version sequence, refusal functions and their SQLSTATEs
 //   types.ts    the pool, client and results by shape
+//   ../observe.ts each call and statement as an OpenTelemetry span, each write's outcome on node:diagnostics_channel
 export { FencedPostgres } from "./store.js";
 // How many records one putAll() writes at most (every fence row of the call is held meanwhile).
 export { MAX_PUT_ALL } from "./options.js";

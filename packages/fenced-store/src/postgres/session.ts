@@ -1,4 +1,5 @@
 import { Deadline, DeadlineExceeded } from "../deadline.js";
+import { observedStatement } from "../observe.js";
 import { callbackFailure, classify, connectionIntact, type Phase } from "./failures.js";
 import type { CommitAt } from "./commit-at.js";
 import type { PgClient, PgPool, PgQueryConfig, PgQueryResult } from "./types.js";
@@ -38,6 +39,8 @@ interface Wire {
 export interface Call {
   readonly operation: string;
   readonly key?: string | undefined;
+  /** The fences a write presents, for its span and its published outcome (../observe.ts). */
+  readonly fences?: readonly { readonly resource: string; readonly token: bigint; readonly holder?: string | null | undefined }[];
 }
 
 /** `work`, unless the signal aborts first (its reason); the listener is removed either way. */
@@ -254,7 +257,7 @@ export class Session<Client extends PgClient> {
       return;
     }
     try {
-      await this.deadline.race(this.client.query({ text }));
+      await this.deadline.race(observedStatement({ text }, () => this.client.query({ text })));
     } catch (err) {
       // State unknown: closing the connection rolls the transaction back on the server.
       this.discard(err);
@@ -287,7 +290,7 @@ export class Session<Client extends PgClient> {
       throw this.failure(err, "read");
     }
     try {
-      return await this.deadline.race(this.client.query<R>(config));
+      return await this.deadline.race(observedStatement(config, () => this.client.query<R>(config)));
     } catch (err) {
       // No answer from the server (or one that ended the session): the connection's state is unknown.
       if (discardOnError || !connectionIntact(err)) this.discard(err);

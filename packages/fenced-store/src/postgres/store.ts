@@ -82,7 +82,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     const fences = oneOrMoreFences(fence);
     const signal = signalOnly(options);
     throwIfAborted(signal);
-    const call = { operation: "register" };
+    const call = { operation: "register", fences };
     const [only, ...more] = fences;
     if (only === undefined || more.length > 0) {
       await this.calls.inTransaction(call, signal, (s) => raiseAll(this.calls, s, signal, fences));
@@ -108,7 +108,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     throwIfAborted(signal);
     if (ifVersion === undefined) {
       // The common case in a single statement: see sql.ts for why it is atomic, ordered, and undone whole when refused.
-      return this.calls.session({ operation: "put", key }, signal, async (s) => {
+      return this.calls.session({ operation: "put", key, fences: [fence] }, signal, async (s) => {
         let result: PgQueryResult<{ version: string }>;
         try {
           result = await this.unconditional(s, signal, key, fence, json);
@@ -122,7 +122,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
       });
     }
     const values = [...fenceParams(fence), key, json, ifVersion];
-    return this.conditional({ operation: "put", key }, signal, fence, ifVersion, "putIfVersion", values);
+    return this.conditional({ operation: "put", key, fences: [fence] }, signal, fence, ifVersion, "putIfVersion", values);
   }
 
   /**
@@ -193,7 +193,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     assertKey(key);
     const { fence, ifVersion, signal } = writeOptions(options);
     throwIfAborted(signal);
-    const call = { operation: "delete", key };
+    const call = { operation: "delete", key, fences: [fence] };
     if (ifVersion !== undefined)
       return this.conditional(call, signal, fence, ifVersion, "deleteIfVersion", [...fenceParams(fence), key, ifVersion]);
     return this.fenced(call, [fence], signal, async (s) => {
@@ -220,7 +220,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     const { from, to, ifVersion, signal } = transferOptions(options);
     throwIfAborted(signal);
     return this.calls.inTransaction(
-      { operation: "transfer", key },
+      { operation: "transfer", key, fences: [from, to] },
       signal,
       async (s) => {
         // Every transfer locks the two fence rows in the one order of every call (lockOrder): no deadlock between them.
@@ -277,7 +277,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     if (typeof work !== "function") throw new InvalidArgumentError("work", "must be a function (client) => Promise");
     const signal = signalOnly(options);
     throwIfAborted(signal);
-    return this.fenced({ operation: "transaction" }, fences, signal, (s) => s.callback(() => work(s.client)));
+    return this.fenced({ operation: "transaction", fences }, fences, signal, (s) => s.callback(() => work(s.client)));
   }
 
   /** BEGIN; the ratchets (batch.ts: one fence, or several in lock order); work; COMMIT. The ratchets run first so their row locks order everything after them. */

@@ -15,6 +15,7 @@
 //   conditional.ts the conditional PUT and GET every decision rests on
 //   failures.ts    what a failed request means, and the typed error a failed call throws
 //   ../deadline.ts the one deadline (timeoutMs) that bounds a call, shared with the PostgreSQL store
+//   ../observe.ts  each call and S3 request as an OpenTelemetry span, each write's outcome on node:diagnostics_channel
 export {
   FencedS3,
   type FencedS3Options,

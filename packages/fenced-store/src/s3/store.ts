@@ -3,6 +3,7 @@ import type { S3Client } from "@aws-sdk/client-s3";
 import { InvalidArgumentError } from "@fenced/fence";
 import { ContentionError, StoreUnavailableError, VersionMismatchError } from "../errors.js";
 import { assertKey, assertResource, checkFence, type CheckedFence, type Fence, type FenceSet } from "../fence.js";
+import { observedCall, tracedS3Client } from "../observe.js";
 import { oneOrMoreFences } from "../options.js";
 import { assertBody, assertContentLength, assertContentType, openData, readAll, toPayload, watchStalls, type S3Body } from "./body.js";
 import type { EtagForm } from "./conditional.js";
@@ -90,7 +91,8 @@ export class FencedS3 {
     const resolved = validateOptions(options);
     this.bucket = resolved.bucket;
     this.prefix = resolved.prefix;
-    this.io = new StoreIo(client, resolved);
+    // Each request a span of its own (../observe.ts); the caller's client is not changed.
+    this.io = new StoreIo(tracedS3Client(client), resolved);
   }
 
   /**
@@ -114,7 +116,7 @@ export class FencedS3 {
     const { signal } = signalOptions(options);
     const sent = fences.map(() => ({ open: false }));
     const open = { get open() { return sent.some((one) => one.open); } }; // prettier-ignore
-    await this.call("register", undefined, signal, (deadline) => this.io.raiseFences(fences, deadline.signal, sent), open);
+    await this.call("register", undefined, signal, (deadline) => this.io.raiseFences(fences, deadline.signal, sent), open, fences);
   }
 
   /**
@@ -175,6 +177,10 @@ export class FencedS3 {
   async transfer(key: string, options: S3TransferOptions): Promise<S3PutResult | undefined> {
     assertKey(key);
     const o = transferOptions(options);
+    return observedCall({ store: "s3", operation: "transfer", key, fences: [o.from, o.to] }, () => this.transferWithin(key, o));
+  }
+
+  private async transferWithin(key: string, o: ReturnType<typeof transferOptions>): Promise<S3PutResult | undefined> {
     const deadline = this.deadline(o.signal);
     try {
       return await writeManifest(this.io, {
@@ -254,9 +260,20 @@ export class FencedS3 {
     const { contentType } = o;
     assertContentType(contentType);
     const attempts = o.maxAttempts ?? this.io.options.maxAttempts;
+    return observedCall({ store: "s3", operation: "update", key, fences: [o.fence] }, () =>
+      this.updateWithin(key, fn, { ...o, contentType }, attempts),
+    );
+  }
+
+  private async updateWithin(
+    key: string,
+    fn: (old: S3Bytes | undefined) => S3Body | Promise<S3Body>,
+    o: ReturnType<typeof writeOptions> & { readonly contentType: string | undefined },
+    attempts: number,
+  ): Promise<S3PutResult> {
     const deadline = this.deadline(o.signal);
     try {
-      return await this.updateRounds(key, fn, { ...o, contentType }, attempts, deadline);
+      return await this.updateRounds(key, fn, o, attempts, deadline);
     } catch (err) {
       // The caller's function's own error is the caller's, whatever it looks like.
       if (err instanceof ThrownByCaller) throw err.error;
@@ -338,8 +355,11 @@ export class FencedS3 {
     signal: AbortSignal | undefined,
     work: (deadline: Deadline) => Promise<T>,
     sent: { readonly open: boolean } = { open: false },
+    fences?: readonly CheckedFence[],
   ): Promise<T> {
-    return withinDeadline(this.io.options.timeoutMs, signal, { operation, key, bucket: this.bucket }, work, sent);
+    return observedCall({ store: "s3", operation, key, fences }, () =>
+      withinDeadline(this.io.options.timeoutMs, signal, { operation, key, bucket: this.bucket }, work, sent),
+    );
   }
 
   /** ifVersion: undefined = any version, null = the key must be absent (update of an absent key). */
@@ -352,12 +372,14 @@ export class FencedS3 {
     contentType: string | undefined,
     signal: AbortSignal | undefined,
   ): Promise<S3PutResult> {
-    const deadline = this.deadline(signal);
-    try {
-      return await this.writeWithin(operation, key, fence, content, ifVersion, contentType, deadline);
-    } finally {
-      deadline.end(true); // an upload the write did not use in the end is aborted: flush() never waits for it
-    }
+    return observedCall({ store: "s3", operation, key, fences: [fence] }, async () => {
+      const deadline = this.deadline(signal);
+      try {
+        return await this.writeWithin(operation, key, fence, content, ifVersion, contentType, deadline);
+      } finally {
+        deadline.end(true); // an upload the write did not use in the end is aborted: flush() never waits for it
+      }
+    });
   }
 
   private writeWithin(

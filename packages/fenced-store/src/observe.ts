@@ -1,0 +1,209 @@
+import { channel } from "node:diagnostics_channel";
+import { performance } from "node:perf_hooks";
+import { FencedError, type ErrorCode } from "@fenced/fence";
+import { SpanKind, SpanStatusCode, trace, type Attributes, type Span } from "@opentelemetry/api";
+import type { StoreBackend } from "./errors.js";
+
+/**
+ * What the stores tell an observer, without the caller's help: each write's outcome on
+ * `node:diagnostics_channel` (published only while someone subscribes), and each call, each SQL
+ * statement and each S3 request as an OpenTelemetry span through `@opentelemetry/api` (a no-op until
+ * an application registers an SDK). Nothing here decides anything: an observer's failure or absence
+ * never changes what a call does.
+ */
+
+/** The channel the stores publish each write's outcome on (README, "Observing the stores"). */
+export const STORE_CHANNELS = { write: "fenced:store:write" } as const;
+
+/** How a call ended: `ok`, the code of the FencedError it threw, or `error` for any other failure. */
+export type StoreOutcome = "ok" | ErrorCode | "error";
+
+/** A fence as a call presented it: what an observer is told of it (never more than the caller gave). */
+interface FenceSeen {
+  readonly resource: string;
+  readonly token: bigint;
+  readonly holder?: string | null | undefined;
+}
+
+/** Published on fenced:store:write once a write (put, delete, update, transfer, putAll, register, transaction) has ended. */
+export interface StoreWriteMessage {
+  readonly store: StoreBackend;
+  readonly operation: string;
+  /** The key written (absent for putAll, register and transaction). */
+  readonly key?: string | undefined;
+  /** The fences the write presented, in the order given. */
+  readonly fences: readonly FenceSeen[];
+  readonly outcome: StoreOutcome;
+  /** The version written, when the write resolved with one. */
+  readonly version?: string | undefined;
+  /** What the write threw (absent when it succeeded). */
+  readonly error?: unknown;
+  readonly durationMs: number;
+}
+
+/** One call into a store, as its span and its message name it. */
+export interface StoreCall {
+  readonly store: StoreBackend;
+  readonly operation: string;
+  readonly key?: string | undefined;
+  readonly fences?: readonly FenceSeen[] | undefined;
+}
+
+/** The operations that write: their outcome is published. */
+const WRITES: ReadonlySet<string> = new Set(["put", "delete", "update", "transfer", "putAll", "register", "transaction"]);
+
+const writes = channel(STORE_CHANNELS.write);
+const tracer = trace.getTracer("@fenced/store");
+
+function outcomeOf(err: unknown): StoreOutcome {
+  return err instanceof FencedError ? err.code : "error";
+}
+
+function callAttributes(call: StoreCall): Attributes {
+  const first = call.fences?.[0];
+  return {
+    "fenced.store": call.store,
+    "fenced.operation": call.operation,
+    ...(call.key === undefined ? {} : { "fenced.key": call.key }),
+    ...(first === undefined ? {} : { "fenced.resource": first.resource, "fenced.token": first.token.toString() }),
+    ...(call.fences !== undefined && call.fences.length > 1
+      ? { "fenced.resources": call.fences.map((f) => f.resource), "fenced.tokens": call.fences.map((f) => f.token.toString()) }
+      : {}),
+  };
+}
+
+/** The version a write resolved with (PgPutResult, S3PutResult), if any. */
+function versionOf(result: unknown): string | undefined {
+  const version = typeof result === "object" && result !== null ? (result as { version?: unknown }).version : undefined;
+  return typeof version === "string" ? version : undefined;
+}
+
+/** A failed span: its outcome, and ERROR status with the error's message (no stack: refusals are expected). */
+function failed(span: Span, attributes: Attributes, err: unknown): void {
+  if (!span.isRecording()) return;
+  span.setAttributes(attributes);
+  span.setStatus({ code: SpanStatusCode.ERROR, message: err instanceof Error ? err.message : String(err) });
+}
+
+/**
+ * Runs one store call as the span `fenced.store.<operation>` (active while it runs, so its
+ * statements and requests are its children), and publishes a write's end on fenced:store:write.
+ */
+export function observedCall<T>(call: StoreCall, run: () => Promise<T>): Promise<T> {
+  const publish = WRITES.has(call.operation) && writes.hasSubscribers;
+  return tracer.startActiveSpan(`fenced.store.${call.operation}`, { attributes: callAttributes(call) }, async (span) => {
+    const started = performance.now();
+    try {
+      const result = await run();
+      if (span.isRecording()) {
+        const version = versionOf(result);
+        span.setAttributes({ "fenced.outcome": "ok", ...(version === undefined ? {} : { "fenced.version": version }) });
+      }
+      if (publish) writes.publish(message(call, "ok", started, { version: versionOf(result) }));
+      return result;
+    } catch (err) {
+      const outcome = outcomeOf(err);
+      failed(span, { "fenced.outcome": outcome }, err);
+      if (publish) writes.publish(message(call, outcome, started, { error: err }));
+      throw err;
+    } finally {
+      span.end();
+    }
+  });
+}
+
+function message(
+  call: StoreCall,
+  outcome: StoreOutcome,
+  started: number,
+  more: { readonly version?: string | undefined; readonly error?: unknown },
+): StoreWriteMessage {
+  return { ...call, fences: call.fences ?? [], outcome, ...more, durationMs: performance.now() - started };
+}
+
+/** The statement's name as its span names it: the store's statement (`fenced:<name>:<digest>`), else the SQL's first word. */
+function statementName(config: { readonly name?: string | undefined; readonly text: string }): string {
+  const named = config.name?.split(":")[1];
+  return named ?? config.text.trimStart().split(/\s/, 1)[0] ?? "query";
+}
+
+/** One SQL statement sent to PostgreSQL, as a client span `postgresql <name>` with its text (parameters are never recorded). */
+export function observedStatement<T>(
+  config: { readonly name?: string | undefined; readonly text: string },
+  run: () => Promise<T>,
+): Promise<T> {
+  return tracer.startActiveSpan(
+    `postgresql ${statementName(config)}`,
+    { kind: SpanKind.CLIENT, attributes: { "db.system.name": "postgresql", "db.query.text": config.text } },
+    async (span) => {
+      try {
+        return await run();
+      } catch (err) {
+        const code = (err as { code?: unknown } | null)?.code;
+        failed(span, { "error.type": typeof code === "string" ? code : err instanceof Error ? err.name : "error" }, err);
+        throw err;
+      } finally {
+        span.end();
+      }
+    },
+  );
+}
+
+/** A command as the AWS SDK v3 sends it: its class names the operation, its input the bucket and key. */
+interface S3Command {
+  readonly input?: { readonly Bucket?: unknown; readonly Key?: unknown };
+}
+
+interface Sender {
+  send(command: S3Command, options?: unknown): Promise<unknown>;
+}
+
+function s3Attributes(command: S3Command, method: string): Attributes {
+  const { Bucket, Key } = command.input ?? {};
+  return {
+    "rpc.system": "aws-api",
+    "rpc.service": "S3",
+    "rpc.method": method,
+    ...(typeof Bucket === "string" ? { "aws.s3.bucket": Bucket } : {}),
+    ...(typeof Key === "string" ? { "aws.s3.key": Key } : {}),
+  };
+}
+
+/** The HTTP status of an SDK answer or error (`$metadata.httpStatusCode`), if it has one. */
+function httpStatus(outcome: unknown): number | undefined {
+  const metadata = (outcome as { $metadata?: { httpStatusCode?: unknown } } | null)?.$metadata;
+  return typeof metadata?.httpStatusCode === "number" ? metadata.httpStatusCode : undefined;
+}
+
+/**
+ * The client a FencedS3 sends through: the caller's, every request of it a client span
+ * `S3.<Operation>` (one per send(), the SDK's own retries inside it). Everything else is the
+ * caller's client itself (its prototype), which is left unchanged.
+ */
+export function tracedS3Client<Client extends Sender>(client: Client): Client {
+  const send = (command: S3Command, options?: unknown): Promise<unknown> => {
+    const method = command.constructor.name.replace(/Command$/, "");
+    return tracer.startActiveSpan(`S3.${method}`, { kind: SpanKind.CLIENT, attributes: s3Attributes(command, method) }, async (span) => {
+      try {
+        const answer = await client.send(command, options);
+        const status = httpStatus(answer);
+        if (status !== undefined && span.isRecording()) span.setAttribute("http.response.status_code", status);
+        return answer;
+      } catch (err) {
+        const status = httpStatus(err);
+        failed(
+          span,
+          {
+            "error.type": err instanceof Error ? err.name : "error",
+            ...(status === undefined ? {} : { "http.response.status_code": status }),
+          },
+          err,
+        );
+        throw err;
+      } finally {
+        span.end();
+      }
+    });
+  };
+  return Object.create(client, { send: { value: send } }) as Client;
+}
