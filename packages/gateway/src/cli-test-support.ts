@@ -52,3 +52,21 @@ export function startCli(args: string[], env: Record<string, string>): Child {
     },
   };
 }
+
+/** Runs the binary to its end and answers its exit code and its output as text (for `--help`, `--version` and refusals). */
+export async function runCli(
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(process.execPath, ["--conditions=source", "--import", "tsx", CLI, ...args], {
+    cwd: ROOT,
+    env: { ...process.env, NODE_NO_WARNINGS: "1", ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
+  child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+  const [code] = (await once(child, "close")) as [number | null];
+  return { code, stdout, stderr };
+}

@@ -4,7 +4,7 @@ import { pino, type Logger } from "pino";
 import { InvalidArgumentError } from "@fenced/fence";
 import { createGateway, type Gateway } from "./app.js";
 import { s3Backend } from "./cli-backends.js";
-import { configurationError, DEFAULT_MIN_AGE, gatewayProgram } from "./cli-program.js";
+import { DEFAULT_MIN_AGE, gatewayProgram } from "./cli-program.js";
 import { loadConfig, loadSweepConfig, type GatewayConfig } from "./config.js";
 import { durationMs, sweepCommand } from "./sweep.js";
 import { serve, type Serving } from "./http/server.js";
@@ -193,7 +193,8 @@ function configured<T>(load: () => T, command?: string): T {
   try {
     return load();
   } catch (err) {
-    refuse(`invalid configuration: ${configurationError(err)}`, command);
+    // ConfigurationError (config.ts) names each problem and where it came from; a flag's own check (--min-age) says what is wrong.
+    refuse(`invalid configuration: ${err instanceof Error ? err.message : String(err)}`, command);
   }
 }
 

@@ -4,6 +4,7 @@ import { z } from "zod";
 import { apiKeySchema, distinctApiKeys } from "./auth/api-keys.js";
 import { fenceKeySchema } from "./auth/credentials.js";
 import { SERVER_DEFAULTS } from "./http/server.js";
+import { configIssues, ConfigurationError, type ConfigSources } from "./config-issues.js";
 import { CONFIG_VARIABLE, fromEnv, fromFlags, givenFor, type ConfigFlags, type Raw } from "./settings.js";
 
 export type { ConfigFlags } from "./settings.js";
@@ -32,7 +33,7 @@ const fields = {
   redis: z
     .strictObject({
       urls: z
-        .array(z.string().regex(/^rediss?:\/\//, "a redis:// or rediss:// URL"))
+        .array(z.string().regex(/^rediss?:\/\//, "must be a redis:// or rediss:// URL"))
         .min(1)
         .describe("the independent lock nodes, redis:// or rediss:// URLs, comma-separated as a flag or variable (enables /v1/leases)"),
       retryCount: z
@@ -62,7 +63,11 @@ const fields = {
     .optional(),
   postgres: z
     .strictObject({
-      url: z.string().min(1).describe("PostgreSQL connection string (enables /v1/records)"),
+      // Checked like the lock's URLs: pg reads any other text as a database name on a host called "base".
+      url: z
+        .string()
+        .regex(/^postgres(ql)?:\/\//, "must be a postgres:// or postgresql:// URL, such as postgres://user:password@host:5432/database")
+        .describe("PostgreSQL connection string, a postgres:// or postgresql:// URL (enables /v1/records)"),
       schema: z.string().optional().describe("schema of the fence and records tables (default fenced)"),
       poolSize: z.number().int().min(1).max(1_000).default(16).describe("connections to PostgreSQL at most (default 16)"),
     })
@@ -243,17 +248,25 @@ function merge(base: Raw, over: Raw): Raw {
     const b = out[k];
     const isObject = (x: unknown): x is Raw => typeof x === "object" && x !== null && !Array.isArray(x);
     out[k] = isObject(b) && isObject(v) ? merge(b, v) : v;
+/** The fields `fenced-gateway sweep` uses (sweep.ts): the bucket and its client, whether PostgreSQL is configured, the store deadline. */
+const SWEEP_FIELDS: readonly string[] = ["s3", "postgres.url", "storeTimeoutMs"];
+
+/** Whether `fenced-gateway sweep` uses the field at `path` (dotted): its flags are the sweep's, its --help lists them. */
+export function sweepUses(path: string): boolean {
+  return SWEEP_FIELDS.some((field) => path === field || path.startsWith(`${field}.`));
+}
+
   }
   return out;
 }
 
-/** Reads and validates the configuration; throws a ZodError naming every bad field. */
+/** Reads and validates the configuration; throws ConfigurationError naming every bad field and where it came from. */
 export function loadConfig(
   flags: ConfigFlags,
   env: NodeJS.ProcessEnv = process.env,
   readFile: (path: string) => string = (p) => readFileSync(p, "utf8"),
 ): GatewayConfig {
-  return configSchema.parse(gather(flags, env, readFile));
+  return parse(configSchema, flags, env, readFile);
 }
 
 /** The configuration `fenced-gateway sweep` runs with (sweepConfigSchema). */
@@ -262,22 +275,53 @@ export function loadSweepConfig(
   env: NodeJS.ProcessEnv = process.env,
   readFile: (path: string) => string = (p) => readFileSync(p, "utf8"),
 ): SweepConfig {
-  return sweepConfigSchema.parse(gather(flags, env, readFile));
+  return parse(sweepConfigSchema, flags, env, readFile);
 }
 
-/** The three sources merged, before the schema: file < environment < flags. */
-function gather(flags: ConfigFlags, env: NodeJS.ProcessEnv, readFile: (path: string) => string): Raw {
+/** Every configuration is parsed here: the sources gathered, then the schema, its problems worded by configIssues. */
+function parse<S extends z.ZodType>(
+  schema: S,
+  flags: ConfigFlags,
+  env: NodeJS.ProcessEnv,
+  readFile: (path: string) => string,
+): z.output<S> {
+  const sources = gather(flags, env, readFile);
+  const merged = merge(merge(sources.file?.raw ?? {}, sources.env), sources.flags);
+  for (const section of SECTIONS) requireWhole(section, merged, sources.file?.raw ?? {}, env, flags);
+  return configIssues(
+    schema,
+    merged,
+    sources,
+    configFields().map((f) => f.path),
+  );
+}
+
+/** The three sources, each read on its own (merged file < environment < flags by parse()). */
+function gather(flags: ConfigFlags, env: NodeJS.ProcessEnv, readFile: (path: string) => string): ConfigSources {
   const path = typeof flags.config === "string" ? flags.config : env[CONFIG_VARIABLE];
-  let file: Raw = {};
-  if (path !== undefined && path !== "") {
-    const parsed: unknown = JSON.parse(readFile(path));
-    if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed))
-      throw new Error(`${path}: the config file must hold a JSON object`);
-    file = parsed as Raw;
+  const given = { env: fromEnv(env), flags: fromFlags(flags) };
+  return path === undefined || path === "" ? given : { ...given, file: { path, raw: readConfigFile(path, readFile) } };
+}
+
+/** The config file's object; an error names the file and what is wrong with it. */
+function readConfigFile(path: string, readFile: (path: string) => string): Raw {
+  let text: string;
+  try {
+    text = readFile(path);
+  } catch (err) {
+    const code = (err as { code?: unknown }).code;
+    throw new ConfigurationError(`cannot read the config file ${path}${typeof code === "string" ? ` (${code})` : ""}`, { cause: err });
   }
-  const merged = merge(merge(file, fromEnv(env)), fromFlags(flags));
-  for (const section of SECTIONS) requireWhole(section, merged, file, env, flags);
-  return merged;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch (err) {
+    // Not JSON.parse's message: it quotes the text around the error, and the file holds secrets.
+    throw new ConfigurationError(`the config file ${path} is not valid JSON (\`jq . ${path}\` shows where)`, { cause: err });
+  }
+  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed))
+    throw new ConfigurationError(`the config file ${path} must hold a JSON object ({ "apiKeys": [ … ], … })`);
+  return parsed as Raw;
 }
 
 /** The field without which a backend's section means nothing, and where it can be given. */
@@ -299,7 +343,7 @@ function requireWhole(section: (typeof SECTIONS)[number], merged: Raw, file: Raw
     ...givenFor(section.name, env, flags),
     ...(typeof file[section.name] === "object" ? [`${section.name} in the config file`] : []),
   ];
-  throw new Error(
+  throw new ConfigurationError(
     `${section.name}.${section.field} is missing: ${sources.join(", ")} ${sources.length === 1 ? "is" : "are"} set, which ` +
       `need${sources.length === 1 ? "s" : ""} ${section.variable} (or ${section.flag}, or ${section.name}.${section.field} in the config file)`,
   );

@@ -105,7 +105,9 @@ describe("the configuration is documented", () => {
       flags.filter((f) => !word(f).test(HELP)),
       "in --help",
     ).toEqual([]);
-    expect(FLAGS(sweepCommand)).toEqual(["--dry-run", "--min-age"]);
+    // The sweep's own flags, and those of the fields it uses (config.ts, sweepUses): the gateway's, the same names.
+    expect(FLAGS(sweepCommand).filter((f) => !flags.includes(f))).toEqual(["--dry-run", "--min-age"]);
+    expect(FLAGS(sweepCommand)).toEqual(expect.arrayContaining(["--config", "--s3-bucket", "--postgres", "--store-timeout-ms"]));
     expect(
       FLAGS(sweepCommand).filter((f) => !word(f).test(SWEEP_HELP)),
       "in sweep --help",

@@ -42,7 +42,7 @@ describe("fenced-gateway refuses to start half-configured (exit 2, one line)", (
         FENCED_GATEWAY_API_KEYS: sameId,
       }),
     );
-    expect(line).toMatch(/^fenced-gateway: invalid configuration: apiKeys\.1\.id: .*"billing".*apiKeys\[0\]/);
+    expect(line).toMatch(/^fenced-gateway: invalid configuration: apiKeys\[1\]\.id: .*"billing".*apiKeys\[0\]/);
     const sameSecret = JSON.stringify([key("billing", "a".repeat(24)), key("billing-2", "a".repeat(24))]);
     const again = await refusal(
       startCli(["--port", "0", "--postgres", "postgres://nobody@127.0.0.1:1/none", "--no-start-checks"], {
@@ -50,7 +50,7 @@ describe("fenced-gateway refuses to start half-configured (exit 2, one line)", (
         FENCED_GATEWAY_API_KEYS: sameSecret,
       }),
     );
-    expect(again).toMatch(/^fenced-gateway: invalid configuration: apiKeys\.1: .*same secret as apiKeys\[0\]/);
+    expect(again).toMatch(/^fenced-gateway: invalid configuration: apiKeys\[1\]: .*same secret as apiKeys\[0\]/);
   });
 
   it("S3 options in the environment without a bucket: names the variable", async () => {
