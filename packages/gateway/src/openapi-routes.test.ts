@@ -5,6 +5,7 @@ import { describe, expect, it } from "vitest";
 import { openApiDocument } from "./openapi/document.js";
 import { problemName } from "./openapi/components.js";
 import { HTTP_METHODS } from "./openapi/types.js";
+import { resolve } from "./openapi-test-support.js";
 import { PROBLEM_KINDS, type ProblemKind } from "./problems/kinds.js";
 
 const document = openApiDocument();
@@ -20,11 +21,14 @@ function documented(prefix: string): { union: Set<ProblemKind>; operations: numb
       const op = (item as Record<string, { responses?: Record<string, unknown> }>)[method];
       if (op?.responses === undefined) continue;
       operations++;
-      // Every $ref under the operation's responses that names a problem schema.
-      JSON.stringify(op.responses, (key, value: unknown) => {
-        if (key === "$ref" && typeof value === "string" && byRef.has(value)) union.add(byRef.get(value) as ProblemKind);
-        return value;
-      });
+      // Every $ref under the operation's responses (a shared one, components.responses, followed) that names a problem schema.
+      JSON.stringify(
+        Object.values(op.responses).map((r) => resolve(document, r)),
+        (key, value: unknown) => {
+          if (key === "$ref" && typeof value === "string" && byRef.has(value)) union.add(byRef.get(value) as ProblemKind);
+          return value;
+        },
+      );
     }
   }
   return { union, operations };

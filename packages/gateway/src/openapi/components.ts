@@ -58,7 +58,8 @@ function jsonValueSchemas(): Record<string, JsonSchema> {
       description: "Any JSON value: null, a boolean, a number, a string, an array, or an object of JSON values",
       anyOf: [
         ...JSON_SCALARS,
-        { type: "array", items: { anyOf: [...JSON_SCALARS, { type: "array" }, ref("schemas", "JsonObject")] } },
+        // The inner array's items: {} (any JSON value), which every linter reads as an array of anything.
+        { type: "array", items: { anyOf: [...JSON_SCALARS, { type: "array", items: {} }, ref("schemas", "JsonObject")] } },
         ref("schemas", "JsonObject"),
       ],
     },
@@ -79,27 +80,47 @@ export const PROBLEM_JSON = "application/problem+json";
 
 const retries = (kind: ProblemKind): boolean => (PROBLEM_TYPES[kind] as ProblemDefinition).retryAfter !== undefined;
 
+/**
+ * Whether an operation's answers carry a body: a HEAD answer never does (RFC 9110 §9.3.2), so its
+ * responses declare headers only, or a validating proxy would expect a body the gateway never sends.
+ */
+export type Bodies = "with-body" | "headers-only";
+
 /** One response per status for a route's problems: the types it can answer with, as a oneOf on `type`. */
-export function problemResponses(kinds: readonly ProblemKind[]): Record<string, ResponseObject> {
+export function problemResponses(kinds: readonly ProblemKind[], bodies: Bodies = "with-body"): Record<string, ResponseObject | Reference> {
   const byStatus = new Map<number, ProblemKind[]>();
   for (const kind of kinds) byStatus.set(PROBLEM_TYPES[kind].status, [...(byStatus.get(PROBLEM_TYPES[kind].status) ?? []), kind]);
-  const responses: Record<string, ResponseObject> = {};
+  const responses: Record<string, ResponseObject | Reference> = {};
   for (const [status, group] of [...byStatus].sort(([a], [b]) => a - b)) {
-    const refs = group.map((k) => ref("schemas", problemName(k)));
-    const headers: Record<string, Reference> = {
-      ...(status === 401 && { "WWW-Authenticate": ref("headers", "WWW-Authenticate") }),
-      // From the table: required where every kind of the status carries it, described per kind where only some do.
-      ...(group.every(retries) && { "Retry-After": ref("headers", "Retry-After") }),
-      ...(group.some(retries) && !group.every(retries) && { "Retry-After": ref("headers", "Retry-After-Some") }),
-    };
-    responses[String(status)] = {
-      description: group.map((k) => `\`${PROBLEM_TYPES[k].type}\`: ${PROBLEM_TYPES[k].description}`).join("\n\n"),
-      ...(Object.keys(headers).length > 0 && { headers }),
-      content: { [PROBLEM_JSON]: { schema: refs.length === 1 ? (refs[0] as Reference) : { oneOf: refs } } },
-    };
+    // Not found alone (the only 404 kind): the one shared answer, which also answers a path the document does not list.
+    responses[String(status)] =
+      bodies === "with-body" && group.length === 1 && group.includes("notFound")
+        ? ref("responses", "NotFound")
+        : problemResponse(status, group, bodies);
   }
   return responses;
 }
+
+/** The answer of a status whose problems are `group`: their descriptions, headers and (unless headers-only) the oneOf of their schemas. */
+function problemResponse(status: number, group: readonly ProblemKind[], bodies: Bodies): ResponseObject {
+  const refs = group.map((k) => ref("schemas", problemName(k)));
+  const headers: Record<string, Reference> = {
+    ...(status === 401 && { "WWW-Authenticate": ref("headers", "WWW-Authenticate") }),
+    // From the table: required where every kind of the status carries it, described per kind where only some do.
+    ...(group.every(retries) && { "Retry-After": ref("headers", "Retry-After") }),
+    ...(group.some(retries) && !group.every(retries) && { "Retry-After": ref("headers", "Retry-After-Some") }),
+  };
+  return {
+    description: group.map((k) => `\`${PROBLEM_TYPES[k].type}\`: ${PROBLEM_TYPES[k].description}`).join("\n\n"),
+    ...(Object.keys(headers).length > 0 && { headers }),
+    ...(bodies === "with-body" && {
+      content: { [PROBLEM_JSON]: { schema: refs.length === 1 ? (refs[0] as Reference) : { oneOf: refs } } },
+    }),
+  };
+}
+
+/** components.responses.NotFound: every operation's 404, and the answer to a path the document does not list. */
+export const notFoundResponse = (): ResponseObject => problemResponse(PROBLEM_TYPES.notFound.status, ["notFound"], "with-body");
 
 // Every authenticated route can answer these: no or a bad API key, a backend that is not configured
 // on this gateway (404), a backend that does not answer (503), a failure of the gateway itself.
@@ -125,12 +146,20 @@ export function operation(
   op: Omit<OperationObject, "responses">,
   success: Record<string, ResponseObject | Reference>,
   problems: readonly ProblemKind[],
+  bodies: Bodies = "with-body",
 ): OperationObject {
   // A kind listed twice (shared lists) is one problem: the oneOf must not hold it twice.
-  return { ...op, responses: { ...success, ...problemResponses([...new Set([...problems, ...ALWAYS])]) } };
+  return { ...op, responses: { ...success, ...problemResponses([...new Set([...problems, ...ALWAYS])], bodies) } };
 }
 
 export const json = (schema: JsonSchema | Reference): Record<string, MediaTypeObject> => ({ "application/json": { schema } });
+
+/** How a key or a resource travels in the path: the form this document describes, and the one the gateway also takes. */
+export const ONE_SEGMENT =
+  "`/` travels as `%2F`, as OpenAPI clients and proxies send a path parameter (`encodeURIComponent`); the value is " +
+  "percent-decoded once (`%252F` is a literal `%2F`). The gateway also takes the slashes unencoded, the rest of the path " +
+  "spanning segments: `a/b` and `a%2Fb` name the same key (earlier versions of this document described that form). This " +
+  "document describes the one-segment form, the one OpenAPI tools match a path template against.";
 
 export function parameters(): Record<string, ParameterObject> {
   const ifMatch = (version: RegExp, what: string): ParameterObject => ({
@@ -145,8 +174,7 @@ export function parameters(): Record<string, ParameterObject> {
       in: "path",
       required: true,
       description:
-        "The key, `/` included: the rest of the path, one or more segments separated by `/` (this parameter, unlike an ordinary path " +
-        "parameter, spans segments; send the slashes as they are). Percent-encode each segment as UTF-8; `%2F` and `/` are the same. " +
+        `The key, percent-encoded as UTF-8 into one path segment. ${ONE_SEGMENT} ` +
         "At most 512 bytes once decoded; `.`/`..` segments, empty segments and control characters are refused (400).",
       schema: { type: "string", minLength: 1 },
     },

@@ -1,5 +1,5 @@
 import { limitsSchema } from "../http/context.js";
-import { headers, parameters, PROBLEM_JSON, problemName, ref, requestBodies, schemas } from "./components.js";
+import { headers, notFoundResponse, parameters, PROBLEM_JSON, problemName, ref, requestBodies, schemas } from "./components.js";
 import { keyPaths, leasePaths, operationsPaths, recordWritesPath } from "./paths.js";
 import type { DocumentLimits, OpenApiDocument } from "./types.js";
 
@@ -36,6 +36,8 @@ export function openApiDocument(documentLimits: DocumentLimits = {}): OpenApiDoc
       { name: "objects", description: "Objects in S3, streamed both ways, written under a fence" },
       { name: "operations", description: "Health, metrics and this document (unauthenticated)" },
     ],
+    // Relative: the gateway that served this document (GET /openapi.json), wherever it is reached.
+    servers: [{ url: "/", description: "The gateway serving this document" }],
     security: [{ bearer: [] }],
     paths: {
       ...leasePaths(),
@@ -53,10 +55,7 @@ export function openApiDocument(documentLimits: DocumentLimits = {}): OpenApiDoc
       parameters: parameters(),
       headers: headers(),
       responses: {
-        NotFound: {
-          description: "A path this document does not list",
-          content: { [PROBLEM_JSON]: { schema: ref("schemas", problemName("notFound")) } },
-        },
+        NotFound: notFoundResponse(),
         MethodNotAllowed: {
           description: "A method the path does not serve",
           headers: { Allow: ref("headers", "Allow") },

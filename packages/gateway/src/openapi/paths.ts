@@ -2,7 +2,7 @@ import { MAX_RESOURCES } from "@fenced/fence";
 import { MAX_LEASE_RESOURCE_BYTES } from "../auth/lease-id.js";
 import { MAX_RECORD_WRITES } from "../schemas/record-writes.js";
 import { fenceAnswerSchema } from "../schemas/fences.js";
-import { JSON_BODY, json, jsonSchema, operation, problemResponses, ref, STORE, STORE_WRITE, WRITE } from "./components.js";
+import { JSON_BODY, json, jsonSchema, ONE_SEGMENT, operation, problemResponses, ref, STORE, STORE_WRITE, WRITE } from "./components.js";
 import type { MediaTypeObject, OperationObject, PathItemObject, ResolvedLimits, ResponseObject } from "./types.js";
 
 // The document's paths: the lease routes, the record and object routes (one shape for both stores),
@@ -76,8 +76,7 @@ export function leasePaths(): Record<string, PathItemObject> {
           name: "resource",
           in: "path",
           required: true,
-          description:
-            "The resource, `/` included: the rest of the path (this parameter spans segments), percent-encoded as UTF-8; `%2F` and `/` are the same",
+          description: `The resource, percent-encoded as UTF-8 into one path segment. ${ONE_SEGMENT}`,
           schema: { type: "string", minLength: 1 },
         },
       ],
@@ -95,15 +94,33 @@ export function leasePaths(): Record<string, PathItemObject> {
         ["invalid", "forbidden", ...STORE],
       ),
       head: operation(
-        { operationId: "headFences", summary: "The answer's headers of a fence read, without its body", tags: ["leases"] },
+        {
+          operationId: "headFences",
+          summary: "The answer's headers of a fence read, without its body",
+          description: `GET's checks and status, without the fences. ${HEADERS_ONLY}`,
+          tags: ["leases"],
+        },
         { "200": { description: "Each configured store's fence was read" } },
         ["invalid", "forbidden", ...STORE],
+        "headers-only",
       ),
     },
   };
 }
 
 type Store = "records" | "objects";
+
+const HEADERS_ONLY =
+  "A HEAD answer has no body, a refusal's included: its status (and Retry-After, WWW-Authenticate) is all there is; " +
+  "GET the same path for the problem's `type` and `detail`.";
+
+function readDescription(store: Store, method: "get" | "head"): string {
+  if (method === "head")
+    return `GET's checks, status and headers, without the ${store === "records" ? "record" : "object"}. ${HEADERS_ONLY}`;
+  return store === "records"
+    ? "The record's value as it was written (any JSON value), with the fence that wrote it in the headers."
+    : "Streamed from S3 with backpressure, with the Content-Type it was written with and the fence that wrote it in the headers.";
+}
 
 export function keyPaths(store: Store, limits: ResolvedLimits): PathItemObject {
   const noun = store === "records" ? "record" : "object";
@@ -127,8 +144,8 @@ export function keyPaths(store: Store, limits: ResolvedLimits): PathItemObject {
       {
         operationId: `${method}${Noun}`,
         summary: method === "get" ? `Read a${store === "objects" ? "n" : ""} ${noun}` : `The headers of a ${noun} read, without its body`,
+        description: readDescription(store, method),
         tags: [store],
-        ...(store === "objects" && method === "get" && { description: "Streamed from S3 with backpressure." }),
       },
       {
         "200": {
@@ -138,6 +155,7 @@ export function keyPaths(store: Store, limits: ResolvedLimits): PathItemObject {
         },
       },
       ["invalid", "forbidden", ...STORE],
+      method === "get" ? "with-body" : "headers-only",
     );
   const writeParameters = [
     ref("parameters", "Fencing-Credential"),
@@ -274,12 +292,14 @@ export function operationsPaths(): Record<string, PathItemObject> {
       get: {
         operationId: "getOpenApi",
         summary: "This document",
-        description: "Unauthenticated. Its limits (TTL, body sizes) are this gateway's.",
+        description:
+          "Unauthenticated. Its limits (TTL, body sizes) are this gateway's. Served by the API's listener only: an admin " +
+          "listener (`--admin-port`) answers 404 `not-found`.",
         tags: ["operations"],
         security: PUBLIC,
         responses: {
           "200": { description: "The OpenAPI 3.1 document", content: json({ type: "object" }) },
-          ...problemResponses(["internal"]),
+          ...problemResponses(["notFound", "internal"]),
         },
       },
     },

@@ -57,6 +57,7 @@ export interface OpenApiDocument {
     readonly license: { readonly name: string; readonly identifier: string };
   };
   readonly tags: readonly { readonly name: string; readonly description: string }[];
+  readonly servers: readonly { readonly url: string; readonly description: string }[];
   readonly security: readonly Record<string, readonly string[]>[];
   readonly paths: Readonly<Record<string, PathItemObject>>;
   readonly components: {
