@@ -88,6 +88,14 @@ const getObject: Operation = (bucket, key, r, c) => {
   return { status: 200, headers: { ...headers, "content-type": object.contentType ?? "application/octet-stream" }, body: object.body };
 };
 
+/** GetObject's answer without its body; an absent key a bare 404, as S3 answers a HEAD. */
+const headObject: Operation = (bucket, key, r, c) => {
+  const got = getObject(bucket, key, r, c);
+  return got.status === 404
+    ? { status: 404 }
+    : { status: got.status, headers: { ...got.headers, "content-length": String(got.body?.length ?? 0) } };
+};
+
 const deleteObject: Operation = (bucket, key, r, c) => {
   const ifMatch = r.headers["if-match"];
   if (ifMatch !== undefined && c.profile.deleteIfMatch === "honoured") {
@@ -189,6 +197,7 @@ const abortMultipartUpload: Operation = (bucket, key, r) => {
 const OBJECT_OPERATIONS: Readonly<Record<string, Operation>> = {
   PutObject: putObject,
   GetObject: getObject,
+  HeadObject: headObject,
   DeleteObject: deleteObject,
   CopyObject: copyObject,
   CreateMultipartUpload: createMultipartUpload,

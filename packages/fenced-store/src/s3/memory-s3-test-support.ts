@@ -218,6 +218,7 @@ function decode(request: WireRequest, body: Buffer): Decoded {
     if (request.method === "PUT") return has("uploadId") ? (copy ? "UploadPartCopy" : "UploadPart") : copy ? "CopyObject" : "PutObject";
     if (request.method === "POST") return has("uploads") ? "CreateMultipartUpload" : "CompleteMultipartUpload";
     if (request.method === "DELETE") return has("uploadId") ? "AbortMultipartUpload" : "DeleteObject";
+    if (request.method === "HEAD") return "HeadObject";
     return request.method === "GET" ? "GetObject" : `${request.method} object`;
   })();
   return { operation, bucket: decodeURIComponent(bucketPart), key, query, headers, body };

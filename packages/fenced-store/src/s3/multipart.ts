@@ -2,11 +2,12 @@ import type { Readable } from "node:stream";
 import { InvalidArgumentError } from "@fenced/fence";
 import { sendOptions } from "./conditional.js";
 import { requestSignal, type Deadline } from "../deadline.js";
-import { statusOf } from "./failures.js";
+import { codeOf, statusOf } from "./failures.js";
 import {
   AbortMultipartUploadCommand,
   CompleteMultipartUploadCommand,
   CreateMultipartUploadCommand,
+  HeadObjectCommand,
   PutObjectCommand,
   UploadPartCommand,
   type CompletedPart,
@@ -166,15 +167,32 @@ class PartUploads {
     while (this.inFlight.size > 0) await Promise.race(this.inFlight);
     if (this.failure !== undefined) throw this.failure.error;
     this.parts.sort((a, b) => (a.PartNumber ?? 0) - (b.PartNumber ?? 0));
-    await this.client.send(
-      new CompleteMultipartUploadCommand({
-        Bucket: this.bucket,
-        Key: this.key,
-        UploadId: this.uploadId,
-        MultipartUpload: { Parts: this.parts },
-      }),
-      this.sendOptions,
-    );
+    try {
+      await this.client.send(
+        new CompleteMultipartUploadCommand({
+          Bucket: this.bucket,
+          Key: this.key,
+          UploadId: this.uploadId,
+          MultipartUpload: { Parts: this.parts },
+        }),
+        this.sendOptions,
+      );
+    } catch (err) {
+      // The SDK sends a Complete whose answer was lost again; a backend that forgets an upload once
+      // completed answers that retry NoSuchUpload. The key is this write's own, a name no other
+      // request creates (layout.ts, dataKey): if it exists now, it is this upload, completed.
+      if (codeOf(err) !== "NoSuchUpload" || !(await this.exists())) throw err;
+    }
+  }
+
+  private async exists(): Promise<boolean> {
+    try {
+      await this.client.send(new HeadObjectCommand({ Bucket: this.bucket, Key: this.key }), this.sendOptions);
+      return true;
+    } catch (err) {
+      if (statusOf(err) === 404) return false;
+      throw err;
+    }
   }
 
   /** After a failure: waits for the parts in flight, then aborts the upload, if one was created. */
