@@ -154,3 +154,34 @@ export function installs(words: readonly string[], name: string, version: string
   const tarball = tarballName(name, version);
   return words.some((word) => word === name || word === tarball || word.endsWith(`/${tarball}`));
 }
+
+/**
+ * Each `new Redis(…)` of the ts blocks that is not followed by `.on("error", …)`: without an
+ * application's "error" listener ioredis prints connection errors instead of emitting them, and the
+ * lock, which watches them, waits nodeTimeoutMs for a node that refuses connections. As
+ * "README.md:123: new Redis(url)" (the line inside the Markdown file).
+ */
+export function redisClientsWithoutErrorListener(blocks: readonly CodeBlock[]): string[] {
+  return blocks.flatMap((block) =>
+    [...block.code.matchAll(/\bnew Redis\(/g)].flatMap((m) => {
+      const start = m.index;
+      let depth = 0;
+      let end = start + m[0].length - 1;
+      for (; end < block.code.length; end++) {
+        if (block.code[end] === "(") depth++;
+        else if (block.code[end] === ")" && --depth === 0) break;
+      }
+      if (/^\s*\.on\(\s*["']error["']/.test(block.code.slice(end + 1))) return [];
+      const line = block.line + 1 + block.code.slice(0, start).split("\n").length - 1;
+      return [`${block.source}:${line}: ${block.code.slice(start, end + 1)}`];
+    }),
+  );
+}
+
+/** The first block of a Markdown file after the heading `heading` (the whole line, `## …`). */
+export function firstBlockAfter(root: string, source: string, heading: string): CodeBlock {
+  const at = readFileSync(join(root, source), "utf8").split("\n").indexOf(heading) + 1;
+  const block = at === 0 ? undefined : codeBlocks(root, source).find((b) => b.line > at);
+  if (block === undefined) throw new Error(`${source} has no code block after ${JSON.stringify(heading)}`);
+  return block;
+}

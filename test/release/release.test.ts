@@ -10,14 +10,17 @@ import { startPostgres, startRedisNodes, startS3, type RedisNodes, type StartedP
 import type { ConsumerReport } from "./consumer.js";
 import { CHECKS, cleanEnv, installConsumer, typeCheck, writeChecks, type CheckResult } from "./consumer-project.js";
 import { run, runOk } from "./exec.js";
+import { FIRST_EXAMPLE_HEADING, runFirstExample } from "./first-example.js";
 import { healthz, startGateway, withTestValues, type GatewayBackends } from "./gateway-bin.js";
 import {
   ambientDeclarations,
   codeBlocks,
+  firstBlockAfter,
   installs,
   mapErrors,
   npmInstalls,
   pnpmScripts,
+  redisClientsWithoutErrorListener,
   relativeLinks,
   repositoryPaths,
   shellCommands,
@@ -280,6 +283,20 @@ describe("installed from the packed tarballs, like a user", () => {
     90_000,
   );
 
+  it("runs the README's first example as written, on a fresh database: it writes, releases its lease, exits 0 and prints nothing", async () => {
+    const first = await runFirstExample(project, backends);
+    console.log(`${FIRST_EXAMPLE_HEADING}: tsc ${first.compiled.ms} ms, run ${first.ran?.ms} ms, exit ${first.ran?.code}`);
+    expect(first.compiled.code, first.compiled.stdout + first.compiled.stderr).toBe(0);
+    // Killed by the timeout (null): a connection left open keeps the program alive.
+    expect(first.ran?.code, `${first.ran?.stdout}${first.ran?.stderr}`).toBe(0);
+    // No warning of its own (a newer lease), no connection error printed by a client without a listener.
+    expect(first.ran?.stdout).toBe("");
+    expect(first.ran?.stderr).toBe("");
+    expect(first.stored?.value).toEqual({ total: 120 });
+    expect(first.nextToken, "orders/42 is free once the example exited").toBeDefined();
+    expect(first.nextToken ?? 0n).toBeGreaterThan(first.stored?.token ?? 0n);
+  }, 120_000);
+
   it("the installed fenced-gateway bin starts and answers /healthz", async () => {
     const bin = join(project, "node_modules", ".bin", "fenced-gateway");
     const args = withTestValues(["--redis", "", "--postgres", "", "--s3-bucket", "", "--s3-endpoint", ""], backends);
@@ -331,6 +348,20 @@ describe("the README (and the pages under docs/) is true", () => {
       }
     }
   }, 300_000);
+
+  it('every ts block that makes an ioredis client gives it an "error" listener, which the lock needs to fail a down node at once', () => {
+    const tsBlocks = blocks.filter((b) => b.lang === "ts" || b.lang === "typescript");
+    expect(tsBlocks.filter((b) => b.code.includes("new Redis(")).length).toBeGreaterThan(3);
+    expect(redisClientsWithoutErrorListener(tsBlocks)).toEqual([]);
+  });
+
+  it("the store examples handle LeaseLostError, which a write under a lease that ended throws", () => {
+    for (const [source, heading] of [
+      ["README.md", "## `@fenced/store`"],
+      ["packages/fenced-store/README.md", "## Example"],
+    ] as const)
+      expect(firstBlockAfter(ROOT, source, heading).code, `${source}, ${heading}`).toMatch(/\binstanceof LeaseLostError\b/);
+  });
 
   it("every ts block declares what it uses: nothing in it is `declare`d, for a reader who pastes it has no such name", () => {
     expect(ambientDeclarations(blocks.filter((b) => b.lang === "ts" || b.lang === "typescript"))).toEqual([]);
