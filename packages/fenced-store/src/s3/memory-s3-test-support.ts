@@ -36,7 +36,7 @@ export interface Scheduler {
 }
 
 /** Every request applied in order of arrival, with no delay and every answer delivered. */
-export const inOrder: Scheduler = { turn: () => Promise.resolve() };
+const inOrder: Scheduler = { turn: () => Promise.resolve() };
 
 /** A request the server applied, and how it answered. */
 export interface Applied {
