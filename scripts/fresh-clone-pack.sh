@@ -22,7 +22,11 @@ if compgen -G "$clone/packages/*/dist" >/dev/null; then
   echo "a fresh clone holds a dist/ folder: it must be ignored by git, never committed" >&2
   exit 1
 fi
-(cd "$clone" && pnpm install --frozen-lockfile --prefer-offline --reporter=silent)
+if ! (cd "$clone" && pnpm install --frozen-lockfile --prefer-offline >"$scratch/install.log" 2>&1); then
+  tail -n 30 "$scratch/install.log" >&2
+  echo "pnpm install --frozen-lockfile failed in a fresh clone of HEAD (is pnpm-lock.yaml committed with the package.json files?)" >&2
+  exit 1
+fi
 
 # Public packages: every packages/* whose package.json is not "private": true.
 mapfile -t public < <(cd "$clone" && node -e '
