@@ -15,7 +15,15 @@
 //   errors.ts      the errors, their kinds and the reasons a node does not count
 //   observe.ts     what an observer sees: each operation on node:diagnostics_channel and as an OpenTelemetry span
 export { Redlock, type Resources } from "./redlock.js";
-export { MIN_TTL_MS, type RedlockOptions, type AcquireOptions, type HeldLease, type HeldOne, type HeldSet } from "./options.js";
+export {
+  MIN_TTL_MS,
+  type RedlockOptions,
+  type AcquireOptions,
+  type HeldLease,
+  type HeldOne,
+  type HeldSet,
+  type NodeResult,
+} from "./options.js";
 export { Lease, holderOf, type LeaseFence } from "./lease.js";
 export {
   LockNotAcquiredError,

@@ -1,5 +1,5 @@
 import { assertResource, assertToken, checkResources, InvalidArgumentError } from "@fenced/fence";
-import type { HeldFence } from "./errors.js";
+import type { HeldFence, NodeFailure } from "./errors.js";
 
 /**
  * The lock's inputs and their checks. Every check throws InvalidArgumentError before any Redis
@@ -26,6 +26,28 @@ export interface RedlockOptions {
   readonly automaticExtensionThresholdMs?: number | undefined;
   /** using(): extension rounds tried before the lease is declared lost. Default 3. */
   readonly extensionAttempts?: number | undefined;
+  /**
+   * Called with each node's result in every round the lock sends (acquire, publish, extend, release):
+   * that it answered, or why it did not count (`refused`, `timeout`, `error`), and how long that took
+   * — for per-node metrics. A node not sent the call (the round's outcome was known first) is not
+   * reported. Called synchronously; what it throws is ignored. Default: none (nothing is timed).
+   */
+  readonly onNodeResult?: ((result: NodeResult) => void) | undefined;
+}
+
+/** One node's result in one round of the lock (RedlockOptions.onNodeResult). */
+export interface NodeResult {
+  /** The node's index in the Redlock's clients. */
+  readonly node: number;
+  /** The round it was in: `publish` is an acquire's second round, to the nodes whose counter was behind. */
+  readonly phase: "acquire" | "publish" | "extend" | "release";
+  /** Milliseconds from the round's start to the node's answer, or to when it was known not to count. */
+  readonly ms: number;
+  /**
+   * Absent: the node answered (whatever it answered: granted, held by another, confirmed or not). A
+   * `timeout` is reported nodeTimeoutMs after the round started, also when the round had ended sooner.
+   */
+  readonly failure?: Extract<NodeFailure, { reason: "refused" | "timeout" | "error" }> | undefined;
 }
 
 export interface AcquireOptions {
@@ -74,6 +96,7 @@ export interface Settings {
   readonly nodeTimeoutMs: number;
   readonly automaticExtensionThresholdMs: number | undefined;
   readonly extensionAttempts: number;
+  readonly onNodeResult: ((result: NodeResult) => void) | undefined;
 }
 
 /** Redis's PX and Node's timers both stop at 2^31 - 1 ms (a longer Node timer fires at once). */
@@ -160,6 +183,7 @@ export function checkSettings(options: unknown): Settings {
     nodeTimeoutMs = 200,
     automaticExtensionThresholdMs,
     extensionAttempts = 3,
+    onNodeResult,
   } = options;
   if (typeof driftFactor !== "number" || !(driftFactor >= 0 && driftFactor < 1)) {
     throw new InvalidArgumentError("options.driftFactor", `must be a number in [0, 1), got ${String(driftFactor)}`);
@@ -167,6 +191,8 @@ export function checkSettings(options: unknown): Settings {
   if (typeof extensionAttempts !== "number" || !Number.isInteger(extensionAttempts) || extensionAttempts < 1) {
     throw new InvalidArgumentError("options.extensionAttempts", `must be a positive integer, got ${String(extensionAttempts)}`);
   }
+  if (onNodeResult !== undefined && typeof onNodeResult !== "function")
+    throw new InvalidArgumentError("options.onNodeResult", "must be a function (result) => void");
   return {
     driftFactor,
     retryCount: checkRetryCount(retryCount, "options.retryCount"),
@@ -178,6 +204,7 @@ export function checkSettings(options: unknown): Settings {
         ? undefined
         : checkMs(automaticExtensionThresholdMs, "options.automaticExtensionThresholdMs", 0),
     extensionAttempts,
+    onNodeResult: onNodeResult as Settings["onNodeResult"],
   };
 }
 

@@ -1,3 +1,4 @@
+import { performance } from "node:perf_hooks";
 import { MAX_TOKEN } from "@fenced/fence";
 import { redisErrorCode, type RedisClient } from "./client.js";
 import type { NodeFailure } from "./errors.js";
@@ -58,6 +59,14 @@ export interface FanOut<T> {
    * Otherwise a node known down is not sent the call, nor is any node once the outcome is known.
    */
   readonly cleanup?: boolean;
+  /**
+   * Told each node's result once (RedlockOptions.onNodeResult): that it answered, or why not
+   * (refused, timeout, error), and how long that took from the fan-out's start. An answer that comes
+   * after the outcome was known is told too, and a node still silent `timeoutMs` after the start is
+   * told `timeout` then; a node not sent the call (the outcome was known first) is not told. Absent:
+   * nothing is timed.
+   */
+  readonly observe?: ((node: number, ms: number, failure?: NodeFailure) => void) | undefined;
 }
 
 /**
@@ -81,11 +90,13 @@ export function fanOut<T>(count: number, timeoutMs: number, how: FanOut<T>): Pro
     // asked. A cleanup call goes to every node whatever happens.
     let asked = how.cleanup === true;
     let stopWatching = (): void => undefined;
+    const observing = how.observe === undefined ? undefined : observer(count, timeoutMs, how.observe);
     const finish = (timedOut: boolean): void => {
       if (done) return;
       done = true;
       clearTimeout(timer);
       stopWatching();
+      if (asked) observing?.silentUntil(timedOut ? 0 : undefined, (node) => lateFailure(node, watches[node]));
       resolve(
         replies.map((r, node) => {
           if (r !== undefined) return r;
@@ -96,6 +107,7 @@ export function fanOut<T>(count: number, timeoutMs: number, how: FanOut<T>): Pro
     };
     // A node counts once: the first of its reply, its failure, or its being seen down.
     const settle = (node: number, reply: Reply<T>): void => {
+      observing?.tell(node, reply.ok ? undefined : reply.failure);
       if (done || replies[node] !== undefined) return;
       replies[node] = reply;
       answered++;
@@ -105,7 +117,10 @@ export function fanOut<T>(count: number, timeoutMs: number, how: FanOut<T>): Pro
     const watch = (node: number, call: Promise<unknown>, first: boolean): void => {
       call.then(
         (raw) => {
-          if (done || replies[node] !== undefined) return;
+          if (done || replies[node] !== undefined) {
+            observing?.tell(node);
+            return;
+          }
           let value: T;
           try {
             value = how.parse === undefined ? (raw as T) : how.parse(raw);
@@ -313,4 +328,41 @@ export function failures<T>(replies: readonly Reply<T>[], isFailure: (value: T, 
     }
   });
   return out;
+}
+
+/**
+ * The per-node results of one fan-out, each told once (FanOut.observe). `silentUntil` is called when
+ * the fan-out ends: with 0 (its timeout) the nodes still silent are told at once; otherwise they are
+ * told when `timeoutMs` has passed since the start, unless they answer before (a timer that does not
+ * keep the process alive, cleared once every node was told).
+ */
+function observer(
+  count: number,
+  timeoutMs: number,
+  observe: NonNullable<FanOut<unknown>["observe"]>,
+): { tell(node: number, failure?: NodeFailure): void; silentUntil(after: 0 | undefined, failure: (node: number) => NodeFailure): void } {
+  const started = performance.now();
+  const told = new Array<boolean>(count).fill(false);
+  let untold = count;
+  let timer: NodeJS.Timeout | undefined;
+  const tell = (node: number, failure?: NodeFailure): void => {
+    if (told[node] === true) return;
+    told[node] = true;
+    untold--;
+    if (untold === 0) clearTimeout(timer);
+    observe(node, performance.now() - started, failure);
+  };
+  const silentUntil = (after: 0 | undefined, failure: (node: number) => NodeFailure): void => {
+    const tellSilent = (): void => {
+      for (let node = 0; node < count; node++) if (told[node] !== true) tell(node, failure(node));
+    };
+    if (untold === 0) return;
+    if (after === 0) {
+      tellSilent();
+      return;
+    }
+    timer = setTimeout(tellSilent, Math.max(0, timeoutMs - (performance.now() - started)));
+    timer.unref();
+  };
+  return { tell, silentUntil };
 }

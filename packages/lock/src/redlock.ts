@@ -18,6 +18,7 @@ import {
   driftMs,
   type AcquireOptions,
   type HeldLease,
+  type NodeResult,
   type RedlockOptions,
   type Settings,
 } from "./options.js";
@@ -253,6 +254,7 @@ export class Redlock {
       watches: this.#currentWatches(),
       parse: (raw) => parseGrant(raw, resources.length),
       decided: (reply) => tally.add(reply),
+      observe: this.#observer("acquire"),
     });
     fanningOut = false;
     nodeEvents("acquire", replies);
@@ -319,6 +321,7 @@ export class Redlock {
         if (!choices.some((_, i) => behind(i))) return true;
         return choices.some((_, i) => behind(i) && !reachable(i));
       },
+      observe: this.#observer("publish", nodes),
     });
     nodeEvents("publish", published, nodes);
     return !choices.some((_, i) => behind(i));
@@ -348,6 +351,7 @@ export class Redlock {
       // lost lease (a majority answers not-held; using() then gives up at once) from nodes that could
       // not be asked. A node known down answers at once (refused), so only a silent node makes it wait.
       decided: (reply) => reply.ok && reply.value === 1 && ++confirmed >= this.quorum,
+      observe: this.#observer("extend"),
     });
     nodeEvents("extend", replies);
     const now = performance.now();
@@ -387,8 +391,27 @@ export class Redlock {
       watches: this.#currentWatches(nodes),
       cleanup: true,
       decided: () => ++answered >= needed,
+      observe: this.#observer("release", nodes),
     });
     nodeEvents("release", replies, nodes);
+  }
+
+  /**
+   * The fan-out's observer for onNodeResult (a fan-out to `nodes` numbers them 0…; reported by their
+   * index among the clients), or undefined without one: then nothing is timed.
+   */
+  #observer(phase: NodeResult["phase"], nodes?: readonly number[]): ((k: number, ms: number, failure?: NodeFailure) => void) | undefined {
+    const report = this.#settings.onNodeResult;
+    if (report === undefined) return undefined;
+    return (k, ms, failure) => {
+      const node = nodes?.[k] ?? k;
+      try {
+        // A fan-out reports only refused, timeout and error (quorum.ts): held and not-held are answers.
+        report({ node, phase, ms, ...(failure && { failure: { ...failure, node } as NonNullable<NodeResult["failure"]> }) });
+      } catch {
+        // An observer's failure never changes what the lock does.
+      }
+    };
   }
 
   #allNodes(): number[] {
