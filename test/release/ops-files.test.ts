@@ -84,6 +84,31 @@ describe("the alert rules (prometheus-rules.yml)", () => {
   });
 });
 
+describe("the On-call table (packages/gateway/README.md) and the alert rules", () => {
+  it("every symptom an operator must act on has an alert: each metric and reason the table names, each 5xx problem, /readyz 503", async () => {
+    const readme = await readFile(join(ROOT, "packages", "gateway", "README.md"), "utf8");
+    const table = /^### On call\n[\s\S]*?\n\| Symptom \|[^\n]*\n\|[^\n]*\n((?:\|[^\n]*\n)+)/m.exec(readme)?.[1];
+    if (table === undefined) throw new Error("packages/gateway/README.md has no On-call table of symptoms");
+    const symptoms = table.split("\n").flatMap((row) => (row.startsWith("|") ? [row.split("|")[1] ?? ""] : []));
+    expect(symptoms.length).toBeGreaterThan(10);
+    const alerts = ruleExpressions(rulesText);
+    const metrics = new Set(alerts.flatMap((a) => [...metricNames(a.expr)]));
+    const reasons = new Set(alerts.flatMap((a) => labelValues(a.expr, "reason")));
+    const statuses = new Set(alerts.flatMap((a) => labelValues(a.expr, "status")));
+    const uncovered: string[] = [];
+    for (const symptom of symptoms) {
+      for (const [, name = ""] of symptom.matchAll(/`(\w+_(?:total|seconds|bytes))\b/g))
+        if (![...metrics].some((m) => m.startsWith(`fenced_gateway_${name}`))) uncovered.push(`${symptom.trim()}: ${name}`);
+      for (const reason of labelValues(symptom, "reason")) if (!reasons.has(reason)) uncovered.push(`${symptom.trim()}: reason ${reason}`);
+      for (const [, status = "", slug = ""] of symptom.matchAll(/\b(5\d\d) `\/problems\/([\w-]+)`/g))
+        if (!reasons.has(slug.replaceAll("-", "_")) && !statuses.has(status)) uncovered.push(`${symptom.trim()}: ${status} ${slug}`);
+      if (/`\/(?:readyz|healthz)` 503/.test(symptom) && !alerts.some((a) => /route=~?"[^"]*readyz/.test(a.expr)))
+        uncovered.push(`${symptom.trim()}: /readyz 503`);
+    }
+    expect(uncovered, uncovered.join("\n")).toEqual([]);
+  });
+});
+
 describe("the dashboard (grafana-dashboard.json)", () => {
   it("every panel queries Prometheus, with ids unique, and every expression parses (promtool, as recording rules)", async () => {
     const panels = dashboard.panels.filter((p) => p.type !== "row");
