@@ -46,6 +46,7 @@ export const SETTINGS: readonly Setting[] = [
   { path: "drainTimeoutMs", variable: "FENCED_GATEWAY_DRAIN_TIMEOUT_MS", flag: "--drain-timeout-ms <ms>", read: "number" },
   { path: "logLevel", variable: "FENCED_GATEWAY_LOG_LEVEL", flag: "--log-level <level>", read: "text" },
   { path: "migrate", flag: "--no-migrate", read: "boolean" },
+  { path: "migrateInBackground", variable: "FENCED_GATEWAY_MIGRATE_IN_BACKGROUND", read: "boolean" },
   { path: "verify", flag: "--no-verify", read: "boolean" },
   { path: "startChecks", variable: "FENCED_GATEWAY_START_CHECKS", flag: "--no-start-checks", read: "boolean" },
 ];

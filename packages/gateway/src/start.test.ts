@@ -63,17 +63,38 @@ describe("fenced-gateway refuses to start half-configured (exit 2, one line)", (
     expect(await refusal(child)).toMatch(/s3\.bucket is missing: .*FENCED_GATEWAY_S3_ENDPOINT.*need FENCED_GATEWAY_S3_BUCKET/);
   });
 
-  it("no quorum of lock nodes answers PING", async () => {
-    const urls = (await deadPorts(3)).map((p) => `redis://127.0.0.1:${p}`).join(",");
-    const child = startCli(["--port", "0", "--redis", urls], { ...ENV, FENCED_GATEWAY_FENCE_KEYS: FENCE_KEYS });
-    expect(await refusal(child)).toMatch(
-      /the lock has no quorum: 0 of 3 Redis nodes answered PING within 2000 ms, 2 are needed.*--no-start-checks/,
+  it("no quorum of lock nodes answers PING: each node by address, refused as the lock names it, at once", async () => {
+    const ports = await deadPorts(3);
+    const child = startCli(["--port", "0", "--redis", ports.map((p) => `redis://127.0.0.1:${p}`).join(",")], {
+      ...ENV,
+      FENCED_GATEWAY_FENCE_KEYS: FENCE_KEYS,
+    });
+    const line = await refusal(child);
+    expect(line).toMatch(
+      /the lock has no quorum: 0 of 3 Redis nodes answered PING, 2 are needed \(node 0 at 127\.0\.0\.1:\d+: refused .*--no-start-checks/,
     );
+    for (const port of ports) expect(line).toContain(`127.0.0.1:${port}: refused`);
+    expect(line).not.toMatch(/within \d+ ms/);
   });
 
-  it("PostgreSQL does not answer", async () => {
+  it("PostgreSQL refuses the connection: said as such, not as a deadline", async () => {
     const child = startCli(["--port", "0", "--postgres", `postgres://nobody@127.0.0.1:${await freePort()}/none`], ENV);
-    expect(await refusal(child)).toMatch(/PostgreSQL did not answer SELECT 1 within 2000 ms .*--no-start-checks/);
+    const line = await refusal(child);
+    expect(line).toMatch(/PostgreSQL refused the connection \(ECONNREFUSED.*host and port.*--no-start-checks/);
+    expect(line).not.toMatch(/within \d+ ms/);
+  });
+
+  it("PostgreSQL has no such database: said as such, with the fix", async () => {
+    const postgres = await startPostgres();
+    try {
+      const url = new URL(postgres.url);
+      url.pathname = "/no_such_database";
+      const line = await refusal(startCli(["--port", "0", "--postgres", url.toString()], ENV));
+      expect(line).toMatch(/PostgreSQL answered that the database does not exist \(3D000: .*create it.*--no-start-checks/);
+      expect(line).not.toMatch(/within \d+ ms/);
+    } finally {
+      await postgres.stop();
+    }
   });
 
   it("PostgreSQL not migrated, with --no-migrate", async () => {
@@ -130,8 +151,16 @@ describe("fenced-gateway refuses to start half-configured (exit 2, one line)", (
         FENCED_GATEWAY_S3_REGION: s3.region,
       };
       const args = ["--port", "0", "--s3-bucket", bucket, "--s3-endpoint", s3.endpoint];
-      // Checked, HeadBucket already refuses the credentials.
-      expect(await refusal(startCli(args, env))).toMatch(/S3 did not confirm the bucket \(HeadBucket\)/);
+      // Checked, HeadBucket already refuses the credentials: 403, which names them.
+      expect(await refusal(startCli(args, env))).toMatch(/S3 refused the credentials \(403.*check the access key id and secret/);
+      // The right credentials and a bucket that is not there: 404, which names the bucket.
+      const noBucket = await refusal(
+        startCli(["--port", "0", "--s3-bucket", `${bucket}-missing`, "--s3-endpoint", s3.endpoint], {
+          ...env,
+          FENCED_GATEWAY_S3_SECRET_ACCESS_KEY: s3.secretAccessKey,
+        }),
+      );
+      expect(noBucket).toMatch(/S3 answered that the bucket does not exist \(404\): create it/);
       const anyway = startCli([...args, "--no-start-checks"], { ...env, FENCED_GATEWAY_LOG_LEVEL: "info" });
       try {
         await anyway.waitFor("listening");
@@ -169,7 +198,7 @@ describe("fenced-gateway refuses to start half-configured (exit 2, one line)", (
       FENCED_GATEWAY_S3_ACCESS_KEY_ID: "id",
       FENCED_GATEWAY_S3_SECRET_ACCESS_KEY: "secret",
     });
-    expect(await refusal(child)).toMatch(/S3 did not confirm the bucket \(HeadBucket\) within 2000 ms/);
+    expect(await refusal(child)).toMatch(/S3 refused the connection \(ECONNREFUSED.*check the endpoint URL/);
   });
 
   it("--no-start-checks starts with every backend down; the admin listener's /healthz says so", async () => {

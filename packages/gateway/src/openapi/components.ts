@@ -1,6 +1,12 @@
 import { z } from "zod";
 import { HOLDER_PATTERN } from "@fenced/fence";
-import { healthReportSchema, leaseAnswerSchema, objectWriteAnswerSchema, recordWriteAnswerSchema } from "../schemas/answers.js";
+import {
+  healthReportSchema,
+  leaseAnswerSchema,
+  livenessSchema,
+  objectWriteAnswerSchema,
+  recordWriteAnswerSchema,
+} from "../schemas/answers.js";
 import { OBJECT_VERSION, RECORD_VERSION } from "@fenced/store";
 import { credentialString, tokenString, unanchored } from "../schemas/fields.js";
 import { PROBLEM_KINDS, PROBLEM_TYPES, problemSchema, type ProblemDefinition, type ProblemKind } from "../problems/kinds.js";
@@ -260,6 +266,7 @@ export function schemas(): Record<string, JsonSchema> {
     ObjectWriteAnswer: jsonSchema(objectWriteAnswerSchema, "output"),
     RecordWritesAnswer: jsonSchema(recordWritesAnswerSchema, "output"),
     HealthReport: jsonSchema(healthReportSchema, "output"),
+    Liveness: jsonSchema(livenessSchema, "output"),
     ...jsonValueSchemas(),
     ...Object.fromEntries(PROBLEM_KINDS.map((kind) => [problemName(kind), jsonSchema(problemSchema(kind), "output")])),
   };

@@ -259,22 +259,45 @@ export function recordWritesPath(limits: ResolvedLimits): PathItemObject {
 const PUBLIC: readonly Record<string, readonly string[]>[] = [];
 const ADMIN = "A gateway with an admin listener (`--admin-port`) serves it there only, and answers 404 `not-found` here.";
 
+/** GET /readyz and /healthz: one answer, two names. */
+function readiness(operationId: string, summary: string): OperationObject {
+  return {
+    operationId,
+    summary,
+    description:
+      "Unauthenticated, for load balancers. Each configured backend is checked at once, each within the health deadline; the lock " +
+      "is known as soon as a quorum of its nodes is (a node that has not answered by then is `pending`). Not ready (503): a store " +
+      "answered that it is not set up for this gateway (not migrated, no such database or bucket, credentials refused), no " +
+      "configured backend serves, or the instance drains. Ready but `degraded` (200): some backend does not answer while others " +
+      "serve, as every instance sees it; its routes answer 503 with Retry-After. Public answers carry no address and no backend's " +
+      `own message; the admin listener's add each lock node's address and each backend's message. ${ADMIN}`,
+    tags: ["operations"],
+    security: PUBLIC,
+    responses: {
+      "200": { description: "Ready: `ok`, or `degraded`", content: json(ref("schemas", "HealthReport")) },
+      "503": { description: "Not ready: `unavailable` or `draining`", content: json(ref("schemas", "HealthReport")) },
+      ...problemResponses(["notFound", "internal"]),
+    },
+  };
+}
+
 export function operationsPaths(): Record<string, PathItemObject> {
   return {
-    "/healthz": {
+    "/livez": {
       get: {
-        operationId: "getHealth",
-        summary: "One check per configured backend, each with a deadline",
-        description: `Unauthenticated, for load balancers: expose it to your infrastructure only (an error may name a backend's address). ${ADMIN}`,
+        operationId: "getLiveness",
+        summary: "Liveness: the process answers",
+        description: `Unauthenticated, for orchestrators: 200 while the process's event loop answers; no backend is asked, and it stays 200 while the instance drains. ${ADMIN}`,
         tags: ["operations"],
         security: PUBLIC,
         responses: {
-          "200": { description: "Every backend answered (the lock: a quorum of nodes)", content: json(ref("schemas", "HealthReport")) },
-          "503": { description: "A backend did not answer", content: json(ref("schemas", "HealthReport")) },
+          "200": { description: "The process is alive", content: json(ref("schemas", "Liveness")) },
           ...problemResponses(["notFound", "internal"]),
         },
       },
     },
+    "/readyz": { get: readiness("getReadiness", "Readiness: whether to send this instance requests") },
+    "/healthz": { get: readiness("getHealth", "Readiness, as /readyz (its earlier name)") },
     "/metrics": {
       get: {
         operationId: "getMetrics",

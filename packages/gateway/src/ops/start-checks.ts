@@ -1,6 +1,6 @@
 import { BackendFailedError } from "../problems/backend-errors.js";
 import { classify } from "../problems/problem.js";
-import type { BackendHealth } from "./health.js";
+import type { HealthAnswer } from "../schemas/answers.js";
 
 /**
  * Why the gateway will not start: one line for an operator, naming the backend and what to do. The
@@ -13,35 +13,81 @@ export class StartRefusedError extends Error {
 
 const ANYWAY = "or pass --no-start-checks to start anyway";
 
-/** What the start checks read of GET /healthz's report. */
-export interface StartHealth {
-  readonly checks: {
-    readonly postgres?: BackendHealth;
-    readonly s3?: BackendHealth;
-    readonly redis?: { readonly ok: boolean; readonly quorum: number; readonly nodes: readonly BackendHealth[] };
-  };
+type StoreAnswer = NonNullable<HealthAnswer["checks"]["postgres"]>;
+
+/** The backend's own words, after the fix: what an operator searches for. */
+function said(check: { code?: string | undefined; detail?: string | undefined }): string {
+  const parts = [check.code, check.detail].filter((p) => p !== undefined && p !== "");
+  return parts.length === 0 ? "" : ` (${parts.join(": ")})`;
+}
+
+/** Why PostgreSQL fails the start check, and what to do: by what it answered, or that it did not. */
+function postgresRefusal(check: StoreAnswer, timeoutMs: number): string {
+  switch (check.problem) {
+    case "no-such-database":
+      return `PostgreSQL answered that the database does not exist${said(check)}: create it (createdb), or name an existing one in the connection string`;
+    case "authentication-failed":
+      return `PostgreSQL refused the login${said(check)}: check the user and password in the connection string, and the server's pg_hba.conf`;
+    case "permission-denied":
+      return `PostgreSQL refused the role access to the store's tables${said(check)}: grant it, or use the role that migrated them`;
+    default:
+  }
+  switch (check.state) {
+    case "refused":
+      return `PostgreSQL refused the connection${said(check)}: is the server running, and are the connection string's host and port its own?`;
+    case "timeout":
+      return `PostgreSQL did not answer within ${timeoutMs} ms: check that its host is reachable from here (a firewall that drops packets?)`;
+    default:
+      return `PostgreSQL could not be asked${said(check)}: check the connection string`;
+  }
+}
+
+/** Why S3 fails the start check: HeadBucket's answer says which of credentials, bucket or endpoint. */
+function s3Refusal(check: StoreAnswer, timeoutMs: number): string {
+  switch (check.problem) {
+    case "access-denied":
+      return `S3 refused the credentials (403${said({ detail: check.detail })}): check the access key id and secret, and that they may use the bucket`;
+    case "no-such-bucket":
+      return "S3 answered that the bucket does not exist (404): create it, or name an existing one (s3.bucket)";
+    case "no-credentials":
+      return `no S3 credentials could be loaded${said({ detail: check.detail })}: give s3.accessKeyId and s3.secretAccessKey, or set up the AWS SDK's credential chain`;
+    default:
+  }
+  switch (check.state) {
+    case "refused":
+      return `S3 refused the connection${said(check)}: check the endpoint URL (s3.endpoint) and that the server runs`;
+    case "timeout":
+      return `S3 did not answer within ${timeoutMs} ms: check the endpoint URL (s3.endpoint) and that it is reachable from here`;
+    default:
+      return `S3 did not confirm the bucket${said(check)}: check the endpoint, the credentials and the bucket`;
+  }
+}
+
+/** The lock without a quorum: each node that did not answer, by address, and why (as the lock names it). */
+function lockRefusal(redis: NonNullable<HealthAnswer["checks"]["redis"]>): string {
+  const answered = redis.nodes.filter((n) => n.ok).length;
+  const failed = redis.nodes.flatMap((n, i) =>
+    n.ok
+      ? []
+      : [`node ${i}${n.address === undefined ? "" : ` at ${n.address}`}: ${n.state}${n.error === undefined ? "" : ` (${n.error})`}`],
+  );
+  return (
+    `the lock has no quorum: ${answered} of ${redis.nodes.length} Redis nodes answered PING, ${redis.quorum} are needed ` +
+    `(${failed.join("; ")}); start them or correct their URLs`
+  );
 }
 
 /**
- * The first configured backend that does not answer within the health deadline, as a refusal. The
- * lock needs a quorum of its nodes answering PING: with fewer, no lease could be granted.
+ * The first configured backend whose check failed, as a refusal naming the fix. The lock needs a
+ * quorum of its nodes answering PING: with fewer, no lease could be granted. A store's missing
+ * tables are not refused here: the start's migrate creates them (with --no-migrate, its read refuses).
  */
-export function refuseUnhealthy(report: StartHealth, timeoutMs: number): void {
+export function refuseUnhealthy(report: HealthAnswer, timeoutMs: number): void {
   const { postgres, s3, redis } = report.checks;
-  if (redis !== undefined && !redis.ok) {
-    const answered = redis.nodes.filter((n) => n.ok).length;
-    const first = redis.nodes.find((n) => !n.ok)?.error ?? "no answer";
-    throw new StartRefusedError(
-      `the lock has no quorum: ${answered} of ${redis.nodes.length} Redis nodes answered PING within ${timeoutMs} ms, ` +
-        `${redis.quorum} are needed (${first}); start them, ${ANYWAY}`,
-    );
-  }
-  if (postgres !== undefined && !postgres.ok)
-    throw new StartRefusedError(`PostgreSQL did not answer SELECT 1 within ${timeoutMs} ms (${postgres.error ?? "no answer"}); ${ANYWAY}`);
-  if (s3 !== undefined && !s3.ok)
-    throw new StartRefusedError(
-      `S3 did not confirm the bucket (HeadBucket) within ${timeoutMs} ms (${s3.error ?? "no answer"}): check the endpoint, the credentials and that the bucket exists; ${ANYWAY}`,
-    );
+  if (redis !== undefined && !redis.ok) throw new StartRefusedError(`${lockRefusal(redis)}; ${ANYWAY}`);
+  if (postgres !== undefined && !postgres.ok && postgres.problem !== "not-migrated")
+    throw new StartRefusedError(`${postgresRefusal(postgres, timeoutMs)}; ${ANYWAY}`);
+  if (s3 !== undefined && !s3.ok) throw new StartRefusedError(`${s3Refusal(s3, timeoutMs)}; ${ANYWAY}`);
 }
 
 /** What an operator can do when PostgreSQL refuses the start's statement, by SQLSTATE. */

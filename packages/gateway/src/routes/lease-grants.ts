@@ -3,7 +3,7 @@
 // will use. With leases.ts, the only gateway module that imports @fenced/lock.
 import { performance } from "node:perf_hooks";
 import { setTimeout as sleep } from "node:timers/promises";
-import { LeaseLostError, LockNotAcquiredError, TokenSpaceExhaustedError, type Lease, type Redlock } from "@fenced/lock";
+import { LeaseLostError, LockNotAcquiredError, TokenSpaceExhaustedError, type Lease, type NodeFailure, type Redlock } from "@fenced/lock";
 import type { FenceSet } from "@fenced/store";
 import type { FenceCredentials } from "../auth/credentials.js";
 import type { LeaseIdParts } from "../auth/lease-id.js";
@@ -34,6 +34,22 @@ export interface Leases {
   readonly registrars: readonly Registrar[];
   readonly retry: { readonly count: number; readonly delayMs: number; readonly jitterMs: number; readonly attemptMs: number };
   readonly acquireTimeoutMs: number;
+}
+
+/**
+ * The lock's error as an answer's detail: each node by index and reason (and code), never the
+ * client's message, which names the node's address (any API key holder reads the answer). The
+ * whole message goes to the log when a node failed rather than refused (held, not-held): that is
+ * where an operator looks for the address.
+ */
+function publicDetail(ctx: RouteContext, err: LockNotAcquiredError | LeaseLostError, what: string): string {
+  const nodes = err.nodes.map((n: NodeFailure) => `node ${n.node}: ${n.reason}${"code" in n && n.code !== undefined ? ` ${n.code}` : ""}`);
+  if (err.nodes.some((n) => UNREACHABLE.has(n.reason))) ctx.logger.info({ err: { message: err.message, code: err.code } }, what);
+  return nodes.length === 0 ? what : `${what}: ${nodes.join("; ")}`;
+}
+
+function lostWhat(resources: readonly string[], err: LeaseLostError): string {
+  return `lease on ${resources.map((r) => JSON.stringify(r)).join(", ")} lost: ${err.kind}`;
 }
 
 /** The problem extensions that name what a lease request asked for: its (first) resource, and a set's every resource. */
@@ -129,7 +145,12 @@ async function acquire(
       if (attempt >= retry.count || performance.now() + delay + retry.attemptMs > deadline) {
         // Contention (held elsewhere, or a round lost to a concurrent one): worth retrying later.
         ctx.metrics.lease("refused");
-        throw new HttpProblem(PROBLEM_OF_CODE[err.code], err.message, asked(resources));
+        const detail = publicDetail(
+          ctx,
+          err,
+          `could not acquire ${resources.map((r) => JSON.stringify(r)).join(", ")} after ${attempt + 1} attempt(s)`,
+        );
+        throw new HttpProblem(PROBLEM_OF_CODE[err.code], detail, asked(resources));
       }
       await sleep(delay, undefined, { signal });
     }
@@ -160,7 +181,7 @@ async function registerEverywhere(leases: Leases, lease: Lease, signal: AbortSig
     // The lease ran out before every store registered it (a store refuses a lease it knows ended), or while they did.
     if (err instanceof LeaseLostError) {
       ctx.metrics.leaseLost(err.kind);
-      throw new HttpProblem(PROBLEM_OF_CODE[err.code], err.message, {
+      throw new HttpProblem(PROBLEM_OF_CODE[err.code], publicDetail(ctx, err, lostWhat(lease.resources, err)), {
         resource: lease.resource,
         token: lease.token.toString(),
         kind: err.kind,
@@ -187,7 +208,8 @@ export async function extend({ ctx, redlock }: Leases, held: LeaseIdParts, ttlMs
     // too few nodes answered to tell: the lease may still be alive, and a retry may confirm it.
     if (err.kind === "expired" || notHeld > redlock.clients.length - redlock.quorum) {
       ctx.metrics.leaseLost(err.kind);
-      throw new HttpProblem(PROBLEM_OF_CODE[err.code], err.message, {
+      const resources = held.fences.map((f) => f.resource);
+      throw new HttpProblem(PROBLEM_OF_CODE[err.code], publicDetail(ctx, err, lostWhat(resources, err)), {
         resource: first.resource,
         token: first.token.toString(),
         kind: err.kind,

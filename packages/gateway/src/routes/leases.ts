@@ -2,7 +2,7 @@
 // the gateway know a fence only as { resource, token, holder }, and a gateway without Redis never
 // loads the lock.
 import { Router, type Request, type Response } from "express";
-import { Redlock, type Lease, type RedisClient, type RedlockOptions } from "@fenced/lock";
+import { probeNodes, Redlock, type Lease, type RedisClient, type RedlockOptions } from "@fenced/lock";
 import { InvalidArgumentError } from "@fenced/fence";
 import type { LeaseAnswer } from "../schemas/answers.js";
 import { requireResource, requireWrite, type Principal } from "../auth/api-keys.js";
@@ -10,6 +10,8 @@ import type { FenceCredentials } from "../auth/credentials.js";
 import { jsonBody, methodNotAllowed, type RouteContext } from "../http/context.js";
 import { clientGone } from "../http/client-gone.js";
 import { leaseBodySchema } from "../schemas/validation.js";
+import type { LockProbe } from "../ops/health-routes.js";
+import { nodeAddress } from "../ops/readiness.js";
 import { abandon, extend, grant, type Leases, type Registrar } from "./lease-grants.js";
 
 export type { Registrar } from "./lease-grants.js";
@@ -36,11 +38,7 @@ export interface LeaseBackendOptions {
  */
 const LOCK_DEFAULTS = { retryCount: 0, retryDelayMs: 200, retryJitterMs: 100, nodeTimeoutMs: 200, acquireTimeoutMs: 2_000 };
 
-export interface RedisHealth {
-  readonly ok: boolean;
-  readonly quorum: number;
-  readonly nodes: readonly { readonly ok: boolean; readonly error?: string }[];
-}
+export type { RedisHealth } from "../ops/readiness.js";
 
 const BODY_LIMIT = 16 * 1024;
 
@@ -78,7 +76,7 @@ export function leasesRouter(
   credentials: FenceCredentials,
   options: LeaseBackendOptions,
   registrars: readonly Registrar[] = [],
-): { router: Router; health(timeoutMs: number): Promise<RedisHealth>; settled(): Promise<void> } {
+): { router: Router; probe(timeoutMs: number): Promise<LockProbe>; settled(): Promise<void> } {
   const given = options.redlock ?? {};
   const retry = {
     count: given.retryCount ?? LOCK_DEFAULTS.retryCount,
@@ -87,11 +85,15 @@ export function leasesRouter(
     // An attempt is at most three fan-outs, each ended by nodeTimeoutMs: grant, publish, release.
     attemptMs: 3 * (given.nodeTimeoutMs ?? LOCK_DEFAULTS.nodeTimeoutMs),
   };
+  // Each node's result in each round feeds the per-node metrics, and the embedder's own hook if it gave one.
+  const nodeMetrics = ctx.metrics.lockNodes(options.clients.map(nodeAddress));
+  const onNodeResult = given.onNodeResult;
   // The lock itself never retries here: acquire() does, within its deadline.
   const redlock = new Redlock(options.clients, {
     ...given,
     nodeTimeoutMs: given.nodeTimeoutMs ?? LOCK_DEFAULTS.nodeTimeoutMs,
     retryCount: 0,
+    onNodeResult: onNodeResult === undefined ? nodeMetrics : (result) => (nodeMetrics(result), onNodeResult(result)),
   });
   const acquireTimeoutMs = options.acquireTimeoutMs ?? LOCK_DEFAULTS.acquireTimeoutMs;
   // Shorter, no attempt could be sure to end within it: every held lock would answer after one attempt, late.
@@ -168,30 +170,13 @@ export function leasesRouter(
   });
   router.all("/release", (_req, res) => methodNotAllowed(res, "POST"));
 
-  const health = async (timeoutMs: number): Promise<RedisHealth> => {
-    const nodes = await Promise.all(redlock.clients.map((client) => ping(client, timeoutMs)));
-    // The lock works while a quorum answers; report every node so an operator sees which one is down.
-    return { ok: nodes.filter((n) => n.ok).length >= redlock.quorum, quorum: redlock.quorum, nodes };
-  };
+  // Readiness: the lock works while a quorum answers; every node is reported, with its address (for the admin listener).
+  const addresses = redlock.clients.map(nodeAddress);
+  const probe = async (timeoutMs: number): Promise<LockProbe> => ({ ...(await probeNodes(redlock, timeoutMs)), addresses });
   // Until each has ended, a lease its client left may still be granted and then released: the lock's
   // connections must stay open that long (the CLI closes them after a drain).
   const settled = async (): Promise<void> => {
     while (inFlight.size > 0) await Promise.allSettled([...inFlight]);
   };
-  return { router, health, settled };
-}
-
-async function ping(client: RedisClient, timeoutMs: number): Promise<{ ok: boolean; error?: string }> {
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
-    });
-    const answer = await Promise.race([client.ping(), timeout]);
-    return answer === "PONG" ? { ok: true } : { ok: false, error: `unexpected answer ${String(answer)}` };
-  } catch (err) {
-    return { ok: false, error: err instanceof Error ? err.message : String(err) };
-  } finally {
-    clearTimeout(timer);
-  }
+  return { router, probe, settled };
 }

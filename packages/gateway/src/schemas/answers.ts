@@ -2,6 +2,7 @@ import { z } from "zod";
 import { LEASE_ID_PATTERN } from "../auth/lease-id.js";
 import { OBJECT_VERSION, RECORD_VERSION } from "@fenced/store";
 import { MAX_RESOURCES } from "@fenced/fence";
+import { CHECK_STATES, NODE_STATES, READINESS_STATUSES, SETUP_PROBLEMS } from "../ops/health-states.js";
 import { credentialString, holderString as holder, resourceSchema as resource, tokenString } from "./fields.js";
 
 /**
@@ -73,27 +74,62 @@ export const objectWriteAnswerSchema = z
   .describe("An accepted object write");
 export type WriteAnswer = z.input<typeof recordWriteAnswerSchema> | z.input<typeof objectWriteAnswerSchema>;
 
-const backendHealth = z.strictObject({
-  ok: z.boolean(),
-  error: z.string().optional().describe("Why the check failed (may name the backend's address)"),
-});
-/** 200 and 503 of GET /healthz. */
+const ADMIN_ONLY = "only on the admin listener (and in Gateway.health())";
+const elapsedMs = z.number().min(0).describe("How long the check took, in milliseconds");
+const storeHealth = z
+  .strictObject({
+    ok: z.boolean().describe("The store answered and is set up"),
+    state: z
+      .enum(CHECK_STATES)
+      .describe(
+        "up; refused, timeout, error: it could not be asked (an outage); misconfigured: it answered and refused this gateway's configuration (`problem`): an operator must act",
+      ),
+    problem: z.enum(SETUP_PROBLEMS).optional().describe("misconfigured: what to fix"),
+    code: z.string().optional().describe("The backend's own code: PostgreSQL's SQLSTATE, S3's HTTP status, a system error's code"),
+    error: z.string().optional().describe("What failed, for people (never an address)"),
+    detail: z.string().optional().describe(`The backend's own message, which may name its address: ${ADMIN_ONLY}`),
+    ms: elapsedMs,
+  })
+  .describe("One store's check: a read, as requests make it");
+const nodeHealth = z
+  .strictObject({
+    ok: z.boolean().describe("The node answered PING"),
+    state: z
+      .enum(NODE_STATES)
+      .describe(
+        "up; pending: neither answered nor failed by the time the lock's outcome was known; refused, timeout, error: as the lock names a node that does not count",
+      ),
+    ms: elapsedMs.optional(),
+    code: z.string().optional().describe("refused, error: the system error's or Redis error reply's code"),
+    error: z.string().optional().describe("What failed, for people (never an address)"),
+    address: z.string().optional().describe(`host:port of the node: ${ADMIN_ONLY}`),
+    detail: z.string().optional().describe(`The client's own message, which may name the address: ${ADMIN_ONLY}`),
+  })
+  .describe("One lock node, in the order of the gateway's configuration");
+/** 200 and 503 of GET /readyz and /healthz. */
 export const healthReportSchema = z
   .strictObject({
     status: z
-      .enum(["ok", "unavailable", "draining"])
-      .describe("draining: the instance is stopping (SIGTERM) and takes no new work; its backends are not checked"),
+      .enum(READINESS_STATUSES)
+      .describe(
+        "ok: every backend serves. degraded (200): some backend does not answer while others serve; its routes answer 503 with Retry-After. unavailable (503): a store answered that it is not set up for this gateway, or no backend serves. draining (503): the instance is stopping (SIGTERM) and takes no new work; its backends are not checked",
+      ),
     checks: z.strictObject({
-      postgres: backendHealth.optional(),
-      s3: backendHealth.optional(),
+      postgres: storeHealth.optional(),
+      s3: storeHealth.optional(),
       redis: z
         .strictObject({
-          ok: z.boolean().describe("true while a quorum of nodes answers"),
+          ok: z.boolean().describe("true once a quorum of nodes answered"),
           quorum: z.number().int().min(1),
-          nodes: z.array(backendHealth).readonly(),
+          nodes: z.array(nodeHealth).readonly(),
         })
         .optional(),
     }),
   })
-  .describe("One check per configured backend");
+  .describe("Readiness: one check per configured backend");
 export type HealthAnswer = z.input<typeof healthReportSchema>;
+/** 200 of GET /livez. */
+export const livenessSchema = z
+  .strictObject({ status: z.literal("ok").describe("The process answers; no backend is checked") })
+  .describe("Liveness");
+export type LivenessAnswer = z.input<typeof livenessSchema>;

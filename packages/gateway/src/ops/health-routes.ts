@@ -1,0 +1,58 @@
+import type { S3Client } from "@aws-sdk/client-s3";
+import type { Express } from "express";
+import type { NodesProbe } from "@fenced/lock";
+import type { FencedPostgres } from "@fenced/store/postgres";
+import type { HealthAnswer, LivenessAnswer } from "../schemas/answers.js";
+import { postgresCheck, s3Check } from "./health.js";
+import { readinessAnswer, readinessHttpStatus, readinessStatus, type RawChecks } from "./readiness.js";
+
+/** The lock's nodes as the lease routes probe them, each with its address where known. */
+export type LockProbe = NodesProbe & { readonly addresses: readonly (string | undefined)[] };
+
+/** What readiness checks: each configured backend, and whether the instance is stopping. */
+export interface ReadinessSources {
+  readonly records?: FencedPostgres | undefined;
+  readonly objects?: { readonly client: S3Client; readonly bucket: string } | undefined;
+  readonly lock?: { probe(timeoutMs: number): Promise<LockProbe> } | undefined;
+  /** Each backend's deadline. */
+  readonly timeoutMs: number;
+  draining(): boolean;
+}
+
+export interface Readiness {
+  /** Every configured backend checked at once; the answer as the admin listener gives it. */
+  report(): Promise<HealthAnswer>;
+  /** The answer for a listener: public answers carry no address and no backend's own message. */
+  answer(admin: boolean): Promise<HealthAnswer>;
+}
+
+export function gatewayReadiness(sources: ReadinessSources): Readiness {
+  const { timeoutMs } = sources;
+  const check = async (admin: boolean): Promise<HealthAnswer> => {
+    if (sources.draining()) return { status: "draining", checks: {} };
+    const [postgres, s3, redis] = await Promise.all([
+      sources.records === undefined ? undefined : postgresCheck(sources.records, timeoutMs),
+      sources.objects === undefined ? undefined : s3Check(sources.objects.client, sources.objects.bucket, timeoutMs),
+      sources.lock?.probe(timeoutMs),
+    ]);
+    const checks: RawChecks = { postgres, s3, redis };
+    return readinessAnswer(readinessStatus(checks), checks, timeoutMs, admin);
+  };
+  return { report: () => check(true), answer: check };
+}
+
+/**
+ * Unauthenticated, for load balancers and orchestrators. /livez: the process is alive and its event
+ * loop answers (no backend is asked, also while draining: restarting a process that drains would
+ * cut its requests). /readyz, and /healthz as before: readiness (readiness.ts).
+ */
+export function healthRoutes(app: Express, readiness: Readiness, admin: boolean): void {
+  app.get("/livez", (_req, res) => {
+    res.json({ status: "ok" } satisfies LivenessAnswer);
+  });
+  for (const path of ["/readyz", "/healthz"])
+    app.get(path, async (_req, res) => {
+      const answer = await readiness.answer(admin);
+      res.status(readinessHttpStatus(answer.status)).json(answer);
+    });
+}
