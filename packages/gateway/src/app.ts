@@ -1,3 +1,4 @@
+import { AsyncResource } from "node:async_hooks";
 import { performance } from "node:perf_hooks";
 import type { S3Client } from "@aws-sdk/client-s3";
 import express, { type Express, type NextFunction, type Request, type Response } from "express";
@@ -5,7 +6,7 @@ import type { Pool } from "pg";
 import { pino, type Logger } from "pino";
 import { FencedPostgres } from "@fenced/store/postgres";
 import { FencedS3, type FencedS3Options } from "@fenced/store/s3";
-import { InvalidArgumentError } from "@fenced/fence";
+import { FencedError, InvalidArgumentError } from "@fenced/fence";
 import { type CredentialKey } from "@fenced/fence/credentials";
 import type { FenceSet } from "@fenced/store";
 import type { HealthAnswer } from "./schemas/answers.js";
@@ -13,14 +14,16 @@ import { ApiKeys, type ApiKeyConfig } from "./auth/api-keys.js";
 import { FenceCredentials } from "./auth/credentials.js";
 import { accounting, limitsSchema, type Limits, type RouteContext } from "./http/context.js";
 import { ClientGoneError } from "./http/client-gone.js";
+import { onMalformed } from "./http/client-errors.js";
+import { endRequestSpan, requestLogger, scopeRequest } from "./http/request-scope.js";
 import { wasCutByDrain } from "./http/server.js";
-import { postgresHealth, s3Health, type BackendHealth } from "./ops/health.js";
+import { gatewayReadiness, healthRoutes, type Readiness } from "./ops/health-routes.js";
 import { GatewayMetrics } from "./ops/metrics.js";
 import { openApiDocument, type OpenApiDocument } from "./openapi/document.js";
-import { PROBLEM_TYPES } from "./problems/kinds.js";
+import { PROBLEM_TYPES, type ProblemKind } from "./problems/kinds.js";
 import { classify, HttpProblem, sendProblem } from "./problems/problem.js";
 import { fencesRouter } from "./routes/fences.js";
-import { leasesRouter, type LeaseBackendOptions, type RedisHealth, type Registrar } from "./routes/leases.js";
+import { leasesRouter, type LeaseBackendOptions, type Registrar } from "./routes/leases.js";
 import { objectsRouter } from "./routes/objects.js";
 import { recordsRouter } from "./routes/records.js";
 
@@ -63,10 +66,8 @@ export interface GatewayOptions {
   readonly separateAdmin?: boolean;
 }
 
-export interface HealthReport {
-  readonly status: "ok" | "unavailable" | "draining";
-  readonly checks: { postgres?: BackendHealth; s3?: BackendHealth; redis?: RedisHealth };
-}
+/** Readiness, as GET /readyz answers it on the admin listener (ops/readiness.ts). */
+export type HealthReport = HealthAnswer;
 
 export interface Gateway {
   readonly app: Express;
@@ -113,7 +114,16 @@ export function createGateway(options: GatewayOptions): Gateway {
       "leases need fence keys: the gateway seals every lease id and fence credential it issues with them",
     );
   }
-  const ctx: RouteContext = { auth: new ApiKeys(options.apiKeys), metrics, logger, limits, credentials };
+  const ctx: RouteContext = {
+    auth: new ApiKeys(options.apiKeys),
+    metrics,
+    // Inside a request, its own logger: every line carries its requestId (http/request-scope.ts).
+    get logger() {
+      return requestLogger(logger);
+    },
+    limits,
+    credentials,
+  };
   const storeTimeoutMs = options.storeTimeoutMs ?? 5_000;
   const records =
     options.records === undefined
@@ -148,16 +158,13 @@ export function createGateway(options: GatewayOptions): Gateway {
   app.use("/v1/fences", records === undefined && objects === undefined ? disabled("fences") : fencesRouter(ctx, { records, objects }));
 
   let draining = false;
-  const health = async (): Promise<HealthReport> => {
-    if (draining) return { status: "draining", checks: {} };
-    const [postgres, s3, redis] = await Promise.all([
-      options.records === undefined ? undefined : postgresHealth(options.records.pool, healthTimeoutMs),
-      options.objects === undefined ? undefined : s3Health(options.objects.client, options.objects.bucket, healthTimeoutMs),
-      leases?.health(healthTimeoutMs),
-    ]);
-    const checks = { ...(postgres && { postgres }), ...(s3 && { s3 }), ...(redis && { redis }) };
-    return { status: Object.values(checks).every((c) => c.ok) ? "ok" : "unavailable", checks };
-  };
+  const readiness = gatewayReadiness({
+    records,
+    objects: options.objects,
+    lock: leases,
+    timeoutMs: healthTimeoutMs,
+    draining: () => draining,
+  });
   // Unauthenticated: the API document, with this gateway's limits, built on first use.
   let document: OpenApiDocument | undefined;
   app.get("/openapi.json", (_req, res) => {
@@ -165,7 +172,12 @@ export function createGateway(options: GatewayOptions): Gateway {
     res.json(document);
   });
   const admin = newApp(ctx);
-  for (const target of options.separateAdmin === true ? [admin] : [admin, app]) operations(target, health, metrics);
+  for (const target of [app, admin])
+    onMalformed(target, ({ reason, code, requestId }) => {
+      metrics.malformed(reason);
+      logger.info({ requestId, reason, code }, "malformed request");
+    });
+  for (const target of options.separateAdmin === true ? [admin] : [admin, app]) operations(target, readiness, metrics, target === admin);
   for (const target of [app, admin]) {
     target.use(() => {
       throw new HttpProblem("notFound", "no such route");
@@ -179,7 +191,7 @@ export function createGateway(options: GatewayOptions): Gateway {
     metrics,
     records,
     objects,
-    health,
+    health: () => readiness.report(),
     beginDrain: () => {
       draining = true;
     },
@@ -205,21 +217,24 @@ function newApp(ctx: RouteContext): Express {
   app.set("etag", false);
   app.set("query parser", false);
   app.disable("x-powered-by");
+  // First: the request id and span, so that every answer carries the id and every line logs it.
+  app.use(scopeRequest((req) => routeOf(req.path)));
   app.use((req, res, next) => {
     const started = performance.now();
     const route = routeOf(req.path);
-    res.once("close", () => account(ctx, req, res, route, performance.now() - started));
+    // Bound to the request's scope: its line is logged by the request's own logger, with its requestId.
+    res.once(
+      "close",
+      AsyncResource.bind(() => account(ctx, req, res, route, performance.now() - started)),
+    );
     next();
   });
   return app;
 }
 
 /** Unauthenticated, for load balancers and scrapers: neither names a key, a resource or a secret. */
-function operations(app: Express, health: () => Promise<HealthReport>, metrics: GatewayMetrics): void {
-  app.get("/healthz", async (_req, res) => {
-    const report = await health();
-    res.status(report.status === "ok" ? 200 : 503).json(report satisfies HealthAnswer);
-  });
+function operations(app: Express, readiness: Readiness, metrics: GatewayMetrics, admin: boolean): void {
+  healthRoutes(app, readiness, admin);
   app.get("/metrics", async (_req, res) => {
     res.setHeader("Content-Type", metrics.registry.contentType);
     res.send(await metrics.registry.metrics());
@@ -228,7 +243,7 @@ function operations(app: Express, health: () => Promise<HealthReport>, metrics: 
 
 function routeOf(path: string): string {
   for (const route of ["records", "objects", "leases", "fences"]) if (path.startsWith(`/v1/${route}`)) return route;
-  return path === "/healthz" || path === "/metrics" || path === "/openapi.json" ? path.slice(1) : "other";
+  return ["/healthz", "/livez", "/readyz", "/metrics", "/openapi.json"].includes(path) ? path.slice(1) : "other";
 }
 
 function disabled(what: string) {
@@ -237,11 +252,10 @@ function disabled(what: string) {
   };
 }
 
-function fail(ctx: RouteContext, err: unknown, req: Request, res: Response): void {
+function fail(_ctx: RouteContext, err: unknown, req: Request, res: Response): void {
   const problem = classify(err);
-  // The route, never the path: a path may hold a lease id, which is a capability.
-  if (problem.body.status >= 500 && !(err instanceof ClientGoneError))
-    ctx.logger.error({ err, method: req.method, route: routeOf(req.path) }, "request failed");
+  // Logged once, with the request's line, when the response is over (account).
+  accounting(res).failure = { err, kind: problem.kind, detail: problem.body.detail };
   if (res.headersSent) {
     // Mid-stream (a GET whose source failed): a cut connection is the only honest signal left.
     res.destroy();
@@ -274,8 +288,14 @@ function account(ctx: RouteContext, req: Request, res: Response, route: string, 
           : PROBLEM_TYPES[a.problem].reason,
       );
   }
-  const level = status >= 500 ? "warn" : status >= 400 ? "info" : "debug";
-  // Checked first: at the default level a successful request costs no log object at all.
+  const slug = a.problem === undefined ? undefined : PROBLEM_TYPES[a.problem].log;
+  endRequestSpan(a, status, slug ?? (cut === undefined ? "ok" : cut === "drain" ? "drained" : "aborted"));
+  const failure = a.failure;
+  const unexpected = failure !== undefined && !(failure.err instanceof ClientGoneError) && UNEXPECTED.has(failure.kind);
+  // One line per request. A refusal the gateway expects (a stale token, a version, a held lock, a
+  // backend down) is a warning without a stack; only a failure of the gateway or of a backend's
+  // answer is an error, with the stack. Checked first: a successful request costs no log object.
+  const level = unexpected ? "error" : status >= 500 || status === 409 || status === 412 ? "warn" : status >= 400 ? "info" : "debug";
   if (ctx.logger.isLevelEnabled(level))
     ctx.logger[level](
       {
@@ -285,9 +305,17 @@ function account(ctx: RouteContext, req: Request, res: Response, route: string, 
         ms: Math.round(ms * 10) / 10,
         apiKey: a.principal,
         // The kind's slug, as its problem `type` and its metric `reason` spell it (kinds.ts, outcomeNames).
-        problem: a.problem === undefined ? undefined : PROBLEM_TYPES[a.problem].log,
+        problem: slug,
+        ...(failure === undefined || level === "info"
+          ? {}
+          : unexpected
+            ? { err: failure.err }
+            : { code: failure.err instanceof FencedError ? failure.err.code : undefined, detail: failure.detail }),
         cut,
       },
-      cut === "drain" ? "request cut by the drain" : "request",
+      cut === "drain" ? "request cut by the drain" : unexpected ? "request failed" : "request",
     );
 }
+
+/** The problems that are failures of the gateway, or of a backend's answer (an operator must look): logged as errors, with the stack. */
+const UNEXPECTED: ReadonlySet<ProblemKind> = new Set(["internal", "backendError"]);
