@@ -84,7 +84,7 @@ describe("fenced-gateway refuses to start half-configured (exit 2, one line)", (
     expect(line).not.toMatch(/within \d+ ms/);
   });
 
-  it("PostgreSQL has no such database: said as such, with the fix", async () => {
+  it("PostgreSQL has no such database, or refuses the login: each said as such, with the fix", async () => {
     const postgres = await startPostgres();
     try {
       const url = new URL(postgres.url);
@@ -92,6 +92,18 @@ describe("fenced-gateway refuses to start half-configured (exit 2, one line)", (
       const line = await refusal(startCli(["--port", "0", "--postgres", url.toString()], ENV));
       expect(line).toMatch(/PostgreSQL answered that the database does not exist \(3D000: .*create it.*--no-start-checks/);
       expect(line).not.toMatch(/within \d+ ms/);
+      // A role that may not log in: the login is refused (28000), which names the credentials, not the network.
+      const admin = new pg.Client({ connectionString: postgres.url });
+      await admin.connect();
+      try {
+        await admin.query("CREATE ROLE gw_no_login NOLOGIN");
+      } finally {
+        await admin.end();
+      }
+      const role = new URL(postgres.url);
+      role.username = "gw_no_login";
+      const refusedLogin = await refusal(startCli(["--port", "0", "--postgres", role.toString()], ENV));
+      expect(refusedLogin).toMatch(/PostgreSQL refused the login \(28000: .*check the user and password.*pg_hba\.conf/);
     } finally {
       await postgres.stop();
     }
