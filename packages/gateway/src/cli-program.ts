@@ -33,6 +33,10 @@ export function gatewayProgram(commands: Commands): Command {
     .enablePositionalOptions();
   addSettings(program, described, () => true);
   program
+    .option(
+      "--otlp",
+      "export traces over OTLP/HTTP, configured by the standard variables (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL http/protobuf or http/json, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER …) [also on with OTEL_TRACES_EXPORTER=otlp; off with OTEL_SDK_DISABLED=true]",
+    )
     .addHelpText("after", `\n${notFlags(described, () => true)}\n\n${EXIT_CODES}`)
     .action(() => commands.serve(program.opts<ConfigFlags>()));
 

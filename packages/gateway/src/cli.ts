@@ -9,6 +9,7 @@ import { loadConfig, loadSweepConfig, type GatewayConfig } from "./config.js";
 import { durationMs, sweepCommand } from "./sweep.js";
 import { serve, type Serving } from "./http/server.js";
 import { refuseUnhealthy, StartRefusedError, startRefusal } from "./ops/start-checks.js";
+import { startProcessTracing } from "./ops/tracing.js";
 
 async function main(config: GatewayConfig, logger: Logger): Promise<void> {
   const closers: (() => Promise<unknown>)[] = [];
@@ -172,13 +173,15 @@ const program = gatewayProgram({
   serve(flags) {
     const config = configured(() => loadConfig(flags));
     const logger = pino({ name: "fenced-gateway", level: config.logLevel });
-    main(config, logger).catch((err: unknown) => {
-      if (err instanceof StartRefusedError) refuse(err.message);
-      // The stores and the lock check their options before any I/O: a value the schema let through (a bucket name S3 refuses).
-      if (err instanceof InvalidArgumentError) refuse(`invalid configuration: ${err.message}`);
-      logger.fatal({ err }, "could not start");
-      process.exitCode = 1;
-    });
+    startProcessTracing(flags.otlp === true, process.env, logger)
+      .then(() => main(config, logger))
+      .catch((err: unknown) => {
+        if (err instanceof StartRefusedError) refuse(err.message);
+        // The stores and the lock check their options before any I/O: a value the schema let through (a bucket name S3 refuses).
+        if (err instanceof InvalidArgumentError) refuse(`invalid configuration: ${err.message}`);
+        logger.fatal({ err }, "could not start");
+        process.exitCode = 1;
+      });
   },
   async sweep(flags, options) {
     const minAgeMs = configured(() => durationMs(options.minAge ?? DEFAULT_MIN_AGE, "--min-age"), "fenced-gateway sweep");

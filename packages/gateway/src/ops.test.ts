@@ -63,7 +63,8 @@ describe("/metrics", () => {
     expect(series(text, "fenced_gateway_writes_rejected_total", 'store="records",op="put",reason="invalid_request"')).toBe(1);
     expect(series(text, "fenced_gateway_writes_rejected_total", 'store="records",op="put",reason="unauthorized"')).toBe(1);
     // The store saw the four writes that passed validation, not the two refused at the door.
-    expect(series(text, "fenced_gateway_store_duration_seconds_count", 'store="records",op="put"')).toBe(4);
+    expect(series(text, "fenced_gateway_store_duration_seconds_count", 'store="records",op="put",outcome="ok"')).toBe(3);
+    expect(series(text, "fenced_gateway_store_duration_seconds_count", 'store="records",op="put",outcome="stale_token"')).toBe(1);
     expect(series(text, "fenced_gateway_request_duration_seconds_count", 'route="records",method="PUT",status="200"')).toBe(3);
     expect(series(text, "fenced_gateway_request_duration_seconds_bucket", 'le="+Inf",route="records",method="PUT",status="409"')).toBe(1);
     expect(series(text, "fenced_gateway_leases_total", 'event="granted"')).toBe(1);

@@ -10,6 +10,7 @@ import type { GatewayMetrics, StoreName, WriteOp } from "../ops/metrics.js";
 import type { ProblemKind } from "../problems/kinds.js";
 import { HttpProblem } from "../problems/problem.js";
 import { sendContinue } from "./request-body.js";
+import type { RequestLocals } from "./request-scope.js";
 
 export interface Limits {
   /** Largest JSON record body, in bytes (413 above). */
@@ -55,12 +56,14 @@ export interface RouteContext {
 }
 
 /** res.locals fields the request accounting in app.ts reads once the response is over. */
-export interface Accounting {
+export interface Accounting extends RequestLocals {
   write?: { readonly store: StoreName; readonly op: WriteOp };
   /** Set the moment the store accepted the write: a client that hangs up afterwards does not undo it. */
   accepted?: boolean;
   principal?: string;
   problem?: ProblemKind;
+  /** What the request failed with, its kind and detail: logged once, with the request's line. */
+  failure?: { readonly err: unknown; readonly kind: ProblemKind; readonly detail: string | undefined };
 }
 
 export function accounting(res: Response): Accounting {

@@ -2,6 +2,7 @@ import { createServer, IncomingMessage, ServerResponse, type Server } from "node
 import type { Socket } from "node:net";
 import type { AddressInfo } from "node:net";
 import type { Express } from "express";
+import { clientErrorListener } from "./client-errors.js";
 
 /**
  * The server's limits unless told otherwise. Each bounds what one client can hold:
@@ -112,6 +113,8 @@ export async function serve(app: Express, options: ServeOptions = {}): Promise<S
   // Without a listener Node answers "100 Continue" by itself before the app has looked at the headers;
   // with it, the routes send it when they want the body (http/request-body.ts).
   server.on("checkContinue", (req: IncomingMessage, res: ServerResponse) => server.emit("request", req, res));
+  // What Node cannot parse is answered as Node answers it, and counted and logged (client-errors.ts).
+  server.on("clientError", clientErrorListener(app));
 
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);

@@ -1,5 +1,10 @@
+import { performance } from "node:perf_hooks";
+import type { NodeResult } from "@fenced/lock";
 import { backendFailure } from "../problems/backend-errors.js";
-import { collectDefaultMetrics, Counter, Histogram, Registry } from "prom-client";
+import { PROBLEM_TYPES } from "../problems/kinds.js";
+import { classify } from "../problems/problem.js";
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
+import { GATEWAY_VERSION } from "../version.js";
 
 export type StoreName = "records" | "objects";
 /** A write's operation: put_all is POST /v1/records (several records at once), counted once per request. */
@@ -15,10 +20,13 @@ export class GatewayMetrics {
   readonly #accepted: Counter<"store" | "op">;
   readonly #rejected: Counter<"store" | "op" | "reason">;
   readonly #requests: Histogram<"route" | "method" | "status">;
-  readonly #backend: Histogram<"store" | "op">;
+  readonly #backend: Histogram<"store" | "op" | "outcome">;
   readonly #leases: Counter<"event">;
   readonly #leasesLost: Counter<"kind">;
   readonly #leasesAbandoned: Counter;
+  readonly #lockNodeUp: Gauge<"node" | "address">;
+  readonly #lockNodeLatency: Histogram<"node" | "address">;
+  readonly #lockNodeFailures: Counter<"node" | "address" | "kind">;
 
   constructor(options: { defaultMetrics?: boolean } = {}) {
     const registers = [this.registry];
@@ -43,8 +51,8 @@ export class GatewayMetrics {
     });
     this.#backend = new Histogram({
       name: "fenced_gateway_store_duration_seconds",
-      help: "Calls into the fenced stores and the lock, by store and operation",
-      labelNames: ["store", "op"],
+      help: "Calls into the fenced stores and the lock, by store, operation and outcome (ok, or the slug of the problem its error is answered with, _ for -)",
+      labelNames: ["store", "op", "outcome"],
       buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
       registers,
     });
@@ -63,6 +71,31 @@ export class GatewayMetrics {
     this.#leasesAbandoned = new Counter({
       name: "fenced_gateway_leases_abandoned_total",
       help: "Leases granted or registered after their client had gone (closed the connection, or cut by the drain), released at once",
+      registers,
+    });
+    new Gauge({
+      name: "fenced_gateway_build_info",
+      help: "The gateway's version (@fenced/gateway's package.json): always 1",
+      labelNames: ["version"],
+      registers,
+    }).set({ version: GATEWAY_VERSION }, 1);
+    this.#lockNodeUp = new Gauge({
+      name: "fenced_gateway_lock_node_up",
+      help: "1 when the lock node answered its last call, 0 when it refused, timed out or failed it",
+      labelNames: ["node", "address"],
+      registers,
+    });
+    this.#lockNodeLatency = new Histogram({
+      name: "fenced_gateway_lock_node_duration_seconds",
+      help: "Each lock node's answers to the lock's calls (acquire, publish, extend, release), from the round's start",
+      labelNames: ["node", "address"],
+      buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1],
+      registers,
+    });
+    this.#lockNodeFailures = new Counter({
+      name: "fenced_gateway_lock_node_failures_total",
+      help: "Lock calls a node did not count for, by kind: refused (its connection is refused), timeout (no answer within nodeTimeoutMs), error",
+      labelNames: ["node", "address", "kind"],
       registers,
     });
     if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry, prefix: "fenced_gateway_" });
@@ -95,18 +128,57 @@ export class GatewayMetrics {
     this.#child(`q ${route} ${method} ${status}`, () => this.#requests.labels({ route, method, status: String(status) })).observe(seconds);
   }
 
-  /** Times a store or lock call; the histogram sees failures too (a slow refusal is still slow). */
+  /**
+   * Times a store or lock call, by its outcome: `ok`, or the problem its error is answered with
+   * (outcomeNames' metric spelling: stale_token, unavailable, …). Failures are timed too (a slow
+   * refusal is still slow).
+   */
   async time<T>(store: string, op: string, call: () => Promise<T>): Promise<T> {
-    const end = this.#child(`b ${store} ${op}`, () => this.#backend.labels({ store, op })).startTimer();
+    const started = performance.now();
+    let outcome = "ok";
     try {
       return await call();
     } catch (err) {
       // Classified here, where it is known which backend was called: its own error answer, which
       // the stores pass on unchanged (502, never a 500 of the gateway's).
-      throw backendFailure(store, op, err) ?? err;
+      const failure = backendFailure(store, op, err) ?? err;
+      outcome = PROBLEM_TYPES[classify(failure).kind].reason;
+      throw failure;
     } finally {
-      end();
+      const seconds = (performance.now() - started) / 1000;
+      this.#child(`b ${store} ${op} ${outcome}`, () => this.#backend.labels({ store, op, outcome })).observe(seconds);
     }
+  }
+
+  /**
+   * The lock's per-node results (RedlockOptions.onNodeResult) as metrics, each node labelled by its
+   * index and `addresses[index]` (host:port as its client holds it, never a password; "unknown"
+   * where there is none). Every node's series exist from here on, its failures at 0.
+   */
+  lockNodes(addresses: readonly (string | undefined)[]): (result: NodeResult) => void {
+    const nodes = addresses.map((address, node) => {
+      const labels = { node: String(node), address: address ?? "unknown" };
+      const failures = { refused: 0, timeout: 0, error: 0 };
+      return {
+        up: this.#lockNodeUp.labels(labels),
+        latency: this.#lockNodeLatency.labels(labels),
+        failures: Object.fromEntries(
+          Object.keys(failures).map((kind) => [kind, this.#lockNodeFailures.labels({ ...labels, kind })]),
+        ) as Record<keyof typeof failures, Counter.Internal>,
+      };
+    });
+    for (const node of nodes) for (const counter of Object.values(node.failures)) counter.inc(0);
+    return ({ node, ms, failure }) => {
+      const series = nodes[node];
+      if (series === undefined) return;
+      if (failure === undefined) {
+        series.up.set(1);
+        series.latency.observe(ms / 1000);
+      } else {
+        series.up.set(0);
+        series.failures[failure.reason].inc();
+      }
+    };
   }
 
   lease(event: "granted" | "refused" | "extended" | "released"): void {

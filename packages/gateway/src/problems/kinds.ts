@@ -311,10 +311,23 @@ export const PROBLEM_OF_CODE = {
   CORRUPT_STATE: "corruptState",
 } as const satisfies Record<ErrorCode, ProblemKind>;
 
-/** The whole problem body of one kind: RFC 9457's members, fixed for the kind, and its extensions. */
+/**
+ * The member every problem body the gateway sends carries beside its kind's: the request id, as the
+ * answer's X-Request-Id header gives it (http/request-scope.ts), so that a client can quote it and an
+ * operator find the request's log lines. Optional in the document: bodies of earlier versions, which
+ * had none, still validate.
+ */
+const requestId = z
+  .string()
+  .optional()
+  .describe(
+    "The request's id, as the answer's X-Request-Id header gives it: the client's own X-Request-Id when it sent a sane one (1 to 128 letters, digits or -_.:+/=@), else one the gateway made. Every log line of the request carries it. Sent in every problem since 0.2.0",
+  );
+
+/** The whole problem body of one kind: RFC 9457's members, fixed for the kind, its extensions and the request id. */
 export function problemSchema(kind: ProblemKind): z.ZodObject {
   const t = PROBLEM_TYPES[kind];
   return t.extensions
-    .extend({ type: z.literal(t.type), title: z.literal(t.title), status: z.literal(t.status), detail: z.string().optional() })
+    .extend({ type: z.literal(t.type), title: z.literal(t.title), status: z.literal(t.status), detail: z.string().optional(), requestId })
     .describe(t.description);
 }

@@ -111,10 +111,12 @@ export function classify(err: unknown): Classified {
   return make("internal", "the request failed inside the gateway; see its log");
 }
 
+/** Sends the problem, its body with the request's id (set on res.locals by http/request-scope.ts, as its X-Request-Id header). */
 export function sendProblem(res: Response, problem: Classified): void {
   res.locals.problem = problem.kind;
   res.status(problem.body.status);
   for (const [name, value] of Object.entries(problem.headers)) res.setHeader(name, value);
   res.setHeader("Content-Type", "application/problem+json");
-  res.send(JSON.stringify(problem.body));
+  const requestId: unknown = res.locals.requestId;
+  res.send(JSON.stringify(typeof requestId === "string" ? { ...problem.body, requestId } : problem.body));
 }

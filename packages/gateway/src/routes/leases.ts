@@ -93,7 +93,13 @@ export function leasesRouter(
     ...given,
     nodeTimeoutMs: given.nodeTimeoutMs ?? LOCK_DEFAULTS.nodeTimeoutMs,
     retryCount: 0,
-    onNodeResult: onNodeResult === undefined ? nodeMetrics : (result) => (nodeMetrics(result), onNodeResult(result)),
+    onNodeResult:
+      onNodeResult === undefined
+        ? nodeMetrics
+        : (result) => {
+            nodeMetrics(result);
+            onNodeResult(result);
+          },
   });
   const acquireTimeoutMs = options.acquireTimeoutMs ?? LOCK_DEFAULTS.acquireTimeoutMs;
   // Shorter, no attempt could be sure to end within it: every held lock would answer after one attempt, late.

@@ -1,0 +1,140 @@
+import { once } from "node:events";
+import { Redis } from "ioredis";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { GATEWAY_VERSION } from "./version.js";
+import { bearer, KEYS, runGateway, startBackends, writeHeaders, type Backends, type RunningGateway } from "./test-support.js";
+
+/**
+ * /metrics against real backends: the gateway's version, the outcome of every store call, and each
+ * lock node's state, latency and failures by kind (refused, timeout), labelled by index and address.
+ */
+let backends: Backends;
+let gw: RunningGateway;
+/** The lock's clients: node 2's URL carries a password, which no label may show. */
+let clients: Redis[];
+const PASSWORD = "n0t-in-any-label";
+const NODE_TIMEOUT_MS = 300;
+
+beforeAll(async () => {
+  backends = await startBackends({ redis: 3, redisFaults: true, postgres: true });
+  const urls = backends.redis?.urls ?? [];
+  clients = urls.map((url, i) => {
+    const withPassword = new URL(url);
+    withPassword.password = PASSWORD;
+    // The test servers ask for no password: ioredis then only warns that AUTH was not needed.
+    const client = new Redis(i === 2 ? withPassword.toString() : url);
+    client.on("error", () => undefined);
+    return client;
+  });
+  gw = await runGateway(
+    backends.gatewayOptions({
+      leases: { clients, redlock: { nodeTimeoutMs: NODE_TIMEOUT_MS }, acquireTimeoutMs: 3 * NODE_TIMEOUT_MS },
+    }),
+  );
+});
+afterAll(async () => {
+  await gw?.close();
+  for (const c of clients ?? []) c.disconnect();
+  await backends?.stop();
+});
+
+async function scrape(): Promise<string> {
+  const res = await gw.client.send({ method: "GET", path: "/metrics" });
+  expect(res.status).toBe(200);
+  return res.text();
+}
+
+/** The value of one series, or undefined. Labels as Prometheus writes them, in their declared order. */
+function series(text: string, name: string, labels: string): number | undefined {
+  const line = text.split("\n").find((l) => l.startsWith(`${name}{${labels}} `));
+  return line === undefined ? undefined : Number(line.slice(line.lastIndexOf(" ") + 1));
+}
+
+const nodeLabels = (node: number): string => {
+  const { hostname, port } = new URL(backends.redis?.urls[node] ?? "");
+  return `node="${node}",address="${hostname}:${port}"`;
+};
+
+/** A lease taken and released; its status (201, or 503 without a quorum). */
+async function leaseOnce(resource: string): Promise<number> {
+  const granted = await gw.client.json("POST", "/v1/leases", { resource, ttlMs: 5_000 }, bearer(KEYS.admin));
+  if (granted.status === 201) {
+    const { leaseId } = granted.json<{ leaseId: string }>();
+    expect((await gw.client.json("POST", "/v1/leases/release", { leaseId }, bearer(KEYS.admin))).status).toBe(204);
+  }
+  return granted.status;
+}
+
+describe("/metrics", () => {
+  it("fenced_gateway_build_info carries the package's version", async () => {
+    expect(series(await scrape(), "fenced_gateway_build_info", `version="${GATEWAY_VERSION}"`)).toBe(1);
+  });
+
+  it("store calls are timed by outcome: ok, or the problem their error is answered with", async () => {
+    const json = { "content-type": "application/json" };
+    const put = (token: bigint) =>
+      gw.client.send({ method: "PUT", path: "/v1/records/o/a", headers: { ...writeHeaders(KEYS.admin, token), ...json }, body: "1" });
+    expect((await put(5n)).status).toBe(200);
+    expect((await put(4n)).status).toBe(409);
+    const text = await scrape();
+    expect(series(text, "fenced_gateway_store_duration_seconds_count", 'store="records",op="put",outcome="ok"')).toBe(1);
+    expect(series(text, "fenced_gateway_store_duration_seconds_count", 'store="records",op="put",outcome="stale_token"')).toBe(1);
+    expect(series(text, "fenced_gateway_store_duration_seconds_count", 'store="leases",op="acquire",outcome="ok"')).toBeUndefined();
+  });
+
+  it("each lock node: up, its answers' latency, its failures by kind; labelled by index and host:port, never a password", async () => {
+    const before = await scrape();
+    for (const node of [0, 1, 2])
+      for (const kind of ["refused", "timeout", "error"])
+        expect(series(before, "fenced_gateway_lock_node_failures_total", `${nodeLabels(node)},kind="${kind}"`)).toBe(0);
+
+    expect(await leaseOnce("nodes/up")).toBe(201);
+    // A release answers once a quorum did: the third node's answer may come a moment later.
+    await expect.poll(async () => series(await scrape(), "fenced_gateway_lock_node_up", nodeLabels(2)), { timeout: 5_000 }).toBe(1);
+    const text = await scrape();
+    for (const node of [0, 1, 2]) {
+      expect(series(text, "fenced_gateway_lock_node_up", nodeLabels(node))).toBe(1);
+      expect(series(text, "fenced_gateway_lock_node_duration_seconds_count", nodeLabels(node))).toBeGreaterThanOrEqual(2);
+    }
+    expect(series(text, "fenced_gateway_store_duration_seconds_count", 'store="leases",op="acquire",outcome="ok"')).toBe(1);
+    expect(text).not.toContain(PASSWORD);
+  });
+
+  it("a paused node counts a timeout nodeTimeoutMs after the round began; a stopped one, refused", async () => {
+    const nodes = backends.redis?.nodes ?? [];
+    nodes[1]?.pause();
+    try {
+      // Nodes 0 and 2 grant: the lease does not wait for node 1, whose timeout is counted when nodeTimeoutMs has passed.
+      expect(await leaseOnce("nodes/paused")).toBe(201);
+      await expect
+        .poll(async () => series(await scrape(), "fenced_gateway_lock_node_failures_total", `${nodeLabels(1)},kind="timeout"`), {
+          timeout: 5_000,
+        })
+        .toBeGreaterThanOrEqual(1);
+      expect(series(await scrape(), "fenced_gateway_lock_node_up", nodeLabels(1))).toBe(0);
+    } finally {
+      nodes[1]?.resume();
+    }
+
+    // Stopped: once its client has had a reconnection refused, the lock knows it down and counts it refused at once.
+    const refused = new Promise<void>((resolve) => {
+      const onError = (err: { code?: unknown }): void => {
+        if (err.code !== "ECONNREFUSED") return;
+        clients[0]?.removeListener("error", onError);
+        resolve();
+      };
+      clients[0]?.on("error", onError);
+    });
+    await nodes[0]?.kill();
+    await refused;
+    // Nodes 1 (resumed) and 2 grant.
+    expect(await leaseOnce("nodes/stopped")).toBe(201);
+    const text = await scrape();
+    expect(series(text, "fenced_gateway_lock_node_failures_total", `${nodeLabels(0)},kind="refused"`)).toBeGreaterThanOrEqual(1);
+    expect(series(text, "fenced_gateway_lock_node_up", nodeLabels(0))).toBe(0);
+    await nodes[0]?.restart();
+    if (clients[0]?.status !== "ready") await once(clients[0] as Redis, "ready");
+    expect(await leaseOnce("nodes/back")).toBe(201);
+    expect(series(await scrape(), "fenced_gateway_lock_node_up", nodeLabels(0))).toBe(1);
+  });
+});
