@@ -5,6 +5,7 @@ import { PROBLEM_TYPES } from "../problems/kinds.js";
 import { classify } from "../problems/problem.js";
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
 import { GATEWAY_VERSION } from "../version.js";
+import type { MalformedReason } from "../http/client-errors.js";
 
 export type StoreName = "records" | "objects";
 /** A write's operation: put_all is POST /v1/records (several records at once), counted once per request. */
@@ -27,6 +28,7 @@ export class GatewayMetrics {
   readonly #lockNodeUp: Gauge<"node" | "address">;
   readonly #lockNodeLatency: Histogram<"node" | "address">;
   readonly #lockNodeFailures: Counter<"node" | "address" | "kind">;
+  readonly #malformed: Counter<"reason">;
 
   constructor(options: { defaultMetrics?: boolean } = {}) {
     const registers = [this.registry];
@@ -71,6 +73,12 @@ export class GatewayMetrics {
     this.#leasesAbandoned = new Counter({
       name: "fenced_gateway_leases_abandoned_total",
       help: "Leases granted or registered after their client had gone (closed the connection, or cut by the drain), released at once",
+      registers,
+    });
+    this.#malformed = new Counter({
+      name: "fenced_gateway_malformed_requests_total",
+      help: "HTTP the server could not parse into a request (answered 400, 408, 413 or 431 and closed), by reason",
+      labelNames: ["reason"],
       registers,
     });
     new Gauge({
@@ -191,5 +199,10 @@ export class GatewayMetrics {
 
   leaseAbandoned(): void {
     this.#leasesAbandoned.inc();
+  }
+
+  /** A request the server could not parse (http/client-errors.ts): `reason` is one of its closed set. */
+  malformed(reason: MalformedReason): void {
+    this.#malformed.inc({ reason });
   }
 }
