@@ -109,6 +109,13 @@ const fields = {
     .default({}),
   /** Create the Postgres tables at start (idempotent). */
   migrate: z.boolean().default(true).describe("create or upgrade the PostgreSQL tables at start (default true)"),
+  /** With startChecks off, a start whose migrate failed is re-checked in the background (ops/recheck.ts): may that check migrate? */
+  migrateInBackground: z
+    .boolean()
+    .default(false)
+    .describe(
+      "with startChecks off, once PostgreSQL answers, create its tables from the background re-check (default false: the re-check only reads, and /readyz says 503 until they exist)",
+    ),
   /** Prove at start that the S3 backend refuses stale conditional writes (FencedS3.verify). */
   verify: z.boolean().default(true).describe("prove at start that the S3 backend refuses stale conditional writes (default true)"),
   /** A second listener for /healthz and /metrics, which the public port then does not serve. */
@@ -241,13 +248,6 @@ const sweepConfigSchema = configObject.extend({ apiKeys: z.array(apiKeySchema).o
 
 export type SweepConfig = z.output<typeof sweepConfigSchema>;
 
-/** Objects merge key by key; arrays and scalars replace. */
-function merge(base: Raw, over: Raw): Raw {
-  const out: Raw = { ...base };
-  for (const [k, v] of Object.entries(over)) {
-    const b = out[k];
-    const isObject = (x: unknown): x is Raw => typeof x === "object" && x !== null && !Array.isArray(x);
-    out[k] = isObject(b) && isObject(v) ? merge(b, v) : v;
 /** The fields `fenced-gateway sweep` uses (sweep.ts): the bucket and its client, whether PostgreSQL is configured, the store deadline. */
 const SWEEP_FIELDS: readonly string[] = ["s3", "postgres.url", "storeTimeoutMs"];
 
@@ -256,6 +256,13 @@ export function sweepUses(path: string): boolean {
   return SWEEP_FIELDS.some((field) => path === field || path.startsWith(`${field}.`));
 }
 
+/** Objects merge key by key; arrays and scalars replace. */
+function merge(base: Raw, over: Raw): Raw {
+  const out: Raw = { ...base };
+  for (const [k, v] of Object.entries(over)) {
+    const b = out[k];
+    const isObject = (x: unknown): x is Raw => typeof x === "object" && x !== null && !Array.isArray(x);
+    out[k] = isObject(b) && isObject(v) ? merge(b, v) : v;
   }
   return out;
 }
