@@ -10,6 +10,7 @@ import { durationMs, sweepCommand } from "./sweep.js";
 import { serve, type Serving } from "./http/server.js";
 import { refuseUnhealthy, StartRefusedError, startRefusal } from "./ops/start-checks.js";
 import { startProcessTracing } from "./ops/tracing.js";
+import { RECHECK_INTERVAL_MS, recheckInBackground } from "./ops/recheck.js";
 
 async function main(config: GatewayConfig, logger: Logger): Promise<void> {
   const closers: (() => Promise<unknown>)[] = [];
@@ -166,6 +167,8 @@ async function start(gateway: Gateway, config: GatewayConfig, logger: Logger): P
     if (refusal === undefined) throw err;
     if (config.startChecks) throw refusal;
     logger.warn({ err }, `starting anyway: ${refusal.message}`);
+    // Until every store answers set up, GET /readyz says why not, and this looks again (read-only unless migrateInBackground).
+    recheckInBackground(gateway, { intervalMs: RECHECK_INTERVAL_MS, migrate: config.migrate && config.migrateInBackground, logger });
   }
 }
 
