@@ -24,7 +24,7 @@ const listed = (value: string | undefined): string[] =>
     .filter((v) => v !== "");
 
 /** Whether traces are exported: --otlp, or OTEL_TRACES_EXPORTER naming otlp; never with OTEL_SDK_DISABLED=true. */
-export function tracingWanted(flag: boolean, env: Environment): boolean {
+function tracingWanted(flag: boolean, env: Environment): boolean {
   if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === "true") return false;
   return flag || listed(env.OTEL_TRACES_EXPORTER).includes("otlp");
 }
@@ -59,7 +59,7 @@ async function samplerOf(env: Environment): Promise<Sampler> {
 }
 
 /** A running export: flush() sends what is buffered, shutdown() flushes and stops. */
-export interface Tracing {
+interface Tracing {
   readonly protocol: Protocol;
   flush(): Promise<void>;
   shutdown(): Promise<void>;
@@ -95,7 +95,7 @@ export async function registerTracing(spanProcessors: SpanProcessor[], env: Envi
  * The SDK registered with a batching OTLP/HTTP exporter, if wanted; undefined otherwise.
  * InvalidArgumentError for a protocol or sampler it cannot use (the CLI: one line, exit 2).
  */
-export async function startTracing(flag: boolean, env: Environment): Promise<Tracing | undefined> {
+async function startTracing(flag: boolean, env: Environment): Promise<Tracing | undefined> {
   if (!tracingWanted(flag, env)) return undefined;
   const protocol = protocolOf(env);
   const [{ BatchSpanProcessor }, exporters] = await Promise.all([
