@@ -1,13 +1,14 @@
-import { StaleTokenError } from "../errors.js";
-import { admits, type CheckedFence } from "../fence.js";
+import type { StaleTokenError } from "../errors.js";
+import type { CheckedFence } from "../fence.js";
 import { refusal, type Intent } from "./intent.js";
 import type { FenceSnapshot, Snapshot } from "./io.js";
+import { fenceRefusal, needsRaise } from "./manifest.js";
 
 /**
  * What an S3 write does next, as a pure function of what it knows: its intent, the resource fence
  * objects as last read and the key's manifest as last read (or remembered). The driver (write.ts)
  * does the I/O a decision asks for and asks again with the answers, until it is told to put or to
- * refuse; a manifest PUT goes on the wire only on a decision to put (run.ts, `mayPut`). Nothing
+ * refuse; a manifest PUT goes on the wire only on a decision to put (run.ts, `assertMayPut`). Nothing
  * here sends, awaits or reads a clock. PROTOCOL.md, "S3", "The write", steps 3 to 7.
  */
 
@@ -71,15 +72,4 @@ export function decide(intent: DecisionInput, fences: FenceView, manifest: Manif
 /** The first fence, in the intent's order, that its fence object refuses. */
 function staleFence(fences: readonly CheckedFence[], snaps: readonly (FenceSnapshot | null)[]): StaleTokenError | undefined {
   return fences.map((f, i) => fenceRefusal(f, snaps[i] ?? null)).find((e) => e !== undefined);
-}
-
-/** Whether the stored fence (null: none) refuses this fence; the error to throw if it does. */
-export function fenceRefusal(fence: CheckedFence, stored: FenceSnapshot | null): StaleTokenError | undefined {
-  if (stored === null || admits(stored.highest, fence)) return undefined;
-  return new StaleTokenError(fence.resource, fence.token, stored.highest.token, stored.highest.holder);
-}
-
-/** Whether the fence object must be raised before a write with this fence (it admits it already otherwise). */
-export function needsRaise(fence: CheckedFence, stored: FenceSnapshot | null): boolean {
-  return stored === null || fence.token > stored.highest.token;
 }

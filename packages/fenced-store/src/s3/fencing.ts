@@ -34,7 +34,8 @@ export function expectsRaise(run: Run): boolean {
 export async function raise(run: Run): Promise<void> {
   const { io, intent } = run;
   const known = run.fences.snaps;
-  const snaps = await waited(run, Promise.all(intent.fences.map((f, i) => io.raiseFence(f, known?.[i], intent.signal))));
+  if (known === undefined) throw new Error("a raise decided before the fence objects were read"); // decide() never does
+  const snaps = await waited(run, Promise.all(intent.fences.map((f, i) => io.raiseFence(f, known[i] ?? null, intent.signal))));
   // A raise's answer is as current as a read of that fence, but not of another fence raised beside it.
   run.fences = { snaps, readIn: intent.fences.length === 1 ? run.waits : undefined };
 }
@@ -48,7 +49,11 @@ export async function raise(run: Run): Promise<void> {
  */
 export async function send(run: Run): Promise<Prepared | undefined> {
   const running = run.checked ? run.bodies?.running(run.manifest.snap?.header.writeId ?? null) : undefined;
-  if (running !== undefined) return putAfterFenceRead(run, running.key, waited(run, running.ready));
+  if (running !== undefined) {
+    const uploaded = waited(run, running.ready);
+    uploaded.catch(() => undefined); // awaited by the pipeline; not an unhandled rejection if it gives up first
+    return putAfterFenceRead(run, running.key, uploaded);
+  }
   const dataKey = await dataObject(run);
   if (next(run).kind === "put") return sending(run, prepare(run, dataKey));
   return putAfterFenceRead(run, dataKey, undefined);

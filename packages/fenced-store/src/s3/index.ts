@@ -11,7 +11,7 @@
 //   intent.ts      what a write asks (refusal) and the manifest it builds
 //   bodies.ts      a write's data objects (copy.ts, multipart.ts) and their cleanup (deletions.ts)
 //   io.ts          StoreIo: manifest and fence reads, fence raises, what the store remembers
-//   manifest.ts    the manifest and fence object formats; layout.ts, where each object lives
+//   manifest.ts    the manifest and fence object formats, and what a fence object refuses; layout.ts, where each object lives
 //   conditional.ts the conditional PUT and GET every decision rests on
 //   failures.ts    what a failed request means, and the typed error a failed call throws
 //   ../deadline.ts the one deadline (timeoutMs) that bounds a call, shared with the PostgreSQL store

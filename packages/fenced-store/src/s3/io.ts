@@ -3,13 +3,12 @@ import type { S3Client } from "@aws-sdk/client-s3";
 import { Lru } from "../lru.js";
 import { ContentionError, StaleTokenError } from "../errors.js";
 import type { CheckedFence } from "../fence.js";
-import { fenceRefusal, needsRaise } from "./decision.js";
 import { ConditionalObjects, type Condition, type SendGate } from "./conditional.js";
 import { requestSignal } from "../deadline.js";
 import { Deletions } from "./deletions.js";
 import { refusedOwnEtag } from "./failures.js";
 import { fenceKey, manifestKey } from "./layout.js";
-import { decodeFence, decodeManifest, encodeFence, type Highest, type ManifestHeader } from "./manifest.js";
+import { decodeFence, decodeManifest, encodeFence, fenceRefusal, needsRaise, type Highest, type ManifestHeader } from "./manifest.js";
 import type { ResolvedOptions } from "./options.js";
 
 /** A manifest as last read or written, identified by its bare ETag. */

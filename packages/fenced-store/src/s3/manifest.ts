@@ -1,8 +1,8 @@
 import { z } from "zod";
 import { HOLDER_PATTERN, MAX_TOKEN, resourceProblem, TOKEN_PATTERN } from "@fenced/fence";
 import { OBJECT_VERSION } from "../versions.js";
-import { CorruptStateError } from "../errors.js";
-import type { CheckedFence } from "../fence.js";
+import { CorruptStateError, StaleTokenError } from "../errors.js";
+import { admits, type CheckedFence } from "../fence.js";
 import { newId, targetOf } from "./layout.js";
 
 /**
@@ -293,4 +293,15 @@ export function decodeFence(resource: string, bytes: Buffer): Highest {
   if (result.data.resource !== resource)
     throw corruptFence(resource, `fence object of resource ${JSON.stringify(resource)} belongs to ${JSON.stringify(result.data.resource)}`);
   return { token: BigInt(result.data.token), holder: "holder" in result.data ? result.data.holder : null };
+}
+
+/** Whether the stored fence object (null: none) refuses this fence; the error to throw if it does. */
+export function fenceRefusal(fence: CheckedFence, stored: { readonly highest: Highest } | null): StaleTokenError | undefined {
+  if (stored === null || admits(stored.highest, fence)) return undefined;
+  return new StaleTokenError(fence.resource, fence.token, stored.highest.token, stored.highest.holder);
+}
+
+/** Whether the fence object must be raised before a write with this fence (it admits it already otherwise). */
+export function needsRaise(fence: CheckedFence, stored: { readonly highest: Highest } | null): boolean {
+  return stored === null || fence.token > stored.highest.token;
 }

@@ -67,7 +67,8 @@ export interface Run {
 
 /**
  * Awaits `work` as one wait of the write: every wait that lets time pass (a batch of reads, a raise,
- * an upload, a PUT's answer, a pause) ends here, and is counted. Fence objects delivered by a wait
+ * an upload, a PUT's answer, a pause) ends here, and is counted — but for dataObject's, counted only
+ * when it waited for I/O. Fence objects delivered by a wait
  * are current while it is the last one ended (`fencesCurrent`): a wait not counted would let a PUT
  * go out on fences read before it, so the driver awaits nothing else.
  */
@@ -131,9 +132,10 @@ export function prepare(run: Run, dataKey: string | undefined, gate?: SendGate):
 }
 
 /**
- * The attempt goes on the wire: from now on it may land (its answer is a wait of its own). A gated PUT is checked against an abort here, the last moment it can be stopped
- * (its gate is then never opened); an ungated one was checked by prepare() and is already handed to
- * the SDK, so it is recorded whatever happens now — an attempt that may land is never left out.
+ * The attempt goes on the wire: from now on it may land (its answer is a wait of its own). A gated
+ * PUT is checked against an abort and the decision here, the last moment it can be stopped (its gate
+ * is then never opened); an ungated one was checked by prepare() and is already handed to the SDK,
+ * so it is recorded whatever happens now — an attempt that may land is never left out.
  */
 export function sending(run: Run, p: Prepared): Prepared {
   if (p.gated) {
