@@ -17,6 +17,7 @@ import { ClientGoneError } from "./http/client-gone.js";
 import { onMalformed } from "./http/client-errors.js";
 import { endRequestSpan, requestLogger, scopeRequest } from "./http/request-scope.js";
 import { wasCutByDrain } from "./http/server.js";
+import { PROBE_KEY } from "./ops/health.js";
 import { gatewayReadiness, healthRoutes, type Readiness } from "./ops/health-routes.js";
 import { GatewayMetrics } from "./ops/metrics.js";
 import { openApiDocument, type OpenApiDocument } from "./openapi/document.js";
@@ -201,7 +202,7 @@ export function createGateway(options: GatewayOptions): Gateway {
         // Not migrating here: a read proves the tables are there (the store throws StoreSetupError "not-migrated" otherwise).
         // Timed as calls into the store are: a backend's own refusal becomes BackendFailedError (start-checks.ts reads it).
         if (p.migrate ?? true) await metrics.time("records", "migrate", () => records.migrate());
-        else await metrics.time("records", "get", () => records.get("fenced-gateway/start-check"));
+        else await metrics.time("records", "get", () => records.get(PROBE_KEY));
       }
       if (objects !== undefined && (p.verify ?? true)) await metrics.time("objects", "verify", () => objects.verify());
     },

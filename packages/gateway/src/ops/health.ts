@@ -22,7 +22,7 @@ export interface StoreCheck {
   readonly ms: number;
 }
 
-/** The key the PostgreSQL check reads: any key will do, the read proves the tables are there. */
+/** The key the PostgreSQL checks read (readiness, and the start without migrate): any key will do, the read proves the tables are there. */
 export const PROBE_KEY = "fenced-gateway/start-check";
 
 /** What a PostgreSQL SQLSTATE the store passes on means for its setup (the server answered, and refused). */
