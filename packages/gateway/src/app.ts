@@ -1,4 +1,3 @@
-import { AsyncResource } from "node:async_hooks";
 import { performance } from "node:perf_hooks";
 import type { S3Client } from "@aws-sdk/client-s3";
 import express, { type Express, type NextFunction, type Request, type Response } from "express";
@@ -15,7 +14,7 @@ import { FenceCredentials } from "./auth/credentials.js";
 import { accounting, limitsSchema, type Limits, type RouteContext } from "./http/context.js";
 import { ClientGoneError } from "./http/client-gone.js";
 import { onMalformed } from "./http/client-errors.js";
-import { endRequestSpan, requestLogger, scopeRequest } from "./http/request-scope.js";
+import { endRequestSpan, inRequestScope, requestLogger, scopeRequest } from "./http/request-scope.js";
 import { wasCutByDrain } from "./http/server.js";
 import { PROBE_KEY } from "./ops/health.js";
 import { gatewayReadiness, healthRoutes, type Readiness } from "./ops/health-routes.js";
@@ -223,11 +222,7 @@ function newApp(ctx: RouteContext): Express {
   app.use((req, res, next) => {
     const started = performance.now();
     const route = routeOf(req.path);
-    // Bound to the request's scope: its line is logged by the request's own logger, with its requestId.
-    res.once(
-      "close",
-      AsyncResource.bind(() => account(ctx, req, res, route, performance.now() - started)),
-    );
+    res.once("close", () => account(ctx, req, res, route, performance.now() - started));
     next();
   });
   return app;
@@ -297,7 +292,9 @@ function account(ctx: RouteContext, req: Request, res: Response, route: string, 
   // backend down) is a warning without a stack; only a failure of the gateway or of a backend's
   // answer is an error, with the stack. Checked first: a successful request costs no log object.
   const level = unexpected ? "error" : status >= 500 || status === 409 || status === 412 ? "warn" : status >= 400 ? "info" : "debug";
-  if (ctx.logger.isLevelEnabled(level))
+  if (!ctx.logger.isLevelEnabled(level)) return;
+  // In the request's scope: its line is logged by the request's own logger, with its requestId.
+  inRequestScope(a, () =>
     ctx.logger[level](
       {
         method: req.method,
@@ -315,7 +312,8 @@ function account(ctx: RouteContext, req: Request, res: Response, route: string, 
         cut,
       },
       cut === "drain" ? "request cut by the drain" : unexpected ? "request failed" : "request",
-    );
+    ),
+  );
 }
 
 /** The problems that are failures of the gateway, or of a backend's answer (an operator must look): logged as errors, with the stack. */

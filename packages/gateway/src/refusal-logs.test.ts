@@ -57,7 +57,7 @@ describe("the request's log line", () => {
       gw.client.send({
         method: "PUT",
         path: "/v1/records/logs/a",
-        headers: { ...writeHeaders(KEYS.admin, token), "content-type": "application/json" },
+        headers: { ...writeHeaders(KEYS.admin, BigInt(token)), "content-type": "application/json" },
         body: "1",
       });
     expect((await put(5)).status).toBe(200);

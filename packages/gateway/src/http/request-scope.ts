@@ -50,6 +50,15 @@ export function requestLogger(base: Logger): Logger {
 export interface RequestLocals {
   requestId?: string;
   span?: Span;
+  scope?: Scope;
+}
+
+/**
+ * Runs `fn` in the request's scope: for what runs outside it, such as a listener of the response's
+ * `close`, which Node may emit from the connection's context rather than the request's.
+ */
+export function inRequestScope<T>(locals: RequestLocals, fn: () => T): T {
+  return locals.scope === undefined ? fn() : scopes.run(locals.scope, fn);
 }
 
 const tracer = trace.getTracer("@fenced/gateway");
@@ -73,7 +82,9 @@ export function scopeRequest(route: (req: Request) => string) {
       parent,
     );
     locals.span = span;
-    scopes.run({ requestId, logger: undefined }, () => context.with(trace.setSpan(parent, span), next));
+    const scope: Scope = { requestId, logger: undefined };
+    locals.scope = scope;
+    scopes.run(scope, () => context.with(trace.setSpan(parent, span), next));
   };
 }
 
