@@ -162,6 +162,36 @@ describe("OpenTelemetry spans of a traced write", () => {
     expect(put.status.code).toBe(SpanStatusCode.ERROR);
   });
 
+  it("a lease extended and released: the lock's extend and release spans, each node's answer an event", async () => {
+    const { client } = fixture.gw;
+    const t = clientTrace();
+    const headers = { ...bearer(KEYS.service), traceparent: t.traceparent };
+    const lease = await client.json("POST", "/v1/leases", { resource: "svc/extended", ttlMs: 10_000 }, headers);
+    const { leaseId, token } = lease.json<{ leaseId: string; token: string }>();
+    const extended = await client.json("POST", "/v1/leases/extend", { leaseId, ttlMs: 20_000 }, headers);
+    expect(extended.status, extended.text()).toBe(200);
+    const next = extended.json<{ leaseId: string }>().leaseId;
+    expect((await client.json("POST", "/v1/leases/release", { leaseId: next }, headers)).status).toBe(204);
+    await ended(t.traceId, "POST leases");
+    while (treeOf(t.traceId).spans.filter((s) => s.name === "POST leases").length < 3) await new Promise((r) => setImmediate(r));
+
+    const { spans } = treeOf(t.traceId);
+    for (const [name, phase, ttl] of [
+      ["fenced.lock.extend", "extend", 20_000],
+      ["fenced.lock.release", "release", undefined],
+    ] as const) {
+      const span = spans.find((s) => s.name === name);
+      expect(span?.attributes, name).toMatchObject({ "fenced.resource": "svc/extended", "fenced.token": token, "fenced.outcome": "ok" });
+      expect(span?.attributes["fenced.ttl_ms"]).toBe(ttl);
+      const nodes = (span?.events ?? [])
+        .filter((e) => e.attributes?.["fenced.lock.phase"] === phase)
+        .map((e) => e.attributes?.["fenced.lock.node"]);
+      expect(nodes.length, name).toBeGreaterThanOrEqual(2);
+      // A child of its request's span.
+      expect(spans.find((s) => s.spanContext().spanId === span?.parentSpanContext?.spanId)?.name).toBe("POST leases");
+    }
+  });
+
   it("without a traceparent the request span starts a trace of its own", async () => {
     const before = new Set(exporter.getFinishedSpans().map((s) => s.spanContext().spanId));
     const answer = await fixture.gw.client.send({ method: "GET", path: "/v1/records/svc/none", headers: bearer(KEYS.service) });
