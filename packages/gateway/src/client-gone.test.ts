@@ -35,8 +35,8 @@ async function callsEnded(op: string): Promise<number> {
   const metric = await gw.gateway.metrics.registry.getSingleMetric("fenced_gateway_store_duration_seconds")?.get();
   // A histogram's values carry their series' name (prom-client's MetricValueWithName); its _count is the calls ended.
   const values = (metric?.values ?? []) as { value: number; labels: Record<string, unknown>; metricName?: string }[];
-  const count = values.find((v) => v.metricName?.endsWith("_count") === true && v.labels.store === "records" && v.labels.op === op);
-  return count?.value ?? 0;
+  const counts = values.filter((v) => v.metricName?.endsWith("_count") === true && v.labels.store === "records" && v.labels.op === op);
+  return counts.reduce((sum, v) => sum + v.value, 0); // every outcome
 }
 
 /** Sends a whole request and leaves without reading the answer, once the gateway is waiting for a pool connection. */
