@@ -150,3 +150,15 @@ export function markFenced(prototype: object): void {
 }
 
 markFenced(FencedError.prototype);
+
+/**
+ * How a call ended, as the packages' observers name it (span attributes, diagnostics_channel
+ * messages): "ok", the error's code, or "error" for anything outside the contract. By type, never by
+ * message text.
+ */
+export type Outcome = "ok" | ErrorCode | "error";
+
+/** The outcome of a call that threw `err`. */
+export function outcomeOf(err: unknown): Exclude<Outcome, "ok"> {
+  return err instanceof FencedError ? err.code : "error";
+}

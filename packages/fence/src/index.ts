@@ -3,10 +3,12 @@ export {
   ERROR_CODE_LIST,
   ERROR_CODES,
   FencedError,
+  outcomeOf,
   type Applied,
   type ErrorCode,
   type ErrorCodeDefinition,
   type FencedErrorOptions,
+  type Outcome,
 } from "./fenced-error.js";
 export {
   assertHolder,

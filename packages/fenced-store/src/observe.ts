@@ -1,6 +1,6 @@
 import { channel } from "node:diagnostics_channel";
 import { performance } from "node:perf_hooks";
-import { FencedError, type ErrorCode } from "@fenced/fence";
+import { outcomeOf, type Outcome } from "@fenced/fence";
 import { SpanKind, SpanStatusCode, trace, type Attributes, type Span } from "@opentelemetry/api";
 import type { StoreBackend } from "./errors.js";
 
@@ -16,7 +16,7 @@ import type { StoreBackend } from "./errors.js";
 export const STORE_CHANNELS = { write: "fenced:store:write" } as const;
 
 /** How a call ended: `ok`, the code of the FencedError it threw, or `error` for any other failure. */
-export type StoreOutcome = "ok" | ErrorCode | "error";
+export type StoreOutcome = Outcome;
 
 /** A fence as a call presented it: what an observer is told of it (never more than the caller gave). */
 interface FenceSeen {
@@ -54,10 +54,6 @@ const WRITES: ReadonlySet<string> = new Set(["put", "delete", "update", "transfe
 
 const writes = channel(STORE_CHANNELS.write);
 const tracer = trace.getTracer("@fenced/store");
-
-function outcomeOf(err: unknown): StoreOutcome {
-  return err instanceof FencedError ? err.code : "error";
-}
 
 function callAttributes(call: StoreCall): Attributes {
   const first = call.fences?.[0];

@@ -1,6 +1,6 @@
 import { channel } from "node:diagnostics_channel";
 import { performance } from "node:perf_hooks";
-import { FencedError, type ErrorCode } from "@fenced/fence";
+import { outcomeOf, type Outcome } from "@fenced/fence";
 import { SpanStatusCode, trace, type Attributes, type Span } from "@opentelemetry/api";
 import type { HeldFence, LeaseLostError, LeaseLostKind, NodeFailure } from "./errors.js";
 
@@ -22,7 +22,7 @@ export const LOCK_CHANNELS = {
 export type LockOperation = "acquire" | "extend" | "release";
 
 /** How an operation ended: `ok`, the code of the FencedError it threw, or `error` for any other failure. */
-export type LockOutcome = "ok" | ErrorCode | "error";
+export type LockOutcome = Outcome;
 
 /** Published on fenced:lock:acquire, fenced:lock:extend and fenced:lock:release once the operation has ended. */
 export interface LockOperationMessage {
@@ -59,11 +59,6 @@ const channels = {
 };
 
 const tracer = trace.getTracer("@fenced/lock");
-
-/** The outcome of a failure, by the error's code only. */
-function outcomeOf(err: unknown): LockOutcome {
-  return err instanceof FencedError ? err.code : "error";
-}
 
 /** What an operation knows before it runs. */
 export interface LockCall {
