@@ -244,11 +244,12 @@ describe("the answer checker", () => {
   const check = exchangeChecker(document);
   const json = { "content-type": "application/json; charset=utf-8" };
   const problem = { "content-type": "application/problem+json" };
+  // Every answer carries X-Request-Id: `at` adds one unless the headers name it (an empty value: left out).
   const at = (method: string, path: string, status: number, headers: Record<string, string>, body: unknown = undefined): Exchange => ({
     method,
     path,
     status,
-    headers,
+    headers: Object.fromEntries(Object.entries({ "x-request-id": "req-1", ...headers }).filter(([, v]) => v !== "")),
     body: Buffer.from(body === undefined ? "" : typeof body === "string" ? body : JSON.stringify(body)),
   });
   const written = { ...json, etag: '"7"', "fencing-token": "3" };
@@ -294,6 +295,11 @@ describe("the answer checker", () => {
     };
     refused(at("PUT", "/v1/records/a", 418, problem, { ...stale, status: 418 }), /status 418 is not documented for putRecord/);
     refused(at("PUT", "/v1/records/a", 200, written, { version: "7" }), /must have required property 'token'/);
+    refused(
+      at("PUT", "/v1/records/a", 200, { ...written, "x-request-id": "" }, { version: "7", token: "3" }),
+      /header X-Request-Id is required/,
+    );
+    refused(at("GET", "/metrics", 200, { "content-type": "text/plain", "x-request-id": "no spaces" }, ""), /X-Request-Id/);
     refused(at("PUT", "/v1/records/a", 200, written, { version: "7", token: 3 }), /token must be string/);
     refused(
       at("PUT", "/v1/objects/a", 200, { ...written, etag: `"${"a".repeat(32)}"` }, { version: "7", token: "3" }),

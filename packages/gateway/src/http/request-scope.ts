@@ -20,7 +20,7 @@ export const REQUEST_ID_HEADER = "X-Request-Id";
  * digits and `-_.:+/=@`), so that UUIDs, ULIDs, base64 and the ids of common proxies pass, and
  * nothing that could break a log line, a header or a query on the id does.
  */
-const SANE_REQUEST_ID = /^[A-Za-z0-9\-_.:+/=@]{1,128}$/;
+export const SANE_REQUEST_ID = /^[A-Za-z0-9\-_.:+/=@]{1,128}$/;
 
 /** The client's X-Request-Id when it sent one sane one, else a new UUID. */
 export function requestIdOf(headers: IncomingHttpHeaders): string {

@@ -1,7 +1,16 @@
 import { limitsSchema } from "../http/context.js";
+import { REQUEST_ID_HEADER, SANE_REQUEST_ID } from "../http/request-scope.js";
 import { headers, notFoundResponse, parameters, PROBLEM_JSON, problemName, ref, requestBodies, schemas } from "./components.js";
 import { keyPaths, leasePaths, operationsPaths, recordWritesPath } from "./paths.js";
-import type { DocumentLimits, OpenApiDocument } from "./types.js";
+import {
+  HTTP_METHODS,
+  type DocumentLimits,
+  type HeaderObject,
+  type OpenApiDocument,
+  type PathItemObject,
+  type Reference,
+  type ResponseObject,
+} from "./types.js";
 
 /**
  * The gateway's OpenAPI 3.1 document, generated from the zod schemas that validate its requests
@@ -19,7 +28,11 @@ with 409 \`/problems/stale-token\`, changing nothing.
 
 Every error is RFC 9457 \`application/problem+json\`; branch on \`type\`. A method a path does not list here answers 405
 \`/problems/method-not-allowed\` (with Allow) on the /v1 routes and 404 elsewhere; a path not listed here answers 404
-\`/problems/not-found\` (components.responses: MethodNotAllowed, NotFound).`;
+\`/problems/not-found\` (components.responses: MethodNotAllowed, NotFound).
+
+Every answer carries \`X-Request-Id\`: the client's own when it sent a sane one (1-128 characters of
+letters, digits and \`-_.:+/=@\`), else a new one. Problem bodies carry it as \`requestId\`, and each log line
+and trace span of the request names it.`;
 
 /** The document for a gateway with these limits (the defaults when omitted). */
 export function openApiDocument(documentLimits: DocumentLimits = {}): OpenApiDocument {
@@ -39,13 +52,13 @@ export function openApiDocument(documentLimits: DocumentLimits = {}): OpenApiDoc
     // Relative: the gateway that served this document (GET /openapi.json), wherever it is reached.
     servers: [{ url: "/", description: "The gateway serving this document" }],
     security: [{ bearer: [] }],
-    paths: {
+    paths: withRequestIds({
       ...leasePaths(),
       "/v1/records": recordWritesPath(limits),
       "/v1/records/{key}": keyPaths("records", limits),
       "/v1/objects/{key}": keyPaths("objects", limits),
       ...operationsPaths(),
-    },
+    }),
     components: {
       securitySchemes: {
         bearer: { type: "http", scheme: "bearer", description: "An API key: 16-256 characters of A-Z a-z 0-9 . _ ~ + / -" },
@@ -53,15 +66,41 @@ export function openApiDocument(documentLimits: DocumentLimits = {}): OpenApiDoc
       schemas: schemas(),
       requestBodies: requestBodies(limits),
       parameters: parameters(),
-      headers: headers(),
+      headers: { ...headers(), [REQUEST_ID_HEADER]: REQUEST_ID },
       responses: {
-        NotFound: notFoundResponse(),
-        MethodNotAllowed: {
+        NotFound: withRequestId(notFoundResponse()),
+        MethodNotAllowed: withRequestId({
           description: "A method the path does not serve",
           headers: { Allow: ref("headers", "Allow") },
           content: { [PROBLEM_JSON]: { schema: ref("schemas", problemName("method")) } },
-        },
+        }),
       },
     },
   };
+}
+
+const REQUEST_ID: HeaderObject = {
+  description: "The request's id: the client's X-Request-Id when it sent a sane one, else a new one",
+  required: true,
+  schema: { type: "string", pattern: SANE_REQUEST_ID.source },
+};
+
+/** A response with the X-Request-Id header every answer carries (a reference is left as it is: it names a component that has it). */
+function withRequestId<R extends ResponseObject | Reference>(response: R): R {
+  if ("$ref" in response) return response;
+  return { ...response, headers: { ...response.headers, [REQUEST_ID_HEADER]: ref("headers", REQUEST_ID_HEADER) } };
+}
+
+function withRequestIds(paths: Record<string, PathItemObject>): Record<string, PathItemObject> {
+  return Object.fromEntries(
+    Object.entries(paths).map(([path, item]) => {
+      const operations = HTTP_METHODS.flatMap((method) => {
+        const op = item[method];
+        if (op === undefined) return [];
+        const responses = Object.fromEntries(Object.entries(op.responses).map(([status, r]) => [status, withRequestId(r)]));
+        return [[method, { ...op, responses }]];
+      });
+      return [path, { ...item, ...Object.fromEntries(operations) }];
+    }),
+  );
 }
