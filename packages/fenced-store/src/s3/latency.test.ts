@@ -4,6 +4,7 @@ import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { OutcomeUnknownError, StaleTokenError } from "../errors.js";
 import type { Fence } from "../fence.js";
+import { random } from "./memory-s3-test-support.js";
 import { FencedS3 } from "./store.js";
 
 let server: StartedS3;
@@ -41,18 +42,6 @@ interface WireEvent {
   readonly deletion: boolean;
   readonly sent: number;
   answered: number;
-}
-
-/** A small seeded generator (mulberry32): the latencies follow from the property's seed. */
-function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));

@@ -130,8 +130,8 @@ export class MemoryS3 {
   }
 }
 
-/** A small seeded generator (mulberry32): a whole schedule follows from one integer (a test's, or fast-check's). */
-function random(seed: number): () => number {
+/** A small seeded generator (mulberry32): a whole schedule, or a test's latencies, follow from one integer (a test's, or fast-check's). */
+export function random(seed: number): () => number {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;
