@@ -24,7 +24,7 @@ const violations = (v: Readonly<Record<string, number>> | undefined): number => 
 describe("chaos with leases of two resources, quick mode", () => {
   for (const backend of ["postgres", "s3"] as const) {
     it(
-      `${backend}: unfenced pairs lose writes per resource; fenced pairs lose nothing${backend === "postgres" ? " and never land by halves" : ""}`,
+      `${backend}: unfenced pairs break the token order per resource; fenced pairs lose nothing${backend === "postgres" ? " and never land by halves" : ""}`,
       { timeout: 180_000 },
       async () => {
         const summary = await runChaos({ ops: OPS[backend], seed: SEED, configs: ["unfenced", "full"], backends: [backend], pairs: true });
@@ -51,7 +51,11 @@ describe("chaos with leases of two resources, quick mode", () => {
           expect(run?.violations["torn-pair"], mode).toBe(0);
         }
         expect(violations(runs?.full?.violations), JSON.stringify(runs?.full?.firstViolation)).toBe(0);
-        expect(runs?.unfenced?.violations["lost-update"]).toBeGreaterThan(0);
+        // Unfenced, the pairs break the token order per resource: a write under a lower token lands after
+        // a higher one was acknowledged (token-decrease), two holders share a token, or an acknowledged
+        // increment is lost. Which of them a quick run shows depends on where its pauses fall (a run whose
+        // store was down through its worker pauses showed token-decrease and duplicate-token, no lost update).
+        expect(violations(runs?.unfenced?.violations), JSON.stringify(runs?.unfenced?.violations)).toBeGreaterThan(0);
         expect(summary.failures).toEqual([]);
         expect(summary.pass).toBe(true);
       },

@@ -47,8 +47,10 @@ export function onMalformed(app: Express, hook: MalformedHook): void {
 /** The `clientError` listener of a server serving `app`. */
 export function clientErrorListener(app: Express): (err: Error & { code?: unknown }, socket: Socket) => void {
   return (err, socket) => {
-    // Reset or closed by the client (ECONNRESET, a socket no longer writable): nobody to answer, nothing malformed.
-    if (err.code === "ECONNRESET" || !socket.writable) {
+    // Reset or closed by the client mid-request: nobody to answer, nothing malformed. Node 24 and 26 say
+    // ECONNRESET (or the socket is no longer writable); Node 22 says HPE_INVALID_EOF_STATE, the parser's
+    // "input ended inside a message", with the socket still writable.
+    if (err.code === "ECONNRESET" || err.code === "HPE_INVALID_EOF_STATE" || !socket.writable) {
       socket.destroy();
       return;
     }
