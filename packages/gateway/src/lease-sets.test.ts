@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { resourceKeys } from "@fenced/lock";
 import { MAX_RESOURCES } from "@fenced/fence";
+import { ANSWERING_NODE_TIMEOUT_MS, waitFor } from "@fenced/servers";
 import { bearer, KEYS, useGateway, type Answer } from "./test-support.js";
 
 /**
@@ -51,6 +52,23 @@ async function held(resource: string): Promise<{ value: string | null; pttl: num
   return Promise.all(fixture.backends.redisClients.map(async (r) => ({ value: await r.get(key), pttl: await r.pttl(key) })));
 }
 
+/**
+ * What every lock node holds under a resource's lease key, once `settled` holds on each. A lease call
+ * resolves when a quorum of nodes answered; the last node's command is already on its way, and lands
+ * within the node timeout, which bounds the wait (a node that never settles fails the test).
+ */
+async function heldOnEvery(resource: string, settled: (node: { value: string | null; pttl: number }) => boolean) {
+  let nodes = await held(resource);
+  await waitFor(
+    `every lock node's key of ${resource}`,
+    async () => (nodes = await held(resource)).every(settled),
+    ANSWERING_NODE_TIMEOUT_MS,
+  );
+  return nodes;
+}
+const taken = (node: { value: string | null }): boolean => node.value !== null;
+const freed = (node: { value: string | null }): boolean => node.value === null;
+
 /** The lease id with its payload's fields replaced, its seal kept: what a client can do to its own id. */
 function edited(leaseId: string, edit: (fields: string[]) => string[]): string {
   const [version, keyId, payload, mac] = leaseId.split(".") as [string, string, string, string];
@@ -71,7 +89,7 @@ describe("a lease of several resources", () => {
     expect(l.fences[0]?.fence).not.toBe(l.fences[1]?.fence);
     expect(l.leaseId.startsWith("fl2.")).toBe(true);
     // One lease: one value on every node under both resources' keys.
-    const [b, a] = await Promise.all([held("svc/set1/b"), held("svc/set1/a")]);
+    const [b, a] = await Promise.all([heldOnEvery("svc/set1/b", taken), heldOnEvery("svc/set1/a", taken)]);
     expect(new Set([...a, ...b].map((n) => n.value)).size).toBe(1);
     expect(a[0]?.value).not.toBeNull();
   });
@@ -135,13 +153,15 @@ describe("a set's lease id", () => {
     expect(e.validUntil).toBeGreaterThan(l.validUntil);
     e.fences.forEach((f, i) => expect(f.fence).not.toBe(l.fences[i]?.fence));
     expect(e.leaseId).not.toBe(l.leaseId);
-    for (const r of ["svc/ext/a", "svc/ext/b", "svc/ext/c"]) for (const node of await held(r)) expect(node.pttl, r).toBeGreaterThan(2_000);
+    for (const r of ["svc/ext/a", "svc/ext/b", "svc/ext/c"])
+      for (const node of await heldOnEvery(r, (n) => n.pttl > 2_000)) expect(node.pttl, r).toBeGreaterThan(2_000);
     // The new credentials write; so does the new id extend.
     expect((await write("records", "svc/ext/c/k", e.fences[2]?.fence ?? "")).status).toBe(200);
     expect((await extend(e.leaseId, 30_000)).status).toBe(200);
 
     expect((await release(e.leaseId)).status).toBe(204);
-    for (const r of ["svc/ext/a", "svc/ext/b", "svc/ext/c"]) for (const node of await held(r)) expect(node.value, r).toBeNull();
+    for (const r of ["svc/ext/a", "svc/ext/b", "svc/ext/c"])
+      for (const node of await heldOnEvery(r, freed)) expect(node.value, r).toBeNull();
     // Released whole: the set is free again at once, and its tokens went up per resource.
     const again = await lease(["svc/ext/c", "svc/ext/a"]);
     expect(BigInt(again.fences[0]?.token ?? "0")).toBeGreaterThan(BigInt(l.fences[2]?.token ?? "0"));
@@ -154,7 +174,7 @@ describe("a set's lease id", () => {
     expect((await release(earlier.json<Granted>().leaseId)).status).toBe(204);
     const l = await lease(["svc/forge/a", "svc/forge/b"], { ttlMs: 20_000 });
     expect(l.fences[0]?.token).not.toBe(l.fences[1]?.token);
-    const nodes = await held("svc/forge/a");
+    const nodes = await heldOnEvery("svc/forge/a", taken);
     const [value, end, tokenA, resourceA, tokenB, resourceB] = Buffer.from(l.leaseId.split(".")[2] ?? "", "base64url")
       .toString("utf8")
       .split("\n") as [string, string, string, string, string, string];
@@ -194,7 +214,7 @@ describe("a set's lease id", () => {
       expect(answer.json()).toMatchObject({ type: "/problems/forbidden" });
     }
     for (const r of ["team-a/both", "team-b/both"])
-      for (const node of await held(r)) {
+      for (const node of await heldOnEvery(r, taken)) {
         expect(node.value).not.toBeNull();
         expect(node.pttl).toBeLessThanOrEqual(10_000);
       }
@@ -266,7 +286,7 @@ describe("register: true, refused", () => {
     const refused = await ask({ resources: ["svc/reg2/a", "svc/reg2/b"], ttlMs: 10_000, register: true });
     expect(refused.status, refused.text()).toBe(409);
     expect(refused.json()).toMatchObject({ type: "/problems/stale-token", resource: "svc/reg2/b", highest: "1000000" });
-    for (const r of ["svc/reg2/a", "svc/reg2/b"]) for (const node of await held(r)) expect(node.value, r).toBeNull();
+    for (const r of ["svc/reg2/a", "svc/reg2/b"]) for (const node of await heldOnEvery(r, freed)) expect(node.value, r).toBeNull();
     // PostgreSQL raised none of the set's ratchets (all or none): a's is still unwritten there.
     const a = await fixture.gw.client.send({ method: "GET", path: "/v1/fences/svc/reg2/a", headers: bearer(KEYS.service) });
     expect(a.json()).toMatchObject({ stores: { postgres: null } });

@@ -1,5 +1,6 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { resourceKeys } from "@fenced/lock";
+import { ANSWERING_NODE_TIMEOUT_MS, waitFor } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   bearer,
@@ -124,7 +125,10 @@ describe("leases through two stateless instances", () => {
     // A new end, sealed into a new lease id and a new credential.
     expect(extended.json<{ validUntil: number }>().validUntil).toBeGreaterThan(Date.now() + 25_000);
     expect(extended.json<{ leaseId: string }>().leaseId).not.toBe(l.leaseId);
-    for (const r of backends.redisClients) expect(await r.pttl(resourceKeys("leases/shared").lease)).toBeGreaterThan(25_000);
+    // Extend and release resolve once a quorum answered: the last node's command lands within the node timeout.
+    const onEveryNode = (what: string, settled: (r: (typeof backends.redisClients)[number]) => Promise<boolean>): Promise<void> =>
+      waitFor(what, async () => (await Promise.all(backends.redisClients.map(settled))).every(Boolean), ANSWERING_NODE_TIMEOUT_MS);
+    await onEveryNode("the extension on every lock node", async (r) => (await r.pttl(resourceKeys("leases/shared").lease)) > 25_000);
 
     // Held: another client is told so with 409 lock-held (worth retrying), not an error.
     const other = await a.client.json("POST", "/v1/leases", { resource: "leases/shared", ttlMs: 1_000 }, bearer(KEYS.admin));
@@ -133,7 +137,7 @@ describe("leases through two stateless instances", () => {
     expect(other.headers["retry-after"]).toBe("1");
 
     expect((await b.client.json("POST", "/v1/leases/release", { leaseId: l.leaseId }, bearer(KEYS.admin))).status).toBe(204);
-    for (const r of backends.redisClients) expect(await r.exists(resourceKeys("leases/shared").lease)).toBe(0);
+    await onEveryNode("the release on every lock node", async (r) => (await r.exists(resourceKeys("leases/shared").lease)) === 0);
     const next = await lease(a.client, "leases/shared", 1_000);
     expect(BigInt(next.token)).toBeGreaterThan(BigInt(l.token));
   });
