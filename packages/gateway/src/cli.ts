@@ -11,6 +11,7 @@ import { serve, type Serving } from "./http/server.js";
 import { refuseUnhealthy, StartRefusedError, startRefusal } from "./ops/start-checks.js";
 import { startProcessTracing } from "./ops/tracing.js";
 import { RECHECK_INTERVAL_MS, recheckInBackground } from "./ops/recheck.js";
+import { GATEWAY_VERSION } from "./version.js";
 
 async function main(config: GatewayConfig, logger: Logger): Promise<void> {
   const closers: (() => Promise<unknown>)[] = [];
@@ -95,6 +96,7 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
         : await listen("the admin listener", () => serve(gateway.admin, { ...adminAddress, ...limits }));
     logger.info(
       {
+        version: GATEWAY_VERSION,
         host: serving.host,
         port: serving.port,
         records: records !== undefined,

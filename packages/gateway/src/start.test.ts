@@ -3,6 +3,7 @@ import { freePort, startPostgres, startS3 } from "@fenced/servers";
 import { describe, expect, it } from "vitest";
 import { startCli, type Child } from "./cli-test-support.js";
 import { httpClient, KEYS } from "./test-support.js";
+import { GATEWAY_VERSION } from "./version.js";
 
 /**
  * The CLI refuses to start half-configured: exit 2 and one line on stderr naming what is wrong and
@@ -235,6 +236,7 @@ describe("fenced-gateway refuses to start half-configured (exit 2, one line)", (
     );
     try {
       const listening = await child.waitFor("listening");
+      expect(listening.version).toBe(GATEWAY_VERSION); // which build is running, in the line every start writes
       expect(child.lines.some((l) => l.level === 40 && String(l.msg).startsWith("starting anyway"))).toBe(true);
       const admin = listening.admin as { port: number };
       const client = httpClient(Number(listening.port));
