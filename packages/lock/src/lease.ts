@@ -7,7 +7,8 @@ import { assertTtl } from "./options.js";
 
 /** The operations a Lease delegates to its Redlock (kept narrow so the lease holds no client state). */
 export interface LeaseOwner {
-  extendLease(lease: Lease, ttlMs: number): Promise<number>;
+  /** The new validity, and the end it makes (Date.now() + validityMs, taken once: the lease's validUntil and what observers are told). */
+  extendLease(lease: Lease, ttlMs: number): Promise<{ readonly validityMs: number; readonly validUntil: number }>;
   releaseLease(lease: Lease): Promise<void>;
 }
 
@@ -172,9 +173,9 @@ export class Lease implements AsyncDisposable {
     assertTtl(ttlMs);
     const lost = this.lostReason;
     if (lost !== undefined) throw lost;
-    let validityMs: number;
+    let extended: { readonly validityMs: number; readonly validUntil: number };
     try {
-      validityMs = await this.#owner.extendLease(this, ttlMs);
+      extended = await this.#owner.extendLease(this, ttlMs);
     } catch (err) {
       // Lost while the round ran (released, most often: the nodes then answer not-held): the lease's
       // own reason, the one its signal aborted with, not what the nodes made of it.
@@ -182,8 +183,8 @@ export class Lease implements AsyncDisposable {
     }
     const lostMeanwhile = this.lostReason;
     if (lostMeanwhile !== undefined) throw lostMeanwhile;
-    this.#validUntil = Date.now() + validityMs;
-    this.#deadline = performance.now() + validityMs;
+    this.#validUntil = extended.validUntil;
+    this.#deadline = performance.now() + extended.validityMs;
     this.#armExpiry();
   }
 

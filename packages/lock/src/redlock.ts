@@ -327,13 +327,16 @@ export class Redlock {
     return !choices.some((_, i) => behind(i));
   }
 
-  /** @internal LeaseOwner: extends on every node; resolves with the new validity or throws LeaseLostError. */
-  extendLease(lease: Lease, ttlMs: number): Promise<number> {
+  /** @internal LeaseOwner: extends on every node; resolves with the new validity and end, or throws LeaseLostError. */
+  extendLease(lease: Lease, ttlMs: number): Promise<{ readonly validityMs: number; readonly validUntil: number }> {
     const fences = leaseInternals.held(lease);
     return observed(
       { operation: "extend", resources: lease.resources, fences, ttlMs },
-      () => this.#extendLease(lease, ttlMs),
-      (validityMs) => ({ fences, holder: lease.holder, validUntil: Date.now() + validityMs }),
+      async () => {
+        const validityMs = await this.#extendLease(lease, ttlMs);
+        return { validityMs, validUntil: Date.now() + validityMs };
+      },
+      (extended) => ({ fences, holder: lease.holder, validUntil: extended.validUntil }),
     );
   }
 
