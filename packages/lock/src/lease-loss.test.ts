@@ -72,9 +72,12 @@ describe("losing the majority while holding a lease in using()", () => {
       expect(reason).toBeInstanceOf(LeaseLostError);
       const lost = reason as LeaseLostError;
       expect(lost.kind).toBe("quorum-lost");
-      expect(lost.nodes.map((n) => n.node)).toEqual([2, 3, 4]);
       // A killed node is known down (its client's reconnects are refused); a paused one keeps its connection and is silent.
-      expect(lost.nodes.every((n) => n.reason === (fault === "killed" ? "refused" : "timeout"))).toBe(true);
+      expect(lost.nodes.filter((n) => n.node >= 2)).toEqual(
+        [2, 3, 4].map((node) => (fault === "killed" ? expect.objectContaining({ node, reason: "refused" }) : { node, reason: "timeout" })),
+      );
+      // A healthy node is named only if it missed nodeTimeoutMs (100 ms), which a busy machine can make it do.
+      expect(lost.nodes.filter((n) => n.node < 2).every((n) => n.reason === "timeout")).toBe(true);
       expect(outcome).toHaveProperty("error");
       expect((outcome as { error: unknown }).error).toBe(reason);
     });
@@ -93,11 +96,13 @@ describe("losing the majority while holding a lease in using()", () => {
     expect(loss).not.toBe("still valid");
     const reason = (loss as { reason: unknown }).reason as LeaseLostError;
     expect(reason.kind).toBe("quorum-lost");
-    expect(reason.nodes).toEqual([
+    expect(reason.nodes.filter((n) => n.node < 3)).toEqual([
       { node: 0, reason: "not-held" },
       { node: 1, reason: "not-held" },
       { node: 2, reason: "not-held" },
     ]);
+    // The two nodes still holding it are named only if they missed nodeTimeoutMs (100 ms) on a busy machine.
+    expect(reason.nodes.filter((n) => n.node >= 3).every((n) => n.reason === "timeout")).toBe(true);
     expect(outcome).toBe(reason);
     // The usurper's keys survive the release at the end of using(), which removes the lease's own keys.
     await expect.poll(() => leaseValuesOn(t.admin, resource), { timeout: 2_000 }).toEqual(["usurper", "usurper", "usurper", null, null]);
