@@ -1,5 +1,6 @@
 import { performance } from "node:perf_hooks";
 import { setTimeout as sleep } from "node:timers/promises";
+import { ANSWERING_NODE_TIMEOUT_MS } from "@fenced/servers";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { LockNotAcquiredError } from "./errors.js";
 import { Redlock } from "./redlock.js";
@@ -20,7 +21,8 @@ describe("faults on a minority of 5 nodes", () => {
     it("3 nodes held by another client: acquire fails with 'held' from those 3, and the 2 it got are released before it rejects", async () => {
       const resource = "partial";
       for (const redis of t.admin.slice(0, 3)) await holdAs(redis, resource, "other-client", 30_000);
-      const loser = new Redlock(t.clients, { retryCount: 0, nodeTimeoutMs: 500 });
+      // Every node answers: a node timeout far above any answer, so that none reads as a timeout on a busy machine.
+      const loser = new Redlock(t.clients, { retryCount: 0, nodeTimeoutMs: ANSWERING_NODE_TIMEOUT_MS });
       const error = await loser.acquire(resource, 10_000).catch((e: unknown) => e);
       expect(error).toBeInstanceOf(LockNotAcquiredError);
       const { nodes } = error as LockNotAcquiredError;
@@ -37,7 +39,9 @@ describe("faults on a minority of 5 nodes", () => {
       const resource = "partial-paused";
       for (const redis of t.admin.slice(0, 3)) await holdAs(redis, resource, "other-client", 30_000);
       const loserClients = await t.moreClients();
-      const loser = new Redlock(loserClients, { retryCount: 0, nodeTimeoutMs: 100 });
+      // The three refusals decide the attempt, not the paused node's timeout: a node timeout far above any
+      // answer keeps A, B and C out of the timeouts on a busy machine, and costs nothing.
+      const loser = new Redlock(loserClients, { retryCount: 0, nodeTimeoutMs: ANSWERING_NODE_TIMEOUT_MS });
       const paused = t.nodes[4]!;
       paused.pause();
       let error: unknown;
@@ -61,7 +65,10 @@ describe("faults on a minority of 5 nodes", () => {
   it("on a node that lost its script cache, an acquire answered after its attempt ended does not run after that attempt's release", async () => {
     // C restarts (empty script cache) and then serves a release before any acquire: it now knows the
     // release script but not the acquire script.
-    const before = await new Redlock(t.clients, { retryCount: 0 }).acquire("script-cache/before", 10_000);
+    const before = await new Redlock(t.clients, { retryCount: 0, nodeTimeoutMs: ANSWERING_NODE_TIMEOUT_MS }).acquire(
+      "script-cache/before",
+      10_000,
+    );
     await restart(t, 2, true, "empty script cache");
     await before.release();
     await released(t, "script-cache/before");
@@ -71,7 +78,8 @@ describe("faults on a minority of 5 nodes", () => {
     const nodeC = t.nodes[2]!;
     nodeC.pause();
     try {
-      const lease = await new Redlock(t.clients, { retryCount: 0, nodeTimeoutMs: 500 }).acquire(resource, 10_000);
+      // A, B, D and E decide it (C is not waited for): they must answer within the node timeout.
+      const lease = await new Redlock(t.clients, { retryCount: 0, nodeTimeoutMs: ANSWERING_NODE_TIMEOUT_MS }).acquire(resource, 10_000);
       await lease.release();
     } finally {
       nodeC.resume();
@@ -189,6 +197,7 @@ describe("a node restarted without its data", () => {
    * acquisitions (and came back with their data: appendfsync always kept their 3), then C was wiped.
    */
   async function lagBehindAndWipeC(redlock: Redlock, resource: string): Promise<bigint[]> {
+    // Exact counters and tokens: every node that is up must count in every round (the Redlock's node timeout is far above any answer).
     const tokens = await acquireReleaseTimes(redlock, resource, 3);
     // release() returns once a majority answered: let the last nodes finish before killing any,
     // or a node could come back holding the last lease's key (kill -9 between its acquire and release).
@@ -205,7 +214,7 @@ describe("a node restarted without its data", () => {
 
   it("a SIGKILLed node with appendfsync always comes back with every counter it acknowledged", async () => {
     const resource = "restart/keeps";
-    const redlock = new Redlock(t.clients, { retryCount: 0 });
+    const redlock = new Redlock(t.clients, { retryCount: 0, nodeTimeoutMs: ANSWERING_NODE_TIMEOUT_MS });
     const tokens = await acquireReleaseTimes(redlock, resource, 4);
     await released(t, resource);
     const before = await countersOn(t.admin, resource);
@@ -216,7 +225,7 @@ describe("a node restarted without its data", () => {
 
   it("wiped C, and A and B (which kept the highest counters) refusing: their counters in the refusal push the token past every earlier one", async () => {
     const resource = "restart/wiped-refusing";
-    const redlock = new Redlock(t.clients, { retryCount: 0 });
+    const redlock = new Redlock(t.clients, { retryCount: 0, nodeTimeoutMs: ANSWERING_NODE_TIMEOUT_MS });
     const earlier = await lagBehindAndWipeC(redlock, resource);
     for (const redis of t.admin.slice(0, 2)) await holdAs(redis, resource, "another-holder", 10_000);
     // C, D and E grant with 1, 4, 4 — their maximum, 4, repeats a token handed out before. A and B
@@ -230,7 +239,7 @@ describe("a node restarted without its data", () => {
 
   it("wiped C, and A and B down: the token goes backwards — why lock nodes must keep appendonly yes + appendfsync always", async () => {
     const resource = "restart/wiped-down";
-    const redlock = new Redlock(t.clients, { retryCount: 0 });
+    const redlock = new Redlock(t.clients, { retryCount: 0, nodeTimeoutMs: ANSWERING_NODE_TIMEOUT_MS });
     const earlier = await lagBehindAndWipeC(redlock, resource);
     await Promise.all([t.nodes[0]!.kill(), t.nodes[1]!.kill()]);
     // Nobody reports 8 now: C, D and E grant with 1, 4, 4 and the lock hands out 4 again.
