@@ -144,7 +144,10 @@ describe("sets of resources while nodes fail", () => {
       .acquire([a, b], 5_000)
       .catch((e: unknown) => e);
     expect(error).toMatchObject({ name: "LockNotAcquiredError", resources: [a, b], attempts: 2 });
-    expect((error as LockNotAcquiredError).nodes.filter((n) => n.reason === "timeout").map((n) => n.node)).toEqual([1, 2, 3]);
+    const failures = (error as LockNotAcquiredError).nodes;
+    expect(failures.filter((n) => n.node >= 1 && n.node <= 3)).toEqual([1, 2, 3].map((node) => ({ node, reason: "timeout" })));
+    // A node that is up is named only if it missed nodeTimeoutMs (100 ms), which a busy machine can make it do.
+    expect(failures.filter((n) => n.node === 0 || n.node === 4).every((n) => n.reason === "timeout")).toBe(true);
     // The two that answered granted both attempts (their counters moved), and were released before acquire() rejected.
     expect(await leaseKeysOn([t.admin[0]!, t.admin[4]!], [a, b])).toEqual([
       [null, null],
