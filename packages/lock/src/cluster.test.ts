@@ -1,6 +1,6 @@
 import { Cluster } from "ioredis";
 import { Cluster as Cluster6 } from "ioredis-6";
-import { startRedisCluster, type RedisCluster } from "@fenced/servers";
+import { ANSWERING_NODE_TIMEOUT_MS, startRedisCluster, type RedisCluster } from "@fenced/servers";
 import { performance } from "node:perf_hooks";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { redisErrorCode, type RedisClient } from "./client.js";
@@ -64,7 +64,10 @@ describe("Redlock over a Redis Cluster (one client, lock key and counter in one 
     "acquire, extend and release work for %j on ioredis %i",
     async (resource, major) => {
       const [mine, theirs] = lockClients.get(major)!;
-      const redlock = new Redlock([mine], { retryCount: 0 });
+      // The cluster is up and must answer: a node timeout far above any answer, so that a busy machine
+      // cannot turn an answer (a grant, "held") into a timeout.
+      const answering = { retryCount: 0, nodeTimeoutMs: ANSWERING_NODE_TIMEOUT_MS };
+      const redlock = new Redlock([mine], answering);
       expect(redlock.quorum).toBe(1);
       const { lease: leaseKey, counter } = resourceKeys(resource);
 
@@ -77,7 +80,7 @@ describe("Redlock over a Redis Cluster (one client, lock key and counter in one 
       expect(pttl).toBeLessThanOrEqual(2_000);
 
       // Exclusive for another client of the same cluster.
-      const refused = await new Redlock([theirs], { retryCount: 0 }).acquire(resource, 2_000).catch((e: unknown) => e);
+      const refused = await new Redlock([theirs], answering).acquire(resource, 2_000).catch((e: unknown) => e);
       expect(refused).toBeInstanceOf(LockNotAcquiredError);
       expect((refused as LockNotAcquiredError).nodes).toEqual([{ node: 0, reason: "held" }]);
 
@@ -86,7 +89,7 @@ describe("Redlock over a Redis Cluster (one client, lock key and counter in one 
       await first.release();
       expect(await client.get(leaseKey)).toBeNull();
 
-      const second = await new Redlock([theirs], { retryCount: 0 }).acquire(resource, 2_000);
+      const second = await new Redlock([theirs], answering).acquire(resource, 2_000);
       expect(second.token).toBe(first.token + 1n);
       expect(await client.get(counter)).toBe(second.token.toString());
       await second.release();
@@ -95,7 +98,7 @@ describe("Redlock over a Redis Cluster (one client, lock key and counter in one 
   );
 
   it("using() works through the cluster client", async () => {
-    const redlock = new Redlock([client], { retryCount: 0 });
+    const redlock = new Redlock([client], { retryCount: 0, nodeTimeoutMs: ANSWERING_NODE_TIMEOUT_MS });
     const resource = "cluster/using";
     const token = await redlock.using(resource, 600, async (lease) => {
       await new Promise((r) => setTimeout(r, 1_300));
@@ -116,7 +119,10 @@ describe("a Redis Cluster whose nodes are all down", () => {
       const errors: unknown[] = [];
       client.on("error", (err) => errors.push(err));
       const redlock = new Redlock([client], { retryCount: 0, nodeTimeoutMs: 300 });
-      await (await redlock.acquire("cluster/down", 10_000)).release();
+      // While it is up the cluster must answer, within a node timeout far above any answer (a busy machine can make it miss 300 ms).
+      await (
+        await new Redlock([client], { retryCount: 0, nodeTimeoutMs: ANSWERING_NODE_TIMEOUT_MS }).acquire("cluster/down", 10_000)
+      ).release();
       await cluster.stop();
 
       const start = performance.now();
