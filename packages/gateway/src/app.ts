@@ -7,6 +7,8 @@ import { FencedPostgres } from "@fenced/store/postgres";
 import { FencedS3, type FencedS3Options } from "@fenced/store/s3";
 import { FencedError, InvalidArgumentError } from "@fenced/fence";
 import { type CredentialKey } from "@fenced/fence/credentials";
+import { admissionGate, type AdmissionOptions } from "./admission/gate.js";
+import { AdmissionMetrics } from "./admission/metrics.js";
 import type { FenceSet } from "@fenced/store";
 import type { HealthAnswer } from "./schemas/answers.js";
 import { ApiKeys, type ApiKeyConfig } from "./auth/api-keys.js";
@@ -60,6 +62,11 @@ export interface GatewayOptions {
    */
   readonly storeTimeoutMs?: number;
   /**
+   * Admission control: under overload, requests are refused early (503 `overloaded`, Retry-After)
+   * rather than all answered late. On by default; admission/gate.ts lists the knobs and defaults.
+   */
+  readonly admission?: AdmissionOptions;
+  /**
    * Serve /healthz and /metrics only on `admin` (an app for a listener of their own, such as an
    * address only the infrastructure reaches), not on `app`. Default false: `app` serves them too.
    */
@@ -92,6 +99,8 @@ export interface Gateway {
    * drain cut the connection) is released then: close the lock's connections only after this.
    */
   settled(): Promise<void>;
+  /** Stops the gateway's own timer (admission control's event-loop clock). */
+  close(): void;
 }
 
 const DEFAULT_INLINE = 64 * 1024;
@@ -138,6 +147,14 @@ export function createGateway(options: GatewayOptions): Gateway {
       : new FencedS3(options.objects.client, { ...options.objects, timeoutMs: options.objects.timeoutMs ?? storeTimeoutMs });
 
   const app = newApp(ctx);
+  // Before every route, after the request's id and accounting: a refused request does no lock or store work.
+  const admission = admissionGate({
+    config: options.admission ?? {},
+    auth: ctx.auth,
+    metrics: new AdmissionMetrics(metrics.registry),
+    logger,
+  });
+  app.use(admission.handler);
   // Fence-on-acquire: a lease request may ask for its fences (one per resource) to be registered with
   // every store here, all of a lease's in one call per store (PostgreSQL raises all of them or none;
   // S3 each on its own, and a raise alone only refuses holders older than a token the lock granted).
@@ -196,6 +213,7 @@ export function createGateway(options: GatewayOptions): Gateway {
       draining = true;
     },
     settled: () => leases?.settled() ?? Promise.resolve(),
+    close: () => admission.stop(),
     async prepare(p = {}) {
       if (records !== undefined) {
         // Not migrating here: a read proves the tables are there (the store throws StoreSetupError "not-migrated" otherwise).
@@ -291,7 +309,15 @@ function account(ctx: RouteContext, req: Request, res: Response, route: string, 
   // One line per request. A refusal the gateway expects (a stale token, a version, a held lock, a
   // backend down) is a warning without a stack; only a failure of the gateway or of a backend's
   // answer is an error, with the stack. Checked first: a successful request costs no log object.
-  const level = unexpected ? "error" : status >= 500 || status === 409 || status === 412 ? "warn" : status >= 400 ? "info" : "debug";
+  const level = unexpected
+    ? "error"
+    : a.problem !== undefined && QUIET.has(a.problem)
+      ? "debug"
+      : status >= 500 || status === 409 || status === 412
+        ? "warn"
+        : status >= 400
+          ? "info"
+          : "debug";
   if (!ctx.logger.isLevelEnabled(level)) return;
   // In the request's scope: its line is logged by the request's own logger, with its requestId.
   inRequestScope(a, () =>
@@ -318,3 +344,5 @@ function account(ctx: RouteContext, req: Request, res: Response, route: string, 
 
 /** The problems that are failures of the gateway, or of a backend's answer (an operator must look): logged as errors, with the stack. */
 const UNEXPECTED: ReadonlySet<ProblemKind> = new Set(["internal", "backendError"]);
+/** Refusals counted in /metrics and summed up in a warning every few seconds (admission/gate.ts): a line each would cost a write each under overload. */
+const QUIET: ReadonlySet<ProblemKind> = new Set(["overloaded"]);

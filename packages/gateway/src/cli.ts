@@ -75,6 +75,7 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
       limits: config.limits,
       healthTimeoutMs: config.healthTimeoutMs,
       storeTimeoutMs: config.storeTimeoutMs,
+      admission: config.admission,
       separateAdmin: config.admin !== undefined,
       ...(records && { records }),
       ...(objects && { objects }),
@@ -123,6 +124,7 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
       await gateway.settled();
       // Backends close only after the last request that could use them has finished.
       await closeAll();
+      gateway.close();
       logger.info({ drained }, "stopped");
       process.exitCode = drained ? 0 : 1;
     };

@@ -1,6 +1,7 @@
 import { readFileSync } from "node:fs";
 import { DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS, MIN_TIMEOUT_MS } from "@fenced/store";
 import { z } from "zod";
+import { admissionSchema } from "./admission/gate.js";
 import { apiKeySchema, distinctApiKeys } from "./auth/api-keys.js";
 import { fenceKeySchema } from "./auth/credentials.js";
 import { SERVER_DEFAULTS } from "./http/server.js";
@@ -172,6 +173,8 @@ const fields = {
     .positive()
     .default(2_000)
     .describe("deadline of each backend's check in /healthz and at start (default 2000)"),
+  /** Admission control under overload (admission/gate.ts). */
+  admission: admissionSchema.prefault({}).describe("admission control: refuse early under overload (503 overloaded)"),
   logLevel: z
     .enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"])
     .default("info")

@@ -87,6 +87,8 @@ export async function startBackends(want: {
         fenceKeys: FENCE_KEYS,
         logger: pino({ level: "silent" }),
         defaultMetrics: false,
+        // On, as deployed, but never the reason a test's request is refused: tests of admission control set their own.
+        admission: { queueLength: 100_000, queueTimeoutMs: 600_000, maxEventLoopDelayMs: 600_000 },
         ...(pool === undefined ? {} : { records: { pool, schema: `gw_${Math.random().toString(36).slice(2, 10)}` } }),
         ...(s3Client === undefined || bucket === undefined
           ? {}
@@ -130,6 +132,7 @@ export async function runGateway(options: GatewayOptions): Promise<RunningGatewa
     async close() {
       client.close();
       await serving.drain(2_000);
+      gateway.close();
     },
   };
 }

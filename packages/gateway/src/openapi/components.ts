@@ -132,8 +132,9 @@ export const notFoundResponse = (): ResponseObject => problemResponse(PROBLEM_TY
 // on this gateway (404), a backend that does not answer (503), a failure of the gateway itself.
 const ALWAYS: readonly ProblemKind[] = ["unauthorized", "notFound", "unavailable", "internal"];
 export const JSON_BODY: readonly ProblemKind[] = ["invalid", "tooLarge", "mediaType"];
-// A route that calls a store: the backend may not be set up for it, or hold state the store did not write.
-export const STORE: readonly ProblemKind[] = ["backendMisconfigured", "corruptState", "backendError"];
+// A route that calls a store: the backend may not be set up for it, or hold state the store did not write;
+// and admission control may refuse it under overload (every route but a lease's extension and release).
+export const STORE: readonly ProblemKind[] = ["backendMisconfigured", "corruptState", "backendError", "overloaded"];
 // A store write (a put, a delete, a lease's registration) may have been applied with its answer lost.
 export const STORE_WRITE: readonly ProblemKind[] = [...STORE, "outcomeUnknown"];
 export const WRITE: readonly ProblemKind[] = [

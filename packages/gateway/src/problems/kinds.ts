@@ -1,5 +1,6 @@
 import { z } from "zod";
 import type { ErrorCode } from "@fenced/fence";
+import { SHED_REASONS } from "../admission/admission.js";
 import { keyString as key, resourceSchema as resource, tokenString } from "../schemas/fields.js";
 
 /**
@@ -204,6 +205,21 @@ const KINDS = {
     description:
       "A backend refused the connection, did not answer within the gateway's deadline or asked it to slow down, too few lock nodes answered, or a store gave up under contention. Nothing was written: retry after Retry-After",
     extensions: z.strictObject({ resource: resource.optional() }),
+    retryAfter: 1,
+  },
+  overloaded: {
+    status: 503,
+    slug: "overloaded",
+    title: "The gateway is overloaded",
+    description:
+      "Admission control refused the request before any lock or store work: the gateway is at its limit and its queue is full or the request waited its longest there, or its event loop is behind. Nothing was done: retry after Retry-After, with backoff. Never answered to a lease's extension or release",
+    extensions: z.strictObject({
+      reason: z
+        .enum(SHED_REASONS)
+        .describe(
+          "queue-full: no room to wait; queue-timeout: waited the longest a request may; evicted: its place went to one of a higher priority or of an API key waiting less; event-loop-delay: the gateway is behind on the work it has",
+        ),
+    }),
     retryAfter: 1,
   },
   outcomeUnknown: {

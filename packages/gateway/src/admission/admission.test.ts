@@ -1,0 +1,141 @@
+// Admission control's decisions, without a server: the queue's order and eviction, the limit's
+// response to calls that slow down, and the gate's admit / wait / refuse. The gateway's own test
+// (../admission.test.ts) runs them over HTTP against real backends.
+import { setTimeout as sleep } from "node:timers/promises";
+import { describe, expect, it } from "vitest";
+import { Admission, OverloadedError, type Release } from "./admission.js";
+import { FairQueue } from "./fair-queue.js";
+import { GradientLimit } from "./limit.js";
+
+describe("the fair queue", () => {
+  it("serves the higher priority first, then the keys in turn, each key's entries in arrival order", () => {
+    const q = new FairQueue<string>(2);
+    for (const item of ["a1", "a2", "a3"]) q.push(1, "a", item);
+    q.push(0, "c", "c1");
+    q.push(1, "b", "b1");
+    q.push(1, "b", "b2");
+    expect(Array.from({ length: 6 }, () => q.shift())).toEqual(["a1", "b1", "a2", "b2", "a3", "c1"]);
+    expect(q.shift()).toBeUndefined();
+    expect(q.size).toBe(0);
+  });
+
+  it("when full, takes the newest entry of the longest key at the lowest priority, never from a key that waits less", () => {
+    const q = new FairQueue<string>(2);
+    for (const item of ["a1", "a2", "a3"]) q.push(1, "a", item);
+    q.push(1, "b", "b1");
+    // The key with the most entries asks for more: it is the one refused.
+    expect(q.evictFor(1, "a")).toBeUndefined();
+    // b (1 entry) against a (3): a's newest makes room.
+    expect(q.evictFor(1, "b")).toBe("a3");
+    q.push(1, "b", "b2");
+    // Now a has 2 and b 2: neither gives up a place to the other.
+    expect(q.evictFor(1, "b")).toBeUndefined();
+    expect(q.evictFor(1, "a")).toBeUndefined();
+    // A newcomer of a higher priority takes the place of a lower one, whoever it is.
+    q.push(0, "c", "c1");
+    expect(q.evictFor(1, "a")).toBe("c1");
+    // And a lower priority never displaces a higher one.
+    expect(q.evictFor(0, "c")).toBeUndefined();
+    expect(q.size).toBe(4);
+  });
+
+  it("takes out an entry that stopped waiting, and only once", () => {
+    const q = new FairQueue<string>(1);
+    q.push(0, "a", "a1");
+    q.push(0, "a", "a2");
+    expect(q.remove(0, "a", "a1")).toBe(true);
+    expect(q.remove(0, "a", "a1")).toBe(false);
+    expect(q.shift()).toBe("a2");
+    expect(q.size).toBe(0);
+  });
+});
+
+/** Windows of calls that each take `ms`, with `inflight` in flight; returns the limit after them. */
+function run(limit: GradientLimit, from: number, windows: number, ms: number, inflight: (limit: number) => number): number {
+  for (let w = 0; w < windows; w++) for (let i = 0; i < 10; i++) limit.sample(from + w * 100 + i * 10, ms, inflight(limit.limit));
+  return limit.limit;
+}
+
+describe("the gradient limit", () => {
+  it("grows while calls take as long as they used to and the limit is used, up to its maximum", () => {
+    const limit = new GradientLimit({ initial: 16, min: 4, max: 64 });
+    expect(run(limit, 0, 20, 5, (l) => l)).toBeGreaterThan(16);
+    expect(run(limit, 2_000, 200, 5, (l) => l)).toBe(64);
+  });
+
+  it("shrinks when calls take more than 1.5 times their long-term average, down to its minimum", () => {
+    const limit = new GradientLimit({ initial: 64, min: 4, max: 64 });
+    run(limit, 0, 20, 5, (l) => l);
+    const before = limit.limit;
+    expect(run(limit, 2_000, 5, 20, (l) => l)).toBeLessThan(before);
+    expect(run(limit, 3_000, 200, 40, (l) => l)).toBe(4);
+  });
+
+  it("learns nothing from windows that used less than half of it", () => {
+    const limit = new GradientLimit({ initial: 32, min: 4, max: 64 });
+    expect(run(limit, 0, 50, 5, () => 8)).toBe(32);
+    expect(run(limit, 5_000, 50, 500, () => 8)).toBe(32);
+  });
+});
+
+const settings = { limit: { initial: 2, min: 2, max: 2 }, adaptive: false, queueLength: 2, queueTimeoutMs: 5_000 };
+
+describe("a route family's gate", () => {
+  it("lets in up to its limit at once, queues the next ones, and lets each in as a slot frees", async () => {
+    const gate = new Admission(settings);
+    const [r1, r2] = [gate.admit("work", "a"), gate.admit("work", "a")];
+    expect(typeof r1).toBe("function");
+    expect(typeof r2).toBe("function");
+    const waiting = gate.admit("work", "b");
+    expect(waiting).toBeInstanceOf(Promise);
+    expect([gate.inflight, gate.queued]).toEqual([2, 1]);
+    (r1 as Release)();
+    (r1 as Release)(); // a second release frees nothing more
+    const r3 = await waiting;
+    expect([gate.inflight, gate.queued]).toEqual([2, 0]);
+    (r2 as Release)();
+    r3();
+    expect(gate.inflight).toBe(0);
+  });
+
+  it("refuses when the queue is full (queue-full), makes room for a key waiting less (evicted), and after queueTimeoutMs (queue-timeout)", async () => {
+    const gate = new Admission({ ...settings, queueTimeoutMs: 50 });
+    gate.admit("work", "a");
+    gate.admit("work", "a");
+    const a1 = gate.admit("work", "a") as Promise<Release>;
+    const a2 = gate.admit("work", "a") as Promise<Release>;
+    expect(() => gate.admit("work", "a")).toThrow(expect.objectContaining({ reason: "queue-full" }));
+    const b1 = gate.admit("work", "b") as Promise<Release>;
+    await expect(a2).rejects.toMatchObject({ reason: "evicted" });
+    // An acquisition is of a lower priority than anything queued: it takes nobody's place.
+    expect(() => gate.admit("acquire", "c")).toThrow(OverloadedError);
+    await expect(a1).rejects.toMatchObject({ reason: "queue-timeout" });
+    await expect(b1).rejects.toMatchObject({ reason: "queue-timeout" });
+    expect(gate.queued).toBe(0);
+  });
+
+  it("takes a waiting request out of the queue when its client leaves, and lets the next one in", async () => {
+    const gate = new Admission(settings);
+    const held = [gate.admit("work", "a") as Release, gate.admit("work", "a") as Release];
+    let leave: ((reason: Error) => void) | undefined;
+    const gone = gate.admit("work", "a", (cancel) => (leave = cancel)) as Promise<Release>;
+    const next = gate.admit("work", "b") as Promise<Release>;
+    leave?.(new Error("client gone"));
+    await expect(gone).rejects.toThrow("client gone");
+    expect(gate.queued).toBe(1);
+    held[0]?.();
+    await next;
+    // Leaving after being let in changes nothing: the request's release frees its slot.
+    leave?.(new Error("late"));
+    expect(gate.inflight).toBe(2);
+  });
+
+  it("never refuses with room: a burst within limit + queue is served whole", async () => {
+    const gate = new Admission({ ...settings, queueLength: 8 });
+    const answers = Array.from({ length: 10 }, () =>
+      Promise.resolve(gate.admit("work", "a")).then(async (release) => (await sleep(1), release())),
+    );
+    await expect(Promise.all(answers)).resolves.toHaveLength(10);
+    expect([gate.inflight, gate.queued]).toEqual([0, 0]);
+  });
+});

@@ -1,0 +1,150 @@
+import type { Request, RequestHandler, Response } from "express";
+import type { Logger } from "pino";
+import { z } from "zod";
+import type { ApiKeys } from "../auth/api-keys.js";
+import { ClientGoneError } from "../http/client-gone.js";
+import { HttpProblem } from "../problems/problem.js";
+import { Admission, OverloadedError, type Priority, type Release, type ShedReason } from "./admission.js";
+import { LoopDelay } from "./loop-delay.js";
+import type { AdmissionMetrics } from "./metrics.js";
+
+/** GatewayOptions.admission, with its defaults (measured with `pnpm bench overload`: docs/benchmarks.md). */
+export const admissionSchema = z.strictObject({
+  enabled: z.boolean().default(true).describe("refuse early under overload (default true)"),
+  minConcurrency: z.number().int().min(1).max(100_000).default(8).describe("each route family's limit at least (default 8)"),
+  maxConcurrency: z
+    .number()
+    .int()
+    .min(1)
+    .max(100_000)
+    .default(512)
+    .describe("each route family's limit at most, and the fixed limit of /v1/objects (default 512)"),
+  queueLength: z
+    .number()
+    .int()
+    .min(0)
+    .max(1_000_000)
+    .default(256)
+    .describe("requests that may wait for a slot, per route family (default 256)"),
+  queueTimeoutMs: z.number().int().min(1).max(600_000).default(250).describe("the longest a request waits for a slot (default 250)"),
+  maxEventLoopDelayMs: z
+    .number()
+    .int()
+    .min(1)
+    .max(600_000)
+    .default(100)
+    .describe("refuse reads and writes while the event loop runs this late on average, lease acquisitions from half of it (default 100)"),
+});
+export type AdmissionOptions = z.input<typeof admissionSchema>;
+type AdmissionConfig = z.output<typeof admissionSchema>;
+
+/** The route families, each with a gate of its own: the backends behind them differ. */
+export const FAMILIES = ["records", "objects", "leases", "fences"] as const;
+export type Family = (typeof FAMILIES)[number];
+
+/** A refused request's answer names its reason; a warning sums them up at most this often. */
+const WARN_EVERY_MS = 10_000;
+
+/**
+ * Admission control, before any route: which family and priority a request has, which API key sent
+ * it, and whether it may go on now, after a wait, or not at all (503 `overloaded`, Retry-After).
+ * Lease extensions and releases always go on — refusing them turns overload into lost leases and
+ * more lock churn — and so do requests that authenticate with no key (the route answers 401).
+ */
+export function admissionGate(options: {
+  readonly config: AdmissionOptions;
+  readonly auth: ApiKeys;
+  readonly metrics: AdmissionMetrics;
+  readonly logger: Logger;
+}): { readonly handler: RequestHandler; stop(): void } {
+  const config: AdmissionConfig = admissionSchema.parse(options.config);
+  if (!config.enabled) return { handler: (_req, _res, next) => next(), stop: () => undefined };
+  const limit = { initial: Math.max(config.minConcurrency, 32), min: config.minConcurrency, max: config.maxConcurrency };
+  const gates = new Map<Family, Admission>(
+    FAMILIES.map((f) => [
+      f,
+      new Admission({ limit, adaptive: f !== "objects", queueLength: config.queueLength, queueTimeoutMs: config.queueTimeoutMs }),
+    ]),
+  );
+  const loop = new LoopDelay();
+  options.metrics.watch(gates, loop);
+  const warn = summary(options.logger);
+
+  const refuse = (family: Family, priority: Priority, reason: ShedReason): HttpProblem<"overloaded"> => {
+    options.metrics.shed(family, priority, reason);
+    warn(reason);
+    return new HttpProblem("overloaded", new OverloadedError(reason).message, { reason });
+  };
+
+  const handler: RequestHandler = (req, res, next) => {
+    const family = familyOf(req.path);
+    const priority = family === undefined ? undefined : priorityOf(family, req);
+    const key = priority === undefined ? undefined : principalOf(options.auth, req);
+    if (family === undefined || priority === undefined || key === undefined) return next();
+    // The loop is behind: everything admitted now would wait that long at each step. Acquisitions go first.
+    if (loop.ms >= (priority === "acquire" ? config.maxEventLoopDelayMs / 2 : config.maxEventLoopDelayMs))
+      return next(refuse(family, priority, "event-loop-delay"));
+    let admitted: Release | Promise<Release>;
+    try {
+      admitted = (gates.get(family) as Admission).admit(priority, key, (cancel) => watchClient(res, cancel));
+    } catch (err) {
+      return next(err instanceof OverloadedError ? refuse(family, priority, err.reason) : err);
+    }
+    if (typeof admitted === "function") return hold(res, admitted, next);
+    admitted.then(
+      (release) => hold(res, release, next),
+      (err: unknown) => next(err instanceof OverloadedError ? refuse(family, priority, err.reason) : err),
+    );
+  };
+  return { handler, stop: () => loop.stop() };
+}
+
+/** The slot is the request's until its response is over (or its client gone). */
+function hold(res: Response, release: Release, next: (err?: unknown) => void): void {
+  // The client left while the request waited: the slot goes at once to the next one.
+  if (res.closed) release();
+  else res.once("close", release);
+  next();
+}
+
+/** While the request waits: its client going away takes it out of the queue. */
+function watchClient(res: Response, cancel: (reason: Error) => void): void {
+  res.once("close", () => {
+    if (!res.writableFinished) cancel(new ClientGoneError("answer"));
+  });
+}
+
+function familyOf(path: string): Family | undefined {
+  for (const family of FAMILIES) if (path.startsWith(`/v1/${family}`)) return family;
+  return undefined;
+}
+
+/** undefined: never refused (a lease's extension or release). */
+function priorityOf(family: Family, req: Request): Priority | undefined {
+  if (family !== "leases") return "work";
+  if (req.path === "/v1/leases/extend" || req.path === "/v1/leases/release") return undefined;
+  return "acquire";
+}
+
+/** The id of the request's API key; undefined when it has none that is valid (the route answers 401, as without admission). */
+function principalOf(auth: ApiKeys, req: Request): string | undefined {
+  try {
+    return auth.authenticate(req).id;
+  } catch {
+    return undefined;
+  }
+}
+
+/** One warning per WARN_EVERY_MS at most while requests are refused, with how many and why since the last. */
+function summary(logger: Logger): (reason: ShedReason) => void {
+  let since = 0;
+  let counts: Partial<Record<ShedReason, number>> = {};
+  return (reason) => {
+    counts[reason] = (counts[reason] ?? 0) + 1;
+    const now = Date.now();
+    if (now - since < WARN_EVERY_MS) return;
+    logger.warn({ shed: counts }, "overloaded: refusing requests (503 overloaded) to keep the rest within their deadlines");
+    since = now;
+    counts = {};
+  };
+}

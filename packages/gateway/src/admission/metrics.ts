@@ -1,0 +1,54 @@
+import { Counter, Gauge, type Registry } from "prom-client";
+import type { Admission, Priority, ShedReason } from "./admission.js";
+import type { LoopDelay } from "./loop-delay.js";
+
+/** What admission control did, in the gateway's registry: refusals by route family, priority and reason; each gate's state. */
+export class AdmissionMetrics {
+  readonly #shed: Counter<"route" | "priority" | "reason">;
+  #gates: ReadonlyMap<string, Admission> = new Map();
+  #loop: LoopDelay | undefined;
+
+  constructor(registry: Registry) {
+    const registers = [registry];
+    this.#shed = new Counter({
+      name: "fenced_gateway_requests_shed_total",
+      help: "Requests refused by admission control (503 overloaded) before any lock or store work, by route family, priority (acquire, work) and reason (queue_full, queue_timeout, evicted, event_loop_delay)",
+      labelNames: ["route", "priority", "reason"],
+      registers,
+    });
+    const gauge = (name: string, help: string, read: (gate: Admission) => number): void => {
+      const metrics = this;
+      new Gauge({
+        name,
+        help,
+        labelNames: ["route"],
+        registers,
+        collect() {
+          for (const [route, gate] of metrics.#gates) this.set({ route }, read(gate));
+        },
+      });
+    };
+    gauge("fenced_gateway_admission_limit", "Each route family's concurrency limit now (adaptive; fixed for objects)", (g) => g.limit);
+    gauge("fenced_gateway_admission_inflight", "Requests of each route family admitted and not yet answered", (g) => g.inflight);
+    gauge("fenced_gateway_admission_queued", "Requests of each route family waiting for a slot", (g) => g.queued);
+    const metrics = this;
+    new Gauge({
+      name: "fenced_gateway_event_loop_delay_seconds",
+      help: "How late the event loop runs on average (admission control refuses from --max-event-loop-delay-ms)",
+      registers,
+      collect() {
+        if (metrics.#loop !== undefined) this.set(metrics.#loop.ms / 1000);
+      },
+    });
+  }
+
+  /** The gates and the loop to report (called once, when admission control is on). */
+  watch(gates: ReadonlyMap<string, Admission>, loop: LoopDelay): void {
+    this.#gates = gates;
+    this.#loop = loop;
+  }
+
+  shed(route: string, priority: Priority, reason: ShedReason): void {
+    this.#shed.inc({ route, priority, reason: reason.replaceAll("-", "_") });
+  }
+}
