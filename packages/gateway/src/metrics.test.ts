@@ -1,4 +1,5 @@
 import { once } from "node:events";
+import { ANSWERING_NODE_TIMEOUT_MS } from "@fenced/servers";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { GATEWAY_VERSION } from "./version.js";
@@ -13,7 +14,11 @@ let gw: RunningGateway;
 /** The lock's clients: node 2's URL carries a password, which no label may show. */
 let clients: Redis[];
 const PASSWORD = "n0t-in-any-label";
-const NODE_TIMEOUT_MS = 300;
+/**
+ * Far above any answer: the nodes that are up must not count a timeout (the first test finds none, and
+ * every node up), which a busy machine could make one of them do with a few hundred milliseconds.
+ */
+const NODE_TIMEOUT_MS = ANSWERING_NODE_TIMEOUT_MS;
 
 beforeAll(async () => {
   backends = await startBackends({ redis: 3, redisFaults: true, postgres: true });
