@@ -1,0 +1,264 @@
+// The load generator of overload.bench.ts, in a process of its own (forked from the benchmark with the
+// same node flags), so that neither the gateway's event loop nor the benchmark's garbage collector
+// delays a send. Each job is one phase of credential writes (PUT /v1/records/{key} with a signed
+// Fencing-Credential) by one API key, over its resources in turn:
+// - closed: `connections` clients, each sending its next write once the last was answered;
+// - open: one write every 1000/rate ms whatever the answers, each timed from its scheduled send, over
+//   up to `connections` sockets: a write that waits for a free socket waits in its latency.
+// Answers are sorted into accepted (2xx), shed (503 with the problem type /problems/overloaded) and
+// other (by status, and for a 503 by its problem type; transport errors by code).
+import { fork, type ChildProcess } from "node:child_process";
+import { once } from "node:events";
+import { setTimeout as delay } from "node:timers/promises";
+import { fileURLToPath } from "node:url";
+import { Client } from "undici";
+import { latencyOf, type Latency } from "./measure.js";
+
+export interface Job {
+  readonly origin: string;
+  readonly mode: "closed" | "open";
+  /** Writes per second (open) — ignored by a closed job. */
+  readonly ratePerSec: number;
+  /** Clients (closed) or the most sockets the generator may open (open). */
+  readonly connections: number;
+  readonly durationMs: number;
+  /** When the phase starts (Date.now() clock), so that two generators start together. */
+  readonly startAtMs: number;
+  /** How long after the last scheduled send the answers are waited for; writes still out then are counted unanswered. */
+  readonly drainLimitMs: number;
+  readonly apiKey: string;
+  /** Record w is `${keyPrefix}${w}`, written with credentials[w]. */
+  readonly keyPrefix: string;
+  readonly credentials: readonly string[];
+}
+
+export interface JobResult {
+  /** The phase's sending window (ms): the schedule's length, or the closed loop's run until its last answer. */
+  readonly windowMs: number;
+  readonly sent: number;
+  readonly accepted: number;
+  readonly shed: number;
+  /** Of those, the answers that arrived within the window: the throughput while the load lasted. */
+  readonly acceptedInWindow: number;
+  readonly shedInWindow: number;
+  /** Every other answer, by status ("503 /problems/unavailable" for a 503 of another type, "error ECONNRESET" for no answer). */
+  readonly other: Readonly<Record<string, number>>;
+  /** Writes with no answer by the drain limit (their connections were closed on them). */
+  readonly unanswered: number;
+  /** Latency of the accepted writes, from each write's scheduled send (open) or its send (closed), ms. */
+  readonly acceptedLatency: Latency;
+  /** The slowest answer of any kind (ms); with unanswered writes, a lower bound. */
+  readonly anyMaxMs: number;
+  /** How late each send left against its schedule (ms), open jobs only: the generator's own lag. */
+  readonly sendLag: Latency;
+  /** From the last scheduled send to the last answer (or the drain limit), ms. */
+  readonly drainMs: number;
+}
+
+interface Tally {
+  accepted: number;
+  shed: number;
+  acceptedInWindow: number;
+  shedInWindow: number;
+  other: Record<string, number>;
+  acceptedLatencies: number[];
+  anyMaxMs: number;
+}
+
+const OVERLOADED = "/problems/overloaded";
+
+/**
+ * Up to `max` keep-alive connections, each carrying one write at a time; a write that finds none free
+ * waits, first come first served, for the next to free up. O(1) a write: undici's Pool looks through
+ * its connections for a free one on every dispatch, which with 2,048 busy ones delayed the sends by
+ * over 100 ms.
+ */
+class Connections {
+  private readonly all: Client[] = [];
+  private readonly idle: Client[] = [];
+  private readonly waiting: ((client: Client) => void)[] = [];
+  private head = 0;
+
+  constructor(
+    private readonly origin: string,
+    private readonly max: number,
+  ) {}
+
+  async take(): Promise<Client> {
+    const idle = this.idle.pop();
+    if (idle !== undefined) return idle;
+    if (this.all.length < this.max) {
+      const client = new Client(this.origin, { pipelining: 1 });
+      this.all.push(client);
+      return client;
+    }
+    return new Promise((resolve) => this.waiting.push(resolve));
+  }
+
+  give(client: Client): void {
+    const next = this.waiting[this.head];
+    if (next === undefined) {
+      this.idle.push(client);
+      return;
+    }
+    this.waiting[this.head++] = undefined as never; // released as it is served, not kept for the phase
+    if (this.head === this.waiting.length) this.waiting.length = this.head = 0;
+    next(client);
+  }
+
+  /** Closes every connection; writes still waiting for one never get it (they count as unanswered). */
+  async destroy(): Promise<void> {
+    await Promise.all(this.all.map((c) => c.destroy()));
+  }
+}
+
+/** Sends write i (to record i mod the resources) and sorts its answer into `tally`, timed from `from`. */
+async function write(connections: Connections, job: Job, i: number, from: number, windowEnd: number, tally: Tally): Promise<void> {
+  const w = i % job.credentials.length;
+  let kind: string;
+  const client = await connections.take();
+  try {
+    const res = await client.request({
+      method: "PUT",
+      path: `/v1/records/${job.keyPrefix}${w}`,
+      headers: {
+        authorization: `Bearer ${job.apiKey}`,
+        "fencing-credential": job.credentials[w] as string,
+        "content-type": "application/json",
+      },
+      body: JSON.stringify({ writer: w, seq: i, note: "invoice total updated" }),
+    });
+    if (res.statusCode === 503) {
+      // Only a 503's body is read: its problem type tells a shed write from a store that is down.
+      const text = await res.body.text();
+      const type = problemType(text);
+      kind = type === OVERLOADED || type.endsWith(OVERLOADED) ? "shed" : `503 ${type}`;
+    } else {
+      await res.body.dump();
+      kind = res.statusCode >= 200 && res.statusCode < 300 ? "accepted" : String(res.statusCode);
+    }
+  } catch (err) {
+    kind = `error ${(err as { code?: string }).code ?? (err as Error).name}`;
+  } finally {
+    connections.give(client);
+  }
+  const done = performance.now();
+  const latency = done - from;
+  tally.anyMaxMs = Math.max(tally.anyMaxMs, latency);
+  if (kind === "accepted") {
+    tally.accepted++;
+    tally.acceptedLatencies.push(latency);
+    if (done <= windowEnd) tally.acceptedInWindow++;
+  } else if (kind === "shed") {
+    tally.shed++;
+    if (done <= windowEnd) tally.shedInWindow++;
+  } else tally.other[kind] = (tally.other[kind] ?? 0) + 1;
+}
+
+function problemType(body: string): string {
+  try {
+    const type = (JSON.parse(body) as { type?: unknown }).type;
+    return typeof type === "string" ? type : "(no type)";
+  } catch {
+    return "(not JSON)";
+  }
+}
+
+/** Runs one job in this process. */
+async function run(job: Job): Promise<JobResult> {
+  const connections = new Connections(job.origin, job.connections);
+  const tally: Tally = { accepted: 0, shed: 0, acceptedInWindow: 0, shedInWindow: 0, other: {}, acceptedLatencies: [], anyMaxMs: 0 };
+  // The shared start, on this process's clock.
+  const start = performance.now() + (job.startAtMs - Date.now());
+  const windowEnd = start + job.durationMs;
+  if (start - performance.now() >= 1) await delay(start - performance.now());
+  const lags: number[] = [];
+  const outstanding = new Set<Promise<void>>();
+  let sent = 0;
+  const send = (from: number): Promise<void> => {
+    const p = write(connections, job, sent++, from, windowEnd, tally).finally(() => outstanding.delete(p));
+    outstanding.add(p);
+    return p;
+  };
+  if (job.mode === "open") {
+    const interval = 1000 / job.ratePerSec;
+    const total = Math.floor((job.durationMs * job.ratePerSec) / 1000);
+    while (sent < total) {
+      // Every send that is due goes now, each timed from its own scheduled time; then sleep to the next
+      // (at least 1 ms: the timers are no finer, and spinning would take a core from the gateway).
+      const now = performance.now();
+      while (sent < total && start + sent * interval <= now) {
+        const scheduled = start + sent * interval;
+        lags.push(performance.now() - scheduled);
+        void send(scheduled);
+      }
+      if (sent < total) await delay(Math.max(1, start + sent * interval - performance.now()));
+    }
+  } else {
+    await Promise.all(
+      Array.from({ length: job.connections }, async () => {
+        while (performance.now() < windowEnd) await send(performance.now());
+      }),
+    );
+  }
+  const lastSend = Math.max(performance.now(), job.mode === "open" ? windowEnd : 0);
+  const limit = new AbortController();
+  const drained = Promise.all([...outstanding]).then(() => true);
+  const cut = delay(Math.max(0, lastSend + job.drainLimitMs - performance.now()), false, { signal: limit.signal }).catch(() => false);
+  const inTime = await Promise.race([drained, cut]);
+  limit.abort();
+  const unanswered = inTime ? 0 : outstanding.size;
+  const drainMs = performance.now() - lastSend;
+  const windowMs = job.mode === "open" ? job.durationMs : performance.now() - start;
+  // Writes still out are cut: their promises settle as errors, after this tally is read.
+  const result: JobResult = {
+    windowMs,
+    sent,
+    accepted: tally.accepted,
+    shed: tally.shed,
+    acceptedInWindow: job.mode === "open" ? tally.acceptedInWindow : tally.accepted,
+    shedInWindow: job.mode === "open" ? tally.shedInWindow : tally.shed,
+    other: { ...tally.other },
+    unanswered,
+    acceptedLatency: latencyOf(tally.acceptedLatencies),
+    anyMaxMs: Math.round(tally.anyMaxMs),
+    sendLag: latencyOf(lags),
+    drainMs: Math.round(drainMs),
+  };
+  await connections.destroy();
+  return result;
+}
+
+/** A generator process: run(job) sends the job to it and resolves with its result. */
+export interface Generator {
+  run(job: Job): Promise<JobResult>;
+  stop(): Promise<void>;
+}
+
+export async function startGenerator(): Promise<Generator> {
+  const child: ChildProcess = fork(fileURLToPath(import.meta.url), [], { stdio: ["ignore", "inherit", "inherit", "ipc"] });
+  await once(child, "spawn");
+  const exited = once(child, "exit").then(([code]) => {
+    throw new Error(`the load generator exited with ${String(code)}`);
+  });
+  exited.catch(() => undefined); // read by each run; a stop is no failure
+  return {
+    run: async (job) => {
+      const answer = once(child, "message") as Promise<[JobResult]>;
+      child.send(job);
+      return (await Promise.race([answer, exited]))[0];
+    },
+    stop: async () => {
+      child.disconnect();
+      await exited.catch(() => undefined);
+    },
+  };
+}
+
+// Forked by startGenerator: runs each job it is sent, one at a time, and answers with its result.
+if (process.argv[1] === fileURLToPath(import.meta.url) && process.send !== undefined) {
+  let queue = Promise.resolve();
+  process.on("message", (job: Job) => {
+    queue = queue.then(async () => void process.send?.(await run(job)));
+  });
+}

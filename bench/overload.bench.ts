@@ -1,0 +1,342 @@
+// The gateway under overload, open loop. Two gateway processes of the same build on one PostgreSQL
+// (fsync off): one with admission control off (ADMISSION_OFF_FLAGS), one with it on (the default).
+// Credential writes by ordinary API keys over 64 resources, sent by a load generator in a process of
+// its own (open-loop.ts). JSON lines on stdout:
+// - overload-capacity: closed loop at saturation (64 keep-alive clients), median of interleaved
+//   rounds, writes/s: the capacity every rate below is a multiple of;
+// - overload-open-loop: each gateway at 0.5×, 2× and 4× that capacity, sent on a fixed schedule
+//   whatever the answers, each write timed from its scheduled send: offered, accepted, shed and other
+//   answers per second, latency, the gateway's RSS and CPU, the generator's own lag;
+// - overload-goal: at 2× (and 4×, for information) accepted ≥ 0.9 × capacity, p99 of accepted ≤ 3×
+//   its value at 0.5×, every answer within the store deadline, RSS flat through the phase;
+// - overload-fairness: one key at 4× and another at 0.5× on the admission gateway: the small key's p99
+//   against its own alone;
+// - overload-refusal-cost: the gateway's CPU per shed answer against per accepted write.
+// Every process (benchmark, generators, gateways, PostgreSQL) shares this machine's cores.
+import { randomBytes } from "node:crypto";
+import { execFileSync } from "node:child_process";
+import { availableParallelism } from "node:os";
+import { setTimeout as delay } from "node:timers/promises";
+import { fileURLToPath } from "node:url";
+import { mintFenceCredential, type CredentialKey } from "@fenced/fence/credentials";
+import { startPostgres } from "@fenced/servers";
+import { emit, median, round3 } from "./measure.js";
+import { startGenerator, type Generator, type Job, type JobResult } from "./open-loop.js";
+import { startServer, type ServerProcess } from "./server-process.js";
+
+const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 5_000);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+/** The flags of the gateway without admission control (run without them while the gateway has no such flag). */
+const ADMISSION_OFF_FLAGS: readonly string[] = ["--no-admission"];
+const RESOURCES = 64;
+const CLIENTS = 64;
+/** The open loop's sockets at most: enough that the generator never waits for one at these rates (a wait would count). */
+const SOCKETS = 2_048;
+const SMALL_SOCKETS = 1_024;
+const FRACTIONS = [0.5, 2, 4] as const;
+/** The gateway's default --store-timeout-ms: no answer should take longer, shed or not. */
+const STORE_DEADLINE_MS = 5_000;
+/** After the last scheduled send, answers are waited for this long; writes still out then are unanswered. */
+const DRAIN_LIMIT_MS = 3 * STORE_DEADLINE_MS;
+/** The generator kept its schedule when its sends left at most this late at p99. */
+const LAG_LIMIT_MS = 10;
+const CLI = fileURLToPath(new URL("../packages/gateway/dist/cli.js", import.meta.url));
+const FENCE_KEY: CredentialKey = { id: "bench", secret: randomBytes(32) };
+/** Two ordinary API keys, each with its own resources and records. */
+const KEYS = {
+  big: { id: "big", key: "big-key-0123456789abcdef", resources: "overload/big/", records: "ovl/big/" },
+  small: { id: "small", key: "small-key-0123456789abcdef", resources: "overload/small/", records: "ovl/small/" },
+} as const;
+type Side = "off" | "on";
+
+const help = execFileSync(process.execPath, [CLI, "--help"]).toString();
+const offFlagExists = ADMISSION_OFF_FLAGS.every((flag) => help.includes(flag));
+const offFlags = offFlagExists ? ADMISSION_OFF_FLAGS : [];
+const setting = {
+  server: "throwaway PostgreSQL (fsync=off, synchronous_commit=off)",
+  writes: `credential PUT /v1/records by an ordinary API key over ${RESOURCES} resources`,
+  generator: "a child process of its own: undici Clients, one write at a time on each connection",
+  cores: availableParallelism(),
+  admissionOff: offFlagExists
+    ? `the "off" gateway runs with ${ADMISSION_OFF_FLAGS.join(" ")}`
+    : `this gateway has no ${ADMISSION_OFF_FLAGS.join(" ")}: both gateways run with admission as built (the same)`,
+};
+
+function startGateway(postgresUrl: string, side: Side): Promise<ServerProcess> {
+  const flags = side === "off" ? offFlags : [];
+  return startServer(
+    [CLI, "--port", "0", "--log-level", "info", "--postgres", postgresUrl, "--postgres-schema", `bench_overload_${side}`, ...flags],
+    {
+      FENCED_GATEWAY_API_KEYS: JSON.stringify(
+        Object.values(KEYS).map((k) => ({ id: k.id, key: k.key, resources: [k.resources], keys: [k.records] })),
+      ),
+      FENCED_GATEWAY_FENCE_KEYS: JSON.stringify([{ id: FENCE_KEY.id, secret: Buffer.from(FENCE_KEY.secret).toString("base64") }]),
+    },
+  );
+}
+
+/** Key `which`'s writes: one credential per resource, record w under resource w. */
+function writesOf(which: keyof typeof KEYS): Pick<Job, "apiKey" | "keyPrefix" | "credentials"> {
+  const k = KEYS[which];
+  const credentials = Array.from({ length: RESOURCES }, (_, w) =>
+    mintFenceCredential({ resource: `${k.resources}${w}`, token: 1n, holder: `${k.id}-${w}` }, FENCE_KEY, {
+      expiresAt: Date.now() + 86_400_000,
+    }),
+  );
+  return { apiKey: k.key, keyPrefix: k.records, credentials };
+}
+
+interface Load {
+  readonly generator: Generator;
+  readonly job: Pick<Job, "mode" | "ratePerSec" | "connections" | "apiKey" | "keyPrefix" | "credentials">;
+}
+
+interface Measured {
+  readonly results: JobResult[];
+  /** The gateway's RSS (MiB) as the phase starts, as its sends end, its peak, and once every answer is in. */
+  readonly rssStartMb: number;
+  readonly rssEndMb: number;
+  readonly rssPeakMb: number;
+  readonly rssAfterMb: number;
+  /** The gateway's CPU time (user + system) from the start to the last answer, seconds. */
+  readonly cpuSeconds: number;
+}
+
+/** One phase against `gw`: every load starts at once, for DURATION_MS, and the gateway is read around it. */
+async function phase(gw: ServerProcess, loads: readonly Load[], durationMs = DURATION_MS): Promise<Measured> {
+  await delay(500); // the last phase's sockets closed, its garbage collected
+  gw.resetPeak();
+  const rssStartMb = gw.rssMb().now;
+  const cpu0 = gw.cpuSeconds();
+  const startAtMs = Date.now() + 200;
+  let rssEndMb = Number.NaN;
+  const atEnd = setTimeout(() => (rssEndMb = gw.rssMb().now), startAtMs + durationMs - Date.now());
+  const results = await Promise.all(
+    loads.map((l) =>
+      l.generator.run({ ...l.job, origin: `http://127.0.0.1:${gw.port}`, startAtMs, durationMs, drainLimitMs: DRAIN_LIMIT_MS }),
+    ),
+  );
+  clearTimeout(atEnd);
+  return { results, rssStartMb, rssEndMb, rssPeakMb: gw.rssMb().peak, rssAfterMb: gw.rssMb().now, cpuSeconds: gw.cpuSeconds() - cpu0 };
+}
+
+const perSec = (n: number, r: JobResult): number => Math.round((n * 1000) / r.windowMs);
+const answers = (r: JobResult): number => r.accepted + r.shed + Object.values(r.other).reduce((a, b) => a + b, 0);
+const schedule = (r: JobResult): string =>
+  r.sendLag.p99Ms <= LAG_LIMIT_MS
+    ? `kept (sends left ${r.sendLag.p99Ms} ms late at p99)`
+    : `NOT kept: sends left ${r.sendLag.p99Ms} ms late at p99 (max ${r.sendLag.maxMs} ms); the offered rate arrived in bursts`;
+
+/** The figures of one open-loop load. */
+function openFigures(r: JobResult): Record<string, unknown> {
+  return {
+    offeredPerSec: perSec(r.sent, r),
+    // Answers that arrived while the load lasted, ÷ its length: the throughput under that load.
+    acceptedPerSec: perSec(r.acceptedInWindow, r),
+    shedPerSec: perSec(r.shedInWindow, r),
+    // Every answer of the phase, those after the last send too, ÷ the same length.
+    allAnswersPerSec: { accepted: perSec(r.accepted, r), shed: perSec(r.shed, r) },
+    otherByStatus: r.other,
+    unanswered: r.unanswered,
+    acceptedP50Ms: r.acceptedLatency.p50Ms,
+    acceptedP99Ms: r.acceptedLatency.p99Ms,
+    acceptedMaxMs: r.acceptedLatency.maxMs,
+    anyAnswerMaxMs: r.anyMaxMs,
+    totals: { sent: r.sent, accepted: r.accepted, shed: r.shed },
+    drainMs: r.drainMs,
+    sendLagP99Ms: r.sendLag.p99Ms,
+    schedule: schedule(r),
+  };
+}
+
+const postgres = await startPostgres();
+const gateways: Partial<Record<Side, ServerProcess>> = {};
+const generators: Generator[] = [];
+try {
+  gateways.off = await startGateway(postgres.url, "off");
+  gateways.on = await startGateway(postgres.url, "on");
+  const gw = gateways as Record<Side, ServerProcess>;
+  const big = await startGenerator();
+  const small = await startGenerator();
+  generators.push(big, small);
+  const bigWrites = writesOf("big");
+  const smallWrites = writesOf("small");
+  const closed: Load = { generator: big, job: { mode: "closed", ratePerSec: 0, connections: CLIENTS, ...bigWrites } };
+  const open = (generator: Generator, ratePerSec: number, writes: typeof bigWrites, connections = SOCKETS): Load => ({
+    generator,
+    job: { mode: "open", ratePerSec, connections, ...writes },
+  });
+
+  // A fresh gateway runs at about half speed until V8 has optimised its hot paths: warm both first.
+  for (const side of ["off", "on"] as const) await phase(gw[side], [closed], Math.min(3_000, 2 * DURATION_MS));
+
+  // 1. Capacity: the closed loop at saturation, the two gateways in alternating order.
+  const capacityRounds: Record<Side, { writesPerSec: number; cpuUsPerWrite: number; other: Record<string, number> }[]> = {
+    off: [],
+    on: [],
+  };
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const side of round % 2 === 0 ? (["off", "on"] as const) : (["on", "off"] as const)) {
+      const m = await phase(gw[side], [closed]);
+      const r = m.results[0] as JobResult;
+      capacityRounds[side].push({
+        writesPerSec: perSec(r.accepted, r),
+        cpuUsPerWrite: Math.round((m.cpuSeconds * 1e6) / Math.max(1, answers(r))),
+        other: { ...r.other, ...(r.shed > 0 ? { shed: r.shed } : {}) },
+      });
+    }
+  }
+  const capacityOf = (side: Side): number => median(capacityRounds[side].map((r) => r.writesPerSec));
+  const cpuPerWriteOf = (side: Side): number => median(capacityRounds[side].map((r) => r.cpuUsPerWrite));
+  // The rates are multiples of the gateway without admission control: what the gateway itself can do.
+  const capacity = capacityOf("off");
+  emit({
+    bench: "overload-capacity",
+    ...setting,
+    writesPerSec: capacity,
+    of: `admission-off gateway, closed loop, ${CLIENTS} keep-alive clients, median of ${ROUNDS} interleaved rounds of ${DURATION_MS} ms`,
+    goal: "(reported): every rate below is a multiple of it",
+    admissionOnWritesPerSec: capacityOf("on"),
+    cpuUsPerWrite: { off: cpuPerWriteOf("off"), on: cpuPerWriteOf("on") },
+    rounds: capacityRounds,
+  });
+
+  // 2. Open loop at each multiple of the capacity, the two gateways in alternating order.
+  const runs: Record<Side, Partial<Record<(typeof FRACTIONS)[number], Measured>>> = { off: {}, on: {} };
+  for (const [k, fraction] of FRACTIONS.entries()) {
+    const rate = Math.max(50, Math.round(capacity * fraction));
+    for (const side of k % 2 === 0 ? (["off", "on"] as const) : (["on", "off"] as const)) {
+      const m = await phase(gw[side], [open(big, rate, bigWrites)]);
+      runs[side][fraction] = m;
+      const r = m.results[0] as JobResult;
+      emit({
+        bench: "overload-open-loop",
+        ...setting,
+        admission: side,
+        fraction,
+        ratePerSec: rate,
+        durationMs: DURATION_MS,
+        sockets: SOCKETS,
+        ...openFigures(r),
+        gatewayRssStartMb: m.rssStartMb,
+        gatewayRssEndMb: m.rssEndMb,
+        gatewayRssPeakMb: m.rssPeakMb,
+        gatewayRssAfterDrainMb: m.rssAfterMb,
+        gatewayCpuUsPerAnswer: Math.round((m.cpuSeconds * 1e6) / Math.max(1, answers(r))),
+      });
+    }
+  }
+  for (const fraction of [2, 4] as const) {
+    for (const side of ["on", "off"] as const) {
+      const m = runs[side][fraction] as Measured;
+      const r = m.results[0] as JobResult;
+      const base = (runs[side][0.5] as Measured).results[0] as JobResult;
+      const line = (figure: string, value: number, goal: string, met: boolean, extra: Record<string, unknown> = {}): void =>
+        emit({
+          bench: "overload-goal",
+          figure,
+          admission: side,
+          fraction,
+          value,
+          goal,
+          met,
+          ...(fraction === 4 ? { note: "for information: the goals are judged at 2×" } : {}),
+          ...(side === "off" ? { judged: "no: the same build without admission control, for comparison" } : {}),
+          ...extra,
+          schedule: schedule(r),
+        });
+      const accepted = round3(perSec(r.acceptedInWindow, r) / capacity);
+      line("accepted ÷ capacity", accepted, ">= 0.9", accepted >= 0.9, { acceptedPerSec: perSec(r.acceptedInWindow, r), capacity });
+      const p99 = round3(r.acceptedLatency.p99Ms / base.acceptedLatency.p99Ms);
+      line("p99 of accepted ÷ its p99 at 0.5×", p99, "<= 3", p99 <= 3, {
+        acceptedP99Ms: r.acceptedLatency.p99Ms,
+        atHalfP99Ms: base.acceptedLatency.p99Ms,
+      });
+      line(
+        "slowest answer, accepted or shed (ms)",
+        r.anyMaxMs,
+        `<= ${STORE_DEADLINE_MS} (the store deadline), none unanswered`,
+        r.anyMaxMs <= STORE_DEADLINE_MS && r.unanswered === 0,
+        {
+          unanswered: r.unanswered,
+        },
+      );
+      const rss = round3(m.rssEndMb / m.rssStartMb);
+      line("gateway RSS as the sends end ÷ at the start", rss, "<= 1.5", rss <= 1.5, {
+        rssStartMb: m.rssStartMb,
+        rssEndMb: m.rssEndMb,
+        rssPeakMb: m.rssPeakMb,
+      });
+    }
+  }
+
+  // 3. Fairness on the admission gateway: the small key alone at 0.5×, then beside the big key at 4×.
+  const smallRate = Math.max(50, Math.round(capacity * 0.5));
+  const bigRate = Math.round(capacity * 4);
+  const alone = (await phase(gw.on, [open(small, smallRate, smallWrites, SMALL_SOCKETS)])).results[0] as JobResult;
+  const both = await phase(gw.on, [open(big, bigRate, bigWrites), open(small, smallRate, smallWrites, SMALL_SOCKETS)]);
+  const [bigR, smallR] = both.results as [JobResult, JobResult];
+  const fairness = round3(smallR.acceptedLatency.p99Ms / alone.acceptedLatency.p99Ms);
+  emit({
+    bench: "overload-fairness",
+    ...setting,
+    admission: "on",
+    ratio: fairness,
+    ratioOf: "the small key's p99 of accepted writes beside the big key ÷ its p99 alone, at 0.5× capacity",
+    goal: "<= 2",
+    met: fairness <= 2,
+    small: {
+      ratePerSec: smallRate,
+      sockets: SMALL_SOCKETS,
+      aloneP99Ms: alone.acceptedLatency.p99Ms,
+      aloneSchedule: schedule(alone),
+      ...openFigures(smallR),
+    },
+    big: { ratePerSec: bigRate, sockets: SOCKETS, ...openFigures(bigR) },
+    gatewayRssStartMb: both.rssStartMb,
+    gatewayRssEndMb: both.rssEndMb,
+  });
+
+  // 4. What a refusal costs the gateway: CPU over the 4× phase, less the accepted writes' share at the
+  // closed loop's CPU per write, divided among the shed answers.
+  const cost = (fraction: 2 | 4): Record<string, unknown> => {
+    const m = runs.on[fraction] as Measured;
+    const r = m.results[0] as JobResult;
+    const perAccepted = cpuPerWriteOf("on");
+    const shedShare = m.cpuSeconds * 1e6 - perAccepted * r.accepted;
+    const others = answers(r) - r.accepted - r.shed;
+    return {
+      cpuUsPerShed: r.shed > 0 ? Math.round(shedShare / r.shed) : null,
+      shed: r.shed,
+      accepted: r.accepted,
+      otherAnswers: others,
+      cpuUsPerAnswer: Math.round((m.cpuSeconds * 1e6) / Math.max(1, answers(r))),
+    };
+  };
+  const half = runs.on[0.5] as Measured;
+  const at4 = cost(4);
+  const perAnswerAtHalf = Math.round((half.cpuSeconds * 1e6) / Math.max(1, answers(half.results[0] as JobResult)));
+  emit({
+    bench: "overload-refusal-cost",
+    ...setting,
+    admission: "on",
+    cpuUsPerAccepted: cpuPerWriteOf("on"),
+    cpuUsPerShed: at4.cpuUsPerShed,
+    ratio: typeof at4.cpuUsPerShed === "number" ? round3(at4.cpuUsPerShed / cpuPerWriteOf("on")) : null,
+    ratioOf: "gateway CPU per shed answer ÷ per accepted write",
+    goal: "(reported)",
+    how:
+      "/proc/<pid>/stat utime+stime of the admission gateway; per accepted write: the closed-loop capacity rounds (all accepted), median; " +
+      "per shed answer: the 4× phase's CPU (start to last answer) less accepted × that, ÷ shed answers (other answers, if any, are charged to the shed)",
+    at4: {
+      ...at4,
+      cpuUsPerAnswerAtHalf: perAnswerAtHalf,
+      ratioPerAnswer4xToHalf: round3((at4.cpuUsPerAnswer as number) / perAnswerAtHalf),
+    },
+    at2: cost(2),
+  });
+} finally {
+  await Promise.allSettled(generators.map((g) => g.stop()));
+  await Promise.allSettled(Object.values(gateways).map((g) => g.stop()));
+  await postgres.stop();
+}
