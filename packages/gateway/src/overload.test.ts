@@ -1,0 +1,161 @@
+import pg from "pg";
+import { pino } from "pino";
+import { startPostgres, startRedisNodes, type RedisNodes, type ServerFaults } from "@fenced/servers";
+import { Redis } from "ioredis";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { AdmissionOptions } from "./admission/gate.js";
+import { createGateway, type Gateway } from "./app.js";
+import { serve, type Serving } from "./http/server.js";
+import { API_KEYS, bearer, FENCE_KEYS, httpClient, KEYS, writeHeaders, type Answer, type HttpClient } from "./test-support.js";
+
+/**
+ * Admission control over HTTP, on real backends: a request refused under overload is answered 503
+ * `overloaded` before any lock or store work (here while PostgreSQL is stopped, so any store work
+ * would hang) and nothing is written; a lease's extension and release are never refused while
+ * acquisitions and writes are; one API key's flood does not take the turns of another.
+ */
+let redis: RedisNodes;
+let postgres: { readonly url: string; readonly faults: ServerFaults; stop(): Promise<void> };
+let clients: Redis[];
+let pool: pg.Pool;
+
+beforeAll(async () => {
+  [redis, postgres] = await Promise.all([startRedisNodes(3), startPostgres({ faults: true })]);
+  clients = redis.urls.map((url) => new Redis(url).on("error", () => undefined));
+  pool = new pg.Pool({ connectionString: postgres.url, max: 4 });
+  pool.on("error", () => undefined);
+}, 300_000);
+
+afterAll(async () => {
+  if (postgres?.faults.paused) postgres.faults.resume();
+  for (const c of clients ?? []) c.disconnect();
+  await pool?.end().catch(() => undefined);
+  await Promise.allSettled([redis?.stop(), postgres?.stop()]);
+}, 120_000);
+
+interface Running {
+  readonly gateway: Gateway;
+  readonly client: HttpClient;
+  readonly serving: Serving;
+  metric(name: string, labels: string): Promise<number>;
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+async function run(admission: AdmissionOptions, schema: string): Promise<Running> {
+  const gateway = createGateway({
+    apiKeys: API_KEYS,
+    fenceKeys: FENCE_KEYS,
+    logger: pino({ level: "silent" }),
+    defaultMetrics: false,
+    // Far above the test: a write held by the stopped server waits for it, not for a deadline.
+    storeTimeoutMs: 60_000,
+    records: { pool, schema },
+    leases: { clients },
+    admission,
+  });
+  await gateway.prepare();
+  const serving = await serve(gateway.app, { port: 0 });
+  const client = httpClient(serving.port);
+  return {
+    gateway,
+    client,
+    serving,
+    async metric(name, labels) {
+      const text = await gateway.metrics.registry.metrics();
+      const line = text.split("\n").find((l) => l.startsWith(`${name}{${labels}}`));
+      return line === undefined ? 0 : Number(line.split(" ").at(-1));
+    },
+    async [Symbol.asyncDispose]() {
+      if (postgres.faults.paused) postgres.faults.resume();
+      client.close();
+      await serving.drain(5_000);
+      gateway.close();
+    },
+  };
+}
+
+const put = (client: HttpClient, key: string, apiKey: string = KEYS.admin): Promise<Answer> =>
+  client.json("PUT", `/v1/records/${key}`, { key }, writeHeaders(apiKey, 1n, { "fencing-resource": key }));
+
+describe("admission control", () => {
+  it("refuses past the limit and the queue at once, 503 overloaded with Retry-After, before any store work: nothing is written", async () => {
+    // One write at a time, one waiting.
+    await using gw = await run({ minConcurrency: 1, maxConcurrency: 1, queueLength: 1, queueTimeoutMs: 60_000 }, "shed");
+    postgres.faults.pause();
+    const held = put(gw.client, "team-a/held");
+    await expect.poll(() => gw.metric("fenced_gateway_admission_inflight", 'route="records"')).toBe(1);
+    const queued = put(gw.client, "team-a/queued");
+    await expect.poll(() => gw.metric("fenced_gateway_admission_queued", 'route="records"')).toBe(1);
+
+    // Answered while PostgreSQL is stopped: the request never reached the store.
+    const refused = await put(gw.client, "team-a/refused");
+    expect(refused.status).toBe(503);
+    expect(refused.headers["retry-after"]).toBe("1");
+    expect(refused.headers["content-type"]).toMatch(/^application\/problem\+json/);
+    expect(refused.json()).toMatchObject({ type: "/problems/overloaded", status: 503, reason: "queue-full" });
+    expect(refused.json().requestId).toBe(refused.headers["x-request-id"]);
+    expect(await gw.metric("fenced_gateway_requests_shed_total", 'route="records",priority="work",reason="queue_full"')).toBe(1);
+
+    postgres.faults.resume();
+    expect((await held).status).toBe(200);
+    expect((await queued).status).toBe(200);
+    const { rows } = await pool.query<{ key: string }>("SELECT key FROM shed.records ORDER BY key");
+    expect(rows.map((r) => r.key)).toEqual(["team-a/held", "team-a/queued"]);
+  });
+
+  it("never refuses a lease's extension or release, while acquisitions and writes are refused (the event loop running late)", async () => {
+    await using gw = await run({ maxEventLoopDelayMs: 40 }, "priorities");
+    const granted = await gw.client.json("POST", "/v1/leases", { resource: "team-a/p", ttlMs: 60_000 }, bearer(KEYS.admin));
+    expect(granted.status).toBe(201);
+    const { leaseId } = granted.json<{ leaseId: string }>();
+
+    // A loop blocked for 2 s: its average lateness passes 40 ms for over a hundred milliseconds after.
+    const until = performance.now() + 2_000;
+    while (performance.now() < until);
+    const [acquire, write, extend] = await Promise.all([
+      gw.client.json("POST", "/v1/leases", { resource: "team-a/q", ttlMs: 60_000 }, bearer(KEYS.admin)),
+      put(gw.client, "team-a/late"),
+      gw.client.json("POST", "/v1/leases/extend", { leaseId, ttlMs: 60_000 }, bearer(KEYS.admin)),
+    ]);
+    expect(acquire.json()).toMatchObject({ type: "/problems/overloaded", reason: "event-loop-delay" });
+    expect(write.json()).toMatchObject({ type: "/problems/overloaded", reason: "event-loop-delay" });
+    expect(extend.status).toBe(200);
+    const released = await gw.client.json(
+      "POST",
+      "/v1/leases/release",
+      { leaseId: extend.json<{ leaseId: string }>().leaseId },
+      bearer(KEYS.admin),
+    );
+    expect(released.status).toBe(204);
+    expect(await gw.metric("fenced_gateway_requests_shed_total", 'route="leases",priority="acquire",reason="event_loop_delay"')).toBe(1);
+    const { rows } = await pool.query("SELECT key FROM priorities.records");
+    expect(rows).toEqual([]);
+  });
+
+  it("takes turns across API keys: a key that floods the queue loses its newest place to another, which is served next", async () => {
+    await using gw = await run({ minConcurrency: 1, maxConcurrency: 1, queueLength: 3, queueTimeoutMs: 60_000 }, "fair");
+    postgres.faults.pause();
+    const order: string[] = [];
+    const send = (key: string, apiKey: string): Promise<Answer> =>
+      put(gw.client, key, apiKey).then((answer) => {
+        order.push(`${key}:${answer.status}`);
+        return answer;
+      });
+    // admin: one in flight, three waiting (the queue is full).
+    const flood = [send("a/0", KEYS.admin)];
+    await expect.poll(() => gw.metric("fenced_gateway_admission_inflight", 'route="records"')).toBe(1);
+    for (const i of [1, 2, 3]) {
+      flood.push(send(`a/${i}`, KEYS.admin));
+      await expect.poll(() => gw.metric("fenced_gateway_admission_queued", 'route="records"')).toBe(i);
+    }
+    // team-a, with nothing waiting, takes the place of admin's newest.
+    const other = send("team-a/b", KEYS.teamA);
+    const evicted = await flood[3];
+    expect(evicted?.json()).toMatchObject({ type: "/problems/overloaded", reason: "evicted" });
+
+    postgres.faults.resume();
+    await Promise.all([...flood, other]);
+    // One write at a time: a/0 (in flight), then the keys in turn — admin's oldest, team-a's, admin's next.
+    expect(order).toEqual(["a/3:503", "a/0:200", "a/1:200", "team-a/b:200", "a/2:200"]);
+  });
+});
