@@ -74,7 +74,9 @@ describe("losing the majority while holding a lease in using()", () => {
       expect(lost.kind).toBe("quorum-lost");
       // A killed node is known down (its client's reconnects are refused); a paused one keeps its connection and is silent.
       expect(lost.nodes.filter((n) => n.node >= 2)).toEqual(
-        [2, 3, 4].map((node) => (fault === "killed" ? expect.objectContaining({ node, reason: "refused" }) : { node, reason: "timeout" })),
+        [2, 3, 4].map((node): unknown =>
+          fault === "killed" ? expect.objectContaining({ node, reason: "refused" }) : { node, reason: "timeout" },
+        ),
       );
       // A healthy node is named only if it missed nodeTimeoutMs (100 ms), which a busy machine can make it do.
       expect(lost.nodes.filter((n) => n.node < 2).every((n) => n.reason === "timeout")).toBe(true);
