@@ -100,8 +100,8 @@ describe("a route family's gate", () => {
 
   it("refuses when the queue is full (queue-full), makes room for a key waiting less (evicted), and after queueTimeoutMs (queue-timeout)", async () => {
     const gate = new Admission({ ...settings, queueTimeoutMs: 50 });
-    gate.admit("work", "a");
-    gate.admit("work", "a");
+    void gate.admit("work", "a");
+    void gate.admit("work", "a");
     const a1 = gate.admit("work", "a") as Promise<Release>;
     const a2 = gate.admit("work", "a") as Promise<Release>;
     expect(() => gate.admit("work", "a")).toThrow(expect.objectContaining({ reason: "queue-full" }));

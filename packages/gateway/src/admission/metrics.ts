@@ -16,28 +16,30 @@ export class AdmissionMetrics {
       labelNames: ["route", "priority", "reason"],
       registers,
     });
+    // collect() runs with the gauge as `this`: the gates and the loop are read through these.
+    const gates = (): ReadonlyMap<string, Admission> => this.#gates;
+    const loop = (): LoopDelay | undefined => this.#loop;
     const gauge = (name: string, help: string, read: (gate: Admission) => number): void => {
-      const metrics = this;
       new Gauge({
         name,
         help,
         labelNames: ["route"],
         registers,
         collect() {
-          for (const [route, gate] of metrics.#gates) this.set({ route }, read(gate));
+          for (const [route, gate] of gates()) this.set({ route }, read(gate));
         },
       });
     };
     gauge("fenced_gateway_admission_limit", "Each route family's concurrency limit now (adaptive; fixed for objects)", (g) => g.limit);
     gauge("fenced_gateway_admission_inflight", "Requests of each route family admitted and not yet answered", (g) => g.inflight);
     gauge("fenced_gateway_admission_queued", "Requests of each route family waiting for a slot", (g) => g.queued);
-    const metrics = this;
     new Gauge({
       name: "fenced_gateway_event_loop_delay_seconds",
       help: "How late the event loop runs on average (admission control refuses from --max-event-loop-delay-ms)",
       registers,
       collect() {
-        if (metrics.#loop !== undefined) this.set(metrics.#loop.ms / 1000);
+        const delay = loop();
+        if (delay !== undefined) this.set(delay.ms / 1000);
       },
     });
   }
