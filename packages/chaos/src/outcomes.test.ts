@@ -17,6 +17,11 @@ describe("outcome of an operation, by the type of its error", () => {
         outcome: "fail",
         reason: "unavailable",
       });
+      // Refused by admission control before any lock or store work: nothing written, even once the request left.
+      expect(classify(new GatewayFailedError(503, "/problems/overloaded", "busy"), sent)).toEqual({
+        outcome: "fail",
+        reason: "unavailable",
+      });
     }
     expect(classify(new NoLeaseError("no lease within the deadline"), false)).toEqual({ outcome: "fail", reason: "lock" });
     expect(classify(new LockBusyError(503, "no quorum"), false)).toEqual({ outcome: "fail", reason: "lock" });

@@ -17,7 +17,7 @@ import { NoLeaseError } from "./lease-source.js";
  * |---|---|---|
  * | StaleTokenError, VersionMismatchError, ResourceMismatchError, a gateway's other 4xx | refused | refused |
  * | NoLeaseError (LockNotAcquired, no quorum, no lease by the deadline) | unavailable (lock) | — |
- * | StoreUnavailableError, ContentionError, 503 `/problems/unavailable` | unavailable | unavailable |
+ * | StoreUnavailableError, ContentionError, 503 `/problems/unavailable` or `/problems/overloaded` | unavailable | unavailable |
  * | OutcomeUnknownError, 503 `/problems/outcome-unknown` | unavailable (the counter's write never left) | outcome unknown |
  * | a broken connection, a client-side timeout | unavailable | outcome unknown |
  * | StoreSetupError, CorruptStateError, a gateway's other 5xx, anything else | error | outcome unknown |
@@ -31,6 +31,8 @@ export type Classified = { readonly outcome: "fail"; readonly reason: FailReason
 
 const UNAVAILABLE_PROBLEM = "/problems/unavailable";
 const OUTCOME_UNKNOWN_PROBLEM = "/problems/outcome-unknown";
+/** Refused by the gateway's admission control before any lock or store work: nothing was written, sent or not. */
+const OVERLOADED_PROBLEM = "/problems/overloaded";
 
 /** Node's and the clients' codes for a connection that broke, was refused, or gave no answer in time. */
 const NETWORK_CODES = new Set(["ECONNRESET", "ECONNREFUSED", "EPIPE", "ETIMEDOUT", "ECONNABORTED", "EHOSTUNREACH", "ENETUNREACH"]);
@@ -83,7 +85,7 @@ export function classify(err: unknown, sent: boolean): Classified {
   if (is(NoLeaseError) || is(LockBusyError)) return fail("lock");
   if (is(StoreUnavailableError) || is(ContentionError)) return fail("unavailable");
   if (err instanceof GatewayFailedError) {
-    if (err.status === 503 && err.type === UNAVAILABLE_PROBLEM) return fail("unavailable");
+    if (err.status === 503 && (err.type === UNAVAILABLE_PROBLEM || err.type === OVERLOADED_PROBLEM)) return fail("unavailable");
     if (err.status === 503 && err.type === OUTCOME_UNKNOWN_PROBLEM) return sent ? { outcome: "info" } : fail("unavailable");
   }
   if (sent) return { outcome: "info" };
