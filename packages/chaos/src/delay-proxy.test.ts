@@ -3,6 +3,13 @@ import { performance } from "node:perf_hooks";
 import { afterEach, describe, expect, it } from "vitest";
 import { DelayProxy } from "./delay-proxy.js";
 
+/**
+ * The delays the tests add each way: far above a round trip through the proxy on a busy machine (tens
+ * of milliseconds there), so that a round trip without delay (under UP_MS) is told from one with either.
+ */
+const UP_MS = 400;
+const DOWN_MS = 500;
+
 /** An echo server: every byte comes back, so a round trip crosses the proxy once each way. */
 async function echoServer(): Promise<{ server: Server; port: number }> {
   const server = createServer((s) => s.pipe(s));
@@ -51,7 +58,7 @@ describe("delay proxy", () => {
     expect(proxy.targetPort).toBe(port);
     const socket = await open(proxy.port);
     cleanup.push(() => void socket.destroy());
-    expect(await roundTrip(socket, "hello")).toBeLessThan(100);
+    expect(await roundTrip(socket, "hello")).toBeLessThan(UP_MS);
   });
 
   it("forwards without delay, then delays each direction by what was added, then not once removed", async () => {
@@ -62,14 +69,14 @@ describe("delay proxy", () => {
     const socket = await open(proxy.port);
     cleanup.push(() => void socket.destroy());
 
-    expect(await roundTrip(socket, "a")).toBeLessThan(100);
-    const removeUp = proxy.addDelay("up", 150);
-    expect(await roundTrip(socket, "b")).toBeGreaterThanOrEqual(145);
-    const removeDown = proxy.addDelay("down", 200);
-    expect(await roundTrip(socket, "c")).toBeGreaterThanOrEqual(345);
+    expect(await roundTrip(socket, "a")).toBeLessThan(UP_MS);
+    const removeUp = proxy.addDelay("up", UP_MS);
+    expect(await roundTrip(socket, "b")).toBeGreaterThanOrEqual(UP_MS - 5);
+    const removeDown = proxy.addDelay("down", DOWN_MS);
+    expect(await roundTrip(socket, "c")).toBeGreaterThanOrEqual(UP_MS + DOWN_MS - 5);
     removeUp();
     removeDown();
-    expect(await roundTrip(socket, "d")).toBeLessThan(100);
+    expect(await roundTrip(socket, "d")).toBeLessThan(UP_MS);
   });
 
   it("keeps the order of the bytes when the delay shrinks mid-stream, and overlapping delays use the largest", async () => {
@@ -90,8 +97,8 @@ describe("delay proxy", () => {
     expect(proxy.delayMs("up")).toBe(30);
     short();
     socket.write("second");
-    await new Promise((r) => setTimeout(r, 400));
-    expect(received).toBe("first-second");
+    // Out of order, "second" would arrive first, and this would never hold.
+    await expect.poll(() => received, { timeout: 5_000 }).toBe("first-second");
   });
 
   it("passes a server that dies, or is down, on to the client as a closed connection, so that it reconnects", async () => {
@@ -136,12 +143,12 @@ describe("delay proxy", () => {
       (socket) => new Promise<string | undefined>((resolve) => socket.once("error", (err: NodeJS.ErrnoException) => resolve(err.code))),
     );
     for (const socket of sockets) socket.write("request");
-    await new Promise((r) => setTimeout(r, 50));
+    // Both connections forwarded: the server has its side of each.
+    await expect.poll(() => serverSide.length, { timeout: 5_000 }).toBe(2);
     expect(proxy.resetConnections()).toBe(2);
     expect(await Promise.all(errors)).toEqual(["ECONNRESET", "ECONNRESET"]);
-    await new Promise((r) => setTimeout(r, 50));
-    expect(serverSide.every((s) => s.destroyed)).toBe(true);
-    expect(serverErrors).toContain("ECONNRESET");
+    await expect.poll(() => serverSide.every((s) => s.destroyed), { timeout: 5_000 }).toBe(true);
+    await expect.poll(() => serverErrors, { timeout: 5_000 }).toContain("ECONNRESET");
     // Nothing left to reset; a new connection is forwarded as before.
     expect(proxy.resetConnections()).toBe(0);
     const { server: echo, port } = await echoServer();
@@ -149,6 +156,6 @@ describe("delay proxy", () => {
     proxy.forwardTo("127.0.0.1", port);
     const again = await open(proxy.port);
     cleanup.push(() => void again.destroy());
-    expect(await roundTrip(again, "after")).toBeLessThan(100);
+    expect(await roundTrip(again, "after")).toBeLessThan(UP_MS);
   });
 });
