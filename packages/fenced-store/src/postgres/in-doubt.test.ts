@@ -16,7 +16,12 @@ import { fenceAt as f, outcome, sleep } from "./test-support.js";
 // rolled back (outcomes.test.ts).
 
 let h: FaultHarness;
-const TIMEOUT_MS = 300;
+/**
+ * The stores' deadline. The writes under test outlast any deadline (a lock held, a paused server, a
+ * proxy holding their messages); every other call, the holder's own writes and reads, must end within
+ * it, and a few hundred milliseconds is what a busy machine can make one of them take.
+ */
+const TIMEOUT_MS = 1_000;
 
 beforeAll(async () => {
   h = await faultHarness();
