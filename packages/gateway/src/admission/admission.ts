@@ -10,7 +10,7 @@ export type Priority = (typeof PRIORITIES)[number];
 export const SHED_REASONS = ["queue-full", "queue-timeout", "evicted", "event-loop-delay"] as const;
 export type ShedReason = (typeof SHED_REASONS)[number];
 
-/** A request admission refused: answered 503 `overloaded` before any lock or store work. */
+/** A waiting request admission refused (its wait's timeout, or its place given to another): answered 503 `overloaded` before any lock or store work. */
 export class OverloadedError extends Error {
   constructor(readonly reason: ShedReason) {
     super(REFUSALS[reason]);
@@ -18,7 +18,8 @@ export class OverloadedError extends Error {
   }
 }
 
-const REFUSALS: Record<ShedReason, string> = {
+/** Each refusal's detail, as its answer says it. */
+export const REFUSALS: Record<ShedReason, string> = {
   "queue-full": "the gateway is at its limit and its queue is full",
   "queue-timeout": "the gateway is at its limit and the request waited its longest in the queue",
   evicted: "the gateway is at its limit and the request's place in the queue went to one of a higher priority or of a key waiting less",
@@ -72,16 +73,18 @@ export class Admission {
   }
 
   /**
-   * A release at once, or the promise of one once a slot is free; throws (or rejects with)
-   * OverloadedError when refused. `watch` is called only when the request waits: it arranges for
-   * `cancel` to be called if its client leaves meanwhile (the promise then rejects with `reason`).
+   * A release at once; "queue-full" when refused at once (a value, not an error: under overload that
+   * is the common answer, and it must cost little); or the promise of a release once a slot is free,
+   * rejected with OverloadedError when the request is refused while it waits. `watch` is called only
+   * when the request waits: it arranges for `cancel` to be called if its client leaves meanwhile (the
+   * promise then rejects with that reason).
    */
-  admit(priority: Priority, key: string, watch?: (cancel: (reason: Error) => void) => void): Release | Promise<Release> {
+  admit(priority: Priority, key: string, watch?: (cancel: (reason: Error) => void) => void): Release | "queue-full" | Promise<Release> {
     if (this.#inflight < this.limit && this.#queue.size === 0) return this.#grant();
     const level = PRIORITIES.indexOf(priority);
     if (this.#queue.size >= this.settings.queueLength) {
       const victim = this.settings.queueLength === 0 ? undefined : this.#queue.evictFor(level, key);
-      if (victim === undefined) throw new OverloadedError("queue-full");
+      if (victim === undefined) return "queue-full";
       clearTimeout(victim.timer);
       victim.reject(new OverloadedError("evicted"));
     }

@@ -3,8 +3,8 @@ import type { Logger } from "pino";
 import { z } from "zod";
 import type { ApiKeys } from "../auth/api-keys.js";
 import { ClientGoneError } from "../http/client-gone.js";
-import { HttpProblem } from "../problems/problem.js";
-import { Admission, OverloadedError, type Priority, type Release, type ShedReason } from "./admission.js";
+import { make, sendProblem } from "../problems/problem.js";
+import { Admission, OverloadedError, REFUSALS, type Priority, type Release, type ShedReason } from "./admission.js";
 import { LoopDelay } from "./loop-delay.js";
 import type { AdmissionMetrics } from "./metrics.js";
 
@@ -70,10 +70,11 @@ export function admissionGate(options: {
   options.metrics.watch(gates, loop);
   const warn = summary(options.logger);
 
-  const refuse = (family: Family, priority: Priority, reason: ShedReason): HttpProblem<"overloaded"> => {
+  /** The refusal, answered here: no error is made, thrown or classified for it (under overload it is the common answer). */
+  const refuse = (res: Response, family: Family, priority: Priority, reason: ShedReason): void => {
     options.metrics.shed(family, priority, reason);
     warn(reason);
-    return new HttpProblem("overloaded", new OverloadedError(reason).message, { reason });
+    sendProblem(res, make("overloaded", REFUSALS[reason], { reason }));
   };
 
   const handler: RequestHandler = (req, res, next) => {
@@ -83,17 +84,13 @@ export function admissionGate(options: {
     if (family === undefined || priority === undefined || key === undefined) return next();
     // The loop is behind: everything admitted now would wait that long at each step. Acquisitions go first.
     if (loop.ms >= (priority === "acquire" ? config.maxEventLoopDelayMs / 2 : config.maxEventLoopDelayMs))
-      return next(refuse(family, priority, "event-loop-delay"));
-    let admitted: Release | Promise<Release>;
-    try {
-      admitted = (gates.get(family) as Admission).admit(priority, key, (cancel) => watchClient(res, cancel));
-    } catch (err) {
-      return next(err instanceof OverloadedError ? refuse(family, priority, err.reason) : err);
-    }
+      return refuse(res, family, priority, "event-loop-delay");
+    const admitted = (gates.get(family) as Admission).admit(priority, key, (cancel) => watchClient(res, cancel));
     if (typeof admitted === "function") return hold(res, admitted, next);
+    if (typeof admitted === "string") return refuse(res, family, priority, admitted);
     admitted.then(
       (release) => hold(res, release, next),
-      (err: unknown) => next(err instanceof OverloadedError ? refuse(family, priority, err.reason) : err),
+      (err: unknown) => (err instanceof OverloadedError ? refuse(res, family, priority, err.reason) : next(err)),
     );
   };
   return { handler, stop: () => loop.stop() };

@@ -57,7 +57,8 @@ export interface Classified {
   readonly headers: Readonly<Record<string, string>>;
 }
 
-function make<K extends ProblemKind>(kind: K, detail: string | undefined, ...[extensions, headers]: ProblemArgs<K>): Classified {
+/** A problem of `kind`, answered as is (sendProblem), without an error to classify: for answers on a hot path, such as admission control's refusals. */
+export function make<K extends ProblemKind>(kind: K, detail: string | undefined, ...[extensions, headers]: ProblemArgs<K>): Classified {
   return classified(kind, detail, extensions ?? {}, headers ?? {});
 }
 
