@@ -71,9 +71,11 @@ export function admissionGate(options: {
   const warn = summary(options.logger);
 
   /** The refusal, answered here: no error is made, thrown or classified for it (under overload it is the common answer). */
-  const refuse = (res: Response, family: Family, priority: Priority, reason: ShedReason): void => {
+  const refuse = (req: Request, res: Response, family: Family, priority: Priority, reason: ShedReason): void => {
     options.metrics.shed(family, priority, reason);
     warn(reason);
+    // A client waiting for "100 Continue" will not send its body: this connection cannot carry another request (as app.ts's fail()).
+    if (/^100-continue$/i.test(req.headers.expect ?? "")) res.setHeader("Connection", "close");
     sendProblem(res, make("overloaded", REFUSALS[reason], { reason }));
   };
 
@@ -84,13 +86,13 @@ export function admissionGate(options: {
     if (family === undefined || priority === undefined || key === undefined) return next();
     // The loop is behind: everything admitted now would wait that long at each step. Acquisitions go first.
     if (loop.ms >= (priority === "acquire" ? config.maxEventLoopDelayMs / 2 : config.maxEventLoopDelayMs))
-      return refuse(res, family, priority, "event-loop-delay");
+      return refuse(req, res, family, priority, "event-loop-delay");
     const admitted = (gates.get(family) as Admission).admit(priority, key, (cancel) => watchClient(res, cancel));
     if (typeof admitted === "function") return hold(res, admitted, next);
-    if (typeof admitted === "string") return refuse(res, family, priority, admitted);
+    if (typeof admitted === "string") return refuse(req, res, family, priority, admitted);
     admitted.then(
       (release) => hold(res, release, next),
-      (err: unknown) => (err instanceof OverloadedError ? refuse(res, family, priority, err.reason) : next(err)),
+      (err: unknown) => (err instanceof OverloadedError ? refuse(req, res, family, priority, err.reason) : next(err)),
     );
   };
   return { handler, stop: () => loop.stop() };
