@@ -1,6 +1,7 @@
 import { performance } from "node:perf_hooks";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Redis } from "ioredis";
+import { ANSWERING_NODE_TIMEOUT_MS } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { InvalidArgumentError } from "@fenced/fence";
 import { LeaseLostError, LockNotAcquiredError } from "./errors.js";
@@ -30,7 +31,9 @@ describe("Redlock over 5 nodes", () => {
     t = await startTestNodes(5);
     // Preloaded, so that drained() is exact (see there).
     await Promise.all(t.admin.map(loadScripts));
-    redlock = new Redlock(t.clients, { retryCount: 0 });
+    // No node is ever silent here, and the tests name each node's answer: a node timeout far above any
+    // answer, so that a busy machine cannot turn one into a timeout.
+    redlock = new Redlock(t.clients, { retryCount: 0, nodeTimeoutMs: ANSWERING_NODE_TIMEOUT_MS });
   });
   afterAll(async () => {
     await t?.stop();
@@ -152,7 +155,7 @@ describe("Redlock over 5 nodes", () => {
   it("a second acquirer is refused while the lease is held, with 'held' from every node, and gets a larger token after release", async () => {
     const resource = "basic/exclusive";
     const otherClients = await t.moreClients();
-    const other = new Redlock(otherClients, { retryCount: 0 });
+    const other = new Redlock(otherClients, { retryCount: 0, nodeTimeoutMs: ANSWERING_NODE_TIMEOUT_MS });
     const first = await redlock.acquire(resource, 5_000);
     await drained(t.clients);
     const refused = await other.acquire(resource, 5_000).catch((e: unknown) => e);
@@ -329,8 +332,8 @@ describe("Redlock over a single node", () => {
   });
 
   it("hands out tokens 1, 2, 3, … and is exclusive", async () => {
-    const redlock = new Redlock(t.clients, { retryCount: 0 });
-    const other = new Redlock(await t.moreClients(), { retryCount: 0 });
+    const redlock = new Redlock(t.clients, { retryCount: 0, nodeTimeoutMs: ANSWERING_NODE_TIMEOUT_MS });
+    const other = new Redlock(await t.moreClients(), { retryCount: 0, nodeTimeoutMs: ANSWERING_NODE_TIMEOUT_MS });
     expect(redlock.quorum).toBe(1);
     const tokens: bigint[] = [];
     for (let i = 0; i < 20; i++) {
