@@ -8,7 +8,6 @@ import { FencedS3, type FencedS3Options } from "@fenced/store/s3";
 import { FencedError, InvalidArgumentError } from "@fenced/fence";
 import { type CredentialKey } from "@fenced/fence/credentials";
 import { admissionGate, type AdmissionOptions } from "./admission/gate.js";
-import { AdmissionMetrics } from "./admission/metrics.js";
 import type { FenceSet } from "@fenced/store";
 import type { HealthAnswer } from "./schemas/answers.js";
 import { ApiKeys, type ApiKeyConfig } from "./auth/api-keys.js";
@@ -151,7 +150,7 @@ export function createGateway(options: GatewayOptions): Gateway {
   const admission = admissionGate({
     config: options.admission ?? {},
     auth: ctx.auth,
-    metrics: new AdmissionMetrics(metrics.registry),
+    metrics: metrics.admission,
     logger,
   });
   app.use(admission.handler);

@@ -201,7 +201,8 @@ const configObject = z.strictObject(fields);
 
 /** A field's schema without its optional, default and transform wrappers: the object, array or value inside. */
 function bare(schema: z.ZodType): z.ZodType {
-  if (schema instanceof z.ZodOptional || schema instanceof z.ZodDefault) return bare(schema.unwrap() as z.ZodType);
+  if (schema instanceof z.ZodOptional || schema instanceof z.ZodDefault || schema instanceof z.ZodPrefault)
+    return bare(schema.unwrap() as z.ZodType);
   if (schema instanceof z.ZodPipe) return bare(schema.in as z.ZodType);
   return schema;
 }

@@ -38,7 +38,8 @@ const quoted = (name: string): string => `\`${name}\``;
  * made of): an object's fields dotted, an array of objects' fields as `name[].field`.
  */
 function fields(schema: z.ZodType, path: string): string[] {
-  if (schema instanceof z.ZodOptional || schema instanceof z.ZodDefault) return fields(schema.unwrap() as z.ZodType, path);
+  if (schema instanceof z.ZodOptional || schema instanceof z.ZodDefault || schema instanceof z.ZodPrefault)
+    return fields(schema.unwrap() as z.ZodType, path);
   if (schema instanceof z.ZodPipe) return fields(schema.in as z.ZodType, path);
   if (schema instanceof z.ZodObject)
     return Object.entries(schema.shape as Record<string, z.ZodType>).flatMap(([name, field]) =>

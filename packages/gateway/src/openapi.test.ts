@@ -123,6 +123,7 @@ describe("the OpenAPI document", () => {
         ["/problems/backend-error", 502],
         ["/problems/unavailable", 503],
         ["/problems/outcome-unknown", 503],
+        ["/problems/overloaded", 503],
         ["/problems/backend-misconfigured", 503],
         ["/problems/internal", 500],
       ]),

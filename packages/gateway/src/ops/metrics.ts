@@ -5,6 +5,7 @@ import { PROBLEM_TYPES } from "../problems/kinds.js";
 import { classify } from "../problems/problem.js";
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
 import { GATEWAY_VERSION } from "../version.js";
+import { AdmissionMetrics } from "../admission/metrics.js";
 import type { MalformedReason } from "../http/client-errors.js";
 
 export type StoreName = "records" | "objects";
@@ -29,9 +30,12 @@ export class GatewayMetrics {
   readonly #lockNodeLatency: Histogram<"node" | "address">;
   readonly #lockNodeFailures: Counter<"node" | "address" | "kind">;
   readonly #malformed: Counter<"reason">;
+  /** Admission control's refusals and each route family's gate (admission/metrics.ts). */
+  readonly admission: AdmissionMetrics;
 
   constructor(options: { defaultMetrics?: boolean } = {}) {
     const registers = [this.registry];
+    this.admission = new AdmissionMetrics(this.registry);
     this.#accepted = new Counter({
       name: "fenced_gateway_writes_accepted_total",
       help: "Writes the storage accepted",
