@@ -1,5 +1,6 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { MAX_TOKEN } from "@fenced/fence";
+import { ANSWERING_NODE_TIMEOUT_MS } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { redisErrorCode } from "./client.js";
 import { LockNotAcquiredError, TokenSpaceExhaustedError } from "./errors.js";
@@ -31,7 +32,9 @@ describe.each(IOREDIS_MAJORS)("the lock on ioredis %i clients", (major) => {
   beforeAll(async () => {
     t = await startTestNodes(3, { faults: true }, { ioredis: major, failFast: true });
     await Promise.all(t.admin.map(loadScripts));
-    redlock = new Redlock(t.clients, { retryCount: 0 });
+    // No node is silent in these tests (a killed one is known down, refused at once), and they name the
+    // nodes' answers: a node timeout far above any answer, so that a busy machine cannot turn one into a timeout.
+    redlock = new Redlock(t.clients, { retryCount: 0, nodeTimeoutMs: ANSWERING_NODE_TIMEOUT_MS });
   });
   afterAll(async () => {
     await t?.stop();
@@ -44,7 +47,9 @@ describe.each(IOREDIS_MAJORS)("the lock on ioredis %i clients", (major) => {
     await drained(t.clients);
     expect(lease.token).toBe(1n);
     expect(await leaseValuesOn(t.admin, resource)).toEqual(Array(3).fill(lease.value));
-    const refused = await new Redlock(await t.moreClients(), { retryCount: 0 }).acquire(resource, 2_000).catch((e: unknown) => e);
+    const refused = await new Redlock(await t.moreClients(), { retryCount: 0, nodeTimeoutMs: ANSWERING_NODE_TIMEOUT_MS })
+      .acquire(resource, 2_000)
+      .catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(LockNotAcquiredError);
     await lease.extend(30_000);
     await drained(t.clients);

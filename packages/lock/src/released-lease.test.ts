@@ -1,4 +1,5 @@
 import type { Redis } from "ioredis";
+import { ANSWERING_NODE_TIMEOUT_MS } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LeaseLostError } from "./errors.js";
 import type { Lease } from "./lease.js";
@@ -54,7 +55,9 @@ describe("a lease that was released says `released`", () => {
 
   beforeAll(async () => {
     t = await startTestNodes(3);
-    redlock = new Redlock(t.clients, { retryCount: 0 });
+    // No node is silent here, and the tests name every node's answer (not-held): a node timeout far above
+    // any answer, so that a busy machine cannot turn one into a timeout.
+    redlock = new Redlock(t.clients, { retryCount: 0, nodeTimeoutMs: ANSWERING_NODE_TIMEOUT_MS });
   });
   afterAll(async () => {
     await t?.stop();

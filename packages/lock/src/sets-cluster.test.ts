@@ -2,7 +2,7 @@ import { performance } from "node:perf_hooks";
 import { Cluster } from "ioredis";
 import { Cluster as Cluster6 } from "ioredis-6";
 import { InvalidArgumentError } from "@fenced/fence";
-import { startRedisCluster, type RedisCluster } from "@fenced/servers";
+import { ANSWERING_NODE_TIMEOUT_MS, startRedisCluster, type RedisCluster } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { RedisClient } from "./client.js";
 import { LockNotAcquiredError } from "./errors.js";
@@ -41,13 +41,15 @@ describe("sets of resources on a Redis Cluster", () => {
     // Every key of the set, lease keys and counters, hashes to one slot.
     expect(new Set(await Promise.all(keysOf(set).map(slotOf))).size).toBe(1);
 
-    const redlock = new Redlock([mine], { retryCount: 0 });
+    // The cluster is up and its answers are named ("held"): a node timeout far above any answer, so that
+    // a busy machine cannot turn one into a timeout.
+    const redlock = new Redlock([mine], { retryCount: 0, nodeTimeoutMs: ANSWERING_NODE_TIMEOUT_MS });
     const lease = await redlock.acquire(set, 2_000);
     expect(lease.fences.map((f) => [f.resource, f.token])).toEqual(set.map((r) => [r, 1n]));
     for (const r of set) expect(await admin.get(resourceKeys(r).lease)).toBe(lease.value);
 
     // Exclusive: another client of the cluster is refused one of them, alone or in another set of the tag.
-    const other = new Redlock([theirs], { retryCount: 0 });
+    const other = new Redlock([theirs], { retryCount: 0, nodeTimeoutMs: ANSWERING_NODE_TIMEOUT_MS });
     for (const wanted of [set[1]!, [`{accounts-${major}}:dave`, set[2]!]]) {
       const refused = await other.acquire(wanted, 2_000).catch((e: unknown) => e);
       expect(refused).toBeInstanceOf(LockNotAcquiredError);
