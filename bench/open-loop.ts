@@ -9,10 +9,12 @@
 // other (by status, and for a 503 by its problem type; transport errors by code).
 import { fork, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
+import { setPriority } from "node:os";
+import { PerformanceObserver } from "node:perf_hooks";
 import { setTimeout as delay } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import { Client } from "undici";
-import { latencyOf, type Latency } from "./measure.js";
+import { latencyOf, round3, type Latency } from "./measure.js";
 
 export interface Job {
   readonly origin: string;
@@ -53,6 +55,13 @@ export interface JobResult {
   readonly sendLag: Latency;
   /** From the last scheduled send to the last answer (or the drain limit), ms. */
   readonly drainMs: number;
+  /** The generator's own CPU (cores: CPU seconds ÷ the phase's seconds, drain included) and garbage-collection pauses: why it fell behind, when it did. */
+  readonly generatorCores: number;
+  readonly generatorGcMaxMs: number;
+  readonly generatorGcTotalMs: number;
+  /** Writes that found every socket busy and waited for one (the wait is in their latency), and the longest wait (ms). */
+  readonly socketWaits: number;
+  readonly socketWaitMaxMs: number;
 }
 
 interface Tally {
@@ -63,6 +72,8 @@ interface Tally {
   other: Record<string, number>;
   acceptedLatencies: number[];
   anyMaxMs: number;
+  socketWaits: number;
+  socketWaitMaxMs: number;
 }
 
 const OVERLOADED = "/problems/overloaded";
@@ -84,7 +95,8 @@ class Connections {
     private readonly max: number,
   ) {}
 
-  async take(): Promise<Client> {
+  /** A free connection, or the promise of the next one to free up. */
+  take(): Client | Promise<Client> {
     const idle = this.idle.pop();
     if (idle !== undefined) return idle;
     if (this.all.length < this.max) {
@@ -116,7 +128,15 @@ class Connections {
 async function write(connections: Connections, job: Job, i: number, from: number, windowEnd: number, tally: Tally): Promise<void> {
   const w = i % job.credentials.length;
   let kind: string;
-  const client = await connections.take();
+  const free = connections.take();
+  let client: Client;
+  if (free instanceof Promise) {
+    // Every socket is busy: this write waits for one, and its latency with it.
+    const asked = performance.now();
+    client = await free;
+    tally.socketWaits++;
+    tally.socketWaitMaxMs = Math.max(tally.socketWaitMaxMs, performance.now() - asked);
+  } else client = free;
   try {
     const res = await client.request({
       method: "PUT",
@@ -164,14 +184,45 @@ function problemType(body: string): string {
   }
 }
 
+/** This process's garbage-collection pauses from now until stop(). */
+function gcPauses(): { stop(): { maxMs: number; totalMs: number } } {
+  let maxMs = 0;
+  let totalMs = 0;
+  const observer = new PerformanceObserver((list) => {
+    for (const entry of list.getEntries()) {
+      maxMs = Math.max(maxMs, entry.duration);
+      totalMs += entry.duration;
+    }
+  });
+  observer.observe({ entryTypes: ["gc"] });
+  return {
+    stop: () => {
+      observer.disconnect();
+      return { maxMs, totalMs };
+    },
+  };
+}
+
 /** Runs one job in this process. */
 async function run(job: Job): Promise<JobResult> {
   const connections = new Connections(job.origin, job.connections);
-  const tally: Tally = { accepted: 0, shed: 0, acceptedInWindow: 0, shedInWindow: 0, other: {}, acceptedLatencies: [], anyMaxMs: 0 };
+  const tally: Tally = {
+    accepted: 0,
+    shed: 0,
+    acceptedInWindow: 0,
+    shedInWindow: 0,
+    other: {},
+    acceptedLatencies: [],
+    anyMaxMs: 0,
+    socketWaits: 0,
+    socketWaitMaxMs: 0,
+  };
+  const gc = gcPauses();
   // The shared start, on this process's clock.
   const start = performance.now() + (job.startAtMs - Date.now());
   const windowEnd = start + job.durationMs;
   if (start - performance.now() >= 1) await delay(start - performance.now());
+  const cpu0 = process.cpuUsage();
   const lags: number[] = [];
   const outstanding = new Set<Promise<void>>();
   let sent = 0;
@@ -210,6 +261,8 @@ async function run(job: Job): Promise<JobResult> {
   const unanswered = inTime ? 0 : outstanding.size;
   const drainMs = performance.now() - lastSend;
   const windowMs = job.mode === "open" ? job.durationMs : performance.now() - start;
+  const cpu = process.cpuUsage(cpu0);
+  const pauses = gc.stop();
   // Writes still out are cut: their promises settle as errors, after this tally is read.
   const result: JobResult = {
     windowMs,
@@ -224,6 +277,11 @@ async function run(job: Job): Promise<JobResult> {
     anyMaxMs: Math.round(tally.anyMaxMs),
     sendLag: latencyOf(lags),
     drainMs: Math.round(drainMs),
+    generatorCores: round3((cpu.user + cpu.system) / 1000 / (performance.now() - start)),
+    generatorGcMaxMs: round3(pauses.maxMs),
+    generatorGcTotalMs: Math.round(pauses.totalMs),
+    socketWaits: tally.socketWaits,
+    socketWaitMaxMs: Math.round(tally.socketWaitMaxMs),
   };
   await connections.destroy();
   return result;
@@ -231,18 +289,38 @@ async function run(job: Job): Promise<JobResult> {
 
 /** A generator process: run(job) sends the job to it and resolves with its result. */
 export interface Generator {
+  /** Whether the generator runs ahead of the other processes for the CPU, and why not. */
+  readonly priority: string;
   run(job: Job): Promise<JobResult>;
   stop(): Promise<void>;
 }
 
+/**
+ * The generator's niceness. The gateway, PostgreSQL and the generator share two cores; a generator
+ * waiting for a core would send in bursts, an artefact of sharing one machine that a remote client
+ * does not have. Ahead of the others it sends on time and takes no more CPU than it would anyway.
+ */
+const GENERATOR_NICE = -10;
+
 export async function startGenerator(): Promise<Generator> {
-  const child: ChildProcess = fork(fileURLToPath(import.meta.url), [], { stdio: ["ignore", "inherit", "inherit", "ipc"] });
+  // A young generation large enough that the writes waiting for a socket die young: fewer, shorter pauses in the schedule.
+  const child: ChildProcess = fork(fileURLToPath(import.meta.url), [], {
+    execArgv: [...process.execArgv, "--max-semi-space-size=64"],
+    stdio: ["ignore", "inherit", "inherit", "ipc"],
+  });
   await once(child, "spawn");
+  let priority = `raised (nice ${GENERATOR_NICE})`;
+  try {
+    setPriority(child.pid ?? 0, GENERATOR_NICE);
+  } catch (err) {
+    priority = `as the benchmark's: could not raise it (${(err as { code?: string }).code ?? String(err)})`;
+  }
   const exited = once(child, "exit").then(([code]) => {
     throw new Error(`the load generator exited with ${String(code)}`);
   });
   exited.catch(() => undefined); // read by each run; a stop is no failure
   return {
+    priority,
     run: async (job) => {
       const answer = once(child, "message") as Promise<[JobResult]>;
       child.send(job);

@@ -49,6 +49,12 @@ const KEYS = {
 } as const;
 type Side = "off" | "on";
 
+const postgres = await startPostgres();
+const gateways: Partial<Record<Side, ServerProcess>> = {};
+// One generator for each API key, each a process of its own.
+const big = await startGenerator();
+const small = await startGenerator();
+const generators: Generator[] = [big, small];
 const help = execFileSync(process.execPath, [CLI, "--help"]).toString();
 const offFlagExists = ADMISSION_OFF_FLAGS.every((flag) => help.includes(flag));
 const offFlags = offFlagExists ? ADMISSION_OFF_FLAGS : [];
@@ -56,6 +62,7 @@ const setting = {
   server: "throwaway PostgreSQL (fsync=off, synchronous_commit=off)",
   writes: `credential PUT /v1/records by an ordinary API key over ${RESOURCES} resources`,
   generator: "a child process of its own: undici Clients, one write at a time on each connection",
+  generatorPriority: big.priority,
   cores: availableParallelism(),
   admissionOff: offFlagExists
     ? `the "off" gateway runs with ${ADMISSION_OFF_FLAGS.join(" ")}`
@@ -144,21 +151,18 @@ function openFigures(r: JobResult): Record<string, unknown> {
     anyAnswerMaxMs: r.anyMaxMs,
     totals: { sent: r.sent, accepted: r.accepted, shed: r.shed },
     drainMs: r.drainMs,
+    socketWaits: r.socketWaits,
+    socketWaitMaxMs: r.socketWaitMaxMs,
     sendLagP99Ms: r.sendLag.p99Ms,
+    generator: { cores: r.generatorCores, gcMaxMs: r.generatorGcMaxMs, gcTotalMs: r.generatorGcTotalMs },
     schedule: schedule(r),
   };
 }
 
-const postgres = await startPostgres();
-const gateways: Partial<Record<Side, ServerProcess>> = {};
-const generators: Generator[] = [];
 try {
   gateways.off = await startGateway(postgres.url, "off");
   gateways.on = await startGateway(postgres.url, "on");
   const gw = gateways as Record<Side, ServerProcess>;
-  const big = await startGenerator();
-  const small = await startGenerator();
-  generators.push(big, small);
   const bigWrites = writesOf("big");
   const smallWrites = writesOf("small");
   const closed: Load = { generator: big, job: { mode: "closed", ratePerSec: 0, connections: CLIENTS, ...bigWrites } };
