@@ -111,7 +111,11 @@ const DEFAULT_INLINE = 64 * 1024;
  */
 export function createGateway(options: GatewayOptions): Gateway {
   const logger = options.logger ?? pino({ name: "fenced-gateway" });
-  const metrics = new GatewayMetrics(options.defaultMetrics === undefined ? {} : { defaultMetrics: options.defaultMetrics });
+  const metrics = new GatewayMetrics({
+    ...(options.defaultMetrics === undefined ? {} : { defaultMetrics: options.defaultMetrics }),
+    // Addresses only where /metrics is not public.
+    nodeAddresses: options.separateAdmin === true,
+  });
   const healthTimeoutMs = options.healthTimeoutMs ?? 2_000;
   const limits: Limits = { ...limitsSchema.parse(options.limits ?? {}), inlineBytes: options.objects?.inlineLimit ?? DEFAULT_INLINE };
   const credentials =

@@ -3,14 +3,29 @@ import { ANSWERING_NODE_TIMEOUT_MS } from "@fenced/servers";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { GATEWAY_VERSION } from "./version.js";
-import { bearer, KEYS, runGateway, startBackends, writeHeaders, type Backends, type RunningGateway } from "./test-support.js";
+import { serve, type Serving } from "./http/server.js";
+import {
+  bearer,
+  httpClient,
+  KEYS,
+  runGateway,
+  startBackends,
+  writeHeaders,
+  type Backends,
+  type HttpClient,
+  type RunningGateway,
+} from "./test-support.js";
 
 /**
  * /metrics against real backends: the gateway's version, the outcome of every store call, and each
- * lock node's state, latency and failures by kind (refused, timeout), labelled by index and address.
+ * lock node's state, latency and failures by kind (refused, timeout), labelled by index and, on the
+ * admin listener only, by address.
  */
 let backends: Backends;
 let gw: RunningGateway;
+/** The admin listener (/healthz and /metrics on a port of their own): where node addresses may show. */
+let admin: Serving;
+let adminClient: HttpClient;
 /** The lock's clients: node 2's URL carries a password, which no label may show. */
 let clients: Redis[];
 const PASSWORD = "n0t-in-any-label";
@@ -34,17 +49,22 @@ beforeAll(async () => {
   gw = await runGateway(
     backends.gatewayOptions({
       leases: { clients, redlock: { nodeTimeoutMs: NODE_TIMEOUT_MS }, acquireTimeoutMs: 3 * NODE_TIMEOUT_MS },
+      separateAdmin: true,
     }),
   );
+  admin = await serve(gw.gateway.admin, { port: 0 });
+  adminClient = httpClient(admin.port);
 });
 afterAll(async () => {
+  adminClient?.close();
+  await admin?.drain(1_000);
   await gw?.close();
   for (const c of clients ?? []) c.disconnect();
   await backends?.stop();
 });
 
 async function scrape(): Promise<string> {
-  const res = await gw.client.send({ method: "GET", path: "/metrics" });
+  const res = await adminClient.send({ method: "GET", path: "/metrics" });
   expect(res.status).toBe(200);
   return res.text();
 }
@@ -146,5 +166,18 @@ describe("/metrics", () => {
     expect(await leaseOnce("nodes/back")).toBe(201);
     // Back, it is sent the calls again; its answers may come after the quorum's.
     await expect.poll(async () => series(await scrape(), "fenced_gateway_lock_node_up", nodeLabels(0)), { timeout: 5_000 }).toBe(1);
+  });
+  it("served on the public listener (no admin listener), names each node by index only: no address, no port", async () => {
+    const open = await runGateway(backends.gatewayOptions({ leases: { clients } }));
+    try {
+      const res = await open.client.send({ method: "GET", path: "/metrics" });
+      const text = res.text();
+      for (const node of [0, 1, 2]) {
+        expect(series(text, "fenced_gateway_lock_node_failures_total", `node="${node}",address="",kind="refused"`)).toBe(0);
+        expect(text).not.toContain(`:${new URL(backends.redis?.urls[node] ?? "").port}`);
+      }
+    } finally {
+      await open.close();
+    }
   });
 });

@@ -33,7 +33,15 @@ export class GatewayMetrics {
   /** Admission control's refusals and each route family's gate (admission/metrics.ts). */
   readonly admission: AdmissionMetrics;
 
-  constructor(options: { defaultMetrics?: boolean } = {}) {
+  readonly #nodeAddresses: boolean;
+
+  /**
+   * `nodeAddresses`: label each lock node's series with its address — only when /metrics is served on
+   * the admin listener alone (GatewayOptions.separateAdmin); the public listener never shows an
+   * address, so there the label is empty. Default false.
+   */
+  constructor(options: { defaultMetrics?: boolean; nodeAddresses?: boolean } = {}) {
+    this.#nodeAddresses = options.nodeAddresses ?? false;
     const registers = [this.registry];
     this.admission = new AdmissionMetrics(this.registry);
     this.#accepted = new Counter({
@@ -164,12 +172,12 @@ export class GatewayMetrics {
 
   /**
    * The lock's per-node results (RedlockOptions.onNodeResult) as metrics, each node labelled by its
-   * index and `addresses[index]` (host:port as its client holds it, never a password; "unknown"
-   * where there is none). Every node's series exist from here on, its failures at 0.
+   * index and, with nodeAddresses, `addresses[index]` (host:port as its client holds it, never a
+   * password; "unknown" where there is none). Every node's series exist from here on, its failures at 0.
    */
   lockNodes(addresses: readonly (string | undefined)[]): (result: NodeResult) => void {
     const nodes = addresses.map((address, node) => {
-      const labels = { node: String(node), address: address ?? "unknown" };
+      const labels = { node: String(node), address: this.#nodeAddresses ? (address ?? "unknown") : "" };
       const failures = { refused: 0, timeout: 0, error: 0 };
       return {
         up: this.#lockNodeUp.labels(labels),
