@@ -49,15 +49,14 @@ const KEYS = {
 } as const;
 type Side = "off" | "on";
 
-const postgres = await startPostgres();
-const gateways: Partial<Record<Side, ServerProcess>> = {};
-// One generator for each API key, each a process of its own.
-const big = await startGenerator();
-const small = await startGenerator();
-const generators: Generator[] = [big, small];
+// Whether this build has the flags; without them the "off" gateway is the same as the other, and every line says so.
 const help = execFileSync(process.execPath, [CLI, "--help"]).toString();
 const offFlagExists = ADMISSION_OFF_FLAGS.every((flag) => help.includes(flag));
 const offFlags = offFlagExists ? ADMISSION_OFF_FLAGS : [];
+// One generator for each API key, each a process of its own (it exits with this one: its IPC channel closes).
+const big = await startGenerator();
+const small = await startGenerator();
+const generators: Generator[] = [big, small];
 const setting = {
   server: "throwaway PostgreSQL (fsync=off, synchronous_commit=off)",
   writes: `credential PUT /v1/records by an ordinary API key over ${RESOURCES} resources`,
@@ -159,6 +158,8 @@ function openFigures(r: JobResult): Record<string, unknown> {
   };
 }
 
+const postgres = await startPostgres();
+const gateways: Partial<Record<Side, ServerProcess>> = {};
 try {
   gateways.off = await startGateway(postgres.url, "off");
   gateways.on = await startGateway(postgres.url, "on");
