@@ -139,8 +139,7 @@ describe("fault injector", () => {
 
     // A worker reporting after stop() is released at once rather than left waiting.
     injector.reachedRmw(0, 99, 0);
-    await new Promise((r) => setTimeout(r, 10));
-    expect(actions.slice(-3)).toEqual(["stop worker 0", "release worker 0 from 99", "cont worker 0"]);
+    await expect.poll(() => actions.slice(-3), { timeout: 5_000 }).toEqual(["stop worker 0", "release worker 0 from 99", "cont worker 0"]);
   });
 
   it("pauses the gateway process, resumes it on time or at stop(), and names the link a delay really acts on", async () => {

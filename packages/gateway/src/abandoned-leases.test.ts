@@ -117,7 +117,8 @@ describe("a lease granted after its client left is released", () => {
     await release(leaseId);
     // The gateway's next attempts (every 100 ms) stop with the client gone, or release what they got.
     await sleep(1_000);
-    expect(await freeNow(resource)).toBe(true);
+    // Free by then, or soon after on a busy machine: a lease kept for the client that left would hold it for its whole TTL (60 s).
+    await expect.poll(() => freeNow(resource), { timeout: 10_000 }).toBe(true);
     // Only what was granted counts as abandoned; a retry loop ended before a grant is not.
     expect(await abandonedCount()).toBeLessThanOrEqual(before + 1);
   });

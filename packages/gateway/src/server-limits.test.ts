@@ -145,13 +145,13 @@ describe("the HTTP server's limits", () => {
     const client = httpClient(serving.port);
     try {
       const answer = client.send({ method: "GET", path: "/v1/records/x", headers: bearer(KEYS.admin) }).catch((e: unknown) => e);
-      await new Promise((r) => setTimeout(r, 300));
-      expect(serving.inFlight()).toBe(1);
+      // In flight once it reached the gateway (it then waits for the store that never answers).
+      await expect.poll(() => serving.inFlight(), { timeout: 5_000 }).toBe(1);
       expect(await serving.drain(200)).toBe(false);
       await answer;
-      await new Promise((r) => setTimeout(r, 50));
-      const line = lines.find((l) => l.route === "records");
-      expect(line).toMatchObject({ msg: "request cut by the drain", status: 503, cut: "drain" });
+      await expect
+        .poll(() => lines.find((l) => l.route === "records"), { timeout: 5_000 })
+        .toMatchObject({ msg: "request cut by the drain", status: 503, cut: "drain" });
     } finally {
       client.close();
       hole.close();
