@@ -127,6 +127,37 @@ describe("fenced-gateway --otlp", () => {
     }
   });
 
+  it("a collector that refuses the last spans at the stop is a warning: the drain's exit code stands", async () => {
+    // A port nothing listens on: every export is refused.
+    const closed = createServer();
+    closed.listen(0, "127.0.0.1");
+    await once(closed, "listening");
+    const endpoint = `http://127.0.0.1:${(closed.address() as { port: number }).port}`;
+    closed.close();
+    const child = startCli(["--port", "0", "--postgres", postgres.url, "--otlp"], {
+      FENCED_GATEWAY_CONFIG: configFile,
+      OTEL_EXPORTER_OTLP_ENDPOINT: endpoint,
+      OTEL_EXPORTER_OTLP_PROTOCOL: "http/json",
+    });
+    try {
+      const port = Number((await child.waitFor("listening")).port);
+      // One request, so that there is a span to export at the stop.
+      await new Promise<void>((resolve, reject) =>
+        httpRequest({ port, path: "/livez" }, (res) => res.resume().on("end", resolve))
+          .on("error", reject)
+          .end(),
+      );
+      child.process.kill("SIGTERM");
+      expect(await child.exited, child.stderr()).toBe(0);
+      expect(child.lines.find((l) => l.msg === "the last spans were not exported: the collector did not take them")).toMatchObject({
+        level: 40,
+      });
+      expect(child.stderr()).not.toMatch(/Uncaught|ECONNREFUSED/);
+    } finally {
+      if (child.process.exitCode === null) child.process.kill("SIGKILL");
+    }
+  });
+
   it("a protocol it cannot export with is refused at the start: one line, exit 2", async () => {
     const run = await runCli(["--otlp", "--postgres", postgres.url], {
       FENCED_GATEWAY_CONFIG: configFile,

@@ -114,5 +114,33 @@ export async function startProcessTracing(flag: boolean, env: Environment, logge
   const tracing = await startTracing(flag, env);
   if (tracing === undefined) return;
   logger.info({ protocol: tracing.protocol }, "exporting traces over OTLP/HTTP");
-  process.once("beforeExit", () => void tracing.shutdown());
+  process.once("beforeExit", () => void flushAtStop(tracing, logger));
+}
+
+/** The longest the last spans may hold up a stop: the drain's timeout plus this must stay under a service manager's stop timeout. */
+const STOP_FLUSH_MS = 3_000;
+
+/**
+ * The last spans sent, at most STOP_FLUSH_MS: a collector that refuses them is a warning, not a crash
+ * (the export's rejection would otherwise be unhandled, and the stop's exit code 1); one that does not
+ * answer leaves them unsent and the process exits with the code the stop set.
+ */
+async function flushAtStop(tracing: Tracing, logger: Logger): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<"late">((resolve) => (timer = setTimeout(() => resolve("late"), STOP_FLUSH_MS)));
+  const outcome = await Promise.race([
+    tracing.shutdown().then(
+      () => "sent" as const,
+      (err: unknown) => err,
+    ),
+    late,
+  ]);
+  clearTimeout(timer);
+  if (outcome === "sent") return;
+  logger.warn(
+    outcome === "late" ? { ms: STOP_FLUSH_MS } : { err: outcome },
+    "the last spans were not exported: the collector did not take them",
+  );
+  // Nothing else is left to do: an export still waiting for its answer must not hold the process.
+  if (outcome === "late") process.exit();
 }
