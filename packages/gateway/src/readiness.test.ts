@@ -1,3 +1,5 @@
+import { once } from "node:events";
+import { createServer, type Socket } from "node:net";
 import { performance } from "node:perf_hooks";
 import pg from "pg";
 import { pino } from "pino";
@@ -195,6 +197,26 @@ describe("liveness and readiness", () => {
     expect(r.report).toMatchObject({ status: "degraded", checks: { postgres: { ok: false, state: "refused", code: "ECONNREFUSED" } } });
     expectNoAddress(r.text);
     expect(r.text).not.toContain("127.0.0.1");
+  });
+
+  it("a flood of /readyz while PostgreSQL is silent runs one check at a time: one connection, not one per request", async () => {
+    // A server that accepts connections and never answers: each check waits on its connection to the deadline.
+    const accepted: Socket[] = [];
+    const silent = createServer((socket) => void accepted.push(socket));
+    silent.listen(0, "127.0.0.1");
+    await once(silent, "listening");
+    const port = (silent.address() as { port: number }).port;
+    const pool = new pg.Pool({ connectionString: `postgres://nobody@127.0.0.1:${port}/none`, max: 10 });
+    pool.on("error", () => undefined);
+    closers.push(async () => {
+      for (const socket of accepted) socket.destroy();
+      silent.close();
+      await pool.end().catch(() => undefined);
+    });
+    const { api: c } = await listen({ ...backends.gatewayOptions({ healthTimeoutMs: 1_000 }), records: { pool } });
+    const answers = await Promise.all(Array.from({ length: 20 }, () => readiness(c)));
+    for (const r of answers) expect(r.report).toMatchObject({ status: "degraded", checks: { postgres: { ok: false, state: "timeout" } } });
+    expect(accepted).toHaveLength(1);
   });
 
   it("draining: /readyz 503, /livez still 200", async () => {

@@ -28,15 +28,22 @@ export interface Readiness {
 
 export function gatewayReadiness(sources: ReadinessSources): Readiness {
   const { timeoutMs } = sources;
-  const check = async (admin: boolean): Promise<HealthAnswer> => {
-    if (sources.draining()) return { status: "draining", checks: {} };
-    const [postgres, s3, redis] = await Promise.all([
+  // One round of checks at a time, its result shared by every request that asks meanwhile: a flood of
+  // unauthenticated /readyz requests costs each backend one check at a time (a PostgreSQL connection
+  // that a stalled server holds to the store's deadline), never one per request.
+  let round: Promise<RawChecks> | undefined;
+  const checks = (): Promise<RawChecks> =>
+    (round ??= Promise.all([
       sources.records === undefined ? undefined : postgresCheck(sources.records, timeoutMs),
       sources.objects === undefined ? undefined : s3Check(sources.objects.client, sources.objects.bucket, timeoutMs),
       sources.lock?.probe(timeoutMs),
-    ]);
-    const checks: RawChecks = { postgres, s3, redis };
-    return readinessAnswer(readinessStatus(checks), checks, timeoutMs, admin);
+    ])
+      .then(([postgres, s3, redis]) => ({ postgres, s3, redis }))
+      .finally(() => (round = undefined)));
+  const check = async (admin: boolean): Promise<HealthAnswer> => {
+    if (sources.draining()) return { status: "draining", checks: {} };
+    const raw = await checks();
+    return readinessAnswer(readinessStatus(raw), raw, timeoutMs, admin);
   };
   return { report: () => check(true), answer: check };
 }
