@@ -115,15 +115,18 @@ describe("secrets", () => {
         await c.json("POST", "/v1/leases/extend", { leaseId, ttlMs: 5_000 }, bearer(KEYS.service)),
       ];
       expect(answers.map((a) => a.status)).toEqual([201, 200, 503, 400, 204, 409]);
-      await sleep(20);
+      // Each refusal's log line names its problem as its `type` does: one slug (kinds.ts, outcomeNames).
+      // A request's line is written once its response has closed, which can follow the answer: awaited.
+      const logged = (): string[] =>
+        lines
+          .map((line) => JSON.parse(line) as { msg?: string; problem?: string })
+          .flatMap((l) => (l.msg === "request" && l.problem !== undefined ? [`/problems/${l.problem}`] : []));
+      await expect
+        .poll(logged, { timeout: 5_000 })
+        .toEqual(answers.filter((a) => a.status >= 400).map((a) => a.json<{ type: string }>().type));
+      expect(logged()).toContain("/problems/lease-lost");
       const metrics = await c.send({ method: "GET", path: "/metrics" });
       expect(lines.length).toBeGreaterThan(answers.length);
-      // Each refusal's log line names its problem as its `type` does: one slug (kinds.ts, outcomeNames).
-      const logged = lines
-        .map((line) => JSON.parse(line) as { msg?: string; problem?: string })
-        .flatMap((l) => (l.msg === "request" && l.problem !== undefined ? [`/problems/${l.problem}`] : []));
-      expect(logged).toEqual(answers.filter((a) => a.status >= 400).map((a) => a.json<{ type: string }>().type));
-      expect(logged).toContain("/problems/lease-lost");
       for (const secret of secrets) {
         for (const line of lines) expect(line).not.toContain(secret);
         expect(metrics.text()).not.toContain(secret);
