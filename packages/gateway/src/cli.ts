@@ -10,7 +10,7 @@ import { durationMs, sweepCommand } from "./sweep.js";
 import { serve, type Serving } from "./http/server.js";
 import { refuseUnhealthy, StartRefusedError, startRefusal } from "./ops/start-checks.js";
 import { startProcessTracing } from "./ops/tracing.js";
-import { RECHECK_INTERVAL_MS, recheckInBackground } from "./ops/recheck.js";
+import { RECHECK_INTERVAL_MS, recheckInBackground, type Recheck } from "./ops/recheck.js";
 import { GATEWAY_VERSION } from "./version.js";
 
 async function main(config: GatewayConfig, logger: Logger): Promise<void> {
@@ -81,7 +81,7 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
       ...(objects && { objects }),
       ...(leases && { leases }),
     });
-    await start(gateway, config, logger);
+    const recheck = await start(gateway, config, logger);
     const limits = {
       keepAliveTimeoutMs: config.keepAliveTimeoutMs,
       headersTimeoutMs: config.headersTimeoutMs,
@@ -122,7 +122,9 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
       await admin?.drain(1_000);
       // A lease its client left while it was being granted (the drain cut it) is released before the lock's connections close.
       await gateway.settled();
-      // Backends close only after the last request that could use them has finished.
+      // Backends close only after the last request that could use them has finished, and the background check's last look.
+      recheck?.stop();
+      await recheck?.done;
       await closeAll();
       gateway.close();
       logger.info({ drained }, "stopped");
@@ -162,17 +164,18 @@ async function listen(which: string, bind: () => Promise<Serving>): Promise<Serv
  * answer or is not set up refuses the start (StartRefusedError: exit 2); unchecked, it is logged and
  * the gateway serves, answering 503 until the backend is back.
  */
-async function start(gateway: Gateway, config: GatewayConfig, logger: Logger): Promise<void> {
+async function start(gateway: Gateway, config: GatewayConfig, logger: Logger): Promise<Recheck | undefined> {
   try {
     if (config.startChecks) refuseUnhealthy(await gateway.health(), config.healthTimeoutMs);
     await gateway.prepare({ migrate: config.migrate, verify: config.verify });
+    return undefined;
   } catch (err) {
     const refusal = err instanceof StartRefusedError ? err : startRefusal(err);
     if (refusal === undefined) throw err;
     if (config.startChecks) throw refusal;
     logger.warn({ err }, `starting anyway: ${refusal.message}`);
     // Until every store answers set up, GET /readyz says why not, and this looks again (read-only unless migrateInBackground).
-    recheckInBackground(gateway, { intervalMs: RECHECK_INTERVAL_MS, migrate: config.migrate && config.migrateInBackground, logger });
+    return recheckInBackground(gateway, { intervalMs: RECHECK_INTERVAL_MS, migrate: config.migrate && config.migrateInBackground, logger });
   }
 }
 

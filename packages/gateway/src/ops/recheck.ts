@@ -40,6 +40,7 @@ export function recheckInBackground(
   let last = "";
   const pause = (): Promise<void> =>
     new Promise((resolve) => {
+      if (stopped) return resolve();
       wake = resolve;
       timer = setTimeout(resolve, intervalMs);
       // A gateway that stops is not held up by its next look.
@@ -47,6 +48,8 @@ export function recheckInBackground(
     });
   const look = async (): Promise<boolean> => {
     let report = await gateway.health();
+    // Stopped meanwhile: the backends are about to close; no migration starts now.
+    if (stopped) return false;
     if (migrate && report.checks.postgres?.problem === "not-migrated") {
       try {
         await gateway.prepare({ migrate: true, verify: false });
