@@ -5,7 +5,10 @@
  * - `code`, one of ERROR_CODES: what went wrong, stable across versions and messages (branch on it,
  *   or on the class, never on `message`);
  * - `applied`: whether anything of the failed call may have taken effect — `"no"` (nothing did: a
- *   retry cannot repeat it) or `"unknown"` (it may have: read back before retrying).
+ *   retry cannot repeat it) or `"unknown"` (it may have: read back before retrying). "Nothing" is
+ *   what the call was for — a record or object written, a lease granted or extended — not the
+ *   ratchet: an S3 write or registration refused as stale may already have raised fence objects
+ *   (its own, or another of a set's), which only ever refuses older holders (PROTOCOL.md, S3: which error a failed call throws).
  *
  * A code says nothing of HTTP: the gateway's problem table maps each code to its answer.
  */
