@@ -227,7 +227,7 @@ const KINDS = {
     slug: "outcome-unknown",
     title: "The write may have been applied",
     description:
-      "The write was sent to the backend and its answer was lost (the connection died or the deadline passed after it left the gateway): it may or may not have been applied. Read the key back before retrying; a retry with the same fence is judged by the fence like any other write",
+      "The write was sent to the backend and its answer was lost (the connection died or the deadline passed after it left the gateway): it may or may not have been applied. Retry the write (a conditional one with the same If-Match), or read the key back first to learn whether it landed: a retry with the same fence is judged by the fence like any other write",
     extensions: z.strictObject({
       backend: storeBackend,
       key: key.optional().describe("The key written (absent for a lease's registration with a store)"),
