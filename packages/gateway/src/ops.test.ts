@@ -13,7 +13,9 @@ let gw: RunningGateway;
 
 beforeAll(async () => {
   backends = await startBackends({ redis: 3, redisFaults: true, postgres: true, s3: true });
-  gw = await runGateway(backends.gatewayOptions({ defaultMetrics: true, healthTimeoutMs: 500 }));
+  // No check here waits out the health deadline (a stopped node is refused at once), and the backends that answer must do
+  // so within it: 2 s, far above any answer, where a few hundred milliseconds can be missed on a busy machine.
+  gw = await runGateway(backends.gatewayOptions({ defaultMetrics: true, healthTimeoutMs: 2_000 }));
 });
 afterAll(async () => {
   await gw?.close();
