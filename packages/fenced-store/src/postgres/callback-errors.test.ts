@@ -50,7 +50,10 @@ function slowRollbackPool(pool: pg.Pool, delayMs: number, emitError = false): Pg
 describe("transaction(): the callback's own error passes through, whatever happens to the ROLLBACK", () => {
   it("the ROLLBACK runs past the deadline", async () => {
     const seed = await h.store("late_rollback");
-    const store = new FencedPostgres(slowRollbackPool(h.pool, 400), { schema: seed.schema, timeoutMs: 200 });
+    // The deadline must not pass before the callback runs (its BEGIN and fence row come first, which a busy
+    // machine can make take a few hundred milliseconds): 1 s, and the ROLLBACK held back well past it.
+    const timeoutMs = 1_000;
+    const store = new FencedPostgres(slowRollbackPool(h.pool, timeoutMs + 500), { schema: seed.schema, timeoutMs });
     const mine = new Error("mine");
     expect(await outcome(store.transaction(f("r", 1n), () => Promise.reject(mine)))).toBe(mine);
     // The caller's SQL on a table of its own that does not exist: its 42P01, not the store's StoreSetupError.
