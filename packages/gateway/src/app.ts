@@ -117,58 +117,13 @@ export function createGateway(options: GatewayOptions): Gateway {
     nodeAddresses: options.separateAdmin === true,
   });
   const healthTimeoutMs = options.healthTimeoutMs ?? 2_000;
-  const limits: Limits = { ...limitsSchema.parse(options.limits ?? {}), inlineBytes: options.objects?.inlineLimit ?? DEFAULT_INLINE };
-  const credentials =
-    options.fenceKeys === undefined || options.fenceKeys.length === 0 ? undefined : new FenceCredentials(options.fenceKeys);
-  if (options.leases !== undefined && credentials === undefined) {
-    throw new InvalidArgumentError(
-      "fenceKeys",
-      "leases need fence keys: the gateway seals every lease id and fence credential it issues with them",
-    );
-  }
-  const ctx: RouteContext = {
-    auth: new ApiKeys(options.apiKeys),
-    metrics,
-    // Inside a request, its own logger: every line carries its requestId (http/request-scope.ts).
-    get logger() {
-      return requestLogger(logger);
-    },
-    limits,
-    credentials,
-  };
-  const storeTimeoutMs = options.storeTimeoutMs ?? 5_000;
-  const records =
-    options.records === undefined
-      ? undefined
-      : new FencedPostgres(options.records.pool, {
-          timeoutMs: storeTimeoutMs,
-          ...(options.records.schema === undefined ? {} : { schema: options.records.schema }),
-        });
-  const objects =
-    options.objects === undefined
-      ? undefined
-      : new FencedS3(options.objects.client, { ...options.objects, timeoutMs: options.objects.timeoutMs ?? storeTimeoutMs });
-
+  const ctx = routeContext(options, logger, metrics);
+  const { limits, credentials } = ctx;
+  const { records, objects, registrars } = fencedStores(options);
   const app = newApp(ctx);
   // Before every route, after the request's id and accounting: a refused request does no lock or store work.
-  const admission = admissionGate({
-    config: options.admission ?? {},
-    auth: ctx.auth,
-    metrics: metrics.admission,
-    logger,
-  });
+  const admission = admissionGate({ config: options.admission ?? {}, auth: ctx.auth, metrics: metrics.admission, logger });
   app.use(admission.handler);
-  // Fence-on-acquire: a lease request may ask for its fences (one per resource) to be registered with
-  // every store here, all of a lease's in one call per store (PostgreSQL raises all of them or none;
-  // S3 each on its own, and a raise alone only refuses holders older than a token the lock granted).
-  const registrars: Registrar[] = [
-    ...(records === undefined
-      ? []
-      : [{ store: "records" as const, register: (lease: FenceSet, signal: AbortSignal) => records.register(lease, { signal }) }]),
-    ...(objects === undefined
-      ? []
-      : [{ store: "objects" as const, register: (lease: FenceSet, signal: AbortSignal) => objects.register(lease, { signal }) }]),
-  ];
   const leases =
     options.leases === undefined || credentials === undefined ? undefined : leasesRouter(ctx, credentials, options.leases, registrars);
   app.use("/v1/records", records === undefined ? disabled("records") : recordsRouter(ctx, records));
@@ -227,6 +182,63 @@ export function createGateway(options: GatewayOptions): Gateway {
       if (objects !== undefined && (p.verify ?? true)) await metrics.time("objects", "verify", () => objects.verify());
     },
   };
+}
+
+/** What every route gets: API keys, metrics, the request's logger, the limits and the fence credentials (required with leases). */
+function routeContext(options: GatewayOptions, logger: Logger, metrics: GatewayMetrics): RouteContext {
+  const limits: Limits = { ...limitsSchema.parse(options.limits ?? {}), inlineBytes: options.objects?.inlineLimit ?? DEFAULT_INLINE };
+  const credentials =
+    options.fenceKeys === undefined || options.fenceKeys.length === 0 ? undefined : new FenceCredentials(options.fenceKeys);
+  if (options.leases !== undefined && credentials === undefined) {
+    throw new InvalidArgumentError(
+      "fenceKeys",
+      "leases need fence keys: the gateway seals every lease id and fence credential it issues with them",
+    );
+  }
+  return {
+    auth: new ApiKeys(options.apiKeys),
+    metrics,
+    // Inside a request, its own logger: every line carries its requestId (http/request-scope.ts).
+    get logger() {
+      return requestLogger(logger);
+    },
+    limits,
+    credentials,
+  };
+}
+
+/**
+ * The stores the options configure, each call bounded by storeTimeoutMs (default 5,000 ms), and the
+ * registrars of fence-on-acquire: a lease request may ask for its fences (one per resource) to be
+ * registered with every store here, all of a lease's in one call per store (PostgreSQL raises all of
+ * them or none; S3 each on its own, and a raise alone only refuses holders older than a token the lock granted).
+ */
+function fencedStores(options: GatewayOptions): {
+  records: FencedPostgres | undefined;
+  objects: FencedS3 | undefined;
+  registrars: Registrar[];
+} {
+  const storeTimeoutMs = options.storeTimeoutMs ?? 5_000;
+  const records =
+    options.records === undefined
+      ? undefined
+      : new FencedPostgres(options.records.pool, {
+          timeoutMs: storeTimeoutMs,
+          ...(options.records.schema === undefined ? {} : { schema: options.records.schema }),
+        });
+  const objects =
+    options.objects === undefined
+      ? undefined
+      : new FencedS3(options.objects.client, { ...options.objects, timeoutMs: options.objects.timeoutMs ?? storeTimeoutMs });
+  const registrars: Registrar[] = [
+    ...(records === undefined
+      ? []
+      : [{ store: "records" as const, register: (lease: FenceSet, signal: AbortSignal) => records.register(lease, { signal }) }]),
+    ...(objects === undefined
+      ? []
+      : [{ store: "objects" as const, register: (lease: FenceSet, signal: AbortSignal) => objects.register(lease, { signal }) }]),
+  ];
+  return { records, objects, registrars };
 }
 
 /** An express app with the gateway's settings and its request accounting, before any route. */
