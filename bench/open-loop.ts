@@ -252,7 +252,7 @@ async function run(job: Job): Promise<JobResult> {
       }),
     );
   }
-  const lastSend = Math.max(performance.now(), job.mode === "open" ? windowEnd : 0);
+  const lastSend = performance.now();
   const limit = new AbortController();
   const drained = Promise.all([...outstanding]).then(() => true);
   const cut = delay(Math.max(0, lastSend + job.drainLimitMs - performance.now()), false, { signal: limit.signal }).catch(() => false);

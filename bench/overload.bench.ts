@@ -15,7 +15,7 @@
 // Every process (benchmark, generators, gateways, PostgreSQL) shares this machine's cores.
 import { randomBytes } from "node:crypto";
 import { execFileSync } from "node:child_process";
-import { availableParallelism } from "node:os";
+import { availableParallelism, loadavg } from "node:os";
 import { setTimeout as delay } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import { mintFenceCredential, type CredentialKey } from "@fenced/fence/credentials";
@@ -38,6 +38,8 @@ const FRACTIONS = [0.5, 2, 4] as const;
 const STORE_DEADLINE_MS = 5_000;
 /** After the last scheduled send, answers are waited for this long; writes still out then are unanswered. */
 const DRAIN_LIMIT_MS = 3 * STORE_DEADLINE_MS;
+/** The longest wait for a gateway to go idle between phases. */
+const SETTLE_LIMIT_MS = 30_000;
 /** The generator kept its schedule when its sends left at most this late at p99. */
 const LAG_LIMIT_MS = 10;
 const CLI = fileURLToPath(new URL("../packages/gateway/dist/cli.js", import.meta.url));
@@ -104,13 +106,32 @@ interface Measured {
   readonly rssEndMb: number;
   readonly rssPeakMb: number;
   readonly rssAfterMb: number;
-  /** The gateway's CPU time (user + system) from the start to the last answer, seconds. */
+  /** The gateway's CPU time (user + system) from the start to the last answer, seconds, and as a share of a core. */
   readonly cpuSeconds: number;
+  readonly gatewayCores: number;
+  /** The machine's 1-minute load average as the phase ends: how many processes wanted its cores. */
+  readonly loadAverage: number;
+  /** How long the gateway took to go idle before the phase (ms). */
+  readonly settledMs: number;
 }
 
-/** One phase against `gw`: every load starts at once, for DURATION_MS, and the gateway is read around it. */
+/**
+ * Waits until `gw` is idle: under 2 % of a core over half a second (SETTLE_LIMIT_MS at most). A phase
+ * whose writes were cut at the drain limit leaves the gateway working through them; the next phase
+ * must not pay for that work in its latency or its CPU.
+ */
+async function settle(gw: ServerProcess): Promise<number> {
+  const t0 = performance.now();
+  for (;;) {
+    const cpu0 = gw.cpuSeconds();
+    await delay(500);
+    if (gw.cpuSeconds() - cpu0 <= 0.01 || performance.now() - t0 > SETTLE_LIMIT_MS) return Math.round(performance.now() - t0);
+  }
+}
+
+/** One phase against `gw`, once it is idle: every load starts at once, for DURATION_MS, and the gateway is read around it. */
 async function phase(gw: ServerProcess, loads: readonly Load[], durationMs = DURATION_MS): Promise<Measured> {
-  await delay(500); // the last phase's sockets closed, its garbage collected
+  const settledMs = await settle(gw);
   gw.resetPeak();
   const rssStartMb = gw.rssMb().now;
   const cpu0 = gw.cpuSeconds();
@@ -123,7 +144,18 @@ async function phase(gw: ServerProcess, loads: readonly Load[], durationMs = DUR
     ),
   );
   clearTimeout(atEnd);
-  return { results, rssStartMb, rssEndMb, rssPeakMb: gw.rssMb().peak, rssAfterMb: gw.rssMb().now, cpuSeconds: gw.cpuSeconds() - cpu0 };
+  const cpuSeconds = gw.cpuSeconds() - cpu0;
+  return {
+    results,
+    rssStartMb,
+    rssEndMb,
+    rssPeakMb: gw.rssMb().peak,
+    rssAfterMb: gw.rssMb().now,
+    cpuSeconds,
+    gatewayCores: round3(cpuSeconds / ((Date.now() - startAtMs) / 1000)),
+    loadAverage: round3(loadavg()[0] ?? Number.NaN),
+    settledMs,
+  };
 }
 
 const perSec = (n: number, r: JobResult): number => Math.round((n * 1000) / r.windowMs);
@@ -176,7 +208,10 @@ try {
   for (const side of ["off", "on"] as const) await phase(gw[side], [closed], Math.min(3_000, 2 * DURATION_MS));
 
   // 1. Capacity: the closed loop at saturation, the two gateways in alternating order.
-  const capacityRounds: Record<Side, { writesPerSec: number; cpuUsPerWrite: number; other: Record<string, number> }[]> = {
+  const capacityRounds: Record<
+    Side,
+    { writesPerSec: number; cpuUsPerWrite: number; other: Record<string, number>; gatewayCores: number; loadAverage: number }[]
+  > = {
     off: [],
     on: [],
   };
@@ -188,6 +223,8 @@ try {
         writesPerSec: perSec(r.accepted, r),
         cpuUsPerWrite: Math.round((m.cpuSeconds * 1e6) / Math.max(1, answers(r))),
         other: { ...r.other, ...(r.shed > 0 ? { shed: r.shed } : {}) },
+        gatewayCores: m.gatewayCores,
+        loadAverage: m.loadAverage,
       });
     }
   }
@@ -228,6 +265,9 @@ try {
         gatewayRssPeakMb: m.rssPeakMb,
         gatewayRssAfterDrainMb: m.rssAfterMb,
         gatewayCpuUsPerAnswer: Math.round((m.cpuSeconds * 1e6) / Math.max(1, answers(r))),
+        gatewayCores: m.gatewayCores,
+        loadAverage: m.loadAverage,
+        settledMs: m.settledMs,
       });
     }
   }
@@ -300,6 +340,8 @@ try {
     big: { ratePerSec: bigRate, sockets: SOCKETS, ...openFigures(bigR) },
     gatewayRssStartMb: both.rssStartMb,
     gatewayRssEndMb: both.rssEndMb,
+    gatewayCores: both.gatewayCores,
+    loadAverage: both.loadAverage,
   });
 
   // 4. What a refusal costs the gateway: CPU over the 4× phase, less the accepted writes' share at the
