@@ -26,7 +26,7 @@ export interface Job {
   readonly durationMs: number;
   /** When the phase starts (Date.now() clock), so that two generators start together. */
   readonly startAtMs: number;
-  /** How long after the last scheduled send the answers are waited for; writes still out then are counted unanswered. */
+  /** How long after the last send the answers are waited for; writes still out then are counted unanswered. */
   readonly drainLimitMs: number;
   readonly apiKey: string;
   /** Record w is `${keyPrefix}${w}`, written with credentials[w]. */
@@ -53,7 +53,7 @@ export interface JobResult {
   readonly anyMaxMs: number;
   /** How late each send left against its schedule (ms), open jobs only: the generator's own lag. */
   readonly sendLag: Latency;
-  /** From the last scheduled send to the last answer (or the drain limit), ms. */
+  /** From the last send to the last answer (or the drain limit), ms. */
   readonly drainMs: number;
   /** The generator's own CPU (cores: CPU seconds ÷ the phase's seconds, drain included) and garbage-collection pauses: why it fell behind, when it did. */
   readonly generatorCores: number;

@@ -1,7 +1,7 @@
 // The gateway under overload, open loop. Two gateway processes of the same build on one PostgreSQL
 // (fsync off): one with admission control off (ADMISSION_OFF_FLAGS), one with it on (the default).
 // Credential writes by ordinary API keys over 64 resources, sent by a load generator in a process of
-// its own (open-loop.ts). JSON lines on stdout:
+// its own (open-loop.ts); each phase is run by overload-phase.ts. JSON lines on stdout:
 // - overload-capacity: closed loop at saturation (64 keep-alive clients), median of interleaved
 //   rounds, writes/s: the capacity every rate below is a multiple of;
 // - overload-open-loop: each gateway at 0.5×, 2× and 4× that capacity, sent on a fixed schedule
@@ -15,13 +15,13 @@
 // Every process (benchmark, generators, gateways, PostgreSQL) shares this machine's cores.
 import { randomBytes } from "node:crypto";
 import { execFileSync } from "node:child_process";
-import { availableParallelism, loadavg } from "node:os";
-import { setTimeout as delay } from "node:timers/promises";
+import { availableParallelism } from "node:os";
 import { fileURLToPath } from "node:url";
 import { mintFenceCredential, type CredentialKey } from "@fenced/fence/credentials";
 import { startPostgres } from "@fenced/servers";
 import { emit, median, round3 } from "./measure.js";
 import { startGenerator, type Generator, type Job, type JobResult } from "./open-loop.js";
+import { answers, openFigures, perSec, phase, schedule, type Load, type Measured } from "./overload-phase.js";
 import { startServer, type ServerProcess } from "./server-process.js";
 
 const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 5_000);
@@ -38,10 +38,6 @@ const FRACTIONS = [0.5, 2, 4] as const;
 const STORE_DEADLINE_MS = 5_000;
 /** After the last scheduled send, answers are waited for this long; writes still out then are unanswered. */
 const DRAIN_LIMIT_MS = 3 * STORE_DEADLINE_MS;
-/** The longest wait for a gateway to go idle between phases. */
-const SETTLE_LIMIT_MS = 30_000;
-/** The generator kept its schedule when its sends left at most this late at p99. */
-const LAG_LIMIT_MS = 10;
 const CLI = fileURLToPath(new URL("../packages/gateway/dist/cli.js", import.meta.url));
 const FENCE_KEY: CredentialKey = { id: "bench", secret: randomBytes(32) };
 /** Two ordinary API keys, each with its own resources and records. */
@@ -94,102 +90,6 @@ function writesOf(which: keyof typeof KEYS): Pick<Job, "apiKey" | "keyPrefix" | 
   return { apiKey: k.key, keyPrefix: k.records, credentials };
 }
 
-interface Load {
-  readonly generator: Generator;
-  readonly job: Pick<Job, "mode" | "ratePerSec" | "connections" | "apiKey" | "keyPrefix" | "credentials">;
-}
-
-interface Measured {
-  readonly results: JobResult[];
-  /** The gateway's RSS (MiB) as the phase starts, as its sends end, its peak, and once every answer is in. */
-  readonly rssStartMb: number;
-  readonly rssEndMb: number;
-  readonly rssPeakMb: number;
-  readonly rssAfterMb: number;
-  /** The gateway's CPU time (user + system) from the start to the last answer, seconds, and as a share of a core. */
-  readonly cpuSeconds: number;
-  readonly gatewayCores: number;
-  /** The machine's 1-minute load average as the phase ends: how many processes wanted its cores. */
-  readonly loadAverage: number;
-  /** How long the gateway took to go idle before the phase (ms). */
-  readonly settledMs: number;
-}
-
-/**
- * Waits until `gw` is idle: under 2 % of a core over half a second (SETTLE_LIMIT_MS at most). A phase
- * whose writes were cut at the drain limit leaves the gateway working through them; the next phase
- * must not pay for that work in its latency or its CPU.
- */
-async function settle(gw: ServerProcess): Promise<number> {
-  const t0 = performance.now();
-  for (;;) {
-    const cpu0 = gw.cpuSeconds();
-    await delay(500);
-    if (gw.cpuSeconds() - cpu0 <= 0.01 || performance.now() - t0 > SETTLE_LIMIT_MS) return Math.round(performance.now() - t0);
-  }
-}
-
-/** One phase against `gw`, once it is idle: every load starts at once, for DURATION_MS, and the gateway is read around it. */
-async function phase(gw: ServerProcess, loads: readonly Load[], durationMs = DURATION_MS): Promise<Measured> {
-  const settledMs = await settle(gw);
-  gw.resetPeak();
-  const rssStartMb = gw.rssMb().now;
-  const cpu0 = gw.cpuSeconds();
-  const startAtMs = Date.now() + 200;
-  let rssEndMb = Number.NaN;
-  const atEnd = setTimeout(() => (rssEndMb = gw.rssMb().now), startAtMs + durationMs - Date.now());
-  const results = await Promise.all(
-    loads.map((l) =>
-      l.generator.run({ ...l.job, origin: `http://127.0.0.1:${gw.port}`, startAtMs, durationMs, drainLimitMs: DRAIN_LIMIT_MS }),
-    ),
-  );
-  clearTimeout(atEnd);
-  const cpuSeconds = gw.cpuSeconds() - cpu0;
-  return {
-    results,
-    rssStartMb,
-    rssEndMb,
-    rssPeakMb: gw.rssMb().peak,
-    rssAfterMb: gw.rssMb().now,
-    cpuSeconds,
-    gatewayCores: round3(cpuSeconds / ((Date.now() - startAtMs) / 1000)),
-    loadAverage: round3(loadavg()[0] ?? Number.NaN),
-    settledMs,
-  };
-}
-
-const perSec = (n: number, r: JobResult): number => Math.round((n * 1000) / r.windowMs);
-const answers = (r: JobResult): number => r.accepted + r.shed + Object.values(r.other).reduce((a, b) => a + b, 0);
-const schedule = (r: JobResult): string =>
-  r.sendLag.p99Ms <= LAG_LIMIT_MS
-    ? `kept (sends left ${r.sendLag.p99Ms} ms late at p99)`
-    : `NOT kept: sends left ${r.sendLag.p99Ms} ms late at p99 (max ${r.sendLag.maxMs} ms); the offered rate arrived in bursts`;
-
-/** The figures of one open-loop load. */
-function openFigures(r: JobResult): Record<string, unknown> {
-  return {
-    offeredPerSec: perSec(r.sent, r),
-    // Answers that arrived while the load lasted, ÷ its length: the throughput under that load.
-    acceptedPerSec: perSec(r.acceptedInWindow, r),
-    shedPerSec: perSec(r.shedInWindow, r),
-    // Every answer of the phase, those after the last send too, ÷ the same length.
-    allAnswersPerSec: { accepted: perSec(r.accepted, r), shed: perSec(r.shed, r) },
-    otherByStatus: r.other,
-    unanswered: r.unanswered,
-    acceptedP50Ms: r.acceptedLatency.p50Ms,
-    acceptedP99Ms: r.acceptedLatency.p99Ms,
-    acceptedMaxMs: r.acceptedLatency.maxMs,
-    anyAnswerMaxMs: r.anyMaxMs,
-    totals: { sent: r.sent, accepted: r.accepted, shed: r.shed },
-    drainMs: r.drainMs,
-    socketWaits: r.socketWaits,
-    socketWaitMaxMs: r.socketWaitMaxMs,
-    sendLagP99Ms: r.sendLag.p99Ms,
-    generator: { cores: r.generatorCores, gcMaxMs: r.generatorGcMaxMs, gcTotalMs: r.generatorGcTotalMs },
-    schedule: schedule(r),
-  };
-}
-
 const postgres = await startPostgres();
 const gateways: Partial<Record<Side, ServerProcess>> = {};
 try {
@@ -205,7 +105,7 @@ try {
   });
 
   // A fresh gateway runs at about half speed until V8 has optimised its hot paths: warm both first.
-  for (const side of ["off", "on"] as const) await phase(gw[side], [closed], Math.min(3_000, 2 * DURATION_MS));
+  for (const side of ["off", "on"] as const) await phase(gw[side], [closed], Math.min(3_000, 2 * DURATION_MS), DRAIN_LIMIT_MS);
 
   // 1. Capacity: the closed loop at saturation, the two gateways in alternating order.
   const capacityRounds: Record<
@@ -217,7 +117,7 @@ try {
   };
   for (let round = 0; round < ROUNDS; round++) {
     for (const side of round % 2 === 0 ? (["off", "on"] as const) : (["on", "off"] as const)) {
-      const m = await phase(gw[side], [closed]);
+      const m = await phase(gw[side], [closed], DURATION_MS, DRAIN_LIMIT_MS);
       const r = m.results[0] as JobResult;
       capacityRounds[side].push({
         writesPerSec: perSec(r.accepted, r),
@@ -248,7 +148,7 @@ try {
   for (const [k, fraction] of FRACTIONS.entries()) {
     const rate = Math.max(50, Math.round(capacity * fraction));
     for (const side of k % 2 === 0 ? (["off", "on"] as const) : (["on", "off"] as const)) {
-      const m = await phase(gw[side], [open(big, rate, bigWrites)]);
+      const m = await phase(gw[side], [open(big, rate, bigWrites)], DURATION_MS, DRAIN_LIMIT_MS);
       runs[side][fraction] = m;
       const r = m.results[0] as JobResult;
       emit({
@@ -318,8 +218,14 @@ try {
   // 3. Fairness on the admission gateway: the small key alone at 0.5×, then beside the big key at 4×.
   const smallRate = Math.max(50, Math.round(capacity * 0.5));
   const bigRate = Math.round(capacity * 4);
-  const alone = (await phase(gw.on, [open(small, smallRate, smallWrites, SMALL_SOCKETS)])).results[0] as JobResult;
-  const both = await phase(gw.on, [open(big, bigRate, bigWrites), open(small, smallRate, smallWrites, SMALL_SOCKETS)]);
+  const alone = (await phase(gw.on, [open(small, smallRate, smallWrites, SMALL_SOCKETS)], DURATION_MS, DRAIN_LIMIT_MS))
+    .results[0] as JobResult;
+  const both = await phase(
+    gw.on,
+    [open(big, bigRate, bigWrites), open(small, smallRate, smallWrites, SMALL_SOCKETS)],
+    DURATION_MS,
+    DRAIN_LIMIT_MS,
+  );
   const [bigR, smallR] = both.results as [JobResult, JobResult];
   const fairness = round3(smallR.acceptedLatency.p99Ms / alone.acceptedLatency.p99Ms);
   emit({

@@ -1,0 +1,109 @@
+// One phase of overload.bench.ts against one gateway process, and the figures of its lines: the
+// loads start together on the generators, the gateway's RSS and CPU are read from /proc around them.
+import { loadavg } from "node:os";
+import { setTimeout as delay } from "node:timers/promises";
+import { round3 } from "./measure.js";
+import type { Generator, Job, JobResult } from "./open-loop.js";
+import type { ServerProcess } from "./server-process.js";
+
+/** The generator kept its schedule when its sends left at most this late at p99. */
+const LAG_LIMIT_MS = 10;
+/** The longest wait for a gateway to go idle between phases. */
+const SETTLE_LIMIT_MS = 30_000;
+
+export interface Load {
+  readonly generator: Generator;
+  readonly job: Pick<Job, "mode" | "ratePerSec" | "connections" | "apiKey" | "keyPrefix" | "credentials">;
+}
+
+export interface Measured {
+  readonly results: JobResult[];
+  /** The gateway's RSS (MiB) as the phase starts, as its sends end, its peak, and once every answer is in. */
+  readonly rssStartMb: number;
+  readonly rssEndMb: number;
+  readonly rssPeakMb: number;
+  readonly rssAfterMb: number;
+  /** The gateway's CPU time (user + system) from the start to the last answer, seconds, and as a share of a core. */
+  readonly cpuSeconds: number;
+  readonly gatewayCores: number;
+  /** The machine's 1-minute load average as the phase ends: how many processes wanted its cores. */
+  readonly loadAverage: number;
+  /** How long the gateway took to go idle before the phase (ms). */
+  readonly settledMs: number;
+}
+
+/**
+ * Waits until `gw` is idle: under 2 % of a core over half a second (SETTLE_LIMIT_MS at most). A phase
+ * whose writes were cut at the drain limit leaves the gateway working through them; the next phase
+ * must not pay for that work in its latency or its CPU.
+ */
+async function settle(gw: ServerProcess): Promise<number> {
+  const t0 = performance.now();
+  for (;;) {
+    const cpu0 = gw.cpuSeconds();
+    await delay(500);
+    if (gw.cpuSeconds() - cpu0 <= 0.01 || performance.now() - t0 > SETTLE_LIMIT_MS) return Math.round(performance.now() - t0);
+  }
+}
+
+/**
+ * One phase against `gw`, once it is idle: every load starts at once, for `durationMs`, and its answers
+ * are waited for up to `drainLimitMs` after its last send; the gateway is read around it.
+ */
+export async function phase(gw: ServerProcess, loads: readonly Load[], durationMs: number, drainLimitMs: number): Promise<Measured> {
+  const settledMs = await settle(gw);
+  gw.resetPeak();
+  const rssStartMb = gw.rssMb().now;
+  const cpu0 = gw.cpuSeconds();
+  const startAtMs = Date.now() + 200;
+  let rssEndMb = Number.NaN;
+  const atEnd = setTimeout(() => (rssEndMb = gw.rssMb().now), startAtMs + durationMs - Date.now());
+  const results = await Promise.all(
+    loads.map((l) => l.generator.run({ ...l.job, origin: `http://127.0.0.1:${gw.port}`, startAtMs, durationMs, drainLimitMs })),
+  );
+  clearTimeout(atEnd);
+  const cpuSeconds = gw.cpuSeconds() - cpu0;
+  return {
+    results,
+    rssStartMb,
+    rssEndMb,
+    rssPeakMb: gw.rssMb().peak,
+    rssAfterMb: gw.rssMb().now,
+    cpuSeconds,
+    gatewayCores: round3(cpuSeconds / ((Date.now() - startAtMs) / 1000)),
+    loadAverage: round3(loadavg()[0] ?? Number.NaN),
+    settledMs,
+  };
+}
+
+export const perSec = (n: number, r: JobResult): number => Math.round((n * 1000) / r.windowMs);
+export const answers = (r: JobResult): number => r.accepted + r.shed + Object.values(r.other).reduce((a, b) => a + b, 0);
+export const schedule = (r: JobResult): string =>
+  r.sendLag.p99Ms <= LAG_LIMIT_MS
+    ? `kept (sends left ${r.sendLag.p99Ms} ms late at p99)`
+    : `NOT kept: sends left ${r.sendLag.p99Ms} ms late at p99 (max ${r.sendLag.maxMs} ms); the offered rate arrived in bursts`;
+
+/** The figures of one open-loop load. */
+export function openFigures(r: JobResult): Record<string, unknown> {
+  return {
+    offeredPerSec: perSec(r.sent, r),
+    // Answers that arrived while the load lasted, ÷ its length: the throughput under that load.
+    acceptedPerSec: perSec(r.acceptedInWindow, r),
+    shedPerSec: perSec(r.shedInWindow, r),
+    // Every answer of the phase, those after the last send too, ÷ the same length.
+    allAnswersPerSec: { accepted: perSec(r.accepted, r), shed: perSec(r.shed, r) },
+    otherByStatus: r.other,
+    unanswered: r.unanswered,
+    acceptedP50Ms: r.acceptedLatency.p50Ms,
+    acceptedP99Ms: r.acceptedLatency.p99Ms,
+    acceptedMaxMs: r.acceptedLatency.maxMs,
+    anyAnswerMaxMs: r.anyMaxMs,
+    totals: { sent: r.sent, accepted: r.accepted, shed: r.shed },
+    drainMs: r.drainMs,
+    socketWaits: r.socketWaits,
+    socketWaitMaxMs: r.socketWaitMaxMs,
+    sendLagP99Ms: r.sendLag.p99Ms,
+    generator: { cores: r.generatorCores, gcMaxMs: r.generatorGcMaxMs, gcTotalMs: r.generatorGcTotalMs },
+    schedule: schedule(r),
+  };
+}
