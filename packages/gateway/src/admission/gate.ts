@@ -100,9 +100,10 @@ export function admissionGate(options: {
 
 /** The slot is the request's until its response is over (or its client gone). */
 function hold(res: Response, release: Release, next: (err?: unknown) => void): void {
-  // The client left while the request waited: the slot goes at once to the next one.
-  if (res.closed) release();
-  else res.once("close", release);
+  // The client left as the request was let in: nobody is left to answer, so the route does not run
+  // (no lock or store work for it), and the slot goes at once to the next one.
+  if (res.closed) return release();
+  res.once("close", release);
   next();
 }
 
