@@ -263,7 +263,7 @@ async function run(job: Job): Promise<JobResult> {
   const windowMs = job.mode === "open" ? job.durationMs : performance.now() - start;
   const cpu = process.cpuUsage(cpu0);
   const pauses = gc.stop();
-  // Writes still out are cut: their promises settle as errors, after this tally is read.
+  // Writes still out are cut as the connections close below; they settle as errors after this tally is read.
   const result: JobResult = {
     windowMs,
     sent,
@@ -311,7 +311,8 @@ export async function startGenerator(): Promise<Generator> {
   await once(child, "spawn");
   let priority = `raised (nice ${GENERATOR_NICE})`;
   try {
-    setPriority(child.pid ?? 0, GENERATOR_NICE);
+    if (child.pid === undefined) throw new Error("no pid"); // pid 0 would be this process
+    setPriority(child.pid, GENERATOR_NICE);
   } catch (err) {
     priority = `as the benchmark's: could not raise it (${(err as { code?: string }).code ?? String(err)})`;
   }
