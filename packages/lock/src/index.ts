@@ -3,6 +3,7 @@
 //
 // The layers, from the API down:
 //   redlock.ts     Redlock: acquire, extend, release and using() — the rounds, their quorum and validity
+//   acquire-round.ts  one acquisition round: grant and counters on every node, publish if needed, the validity
 //   lease.ts       Lease: a held lease, its fences, signal and expiry (the calls it delegates to Redlock)
 //   options.ts     the inputs and their checks (InvalidArgumentError before any command)
 //   quorum.ts      one fan-out to every node: per-node timeouts, replies, the outcome once it is known

@@ -1,11 +1,11 @@
 import { performance } from "node:perf_hooks";
 import { setTimeout as sleep } from "node:timers/promises";
 import { assertResource, checkResources, InvalidArgumentError } from "@fenced/fence";
+import { acquireRound, type RoundNodes } from "./acquire-round.js";
 import type { RedisClient } from "./client.js";
-import { LeaseLostError, LockNotAcquiredError, TokenSpaceExhaustedError, type HeldFence, type NodeFailure } from "./errors.js";
+import { LeaseLostError, LockNotAcquiredError, type HeldFence, type NodeFailure } from "./errors.js";
 import { resourceKeys } from "./keys.js";
 import { Lease, leaseInternals, leaseLost } from "./lease.js";
-import { newLeaseValue } from "./lease-value.js";
 import { nodeEvents, observed } from "./observe.js";
 import { watchOf, type NodeWatch } from "./node-watch.js";
 import { sendScript } from "./pipelining.js";
@@ -22,20 +22,7 @@ import {
   type RedlockOptions,
   type Settings,
 } from "./options.js";
-import {
-  AcquireTally,
-  ceilingReached,
-  chooseTokens,
-  failures,
-  fallBack,
-  fanOut,
-  parseGrant,
-  quorumOf,
-  type Grant,
-  type Reply,
-  type ScriptCall,
-  type TokenChoice,
-} from "./quorum.js";
+import { failures, fallBack, fanOut, quorumOf, type ScriptCall } from "./quorum.js";
 import { SCRIPTS } from "./scripts.js";
 
 export type { AcquireOptions, HeldLease, RedlockOptions } from "./options.js";
@@ -55,6 +42,8 @@ export class Redlock {
   readonly #settings: Settings;
   /** By node: the watch of its client's connection (node-watch.ts), renewed by #currentWatches once a client ended. */
   readonly #watches: (NodeWatch | undefined)[];
+  /** What an acquisition round (acquire-round.ts) uses of this Redlock. */
+  readonly #round: RoundNodes;
 
   /** One client per independent node (a Cluster client counts as one node). Throws InvalidArgumentError on bad input. */
   constructor(clients: readonly RedisClient[], options?: RedlockOptions) {
@@ -63,6 +52,16 @@ export class Redlock {
     this.#settings = checkSettings(options);
     // Watch the connections from the start, so that a node already down is known before the first round.
     this.#watches = this.clients.map((client) => watchOf(client));
+    this.#round = {
+      owner: this,
+      clients: this.clients,
+      quorum: this.quorum,
+      settings: this.#settings,
+      client: (node) => this.#client(node),
+      currentWatches: (nodes) => this.#currentWatches(nodes),
+      observer: (phase, nodes) => this.#observer(phase, nodes),
+      releaseAll: (leases, value, waitForAll, nodes) => this.#releaseAll(leases, value, waitForAll, nodes),
+    };
   }
 
   /**
@@ -96,7 +95,7 @@ export class Redlock {
   async #acquireRounds(resources: readonly string[], ttlMs: number, retryCount: number, signal: AbortSignal | undefined): Promise<Lease> {
     for (let attempt = 1; ; attempt++) {
       signal?.throwIfAborted();
-      const result = await this.#attempt(resources, ttlMs);
+      const result = await acquireRound(this.#round, resources, ttlMs);
       if (result instanceof Lease) return result;
       if (attempt > retryCount) throw new LockNotAcquiredError(resources[0] as string, attempt, result, resources);
       const delay = this.#settings.retryDelayMs + Math.random() * this.#settings.retryJitterMs;
@@ -236,97 +235,6 @@ export class Redlock {
     );
   }
 
-  /** One acquisition round: grant + counters on all nodes, publish if needed, then the validity. */
-  async #attempt(resources: readonly string[], ttlMs: number): Promise<Lease | NodeFailure[]> {
-    const keys = resources.map(resourceKeys);
-    const leases = keys.map((k) => k.lease);
-    const value = newLeaseValue();
-    const start = performance.now();
-    const tally = new AcquireTally(this.clients.length, this.quorum, resources.length);
-    // Once the fan-out has resolved, a node that answers NOSCRIPT must not get the acquire again
-    // (see fallBack): the release that follows may already have run there.
-    let fanningOut = true;
-    const stillWanted = (): boolean => fanningOut;
-    const call: ScriptCall = { script: SCRIPTS.acquire, keys: keys.flatMap((k) => [k.lease, k.counter]), args: [value, ttlMs] };
-    const replies = await fanOut(this.clients.length, this.#settings.nodeTimeoutMs, {
-      send: (node) => sendScript(this.#client(node), call),
-      retry: (node, err) => fallBack(this.#client(node), call, err, stillWanted),
-      watches: this.#currentWatches(),
-      parse: (raw) => parseGrant(raw, resources.length),
-      decided: (reply) => tally.add(reply),
-      observe: this.#observer("acquire"),
-    });
-    fanningOut = false;
-    nodeEvents("acquire", replies);
-    // The nodes this attempt sent ACQUIRE to: the only ones it can have left a lease key on.
-    const reached = replies.flatMap((reply, node) => (!reply.ok && reply.unsent === true ? [] : [node]));
-    const choices = chooseTokens(replies, this.quorum, resources.length);
-    const ceiling = ceilingReached(replies, choices, this.quorum, resources.length);
-    if (ceiling !== undefined) {
-      // Never ask any node for a token past 2^63 - 1; leave nothing behind, then stop (retrying cannot help).
-      await this.#releaseAll(leases, value, true, reached);
-      throw new TokenSpaceExhaustedError(resources[ceiling.resource] as string, ceiling.highest);
-    }
-    if (choices !== undefined && (await this.#settle(keys, value, choices))) {
-      // Every token is settled; only now is the validity computed, with the monotonic clock.
-      const elapsed = performance.now() - start;
-      const validityMs = Math.floor(ttlMs - elapsed - driftMs(ttlMs, this.#settings.driftFactor));
-      const held = choices.map((choice, i) => ({ resource: resources[i] as string, token: choice.token }));
-      if (validityMs > 0) return new Lease(this, held, value, validityMs);
-    }
-    // Not acquired: release on every node it sent to, including those that timed out or went down
-    // meanwhile (their grant may still land; the release is queued behind it).
-    await this.#releaseAll(leases, value, true, reached);
-    crossSlot(replies, resources);
-    return failures(replies, (g: Grant, node) => (g.granted ? undefined : { node, reason: "held" }));
-  }
-
-  /**
-   * Whether every resource's token counts on a quorum: nodes whose own INCR returned it, plus the
-   * nodes that publishing moves to exactly it (PROTOCOL.md, "Choosing the token"). Publishes, in one
-   * round, to each granting node that is behind on some resource, only the resources it is behind on.
-   */
-  async #settle(keys: readonly { lease: string; counter: string }[], value: string, choices: readonly TokenChoice[]): Promise<boolean> {
-    const counted = choices.map((c) => c.counted.length);
-    const behind = (i: number): boolean => (counted[i] as number) < this.quorum;
-    if (!choices.some((_, i) => behind(i))) return true;
-    // Node → the resources (indexes) to publish there: those short of a quorum on which the node is behind.
-    const publish = new Map<number, number[]>();
-    choices.forEach((choice, i) => {
-      if (behind(i)) for (const node of choice.behind) publish.set(node, [...(publish.get(node) ?? []), i]);
-    });
-    const nodes = [...publish.keys()];
-    if (nodes.length === 0) return false;
-    const calls = nodes.map((node): ScriptCall => {
-      const which = publish.get(node) as number[];
-      return {
-        script: SCRIPTS.publish,
-        keys: which.flatMap((i) => [(keys[i] as { lease: string }).lease, (keys[i] as { counter: string }).counter]),
-        args: [value, ...which.map((i) => (choices[i] as TokenChoice).token.toString())],
-      };
-    });
-    // Over once every resource counts on a quorum, or once one of them can no longer get there.
-    const reachable = (i: number): boolean => (counted[i] as number) + pendingFor(publish, i) >= this.quorum;
-    const published = await fanOut(nodes.length, this.#settings.nodeTimeoutMs, {
-      send: (k) => sendScript(this.#client(nodes[k] as number), calls[k] as ScriptCall),
-      retry: (k, err) => fallBack(this.#client(nodes[k] as number), calls[k] as ScriptCall, err),
-      watches: this.#currentWatches(nodes),
-      decided: (reply, k) => {
-        const which = publish.get(nodes[k] as number) as number[];
-        const moved = reply.ok && Array.isArray(reply.value) ? (reply.value as unknown[]) : [];
-        which.forEach((i, j) => {
-          if (moved[j] === 1) counted[i] = (counted[i] as number) + 1;
-        });
-        publish.delete(nodes[k] as number);
-        if (!choices.some((_, i) => behind(i))) return true;
-        return choices.some((_, i) => behind(i) && !reachable(i));
-      },
-      observe: this.#observer("publish", nodes),
-    });
-    nodeEvents("publish", published, nodes);
-    return !choices.some((_, i) => behind(i));
-  }
-
   /** @internal LeaseOwner: extends on every node; resolves with the new validity and end, or throws LeaseLostError. */
   extendLease(lease: Lease, ttlMs: number): Promise<{ readonly validityMs: number; readonly validUntil: number }> {
     const fences = leaseInternals.held(lease);
@@ -446,25 +354,4 @@ function checkedResources(resource: unknown): string[] {
 /** The lease keys of a lease's resources, in its order. */
 function leaseKeys(fences: readonly { readonly resource: string }[]): string[] {
   return fences.map((f) => resourceKeys(f.resource).lease);
-}
-
-/** How many of the nodes still to answer publish resource `i`: the most they can add to its count. */
-function pendingFor(publish: ReadonlyMap<number, readonly number[]>, i: number): number {
-  let n = 0;
-  for (const which of publish.values()) if (which.includes(i)) n++;
-  return n;
-}
-
-/**
- * A set a node refused to run because its keys lie in different Redis Cluster slots (CROSSSLOT: Redis's
- * own classification) can never be granted there: InvalidArgumentError instead of a retry. Called after
- * the attempt released what it took on the other nodes.
- */
-function crossSlot(replies: readonly Reply<Grant>[], resources: readonly string[]): void {
-  const refused = replies.some((r) => !r.ok && r.failure.reason === "error" && r.failure.code === "CROSSSLOT");
-  if (!refused) return;
-  throw new InvalidArgumentError(
-    "resources",
-    `${resources.map((r) => JSON.stringify(r)).join(", ")} lie in different Redis Cluster slots, and a lease holds its set in one script per node: give them a common hash tag, the same text up to their first "}" (e.g. "{accounts}:alice", "{accounts}:bob")`,
-  );
 }
