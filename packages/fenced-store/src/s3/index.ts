@@ -2,6 +2,7 @@
 //
 // The layers, from the API down (each imports only those below it):
 //   store.ts       FencedS3: validates a call (options.ts, body.ts) and runs it
+//   read.ts        a key's current version: its manifest, then its body (read again if superseded meanwhile)
 //   sweep.ts       the sweeper: orphaned data objects and incomplete uploads (judgeData); sweep-report.ts, its report
 //   write.ts       the write's driver: asks decide() what next, does that I/O, after-failure (PROTOCOL.md "The write")
 //   fencing.ts     the fence objects' side of a write: reads, raises, an attempt sent under the decision on them

@@ -5,13 +5,12 @@ import { ContentionError, StoreUnavailableError, VersionMismatchError } from "..
 import { assertKey, assertResource, checkFence, type CheckedFence, type Fence, type FenceSet } from "../fence.js";
 import { observedCall, tracedS3Client } from "../observe.js";
 import { oneOrMoreFences } from "../options.js";
-import { assertBody, assertContentLength, assertContentType, openData, readAll, toPayload, watchStalls, type S3Body } from "./body.js";
+import { assertBody, assertContentLength, assertContentType, toPayload, watchStalls, type S3Body } from "./body.js";
 import type { EtagForm } from "./conditional.js";
 import { Deadline } from "../deadline.js";
 import { typedFailure, withinDeadline } from "./failures.js";
-import { StoreIo, type Snapshot } from "./io.js";
+import { StoreIo } from "./io.js";
 import { probeKeyPrefix } from "./layout.js";
-import { MissingBodies, type ManifestHeader } from "./manifest.js";
 import {
   signalOptions,
   sweepOptions,
@@ -29,6 +28,7 @@ import {
 } from "./options.js";
 import { Sweep, type S3SweepOptions, type S3SweepProgress, type S3SweepReport } from "./sweep.js";
 import { NeverWrittenError, refusal, type Content, type S3PutResult } from "./intent.js";
+import { meta, openCurrent, readCurrent, type S3Bytes, type S3Object } from "./read.js";
 import { writeManifest } from "./write.js";
 
 export type { S3Body } from "./body.js";
@@ -44,28 +44,7 @@ export type {
 } from "./options.js";
 export type { S3SweepCount, S3SweepOptions, S3SweepProgress, S3SweepReport, S3SweepUploadsKept } from "./sweep.js";
 export type { S3PutResult } from "./intent.js";
-
-interface S3Meta {
-  readonly version: string;
-  /** Token of the write that produced this version. */
-  readonly token: bigint;
-  /** Holder that presented it (null: a fence without a holder, or a version written in format /1). */
-  readonly holder: string | null;
-  /** The resource the key belongs to, whose fence that write carried. */
-  readonly resource: string;
-  readonly contentType: string | undefined;
-}
-
-/** get(): the body is an open stream; consume or destroy it (it may hold a connection). */
-export interface S3Object extends S3Meta {
-  readonly body: Readable;
-  readonly size: number | undefined;
-}
-
-/** getBytes() and update()'s callback: the body read whole into memory. */
-export interface S3Bytes extends S3Meta {
-  readonly body: Buffer;
-}
+export type { S3Bytes, S3Object } from "./read.js";
 
 export interface S3VerifyResult {
   /** How this backend wants ETags spelled in If-Match (radosgw: bare only). */
@@ -212,39 +191,17 @@ export class FencedS3 {
   async get(key: string, options?: S3ReadOptions): Promise<S3Object | undefined> {
     assertKey(key);
     const { signal } = signalOptions(options);
-    const found = await this.call("get", key, signal, (deadline) => this.open(key, deadline.signal));
+    const found = await this.call("get", key, signal, (deadline) => openCurrent(this.io, key, deadline.signal));
     const { timeoutMs } = this.io.options;
     if (found !== undefined) watchStalls(found.body, timeoutMs, () => new StoreUnavailableError("s3", "timeout", "get"));
     return found;
-  }
-
-  private async open(key: string, signal: AbortSignal): Promise<S3Object | undefined> {
-    const missing = new MissingBodies(key);
-    for (let attempt = 0; attempt < this.io.options.maxAttempts; attempt++) {
-      const found = await this.io.readManifest(key, signal);
-      if (found === null) return undefined;
-      const { header } = found.snap;
-      if (header.body.kind === "tombstone") return undefined;
-      if (header.body.kind === "inline") {
-        const bytes = found.inline ?? Buffer.alloc(0);
-        return { ...meta(header), body: Readable.from([bytes], { objectMode: false }), size: bytes.length };
-      }
-      const data = await openData(this.io.client, this.bucket, header.body.dataKey, signal);
-      // Gone: superseded and cleaned up after we read the manifest. The newer manifest has the newer body.
-      if (data === undefined) {
-        missing.saw(header);
-        continue;
-      }
-      return { ...meta(header), body: data.body, size: data.size };
-    }
-    throw changedWhileRead(key, this.io.options.maxAttempts);
   }
 
   /** The key's current version with its body read whole. options.signal as for get(). */
   async getBytes(key: string, options?: S3ReadOptions): Promise<S3Bytes | undefined> {
     assertKey(key);
     const { signal } = signalOptions(options);
-    const current = await this.call("get", key, signal, (deadline) => this.readCurrent(key, deadline.signal));
+    const current = await this.call("get", key, signal, (deadline) => readCurrent(this.io, key, deadline.signal));
     return current?.bytes === undefined ? undefined : { ...meta(current.snap.header), body: current.bytes };
   }
 
@@ -292,7 +249,7 @@ export class FencedS3 {
     deadline: Deadline,
   ): Promise<S3PutResult> {
     for (let attempt = 0; attempt < attempts; attempt++) {
-      const current = await deadline.race(this.readCurrent(key, deadline.signal));
+      const current = await deadline.race(readCurrent(this.io, key, deadline.signal));
       // A holder the key refuses (stale, or naming another resource) learns it before computing anything.
       const refused = refusal({ key, owner: o.fence.resource, fences: [o.fence], ifVersion: undefined }, current?.snap ?? null);
       if (refused !== undefined) throw refused;
@@ -394,22 +351,6 @@ export class FencedS3 {
     const intent = { key, owner: fence.resource, fences: [fence], writer: fence, ifVersion, content, contentType, operation };
     return writeManifest(this.io, { ...intent, deadline, signal: deadline.signal });
   }
-
-  /** The current manifest and its body read whole (bytes undefined for a tombstone); null if absent. */
-  private async readCurrent(key: string, signal?: AbortSignal): Promise<{ snap: Snapshot; bytes: Buffer | undefined } | null> {
-    const missing = new MissingBodies(key);
-    for (let attempt = 0; attempt < this.io.options.maxAttempts; attempt++) {
-      const found = await this.io.readManifest(key, signal);
-      if (found === null) return null;
-      const { body } = found.snap.header;
-      if (body.kind !== "object")
-        return { snap: found.snap, bytes: body.kind === "inline" ? (found.inline ?? Buffer.alloc(0)) : undefined };
-      const data = await openData(this.io.client, this.bucket, body.dataKey, signal);
-      if (data !== undefined) return { snap: found.snap, bytes: await readAll(data.body) };
-      missing.saw(found.snap.header);
-    }
-    throw changedWhileRead(key, this.io.options.maxAttempts);
-  }
 }
 
 /** What update()'s function threw: passed on as it is, never read as the backend's failure. */
@@ -417,18 +358,4 @@ class ThrownByCaller extends Error {
   constructor(readonly error: unknown) {
     super("update's function threw");
   }
-}
-
-function meta(header: ManifestHeader): S3Meta {
-  return {
-    version: header.writeId,
-    token: BigInt(header.token),
-    holder: header.holder,
-    resource: header.owner,
-    contentType: header.contentType,
-  };
-}
-
-function changedWhileRead(key: string, attempts: number): ContentionError {
-  return new ContentionError(key, attempts, `read ${JSON.stringify(key)}: the key changed ${attempts} times while it was being read`);
 }
