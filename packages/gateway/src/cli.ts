@@ -14,60 +14,19 @@ import { RECHECK_INTERVAL_MS, recheckInBackground, type Recheck } from "./ops/re
 import { GATEWAY_VERSION } from "./version.js";
 
 async function main(config: GatewayConfig, logger: Logger): Promise<void> {
-  const closers: (() => Promise<unknown>)[] = [];
+  const closers: Closers = [];
   const closeAll = () => Promise.allSettled(closers.map((close) => close()));
   // Listening already when a later step fails (an admin port in use): closed before the backends.
   const listening: Serving[] = [];
   try {
-    let records;
-    if (config.postgres !== undefined) {
-      const pool = new pg.Pool({
-        connectionString: config.postgres.url,
-        max: config.postgres.poolSize,
-        connectionTimeoutMillis: config.storeTimeoutMs,
-      });
-      // An idle connection the server drops emits 'error' on the pool; unhandled, it would end the process.
-      pool.on("error", (err) => logger.warn({ err }, "postgres connection lost"));
-      // And every connection keeps a listener of its own for its whole life: pg emits 'error' on a
-      // client whose server ends its session (57P01 when PostgreSQL stops), and an error emitted at a
-      // moment neither the pool nor a store call listens must not end the process either.
-      pool.on("connect", (client) => client.on("error", (err) => logger.debug({ err }, "postgres connection error")));
-      closers.push(() => pool.end());
-      records = { pool, ...(config.postgres.schema === undefined ? {} : { schema: config.postgres.schema }) };
-    }
+    const records = config.postgres === undefined ? undefined : recordsBackend(config.postgres, config.storeTimeoutMs, logger, closers);
     let objects;
     if (config.s3 !== undefined) {
       objects = s3Backend(config.s3);
       const { client } = objects;
       closers.push(() => Promise.resolve(client.destroy()));
     }
-    let leases;
-    if (config.redis !== undefined) {
-      // Loaded only when leases are enabled: a gateway without a lock carries no Redis client.
-      const { Redis } = await import("ioredis");
-      const clients = config.redis.urls.map((url, node) => {
-        const redis = new Redis(url, { lazyConnect: false });
-        // A lock node that is down costs its vote, not the process: the lock counts a quorum.
-        redis.on("error", (err) => logger.debug({ err, node }, "redis node error"));
-        return redis;
-      });
-      // QUIT to a node that is not connected would wait in the offline queue through every reconnection attempt.
-      closers.push(() =>
-        Promise.all(clients.map((c) => (c.status === "ready" ? c.quit().catch(() => c.disconnect()) : Promise.resolve(c.disconnect())))),
-      );
-      const { retryCount, retryDelayMs, retryJitterMs, nodeTimeoutMs, driftFactor, acquireTimeoutMs } = config.redis;
-      leases = {
-        clients,
-        redlock: {
-          retryCount,
-          ...(retryDelayMs === undefined ? {} : { retryDelayMs }),
-          ...(retryJitterMs === undefined ? {} : { retryJitterMs }),
-          ...(nodeTimeoutMs === undefined ? {} : { nodeTimeoutMs }),
-          ...(driftFactor === undefined ? {} : { driftFactor }),
-        },
-        ...(acquireTimeoutMs === undefined ? {} : { acquireTimeoutMs }),
-      };
-    }
+    const leases = config.redis === undefined ? undefined : await leasesBackend(config.redis, logger, closers);
     const gateway = createGateway({
       apiKeys: config.apiKeys,
       fenceKeys: config.fenceKeys,
@@ -107,36 +66,97 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
       },
       "listening",
     );
-
-    let stopping = false;
-    const stop = async (signal: string): Promise<void> => {
-      if (stopping) return;
-      stopping = true;
-      const inFlight = serving.inFlight();
-      gateway.beginDrain();
-      // drain() stops accepting before it returns: whoever reads this line finds the port closed.
-      const draining = serving.drain(config.drainTimeoutMs);
-      logger.info({ signal, inFlight, timeoutMs: config.drainTimeoutMs }, "draining");
-      const drained = await draining;
-      // The admin listener answers until the public one is drained: health and metrics watch the drain.
-      await admin?.drain(1_000);
-      // A lease its client left while it was being granted (the drain cut it) is released before the lock's connections close.
-      await gateway.settled();
-      // Backends close only after the last request that could use them has finished, and the background check's last look.
-      recheck?.stop();
-      await recheck?.done;
-      await closeAll();
-      gateway.close();
-      logger.info({ drained }, "stopped");
-      process.exitCode = drained ? 0 : 1;
-    };
-    process.once("SIGTERM", () => void stop("SIGTERM"));
-    process.once("SIGINT", () => void stop("SIGINT"));
+    stopOnSignals({ gateway, serving, admin, recheck, closeAll }, config, logger);
   } catch (err) {
     await Promise.allSettled(listening.map((s) => s.drain(0)));
     await closeAll();
     throw err;
   }
+}
+
+/** What closes the backends, in the order they were opened. */
+type Closers = (() => Promise<unknown>)[];
+
+/** The PostgreSQL pool of the records, its end added to `closers`. */
+function recordsBackend(postgres: NonNullable<GatewayConfig["postgres"]>, storeTimeoutMs: number, logger: Logger, closers: Closers) {
+  const pool = new pg.Pool({
+    connectionString: postgres.url,
+    max: postgres.poolSize,
+    connectionTimeoutMillis: storeTimeoutMs,
+  });
+  // An idle connection the server drops emits 'error' on the pool; unhandled, it would end the process.
+  pool.on("error", (err) => logger.warn({ err }, "postgres connection lost"));
+  // And every connection keeps a listener of its own for its whole life: pg emits 'error' on a
+  // client whose server ends its session (57P01 when PostgreSQL stops), and an error emitted at a
+  // moment neither the pool nor a store call listens must not end the process either.
+  pool.on("connect", (client) => client.on("error", (err) => logger.debug({ err }, "postgres connection error")));
+  closers.push(() => pool.end());
+  return { pool, ...(postgres.schema === undefined ? {} : { schema: postgres.schema }) };
+}
+
+/** The lock's Redis clients and options, their closing added to `closers`. */
+async function leasesBackend(redisConfig: NonNullable<GatewayConfig["redis"]>, logger: Logger, closers: Closers) {
+  // Loaded only when leases are enabled: a gateway without a lock carries no Redis client.
+  const { Redis } = await import("ioredis");
+  const clients = redisConfig.urls.map((url, node) => {
+    const redis = new Redis(url, { lazyConnect: false });
+    // A lock node that is down costs its vote, not the process: the lock counts a quorum.
+    redis.on("error", (err) => logger.debug({ err, node }, "redis node error"));
+    return redis;
+  });
+  // QUIT to a node that is not connected would wait in the offline queue through every reconnection attempt.
+  closers.push(() =>
+    Promise.all(clients.map((c) => (c.status === "ready" ? c.quit().catch(() => c.disconnect()) : Promise.resolve(c.disconnect())))),
+  );
+  const { retryCount, retryDelayMs, retryJitterMs, nodeTimeoutMs, driftFactor, acquireTimeoutMs } = redisConfig;
+  return {
+    clients,
+    redlock: {
+      retryCount,
+      ...(retryDelayMs === undefined ? {} : { retryDelayMs }),
+      ...(retryJitterMs === undefined ? {} : { retryJitterMs }),
+      ...(nodeTimeoutMs === undefined ? {} : { nodeTimeoutMs }),
+      ...(driftFactor === undefined ? {} : { driftFactor }),
+    },
+    ...(acquireTimeoutMs === undefined ? {} : { acquireTimeoutMs }),
+  };
+}
+
+/** What a running gateway stops: its app, its listeners, the background check and the backends. */
+interface Running {
+  readonly gateway: Gateway;
+  readonly serving: Serving;
+  readonly admin: Serving | undefined;
+  readonly recheck: Recheck | undefined;
+  readonly closeAll: () => Promise<unknown>;
+}
+
+/** On SIGTERM or SIGINT (the first one), drains the listeners, then closes the backends; the exit code says whether the drain finished. */
+function stopOnSignals({ gateway, serving, admin, recheck, closeAll }: Running, config: GatewayConfig, logger: Logger): void {
+  let stopping = false;
+  const stop = async (signal: string): Promise<void> => {
+    if (stopping) return;
+    stopping = true;
+    const inFlight = serving.inFlight();
+    gateway.beginDrain();
+    // drain() stops accepting before it returns: whoever reads this line finds the port closed.
+    const draining = serving.drain(config.drainTimeoutMs);
+    logger.info({ signal, inFlight, timeoutMs: config.drainTimeoutMs }, "draining");
+    const drained = await draining;
+    // The admin listener answers until the public one is drained: health and metrics watch the drain.
+    await admin?.drain(1_000);
+    // A lease its client left while it was being granted (the drain cut it) is released before the lock's connections close.
+    await gateway.settled();
+    // Backends close only after the last request that could use them has finished, and the background check's last look.
+    recheck?.stop();
+    await recheck?.done;
+    await closeAll();
+    gateway.close();
+    logger.info({ drained }, "stopped");
+    process.exitCode = drained ? 0 : 1;
+  };
+  process.once("SIGTERM", () => void stop("SIGTERM"));
+  process.once("SIGINT", () => void stop("SIGINT"));
 }
 
 /**
