@@ -77,6 +77,84 @@ export function leasesRouter(
   options: LeaseBackendOptions,
   registrars: readonly Registrar[] = [],
 ): { router: Router; probe(timeoutMs: number): Promise<LockProbe>; settled(): Promise<void> } {
+  const { redlock, retry, acquireTimeoutMs } = leaseLock(ctx, options);
+  const leases: Leases = { ctx, credentials, redlock, registrars, retry, acquireTimeoutMs };
+  const bodies = leaseBodySchema(ctx.limits.maxTtlMs);
+  const readBody = jsonBody(BODY_LIMIT);
+  const router = Router({ caseSensitive: true, strict: true });
+  /** Grants in flight (grant()): settled() waits for them. */
+  const inFlight = new Set<Promise<unknown>>();
+
+  router.post("/", async (req, res) => {
+    const principal = principalFor(ctx, req, res);
+    const { resources, ttlMs, register } = bodies.grant(await readBody(req, res));
+    // Every resource of the lease: a set outside the key's scope in any part is refused whole.
+    for (const resource of resources) requireResource(principal, resource);
+    const granting = grant(leases, resources, ttlMs, register, clientGone(res));
+    inFlight.add(granting);
+    const lease = await granting.finally(() => inFlight.delete(granting));
+    // The client has gone: there is nobody to answer (the request is accounted as cut).
+    if (lease === undefined) return;
+    ctx.metrics.lease("granted");
+    const body = leaseJson(lease, credentials);
+    // The client may leave as the answer is written (its leaving not yet seen when the grant ended):
+    // an answer that did not finish leaves nobody with the lease id, so the lease is released.
+    res.once("close", () => {
+      if (res.writableFinished) return;
+      const abandoning = abandon(leases, lease, "the client left while the lease was answered");
+      inFlight.add(abandoning);
+      void abandoning.finally(() => inFlight.delete(abandoning));
+    });
+    // No Location header: a lease id is a capability (extend, release), and Location headers are logged.
+    res.status(201).json(body);
+  });
+  router.all("/", (_req, res) => methodNotAllowed(res, "POST"));
+
+  // A lease id travels in the body, never in the path: it is a capability (extend, release), and
+  // paths end up in proxies' and load balancers' access logs.
+  router.post("/extend", async (req, res) => {
+    const principal = principalFor(ctx, req, res);
+    const { leaseId, ttlMs } = bodies.extend.parse(await readBody(req, res));
+    // Sealed by this gateway: the resources, tokens and value the new credentials carry are the ones
+    // the lock granted, never the client's (an edited id is a 403 and earns nothing).
+    const held = credentials.lease(leaseId);
+    // The id names its resources; the caller's key must cover each, whoever the lease was issued to.
+    for (const { resource } of held.fences) requireResource(principal, resource);
+    const lease = await extend(leases, held, ttlMs);
+    ctx.metrics.lease("extended");
+    res.json(leaseJson(lease, credentials));
+  });
+  router.all("/extend", (_req, res) => methodNotAllowed(res, "POST"));
+
+  router.post("/release", async (req, res) => {
+    const principal = principalFor(ctx, req, res);
+    const { leaseId } = bodies.release.parse(await readBody(req, res));
+    const held = credentials.lease(leaseId);
+    for (const { resource } of held.fences) requireResource(principal, resource);
+    // Past its end too (its keys may linger on a node that took them late). Deletes each key only
+    // where it still holds this lease's value: a stale id releases nothing.
+    await ctx.metrics.time("leases", "release", () => redlock.release(held));
+    ctx.metrics.lease("released");
+    res.status(204).end();
+  });
+  router.all("/release", (_req, res) => methodNotAllowed(res, "POST"));
+
+  // Readiness: the lock works while a quorum answers; every node is reported, with its address (for the admin listener).
+  const addresses = redlock.clients.map(nodeAddress);
+  const probe = async (timeoutMs: number): Promise<LockProbe> => ({ ...(await probeNodes(redlock, timeoutMs)), addresses });
+  // Until each has ended, a lease its client left may still be granted and then released: the lock's
+  // connections must stay open that long (the CLI closes them after a drain).
+  const settled = async (): Promise<void> => {
+    while (inFlight.size > 0) await Promise.allSettled([...inFlight]);
+  };
+  return { router, probe, settled };
+}
+
+/**
+ * The lock the routes use, with the retries acquire() runs itself and the bound on them. Throws
+ * InvalidArgumentError when acquireTimeoutMs leaves no room for one attempt.
+ */
+function leaseLock(ctx: RouteContext, options: LeaseBackendOptions): Pick<Leases, "redlock" | "retry" | "acquireTimeoutMs"> {
   const given = options.redlock ?? {};
   const retry = {
     count: given.retryCount ?? LOCK_DEFAULTS.retryCount,
@@ -108,81 +186,13 @@ export function leasesRouter(
       "acquireTimeoutMs",
       `${acquireTimeoutMs} ms is shorter than one attempt of the lock (three rounds of nodeTimeoutMs): give at least ${retry.attemptMs}`,
     );
-  const leases: Leases = { ctx, credentials, redlock, registrars, retry, acquireTimeoutMs };
-  const bodies = leaseBodySchema(ctx.limits.maxTtlMs);
-  const readBody = jsonBody(BODY_LIMIT);
-  const router = Router({ caseSensitive: true, strict: true });
-  /** Grants in flight (grant()): settled() waits for them. */
-  const inFlight = new Set<Promise<unknown>>();
+  return { redlock, retry, acquireTimeoutMs };
+}
 
-  const principalFor = (req: Request, res: Response): Principal => {
-    const principal = ctx.auth.authenticate(req);
-    res.locals.principal = principal.id;
-    requireWrite(principal);
-    return principal;
-  };
-
-  router.post("/", async (req, res) => {
-    const principal = principalFor(req, res);
-    const { resources, ttlMs, register } = bodies.grant(await readBody(req, res));
-    // Every resource of the lease: a set outside the key's scope in any part is refused whole.
-    for (const resource of resources) requireResource(principal, resource);
-    const granting = grant(leases, resources, ttlMs, register, clientGone(res));
-    inFlight.add(granting);
-    const lease = await granting.finally(() => inFlight.delete(granting));
-    // The client has gone: there is nobody to answer (the request is accounted as cut).
-    if (lease === undefined) return;
-    ctx.metrics.lease("granted");
-    const body = leaseJson(lease, credentials);
-    // The client may leave as the answer is written (its leaving not yet seen when the grant ended):
-    // an answer that did not finish leaves nobody with the lease id, so the lease is released.
-    res.once("close", () => {
-      if (res.writableFinished) return;
-      const abandoning = abandon(leases, lease, "the client left while the lease was answered");
-      inFlight.add(abandoning);
-      void abandoning.finally(() => inFlight.delete(abandoning));
-    });
-    // No Location header: a lease id is a capability (extend, release), and Location headers are logged.
-    res.status(201).json(body);
-  });
-  router.all("/", (_req, res) => methodNotAllowed(res, "POST"));
-
-  // A lease id travels in the body, never in the path: it is a capability (extend, release), and
-  // paths end up in proxies' and load balancers' access logs.
-  router.post("/extend", async (req, res) => {
-    const principal = principalFor(req, res);
-    const { leaseId, ttlMs } = bodies.extend.parse(await readBody(req, res));
-    // Sealed by this gateway: the resources, tokens and value the new credentials carry are the ones
-    // the lock granted, never the client's (an edited id is a 403 and earns nothing).
-    const held = credentials.lease(leaseId);
-    // The id names its resources; the caller's key must cover each, whoever the lease was issued to.
-    for (const { resource } of held.fences) requireResource(principal, resource);
-    const lease = await extend(leases, held, ttlMs);
-    ctx.metrics.lease("extended");
-    res.json(leaseJson(lease, credentials));
-  });
-  router.all("/extend", (_req, res) => methodNotAllowed(res, "POST"));
-
-  router.post("/release", async (req, res) => {
-    const principal = principalFor(req, res);
-    const { leaseId } = bodies.release.parse(await readBody(req, res));
-    const held = credentials.lease(leaseId);
-    for (const { resource } of held.fences) requireResource(principal, resource);
-    // Past its end too (its keys may linger on a node that took them late). Deletes each key only
-    // where it still holds this lease's value: a stale id releases nothing.
-    await ctx.metrics.time("leases", "release", () => redlock.release(held));
-    ctx.metrics.lease("released");
-    res.status(204).end();
-  });
-  router.all("/release", (_req, res) => methodNotAllowed(res, "POST"));
-
-  // Readiness: the lock works while a quorum answers; every node is reported, with its address (for the admin listener).
-  const addresses = redlock.clients.map(nodeAddress);
-  const probe = async (timeoutMs: number): Promise<LockProbe> => ({ ...(await probeNodes(redlock, timeoutMs)), addresses });
-  // Until each has ended, a lease its client left may still be granted and then released: the lock's
-  // connections must stay open that long (the CLI closes them after a drain).
-  const settled = async (): Promise<void> => {
-    while (inFlight.size > 0) await Promise.allSettled([...inFlight]);
-  };
-  return { router, probe, settled };
+/** The caller, authenticated (its id on res.locals.principal) and allowed to write. */
+function principalFor(ctx: RouteContext, req: Request, res: Response): Principal {
+  const principal = ctx.auth.authenticate(req);
+  res.locals.principal = principal.id;
+  requireWrite(principal);
+  return principal;
 }
