@@ -70,41 +70,46 @@ export function leasePaths(): Record<string, PathItemObject> {
       ),
     },
     // What the leases' tokens are checked against: each store's fence of a resource (routes/fences.ts).
-    "/v1/fences/{resource}": {
-      parameters: [
-        {
-          name: "resource",
-          in: "path",
-          required: true,
-          description: `The resource, percent-encoded as UTF-8 into one path segment. ${ONE_SEGMENT}`,
-          schema: { type: "string", minLength: 1 },
-        },
-      ],
-      get: operation(
-        {
-          operationId: "getFences",
-          summary: "A resource's fence in each configured store",
-          description:
-            "The highest token each store has admitted for the resource and the holder that presented it: what every write under " +
-            "the resource is checked against (a write below it gets 409 `stale-token`). `null` where nothing was ever written or " +
-            "registered under the resource. Any API key whose `resources` cover the resource may read it, read-only keys too.",
-          tags: ["leases"],
-        },
-        { "200": { description: "Each configured store's fence", content: json(jsonSchema(fenceAnswerSchema, "output")) } },
-        ["invalid", "forbidden", ...STORE],
-      ),
-      head: operation(
-        {
-          operationId: "headFences",
-          summary: "The answer's headers of a fence read, without its body",
-          description: `GET's checks and status, without the fences. ${HEADERS_ONLY}`,
-          tags: ["leases"],
-        },
-        { "200": { description: "Each configured store's fence was read" } },
-        ["invalid", "forbidden", ...STORE],
-        "headers-only",
-      ),
-    },
+    "/v1/fences/{resource}": fencesPath(),
+  };
+}
+
+/** GET and HEAD /v1/fences/{resource}: a resource's fence in each store. */
+function fencesPath(): PathItemObject {
+  return {
+    parameters: [
+      {
+        name: "resource",
+        in: "path",
+        required: true,
+        description: `The resource, percent-encoded as UTF-8 into one path segment. ${ONE_SEGMENT}`,
+        schema: { type: "string", minLength: 1 },
+      },
+    ],
+    get: operation(
+      {
+        operationId: "getFences",
+        summary: "A resource's fence in each configured store",
+        description:
+          "The highest token each store has admitted for the resource and the holder that presented it: what every write under " +
+          "the resource is checked against (a write below it gets 409 `stale-token`). `null` where nothing was ever written or " +
+          "registered under the resource. Any API key whose `resources` cover the resource may read it, read-only keys too.",
+        tags: ["leases"],
+      },
+      { "200": { description: "Each configured store's fence", content: json(jsonSchema(fenceAnswerSchema, "output")) } },
+      ["invalid", "forbidden", ...STORE],
+    ),
+    head: operation(
+      {
+        operationId: "headFences",
+        summary: "The answer's headers of a fence read, without its body",
+        description: `GET's checks and status, without the fences. ${HEADERS_ONLY}`,
+        tags: ["leases"],
+      },
+      { "200": { description: "Each configured store's fence was read" } },
+      ["invalid", "forbidden", ...STORE],
+      "headers-only",
+    ),
   };
 }
 
@@ -123,15 +128,26 @@ function readDescription(store: Store, method: "get" | "head"): string {
 }
 
 export function keyPaths(store: Store, limits: ResolvedLimits): PathItemObject {
-  const noun = store === "records" ? "record" : "object";
-  const Noun = store === "records" ? "Record" : "Object";
-  const etag = ref("headers", `ETag-${Noun}`);
-  const token = ref("headers", "Fencing-Token");
-  const resource = ref("headers", "Fencing-Resource");
+  return {
+    parameters: [ref("parameters", "Key")],
+    get: keyRead(store, "get"),
+    head: keyRead(store, "head"),
+    ...keyWrites(store, limits),
+  };
+}
+
+/** "record" and "Record", or "object" and "Object": the store's word, in a sentence and in a name. */
+function nouns(store: Store): { readonly noun: string; readonly Noun: string } {
+  return store === "records" ? { noun: "record", Noun: "Record" } : { noun: "object", Noun: "Object" };
+}
+
+/** GET or HEAD of one record or object. */
+function keyRead(store: Store, method: "get" | "head"): OperationObject {
+  const { noun, Noun } = nouns(store);
   const readHeaders = {
-    ETag: etag,
-    "Fencing-Token": token,
-    "Fencing-Resource": resource,
+    ETag: ref("headers", `ETag-${Noun}`),
+    "Fencing-Token": ref("headers", "Fencing-Token"),
+    "Fencing-Resource": ref("headers", "Fencing-Resource"),
     "Fencing-Holder": ref("headers", "Fencing-Holder"),
     ...(store === "objects" && { "Content-Length": ref("headers", "Content-Length") }),
   };
@@ -139,24 +155,30 @@ export function keyPaths(store: Store, limits: ResolvedLimits): PathItemObject {
     store === "records"
       ? json(ref("schemas", "JsonValue"))
       : { "*/*": { schema: { description: "The object's bytes, with the Content-Type they were written with" } } };
-  const read = (method: "get" | "head"): OperationObject =>
-    operation(
-      {
-        operationId: `${method}${Noun}`,
-        summary: method === "get" ? `Read a${store === "objects" ? "n" : ""} ${noun}` : `The headers of a ${noun} read, without its body`,
-        description: readDescription(store, method),
-        tags: [store],
+  return operation(
+    {
+      operationId: `${method}${Noun}`,
+      summary: method === "get" ? `Read a${store === "objects" ? "n" : ""} ${noun}` : `The headers of a ${noun} read, without its body`,
+      description: readDescription(store, method),
+      tags: [store],
+    },
+    {
+      "200": {
+        description: `The ${noun}: ETag is its version (for If-Match), Fencing-Token, Fencing-Resource and Fencing-Holder the fence that wrote it`,
+        headers: readHeaders,
+        ...(method === "get" && { content: readContent }),
       },
-      {
-        "200": {
-          description: `The ${noun}: ETag is its version (for If-Match), Fencing-Token, Fencing-Resource and Fencing-Holder the fence that wrote it`,
-          headers: readHeaders,
-          ...(method === "get" && { content: readContent }),
-        },
-      },
-      ["invalid", "forbidden", ...STORE],
-      method === "get" ? "with-body" : "headers-only",
-    );
+    },
+    ["invalid", "forbidden", ...STORE],
+    method === "get" ? "with-body" : "headers-only",
+  );
+}
+
+/** PUT and DELETE of one record or object, under a fence. */
+function keyWrites(store: Store, limits: ResolvedLimits): Pick<PathItemObject, "put" | "delete"> {
+  const { noun, Noun } = nouns(store);
+  const etag = ref("headers", `ETag-${Noun}`);
+  const token = ref("headers", "Fencing-Token");
   const writeParameters = [
     ref("parameters", "Fencing-Credential"),
     ref("parameters", "Fencing-Token"),
@@ -184,9 +206,6 @@ export function keyPaths(store: Store, limits: ResolvedLimits): PathItemObject {
     "resource (409 `stale-token`) and changes nothing. If-Match makes the write a compare-and-set on the version a read returned " +
     "(412 `version-mismatch`); If-None-Match, If-Unmodified-Since and If-Modified-Since are refused (400).";
   return {
-    parameters: [ref("parameters", "Key")],
-    get: read("get"),
-    head: read("head"),
     put: operation(
       {
         operationId: `put${Noun}`,
