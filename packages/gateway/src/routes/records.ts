@@ -51,15 +51,35 @@ export function recordsRouter(ctx: RouteContext, store: FencedPostgres): Router 
     answerWrite(res, result, 204);
   };
 
-  /**
-   * POST /v1/records: several records in one transaction, each under the fence of the resource it
-   * names. The checks run in this order, all before the store is called: credentials (401), a key
-   * that may write (403), no fence or precondition header (400), body (415/413/400, each key's syntax
-   * included), each key's scope (403), each credential (400/403) and its resource's scope (403), each
-   * write's resource among the credentials' (400), each value (400). The store then raises and checks
-   * every fence's ratchet (409), each key's owner (409) and version (412): one refusal, nothing written.
-   */
-  const putAll = async (req: Request, res: Response): Promise<void> => {
+  const putAll = putAllHandler(ctx, store, readBody);
+
+  // The path itself (no key, no trailing slash) is the writes of several records: POST only.
+  router.all("/", (req, res, next) => {
+    if ((req.originalUrl.split("?")[0] ?? "").endsWith("/")) {
+      next();
+      return;
+    }
+    if (req.method !== "POST") methodNotAllowed(res, "POST");
+    return putAll(req, res);
+  });
+  router.use(keyMethods({ get, put, remove }));
+  return router;
+}
+
+/**
+ * POST /v1/records: several records in one transaction, each under the fence of the resource it
+ * names. The checks run in this order, all before the store is called: credentials (401), a key
+ * that may write (403), no fence or precondition header (400), body (415/413/400, each key's syntax
+ * included), each key's scope (403), each credential (400/403) and its resource's scope (403), each
+ * write's resource among the credentials' (400), each value (400). The store then raises and checks
+ * every fence's ratchet (409), each key's owner (409) and version (412): one refusal, nothing written.
+ */
+function putAllHandler(
+  ctx: RouteContext,
+  store: FencedPostgres,
+  readBody: ReturnType<typeof jsonBody>,
+): (req: Request, res: Response) => Promise<void> {
+  return async (req, res) => {
     markWrite(res, "records", "put_all");
     const principal = authorizeWrites(ctx, req, res);
     const body = recordWritesSchema.parse(await readBody(req, res));
@@ -83,18 +103,6 @@ export function recordsRouter(ctx: RouteContext, store: FencedPostgres): Router 
     };
     sendJson(res, 200, answer);
   };
-
-  // The path itself (no key, no trailing slash) is the writes of several records: POST only.
-  router.all("/", (req, res, next) => {
-    if ((req.originalUrl.split("?")[0] ?? "").endsWith("/")) {
-      next();
-      return;
-    }
-    if (req.method !== "POST") methodNotAllowed(res, "POST");
-    return putAll(req, res);
-  });
-  router.use(keyMethods({ get, put, remove }));
-  return router;
 }
 
 /**
