@@ -1,23 +1,21 @@
+import { mulberry32 } from "@fenced/servers/random";
+
 /**
  * A small seeded PRNG (mulberry32). Math.random cannot be seeded, and the fault schedule must be
  * the same for the same seed so that the three configurations face identical faults and a failing
  * run can be replayed.
  */
 export class Random {
-  private state: number;
+  private readonly generator: () => number;
 
   constructor(seed: number) {
     // Mix the seed once so that neighbouring seeds (1, 2, 3) do not start with similar streams.
-    this.state = hash32(seed >>> 0);
+    this.generator = mulberry32(hash32(seed >>> 0));
   }
 
   /** Uniform in [0, 1). */
   next(): number {
-    this.state = (this.state + 0x6d2b79f5) >>> 0;
-    let t = this.state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+    return this.generator();
   }
 
   /** Uniform integer in [min, max]. */

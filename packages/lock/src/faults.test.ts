@@ -2,9 +2,10 @@ import { performance } from "node:perf_hooks";
 import { setTimeout as sleep } from "node:timers/promises";
 import { ANSWERING_NODE_TIMEOUT_MS } from "@fenced/servers";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { mulberry32 } from "@fenced/servers/random";
 import { LockNotAcquiredError } from "./errors.js";
 import { Redlock } from "./redlock.js";
-import { countersOn, holdAs, leaseValuesOn, loadScripts, maxOf, prng, ready, startTestNodes, type TestNodes } from "./test-support.js";
+import { countersOn, holdAs, leaseValuesOn, loadScripts, maxOf, ready, startTestNodes, type TestNodes } from "./test-support.js";
 
 describe("faults on a minority of 5 nodes", () => {
   let t: TestNodes;
@@ -94,7 +95,7 @@ describe("faults on a minority of 5 nodes", () => {
 
   it("≥ 1,000 sequential acquisitions while a random minority is killed/restarted or paused/resumed: every token > the previous", async () => {
     const seed = Number(process.env.FENCED_SEED ?? Math.floor(Math.random() * 2 ** 31));
-    const random = prng(seed);
+    const random = mulberry32(seed);
     const pick = (n: number): number => Math.floor(random() * n);
     const resource = "monotonic-under-faults";
     const redlock = new Redlock(t.clients, { nodeTimeoutMs: 50, retryCount: 500, retryDelayMs: 10, retryJitterMs: 10 });

@@ -1,12 +1,13 @@
 import { MAX_TOKEN } from "@fenced/fence";
 import type { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { mulberry32 } from "@fenced/servers/random";
 import { LeaseLostError } from "./errors.js";
 import { resourceKeys } from "./keys.js";
 import { Redlock } from "./redlock.js";
 import { SCRIPTS } from "./scripts.js";
 import { leaseKeysOn } from "./sets-test-support.js";
-import { countersOn, drained, holdAs, loadScripts, prng, startTestNodes, type TestNodes } from "./test-support.js";
+import { countersOn, drained, holdAs, loadScripts, startTestNodes, type TestNodes } from "./test-support.js";
 
 /**
  * Inputs a set's scripts and its held form were not written for, on real nodes: counters in every
@@ -82,7 +83,7 @@ describe("a set's scripts and held form, given what they were not written for (r
 
   it("ACQUIRE: a counter ACQUIRE cannot advance, at any position of a set of 1 to 4, leaves every key of the node as it was", async () => {
     const redis = t.admin[0] as Redis;
-    const random = prng(20261201);
+    const random = mulberry32(20261201);
     const pick = <T>(list: readonly T[]): T => list[Math.floor(random() * list.length)] as T;
     let refused = 0;
     let errors = 0;
@@ -121,7 +122,7 @@ describe("a set's scripts and held form, given what they were not written for (r
 
   it("ACQUIRE: with every counter a token below the ceiling, every lease key is taken and every counter advanced by exactly one", async () => {
     const redis = t.admin[0] as Redis;
-    const random = prng(7);
+    const random = mulberry32(7);
     for (let round = 0; round < 100; round++) {
       const size = 1 + Math.floor(random() * 4);
       const set = Array.from({ length: size }, (_, i) => `grant/${round}/${i}`);

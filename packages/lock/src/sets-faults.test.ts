@@ -1,9 +1,10 @@
 import { performance } from "node:perf_hooks";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { mulberry32 } from "@fenced/servers/random";
 import { LockNotAcquiredError } from "./errors.js";
 import { Redlock } from "./redlock.js";
 import { leaseKeysOn } from "./sets-test-support.js";
-import { countersOn, drained, loadScripts, prng, ready, refusedReconnect, startTestNodes, type TestNodes } from "./test-support.js";
+import { countersOn, drained, loadScripts, ready, refusedReconnect, startTestNodes, type TestNodes } from "./test-support.js";
 
 const A = "faulted-set/a";
 const B = "faulted-set/b";
@@ -25,7 +26,7 @@ describe("sets of resources while nodes fail", () => {
 
   it("300 acquisitions of [a, b], [b, a], a or b while a random minority is killed or paused, also mid-acquisition: each resource's tokens increase", async () => {
     const seed = Number(process.env.FENCED_SEED ?? Math.floor(Math.random() * 2 ** 31));
-    const random = prng(seed);
+    const random = mulberry32(seed);
     const pick = (n: number): number => Math.floor(random() * n);
     const redlock = new Redlock(t.clients, { nodeTimeoutMs: 50, retryCount: 500, retryDelayMs: 10, retryJitterMs: 10 });
     const shapes: readonly (readonly string[])[] = [[A, B], [B, A], [A, B], [B, A], [A], [B]];

@@ -144,18 +144,6 @@ export function maxOf(values: readonly bigint[]): bigint {
   return values.reduce((a, b) => (b > a ? b : a), -1n);
 }
 
-/** A small deterministic PRNG (mulberry32), so that a failing run can be replayed from its seed. */
-export function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 /**
  * Loads the lock's scripts on a node, as a node that has served the lock for a while has them.
  * Tests that count on exact counter values use it after a restart: on a node with an empty script

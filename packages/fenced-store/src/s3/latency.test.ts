@@ -1,10 +1,10 @@
 import type { S3Client } from "@aws-sdk/client-s3";
 import { startS3, type StartedS3 } from "@fenced/servers";
+import { mulberry32 } from "@fenced/servers/random";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { OutcomeUnknownError, StaleTokenError } from "../errors.js";
 import type { Fence } from "../fence.js";
-import { random } from "./memory-s3-test-support.js";
 import { FencedS3 } from "./store.js";
 
 let server: StartedS3;
@@ -109,7 +109,7 @@ describe("FencedS3 under random latency on every request", () => {
         fc.integer({ min: 1, max: 3 }),
         async (seed, plans, keyCount) => {
           const bucket = await server.createBucket();
-          const next = random(seed);
+          const next = mulberry32(seed);
           const clock = { now: 0 };
           const acknowledged = new Map<string, bigint>();
           const logs: WireEvent[][] = [];

@@ -1,5 +1,6 @@
 import { Readable } from "node:stream";
 import { S3Client } from "@aws-sdk/client-s3";
+import { mulberry32 } from "@fenced/servers/random";
 import { applyCall, type Answer, type Decoded } from "./memory-ops-test-support.js";
 import { escapeXml, MemoryBucket, type QuirkProfile, type Stored } from "./memory-bucket-test-support.js";
 
@@ -130,18 +131,6 @@ export class MemoryS3 {
   }
 }
 
-/** A small seeded generator (mulberry32): a whole schedule, or a test's latencies, follow from one integer (a test's, or fast-check's). */
-export function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 /** One turn of the event loop. */
 export const tick = (): Promise<void> => new Promise<void>((resolve) => setImmediate(resolve));
 
@@ -161,7 +150,7 @@ export class SeededScheduler implements Scheduler {
     /** The chance that an applied request's answer is lost (may be changed between requests). */
     public loss = 0,
   ) {
-    this.next = random(seed);
+    this.next = mulberry32(seed);
   }
 
   turn(): Promise<void> {
