@@ -3,7 +3,7 @@ import { FairQueue } from "./fair-queue.js";
 import { GradientLimit, type LimitSettings } from "./limit.js";
 
 /** Which requests wait and which go first: 0 lease acquisitions (the first refused), 1 reads and writes. */
-export const PRIORITIES = ["acquire", "work"] as const;
+const PRIORITIES = ["acquire", "work"] as const;
 export type Priority = (typeof PRIORITIES)[number];
 
 /** Why a request was refused. */

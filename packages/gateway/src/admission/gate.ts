@@ -39,8 +39,8 @@ export type AdmissionOptions = z.input<typeof admissionSchema>;
 type AdmissionConfig = z.output<typeof admissionSchema>;
 
 /** The route families, each with a gate of its own: the backends behind them differ. */
-export const FAMILIES = ["records", "objects", "leases", "fences"] as const;
-export type Family = (typeof FAMILIES)[number];
+const FAMILIES = ["records", "objects", "leases", "fences"] as const;
+type Family = (typeof FAMILIES)[number];
 
 /** A refused request's answer names its reason; a warning sums them up at most this often. */
 const WARN_EVERY_MS = 10_000;
