@@ -103,7 +103,7 @@ export function openFigures(r: JobResult): Record<string, unknown> {
     socketWaits: r.socketWaits,
     socketWaitMaxMs: r.socketWaitMaxMs,
     sendLagP99Ms: r.sendLag.p99Ms,
-    generator: { cores: r.generatorCores, gcMaxMs: r.generatorGcMaxMs, gcTotalMs: r.generatorGcTotalMs },
+    generatorUse: { cores: r.generatorCores, gcMaxMs: r.generatorGcMaxMs, gcTotalMs: r.generatorGcTotalMs },
     schedule: schedule(r),
   };
 }
