@@ -103,23 +103,27 @@ describe("admission control", () => {
     expect(rows.map((r) => r.key)).toEqual(["team-a/held", "team-a/queued"]);
   });
 
-  it("never refuses a lease's extension or release, while acquisitions and writes are refused (the event loop running late)", async () => {
+  it("never refuses a lease's extension or release, while a key's burst of acquisitions and writes past its share is refused (the event loop running late)", async () => {
     await using gw = await run({ maxEventLoopDelayMs: 40 }, "priorities");
     const granted = await gw.client.json("POST", "/v1/leases", { resource: "team-a/p", ttlMs: 60_000 }, bearer(KEYS.admin));
     expect(granted.status).toBe(201);
     const { leaseId } = granted.json<{ leaseId: string }>();
 
-    // A loop blocked for 2 s: its average lateness passes 40 ms for over a hundred milliseconds after.
+    // A loop blocked for 2 s: its average lateness passes 40 ms for over a hundred milliseconds after,
+    // and the key's burst below is far over any share it is given then.
     const until = performance.now() + 2_000;
     while (performance.now() < until);
-    const [acquire, write, extend] = await Promise.all([
-      gw.client.json("POST", "/v1/leases", { resource: "team-a/q", ttlMs: 60_000 }, bearer(KEYS.admin)),
-      put(gw.client, "team-a/late"),
-      gw.client.json("POST", "/v1/leases/extend", { leaseId, ttlMs: 60_000 }, bearer(KEYS.admin)),
-    ]);
-    expect(acquire.json()).toMatchObject({ type: "/problems/overloaded", reason: "event-loop-delay" });
-    expect(write.json()).toMatchObject({ type: "/problems/overloaded", reason: "event-loop-delay" });
+    const burst = Array.from({ length: 20 }, (_, i) => [
+      gw.client.json("POST", "/v1/leases", { resource: `team-a/q${i}`, ttlMs: 60_000 }, bearer(KEYS.admin)),
+      put(gw.client, `team-a/late${i}`),
+    ]).flat();
+    const extend = await gw.client.json("POST", "/v1/leases/extend", { leaseId, ttlMs: 60_000 }, bearer(KEYS.admin));
+    const answers = await Promise.all(burst);
     expect(extend.status).toBe(200);
+    const refused = answers.filter((a) => a.status === 503);
+    for (const a of refused) expect(a.json()).toMatchObject({ type: "/problems/overloaded", reason: "event-loop-delay" });
+    // Nearly all of the burst: a share is a few requests a second, and the burst is forty in a few milliseconds.
+    expect(refused.length).toBeGreaterThan(30);
     const released = await gw.client.json(
       "POST",
       "/v1/leases/release",
@@ -127,9 +131,13 @@ describe("admission control", () => {
       bearer(KEYS.admin),
     );
     expect(released.status).toBe(204);
-    expect(await gw.metric("fenced_gateway_requests_shed_total", 'route="leases",priority="acquire",reason="event_loop_delay"')).toBe(1);
-    const { rows } = await pool.query("SELECT key FROM priorities.records");
-    expect(rows).toEqual([]);
+    expect(
+      await gw.metric("fenced_gateway_requests_shed_total", 'route="leases",priority="acquire",reason="event_loop_delay"'),
+    ).toBeGreaterThan(10);
+    // A refused write wrote nothing: only the few let in are there.
+    const { rows } = await pool.query<{ key: string }>("SELECT key FROM priorities.records");
+    const written = answers.filter((a, i) => i % 2 === 1 && a.status === 200).length;
+    expect(rows).toHaveLength(written);
   });
 
   it("takes turns across API keys: a key that floods the queue loses its newest place to another, which is served next", async () => {

@@ -5,6 +5,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import { Admission, type Release } from "./admission.js";
 import { FairQueue } from "./fair-queue.js";
+import { FairShare } from "./fair-share.js";
 import { GradientLimit } from "./limit.js";
 
 describe("the fair queue", () => {
@@ -137,5 +138,77 @@ describe("a route family's gate", () => {
     );
     await expect(Promise.all(answers)).resolves.toHaveLength(10);
     expect([gate.inflight, gate.queued]).toEqual([0, 0]);
+  });
+});
+
+/**
+ * Requests of each stream at its rate (per second) for `ms`, through `fair`, on a loop whose delay
+ * follows what was let in: late (100 ms) while more than `capacity` per second was let in over the
+ * last 100 ms, keeping up (5 ms) otherwise. A stream is an API key, or `key:acquire` for that key's
+ * lease acquisitions (weighted half). How many of each stream's were sent and let in.
+ */
+function offer(
+  fair: FairShare,
+  rates: Record<string, number>,
+  from: number,
+  ms: number,
+  capacity: number,
+): Record<string, { sent: number; admitted: number }> {
+  const seen: Record<string, { sent: number; admitted: number }> = {};
+  const arrivals = Object.entries(rates)
+    .flatMap(([key, rate]) => Array.from({ length: Math.floor((rate * ms) / 1000) }, (_, i) => ({ key, at: from + (i * 1000) / rate })))
+    .sort((a, b) => a.at - b.at);
+  const admittedAt: number[] = [];
+  let draw = 0;
+  for (const { key, at } of arrivals) {
+    while (admittedAt.length > 0 && (admittedAt[0] as number) < at - 100) admittedAt.shift();
+    fair.adjust(at, admittedAt.length * 10 > capacity ? 100 : 5, 25);
+    const s = (seen[key] ??= { sent: 0, admitted: 0 });
+    s.sent++;
+    // Evenly spread draws: the admitted fraction is the probability, without a random generator.
+    draw = (draw + 0.618_033_988_7) % 1;
+    const [apiKey, kind] = key.split(":") as [string, string | undefined];
+    if (fair.admit(apiKey, kind === "acquire" ? 0.5 : 1, at, draw)) {
+      s.admitted++;
+      admittedAt.push(at);
+    }
+  }
+  return seen;
+}
+
+describe("the fair share (the event loop running late)", () => {
+  it("lets everything in while the loop keeps up", () => {
+    const fair = new FairShare();
+    const seen = offer(fair, { big: 4_000, small: 250 }, 0, 1_000, Infinity);
+    expect(seen.big).toEqual({ sent: 4_000, admitted: 4_000 });
+    expect(fair.share).toBe(Infinity);
+  });
+
+  it("past the loop's capacity, cuts the key that floods to about what is left, and leaves the one that sends little whole", () => {
+    const fair = new FairShare();
+    offer(fair, { big: 4_000, small: 250 }, 0, 1_000, 2_000);
+    const steady = offer(fair, { big: 4_000, small: 250 }, 1_000, 2_000, 2_000);
+    expect(steady.small?.admitted).toBeGreaterThan(0.95 * steady.small!.sent);
+    // About the capacity is let in, in all: neither everything nor nothing.
+    const admitted = (steady.big!.admitted + steady.small!.admitted) / 2;
+    expect(admitted).toBeGreaterThan(0.7 * 2_000);
+    expect(admitted).toBeLessThan(1.2 * 2_000);
+  });
+
+  it("of one key's requests, lets in about half as many lease acquisitions (weighted half) as reads and writes", () => {
+    const fair = new FairShare();
+    offer(fair, { k: 2_000, "k:acquire": 2_000 }, 0, 1_000, 1_000);
+    const seen = offer(fair, { k: 2_000, "k:acquire": 2_000 }, 1_000, 2_000, 1_000);
+    expect(seen["k:acquire"]!.admitted).toBeGreaterThan(0.35 * seen.k!.admitted);
+    expect(seen["k:acquire"]!.admitted).toBeLessThan(0.65 * seen.k!.admitted);
+  });
+
+  it("binds nobody again once the load is gone", () => {
+    const fair = new FairShare();
+    offer(fair, { big: 4_000 }, 0, 500, 1_000);
+    expect(fair.share).toBeLessThan(4_000);
+    const after = offer(fair, { big: 500 }, 500, 3_000, 1_000);
+    expect(fair.share).toBe(Infinity);
+    expect(after.big!.admitted).toBeGreaterThan(after.big!.sent * 0.8);
   });
 });

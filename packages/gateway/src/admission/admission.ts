@@ -34,6 +34,8 @@ export interface AdmissionSettings {
   readonly queueLength: number;
   /** The longest a request waits for a slot before it is refused. */
   readonly queueTimeoutMs: number;
+  /** Whether a call's time now tells how busy its backend is (default: always); when not, the limit learns nothing from it. */
+  readonly measuring?: () => boolean;
 }
 
 /** Ends a request's hold on its slot (once; later calls do nothing). */
@@ -110,7 +112,7 @@ export class Admission {
       released = true;
       this.#inflight--;
       const now = performance.now();
-      if (this.settings.adaptive) this.#limit.sample(now, now - started, inflight);
+      if (this.settings.adaptive && (this.settings.measuring?.() ?? true)) this.#limit.sample(now, now - started, inflight);
       this.#next();
     };
   }

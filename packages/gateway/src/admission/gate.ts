@@ -1,3 +1,4 @@
+import { performance } from "node:perf_hooks";
 import type { Request, RequestHandler, Response } from "express";
 import type { Logger } from "pino";
 import { z } from "zod";
@@ -5,6 +6,7 @@ import type { ApiKeys } from "../auth/api-keys.js";
 import { ClientGoneError } from "../http/client-gone.js";
 import { make, sendProblem } from "../problems/problem.js";
 import { Admission, OverloadedError, REFUSALS, type Priority, type Release, type ShedReason } from "./admission.js";
+import { FairShare } from "./fair-share.js";
 import { LoopDelay } from "./loop-delay.js";
 import type { AdmissionMetrics } from "./metrics.js";
 
@@ -32,8 +34,10 @@ export const admissionSchema = z.strictObject({
     .int()
     .min(1)
     .max(600_000)
-    .default(100)
-    .describe("refuse reads and writes while the event loop runs this late on average, lease acquisitions from half of it (default 100)"),
+    .default(25)
+    .describe(
+      "the event loop's delay admission keeps under: above it, each API key gets a fair share of what is let in, lease acquisitions half of it (default 25)",
+    ),
 });
 export type AdmissionOptions = z.input<typeof admissionSchema>;
 type AdmissionConfig = z.output<typeof admissionSchema>;
@@ -60,13 +64,21 @@ export function admissionGate(options: {
   const config: AdmissionConfig = admissionSchema.parse(options.config);
   if (!config.enabled) return { handler: (_req, _res, next) => next(), stop: () => undefined };
   const limit = { initial: Math.max(config.minConcurrency, 32), min: config.minConcurrency, max: config.maxConcurrency };
+  const loop = new LoopDelay();
+  const fair = new FairShare();
   const gates = new Map<Family, Admission>(
     FAMILIES.map((f) => [
       f,
-      new Admission({ limit, adaptive: f !== "objects", queueLength: config.queueLength, queueTimeoutMs: config.queueTimeoutMs }),
+      new Admission({
+        limit,
+        adaptive: f !== "objects",
+        queueLength: config.queueLength,
+        queueTimeoutMs: config.queueTimeoutMs,
+        // While the loop is late, calls take longer for a reason of the gateway's own: the backends' limits learn nothing from them.
+        measuring: () => loop.ms <= config.maxEventLoopDelayMs,
+      }),
     ]),
   );
-  const loop = new LoopDelay();
   options.metrics.watch(gates, loop);
   const warn = summary(options.logger);
 
@@ -84,8 +96,10 @@ export function admissionGate(options: {
     const priority = family === undefined ? undefined : priorityOf(family, req);
     const key = priority === undefined ? undefined : principalOf(options.auth, req);
     if (family === undefined || priority === undefined || key === undefined) return next();
-    // The loop is behind: everything admitted now would wait that long at each step. Acquisitions go first.
-    if (loop.ms >= (priority === "acquire" ? config.maxEventLoopDelayMs / 2 : config.maxEventLoopDelayMs))
+    // The loop is behind: the gateway's own CPU is short. Each key gets its share; acquisitions half of it.
+    const now = performance.now();
+    fair.adjust(now, loop.ms, config.maxEventLoopDelayMs);
+    if (!fair.admit(key, priority === "acquire" ? 0.5 : 1, now, Math.random()))
       return refuse(req, res, family, priority, "event-loop-delay");
     const admitted = (gates.get(family) as Admission).admit(priority, key, (cancel) => watchClient(res, cancel));
     if (typeof admitted === "function") return hold(res, admitted, next);

@@ -117,7 +117,10 @@ export function sendProblem(res: Response, problem: Classified): void {
   res.locals.problem = problem.kind;
   res.status(problem.body.status);
   for (const [name, value] of Object.entries(problem.headers)) res.setHeader(name, value);
-  res.setHeader("Content-Type", "application/problem+json");
+  res.setHeader("Content-Type", "application/problem+json; charset=utf-8");
   const requestId: unknown = res.locals.requestId;
-  res.send(JSON.stringify(typeof requestId === "string" ? { ...problem.body, requestId } : problem.body));
+  const text = JSON.stringify(typeof requestId === "string" ? { ...problem.body, requestId } : problem.body);
+  // Ended directly, not through res.send (no freshness or ETag to judge for a problem): under overload most answers are refusals.
+  res.setHeader("Content-Length", Buffer.byteLength(text));
+  res.end(text);
 }
