@@ -28,6 +28,8 @@ const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 5_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 /** The flags of the gateway without admission control (run without them while the gateway has no such flag). */
 const ADMISSION_OFF_FLAGS: readonly string[] = ["--no-admission"];
+/** Extra flags for the gateway with admission control, to compare its settings (e.g. "--max-event-loop-delay-ms 50"). */
+const ADMISSION_ON_FLAGS: readonly string[] = (process.env.BENCH_ADMISSION_FLAGS ?? "").split(" ").filter((f) => f !== "");
 const RESOURCES = 64;
 const CLIENTS = 64;
 /** The open loop's sockets at most: enough that the generator never waits for one at these rates (a wait would count). */
@@ -61,13 +63,14 @@ const setting = {
   generator: "a child process of its own: undici Clients, one write at a time on each connection",
   generatorPriority: big.priority,
   cores: availableParallelism(),
+  admissionOnFlags: ADMISSION_ON_FLAGS.join(" "),
   admissionOff: offFlagExists
     ? `the "off" gateway runs with ${ADMISSION_OFF_FLAGS.join(" ")}`
     : `this gateway has no ${ADMISSION_OFF_FLAGS.join(" ")}: both gateways run with admission as built (the same)`,
 };
 
 function startGateway(postgresUrl: string, side: Side): Promise<ServerProcess> {
-  const flags = side === "off" ? offFlags : [];
+  const flags = side === "off" ? offFlags : ADMISSION_ON_FLAGS;
   return startServer(
     [CLI, "--port", "0", "--log-level", "info", "--postgres", postgresUrl, "--postgres-schema", `bench_overload_${side}`, ...flags],
     {
@@ -282,6 +285,14 @@ try {
     ratio: typeof at4.cpuUsPerShed === "number" ? round3(at4.cpuUsPerShed / cpuPerWriteOf("on")) : null,
     ratioOf: "gateway CPU per shed answer ÷ per accepted write",
     goal: "(reported)",
+    // One event loop answers everything it reads: at 2× capacity, answering each write as it comes
+    // (accepted or shed) within one core leaves room for at most this many accepted per second.
+    acceptedCeilingAt2x:
+      typeof at4.cpuUsPerShed === "number" && cpuPerWriteOf("on") > at4.cpuUsPerShed
+        ? Math.round((1e6 - 2 * capacity * at4.cpuUsPerShed) / (cpuPerWriteOf("on") - at4.cpuUsPerShed))
+        : null,
+    ceilingOf:
+      "accepted/s at 2× such that accepted × CPU per write + shed × CPU per shed answer fits one core (1e6 µs/s): what any admission policy in the gateway's one event loop can reach when it answers every write as it arrives",
     how:
       "/proc/<pid>/stat utime+stime of the admission gateway; per accepted write: the closed-loop capacity rounds (all accepted), median; " +
       "per shed answer: the 4× phase's CPU (start to last answer) less accepted × that, ÷ shed answers (other answers, if any, are charged to the shed)",

@@ -63,7 +63,8 @@ export function admissionGate(options: {
 }): { readonly handler: RequestHandler; stop(): void } {
   const config: AdmissionConfig = admissionSchema.parse(options.config);
   if (!config.enabled) return { handler: (_req, _res, next) => next(), stop: () => undefined };
-  const limit = { initial: Math.max(config.minConcurrency, 32), min: config.minConcurrency, max: config.maxConcurrency };
+  // From the top: a limit that starts low throttles a gateway whose calls take long because its own loop is busy, which it cannot learn from (measuring).
+  const limit = { initial: config.maxConcurrency, min: config.minConcurrency, max: config.maxConcurrency };
   const loop = new LoopDelay();
   const fair = new FairShare();
   const gates = new Map<Family, Admission>(
