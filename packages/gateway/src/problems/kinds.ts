@@ -212,12 +212,12 @@ const KINDS = {
     slug: "overloaded",
     title: "The gateway is overloaded",
     description:
-      "Admission control refused the request before any lock or store work: the gateway is at its limit and its queue is full or the request waited its longest there, or its event loop is behind. Nothing was done: retry after Retry-After, with backoff. Never answered to a lease's extension or release",
+      "Admission control refused the request before any lock or store work: the gateway is at its limit and its queue is full or the request waited its longest there, or its event loop is behind and the request's API key sends more than its fair share. Nothing was done: retry after Retry-After, with backoff. Never answered to a lease's extension or release",
     extensions: z.strictObject({
       reason: z
         .enum(SHED_REASONS)
         .describe(
-          "queue-full: no room to wait; queue-timeout: waited the longest a request may; evicted: its place went to one of a higher priority or of an API key waiting less; event-loop-delay: the gateway is behind on the work it has",
+          "queue-full: no room to wait; queue-timeout: waited the longest a request may; evicted: its place went to one of a higher priority or of an API key waiting less; event-loop-delay: the gateway is behind on the work it has, and the request's API key sends more than its fair share (lease acquisitions: half of it)",
         ),
     }),
     retryAfter: 1,
