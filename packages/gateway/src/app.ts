@@ -16,7 +16,7 @@ import { accounting, limitsSchema, type Limits, type RouteContext } from "./http
 import { ClientGoneError } from "./http/client-gone.js";
 import { onMalformed } from "./http/client-errors.js";
 import { endRequestSpan, inRequestScope, requestLogger, scopeRequest } from "./http/request-scope.js";
-import { wasCutByDrain } from "./http/server.js";
+import { answerEarly, wasCutByDrain } from "./http/server.js";
 import { PROBE_KEY } from "./ops/health.js";
 import { gatewayReadiness, healthRoutes, type Readiness } from "./ops/health-routes.js";
 import { GatewayMetrics } from "./ops/metrics.js";
@@ -122,8 +122,15 @@ export function createGateway(options: GatewayOptions): Gateway {
   const { records, objects, registrars } = fencedStores(options);
   const app = newApp(ctx);
   // Before every route, after the request's id and accounting: a refused request does no lock or store work.
-  const admission = admissionGate({ config: options.admission ?? {}, auth: ctx.auth, metrics: metrics.admission, logger });
+  const admission = admissionGate({
+    config: options.admission ?? {},
+    auth: ctx.auth,
+    metrics: metrics.admission,
+    logger,
+    answered: (route, method, status, seconds) => metrics.request(route, method, status, seconds),
+  });
   app.use(admission.handler);
+  if (admission.early !== undefined) answerEarly(app, admission.early);
   const leases =
     options.leases === undefined || credentials === undefined ? undefined : leasesRouter(ctx, credentials, options.leases, registrars);
   app.use("/v1/records", records === undefined ? disabled("records") : recordsRouter(ctx, records));

@@ -1,7 +1,7 @@
 import { createServer, IncomingMessage, ServerResponse, type Server } from "node:http";
 import type { Socket } from "node:net";
 import type { AddressInfo } from "node:net";
-import type { Express } from "express";
+import type { Express, Request, Response } from "express";
 import { clientErrorListener } from "./client-errors.js";
 
 /**
@@ -87,6 +87,19 @@ export function wasCutByDrain(res: ServerResponse): boolean {
 /** How long `await using` lets requests in flight finish before cutting them. */
 const DEFAULT_DISPOSE_DRAIN_MS = 30_000;
 
+/**
+ * A handler that may answer a request before the app sees it (true: answered): admission control's
+ * refusal under overload, which must cost as little as node:http itself (admission/gate.ts).
+ */
+export type EarlyHandler = (req: Request, res: Response) => boolean;
+
+const EARLY = new WeakMap<Express, EarlyHandler>();
+
+/** Asks serve() to call `early` before `app` for every request (createGateway does, for admission control). */
+export function answerEarly(app: Express, early: EarlyHandler): void {
+  EARLY.set(app, early);
+}
+
 /** Serves the app on a node:http server that knows its requests, so that it can drain them. */
 export async function serve(app: Express, options: ServeOptions = {}): Promise<Serving> {
   // The tracker listens before the app, so that it sees each request before any response can start.
@@ -109,7 +122,9 @@ export async function serve(app: Express, options: ServeOptions = {}): Promise<S
     active.add(res);
     res.once("close", () => active.delete(res));
   });
-  server.on("request", app);
+  const early = EARLY.get(app);
+  // serve()'s classes give every request and response express's prototypes (expressClasses): they are express's own.
+  server.on("request", early === undefined ? app : (req: Request, res: Response) => void (early(req, res) || app(req, res)));
   // Without a listener Node answers "100 Continue" by itself before the app has looked at the headers;
   // with it, the routes send it when they want the body (http/request-body.ts).
   server.on("checkContinue", (req: IncomingMessage, res: ServerResponse) => server.emit("request", req, res));
