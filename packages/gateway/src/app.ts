@@ -122,13 +122,9 @@ export function createGateway(options: GatewayOptions): Gateway {
   const { records, objects, registrars } = fencedStores(options);
   const app = newApp(ctx);
   // Before every route, after the request's id and accounting: a refused request does no lock or store work.
-  const admission = admissionGate({
-    config: options.admission ?? {},
-    auth: ctx.auth,
-    metrics: metrics.admission,
-    logger,
-    answered: (route, method, status, seconds) => metrics.request(route, method, status, seconds),
-  });
+  const answered = (route: string, method: string, status: number, seconds: number): void =>
+    metrics.request(route, method, status, seconds);
+  const admission = admissionGate({ config: options.admission ?? {}, auth: ctx.auth, metrics: metrics.admission, logger, answered });
   app.use(admission.handler);
   if (admission.early !== undefined) answerEarly(app, admission.early);
   const leases =

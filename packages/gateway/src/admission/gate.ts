@@ -67,23 +67,9 @@ export function admissionGate(options: {
 }): { readonly handler: RequestHandler; readonly early: EarlyHandler | undefined; stop(): void } {
   const config: AdmissionConfig = admissionSchema.parse(options.config);
   if (!config.enabled) return { handler: (_req, _res, next) => next(), early: undefined, stop: () => undefined };
-  // From the top: a limit that starts low throttles a gateway whose calls take long because its own loop is busy, which it cannot learn from (measuring).
-  const limit = { initial: config.maxConcurrency, min: config.minConcurrency, max: config.maxConcurrency };
   const loop = new LoopDelay();
   const fair = new FairShare();
-  const gates = new Map<Family, Admission>(
-    FAMILIES.map((f) => [
-      f,
-      new Admission({
-        limit,
-        adaptive: f !== "objects",
-        queueLength: config.queueLength,
-        queueTimeoutMs: config.queueTimeoutMs,
-        // While the loop is late, calls take longer for a reason of the gateway's own: the backends' limits learn nothing from them.
-        measuring: () => loop.ms <= config.maxEventLoopDelayMs,
-      }),
-    ]),
-  );
+  const gates = familyGates(config, loop);
   options.metrics.watch(gates, loop);
   const warn = summary(options.logger);
 
@@ -112,31 +98,25 @@ export function admissionGate(options: {
    */
   const early: EarlyHandler = (req, res) => {
     const started = performance.now();
-    const family = familyOf(req.path);
-    const priority = family === undefined ? undefined : priorityOf(family, req);
-    const key = priority === undefined ? undefined : principalOf(options.auth, req);
-    if (family === undefined || priority === undefined || key === undefined) return false;
+    const seen = requestOf(options.auth, req);
+    if (seen === undefined) return false;
     (req as Judged)[SHARE_JUDGED] = true;
-    if (withinShare(key, priority)) return false;
-    options.metrics.shed(family, priority, "event-loop-delay");
+    if (withinShare(seen.key, seen.priority)) return false;
+    options.metrics.shed(seen.family, seen.priority, "event-loop-delay");
     warn("event-loop-delay");
     const requestId = answerEarly(req, res, make("overloaded", REFUSALS["event-loop-delay"], { reason: "event-loop-delay" }));
     const ms = performance.now() - started;
-    options.answered(family, req.method, 503, ms / 1000);
+    options.answered(seen.family, req.method, 503, ms / 1000);
     // As the request's line of every other refusal: at debug (a line each would cost a write each under overload).
     if (options.logger.isLevelEnabled("debug"))
-      options.logger.debug(
-        { requestId, method: req.method, route: family, status: 503, ms, problem: "overloaded", reason: "event-loop-delay" },
-        "request",
-      );
+      options.logger.debug({ requestId, method: req.method, route: seen.family, status: 503, ms, problem: "overloaded" }, "request");
     return true;
   };
 
   const handler: RequestHandler = (req, res, next) => {
-    const family = familyOf(req.path);
-    const priority = family === undefined ? undefined : priorityOf(family, req);
-    const key = priority === undefined ? undefined : principalOf(options.auth, req);
-    if (family === undefined || priority === undefined || key === undefined) return next();
+    const seen = requestOf(options.auth, req);
+    if (seen === undefined) return next();
+    const { family, priority, key } = seen;
     // Judged already when serve() asked `early` first; an app mounted on a server of its own is judged here.
     if ((req as Judged)[SHARE_JUDGED] !== true && !withinShare(key, priority))
       return refuse(req, res, family, priority, "event-loop-delay");
@@ -149,6 +129,35 @@ export function admissionGate(options: {
     );
   };
   return { handler, early, stop: () => loop.stop() };
+}
+
+/**
+ * Each route family's gate. Its limit starts at the top: one that starts low throttles a gateway
+ * whose calls take long because its own loop is busy, which it does not learn from (`measuring`).
+ */
+function familyGates(config: AdmissionConfig, loop: LoopDelay): Map<Family, Admission> {
+  const limit = { initial: config.maxConcurrency, min: config.minConcurrency, max: config.maxConcurrency };
+  return new Map(
+    FAMILIES.map((f) => [
+      f,
+      new Admission({
+        limit,
+        adaptive: f !== "objects",
+        queueLength: config.queueLength,
+        queueTimeoutMs: config.queueTimeoutMs,
+        // While the loop is late, calls take longer for a reason of the gateway's own: the backends' limits learn nothing from them.
+        measuring: () => loop.ms <= config.maxEventLoopDelayMs,
+      }),
+    ]),
+  );
+}
+
+/** The request's route family, priority and API key; undefined when admission does not judge it (no family, an extension or release, no valid key). */
+function requestOf(auth: ApiKeys, req: Request): { family: Family; priority: Priority; key: string } | undefined {
+  const family = familyOf(req.path);
+  const priority = family === undefined ? undefined : priorityOf(family, req);
+  const key = priority === undefined ? undefined : principalOf(auth, req);
+  return family === undefined || priority === undefined || key === undefined ? undefined : { family, priority, key };
 }
 
 /** A request the early handler judged against the share (and let in). */
