@@ -3,6 +3,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { MAX_TOKEN } from "@fenced/fence";
 import { resourceKeys } from "@fenced/lock";
+import { expectStillHeld, heldOnQuorum, valuesOf } from "./lock-nodes-test-support.js";
 import { bearer, KEYS, useGateway, type Answer } from "./test-support.js";
 
 /**
@@ -116,7 +117,7 @@ describe.each(["records", "objects"])("%s", (route) => {
 describe("lease id mutations", () => {
   it("token, value, resource or end edited one at a time, or any character changed: a 4xx, no credential, the lease untouched", async () => {
     const l = await lease("svc/mutate", 30_000);
-    const keys = resourceKeys("svc/mutate");
+    const before = await heldOnQuorum(fixture.backends.redisClients, "svc/mutate");
     const value = Buffer.from(l.leaseId.split(".")[2] as string, "base64url")
       .toString("utf8")
       .split("\n")[1] as string;
@@ -139,11 +140,9 @@ describe("lease id mutations", () => {
       }),
       { numRuns: 60 },
     );
-    // Neither released nor extended by any of them.
-    for (const r of fixture.backends.redisClients) {
-      expect(await r.get(keys.lease)).toBe(value);
-      expect(await r.pttl(keys.lease)).toBeLessThanOrEqual(30_000);
-    }
+    // Neither released nor extended, on any node, by any of them.
+    expect(valuesOf(before)[0]).toBe(value);
+    await expectStillHeld(fixture.backends.redisClients, "svc/mutate", before, 30_000);
   });
 });
 
@@ -152,7 +151,7 @@ describe("scope", () => {
     const granted = await fixture.gw.client.json("POST", "/v1/leases", { resource: "team-b/x", ttlMs: 10_000 }, bearer(KEYS.admin));
     expect(granted.status).toBe(201);
     const { leaseId } = granted.json<Granted>();
-    const keys = resourceKeys("team-b/x");
+    const before = await heldOnQuorum(fixture.backends.redisClients, "team-b/x");
     for (const [path, body] of [
       ["/v1/leases/extend", { leaseId, ttlMs: 60_000 }],
       ["/v1/leases/release", { leaseId }],
@@ -161,9 +160,7 @@ describe("scope", () => {
       expect(refused.status, path).toBe(403);
       expect(refused.json()).toMatchObject({ type: "/problems/forbidden" });
     }
-    for (const r of fixture.backends.redisClients) {
-      expect(await r.exists(keys.lease)).toBe(1);
-      expect(await r.pttl(keys.lease)).toBeLessThanOrEqual(10_000);
-    }
+    // Neither extended nor released on any node.
+    await expectStillHeld(fixture.backends.redisClients, "team-b/x", before, 10_000);
   });
 });

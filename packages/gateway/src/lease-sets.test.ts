@@ -1,7 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { resourceKeys } from "@fenced/lock";
 import { MAX_RESOURCES } from "@fenced/fence";
-import { ANSWERING_NODE_TIMEOUT_MS, waitFor } from "@fenced/servers";
+import { expectStillHeld, heldOnQuorum, leaseOnNodes, settledOnEvery, valuesOf, type NodeKey } from "./lock-nodes-test-support.js";
 import { bearer, KEYS, useGateway, type Answer } from "./test-support.js";
 
 /**
@@ -46,28 +45,9 @@ const write = (route: string, key: string, credential: string, body = '"v"'): Pr
     body,
   });
 
-/** What each lock node holds under a resource's lease key: its value and time to live (-2: no key). */
-async function held(resource: string): Promise<{ value: string | null; pttl: number }[]> {
-  const key = resourceKeys(resource).lease;
-  return Promise.all(fixture.backends.redisClients.map(async (r) => ({ value: await r.get(key), pttl: await r.pttl(key) })));
-}
-
-/**
- * What every lock node holds under a resource's lease key, once `settled` holds on each. A lease call
- * resolves when a quorum of nodes answered; the last node's command is already on its way, and lands
- * within the node timeout, which bounds the wait (a node that never settles fails the test).
- */
-async function heldOnEvery(resource: string, settled: (node: { value: string | null; pttl: number }) => boolean) {
-  let nodes = await held(resource);
-  await waitFor(
-    `every lock node's key of ${resource}`,
-    async () => (nodes = await held(resource)).every(settled),
-    ANSWERING_NODE_TIMEOUT_MS,
-  );
-  return nodes;
-}
-const taken = (node: { value: string | null }): boolean => node.value !== null;
-const freed = (node: { value: string | null }): boolean => node.value === null;
+const redis = () => fixture.backends.redisClients;
+const held = (resource: string): Promise<NodeKey[]> => leaseOnNodes(redis(), resource);
+const freed = (node: NodeKey): boolean => node.value === null;
 
 /** The lease id with its payload's fields replaced, its seal kept: what a client can do to its own id. */
 function edited(leaseId: string, edit: (fields: string[]) => string[]): string {
@@ -88,10 +68,9 @@ describe("a lease of several resources", () => {
     expect(l).toMatchObject({ resource: "svc/set1/b", token: l.fences[0]?.token, fence: l.fences[0]?.fence });
     expect(l.fences[0]?.fence).not.toBe(l.fences[1]?.fence);
     expect(l.leaseId.startsWith("fl2.")).toBe(true);
-    // One lease: one value on every node under both resources' keys.
-    const [b, a] = await Promise.all([heldOnEvery("svc/set1/b", taken), heldOnEvery("svc/set1/a", taken)]);
-    expect(new Set([...a, ...b].map((n) => n.value)).size).toBe(1);
-    expect(a[0]?.value).not.toBeNull();
+    // One lease: one value under both resources' keys, on a quorum of nodes, and no other value on any.
+    const [b, a] = await Promise.all([heldOnQuorum(redis(), "svc/set1/b"), heldOnQuorum(redis(), "svc/set1/a")]);
+    expect(new Set(valuesOf([...a, ...b])).size).toBe(1);
   });
 
   it("of one resource keeps its answer and id: `fences` holds its one fence, and resources: [r] is the same lease", async () => {
@@ -153,15 +132,14 @@ describe("a set's lease id", () => {
     expect(e.validUntil).toBeGreaterThan(l.validUntil);
     e.fences.forEach((f, i) => expect(f.fence).not.toBe(l.fences[i]?.fence));
     expect(e.leaseId).not.toBe(l.leaseId);
-    for (const r of ["svc/ext/a", "svc/ext/b", "svc/ext/c"])
-      for (const node of await heldOnEvery(r, (n) => n.pttl > 2_000)) expect(node.pttl, r).toBeGreaterThan(2_000);
+    for (const r of ["svc/ext/a", "svc/ext/b", "svc/ext/c"]) await heldOnQuorum(redis(), r, (n) => n.pttl > 2_000);
     // The new credentials write; so does the new id extend.
     expect((await write("records", "svc/ext/c/k", e.fences[2]?.fence ?? "")).status).toBe(200);
     expect((await extend(e.leaseId, 30_000)).status).toBe(200);
 
     expect((await release(e.leaseId)).status).toBe(204);
     for (const r of ["svc/ext/a", "svc/ext/b", "svc/ext/c"])
-      for (const node of await heldOnEvery(r, freed)) expect(node.value, r).toBeNull();
+      for (const node of await settledOnEvery(redis(), r, freed)) expect(node.value, r).toBeNull();
     // Released whole: the set is free again at once, and its tokens went up per resource.
     const again = await lease(["svc/ext/c", "svc/ext/a"]);
     expect(BigInt(again.fences[0]?.token ?? "0")).toBeGreaterThan(BigInt(l.fences[2]?.token ?? "0"));
@@ -174,8 +152,8 @@ describe("a set's lease id", () => {
     expect((await release(earlier.json<Granted>().leaseId)).status).toBe(204);
     const l = await lease(["svc/forge/a", "svc/forge/b"], { ttlMs: 20_000 });
     expect(l.fences[0]?.token).not.toBe(l.fences[1]?.token);
-    const nodes = await heldOnEvery("svc/forge/a", taken);
-    const [value, end, tokenA, resourceA, tokenB, resourceB] = Buffer.from(l.leaseId.split(".")[2] ?? "", "base64url")
+    const before = { a: await heldOnQuorum(redis(), "svc/forge/a"), b: await heldOnQuorum(redis(), "svc/forge/b") };
+    const [leaseValue, end, tokenA, resourceA, tokenB, resourceB] = Buffer.from(l.leaseId.split(".")[2] ?? "", "base64url")
       .toString("utf8")
       .split("\n") as [string, string, string, string, string, string];
     expect([resourceA, resourceB]).toEqual(["svc/forge/a", "svc/forge/b"]);
@@ -185,9 +163,9 @@ describe("a set's lease id", () => {
       "a resource renamed": edited(l.leaseId, (f) => f.with(5, "svc/forge/c")),
       "a resource added": edited(l.leaseId, (f) => [...f, "1", "svc/forge/c"]),
       "the end moved": edited(l.leaseId, (f) => f.with(1, String(Number(end) + 60_000))),
-      "the value changed": edited(l.leaseId, (f) => f.with(0, value.replace(/^./, value.startsWith("0") ? "1" : "0"))),
+      "the value changed": edited(l.leaseId, (f) => f.with(0, leaseValue.replace(/^./, leaseValue.startsWith("0") ? "1" : "0"))),
       "a resource dropped": edited(l.leaseId, (f) => f.slice(0, 4)),
-      "read as one resource's id": edited(l.leaseId.replace(/^fl2/, "fl1"), () => [tokenA, value, end, resourceA]),
+      "read as one resource's id": edited(l.leaseId.replace(/^fl2/, "fl1"), () => [tokenA, leaseValue, end, resourceA]),
     };
     for (const [what, id] of Object.entries(forgeries)) {
       for (const answer of [await extend(id, 60_000), await release(id)]) {
@@ -196,12 +174,10 @@ describe("a set's lease id", () => {
       }
     }
     expect((await extend(forgeries["a token raised"], 60_000)).json()).toMatchObject({ type: "/problems/invalid-lease-id" });
-    // Neither extended (they asked for 60 s) nor released by any of them.
-    for (const r of ["svc/forge/a", "svc/forge/b"])
-      for (const [i, node] of (await held(r)).entries()) {
-        expect(node.value).toBe(nodes[i]?.value);
-        expect(node.pttl).toBeLessThanOrEqual(20_000);
-      }
+    // Neither extended (they asked for 60 s) nor released, on any node, by any of them.
+    expect(valuesOf(before.a)[0]).toBe(leaseValue);
+    await expectStillHeld(redis(), "svc/forge/a", before.a, 20_000);
+    await expectStillHeld(redis(), "svc/forge/b", before.b, 20_000);
     expect((await release(l.leaseId)).status).toBe(204);
   });
 
@@ -209,15 +185,13 @@ describe("a set's lease id", () => {
     const granted = await ask({ resources: ["team-a/both", "team-b/both"], ttlMs: 10_000 }, KEYS.admin);
     expect(granted.status).toBe(201);
     const { leaseId } = granted.json<Granted>();
+    const before = { a: await heldOnQuorum(redis(), "team-a/both"), b: await heldOnQuorum(redis(), "team-b/both") };
     for (const answer of [await extend(leaseId, 60_000, KEYS.teamA), await release(leaseId, KEYS.teamA)]) {
       expect(answer.status).toBe(403);
       expect(answer.json()).toMatchObject({ type: "/problems/forbidden" });
     }
-    for (const r of ["team-a/both", "team-b/both"])
-      for (const node of await heldOnEvery(r, taken)) {
-        expect(node.value).not.toBeNull();
-        expect(node.pttl).toBeLessThanOrEqual(10_000);
-      }
+    await expectStillHeld(redis(), "team-a/both", before.a, 10_000);
+    await expectStillHeld(redis(), "team-b/both", before.b, 10_000);
     expect((await release(leaseId, KEYS.admin)).status).toBe(204);
   });
 });
@@ -286,7 +260,8 @@ describe("register: true, refused", () => {
     const refused = await ask({ resources: ["svc/reg2/a", "svc/reg2/b"], ttlMs: 10_000, register: true });
     expect(refused.status, refused.text()).toBe(409);
     expect(refused.json()).toMatchObject({ type: "/problems/stale-token", resource: "svc/reg2/b", highest: "1000000" });
-    for (const r of ["svc/reg2/a", "svc/reg2/b"]) for (const node of await heldOnEvery(r, freed)) expect(node.value, r).toBeNull();
+    for (const r of ["svc/reg2/a", "svc/reg2/b"])
+      for (const node of await settledOnEvery(redis(), r, freed)) expect(node.value, r).toBeNull();
     // PostgreSQL raised none of the set's ratchets (all or none): a's is still unwritten there.
     const a = await fixture.gw.client.send({ method: "GET", path: "/v1/fences/svc/reg2/a", headers: bearer(KEYS.service) });
     expect(a.json()).toMatchObject({ stores: { postgres: null } });
