@@ -25,7 +25,7 @@ import { FencedPostgres } from "@fenced/store/postgres";
 import { startPostgres, startS3 } from "@fenced/servers";
 import { latencyBench, type OpenImpl } from "./gateway-latency.js";
 import { emit, measure, median, round3, type Measured, type Op } from "./measure.js";
-import { startServer, type ServerProcess } from "./server-process.js";
+import { nodeArgs, startServer, type ServerProcess } from "./server-process.js";
 
 const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 3_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
@@ -38,7 +38,6 @@ const SERVICE_KEY = "service-key-0123456789abcdef";
 const FENCE_KEY: CredentialKey = { id: "bench", secret: randomBytes(32) };
 const MB = 1024 * 1024;
 const CLI = fileURLToPath(new URL("../packages/gateway/dist/cli.js", import.meta.url));
-const nodeArgs = (variable: string): string[] => (process.env[variable] ?? "").split(" ").filter((a) => a !== "");
 /** Extra node flags for the gateway process, e.g. "--cpu-prof --cpu-prof-dir=/tmp/gw" to profile it under this load. */
 const NODE_ARGS = nodeArgs("BENCH_GATEWAY_NODE_ARGS");
 /** The same for the anchor servers' processes. */

@@ -1,10 +1,12 @@
 // One phase of overload.bench.ts against one gateway process, and the figures of its lines: the
 // loads start together on the generators, the gateway's RSS and CPU are read from /proc around them.
+import { readFileSync } from "node:fs";
 import { loadavg } from "node:os";
 import { setTimeout as delay } from "node:timers/promises";
+import { watchGateway, type Sample } from "./gateway-watch.js";
 import { round3 } from "./measure.js";
 import type { Generator, Job, JobResult } from "./open-loop.js";
-import type { ServerProcess } from "./server-process.js";
+import { CLK_TCK, type ServerProcess } from "./server-process.js";
 
 /** The generator kept its schedule when its sends left at most this late at p99. */
 const LAG_LIMIT_MS = 10;
@@ -28,8 +30,18 @@ export interface Measured {
   readonly gatewayCores: number;
   /** The machine's 1-minute load average as the phase ends: how many processes wanted its cores. */
   readonly loadAverage: number;
+  /** The machine's busy cores over the phase (/proc/stat): gateway, generator, database and the rest together. */
+  readonly machineBusyCores: number;
+  /**
+   * Connections the kernel dropped over the phase because a listener's accept queue was full
+   * (/proc/net/netstat TcpExt ListenOverflows, machine-wide): each costs its client a SYN
+   * retransmission, one second and then more, in which nobody is busy.
+   */
+  readonly listenOverflows: number;
   /** How long the gateway took to go idle before the phase (ms). */
   readonly settledMs: number;
+  /** What admission control did, sampled from /metrics (a gateway with admission control only). */
+  readonly timeline?: Sample[];
 }
 
 /**
@@ -50,18 +62,28 @@ async function settle(gw: ServerProcess): Promise<number> {
  * One phase against `gw`, once it is idle: every load starts at once, for `durationMs`, and its answers
  * are waited for up to `drainLimitMs` after its last send; the gateway is read around it.
  */
-export async function phase(gw: ServerProcess, loads: readonly Load[], durationMs: number, drainLimitMs: number): Promise<Measured> {
+export async function phase(
+  gw: ServerProcess,
+  loads: readonly Load[],
+  durationMs: number,
+  drainLimitMs: number,
+  watch = false,
+): Promise<Measured> {
   const settledMs = await settle(gw);
   gw.resetPeak();
   const rssStartMb = gw.rssMb().now;
   const cpu0 = gw.cpuSeconds();
+  const busy0 = machineBusySeconds();
+  const overflows0 = listenOverflows();
   const startAtMs = Date.now() + 200;
   let rssEndMb = Number.NaN;
   const atEnd = setTimeout(() => (rssEndMb = gw.rssMb().now), startAtMs + durationMs - Date.now());
+  const watching = watch ? watchGateway(`http://127.0.0.1:${gw.port}`) : undefined;
   const results = await Promise.all(
     loads.map((l) => l.generator.run({ ...l.job, origin: `http://127.0.0.1:${gw.port}`, startAtMs, durationMs, drainLimitMs })),
   );
   clearTimeout(atEnd);
+  const timeline = await watching?.stop();
   const cpuSeconds = gw.cpuSeconds() - cpu0;
   return {
     results,
@@ -72,12 +94,39 @@ export async function phase(gw: ServerProcess, loads: readonly Load[], durationM
     cpuSeconds,
     gatewayCores: round3(cpuSeconds / ((Date.now() - startAtMs) / 1000)),
     loadAverage: round3(loadavg()[0] ?? Number.NaN),
+    machineBusyCores: round3((machineBusySeconds() - busy0) / ((Date.now() - startAtMs) / 1000)),
+    listenOverflows: listenOverflows() - overflows0,
     settledMs,
+    ...(timeline === undefined ? {} : { timeline }),
   };
+}
+
+/** CPU seconds every core of the machine has spent busy since boot: /proc/stat's first line less idle and iowait (USER_HZ ticks). */
+function machineBusySeconds(): number {
+  const fields = (readFileSync("/proc/stat", "utf8").split("\n")[0] ?? "").trim().split(/\s+/).slice(1, 9).map(Number);
+  const [user = 0, nice = 0, system = 0, , , irq = 0, softirq = 0, steal = 0] = fields;
+  return (user + nice + system + irq + softirq + steal) / CLK_TCK;
+}
+
+/** TcpExt ListenOverflows since boot: /proc/net/netstat holds a line of names and a line of values. */
+function listenOverflows(): number {
+  const lines = readFileSync("/proc/net/netstat", "utf8").split("\n");
+  const names = lines.findIndex((l) => l.startsWith("TcpExt:"));
+  const at = (lines[names] ?? "").split(" ").indexOf("ListenOverflows");
+  return Number((lines[names + 1] ?? "").split(" ")[at] ?? Number.NaN);
 }
 
 export const perSec = (n: number, r: JobResult): number => Math.round((n * 1000) / r.windowMs);
 export const answers = (r: JobResult): number => r.accepted + r.shed + Object.values(r.other).reduce((a, b) => a + b, 0);
+/** The server's CPU (µs) per answer of a phase, every load's answers counted. */
+export const cpuUsPerAnswer = (m: Pick<Measured, "cpuSeconds" | "results">): number =>
+  Math.round(
+    (m.cpuSeconds * 1e6) /
+      Math.max(
+        1,
+        m.results.reduce((n, r) => n + answers(r), 0),
+      ),
+  );
 export const schedule = (r: JobResult): string =>
   r.sendLag.p99Ms <= LAG_LIMIT_MS
     ? `kept (sends left ${r.sendLag.p99Ms} ms late at p99)`

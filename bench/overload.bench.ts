@@ -11,7 +11,10 @@
 //   its value at 0.5×, every answer within the store deadline, RSS flat through the phase;
 // - overload-fairness: one key at 4× and another at 0.5× on the admission gateway: the small key's p99
 //   against its own alone;
-// - overload-refusal-cost: the gateway's CPU per shed answer against per accepted write.
+// - overload-refusal-cost: the gateway's CPU per shed answer against per accepted write;
+// - overload-anchor, overload-anchor-fairness: the same loads against bare node:http answering at once
+//   (overload-anchors.ts), 200 and 503: the latency and fairness this setup gives a server with no
+//   work, and the floor of a refusal's CPU, which the gateway's figures are read against.
 // Every process (benchmark, generators, gateways, PostgreSQL) shares this machine's cores.
 import { randomBytes } from "node:crypto";
 import { execFileSync } from "node:child_process";
@@ -21,8 +24,9 @@ import { mintFenceCredential, type CredentialKey } from "@fenced/fence/credentia
 import { startPostgres } from "@fenced/servers";
 import { emit, median, round3 } from "./measure.js";
 import { startGenerator, type Generator, type Job, type JobResult } from "./open-loop.js";
-import { answers, openFigures, perSec, phase, schedule, type Load, type Measured } from "./overload-phase.js";
-import { startServer, type ServerProcess } from "./server-process.js";
+import { runAnchors } from "./overload-anchors.js";
+import { answers, cpuUsPerAnswer, openFigures, perSec, phase, schedule, type Load, type Measured } from "./overload-phase.js";
+import { nodeArgs, startServer, type ServerProcess } from "./server-process.js";
 
 const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 5_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
@@ -30,6 +34,8 @@ const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const ADMISSION_OFF_FLAGS: readonly string[] = ["--no-admission"];
 /** Extra flags for the gateway with admission control, to compare its settings (e.g. "--max-event-loop-delay-ms 50"). */
 const ADMISSION_ON_FLAGS: readonly string[] = (process.env.BENCH_ADMISSION_FLAGS ?? "").split(" ").filter((f) => f !== "");
+/** Extra node flags for both gateway processes, as `pnpm bench gateway` takes them (e.g. "--cpu-prof --cpu-prof-dir=/tmp/gw"). */
+const NODE_ARGS = nodeArgs("BENCH_GATEWAY_NODE_ARGS");
 const RESOURCES = 64;
 const CLIENTS = 64;
 /** The open loop's sockets at most: enough that the generator never waits for one at these rates (a wait would count). */
@@ -72,7 +78,19 @@ const setting = {
 function startGateway(postgresUrl: string, side: Side): Promise<ServerProcess> {
   const flags = side === "off" ? offFlags : ADMISSION_ON_FLAGS;
   return startServer(
-    [CLI, "--port", "0", "--log-level", "info", "--postgres", postgresUrl, "--postgres-schema", `bench_overload_${side}`, ...flags],
+    [
+      ...NODE_ARGS,
+      CLI,
+      "--port",
+      "0",
+      "--log-level",
+      "info",
+      "--postgres",
+      postgresUrl,
+      "--postgres-schema",
+      `bench_overload_${side}`,
+      ...flags,
+    ],
     {
       FENCED_GATEWAY_API_KEYS: JSON.stringify(
         Object.values(KEYS).map((k) => ({ id: k.id, key: k.key, resources: [k.resources], keys: [k.records] })),
@@ -115,7 +133,15 @@ try {
   // 1. Capacity: the closed loop at saturation, the two gateways in alternating order.
   const capacityRounds: Record<
     Side,
-    { writesPerSec: number; cpuUsPerWrite: number; other: Record<string, number>; gatewayCores: number; loadAverage: number }[]
+    {
+      writesPerSec: number;
+      cpuUsPerWrite: number;
+      other: Record<string, number>;
+      gatewayCores: number;
+      loadAverage: number;
+      machineBusyCores: number;
+      listenOverflows: number;
+    }[]
   > = {
     off: [],
     on: [],
@@ -126,10 +152,12 @@ try {
       const r = m.results[0] as JobResult;
       capacityRounds[side].push({
         writesPerSec: perSec(r.accepted, r),
-        cpuUsPerWrite: Math.round((m.cpuSeconds * 1e6) / Math.max(1, answers(r))),
+        cpuUsPerWrite: cpuUsPerAnswer(m),
         other: { ...r.other, ...(r.shed > 0 ? { shed: r.shed } : {}) },
         gatewayCores: m.gatewayCores,
         loadAverage: m.loadAverage,
+        machineBusyCores: m.machineBusyCores,
+        listenOverflows: m.listenOverflows,
       });
     }
   }
@@ -153,7 +181,7 @@ try {
   for (const [k, fraction] of FRACTIONS.entries()) {
     const rate = Math.max(50, Math.round(capacity * fraction));
     for (const side of k % 2 === 0 ? (["off", "on"] as const) : (["on", "off"] as const)) {
-      const m = await phase(gw[side], [open(big, rate, bigWrites)], DURATION_MS, DRAIN_LIMIT_MS);
+      const m = await phase(gw[side], [open(big, rate, bigWrites)], DURATION_MS, DRAIN_LIMIT_MS, side === "on");
       runs[side][fraction] = m;
       const r = m.results[0] as JobResult;
       emit({
@@ -169,10 +197,13 @@ try {
         gatewayRssEndMb: m.rssEndMb,
         gatewayRssPeakMb: m.rssPeakMb,
         gatewayRssAfterDrainMb: m.rssAfterMb,
-        gatewayCpuUsPerAnswer: Math.round((m.cpuSeconds * 1e6) / Math.max(1, answers(r))),
+        gatewayCpuUsPerAnswer: cpuUsPerAnswer(m),
         gatewayCores: m.gatewayCores,
         loadAverage: m.loadAverage,
+        machineBusyCores: m.machineBusyCores,
+        listenOverflows: m.listenOverflows,
         settledMs: m.settledMs,
+        ...(m.timeline === undefined ? {} : { admissionTimeline: m.timeline }),
       });
     }
   }
@@ -220,6 +251,11 @@ try {
     }
   }
 
+  // The anchors: the same loads against bare node:http answering at once.
+  const anchorLoad = (key: "big" | "small", rate: number): Load =>
+    key === "big" ? open(big, rate, bigWrites) : open(small, rate, smallWrites, SMALL_SOCKETS);
+  const anchors = await runAnchors(anchorLoad, capacity, DURATION_MS, DRAIN_LIMIT_MS);
+
   // 3. Fairness on the admission gateway: the small key alone at 0.5×, then beside the big key at 4×.
   const smallRate = Math.max(50, Math.round(capacity * 0.5));
   const bigRate = Math.round(capacity * 4);
@@ -241,6 +277,8 @@ try {
     ratioOf: "the small key's p99 of accepted writes beside the big key ÷ its p99 alone, at 0.5× capacity",
     goal: "<= 2",
     met: fairness <= 2,
+    anchorRatio: anchors.fairnessRatio,
+    anchorRatioOf: "the same figure against bare node:http answering 200 at once (overload-anchor-fairness)",
     small: {
       ratePerSec: smallRate,
       sockets: SMALL_SOCKETS,
@@ -253,6 +291,8 @@ try {
     gatewayRssEndMb: both.rssEndMb,
     gatewayCores: both.gatewayCores,
     loadAverage: both.loadAverage,
+    machineBusyCores: both.machineBusyCores,
+    listenOverflows: both.listenOverflows,
   });
 
   // 4. What a refusal costs the gateway: CPU over the 4× phase, less the accepted writes' share at the
@@ -270,12 +310,12 @@ try {
       otherAnswers: others,
       // Writes cut at the drain limit: the gateway's work on them after the cut is not in the phase's CPU.
       unanswered: r.unanswered,
-      cpuUsPerAnswer: Math.round((m.cpuSeconds * 1e6) / Math.max(1, answers(r))),
+      cpuUsPerAnswer: cpuUsPerAnswer(m),
     };
   };
   const half = runs.on[0.5] as Measured;
   const at4 = cost(4);
-  const perAnswerAtHalf = Math.round((half.cpuSeconds * 1e6) / Math.max(1, answers(half.results[0] as JobResult)));
+  const perAnswerAtHalf = cpuUsPerAnswer(half);
   emit({
     bench: "overload-refusal-cost",
     ...setting,
@@ -293,6 +333,14 @@ try {
         : null,
     ceilingOf:
       "accepted/s at 2× such that accepted × CPU per write + shed × CPU per shed answer fits one core (1e6 µs/s): what any admission policy in the gateway's one event loop can reach when it answers every write as it arrives",
+    // node:http's own refusal (anchor-answer.js): the least a refusal can cost a Node HTTP server here.
+    floorCpuUsPerShed: anchors.refusalFloorUs.at4,
+    ratioToFloor: typeof at4.cpuUsPerShed === "number" ? round3(at4.cpuUsPerShed / anchors.refusalFloorUs.at4) : null,
+    acceptedCeilingAt2xAtFloor:
+      cpuPerWriteOf("on") > anchors.refusalFloorUs.at2
+        ? Math.round((1e6 - 2 * capacity * anchors.refusalFloorUs.at2) / (cpuPerWriteOf("on") - anchors.refusalFloorUs.at2))
+        : null,
+    floorOf: "the same ceiling with each shed answer at node:http's own cost at 2× (overload-anchor, 503)",
     how:
       "/proc/<pid>/stat utime+stime of the admission gateway; per accepted write: the closed-loop capacity rounds (all accepted), median; " +
       "per shed answer: the 4× phase's CPU (start to last answer) less accepted × that, ÷ shed answers (other answers, if any, are charged to the shed)",

@@ -4,9 +4,13 @@ import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
 import { appendFileSync, readFileSync, writeFileSync } from "node:fs";
 
-const CLK_TCK = Number(execFileSync("getconf", ["CLK_TCK"]).toString().trim()) || 100;
+/** USER_HZ: the unit of /proc's CPU times. */
+export const CLK_TCK = Number(execFileSync("getconf", ["CLK_TCK"]).toString().trim()) || 100;
 /** BENCH_SERVER_LOG=<file>: every server's stdout appended there (with --trace-gc in its node flags, its collections). */
 const LOG = process.env.BENCH_SERVER_LOG;
+
+/** Node flags from an environment variable (e.g. BENCH_GATEWAY_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/gw"), split at spaces. */
+export const nodeArgs = (variable: string): string[] => (process.env[variable] ?? "").split(" ").filter((a) => a !== "");
 
 export interface ServerProcess {
   readonly port: number;
@@ -26,7 +30,10 @@ export interface ServerProcess {
 
 /** A node process that prints {"msg":"listening","port":…} on stdout once it serves. */
 export async function startServer(args: string[], env: Record<string, string>): Promise<ServerProcess> {
-  const child: ChildProcess = spawn(process.execPath, args, { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "inherit"] });
+  const child: ChildProcess = spawn(process.execPath, args, {
+    env: { ...process.env, ...env },
+    stdio: ["ignore", "pipe", "inherit"],
+  });
   const pid = child.pid ?? 0;
   const port = await new Promise<number>((resolve, reject) => {
     let buffered = "";
