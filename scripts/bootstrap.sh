@@ -25,6 +25,8 @@ command -v python3 >/dev/null || missing+=(python3)
 command -v stress-ng >/dev/null || missing+=(stress-ng)
 # The protocol's model check (test/spec) runs the SPIN model checker; its verifiers are compiled with gcc.
 command -v spin >/dev/null || missing+=(spin)
+# The gateway's listen backlog test (server-limits.test.ts) reads the kernel's backlog with `ss`.
+command -v ss >/dev/null || missing+=(iproute2)
 # The gateway's alert rules (packages/gateway/ops) are checked and unit-tested with promtool.
 command -v promtool >/dev/null || missing+=(prometheus)
 if [ ${#missing[@]} -gt 0 ]; then

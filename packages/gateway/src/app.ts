@@ -16,7 +16,7 @@ import { accounting, limitsSchema, type Limits, type RouteContext } from "./http
 import { ClientGoneError } from "./http/client-gone.js";
 import { onMalformed } from "./http/client-errors.js";
 import { endRequestSpan, inRequestScope, requestLogger, scopeRequest } from "./http/request-scope.js";
-import { answerEarly, wasCutByDrain } from "./http/server.js";
+import { answerEarly, arrivalOf, wasCutByDrain } from "./http/server.js";
 import { PROBE_KEY } from "./ops/health.js";
 import { gatewayReadiness, healthRoutes, type Readiness } from "./ops/health-routes.js";
 import { GatewayMetrics } from "./ops/metrics.js";
@@ -256,9 +256,14 @@ function newApp(ctx: RouteContext): Express {
   // First: the request id and span, so that every answer carries the id and every line logs it.
   app.use(scopeRequest((req) => routeOf(req.path)));
   app.use((req, res, next) => {
-    const started = performance.now();
+    // From its arrival: a request admission control held in its queue counts the wait.
+    const started = arrivalOf(req) ?? performance.now();
     const route = routeOf(req.path);
-    res.once("close", () => account(ctx, req, res, route, performance.now() - started));
+    const done = (): void => account(ctx, req, res, route, performance.now() - started);
+    // Closed already: its client left while admission control held it in the queue (serve() runs
+    // the app then, so that it is counted and logged as any request whose client left).
+    if (res.closed) done();
+    else res.once("close", done);
     next();
   });
   return app;

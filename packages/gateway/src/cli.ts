@@ -46,6 +46,7 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
       headersTimeoutMs: config.headersTimeoutMs,
       requestTimeoutMs: config.requestTimeoutMs,
       maxConnections: config.maxConnections,
+      listenBacklog: config.listenBacklog,
     };
     const serving = await listen("the public listener", () => serve(gateway.app, { host: config.host, port: config.port, ...limits }));
     listening.push(serving);

@@ -167,6 +167,13 @@ const fields = {
     .positive()
     .default(SERVER_DEFAULTS.maxConnections)
     .describe("open connections at most; more are closed as they arrive (default 4096)"),
+  listenBacklog: z
+    .number()
+    .int()
+    .positive()
+    .max(65_535)
+    .default(SERVER_DEFAULTS.listenBacklog)
+    .describe("connections waiting to be accepted at most, capped by the kernel's net.core.somaxconn (default 4096)"),
   healthTimeoutMs: z
     .number()
     .int()

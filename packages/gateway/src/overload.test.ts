@@ -1,11 +1,17 @@
+import { once } from "node:events";
+import { createServer } from "node:http";
+import { connect } from "node:net";
+import type { AddressInfo } from "node:net";
+import { setTimeout as delay } from "node:timers/promises";
 import pg from "pg";
 import { pino } from "pino";
 import { startPostgres, startRedisNodes, type RedisNodes, type ServerFaults } from "@fenced/servers";
 import { Redis } from "ioredis";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest";
 import type { AdmissionOptions } from "./admission/gate.js";
 import { createGateway, type Gateway } from "./app.js";
 import { serve, type Serving } from "./http/server.js";
+import { startCli } from "./cli-test-support.js";
 import { API_KEYS, bearer, FENCE_KEYS, httpClient, KEYS, writeHeaders, type Answer, type HttpClient } from "./test-support.js";
 
 /**
@@ -36,12 +42,18 @@ afterAll(async () => {
 interface Running {
   readonly gateway: Gateway;
   readonly client: HttpClient;
-  readonly serving: Serving;
+  readonly port: number;
   metric(name: string, labels: string): Promise<number>;
   [Symbol.asyncDispose](): Promise<void>;
 }
 
-async function run(admission: AdmissionOptions, schema: string): Promise<Running> {
+/**
+ * serve(): judged before express (its early handler); "own server": the app on a plain node:http
+ * server, as a user mounting it may do, judged by its middleware.
+ */
+type Served = "serve" | "own server";
+
+async function run(admission: AdmissionOptions, schema: string, served: Served = "serve"): Promise<Running> {
   const gateway = createGateway({
     apiKeys: API_KEYS,
     fenceKeys: FENCE_KEYS,
@@ -54,12 +66,12 @@ async function run(admission: AdmissionOptions, schema: string): Promise<Running
     admission,
   });
   await gateway.prepare();
-  const serving = await serve(gateway.app, { port: 0 });
+  const serving = served === "serve" ? await serve(gateway.app, { port: 0 }) : await ownServer(gateway);
   const client = httpClient(serving.port);
   return {
     gateway,
     client,
-    serving,
+    port: serving.port,
     async metric(name, labels) {
       const text = await gateway.metrics.registry.metrics();
       const line = text.split("\n").find((l) => l.startsWith(`${name}{${labels}}`));
@@ -74,33 +86,102 @@ async function run(admission: AdmissionOptions, schema: string): Promise<Running
   };
 }
 
+async function ownServer(gateway: Gateway): Promise<Pick<Serving, "port" | "drain">> {
+  const server = createServer(gateway.app);
+  server.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  return {
+    port: (server.address() as AddressInfo).port,
+    async drain() {
+      server.closeAllConnections();
+      await new Promise((done) => server.close(done));
+      return true;
+    },
+  };
+}
+
+/** How long the first test holds its two writes (s): a bucket bound of the request histogram. */
+const WAITED_S = 0.5;
+
 const put = (client: HttpClient, key: string, apiKey: string = KEYS.admin): Promise<Answer> =>
   client.json("PUT", `/v1/records/${key}`, { key }, writeHeaders(apiKey, 1n, { "fencing-resource": key }));
 
 describe("admission control", () => {
-  it("refuses past the limit and the queue at once, 503 overloaded with Retry-After, before any store work: nothing is written", async () => {
-    // One write at a time, one waiting.
-    await using gw = await run({ minConcurrency: 1, maxConcurrency: 1, queueLength: 1, queueTimeoutMs: 60_000 }, "shed");
-    postgres.faults.pause();
-    const held = put(gw.client, "team-a/held");
-    await expect.poll(() => gw.metric("fenced_gateway_admission_inflight", 'route="records"')).toBe(1);
-    const queued = put(gw.client, "team-a/queued");
-    await expect.poll(() => gw.metric("fenced_gateway_admission_queued", 'route="records"')).toBe(1);
+  it.each(["serve", "own server"] as const)(
+    "refuses past the limit and the queue at once, 503 overloaded with Retry-After, before any store work: nothing is written (%s)",
+    async (served) => {
+      // One write at a time, one waiting.
+      const schema = served === "serve" ? "shed" : "shed_own";
+      await using gw = await run({ minConcurrency: 1, maxConcurrency: 1, queueLength: 1, queueTimeoutMs: 60_000 }, schema, served);
+      postgres.faults.pause();
+      const held = put(gw.client, "team-a/held");
+      await expect.poll(() => gw.metric("fenced_gateway_admission_inflight", 'route="records"')).toBe(1);
+      const queued = put(gw.client, "team-a/queued");
+      await expect.poll(() => gw.metric("fenced_gateway_admission_queued", 'route="records"')).toBe(1);
 
-    // Answered while PostgreSQL is stopped: the request never reached the store.
-    const refused = await put(gw.client, "team-a/refused");
-    expect(refused.status).toBe(503);
-    expect(refused.headers["retry-after"]).toBe("1");
-    expect(refused.headers["content-type"]).toMatch(/^application\/problem\+json/);
-    expect(refused.json()).toMatchObject({ type: "/problems/overloaded", status: 503, reason: "queue-full" });
-    expect(refused.json().requestId).toBe(refused.headers["x-request-id"]);
-    expect(await gw.metric("fenced_gateway_requests_shed_total", 'route="records",priority="work",reason="queue_full"')).toBe(1);
+      // Answered while PostgreSQL is stopped: the request never reached the store.
+      const refused = await put(gw.client, "team-a/refused");
+      expect(refused.status).toBe(503);
+      expect(refused.headers["retry-after"]).toBe("1");
+      expect(refused.headers["content-type"]).toMatch(/^application\/problem\+json/);
+      expect(refused.json()).toMatchObject({ type: "/problems/overloaded", status: 503, reason: "queue-full" });
+      expect(refused.json().requestId).toBe(refused.headers["x-request-id"]);
+      expect(await gw.metric("fenced_gateway_requests_shed_total", 'route="records",priority="work",reason="queue_full"')).toBe(1);
+      expect(await gw.metric("fenced_gateway_request_duration_seconds_count", 'route="records",method="PUT",status="503"')).toBe(1);
 
-    postgres.faults.resume();
-    expect((await held).status).toBe(200);
-    expect((await queued).status).toBe(200);
-    const { rows } = await pool.query<{ key: string }>("SELECT key FROM shed.records ORDER BY key");
-    expect(rows.map((r) => r.key)).toEqual(["team-a/held", "team-a/queued"]);
+      // Both wait at least this long from their arrival: the queued one's time counts its wait.
+      await delay(WAITED_S * 1000);
+      postgres.faults.resume();
+      expect((await held).status).toBe(200);
+      expect((await queued).status).toBe(200);
+      const { rows } = await pool.query<{ key: string }>(`SELECT key FROM ${schema}.records ORDER BY key`);
+      expect(rows.map((r) => r.key)).toEqual(["team-a/held", "team-a/queued"]);
+      const ok = 'route="records",method="PUT",status="200"';
+      const total = await gw.metric("fenced_gateway_request_duration_seconds_count", ok);
+      const quick = await gw.metric("fenced_gateway_request_duration_seconds_bucket", `le="${WAITED_S}",${ok}`);
+      expect({ total, longerThanTheWait: total - quick }).toEqual({ total: 2, longerThanTheWait: 2 });
+    },
+  );
+
+  it("counts a queued request whose client leaves (499, its slot freed), in both servings", async () => {
+    for (const served of ["serve", "own server"] as const) {
+      await using gw = await run({ minConcurrency: 1, maxConcurrency: 1, queueLength: 1, queueTimeoutMs: 60_000 }, "left", served);
+      postgres.faults.pause();
+      const held = put(gw.client, "team-a/held");
+      await expect.poll(() => gw.metric("fenced_gateway_admission_inflight", 'route="records"')).toBe(1);
+      // The second write, on a socket of its own that the client closes while the write waits.
+      const body = JSON.stringify({ value: 1 });
+      const headers = { ...writeHeaders(KEYS.admin, 1n, { "fencing-resource": "team-a/left" }), "content-type": "application/json" };
+      const socket = connect(gw.port, "127.0.0.1");
+      socket.on("error", () => undefined);
+      socket.write(
+        `PUT /v1/records/team-a/left HTTP/1.1\r\nHost: x\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
+          Object.entries(headers)
+            .map(([k, v]) => `${k}: ${v}\r\n`)
+            .join("") +
+          `\r\n${body}`,
+      );
+      await expect.poll(() => gw.metric("fenced_gateway_admission_queued", 'route="records"')).toBe(1);
+      socket.destroy();
+      await expect.poll(() => gw.metric("fenced_gateway_admission_queued", 'route="records"')).toBe(0);
+      await expect
+        .poll(() => gw.metric("fenced_gateway_request_duration_seconds_count", 'route="records",method="PUT",status="499"'))
+        .toBe(1);
+      postgres.faults.resume();
+      expect((await held).status).toBe(200);
+      expect(await gw.metric("fenced_gateway_admission_inflight", 'route="records"')).toBe(0);
+    }
+  });
+
+  it("answers a request line whose URL the path parser throws on, and goes on serving (no uncaught exception)", async () => {
+    await using gw = await run({}, "bad_url");
+    const socket = connect(gw.port, "127.0.0.1");
+    socket.write("GET http://[::1/v1/records/x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    const chunks: Buffer[] = [];
+    socket.on("data", (c: Buffer) => chunks.push(c));
+    await once(socket, "close");
+    expect(Buffer.concat(chunks).toString()).toMatch(/^HTTP\/1\.1 4\d\d /);
+    expect((await gw.client.json("GET", "/v1/records/team-a/none", undefined, bearer(KEYS.admin))).status).toBe(404);
   });
 
   it("never refuses a lease's extension or release, while a key's burst of acquisitions and writes past its share is refused (the event loop running late)", async () => {
@@ -109,9 +190,10 @@ describe("admission control", () => {
     expect(granted.status).toBe(201);
     const { leaseId } = granted.json<{ leaseId: string }>();
 
-    // A loop blocked for 2 s: its average lateness passes 40 ms for over a hundred milliseconds after,
-    // and the key's burst below is far over any share it is given then.
-    const until = performance.now() + 2_000;
+    // A loop blocked for 3 s: its average lateness passes 40 ms for over a hundred milliseconds after,
+    // it has worked all that time (its utilization, averaged over about a second, reads 0.95: the
+    // share binds from 0.8), and the key's burst below is far over any share it is given then.
+    const until = performance.now() + 3_000;
     while (performance.now() < until);
     const burst = Array.from({ length: 20 }, (_, i) => [
       gw.client.json("POST", "/v1/leases", { resource: `team-a/q${i}`, ttlMs: 60_000 }, bearer(KEYS.admin)),
@@ -170,5 +252,44 @@ describe("admission control", () => {
     await Promise.all([...flood, other]);
     // One write at a time: a/0 (in flight), then the keys in turn — admin's oldest, team-a's, admin's next.
     expect(order).toEqual(["a/3:503", "a/0:200", "a/1:200", "team-a/b:200", "a/2:200"]);
+  });
+
+  it("refuses nothing while its loop is late only because another process has the CPU: a client's requests one at a time are all served", async () => {
+    // The gateway in a process of its own, stopped (SIGSTOP) for 60 ms after each answer — while it
+    // waits for the next request, as a process on a busy host waits for a CPU — and resumed to take
+    // it: each time it runs again its timer is about 60 ms late, ten times its target below.
+    const child = startCli(
+      ["--port", "0", "--postgres", postgres.url, "--postgres-schema", "cpu_taken", "--max-event-loop-delay-ms", "6"],
+      { FENCED_GATEWAY_API_KEYS: JSON.stringify(API_KEYS) },
+    );
+    const signal = (name: NodeJS.Signals): void => void child.process.kill(name);
+    // Also when the test fails or times out: a process left stopped would stay so.
+    onTestFinished(async () => {
+      signal("SIGCONT");
+      signal("SIGKILL");
+      await child.exited;
+    });
+    const client = httpClient(Number((await child.waitFor("listening")).port));
+    const read = async (i: number): Promise<number> =>
+      (await client.json("GET", `/v1/records/team-a/none${i}`, undefined, bearer(KEYS.admin))).status;
+    try {
+      // Warm: the code a read runs is compiled before the loop is made late.
+      for (let i = 0; i < 20; i++) await read(i);
+      const statuses: number[] = [];
+      for (let i = 0; i < 40; i++) {
+        statuses.push(await read(i));
+        signal("SIGSTOP");
+        await delay(60);
+        signal("SIGCONT");
+      }
+      const metrics = (await client.send({ method: "GET", path: "/metrics" })).text();
+      const gauge = (name: string): number => Number(new RegExp(`^${name} (\\S+)$`, "m").exec(metrics)?.[1]);
+      const seen = `loop delay ${gauge("fenced_gateway_event_loop_delay_seconds")} s, utilization ${gauge("fenced_gateway_event_loop_utilization")}`;
+      // The loop was late past its target (the condition of this test), and nothing was refused for it.
+      expect(gauge("fenced_gateway_event_loop_delay_seconds") * 1000, seen).toBeGreaterThan(6);
+      expect(statuses, seen).toEqual(new Array<number>(40).fill(404));
+    } finally {
+      client.close();
+    }
   });
 });

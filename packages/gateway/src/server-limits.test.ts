@@ -1,7 +1,10 @@
+import { execFileSync } from "node:child_process";
 import { once } from "node:events";
+import { readFileSync } from "node:fs";
 import { connect, createServer as createTcpServer, type AddressInfo, type Socket } from "node:net";
 import { performance } from "node:perf_hooks";
-import { Writable } from "node:stream";
+import { Readable, Writable } from "node:stream";
+import { pipeline } from "node:stream/promises";
 import express from "express";
 import pg from "pg";
 import { pino } from "pino";
@@ -107,6 +110,57 @@ describe("the HTTP server's limits", () => {
     const after = await trickle(serving.port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", "", 10);
     expect(after.answer).toMatch(/^HTTP\/1\.1 200/);
     open[1]?.destroy();
+  });
+
+  it("listens with a backlog of listenBacklog (default 4,096, capped by net.core.somaxconn), not Node's 511", async () => {
+    const app = express().get("/", (_req, res) => res.send("ok"));
+    const somaxconn = Number(readFileSync("/proc/sys/net/core/somaxconn", "utf8"));
+    await using given = await serve(app, { listenBacklog: 100 });
+    await using byDefault = await serve(app);
+    // The kernel's own view: `ss` shows a listening socket's backlog as its Send-Q.
+    const backlogOf = (port: number): number =>
+      Number(
+        execFileSync("ss", ["-ltnH", `sport = :${port}`])
+          .toString()
+          .trim()
+          .split(/\s+/)[2],
+      );
+    expect(backlogOf(given.port)).toBe(Math.min(100, somaxconn));
+    expect(backlogOf(byDefault.port)).toBe(Math.min(4_096, somaxconn));
+  });
+
+  it("ends a pipelined request's response whose connection closed before its turn (Node 22 never closes it)", async () => {
+    let answerFirst: () => void = () => undefined;
+    const app = express()
+      .get("/first", (_req, res) => void (answerFirst = () => res.send("one")))
+      .get("/second", (_req, res) => res.send("two"));
+    await using serving = await serve(app);
+    const socket = connect(serving.port, "127.0.0.1");
+    socket.on("error", () => undefined);
+    socket.write("GET /first HTTP/1.1\r\nHost: x\r\n\r\nGET /second HTTP/1.1\r\nHost: x\r\n\r\n");
+    // Both requests are in: the second waits for the first's answer, which waits for the test.
+    await expect.poll(() => serving.inFlight()).toBe(2);
+    socket.destroy();
+    // What waits for a response's "close" (admission control's slot, the accounting, the drain) is let go for both.
+    await expect.poll(() => serving.inFlight()).toBe(0);
+    answerFirst();
+  });
+
+  it("a response with many layers waiting for its end draws no leak warning (an object GET's pipeline has 11 close listeners)", async () => {
+    const warnings: string[] = [];
+    const onWarning = (w: Error): void => void warnings.push(w.name);
+    process.on("warning", onWarning);
+    const app = express().get("/", async (_req, res) => {
+      for (let i = 0; i < 12; i++) res.once("close", () => undefined);
+      await pipeline(Readable.from(["streamed"]), res);
+    });
+    await using serving = await serve(app);
+    const answer = await trickle(serving.port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", "", 10);
+    expect(answer.answer).toMatch(/^HTTP\/1\.1 200[\s\S]*streamed/);
+    // Node emits process warnings on the next tick.
+    await new Promise((r) => setImmediate(r));
+    process.off("warning", onWarning);
+    expect(warnings).not.toContain("MaxListenersExceededWarning");
   });
 
   it("serves /metrics and /healthz on the admin listener only, the API on the public one", async () => {

@@ -162,7 +162,7 @@ function offer(
   let draw = 0;
   for (const { key, at } of arrivals) {
     while (admittedAt.length > 0 && (admittedAt[0] as number) < at - 100) admittedAt.shift();
-    fair.adjust(at, admittedAt.length * 10 > capacity ? 100 : 5, 25);
+    fair.adjust(at, admittedAt.length * 10 > capacity ? "behind" : "keeping-up");
     const s = (seen[key] ??= { sent: 0, admitted: 0 });
     s.sent++;
     // Evenly spread draws: the admitted fraction is the probability, without a random generator.

@@ -1,13 +1,14 @@
 /**
- * Which requests the gateway takes while its event loop runs late — its own CPU is what is short, so
- * every request it reads costs, and the only relief is to take fewer: each API key's arrival rate is
- * estimated, and a fair share (requests per second per key) is adapted so that the loop's delay stays
- * near its target — it shrinks while the loop is late and grows back while it keeps up. A key sending
- * under the share is let in whole; a key sending over it, with probability share ÷ its rate. So a
- * flood is cut down to what the others get, a key that sends little is not touched, and the gateway
- * keeps taking work at about the rate it can do it, rather than refusing everything while it is
- * behind (which keeps it behind: refusing costs too). This is the rule of core-stateless fair
- * queueing (Stoica, Shenker and Zhang, 1998). Pure: the caller passes the time and the draw.
+ * Which requests the gateway takes while its event loop is behind on its own work — its own CPU is
+ * what is short, so every request it reads costs, and the only relief is to take fewer: each API
+ * key's arrival rate is estimated, and a fair share (requests per second per key) is adapted so that
+ * the loop's delay stays near its target — it shrinks while the loop is behind and grows back while
+ * it keeps up. A key sending under the share is let in whole; a key sending over it, with
+ * probability share ÷ its rate. So a flood is cut down to what the others get, a key that sends
+ * little is not touched, and the gateway keeps taking work at about the rate it can do it, rather
+ * than refusing everything while it is behind (which keeps it behind: refusing costs too). This is
+ * the rule of core-stateless fair queueing (Stoica, Shenker and Zhang, 1998). Pure: the caller
+ * passes the time, the loop's state and the draw.
  *
  * It only bounds how much work is let in: no fence, token or write depends on it.
  */
@@ -16,14 +17,21 @@
 const RATE_WINDOW_MS = 100;
 /** The share is adjusted at most this often. */
 const ADJUST_EVERY_MS = 50;
-/** While the loop is late: the share shrinks by this factor per adjustment. */
+/** While the loop is behind: the share shrinks by this factor per adjustment. */
 const DECREASE = 0.8;
-/** While the loop keeps up (under half its target): it grows by this factor, until it no longer binds. */
+/** While the loop keeps up: it grows by this factor, until it no longer binds. */
 const INCREASE = 1.1;
 /** The share never goes below this: a key is always let in now and then, so its rate stays known. */
 const MIN_SHARE = 1;
 /** Keys not seen for this long are forgotten. */
 const FORGET_MS = 10_000;
+
+/**
+ * The event loop as the share reads it: behind on its own work (late, and working nearly all the
+ * time), keeping up (on time, or working less: late then because another process has the CPU,
+ * which taking fewer requests would not help), or in between.
+ */
+export type LoopState = "behind" | "keeping-up" | "steady";
 
 interface KeyRate {
   /** Requests per second, averaged over RATE_WINDOW_MS. */
@@ -54,15 +62,18 @@ export class FairShare {
     return draw * rate < weight * this.#share;
   }
 
-  /** Adjusts the share to the loop's delay, at most every ADJUST_EVERY_MS. */
-  adjust(now: number, delayMs: number, targetMs: number): void {
+  /**
+   * Adjusts the share to the loop, at most every ADJUST_EVERY_MS: it shrinks while the loop is behind
+   * on its own work, grows back while it keeps up, and stays between the two.
+   */
+  adjust(now: number, loop: LoopState): void {
     if (now - this.#adjusted < ADJUST_EVERY_MS) return;
     this.#adjusted = now;
-    if (delayMs > targetMs) {
-      // First time late: start from the largest rate a key sends now (the share that binds nobody yet).
+    if (loop === "behind") {
+      // First time behind: start from the largest rate a key sends now (the share that binds nobody yet).
       if (this.#share === Infinity) this.#share = Math.max(1, ...[...this.#keys.values()].map((k) => k.rate));
       this.#share = Math.max(MIN_SHARE, this.#share * DECREASE);
-    } else if (delayMs < targetMs / 2 && this.#share !== Infinity) {
+    } else if (loop === "keeping-up" && this.#share !== Infinity) {
       this.#share *= INCREASE;
       // No key sends that much: the share binds nobody.
       if (![...this.#keys.values()].some((k) => k.rate > this.#share)) this.#share = Infinity;

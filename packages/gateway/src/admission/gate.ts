@@ -4,11 +4,11 @@ import type { Logger } from "pino";
 import { z } from "zod";
 import type { ApiKeys } from "../auth/api-keys.js";
 import { ClientGoneError } from "../http/client-gone.js";
-import type { EarlyHandler } from "../http/server.js";
+import { arrivalOf, type EarlyHandler } from "../http/server.js";
 import { REQUEST_ID_HEADER, requestIdOf } from "../http/request-scope.js";
 import { make, sendProblem, type Classified } from "../problems/problem.js";
 import { Admission, OverloadedError, REFUSALS, type Priority, type Release, type ShedReason } from "./admission.js";
-import { FairShare } from "./fair-share.js";
+import { FairShare, type LoopState } from "./fair-share.js";
 import { LoopDelay } from "./loop-delay.js";
 import type { AdmissionMetrics } from "./metrics.js";
 
@@ -38,7 +38,7 @@ export const admissionSchema = z.strictObject({
     .max(600_000)
     .default(25)
     .describe(
-      "the event loop's delay admission keeps under: above it, each API key gets a fair share of what is let in, lease acquisitions half of it (default 25)",
+      "the event loop's delay admission keeps under: above it, while the loop works at least 0.8 of its time (its utilization), each API key gets a fair share of what is let in, lease acquisitions half of it (default 25)",
     ),
 });
 export type AdmissionOptions = z.input<typeof admissionSchema>;
@@ -57,78 +57,123 @@ const WARN_EVERY_MS = 10_000;
  * Lease extensions and releases always go on — refusing them turns overload into lost leases and
  * more lock churn — and so do requests that authenticate with no key (the route answers 401).
  */
-export function admissionGate(options: {
+export function admissionGate(options: GateOptions): {
+  readonly handler: RequestHandler;
+  readonly early: EarlyHandler | undefined;
+  stop(): void;
+} {
+  const config: AdmissionConfig = admissionSchema.parse(options.config);
+  if (!config.enabled) return { handler: (_req, _res, next) => next(), early: undefined, stop: () => undefined };
+  const loop = new LoopDelay();
+  const gates = familyGates(config, loop);
+  const fair = new FairShare();
+  options.metrics.watch(gates, loop, fair);
+  const decide = decision(config, { gates, loop, fair }, options);
+  return { handler: middleware(options.auth, decide), early: earlyHandler(options, decide), stop: () => loop.stop() };
+}
+
+interface GateOptions {
   readonly config: AdmissionOptions;
   readonly auth: ApiKeys;
   readonly metrics: AdmissionMetrics;
   readonly logger: Logger;
   /** Counts an answered request as the request metrics do (route, method, status, seconds): for the refusals answered early. */
   readonly answered: (route: string, method: string, status: number, seconds: number) => void;
-}): { readonly handler: RequestHandler; readonly early: EarlyHandler | undefined; stop(): void } {
-  const config: AdmissionConfig = admissionSchema.parse(options.config);
-  if (!config.enabled) return { handler: (_req, _res, next) => next(), early: undefined, stop: () => undefined };
-  const loop = new LoopDelay();
-  const fair = new FairShare();
-  const gates = familyGates(config, loop);
-  options.metrics.watch(gates, loop);
+}
+
+/**
+ * The decision on a request: `next` once it may go on (now, or after its wait in the queue), holding
+ * its slot until its response is over; `refuse` with the reason if it may not (counted here, answered
+ * by the caller); `fail` if its wait ended otherwise (its client gone).
+ */
+type Decide = (seen: Seen, res: Response, refuse: (reason: ShedReason) => void, next: () => void, fail: (err: unknown) => void) => void;
+
+function decision(
+  config: AdmissionConfig,
+  { gates, loop, fair }: { gates: Map<Family, Admission>; loop: LoopDelay; fair: FairShare },
+  options: GateOptions,
+): Decide {
   const warn = summary(options.logger);
-
-  /** The refusal, answered here: no error is made, thrown or classified for it (under overload it is the common answer). */
-  const refuse = (req: Request, res: Response, family: Family, priority: Priority, reason: ShedReason): void => {
-    options.metrics.shed(family, priority, reason);
-    warn(reason);
-    // A client waiting for "100 Continue" will not send its body: this connection cannot carry another request (as app.ts's fail()).
-    if (/^100-continue$/i.test(req.headers.expect ?? "")) res.setHeader("Connection", "close");
-    sendProblem(res, make("overloaded", REFUSALS[reason], { reason }));
-  };
-
-  /** The loop is behind: the gateway's own CPU is short. Each key gets its share; acquisitions half of it. */
+  /** While the loop is behind on its own work, each key gets its share; acquisitions half of it. */
   const withinShare = (key: string, priority: Priority): boolean => {
     const now = performance.now();
-    fair.adjust(now, loop.ms, config.maxEventLoopDelayMs);
+    fair.adjust(now, loopState(loop, config.maxEventLoopDelayMs));
     return fair.admit(key, priority === "acquire" ? 0.5 : 1, now, Math.random());
   };
-
-  /**
-   * The share's refusal before express sees the request (serve() calls it first): under overload the
-   * gateway's CPU is what is short, and a refusal through every middleware cost about 5 times what
-   * node:http alone takes to answer. It answers as the middleware's refusal does — 503 overloaded,
-   * Retry-After, the request id in header and body, counted — and marks a request let in, so that
-   * the share is judged once.
-   */
-  const early: EarlyHandler = (req, res) => {
-    const started = performance.now();
-    const seen = requestOf(options.auth, req);
-    if (seen === undefined) return false;
-    (req as Judged)[SHARE_JUDGED] = true;
-    if (withinShare(seen.key, seen.priority)) return false;
-    options.metrics.shed(seen.family, seen.priority, "event-loop-delay");
-    warn("event-loop-delay");
-    const requestId = answerEarly(req, res, make("overloaded", REFUSALS["event-loop-delay"], { reason: "event-loop-delay" }));
-    const ms = performance.now() - started;
-    options.answered(seen.family, req.method, 503, ms / 1000);
-    // As the request's line of every other refusal: at debug (a line each would cost a write each under overload).
-    if (options.logger.isLevelEnabled("debug"))
-      options.logger.debug({ requestId, method: req.method, route: seen.family, status: 503, ms, problem: "overloaded" }, "request");
-    return true;
-  };
-
-  const handler: RequestHandler = (req, res, next) => {
-    const seen = requestOf(options.auth, req);
-    if (seen === undefined) return next();
-    const { family, priority, key } = seen;
-    // Judged already when serve() asked `early` first; an app mounted on a server of its own is judged here.
-    if ((req as Judged)[SHARE_JUDGED] !== true && !withinShare(key, priority))
-      return refuse(req, res, family, priority, "event-loop-delay");
-    const admitted = (gates.get(family) as Admission).admit(priority, key, (cancel) => watchClient(res, cancel));
-    if (typeof admitted === "function") return hold(res, admitted, next);
-    if (typeof admitted === "string") return refuse(req, res, family, priority, admitted);
+  return (seen, res, answer, next, fail) => {
+    const refuse = (reason: ShedReason): void => {
+      options.metrics.shed(seen.family, seen.priority, reason);
+      warn(reason);
+      answer(reason);
+    };
+    if (!withinShare(seen.key, seen.priority)) return refuse("event-loop-delay");
+    const admitted = (gates.get(seen.family) as Admission).admit(seen.priority, seen.key, (cancel) => watchClient(res, cancel));
+    if (typeof admitted === "function") return hold(res, admitted, next, fail);
+    if (typeof admitted === "string") return refuse(admitted);
     admitted.then(
-      (release) => hold(res, release, next),
-      (err: unknown) => (err instanceof OverloadedError ? refuse(req, res, family, priority, err.reason) : next(err)),
+      (release) => hold(res, release, next, fail),
+      (err: unknown) => (err instanceof OverloadedError ? refuse(err.reason) : fail(err)),
     );
   };
-  return { handler, early, stop: () => loop.stop() };
+}
+
+/**
+ * The loop works at least this share of its time when it is behind on work of its own. Late while it
+ * works less (it waits for I/O the rest), it is short of a CPU another process has (a busy host):
+ * refusing requests would not give it back, and a gateway that barely works would refuse a client
+ * sending one request at a time.
+ */
+const OWN_WORK_UTILIZATION = 0.8;
+
+/** The loop as the fair share reads it: behind (late and working), keeping up (under half the target, or working less), or between. */
+function loopState(loop: LoopDelay, targetMs: number): LoopState {
+  const working = loop.utilization >= OWN_WORK_UTILIZATION;
+  if (loop.ms > targetMs && working) return "behind";
+  return loop.ms < targetMs / 2 || !working ? "keeping-up" : "steady";
+}
+
+/**
+ * Every request, before express (serve() calls it first): under overload the gateway's CPU is what is
+ * short, and a refusal through every middleware costs about 5 times what node:http alone takes to
+ * answer. A refusal is answered here as the middleware's would be — 503 overloaded, Retry-After, the
+ * request id in header and body, counted, its time from arrival — and the request is marked as
+ * judged, so that the middleware lets it through (or passes on the error its wait ended with).
+ */
+function earlyHandler(options: GateOptions, decide: Decide): EarlyHandler {
+  return (req, res, next) => {
+    const seen = judgeable(options.auth, req);
+    const judged = req as Judged;
+    judged[JUDGED] = true;
+    if (seen === undefined) return next();
+    const refuse = (reason: ShedReason): void => {
+      const requestId = answerEarly(req, res, make("overloaded", REFUSALS[reason], { reason }));
+      const ms = performance.now() - (arrivalOf(req) ?? performance.now());
+      options.answered(seen.family, req.method, 503, ms / 1000);
+      // As the request's line of every other refusal: at debug (a line each would cost a write each under overload).
+      if (options.logger.isLevelEnabled("debug"))
+        options.logger.debug({ requestId, method: req.method, route: seen.family, status: 503, ms, problem: "overloaded" }, "request");
+    };
+    decide(seen, res, refuse, next, (err) => {
+      judged[JUDGED] = err;
+      next();
+    });
+  };
+}
+
+/** Judges a request serve()'s early handler has not (an app on a server of its own), answering with the app's own problem and accounting. */
+function middleware(auth: ApiKeys, decide: Decide): RequestHandler {
+  return (req, res, next) => {
+    const judged = (req as Judged)[JUDGED];
+    if (judged !== undefined) return judged === true ? next() : next(judged);
+    const seen = requestOf(auth, req);
+    if (seen === undefined) return next();
+    const refuse = (reason: ShedReason): void => {
+      // A client waiting for "100 Continue" will not send its body: this connection cannot carry another request (as app.ts's fail()).
+      if (/^100-continue$/i.test(req.headers.expect ?? "")) res.setHeader("Connection", "close");
+      sendProblem(res, make("overloaded", REFUSALS[reason], { reason }));
+    };
+    decide(seen, res, refuse, () => next(), next);
+  };
 }
 
 /**
@@ -152,17 +197,37 @@ function familyGates(config: AdmissionConfig, loop: LoopDelay): Map<Family, Admi
   );
 }
 
+/** A request admission judges: its route family, priority and API key. */
+interface Seen {
+  readonly family: Family;
+  readonly priority: Priority;
+  readonly key: string;
+}
+
 /** The request's route family, priority and API key; undefined when admission does not judge it (no family, an extension or release, no valid key). */
-function requestOf(auth: ApiKeys, req: Request): { family: Family; priority: Priority; key: string } | undefined {
+function requestOf(auth: ApiKeys, req: Request): Seen | undefined {
   const family = familyOf(req.path);
   const priority = family === undefined ? undefined : priorityOf(family, req);
   const key = priority === undefined ? undefined : principalOf(auth, req);
   return family === undefined || priority === undefined || key === undefined ? undefined : { family, priority, key };
 }
 
-/** A request the early handler judged against the share (and let in). */
-const SHARE_JUDGED = Symbol("fenced.admission.shareJudged");
-type Judged = Request & { [SHARE_JUDGED]?: boolean };
+/**
+ * requestOf, for a request express has not seen: a path the URL parser throws on (`GET http://[::1/…`,
+ * which node:http lets through) is not judged here but left to express, which answers it 400 — a
+ * throw here would be outside any handler, and end the process.
+ */
+function judgeable(auth: ApiKeys, req: Request): Seen | undefined {
+  try {
+    return requestOf(auth, req);
+  } catch {
+    return undefined;
+  }
+}
+
+/** A request the early handler judged: true, let in (or not judged: no key, or never refused); else the error its wait ended with. */
+const JUDGED = Symbol("fenced.admission.judged");
+type Judged = Request & { [JUDGED]?: unknown };
 
 /** Answers a refusal on the bare response: the request id, the problem with it, Retry-After; no express. */
 function answerEarly(req: Request, res: Response, problem: Classified): string {
@@ -181,10 +246,14 @@ function answerEarly(req: Request, res: Response, problem: Classified): string {
 }
 
 /** The slot is the request's until its response is over (or its client gone). */
-function hold(res: Response, release: Release, next: (err?: unknown) => void): void {
+function hold(res: Response, release: Release, next: () => void, fail: (err: unknown) => void): void {
   // The client left as the request was let in: nobody is left to answer, so the route does not run
-  // (no lock or store work for it), and the slot goes at once to the next one.
-  if (res.closed) return release();
+  // (no lock or store work for it), the slot goes at once to the next one, and the request is
+  // counted and logged as any whose client left (499).
+  if (res.closed) {
+    release();
+    return fail(new ClientGoneError("answer"));
+  }
   res.once("close", release);
   next();
 }

@@ -1,5 +1,6 @@
 import { Counter, Gauge, type Registry } from "prom-client";
 import type { Admission, Priority, ShedReason } from "./admission.js";
+import type { FairShare } from "./fair-share.js";
 import type { LoopDelay } from "./loop-delay.js";
 
 /** What admission control did, in the gateway's registry: refusals by route family, priority and reason; each gate's state. */
@@ -7,6 +8,7 @@ export class AdmissionMetrics {
   readonly #shed: Counter<"route" | "priority" | "reason">;
   #gates: ReadonlyMap<string, Admission> = new Map();
   #loop: LoopDelay | undefined;
+  #fair: FairShare | undefined;
 
   constructor(registry: Registry) {
     const registers = [registry];
@@ -19,6 +21,7 @@ export class AdmissionMetrics {
     // collect() runs with the gauge as `this`: the gates and the loop are read through these.
     const gates = (): ReadonlyMap<string, Admission> => this.#gates;
     const loop = (): LoopDelay | undefined => this.#loop;
+    const fair = (): FairShare | undefined => this.#fair;
     const gauge = (name: string, help: string, read: (gate: Admission) => number): void => {
       new Gauge({
         name,
@@ -35,19 +38,38 @@ export class AdmissionMetrics {
     gauge("fenced_gateway_admission_queued", "Requests of each route family waiting for a slot", (g) => g.queued);
     new Gauge({
       name: "fenced_gateway_event_loop_delay_seconds",
-      help: "How late the event loop runs on average (admission control refuses from --max-event-loop-delay-ms)",
+      help: "How late the event loop runs on average (past --max-event-loop-delay-ms, while the loop works at least 0.8 of its time, each API key is held to a fair share)",
       registers,
       collect() {
         const delay = loop();
         if (delay !== undefined) this.set(delay.ms / 1000);
       },
     });
+    new Gauge({
+      name: "fenced_gateway_event_loop_utilization",
+      help: "The share of its time the event loop spends working, not waiting for I/O, 0 to 1 (the fair share binds only while the loop is late and this is at least 0.8: a loop late while it works less is short of a CPU another process has)",
+      registers,
+      collect() {
+        const delay = loop();
+        if (delay !== undefined) this.set(delay.utilization);
+      },
+    });
+    new Gauge({
+      name: "fenced_gateway_admission_fair_share",
+      help: "Requests per second each API key is let in while the event loop is late and working (+Inf: nobody is held back)",
+      registers,
+      // With admission control off nobody is held back either.
+      collect() {
+        this.set(fair()?.share ?? Infinity);
+      },
+    });
   }
 
-  /** The gates and the loop to report (called once, when admission control is on). */
-  watch(gates: ReadonlyMap<string, Admission>, loop: LoopDelay): void {
+  /** The gates, the loop and the fair share to report (called once, when admission control is on). */
+  watch(gates: ReadonlyMap<string, Admission>, loop: LoopDelay, fair: FairShare): void {
     this.#gates = gates;
     this.#loop = loop;
+    this.#fair = fair;
   }
 
   shed(route: string, priority: Priority, reason: ShedReason): void {

@@ -1,6 +1,7 @@
 import { createServer, IncomingMessage, ServerResponse, type Server } from "node:http";
 import type { Socket } from "node:net";
 import type { AddressInfo } from "node:net";
+import { performance } from "node:perf_hooks";
 import type { Express, Request, Response } from "express";
 import { clientErrorListener } from "./client-errors.js";
 
@@ -13,6 +14,11 @@ import { clientErrorListener } from "./client-errors.js";
  * - requestTimeoutMs: receiving one whole request, body included. At 10 min, an object of the
  *   default 5 GiB limit needs about 9 MB/s; raise it for larger or slower uploads.
  * - maxConnections: open connections; beyond it, new ones are closed at once.
+ * - listenBacklog: connections the kernel holds until the gateway accepts them (capped by the
+ *   kernel's net.core.somaxconn, 4,096 by default since Linux 5.4). Node's own default, 511, is
+ *   overrun by a burst of new connections (clients starting together, a load balancer's pool after a
+ *   restart): the kernel drops each extra one, and its client waits for a SYN retransmission — one
+ *   second, then three, then seven — while nobody is busy (measured: docs/benchmarks.md, Overload).
  * - checkIntervalMs: how often Node checks the header and request deadlines, so how late past a
  *   deadline a connection can be cut.
  */
@@ -21,6 +27,7 @@ export const SERVER_DEFAULTS = {
   headersTimeoutMs: 10_000,
   requestTimeoutMs: 600_000,
   maxConnections: 4_096,
+  listenBacklog: 4_096,
   checkIntervalMs: 1_000,
 } as const;
 
@@ -36,6 +43,8 @@ export interface ServeOptions {
   readonly requestTimeoutMs?: number | undefined;
   /** Open connections at most; more are closed as they arrive. Default 4,096. */
   readonly maxConnections?: number | undefined;
+  /** Connections waiting to be accepted at most (the kernel caps it at net.core.somaxconn). Default 4,096. */
+  readonly listenBacklog?: number | undefined;
   /** How often the header and request deadlines are checked. Default 1 s. */
   readonly checkIntervalMs?: number | undefined;
   /** How long disposal (`await using`) drains before cutting what is left. Default 30 s. */
@@ -88,16 +97,55 @@ export function wasCutByDrain(res: ServerResponse): boolean {
 const DEFAULT_DISPOSE_DRAIN_MS = 30_000;
 
 /**
- * A handler that may answer a request before the app sees it (true: answered): admission control's
- * refusal under overload, which must cost as little as node:http itself (admission/gate.ts).
+ * A handler that sees every request before the app: admission control, whose refusals under overload
+ * must cost about what node:http itself takes (admission/gate.ts). It answers the request itself, or
+ * calls `next` — at once or later — to hand it to the app.
  */
-export type EarlyHandler = (req: Request, res: Response) => boolean;
+export type EarlyHandler = (req: Request, res: Response, next: () => void) => void;
 
 const EARLY = new WeakMap<Express, EarlyHandler>();
 
 /** Asks serve() to call `early` before `app` for every request (createGateway does, for admission control). */
 export function answerEarly(app: Express, early: EarlyHandler): void {
   EARLY.set(app, early);
+}
+
+/**
+ * "close" listeners on one response before Node warns of a leak. Each layer that waits for a
+ * response's end adds one: serve()'s tracker, admission control's slot and queue wait, the
+ * accounting, the client-gone signal of each store call, express, and a streamed body's pipeline
+ * (several) — 11 on a queued object GET. They go with the response, so past Node's 10 the warning
+ * would be noise; 32 still flags a real leak.
+ */
+const RESPONSE_MAX_LISTENERS = 32;
+
+const ARRIVED = Symbol("fenced.http.arrived");
+type Arrived = IncomingMessage & { [ARRIVED]?: number };
+
+/** When serve() saw the request (performance.now()): its time includes any wait before the app ran it. */
+export function arrivalOf(req: IncomingMessage): number | undefined {
+  return (req as Arrived)[ARRIVED];
+}
+
+/**
+ * Ends `res` with its connection: Node 22 never emits "close" on a pipelined request's response whose
+ * connection closed before its turn (Node 24 does), and what waits for it — admission control's slot,
+ * the request's accounting, the drain's count — would wait forever. Only a response waiting for its
+ * turn (no connection yet) gets the listener, removed with the response, so that a long keep-alive
+ * connection does not gather them and a response's own "close" listeners stay few.
+ */
+function closeWithConnection(req: IncomingMessage, res: ServerResponse): void {
+  // Not pipelined: the response has its connection already, and Node closes it with it.
+  if (res.socket !== null) return;
+  const socket = req.socket;
+  let closed = false;
+  // After Node's own handling of the connection's end (a tick later), only if the response is still open.
+  const onSocketClose = (): void => void setImmediate(() => closed || res.emit("close"));
+  socket.once("close", onSocketClose);
+  res.once("close", () => {
+    closed = true;
+    socket.off("close", onSocketClose);
+  });
 }
 
 /** Serves the app on a node:http server that knows its requests, so that it can drain them. */
@@ -116,15 +164,18 @@ export async function serve(app: Express, options: ServeOptions = {}): Promise<S
   const active = new Set<ServerResponse>();
   let draining = false;
 
-  server.on("request", (_req: IncomingMessage, res: ServerResponse) => {
+  server.on("request", (req: IncomingMessage, res: ServerResponse) => {
+    (req as Arrived)[ARRIVED] = performance.now();
     // Arrived on a kept-alive connection while draining: serve it, then close that connection.
     if (draining) res.setHeader("Connection", "close");
+    res.setMaxListeners(RESPONSE_MAX_LISTENERS);
     active.add(res);
     res.once("close", () => active.delete(res));
+    closeWithConnection(req, res);
   });
   const early = EARLY.get(app);
   // serve()'s classes give every request and response express's prototypes (expressClasses): they are express's own.
-  server.on("request", early === undefined ? app : (req: Request, res: Response) => void (early(req, res) || app(req, res)));
+  server.on("request", early === undefined ? app : (req: Request, res: Response) => early(req, res, () => void app(req, res)));
   // Without a listener Node answers "100 Continue" by itself before the app has looked at the headers;
   // with it, the routes send it when they want the body (http/request-body.ts).
   server.on("checkContinue", (req: IncomingMessage, res: ServerResponse) => server.emit("request", req, res));
@@ -133,7 +184,7 @@ export async function serve(app: Express, options: ServeOptions = {}): Promise<S
 
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
-    server.listen(options.port ?? 0, options.host ?? "127.0.0.1", () => {
+    server.listen(options.port ?? 0, options.host ?? "127.0.0.1", options.listenBacklog ?? SERVER_DEFAULTS.listenBacklog, () => {
       server.off("error", reject);
       resolve();
     });
