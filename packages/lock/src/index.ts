@@ -7,6 +7,7 @@
 //   lease.ts       Lease: a held lease, its fences, signal and expiry (the calls it delegates to Redlock)
 //   options.ts     the inputs and their checks (InvalidArgumentError before any command)
 //   quorum.ts      one fan-out to every node: per-node timeouts, replies, the outcome once it is known
+//   not-before.ts  the timer a node timeout waits on: never before nodeTimeoutMs by performance.now()
 //   pipelining.ts  sendScript: one tick's scripts to a node as one write (the one way a script is sent)
 //   scripts.ts     every Lua script, one place (acquire raises the token counter in the same script)
 //   node-watch.ts  what the lock learns of each node's connection, and how a node's failure is named

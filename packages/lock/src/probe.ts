@@ -2,6 +2,7 @@ import { performance } from "node:perf_hooks";
 import type { RedisClient } from "./client.js";
 import type { NodeFailure } from "./errors.js";
 import { connectionFailure, failureOf, lateFailure, onAnyDown, watchOf } from "./node-watch.js";
+import { notBefore } from "./not-before.js";
 
 /**
  * How each node answers a PING, named as the lock names a node that does not count (node-watch.ts):
@@ -77,7 +78,7 @@ export function probeNodes(
     const finish = (timedOut: boolean): void => {
       if (done) return;
       done = true;
-      clearTimeout(deadline);
+      cancelDeadline();
       clearTimeout(grace);
       stopWatching();
       const silent = (node: number): NodeProbe => (timedOut ? asProbe(lateFailure(node, watches[node])) : { node, state: "pending" });
@@ -93,7 +94,7 @@ export function probeNodes(
       if (grace === undefined && (up >= quorum || failed > count - quorum))
         grace = setTimeout(() => finish(false), Math.max(MIN_GRACE_MS, performance.now() - started));
     };
-    const deadline = setTimeout(() => finish(true), timeoutMs);
+    const cancelDeadline = notBefore(started, timeoutMs, () => finish(true));
     for (let node = 0; node < count; node++) {
       const down = watches[node]?.down;
       if (down !== undefined) {

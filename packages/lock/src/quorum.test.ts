@@ -1,6 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { AcquireTally, chooseToken, quorumOf, type Grant, type Reply } from "./quorum.js";
+import { AcquireTally, chooseToken, fanOut, quorumOf, type Grant, type Reply } from "./quorum.js";
 
 type MaybeReply = Reply<Grant> | undefined;
 
@@ -164,5 +164,56 @@ describe("the protocol over a model of N nodes without data loss", () => {
     );
     // The property is only worth something if the model does hand out tokens.
     expect(issuedInAllRuns).toBeGreaterThan(2_000);
+  });
+});
+
+describe("fanOut's node timeout", () => {
+  /** Keeps the event loop busy for `ms`, so that Node's cached millisecond clock falls behind. */
+  const busy = (ms: number): void => {
+    const until = performance.now() + ms;
+    while (performance.now() < until);
+  };
+
+  /**
+   * Many fan-outs over three nodes, started a little apart while the loop is busy: node 0 answers at
+   * once, nodes 1 and 2 never. `decidedByFirst`: node 0's answer decides (the round ends sooner and the
+   * silent nodes are told `timeout` later); otherwise the round waits out its timeout.
+   */
+  async function silentNodes(decidedByFirst: boolean): Promise<{ roundMs: number[]; toldMs: number[] }> {
+    const roundMs: number[] = [];
+    const toldMs: number[] = [];
+    const rounds = Array.from({ length: 400 }, (_, i) =>
+      new Promise<void>((started) => setTimeout(started, i % 17)).then(async () => {
+        const timeoutMs = 3 + (i % 5);
+        const start = performance.now();
+        const round = fanOut<unknown>(3, timeoutMs, {
+          send: (node) => (node === 0 ? Promise.resolve("OK") : new Promise(() => undefined)),
+          decided: () => decidedByFirst,
+          observe: (node, ms, failure) => {
+            if (node !== 0) toldMs.push(ms - timeoutMs);
+            if (node !== 0) expect(failure?.reason).toBe("timeout");
+          },
+        });
+        busy(0.2);
+        await round;
+        if (!decidedByFirst) roundMs.push(performance.now() - start - timeoutMs);
+      }),
+    );
+    await Promise.all(rounds);
+    await expect.poll(() => toldMs.length).toBe(800);
+    return { roundMs, toldMs };
+  }
+
+  // A Node timer can fire a millisecond early by performance.now() (not-before.ts); before it was
+  // guarded, some of these fan-outs told a silent node `timeout` too soon.
+  it("tells a silent node timeout no sooner than timeoutMs after the fan-out began, also when the round ended sooner", async () => {
+    const { toldMs } = await silentNodes(true);
+    expect(Math.min(...toldMs)).toBeGreaterThanOrEqual(0);
+  });
+
+  it("ends a round that waits for its nodes no sooner than timeoutMs after it began", async () => {
+    const { roundMs, toldMs } = await silentNodes(false);
+    expect(Math.min(...roundMs)).toBeGreaterThanOrEqual(0);
+    expect(Math.min(...toldMs)).toBeGreaterThanOrEqual(0);
   });
 });

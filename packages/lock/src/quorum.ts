@@ -3,6 +3,7 @@ import { MAX_TOKEN } from "@fenced/fence";
 import { redisErrorCode, type RedisClient } from "./client.js";
 import type { NodeFailure } from "./errors.js";
 import { connectionFailure, connectionTrouble, failureOf, lateFailure, onAnyDown, type NodeWatch } from "./node-watch.js";
+import { notBefore } from "./not-before.js";
 import { INTEGER_REPLY_LIMIT, type Script } from "./scripts.js";
 
 /** One node's answer to one fan-out: a value, or why it does not count. */
@@ -90,11 +91,12 @@ export function fanOut<T>(count: number, timeoutMs: number, how: FanOut<T>): Pro
     // asked. A cleanup call goes to every node whatever happens.
     let asked = how.cleanup === true;
     let stopWatching = (): void => undefined;
-    const observing = how.observe === undefined ? undefined : observer(count, timeoutMs, how.observe);
+    const started = performance.now();
+    const observing = how.observe === undefined ? undefined : observer(count, started, timeoutMs, how.observe);
     const finish = (timedOut: boolean): void => {
       if (done) return;
       done = true;
-      clearTimeout(timer);
+      cancelTimer();
       stopWatching();
       if (asked) observing?.silentUntil(timedOut ? 0 : undefined, (node) => lateFailure(node, watches[node]));
       resolve(
@@ -137,7 +139,7 @@ export function fanOut<T>(count: number, timeoutMs: number, how: FanOut<T>): Pro
         },
       );
     };
-    const timer = setTimeout(() => finish(true), timeoutMs);
+    const cancelTimer = notBefore(started, timeoutMs, () => finish(true));
     // Nodes known down count first, so that a quorum they make impossible is known before anything is sent.
     for (let node = 0; node < count && connectionTrouble(); node++) {
       const down = watches[node]?.down;
@@ -338,18 +340,18 @@ export function failures<T>(replies: readonly Reply<T>[], isFailure: (value: T, 
  */
 function observer(
   count: number,
+  started: number,
   timeoutMs: number,
   observe: NonNullable<FanOut<unknown>["observe"]>,
 ): { tell(node: number, failure?: NodeFailure): void; silentUntil(after: 0 | undefined, failure: (node: number) => NodeFailure): void } {
-  const started = performance.now();
   const told = new Array<boolean>(count).fill(false);
   let untold = count;
-  let timer: NodeJS.Timeout | undefined;
+  let cancelTimer = (): void => undefined;
   const tell = (node: number, failure?: NodeFailure): void => {
     if (told[node] === true) return;
     told[node] = true;
     untold--;
-    if (untold === 0) clearTimeout(timer);
+    if (untold === 0) cancelTimer();
     observe(node, performance.now() - started, failure);
   };
   const silentUntil = (after: 0 | undefined, failure: (node: number) => NodeFailure): void => {
@@ -361,8 +363,7 @@ function observer(
       tellSilent();
       return;
     }
-    timer = setTimeout(tellSilent, Math.max(0, timeoutMs - (performance.now() - started)));
-    timer.unref();
+    cancelTimer = notBefore(started, timeoutMs, tellSilent, { unref: true });
   };
   return { tell, silentUntil };
 }
