@@ -1,5 +1,6 @@
 import { execFileSync } from "node:child_process";
 import { once } from "node:events";
+import { IncomingMessage, ServerResponse } from "node:http";
 import { readFileSync } from "node:fs";
 import { connect, createServer as createTcpServer, type AddressInfo, type Socket } from "node:net";
 import { performance } from "node:perf_hooks";
@@ -10,7 +11,7 @@ import pg from "pg";
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
 import { createGateway } from "./app.js";
-import { serve } from "./http/server.js";
+import { answerEarly, serve } from "./http/server.js";
 import { API_KEYS, bearer, httpClient, KEYS } from "./test-support.js";
 
 /**
@@ -127,6 +128,24 @@ describe("the HTTP server's limits", () => {
       );
     expect(backlogOf(given.port)).toBe(Math.min(100, somaxconn));
     expect(backlogOf(byDefault.port)).toBe(Math.min(4_096, somaxconn));
+  });
+
+  it("gives each request and response the app's own prototypes from birth, before express sees them", async () => {
+    const seen: boolean[] = [];
+    const app = express().get("/", (req, res) => {
+      // Express's own switch (Object.setPrototypeOf on arrival) found them so already: no hidden class changed.
+      seen.push(Object.getPrototypeOf(req) === app.request && Object.getPrototypeOf(res) === app.response);
+      res.send("ok");
+    });
+    answerEarly(app, (req, res, next) => {
+      seen.push(Object.getPrototypeOf(req) === app.request && Object.getPrototypeOf(res) === app.response);
+      seen.push(req instanceof IncomingMessage && res instanceof ServerResponse && typeof res.send === "function");
+      next();
+    });
+    await using serving = await serve(app);
+    const answer = await fetch(`http://127.0.0.1:${serving.port}/`);
+    expect(await answer.text()).toBe("ok");
+    expect(seen).toEqual([true, true, true]);
   });
 
   it("ends a pipelined request's response whose connection closed before its turn (Node 22 never closes it)", async () => {

@@ -1,4 +1,4 @@
-import { createHash, timingSafeEqual } from "node:crypto";
+import { hash, timingSafeEqual } from "node:crypto";
 import type { Request } from "express";
 import { z } from "zod";
 import { HttpProblem } from "../problems/problem.js";
@@ -48,7 +48,7 @@ const REALM = 'Bearer realm="fenced-gateway"';
 const BEARER = /^Bearer +([A-Za-z0-9._~+/-]+=*) *$/i;
 
 function sha256(text: string): Buffer {
-  return createHash("sha256").update(text, "utf8").digest();
+  return hash("sha256", text, "buffer");
 }
 
 /**
