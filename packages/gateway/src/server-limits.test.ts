@@ -132,12 +132,9 @@ describe("the HTTP server's limits", () => {
 
   it("gives each request and response the app's own prototypes from birth, before express sees them", async () => {
     const seen: boolean[] = [];
-    const app = express().get("/", (req, res) => {
-      // Express's own switch (Object.setPrototypeOf on arrival) found them so already: no hidden class changed.
-      seen.push(Object.getPrototypeOf(req) === app.request && Object.getPrototypeOf(res) === app.response);
-      res.send("ok");
-    });
+    const app = express().get("/", (_req, res) => void res.send("ok"));
     answerEarly(app, (req, res, next) => {
+      // Before express: exactly the app's prototypes, so express's own switch on arrival (Object.setPrototypeOf) changes nothing.
       seen.push(Object.getPrototypeOf(req) === app.request && Object.getPrototypeOf(res) === app.response);
       seen.push(req instanceof IncomingMessage && res instanceof ServerResponse && typeof res.send === "function");
       next();
@@ -145,7 +142,7 @@ describe("the HTTP server's limits", () => {
     await using serving = await serve(app);
     const answer = await fetch(`http://127.0.0.1:${serving.port}/`);
     expect(await answer.text()).toBe("ok");
-    expect(seen).toEqual([true, true, true]);
+    expect(seen).toEqual([true, true]);
   });
 
   it("ends a pipelined request's response whose connection closed before its turn (Node 22 never closes it)", async () => {

@@ -2,16 +2,23 @@ import { performance } from "node:perf_hooks";
 
 /**
  * Calls `fn` once `ms` have passed since `since` (both by performance.now()), never sooner. A Node
- * timer counts from the event loop's millisecond clock, which it truncates and caches for a whole
- * loop turn, so `setTimeout(fn, ms)` can run `fn` a millisecond or more before `ms` have passed by
- * performance.now() (measured here: 1 to 3 timers in 100, up to 1.3 ms early).
+ * timer reads its start and its expiry from the event loop's millisecond clock (truncated, and the
+ * expiry's read once per run of the timers), so `setTimeout(fn, ms)` can run `fn` before `ms` have
+ * passed by performance.now() (measured here: 1 to 3 timers in 100, up to 1.3 ms early).
  * Invariant it keeps: a node reported `timeout` was silent for its whole nodeTimeoutMs, and a round
- * that gives up on its nodes gave them all of it. Returns the function that cancels it.
+ * that gives up on its nodes gave them all of it. Returns the function that cancels it. An `ms`
+ * past Node's longest timer (about 24.8 days; Infinity included) waits in steps of that length, never
+ * in Node's 1 ms fallback.
  */
+const LONGEST_TIMER_MS = 2 ** 31 - 1;
+
 export function notBefore(since: number, ms: number, fn: () => void, options: { unref?: boolean } = {}): () => void {
   let timer: NodeJS.Timeout;
   const arm = (): void => {
-    timer = setTimeout(() => (performance.now() - since < ms ? arm() : fn()), Math.max(0, Math.ceil(since + ms - performance.now())));
+    timer = setTimeout(
+      () => (performance.now() - since < ms ? arm() : fn()),
+      Math.min(LONGEST_TIMER_MS, Math.max(0, Math.ceil(since + ms - performance.now()))),
+    );
     if (options.unref === true) timer.unref();
   };
   arm();

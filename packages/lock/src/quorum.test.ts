@@ -1,5 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import { notBefore } from "./not-before.js";
 import { AcquireTally, chooseToken, fanOut, quorumOf, type Grant, type Reply } from "./quorum.js";
 
 type MaybeReply = Reply<Grant> | undefined;
@@ -215,5 +216,24 @@ describe("fanOut's node timeout", () => {
     const { roundMs, toldMs } = await silentNodes(false);
     expect(Math.min(...roundMs)).toBeGreaterThanOrEqual(0);
     expect(Math.min(...toldMs)).toBeGreaterThanOrEqual(0);
+  });
+});
+
+describe("notBefore", () => {
+  it("waits past Node's longest timer (Infinity included) without firing, and cancels", async () => {
+    const warnings: string[] = [];
+    const onWarning = (w: Error): number => warnings.push(w.name);
+    process.on("warning", onWarning);
+    try {
+      let fired = 0;
+      const cancels = [Infinity, 2 ** 31, 3e10].map((ms) => notBefore(performance.now(), ms, () => fired++, { unref: true }));
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      for (const cancel of cancels) cancel();
+      // Node's fallback for an over-long timer is 1 ms with a TimeoutOverflowWarning: neither happened.
+      expect(fired).toBe(0);
+      expect(warnings).not.toContain("TimeoutOverflowWarning");
+    } finally {
+      process.off("warning", onWarning);
+    }
   });
 });
