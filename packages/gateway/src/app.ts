@@ -15,8 +15,9 @@ import { FenceCredentials } from "./auth/credentials.js";
 import { accounting, limitsSchema, type Limits, type RouteContext } from "./http/context.js";
 import { ClientGoneError } from "./http/client-gone.js";
 import { onMalformed } from "./http/client-errors.js";
+import { expectsContinue } from "./http/request-body.js";
 import { endRequestSpan, inRequestScope, requestLogger, scopeRequest } from "./http/request-scope.js";
-import { answerEarly, arrivalOf, wasCutByDrain } from "./http/server.js";
+import { arrivalOf, setEarlyHandler, wasCutByDrain } from "./http/server.js";
 import { PROBE_KEY } from "./ops/health.js";
 import { gatewayReadiness, healthRoutes, type Readiness } from "./ops/health-routes.js";
 import { GatewayMetrics } from "./ops/metrics.js";
@@ -126,7 +127,7 @@ export function createGateway(options: GatewayOptions): Gateway {
     metrics.request(route, method, status, seconds);
   const admission = admissionGate({ config: options.admission ?? {}, auth: ctx.auth, metrics: metrics.admission, logger, answered });
   app.use(admission.handler);
-  if (admission.early !== undefined) answerEarly(app, admission.early);
+  if (admission.early !== undefined) setEarlyHandler(app, admission.early);
   const leases =
     options.leases === undefined || credentials === undefined ? undefined : leasesRouter(ctx, credentials, options.leases, registrars);
   app.use("/v1/records", records === undefined ? disabled("records") : recordsRouter(ctx, records));
@@ -299,7 +300,7 @@ function fail(_ctx: RouteContext, err: unknown, req: Request, res: Response): vo
     return;
   }
   // The client still waits for "100 Continue" and will not send the body: this connection cannot carry another request.
-  if (/^100-continue$/i.test(req.headers.expect ?? "") && res.locals.continued !== true) res.setHeader("Connection", "close");
+  if (expectsContinue(req) && res.locals.continued !== true) res.setHeader("Connection", "close");
   sendProblem(res, problem);
 }
 

@@ -53,6 +53,14 @@ interface Running {
  */
 type Served = "serve" | "own server";
 
+/** A record write as raw HTTP/1.1, for a socket the test controls. */
+function rawPut(key: string): string {
+  const body = JSON.stringify({ value: 1 });
+  const headers = { ...writeHeaders(KEYS.admin, 1n, { "fencing-resource": key }), "content-type": "application/json" };
+  const lines = Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`);
+  return `PUT /v1/records/${key} HTTP/1.1\r\nHost: x\r\nContent-Length: ${Buffer.byteLength(body)}\r\n${lines.join("")}\r\n${body}`;
+}
+
 async function run(admission: AdmissionOptions, schema: string, served: Served = "serve"): Promise<Running> {
   const gateway = createGateway({
     apiKeys: API_KEYS,
@@ -150,17 +158,9 @@ describe("admission control", () => {
       const held = put(gw.client, "team-a/held");
       await expect.poll(() => gw.metric("fenced_gateway_admission_inflight", 'route="records"')).toBe(1);
       // The second write, on a socket of its own that the client closes while the write waits.
-      const body = JSON.stringify({ value: 1 });
-      const headers = { ...writeHeaders(KEYS.admin, 1n, { "fencing-resource": "team-a/left" }), "content-type": "application/json" };
       const socket = connect(gw.port, "127.0.0.1");
       socket.on("error", () => undefined);
-      socket.write(
-        `PUT /v1/records/team-a/left HTTP/1.1\r\nHost: x\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
-          Object.entries(headers)
-            .map(([k, v]) => `${k}: ${v}\r\n`)
-            .join("") +
-          `\r\n${body}`,
-      );
+      socket.write(rawPut("team-a/left"));
       await expect.poll(() => gw.metric("fenced_gateway_admission_queued", 'route="records"')).toBe(1);
       socket.destroy();
       await expect.poll(() => gw.metric("fenced_gateway_admission_queued", 'route="records"')).toBe(0);
@@ -171,6 +171,27 @@ describe("admission control", () => {
       expect((await held).status).toBe(200);
       expect(await gw.metric("fenced_gateway_admission_inflight", 'route="records"')).toBe(0);
     }
+  });
+
+  it("counts pipelined requests that wait in the queue when their client leaves (on Node 22 the second's response has no close of Node's)", async () => {
+    await using gw = await run({ minConcurrency: 1, maxConcurrency: 1, queueLength: 2, queueTimeoutMs: 60_000 }, "pipelined");
+    postgres.faults.pause();
+    const held = put(gw.client, "team-a/held");
+    await expect.poll(() => gw.metric("fenced_gateway_admission_inflight", 'route="records"')).toBe(1);
+    // Two writes on one connection, both waiting for the slot: the second's response waits for the first's.
+    const socket = connect(gw.port, "127.0.0.1");
+    socket.on("error", () => undefined);
+    socket.write(rawPut("team-a/first") + rawPut("team-a/second"));
+    await expect.poll(() => gw.metric("fenced_gateway_admission_queued", 'route="records"')).toBe(2);
+    socket.destroy();
+    await expect.poll(() => gw.metric("fenced_gateway_admission_queued", 'route="records"')).toBe(0);
+    // Both counted and logged as requests whose client left.
+    await expect
+      .poll(() => gw.metric("fenced_gateway_request_duration_seconds_count", 'route="records",method="PUT",status="499"'))
+      .toBe(2);
+    postgres.faults.resume();
+    expect((await held).status).toBe(200);
+    expect(await gw.metric("fenced_gateway_admission_inflight", 'route="records"')).toBe(0);
   });
 
   it("answers a request line whose URL the path parser throws on, and goes on serving (no uncaught exception)", async () => {

@@ -1,5 +1,8 @@
 import { performance } from "node:perf_hooks";
 
+/** Node's longest timer, in ms (about 24.8 days): a longer one fires after 1 ms, with a TimeoutOverflowWarning. */
+const LONGEST_TIMER_MS = 2 ** 31 - 1;
+
 /**
  * Calls `fn` once `ms` have passed since `since` (both by performance.now()), never sooner. A Node
  * timer reads its start and its expiry from the event loop's millisecond clock (truncated, and the
@@ -10,8 +13,6 @@ import { performance } from "node:perf_hooks";
  * past Node's longest timer (about 24.8 days; Infinity included) waits in steps of that length, never
  * in Node's 1 ms fallback.
  */
-const LONGEST_TIMER_MS = 2 ** 31 - 1;
-
 export function notBefore(since: number, ms: number, fn: () => void, options: { unref?: boolean } = {}): () => void {
   let timer: NodeJS.Timeout;
   const arm = (): void => {

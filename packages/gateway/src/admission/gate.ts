@@ -4,6 +4,7 @@ import type { Logger } from "pino";
 import { z } from "zod";
 import type { ApiKeys } from "../auth/api-keys.js";
 import { ClientGoneError } from "../http/client-gone.js";
+import { expectsContinue } from "../http/request-body.js";
 import { arrivalOf, type EarlyHandler } from "../http/server.js";
 import { REQUEST_ID_HEADER, requestIdOf } from "../http/request-scope.js";
 import { make, sendProblem, type Classified } from "../problems/problem.js";
@@ -169,7 +170,7 @@ function middleware(auth: ApiKeys, decide: Decide): RequestHandler {
     if (seen === undefined) return next();
     const refuse = (reason: ShedReason): void => {
       // A client waiting for "100 Continue" will not send its body: this connection cannot carry another request (as app.ts's fail()).
-      if (/^100-continue$/i.test(req.headers.expect ?? "")) res.setHeader("Connection", "close");
+      if (expectsContinue(req)) res.setHeader("Connection", "close");
       sendProblem(res, make("overloaded", REFUSALS[reason], { reason }));
     };
     decide(seen, res, refuse, () => next(), next);
@@ -239,7 +240,7 @@ function answerEarly(req: Request, res: Response, problem: Classified): string {
     "Content-Length": Buffer.byteLength(text),
     [REQUEST_ID_HEADER]: requestId,
     // A client waiting for "100 Continue" will not send its body: this connection cannot carry another request.
-    ...(/^100-continue$/i.test(req.headers.expect ?? "") ? { Connection: "close" } : {}),
+    ...(expectsContinue(req) ? { Connection: "close" } : {}),
   });
   res.end(text);
   return requestId;

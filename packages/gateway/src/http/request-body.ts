@@ -1,3 +1,4 @@
+import type { IncomingMessage } from "node:http";
 import { Readable } from "node:stream";
 import type { Request, Response } from "express";
 import { ClientGoneError } from "./client-gone.js";
@@ -5,6 +6,11 @@ import { HttpProblem } from "../problems/problem.js";
 
 /** Unread request bytes the gateway will still read and discard to keep a keep-alive connection usable. */
 const DISCARD_BUDGET = 1024 * 1024;
+
+/** Whether the client sent `Expect: 100-continue`: it waits for "100 Continue" (or an answer) before it sends its body. */
+export function expectsContinue(req: IncomingMessage): boolean {
+  return /^100-continue$/i.test(req.headers.expect ?? "");
+}
 
 /**
  * Sends "100 Continue" once, when the body is first wanted. A client that sent `Expect: 100-continue`
@@ -14,7 +20,7 @@ const DISCARD_BUDGET = 1024 * 1024;
 export function sendContinue(req: Request, res: Response): void {
   if (res.locals.continued === true) return;
   res.locals.continued = true;
-  if (/^100-continue$/i.test(req.headers.expect ?? "") && !res.headersSent) res.writeContinue();
+  if (expectsContinue(req) && !res.headersSent) res.writeContinue();
 }
 
 export interface Upload {
@@ -68,8 +74,7 @@ function abandon(req: Request, res: Response, body: Readable, received: number):
   body.destroy();
   if (req.complete || req.destroyed) return;
   const announced = Number(req.headers["content-length"]);
-  const expectsContinue = /^100-continue$/i.test(req.headers.expect ?? "");
-  if (expectsContinue && res.locals.continued !== true) {
+  if (expectsContinue(req) && res.locals.continued !== true) {
     // The client is waiting for our answer before it sends anything: do not wait for a body.
     res.setHeader("Connection", "close");
     return;

@@ -1,6 +1,5 @@
 import { createServer, IncomingMessage, ServerResponse, type Server } from "node:http";
-import type { Socket } from "node:net";
-import type { AddressInfo } from "node:net";
+import type { AddressInfo, Socket } from "node:net";
 import { performance } from "node:perf_hooks";
 import type { Express, Request, Response } from "express";
 import { clientErrorListener } from "./client-errors.js";
@@ -111,7 +110,7 @@ export type EarlyHandler = (req: Request, res: Response, next: () => void) => vo
 const EARLY = new WeakMap<Express, EarlyHandler>();
 
 /** Asks serve() to call `early` before `app` for every request (createGateway does, for admission control). */
-export function answerEarly(app: Express, early: EarlyHandler): void {
+export function setEarlyHandler(app: Express, early: EarlyHandler): void {
   EARLY.set(app, early);
 }
 
@@ -132,25 +131,43 @@ export function arrivalOf(req: IncomingMessage): number | undefined {
   return (req as Arrived)[ARRIVED];
 }
 
+/** Per connection, its pipelined responses still waiting for their turn (closeWithConnection). */
+const waitingTurn = new WeakMap<Socket, Set<ServerResponse>>();
+
 /**
  * Ends `res` with its connection: Node 22 never emits "close" on a pipelined request's response whose
  * connection closed before its turn (Node 24 does), and what waits for it — admission control's slot,
  * the request's accounting, the drain's count — would wait forever. Only a response waiting for its
- * turn (no connection yet) gets the listener, removed with the response, so that a long keep-alive
- * connection does not gather them and a response's own "close" listeners stay few.
+ * turn (no connection yet) is tracked, and one listener per connection serves all of them, so that a
+ * long keep-alive connection does not gather listeners and a response's own "close" listeners stay few.
  */
 function closeWithConnection(req: IncomingMessage, res: ServerResponse): void {
   // Not pipelined: the response has its connection already, and Node closes it with it.
   if (res.socket !== null) return;
-  const socket = req.socket;
-  let closed = false;
-  // After Node's own handling of the connection's end (a tick later), only if the response is still open.
-  const onSocketClose = (): void => void setImmediate(() => closed || res.emit("close"));
-  socket.once("close", onSocketClose);
-  res.once("close", () => {
-    closed = true;
-    socket.off("close", onSocketClose);
-  });
+  const waiting = waitingTurnOn(req.socket);
+  waiting.add(res);
+  res.once("close", () => waiting.delete(res));
+}
+
+/** The connection's responses waiting for their turn; the first time, with the listener that ends them with it. */
+function waitingTurnOn(socket: Socket): Set<ServerResponse> {
+  const known = waitingTurn.get(socket);
+  if (known !== undefined) return known;
+  const waiting = new Set<ServerResponse>();
+  waitingTurn.set(socket, waiting);
+  // After Node's own handling of the connection's end (a tick later), each response still open is
+  // ended as Node 24 ends it: destroyed, `closed` (what waits for "close" may look there first:
+  // admission control's hold, the accounting), then "close".
+  socket.once("close", () =>
+    setImmediate(() => {
+      for (const res of [...waiting]) {
+        res.destroy();
+        Object.defineProperty(res, "closed", { value: true });
+        res.emit("close");
+      }
+    }),
+  );
+  return waiting;
 }
 
 /** Serves the app on a node:http server that knows its requests, so that it can drain them. */
