@@ -6,8 +6,9 @@ const TICK_MS = 10;
 const WEIGHT = 0.1;
 /**
  * The utilization is averaged over about this much of the loop's own time (working or waiting for
- * I/O; time it was not given a CPU is in neither): so a loop that starts working all the time reads
- * 0.8 after about 1.6 s (1 − e^−1.6).
+ * I/O; time it is stopped or waits for a CPU in the middle of its work is in neither): so a loop that
+ * starts working all the time reads 0.8 after about 1.6 s of its own time (1 − e^−1.6) — longer by
+ * the clock when it gets only part of a CPU (a quarter: about 6.4 s).
  */
 const UTILIZATION_WINDOW_MS = 1_000;
 

@@ -47,7 +47,7 @@ export class AdmissionMetrics {
     });
     new Gauge({
       name: "fenced_gateway_event_loop_utilization",
-      help: "Of the time the event loop runs on a CPU or waits for I/O, the share it runs, 0 to 1, over about a second of that time (time another process has the CPU is in neither; the fair share binds only while the loop is late and this is at least 0.8: a loop late while it works less is short of a CPU another process has)",
+      help: "Of the time the event loop runs on a CPU or waits for I/O, the share it runs, 0 to 1, over about a second of that time (time it is stopped or waits for a CPU in the middle of its work is in neither; the fair share binds only while the loop is late and this is at least 0.8: a loop late while it works less is short of a CPU another process has)",
       registers,
       collect() {
         const delay = loop();

@@ -155,18 +155,19 @@ function waitingTurnOn(socket: Socket): Set<ServerResponse> {
   if (known !== undefined) return known;
   const waiting = new Set<ServerResponse>();
   waitingTurn.set(socket, waiting);
-  // After Node's own handling of the connection's end (a tick later), each response still open is
-  // ended as Node 24 ends it: destroyed, `closed` (what waits for "close" may look there first:
-  // admission control's hold, the accounting), then "close".
-  socket.once("close", () =>
-    setImmediate(() => {
-      for (const res of [...waiting]) {
+  socket.once("close", () => {
+    // After Node's own handling of the connection's end (a tick later), each response still open is
+    // ended as Node 24 ends it: destroyed, `closed` (what waits for "close" may look there first:
+    // admission control's hold, the accounting), then "close". One at a time: a listener that throws
+    // leaves the others to be ended.
+    for (const res of waiting)
+      setImmediate(() => {
+        if (!waiting.has(res)) return;
         res.destroy();
-        Object.defineProperty(res, "closed", { value: true });
+        Object.defineProperty(res, "closed", { value: true, configurable: true });
         res.emit("close");
-      }
-    }),
-  );
+      });
+  });
   return waiting;
 }
 
