@@ -12,6 +12,8 @@
 // - overload-fairness: one key at 4× and another at 0.5× on the admission gateway: the small key's p99
 //   against its own alone;
 // - overload-refusal-cost: the gateway's CPU per shed answer against per accepted write;
+// - overload-refusal-isolated: the same, measured directly (overload-refusal.ts): a gateway that
+//   refuses every write but one against node:http answering 503, interleaved rounds;
 // - overload-anchor, overload-anchor-fairness: the same loads against bare node:http answering at once
 //   (overload-anchors.ts), 200 and 503: the latency and fairness this setup gives a server with no
 //   work, and the floor of a refusal's CPU, which the gateway's figures are read against.
@@ -25,6 +27,7 @@ import { startPostgres } from "@fenced/servers";
 import { emit, median, round3 } from "./measure.js";
 import { startGenerator, type Generator, type Job, type JobResult } from "./open-loop.js";
 import { runAnchors } from "./overload-anchors.js";
+import { measureRefusals, ONE_SLOT_FLAGS } from "./overload-refusal.js";
 import { answers, cpuUsPerAnswer, openFigures, perSec, phase, schedule, type Load, type Measured } from "./overload-phase.js";
 import { nodeArgs, startServer, type ServerProcess } from "./server-process.js";
 
@@ -75,8 +78,9 @@ const setting = {
     : `this gateway has no ${ADMISSION_OFF_FLAGS.join(" ")}: both gateways run with admission as built (the same)`,
 };
 
-function startGateway(postgresUrl: string, side: Side): Promise<ServerProcess> {
-  const flags = side === "off" ? offFlags : ADMISSION_ON_FLAGS;
+/** A gateway of this build on `postgresUrl`: admission off or on as `side` says, or with `flags` of its own (records under `schema`). */
+function startGateway(postgresUrl: string, side: Side | "one-slot"): Promise<ServerProcess> {
+  const flags = side === "off" ? offFlags : side === "on" ? ADMISSION_ON_FLAGS : [...ONE_SLOT_FLAGS, "--store-timeout-ms", "600000"];
   return startServer(
     [
       ...NODE_ARGS,
@@ -88,7 +92,7 @@ function startGateway(postgresUrl: string, side: Side): Promise<ServerProcess> {
       "--postgres",
       postgresUrl,
       "--postgres-schema",
-      `bench_overload_${side}`,
+      `bench_overload_${side.replace("-", "_")}`,
       ...flags,
     ],
     {
@@ -111,8 +115,9 @@ function writesOf(which: keyof typeof KEYS): Pick<Job, "apiKey" | "keyPrefix" | 
   return { apiKey: k.key, keyPrefix: k.records, credentials };
 }
 
-const postgres = await startPostgres();
-const gateways: Partial<Record<Side, ServerProcess>> = {};
+// Faults: the isolated refusal's rounds stop it (SIGSTOP) to hold a write.
+const postgres = await startPostgres({ faults: true });
+const gateways: Partial<Record<Side | "oneSlot", ServerProcess>> = {};
 try {
   gateways.off = await startGateway(postgres.url, "off");
   gateways.on = await startGateway(postgres.url, "on");
@@ -350,6 +355,43 @@ try {
       ratioPerAnswer4xToHalf: round3((at4.cpuUsPerAnswer as number) / perAnswerAtHalf),
     },
     at2: cost(2),
+  });
+
+  // 5. A refusal's CPU measured directly: every write but one refused, against node:http's own 503.
+  gateways.oneSlot = await startGateway(postgres.url, "one-slot");
+  const refusals = await measureRefusals({
+    gateway: gateways.oneSlot,
+    postgres: postgres.faults,
+    load: closed,
+    held: {
+      path: `/v1/records/${KEYS.big.records}held`,
+      headers: {
+        authorization: `Bearer ${KEYS.big.key}`,
+        "fencing-credential": bigWrites.credentials[0] as string,
+        "content-type": "application/json",
+      },
+    },
+    rounds: ROUNDS,
+    durationMs: DURATION_MS,
+    drainLimitMs: DRAIN_LIMIT_MS,
+  });
+  const perRefusal = median(refusals.gatewayUs);
+  const floor = median(refusals.anchorUs);
+  emit({
+    bench: "overload-refusal-isolated",
+    ...setting,
+    cpuUsPerShed: perRefusal,
+    floorCpuUsPerShed: floor,
+    ratio: round3(perRefusal / floor),
+    ratioOf: `the gateway's CPU per refusal ÷ node:http's per 503 answer, medians of ${ROUNDS} interleaved closed-loop rounds of ${DURATION_MS} ms`,
+    goal: "(reported)",
+    ratioToWrite: round3(perRefusal / cpuPerWriteOf("on")),
+    acceptedCeilingAt2x:
+      cpuPerWriteOf("on") > perRefusal ? Math.round((1e6 - 2 * capacity * perRefusal) / (cpuPerWriteOf("on") - perRefusal)) : null,
+    ceilingOf: "as overload-refusal-cost's, with this CPU per refusal",
+    notRefused: refusals.notRefused,
+    how: `a gateway with ${ONE_SLOT_FLAGS.join(" ")}, its one records slot held by a write on a stopped PostgreSQL: every other write is refused queue-full by the early handler; ${CLIENTS} keep-alive clients, closed loop; /proc/<pid>/stat utime+stime ÷ answers`,
+    rounds: refusals,
   });
 } finally {
   await Promise.allSettled(generators.map((g) => g.stop()));
