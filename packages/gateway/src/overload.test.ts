@@ -114,6 +114,30 @@ const WAITED_S = 0.5;
 const put = (client: HttpClient, key: string, apiKey: string = KEYS.admin): Promise<Answer> =>
   client.json("PUT", `/v1/records/${key}`, { key }, writeHeaders(apiKey, 1n, { "fencing-resource": key }));
 
+/**
+ * A write holds the records family's one slot (PostgreSQL stopped); `writes` are sent on one
+ * connection of their own and wait in the queue; the client closes it. Each is taken out of the
+ * queue and counted and logged as a request whose client left (499), and the held write is served
+ * once PostgreSQL runs again, its slot then free.
+ */
+async function leaveWhileQueued(gw: Running, writes: readonly string[]): Promise<void> {
+  postgres.faults.pause();
+  const held = put(gw.client, "team-a/held");
+  await expect.poll(() => gw.metric("fenced_gateway_admission_inflight", 'route="records"')).toBe(1);
+  const socket = connect(gw.port, "127.0.0.1");
+  socket.on("error", () => undefined);
+  socket.write(writes.join(""));
+  await expect.poll(() => gw.metric("fenced_gateway_admission_queued", 'route="records"')).toBe(writes.length);
+  socket.destroy();
+  await expect.poll(() => gw.metric("fenced_gateway_admission_queued", 'route="records"')).toBe(0);
+  await expect
+    .poll(() => gw.metric("fenced_gateway_request_duration_seconds_count", 'route="records",method="PUT",status="499"'))
+    .toBe(writes.length);
+  postgres.faults.resume();
+  expect((await held).status).toBe(200);
+  expect(await gw.metric("fenced_gateway_admission_inflight", 'route="records"')).toBe(0);
+}
+
 describe("admission control", () => {
   it.each(["serve", "own server"] as const)(
     "refuses past the limit and the queue at once, 503 overloaded with Retry-After, before any store work: nothing is written (%s)",
@@ -154,44 +178,14 @@ describe("admission control", () => {
   it("counts a queued request whose client leaves (499, its slot freed), in both servings", async () => {
     for (const served of ["serve", "own server"] as const) {
       await using gw = await run({ minConcurrency: 1, maxConcurrency: 1, queueLength: 1, queueTimeoutMs: 60_000 }, "left", served);
-      postgres.faults.pause();
-      const held = put(gw.client, "team-a/held");
-      await expect.poll(() => gw.metric("fenced_gateway_admission_inflight", 'route="records"')).toBe(1);
-      // The second write, on a socket of its own that the client closes while the write waits.
-      const socket = connect(gw.port, "127.0.0.1");
-      socket.on("error", () => undefined);
-      socket.write(rawPut("team-a/left"));
-      await expect.poll(() => gw.metric("fenced_gateway_admission_queued", 'route="records"')).toBe(1);
-      socket.destroy();
-      await expect.poll(() => gw.metric("fenced_gateway_admission_queued", 'route="records"')).toBe(0);
-      await expect
-        .poll(() => gw.metric("fenced_gateway_request_duration_seconds_count", 'route="records",method="PUT",status="499"'))
-        .toBe(1);
-      postgres.faults.resume();
-      expect((await held).status).toBe(200);
-      expect(await gw.metric("fenced_gateway_admission_inflight", 'route="records"')).toBe(0);
+      await leaveWhileQueued(gw, [rawPut("team-a/left")]);
     }
   });
 
   it("counts pipelined requests that wait in the queue when their client leaves (on Node 22 the second's response has no close of Node's)", async () => {
     await using gw = await run({ minConcurrency: 1, maxConcurrency: 1, queueLength: 2, queueTimeoutMs: 60_000 }, "pipelined");
-    postgres.faults.pause();
-    const held = put(gw.client, "team-a/held");
-    await expect.poll(() => gw.metric("fenced_gateway_admission_inflight", 'route="records"')).toBe(1);
     // Two writes on one connection, both waiting for the slot: the second's response waits for the first's.
-    const socket = connect(gw.port, "127.0.0.1");
-    socket.on("error", () => undefined);
-    socket.write(rawPut("team-a/first") + rawPut("team-a/second"));
-    await expect.poll(() => gw.metric("fenced_gateway_admission_queued", 'route="records"')).toBe(2);
-    socket.destroy();
-    await expect.poll(() => gw.metric("fenced_gateway_admission_queued", 'route="records"')).toBe(0);
-    // Both counted and logged as requests whose client left.
-    await expect
-      .poll(() => gw.metric("fenced_gateway_request_duration_seconds_count", 'route="records",method="PUT",status="499"'))
-      .toBe(2);
-    postgres.faults.resume();
-    expect((await held).status).toBe(200);
-    expect(await gw.metric("fenced_gateway_admission_inflight", 'route="records"')).toBe(0);
+    await leaveWhileQueued(gw, [rawPut("team-a/first"), rawPut("team-a/second")]);
   });
 
   it("answers a request line whose URL the path parser throws on, and goes on serving (no uncaught exception)", async () => {

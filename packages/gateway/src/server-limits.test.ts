@@ -40,6 +40,21 @@ async function trickle(port: number, head: string, text: string, everyMs: number
 }
 
 /** A server that accepts connections and never answers: a backend that is paused. */
+/** Collects the names of the process warnings emitted from now until `end()`, which returns them. */
+function processWarnings(): { end(): Promise<string[]> } {
+  const names: string[] = [];
+  const onWarning = (w: Error): void => void names.push(w.name);
+  process.on("warning", onWarning);
+  return {
+    async end() {
+      // Node emits process warnings on the next tick.
+      await new Promise((r) => setImmediate(r));
+      process.off("warning", onWarning);
+      return names;
+    },
+  };
+}
+
 async function blackhole(): Promise<{ port: number; close(): void }> {
   const sockets: Socket[] = [];
   const server = createTcpServer((s) => sockets.push(s));
@@ -146,9 +161,7 @@ describe("the HTTP server's limits", () => {
   });
 
   it("ends pipelined requests' responses whose connection closed before their turn (Node 22 never closes them), with no leak warning", async () => {
-    const warnings: string[] = [];
-    const onWarning = (w: Error): void => void warnings.push(w.name);
-    process.on("warning", onWarning);
+    const warnings = processWarnings();
     let answerFirst: () => void = () => undefined;
     const closed: boolean[] = [];
     const app = express()
@@ -169,16 +182,11 @@ describe("the HTTP server's limits", () => {
     await expect.poll(() => serving.inFlight()).toBe(0);
     expect(closed).toEqual(new Array<boolean>(12).fill(true));
     answerFirst();
-    // Node emits process warnings on the next tick.
-    await new Promise((r) => setImmediate(r));
-    process.off("warning", onWarning);
-    expect(warnings).not.toContain("MaxListenersExceededWarning");
+    expect(await warnings.end()).not.toContain("MaxListenersExceededWarning");
   });
 
   it("a response with many layers waiting for its end draws no leak warning (an object GET's pipeline has 11 close listeners)", async () => {
-    const warnings: string[] = [];
-    const onWarning = (w: Error): void => void warnings.push(w.name);
-    process.on("warning", onWarning);
+    const warnings = processWarnings();
     const app = express().get("/", async (_req, res) => {
       for (let i = 0; i < 12; i++) res.once("close", () => undefined);
       await pipeline(Readable.from(["streamed"]), res);
@@ -186,10 +194,7 @@ describe("the HTTP server's limits", () => {
     await using serving = await serve(app);
     const answer = await trickle(serving.port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", "", 10);
     expect(answer.answer).toMatch(/^HTTP\/1\.1 200[\s\S]*streamed/);
-    // Node emits process warnings on the next tick.
-    await new Promise((r) => setImmediate(r));
-    process.off("warning", onWarning);
-    expect(warnings).not.toContain("MaxListenersExceededWarning");
+    expect(await warnings.end()).not.toContain("MaxListenersExceededWarning");
   });
 
   it("serves /metrics and /healthz on the admin listener only, the API on the public one", async () => {
