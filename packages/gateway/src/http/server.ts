@@ -158,8 +158,8 @@ function waitingTurnOn(socket: Socket): Set<ServerResponse> {
   socket.once("close", () => {
     // After Node's own handling of the connection's end (a tick later), each response still open is
     // ended as Node 24 ends it: destroyed, `closed` (what waits for "close" may look there first:
-    // admission control's hold, the accounting), then "close". One at a time: a listener that throws
-    // leaves the others to be ended.
+    // admission control's hold, the accounting), then "close". Each on a turn of its own, as Node 24
+    // ends each on a tick of its own.
     for (const res of waiting)
       setImmediate(() => {
         if (!waiting.has(res)) return;

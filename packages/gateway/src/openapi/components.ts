@@ -189,7 +189,7 @@ export function parameters(): Record<string, ParameterObject> {
       name: "Fencing-Credential",
       in: "header",
       description:
-        "The `fence` of the lease answer: the whole fence of the write (resource, token, holder) and its lease's end, judged when the request's headers arrive (403 `credential-expired` after it). " +
+        "The `fence` of the lease answer: the whole fence of the write (resource, token, holder) and its lease's end, judged when the route takes the request, before its body is read (403 `credential-expired` after it). " +
         "Required unless the API key is a trusted lock client; not allowed together with Fencing-Token, Fencing-Resource or Fencing-Holder.",
       schema: jsonSchema(credentialString, "input"),
     },
