@@ -48,13 +48,15 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
       maxConnections: config.maxConnections,
       listenBacklog: config.listenBacklog,
     };
-    const serving = await listen("the public listener", () => serve(gateway.app, { host: config.host, port: config.port, ...limits }));
+    const serving = await listen("the public listener", () =>
+      serve(gateway.app, { host: config.host, port: config.port, acceptors: config.acceptors, ...limits }),
+    );
     listening.push(serving);
     const adminAddress = config.admin;
     const admin =
       adminAddress === undefined
         ? undefined
-        : await listen("the admin listener", () => serve(gateway.admin, { ...adminAddress, ...limits }));
+        : await listen("the admin listener", () => serve(gateway.admin, { ...adminAddress, ...limits, acceptors: 1 }));
     logger.info(
       {
         version: GATEWAY_VERSION,

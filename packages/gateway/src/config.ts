@@ -174,6 +174,15 @@ const fields = {
     .max(65_535)
     .default(SERVER_DEFAULTS.listenBacklog)
     .describe("connections waiting to be accepted at most, capped by the kernel's net.core.somaxconn (default 4096)"),
+  acceptors: z
+    .number()
+    .int()
+    .positive()
+    .max(256)
+    .default(SERVER_DEFAULTS.acceptors)
+    .describe(
+      "listening sockets on the port, each accepting a connection on every turn of the event loop; Linux only, 1 elsewhere (default 64)",
+    ),
   healthTimeoutMs: z
     .number()
     .int()

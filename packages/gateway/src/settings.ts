@@ -44,6 +44,7 @@ export const SETTINGS: readonly Setting[] = [
   { path: "requestTimeoutMs", variable: "FENCED_GATEWAY_REQUEST_TIMEOUT_MS", flag: "--request-timeout-ms <ms>", read: "number" },
   { path: "maxConnections", variable: "FENCED_GATEWAY_MAX_CONNECTIONS", flag: "--max-connections <n>", read: "number" },
   { path: "listenBacklog", variable: "FENCED_GATEWAY_LISTEN_BACKLOG", flag: "--listen-backlog <n>", read: "number" },
+  { path: "acceptors", variable: "FENCED_GATEWAY_ACCEPTORS", flag: "--acceptors <n>", read: "number" },
   { path: "drainTimeoutMs", variable: "FENCED_GATEWAY_DRAIN_TIMEOUT_MS", flag: "--drain-timeout-ms <ms>", read: "number" },
   { path: "admission.enabled", variable: "FENCED_GATEWAY_ADMISSION", flag: "--no-admission", read: "boolean" },
   { path: "admission.minConcurrency", variable: "FENCED_GATEWAY_MIN_CONCURRENCY", flag: "--min-concurrency <n>", read: "number" },

@@ -3,6 +3,7 @@ import type { AddressInfo, Socket } from "node:net";
 import { performance } from "node:perf_hooks";
 import type { Express, Request, Response } from "express";
 import { clientErrorListener } from "./client-errors.js";
+import { listenOn } from "./listeners.js";
 
 /**
  * The server's limits unless told otherwise. Each bounds what one client can hold:
@@ -18,6 +19,11 @@ import { clientErrorListener } from "./client-errors.js";
  *   overrun by a burst of new connections (clients starting together, a load balancer's pool after a
  *   restart): the kernel drops each extra one, and its client waits for a SYN retransmission — one
  *   second, then three, then seven — while nobody is busy (measured: docs/benchmarks.md, Overload).
+ *   Each listening socket (acceptors) has a queue of its own of this length.
+ * - acceptors: listening sockets on the port (Linux; 1 elsewhere). libuv accepts one connection per
+ *   listening socket each time the event loop polls, so a busy gateway with one accepted a burst of
+ *   connections at 30–100 a second while their requests waited unseen (http/listeners.ts); at 2×
+ *   capacity 64 brought the p99 of accepted writes from about 4 s to 0.3–0.4 s.
  * - checkIntervalMs: how often Node checks the header and request deadlines, so how late past a
  *   deadline a connection can be cut.
  */
@@ -27,6 +33,7 @@ export const SERVER_DEFAULTS = {
   requestTimeoutMs: 600_000,
   maxConnections: 4_096,
   listenBacklog: 4_096,
+  acceptors: 64,
   checkIntervalMs: 1_000,
 } as const;
 
@@ -44,6 +51,8 @@ export interface ServeOptions {
   readonly maxConnections?: number | undefined;
   /** Connections waiting to be accepted at most (the kernel caps it at net.core.somaxconn). Default 4,096. */
   readonly listenBacklog?: number | undefined;
+  /** Listening sockets on the port (Linux; elsewhere 1): each adds an accept to every turn of the event loop (http/listeners.ts). Default 64. */
+  readonly acceptors?: number | undefined;
   /** How often the header and request deadlines are checked. Default 1 s. */
   readonly checkIntervalMs?: number | undefined;
   /** How long disposal (`await using`) drains before cutting what is left. Default 30 s. */
@@ -205,19 +214,19 @@ export async function serve(app: Express, options: ServeOptions = {}): Promise<S
   // What Node cannot parse is answered as Node answers it, and counted and logged (client-errors.ts).
   server.on("clientError", clientErrorListener(app));
 
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(options.port ?? 0, options.host ?? "127.0.0.1", options.listenBacklog ?? SERVER_DEFAULTS.listenBacklog, () => {
-      server.off("error", reject);
-      resolve();
-    });
+  const listening = await listenOn(server, {
+    host: options.host ?? "127.0.0.1",
+    port: options.port ?? 0,
+    backlog: options.listenBacklog ?? SERVER_DEFAULTS.listenBacklog,
+    acceptors: options.acceptors ?? SERVER_DEFAULTS.acceptors,
+    maxConnections: server.maxConnections,
   });
   const address = server.address() as AddressInfo;
 
   const drain = (timeoutMs: number): Promise<boolean> => {
     draining = true;
     return new Promise((resolve) => {
-      const closed = new Promise<void>((done) => server.close(() => done()));
+      const closed = listening.close();
       // server.close() stops accepting and closes idle connections; a response not yet started
       // learns to close its connection, so that no client keeps sending requests into a stopping server.
       for (const res of active) if (!res.headersSent) res.setHeader("Connection", "close");

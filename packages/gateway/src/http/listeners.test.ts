@@ -1,0 +1,112 @@
+import { once } from "node:events";
+import { connect, type Socket } from "node:net";
+import express from "express";
+import { describe, expect, it } from "vitest";
+import { serve } from "./server.js";
+
+/**
+ * serve()'s listening sockets (listeners.ts): a burst of connections is accepted several to a turn of
+ * the event loop, and with several sockets on the port it still has one maxConnections, refuses a port
+ * something listens on, and drains every connection whichever socket accepted it.
+ */
+
+const BURST = 64;
+
+/** Opens `n` connections at once: each connect() is made before the event loop turns, so all wait in the accept queues together. */
+function burst(port: number, n: number): Socket[] {
+  return Array.from({ length: n }, () => connect(port, "127.0.0.1").on("error", () => undefined));
+}
+
+/** Resolves when `socket` closes (not events.once: a cut reaches this side as a reset, an "error"). */
+const closing = (socket: Socket): Promise<void> => new Promise((resolve) => socket.once("close", () => resolve()));
+
+/** The turns of the event loop in which the server took the burst's connections: one count per turn that took any. */
+async function acceptedPerTurn(acceptors: number): Promise<number[]> {
+  const app = express().get("/", (_req, res) => void res.send("ok"));
+  await using serving = await serve(app, { acceptors });
+  let turn = 0;
+  let turning = true;
+  const next = (): void => {
+    turn++;
+    if (turning) setImmediate(next);
+  };
+  const byTurn = new Map<number, number>();
+  serving.server.on("connection", () => byTurn.set(turn, (byTurn.get(turn) ?? 0) + 1));
+  const sockets = burst(serving.port, BURST);
+  setImmediate(next);
+  await expect.poll(() => [...byTurn.values()].reduce((a, b) => a + b, 0)).toBe(BURST);
+  turning = false;
+  for (const s of sockets) s.destroy();
+  return [...byTurn.values()];
+}
+
+describe("serve()'s listening sockets", () => {
+  it("takes a burst of connections several to a turn of the event loop, where one socket takes one a turn", async () => {
+    // libuv accepts one connection per listening socket each time the loop polls: one socket needs a turn for each.
+    const one = await acceptedPerTurn(1);
+    expect(Math.max(...one)).toBe(1);
+    expect(one.length).toBe(BURST);
+    // The default: the kernel spreads the burst over 64 sockets, each taking one a turn.
+    const many = await acceptedPerTurn(64);
+    expect(many.length).toBeLessThan(BURST / 4);
+  });
+
+  it("holds one maxConnections over every socket, and serves those it keeps", async () => {
+    const app = express().get("/", (_req, res) => void res.send("ok"));
+    await using serving = await serve(app, { acceptors: 16, maxConnections: 8 });
+    const sockets = burst(serving.port, 40);
+    const closed = sockets.map((s) => closing(s).then(() => true));
+    const answered = sockets.map(
+      (s) =>
+        new Promise<boolean>((resolve) => {
+          s.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+          s.once("data", (d: Buffer) => resolve(d.toString().startsWith("HTTP/1.1 200")));
+          s.once("close", () => resolve(false));
+        }),
+    );
+    // Those beyond the limit are closed as they arrive, whichever socket took them; the others are served.
+    expect((await Promise.all(answered)).filter(Boolean).length).toBe(8);
+    expect(serving.inFlight()).toBe(0);
+    for (const s of sockets) s.destroy();
+    expect(await Promise.all(closed)).toEqual(new Array<boolean>(40).fill(true));
+  });
+
+  it("refuses a port something listens on (EADDRINUSE), as one socket would, though its own sockets share the port", async () => {
+    const app = express();
+    await using first = await serve(app);
+    await expect(serve(app, { port: first.port })).rejects.toMatchObject({ code: "EADDRINUSE" });
+    await expect(serve(app, { port: first.port, acceptors: 1 })).rejects.toMatchObject({ code: "EADDRINUSE" });
+  });
+
+  it("drains connections whichever socket took them: idle ones closed, one in flight answered, then done", async () => {
+    let answer: () => void = () => undefined;
+    const app = express()
+      .get("/", (_req, res) => void res.send("ok"))
+      .get("/slow", (_req, res) => void (answer = () => res.send("slow")));
+    const serving = await serve(app, { acceptors: 16 });
+    const sockets = burst(serving.port, 32);
+    await Promise.all(
+      sockets.map(async (s) => {
+        s.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        await once(s, "data");
+      }),
+    );
+    const slow = connect(serving.port, "127.0.0.1");
+    slow.write("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n");
+    await expect.poll(() => serving.inFlight()).toBe(1);
+    const closed = sockets.map(closing);
+    const drained = serving.drain(10_000);
+    await Promise.all(closed);
+    // No socket takes new connections once the drain has begun.
+    const late = await new Promise<string>((resolve) =>
+      connect(serving.port, "127.0.0.1")
+        .once("connect", () => resolve("accepted"))
+        .once("error", (err: NodeJS.ErrnoException) => resolve(err.code ?? "error")),
+    );
+    expect(late).toBe("ECONNREFUSED");
+    answer();
+    const [reply] = (await once(slow, "data")) as [Buffer];
+    expect(reply.toString()).toMatch(/^HTTP\/1\.1 200[\s\S]*Connection: close[\s\S]*slow$/);
+    expect(await drained).toBe(true);
+  });
+});

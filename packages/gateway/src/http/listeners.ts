@@ -1,0 +1,120 @@
+import type { Server } from "node:http";
+import { createServer as createNetServer, type Server as NetServer, type Socket } from "node:net";
+
+/**
+ * The listening sockets of serve(): the HTTP server's own, and on Linux more on the same port.
+ *
+ * Why more than one. libuv accepts one connection each time the event loop polls (since libuv 1.45,
+ * "don't accept() connections in a loop"). A gateway busy with writes polls every 10–30 ms, so it
+ * accepts 30–100 connections a second: a burst of new ones — clients opening more connections as
+ * answers slow, a load balancer's pool after a restart — waits in the kernel's accept queue for
+ * seconds, each with its first request already sent. Nothing in the process sees those requests, so
+ * admission control can neither refuse them nor count their wait (measured: docs/benchmarks.md,
+ * Overload). Each further listening socket on the port (SO_REUSEPORT: the kernel spreads new
+ * connections across them) adds one accept to every turn of the loop.
+ *
+ * What must not change with them:
+ * - a port another process listens on is still refused (EADDRINUSE): SO_REUSEPORT would let a second
+ *   gateway of the same user share the port and take half its connections, so a fixed port is first
+ *   bound once without it;
+ * - every connection is the HTTP server's own: the others' are handed to it ("connection"), which
+ *   serves them, times them out and closes them as those it accepted;
+ * - maxConnections bounds them all together, whichever socket accepted them;
+ * - close() resolves once no socket accepts and every connection has ended.
+ */
+export interface ListenOptions {
+  readonly host: string;
+  readonly port: number;
+  readonly backlog: number;
+  /** Listening sockets on the port; more than 1 only where the platform spreads connections across them. */
+  readonly acceptors: number;
+  readonly maxConnections: number;
+}
+
+export interface Listening {
+  /** Stops every socket accepting; resolves once every connection they accepted has ended. */
+  close(): Promise<void>;
+}
+
+/** Where SO_REUSEPORT spreads new connections across the sockets that share a port (Node's `reusePort`). */
+const SPREADS_CONNECTIONS = process.platform === "linux";
+
+export async function listenOn(server: Server, options: ListenOptions): Promise<Listening> {
+  const { host, backlog, acceptors } = options;
+  if (acceptors <= 1 || !SPREADS_CONNECTIONS) {
+    await listening(server, { host, port: options.port, backlog });
+    return { close: () => closed(server) };
+  }
+  if (options.port !== 0) await refuseIfTaken(host, options.port);
+  await listening(server, { host, port: options.port, backlog, reusePort: true });
+  const address = { host, port: (server.address() as { port: number }).port, backlog };
+  const limit = oneLimit(server, options.maxConnections);
+  const others: NetServer[] = [];
+  try {
+    for (let i = 1; i < acceptors; i++) {
+      // As node:http makes its own (allowHalfOpen, noDelay): a connection behaves the same whichever socket accepted it.
+      const other = createNetServer({ allowHalfOpen: true, noDelay: true }, limit.hand);
+      others.push(other);
+      await listening(other, { ...address, reusePort: true });
+    }
+  } catch (err) {
+    await Promise.all([server, ...others].map(closed));
+    throw err;
+  }
+  return { close: async () => void (await Promise.all([server, ...others].map(closed))) };
+}
+
+/**
+ * One maxConnections over every socket: Node checks the HTTP server's own against what it accepted
+ * itself, so it is lowered by what the others handed it; `hand` refuses beyond the limit, counting all.
+ */
+function oneLimit(server: Server, maxConnections: number): { hand: (socket: Socket) => void } {
+  let open = 0;
+  let handed = 0;
+  server.prependListener("connection", (socket: Socket) => {
+    open++;
+    socket.once("close", () => open--);
+  });
+  const lower = (): void => void (server.maxConnections = Math.max(0, maxConnections - handed));
+  lower();
+  return {
+    hand: (socket) => {
+      if (open >= maxConnections) {
+        socket.destroy();
+        return;
+      }
+      handed++;
+      lower();
+      socket.once("close", () => {
+        handed--;
+        lower();
+      });
+      server.emit("connection", socket);
+    },
+  };
+}
+
+/** Fails as a plain listen would (EADDRINUSE) when something listens on host:port already. */
+async function refuseIfTaken(host: string, port: number): Promise<void> {
+  const probe = createNetServer();
+  await listening(probe, { host, port, exclusive: true });
+  await closed(probe);
+}
+
+function listening(
+  server: NetServer,
+  options: { host: string; port: number; backlog?: number; reusePort?: boolean; exclusive?: boolean },
+): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(options, () => {
+      server.off("error", reject);
+      resolve();
+    });
+  });
+}
+
+/** Stops `server` accepting; resolves once its connections have ended (at once when it was not listening). */
+function closed(server: NetServer): Promise<void> {
+  return new Promise<void>((resolve) => server.close(() => resolve()));
+}
