@@ -181,7 +181,7 @@ const fields = {
     .max(256)
     .default(SERVER_DEFAULTS.acceptors)
     .describe(
-      "listening sockets on the port, each accepting a connection on every turn of the event loop; Linux only, 1 elsewhere (default 64)",
+      "listening sockets on the port, each accepting a connection on every turn of the event loop; more than 1 on Linux only (default 1)",
     ),
   healthTimeoutMs: z
     .number()

@@ -46,7 +46,7 @@ describe("serve()'s listening sockets", () => {
     const one = await acceptedPerTurn(1);
     expect(Math.max(...one)).toBe(1);
     expect(one.length).toBe(BURST);
-    // The default: the kernel spreads the burst over 64 sockets, each taking one a turn.
+    // The kernel spreads the burst over 64 sockets, each taking one a turn.
     const many = await acceptedPerTurn(64);
     expect(many.length).toBeLessThan(BURST / 4);
   });
@@ -54,6 +54,8 @@ describe("serve()'s listening sockets", () => {
   it("holds one maxConnections over every socket, and serves those it keeps", async () => {
     const app = express().get("/", (_req, res) => void res.send("ok"));
     await using serving = await serve(app, { acceptors: 16, maxConnections: 8 });
+    let dropped = 0;
+    serving.server.on("drop", () => dropped++);
     const sockets = burst(serving.port, 40);
     const closed = sockets.map((s) => closing(s).then(() => true));
     const answered = sockets.map(
@@ -66,15 +68,26 @@ describe("serve()'s listening sockets", () => {
     );
     // Those beyond the limit are closed as they arrive, whichever socket took them; the others are served.
     expect((await Promise.all(answered)).filter(Boolean).length).toBe(8);
+    // Each is told as Node tells its own ("drop").
+    expect(dropped).toBe(32);
     expect(serving.inFlight()).toBe(0);
     for (const s of sockets) s.destroy();
     expect(await Promise.all(closed)).toEqual(new Array<boolean>(40).fill(true));
   });
 
+  it("listens on one address for a host name, looked up once", async () => {
+    const app = express().get("/", (_req, res) => void res.send("ok"));
+    await using serving = await serve(app, { host: "localhost", acceptors: 8 });
+    const answers = await Promise.all(
+      Array.from({ length: 16 }, () => fetch(`http://${serving.host.includes(":") ? `[${serving.host}]` : serving.host}:${serving.port}/`)),
+    );
+    expect(answers.map((a) => a.status)).toEqual(new Array<number>(16).fill(200));
+  });
+
   it("refuses a port something listens on (EADDRINUSE), as one socket would, though its own sockets share the port", async () => {
     const app = express();
-    await using first = await serve(app);
-    await expect(serve(app, { port: first.port })).rejects.toMatchObject({ code: "EADDRINUSE" });
+    await using first = await serve(app, { acceptors: 16 });
+    await expect(serve(app, { port: first.port, acceptors: 16 })).rejects.toMatchObject({ code: "EADDRINUSE" });
     await expect(serve(app, { port: first.port, acceptors: 1 })).rejects.toMatchObject({ code: "EADDRINUSE" });
   });
 

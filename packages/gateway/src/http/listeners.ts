@@ -1,8 +1,8 @@
 import type { Server } from "node:http";
-import { createServer as createNetServer, type Server as NetServer, type Socket } from "node:net";
+import { createServer as createNetServer, type AddressInfo, type Server as NetServer, type Socket } from "node:net";
 
 /**
- * The listening sockets of serve(): the HTTP server's own, and on Linux more on the same port.
+ * The listening sockets of serve(): the HTTP server's own, and with `acceptors` (Linux) more on the same port.
  *
  * Why more than one. libuv accepts one connection each time the event loop polls (since libuv 1.45,
  * "don't accept() connections in a loop"). A gateway busy with writes polls every 10–30 ms, so it
@@ -20,7 +20,13 @@ import { createServer as createNetServer, type Server as NetServer, type Socket 
  * - every connection is the HTTP server's own: the others' are handed to it ("connection"), which
  *   serves them, times them out and closes them as those it accepted;
  * - maxConnections bounds them all together, whichever socket accepted them;
- * - close() resolves once no socket accepts and every connection has ended.
+ * - close() resolves once no socket accepts and every connection has ended (the HTTP server's own
+ *   close() stops only its own socket: serve()'s drain closes them all).
+ *
+ * What does change: a program of the same user started later with SO_REUSEPORT of its own may bind
+ * the port too and take a share of its connections (a gateway started later is refused, by the
+ * probe); a connection made in the instant the probe listens is reset; each socket has a backlog of
+ * its own.
  */
 export interface ListenOptions {
   readonly host: string;
@@ -47,17 +53,24 @@ export async function listenOn(server: Server, options: ListenOptions): Promise<
   }
   if (options.port !== 0) await refuseIfTaken(host, options.port);
   await listening(server, { host, port: options.port, backlog, reusePort: true });
-  const address = { host, port: (server.address() as { port: number }).port, backlog };
+  // The address the first resolved to: a host name is looked up once, not once per socket (each lookup
+  // a turn of the loop in which the first already serves, and each free to answer another address).
+  const bound = server.address() as AddressInfo;
+  const address = { host: bound.address, port: bound.port, backlog };
   const limit = oneLimit(server, options.maxConnections);
   const others: NetServer[] = [];
   try {
     for (let i = 1; i < acceptors; i++) {
       // As node:http makes its own (allowHalfOpen, noDelay): a connection behaves the same whichever socket accepted it.
       const other = createNetServer({ allowHalfOpen: true, noDelay: true }, limit.hand);
+      // An accept error (ENOBUFS, …) reaches whatever listens on the HTTP server, as its own would.
+      other.on("error", (err) => server.emit("error", err));
       others.push(other);
       await listening(other, { ...address, reusePort: true });
     }
   } catch (err) {
+    // The start failed: what the first socket took is cut, not waited for.
+    server.closeAllConnections();
     await Promise.all([server, ...others].map(closed));
     throw err;
   }
@@ -80,6 +93,15 @@ function oneLimit(server: Server, maxConnections: number): { hand: (socket: Sock
   return {
     hand: (socket) => {
       if (open >= maxConnections) {
+        // As Node drops one beyond its own maxConnections ("drop").
+        server.emit("drop", {
+          localAddress: socket.localAddress,
+          localPort: socket.localPort,
+          localFamily: socket.localFamily,
+          remoteAddress: socket.remoteAddress,
+          remotePort: socket.remotePort,
+          remoteFamily: socket.remoteFamily,
+        });
         socket.destroy();
         return;
       }

@@ -20,10 +20,14 @@ import { listenOn } from "./listeners.js";
  *   restart): the kernel drops each extra one, and its client waits for a SYN retransmission — one
  *   second, then three, then seven — while nobody is busy (measured: docs/benchmarks.md, Overload).
  *   Each listening socket (acceptors) has a queue of its own of this length.
- * - acceptors: listening sockets on the port (Linux; 1 elsewhere). libuv accepts one connection per
- *   listening socket each time the event loop polls, so a busy gateway with one accepted a burst of
- *   connections at 30–100 a second while their requests waited unseen (http/listeners.ts); at 2×
- *   capacity 64 brought the p99 of accepted writes from about 4 s to 0.3–0.4 s.
+ * - acceptors: listening sockets on the port (more than 1 on Linux only). libuv accepts one
+ *   connection per listening socket each time the event loop polls, so a busy gateway with one
+ *   accepts a burst of new connections at 30–100 a second while their requests wait unseen in the
+ *   kernel (http/listeners.ts). More sockets see those requests at once; but against clients that
+ *   send again as soon as they are refused, reading every request leaves the writes already taken
+ *   less of each turn of the loop (at 2× capacity, 64 sockets: slowest answer about 1.8 s against
+ *   4.6 s, but 0.15–0.46 of capacity accepted against 0.55–0.9; docs/benchmarks.md). Node's 1 stays
+ *   the default.
  * - checkIntervalMs: how often Node checks the header and request deadlines, so how late past a
  *   deadline a connection can be cut.
  */
@@ -33,7 +37,7 @@ export const SERVER_DEFAULTS = {
   requestTimeoutMs: 600_000,
   maxConnections: 4_096,
   listenBacklog: 4_096,
-  acceptors: 64,
+  acceptors: 1,
   checkIntervalMs: 1_000,
 } as const;
 
@@ -51,7 +55,7 @@ export interface ServeOptions {
   readonly maxConnections?: number | undefined;
   /** Connections waiting to be accepted at most (the kernel caps it at net.core.somaxconn). Default 4,096. */
   readonly listenBacklog?: number | undefined;
-  /** Listening sockets on the port (Linux; elsewhere 1): each adds an accept to every turn of the event loop (http/listeners.ts). Default 64. */
+  /** Listening sockets on the port (Linux; elsewhere 1): each adds an accept to every turn of the event loop (http/listeners.ts). Default 1. */
   readonly acceptors?: number | undefined;
   /** How often the header and request deadlines are checked. Default 1 s. */
   readonly checkIntervalMs?: number | undefined;
@@ -60,6 +64,7 @@ export interface ServeOptions {
 }
 
 export interface Serving {
+  /** The node:http server. With `acceptors` above 1 it has other listening sockets: stop it with drain(), not server.close(). */
   readonly server: Server;
   readonly host: string;
   readonly port: number;
