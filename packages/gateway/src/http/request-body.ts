@@ -7,9 +7,16 @@ import { HttpProblem } from "../problems/problem.js";
 /** Unread request bytes the gateway will still read and discard to keep a keep-alive connection usable. */
 const DISCARD_BUDGET = 1024 * 1024;
 
+/**
+ * Node's own reading of `Expect` (its continueExpression, in _http_common): a request it matches is the
+ * one Node hands over as waiting for "100 Continue" (checkContinue), "100-continue" among others too.
+ * Read any other way, such a client would wait for a "100 Continue" nobody sends.
+ */
+const CONTINUE = /(?:^|\W)100-continue(?:$|\W)/i;
+
 /** Whether the client sent `Expect: 100-continue`: it waits for "100 Continue" (or an answer) before it sends its body. */
 export function expectsContinue(req: IncomingMessage): boolean {
-  return /^100-continue$/i.test(req.headers.expect ?? "");
+  return CONTINUE.test(req.headers.expect ?? "");
 }
 
 /**
