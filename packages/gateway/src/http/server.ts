@@ -26,8 +26,8 @@ import { listenOn } from "./listeners.js";
  *   kernel (http/listeners.ts). More sockets see those requests at once; but against clients that
  *   send again as soon as they are refused, reading every request leaves the writes already taken
  *   less of each turn of the loop (at 2× capacity, 64 sockets: slowest answer about 1.8 s against
- *   4.6 s, but 0.15–0.46 of capacity accepted against 0.55–0.9; docs/benchmarks.md). Node's 1 stays
- *   the default.
+ *   4.6 s, but about a third of capacity accepted against about a half; docs/benchmarks.md). Node's
+ *   1 stays the default.
  * - checkIntervalMs: how often Node checks the header and request deadlines, so how late past a
  *   deadline a connection can be cut.
  */
