@@ -232,7 +232,7 @@ export async function serve(app: Express, options: ServeOptions = {}): Promise<S
     draining = true;
     return new Promise((resolve) => {
       const closed = listening.close();
-      // server.close() stops accepting and closes idle connections; a response not yet started
+      // Every listening socket stops accepting, idle connections are closed; a response not yet started
       // learns to close its connection, so that no client keeps sending requests into a stopping server.
       for (const res of active) if (!res.headersSent) res.setHeader("Connection", "close");
       server.closeIdleConnections();
