@@ -121,6 +121,7 @@ export function createGateway(options: GatewayOptions): Gateway {
   const ctx = routeContext(options, logger, metrics);
   const { limits, credentials } = ctx;
   const { records, objects, registrars } = fencedStores(options);
+  if (options.records !== undefined) metrics.postgresPool(options.records.pool);
   const app = newApp(ctx);
   // Before every route, after the request's id and accounting: a refused request does no lock or store work.
   const answered = (route: string, method: string, status: number, seconds: number): void =>

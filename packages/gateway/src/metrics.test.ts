@@ -107,6 +107,26 @@ describe("/metrics", () => {
     expect(series(text, "fenced_gateway_store_duration_seconds_count", 'store="leases",op="acquire",outcome="ok"')).toBeUndefined();
   });
 
+  it("the records store's PostgreSQL pool: connections busy and idle, and calls waiting for one", async () => {
+    const pool = backends.pool as NonNullable<Backends["pool"]>;
+    // Every connection the pool may open, held here: one more call waits for one of them.
+    const held = await Promise.all(Array.from({ length: pool.options.max }, () => pool.connect()));
+    const waiter = pool.connect();
+    try {
+      const text = await scrape();
+      expect(series(text, "fenced_gateway_postgres_pool", 'state="busy"')).toBe(pool.options.max);
+      expect(series(text, "fenced_gateway_postgres_pool", 'state="idle"')).toBe(0);
+      expect(series(text, "fenced_gateway_postgres_pool", 'state="waiting"')).toBe(1);
+    } finally {
+      for (const client of held) client.release();
+      (await waiter).release();
+    }
+    const after = await scrape();
+    expect(series(after, "fenced_gateway_postgres_pool", 'state="busy"')).toBe(0);
+    expect(series(after, "fenced_gateway_postgres_pool", 'state="idle"')).toBe(pool.options.max);
+    expect(series(after, "fenced_gateway_postgres_pool", 'state="waiting"')).toBe(0);
+  });
+
   it("each lock node: up, its answers' latency, its failures by kind; labelled by index and host:port, never a password", async () => {
     const before = await scrape();
     for (const node of [0, 1, 2])

@@ -12,6 +12,13 @@ export type StoreName = "records" | "objects";
 /** A write's operation: put_all is POST /v1/records (several records at once), counted once per request. */
 export type WriteOp = "put" | "delete" | "put_all";
 
+/** What postgresPool() reads of a pool: pg's Pool has these (a user's pool of another version, too). */
+interface PoolCounts {
+  readonly totalCount: number;
+  readonly idleCount: number;
+  readonly waitingCount: number;
+}
+
 /**
  * One registry per gateway, so that two gateways in one process (tests, embedding) never share or
  * double-register series. Labels are small closed sets — never keys, resources or API key ids, which
@@ -30,6 +37,8 @@ export class GatewayMetrics {
   readonly #lockNodeLatency: Histogram<"node" | "address">;
   readonly #lockNodeFailures: Counter<"node" | "address" | "kind">;
   readonly #malformed: Counter<"reason">;
+  readonly #postgresPool: Gauge<"state">;
+  #pool: PoolCounts | undefined;
   /** Admission control's refusals and each route family's gate (admission/metrics.ts). */
   readonly admission: AdmissionMetrics;
 
@@ -111,6 +120,19 @@ export class GatewayMetrics {
       labelNames: ["node", "address"],
       buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1],
       registers,
+    });
+    this.#postgresPool = new Gauge({
+      name: "fenced_gateway_postgres_pool",
+      help: "The records store's PostgreSQL pool when scraped: connections busy and idle, and calls waiting for one (waiting)",
+      labelNames: ["state"],
+      registers,
+      collect: () => {
+        const pool = this.#pool;
+        if (pool === undefined) return;
+        this.#postgresPool.set({ state: "busy" }, pool.totalCount - pool.idleCount);
+        this.#postgresPool.set({ state: "idle" }, pool.idleCount);
+        this.#postgresPool.set({ state: "waiting" }, pool.waitingCount);
+      },
     });
     this.#lockNodeFailures = new Counter({
       name: "fenced_gateway_lock_node_failures_total",
@@ -199,6 +221,14 @@ export class GatewayMetrics {
         series.failures[failure.reason].inc();
       }
     };
+  }
+
+  /**
+   * The records store's pool as each scrape finds it (pg's Pool counts): `waiting` above 0 means calls
+   * queue for a connection — the pool, not PostgreSQL, bounds the writes then, and each waits its turn.
+   */
+  postgresPool(pool: PoolCounts): void {
+    this.#pool = pool;
   }
 
   lease(event: "granted" | "refused" | "extended" | "released"): void {
