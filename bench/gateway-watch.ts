@@ -1,10 +1,13 @@
 // What admission control did during a phase of overload.bench.ts, read from the gateway's /metrics
 // every SAMPLE_EVERY_MS: the event loop's delay and utilization, the fair share, the records family's limit, in flight
-// and queue, and refusals by reason since the previous sample. One scrape costs the gateway about a
+// and queue, the PostgreSQL pool's busy connections and waiting calls, the records puts' mean time, and refusals by
+// reason since the previous sample. One scrape costs the gateway about a
 // millisecond, so the samples are few and the figures they give are what an operator's dashboard sees.
 import { setTimeout as delay } from "node:timers/promises";
 
 const SAMPLE_EVERY_MS = 500;
+const PUTS = "fenced_gateway_store_duration_seconds";
+const PUT_LABELS = '{store="records",op="put",outcome="ok"}';
 
 export interface Sample {
   /** ms since the watch started. */
@@ -17,6 +20,11 @@ export interface Sample {
   readonly limit: number;
   readonly inflight: number;
   readonly queued: number;
+  /** The records store's PostgreSQL pool: connections busy, and calls waiting for one. */
+  readonly poolBusy: number;
+  readonly poolWaiting: number;
+  /** The mean time of the records store's puts that ended since the previous sample (ms; null: none ended), pool wait included. */
+  readonly putMs: number | null;
   /** Refusals since the previous sample, by reason (queue_full, queue_timeout, evicted, event_loop_delay). */
   readonly shed: Readonly<Record<string, number>>;
 }
@@ -27,6 +35,7 @@ export function watchGateway(origin: string): { stop(): Promise<Sample[]> } {
   const t0 = performance.now();
   let running = true;
   let shedBefore: Record<string, number> = {};
+  let putsBefore = { sum: 0, count: 0 };
   const loop = (async () => {
     while (running) {
       const text = await fetch(`${origin}/metrics`)
@@ -34,6 +43,8 @@ export function watchGateway(origin: string): { stop(): Promise<Sample[]> } {
         .catch(() => "");
       if (text !== "") {
         const shedNow = shedByReason(text);
+        const puts = { sum: value(text, `${PUTS}_sum${PUT_LABELS}`), count: value(text, `${PUTS}_count${PUT_LABELS}`) };
+        const ended = puts.count - putsBefore.count;
         samples.push({
           t: Math.round(performance.now() - t0),
           loopDelayMs: Math.round(value(text, "fenced_gateway_event_loop_delay_seconds") * 1000),
@@ -42,9 +53,13 @@ export function watchGateway(origin: string): { stop(): Promise<Sample[]> } {
           limit: value(text, 'fenced_gateway_admission_limit{route="records"}'),
           inflight: value(text, 'fenced_gateway_admission_inflight{route="records"}'),
           queued: value(text, 'fenced_gateway_admission_queued{route="records"}'),
+          poolBusy: value(text, 'fenced_gateway_postgres_pool{state="busy"}'),
+          poolWaiting: value(text, 'fenced_gateway_postgres_pool{state="waiting"}'),
+          putMs: ended > 0 ? Math.round(((puts.sum - putsBefore.sum) / ended) * 10_000) / 10 : null,
           shed: Object.fromEntries(Object.entries(shedNow).map(([r, n]) => [r, n - (shedBefore[r] ?? 0)])),
         });
         shedBefore = shedNow;
+        putsBefore = puts;
       }
       await delay(SAMPLE_EVERY_MS);
     }
