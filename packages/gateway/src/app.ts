@@ -126,7 +126,15 @@ export function createGateway(options: GatewayOptions): Gateway {
   // Before every route, after the request's id and accounting: a refused request does no lock or store work.
   const answered = (route: string, method: string, status: number, seconds: number): void =>
     metrics.request(route, method, status, seconds);
-  const admission = admissionGate({ config: options.admission ?? {}, auth: ctx.auth, metrics: metrics.admission, logger, answered });
+  const admission = admissionGate({
+    config: options.admission ?? {},
+    auth: ctx.auth,
+    metrics: metrics.admission,
+    logger,
+    answered,
+    // pg's Pool sets options.max (10 when not given).
+    recordsPoolSize: options.records?.pool.options.max,
+  });
   app.use(admission.handler);
   if (admission.early !== undefined) setEarlyHandler(app, admission.early);
   const leases =

@@ -6,6 +6,7 @@ import { describe, expect, it } from "vitest";
 import { Admission, type Release } from "./admission.js";
 import { FairQueue } from "./fair-queue.js";
 import { FairShare } from "./fair-share.js";
+import { familyLimit } from "./gate.js";
 import { GradientLimit } from "./limit.js";
 
 describe("the fair queue", () => {
@@ -70,6 +71,18 @@ describe("the gradient limit", () => {
     const before = limit.limit;
     expect(run(limit, 2_000, 5, 20, (l) => l)).toBeLessThan(before);
     expect(run(limit, 3_000, 200, 40, (l) => l)).toBe(4);
+  });
+
+  it("never falls below the records store's pool: calls that slow down leave every connection in use", () => {
+    const config = { minConcurrency: 8, maxConcurrency: 512 };
+    // Calls 8 times slower than they used to (a put answered on the turns of a busy loop) take an
+    // unbounded family to its minimum; the records family stops at its pool's 16 connections.
+    const slowed = (limit: GradientLimit): number => (run(limit, 0, 20, 2, (l) => l), run(limit, 2_000, 300, 16, (l) => l));
+    expect(slowed(new GradientLimit(familyLimit(config)))).toBe(8);
+    expect(slowed(new GradientLimit(familyLimit(config, 16)))).toBe(16);
+    // A pool smaller than minConcurrency changes nothing; one larger than maxConcurrency stops at it.
+    expect(familyLimit(config, 4)).toEqual({ initial: 512, min: 8, max: 512 });
+    expect(familyLimit(config, 1_000)).toEqual({ initial: 512, min: 512, max: 512 });
   });
 
   it("learns nothing from windows that used less than half of it", () => {

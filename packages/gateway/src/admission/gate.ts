@@ -10,13 +10,20 @@ import { REQUEST_ID_HEADER, requestIdOf } from "../http/request-scope.js";
 import { make, sendProblem, type Classified } from "../problems/problem.js";
 import { Admission, OverloadedError, REFUSALS, type Priority, type Release, type ShedReason } from "./admission.js";
 import { FairShare, type LoopState } from "./fair-share.js";
+import type { LimitSettings } from "./limit.js";
 import { LoopDelay } from "./loop-delay.js";
 import type { AdmissionMetrics } from "./metrics.js";
 
 /** GatewayOptions.admission, with its defaults (measured with `pnpm bench overload`: docs/benchmarks.md). */
 export const admissionSchema = z.strictObject({
   enabled: z.boolean().default(true).describe("refuse early under overload (default true)"),
-  minConcurrency: z.number().int().min(1).max(100_000).default(8).describe("each route family's limit at least (default 8)"),
+  minConcurrency: z
+    .number()
+    .int()
+    .min(1)
+    .max(100_000)
+    .default(8)
+    .describe("each route family's limit at least, and /v1/records' at least its PostgreSQL pool's size (default 8)"),
   maxConcurrency: z
     .number()
     .int()
@@ -66,7 +73,7 @@ export function admissionGate(options: GateOptions): {
   const config: AdmissionConfig = admissionSchema.parse(options.config);
   if (!config.enabled) return { handler: (_req, _res, next) => next(), early: undefined, stop: () => undefined };
   const loop = new LoopDelay();
-  const gates = familyGates(config, loop);
+  const gates = familyGates(config, loop, options.recordsPoolSize);
   const fair = new FairShare();
   options.metrics.watch(gates, loop, fair);
   const decide = decision(config, { gates, loop, fair }, options);
@@ -78,6 +85,8 @@ interface GateOptions {
   readonly auth: ApiKeys;
   readonly metrics: AdmissionMetrics;
   readonly logger: Logger;
+  /** The records store's PostgreSQL connections at most (its pool's `max`): the records family's limit never falls below it. */
+  readonly recordsPoolSize?: number | undefined;
   /** Counts an answered request as the request metrics do (route, method, status, seconds): for the refusals answered early. */
   readonly answered: (route: string, method: string, status: number, seconds: number) => void;
 }
@@ -181,13 +190,12 @@ function middleware(auth: ApiKeys, decide: Decide): RequestHandler {
  * Each route family's gate. Its limit starts at the top: one that starts low throttles a gateway
  * whose calls take long because its own loop is busy, which it does not learn from (`measuring`).
  */
-function familyGates(config: AdmissionConfig, loop: LoopDelay): Map<Family, Admission> {
-  const limit = { initial: config.maxConcurrency, min: config.minConcurrency, max: config.maxConcurrency };
+function familyGates(config: AdmissionConfig, loop: LoopDelay, recordsPoolSize: number | undefined): Map<Family, Admission> {
   return new Map(
     FAMILIES.map((f) => [
       f,
       new Admission({
-        limit,
+        limit: familyLimit(config, f === "records" ? recordsPoolSize : undefined),
         adaptive: f !== "objects",
         queueLength: config.queueLength,
         queueTimeoutMs: config.queueTimeoutMs,
@@ -196,6 +204,18 @@ function familyGates(config: AdmissionConfig, loop: LoopDelay): Map<Family, Admi
       }),
     ]),
   );
+}
+
+/**
+ * A family's limit: from maxConcurrency down to minConcurrency, and never below its backend's pool
+ * (`poolSize`, for records). Below the pool, connections sit idle while requests are refused: under
+ * overload a put's time grows with the gateway's own loop (each round trip to PostgreSQL answered on
+ * a turn of a loop busy reading and refusing), which the gradient cannot tell from a slower backend —
+ * it took the limit to 13 of 16 connections while refusing 13,000 writes a second (docs/benchmarks.md).
+ */
+export function familyLimit(config: Pick<AdmissionConfig, "minConcurrency" | "maxConcurrency">, poolSize?: number): LimitSettings {
+  const min = Math.min(config.maxConcurrency, Math.max(config.minConcurrency, poolSize ?? 0));
+  return { initial: config.maxConcurrency, min, max: config.maxConcurrency };
 }
 
 /** A request admission judges: its route family, priority and API key. */
