@@ -124,17 +124,7 @@ export function createGateway(options: GatewayOptions): Gateway {
   if (options.records !== undefined) metrics.postgresPool(options.records.pool);
   const app = newApp(ctx);
   // Before every route, after the request's id and accounting: a refused request does no lock or store work.
-  const answered = (route: string, method: string, status: number, seconds: number): void =>
-    metrics.request(route, method, status, seconds);
-  const admission = admissionGate({
-    config: options.admission ?? {},
-    auth: ctx.auth,
-    metrics: metrics.admission,
-    logger,
-    answered,
-    // pg's Pool sets options.max (10 when not given).
-    recordsPoolSize: options.records?.pool.options.max,
-  });
+  const admission = admissionOf(options, ctx, metrics, logger);
   app.use(admission.handler);
   if (admission.early !== undefined) setEarlyHandler(app, admission.early);
   const leases =
@@ -195,6 +185,24 @@ export function createGateway(options: GatewayOptions): Gateway {
       if (objects !== undefined && (p.verify ?? true)) await metrics.time("objects", "verify", () => objects.verify());
     },
   };
+}
+
+/** Admission control (admission/gate.ts), its refusals counted as every answer is; the records family's limit floored at its pool's size. */
+function admissionOf(
+  options: GatewayOptions,
+  ctx: RouteContext,
+  metrics: GatewayMetrics,
+  logger: Logger,
+): ReturnType<typeof admissionGate> {
+  return admissionGate({
+    config: options.admission ?? {},
+    auth: ctx.auth,
+    metrics: metrics.admission,
+    logger,
+    answered: (route, method, status, seconds) => metrics.request(route, method, status, seconds),
+    // pg's Pool sets options.max (10 when not given).
+    recordsPoolSize: options.records?.pool.options.max,
+  });
 }
 
 /** What every route gets: API keys, metrics, the request's logger, the limits and the fence credentials (required with leases). */

@@ -37,7 +37,6 @@ export class GatewayMetrics {
   readonly #lockNodeLatency: Histogram<"node" | "address">;
   readonly #lockNodeFailures: Counter<"node" | "address" | "kind">;
   readonly #malformed: Counter<"reason">;
-  readonly #postgresPool: Gauge<"state">;
   #pool: PoolCounts | undefined;
   /** Admission control's refusals and each route family's gate (admission/metrics.ts). */
   readonly admission: AdmissionMetrics;
@@ -102,12 +101,7 @@ export class GatewayMetrics {
       labelNames: ["reason"],
       registers,
     });
-    new Gauge({
-      name: "fenced_gateway_build_info",
-      help: "The gateway's version (@fenced/gateway's package.json): always 1",
-      labelNames: ["version"],
-      registers,
-    }).set({ version: GATEWAY_VERSION }, 1);
+    buildInfo(registers);
     this.#lockNodeUp = new Gauge({
       name: "fenced_gateway_lock_node_up",
       help: "1 when the lock node answered its last call, 0 when it refused, timed out or failed it",
@@ -121,19 +115,7 @@ export class GatewayMetrics {
       buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1],
       registers,
     });
-    this.#postgresPool = new Gauge({
-      name: "fenced_gateway_postgres_pool",
-      help: "The records store's PostgreSQL pool when scraped: connections busy and idle, and calls waiting for one (waiting)",
-      labelNames: ["state"],
-      registers,
-      collect: () => {
-        const pool = this.#pool;
-        if (pool === undefined) return;
-        this.#postgresPool.set({ state: "busy" }, pool.totalCount - pool.idleCount);
-        this.#postgresPool.set({ state: "idle" }, pool.idleCount);
-        this.#postgresPool.set({ state: "waiting" }, pool.waitingCount);
-      },
-    });
+    poolGauge(registers, () => this.#pool);
     this.#lockNodeFailures = new Counter({
       name: "fenced_gateway_lock_node_failures_total",
       help: "Lock calls a node did not count for, by kind: refused (its connection is refused), timeout (no answer within nodeTimeoutMs), error",
@@ -247,4 +229,31 @@ export class GatewayMetrics {
   malformed(reason: MalformedReason): void {
     this.#malformed.inc({ reason });
   }
+}
+
+/** fenced_gateway_postgres_pool, read at each scrape from the pool `read` gives: no series without one. */
+function poolGauge(registers: Registry[], read: () => PoolCounts | undefined): void {
+  const gauge: Gauge<"state"> = new Gauge({
+    name: "fenced_gateway_postgres_pool",
+    help: "The records store's PostgreSQL pool when scraped: connections busy and idle, and calls waiting for one (waiting)",
+    labelNames: ["state"],
+    registers,
+    collect: () => {
+      const pool = read();
+      if (pool === undefined) return;
+      gauge.set({ state: "busy" }, pool.totalCount - pool.idleCount);
+      gauge.set({ state: "idle" }, pool.idleCount);
+      gauge.set({ state: "waiting" }, pool.waitingCount);
+    },
+  });
+}
+
+/** fenced_gateway_build_info: always 1, labelled with the gateway's version. */
+function buildInfo(registers: Registry[]): void {
+  new Gauge({
+    name: "fenced_gateway_build_info",
+    help: "The gateway's version (@fenced/gateway's package.json): always 1",
+    labelNames: ["version"],
+    registers,
+  }).set({ version: GATEWAY_VERSION }, 1);
 }
