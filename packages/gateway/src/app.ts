@@ -200,9 +200,14 @@ function admissionOf(
     metrics: metrics.admission,
     logger,
     answered: (route, method, status, seconds) => metrics.request(route, method, status, seconds),
-    // pg's Pool sets options.max (10 when not given).
-    recordsPoolSize: options.records?.pool.options.max,
+    recordsPoolSize: poolSizeOf(options.records?.pool),
   });
+}
+
+/** A pool's connections at most: pg's Pool sets `options.max` (10 when not given); a pool-like object of the user's may not say. */
+function poolSizeOf(pool: { readonly options?: { readonly max?: number | undefined } } | undefined): number | undefined {
+  const max = pool?.options?.max;
+  return typeof max === "number" && Number.isInteger(max) && max > 0 ? max : undefined;
 }
 
 /** What every route gets: API keys, metrics, the request's logger, the limits and the fence credentials (required with leases). */

@@ -3,6 +3,7 @@ import { ANSWERING_NODE_TIMEOUT_MS } from "@fenced/servers";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { GATEWAY_VERSION } from "./version.js";
+import { createGateway } from "./app.js";
 import { serve, type Serving } from "./http/server.js";
 import {
   bearer,
@@ -125,6 +126,18 @@ describe("/metrics", () => {
     expect(series(after, "fenced_gateway_postgres_pool", 'state="busy"')).toBe(0);
     expect(series(after, "fenced_gateway_postgres_pool", 'state="idle"')).toBe(pool.options.max);
     expect(series(after, "fenced_gateway_postgres_pool", 'state="waiting"')).toBe(0);
+  });
+
+  it("a pool-like object of the user's without pg's counts: the gateway starts, and /metrics shows no pool", async () => {
+    const poolLike = { query: () => Promise.resolve({ rows: [] }), connect: () => Promise.reject(new Error("unused")) };
+    const other = createGateway(backends.gatewayOptions({ records: { pool: poolLike as never } }));
+    try {
+      const text = await other.metrics.registry.metrics();
+      expect(text).toContain("fenced_gateway_build_info");
+      expect(text).not.toMatch(/^fenced_gateway_postgres_pool\{/m);
+    } finally {
+      other.close();
+    }
   });
 
   it("each lock node: up, its answers' latency, its failures by kind; labelled by index and host:port, never a password", async () => {

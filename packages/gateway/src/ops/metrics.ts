@@ -12,7 +12,7 @@ export type StoreName = "records" | "objects";
 /** A write's operation: put_all is POST /v1/records (several records at once), counted once per request. */
 export type WriteOp = "put" | "delete" | "put_all";
 
-/** What postgresPool() reads of a pool: pg's Pool has these (a user's pool of another version, too). */
+/** What postgresPool() reads of a pool: pg's Pool has these; a pool-like object of the user's may not. */
 interface PoolCounts {
   readonly totalCount: number;
   readonly idleCount: number;
@@ -240,7 +240,8 @@ function poolGauge(registers: Registry[], read: () => PoolCounts | undefined): v
     registers,
     collect: () => {
       const pool = read();
-      if (pool === undefined) return;
+      // A pool-like object of the user's may not count (a wrapper, another driver): then there is nothing to show.
+      if (pool === undefined || ![pool.totalCount, pool.idleCount, pool.waitingCount].every(Number.isFinite)) return;
       gauge.set({ state: "busy" }, pool.totalCount - pool.idleCount);
       gauge.set({ state: "idle" }, pool.idleCount);
       gauge.set({ state: "waiting" }, pool.waitingCount);
