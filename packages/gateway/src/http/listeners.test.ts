@@ -1,7 +1,7 @@
 import { once } from "node:events";
-import { connect, type Socket } from "node:net";
+import { connect, Server, type Socket } from "node:net";
 import express from "express";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { serve } from "./server.js";
 
 /**
@@ -75,7 +75,7 @@ describe("serve()'s listening sockets", () => {
     expect(await Promise.all(closed)).toEqual(new Array<boolean>(40).fill(true));
   });
 
-  it("listens on one address for a host name, looked up once", async () => {
+  it("listens on one address for a host name", async () => {
     const app = express().get("/", (_req, res) => void res.send("ok"));
     await using serving = await serve(app, { host: "localhost", acceptors: 8 });
     const answers = await Promise.all(
@@ -89,6 +89,31 @@ describe("serve()'s listening sockets", () => {
     await using first = await serve(app, { acceptors: 16 });
     await expect(serve(app, { port: first.port, acceptors: 16 })).rejects.toMatchObject({ code: "EADDRINUSE" });
     await expect(serve(app, { port: first.port, acceptors: 1 })).rejects.toMatchObject({ code: "EADDRINUSE" });
+  });
+
+  it("a socket after the first that fails to listen fails the start: the process lives on, and the port is let go", async () => {
+    // eslint-disable-next-line @typescript-eslint/unbound-method -- called below with its server as `this`
+    const listen = Server.prototype.listen;
+    let port: number | undefined;
+    // The HTTP server's own socket listens; the next one fails as Node tells a failure to listen (EMFILE, …): an "error" on a later tick.
+    const spy = vi.spyOn(Server.prototype, "listen").mockImplementation(function (this: Server, ...args: unknown[]) {
+      if (port === undefined && (args[0] as { port?: number }).port === 0) return listen.apply(this, args as Parameters<typeof listen>);
+      port = (args[0] as { port: number }).port;
+      process.nextTick(() => this.emit("error", Object.assign(new Error("listen EMFILE"), { code: "EMFILE" })));
+      return this;
+    });
+    try {
+      await expect(serve(express(), { acceptors: 4 })).rejects.toMatchObject({ code: "EMFILE" });
+    } finally {
+      spy.mockRestore();
+    }
+    expect(port).toBeGreaterThan(0);
+    const refused = await new Promise<string>((resolve) =>
+      connect(port as number, "127.0.0.1")
+        .once("connect", () => resolve("accepted"))
+        .once("error", (err: NodeJS.ErrnoException) => resolve(err.code ?? "error")),
+    );
+    expect(refused).toBe("ECONNREFUSED");
   });
 
   it("drains connections whichever socket took them: idle ones closed, one in flight answered, then done", async () => {

@@ -25,7 +25,8 @@ import { createServer as createNetServer, type AddressInfo, type Server as NetSe
  *
  * What does change: a program of the same user started later with SO_REUSEPORT of its own may bind
  * the port too and take a share of its connections (a gateway started later is refused, by the
- * probe); a connection made in the instant the probe listens is reset; each socket has a backlog of
+ * probe — one started in the same instant may pass it too: the probe is closed before the sockets
+ * bind, since every socket sharing a port must ask to share it); a connection made in the instant the probe listens is reset; each socket has a backlog of
  * its own.
  */
 export interface ListenOptions {
@@ -63,10 +64,12 @@ export async function listenOn(server: Server, options: ListenOptions): Promise<
     for (let i = 1; i < acceptors; i++) {
       // As node:http makes its own (allowHalfOpen, noDelay): a connection behaves the same whichever socket accepted it.
       const other = createNetServer({ allowHalfOpen: true, noDelay: true }, limit.hand);
-      // An accept error (ENOBUFS, …) reaches whatever listens on the HTTP server, as its own would.
-      other.on("error", (err) => server.emit("error", err));
       others.push(other);
       await listening(other, { ...address, reusePort: true });
+      // Once it listens (a failure to listen rejects the start below, and is no event of the HTTP
+      // server's, which nothing may listen for yet): an accept error (ENOBUFS, …) reaches whatever
+      // listens on the HTTP server, as its own would.
+      other.on("error", (err) => server.emit("error", err));
     }
   } catch (err) {
     // The start failed: what the first socket took is cut, not waited for.
