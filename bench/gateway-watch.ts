@@ -23,7 +23,7 @@ export interface Sample {
   /** The records store's PostgreSQL pool: connections busy, and calls waiting for one. */
   readonly poolBusy: number;
   readonly poolWaiting: number;
-  /** The mean time of the records store's puts that ended since the previous sample (ms; null: none ended), pool wait included. */
+  /** The mean time of the records store's puts that ended ok since the previous sample (ms; null: none did), pool wait included. */
   readonly putMs: number | null;
   /** Refusals since the previous sample, by reason (queue_full, queue_timeout, evicted, event_loop_delay). */
   readonly shed: Readonly<Record<string, number>>;

@@ -128,7 +128,7 @@ describe("/metrics", () => {
     expect(series(after, "fenced_gateway_postgres_pool", 'state="waiting"')).toBe(0);
   });
 
-  it("a pool-like object of the user's without pg's counts: the gateway starts, and /metrics shows no pool", async () => {
+  it("a pool-like object of the user's without pg's counts: the gateway is created, and /metrics shows no pool", async () => {
     const poolLike = { query: () => Promise.resolve({ rows: [] }), connect: () => Promise.reject(new Error("unused")) };
     const other = createGateway(backends.gatewayOptions({ records: { pool: poolLike as never } }));
     try {

@@ -77,7 +77,10 @@ describe("the gradient limit", () => {
     const config = { minConcurrency: 8, maxConcurrency: 512 };
     // Calls 8 times slower than they used to (a put answered on the turns of a busy loop) take an
     // unbounded family to its minimum; the records family stops at its pool's 16 connections.
-    const slowed = (limit: GradientLimit): number => (run(limit, 0, 20, 2, (l) => l), run(limit, 2_000, 300, 16, (l) => l));
+    const slowed = (limit: GradientLimit): number => {
+      run(limit, 0, 20, 2, (l) => l);
+      return run(limit, 2_000, 300, 16, (l) => l);
+    };
     expect(slowed(new GradientLimit(familyLimit(config)))).toBe(8);
     expect(slowed(new GradientLimit(familyLimit(config, 16)))).toBe(16);
     // A pool smaller than minConcurrency changes nothing; one larger than maxConcurrency stops at it.

@@ -23,7 +23,9 @@ export const admissionSchema = z.strictObject({
     .min(1)
     .max(100_000)
     .default(8)
-    .describe("each route family's limit at least, and /v1/records' at least its PostgreSQL pool's size (default 8)"),
+    .describe(
+      "each route family's limit at least, and /v1/records' at least its PostgreSQL pool's size (at most --max-concurrency; default 8)",
+    ),
   maxConcurrency: z
     .number()
     .int()

@@ -239,6 +239,7 @@ function poolGauge(registers: Registry[], read: () => PoolCounts | undefined): v
     labelNames: ["state"],
     registers,
     collect: () => {
+      gauge.reset();
       const pool = read();
       // A pool-like object of the user's may not count (a wrapper, another driver): then there is nothing to show.
       if (pool === undefined || ![pool.totalCount, pool.idleCount, pool.waitingCount].every(Number.isFinite)) return;
