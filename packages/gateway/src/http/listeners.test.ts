@@ -17,6 +17,17 @@ function burst(port: number, n: number): Socket[] {
   return Array.from({ length: n }, () => connect(port, "127.0.0.1").on("error", () => undefined));
 }
 
+/** What a new connection to `port` meets: "accepted", or the error's code (ECONNREFUSED: nothing listens). */
+const connectOutcome = (port: number): Promise<string> =>
+  new Promise((resolve) =>
+    connect(port, "127.0.0.1")
+      .once("connect", function (this: Socket) {
+        this.destroy();
+        resolve("accepted");
+      })
+      .once("error", (err: NodeJS.ErrnoException) => resolve(err.code ?? "error")),
+  );
+
 /** Resolves when `socket` closes (not events.once: a cut reaches this side as a reset, an "error"). */
 const closing = (socket: Socket): Promise<void> => new Promise((resolve) => socket.once("close", () => resolve()));
 
@@ -108,12 +119,7 @@ describe("serve()'s listening sockets", () => {
       spy.mockRestore();
     }
     expect(port).toBeGreaterThan(0);
-    const refused = await new Promise<string>((resolve) =>
-      connect(port as number, "127.0.0.1")
-        .once("connect", () => resolve("accepted"))
-        .once("error", (err: NodeJS.ErrnoException) => resolve(err.code ?? "error")),
-    );
-    expect(refused).toBe("ECONNREFUSED");
+    expect(await connectOutcome(port as number)).toBe("ECONNREFUSED");
   });
 
   it("drains connections whichever socket took them: idle ones closed, one in flight answered, then done", async () => {
@@ -136,12 +142,7 @@ describe("serve()'s listening sockets", () => {
     const drained = serving.drain(10_000);
     await Promise.all(closed);
     // No socket takes new connections once the drain has begun.
-    const late = await new Promise<string>((resolve) =>
-      connect(serving.port, "127.0.0.1")
-        .once("connect", () => resolve("accepted"))
-        .once("error", (err: NodeJS.ErrnoException) => resolve(err.code ?? "error")),
-    );
-    expect(late).toBe("ECONNREFUSED");
+    expect(await connectOutcome(serving.port)).toBe("ECONNREFUSED");
     answer();
     const [reply] = (await once(slow, "data")) as [Buffer];
     expect(reply.toString()).toMatch(/^HTTP\/1\.1 200[\s\S]*Connection: close[\s\S]*slow$/);

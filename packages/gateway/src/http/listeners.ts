@@ -26,8 +26,8 @@ import { createServer as createNetServer, type AddressInfo, type Server as NetSe
  * What does change: a program of the same user started later with SO_REUSEPORT of its own may bind
  * the port too and take a share of its connections (a gateway started later is refused, by the
  * probe — one started in the same instant may pass it too: the probe is closed before the sockets
- * bind, since every socket sharing a port must ask to share it); a connection made in the instant the probe listens is reset; each socket has a backlog of
- * its own.
+ * bind, since every socket sharing a port must ask to share it); a connection made in the instant
+ * the probe listens is reset; each socket has a backlog of its own.
  */
 export interface ListenOptions {
   readonly host: string;
