@@ -31,10 +31,12 @@ export async function upsert(key, value) {
   return rows[0].version;
 }
 
-/** Listens on 127.0.0.1, a free port, with the gateway's keep-alive timeout; stops on SIGTERM. */
+/** Listens on 127.0.0.1, a free port, with the gateway's keep-alive timeout and listen backlog; stops on SIGTERM. */
 export function listen(server) {
   server.keepAliveTimeout = 65_000;
-  server.listen(0, "127.0.0.1", () => process.stdout.write(`${JSON.stringify({ msg: "listening", port: server.address().port })}\n`));
+  server.listen(0, "127.0.0.1", 4_096, () =>
+    process.stdout.write(`${JSON.stringify({ msg: "listening", port: server.address().port })}\n`),
+  );
   process.once("SIGTERM", () => {
     server.close();
     server.closeAllConnections();

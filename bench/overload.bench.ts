@@ -16,7 +16,11 @@
 //   refuses every write but one against node:http answering 503, interleaved rounds;
 // - overload-anchor, overload-anchor-fairness: the same loads against bare node:http answering at once
 //   (overload-anchors.ts), 200 and 503: the latency and fairness this setup gives a server with no
-//   work, and the floor of a refusal's CPU, which the gateway's figures are read against.
+//   work, and the floor of a refusal's CPU, which the gateway's figures are read against;
+// - overload-anchor-shed-capacity, overload-anchor-shed: the simplest shedding server (node:http + pg,
+//   writes over its pool's size in flight refused at once; overload-anchor-shed.ts) at 0.5×, 2× and
+//   4× of its own capacity; overload-accepted-vs-anchor: the gateway's accepted ÷ capacity at 2×
+//   against that anchor's.
 // Every process (benchmark, generators, gateways, PostgreSQL) shares this machine's cores.
 import { randomBytes } from "node:crypto";
 import { execFileSync } from "node:child_process";
@@ -26,6 +30,7 @@ import { mintFenceCredential, type CredentialKey } from "@fenced/fence/credentia
 import { startPostgres } from "@fenced/servers";
 import { emit, median, round3 } from "./measure.js";
 import { startGenerator, type Generator, type Job, type JobResult } from "./open-loop.js";
+import { runShedAnchor } from "./overload-anchor-shed.js";
 import { runAnchors } from "./overload-anchors.js";
 import { measureRefusals, ONE_SLOT_FLAGS } from "./overload-refusal.js";
 import { answers, cpuUsPerAnswer, openFigures, perSec, phase, schedule, type Load, type Measured } from "./overload-phase.js";
@@ -260,6 +265,31 @@ try {
   const anchorLoad = (key: "big" | "small", rate: number): Load =>
     key === "big" ? open(big, rate, bigWrites) : open(small, rate, smallWrites, SMALL_SOCKETS);
   const anchors = await runAnchors(anchorLoad, capacity, DURATION_MS, DRAIN_LIMIT_MS);
+  const anchorAt2 = await runShedAnchor({
+    postgresUrl: postgres.url,
+    apiKey: KEYS.big.key,
+    closed,
+    open: (rate) => open(big, rate, bigWrites),
+    rounds: ROUNDS,
+    durationMs: DURATION_MS,
+    drainLimitMs: DRAIN_LIMIT_MS,
+  });
+  const gatewayAt2 = (side: Side): number => {
+    const r = (runs[side][2] as Measured).results[0] as JobResult;
+    return round3(perSec(r.acceptedInWindow, r) / capacity);
+  };
+  emit({
+    bench: "overload-accepted-vs-anchor",
+    ...setting,
+    figure: "accepted ÷ capacity at 2×",
+    gateway: gatewayAt2("on"),
+    gatewayAdmissionOff: gatewayAt2("off"),
+    anchor: anchorAt2,
+    ratio: round3(gatewayAt2("on") / anchorAt2),
+    ratioOf:
+      "the admission gateway's accepted ÷ capacity at 2× ÷ the shedding anchor's (overload-anchor-shed), each against its own capacity, in this run",
+    goal: "(reported): the issue's goal is the gateway's own figure, >= 0.9",
+  });
 
   // 3. Fairness on the admission gateway: the small key alone at 0.5×, then beside the big key at 4×.
   const smallRate = Math.max(50, Math.round(capacity * 0.5));
