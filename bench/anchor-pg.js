@@ -2,6 +2,7 @@
 // with), one unfenced table, and the one statement a write is. Started by gateway.bench.ts with
 // ANCHOR_POSTGRES_URL, ANCHOR_POOL_SIZE, ANCHOR_API_KEY and ANCHOR_TABLE; each server prints the
 // line the benchmark waits for, {"msg":"listening","port":…}, once it listens.
+import { Buffer } from "node:buffer";
 import { createRequire } from "node:module";
 import process from "node:process";
 import { URL } from "node:url";
@@ -29,6 +30,38 @@ const UPSERT = `INSERT INTO ${table} AS r (key, value, version) VALUES ($1, $2, 
 export async function upsert(key, value) {
   const { rows } = await pool.query(UPSERT, [key, JSON.stringify(value)]);
   return rows[0].version;
+}
+
+const PREFIX = "/v1/records/";
+
+/** Answers with `body` as JSON. */
+export function answer(res, status, body) {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { "Content-Type": "application/json", "Content-Length": Buffer.byteLength(text) });
+  res.end(text);
+}
+
+/**
+ * A write as the node:http anchors take it, no framework: the bearer check, the body read whole and
+ * JSON.parse'd, the upsert, a JSON answer. Resolves once it is answered.
+ */
+export function handleWrite(req, res) {
+  if (req.method !== "PUT" || !req.url.startsWith(PREFIX)) return Promise.resolve(answer(res, 404, { error: "not found" }));
+  if (req.headers.authorization !== bearer) return Promise.resolve(answer(res, 401, { error: "unauthorized" }));
+  const chunks = [];
+  req.on("data", (chunk) => chunks.push(chunk));
+  return new Promise((resolve) => req.on("end", resolve)).then(() => {
+    let value;
+    try {
+      value = JSON.parse(Buffer.concat(chunks).toString("utf8"));
+    } catch {
+      return answer(res, 400, { error: "invalid JSON" });
+    }
+    return upsert(decodeURIComponent(req.url.slice(PREFIX.length)), value).then(
+      (version) => answer(res, 200, { version }),
+      () => answer(res, 500, { error: "internal" }),
+    );
+  });
 }
 
 /** Listens on 127.0.0.1, a free port, with the gateway's keep-alive timeout and listen backlog; stops on SIGTERM. */
