@@ -1,5 +1,6 @@
-// What both anchor servers share: the gateway's own copies of express and pg (the versions it ships
-// with), one unfenced table, and the one statement a write is. Started by gateway.bench.ts with
+// What the anchor servers with PostgreSQL share: the gateway's own copies of express and pg (the
+// versions it ships with), one unfenced table, the one statement a write is, and node:http's write
+// route. Started by gateway.bench.ts (the shedding anchor by overload-anchor-shed.ts) with
 // ANCHOR_POSTGRES_URL, ANCHOR_POOL_SIZE, ANCHOR_API_KEY and ANCHOR_TABLE; each server prints the
 // line the benchmark waits for, {"msg":"listening","port":…}, once it listens.
 import { Buffer } from "node:buffer";
@@ -50,7 +51,13 @@ export function handleWrite(req, res) {
   if (req.headers.authorization !== bearer) return Promise.resolve(answer(res, 401, { error: "unauthorized" }));
   const chunks = [];
   req.on("data", (chunk) => chunks.push(chunk));
-  return new Promise((resolve) => req.on("end", resolve)).then(() => {
+  // A client gone before its body's end is not written for (and its slot, in anchor-shed.js, freed).
+  const read = new Promise((resolve) => {
+    req.on("end", () => resolve(true));
+    req.on("close", () => resolve(false));
+  });
+  return read.then((whole) => {
+    if (!whole) return undefined;
     let value;
     try {
       value = JSON.parse(Buffer.concat(chunks).toString("utf8"));

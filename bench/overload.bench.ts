@@ -288,7 +288,7 @@ try {
     ratio: round3(gatewayAt2("on") / anchorAt2),
     ratioOf:
       "the admission gateway's accepted ÷ capacity at 2× ÷ the shedding anchor's (overload-anchor-shed), each against its own capacity, in this run",
-    goal: "(reported): the issue's goal is the gateway's own figure, >= 0.9",
+    goal: "(reported): the goal is the gateway's own figure (overload-goal), >= 0.9",
   });
 
   // 3. Fairness on the admission gateway: the small key alone at 0.5×, then beside the big key at 4×.
