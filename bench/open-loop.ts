@@ -4,7 +4,8 @@
 // Fencing-Credential) by one API key, over its resources in turn:
 // - closed: `connections` clients, each sending its next write once the last was answered;
 // - open: one write every 1000/rate ms whatever the answers, each timed from its scheduled send, over
-//   up to `connections` sockets: a write that waits for a free socket waits in its latency.
+//   `connections` keep-alive sockets opened before the phase (Generator.open, as a load balancer
+//   keeps its connections): a write that waits for a free socket waits in its latency.
 // Answers are sorted into accepted (2xx), shed (503 with the problem type /problems/overloaded) and
 // other (by status, and for a 503 by its problem type; transport errors by code).
 import { fork, type ChildProcess } from "node:child_process";
@@ -62,6 +63,8 @@ export interface JobResult {
   /** Writes that found every socket busy and waited for one (the wait is in their latency), and the longest wait (ms). */
   readonly socketWaits: number;
   readonly socketWaitMaxMs: number;
+  /** Connections opened and answered before the phase's start (open jobs), of `connections`. */
+  readonly preopened: number;
 }
 
 interface Tally {
@@ -91,9 +94,12 @@ class Connections {
   private head = 0;
 
   constructor(
-    private readonly origin: string,
+    readonly origin: string,
     private readonly max: number,
   ) {}
+
+  /** The connections open() made that answered before the phase. */
+  preopened = 0;
 
   /** A free connection, or the promise of the next one to free up. */
   take(): Client | Promise<Client> {
@@ -116,6 +122,32 @@ class Connections {
     this.waiting[this.head++] = undefined as never; // released as it is served, not kept for the phase
     if (this.head === this.waiting.length) this.waiting.length = this.head = 0;
     next(client);
+  }
+
+  /**
+   * Opens connections up to `count` before a phase, each carrying one GET /livez, and keeps them
+   * idle for the phase; resolves with how many were answered by `deadline` (performance.now() clock).
+   * A server takes a new connection from its accept queue once per turn of its event loop: without
+   * this, a busy server left most of a phase's new connections there, and the phase measured that
+   * queue (docs/benchmarks.md).
+   */
+  async open(count: number, deadline: number): Promise<number> {
+    const opening = Array.from({ length: Math.max(0, count - this.all.length) }, async () => {
+      const client = new Client(this.origin, { pipelining: 1 });
+      this.all.push(client);
+      let opened = 0;
+      try {
+        const signal = AbortSignal.timeout(Math.max(1, Math.ceil(deadline - performance.now())));
+        await (await client.request({ method: "GET", path: "/livez", signal })).body.dump();
+        opened = 1;
+      } catch {
+        // Not answered in time: it is the phase's to connect, as without this.
+      }
+      this.give(client);
+      return opened;
+    });
+    this.preopened += (await Promise.all(opening)).reduce<number>((a, b) => a + b, 0);
+    return this.preopened;
   }
 
   /** Closes every connection; writes still waiting for one never get it (they count as unanswered). */
@@ -203,9 +235,9 @@ function gcPauses(): { stop(): { maxMs: number; totalMs: number } } {
   };
 }
 
-/** Runs one job in this process. */
-async function run(job: Job): Promise<JobResult> {
-  const connections = new Connections(job.origin, job.connections);
+/** Runs one job in this process, on `opened` (Connections.open) when they are the job's server's. */
+async function run(job: Job, opened: Connections | undefined): Promise<JobResult> {
+  const connections = opened?.origin === job.origin ? opened : new Connections(job.origin, job.connections);
   const tally: Tally = {
     accepted: 0,
     shed: 0,
@@ -282,6 +314,7 @@ async function run(job: Job): Promise<JobResult> {
     generatorGcTotalMs: Math.round(pauses.totalMs),
     socketWaits: tally.socketWaits,
     socketWaitMaxMs: Math.round(tally.socketWaitMaxMs),
+    preopened: connections.preopened,
   };
   await connections.destroy();
   return result;
@@ -291,6 +324,8 @@ async function run(job: Job): Promise<JobResult> {
 export interface Generator {
   /** Whether the generator runs ahead of the other processes for the CPU, and why not. */
   readonly priority: string;
+  /** Opens `connections` to `origin` for its next job there (Connections.open); resolves with how many answered. */
+  open(origin: string, connections: number): Promise<number>;
   run(job: Job): Promise<JobResult>;
   stop(): Promise<void>;
 }
@@ -322,9 +357,14 @@ export async function startGenerator(): Promise<Generator> {
   exited.catch(() => undefined); // read by each run; a stop is no failure
   return {
     priority,
+    open: async (origin, connections) => {
+      const answer = once(child, "message") as Promise<[number]>;
+      child.send({ open: { origin, connections } } satisfies Message);
+      return (await Promise.race([answer, exited]))[0];
+    },
     run: async (job) => {
       const answer = once(child, "message") as Promise<[JobResult]>;
-      child.send(job);
+      child.send({ job } satisfies Message);
       return (await Promise.race([answer, exited]))[0];
     },
     stop: async () => {
@@ -334,10 +374,27 @@ export async function startGenerator(): Promise<Generator> {
   };
 }
 
-// Forked by startGenerator: runs each job it is sent, one at a time, and answers with its result.
+/** What the benchmark sends a generator: connections to open for the next job, or the job. */
+type Message = { readonly open: { readonly origin: string; readonly connections: number } } | { readonly job: Job };
+/** The longest a generator takes to open a job's connections. */
+const OPEN_LIMIT_MS = 10_000;
+
+// Forked by startGenerator: does what it is sent, one thing at a time, and answers with its result.
 if (process.argv[1] === fileURLToPath(import.meta.url) && process.send !== undefined) {
   let queue = Promise.resolve();
-  process.on("message", (job: Job) => {
-    queue = queue.then(async () => void process.send?.(await run(job)));
+  let opened: Connections | undefined;
+  process.on("message", (message: Message) => {
+    queue = queue.then(async () => {
+      if ("open" in message) {
+        await opened?.destroy();
+        opened = new Connections(message.open.origin, message.open.connections);
+        process.send?.(await opened.open(message.open.connections, performance.now() + OPEN_LIMIT_MS));
+      } else {
+        const prepared = opened;
+        opened = undefined;
+        if (prepared !== undefined && prepared.origin !== message.job.origin) await prepared.destroy();
+        process.send?.(await run(message.job, prepared));
+      }
+    });
   });
 }

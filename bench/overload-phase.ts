@@ -69,6 +69,9 @@ export async function phase(
   drainLimitMs: number,
   watch = false,
 ): Promise<Measured> {
+  // Each open load's connections are made first (Connections.open), and the gateway let settle after them.
+  const origin = `http://127.0.0.1:${gw.port}`;
+  await Promise.all(loads.filter((l) => l.job.mode === "open").map((l) => l.generator.open(origin, l.job.connections)));
   const settledMs = await settle(gw);
   gw.resetPeak();
   const rssStartMb = gw.rssMb().now;
@@ -79,9 +82,7 @@ export async function phase(
   let rssEndMb = Number.NaN;
   const atEnd = setTimeout(() => (rssEndMb = gw.rssMb().now), startAtMs + durationMs - Date.now());
   const watching = watch ? watchGateway(`http://127.0.0.1:${gw.port}`) : undefined;
-  const results = await Promise.all(
-    loads.map((l) => l.generator.run({ ...l.job, origin: `http://127.0.0.1:${gw.port}`, startAtMs, durationMs, drainLimitMs })),
-  );
+  const results = await Promise.all(loads.map((l) => l.generator.run({ ...l.job, origin, startAtMs, durationMs, drainLimitMs })));
   clearTimeout(atEnd);
   const timeline = await watching?.stop();
   const cpuSeconds = gw.cpuSeconds() - cpu0;
@@ -149,6 +150,7 @@ export function openFigures(r: JobResult): Record<string, unknown> {
     anyAnswerMaxMs: r.anyMaxMs,
     totals: { sent: r.sent, accepted: r.accepted, shed: r.shed },
     drainMs: r.drainMs,
+    preopened: r.preopened,
     socketWaits: r.socketWaits,
     socketWaitMaxMs: r.socketWaitMaxMs,
     sendLagP99Ms: r.sendLag.p99Ms,
