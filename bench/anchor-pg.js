@@ -64,7 +64,13 @@ export function handleWrite(req, res) {
     } catch {
       return answer(res, 400, { error: "invalid JSON" });
     }
-    return upsert(decodeURIComponent(req.url.slice(PREFIX.length)), value).then(
+    let key;
+    try {
+      key = decodeURIComponent(req.url.slice(PREFIX.length));
+    } catch {
+      return answer(res, 400, { error: "invalid key" });
+    }
+    return upsert(key, value).then(
       (version) => answer(res, 200, { version }),
       () => answer(res, 500, { error: "internal" }),
     );

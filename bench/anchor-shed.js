@@ -1,7 +1,7 @@
 // The simplest shedding server of these writes: anchor-node-http.js's writes (bare node:http, the
 // bearer check, one upsert) and a limit on the writes in flight (ANCHOR_LIMIT, by default the pool's
 // size): a write over it is refused at once, 503 overloaded with Retry-After, its body read and dropped.
-// No queue, no fairness, no framework: what any Node server that sheds gets from this machine, its
+// No queue, no fairness, no framework: what a minimal shedding Node server gets from this machine, its
 // generators and node-postgres under more writes than it can take (overload-anchor-shed.ts).
 import { Buffer } from "node:buffer";
 import { createServer } from "node:http";

@@ -101,6 +101,11 @@ class Connections {
   /** The connections open() made that answered before the phase. */
   preopened = 0;
 
+  /** Whether these connections were opened for `job`: an open one, to the same server, as many. */
+  isFor(job: Pick<Job, "mode" | "origin" | "connections">): boolean {
+    return job.mode === "open" && job.origin === this.origin && job.connections === this.max;
+  }
+
   /** A free connection, or the promise of the next one to free up. */
   take(): Client | Promise<Client> {
     const idle = this.idle.pop();
@@ -132,19 +137,19 @@ class Connections {
    * queue (docs/benchmarks.md).
    */
   async open(count: number, deadline: number): Promise<number> {
-    const opening = Array.from({ length: Math.max(0, count - this.all.length) }, async () => {
+    const opening = Array.from({ length: Math.max(0, Math.min(count, this.max) - this.all.length) }, async () => {
       const client = new Client(this.origin, { pipelining: 1 });
       this.all.push(client);
-      let opened = 0;
       try {
         const signal = AbortSignal.timeout(Math.max(1, Math.ceil(deadline - performance.now())));
         await (await client.request({ method: "GET", path: "/livez", signal })).body.dump();
-        opened = 1;
+        this.give(client);
+        return 1;
       } catch {
-        // Not answered in time: it is the phase's to connect, as without this.
+        // Not answered in time: it is the phase's to connect, as without this — last, under the open ones.
+        this.idle.unshift(client);
+        return 0;
       }
-      this.give(client);
-      return opened;
     });
     this.preopened += (await Promise.all(opening)).reduce<number>((a, b) => a + b, 0);
     return this.preopened;
@@ -235,9 +240,9 @@ function gcPauses(): { stop(): { maxMs: number; totalMs: number } } {
   };
 }
 
-/** Runs one job in this process, on `opened` (Connections.open) when they are the job's server's. */
+/** Runs one job in this process, on `opened` (Connections.open) when they were opened for it. */
 async function run(job: Job, opened: Connections | undefined): Promise<JobResult> {
-  const connections = opened?.origin === job.origin ? opened : new Connections(job.origin, job.connections);
+  const connections = opened ?? new Connections(job.origin, job.connections);
   const tally: Tally = {
     accepted: 0,
     shed: 0,
@@ -392,8 +397,10 @@ if (process.argv[1] === fileURLToPath(import.meta.url) && process.send !== undef
       } else {
         const prepared = opened;
         opened = undefined;
-        if (prepared !== undefined && prepared.origin !== message.job.origin) await prepared.destroy();
-        process.send?.(await run(message.job, prepared));
+        // Connections opened for another job (another server, size or mode) are not this one's.
+        const forJob = prepared?.isFor(message.job) === true ? prepared : undefined;
+        if (prepared !== undefined && forJob === undefined) await prepared.destroy();
+        process.send?.(await run(message.job, forJob));
       }
     });
   });

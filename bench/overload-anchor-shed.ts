@@ -2,7 +2,7 @@
 // (anchor-shed.js: bare node:http, one upsert a write on the same PostgreSQL, a pool of the gateway's
 // default size, and every write over that many in flight refused at once with 503 overloaded), under
 // the same generators at 0.5×, 2× and 4× of its own capacity. Its accepted ÷ capacity at 2× is what
-// this machine, its generators and node-postgres give any Node server that sheds, and the gateway's
+// this machine, its generators and node-postgres give a minimal shedding Node server, and the gateway's
 // figure is read against it: the gateway does more work a write (the fence, the credential), so its
 // capacity is lower, and each of its refusals costs it more of a loop that also carries its writes.
 import { fileURLToPath } from "node:url";

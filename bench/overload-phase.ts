@@ -71,7 +71,10 @@ export async function phase(
 ): Promise<Measured> {
   // Each open load's connections are made first (Connections.open), and the gateway let settle after them.
   const origin = `http://127.0.0.1:${gw.port}`;
-  await Promise.all(loads.filter((l) => l.job.mode === "open").map((l) => l.generator.open(origin, l.job.connections)));
+  for (const l of loads.filter((load) => load.job.mode === "open")) {
+    const opened = await l.generator.open(origin, l.job.connections);
+    if (opened < l.job.connections) process.stderr.write(`${opened} of ${l.job.connections} connections opened before the phase\n`);
+  }
   const settledMs = await settle(gw);
   gw.resetPeak();
   const rssStartMb = gw.rssMb().now;
