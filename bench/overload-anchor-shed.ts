@@ -9,7 +9,7 @@ import { fileURLToPath } from "node:url";
 import { emit, median, round3 } from "./measure.js";
 import type { JobResult } from "./open-loop.js";
 import { cpuUsPerAnswer, openFigures, perSec, phase, type Load } from "./overload-phase.js";
-import { startServer, type ServerProcess } from "./server-process.js";
+import { withServer, type ServerProcess } from "./server-process.js";
 
 const ANCHOR = fileURLToPath(new URL("./anchor-shed.js", import.meta.url));
 /** The gateway's default --postgres-pool-size: the anchor's pool and its limit on writes in flight. */
@@ -79,17 +79,13 @@ export async function runShedAnchor(setup: ShedAnchorSetup): Promise<number> {
   return at2;
 }
 
-async function withAnchor<T>(setup: ShedAnchorSetup, limit: number, run: (server: ServerProcess) => Promise<T>): Promise<T> {
-  const server = await startServer([ANCHOR], {
+function withAnchor<T>(setup: ShedAnchorSetup, limit: number, run: (server: ServerProcess) => Promise<T>): Promise<T> {
+  const env = {
     ANCHOR_POSTGRES_URL: setup.postgresUrl,
     ANCHOR_POOL_SIZE: String(POOL_SIZE),
     ANCHOR_LIMIT: String(limit),
     ANCHOR_API_KEY: setup.apiKey,
     ANCHOR_TABLE: "bench_overload_anchor_shed",
-  });
-  try {
-    return await run(server);
-  } finally {
-    await server.stop();
-  }
+  };
+  return withServer([ANCHOR], env, run);
 }

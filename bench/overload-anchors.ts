@@ -7,7 +7,7 @@ import { fileURLToPath } from "node:url";
 import { emit, round3 } from "./measure.js";
 import type { JobResult } from "./open-loop.js";
 import { cpuUsPerAnswer, openFigures, phase, type Load } from "./overload-phase.js";
-import { startServer, type ServerProcess } from "./server-process.js";
+import { withServer, type ServerProcess } from "./server-process.js";
 
 const ANCHOR = fileURLToPath(new URL("./anchor-answer.js", import.meta.url));
 const FRACTIONS = [0.5, 2, 4] as const;
@@ -76,11 +76,5 @@ export async function runAnchors(
   return { refusalFloorUs, fairnessRatio };
 }
 
-async function withAnchor(status: string, run: (server: ServerProcess) => Promise<void>): Promise<void> {
-  const server = await startServer([ANCHOR], { ANCHOR_STATUS: status });
-  try {
-    await run(server);
-  } finally {
-    await server.stop();
-  }
-}
+const withAnchor = (status: string, run: (server: ServerProcess) => Promise<void>): Promise<void> =>
+  withServer([ANCHOR], { ANCHOR_STATUS: status }, run);

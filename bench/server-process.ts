@@ -72,3 +72,13 @@ export async function startServer(args: string[], env: Record<string, string>): 
     },
   };
 }
+
+/** `run` on a server started as startServer starts one, stopped after it whatever it did. */
+export async function withServer<T>(args: string[], env: Record<string, string>, run: (server: ServerProcess) => Promise<T>): Promise<T> {
+  const server = await startServer(args, env);
+  try {
+    return await run(server);
+  } finally {
+    await server.stop();
+  }
+}
