@@ -17,7 +17,7 @@ import { ClientGoneError } from "./http/client-gone.js";
 import { onMalformed } from "./http/client-errors.js";
 import { expectsContinue } from "./http/request-body.js";
 import { endRequestSpan, inRequestScope, requestLogger, scopeRequest } from "./http/request-scope.js";
-import { arrivalOf, setEarlyHandler, wasCutByDrain } from "./http/server.js";
+import { arrivalOf, onAcceptError, setEarlyHandler, wasCutByDrain } from "./http/server.js";
 import { PROBE_KEY } from "./ops/health.js";
 import { gatewayReadiness, healthRoutes, type Readiness } from "./ops/health-routes.js";
 import { GatewayMetrics } from "./ops/metrics.js";
@@ -155,6 +155,10 @@ export function createGateway(options: GatewayOptions): Gateway {
       metrics.malformed(reason);
       logger.info({ requestId, reason, code }, "malformed request");
     });
+  for (const target of [app, admin])
+    onAcceptError(target, (err) =>
+      logger.error({ err }, "a connection could not be accepted (the host is short of descriptors or memory); the gateway goes on"),
+    );
   for (const target of options.separateAdmin === true ? [admin] : [admin, app]) operations(target, readiness, metrics, target === admin);
   for (const target of [app, admin]) {
     target.use(() => {

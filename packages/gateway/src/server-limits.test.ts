@@ -219,6 +219,26 @@ describe("the HTTP server's limits", () => {
     }
   });
 
+  it("a connection that could not be accepted (ENFILE) is logged, and the gateway goes on serving", async () => {
+    const lines: Record<string, unknown>[] = [];
+    const logger = pino(
+      { level: "info" },
+      new Writable({ write: (chunk: Buffer, _e, done) => (lines.push(JSON.parse(chunk.toString()) as never), done()) }),
+    );
+    const gateway = createGateway({ apiKeys: API_KEYS, logger, defaultMetrics: false });
+    await using serving = await serve(gateway.app);
+    // What node:net emits when accept() fails (its onconnection): with no listener, it would be thrown and end the process.
+    const err = Object.assign(new Error("accept ENFILE"), { code: "ENFILE", errno: -23, syscall: "accept" });
+    expect(serving.server.emit("error", err)).toBe(true);
+    expect(lines.find((l) => l.level === 50)).toMatchObject({ err: { code: "ENFILE", syscall: "accept" } });
+    const client = httpClient(serving.port);
+    try {
+      expect((await client.send({ method: "GET", path: "/livez" })).status).toBe(200);
+    } finally {
+      client.close();
+    }
+  });
+
   it("logs a request the drain cut as cut by the drain, not as a client that went away", async () => {
     const hole = await blackhole();
     const lines: Record<string, unknown>[] = [];

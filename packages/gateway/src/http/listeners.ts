@@ -67,8 +67,7 @@ export async function listenOn(server: Server, options: ListenOptions): Promise<
       others.push(other);
       await listening(other, { ...address, reusePort: true });
       // Once it listens (a failure to listen rejects the start below, and is no event of the HTTP
-      // server's, which nothing may listen for yet): an accept error (ENOBUFS, …) reaches whatever
-      // listens on the HTTP server, as its own would.
+      // server's): an accept error (ENOBUFS, …) reaches the HTTP server's listeners, as its own would.
       other.on("error", (err) => server.emit("error", err));
     }
   } catch (err) {

@@ -129,6 +129,21 @@ export function setEarlyHandler(app: Express, early: EarlyHandler): void {
 }
 
 /**
+ * What the app does when a connection could not be accepted (an `error` event of the server, syscall
+ * "accept": ENFILE, ENOBUFS — the host out of descriptors or memory). That connection is lost; the
+ * server goes on accepting. Node throws an `error` event nobody listens for, which would end the
+ * process: serve() always listens for it, and tells the app's hook (createGateway logs it).
+ */
+export type AcceptErrorHook = (err: Error) => void;
+
+const ACCEPT_ERRORS = new WeakMap<Express, AcceptErrorHook>();
+
+/** Sets the hook serve() calls when a connection to this app's server could not be accepted. */
+export function onAcceptError(app: Express, hook: AcceptErrorHook): void {
+  ACCEPT_ERRORS.set(app, hook);
+}
+
+/**
  * "close" listeners on one response before Node warns of a leak. Each layer that waits for a
  * response's end adds one: serve()'s tracker, admission control's slot and queue wait, the
  * accounting, the client-gone signal of each store call, express, and a streamed body's pipeline
@@ -219,6 +234,11 @@ export async function serve(app: Express, options: ServeOptions = {}): Promise<S
   // What Node cannot parse is answered as Node answers it, and counted and logged (client-errors.ts).
   server.on("clientError", clientErrorListener(app));
 
+  // From the start: each listening socket forwards its accept errors here once it listens, which may
+  // be before the last one does. A failure to listen (syscall "listen", "bind") rejects listenOn().
+  server.on("error", (err: NodeJS.ErrnoException) => {
+    if (err.syscall === "accept") ACCEPT_ERRORS.get(app)?.(err);
+  });
   const listening = await listenOn(server, {
     host: options.host ?? "127.0.0.1",
     port: options.port ?? 0,
