@@ -130,7 +130,7 @@ describe("/metrics", () => {
 
   it("a pool-like object of the user's without pg's counts: the gateway is created, and /metrics shows no pool", async () => {
     const poolLike = { query: () => Promise.resolve({ rows: [] }), connect: () => Promise.reject(new Error("unused")) };
-    // No leases: this gateway shares nothing with the file's own but PostgreSQL's test server.
+    // No leases, and the pool-like object for its records: this gateway holds no lock client or PostgreSQL pool the file's other tests use.
     const { leases: _leases, ...options } = backends.gatewayOptions({ records: { pool: poolLike as never } });
     const other = createGateway(options);
     try {

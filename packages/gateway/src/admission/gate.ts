@@ -24,7 +24,7 @@ export const admissionSchema = z.strictObject({
     .max(100_000)
     .default(8)
     .describe(
-      "each route family's limit at least, and /v1/records' at least its PostgreSQL pool's size (at most --max-concurrency; default 8)",
+      "each route family's limit at least, and /v1/records' at least its PostgreSQL pool's size; maxConcurrency caps both (default 8)",
     ),
   maxConcurrency: z
     .number()
@@ -210,7 +210,7 @@ function familyGates(config: AdmissionConfig, loop: LoopDelay, recordsPoolSize: 
 
 /**
  * A family's limit: from maxConcurrency down to minConcurrency, and never below its backend's pool
- * (`poolSize`, for records). Below the pool, connections sit idle while requests are refused: under
+ * (`poolSize`, for records) — unless maxConcurrency is less than either: it caps them. Below the pool, connections sit idle while requests are refused: under
  * overload a put's time grows with the gateway's own loop (each round trip to PostgreSQL answered on
  * a turn of a loop busy reading and refusing), which the gradient cannot tell from a slower backend —
  * it took the limit to 13 of 16 connections while refusing 13,000 writes a second (docs/benchmarks.md).

@@ -1,4 +1,5 @@
 import { once } from "node:events";
+import { readFileSync } from "node:fs";
 import { connect, Server, type Socket } from "node:net";
 import express from "express";
 import { describe, expect, it, vi } from "vitest";
@@ -15,6 +16,20 @@ const BURST = 64;
 /** Opens `n` connections at once: each connect() is made before the event loop turns, so all wait in the accept queues together. */
 function burst(port: number, n: number): Socket[] {
   return Array.from({ length: n }, () => connect(port, "127.0.0.1").on("error", () => undefined));
+}
+
+/** The local address (hex, as the kernel lists it) of each socket listening on `port`, IPv4 and IPv6. */
+function listeningAddresses(port: number): string[] {
+  const portHex = port.toString(16).toUpperCase().padStart(4, "0");
+  return ["/proc/net/tcp", "/proc/net/tcp6"].flatMap((table) =>
+    readFileSync(table, "utf8")
+      .split("\n")
+      .slice(1)
+      .map((line) => line.trim().split(/\s+/))
+      // local_address is ADDRESS:PORT; state 0A is LISTEN.
+      .filter((fields) => fields[1]?.endsWith(`:${portHex}`) && fields[3] === "0A")
+      .map((fields) => (fields[1] as string).split(":")[0] as string),
+  );
 }
 
 /** What a new connection to `port` meets: "accepted", or the error's code (ECONNREFUSED: nothing listens). */
@@ -86,9 +101,12 @@ describe("serve()'s listening sockets", () => {
     expect(await Promise.all(closed)).toEqual(new Array<boolean>(40).fill(true));
   });
 
-  it("listens on one address for a host name", async () => {
+  it("listens on one address for a host name: every socket on the address the first resolved to", async () => {
     const app = express().get("/", (_req, res) => void res.send("ok"));
     await using serving = await serve(app, { host: "localhost", acceptors: 8 });
+    const addresses = listeningAddresses(serving.port);
+    expect(addresses).toHaveLength(8);
+    expect(new Set(addresses).size).toBe(1);
     const answers = await Promise.all(
       Array.from({ length: 16 }, () => fetch(`http://${serving.host.includes(":") ? `[${serving.host}]` : serving.host}:${serving.port}/`)),
     );
