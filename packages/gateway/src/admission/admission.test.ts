@@ -1,6 +1,9 @@
 // Admission control's decisions, without a server: the queue's order and eviction, the limit's
 // response to calls that slow down, and the gate's admit / wait / refuse. The gateway's own test
 // (../admission.test.ts) runs them over HTTP against real backends.
+import { once } from "node:events";
+import { connect, createServer, type AddressInfo } from "node:net";
+import { performance } from "node:perf_hooks";
 import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import { Admission, type Release } from "./admission.js";
@@ -134,6 +137,29 @@ describe("a route family's gate", () => {
     await expect(a1).rejects.toMatchObject({ reason: "queue-timeout" });
     await expect(b1).rejects.toMatchObject({ reason: "queue-timeout" });
     expect(gate.queued).toBe(0);
+  });
+
+  it("after a stall longer than the wait, lets a queued request have the slot an answer that arrived meanwhile frees, rather than refuse it", async () => {
+    // The slot's call ends when its answer is read: a byte on a real socket, as a backend's answer.
+    let answered = (): void => undefined;
+    const server = createServer((socket) => socket.once("data", () => answered()));
+    await new Promise<void>((listening) => server.listen(0, "127.0.0.1", listening));
+    const accepted = once(server, "connection");
+    const client = connect((server.address() as AddressInfo).port, "127.0.0.1");
+    try {
+      await Promise.all([once(client, "connect"), accepted]);
+      const gate = new Admission({ ...settings, limit: { initial: 1, min: 1, max: 1 }, queueTimeoutMs: 20 });
+      answered = gate.admit("work", "a") as Release;
+      const waiting = gate.admit("work", "b") as Promise<Release>;
+      client.write("answer");
+      // The loop stalls past the wait while the answer arrives: the timer and the answer are due on one turn.
+      const until = performance.now() + 60;
+      while (performance.now() < until);
+      expect(typeof (await waiting)).toBe("function");
+    } finally {
+      client.destroy();
+      server.close();
+    }
   });
 
   it("takes a waiting request out of the queue when its client leaves, and lets the next one in", async () => {

@@ -32,7 +32,14 @@ export interface AdmissionSettings {
   readonly adaptive: boolean;
   /** Requests that may wait for a slot; 0: none wait. */
   readonly queueLength: number;
-  /** The longest a request waits for a slot before it is refused. */
+  /**
+   * How long a request waits for a slot before it is refused: at least this, and until the I/O that
+   * was ready when it elapsed has been read. A loop that stalled (a long collection, a host that took
+   * the CPU) fires the timer late, on the same turn as the answers that arrived meanwhile; those
+   * answers free slots (the poll phase, after the timers) before the refusal is made (setImmediate,
+   * the check phase, after the poll). Without it a stall longer than the wait refused every queued
+   * request whose slot was already free, waiting unread.
+   */
   readonly queueTimeoutMs: number;
   /** Whether a call's time now tells how busy its backend is (default: always); when not, the limit learns nothing from it. */
   readonly measuring?: () => boolean;
@@ -97,7 +104,7 @@ export class Admission {
         clearTimeout(waiter.timer);
         reject(err);
       };
-      waiter.timer = setTimeout(() => leave(new OverloadedError("queue-timeout")), this.settings.queueTimeoutMs);
+      waiter.timer = setTimeout(() => setImmediate(() => leave(new OverloadedError("queue-timeout"))), this.settings.queueTimeoutMs);
       this.#queue.push(level, key, waiter);
       watch?.(leave);
     });
