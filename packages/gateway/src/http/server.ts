@@ -143,6 +143,13 @@ export function onAcceptError(app: Express, hook: AcceptErrorHook): void {
   ACCEPT_ERRORS.set(app, hook);
 }
 
+/** The `error` listener of a server serving `app`: an accept error to the app's hook. A failure to listen (syscall "listen", "bind") rejects listenOn() instead. */
+function acceptErrorListener(app: Express): (err: NodeJS.ErrnoException) => void {
+  return (err) => {
+    if (err.syscall === "accept") ACCEPT_ERRORS.get(app)?.(err);
+  };
+}
+
 /**
  * "close" listeners on one response before Node warns of a leak. Each layer that waits for a
  * response's end adds one: serve()'s tracker, admission control's slot and queue wait, the
@@ -234,11 +241,8 @@ export async function serve(app: Express, options: ServeOptions = {}): Promise<S
   // What Node cannot parse is answered as Node answers it, and counted and logged (client-errors.ts).
   server.on("clientError", clientErrorListener(app));
 
-  // From the start: each listening socket forwards its accept errors here once it listens, which may
-  // be before the last one does. A failure to listen (syscall "listen", "bind") rejects listenOn().
-  server.on("error", (err: NodeJS.ErrnoException) => {
-    if (err.syscall === "accept") ACCEPT_ERRORS.get(app)?.(err);
-  });
+  // From the start: each listening socket forwards its accept errors once it listens, maybe before the last does.
+  server.on("error", acceptErrorListener(app));
   const listening = await listenOn(server, {
     host: options.host ?? "127.0.0.1",
     port: options.port ?? 0,
