@@ -76,24 +76,19 @@ describe("the gradient limit", () => {
     expect(run(limit, 3_000, 200, 40, (l) => l)).toBe(4);
   });
 
-  it("the records family's limit is its pool's size, fixed: calls that slow down leave every connection in use, and none waits in pg's pool", () => {
+  it("never falls below the records store's pool: calls that slow down leave every connection in use", () => {
     const config = { minConcurrency: 8, maxConcurrency: 512 };
     // Calls 8 times slower than they used to (a put answered on the turns of a busy loop) take an
-    // unbounded family to its minimum; the records family stays at its pool's 16 connections.
+    // unbounded family to its minimum; the records family stops at its pool's 16 connections.
     const slowed = (limit: GradientLimit): number => {
       run(limit, 0, 20, 2, (l) => l);
       return run(limit, 2_000, 300, 16, (l) => l);
     };
     expect(slowed(new GradientLimit(familyLimit(config)))).toBe(8);
-    expect(familyLimit(config, 16)).toEqual({ initial: 16, min: 16, max: 16 });
     expect(slowed(new GradientLimit(familyLimit(config, 16)))).toBe(16);
-    // Whatever minConcurrency says (a pool smaller than it); a pool larger than maxConcurrency stops at it.
-    expect(familyLimit(config, 4)).toEqual({ initial: 4, min: 4, max: 4 });
+    // A pool smaller than minConcurrency changes nothing; one larger than maxConcurrency stops at it.
+    expect(familyLimit(config, 4)).toEqual({ initial: 512, min: 8, max: 512 });
     expect(familyLimit(config, 1_000)).toEqual({ initial: 512, min: 512, max: 512 });
-    // No pool of known size (another family, or a pool-like object of the user's): the gradient between
-    // the two, minConcurrency capped by maxConcurrency.
-    expect(familyLimit(config)).toEqual({ initial: 512, min: 8, max: 512 });
-    expect(familyLimit({ minConcurrency: 8, maxConcurrency: 4 })).toEqual({ initial: 4, min: 4, max: 4 });
   });
 
   it("learns nothing from windows that used less than half of it", () => {

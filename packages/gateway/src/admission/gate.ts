@@ -24,7 +24,7 @@ export const admissionSchema = z.strictObject({
     .max(100_000)
     .default(8)
     .describe(
-      "each route family's limit at least (/v1/records' is its PostgreSQL pool's size, when known, at most maxConcurrency; default 8)",
+      "each route family's limit at least, and /v1/records' at least its PostgreSQL pool's size; maxConcurrency caps both (default 8)",
     ),
   maxConcurrency: z
     .number()
@@ -40,7 +40,7 @@ export const admissionSchema = z.strictObject({
     .max(1_000_000)
     .default(256)
     .describe("requests that may wait for a slot, per route family (default 256)"),
-  queueTimeoutMs: z.number().int().min(1).max(600_000).default(50).describe("the longest a request waits for a slot (default 50)"),
+  queueTimeoutMs: z.number().int().min(1).max(600_000).default(250).describe("the longest a request waits for a slot (default 250)"),
   maxEventLoopDelayMs: z
     .number()
     .int()
@@ -191,46 +191,33 @@ function middleware(auth: ApiKeys, decide: Decide): RequestHandler {
 /**
  * Each route family's gate. Its limit starts at the top: one that starts low throttles a gateway
  * whose calls take long because its own loop is busy, which it does not learn from (`measuring`).
- * It adapts unless it is fixed: /v1/objects' (a call's time measures its body's size, not a backlog)
- * and /v1/records' when its pool's size is known (familyLimit).
  */
 function familyGates(config: AdmissionConfig, loop: LoopDelay, recordsPoolSize: number | undefined): Map<Family, Admission> {
   return new Map(
-    FAMILIES.map((f) => {
-      const limit = familyLimit(config, f === "records" ? recordsPoolSize : undefined);
-      const gate = new Admission({
-        limit,
-        adaptive: f !== "objects" && limit.min < limit.max,
+    FAMILIES.map((f) => [
+      f,
+      new Admission({
+        limit: familyLimit(config, f === "records" ? recordsPoolSize : undefined),
+        adaptive: f !== "objects",
         queueLength: config.queueLength,
         queueTimeoutMs: config.queueTimeoutMs,
         // While the loop is late, calls take longer for a reason of the gateway's own: the backends' limits learn nothing from them.
         measuring: () => loop.ms <= config.maxEventLoopDelayMs,
-      });
-      return [f, gate];
-    }),
+      }),
+    ]),
   );
 }
 
 /**
- * A family's limit: from maxConcurrency down to minConcurrency, as the gradient learns — but the
- * records family's, when its PostgreSQL pool's size is known (`poolSize`), is that size (at most
- * maxConcurrency), fixed. Every records call holds one of the pool's connections:
- * - past the pool, a call let in only waits for a connection in pg's pool — first come, first
- *   served, for as long as the store deadline allows — where admission can neither share the wait
- *   among API keys nor refuse it early. At the pool's size it waits in admission's queue instead:
- *   round-robin across keys, at most queueTimeoutMs, and refused before any work. At 2× capacity
- *   this halved the p99 of accepted writes (docs/benchmarks.md, Overload);
- * - below the pool, connections sit idle while requests are refused: under overload a put's time
- *   grows with the gateway's own loop (each round trip to PostgreSQL answered on a turn of a loop
- *   busy reading and refusing), which the gradient cannot tell from a slower backend — it took the
- *   limit to 13 of 16 connections while refusing 13,000 writes a second.
+ * A family's limit: from maxConcurrency down to minConcurrency, and never below its backend's pool
+ * (`poolSize`, for records) — unless maxConcurrency is less than either: it caps them. Below the pool, connections sit idle while requests are refused: under
+ * overload a put's time grows with the gateway's own loop (each round trip to PostgreSQL answered on
+ * a turn of a loop busy reading and refusing), which the gradient cannot tell from a slower backend —
+ * it took the limit to 13 of 16 connections while refusing 13,000 writes a second (docs/benchmarks.md).
  */
 export function familyLimit(config: Pick<AdmissionConfig, "minConcurrency" | "maxConcurrency">, poolSize?: number): LimitSettings {
-  if (poolSize !== undefined) {
-    const size = Math.min(config.maxConcurrency, poolSize);
-    return { initial: size, min: size, max: size };
-  }
-  return { initial: config.maxConcurrency, min: Math.min(config.maxConcurrency, config.minConcurrency), max: config.maxConcurrency };
+  const min = Math.min(config.maxConcurrency, Math.max(config.minConcurrency, poolSize ?? 0));
+  return { initial: config.maxConcurrency, min, max: config.maxConcurrency };
 }
 
 /** A request admission judges: its route family, priority and API key. */

@@ -33,11 +33,7 @@ export class AdmissionMetrics {
         },
       });
     };
-    gauge(
-      "fenced_gateway_admission_limit",
-      "Each route family's concurrency limit now (adaptive; fixed for objects, and for records at its PostgreSQL pool's size)",
-      (g) => g.limit,
-    );
+    gauge("fenced_gateway_admission_limit", "Each route family's concurrency limit now (adaptive; fixed for objects)", (g) => g.limit);
     gauge("fenced_gateway_admission_inflight", "Requests of each route family admitted and not yet answered", (g) => g.inflight);
     gauge("fenced_gateway_admission_queued", "Requests of each route family waiting for a slot", (g) => g.queued);
     new Gauge({
