@@ -210,10 +210,11 @@ function familyGates(config: AdmissionConfig, loop: LoopDelay, recordsPoolSize: 
 
 /**
  * A family's limit: from maxConcurrency down to minConcurrency, and never below its backend's pool
- * (`poolSize`, for records) — unless maxConcurrency is less than either: it caps them. Below the pool, connections sit idle while requests are refused: under
- * overload a put's time grows with the gateway's own loop (each round trip to PostgreSQL answered on
- * a turn of a loop busy reading and refusing), which the gradient cannot tell from a slower backend —
- * it took the limit to 13 of 16 connections while refusing 13,000 writes a second (docs/benchmarks.md).
+ * (`poolSize`, for records) — unless maxConcurrency is less than either: it caps them. Below the
+ * pool, connections sit idle while requests are refused: under overload a put's time grows with the
+ * gateway's own loop (each round trip to PostgreSQL answered on a turn of a loop busy reading and
+ * refusing), which the gradient cannot tell from a slower backend — it took the limit to 13 of 16
+ * connections while refusing 13,000 writes a second (docs/benchmarks.md).
  */
 export function familyLimit(config: Pick<AdmissionConfig, "minConcurrency" | "maxConcurrency">, poolSize?: number): LimitSettings {
   const min = Math.min(config.maxConcurrency, Math.max(config.minConcurrency, poolSize ?? 0));
