@@ -1,3 +1,6 @@
+import { once } from "node:events";
+import { connect, createServer, type AddressInfo, type Socket } from "node:net";
+import { stallUntilUnread } from "@fenced/servers/stall";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { notBefore } from "./not-before.js";
@@ -216,6 +219,70 @@ describe("fanOut's node timeout", () => {
     const { roundMs, toldMs } = await silentNodes(false);
     expect(Math.min(...roundMs)).toBeGreaterThanOrEqual(0);
     expect(Math.min(...toldMs)).toBeGreaterThanOrEqual(0);
+  });
+});
+
+describe("fanOut after a stall of the event loop", () => {
+  /**
+   * A node whose answer is a byte on a real socket (as a Redis reply is): `answer()` sends it, the
+   * node's call resolves once the loop has read it, and `stall(ms)` stalls the loop for at least `ms`
+   * and until the answer waits unread. Runs `body` with the connected pair.
+   */
+  async function withAnsweringNode(
+    body: (node: { call(): Promise<unknown>; answer(): void; stall(ms: number): void }) => Promise<void>,
+  ): Promise<void> {
+    let serverSide: Socket | undefined;
+    const server = createServer((socket) => (serverSide = socket));
+    await new Promise<void>((listening) => server.listen(0, "127.0.0.1", listening));
+    const accepted = once(server, "connection");
+    const client = connect((server.address() as AddressInfo).port, "127.0.0.1");
+    try {
+      await Promise.all([once(client, "connect"), accepted]);
+      await body({
+        call: () => new Promise((resolve) => client.once("data", () => resolve("OK"))),
+        answer: () => serverSide?.write("+OK\r\n"),
+        stall: (ms) => stallUntilUnread([client], ms),
+      });
+    } finally {
+      client.destroy();
+      serverSide?.destroy();
+      server.close();
+    }
+  }
+
+  // The loop stalls past the timeout while the answer arrives: the timer and the answer are due on one turn.
+  it("counts a node whose answer arrived during the stall, rather than calling it a timeout", async () => {
+    await withAnsweringNode(async (node) => {
+      const told: (string | undefined)[] = [];
+      const round = fanOut<unknown>(1, 20, {
+        send: () => node.call(),
+        decided: () => false,
+        observe: (_, __, failure) => told.push(failure?.reason),
+      });
+      node.answer();
+      node.stall(40);
+      expect(await round).toEqual([{ ok: true, value: "OK" }]);
+      expect(told).toEqual([undefined]);
+    });
+  });
+
+  it("after a round decided without it, tells a node whose answer arrived during the stall answered, not timed out", async () => {
+    await withAnsweringNode(async (node) => {
+      const told: [number, string | undefined][] = [];
+      const round = fanOut<unknown>(2, 20, {
+        send: (n) => (n === 0 ? Promise.resolve("OK") : node.call()),
+        decided: () => true,
+        observe: (n, _, failure) => told.push([n, failure?.reason]),
+      });
+      await round;
+      node.answer();
+      node.stall(40);
+      await expect.poll(() => told.length).toBe(2);
+      expect(told).toEqual([
+        [0, undefined],
+        [1, undefined],
+      ]);
+    });
   });
 });
 

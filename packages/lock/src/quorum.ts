@@ -119,22 +119,15 @@ export function fanOut<T>(count: number, timeoutMs: number, how: FanOut<T>): Pro
     const watch = (node: number, call: Promise<unknown>, first: boolean): void => {
       call.then(
         (raw) => {
-          if (done || replies[node] !== undefined) {
-            observing?.tell(node);
-            return;
-          }
-          let value: T;
-          try {
-            value = how.parse === undefined ? (raw as T) : how.parse(raw);
-          } catch (err) {
-            failed(node, err);
-            return;
-          }
-          settle(node, { ok: true, value });
+          if (done || replies[node] !== undefined) observing?.tell(node);
+          else settle(node, parsed(how, node, raw, watches[node]));
         },
         (err: unknown) => {
           const again = first ? how.retry?.(node, err) : undefined;
           if (again !== undefined) watch(node, again, false);
+          // A NOSCRIPT that comes after the outcome, and is not retried (an acquire's: fallBack), is the
+          // node's answer: it is up, and only lacked the script, which it is now sent.
+          else if (done && redisErrorCode(err) === "NOSCRIPT") observing?.tell(node);
           else failed(node, err);
         },
       );
@@ -160,6 +153,15 @@ export function fanOut<T>(count: number, timeoutMs: number, how: FanOut<T>): Pro
       }
     });
   });
+}
+
+/** A node's answer as its reply: what `how.parse` reads in it, or what that throws as the node's failure. */
+function parsed<T>(how: FanOut<T>, node: number, raw: unknown, watch: NodeWatch | undefined): Reply<T> {
+  try {
+    return { ok: true, value: how.parse === undefined ? (raw as T) : how.parse(raw) };
+  } catch (err) {
+    return { ok: false, failure: failureOf(node, err, watch) };
+  }
 }
 
 /** What one node said to the acquire script: granted the whole set or none of it, and each resource's counter. */

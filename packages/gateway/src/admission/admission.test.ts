@@ -2,9 +2,9 @@
 // response to calls that slow down, and the gate's admit / wait / refuse. The gateway's own test
 // (../admission.test.ts) runs them over HTTP against real backends.
 import { once } from "node:events";
-import { connect, createServer, type AddressInfo } from "node:net";
-import { performance } from "node:perf_hooks";
+import { connect, createServer, type AddressInfo, type Socket } from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
+import { stallUntilUnread } from "@fenced/servers/stall";
 import { describe, expect, it } from "vitest";
 import { Admission, type Release } from "./admission.js";
 import { FairQueue } from "./fair-queue.js";
@@ -139,17 +139,16 @@ describe("a route family's gate", () => {
     let answered = (): void => undefined;
     const server = createServer((socket) => socket.once("data", () => answered()));
     await new Promise<void>((listening) => server.listen(0, "127.0.0.1", listening));
-    const accepted = once(server, "connection");
+    const accepted = once(server, "connection") as Promise<[Socket]>;
     const client = connect((server.address() as AddressInfo).port, "127.0.0.1");
     try {
-      await Promise.all([once(client, "connect"), accepted]);
+      const [, [serverSide]] = await Promise.all([once(client, "connect"), accepted]);
       const gate = new Admission({ ...settings, limit: { initial: 1, min: 1, max: 1 }, queueTimeoutMs: 20 });
       answered = gate.admit("work", "a") as Release;
       const waiting = gate.admit("work", "b") as Promise<Release>;
       client.write("answer");
       // The loop stalls past the wait while the answer arrives: the timer and the answer are due on one turn.
-      const until = performance.now() + 60;
-      while (performance.now() < until);
+      stallUntilUnread([serverSide], 40);
       expect(typeof (await waiting)).toBe("function");
     } finally {
       client.destroy();
