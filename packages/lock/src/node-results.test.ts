@@ -1,6 +1,6 @@
 import type { Socket } from "node:net";
 import { ANSWERING_NODE_TIMEOUT_MS } from "@fenced/servers";
-import { stallUntilUnread } from "@fenced/servers/stall";
+import { stallUntilUnread } from "@fenced/servers/sockets";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { NodeResult } from "./options.js";
 import { Redlock } from "./redlock.js";

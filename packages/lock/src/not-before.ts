@@ -13,15 +13,17 @@ const LONGEST_TIMER_MS = 2 ** 31 - 1;
  * through setImmediate (the check phase, after the poll phase that reads them).
  * Invariant it keeps: a node reported `timeout` was silent for its whole nodeTimeoutMs, and still
  * unread once the loop had read its sockets after it; a round that gives up on its nodes gave them
- * all of it. Returns the function that cancels it. An `ms` past Node's longest timer (about 24.8
- * days; Infinity included) waits in steps of that length, never in Node's 1 ms fallback.
+ * all of it. `unref`: the wait does not keep the process alive. Returns the function that cancels
+ * it. An `ms` past Node's longest timer (about 24.8 days; Infinity included) waits in steps of that
+ * length, never in Node's 1 ms fallback.
  */
 export function notBefore(since: number, ms: number, fn: () => void, options: { unref?: boolean } = {}): () => void {
   let timer: NodeJS.Timeout;
   let immediate: NodeJS.Immediate | undefined;
+  // Never unref'd: an unref'd immediate lets the poll phase block, so `fn` would wait for some other
+  // timer or socket to wake the loop. Ref'd, it keeps the loop for one more turn only.
   const due = (): void => {
     immediate = setImmediate(fn);
-    if (options.unref === true) immediate.unref();
   };
   const arm = (): void => {
     timer = setTimeout(

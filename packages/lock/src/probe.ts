@@ -73,13 +73,13 @@ export function probeNodes(
     let up = 0;
     let failed = 0;
     let done = false;
-    let grace: NodeJS.Timeout | undefined;
+    let cancelGrace: (() => void) | undefined;
     let stopWatching = (): void => undefined;
     const finish = (timedOut: boolean): void => {
       if (done) return;
       done = true;
       cancelDeadline();
-      clearTimeout(grace);
+      cancelGrace?.();
       stopWatching();
       const silent = (node: number): NodeProbe => (timedOut ? asProbe(lateFailure(node, watches[node])) : { node, state: "pending" });
       resolve({ ok: up >= quorum, quorum, nodes: nodes.map((probe, node) => probe ?? silent(node)) });
@@ -91,8 +91,9 @@ export function probeNodes(
       if (probe.state === "up") up++;
       else failed++;
       if (up + failed === count) return finish(false);
-      if (grace === undefined && (up >= quorum || failed > count - quorum))
-        grace = setTimeout(() => finish(false), Math.max(MIN_GRACE_MS, performance.now() - started));
+      // As the deadline, through notBefore: after a stall, the answers already in the sockets are read first.
+      if (cancelGrace === undefined && (up >= quorum || failed > count - quorum))
+        cancelGrace = notBefore(performance.now(), Math.max(MIN_GRACE_MS, performance.now() - started), () => finish(false));
     };
     const cancelDeadline = notBefore(started, timeoutMs, () => finish(true));
     for (let node = 0; node < count; node++) {

@@ -1,6 +1,4 @@
-import { once } from "node:events";
-import { connect, createServer, type AddressInfo, type Socket } from "node:net";
-import { stallUntilUnread } from "@fenced/servers/stall";
+import { connectedPair, stallUntilUnread } from "@fenced/servers/sockets";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { notBefore } from "./not-before.js";
@@ -231,22 +229,15 @@ describe("fanOut after a stall of the event loop", () => {
   async function withAnsweringNode(
     body: (node: { call(): Promise<unknown>; answer(): void; stall(ms: number): void }) => Promise<void>,
   ): Promise<void> {
-    let serverSide: Socket | undefined;
-    const server = createServer((socket) => (serverSide = socket));
-    await new Promise<void>((listening) => server.listen(0, "127.0.0.1", listening));
-    const accepted = once(server, "connection");
-    const client = connect((server.address() as AddressInfo).port, "127.0.0.1");
+    const { client, peer, close } = await connectedPair();
     try {
-      await Promise.all([once(client, "connect"), accepted]);
       await body({
         call: () => new Promise((resolve) => client.once("data", () => resolve("OK"))),
-        answer: () => serverSide?.write("+OK\r\n"),
+        answer: () => peer.write("+OK\r\n"),
         stall: (ms) => stallUntilUnread([client], ms),
       });
     } finally {
-      client.destroy();
-      serverSide?.destroy();
-      server.close();
+      close();
     }
   }
 

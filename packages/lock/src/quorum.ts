@@ -63,8 +63,9 @@ export interface FanOut<T> {
   /**
    * Told each node's result once (RedlockOptions.onNodeResult): that it answered, or why not
    * (refused, timeout, error), and how long that took from the fan-out's start. An answer that comes
-   * after the outcome was known is told too, and a node still silent `timeoutMs` after the start is
-   * told `timeout` then; a node not sent the call (the outcome was known first) is not told. Absent:
+   * after the outcome was known is told too (a NOSCRIPT then, which is not retried, is an answer: the
+   * node is up and is sent the script), and a node still silent `timeoutMs` after the start is told
+   * `timeout` then; a node not sent the call (the outcome was known first) is not told. Absent:
    * nothing is timed.
    */
   readonly observe?: ((node: number, ms: number, failure?: NodeFailure) => void) | undefined;

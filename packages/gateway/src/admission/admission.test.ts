@@ -1,10 +1,8 @@
 // Admission control's decisions, without a server: the queue's order and eviction, the limit's
 // response to calls that slow down, and the gate's admit / wait / refuse. The gateway's own test
 // (../admission.test.ts) runs them over HTTP against real backends.
-import { once } from "node:events";
-import { connect, createServer, type AddressInfo, type Socket } from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
-import { stallUntilUnread } from "@fenced/servers/stall";
+import { connectedPair, stallUntilUnread } from "@fenced/servers/sockets";
 import { describe, expect, it } from "vitest";
 import { Admission, type Release } from "./admission.js";
 import { FairQueue } from "./fair-queue.js";
@@ -136,23 +134,17 @@ describe("a route family's gate", () => {
 
   it("after a stall longer than the wait, lets a queued request have the slot an answer that arrived meanwhile frees, rather than refuse it", async () => {
     // The slot's call ends when its answer is read: a byte on a real socket, as a backend's answer.
-    let answered = (): void => undefined;
-    const server = createServer((socket) => socket.once("data", () => answered()));
-    await new Promise<void>((listening) => server.listen(0, "127.0.0.1", listening));
-    const accepted = once(server, "connection") as Promise<[Socket]>;
-    const client = connect((server.address() as AddressInfo).port, "127.0.0.1");
+    const { client, peer, close } = await connectedPair();
     try {
-      const [, [serverSide]] = await Promise.all([once(client, "connect"), accepted]);
       const gate = new Admission({ ...settings, limit: { initial: 1, min: 1, max: 1 }, queueTimeoutMs: 20 });
-      answered = gate.admit("work", "a") as Release;
+      client.once("data", gate.admit("work", "a") as Release);
       const waiting = gate.admit("work", "b") as Promise<Release>;
-      client.write("answer");
+      peer.write("answer");
       // The loop stalls past the wait while the answer arrives: the timer and the answer are due on one turn.
-      stallUntilUnread([serverSide], 40);
+      stallUntilUnread([client], 40);
       expect(typeof (await waiting)).toBe("function");
     } finally {
-      client.destroy();
-      server.close();
+      close();
     }
   });
 

@@ -1,6 +1,6 @@
 import { once } from "node:events";
-import { readFileSync } from "node:fs";
 import { connect, Server, type Socket } from "node:net";
+import { tcpSockets } from "@fenced/servers/sockets";
 import express from "express";
 import { describe, expect, it, vi } from "vitest";
 import { serve } from "./server.js";
@@ -20,16 +20,8 @@ function burst(port: number, n: number): Socket[] {
 
 /** The local address (hex, as the kernel lists it) of each socket listening on `port`, IPv4 and IPv6. */
 function listeningAddresses(port: number): string[] {
-  const portHex = port.toString(16).toUpperCase().padStart(4, "0");
-  return ["/proc/net/tcp", "/proc/net/tcp6"].flatMap((table) =>
-    readFileSync(table, "utf8")
-      .split("\n")
-      .slice(1)
-      .map((line) => line.trim().split(/\s+/))
-      // local_address is ADDRESS:PORT; state 0A is LISTEN.
-      .filter((fields) => fields[1]?.endsWith(`:${portHex}`) && fields[3] === "0A")
-      .map((fields) => (fields[1] as string).split(":")[0] as string),
-  );
+  // State 0A is LISTEN.
+  return tcpSockets().flatMap((s) => (s.localPort === port && s.state === "0A" ? [s.localAddress] : []));
 }
 
 /** What a new connection to `port` meets: "accepted", or the error's code (ECONNREFUSED: nothing listens). */
