@@ -1,7 +1,9 @@
 import { connectedPair, stallUntilUnread } from "@fenced/servers/sockets";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import type { RedisClient } from "./client.js";
 import { notBefore } from "./not-before.js";
+import { probeNodes } from "./probe.js";
 import { AcquireTally, chooseToken, fanOut, quorumOf, type Grant, type Reply } from "./quorum.js";
 
 type MaybeReply = Reply<Grant> | undefined;
@@ -220,7 +222,7 @@ describe("fanOut's node timeout", () => {
   });
 });
 
-describe("fanOut after a stall of the event loop", () => {
+describe("fanOut and probeNodes after a stall of the event loop", () => {
   /**
    * A node whose answer is a byte on a real socket (as a Redis reply is): `answer()` sends it, the
    * node's call resolves once the loop has read it, and `stall(ms)` stalls the loop for at least `ms`
@@ -273,6 +275,24 @@ describe("fanOut after a stall of the event loop", () => {
         [0, undefined],
         [1, undefined],
       ]);
+    });
+  });
+
+  it("probeNodes: after a stall past its grace and its deadline, counts a node whose PONG arrived during it", async () => {
+    await withAnsweringNode(async (node) => {
+      const at = (answer: () => Promise<unknown>): RedisClient => ({
+        ping: answer,
+        evalsha: () => Promise.reject(new Error("unused")),
+        eval: () => Promise.reject(new Error("unused")),
+        script: () => Promise.reject(new Error("unused")),
+      });
+      const clients = [at(() => Promise.resolve("PONG")), at(() => Promise.resolve("PONG")), at(() => node.call().then(() => "PONG"))];
+      const probing = probeNodes({ clients, quorum: 2 }, 20);
+      // Nodes 0 and 1 have answered (a quorum: the grace, at least 10 ms, is armed) before the loop stalls.
+      await Promise.resolve();
+      node.answer();
+      node.stall(40);
+      expect((await probing).nodes.map((n) => n.state)).toEqual(["up", "up", "up"]);
     });
   });
 });

@@ -17,18 +17,18 @@ export interface TcpSocket {
   readonly remotePort: number;
   /** The kernel's state code: "0A" is LISTEN, "01" ESTABLISHED. */
   readonly state: string;
-  /** Bytes received and not yet read by the process. */
+  /** Bytes received and not yet read by the process (on a LISTEN row: connections not yet accepted). */
   readonly unread: number;
 }
 
-/** Every TCP socket of the machine, IPv4 and IPv6 (a kernel without IPv6 has no tcp6 table). */
+/** Every TCP socket of this network namespace, IPv4 and IPv6 (a kernel without IPv6 has no tcp6 table). */
 export function tcpSockets(): TcpSocket[] {
   return ["/proc/net/tcp", "/proc/net/tcp6"].flatMap((table) => {
     let text: string;
     try {
       text = readFileSync(table, "utf8");
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === "ENOENT") return [];
+      if (table.endsWith("6") && (err as NodeJS.ErrnoException).code === "ENOENT") return [];
       throw err;
     }
     return text
@@ -82,7 +82,14 @@ export async function connectedPair(): Promise<{ client: Socket; peer: Socket; c
   await new Promise<void>((listening) => server.listen(0, "127.0.0.1", listening));
   const accepted = once(server, "connection") as Promise<[Socket]>;
   const client = connect((server.address() as AddressInfo).port, "127.0.0.1");
-  const [, [peer]] = await Promise.all([once(client, "connect"), accepted]);
+  let peer: Socket;
+  try {
+    [, [peer]] = await Promise.all([once(client, "connect"), accepted]);
+  } catch (err) {
+    client.destroy();
+    server.close();
+    throw err;
+  }
   return {
     client,
     peer,
