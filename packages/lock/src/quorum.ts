@@ -24,21 +24,23 @@ export interface ScriptCall {
 }
 
 /**
- * After a NOSCRIPT answer: the same call as EVAL (which also caches the script), or undefined when
- * the error is anything else, or when `stillWanted` says the call must not run any more.
+ * After a NOSCRIPT answer, the node's second call: the same call as EVAL (which also caches the
+ * script), or, when `stillWanted` says the call must not run any more, only SCRIPT LOAD; undefined
+ * when the error is anything else.
  *
  * The EVAL runs after whatever this client sent on the connection in the meantime, so it can
  * overtake commands that were meant to follow it. An acquire answered NOSCRIPT after its attempt
  * ended must not run at all, or it would run after that attempt's release and leave a lease key
  * behind for the whole TTL; the script is then only loaded (no side effects), so that the node can
- * serve the next call.
+ * serve the next call. That load's answer is the node's answer for an observer: the node is up, or
+ * the load failed. It is never counted as the call's reply, because a caller's `stillWanted` turns
+ * false only once its fan-out has resolved (acquire-round.ts), and a fan-out ignores later replies.
  */
 export function fallBack(client: RedisClient, call: ScriptCall, err: unknown, stillWanted?: () => boolean): Promise<unknown> | undefined {
   if (redisErrorCode(err) !== "NOSCRIPT") return undefined;
   const { script, keys, args } = call;
   if (stillWanted === undefined || stillWanted()) return client.eval(script.source, keys.length, ...keys, ...args);
-  client.script("LOAD", script.source).catch(() => undefined);
-  return undefined;
+  return client.script("LOAD", script.source);
 }
 
 /** How a fan-out sends to one node, reads its answer, and decides when it is over. */
@@ -63,10 +65,9 @@ export interface FanOut<T> {
   /**
    * Told each node's result once (RedlockOptions.onNodeResult): that it answered, or why not
    * (refused, timeout, error), and how long that took from the fan-out's start. An answer that comes
-   * after the outcome was known is told too (a NOSCRIPT then, which is not retried, is an answer: the
-   * node is up and is sent the script), and a node still silent `timeoutMs` after the start is told
-   * `timeout` then; a node not sent the call (the outcome was known first) is not told. Absent:
-   * nothing is timed.
+   * after the outcome was known is told too (after a NOSCRIPT, the answer to `retry`'s call), and a
+   * node still silent `timeoutMs` after the start is told `timeout` then; a node not sent the call
+   * (the outcome was known first) is not told. Absent: nothing is timed.
    */
   readonly observe?: ((node: number, ms: number, failure?: NodeFailure) => void) | undefined;
 }
@@ -126,9 +127,6 @@ export function fanOut<T>(count: number, timeoutMs: number, how: FanOut<T>): Pro
         (err: unknown) => {
           const again = first ? how.retry?.(node, err) : undefined;
           if (again !== undefined) watch(node, again, false);
-          // A NOSCRIPT that comes after the outcome, and is not retried (an acquire's: fallBack), is the
-          // node's answer: it is up, and only lacked the script, which it is now sent.
-          else if (done && redisErrorCode(err) === "NOSCRIPT") observing?.tell(node);
           else failed(node, err);
         },
       );
