@@ -15,7 +15,7 @@ import {
   isManifestPut,
   listKeys,
   type RequestInfo,
-} from "./test-support.js";
+} from "./wire-test-support.js";
 
 let server: StartedS3;
 

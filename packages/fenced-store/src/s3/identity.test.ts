@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ResourceMismatchError, StaleTokenError } from "../errors.js";
 import type { Fence } from "../fence.js";
 import { FencedS3 } from "./store.js";
-import { contents } from "./test-support.js";
+import { contents } from "./wire-test-support.js";
 
 let server: StartedS3;
 let client: S3Client;

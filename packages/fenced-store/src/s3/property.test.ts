@@ -6,7 +6,7 @@ import { admits } from "@fenced/fence";
 import { OutcomeUnknownError, ResourceMismatchError, StaleTokenError } from "../errors.js";
 import { FencedS3 } from "./store.js";
 import { entryFor, type ManifestHeader } from "./manifest.js";
-import { auditManifests, listKeys } from "./test-support.js";
+import { auditManifests, listKeys } from "./wire-test-support.js";
 
 let server: StartedS3;
 let client: S3Client;

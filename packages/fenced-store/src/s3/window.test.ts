@@ -16,7 +16,7 @@ import {
   isManifestPut,
   listKeys,
   onWire,
-} from "./test-support.js";
+} from "./wire-test-support.js";
 
 let server: StartedS3;
 let client: S3Client;
