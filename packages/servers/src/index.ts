@@ -6,4 +6,5 @@ export { startRedisCluster, type RedisCluster } from "./redis-cluster.js";
 export { compileClockShim, CLOCK_SHIM_SOURCE, CLOCK_OFFSET_FILE_ENV } from "./clock-shim.js";
 export { type ServerFaults } from "./faults.js";
 export { startPostgres, type StartedPostgres, type StartPostgresOptions } from "./postgres.js";
-export { startS3, listKeys, S3_INSTALL_HINT, type StartedS3 } from "./s3.js";
+export { startS3, S3_INSTALL_HINT, type StartedS3 } from "./s3.js";
+export { listKeys } from "./s3-keys.js";

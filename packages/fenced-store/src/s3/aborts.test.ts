@@ -4,7 +4,7 @@ import { startS3, type StartedS3 } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Fence } from "../fence.js";
 import { FencedS3 } from "./store.js";
-import { aroundWire, contents, listKeys, onWire, type WireRequest } from "./test-support.js";
+import { aroundWire, contents, listKeys, onWire, type WireRequest } from "./wire-test-support.js";
 
 // PROTOCOL.md, "S3", "Conflicts and ambiguous outcomes": the caller's abort ends every call with its
 // reason, and a write stopped before its manifest PUT leaves the manifest as it was and no data

@@ -79,31 +79,29 @@ export class AttemptBodies {
   }
 
   /**
-   * The upload begun for `target`, while it is still running: its name, and its completion. The
-   * attempt against `target` may name it once it is complete (what prepare() would wait for).
+   * The data object in place for the next attempt against `target`: made for it, named by no
+   * attempt yet, and no longer uploading; undefined if there is none (prepare() would wait for I/O).
    */
-  running(target: string | null): { key: string; ready: Promise<number> } | undefined {
+  inPlace(target: string | null): string | undefined {
     const last = this.made.at(-1);
-    if (last === undefined || last.attempt !== undefined || last.settled || last.target !== target) return undefined;
-    return { key: last.key, ready: last.ready };
+    return last !== undefined && last.attempt === undefined && last.settled && last.target === target ? last.key : undefined;
   }
 
   /**
    * A data object for the next attempt, to be sent against `target`: the upload begun for that
-   * target, or a new one. `waited`: whether this had to wait for I/O (the fence must then be read
-   * again before the manifest PUT).
+   * target, or a new one. If it had to wait for I/O, the object was not in place before (inPlace):
+   * a fence read from before then is not current.
    */
-  async prepare(target: string | null): Promise<{ key: string; waited: boolean }> {
+  async prepare(target: string | null): Promise<string> {
     const last = this.made.at(-1);
     if (last !== undefined && last.attempt === undefined && last.target === target) {
-      const waited = !last.settled;
       await last.ready;
-      return { key: last.key, waited };
+      return last.key;
     }
     if (last === undefined) {
       const first = this.upload(target);
       await first.ready;
-      return { key: first.key, waited: true };
+      return first.key;
     }
     const size = await last.ready; // an upload that failed fails the write: there is nothing to copy
     const { client, options } = this.io;
@@ -124,7 +122,7 @@ export class AttemptBodies {
         return size;
       });
       await object.ready;
-      if (copied) return { key: object.key, waited: true };
+      if (copied) return object.key;
       this.made.pop(); // nothing was created under that name
     }
     // Every earlier object is gone: each was named by an attempt that landed and was replaced since
@@ -132,7 +130,7 @@ export class AttemptBodies {
     if (Buffer.isBuffer(this.payload)) {
       const again = this.upload(target);
       await again.ready;
-      return { key: again.key, waited: true };
+      return again.key;
     }
     // The data object of an earlier attempt is gone: that attempt may have landed and been
     // superseded, and a stream cannot be sent again.

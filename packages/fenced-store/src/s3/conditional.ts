@@ -29,7 +29,7 @@ export type Failure =
   | "throttled"
   /** Anything else (403, 400, NoSuchBucket): retrying cannot help. */
   | "fatal"
-  /** Its gate closed, or no connection could be opened: the request never left this process, so it cannot land. */
+  /** No connection could be opened: the request never left this process, so it cannot land. */
   | "unsent";
 
 export type Condition = { readonly ifNoneMatch: true } | { readonly ifMatch: string };
@@ -72,29 +72,6 @@ class RefusedNotRetried extends Error {
 }
 
 /**
- * Decides once whether a request that the SDK prepares now (serialises, signs) may go on the wire:
- * the request waits innermost in its middleware stack, right before the HTTP handler, and is sent
- * only if the gate opens. Closing an undecided gate drops it; opening or closing a decided one does
- * nothing.
- */
-export class SendGate {
-  readonly decided: Promise<boolean>;
-  private decide!: (send: boolean) => void;
-
-  constructor() {
-    this.decided = new Promise((resolve) => (this.decide = resolve));
-  }
-
-  open(): void {
-    this.decide(true);
-  }
-
-  close(): void {
-    this.decide(false);
-  }
-}
-
-/**
  * A conditional PUT for which no connection could be opened (refused, or the name did not resolve):
  * proven never sent. Taken out of the SDK's hands like AmbiguousNotRetried; the caller reads before
  * any next try.
@@ -105,27 +82,6 @@ class NeverConnected extends Error {
   }
 }
 
-/** A gated request whose gate closed: it never reached the HTTP handler. Not retried by the SDK (no status, name or code it retries). */
-class NotSent extends Error {
-  constructor() {
-    super("request not sent: its gate closed");
-  }
-}
-
-/**
- * A middleware that holds a request right before the HTTP handler until the gate decides, and throws
- * NotSent if it closes. Innermost (deserialize step, low priority): everything the SDK does before
- * sending overlaps the wait, and nothing is sent before it ends.
- */
-function holdUntil(gate: SendGate) {
-  return <A, R>(next: (args: A) => Promise<R>) =>
-    async (args: A): Promise<R> => {
-      if (!(await gate.decided)) throw new NotSent();
-      return next(args);
-    };
-}
-const HOLD = { step: "deserialize", priority: "low", name: "fencedSendGate" } as const;
-
 /**
  * Whether a failed PUT with this status may have been applied: no status at all (no answer), a 5xx,
  * or a 2xx — the server accepted it, and only reading the rest of its answer failed.
@@ -135,7 +91,7 @@ function mayHaveLanded(status: number | undefined): boolean {
 }
 
 export function classify(err: unknown): Failure {
-  if (err instanceof NotSent || err instanceof NeverConnected) return "unsent";
+  if (err instanceof NeverConnected) return "unsent";
   if (err instanceof AmbiguousNotRetried) return "ambiguous";
   if (err instanceof RefusedNotRetried) return "throttled";
   const status = statusOf(err);
@@ -205,10 +161,8 @@ export class ConditionalObjects {
     return this.form === "bare" ? etag : `"${etag}"`;
   }
 
-  /** With a gate, the GET goes on the wire only once it opens (NotSent if it closes). */
-  async read(key: string, signal?: AbortSignal, gate?: SendGate): Promise<StoredObject | undefined> {
+  async read(key: string, signal?: AbortSignal): Promise<StoredObject | undefined> {
     const command = new GetObjectCommand({ Bucket: this.bucket, Key: key });
-    if (gate !== undefined) command.middlewareStack.add(holdUntil(gate), HOLD);
     try {
       const res = await this.client.send(command, this.bounded(signal));
       if (res.Body === undefined || res.ETag === undefined) throw new Error(`GET ${key} returned no body or no ETag`);
@@ -227,9 +181,8 @@ export class ConditionalObjects {
    * condition answers with the object (correct, only slower); verify() proves that this one answers
    * a replaced ETag with the object, never with 304.
    */
-  readIfChanged(key: string, etag: string, signal?: AbortSignal, gate?: SendGate): Promise<Revalidated> {
+  readIfChanged(key: string, etag: string, signal?: AbortSignal): Promise<Revalidated> {
     const command = new GetObjectCommand({ Bucket: this.bucket, Key: key, IfNoneMatch: this.etagHeader(etag) });
-    if (gate !== undefined) command.middlewareStack.add(holdUntil(gate), HOLD);
     let notModified!: (found: Revalidated) => void;
     const early = new Promise<Revalidated>((resolve) => (notModified = resolve));
     // Innermost, where the HTTP response arrives: a 304 is known before the SDK has processed it.
@@ -269,11 +222,8 @@ export class ConditionalObjects {
     return Promise.race([early, full]);
   }
 
-  /**
-   * Never throws: the outcome says how a failure is to be understood. With a gate, the PUT is
-   * prepared at once and goes on the wire only once the gate opens ("unsent" if it closes).
-   */
-  async write(key: string, body: Buffer, condition: Condition, signal?: AbortSignal, gate?: SendGate): Promise<WriteOutcome> {
+  /** Never throws: the outcome says how a failure is to be understood. */
+  async write(key: string, body: Buffer, condition: Condition, signal?: AbortSignal): Promise<WriteOutcome> {
     try {
       const command = new PutObjectCommand({
         Bucket: this.bucket,
@@ -289,7 +239,6 @@ export class ConditionalObjects {
           try {
             return await next(args);
           } catch (err) {
-            if (err instanceof NotSent) throw err;
             if (neverSent(err)) throw new NeverConnected(err);
             if (mayHaveLanded(statusOf(err))) throw new AmbiguousNotRetried(err);
             if (retriedRefusal(err)) throw new RefusedNotRetried(err);
@@ -298,7 +247,6 @@ export class ConditionalObjects {
         },
         { step: "finalizeRequest", priority: "low", name: "fencedNoRetryWhenAmbiguous" },
       );
-      if (gate !== undefined) command.middlewareStack.add(holdUntil(gate), HOLD);
       const res = await this.client.send(command, this.bounded(signal));
       if (res.ETag === undefined) throw new Error(`PUT ${key} returned no ETag`);
       if ("ifMatch" in condition) this.formSettled = true;

@@ -7,7 +7,7 @@ import { FencedS3 } from "./store.js";
 import { copyData } from "./copy.js";
 import { dataKey, newId, targetOf } from "./layout.js";
 import { judgeData, mayBeNamed, nextHeader, type ManifestHeader } from "./manifest.js";
-import { answerOnWire, auditManifests, fakeError, intercept, isManifestPut, listKeys, type FakeAnswer } from "./test-support.js";
+import { answerOnWire, auditManifests, fakeError, intercept, isManifestPut, listKeys, type FakeAnswer } from "./wire-test-support.js";
 
 let server: StartedS3;
 let client: S3Client;

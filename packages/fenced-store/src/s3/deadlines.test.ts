@@ -7,7 +7,7 @@ import { CorruptStateError, OutcomeUnknownError, StoreSetupError, StoreUnavailab
 import type { Fence } from "../fence.js";
 import { fenceKey, manifestKey } from "./layout.js";
 import { FencedS3 } from "./store.js";
-import { aroundWire, holdFirst, isFenceWrite, isManifestPut, networkError } from "./test-support.js";
+import { aroundWire, holdFirst, isFenceWrite, isManifestPut, networkError } from "./wire-test-support.js";
 
 /** Deadlines and typed errors against a real radosgw that is paused, killed and restarted under the store. */
 

@@ -8,7 +8,7 @@ import { fenceRefusal, needsRaise } from "./manifest.js";
  * What an S3 write does next, as a pure function of what it knows: its intent, the resource fence
  * objects as last read and the key's manifest as last read (or remembered). The driver (write.ts)
  * does the I/O a decision asks for and asks again with the answers, until it is told to put or to
- * refuse; a manifest PUT goes on the wire only on a decision to put (run.ts, `assertMayPut`). Nothing
+ * refuse; a manifest PUT goes on the wire only on a decision to put (write.ts, `putManifest`). Nothing
  * here sends, awaits or reads a clock. PROTOCOL.md, "S3", "The write", steps 3 to 7.
  */
 
@@ -42,7 +42,7 @@ export type Decision =
   | { readonly kind: "read"; readonly fences: boolean }
   /** Raise the fence objects to this write's tokens (each is below one, or absent). */
   | { readonly kind: "raise" }
-  /** Read the fence objects, then decide again: the PUT is pipelined behind that read (pipeline.ts). */
+  /** Read the fence objects, then decide again: the PUT follows that read's answer (write.ts, `putManifest`). */
   | { readonly kind: "read-fences" }
   /** Send the manifest PUT, conditional on `target` (null: If-None-Match). */
   | { readonly kind: "put"; readonly target: Snapshot | null };

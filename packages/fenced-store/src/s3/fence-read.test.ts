@@ -5,7 +5,7 @@ import { startS3, type StartedS3 } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CorruptStateError, StaleTokenError } from "../errors.js";
 import { FencedS3 } from "./store.js";
-import { intercept } from "./test-support.js";
+import { intercept } from "./wire-test-support.js";
 
 let server: StartedS3;
 let client: S3Client;

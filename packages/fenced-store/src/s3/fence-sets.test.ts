@@ -8,7 +8,7 @@ import { StaleTokenError } from "../errors.js";
 import type { Fence } from "../fence.js";
 import { ENDINGS, leaseHarness, refusedWithItsError, type LeaseHarness } from "../lease-test-support.js";
 import { FencedS3 } from "./store.js";
-import { intercept, listKeys } from "./test-support.js";
+import { intercept, listKeys } from "./wire-test-support.js";
 
 /**
  * Leases of several resources against FencedS3 on a real radosgw: a write takes one fence (one key

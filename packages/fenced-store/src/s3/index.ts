@@ -4,10 +4,8 @@
 //   store.ts       FencedS3: validates a call (options.ts, body.ts) and runs it
 //   read.ts        a key's current version: its manifest, then its body (read again if superseded meanwhile)
 //   sweep.ts       the sweeper: orphaned data objects and incomplete uploads (judgeData); sweep-report.ts, its report
-//   write.ts       the write's driver: asks decide() what next, does that I/O, after-failure (PROTOCOL.md "The write")
-//   fencing.ts     the fence objects' side of a write: reads, raises, an attempt sent under the decision on them
-//   pipeline.ts    the fence read and manifest PUT prepared ahead, gated on the wire
-//   run.ts         one write's state, its waits counted (freshness as a value), the PUT handed over only on a decision to put
+//   write.ts       the write's driver: asks decide() what next, does that I/O (fence reads and raises, the manifest PUT: putManifest), after-failure (PROTOCOL.md "The write")
+//   run.ts         one write's state; each fence answer stamped with where the write stood (fencesCurrent: freshness as a value)
 //   decision.ts    the decision: refuse, read, raise, read the fences, or put — a pure function of what the write knows
 //   intent.ts      what a write asks (refusal) and the manifest it builds
 //   bodies.ts      a write's data objects (copy.ts, multipart.ts) and their cleanup (deletions.ts)

@@ -33,6 +33,8 @@ export interface Intent {
   readonly deadline: Deadline;
   /** The deadline's signal: every request of the write carries it. */
   readonly signal: AbortSignal;
+  /** Whether the write ends the deadline when it is over (false: the caller does, as update(), whose rounds share it). */
+  readonly endDeadline: boolean;
 }
 
 /**

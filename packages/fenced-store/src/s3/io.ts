@@ -3,7 +3,7 @@ import type { S3Client } from "@aws-sdk/client-s3";
 import { Lru } from "../lru.js";
 import { ContentionError, StaleTokenError } from "../errors.js";
 import type { CheckedFence } from "../fence.js";
-import { ConditionalObjects, type Condition, type SendGate } from "./conditional.js";
+import { ConditionalObjects, type Condition } from "./conditional.js";
 import { requestSignal } from "../deadline.js";
 import { Deletions } from "./deletions.js";
 import { refusedOwnEtag } from "./failures.js";
@@ -125,17 +125,14 @@ export class StoreIo {
     return { snap, inline };
   }
 
-  /**
-   * The resource's fence object as it is now (null: absent), read conditionally on the one last seen.
-   * With a gate, the read goes on the wire only once the gate opens (NotSent if it closes).
-   */
-  async readFence(resource: string, signal: AbortSignal | undefined, gate?: SendGate): Promise<FenceSnapshot | null> {
+  /** The resource's fence object as it is now (null: absent), read conditionally on the one last seen. */
+  async readFence(resource: string, signal: AbortSignal | undefined): Promise<FenceSnapshot | null> {
     const key = fenceKey(this.options.prefix, resource);
     const seen = this.fences.get(resource);
     const found =
       seen === undefined
-        ? { unchanged: false as const, object: await this.objects.read(key, signal, gate) }
-        : await this.objects.readIfChanged(key, seen.etag, signal, gate);
+        ? { unchanged: false as const, object: await this.objects.read(key, signal) }
+        : await this.objects.readIfChanged(key, seen.etag, signal);
     if (found.unchanged && seen !== undefined) {
       this.noteFence(resource, seen);
       return seen;

@@ -4,7 +4,7 @@ import { startS3, type StartedS3 } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ENDINGS, leaseHarness, refusedWithItsError, type LeaseHarness } from "../lease-test-support.js";
 import { FencedS3 } from "./store.js";
-import { intercept, listKeys } from "./test-support.js";
+import { intercept, listKeys } from "./wire-test-support.js";
 
 /**
  * A fence that knows its lease ended is refused before any I/O, whether or not a signal was passed:

@@ -1,14 +1,13 @@
 import type { AttemptBodies } from "./bodies.js";
-import type { SendGate, WriteOutcome } from "./conditional.js";
+import type { WriteOutcome } from "./conditional.js";
 import { decide, type Decision, type FenceView } from "./decision.js";
-import { condition, type FenceSnapshot, type Snapshot, type StoreIo } from "./io.js";
-import { build, type Intent, type ManifestState } from "./intent.js";
-import { manifestKey, newId } from "./layout.js";
-import { encodeManifest, type ManifestHeader } from "./manifest.js";
+import type { FenceSnapshot, Snapshot, StoreIo } from "./io.js";
+import type { Intent, ManifestState } from "./intent.js";
+import type { ManifestHeader } from "./manifest.js";
 
 /**
  * The state of one write while it runs (write.ts), how much of it is known (`next`: the decision on
- * it), and the steps that touch the manifest: its read, an attempt's PUT and what its answer settles.
+ * it), what makes a fence read current (`Stamp`), and the manifest's read and what it settles.
  */
 
 /** One manifest PUT of this write: its writeId, and what it replaces if it lands. */
@@ -24,14 +23,24 @@ interface Attempt {
   ambiguous: boolean;
 }
 
-/** A manifest attempt handed to the SDK: its record, its header, its data object, and its outcome once settled. */
-export interface Prepared {
+/** A manifest attempt handed to the SDK: its record, its header, and its outcome once settled. */
+export interface Sent {
   readonly attempt: Attempt;
   readonly header: ManifestHeader;
-  readonly dataKey: string | undefined;
-  /** Held by a gate until sending() (else handed to the wire by prepare()). */
-  readonly gated: boolean;
   readonly outcome: Promise<WriteOutcome>;
+}
+
+/**
+ * What a fence read (or a raise of the one fence) was delivered after: what the write awaits before
+ * a manifest PUT, as it stood then. The read is current — a PUT may go out on it — while both still
+ * stand: the manifest was not read since (nor, so, an attempt answered: every attempt that did not
+ * land is followed by a manifest read) and the write did not wait for its data object since.
+ */
+interface Stamp {
+  /** The manifest as the write knew it (each read of it makes a new one: compared by identity). */
+  readonly manifest: ManifestState;
+  /** The data object in place for the next attempt (bodies.ts, `inPlace`); undefined: none was. */
+  readonly body: string | undefined;
 }
 
 /** The fence objects as last read or raised. */
@@ -39,10 +48,10 @@ interface FenceState {
   /** One per fence of the intent (null: absent); undefined: not read yet. */
   readonly snaps: readonly (FenceSnapshot | null)[] | undefined;
   /**
-   * The wait that delivered them (`waits` when it ended); undefined: never current (raised beside
-   * another fence's raise, whose CAS loop may have taken several round trips after this one answered).
+   * What they were delivered after; undefined: never current (raised beside another fence's raise,
+   * whose CAS loop may have taken several round trips after this one answered).
    */
-  readonly readIn: number | undefined;
+  readonly stamp: Stamp | undefined;
 }
 
 /** Everything one write knows while it runs. Each step reads and updates it; nothing else is shared. */
@@ -55,8 +64,6 @@ export interface Run {
   /** The manifest the next attempt is built on and sent against. */
   manifest: ManifestState;
   fences: FenceState;
-  /** The waits of this write that have ended, counted (`waited`): freshness as a value. */
-  waits: number;
   /** Every attempt sent, in order. */
   readonly attempts: Attempt[];
   /** The key's manifest as read after the latest attempt was sent; undefined while unknown. */
@@ -65,24 +72,26 @@ export interface Run {
   throttled: number;
 }
 
-/**
- * Awaits `work` as one wait of the write: every wait that lets time pass (a batch of reads, a raise,
- * an upload, a PUT's answer, a pause) ends here, and is counted — but for dataObject's, counted only
- * when it waited for I/O. Fence objects delivered by a wait
- * are current while it is the last one ended (`fencesCurrent`): a wait not counted would let a PUT
- * go out on fences read before it, so the driver awaits nothing else.
- */
-export async function waited<T>(run: Run, work: Promise<T>): Promise<T> {
-  try {
-    return await work;
-  } finally {
-    run.waits++;
-  }
+/** Where the write stands now: a fence read delivered now is stamped with it. */
+function stamp(run: Run): Stamp {
+  return { manifest: run.manifest, body: run.bodies?.inPlace(run.manifest.snap?.header.writeId ?? null) };
 }
 
-/** Read (or raised alone) in the last wait this write ended: nothing was awaited since. */
+/** Records fence objects just read (or raised, `alone`: the intent's one fence), stamped with where the write stands. */
+export function fencesDelivered(run: Run, snaps: readonly (FenceSnapshot | null)[], alone = true): void {
+  run.fences = { snaps, stamp: alone ? stamp(run) : undefined };
+}
+
+/**
+ * Whether a manifest PUT may go out on the fence objects as last read: the write has awaited
+ * nothing since — no manifest read, no wait for its data object (the one in place then is the one
+ * the next attempt names). The one check of freshness: decide() takes it as `current`.
+ */
 function fencesCurrent(run: Run): boolean {
-  return run.fences.readIn !== undefined && run.fences.readIn === run.waits;
+  const then = run.fences.stamp;
+  const now = stamp(run);
+  const bodyInPlace = run.bodies === undefined || (then?.body !== undefined && then.body === now.body);
+  return then !== undefined && then.manifest === now.manifest && bodyInPlace;
 }
 
 /** The write's next step (decision.ts), from what it knows now. */
@@ -91,61 +100,12 @@ export function next(run: Run): Decision {
   return decide(run.intent, fences, run.manifest);
 }
 
-/**
- * THE RULE the fenced write rests on, checked where a manifest PUT is handed to the wire and nowhere
- * else (prepare() ungated, sending() gated): only on a decision to put — with the fence objects
- * checked, one made on a fence read sent after everything the write awaited, whose answer admits it.
- */
-function assertMayPut(run: Run): void {
-  const decision = next(run);
-  if (decision.kind !== "put") throw new Error(`a manifest PUT without a decision to put (${decision.kind})`);
-}
-
 /** Reads the key's manifest; an attempt without an answer that it proves never landed is settled. */
 export async function readManifest(run: Run): Promise<void> {
   const found = await run.io.readManifest(run.intent.key, run.intent.signal);
   const snap = found?.snap ?? null;
   run.manifest = { snap, inline: found?.inline, read: true };
   for (const attempt of run.attempts) if (attempt.ambiguous && settledBy(attempt, snap)) attempt.ambiguous = false;
-}
-
-/**
- * The next manifest attempt, built on the current manifest and handed to the SDK (through `gate`:
- * sent only once it opens). Without a gate it goes to the wire now: an abort seen by then sends nothing.
- */
-export function prepare(run: Run, dataKey: string | undefined, gate?: SendGate): Prepared {
-  const { io, intent, manifest } = run;
-  if (gate === undefined) {
-    intent.signal.throwIfAborted();
-    assertMayPut(run);
-  }
-  const writeId = newId();
-  const { header, inline } = build(intent, manifest, writeId, dataKey);
-  const outcome = io.objects.write(
-    manifestKey(io.options.prefix, intent.key),
-    encodeManifest(header, inline),
-    condition(manifest.snap),
-    intent.signal,
-    gate,
-  );
-  return { attempt: { writeId, target: manifest.snap, ambiguous: true }, header, dataKey, gated: gate !== undefined, outcome };
-}
-
-/**
- * The attempt goes on the wire: from now on it may land (its answer is a wait of its own). A gated
- * PUT is checked against an abort and the decision here, the last moment it can be stopped (its gate
- * is then never opened); an ungated one was checked by prepare() and is already handed to the SDK,
- * so it is recorded whatever happens now — an attempt that may land is never left out.
- */
-export function sending(run: Run, p: Prepared): Prepared {
-  if (p.gated) {
-    run.intent.signal.throwIfAborted();
-    assertMayPut(run);
-  }
-  run.attempts.push(p.attempt);
-  if (p.dataKey !== undefined) run.bodies?.sent(p.dataKey, p.attempt);
-  run.afterSend = undefined;
-  return p;
 }
 
 /**
@@ -172,10 +132,5 @@ function settledBy(attempt: Attempt, now: Snapshot | null): boolean {
 
 /** Step 5: this attempt's data object, named for the manifest it is sent against (undefined: no body object). */
 export async function dataObject(run: Run): Promise<string | undefined> {
-  if (run.bodies === undefined) return undefined;
-  const prepared = await run.bodies.prepare(run.manifest.snap?.header.writeId ?? null);
-  // A wait of the write only when it waited for I/O (an upload or a copy): an upload already done
-  // settled before, and awaiting it lets no request answer meanwhile (microtasks only).
-  if (prepared.waited) run.waits++;
-  return prepared.key;
+  return run.bodies?.prepare(run.manifest.snap?.header.writeId ?? null);
 }

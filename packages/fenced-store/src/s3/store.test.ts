@@ -6,7 +6,7 @@ import { InvalidArgumentError } from "@fenced/fence";
 import { CorruptStateError, StaleTokenError, VersionMismatchError } from "../errors.js";
 import { MAX_TOKEN, type Fence } from "../fence.js";
 import { FencedS3 } from "./store.js";
-import { fakeError, holdFirst, ignoreConditions, intercept, isManifestPut, listKeys } from "./test-support.js";
+import { fakeError, holdFirst, ignoreConditions, intercept, isManifestPut, listKeys } from "./wire-test-support.js";
 
 let server: StartedS3;
 let client: S3Client;

@@ -27,7 +27,7 @@ import {
   type S3WriteOptions,
 } from "./options.js";
 import { Sweep, type S3SweepOptions, type S3SweepProgress, type S3SweepReport } from "./sweep.js";
-import { NeverWrittenError, refusal, type Content, type S3PutResult } from "./intent.js";
+import { NeverWrittenError, refusal, type Content, type Intent, type S3PutResult } from "./intent.js";
 import { meta, openCurrent, readCurrent, type S3Bytes, type S3Object } from "./read.js";
 import { writeManifest } from "./write.js";
 
@@ -129,17 +129,22 @@ export class FencedS3 {
     assertKey(key);
     assertBody(body);
     const o = writeOptions(options);
-    assertContentType(o.contentType);
+    const { contentType } = o;
+    assertContentType(contentType);
     assertContentLength(o.contentLength, body);
     const content = this.content(toPayload(body), o.contentLength);
-    return this.write("put", key, o.fence, content, o.ifVersion, o.contentType, o.signal);
+    return observedCall({ store: "s3", operation: "put", key, fences: [o.fence] }, () =>
+      writeManifest(this.io, this.intent("put", key, o.fence, content, o.ifVersion, contentType, this.deadline(o.signal))),
+    );
   }
 
   /** Writes a tombstone (the ratchet and the key's owner survive it); get() then reads undefined. */
   async delete(key: string, options: S3DeleteOptions): Promise<S3PutResult> {
     assertKey(key);
     const o = writeOptions(options);
-    return this.write("delete", key, o.fence, { kind: "tombstone" }, o.ifVersion, undefined, o.signal);
+    return observedCall({ store: "s3", operation: "delete", key, fences: [o.fence] }, () =>
+      writeManifest(this.io, this.intent("delete", key, o.fence, { kind: "tombstone" }, o.ifVersion, undefined, this.deadline(o.signal))),
+    );
   }
 
   /**
@@ -173,6 +178,7 @@ export class FencedS3 {
         operation: "transfer",
         deadline,
         signal: deadline.signal,
+        endDeadline: false,
       });
     } catch (err) {
       if (err instanceof NeverWrittenError) return undefined;
@@ -267,15 +273,10 @@ export class FencedS3 {
       assertBody(next, "update's result");
       try {
         const version = current === null ? null : current.snap.header.writeId;
-        return await this.writeWithin(
-          "update",
-          key,
-          o.fence,
-          this.content(toPayload(next), undefined),
-          version,
-          o.contentType ?? old?.contentType,
-          deadline,
-        );
+        const content = this.content(toPayload(next), undefined);
+        // The rounds share the call's deadline: updateWithin() ends it.
+        const intent = this.intent("update", key, o.fence, content, version, o.contentType ?? old?.contentType, deadline);
+        return await writeManifest(this.io, { ...intent, endDeadline: false });
       } catch (err) {
         if (!(err instanceof VersionMismatchError)) throw err;
       }
@@ -319,27 +320,12 @@ export class FencedS3 {
     );
   }
 
-  /** ifVersion: undefined = any version, null = the key must be absent (update of an absent key). */
-  private async write(
-    operation: "put" | "delete",
-    key: string,
-    fence: ReturnType<typeof checkFence>,
-    content: Content,
-    ifVersion: string | null | undefined,
-    contentType: string | undefined,
-    signal: AbortSignal | undefined,
-  ): Promise<S3PutResult> {
-    return observedCall({ store: "s3", operation, key, fences: [fence] }, async () => {
-      const deadline = this.deadline(signal);
-      try {
-        return await this.writeWithin(operation, key, fence, content, ifVersion, contentType, deadline);
-      } finally {
-        deadline.end(true); // an upload the write did not use in the end is aborted: flush() never waits for it
-      }
-    });
-  }
-
-  private writeWithin(
+  /**
+   * One write of the key's manifest under one fence (put, delete, update's round), within `deadline`
+   * — which the write ends once over (update's rounds override that). ifVersion: undefined = any
+   * version, null = the key must be absent (update of an absent key).
+   */
+  private intent(
     operation: "put" | "delete" | "update",
     key: string,
     fence: ReturnType<typeof checkFence>,
@@ -347,9 +333,21 @@ export class FencedS3 {
     ifVersion: string | null | undefined,
     contentType: string | undefined,
     deadline: Deadline,
-  ): Promise<S3PutResult> {
-    const intent = { key, owner: fence.resource, fences: [fence], writer: fence, ifVersion, content, contentType, operation };
-    return writeManifest(this.io, { ...intent, deadline, signal: deadline.signal });
+  ): Intent {
+    const signal = deadline.signal;
+    return {
+      key,
+      owner: fence.resource,
+      fences: [fence],
+      writer: fence,
+      ifVersion,
+      content,
+      contentType,
+      operation,
+      deadline,
+      signal,
+      endDeadline: true,
+    };
   }
 }
 

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Fence } from "../fence.js";
 import { FencedS3 } from "./store.js";
 import { dataKey, newId } from "./layout.js";
-import { listKeys } from "./test-support.js";
+import { listKeys } from "./wire-test-support.js";
 
 // Two stores in one bucket need prefixes neither of which is a prefix of the other: each store's
 // sweep lists the other's objects under its `<prefix>data/` and judges them as its own. Nested

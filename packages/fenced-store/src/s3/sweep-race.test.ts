@@ -4,7 +4,8 @@ import { startS3, type StartedS3 } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Fence } from "../fence.js";
 import { FencedS3, type S3SweepReport } from "./store.js";
-import { collectGarbage, holdFirst, intercept } from "./test-support.js";
+import { collectGarbage } from "./test-support.js";
+import { holdFirst, intercept } from "./wire-test-support.js";
 
 // On radosgw (16.2), an AbortMultipartUpload processed while the writer's CompleteMultipartUpload is
 // lets Complete answer 200 and queues the parts for garbage collection: the object reads back until

@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { StoreUnavailableError } from "../errors.js";
 import { FencedS3, type S3SweepProgress } from "./store.js";
 import { dataKey, newId } from "./layout.js";
-import { fakeError, holdFirst, intercept, listKeys } from "./test-support.js";
+import { fakeError, holdFirst, intercept, listKeys } from "./wire-test-support.js";
 
 let server: StartedS3;
 let client: S3Client;

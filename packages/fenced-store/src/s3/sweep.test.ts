@@ -6,7 +6,7 @@ import type { Fence } from "../fence.js";
 import { FencedS3, type S3SweepProgress } from "./store.js";
 import { dataKey, keyOfData, newId } from "./layout.js";
 import { decodeManifest, mayBeNamed } from "./manifest.js";
-import { answered, fakeError, holdFirst, intercept, isDataUpload, isManifestPut, listKeys } from "./test-support.js";
+import { answered, fakeError, holdFirst, intercept, isDataUpload, isManifestPut, listKeys } from "./wire-test-support.js";
 
 let server: StartedS3;
 let client: S3Client;

@@ -2,21 +2,20 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { ContentionError } from "../errors.js";
 import { AttemptBodies } from "./bodies.js";
 import type { WriteOutcome } from "./conditional.js";
-import { expectsRaise, raise, readBatch, send } from "./fencing.js";
 import { refusedOwnEtag, typedFailure } from "./failures.js";
-import { NeverWrittenError, type Intent, type S3PutResult } from "./intent.js";
-import { throttledPause, type Snapshot, type StoreIo } from "./io.js";
-import { manifestKey } from "./layout.js";
-import type { ManifestHeader } from "./manifest.js";
-import { next, outcomeOpen, waited, type Prepared, type Run } from "./run.js";
+import { build, NeverWrittenError, type Intent, type S3PutResult } from "./intent.js";
+import { condition, throttledPause, type Snapshot, type StoreIo } from "./io.js";
+import { manifestKey, newId } from "./layout.js";
+import { encodeManifest, type ManifestHeader } from "./manifest.js";
+import { dataObject, fencesDelivered, next, outcomeOpen, readManifest, type Run, type Sent } from "./run.js";
 
 /**
  * The S3 write, a driver around a pure decision (decision.ts, `decide`): it asks what to do next,
  * does that I/O, and asks again, until the decision is to refuse or an attempt landed. The manifest
  * CAS is the single request that decides; everything before it only avoids sending a write that is
  * bound to be refused. The steps are numbered as in PROTOCOL.md, "S3", "The write" (step 1,
- * validation, is the caller's). Every wait of the write is counted (run.ts, `waited`): a PUT goes out
- * only on fence objects read after the last one.
+ * validation, is the caller's). A PUT goes out only on a fence read the write has awaited nothing
+ * since (run.ts, `fencesCurrent`: each read is stamped with where the write stood).
  */
 export async function writeManifest(io: StoreIo, intent: Intent): Promise<S3PutResult> {
   const run = start(io, intent);
@@ -25,6 +24,8 @@ export async function writeManifest(io: StoreIo, intent: Intent): Promise<S3PutR
     return await intent.deadline.race(steps(run));
   } catch (err) {
     throw await failed(run, err);
+  } finally {
+    if (intent.endDeadline) intent.deadline.end(true); // an upload the write did not use in the end is aborted: flush() never waits for it
   }
 }
 
@@ -36,13 +37,44 @@ async function steps(run: Run): Promise<S3PutResult> {
     if (decision.kind === "read") await readBatch(run, { fences: decision.fences, manifest: true });
     if (decision.kind === "raise") await raise(run); // 4
     if (decision.kind !== "put" && decision.kind !== "read-fences") continue;
-    const sent = await send(run); // 5, 6, 7
+    const sent = await putManifest(run); // 5, 6, 7
     if (sent === undefined) continue; // the fence read asked for a raise first: nothing was sent
-    const outcome = await waited(run, sent.outcome);
+    const outcome = await sent.outcome;
     if (outcome.ok) return accepted(run, { etag: outcome.etag, header: sent.header }, sent.attempt.target); // 8
     const landed = await afterFailure(run, sent, outcome, attempt++); // 9
     if (landed !== undefined) return landed;
   }
+}
+
+/**
+ * Steps 5 to 7, on a decision to put or to read the fences first: the attempt's data object; then,
+ * unless the fence read the write has is current after that, the fences read again (step 6); then
+ * the manifest PUT, on a decision to put. Undefined: that read asks for a raise first, and nothing
+ * was sent. The PUT goes out in the same turn as the decision on it (nothing awaited in between),
+ * so its fence read's answer is in before its first byte leaves, and the window a newer holder can
+ * slip through is the one from that read to the PUT landing (PROTOCOL.md, "The write", step 7).
+ */
+async function putManifest(run: Run): Promise<Sent | undefined> {
+  const { io, intent } = run;
+  const dataKey = await dataObject(run);
+  if (next(run).kind !== "put") await readBatch(run, { fences: true, manifest: false }); // 6
+  const decision = next(run);
+  if (decision.kind === "refuse") throw decision.error;
+  if (decision.kind !== "put") return undefined;
+  // 7. THE RULE the fenced write rests on, checked here and nowhere else: a manifest PUT only on a
+  // decision to put, made — with the fence objects checked — on a current fence read that admits it.
+  intent.signal.throwIfAborted();
+  const { manifest } = run;
+  const writeId = newId();
+  const { header, inline } = build(intent, manifest, writeId, dataKey);
+  const key = manifestKey(io.options.prefix, intent.key);
+  const outcome = io.objects.write(key, encodeManifest(header, inline), condition(manifest.snap), intent.signal);
+  // Handed to the SDK: from now on it may land, so it is recorded whatever happens next.
+  const attempt = { writeId, target: manifest.snap, ambiguous: true };
+  run.attempts.push(attempt);
+  if (dataKey !== undefined) run.bodies?.sent(dataKey, attempt);
+  run.afterSend = undefined;
+  return { attempt, header, outcome };
 }
 
 function start(io: StoreIo, intent: Intent): Run {
@@ -57,8 +89,7 @@ function start(io: StoreIo, intent: Intent): Run {
     bodies,
     checked: io.options.checkResourceFence,
     manifest: { snap: null, inline: undefined, read: false },
-    fences: { snaps: undefined, readIn: undefined },
-    waits: 0,
+    fences: { snaps: undefined, stamp: undefined },
     attempts: [],
     afterSend: undefined,
     throttled: 0,
@@ -90,13 +121,49 @@ async function read(run: Run): Promise<void> {
   await readBatch(run, { fences: raising || stream || (readFirst && !uploading), manifest: readFirst });
 }
 
+/*
+ * The resource fence objects' side of a write: reading them (alone, or with the manifest) and
+ * raising them, each answer stamped with where the write stands (run.ts, `fencesDelivered`). With
+ * checkResourceFence: false (`run.checked` false) nothing reads or raises a fence object.
+ */
+
+/**
+ * Reads the fence objects and the manifest, each if asked, in parallel (one request each). The
+ * fences are stamped once both have answered: a PUT may go out on them while the write awaits
+ * nothing else.
+ */
+async function readBatch(run: Run, what: { readonly fences: boolean; readonly manifest: boolean }): Promise<void> {
+  const { io, intent } = run;
+  const fences = what.fences && run.checked;
+  const [snaps] = await Promise.all([
+    fences ? Promise.all(intent.fences.map((f) => io.readFence(f.resource, intent.signal))) : undefined,
+    what.manifest ? readManifest(run) : undefined,
+  ]);
+  if (snaps !== undefined) fencesDelivered(run, snaps);
+}
+
+/** Whether this store expects a fence object to need raising (a guess: it only decides what step 2 reads). */
+function expectsRaise(run: Run): boolean {
+  return run.checked && run.intent.fences.some((f) => run.io.expectsRaise(f));
+}
+
+/** Step 4, on a decision to raise: the fences are known, one is below this write's token, and the manifest read in this write admits it. */
+async function raise(run: Run): Promise<void> {
+  const { io, intent } = run;
+  const known = run.fences.snaps;
+  if (known === undefined) throw new Error("a raise decided before the fence objects were read"); // decide() never does
+  const snaps = await Promise.all(intent.fences.map((f, i) => io.raiseFence(f, known[i] ?? null, intent.signal)));
+  // A raise's answer is as current as a read of that fence, but not of another fence raised beside it.
+  fencesDelivered(run, snaps, intent.fences.length === 1);
+}
+
 /**
  * 9. Whatever went wrong, the manifest itself says whether one of our attempts landed. Resolves the
  * result if one did, undefined to decide on the next attempt; throws a refusal, or when giving up.
  */
 async function afterFailure(
   run: Run,
-  sent: Prepared,
+  sent: Sent,
   outcome: WriteOutcome & { ok: false },
   attempt: number,
 ): Promise<S3PutResult | undefined> {
@@ -104,7 +171,7 @@ async function afterFailure(
   sent.attempt.ambiguous = outcome.failure === "ambiguous";
   intent.signal.throwIfAborted();
   if (outcome.failure === "fatal") throw outcome.error;
-  await waited(run, pause(run, outcome, attempt));
+  await pause(run, outcome, attempt);
   await readBatch(run, { fences: true, manifest: true });
   const now = run.manifest.snap;
   run.afterSend = now;
