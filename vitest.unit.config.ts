@@ -6,12 +6,17 @@ import base from "./vitest.config.js";
 /**
  * `pnpm test:unit`: the tests that need no server, in seconds, while editing; `pnpm test` runs them
  * with the rest. A test needs servers when it, or a module of this repository it imports (relative
- * imports, followed transitively; type-only imports are not), names @fenced/servers (or chaos or
- * demo, which use it), child_process or testcontainers — it starts Redis, PostgreSQL, radosgw or
+ * imports, followed transitively; type-only imports are not), names @fenced/servers or a subpath of it
+ * other than SERVER_FREE_SUBPATHS (or chaos or demo, which use it), child_process or testcontainers — it starts Redis, PostgreSQL, radosgw or
  * another process. The rule errs one way only: a test it cannot prove server-free (an import it cannot
  * read included) stays out of this tier, never out of `pnpm test`.
  */
-const STARTS_SERVERS = /["'](@fenced\/(servers|chaos|demo)|(node:)?child_process|testcontainers)["']/;
+// The subpaths of @fenced/servers that load nothing else of it (no server, no process), each saying so
+// at its top; any other subpath is taken to start servers.
+const SERVER_FREE_SUBPATHS = ["random", "sockets", "s3-keys"];
+const STARTS_SERVERS = new RegExp(
+  `["'](@fenced/(chaos|demo|servers(/(?!(${SERVER_FREE_SUBPATHS.join("|")})["'])[^"']*)?)|(node:)?child_process|testcontainers)["']`,
+);
 const LOCAL_IMPORT =
   /^\s*(?:import|export)\s+(?!type\s)[^;]*?from\s+["'](\.[^"']+)["']|import\(\s*["'](\.[^"']+)["']\s*\)|^\s*import\s+["'](\.[^"']+)["']/gm;
 
