@@ -7,3 +7,4 @@ export { compileClockShim, CLOCK_SHIM_SOURCE, CLOCK_OFFSET_FILE_ENV } from "./cl
 export { type ServerFaults } from "./faults.js";
 export { startPostgres, type StartedPostgres, type StartPostgresOptions } from "./postgres.js";
 export { startS3, listKeys, S3_INSTALL_HINT, type StartedS3 } from "./s3.js";
+export { makeCpuQuota, NoCpuCgroupError, type CpuQuota } from "./cpu-quota.js";
