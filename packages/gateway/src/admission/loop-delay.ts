@@ -29,12 +29,21 @@ const cpuUsage: () => NodeJS.CpuUsage =
  */
 export class Lateness {
   #average = 0;
+  #raw = 0;
   #standing = 0;
   #interval = { elapsed: 0, min: Infinity };
 
   /** Milliseconds: the recent average lateness, the throttled time taken out. */
   get ms(): number {
     return this.#average;
+  }
+
+  /**
+   * Milliseconds: the recent average lateness with the throttled time in it: how much later than the
+   * clock says the loop's callbacks ran, whatever stopped them — a call's time grows by it too.
+   */
+  get rawMs(): number {
+    return this.#raw;
   }
 
   /**
@@ -50,6 +59,7 @@ export class Lateness {
   tick(elapsedMs: number, throttledMs: number): void {
     const late = Math.max(0, elapsedMs - TICK_MS - Math.max(0, throttledMs));
     this.#average += (late - this.#average) * WEIGHT;
+    this.#raw += (Math.max(0, elapsedMs - TICK_MS) - this.#raw) * WEIGHT;
     const interval = this.#interval;
     interval.min = Math.min(interval.min, late);
     interval.elapsed += elapsedMs;
@@ -63,7 +73,7 @@ export class Lateness {
  * The process's cgroup's throttled time so far in ms (cgroup v1 `cpu.stat` throttled_time, v2
  * throttled_usec), or undefined when it has no CPU cgroup to read (then nothing is taken out).
  */
-export function cgroupThrottle(procCgroup = "/proc/self/cgroup", root = "/sys/fs/cgroup"): (() => number) | undefined {
+function cgroupThrottle(procCgroup = "/proc/self/cgroup", root = "/sys/fs/cgroup"): (() => number) | undefined {
   let lines: string[];
   try {
     lines = readFileSync(procCgroup, "utf8").trim().split("\n");
@@ -141,6 +151,11 @@ export class LoopDelay {
   /** Milliseconds: the recent average lateness of the loop, less the time its process was throttled. */
   get ms(): number {
     return this.#lateness.ms;
+  }
+
+  /** Milliseconds: the recent average lateness of the loop, the time its process was throttled included. */
+  get rawMs(): number {
+    return this.#lateness.rawMs;
   }
 
   /** Milliseconds: the loop's least lateness over the last 100 ms, less the time its process was throttled. */

@@ -39,6 +39,8 @@ describe("the overload signal", () => {
     expect(raw.ms).toBeGreaterThan(TARGET_MS);
     expect(net.ms).toBeLessThan(TARGET_MS / 5);
     expect(net.standingMs).toBeLessThan(TARGET_MS / 5);
+    // A call's time still grows by it: the limits' gradient does not learn from such calls.
+    expect(net.rawMs).toBe(raw.ms);
   });
 
   it("reads a loop late on its own work as late", () => {
