@@ -14,9 +14,11 @@ import { withServer, type ServerProcess } from "./server-process.js";
 const ANCHOR = fileURLToPath(new URL("./anchor-shed.js", import.meta.url));
 /** The gateway's default --postgres-pool-size: the anchor's pool and its limit on writes in flight. */
 const POOL_SIZE = 16;
-const FRACTIONS = [0.5, 2, 4] as const;
+const FRACTIONS = [0.5, 1, 2, 4, 10] as const;
 
 export interface ShedAnchorSetup {
+  /** The cores the anchor gets, in a cgroup of its own, as the gateways (0: uncapped). */
+  readonly cpuQuota: number;
   readonly postgresUrl: string;
   /** The API key the generators' writes carry (the anchor checks it as a bearer token). */
   readonly apiKey: string;
@@ -28,8 +30,8 @@ export interface ShedAnchorSetup {
   readonly drainLimitMs: number;
 }
 
-/** Runs the shedding anchor; resolves with its accepted ÷ its capacity at 2× (also emitted, with every phase). */
-export async function runShedAnchor(setup: ShedAnchorSetup): Promise<number> {
+/** Runs the shedding anchor; resolves with its accepted ÷ its capacity at each multiple (also emitted, with every phase). */
+export async function runShedAnchor(setup: ShedAnchorSetup): Promise<Record<(typeof FRACTIONS)[number], number>> {
   // Its capacity without a limit (as the gateway's is measured with admission off), then its phases with it.
   const unlimited = await withAnchor(setup, Number.MAX_SAFE_INTEGER, async (server) => {
     await phase(server, [setup.closed], Math.min(3_000, 2 * setup.durationMs), setup.drainLimitMs);
@@ -50,7 +52,7 @@ export async function runShedAnchor(setup: ShedAnchorSetup): Promise<number> {
     cpuUsPerWrite: median(unlimited.map((r) => r.cpuUsPerWrite)),
     rounds: unlimited,
   });
-  let at2 = Number.NaN;
+  const at = { 0.5: Number.NaN, 1: Number.NaN, 2: Number.NaN, 4: Number.NaN, 10: Number.NaN };
   await withAnchor(setup, POOL_SIZE, async (server) => {
     await phase(server, [setup.closed], Math.min(3_000, 2 * setup.durationMs), setup.drainLimitMs);
     for (const fraction of FRACTIONS) {
@@ -58,7 +60,7 @@ export async function runShedAnchor(setup: ShedAnchorSetup): Promise<number> {
       const m = await phase(server, [setup.open(rate)], setup.durationMs, setup.drainLimitMs);
       const r = m.results[0] as JobResult;
       const accepted = round3(perSec(r.acceptedInWindow, r) / capacity);
-      if (fraction === 2) at2 = accepted;
+      at[fraction] = accepted;
       emit({
         bench: "overload-anchor-shed",
         anchor: `node:http + pg, writes over ${POOL_SIZE} in flight refused at once`,
@@ -76,7 +78,7 @@ export async function runShedAnchor(setup: ShedAnchorSetup): Promise<number> {
       });
     }
   });
-  return at2;
+  return at;
 }
 
 function withAnchor<T>(setup: ShedAnchorSetup, limit: number, run: (server: ServerProcess) => Promise<T>): Promise<T> {
@@ -87,5 +89,5 @@ function withAnchor<T>(setup: ShedAnchorSetup, limit: number, run: (server: Serv
     ANCHOR_API_KEY: setup.apiKey,
     ANCHOR_TABLE: "bench_overload_anchor_shed",
   };
-  return withServer([ANCHOR], env, run);
+  return withServer([ANCHOR], env, run, setup.cpuQuota);
 }

@@ -3,6 +3,7 @@
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
 import { appendFileSync, readFileSync, writeFileSync } from "node:fs";
+import { makeCpuQuota, type CpuQuota } from "@fenced/servers";
 
 /** USER_HZ: the unit of /proc's CPU times. */
 export const CLK_TCK = Number(execFileSync("getconf", ["CLK_TCK"]).toString().trim()) || 100;
@@ -25,11 +26,24 @@ export interface ServerProcess {
    * their growth per request is its socket reads and writes: to the client and to the database.
    */
   syscalls(): { reads: number; writes: number };
+  /** Its CPU-quota cgroup, when started with `cpuQuota` (the quota applied; `uncap` and `cap` change it). */
+  readonly quota: CpuQuota | undefined;
   stop(): Promise<void>;
 }
 
+/**
+ * BENCH_CPU_QUOTA: the cores each server under test gets (a cgroup of its own, CFS quota per 100 ms
+ * period, as `--cpus`); default `fallback`; 0 runs them uncapped. A capped run where no CPU cgroup
+ * can be made throws NoCpuCgroupError: its figures would be the machine's, not the server's.
+ */
+export function cpuQuotaSetting(fallback: number): number {
+  const cores = Number(process.env.BENCH_CPU_QUOTA ?? fallback);
+  if (!(cores >= 0)) throw new Error(`BENCH_CPU_QUOTA must be a number of cores (0: uncapped), not ${process.env.BENCH_CPU_QUOTA}`);
+  return cores;
+}
+
 /** A node process that prints {"msg":"listening","port":…} on stdout once it serves. */
-export async function startServer(args: string[], env: Record<string, string>): Promise<ServerProcess> {
+export async function startServer(args: string[], env: Record<string, string>, cpuQuota = 0): Promise<ServerProcess> {
   const child: ChildProcess = spawn(process.execPath, args, {
     env: { ...process.env, ...env },
     stdio: ["ignore", "pipe", "inherit"],
@@ -48,6 +62,12 @@ export async function startServer(args: string[], env: Record<string, string>): 
     child.once("exit", (code) => reject(new Error(`${args.join(" ")} exited with ${String(code)} before listening`)));
   });
   child.stdout?.resume();
+  // In a group of its own, ahead of the machine's other processes while they compete for a CPU, so
+  // that its quota, not the machine, is what limits it.
+  const quota = cpuQuota > 0 ? makeCpuQuota(`fenced-bench-${process.pid}-${pid}`) : undefined;
+  quota?.add(pid);
+  quota?.boost();
+  quota?.cap(cpuQuota);
   const status = (field: string): number =>
     Number(new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0) / 1024;
   return {
@@ -65,17 +85,24 @@ export async function startServer(args: string[], env: Record<string, string>): 
       const field = (name: string): number => Number(new RegExp(`^${name}:\\s+(\\d+)`, "m").exec(io)?.[1] ?? Number.NaN);
       return { reads: field("syscr"), writes: field("syscw") };
     },
+    quota,
     stop: async () => {
       const exited = once(child, "exit");
       child.kill("SIGTERM");
       await exited;
+      quota?.remove();
     },
   };
 }
 
 /** `run` on a server started as startServer starts one, stopped after it whatever it did. */
-export async function withServer<T>(args: string[], env: Record<string, string>, run: (server: ServerProcess) => Promise<T>): Promise<T> {
-  const server = await startServer(args, env);
+export async function withServer<T>(
+  args: string[],
+  env: Record<string, string>,
+  run: (server: ServerProcess) => Promise<T>,
+  cpuQuota = 0,
+): Promise<T> {
+  const server = await startServer(args, env, cpuQuota);
   try {
     return await run(server);
   } finally {

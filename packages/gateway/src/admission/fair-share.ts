@@ -27,11 +27,10 @@ const MIN_SHARE = 1;
 const FORGET_MS = 10_000;
 
 /**
- * The event loop as the share reads it: behind on its own work (late, and working nearly all the
- * time), keeping up (on time, or working less: late then because another process has the CPU,
- * which taking fewer requests would not help), or in between.
+ * The event loop as the share reads it (backlog.ts's loopState): behind on its own work — late at
+ * every tick, working nearly all the time, its backlog growing — or keeping up.
  */
-export type LoopState = "behind" | "keeping-up" | "steady";
+export type LoopState = "behind" | "keeping-up";
 
 interface KeyRate {
   /** Requests per second, averaged over RATE_WINDOW_MS. */
@@ -64,7 +63,7 @@ export class FairShare {
 
   /**
    * Adjusts the share to the loop, at most every ADJUST_EVERY_MS: it shrinks while the loop is behind
-   * on its own work, grows back while it keeps up, and stays between the two.
+   * on its own work and grows back while it keeps up.
    */
   adjust(now: number, loop: LoopState): void {
     if (now - this.#adjusted < ADJUST_EVERY_MS) return;
@@ -73,7 +72,7 @@ export class FairShare {
       // First time behind: start from the largest rate a key sends now (the share that binds nobody yet).
       if (this.#share === Infinity) this.#share = Math.max(1, ...[...this.#keys.values()].map((k) => k.rate));
       this.#share = Math.max(MIN_SHARE, this.#share * DECREASE);
-    } else if (loop === "keeping-up" && this.#share !== Infinity) {
+    } else if (this.#share !== Infinity) {
       this.#share *= INCREASE;
       // No key sends that much: the share binds nobody.
       if (![...this.#keys.values()].some((k) => k.rate > this.#share)) this.#share = Infinity;

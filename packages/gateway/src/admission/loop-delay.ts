@@ -1,7 +1,10 @@
+import { readFileSync } from "node:fs";
 import { performance, type EventLoopUtilization } from "node:perf_hooks";
 
 /** How often the timer looks. */
 const TICK_MS = 10;
+/** The standing lateness is the least over this long (CoDel's interval). */
+const STANDING_INTERVAL_MS = 100;
 /** The weight of each new lateness in the average: about the last ten ticks (~100 ms of a loop keeping up). */
 const WEIGHT = 0.1;
 /**
@@ -15,6 +18,88 @@ const UTILIZATION_WINDOW_MS = 1_000;
 /** This thread's CPU time in µs: Node's from 22.19; before it, the process's (its other threads — the GC's, libuv's pool — add a little). */
 const cpuUsage: () => NodeJS.CpuUsage =
   typeof process.threadCpuUsage === "function" ? () => process.threadCpuUsage() : () => process.cpuUsage();
+
+/**
+ * The average lateness of a timer due every TICK_MS, less the time the process was not given a CPU
+ * for its quota (a cgroup's CFS throttling: a container's CPU limit stops every thread once the
+ * quota of a period is used — up to half a period at half a core). That time is not the loop's own
+ * backlog: refusing requests would not give it back, and read as lateness it made the gateway refuse
+ * nearly every write of 64 closed-loop clients it carried well (a storm that kept itself going:
+ * docs/benchmarks.md). Pure: the caller passes each tick's interval and the throttled time in it.
+ */
+export class Lateness {
+  #average = 0;
+  #raw = 0;
+  #standing = 0;
+  #interval = { elapsed: 0, min: Infinity };
+
+  /** Milliseconds: the recent average lateness, the throttled time taken out. */
+  get ms(): number {
+    return this.#average;
+  }
+
+  /**
+   * Milliseconds: the recent average lateness with the throttled time in it: how much later than the
+   * clock says the loop's callbacks ran, whatever stopped them — a call's time grows by it too.
+   */
+  get rawMs(): number {
+    return this.#raw;
+  }
+
+  /**
+   * Milliseconds: the least lateness of any tick over the last STANDING_INTERVAL_MS, the throttled
+   * time taken out — as CoDel reads a queue's delay: a loop with work waiting all the time is late at
+   * every tick; one that catches up now and then (a closed loop of clients, a burst) is not.
+   */
+  get standingMs(): number {
+    return this.#standing;
+  }
+
+  /** A tick `elapsedMs` after the last one, `throttledMs` of which the process was throttled. */
+  tick(elapsedMs: number, throttledMs: number): void {
+    const late = Math.max(0, elapsedMs - TICK_MS - Math.max(0, throttledMs));
+    this.#average += (late - this.#average) * WEIGHT;
+    this.#raw += (Math.max(0, elapsedMs - TICK_MS) - this.#raw) * WEIGHT;
+    const interval = this.#interval;
+    interval.min = Math.min(interval.min, late);
+    interval.elapsed += elapsedMs;
+    if (interval.elapsed < STANDING_INTERVAL_MS) return;
+    this.#standing = interval.min;
+    this.#interval = { elapsed: 0, min: Infinity };
+  }
+}
+
+/**
+ * The process's cgroup's throttled time so far in ms (cgroup v1 `cpu.stat` throttled_time, v2
+ * throttled_usec), or undefined when it has no CPU cgroup to read (then nothing is taken out).
+ */
+function cgroupThrottle(procCgroup = "/proc/self/cgroup", root = "/sys/fs/cgroup"): (() => number) | undefined {
+  let lines: string[];
+  try {
+    lines = readFileSync(procCgroup, "utf8").trim().split("\n");
+  } catch {
+    return undefined;
+  }
+  const candidates: { file: string; field: RegExp; toMs: number }[] = [];
+  for (const line of lines) {
+    const [, controllers = "", path = "/"] = line.split(":");
+    if (controllers.split(",").includes("cpu"))
+      candidates.push({ file: `${root}/${controllers}${path}/cpu.stat`, field: /^throttled_time (\d+)$/m, toMs: 1e-6 });
+    if (controllers === "") candidates.push({ file: `${root}${path}/cpu.stat`, field: /^throttled_usec (\d+)$/m, toMs: 1e-3 });
+  }
+  for (const c of candidates) {
+    const read = (): number | undefined => {
+      try {
+        const m = c.field.exec(readFileSync(c.file, "utf8"));
+        return m === null ? undefined : Number(m[1]) * c.toMs;
+      } catch {
+        return undefined;
+      }
+    };
+    if (read() !== undefined) return () => read() ?? 0;
+  }
+  return undefined;
+}
 
 /**
  * How late the event loop runs, and how much of its time it spends working: a timer due every
@@ -32,7 +117,7 @@ const cpuUsage: () => NodeJS.CpuUsage =
  * was read as working on such a host (a client sending one request at a time was refused).
  */
 export class LoopDelay {
-  #average = 0;
+  readonly #lateness = new Lateness();
   #utilization = 0;
   #last = performance.now();
   #elu: EventLoopUtilization = performance.eventLoopUtilization();
@@ -40,21 +125,42 @@ export class LoopDelay {
   readonly #timer: NodeJS.Timeout;
   readonly #windowMs: number;
 
-  /** `windowMs`: how much of the loop's own time the utilization is averaged over. */
-  constructor(windowMs = UTILIZATION_WINDOW_MS) {
+  /**
+   * `windowMs`: how much of the loop's own time the utilization is averaged over; `throttled`: the
+   * process's throttled time so far (ms), read only after a late tick (its cgroup's, by default).
+   */
+  constructor(windowMs = UTILIZATION_WINDOW_MS, throttled: (() => number) | undefined = cgroupThrottle()) {
     this.#windowMs = windowMs;
+    let before = throttled?.() ?? 0;
     this.#timer = setInterval(() => {
       const now = performance.now();
       const elapsed = now - this.#last;
       this.#last = now;
-      this.#average += (Math.max(0, elapsed - TICK_MS) - this.#average) * WEIGHT;
+      // An on-time tick had no throttled time in it; only a late one costs the read.
+      let taken = 0;
+      if (throttled !== undefined && elapsed > TICK_MS + 1) {
+        const after = throttled();
+        taken = after - before;
+        before = after;
+      }
+      this.#lateness.tick(elapsed, taken);
       this.#measure();
     }, TICK_MS).unref();
   }
 
-  /** Milliseconds: the recent average lateness of the loop. */
+  /** Milliseconds: the recent average lateness of the loop, less the time its process was throttled. */
   get ms(): number {
-    return this.#average;
+    return this.#lateness.ms;
+  }
+
+  /** Milliseconds: the recent average lateness of the loop, the time its process was throttled included. */
+  get rawMs(): number {
+    return this.#lateness.rawMs;
+  }
+
+  /** Milliseconds: the loop's least lateness over the last 100 ms, less the time its process was throttled. */
+  get standingMs(): number {
+    return this.#lateness.standingMs;
   }
 
   /** 0 to 1: the recent share of the loop's time spent running on a CPU, not waiting for I/O. */

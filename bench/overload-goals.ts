@@ -1,0 +1,82 @@
+// The open-loop goal lines of overload.bench.ts: each multiple of capacity, each gateway, every
+// figure with its goal and whether it was met (the "off" gateway's for comparison, not judged).
+import { emit, round3 } from "./measure.js";
+import type { JobResult } from "./open-loop.js";
+import { perSec, schedule, type Measured } from "./overload-phase.js";
+
+export const FRACTIONS = [0.5, 1, 2, 4, 10] as const;
+/** Goodput (accepted ÷ capacity) each multiple is to keep, and whether its accepted p99 is to stay within 3× its p99 at 0.5×. */
+const GOALS: Record<(typeof FRACTIONS)[number], { goodput?: number; p99?: true }> = {
+  0.5: {},
+  1: {},
+  2: { goodput: 0.9, p99: true },
+  4: { goodput: 0.7, p99: true },
+  10: { goodput: 0.3 },
+};
+type Side = "off" | "on";
+
+/** Emits the goal lines of the open-loop phases (`runs`: each gateway's phase at each multiple of `capacity`). */
+export function emitOpenGoals(
+  runs: Record<Side, Partial<Record<(typeof FRACTIONS)[number], Measured>>>,
+  capacity: number,
+  storeDeadlineMs: number,
+): void {
+  for (const fraction of FRACTIONS) {
+    for (const side of ["on", "off"] as const) {
+      const m = runs[side][fraction] as Measured;
+      const r = m.results[0] as JobResult;
+      const base = (runs[side][0.5] as Measured).results[0] as JobResult;
+      const goal = GOALS[fraction];
+      const line = (figure: string, value: number, goalText: string, met: boolean, extra: Record<string, unknown> = {}): void =>
+        emit({
+          bench: "overload-goal",
+          figure,
+          admission: side,
+          fraction,
+          value,
+          goal: goalText,
+          met,
+          ...(side === "off" ? { judged: "no: the same build without admission control, for comparison" } : {}),
+          ...extra,
+          schedule: schedule(r),
+        });
+      if (fraction === 0.5) {
+        const shed = perSec(r.shed, r);
+        line("refused/s at 0.5×", shed, "0: nothing refused", r.shed === 0);
+        continue;
+      }
+      const accepted = round3(perSec(r.acceptedInWindow, r) / capacity);
+      line(
+        "goodput: accepted ÷ capacity",
+        accepted,
+        goal.goodput === undefined ? "(reported)" : `>= ${goal.goodput}`,
+        accepted >= (goal.goodput ?? 0),
+        {
+          acceptedPerSec: perSec(r.acceptedInWindow, r),
+          refusedPerSec: perSec(r.shed, r),
+          capacity,
+        },
+      );
+      if (goal.p99 === true) {
+        const p99 = round3(r.acceptedLatency.p99Ms / base.acceptedLatency.p99Ms);
+        line("p99 of accepted ÷ its p99 at 0.5×", p99, "<= 3", p99 <= 3, {
+          acceptedP99Ms: r.acceptedLatency.p99Ms,
+          atHalfP99Ms: base.acceptedLatency.p99Ms,
+        });
+      }
+      line(
+        "slowest answer, accepted or shed (ms)",
+        r.anyMaxMs,
+        `<= ${storeDeadlineMs} (the store deadline), none unanswered`,
+        r.anyMaxMs <= storeDeadlineMs && r.unanswered === 0,
+        { unanswered: r.unanswered },
+      );
+      const rss = round3(m.rssEndMb / m.rssStartMb);
+      line("gateway RSS as the sends end ÷ at the start", rss, "<= 1.5", rss <= 1.5, {
+        rssStartMb: m.rssStartMb,
+        rssEndMb: m.rssEndMb,
+        rssPeakMb: m.rssPeakMb,
+      });
+    }
+  }
+}

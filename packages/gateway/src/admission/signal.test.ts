@@ -1,0 +1,111 @@
+import { describe, expect, it } from "vitest";
+import { Backlog, loopState } from "./backlog.js";
+import { FairShare } from "./fair-share.js";
+import { Lateness } from "./loop-delay.js";
+
+/**
+ * The overload signal under a throttled clock, with no servers: a process under a CPU quota of a
+ * quarter of a core (25 ms of each 100 ms period; CFS throttling stops it for the other 75) whose
+ * event loop works all the time it runs, serving a closed loop of 64 clients — its backlog flat at
+ * 64, never more than it carries. Read as lateness, the throttled time made the gateway refuse
+ * nearly every write of such a load (the storm, docs/benchmarks.md); it is no overload.
+ */
+const TARGET_MS = 25;
+const OWN_WORK = 0.8;
+const PERIOD_MS = 100;
+const RUN_MS = 25;
+
+/** The ticks of a 10 ms timer on that process, as `[ms since the last tick, ms of it throttled]`, for `periods` periods. */
+function throttledTicks(periods: number): [number, number][] {
+  const ticks: [number, number][] = [];
+  for (let p = 0; p < periods; p++) {
+    // Running: ticks 10 ms apart, a little late (the loop is busy: 2 ms of callbacks before each fires).
+    ticks.push([12, 0], [12, 0]);
+    // Then throttled to the period's end: the next tick fires once the process runs again.
+    ticks.push([PERIOD_MS - 24, PERIOD_MS - RUN_MS]);
+  }
+  return ticks;
+}
+
+describe("the overload signal", () => {
+  it("does not read a CPU quota's throttled time as lateness (the same ticks read raw are far past the target)", () => {
+    const net = new Lateness();
+    const raw = new Lateness();
+    for (const [elapsed, throttled] of throttledTicks(20)) {
+      net.tick(elapsed, throttled);
+      raw.tick(elapsed, 0);
+    }
+    // The condition: as the loop's lateness was read before (no throttled time taken out), past the target.
+    expect(raw.ms).toBeGreaterThan(TARGET_MS);
+    expect(net.ms).toBeLessThan(TARGET_MS / 5);
+    expect(net.standingMs).toBeLessThan(TARGET_MS / 5);
+    // A call's time still grows by it: the limits' gradient does not learn from such calls.
+    expect(net.rawMs).toBe(raw.ms);
+  });
+
+  it("reads a loop late on its own work as late", () => {
+    const late = new Lateness();
+    for (let i = 0; i < 60; i++) late.tick(60, 0);
+    expect(late.ms).toBeGreaterThan(TARGET_MS);
+    expect(late.standingMs).toBe(50);
+  });
+
+  it("reads a loop that catches up now and then as not standing late, whatever its average", () => {
+    const bursty = new Lateness();
+    // A turn of 90 ms of callbacks, then one on time: late on average, never at every tick.
+    for (let i = 0; i < 60; i++) bursty.tick(i % 2 === 0 ? 100 : 10, 0);
+    expect(bursty.ms).toBeGreaterThan(TARGET_MS);
+    expect(bursty.standingMs).toBe(0);
+  });
+
+  it("sees a backlog that grows, not one that stays flat however large", () => {
+    const flat = new Backlog();
+    const growing = new Backlog();
+    const queued = new Backlog();
+    let flatSeen = false;
+    let missed = 0;
+    for (let t = 0; t < 2_000; t++) {
+      // 64 in flight, dipping as answers go out and the next requests come in; then growing by 1 a ms.
+      flat.observe(t, 60 + (t % 5), 0);
+      growing.observe(t, 64 + t, 0);
+      // At the limit, with requests waiting for a slot all the time.
+      queued.observe(t, 520, 8 + (t % 3));
+      flatSeen ||= flat.growing;
+      if (t >= 450 && !(growing.growing && queued.growing)) missed++;
+    }
+    expect({ flatSeen, missed }).toEqual({ flatSeen: false, missed: 0 });
+  });
+
+  it("holds nobody back while a throttled loop serves a closed loop (its backlog flat), and binds once the backlog grows", () => {
+    const late = { standingMs: 4 * TARGET_MS, utilization: 1 };
+    const share = new FairShare();
+    const backlog = new Backlog();
+    // Five seconds of one key's closed loop at 900 requests a second: the loop, even read late, and working.
+    let refused = 0;
+    for (let i = 0; i < 4_500; i++) {
+      const now = i / 0.9;
+      backlog.observe(now, 60 + (i % 5), 0);
+      share.adjust(now, loopState(late, backlog.growing, TARGET_MS, OWN_WORK));
+      if (!share.admit("key", 1, now, (i * 0.618) % 1)) refused++;
+    }
+    expect({ refused, share: share.share }).toEqual({ refused: 0, share: Infinity });
+    // The same, as the loop was read before (late and working was behind, whatever the backlog): it binds.
+    const before = new FairShare();
+    for (let i = 0; i < 4_500; i++) before.adjust(i / 0.9, loopState(late, true, TARGET_MS, OWN_WORK));
+    expect(before.share).toBeLessThan(Infinity);
+    // An open loop past capacity: admitted work piles up by 1 a ms while the loop is late: the share binds.
+    const open = new Backlog();
+    for (let i = 0; i < 1_000; i++) {
+      open.observe(i, 64 + i, 0);
+      share.adjust(i + 5_000, loopState(late, open.growing, TARGET_MS, OWN_WORK));
+      share.admit("key", 1, i + 5_000, 0.5);
+    }
+    expect(share.share).toBeLessThan(Infinity);
+  });
+
+  it("reads neither a loop on time nor one short of a CPU (working under 0.8 of its time) as behind", () => {
+    expect(loopState({ standingMs: TARGET_MS / 2, utilization: 1 }, true, TARGET_MS, OWN_WORK)).toBe("keeping-up");
+    expect(loopState({ standingMs: 4 * TARGET_MS, utilization: 0.5 }, true, TARGET_MS, OWN_WORK)).toBe("keeping-up");
+    expect(loopState({ standingMs: 4 * TARGET_MS, utilization: 1 }, true, TARGET_MS, OWN_WORK)).toBe("behind");
+  });
+});
