@@ -13,6 +13,8 @@ import { connect, createServer, type Server, type Socket } from "node:net";
  */
 export class CutProxy {
   private armed: Buffer | undefined;
+  /** holdFrom()'s pattern: the client message containing it, and everything after, is held. */
+  private holdPattern: Buffer | undefined;
   private readonly sockets = new Set<Socket>();
   /** While held: the kept-back sends of each connection, and whether its client has closed. */
   private held: Map<Socket, { chunks: Buffer[]; closed: boolean }> | undefined;
@@ -46,6 +48,15 @@ export class CutProxy {
   /** Keeps back what every client sends from now on, until deliver(). */
   hold(): void {
     this.held = new Map();
+  }
+
+  /**
+   * hold() from the first client chunk containing `pattern` on, that chunk included: a delay of one
+   * statement (its name is in its Parse and Bind messages) and everything after it, while the
+   * statements before it pass.
+   */
+  holdFrom(pattern: Buffer): void {
+    this.holdPattern = pattern;
   }
 
   /** Sends on what was kept back, in order, then the closes of clients that closed meanwhile. */
@@ -84,6 +95,10 @@ export class CutProxy {
           this.armed = undefined;
           cutNextAnswer = true;
         }
+      }
+      if (this.holdPattern !== undefined && chunk.includes(this.holdPattern)) {
+        this.holdPattern = undefined;
+        this.hold();
       }
       const held = this.held;
       if (held !== undefined) {
@@ -134,3 +149,11 @@ export const COMMIT_MESSAGE = Buffer.from("Q\0\0\0\x0bCOMMIT\0", "latin1");
  * the store sends alone, once the statement's answer has arrived.
  */
 export const SYNC_MESSAGE = Buffer.from("S\0\0\0\x04", "latin1");
+
+/**
+ * A Flush, then a Sync: how pg sends the commit of a write sent with `rows` (Session.write,
+ * `after-answer`) — the statement ends in a Flush, and its Sync follows alone once the answer is in.
+ * Armed with it, the proxy loses the answer to that Sync only, never to a Sync sent with its
+ * statement (P/B/D/E/S, no Flush).
+ */
+export const FLUSH_THEN_SYNC = Buffer.from("H\0\0\0\x04S\0\0\0\x04", "latin1");
