@@ -322,7 +322,15 @@ export function textArray(values: readonly (string | null)[]): string {
 }
 
 /** The DDL, run once per migrate() as plain text; every other statement travels prepared, by name. */
-const DDL = ["migrate", "addFenceHolder", "addRecordHolder", "allowTombstones", "orderVersions"] as const;
+const DDL = [
+  "migrate",
+  "addFenceHolder",
+  "addRecordHolder",
+  "allowTombstones",
+  "orderVersions",
+  "restoreVersionDefault",
+  "lockRecords",
+] as const;
 export type NamedStatement = Exclude<keyof Statements, (typeof DDL)[number]>;
 
 /**

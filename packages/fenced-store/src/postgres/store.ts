@@ -8,7 +8,7 @@ import { putAll, raiseAll } from "./batch.js";
 import { Calls, fenceParams, type TransactionOptions } from "./calls.js";
 import { assertPool, putAllOptions, transferOptions, writeOptions } from "./options.js";
 import { readFence } from "./inspect.js";
-import { migrateWithin } from "./migrate.js";
+import { migrateWithin, verifyWithin } from "./migrate.js";
 import type { Call, Session } from "./session.js";
 import type {
   FencedPostgresOptions,
@@ -69,6 +69,21 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
   async migrate(): Promise<void> {
     await this.calls.session({ operation: "migrate" }, undefined, (s) =>
       migrateWithin(s, this.calls.sql, this.schema, (name, values) => this.calls.query(name, values)),
+    );
+  }
+
+  /**
+   * Checks, without changing anything, what migrate() repairs: the tables exist, and the version
+   * sequence is ahead of every record's version (PROTOCOL.md, "What the database must provide") and
+   * drawn from by new records. StoreSetupError "not-migrated", naming the fix, when one does not
+   * hold. For a start without migrate() (a role that does not own the schema); not for a readiness
+   * probe: it reads max(version), which scans the records table.
+   */
+  async verify(options?: PgSignalOptions): Promise<void> {
+    const signal = signalOnly(options);
+    throwIfAborted(signal);
+    await this.calls.session({ operation: "verify" }, signal, (s) =>
+      verifyWithin(s, this.calls.sql, this.schema, (name, values) => this.calls.query(name, values)),
     );
   }
 

@@ -1,5 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { fenceAt as f, pgHarness, type PgHarness } from "./test-support.js";
+import { StoreSetupError } from "../errors.js";
+import { FencedPostgres } from "./store.js";
+import { fenceAt as f, outcome, pgHarness, type PgHarness } from "./test-support.js";
 import { WriteOrder } from "./write-order.js";
 
 describe("WriteOrder", () => {
@@ -50,5 +52,51 @@ describe("unconditional puts of one key at once, one store, one fence", () => {
     expect(await shape()).toEqual({ increment: "1", cache: "100", cycle: true });
     await store.migrate();
     expect(await shape()).toEqual({ increment: "1", cache: "1", cycle: false });
+  });
+
+  /** 20 puts over 3 keys, and the newest version of any record. */
+  async function written(store: FencedPostgres): Promise<bigint> {
+    const fence = f("r", 1n, "h1");
+    for (let i = 0; i < 20; i++) await store.put(`k${i % 3}`, i, { fence });
+    const { rows } = await h.pool.query<{ newest: string }>(`SELECT max(version)::text AS newest FROM "${store.schema}".records`);
+    return BigInt(rows[0]?.newest ?? "0");
+  }
+
+  it("a version sequence set back (RESTART WITH 1) behind the records: verify() refuses it naming the fix, migrate() moves it past every record's version", async () => {
+    const store = await h.store("sequence_restart");
+    const newest = await written(store);
+    expect(newest).toBeGreaterThanOrEqual(20n);
+    await h.pool.query(`ALTER SEQUENCE "${store.schema}".record_version RESTART WITH 1`);
+    // A new store instance (one restarted after the reset), as a gateway starts: verify() with --no-migrate, else migrate().
+    const fresh = new FencedPostgres(h.pool, { schema: store.schema });
+    const refused = await outcome(fresh.verify());
+    expect(refused).toBeInstanceOf(StoreSetupError);
+    expect(refused).toMatchObject({ problem: "not-migrated" });
+    expect((refused as Error).message).toMatch(/migrate\(\).*setval/);
+    await fresh.migrate();
+    await fresh.verify();
+    const fence = f("r", 1n, "h1");
+    expect(BigInt((await fresh.put("k0", "after the reset", { fence })).version)).toBeGreaterThan(newest);
+    expect(BigInt((await fresh.put("new", "after the reset", { fence })).version)).toBeGreaterThan(newest);
+  });
+
+  it("a version sequence dropped with CASCADE (its default gone with it): verify() refuses, migrate() restores the default and moves the sequence past every record's version", async () => {
+    const store = await h.store("sequence_dropped");
+    const newest = await written(store);
+    await h.pool.query(`DROP SEQUENCE "${store.schema}".record_version CASCADE`);
+    const fresh = new FencedPostgres(h.pool, { schema: store.schema });
+    expect(await outcome(fresh.verify())).toMatchObject({ name: "StoreSetupError", problem: "not-migrated" });
+    await fresh.migrate();
+    await fresh.verify();
+    const fence = f("r", 1n, "h1");
+    // A new key takes the column's default; a key that exists draws in the update.
+    const created = BigInt((await fresh.put("new", 1, { fence })).version);
+    const updated = BigInt((await fresh.put("k1", 1, { fence })).version);
+    expect(created).toBeGreaterThan(newest);
+    expect(updated).toBeGreaterThan(created);
+    // A sequence dropped and created again by hand, at 1, with the default back: moved past too.
+    await h.pool.query(`ALTER SEQUENCE "${store.schema}".record_version RESTART WITH 1`);
+    await fresh.migrate();
+    expect(BigInt((await fresh.put("new", 2, { fence })).version)).toBeGreaterThan(updated);
   });
 });
