@@ -319,8 +319,12 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
    * the newest version the database gave this store (write-order.ts), so that it cannot land late over
    * a later write of the holder. Refused as out of order — a write of the key at this fence that this
    * store has not heard of, or its own put of the key at the same time — it is sent again as
-   * `putUnconditional`, whose commit leaves only once its answer is in (commit-at.ts): it cannot land
-   * late either.
+   * `putShared`, whose commit leaves only once its answer is in (commit-at.ts): it cannot land late
+   * either. At most three statements (PROTOCOL.md, "Faults"): a refusal as out of order came from a
+   * record at exactly this fence, which only a write admitted at it leaves, so the fence row held this
+   * fence when the refused statement ran; fence rows only go up, so the shared statement either finds
+   * it there still and writes, or finds a raise since — the fence is stale, and the raise
+   * (`putOrdered` without its check) could only be refused too.
    */
   private async unconditional(
     s: Session<Client>,
@@ -336,7 +340,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
       if (!outOfOrder(err)) throw err;
     }
     throwIfAborted(signal);
-    return this.calls.fencedWrite<{ version: string }>(s, signal, "putUnconditional", values);
+    return this.calls.write<{ version: string }>(s, "putShared", values);
   }
 
   /**

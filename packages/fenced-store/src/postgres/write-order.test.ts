@@ -1,4 +1,6 @@
+import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { CutProxy } from "./cut-proxy-test-support.js";
 import { StoreSetupError } from "../errors.js";
 import { FencedPostgres } from "./store.js";
 import { fenceAt as f, outcome, pgHarness, type PgHarness } from "./test-support.js";
@@ -98,5 +100,88 @@ describe("unconditional puts of one key at once, one store, one fence", () => {
     await h.pool.query(`ALTER SEQUENCE "${store.schema}".record_version RESTART WITH 1`);
     await fresh.migrate();
     expect(BigInt((await fresh.put("new", 2, { fence })).version)).toBeGreaterThan(updated);
+  });
+});
+
+describe("the statements one put sends: one in the steady state, three at most", () => {
+  let h: PgHarness;
+  beforeAll(async () => {
+    h = await pgHarness();
+  });
+  afterAll(async () => {
+    await h.close();
+  });
+
+  /** A store whose connections go through a proxy, and the statements its clients send, by name, in order. */
+  async function counted(schema: string): Promise<{ store: FencedPostgres; proxy: CutProxy; sent: string[]; close(): Promise<void> }> {
+    const url = new URL(h.url);
+    const proxy = await CutProxy.start({ host: url.hostname, port: Number(url.port) });
+    url.host = `127.0.0.1:${proxy.port}`;
+    const pool = new pg.Pool({ connectionString: url.toString(), max: 1 });
+    pool.on("error", () => undefined);
+    const sent: string[] = [];
+    pool.on("connect", (client) => {
+      // Every statement of the store leaves through client.query (Session.send): counted there.
+      const query = client.query.bind(client) as (config: { name?: string; text?: string }) => unknown;
+      (client as unknown as { query: typeof query }).query = (config) => {
+        sent.push(config.name?.split(":")[1] ?? config.text ?? "");
+        return query(config);
+      };
+    });
+    const store = new FencedPostgres(pool, { schema });
+    return {
+      store,
+      proxy,
+      sent,
+      async close() {
+        await pool.end();
+        await proxy.close();
+      },
+    };
+  }
+
+  /** The statements `call` sent. */
+  async function sentBy(sent: string[], call: () => Promise<unknown>): Promise<{ value: unknown; statements: string[] }> {
+    const from = sent.length;
+    const value = await outcome(call());
+    return { value, statements: sent.slice(from) };
+  }
+
+  it("steady state, a new lease's first write, an out-of-order refusal, and the worst case: a raise between every two of them", async () => {
+    const seed = await h.store("statements");
+    const via = await counted(seed.schema);
+    try {
+      const lease = f("r", 1n, "h1");
+      await via.store.put("k", 0, { fence: lease });
+      // The steady state: one statement, its commit with it.
+      expect((await sentBy(via.sent, () => via.store.put("k", 1, { fence: lease }))).statements).toEqual(["putOrderedShared"]);
+      // A new lease's first write: the shared statement finds the older fence, then the raise.
+      const next = f("r", 2n, "h2");
+      expect((await sentBy(via.sent, () => via.store.put("k", 2, { fence: next }))).statements).toEqual(["putOrderedShared", "putOrdered"]);
+      // Written at this fence by another store: refused as out of order, then sent unordered.
+      await seed.put("k", 3, { fence: next });
+      expect((await sentBy(via.sent, () => via.store.put("k", 4, { fence: next }))).statements).toEqual(["putOrderedShared", "putShared"]);
+
+      // The worst case: the shared statement finds an older fence; the newer lease raises and writes the
+      // key before the raise arrives, which is then refused as out of order; another raise before the
+      // unordered statement arrives, which finds the fence stale.
+      const third = f("r", 3n, "h3");
+      via.proxy.holdFrom(Buffer.from("fenced:putOrdered:"));
+      const worst = sentBy(via.sent, () => via.store.put("k", 5, { fence: third }));
+      await expect.poll(() => via.sent.at(-1)).toBe("putOrdered");
+      await seed.put("k", 6, { fence: third });
+      via.proxy.holdFrom(Buffer.from("fenced:putShared:"));
+      via.proxy.deliver();
+      await expect.poll(() => via.sent.at(-1)).toBe("putShared");
+      await seed.register(f("r", 4n, "h4"));
+      via.proxy.deliver();
+      const { value, statements } = await worst;
+      expect(value).toMatchObject({ name: "StaleTokenError", token: 3n, highest: 4n });
+      // Three writes, and the read of the fence row for the error.
+      expect(statements).toEqual(["putOrderedShared", "putOrdered", "putShared", "highest"]);
+      expect(await seed.get("k")).toMatchObject({ value: 6 });
+    } finally {
+      await via.close();
+    }
   });
 });
