@@ -69,6 +69,11 @@ export class CutProxy {
     }
   }
 
+  /** Whether what clients send is being kept back (hold(), or holdFrom() once its pattern was seen). */
+  get holding(): boolean {
+    return this.held !== undefined;
+  }
+
   /** How many connections to the server are still open. */
   get connections(): number {
     return this.upstreams.size;
