@@ -13,6 +13,7 @@ import { connect, createServer, type Server, type Socket } from "node:net";
  */
 export class CutProxy {
   private armed: Buffer | undefined;
+  private cutAfterRow = false;
   /** holdFrom()'s pattern: the client message containing it, and everything after, is held. */
   private holdPattern: Buffer | undefined;
   private readonly sockets = new Set<Socket>();
@@ -40,9 +41,15 @@ export class CutProxy {
     return proxy;
   }
 
-  /** The next client message containing `pattern` has its answer lost (once). */
-  arm(pattern: Buffer): void {
+  /**
+   * The next client message containing `pattern` has its answer lost (once). With `afterRow`, the
+   * answer is passed on up to the end of its first DataRow, and the connection cut there: a row
+   * arrived, its CommandComplete did not (the answer must start a chunk, as the answer to a
+   * statement sent alone does).
+   */
+  arm(pattern: Buffer, options: { afterRow?: boolean } = {}): void {
     this.armed = pattern;
+    this.cutAfterRow = options.afterRow === true;
   }
 
   /** Keeps back what every client sends from now on, until deliver(). */
@@ -90,6 +97,7 @@ export class CutProxy {
     this.upstreams.add(upstream);
     upstream.on("close", () => this.upstreams.delete(upstream));
     let cutNextAnswer = false;
+    let afterRow = false;
     // Client bytes seen lately, so that a pattern split across two chunks is still found.
     let recent = Buffer.alloc(0);
     client.on("data", (chunk: Buffer) => {
@@ -99,6 +107,7 @@ export class CutProxy {
         if (recent.includes(armed)) {
           this.armed = undefined;
           cutNextAnswer = true;
+          afterRow = this.cutAfterRow;
         }
       }
       if (this.holdPattern !== undefined && chunk.includes(this.holdPattern)) {
@@ -116,8 +125,14 @@ export class CutProxy {
     });
     upstream.on("data", (chunk: Buffer) => {
       if (cutNextAnswer) {
-        // The server answered: the work is done. The client never sees it.
+        // The server answered: the work is done. The client never sees it (or only up to a row).
         this.cuts += 1;
+        const rowEnd = afterRow ? endOfFirstDataRow(chunk) : undefined;
+        if (rowEnd !== undefined) {
+          client.end(chunk.subarray(0, rowEnd));
+          upstream.destroy();
+          return;
+        }
         client.destroy();
         upstream.destroy();
         return;
@@ -144,6 +159,16 @@ export class CutProxy {
     client.on("error", () => undefined);
     upstream.on("close", close).on("error", close);
   }
+}
+
+/** Where the first DataRow ('D') of a chunk of server messages ends, the chunk starting at a message; undefined if it has none. */
+function endOfFirstDataRow(chunk: Buffer): number | undefined {
+  for (let at = 0; at + 5 <= chunk.length;) {
+    const end = at + 1 + chunk.readUInt32BE(at + 1);
+    if (chunk[at] === 0x44) return end <= chunk.length ? end : undefined;
+    at = end;
+  }
+  return undefined;
 }
 
 /** The simple-query message of a COMMIT, as pg sends the store's COMMIT: 'Q', length 11, "COMMIT\0". */

@@ -224,6 +224,42 @@ describe("a single-statement write the store gave up on never overwrites the hol
     }
   });
 
+  it("through a pool whose clients do not show pg's protocol connection (a wrapper): an unordered put that wrote, its Sync's answer lost, is OutcomeUnknownError — the store cannot see when the Sync left", async () => {
+    const seed = await h.store("wrapped_sync", 2_000);
+    const url = new URL(h.server.url);
+    const proxy = await CutProxy.start({ host: url.hostname, port: Number(url.port) });
+    url.host = `127.0.0.1:${proxy.port}`;
+    const pool = new pg.Pool({ connectionString: url.toString(), max: 1 });
+    pool.on("error", () => undefined);
+    // What a wrapper passes on: query(), release() and the client's 'error' events, nothing of pg's internals.
+    const wrapped = {
+      query: (config: pg.QueryConfig) => pool.query(config),
+      connect: async () => {
+        const client = await pool.connect();
+        return {
+          query: (config: pg.QueryConfig) => client.query(config),
+          release: (err?: Error | boolean) => client.release(err),
+          on: (event: "error", listener: (err: Error) => void) => client.on(event, listener),
+          removeListener: (event: "error", listener: (err: Error) => void) => client.removeListener(event, listener),
+        };
+      },
+    };
+    try {
+      const via = new FencedPostgres(wrapped, { schema: seed.schema, timeoutMs: 2_000 });
+      const fence = f("r", 1n, "h1");
+      await via.get("k");
+      await seed.put("k", "seed", { fence });
+      proxy.arm(FLUSH_THEN_SYNC);
+      const err = await outcome(via.put("k", "landed", { fence }));
+      expect(proxy.cuts).toBe(1);
+      expect(err).toBeInstanceOf(OutcomeUnknownError);
+      expect(await seed.get("k")).toMatchObject({ value: "landed" });
+    } finally {
+      await pool.end();
+      await proxy.close();
+    }
+  });
+
   it("the commit sent and its answer lost: OutcomeUnknownError, and the write did land", async () => {
     const store = await h.store("lost_sync", 2_000);
     const url = new URL(h.server.url);
