@@ -105,7 +105,6 @@ async function advanceVersions<Client extends PgClient>(
  */
 export async function verifyWithin<Client extends PgClient>(
   s: Session<Client>,
-  sql: Statements,
   schema: string,
   query: (name: NamedStatement, values: PgParam[]) => PgQueryConfig,
 ): Promise<void> {

@@ -83,7 +83,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     const signal = signalOnly(options);
     throwIfAborted(signal);
     await this.calls.session({ operation: "verify" }, signal, (s) =>
-      verifyWithin(s, this.calls.sql, this.schema, (name, values) => this.calls.query(name, values)),
+      verifyWithin(s, this.schema, (name, values) => this.calls.query(name, values)),
     );
   }
 
