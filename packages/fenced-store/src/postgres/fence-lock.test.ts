@@ -30,10 +30,11 @@ async function openTransaction(): Promise<{ client: pg.PoolClient; end(): Promis
   };
 }
 
-/** How many backends run exactly this statement and wait for a lock. */
+/** How many backends run exactly this statement and wait for a lock they asked for (pg_locks: not granted). */
 async function waitingFor(text: string): Promise<number> {
   const { rows } = await h.pool.query<{ n: string }>(
-    "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query = $1",
+    `SELECT count(DISTINCT l.pid) AS n FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE NOT l.granted AND a.datname = current_database() AND a.query = $1`,
     [text],
   );
   return Number(rows[0]?.n);
