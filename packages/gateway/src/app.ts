@@ -18,7 +18,6 @@ import { onMalformed } from "./http/client-errors.js";
 import { expectsContinue } from "./http/request-body.js";
 import { endRequestSpan, inRequestScope, requestLogger, scopeRequest } from "./http/request-scope.js";
 import { arrivalOf, onAcceptError, setEarlyHandler, wasCutByDrain } from "./http/server.js";
-import { PROBE_KEY } from "./ops/health.js";
 import { gatewayReadiness, healthRoutes, type Readiness } from "./ops/health-routes.js";
 import { GatewayMetrics } from "./ops/metrics.js";
 import { openApiDocument, type OpenApiDocument } from "./openapi/document.js";
@@ -181,10 +180,11 @@ export function createGateway(options: GatewayOptions): Gateway {
     close: () => admission.stop(),
     async prepare(p = {}) {
       if (records !== undefined) {
-        // Not migrating here: a read proves the tables are there (the store throws StoreSetupError "not-migrated" otherwise).
+        // Not migrating here: verify() proves the tables are there and the version sequence ahead of every
+        // record (the store throws StoreSetupError "not-migrated" otherwise, naming the fix); migrate() repairs both.
         // Timed as calls into the store are: a backend's own refusal becomes BackendFailedError (start-checks.ts reads it).
         if (p.migrate ?? true) await metrics.time("records", "migrate", () => records.migrate());
-        else await metrics.time("records", "get", () => records.get(PROBE_KEY));
+        else await metrics.time("records", "verify", () => records.verify());
       }
       if (objects !== undefined && (p.verify ?? true)) await metrics.time("objects", "verify", () => objects.verify());
     },

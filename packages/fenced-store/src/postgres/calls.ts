@@ -16,7 +16,6 @@ export const fenceParams = (fence: CheckedFence): PgParam[] => [fence.resource, 
  * (fence-lock.ts), and their raise: the statement each falls back to.
  */
 const SHARED_FIRST = {
-  putUnconditional: "putShared",
   putOrdered: "putOrderedShared",
   putIfVersion: "putIfVersionShared",
   deleteIfVersion: "deleteIfVersionShared",

@@ -17,7 +17,7 @@ import type { NamedStatement } from "./sql.js";
  *   that commits after that draws a newer one (under the row lock), so a later write of the same
  *   holder leaves the late one refused as well (VERSION_REFUSED).
  * - `after-answer`: the `Sync` is sent only once the statement's answer arrived (pg's `rows`). Nothing
- *   in `putUnconditional` refuses a late commit over the same holder's later write (same token, same
+ *   in `putShared` refuses a late commit over the same holder's later write (same token, same
  *   holder: the ratchet admits it), so a statement that runs after the call gave up must find its
  *   connection closed, which rolls it back; a failure before the answer is StoreUnavailableError.
  *   The store sends it only when `putOrdered` was refused as out of order: the key was written at its
@@ -30,7 +30,6 @@ export const COMMIT_AT = {
   ratchet: "with-statement",
   putIfVersion: "with-statement",
   deleteIfVersion: "with-statement",
-  putUnconditional: "after-answer",
   putOrdered: "with-statement",
   // putAll() in one statement: its conditional records as putIfVersion, its unconditional ones as
   // putOrdered, its raises as ratchet's; refused in any way, it writes nothing (sql.ts).
@@ -38,6 +37,7 @@ export const COMMIT_AT = {
   // The same writes at the fence the row holds (fence-lock.ts): the same reasons.
   putIfVersionShared: "with-statement",
   deleteIfVersionShared: "with-statement",
+  // After an out-of-order refusal, its `after` check left out: the commit after its answer keeps it from landing late.
   putShared: "after-answer",
   putOrderedShared: "with-statement",
 } as const satisfies Partial<Record<NamedStatement, CommitAt>>;

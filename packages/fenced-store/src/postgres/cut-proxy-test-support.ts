@@ -13,6 +13,9 @@ import { connect, createServer, type Server, type Socket } from "node:net";
  */
 export class CutProxy {
   private armed: Buffer | undefined;
+  private cutAfterRow = false;
+  /** holdFrom()'s pattern: the client message containing it, and everything after, is held. */
+  private holdPattern: Buffer | undefined;
   private readonly sockets = new Set<Socket>();
   /** While held: the kept-back sends of each connection, and whether its client has closed. */
   private held: Map<Socket, { chunks: Buffer[]; closed: boolean }> | undefined;
@@ -38,14 +41,29 @@ export class CutProxy {
     return proxy;
   }
 
-  /** The next client message containing `pattern` has its answer lost (once). */
-  arm(pattern: Buffer): void {
+  /**
+   * The next client message containing `pattern` has its answer lost (once). With `afterRow`, the
+   * answer is passed on up to the end of its first DataRow, and the connection cut there: a row
+   * arrived, its CommandComplete did not (the answer must start a chunk, as the answer to a
+   * statement sent alone does).
+   */
+  arm(pattern: Buffer, options: { afterRow?: boolean } = {}): void {
     this.armed = pattern;
+    this.cutAfterRow = options.afterRow === true;
   }
 
   /** Keeps back what every client sends from now on, until deliver(). */
   hold(): void {
     this.held = new Map();
+  }
+
+  /**
+   * hold() from the first client chunk containing `pattern` on, that chunk included: a delay of one
+   * statement (its name is in its Parse and Bind messages) and everything after it, while the
+   * statements before it pass.
+   */
+  holdFrom(pattern: Buffer): void {
+    this.holdPattern = pattern;
   }
 
   /** Sends on what was kept back, in order, then the closes of clients that closed meanwhile. */
@@ -56,6 +74,11 @@ export class CutProxy {
       for (const chunk of chunks) upstream.write(chunk);
       if (closed) upstream.end();
     }
+  }
+
+  /** Whether what clients send is being kept back (hold(), or holdFrom() once its pattern was seen). */
+  get holding(): boolean {
+    return this.held !== undefined;
   }
 
   /** How many connections to the server are still open. */
@@ -74,6 +97,7 @@ export class CutProxy {
     this.upstreams.add(upstream);
     upstream.on("close", () => this.upstreams.delete(upstream));
     let cutNextAnswer = false;
+    let afterRow = false;
     // Client bytes seen lately, so that a pattern split across two chunks is still found.
     let recent = Buffer.alloc(0);
     client.on("data", (chunk: Buffer) => {
@@ -83,7 +107,12 @@ export class CutProxy {
         if (recent.includes(armed)) {
           this.armed = undefined;
           cutNextAnswer = true;
+          afterRow = this.cutAfterRow;
         }
+      }
+      if (this.holdPattern !== undefined && chunk.includes(this.holdPattern)) {
+        this.holdPattern = undefined;
+        this.hold();
       }
       const held = this.held;
       if (held !== undefined) {
@@ -96,8 +125,14 @@ export class CutProxy {
     });
     upstream.on("data", (chunk: Buffer) => {
       if (cutNextAnswer) {
-        // The server answered: the work is done. The client never sees it.
+        // The server answered: the work is done. The client never sees it (or only up to a row).
         this.cuts += 1;
+        const rowEnd = afterRow ? endOfFirstDataRow(chunk) : undefined;
+        if (rowEnd !== undefined) {
+          client.end(chunk.subarray(0, rowEnd));
+          upstream.destroy();
+          return;
+        }
         client.destroy();
         upstream.destroy();
         return;
@@ -126,6 +161,16 @@ export class CutProxy {
   }
 }
 
+/** Where the first DataRow ('D') of a chunk of server messages ends, the chunk starting at a message; undefined if it has none. */
+function endOfFirstDataRow(chunk: Buffer): number | undefined {
+  for (let at = 0; at + 5 <= chunk.length;) {
+    const end = at + 1 + chunk.readUInt32BE(at + 1);
+    if (chunk[at] === 0x44) return end <= chunk.length ? end : undefined;
+    at = end;
+  }
+  return undefined;
+}
+
 /** The simple-query message of a COMMIT, as pg sends the store's COMMIT: 'Q', length 11, "COMMIT\0". */
 export const COMMIT_MESSAGE = Buffer.from("Q\0\0\0\x0bCOMMIT\0", "latin1");
 
@@ -134,3 +179,11 @@ export const COMMIT_MESSAGE = Buffer.from("Q\0\0\0\x0bCOMMIT\0", "latin1");
  * the store sends alone, once the statement's answer has arrived.
  */
 export const SYNC_MESSAGE = Buffer.from("S\0\0\0\x04", "latin1");
+
+/**
+ * A Flush, then a Sync: how pg sends the commit of a write sent with `rows` (Session.write,
+ * `after-answer`) — the statement ends in a Flush, and its Sync follows alone once the answer is in.
+ * Armed with it, the proxy loses the answer to that Sync only, never to a Sync sent with its
+ * statement (P/B/D/E/S, no Flush).
+ */
+export const FLUSH_THEN_SYNC = Buffer.from("H\0\0\0\x04S\0\0\0\x04", "latin1");

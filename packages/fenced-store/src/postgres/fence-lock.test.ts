@@ -1,9 +1,10 @@
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { StaleTokenError, StoreUnavailableError } from "../errors.js";
+import { StaleTokenError } from "../errors.js";
 import { fenceLocks } from "./fence-lock.js";
+import { quoteSchema, statements } from "./sql.js";
 import { FencedPostgres } from "./store.js";
-import { fenceAt as f, outcome, pgHarness, stillPending, type PgHarness } from "./test-support.js";
+import { fenceAt as f, outcome, pgHarness, sleep, stillPending, type PgHarness } from "./test-support.js";
 
 // One lease's writes side by side (fence-lock.ts): writes at the fence the row already holds share
 // the resource's fence lock, a raise takes it alone, and a raise waiting for it is not overtaken.
@@ -27,6 +28,16 @@ async function openTransaction(): Promise<{ client: pg.PoolClient; end(): Promis
       client.release();
     },
   };
+}
+
+/** How many backends run exactly this statement and wait for a lock they asked for (pg_locks: not granted). */
+async function waitingFor(text: string): Promise<number> {
+  const { rows } = await h.pool.query<{ n: string }>(
+    `SELECT count(DISTINCT l.pid) AS n FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE NOT l.granted AND a.datname = current_database() AND a.query = $1`,
+    [text],
+  );
+  return Number(rows[0]?.n);
 }
 
 /** How many backends wait for a lock (a row lock, or an advisory lock). */
@@ -102,45 +113,67 @@ describe("FencedPostgres: one lease's writes side by side", () => {
     }
   });
 
-  it("32 writers of one lease to different keys, without a pause: a newer lease's register gets through, and every write after it is refused", async () => {
+  it("32 writers of one lease to different keys, without a pause: a newer lease's register that waits is overtaken by none of them — every write sent after it began to wait waits behind it and is refused", async () => {
     const seed = await h.store("stream");
-    const pool = new pg.Pool({ connectionString: h.url, max: 34 });
+    const pool = new pg.Pool({ connectionString: h.url, max: 36 });
     pool.on("error", () => undefined);
+    const record = await openTransaction();
+    let recordHeld = true;
+    const releaseRecord = async (): Promise<void> => {
+      if (!recordHeld) return;
+      recordHeld = false;
+      await record.end();
+    };
     try {
       const store = new FencedPostgres(pool, { schema: seed.schema });
       const lease = f("r", 1n, "h1");
       await store.register(lease);
+      await store.put("held", 0, { fence: lease });
+      // A write of the lease kept in flight: it waits for "held"'s record, which the test holds, the
+      // resource's fence lock held shared meanwhile. So the register below always has to wait.
+      await record.client.query(`SELECT 1 FROM "${store.schema}".records WHERE key = 'held' FOR UPDATE`);
+      const inFlight = outcome(store.put("held", 1, { fence: lease }));
+      await expect.poll(lockWaiters).toBe(1);
       let written = 0;
+      let registerWaits = false;
       const refusedAfter: unknown[] = [];
-      let registered = false;
+      const overtook: string[] = [];
       const writer = async (w: number): Promise<void> => {
-        // Until a write sent after the register is refused (one sent before it may be refused too).
+        // Until a write sent after the register began to wait is refused (one sent before may be refused too).
         for (let i = 0; ; i++) {
-          const startedAfter = registered;
+          const sentAfter = registerWaits;
           const result = await outcome(store.put(`w${w}/${i % 4}`, i, { fence: lease }));
           if (result instanceof StaleTokenError) {
-            if (!startedAfter) continue;
+            if (!sentAfter) continue;
             refusedAfter.push(result);
             return;
           }
           if (result instanceof Error) throw result;
-          expect(startedAfter, "a write sent after the newer lease registered was admitted").toBe(false);
+          if (sentAfter) overtook.push(`w${w}/${i % 4}`);
           written++;
         }
       };
-      const writers = Array.from({ length: 32 }, (_, w) => writer(w));
-      await expect.poll(() => written, { timeout: 10_000 }).toBeGreaterThan(500);
-      // The stream runs on; the register waits only for the writes in flight (the store's deadline: 5 s).
-      const started = performance.now();
-      const result = await outcome(store.register(f("r", 2n, "h2")));
-      const ms = performance.now() - started;
-      registered = true;
-      console.info(`register behind 32 writers of the old lease: ${ms.toFixed(0)} ms, ${written} writes before it`);
-      expect(result, "the register was starved").not.toBeInstanceOf(StoreUnavailableError);
-      expect(result).toBeUndefined();
-      await Promise.all(writers);
+      const writers = Promise.all(Array.from({ length: 32 }, (_, w) => writer(w)));
+      writers.catch(() => undefined);
+      await expect.poll(() => written, { timeout: 10_000 }).toBeGreaterThan(100);
+      const register = outcome(store.register(f("r", 2n, "h2")));
+      // The register's statement is queued for a lock (the fence lock; a row lock without it): from
+      // here on, what the writers send comes after it.
+      const ratchet = statements(quoteSchema(seed.schema)).ratchet;
+      await expect.poll(() => waitingFor(ratchet)).toBe(1);
+      registerWaits = true;
+      // Each writer's next write waits behind the register (the in-flight put, the register and 32
+      // writers), unless one is admitted first: that is the starvation this test is for.
+      while (overtook.length === 0 && (await lockWaiters()) < 34) await sleep(10);
+      expect(overtook, "writes sent after the register began to wait were admitted before it").toEqual([]);
+      await releaseRecord();
+      expect(await register).toBeUndefined();
+      expect(await inFlight).toMatchObject({ token: 1n });
+      await writers;
       expect(refusedAfter.length).toBe(32);
+      expect(overtook).toEqual([]);
     } finally {
+      await releaseRecord();
       await pool.end();
     }
   });

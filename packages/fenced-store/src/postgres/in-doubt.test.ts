@@ -1,7 +1,7 @@
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { OutcomeUnknownError } from "../errors.js";
-import { CutProxy, SYNC_MESSAGE } from "./cut-proxy-test-support.js";
+import { CutProxy, FLUSH_THEN_SYNC, SYNC_MESSAGE } from "./cut-proxy-test-support.js";
 import { faultHarness, timed, type FaultHarness } from "./fault-test-support.js";
 import { FencedPostgres } from "./store.js";
 import { fenceAt as f, outcome, sleep } from "./test-support.js";
@@ -22,6 +22,9 @@ let h: FaultHarness;
  * it, and a few hundred milliseconds is what a busy machine can make one of them take.
  */
 const TIMEOUT_MS = 1_000;
+
+/** How many times the lost Sync after a returned row is played: each round is one connection, a few milliseconds. */
+const ROUNDS = 20;
 
 beforeAll(async () => {
   h = await faultHarness();
@@ -158,6 +161,99 @@ describe("a single-statement write the store gave up on never overwrites the hol
       await expect.poll(() => proxy.connections, { timeout: 5_000 }).toBe(0);
       expect(await seed.get("k")).toMatchObject({ value: "v2", version: v2.version });
       expect(await seed.get("new")).toBeUndefined();
+    } finally {
+      await pool.end();
+      await proxy.close();
+    }
+  });
+
+  it("a lease's first write of a key, no register before it: its raise (the exclusive putOrdered) delayed on the network past the deadline, then delivered after the holder wrote the key again: refused by the version it came after", async () => {
+    const seed = await h.store("delayed_raise", TIMEOUT_MS);
+    const url = new URL(h.server.url);
+    const proxy = await CutProxy.start({ host: url.hostname, port: Number(url.port) });
+    url.host = `127.0.0.1:${proxy.port}`;
+    const pool = new pg.Pool({ connectionString: url.toString(), max: 1 });
+    pool.on("error", () => undefined);
+    try {
+      const via = new FencedPostgres(pool, { schema: seed.schema, timeoutMs: TIMEOUT_MS });
+      const fence = f("r", 1n, "h1");
+      // An older lease's row: the shared statement finds another fence and writes nothing, so the put
+      // is sent again as the raise, the one statement the proxy holds back.
+      await seed.put("other", "old lease", { fence: f("r", 0n, "h0") });
+      await via.get("k"); // a connection through the proxy, before it holds
+      proxy.holdFrom(Buffer.from("fenced:putOrdered:"));
+      const late = await timed(via.put("k", "late raise", { fence }));
+      expect(late.value).toBeInstanceOf(OutcomeUnknownError);
+      expect(late.ms).toBeLessThan(TIMEOUT_MS + 500);
+      // The holder, told its write may have landed, writes the key again (through another store) and is acknowledged.
+      const v2 = await seed.put("k", "v2", { fence });
+      proxy.deliver();
+      await expect.poll(() => proxy.connections, { timeout: 5_000 }).toBe(0);
+      expect(await seed.get("k")).toMatchObject({ value: "v2", version: v2.version });
+    } finally {
+      await pool.end();
+      await proxy.close();
+    }
+  });
+
+  it("an unordered put (after its answer) that wrote, the answer to its Sync lost: OutcomeUnknownError and it landed, every time", async () => {
+    const seed = await h.store("lost_unordered_sync", 2_000);
+    const url = new URL(h.server.url);
+    const proxy = await CutProxy.start({ host: url.hostname, port: Number(url.port) });
+    url.host = `127.0.0.1:${proxy.port}`;
+    const pool = new pg.Pool({ connectionString: url.toString(), max: 1 });
+    pool.on("error", () => undefined);
+    const fence = f("r", 1n, "h1");
+    try {
+      const via = new FencedPostgres(pool, { schema: seed.schema, timeoutMs: 2_000 });
+      for (let i = 0; i < ROUNDS; i++) {
+        await via.get("k"); // a new connection (the last cut closed it), and what `via` has seen of the key
+        // Written at this fence by another store: `via` has not seen it, so its put is refused as out of
+        // order and sent again unordered, its Sync alone once the statement's row is in.
+        await seed.put("k", { round: i, by: "seed" }, { fence });
+        proxy.arm(FLUSH_THEN_SYNC);
+        const err = await outcome(via.put("k", { round: i, by: "via" }, { fence }));
+        expect(proxy.cuts, `round ${i}`).toBe(i + 1);
+        expect(err, `round ${i}`).toBeInstanceOf(OutcomeUnknownError);
+        expect(err).toMatchObject({ key: "k", operation: "put" });
+        expect(await seed.get("k"), `round ${i}`).toMatchObject({ value: { round: i, by: "via" } });
+      }
+    } finally {
+      await pool.end();
+      await proxy.close();
+    }
+  });
+
+  it("through a pool whose clients do not show pg's protocol connection (a wrapper): an unordered put that wrote, its Sync's answer lost, is OutcomeUnknownError — the store cannot see when the Sync left", async () => {
+    const seed = await h.store("wrapped_sync", 2_000);
+    const url = new URL(h.server.url);
+    const proxy = await CutProxy.start({ host: url.hostname, port: Number(url.port) });
+    url.host = `127.0.0.1:${proxy.port}`;
+    const pool = new pg.Pool({ connectionString: url.toString(), max: 1 });
+    pool.on("error", () => undefined);
+    // What a wrapper passes on: query(), release() and the client's 'error' events, nothing of pg's internals.
+    const wrapped = {
+      query: (config: pg.QueryConfig) => pool.query(config),
+      connect: async () => {
+        const client = await pool.connect();
+        return {
+          query: (config: pg.QueryConfig) => client.query(config),
+          release: (err?: Error | boolean) => client.release(err),
+          on: (event: "error", listener: (err: Error) => void) => client.on(event, listener),
+          removeListener: (event: "error", listener: (err: Error) => void) => client.removeListener(event, listener),
+        };
+      },
+    };
+    try {
+      const via = new FencedPostgres(wrapped, { schema: seed.schema, timeoutMs: 2_000 });
+      const fence = f("r", 1n, "h1");
+      await via.get("k");
+      await seed.put("k", "seed", { fence });
+      proxy.arm(FLUSH_THEN_SYNC);
+      const err = await outcome(via.put("k", "landed", { fence }));
+      expect(proxy.cuts).toBe(1);
+      expect(err).toBeInstanceOf(OutcomeUnknownError);
+      expect(await seed.get("k")).toMatchObject({ value: "landed" });
     } finally {
       await pool.end();
       await proxy.close();

@@ -1,5 +1,7 @@
+import { StoreSetupError } from "../errors.js";
+import { objectNames } from "./schema-sql.js";
 import type { Session } from "./session.js";
-import { beginWithin, COMMIT, ROLLBACK, type NamedStatement, type Statements } from "./sql.js";
+import { beginWithin, COMMIT, quoteSchema, ROLLBACK, type NamedStatement, type Statements } from "./sql.js";
 import type { PgClient, PgParam, PgQueryConfig } from "./types.js";
 
 /**
@@ -21,6 +23,7 @@ export async function migrateWithin<Client extends PgClient>(
     await s.query({ text: beginWithin(s.remainingMs()) }, "read");
     for (const ddl of sql.migrate) await s.query({ text: ddl }, "read");
     for (const ddl of await upgrades(s, sql, schema, query)) await s.query({ text: ddl }, "read");
+    await advanceVersions(s, sql, query);
     await s.query({ text: COMMIT }, "commit");
   } catch (err) {
     failure = { err };
@@ -59,5 +62,65 @@ async function upgrades<Client extends PgClient>(
   );
   const shape = sequence[0];
   if (shape !== undefined && (BigInt(shape.increment) <= 0n || shape.cache !== "1" || shape.cycle)) needed.push(sql.orderVersions);
+  // A sequence dropped with CASCADE took the default with it (the DDL above created the sequence again):
+  // a new key's insert would then fail (23502), or take a version the sequence never handed out.
+  const { rows: drawn } = await s.query<{ draws: boolean }>(query("versionDefault", [schema]), "read");
+  if (drawn[0]?.draws !== true) needed.push(sql.restoreVersionDefault);
   return needed;
+}
+
+/** The version a sequence that is behind must pass (the newest of any record), or undefined: it is ahead of every record. */
+async function behind<Client extends PgClient>(
+  s: Session<Client>,
+  query: (name: NamedStatement, values: PgParam[]) => PgQueryConfig,
+): Promise<{ next: string; newest: string } | undefined> {
+  const { rows } = await s.query<{ next: string; newest: string | null }>(query("versionPosition", []), "read");
+  const row = rows[0];
+  return row?.newest == null || BigInt(row.next) > BigInt(row.newest) ? undefined : { next: row.next, newest: row.newest };
+}
+
+/**
+ * Moves the version sequence past every record's version when it is behind (set back by RESTART or
+ * setval, or dropped and created again at 1): a write would otherwise take a version at or below
+ * one a store instance has heard of, and a late put whose `after` is above it would land over that
+ * write (write-order.ts). Invariant kept: the sequence's next value is above max(version). The
+ * sequence is read again under lockRecords, so no writer draws a version between that read and
+ * setval (which would move the sequence back under it); the lock is taken only when a move is needed.
+ */
+async function advanceVersions<Client extends PgClient>(
+  s: Session<Client>,
+  sql: Statements,
+  query: (name: NamedStatement, values: PgParam[]) => PgQueryConfig,
+): Promise<void> {
+  if ((await behind(s, query)) === undefined) return;
+  await s.query({ text: sql.lockRecords }, "read");
+  const stale = await behind(s, query);
+  if (stale !== undefined) await s.query(query("advanceVersions", [stale.newest]), "read");
+}
+
+/**
+ * FencedPostgres.verify(), inside its session: what migrate() repairs, checked without changing
+ * anything — the tables exist, the version sequence is ahead of every record, and new records draw
+ * from it. StoreSetupError "not-migrated", naming the fix, when one does not hold.
+ */
+export async function verifyWithin<Client extends PgClient>(
+  s: Session<Client>,
+  schema: string,
+  query: (name: NamedStatement, values: PgParam[]) => PgQueryConfig,
+): Promise<void> {
+  const { records, versions } = objectNames(quoteSchema(schema));
+  const stale = await behind(s, query);
+  if (stale !== undefined)
+    throw new StoreSetupError(
+      "postgres",
+      "not-migrated",
+      `the version sequence ${versions} would hand out ${stale.next} next, not above the newest record version ${stale.newest} (set back by RESTART or setval, or dropped?): a late put could land over a later write. Run migrate(), which moves it past, or SELECT setval('${versions}', ${stale.newest})`,
+    );
+  const { rows } = await s.query<{ draws: boolean }>(query("versionDefault", [schema]), "read");
+  if (rows[0]?.draws !== true)
+    throw new StoreSetupError(
+      "postgres",
+      "not-migrated",
+      `the default of ${records}.version does not draw from ${versions} (dropped with DROP SEQUENCE … CASCADE?): run migrate(), which restores it`,
+    );
 }

@@ -102,6 +102,14 @@ describe("FencedPostgres: a write whose answer is lost is OutcomeUnknownError", 
       expect(err).toBeInstanceOf(StoreUnavailableError);
       expect(err).toMatchObject({ reason: "connection", operation: "put" });
       expect(await seed.get("k")).toMatchObject({ value: { n: 0 }, version: v0.version });
+      // Cut after its row arrived, before its CommandComplete: the Sync is sent only from pg's
+      // CommandComplete handler, so it was not sent either.
+      const v1 = await seed.put("k", { n: 2 }, { fence: f("r", 1n) });
+      via.proxy.arm(Buffer.from("fenced:putShared:"), { afterRow: true });
+      const afterRow = await outcome(via.store.put("k", { n: 3 }, { fence: f("r", 1n) }));
+      expect(via.proxy.cuts).toBe(2);
+      expect(afterRow).toBeInstanceOf(StoreUnavailableError);
+      expect(await seed.get("k")).toMatchObject({ value: { n: 2 }, version: v1.version });
     } finally {
       await via.close();
     }

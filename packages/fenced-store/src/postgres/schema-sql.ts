@@ -63,6 +63,28 @@ export interface SchemaStatements {
   readonly versionSequence: string;
   /** Restores what versionSequence checks; run by migrate() only when it differs. */
   readonly orderVersions: string;
+  /**
+   * $1 schema name → { draws }: whether records.version's default draws from the schema's version
+   * sequence. DROP SEQUENCE … CASCADE drops the default with the sequence; CREATE SEQUENCE IF NOT
+   * EXISTS brings the sequence back, not the default.
+   */
+  readonly versionDefault: string;
+  /** Restores what versionDefault checks; run by migrate() only when it is missing. */
+  readonly restoreVersionDefault: string;
+  /**
+   * → { next, newest }: the value the version sequence hands out next, and the newest version of any
+   * record (null: none). Safe only when next > newest (PROTOCOL.md, "What the database must
+   * provide"). Scans `records` (version has no index): migrate() and verify() only, never per request.
+   */
+  readonly versionPosition: string;
+  /**
+   * Taken by migrate() before it moves the sequence, held until its COMMIT: every writer of `records`
+   * takes ROW EXCLUSIVE, so none draws a version between the read of versionPosition and setval —
+   * which would otherwise move the sequence back under a version just drawn.
+   */
+  readonly lockRecords: string;
+  /** $1 version → the sequence set so that it hands out $1 + 1 next. */
+  readonly advanceVersions: string;
 }
 
 export function schemaStatements(names: ObjectNames): SchemaStatements {
@@ -88,6 +110,22 @@ WHERE n.nspname = $1 AND c.relname IN ('fence', 'records') AND a.attnum > 0 AND 
     versionSequence: `SELECT increment_by::text AS increment, cache_size::text AS cache, cycle FROM pg_catalog.pg_sequences
 WHERE schemaname = $1 AND sequencename = 'record_version'`,
     orderVersions: `ALTER SEQUENCE ${versions} INCREMENT BY 1 CACHE 1 NO CYCLE`,
+    // The default depends on the sequence (pg_depend), whatever text it prints as.
+    versionDefault: `SELECT EXISTS (
+  SELECT 1 FROM pg_catalog.pg_attrdef d
+  JOIN pg_catalog.pg_class c ON c.oid = d.adrelid AND c.relname = 'records'
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace AND n.nspname = $1
+  JOIN pg_catalog.pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum AND a.attname = 'version'
+  JOIN pg_catalog.pg_depend dep ON dep.classid = 'pg_catalog.pg_attrdef'::regclass AND dep.objid = d.oid
+    AND dep.refclassid = 'pg_catalog.pg_class'::regclass
+  JOIN pg_catalog.pg_class s ON s.oid = dep.refobjid AND s.relnamespace = n.oid AND s.relname = 'record_version'
+) AS draws`,
+    restoreVersionDefault: `ALTER TABLE ${records} ALTER COLUMN version SET DEFAULT nextval('${versions}')`,
+    versionPosition: `SELECT (CASE WHEN s.is_called THEN s.last_value::numeric + 1 ELSE s.last_value END)::text AS next,
+  (SELECT max(version) FROM ${records})::text AS newest
+FROM ${versions} s`,
+    lockRecords: `LOCK TABLE ${records} IN SHARE MODE`,
+    advanceVersions: `SELECT setval('${versions}', $1::bigint, true)`,
   };
 }
 

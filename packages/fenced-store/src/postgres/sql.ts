@@ -48,15 +48,11 @@ export interface Statements extends SchemaStatements {
    */
   readonly highest: string;
   /**
-   * $1–$3 fence, $4 key, $5 value (JSON text) → one row { version } when written, zero rows when
-   * fenced; raises FOREIGN_KEY_REFUSED (nothing written, the ratchet raise undone) when another
-   * resource owns the key.
-   */
-  readonly putUnconditional: string;
-  /**
-   * putUnconditional, and $6 the version the write comes after, drawn before it was issued
-   * (write-order.ts): raises VERSION_REFUSED, nothing written, when the record is at exactly this
-   * fence (token and holder) with a newer version. Its commit is sent with it (commit-at.ts).
+   * $1–$3 fence, $4 key, $5 value (JSON text), $6 the version the write comes after, drawn before it
+   * was issued (write-order.ts) → one row { version } when written, zero rows when fenced; raises
+   * FOREIGN_KEY_REFUSED (nothing written, the ratchet raise undone) when another resource owns the
+   * key, and VERSION_REFUSED, nothing written, when the record is at exactly this fence (token and
+   * holder) with a newer version. Its commit is sent with it (commit-at.ts).
    */
   readonly putOrdered: string;
   /** putShared with putOrdered's $6. */
@@ -65,16 +61,17 @@ export interface Statements extends SchemaStatements {
    * $1–$3 fence, $4 key, $5 value, $6 expected version → one row { version } when written, zero rows
    * when fenced; raises FOREIGN_KEY_REFUSED when another resource owns the key, else VERSION_REFUSED
    * when the record is not live at $6 — either way nothing written, the ratchet raise undone. One
-   * statement in its own implicit transaction, like putUnconditional (committed by Session.write).
+   * statement in its own implicit transaction, like putOrdered (committed by Session.write).
    */
   readonly putIfVersion: string;
   /** $1–$3 fence, $4 key, $5 expected version → one row { version } (the tombstone's) as putIfVersion. */
   readonly deleteIfVersion: string;
   /**
-   * putUnconditional, putIfVersion and deleteIfVersion at the fence the row already holds: the same
-   * record upserts, their row from the shared ratchet (fence-lock.ts, sharedRatchet) instead of a
-   * raise. One row { version }: written. Zero rows: the fence row holds another fence (or none);
-   * nothing was written, and the caller sends the exclusive statement (Calls.fencedWrite).
+   * putOrdered without its check ($6), putIfVersion and deleteIfVersion at the fence the row already
+   * holds: the same record upserts, their row from the shared ratchet (fence-lock.ts, sharedRatchet)
+   * instead of a raise. One row { version }: written. Zero rows: the fence row holds another fence
+   * (or none); nothing was written, and the caller sends the exclusive statement (Calls.fencedWrite)
+   * — putShared, sent only after an out-of-order refusal, has none: it is stale (store.ts, unconditional).
    */
   readonly putShared: string;
   readonly putIfVersionShared: string;
@@ -91,7 +88,7 @@ export interface Statements extends SchemaStatements {
    */
   readonly transferOwner: string;
   /**
-   * $1–$3 fence, $4 key, $5 value → { version }: putUnconditional's record upsert without its
+   * $1–$3 fence, $4 key, $5 value → { version }: putShared's record upsert without its
    * ratchet, for a write of putAll(), run after `ratchetAll` (or `ratchet`) in its transaction. Raises
    * FOREIGN_KEY_REFUSED when another resource owns the key (the transaction then rolls back).
    */
@@ -222,14 +219,7 @@ function singleStatementWrites(
   recordUpsert: RecordUpsert,
 ): Pick<
   Statements,
-  | "putUnconditional"
-  | "putOrdered"
-  | "putIfVersion"
-  | "deleteIfVersion"
-  | "putShared"
-  | "putOrderedShared"
-  | "putIfVersionShared"
-  | "deleteIfVersionShared"
+  "putOrdered" | "putIfVersion" | "deleteIfVersion" | "putShared" | "putOrderedShared" | "putIfVersionShared" | "deleteIfVersionShared"
 > {
   // `admission`: the ratchet CTE — a raise (`ratchet`), or the shared check of a write at the fence the row holds.
   const conditionalWrite = (admission: string, value: string, expected: string): string =>
@@ -247,10 +237,8 @@ ${conditionalUpsert("ratchet", value, expected)}`;
     // raised our fence row by then, so the statement must fail, not just write nothing: the CASE
     // (which evaluates its ELSE only when the owner differs) calls the refuse function, which
     // raises; the implicit transaction aborts, and the raise is undone with it. So one row back
-    // always means written, and nothing but the fence decides between one row and none.
-    putUnconditional: `WITH ratchet AS (${ratchet})
-${recordUpsert("ratchet", "NULL")}`,
-    // putUnconditional with the write order's check ($6: the version the write comes after).
+    // always means written, and nothing but the fence (and the write order's check, $6: the version
+    // the write comes after, which raises too) decides between one row and none.
     putOrdered: `WITH ratchet AS (${ratchet})
 ${recordUpsert("ratchet", "$6::bigint")}`,
     putIfVersion: conditionalWrite(ratchet, "$5::jsonb", "$6"),
@@ -322,7 +310,15 @@ export function textArray(values: readonly (string | null)[]): string {
 }
 
 /** The DDL, run once per migrate() as plain text; every other statement travels prepared, by name. */
-const DDL = ["migrate", "addFenceHolder", "addRecordHolder", "allowTombstones", "orderVersions"] as const;
+const DDL = [
+  "migrate",
+  "addFenceHolder",
+  "addRecordHolder",
+  "allowTombstones",
+  "orderVersions",
+  "restoreVersionDefault",
+  "lockRecords",
+] as const;
 export type NamedStatement = Exclude<keyof Statements, (typeof DDL)[number]>;
 
 /**

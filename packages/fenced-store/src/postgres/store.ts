@@ -8,7 +8,7 @@ import { putAll, raiseAll } from "./batch.js";
 import { Calls, fenceParams, type TransactionOptions } from "./calls.js";
 import { assertPool, putAllOptions, transferOptions, writeOptions } from "./options.js";
 import { readFence } from "./inspect.js";
-import { migrateWithin } from "./migrate.js";
+import { migrateWithin, verifyWithin } from "./migrate.js";
 import type { Call, Session } from "./session.js";
 import type {
   FencedPostgresOptions,
@@ -69,6 +69,21 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
   async migrate(): Promise<void> {
     await this.calls.session({ operation: "migrate" }, undefined, (s) =>
       migrateWithin(s, this.calls.sql, this.schema, (name, values) => this.calls.query(name, values)),
+    );
+  }
+
+  /**
+   * Checks, without changing anything, what migrate() repairs: the tables exist, and the version
+   * sequence is ahead of every record's version (PROTOCOL.md, "What the database must provide") and
+   * drawn from by new records. StoreSetupError "not-migrated", naming the fix, when one does not
+   * hold. For a start without migrate() (a role that does not own the schema); not for a readiness
+   * probe: it reads max(version), which scans the records table.
+   */
+  async verify(options?: PgSignalOptions): Promise<void> {
+    const signal = signalOnly(options);
+    throwIfAborted(signal);
+    await this.calls.session({ operation: "verify" }, signal, (s) =>
+      verifyWithin(s, this.schema, (name, values) => this.calls.query(name, values)),
     );
   }
 
@@ -304,8 +319,12 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
    * the newest version the database gave this store (write-order.ts), so that it cannot land late over
    * a later write of the holder. Refused as out of order — a write of the key at this fence that this
    * store has not heard of, or its own put of the key at the same time — it is sent again as
-   * `putUnconditional`, whose commit leaves only once its answer is in (commit-at.ts): it cannot land
-   * late either.
+   * `putShared`, whose commit leaves only once its answer is in (commit-at.ts): it cannot land late
+   * either. At most three statements (PROTOCOL.md, "Faults"): a refusal as out of order came from a
+   * record at exactly this fence, which only a write admitted at it leaves, so the fence row held this
+   * fence when the refused statement ran; fence rows only go up, so the shared statement either finds
+   * it there still and writes, or finds a raise since — the fence is stale, and the raise
+   * (`putOrdered` without its check) could only be refused too.
    */
   private async unconditional(
     s: Session<Client>,
@@ -321,7 +340,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
       if (!outOfOrder(err)) throw err;
     }
     throwIfAborted(signal);
-    return this.calls.fencedWrite<{ version: string }>(s, signal, "putUnconditional", values);
+    return this.calls.write<{ version: string }>(s, "putShared", values);
   }
 
   /**

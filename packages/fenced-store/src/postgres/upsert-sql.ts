@@ -45,7 +45,7 @@ ON CONFLICT (key) DO UPDATE
 SET value = EXCLUDED.value, version = nextval('${versions}'), token = EXCLUDED.token, holder = EXCLUDED.holder
 WHERE CASE WHEN r.resource = $1 AND r.version = ${expected}::bigint AND r.value IS NOT NULL THEN true ELSE ${refuseConditional}($4, $1) IS NULL END
 RETURNING CASE WHEN r.version = 0 THEN ${refuseConditional}($4, $1) ELSE r.version END AS version`;
-  // The unconditional record upsert (putUnconditional in sql.ts says why it is safe), its row from the ratchet CTE or the parameters.
+  // The unconditional record upsert (putOrdered in sql.ts says why it is safe), its row from the ratchet CTE or the parameters.
   // `after` (putOrdered, write-order.ts): a version drawn from the sequence before this write was
   // issued, or NULL (no such check). A record at exactly this fence — same token, same holder — with
   // a newer version may have been written after this write was issued: it is refused as a version

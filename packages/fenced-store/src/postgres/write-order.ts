@@ -14,7 +14,7 @@
  * (the ratchet refuses), and the late put writes nothing. A value that is too low only makes a put
  * refused that could have landed — the key written at this fence by another store or process since
  * this store last heard from the database, or two of its puts of one key at once: the store then sends
- * it as `putUnconditional`, committed after its answer (no late commit possible).
+ * it as `putShared`, committed after its answer (no late commit possible).
  */
 export class WriteOrder {
   private newest = 0n;

@@ -22,8 +22,8 @@ export interface StoreCheck {
   readonly ms: number;
 }
 
-/** The key the PostgreSQL checks read (readiness, and the start without migrate): any key will do, the read proves the tables are there. */
-export const PROBE_KEY = "fenced-gateway/start-check";
+/** The key the PostgreSQL readiness check reads: any key will do, the read proves the tables are there. */
+const PROBE_KEY = "fenced-gateway/start-check";
 
 /** What a PostgreSQL SQLSTATE the store passes on means for its setup (the server answered, and refused). */
 const POSTGRES_SETUP: Readonly<Record<string, SetupProblem>> = {
