@@ -86,6 +86,10 @@ export function fencesDelivered(run: Run, snaps: readonly (FenceSnapshot | null)
  * Whether a manifest PUT may go out on the fence objects as last read: the write has awaited
  * nothing since — no manifest read, no wait for its data object (the one in place then is the one
  * the next attempt names). The one check of freshness: decide() takes it as `current`.
+ * It holds only because every await on the way from a fence read to the PUT either changes the
+ * stamp (a manifest read, a wait for a data object) or comes before a fence read (the pause before
+ * a retry: memory-retry-order.test.ts pins that order). An await of any other kind added on that
+ * path (a backoff, a pool slot) must do one of the two, or a stale read would count as current.
  */
 function fencesCurrent(run: Run): boolean {
   const then = run.fences.stamp;
