@@ -47,7 +47,12 @@ describe("LockNodeStates", () => {
     const { states: s, changes } = states();
     s.probed(probe("up", "up", "up"));
     s.probed(probe("refused", "up", "up"));
-    s.result({ node: 0, phase: "release", ms: 0, failure: { node: 0, reason: "refused", code: "ECONNREFUSED", detail: "connect ECONNREFUSED" } });
+    s.result({
+      node: 0,
+      phase: "release",
+      ms: 0,
+      failure: { node: 0, reason: "refused", code: "ECONNREFUSED", detail: "connect ECONNREFUSED" },
+    });
     s.probed(probe("timeout", "up", "up"));
     s.result({ node: 7, phase: "acquire", ms: 0 });
     expect(changes()).toEqual([[40, "lock node down", 0, "refused", "a:1"]]);

@@ -214,7 +214,8 @@ describe("/metrics", () => {
       const res = await fresh.client.send({ method: "GET", path: "/readyz" });
       return (res.json<{ checks: { redis: { nodes: { state: string }[] } } }>().checks.redis.nodes ?? []).map((n) => n.state);
     };
-    const changes = (): Record<string, unknown>[] => logged.filter((l) => l.msg === "lock node down" || l.msg === "lock node answers again");
+    const changes = (): Record<string, unknown>[] =>
+      logged.filter((l) => l.msg === "lock node down" || l.msg === "lock node answers again");
     const node2 = backends.redis?.nodes[2];
     try {
       // Before any probe: no series (no state is known). From the first probe: every node's.
@@ -228,7 +229,9 @@ describe("/metrics", () => {
       await expect.poll(async () => (await readyz())[2], { timeout: 20_000 }).toBe("refused");
       expect(await up(2)).toBe(0);
       expect(await readyz()).toEqual(["up", "up", "refused"]);
-      expect(changes()).toMatchObject([{ level: 40, msg: "lock node down", node: 2, state: "refused", address: expect.stringMatching(/:\d+$/) }]);
+      expect(changes()).toMatchObject([
+        { level: 40, msg: "lock node down", node: 2, state: "refused", address: expect.stringMatching(/:\d+$/) },
+      ]);
 
       // Back: the first probe it answers sets it up again, and says so.
       await node2?.restart();
@@ -240,7 +243,8 @@ describe("/metrics", () => {
       ]);
       // All of it without a lease: no lock call was made.
       const text = await fresh.gateway.metrics.registry.metrics();
-      for (const node of [0, 1, 2]) expect(series(text, "fenced_gateway_lock_node_duration_seconds_count", `node="${node}",address=""`) ?? 0).toBe(0);
+      for (const node of [0, 1, 2])
+        expect(series(text, "fenced_gateway_lock_node_duration_seconds_count", `node="${node}",address=""`) ?? 0).toBe(0);
     } finally {
       await fresh.close();
       for (const c of own) c.disconnect();
