@@ -189,7 +189,8 @@ async function listen(which: string, bind: () => Promise<Serving>): Promise<Serv
  */
 async function start(gateway: Gateway, config: GatewayConfig, logger: Logger): Promise<Recheck | undefined> {
   try {
-    if (config.startChecks) refuseUnhealthy(await gateway.health(), config.healthTimeoutMs);
+    // Each lock node's own answer (none pending): the refusal names exactly the nodes that did not answer.
+    if (config.startChecks) refuseUnhealthy(await gateway.health({ everyNode: true }), config.healthTimeoutMs);
     await gateway.prepare({ migrate: config.migrate, verify: config.verify });
     return undefined;
   } catch (err) {

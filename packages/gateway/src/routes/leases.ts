@@ -84,7 +84,7 @@ export function leasesRouter(
   credentials: FenceCredentials,
   options: LeaseBackendOptions,
   registrars: readonly Registrar[] = [],
-): { router: Router; probe(timeoutMs: number): Promise<LockProbe>; settled(): Promise<void> } {
+): { router: Router; probe(timeoutMs: number, everyNode?: boolean): Promise<LockProbe>; settled(): Promise<void> } {
   // Each node's state, one for the lease scripts and the readiness probes alike (ops/lock-nodes.ts).
   const addresses = options.clients.map(nodeAddress);
   const metrics = ctx.metrics.lockNodes(addresses);
@@ -152,8 +152,8 @@ export function leasesRouter(
   router.all("/release", (_req, res) => methodNotAllowed(res, "POST"));
 
   // Readiness: the lock works while a quorum answers; every node is reported, with its address (for the admin listener).
-  const probe = async (timeoutMs: number): Promise<LockProbe> => {
-    const probed = await probeNodes(redlock, timeoutMs);
+  const probe = async (timeoutMs: number, everyNode = false): Promise<LockProbe> => {
+    const probed = await probeNodes(redlock, timeoutMs, { everyNode });
     nodes.states.probed(probed);
     return { ...probed, addresses };
   };
