@@ -11,7 +11,7 @@ import { serve, type Serving } from "./http/server.js";
 import { refuseUnhealthy, StartRefusedError, startRefusal } from "./ops/start-checks.js";
 import { startProcessTracing } from "./ops/tracing.js";
 import { RECHECK_INTERVAL_MS, recheckInBackground, type Recheck } from "./ops/recheck.js";
-import { GATEWAY_VERSION } from "./version.js";
+import { GATEWAY_VERSION, nodeSupported, SUPPORTED_NODE } from "./version.js";
 
 async function main(config: GatewayConfig, logger: Logger): Promise<void> {
   const closers: Closers = [];
@@ -207,6 +207,12 @@ const program = gatewayProgram({
   serve(flags) {
     const config = configured(() => loadConfig(flags));
     const logger = pino({ name: "fenced-gateway", level: config.logLevel });
+    // npm only warns of `engines` at install, if at all: say it where the operator looks.
+    if (SUPPORTED_NODE !== undefined && !nodeSupported(process.version, SUPPORTED_NODE))
+      logger.warn(
+        { node: process.version, supported: SUPPORTED_NODE },
+        `unsupported Node.js ${process.version}: fenced-gateway supports ${SUPPORTED_NODE}`,
+      );
     startProcessTracing(flags.otlp === true, process.env, logger)
       .then(() => main(config, logger))
       .catch((err: unknown) => {
