@@ -44,7 +44,7 @@ function refuseEnded(fence: unknown): void {
  * were asked). `err` is shared by everyone holding the lease, so it is copied, never changed.
  * Anything that is not a FencedError, or already says "no", is answered as it is.
  */
-export function refusedBeforeSending(err: unknown): unknown {
+function refusedBeforeSending(err: unknown): unknown {
   if (!(err instanceof FencedError) || err.applied === "no") return err;
   const copy = Object.create(Object.getPrototypeOf(err) as object) as FencedError;
   Object.defineProperties(copy, Object.getOwnPropertyDescriptors(err));

@@ -229,9 +229,8 @@ describe("/metrics", () => {
       await expect.poll(async () => (await readyz())[2], { timeout: 20_000 }).toBe("refused");
       expect(await up(2)).toBe(0);
       expect(await readyz()).toEqual(["up", "up", "refused"]);
-      expect(changes()).toMatchObject([
-        { level: 40, msg: "lock node down", node: 2, state: "refused", address: expect.stringMatching(/:\d+$/) },
-      ]);
+      expect(changes()).toMatchObject([{ level: 40, msg: "lock node down", node: 2, state: "refused" }]);
+      expect(String(changes()[0]?.address)).toMatch(/:\d+$/);
 
       // Back: the first probe it answers sets it up again, and says so.
       await node2?.restart();
