@@ -32,6 +32,7 @@ import {
   closure,
   exportConditions,
   formatTarball,
+  GATEWAY_OPS_FILES,
   manifestStrings,
   type Manifest,
   packAll,
@@ -128,7 +129,8 @@ describe("installed from the packed tarballs, like a user", () => {
       expect.soft(unreached(t), `${t.name}: shipped but reached by nothing`).toEqual([]);
       expect
         .soft(
-          paths.filter((p) => /\.test\.|test-support/.test(p)),
+          // The alert rules' promtool unit test is for operators: it ships in ops/.
+          paths.filter((p) => /\.test\.|test-support/.test(p) && !p.startsWith("ops/")),
           t.name,
         )
         .toEqual([]);
@@ -166,6 +168,22 @@ describe("installed from the packed tarballs, like a user", () => {
       expect.soft(m.engines, t.name).toEqual({ node: "^22.12 || ^24 || ^26" });
       for (const field of ["description", "keywords"]) expect.soft(m[field], `${t.name}.${field}`).toBeTruthy();
     }
+  });
+
+  it("the gateway's tarball carries its files for operators (ops/), as the systemd unit's install steps use them", () => {
+    const gateway = tarballs.find((t) => t.name === "@fenced/gateway");
+    const ops = readdirSync(join(ROOT, "packages", "gateway", "ops")).map((f) => `ops/${f}`);
+    expect(ops.sort()).toEqual([...GATEWAY_OPS_FILES].sort());
+    expect(
+      gateway?.files
+        .map((f) => f.path)
+        .filter((p) => p.startsWith("ops/"))
+        .sort(),
+    ).toEqual([...GATEWAY_OPS_FILES].sort());
+    for (const path of GATEWAY_OPS_FILES)
+      expect(readFileSync(join(gateway?.unpacked ?? "", "package", path), "utf8"), path).toBe(
+        readFileSync(join(ROOT, "packages", "gateway", path), "utf8"),
+      );
   });
 
   it("every package a tarball's code or declarations import is one it depends on, with its types", () => {
@@ -357,6 +375,7 @@ describe("the README (and the pages under docs/) is true", () => {
 
   it("the store examples handle LeaseLostError, which a write under a lease that ended throws", () => {
     for (const [source, heading] of [
+      ["README.md", "## A first fenced write"],
       ["README.md", "## `@fenced/store`"],
       ["packages/fenced-store/README.md", "## Example"],
     ] as const)

@@ -17,6 +17,15 @@ export const PUBLIC_PACKAGES = [
 /** Files every package carries besides what its exports, bin and source maps reach. */
 const ALWAYS = new Set(["package.json", "README.md", "LICENSE"]);
 
+/** The gateway's files for operators (packages/gateway/ops): shipped as they are, reached by no import. */
+export const GATEWAY_OPS_FILES = [
+  "ops/README.md",
+  "ops/fenced-gateway.service",
+  "ops/grafana-dashboard.json",
+  "ops/prometheus-rules.test.yml",
+  "ops/prometheus-rules.yml",
+];
+
 interface PackedFile {
   readonly path: string;
   readonly bytes: number;
@@ -172,7 +181,8 @@ export function closure(tarball: Tarball, starts?: readonly string[]): Closure {
 /** Files in the tarball that nothing reaches: stale build output, scratch files, tests. */
 export function unreached(tarball: Tarball): string[] {
   const { reached } = closure(tarball);
-  return tarball.files.map((f) => f.path).filter((path) => !reached.has(path) && !ALWAYS.has(path));
+  const ops = new Set(tarball.name === "@fenced/gateway" ? GATEWAY_OPS_FILES : []);
+  return tarball.files.map((f) => f.path).filter((path) => !reached.has(path) && !ALWAYS.has(path) && !ops.has(path));
 }
 
 /** Every string value in a manifest, with its path (to find "workspace:" anywhere in it). */

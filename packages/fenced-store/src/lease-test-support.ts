@@ -71,7 +71,12 @@ export async function leaseHarness(): Promise<LeaseHarness> {
   };
 }
 
-/** The call's rejection: the lease's own LeaseLostError, the one `signal: lease.signal` would give. */
+/**
+ * The call's rejection, refused before anything was sent: a new LeaseLostError of the lease's kind
+ * saying nothing was applied (`applied: "no"`), with the lease's own error — the one `signal:
+ * lease.signal` aborts with — as its cause, and that error left as it was (`applied: "unknown"`: it
+ * is shared by everyone holding the lease).
+ */
 export async function refusedWithItsError(call: Promise<unknown>, lease: Lease, ending: Ending): Promise<void> {
   const err = await call.then(
     () => undefined,
@@ -79,5 +84,10 @@ export async function refusedWithItsError(call: Promise<unknown>, lease: Lease, 
   );
   expect(err).toBeInstanceOf(LeaseLostError);
   expect((err as LeaseLostError).kind).toBe(ending);
-  expect(err).toBe(lease.lostReason);
+  expect((err as LeaseLostError).applied).toBe("no");
+  expect((err as LeaseLostError).code).toBe("LEASE_LOST");
+  expect(err).not.toBe(lease.lostReason);
+  expect((err as LeaseLostError).cause).toBe(lease.lostReason);
+  expect((err as LeaseLostError).fences).toEqual(lease.lostReason?.fences);
+  expect(lease.lostReason?.applied).toBe("unknown");
 }

@@ -1,4 +1,4 @@
-import { checkFence, checkFences, InvalidArgumentError, refuseEndedLease, type CheckedFence } from "@fenced/fence";
+import { checkFence, checkFences, FencedError, InvalidArgumentError, refuseEndedLease, type CheckedFence } from "@fenced/fence";
 
 /**
  * The argument checks both backends share, one definition each. Each reads every field once and
@@ -21,8 +21,37 @@ export function optionsObject(options: unknown, shape: string, argument = "optio
  */
 export function liveFence(fence: unknown, argument = "fence"): CheckedFence {
   const checked = checkFence(fence, argument);
-  refuseEndedLease(fence);
+  refuseEnded(fence);
   return checked;
+}
+
+/**
+ * refuseEndedLease, its error answered as refusedBeforeSending's: every store operation reads its
+ * fences through here before any I/O, so nothing was sent.
+ */
+function refuseEnded(fence: unknown): void {
+  try {
+    refuseEndedLease(fence);
+  } catch (err) {
+    throw refusedBeforeSending(err);
+  }
+}
+
+/**
+ * A call refused before anything was sent, because of `err` (a lease's LeaseLostError, the reason its
+ * signal aborted with): a new error of the same class saying so — `applied: "no"`, `err` as its
+ * `cause` — since `err` itself says what the lease knows (its `applied` is "unknown" whenever nodes
+ * were asked). `err` is shared by everyone holding the lease, so it is copied, never changed.
+ * Anything that is not a FencedError, or already says "no", is answered as it is.
+ */
+function refusedBeforeSending(err: unknown): unknown {
+  if (!(err instanceof FencedError) || err.applied === "no") return err;
+  const copy = Object.create(Object.getPrototypeOf(err) as object) as FencedError;
+  Object.defineProperties(copy, Object.getOwnPropertyDescriptors(err));
+  Object.defineProperty(copy, "applied", { value: "no", enumerable: true, writable: false, configurable: true });
+  Object.defineProperty(copy, "cause", { value: err, enumerable: false, writable: true, configurable: true });
+  Error.captureStackTrace(copy, refusedBeforeSending);
+  return copy;
 }
 
 /**
@@ -36,8 +65,8 @@ export function liveFences(value: unknown, argument = "fences"): CheckedFence[] 
   const lease = isFenceSet(value) ? value : undefined;
   const list: unknown = lease === undefined ? value : lease.fences;
   const checked = checkFences(lease === undefined ? list : { fences: list }, argument);
-  if (lease !== undefined) refuseEndedLease(lease);
-  for (const fence of list as readonly unknown[]) refuseEndedLease(fence);
+  if (lease !== undefined) refuseEnded(lease);
+  for (const fence of list as readonly unknown[]) refuseEnded(fence);
   return checked;
 }
 
@@ -68,6 +97,14 @@ export function checkSignal(signal: unknown, argument = "options.signal"): Abort
 /** Throws the signal's reason if it has been aborted: checked before each request or statement is sent. */
 export function throwIfAborted(signal: AbortSignal | undefined): void {
   if (signal?.aborted === true) throw signal.reason ?? new DOMException("This operation was aborted", "AbortError");
+}
+
+/**
+ * throwIfAborted for the check an operation makes before any I/O: nothing was sent, so a FencedError
+ * reason (a lease's signal aborts with its LeaseLostError) is answered as refusedBeforeSending's.
+ */
+export function refuseAborted(signal: AbortSignal | undefined): void {
+  if (signal?.aborted === true) throw refusedBeforeSending(signal.reason ?? new DOMException("This operation was aborted", "AbortError"));
 }
 
 /** The optional `{ signal? }` of register() and transaction(). */

@@ -87,7 +87,8 @@ export interface Gateway {
    * S3 backend honours conditional writes (verify).
    */
   prepare(options?: { readonly migrate?: boolean; readonly verify?: boolean }): Promise<void>;
-  health(): Promise<HealthReport>;
+  /** The readiness report, with addresses; `everyNode`: each lock node's own answer, none `pending` (for a start check). */
+  health(options?: { readonly everyNode?: boolean }): Promise<HealthReport>;
   /**
    * From now on /healthz answers 503 `draining` (on the admin listener too), so that a load balancer
    * stops sending new requests while the ones in flight finish. Called when a stop begins.
@@ -172,7 +173,7 @@ export function createGateway(options: GatewayOptions): Gateway {
     metrics,
     records,
     objects,
-    health: () => readiness.report(),
+    health: (options) => readiness.report(options),
     beginDrain: () => {
       draining = true;
     },

@@ -125,6 +125,8 @@ describe("a backend paused: 503 within the deadline, and back by itself", () => 
         expect(write.ms).toBeLessThan(STORE_TIMEOUT_MS + SLACK_MS);
         const read = await timed(() => get(store, key));
         expect503(read.answer, UNAVAILABLE);
+        // A read writes nothing whatever happens: its answer does not speak of writes.
+        expect(String(read.answer.json().detail)).not.toMatch(/written/);
         expect(read.ms).toBeLessThan(STORE_TIMEOUT_MS + SLACK_MS);
         measured[`${store} write`] = `${Math.round(write.ms)} ${String(write.answer.json().type)}`;
         measured[`${store} read`] = Math.round(read.ms);

@@ -11,7 +11,7 @@ import { serve, type Serving } from "./http/server.js";
 import { refuseUnhealthy, StartRefusedError, startRefusal } from "./ops/start-checks.js";
 import { startProcessTracing } from "./ops/tracing.js";
 import { RECHECK_INTERVAL_MS, recheckInBackground, type Recheck } from "./ops/recheck.js";
-import { GATEWAY_VERSION } from "./version.js";
+import { GATEWAY_VERSION, nodeSupported, SUPPORTED_NODE } from "./version.js";
 
 async function main(config: GatewayConfig, logger: Logger): Promise<void> {
   const closers: Closers = [];
@@ -97,20 +97,25 @@ function recordsBackend(postgres: NonNullable<GatewayConfig["postgres"]>, storeT
   return { pool, ...(postgres.schema === undefined ? {} : { schema: postgres.schema }) };
 }
 
+/** How long a lock node's connection, once closed at the stop, waits for the node's side of the close. */
+const DISCONNECT_TIMEOUT_MS = 100;
+
 /** The lock's Redis clients and options, their closing added to `closers`. */
 async function leasesBackend(redisConfig: NonNullable<GatewayConfig["redis"]>, logger: Logger, closers: Closers) {
   // Loaded only when leases are enabled: a gateway without a lock carries no Redis client.
   const { Redis } = await import("ioredis");
   const clients = redisConfig.urls.map((url, node) => {
-    const redis = new Redis(url, { lazyConnect: false });
+    // disconnectTimeout: how long a closed connection may wait for the node's side of the close before
+    // it is cut; ioredis's 2 s kept the process alive that long after `stopped` with a node paused.
+    const redis = new Redis(url, { lazyConnect: false, disconnectTimeout: DISCONNECT_TIMEOUT_MS });
     // A lock node that is down costs its vote, not the process: the lock counts a quorum.
     redis.on("error", (err) => logger.debug({ err, node }, "redis node error"));
     return redis;
   });
-  // QUIT to a node that is not connected would wait in the offline queue through every reconnection attempt.
-  closers.push(() =>
-    Promise.all(clients.map((c) => (c.status === "ready" ? c.quit().catch(() => c.disconnect()) : Promise.resolve(c.disconnect())))),
-  );
+  // Closed without QUIT, which a node that does not answer (paused) would never reply to, and which
+  // waits in the offline queue for one that is not connected: the lock keeps no state on a connection,
+  // and every lease request has settled before the backends close.
+  closers.push(() => Promise.resolve(clients.forEach((c) => c.disconnect())));
   const { retryCount, retryDelayMs, retryJitterMs, nodeTimeoutMs, driftFactor, acquireTimeoutMs } = redisConfig;
   return {
     clients,
@@ -189,7 +194,8 @@ async function listen(which: string, bind: () => Promise<Serving>): Promise<Serv
  */
 async function start(gateway: Gateway, config: GatewayConfig, logger: Logger): Promise<Recheck | undefined> {
   try {
-    if (config.startChecks) refuseUnhealthy(await gateway.health(), config.healthTimeoutMs);
+    // Each lock node's own answer (none pending): the refusal names exactly the nodes that did not answer.
+    if (config.startChecks) refuseUnhealthy(await gateway.health({ everyNode: true }), config.healthTimeoutMs);
     await gateway.prepare({ migrate: config.migrate, verify: config.verify });
     return undefined;
   } catch (err) {
@@ -206,6 +212,12 @@ const program = gatewayProgram({
   serve(flags) {
     const config = configured(() => loadConfig(flags));
     const logger = pino({ name: "fenced-gateway", level: config.logLevel });
+    // npm only warns of `engines` at install, if at all: say it where the operator looks.
+    if (SUPPORTED_NODE !== undefined && !nodeSupported(process.version, SUPPORTED_NODE))
+      logger.warn(
+        { node: process.version, supported: SUPPORTED_NODE },
+        `unsupported Node.js ${process.version}: fenced-gateway supports ${SUPPORTED_NODE}`,
+      );
     startProcessTracing(flags.otlp === true, process.env, logger)
       .then(() => main(config, logger))
       .catch((err: unknown) => {

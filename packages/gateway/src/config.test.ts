@@ -5,7 +5,7 @@ import { pathToFileURL } from "node:url";
 import { describe, expect, it } from "vitest";
 import { ConfigurationError } from "./config-issues.js";
 import { loadConfig, loadSweepConfig } from "./config.js";
-import { GATEWAY_VERSION } from "./version.js";
+import { GATEWAY_VERSION, nodeSupported, SUPPORTED_NODE } from "./version.js";
 
 /**
  * The configuration's errors name the fix: what is missing and where it can be given, what a value
@@ -85,6 +85,20 @@ describe("configuration errors", () => {
     expect(refusal(() => loadSweepConfig({ storeTimeoutMs: "1" }, {}, noFile))).toBe(
       "storeTimeoutMs must be at least 100 (from --store-timeout-ms)",
     );
+  });
+});
+
+describe("the supported Node.js versions", () => {
+  it("are the package's engines, and a version outside them is told apart (the CLI warns at start)", () => {
+    const pkg = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as { engines: { node: string } };
+    expect(SUPPORTED_NODE).toBe(pkg.engines.node);
+    const range = SUPPORTED_NODE ?? "";
+    for (const version of ["v22.12.0", "v22.20.1", "v24.0.0", "v24.11.1", "v26.1.0"])
+      expect(nodeSupported(version, range), version).toBe(true);
+    for (const version of ["v20.20.2", "v22.11.0", "v23.5.0", "v25.0.0", "v18.0.0", "v27.0.0"])
+      expect(nodeSupported(version, range), version).toBe(false);
+    // A range of another form: no warning rather than a wrong one.
+    expect(nodeSupported("v20.0.0", ">=18")).toBe(true);
   });
 });
 

@@ -4,7 +4,8 @@ import { Agent, request as httpRequest, type ClientRequest, type IncomingMessage
 import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { startPostgres, startS3, type StartedPostgres, type StartedS3 } from "@fenced/servers";
+import { performance } from "node:perf_hooks";
+import { startPostgres, startRedisNodes, startS3, type StartedPostgres, type StartedS3 } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { FencedS3 } from "@fenced/store/s3";
 import { startCli } from "./cli-test-support.js";
@@ -167,6 +168,33 @@ describe("fenced-gateway (the CLI)", () => {
       child.process.kill("SIGKILL");
     }
   });
+
+  it("exits promptly after `stopped` with a lock node paused (SIGSTOP): its connection is cut, not waited for", async () => {
+    const redis = await startRedisNodes(3, { faults: true });
+    const fenceKeys = JSON.stringify([{ id: "k", secret: Buffer.alloc(32, 5).toString("base64") }]);
+    const child = startCli(["--port", "0", "--redis", redis.urls.join(",")], {
+      FENCED_GATEWAY_API_KEYS: JSON.stringify([{ id: "a", key: KEYS.admin, resources: [""], keys: [""] }]),
+      FENCED_GATEWAY_FENCE_KEYS: fenceKeys,
+      NODE_NO_WARNINGS: "1",
+    });
+    try {
+      await child.waitFor("listening");
+      redis.nodes[2]?.pause();
+      child.process.kill("SIGTERM");
+      await child.waitFor("stopped");
+      const stopped = performance.now();
+      expect(await child.exited).toBe(0);
+      const ms = performance.now() - stopped;
+      console.log(`from "stopped" to exit, a lock node paused: ${Math.round(ms)} ms`);
+      // Measured: about 210 ms (two rounds of the 100 ms disconnectTimeout); 4,000 ms before, when
+      // ioredis's default 2 s kept the paused node's half-closed socket open. Bound: ×7, a loaded machine.
+      expect(ms).toBeLessThan(1_500);
+    } finally {
+      child.process.kill("SIGKILL");
+      redis.nodes[2]?.resume();
+      await redis.stop();
+    }
+  }, 60_000);
 
   it("refuses to start without API keys, naming what is missing (exit 2)", async () => {
     const child = startCli(["--port", "0"], {});

@@ -87,6 +87,17 @@ describe("JSON bodies, read with Content-Length and chunked", () => {
     else expect(known.stored).toBeUndefined();
   });
 
+  it("a body over the limit: 413 whose detail names the limit", async () => {
+    const answer = await gw.client.send({
+      method: "PUT",
+      path: "/v1/records/bodies/over",
+      headers: { ...writeHeaders(KEYS.admin, ++token), "content-type": "application/json" },
+      body: JSON.stringify({ s: "x".repeat(LIMIT) }),
+    });
+    expect(answer.status).toBe(413);
+    expect(answer.json()).toMatchObject({ type: "/problems/too-large", detail: `body: more than ${LIMIT} bytes` });
+  });
+
   it("an empty body is 400 both ways, and nothing is stored", async () => {
     const known = await write("bodies/empty/known", Buffer.alloc(0), JSON_TYPE, false);
     const chunked = await write("bodies/empty/chunked", Buffer.alloc(0), JSON_TYPE, true);

@@ -1,6 +1,7 @@
 import { once } from "node:events";
 import { ANSWERING_NODE_TIMEOUT_MS } from "@fenced/servers";
 import { Redis } from "ioredis";
+import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { GATEWAY_VERSION } from "./version.js";
 import { createGateway } from "./app.js";
@@ -202,6 +203,53 @@ describe("/metrics", () => {
     // Back, it is sent the calls again; its answers may come after the quorum's.
     await expect.poll(async () => series(await scrape(), "fenced_gateway_lock_node_up", nodeLabels(0)), { timeout: 5_000 }).toBe(1);
   });
+  it("each node's state without lease traffic: from the readiness probes, a fresh gateway's from its first, a warn line on each change", async () => {
+    const logged: Record<string, unknown>[] = [];
+    const logger = pino({ level: "info" }, { write: (line: string) => void logged.push(JSON.parse(line) as Record<string, unknown>) });
+    const own = (backends.redis?.urls ?? []).map((url) => new Redis(url).on("error", () => undefined));
+    const fresh = await runGateway(backends.gatewayOptions({ logger, leases: { clients: own } }));
+    const up = async (node: number): Promise<number | undefined> =>
+      series(await fresh.gateway.metrics.registry.metrics(), "fenced_gateway_lock_node_up", `node="${node}",address=""`);
+    const readyz = async (): Promise<string[]> => {
+      const res = await fresh.client.send({ method: "GET", path: "/readyz" });
+      return (res.json<{ checks: { redis: { nodes: { state: string }[] } } }>().checks.redis.nodes ?? []).map((n) => n.state);
+    };
+    const changes = (): Record<string, unknown>[] =>
+      logged.filter((l) => l.msg === "lock node down" || l.msg === "lock node answers again");
+    const node2 = backends.redis?.nodes[2];
+    try {
+      // Before any probe: no series (no state is known). From the first probe: every node's.
+      expect(await up(0)).toBeUndefined();
+      await expect.poll(readyz, { timeout: 10_000 }).toEqual(["up", "up", "up"]);
+      for (const node of [0, 1, 2]) expect(await up(node)).toBe(1);
+      expect(changes()).toEqual([]);
+
+      // Node 2 shut down, no lease asked: the probe that finds it refused sets it down, and says so once.
+      await node2?.kill();
+      await expect.poll(async () => (await readyz())[2], { timeout: 20_000 }).toBe("refused");
+      expect(await up(2)).toBe(0);
+      expect(await readyz()).toEqual(["up", "up", "refused"]);
+      expect(changes()).toMatchObject([{ level: 40, msg: "lock node down", node: 2, state: "refused" }]);
+      expect(String(changes()[0]?.address)).toMatch(/:\d+$/);
+
+      // Back: the first probe it answers sets it up again, and says so.
+      await node2?.restart();
+      await expect.poll(async () => (await readyz())[2], { timeout: 20_000 }).toBe("up");
+      expect(await up(2)).toBe(1);
+      expect(changes().map((l) => [l.msg, l.node])).toEqual([
+        ["lock node down", 2],
+        ["lock node answers again", 2],
+      ]);
+      // All of it without a lease: no lock call was made.
+      const text = await fresh.gateway.metrics.registry.metrics();
+      for (const node of [0, 1, 2])
+        expect(series(text, "fenced_gateway_lock_node_duration_seconds_count", `node="${node}",address=""`) ?? 0).toBe(0);
+    } finally {
+      await fresh.close();
+      for (const c of own) c.disconnect();
+    }
+  }, 60_000);
+
   it("served on the public listener (no admin listener), names each node by index only: no address, no port", async () => {
     const open = await runGateway(backends.gatewayOptions({ leases: { clients } }));
     try {

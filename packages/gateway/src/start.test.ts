@@ -1,5 +1,6 @@
+import { connect, createServer, type AddressInfo } from "node:net";
 import pg from "pg";
-import { freePort, startPostgres, startS3 } from "@fenced/servers";
+import { freePort, startPostgres, startRedisNodes, startS3 } from "@fenced/servers";
 import { describe, expect, it } from "vitest";
 import { startCli, type Child } from "./cli-test-support.js";
 import { httpClient, KEYS } from "./test-support.js";
@@ -76,6 +77,36 @@ describe("fenced-gateway refuses to start half-configured (exit 2, one line)", (
     );
     for (const port of ports) expect(line).toContain(`127.0.0.1:${port}: refused`);
     expect(line).not.toMatch(/within \d+ ms/);
+  });
+
+  it("a node slower than the others' refusals: its answer is waited for, and only the nodes that did not answer are named", async () => {
+    const redis = await startRedisNodes(1);
+    const node = redis.nodes[0] as { host: string; port: number };
+    // Node 0 answers, each of its answers 300 ms late; nodes 1 and 2 refuse at once, which makes the quorum's outcome known first.
+    const slow = createServer((client) => {
+      const server = connect(node.port, node.host);
+      client.pipe(server);
+      server.on("data", (chunk: Buffer) => setTimeout(() => client.write(chunk), 300));
+      for (const s of [client, server]) s.on("error", () => undefined).on("close", () => (s === client ? server : client).destroy());
+    });
+    await new Promise<void>((resolve) => slow.listen(0, "127.0.0.1", resolve));
+    try {
+      const [dead1, dead2] = await deadPorts(2);
+      const urls = [
+        `redis://127.0.0.1:${(slow.address() as AddressInfo).port}`,
+        `redis://127.0.0.1:${dead1}`,
+        `redis://127.0.0.1:${dead2}`,
+      ];
+      const line = await refusal(startCli(["--port", "0", "--redis", urls.join(",")], { ...ENV, FENCED_GATEWAY_FENCE_KEYS: FENCE_KEYS }));
+      expect(line).toMatch(
+        /the lock has no quorum: 1 of 3 Redis nodes answered PING, 2 are needed \(node 1 at 127\.0\.0\.1:\d+: refused .*; node 2 at 127\.0\.0\.1:\d+: refused [^;]*\); start them/,
+      );
+      expect(line).not.toContain("pending");
+      expect(line).not.toContain(`node 0 at`);
+    } finally {
+      slow.close();
+      await redis.stop();
+    }
   });
 
   it("PostgreSQL refuses the connection: said as such, not as a deadline", async () => {

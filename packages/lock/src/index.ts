@@ -42,4 +42,4 @@ export { FencedError, InvalidArgumentError, type Applied, type ErrorCode } from 
 export { resourceKeys, type ResourceKeys } from "./keys.js";
 export { LOCK_CHANNELS, type LockLostMessage, type LockOperation, type LockOperationMessage, type LockOutcome } from "./observe.js";
 export { type RedisClient } from "./client.js";
-export { probeNodes, type NodeProbe, type NodesProbe, type NodeState } from "./probe.js";
+export { probeNodes, type NodeProbe, type NodesProbe, type NodeState, type ProbeOptions } from "./probe.js";

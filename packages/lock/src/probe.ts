@@ -54,15 +54,25 @@ function asProbe(failure: NodeFailure): NodeProbe {
   }
 }
 
+export interface ProbeOptions {
+  /**
+   * Wait for every node's answer (or `timeoutMs`), not only for the outcome: no node is `pending`.
+   * For a check made once, such as a start check that names each node that did not answer.
+   */
+  readonly everyNode?: boolean;
+}
+
 /**
  * PINGs every node of a lock at once and resolves as soon as the outcome is known (see
- * MIN_GRACE_MS), every node has answered, or `timeoutMs` has passed. A node whose client is known down
+ * MIN_GRACE_MS; with `everyNode`, not before every node has answered), every node has answered, or
+ * `timeoutMs` has passed. A node whose client is known down
  * is `refused` at once without being sent anything, and so is one seen down while the probe waits
  * (the lock's own rule: quorum.ts); a node silent past `timeoutMs` is `timeout`.
  */
 export function probeNodes(
   lock: { readonly clients: readonly RedisClient[]; readonly quorum: number },
   timeoutMs: number,
+  options: ProbeOptions = {},
 ): Promise<NodesProbe> {
   const { clients, quorum } = lock;
   const count = clients.length;
@@ -92,7 +102,7 @@ export function probeNodes(
       else failed++;
       if (up + failed === count) return finish(false);
       // As the deadline, through notBefore: after a stall, the answers already in the sockets are read first.
-      if (cancelGrace === undefined && (up >= quorum || failed > count - quorum))
+      if (options.everyNode !== true && cancelGrace === undefined && (up >= quorum || failed > count - quorum))
         cancelGrace = notBefore(performance.now(), Math.max(MIN_GRACE_MS, performance.now() - started), () => finish(false));
     };
     const cancelDeadline = notBefore(started, timeoutMs, () => finish(true));

@@ -51,6 +51,12 @@ for (const ending of ENDINGS) {
       await refusedWithItsError(store.put("k", { v: 1 }, { fence: lease, ifVersion: "1" }), lease, ending);
       // A live signal passed beside it changes nothing: the fence itself says the lease ended.
       await refusedWithItsError(store.put("k", { v: 1 }, { fence: lease, signal: new AbortController().signal }), lease, ending);
+      // A plain fence with the lease's signal: the signal says the lease ended.
+      await refusedWithItsError(
+        store.put("k", { v: 1 }, { fence: { resource: lease.resource, token: lease.token, holder: lease.holder }, signal: lease.signal }),
+        lease,
+        ending,
+      );
       await refusedWithItsError(store.delete("k", { fence: lease }), lease, ending);
       await refusedWithItsError(store.delete("k", { fence: lease, ifVersion: "1" }), lease, ending);
       expect(sent()).toBe(0);

@@ -3,7 +3,7 @@ import { ResourceMismatchError, VersionMismatchError } from "../errors.js";
 import { foreignKeyRefusal, outOfOrder, versionRefusal } from "./refusals.js";
 import { assertKey, assertResource, type Fence, type FenceSet } from "../fence.js";
 import { assertJsonValue, type JsonValue } from "../json.js";
-import { oneOrMoreFences, signalOnly, throwIfAborted, timeoutOption } from "../options.js";
+import { oneOrMoreFences, refuseAborted, signalOnly, throwIfAborted, timeoutOption } from "../options.js";
 import { putAll, raiseAll } from "./batch.js";
 import { Calls, fenceParams, type TransactionOptions } from "./calls.js";
 import { assertPool, putAllOptions, transferOptions, writeOptions } from "./options.js";
@@ -120,7 +120,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     const { fence, ifVersion, signal } = writeOptions(options);
     assertJsonValue(value);
     const json = JSON.stringify(value);
-    throwIfAborted(signal);
+    refuseAborted(signal);
     if (ifVersion === undefined) {
       // The common case in a single statement: see sql.ts for why it is atomic, ordered, and undone whole when refused.
       return this.calls.session({ operation: "put", key, fences: [fence] }, signal, async (s) => {

@@ -76,7 +76,7 @@ export interface PgWriteOptions extends PgSignalOptions {
    * The lease's fence. Refused (StaleTokenError) unless its token is above the highest accepted for
    * fence.resource, or equal to it and presented by the same holder. Refused (ResourceMismatchError)
    * if the key belongs to another resource. A lease that knows it ended (released, expired) is
-   * refused before any I/O with its LeaseLostError.
+   * refused before any I/O with a LeaseLostError saying `applied: "no"`, the lease's own as its cause.
    */
   readonly fence: Fence;
   /** Write only if the record is still at this version (from get/put/transfer); else VersionMismatchError. */

@@ -59,6 +59,12 @@ for (const ending of ENDINGS) {
       await refusedWithItsError(store.put("k", Readable.from([Buffer.from("multipart")]), { fence: lease }), lease, ending);
       // A live signal passed beside it changes nothing: the fence itself says the lease ended.
       await refusedWithItsError(store.put("k", "small", { fence: lease, signal: new AbortController().signal }), lease, ending);
+      // A plain fence with the lease's signal: the signal says the lease ended.
+      await refusedWithItsError(
+        store.put("k", "small", { fence: { resource: lease.resource, token: lease.token, holder: lease.holder }, signal: lease.signal }),
+        lease,
+        ending,
+      );
       await refusedWithItsError(store.delete("k", { fence: lease }), lease, ending);
       await refusedWithItsError(
         store.update("k", () => ((updated = true), "new"), { fence: lease }),

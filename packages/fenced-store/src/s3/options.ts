@@ -6,8 +6,8 @@ import {
   liveFence,
   milliseconds,
   optionsObject,
+  refuseAborted,
   signalOnly,
-  throwIfAborted,
   timeoutOption,
   transferFences,
 } from "../options.js";
@@ -61,7 +61,7 @@ interface Abortable {
 export interface S3WriteOptions extends Abortable {
   /**
    * The lease's fence. Refused (StaleTokenError) unless the storage admits it; see PROTOCOL.md, "S3".
-   * A lease that knows it ended (released, expired) is refused before any I/O with its LeaseLostError.
+   * A lease that knows it ended (released, expired) is refused before any I/O with a LeaseLostError saying `applied: "no"`, the lease's own as its cause.
    */
   readonly fence: Fence;
   /** Write only if the key is still at this version (from get/put/delete); else VersionMismatchError. */
@@ -158,7 +158,7 @@ function checkVersion(ifVersion: unknown): string | undefined {
 /** Checks a signal; one aborted already throws its reason before any I/O. */
 function liveSignal(signal: unknown): AbortSignal | undefined {
   const checked = checkSignal(signal);
-  throwIfAborted(checked);
+  refuseAborted(checked);
   return checked;
 }
 

@@ -13,15 +13,19 @@ export type LockProbe = NodesProbe & { readonly addresses: readonly (string | un
 export interface ReadinessSources {
   readonly records?: FencedPostgres | undefined;
   readonly objects?: { readonly client: S3Client; readonly bucket: string } | undefined;
-  readonly lock?: { probe(timeoutMs: number): Promise<LockProbe> } | undefined;
+  /** everyNode: wait for each node's answer, not only for the quorum's outcome (probeNodes). */
+  readonly lock?: { probe(timeoutMs: number, everyNode?: boolean): Promise<LockProbe> } | undefined;
   /** Each backend's deadline. */
   readonly timeoutMs: number;
   draining(): boolean;
 }
 
 export interface Readiness {
-  /** Every configured backend checked at once; the answer as the admin listener gives it. */
-  report(): Promise<HealthAnswer>;
+  /**
+   * Every configured backend checked at once; the answer as the admin listener gives it. `everyNode`:
+   * each lock node's own answer, none `pending` (the start check, which names each node that did not answer).
+   */
+  report(options?: { readonly everyNode?: boolean }): Promise<HealthAnswer>;
   /** The answer for a listener: public answers carry no address and no backend's own message. */
   answer(admin: boolean): Promise<HealthAnswer>;
 }
@@ -32,20 +36,20 @@ export function gatewayReadiness(sources: ReadinessSources): Readiness {
   // unauthenticated /readyz requests costs each backend one check at a time (a PostgreSQL connection
   // that a stalled server holds to the store's deadline), never one per request.
   let round: Promise<RawChecks> | undefined;
-  const checks = (): Promise<RawChecks> =>
-    (round ??= Promise.all([
+  const checkAll = (everyNode: boolean): Promise<RawChecks> =>
+    Promise.all([
       sources.records === undefined ? undefined : postgresCheck(sources.records, timeoutMs),
       sources.objects === undefined ? undefined : s3Check(sources.objects.client, sources.objects.bucket, timeoutMs),
-      sources.lock?.probe(timeoutMs),
-    ])
-      .then(([postgres, s3, redis]) => ({ postgres, s3, redis }))
-      .finally(() => (round = undefined)));
-  const check = async (admin: boolean): Promise<HealthAnswer> => {
+      sources.lock?.probe(timeoutMs, everyNode),
+    ]).then(([postgres, s3, redis]) => ({ postgres, s3, redis }));
+  const checks = (): Promise<RawChecks> => (round ??= checkAll(false).finally(() => (round = undefined)));
+  const check = async (admin: boolean, everyNode = false): Promise<HealthAnswer> => {
     if (sources.draining()) return { status: "draining", checks: {} };
-    const raw = await checks();
+    // A check of every node is made once (at start): not shared with the rounds /readyz shares.
+    const raw = everyNode ? await checkAll(true) : await checks();
     return readinessAnswer(readinessStatus(raw), raw, timeoutMs, admin);
   };
-  return { report: () => check(true), answer: check };
+  return { report: (options) => check(true, options?.everyNode === true), answer: (admin) => check(admin) };
 }
 
 /**

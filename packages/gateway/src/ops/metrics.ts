@@ -104,7 +104,7 @@ export class GatewayMetrics {
     buildInfo(registers);
     this.#lockNodeUp = new Gauge({
       name: "fenced_gateway_lock_node_up",
-      help: "1 when the lock node answered its last call, 0 when it refused, timed out or failed it",
+      help: "1 when the lock node answered the last call to it, 0 when it refused, timed out or failed it: whichever answered last, a readiness probe's PING (/readyz, the start check) or a lease script; absent until one has",
       labelNames: ["node", "address"],
       registers,
     });
@@ -175,11 +175,16 @@ export class GatewayMetrics {
   }
 
   /**
-   * The lock's per-node results (RedlockOptions.onNodeResult) as metrics, each node labelled by its
-   * index and, with nodeAddresses, `addresses[index]` (host:port as its client holds it, never a
-   * password; "unknown" where there is none). Every node's series exist from here on, its failures at 0.
+   * Each lock node's series, labelled by its index and, with nodeAddresses, `addresses[index]`
+   * (host:port as its client holds it, never a password; "unknown" where there is none): `result`
+   * counts the lock's per-node results (RedlockOptions.onNodeResult) — latency, failures by kind,
+   * every node's failures at 0 from here on; `up` sets the node's state, which LockNodeStates
+   * (lock-nodes.ts) decides from both the probes and the lease scripts.
    */
-  lockNodes(addresses: readonly (string | undefined)[]): (result: NodeResult) => void {
+  lockNodes(addresses: readonly (string | undefined)[]): {
+    result: (result: NodeResult) => void;
+    up: (node: number, up: boolean) => void;
+  } {
     const nodes = addresses.map((address, node) => {
       const labels = { node: String(node), address: this.#nodeAddresses ? (address ?? "unknown") : "" };
       const failures = { refused: 0, timeout: 0, error: 0 };
@@ -192,16 +197,14 @@ export class GatewayMetrics {
       };
     });
     for (const node of nodes) for (const counter of Object.values(node.failures)) counter.inc(0);
-    return ({ node, ms, failure }) => {
-      const series = nodes[node];
-      if (series === undefined) return;
-      if (failure === undefined) {
-        series.up.set(1);
-        series.latency.observe(ms / 1000);
-      } else {
-        series.up.set(0);
-        series.failures[failure.reason].inc();
-      }
+    return {
+      result: ({ node, ms, failure }) => {
+        const series = nodes[node];
+        if (series === undefined) return;
+        if (failure === undefined) series.latency.observe(ms / 1000);
+        else series.failures[failure.reason].inc();
+      },
+      up: (node, up) => nodes[node]?.up.set(up ? 1 : 0),
     };
   }
 

@@ -49,6 +49,9 @@ export function fencedAnswer(err: FencedError): Answer {
   return storeAnswer(err) ?? lockAnswer(err) ?? credentialAnswer(err) ?? { kind, detail: err.message, extensions: {} };
 }
 
+/** The stores' operations that write nothing whatever happens: their answers say nothing of writes. */
+const READS = new Set(["get", "fence"]);
+
 /**
  * The stores' failures: whether anything may have been written decides the kind (nothing:
  * `unavailable`; perhaps: `outcomeUnknown`), as the codes say.
@@ -57,7 +60,7 @@ function storeAnswer(err: FencedError): Answer | undefined {
   if (err instanceof StoreUnavailableError)
     return answer(
       PROBLEM_OF_CODE[err.code],
-      `${err.backend} could not serve the ${err.operation} (${err.reason}); nothing was written, retry later`,
+      `${err.backend} could not serve the ${err.operation} (${err.reason}); ${READS.has(err.operation) ? "" : "nothing was written, "}retry later`,
       {},
     );
   if (err instanceof ContentionError)

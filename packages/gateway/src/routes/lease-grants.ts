@@ -43,9 +43,26 @@ export interface Leases {
  * where an operator looks for the address.
  */
 function publicDetail(ctx: RouteContext, err: LockNotAcquiredError | LeaseLostError, what: string): string {
-  const nodes = err.nodes.map((n: NodeFailure) => `node ${n.node}: ${n.reason}${"code" in n && n.code !== undefined ? ` ${n.code}` : ""}`);
+  const nodes = err.nodes.map(nodeOutcome);
   if (err.nodes.some((n) => UNREACHABLE.has(n.reason))) ctx.logger.info({ err: { message: err.message, code: err.code } }, what);
   return nodes.length === 0 ? what : `${what}: ${nodes.join("; ")}`;
+}
+
+/** A node's failure in an answer: its index and reason (and code), never its address. */
+function nodeOutcome(n: NodeFailure): string {
+  return `node ${n.node}: ${n.reason}${"code" in n && n.code !== undefined ? ` ${n.code}` : ""}`;
+}
+
+/**
+ * The lock without a quorum, as an answer's detail and so the request's log line: every node's
+ * outcome in the lock's last round, by index — its failure, or `answered` for one that counted.
+ */
+function quorumLost(err: LockNotAcquiredError | LeaseLostError, what: string, nodeCount: number): string {
+  const nodes = Array.from({ length: nodeCount }, (_, node) => {
+    const failure = err.nodes.find((n) => n.node === node);
+    return failure === undefined ? `node ${node}: answered` : nodeOutcome(failure);
+  });
+  return `${what}: ${nodes.join("; ")}`;
 }
 
 function lostWhat(resources: readonly string[], err: LeaseLostError): string {
@@ -140,7 +157,9 @@ async function acquire(
       // So many nodes failed or timed out that no quorum was possible: the lock is down, not busy.
       const unreachable = err.nodes.filter((n) => UNREACHABLE.has(n.reason)).length;
       if (unreachable > redlock.clients.length - redlock.quorum)
-        throw new HttpProblem("unavailable", "too few lock nodes answered", { resource: resources[0] });
+        throw new HttpProblem("unavailable", quorumLost(err, "too few lock nodes answered", redlock.clients.length), {
+          resource: resources[0],
+        });
       const delay = retry.delayMs + Math.random() * retry.jitterMs;
       if (attempt >= retry.count || performance.now() + delay + retry.attemptMs > deadline) {
         // Contention (held elsewhere, or a round lost to a concurrent one): worth retrying later.
@@ -215,6 +234,7 @@ export async function extend({ ctx, redlock }: Leases, held: LeaseIdParts, ttlMs
         kind: err.kind,
       });
     }
-    throw new HttpProblem("unavailable", "too few lock nodes answered to confirm the extension", { resource: first.resource });
+    const detail = quorumLost(err, "too few lock nodes answered to confirm the extension", redlock.clients.length);
+    throw new HttpProblem("unavailable", detail, { resource: first.resource });
   }
 }

@@ -12,9 +12,17 @@ import { clientGone } from "../http/client-gone.js";
 import { leaseBodySchema } from "../schemas/validation.js";
 import type { LockProbe } from "../ops/health-routes.js";
 import { nodeAddress } from "../ops/readiness.js";
+import { LockNodeStates } from "../ops/lock-nodes.js";
+import type { GatewayMetrics } from "../ops/metrics.js";
 import { abandon, extend, grant, type Leases, type Registrar } from "./lease-grants.js";
 
 export type { Registrar } from "./lease-grants.js";
+
+/** Each lock node's metrics and state. */
+interface LockNodes {
+  readonly metrics: ReturnType<GatewayMetrics["lockNodes"]>;
+  readonly states: LockNodeStates;
+}
 
 export interface LeaseBackendOptions {
   /** One ioredis client per independent lock node (or one Cluster client). */
@@ -76,8 +84,12 @@ export function leasesRouter(
   credentials: FenceCredentials,
   options: LeaseBackendOptions,
   registrars: readonly Registrar[] = [],
-): { router: Router; probe(timeoutMs: number): Promise<LockProbe>; settled(): Promise<void> } {
-  const { redlock, retry, acquireTimeoutMs } = leaseLock(ctx, options);
+): { router: Router; probe(timeoutMs: number, everyNode?: boolean): Promise<LockProbe>; settled(): Promise<void> } {
+  // Each node's state, one for the lease scripts and the readiness probes alike (ops/lock-nodes.ts).
+  const addresses = options.clients.map(nodeAddress);
+  const metrics = ctx.metrics.lockNodes(addresses);
+  const nodes: LockNodes = { metrics, states: new LockNodeStates(addresses, metrics.up, ctx.logger) };
+  const { redlock, retry, acquireTimeoutMs } = leaseLock(ctx, options, nodes);
   const leases: Leases = { ctx, credentials, redlock, registrars, retry, acquireTimeoutMs };
   const bodies = leaseBodySchema(ctx.limits.maxTtlMs);
   const readBody = jsonBody(BODY_LIMIT);
@@ -140,8 +152,11 @@ export function leasesRouter(
   router.all("/release", (_req, res) => methodNotAllowed(res, "POST"));
 
   // Readiness: the lock works while a quorum answers; every node is reported, with its address (for the admin listener).
-  const addresses = redlock.clients.map(nodeAddress);
-  const probe = async (timeoutMs: number): Promise<LockProbe> => ({ ...(await probeNodes(redlock, timeoutMs)), addresses });
+  const probe = async (timeoutMs: number, everyNode = false): Promise<LockProbe> => {
+    const probed = await probeNodes(redlock, timeoutMs, { everyNode });
+    nodes.states.probed(probed);
+    return { ...probed, addresses };
+  };
   // Until each has ended, a lease its client left may still be granted and then released: the lock's
   // connections must stay open that long (the CLI closes them after a drain).
   const settled = async (): Promise<void> => {
@@ -154,7 +169,11 @@ export function leasesRouter(
  * The lock the routes use, with the retries acquire() runs itself and the bound on them. Throws
  * InvalidArgumentError when acquireTimeoutMs leaves no room for one attempt.
  */
-function leaseLock(ctx: RouteContext, options: LeaseBackendOptions): Pick<Leases, "redlock" | "retry" | "acquireTimeoutMs"> {
+function leaseLock(
+  ctx: RouteContext,
+  options: LeaseBackendOptions,
+  nodes: LockNodes,
+): Pick<Leases, "redlock" | "retry" | "acquireTimeoutMs"> {
   const given = options.redlock ?? {};
   const retry = {
     count: given.retryCount ?? LOCK_DEFAULTS.retryCount,
@@ -163,21 +182,19 @@ function leaseLock(ctx: RouteContext, options: LeaseBackendOptions): Pick<Leases
     // An attempt is at most three fan-outs, each ended by nodeTimeoutMs: grant, publish, release.
     attemptMs: 3 * (given.nodeTimeoutMs ?? LOCK_DEFAULTS.nodeTimeoutMs),
   };
-  // Each node's result in each round feeds the per-node metrics, and the embedder's own hook if it gave one.
-  const nodeMetrics = ctx.metrics.lockNodes(options.clients.map(nodeAddress));
+  // Each node's result in each round feeds the per-node metrics and the node's state (shared with the
+  // readiness probes: nodes), and the embedder's own hook if it gave one.
   const onNodeResult = given.onNodeResult;
   // The lock itself never retries here: acquire() does, within its deadline.
   const redlock = new Redlock(options.clients, {
     ...given,
     nodeTimeoutMs: given.nodeTimeoutMs ?? LOCK_DEFAULTS.nodeTimeoutMs,
     retryCount: 0,
-    onNodeResult:
-      onNodeResult === undefined
-        ? nodeMetrics
-        : (result) => {
-            nodeMetrics(result);
-            onNodeResult(result);
-          },
+    onNodeResult: (result) => {
+      nodes.metrics.result(result);
+      nodes.states.result(result);
+      onNodeResult?.(result);
+    },
   });
   const acquireTimeoutMs = options.acquireTimeoutMs ?? LOCK_DEFAULTS.acquireTimeoutMs;
   // Shorter, no attempt could be sure to end within it: every held lock would answer after one attempt, late.

@@ -1,0 +1,48 @@
+import type { NodeResult, NodesProbe } from "@fenced/lock";
+import type { Logger } from "pino";
+
+/** What a lock node last answered: up, or the lock's reason for not counting it. */
+export type LockNodeState = "up" | "refused" | "timeout" | "error";
+
+/**
+ * Each lock node's state, one source of truth: whatever answered last, a readiness probe's PING
+ * (also the start check's) or a lease script (the lock's onNodeResult). Both feed `up(node, …)`
+ * (`fenced_gateway_lock_node_up`) here and nowhere else, in the order the answers arrive, so a probe
+ * and a lease cannot each hold a state of their own and make the series flap between them. A probe's
+ * `pending` node (no answer yet when the outcome was known) has said nothing and changes nothing.
+ * Each change between up and down is one `warn` line with the node's address (logs may name it).
+ */
+export class LockNodeStates {
+  readonly #states: (LockNodeState | undefined)[];
+
+  constructor(
+    private readonly addresses: readonly (string | undefined)[],
+    private readonly up: (node: number, up: boolean) => void,
+    private readonly logger: Logger,
+  ) {
+    this.#states = addresses.map(() => undefined);
+  }
+
+  /** A readiness probe's answer: every node that answered or failed, never a pending one. */
+  probed(probe: NodesProbe): void {
+    for (const { node, state, code } of probe.nodes) if (state !== "pending") this.#answered(node, state, code);
+  }
+
+  /** One node's answer to a lease script (RedlockOptions.onNodeResult). */
+  result({ node, failure }: NodeResult): void {
+    this.#answered(node, failure?.reason ?? "up", failure !== undefined && "code" in failure ? failure.code : undefined);
+  }
+
+  #answered(node: number, state: LockNodeState, code: string | undefined): void {
+    if (node < 0 || node >= this.#states.length) return;
+    const before = this.#states[node];
+    this.#states[node] = state;
+    this.up(node, state === "up");
+    // A node first seen up is how a gateway starts: a change is up ⇄ down, or a node first seen down.
+    const wasUp = before === undefined ? true : before === "up";
+    if (wasUp === (state === "up")) return;
+    const fields = { node, address: this.addresses[node] ?? "unknown", state, ...(code === undefined ? {} : { code }) };
+    if (state === "up") this.logger.warn(fields, "lock node answers again");
+    else this.logger.warn(fields, "lock node down");
+  }
+}
