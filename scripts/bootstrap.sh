@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Makes a fresh Debian machine with Node.js and npm ready to run fenced's demo and tests:
 # the servers they start (redis-server, PostgreSQL, Ceph radosgw), gcc for the clock shim, stress-ng
-# for the loaded test run, SPIN for the protocol's model check, promtool for the alert rules, tar for the release test, a
+# for the loaded test run, SPIN for the protocol's model check, promtool for the alert rules, jq for the README's curl lines, tar for the release test, a
 # supported Node when the machine's is older (see node-versions.sh), pnpm, and the workspace's packages. Idempotent and
 # quick when everything is already there.
 set -euo pipefail
@@ -29,6 +29,8 @@ command -v spin >/dev/null || missing+=(spin)
 command -v ss >/dev/null || missing+=(iproute2)
 # The gateway's alert rules (packages/gateway/ops) are checked and unit-tested with promtool.
 command -v promtool >/dev/null || missing+=(prometheus)
+# The README's curl walk-through of the gateway reads leases and credentials out of answers with jq.
+command -v jq >/dev/null || missing+=(jq)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
