@@ -179,17 +179,24 @@ export function createGateway(options: GatewayOptions): Gateway {
     },
     settled: () => leases?.settled() ?? Promise.resolve(),
     close: () => admission.stop(),
-    async prepare(p = {}) {
-      if (records !== undefined) {
-        // Not migrating here: verify() proves the tables are there and the version sequence ahead of every
-        // record (the store throws StoreSetupError "not-migrated" otherwise, naming the fix); migrate() repairs both.
-        // Timed as calls into the store are: a backend's own refusal becomes BackendFailedError (start-checks.ts reads it).
-        if (p.migrate ?? true) await metrics.time("records", "migrate", () => records.migrate());
-        else await metrics.time("records", "verify", () => records.verify());
-      }
-      if (objects !== undefined && (p.verify ?? true)) await metrics.time("objects", "verify", () => objects.verify());
-    },
+    prepare: (p = {}) => prepareStores({ records, objects }, metrics, p),
   };
+}
+
+/** Gateway.prepare: each configured store migrated (or verified) and verified before the gateway serves. */
+async function prepareStores(
+  { records, objects }: Pick<Gateway, "records" | "objects">,
+  metrics: GatewayMetrics,
+  p: { readonly migrate?: boolean; readonly verify?: boolean },
+): Promise<void> {
+  if (records !== undefined) {
+    // Not migrating here: verify() proves the tables are there and the version sequence ahead of every
+    // record (the store throws StoreSetupError "not-migrated" otherwise, naming the fix); migrate() repairs both.
+    // Timed as calls into the store are: a backend's own refusal becomes BackendFailedError (start-checks.ts reads it).
+    if (p.migrate ?? true) await metrics.time("records", "migrate", () => records.migrate());
+    else await metrics.time("records", "verify", () => records.verify());
+  }
+  if (objects !== undefined && (p.verify ?? true)) await metrics.time("objects", "verify", () => objects.verify());
 }
 
 /** Admission control (admission/gate.ts), its refusals counted as every answer is; the records family's limit floored at its pool's size. */

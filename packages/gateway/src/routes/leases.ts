@@ -122,6 +122,30 @@ export function leasesRouter(
   });
   router.all("/", (_req, res) => methodNotAllowed(res, "POST"));
 
+  heldLeaseRoutes(router, leases, bodies, readBody);
+
+  // Readiness: the lock works while a quorum answers; every node is reported, with its address (for the admin listener).
+  const probe = async (timeoutMs: number, everyNode = false): Promise<LockProbe> => {
+    const probed = await probeNodes(redlock, timeoutMs, { everyNode });
+    nodes.states.probed(probed);
+    return { ...probed, addresses };
+  };
+  // Until each has ended, a lease its client left may still be granted and then released: the lock's
+  // connections must stay open that long (the CLI closes them after a drain).
+  const settled = async (): Promise<void> => {
+    while (inFlight.size > 0) await Promise.allSettled([...inFlight]);
+  };
+  return { router, probe, settled };
+}
+
+/** POST /extend and /release: what a lease's holder does with its id. */
+function heldLeaseRoutes(
+  router: Router,
+  leases: Leases,
+  bodies: ReturnType<typeof leaseBodySchema>,
+  readBody: ReturnType<typeof jsonBody>,
+): void {
+  const { ctx, credentials, redlock } = leases;
   // A lease id travels in the body, never in the path: it is a capability (extend, release), and
   // paths end up in proxies' and load balancers' access logs.
   router.post("/extend", async (req, res) => {
@@ -150,19 +174,6 @@ export function leasesRouter(
     res.status(204).end();
   });
   router.all("/release", (_req, res) => methodNotAllowed(res, "POST"));
-
-  // Readiness: the lock works while a quorum answers; every node is reported, with its address (for the admin listener).
-  const probe = async (timeoutMs: number, everyNode = false): Promise<LockProbe> => {
-    const probed = await probeNodes(redlock, timeoutMs, { everyNode });
-    nodes.states.probed(probed);
-    return { ...probed, addresses };
-  };
-  // Until each has ended, a lease its client left may still be granted and then released: the lock's
-  // connections must stay open that long (the CLI closes them after a drain).
-  const settled = async (): Promise<void> => {
-    while (inFlight.size > 0) await Promise.allSettled([...inFlight]);
-  };
-  return { router, probe, settled };
 }
 
 /**
