@@ -45,6 +45,7 @@ export const SERVER_DIED: Pin = [
   "faults.test.ts",
   "put(): waiting for the fence row lock, its commit (Sync) sent with it: OutcomeUnknownError",
 ];
+export const PAUSED: Pin = ["faults.test.ts", "get, put and transaction each end in a typed error within timeoutMs"];
 export const NOT_SENT: Pin = [
   "outcomes.test.ts",
   "a put's next statement on a connection the server terminated between two statements: not sent, StoreUnavailableError",
