@@ -12,11 +12,11 @@ import type { PgClient, PgParam, PgPool, PgQueryConfig, PgQueryResult } from "./
 export const fenceParams = (fence: CheckedFence): PgParam[] => [fence.resource, fence.token.toString(), fence.holder];
 
 /**
- * The record writes that run first at the fence the row already holds, under the shared fence lock
- * (fence-lock.ts), and their raise: the statement each falls back to.
+ * The conditional record writes that run first at the fence the row already holds, under the shared
+ * fence lock (fence-lock.ts), and their raise: the statement each falls back to. The unconditional
+ * put's statements are nextPut's (write-order.ts).
  */
 const SHARED_FIRST = {
-  putOrdered: "putOrderedShared",
   putIfVersion: "putIfVersionShared",
   deleteIfVersion: "deleteIfVersionShared",
 } as const satisfies Partial<Record<SingleStatementWrite, SingleStatementWrite>>;

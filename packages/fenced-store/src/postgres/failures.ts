@@ -1,5 +1,6 @@
 import { DeadlineExceeded } from "../deadline.js";
 import { OutcomeUnknownError, StoreSetupError, StoreUnavailableError, type UnavailableReason } from "../errors.js";
+import type { CommitAt } from "./commit-at.js";
 
 /**
  * How a failure of the driver (pg) becomes one of the store's errors: the one place that decides, used
@@ -43,6 +44,38 @@ import { OutcomeUnknownError, StoreSetupError, StoreUnavailableError, type Unava
  *    - else "connection".
  */
 export type Phase = "connect" | "read" | "commit";
+
+/**
+ * What a statement that failed had sent, and what of its answer had arrived (Session.send and
+ * Session.write observe it; pg's protocol events `dataRow` and `commandComplete`).
+ */
+export interface Sent {
+  /** Whether the statement left this process: false when the deadline had passed or the connection broke before it. */
+  readonly sent: boolean;
+  /** Whether the client shows pg's protocol connection; false for pg-native or a wrapper. */
+  readonly shown: boolean;
+  /** Whether the statement's answer (CommandComplete) arrived. */
+  readonly answered: boolean;
+  /** Whether a row of it arrived. */
+  readonly row: boolean;
+}
+
+/**
+ * The phase a failed statement is judged in: `phase` for a read, BEGIN or COMMIT, or a single-
+ * statement write by when its commit (the Sync) leaves (commit-at.ts, COMMIT_AT):
+ * - nothing sent: `read`, whatever the statement (nothing left this process);
+ * - `with-statement`: the Sync left with the statement — `commit`;
+ * - `after-answer`: the Sync leaves only once the answer arrived, so `commit` only once it arrived
+ *   with a row (a statement of this kind returns a row if and only if it wrote; a Sync after no row
+ *   commits nothing), or when the client does not show its protocol connection (the store cannot see
+ *   when the Sync left); else `read`.
+ */
+export function failedIn(statement: { readonly phase: Phase } | { readonly commitAt: CommitAt }, seen: Sent): Phase {
+  if (!seen.sent) return "read";
+  if ("phase" in statement) return statement.phase;
+  if (statement.commitAt === "with-statement" || !seen.shown) return "commit";
+  return seen.answered && seen.row ? "commit" : "read";
+}
 
 export interface FailureContext {
   readonly phase: Phase;

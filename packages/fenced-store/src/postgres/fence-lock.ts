@@ -15,7 +15,7 @@
  * 1. Taken before the fence row is locked, in the same statement: an exclusive holder never waits for
  *    a row that a shared holder of its own key locked, nor the other way round.
  * 2. Never upgraded: a shared write that finds the row at another fence writes nothing and ends; the
- *    store then sends the exclusive statement, in a new transaction (Calls.fencedWrite).
+ *    store then sends the exclusive statement, in a new transaction (Calls.fencedWrite; nextPut for a put).
  * 3. Several at once (the ratchets of one transaction) are taken all before any row, in the order of
  *    their keys: two calls never wait for each other's advisory locks in a cycle, even when two
  *    resources' keys collide (a collision only makes their writers wait for each other).

@@ -133,6 +133,36 @@ describe("FencedPostgres: a write whose answer is lost is OutcomeUnknownError", 
   });
 });
 
+describe("FencedPostgres: a statement not sent is nothing applied", () => {
+  it("a put's next statement on a connection the server terminated between two statements: not sent, StoreUnavailableError", async () => {
+    const seed = await h.store("not_sent");
+    const pool = new pg.Pool({ connectionString: h.url, max: 1 });
+    const admin = new pg.Pool({ connectionString: h.url, max: 1 });
+    pool.on("error", () => undefined);
+    try {
+      await seed.put("k", { n: 0 }, { fence: f("r", 1n) });
+      const calls = new Calls(pool, 2_000, statements(quoteSchema(seed.schema)));
+      const err = await outcome(
+        calls.session({ operation: "put", key: "k" }, undefined, async (s) => {
+          const { rows } = await s.query<{ pid: number }>({ text: "SELECT pg_backend_pid() AS pid" }, "read");
+          // The server ends the session while the store holds it between two statements: pg emits 'error'.
+          const ended = new Promise((resolve) => s.client.once("error", resolve));
+          await admin.query("SELECT pg_terminate_backend($1)", [rows[0]?.pid]);
+          await ended;
+          // The ordered put, whose commit would leave with it: never sent, so judged a read's (failures.ts, failedIn).
+          return calls.write(s, "putOrdered", ["r", "1", null, "k", JSON.stringify({ n: 1 }), "0"]);
+        }),
+      );
+      expect(err).toBeInstanceOf(StoreUnavailableError);
+      expect(err).toMatchObject({ reason: "connection", operation: "put", applied: "no" });
+      expect(await seed.get("k")).toMatchObject({ value: { n: 0 } });
+    } finally {
+      await pool.end();
+      await admin.end();
+    }
+  });
+});
+
 describe("FencedPostgres: deadlines", () => {
   it("timeoutMs is whole milliseconds from 100 to 600000, default 5000", () => {
     expect(new FencedPostgres(h.pool).timeoutMs).toBe(5_000);

@@ -1,6 +1,6 @@
 import { Deadline, DeadlineExceeded } from "../deadline.js";
 import { observedStatement } from "../observe.js";
-import { callbackFailure, classify, connectionIntact, type Phase } from "./failures.js";
+import { callbackFailure, classify, connectionIntact, failedIn, type Phase, type Sent } from "./failures.js";
 import type { CommitAt } from "./commit-at.js";
 import type { PgClient, PgPool, PgQueryConfig, PgQueryResult } from "./types.js";
 
@@ -34,6 +34,9 @@ interface Wire {
     removeListener?(event: "commandComplete" | "dataRow", listener: () => void): unknown;
   };
 }
+
+/** What a read's, BEGIN's or COMMIT's failure is judged by besides its phase: nothing of its answer is watched (failures.ts, Sent). */
+const UNSEEN = (): Omit<Sent, "sent"> => ({ shown: false, answered: false, row: false });
 
 /** What a store call is, for its errors. */
 export interface Call {
@@ -182,7 +185,7 @@ export class Session<Client extends PgClient> {
    * may be inside a transaction (a COMMIT not sent) that must not go back to the pool open.
    */
   async query<R = Record<string, unknown>>(config: PgQueryConfig, phase: Phase): Promise<PgQueryResult<R>> {
-    return this.send<R>(config, () => phase);
+    return this.send<R>(config, { phase }, UNSEEN);
   }
 
   /**
@@ -203,31 +206,31 @@ export class Session<Client extends PgClient> {
    *   is therefore a `commit`'s only once the answer arrived with a row (the Sync went out after a
    *   write; an answer without a row wrote nothing, so its Sync commits nothing), or when the client
    *   does not show its protocol connection (pg-native, which sends the Sync with the statement and
-   *   ignores `rows`; a wrapper): the store cannot tell, so the outcome is unknown. A `read` verdict stays true: the connection is discarded with it, and
+   *   ignores `rows`; a wrapper): the store cannot tell, so the outcome is unknown (failedIn in failures.ts decides). A `read` verdict stays true: the connection is discarded with it, and
    *   released (pg writes its Terminate) before this process reads anything more from the socket, so
    *   no Sync can follow. Any failure discards the connection, an error the server answered included:
    *   pg 8 sends no Sync after an error of a query with `rows`, and the server answers nothing more
    *   until one arrives.
    */
   async write<R = Record<string, unknown>>(config: PgQueryConfig, commitAt: CommitAt): Promise<PgQueryResult<R>> {
-    if (commitAt === "with-statement") return this.send<R>(config, () => "commit");
     const wire = (this.client as Wire).connection;
-    const unseen = wire?.on === undefined || wire.removeListener === undefined;
+    const shown = wire?.on !== undefined && wire.removeListener !== undefined;
+    // Its Sync left with it: nothing of the answer needs watching (failedIn judges it by commitAt).
+    if (commitAt === "with-statement") return this.send<R>(config, { commitAt }, () => ({ shown, answered: false, row: false }));
     // Whether the statement's answer arrived (the Sync may have left), and whether it carried a row:
-    // an `after-answer` write returns a row if and only if it wrote something (COMMIT_AT), so a Sync
-    // after an answer without one commits nothing, and its lost answer changes nothing.
-    let answered = unseen;
-    let wrote = unseen;
+    // what failedIn (failures.ts) judges a failure by.
+    let answered = false;
+    let row = false;
     const onAnswer = (): void => {
       answered = true;
     };
     const onRow = (): void => {
-      wrote = true;
+      row = true;
     };
     wire?.on?.("commandComplete", onAnswer);
     wire?.on?.("dataRow", onRow);
     try {
-      return await this.send<R>({ ...config, rows: WRITE_ROWS }, () => (answered && wrote ? "commit" : "read"), true);
+      return await this.send<R>({ ...config, rows: WRITE_ROWS }, { commitAt }, () => ({ shown, answered, row }), true);
     } finally {
       wire?.removeListener?.("commandComplete", onAnswer);
       wire?.removeListener?.("dataRow", onRow);
@@ -282,19 +285,27 @@ export class Session<Client extends PgClient> {
     this.client.release(this.broken);
   }
 
-  /** query() and write(): `phase` is asked only once the statement failed. `discardOnError`: whatever the failure, the connection goes. */
-  private async send<R>(config: PgQueryConfig, phase: () => Phase, discardOnError = false): Promise<PgQueryResult<R>> {
+  /**
+   * query() and write(): a failure is judged by failedIn (failures.ts) from `statement` and what
+   * `seen` says had arrived when it failed. `discardOnError`: whatever the failure, the connection goes.
+   */
+  private async send<R>(
+    config: PgQueryConfig,
+    statement: { readonly phase: Phase } | { readonly commitAt: CommitAt },
+    seen: () => Omit<Sent, "sent">,
+    discardOnError = false,
+  ): Promise<PgQueryResult<R>> {
     if (this.deadline.timedOut || this.broken !== undefined) {
       const err = this.broken ?? new DeadlineExceeded(this.deadline.timeoutMs);
       this.discard(err);
-      throw this.failure(err, "read");
+      throw this.failure(err, failedIn(statement, { ...seen(), sent: false }));
     }
     try {
       return await this.deadline.race(observedStatement(config, () => this.client.query<R>(config)));
     } catch (err) {
       // No answer from the server (or one that ended the session): the connection's state is unknown.
       if (discardOnError || !connectionIntact(err)) this.discard(err);
-      throw this.failure(err, phase());
+      throw this.failure(err, failedIn(statement, { ...seen(), sent: true }));
     }
   }
 

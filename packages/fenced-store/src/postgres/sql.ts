@@ -70,8 +70,9 @@ export interface Statements extends SchemaStatements {
    * putOrdered without its check ($6), putIfVersion and deleteIfVersion at the fence the row already
    * holds: the same record upserts, their row from the shared ratchet (fence-lock.ts, sharedRatchet)
    * instead of a raise. One row { version }: written. Zero rows: the fence row holds another fence
-   * (or none); nothing was written, and the caller sends the exclusive statement (Calls.fencedWrite)
-   * — putShared, sent only after an out-of-order refusal, has none: it is stale (store.ts, unconditional).
+   * (or none); nothing was written, and the caller sends the exclusive statement (Calls.fencedWrite;
+   * write-order.ts, nextPut, for a put) — putShared, sent only after an out-of-order refusal, has
+   * none: it is stale (nextPut).
    */
   readonly putShared: string;
   readonly putIfVersionShared: string;

@@ -25,7 +25,7 @@ import type {
   PgWriteOptions,
 } from "./types.js";
 import { lockOrder, quoteSchema, statements } from "./sql.js";
-import { WriteOrder } from "./write-order.js";
+import { FIRST_PUT, nextPut, putValues, WriteOrder, type PutAnswer } from "./write-order.js";
 
 /**
  * Fenced writes to PostgreSQL. Every write raises the per-resource ratchet (table `fence`) and
@@ -315,16 +315,12 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
   }
 
   /**
-   * An unconditional put in one statement. First `putOrdered`, its commit sent with it: it comes after
-   * the newest version the database gave this store (write-order.ts), so that it cannot land late over
-   * a later write of the holder. Refused as out of order — a write of the key at this fence that this
-   * store has not heard of, or its own put of the key at the same time — it is sent again as
-   * `putShared`, whose commit leaves only once its answer is in (commit-at.ts): it cannot land late
-   * either. At most three statements (PROTOCOL.md, "Faults"): a refusal as out of order came from a
-   * record at exactly this fence, which only a write admitted at it leaves, so the fence row held this
-   * fence when the refused statement ran; fence rows only go up, so the shared statement either finds
-   * it there still and writes, or finds a raise since — the fence is stale, and the raise
-   * (`putOrdered` without its check) could only be refused too.
+   * An unconditional put in one statement, sent as nextPut (write-order.ts) decides: first at the
+   * fence the row holds (`putOrderedShared`), its commit sent with it, after the newest version the
+   * database gave this store, so that it cannot land late over a later write of the holder; then the
+   * raise (`putOrdered`) or, refused as out of order, `putShared`, whose commit leaves only once its
+   * answer is in (commit-at.ts). At most three statements. Resolves the answer that ended it (no row:
+   * the fence is stale).
    */
   private async unconditional(
     s: Session<Client>,
@@ -334,13 +330,26 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     json: string,
   ): Promise<PgQueryResult<{ version: string }>> {
     const values = [...fenceParams(fence), key, json];
-    try {
-      return await this.calls.fencedWrite<{ version: string }>(s, signal, "putOrdered", [...values, this.order.after()]);
-    } catch (err) {
-      if (!outOfOrder(err)) throw err;
+    // Drawn once, before the first statement is issued: every statement of this put comes after it.
+    const after = this.order.after();
+    for (let statement = FIRST_PUT; ;) {
+      let result: PgQueryResult<{ version: string }> | undefined;
+      let failure: unknown;
+      let answer: PutAnswer;
+      try {
+        result = await this.calls.write<{ version: string }>(s, statement, putValues(statement, values, after));
+        answer = result.rows.length > 0 ? "row" : "no-row";
+      } catch (err) {
+        failure = err;
+        answer = outOfOrder(err) ? "out-of-order" : "error";
+      }
+      const next = nextPut(statement, answer);
+      if (next === "throw") throw failure;
+      if (next === "written" || next === "stale") return result as PgQueryResult<{ version: string }>;
+      // An abort is honoured between two statements, never inside one.
+      throwIfAborted(signal);
+      statement = next;
     }
-    throwIfAborted(signal);
-    return this.calls.write<{ version: string }>(s, "putShared", values);
   }
 
   /**

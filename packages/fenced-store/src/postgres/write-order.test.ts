@@ -4,19 +4,6 @@ import { CutProxy } from "./cut-proxy-test-support.js";
 import { StoreSetupError } from "../errors.js";
 import { FencedPostgres } from "./store.js";
 import { fenceAt as f, outcome, pgHarness, type PgHarness } from "./test-support.js";
-import { WriteOrder } from "./write-order.js";
-
-describe("WriteOrder", () => {
-  it("a put comes after the newest version the database gave the store, of any key; 0 before any", () => {
-    const order = new WriteOrder();
-    expect(order.after()).toBe("0");
-    order.saw("7");
-    order.saw("6"); // answers may come out of order: the newest stays
-    expect(order.after()).toBe("7");
-    order.saw("9223372036854775807");
-    expect(order.after()).toBe("9223372036854775807");
-  });
-});
 
 describe("unconditional puts of one key at once, one store, one fence", () => {
   let h: PgHarness;
@@ -147,7 +134,7 @@ describe("the statements one put sends: one in the steady state, three at most",
     return { value, statements: sent.slice(from) };
   }
 
-  it("steady state, a new lease's first write, an out-of-order refusal, and the worst case: a raise between every two of them", async () => {
+  it("steady state, a new lease's first write, an out-of-order refusal, a key of another resource, and the worst case: a raise between every two of them", async () => {
     const seed = await h.store("statements");
     const via = await counted(seed.schema);
     try {
@@ -161,6 +148,11 @@ describe("the statements one put sends: one in the steady state, three at most",
       // Written at this fence by another store: refused as out of order, then sent unordered.
       await seed.put("k", 3, { fence: next });
       expect((await sentBy(via.sent, () => via.store.put("k", 4, { fence: next }))).statements).toEqual(["putOrderedShared", "putShared"]);
+      // A key of another resource: refused by the first statement, which ends the put.
+      await seed.put("theirs", 0, { fence: f("s", 1n, "x") });
+      const foreign = await sentBy(via.sent, () => via.store.put("theirs", 1, { fence: next }));
+      expect(foreign.value).toMatchObject({ name: "ResourceMismatchError", owner: "s" });
+      expect(foreign.statements).toEqual(["putOrderedShared"]);
 
       // The worst case: the shared statement finds an older fence; the newer lease raises and writes the
       // key before the raise arrives, which is then refused as out of order; another raise before the

@@ -30,3 +30,37 @@ export class WriteOrder {
     if (v > this.newest) this.newest = v;
   }
 }
+
+/** The statements an unconditional put may send (sql.ts), its first one first. */
+export type PutStatement = "putOrderedShared" | "putOrdered" | "putShared";
+
+/** What a put's statement answered: a row (it wrote), no row, a refusal as out of order (VERSION_REFUSED), or any other error. */
+export type PutAnswer = "row" | "no-row" | "out-of-order" | "error";
+
+/** The first statement of every unconditional put: at the fence the row already holds, under the shared fence lock (fence-lock.ts). */
+export const FIRST_PUT: PutStatement = "putOrderedShared";
+
+/**
+ * What an unconditional put does after `sent` answered `answer`: the next statement to send, or how
+ * it ends — `written` (the row is the result), `stale` (StaleTokenError) or `throw` (the error, as
+ * it came). The decision of FencedPostgres.put, which sends what this says (store.ts). At most three
+ * statements (PROTOCOL.md, "Faults"):
+ * - `putOrderedShared` wrote nothing: the row holds another fence, or none; the exclusive `putOrdered`
+ *   raises it or finds the fence stale (fence-lock.ts, invariant 2: a new transaction, never an upgrade).
+ * - out of order, from either ordered statement: the key was written at this very fence after the
+ *   newest version this store heard of; `putShared`, committed only after its answer (commit-at.ts),
+ *   cannot land late. Only once: a refusal as out of order came from a record at exactly this fence,
+ *   so the fence row held it; rows only go up, so `putShared` writes or finds the fence stale.
+ * - every other answer ends the put.
+ */
+export function nextPut(sent: PutStatement, answer: PutAnswer): PutStatement | "written" | "stale" | "throw" {
+  if (answer === "row") return "written";
+  if (answer === "out-of-order" && sent !== "putShared") return "putShared";
+  if (answer !== "no-row") return "throw";
+  return sent === "putOrderedShared" ? "putOrdered" : "stale";
+}
+
+/** The parameters of `statement`: the ordered ones carry `after`, the version the put comes after (WriteOrder); `putShared` leaves it out. */
+export function putValues<T>(statement: PutStatement, values: readonly T[], after: T): T[] {
+  return statement === "putShared" ? [...values] : [...values, after];
+}
