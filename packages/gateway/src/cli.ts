@@ -57,6 +57,11 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
       adminAddress === undefined
         ? undefined
         : await listen("the admin listener", () => serve(gateway.admin, { ...adminAddress, ...limits, acceptors: 1 }));
+    // Before the line that says the gateway listens: a SIGTERM sent as soon as it is read (a
+    // supervisor, a test) finds the handler in place. The kernel delivers a signal at once, while
+    // the code between the line's write and the handler's registration may still be running, and
+    // with no handler yet the process dies of it without a drain.
+    stopOnSignals({ gateway, serving, admin, recheck, closeAll }, config, logger);
     logger.info(
       {
         version: GATEWAY_VERSION,
@@ -69,7 +74,6 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
       },
       "listening",
     );
-    stopOnSignals({ gateway, serving, admin, recheck, closeAll }, config, logger);
   } catch (err) {
     await Promise.allSettled(listening.map((s) => s.drain(0)));
     await closeAll();
