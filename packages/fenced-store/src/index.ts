@@ -13,8 +13,8 @@ export {
   type StoreBackend,
   type UnavailableReason,
 } from "./errors.js";
-export { FencedError, InvalidArgumentError, type Applied, type ErrorCode } from "@fenced/fence";
-export { type Fence, type FenceSet, assertFence, assertKey, assertResource, MAX_TOKEN } from "./fence.js";
+export { type FenceSet, assertFence } from "./fence.js";
+export { InvalidArgumentError, type Fence, assertKey, assertResource, MAX_TOKEN } from "./deprecated.js";
 export { type JsonValue, assertJsonValue } from "./json.js";
 export { OBJECT_VERSION, RECORD_VERSION } from "./versions.js";
 export { STORE_CHANNELS, type StoreOutcome, type StoreWriteMessage } from "./observe.js";

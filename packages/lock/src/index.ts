@@ -38,7 +38,7 @@ export {
   type NodeFailure,
   type NodeFailureReason,
 } from "./errors.js";
-export { FencedError, InvalidArgumentError, type Applied, type ErrorCode } from "@fenced/fence";
+export { InvalidArgumentError } from "./deprecated.js";
 export { resourceKeys, type ResourceKeys } from "./keys.js";
 export { LOCK_CHANNELS, type LockLostMessage, type LockOperation, type LockOperationMessage, type LockOutcome } from "./observe.js";
 export { type RedisClient } from "./client.js";
