@@ -1,4 +1,5 @@
-import { TOKEN_PATTERN, MAX_RESOURCES, MAX_TOKEN, resourcesProblem } from "@fenced/fence";
+import { MAX_RESOURCES, MAX_TOKEN } from "@fenced/fence";
+import { TOKEN_PATTERN, resourcesProblem } from "@fenced/fence/internal";
 import { parseEpochMs, SealError, MAX_SEALED_LENGTH, seal, unseal, type CredentialKey, type SealKind } from "@fenced/fence/credentials";
 import { PROBLEM_OF_CODE } from "../problems/kinds.js";
 import { HttpProblem } from "../problems/problem.js";

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { HOLDER_PATTERN } from "@fenced/fence";
+import { HOLDER_PATTERN } from "@fenced/fence/internal";
 import {
   healthReportSchema,
   leaseAnswerSchema,

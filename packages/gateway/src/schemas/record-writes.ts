@@ -1,5 +1,6 @@
 import { z } from "zod";
-import { keyProblem, MAX_RESOURCES } from "@fenced/fence";
+import { MAX_RESOURCES } from "@fenced/fence";
+import { keyProblem } from "@fenced/fence/internal";
 import { RECORD_VERSION } from "@fenced/store";
 import { MAX_PUT_ALL } from "@fenced/store/postgres";
 import { credentialString, keyString, resourceSchema, tokenString } from "./fields.js";
