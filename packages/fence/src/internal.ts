@@ -15,3 +15,6 @@ export {
   TOKEN_PATTERN,
 } from "./rules.js";
 export { checkFences, refuseEndedLease, type CheckedFence } from "./fence.js";
+// The sealing the gateway's lease ids share with the fence credentials.
+export { KEY_ID_PATTERN, MAX_SEALED_LENGTH, MIN_SECRET_BYTES, parseEpochMs, seal, unseal, type SealKind } from "./sealed.js";
+export { CREDENTIAL_VERSION } from "./credential.js";

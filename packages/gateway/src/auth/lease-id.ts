@@ -1,6 +1,7 @@
 import { MAX_RESOURCES, MAX_TOKEN } from "@fenced/fence";
 import { TOKEN_PATTERN, resourcesProblem } from "@fenced/fence/internal";
-import { parseEpochMs, SealError, MAX_SEALED_LENGTH, seal, unseal, type CredentialKey, type SealKind } from "@fenced/fence/credentials";
+import { SealError, type CredentialKey } from "@fenced/fence/credentials";
+import { parseEpochMs, MAX_SEALED_LENGTH, seal, unseal, type SealKind } from "@fenced/fence/internal";
 import { PROBLEM_OF_CODE } from "../problems/kinds.js";
 import { HttpProblem } from "../problems/problem.js";
 
