@@ -136,5 +136,3 @@ export function s3Check(client: S3Client, bucket: string, timeoutMs: number): Pr
     },
   );
 }
-
-export type { BackendHealth } from "./readiness.js";

@@ -38,8 +38,6 @@ export interface LeaseBackendOptions {
  */
 const LOCK_DEFAULTS = { retryCount: 0, retryDelayMs: 200, retryJitterMs: 100, nodeTimeoutMs: 200, acquireTimeoutMs: 2_000 };
 
-export type { RedisHealth } from "../ops/readiness.js";
-
 const BODY_LIMIT = 16 * 1024;
 
 /**
