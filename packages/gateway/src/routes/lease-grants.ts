@@ -4,7 +4,7 @@
 import { performance } from "node:perf_hooks";
 import { setTimeout as sleep } from "node:timers/promises";
 import { LeaseLostError, LockNotAcquiredError, TokenSpaceExhaustedError, type Lease, type NodeFailure, type Redlock } from "@fenced/lock";
-import type { FenceSet } from "@fenced/store";
+import type { FenceSet } from "@fenced/store/internal";
 import type { FenceCredentials } from "../auth/credentials.js";
 import type { LeaseIdParts } from "../auth/lease-id.js";
 import type { StoreName } from "../ops/metrics.js";
