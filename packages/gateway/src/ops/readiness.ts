@@ -1,4 +1,4 @@
-import type { NodeProbe, NodesProbe } from "@fenced/lock";
+import type { NodeProbe, NodesProbe } from "@fenced/lock/internal";
 import type { HealthAnswer } from "../schemas/answers.js";
 import type { ReadinessStatus } from "./health-states.js";
 import type { StoreCheck } from "./health.js";
