@@ -33,7 +33,8 @@
 // resource: all writes serialise on one row lock.
 import pg from "pg";
 import { startPostgres } from "@fenced/servers";
-import { FencedPostgres, type PgClient, type PgQueryConfig, type PgQueryResult } from "@fenced/store/postgres";
+import { FencedPostgres } from "@fenced/store/postgres";
+import { type PgClient, type PgQueryConfig, type PgQueryResult } from "@fenced/store/internal";
 import { closedLoop, emit, median, percentile, type Op } from "./measure.js";
 
 /** Time each implementation runs per comparison, in total over its slices. */

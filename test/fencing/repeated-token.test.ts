@@ -8,7 +8,8 @@ import { Redis } from "ioredis";
 import pg from "pg";
 import { Redlock, resourceKeys, type Lease } from "@fenced/lock";
 import { startPostgres, startRedisNodes, startS3, type RedisNodes, type StartedPostgres, type StartedS3 } from "@fenced/servers";
-import { StaleTokenError, type Fence } from "@fenced/store";
+import type { Fence } from "@fenced/fence";
+import { StaleTokenError } from "@fenced/store";
 import { FencedPostgres } from "@fenced/store/postgres";
 import { FencedS3 } from "@fenced/store/s3";
 

@@ -1,5 +1,5 @@
 import { GetObjectCommand, PutObjectCommand, S3Client } from "@aws-sdk/client-s3";
-import { type Fence } from "@fenced/store";
+import { type Fence } from "@fenced/fence";
 import { FencedPostgres } from "@fenced/store/postgres";
 import { FencedS3 } from "@fenced/store/s3";
 import pg from "pg";

@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from "node:timers/promises";
-import type { Fence } from "@fenced/store";
+import type { Fence } from "@fenced/fence";
 import type { CounterAccess } from "./counter-store.js";
 import { RegistrationRefusedError } from "./gateway-client.js";
 import { headOf, increment, type Call, type CallStep, type OpEvent } from "./history.js";

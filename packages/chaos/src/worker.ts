@@ -1,4 +1,4 @@
-import type { Fence } from "@fenced/store";
+import type { Fence } from "@fenced/fence";
 import type { CounterAccess, CounterStore, StoreConnection } from "./counter-store.js";
 import { GatewayClient } from "./gateway-client.js";
 import { GatewayCounters } from "./gateway-counters.js";

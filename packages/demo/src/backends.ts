@@ -1,6 +1,7 @@
 import { GetObjectCommand, NoSuchKey, PutObjectCommand, S3Client } from "@aws-sdk/client-s3";
 import pg from "pg";
-import { StaleTokenError, VersionMismatchError, type Fence } from "@fenced/store";
+import type { Fence } from "@fenced/fence";
+import { StaleTokenError, VersionMismatchError } from "@fenced/store";
 import { FencedPostgres } from "@fenced/store/postgres";
 import { FencedS3 } from "@fenced/store/s3";
 

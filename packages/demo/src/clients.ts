@@ -1,6 +1,6 @@
 import { Redis } from "ioredis";
 import { Redlock, type Lease } from "@fenced/lock";
-import type { Fence } from "@fenced/store";
+import type { Fence } from "@fenced/fence";
 import { openStore, type BackendConfig, type DemoStore, type FileDoc, type ReadResult, type WriteOutcome } from "./backends.js";
 
 /** What a client is told when it starts: plain data, so it can also go over IPC to a child process. */

@@ -1,6 +1,7 @@
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { ERROR_CODE_LIST, ERROR_CODES, FencedError } from "./index.js";
+import { ERROR_CODES, FencedError } from "./index.js";
+import { ERROR_CODE_LIST } from "./internal.js";
 import { InvalidArgumentError } from "./errors.js";
 
 const README = readFileSync(new URL("../README.md", import.meta.url), "utf8");

@@ -1,33 +1,33 @@
+// "@fenced/fence": what a fence is — a resource, token and holder, the comparison a store makes
+// (admits), the limits and checks of each field, and the error contract every fenced package shares
+// (FencedError, its codes, InvalidArgumentError). The public API only; the credentials live in
+// "@fenced/fence/credentials", and the rules' parts the store and gateway compose (patterns, the
+// *Problem functions) in "@fenced/fence/internal", which is not public.
 export { InvalidArgumentError } from "./errors.js";
-export {
-  ERROR_CODE_LIST,
-  ERROR_CODES,
-  FencedError,
-  outcomeOf,
-  type Applied,
-  type ErrorCode,
-  type ErrorCodeDefinition,
-  type FencedErrorOptions,
-  type Outcome,
-} from "./fenced-error.js";
+export { ERROR_CODES, FencedError, type Applied, type ErrorCode } from "./fenced-error.js";
 export {
   assertHolder,
   assertKey,
   assertResource,
   assertToken,
-  CONTROL_CHARACTER,
-  HOLDER_PATTERN,
-  keyProblem,
-  LONE_SURROGATE,
   MAX_HOLDER_LENGTH,
   MAX_KEY_LENGTH,
   MAX_RESOURCE_LENGTH,
   MAX_RESOURCES,
-  checkResources,
-  resourcesProblem,
   MAX_TOKEN,
   parseToken,
-  resourceProblem,
-  TOKEN_PATTERN,
 } from "./rules.js";
-export { admits, checkFence, checkFences, refuseEndedLease, type CheckedFence, type Fence } from "./fence.js";
+export { admits, checkFence, type Fence } from "./fence.js";
+export {
+  type CheckedFence,
+  checkFences,
+  checkResources,
+  CONTROL_CHARACTER,
+  HOLDER_PATTERN,
+  keyProblem,
+  LONE_SURROGATE,
+  refuseEndedLease,
+  resourceProblem,
+  resourcesProblem,
+  TOKEN_PATTERN,
+} from "./deprecated.js";

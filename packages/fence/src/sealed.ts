@@ -58,7 +58,7 @@ export class SealError extends FencedError {
   }
 }
 
-export function assertCredentialKey(key: unknown, argument = "key"): asserts key is CredentialKey {
+function assertCredentialKey(key: unknown, argument = "key"): asserts key is CredentialKey {
   if (typeof key !== "object" || key === null) throw new InvalidArgumentError(argument, "must be an object { id, secret }");
   const { id, secret } = key as { id?: unknown; secret?: unknown };
   if (typeof id !== "string" || !KEY_ID_PATTERN.test(id))

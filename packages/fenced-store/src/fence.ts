@@ -4,7 +4,8 @@ import { checkFence, type Fence } from "@fenced/fence";
  * A fence and a key are defined once, in @fenced/fence; the store knows a fence only structurally.
  * Every store method that takes a key checks it with assertKey before any I/O.
  */
-export { type CheckedFence, type Fence, admits, assertKey, assertResource, checkFence, MAX_TOKEN } from "@fenced/fence";
+export { type Fence, admits, assertKey, assertResource, checkFence, MAX_TOKEN } from "@fenced/fence";
+export { type CheckedFence } from "@fenced/fence/internal";
 
 /** Throws InvalidArgumentError before any I/O if the fence is malformed. Prefer checkFence, which also copies. */
 export function assertFence(fence: unknown): asserts fence is Fence {

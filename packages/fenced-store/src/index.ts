@@ -1,6 +1,7 @@
-// "@fenced/store": what both backends share — the errors, the fence and key rules. The writers live
-// in subpaths of their own, "@fenced/store/postgres" and "@fenced/store/s3", so that a user of one
-// backend installs and loads only that backend's client library.
+// "@fenced/store": what both backends share — the errors, the JSON a record holds, what an observer
+// sees. The writers live in subpaths of their own, "@fenced/store/postgres" and "@fenced/store/s3", so
+// that a user of one backend installs and loads only that backend's client library. A fence and a key
+// are @fenced/fence's.
 export {
   ContentionError,
   CorruptStateError,
@@ -10,13 +11,21 @@ export {
   StoreSetupError,
   StoreUnavailableError,
   VersionMismatchError,
-  type StoreBackend,
-  type UnavailableReason,
 } from "./errors.js";
-export { FencedError, InvalidArgumentError, type Applied, type ErrorCode } from "@fenced/fence";
-export { type Fence, type FenceSet, assertFence, assertKey, assertResource, MAX_TOKEN } from "./fence.js";
-export { type JsonValue, assertJsonValue } from "./json.js";
-export { OBJECT_VERSION, RECORD_VERSION } from "./versions.js";
-export { STORE_CHANNELS, type StoreOutcome, type StoreWriteMessage } from "./observe.js";
-/** The bounds and default of both stores' `timeoutMs` (whole milliseconds). */
-export { DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS, MIN_TIMEOUT_MS } from "./options.js";
+export { type JsonValue } from "./json.js";
+export { STORE_CHANNELS, type StoreWriteMessage } from "./observe.js";
+export {
+  InvalidArgumentError,
+  type Fence,
+  assertKey,
+  assertResource,
+  MAX_TOKEN,
+  assertFence,
+  assertJsonValue,
+  OBJECT_VERSION,
+  RECORD_VERSION,
+  type FenceSet,
+  type StoreBackend,
+  type StoreOutcome,
+  type UnavailableReason,
+} from "./deprecated.js";

@@ -1,6 +1,6 @@
 import { channel } from "node:diagnostics_channel";
 import { performance } from "node:perf_hooks";
-import { outcomeOf, type Outcome } from "@fenced/fence";
+import { outcomeOf, type Outcome } from "@fenced/fence/internal";
 import { SpanKind, SpanStatusCode, trace, type Attributes, type Span } from "@opentelemetry/api";
 import type { StoreBackend } from "./errors.js";
 

@@ -1,4 +1,5 @@
-import { checkFence, checkFences, FencedError, InvalidArgumentError, refuseEndedLease, type CheckedFence } from "@fenced/fence";
+import { checkFence, FencedError, InvalidArgumentError } from "@fenced/fence";
+import { checkFences, refuseEndedLease, type CheckedFence } from "@fenced/fence/internal";
 
 /**
  * The argument checks both backends share, one definition each. Each reads every field once and

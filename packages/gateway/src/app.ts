@@ -8,7 +8,7 @@ import { FencedS3, type FencedS3Options } from "@fenced/store/s3";
 import { FencedError, InvalidArgumentError } from "@fenced/fence";
 import { type CredentialKey } from "@fenced/fence/credentials";
 import { admissionGate, type AdmissionOptions } from "./admission/gate.js";
-import type { FenceSet } from "@fenced/store";
+import type { FenceSet } from "@fenced/store/internal";
 import type { HealthAnswer } from "./schemas/answers.js";
 import { ApiKeys, type ApiKeyConfig } from "./auth/api-keys.js";
 import { FenceCredentials } from "./auth/credentials.js";

@@ -1,5 +1,5 @@
 import { readFileSync } from "node:fs";
-import { DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS, MIN_TIMEOUT_MS } from "@fenced/store";
+import { DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS, MIN_TIMEOUT_MS } from "@fenced/store/internal";
 import { z } from "zod";
 import { admissionSchema } from "./admission/gate.js";
 import { apiKeySchema, distinctApiKeys } from "./auth/api-keys.js";

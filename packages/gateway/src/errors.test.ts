@@ -3,7 +3,8 @@
 // problem table answers every code, and answers each error as its code says. Server-free.
 import { describe, expect, expectTypeOf, it } from "vitest";
 import * as fence from "@fenced/fence";
-import { ERROR_CODE_LIST, ERROR_CODES, FencedError, InvalidArgumentError, MAX_TOKEN, type ErrorCode } from "@fenced/fence";
+import { ERROR_CODES, FencedError, InvalidArgumentError, MAX_TOKEN, type ErrorCode } from "@fenced/fence";
+import { ERROR_CODE_LIST } from "@fenced/fence/internal";
 import * as credentials from "@fenced/fence/credentials";
 import {
   credentialKeys,

@@ -1,7 +1,8 @@
 // Generators of hostile requests for fuzz.test.ts (not part of the published build).
 import { randomBytes } from "node:crypto";
 import fc from "fast-check";
-import { MAX_TOKEN, TOKEN_PATTERN } from "@fenced/fence";
+import { MAX_TOKEN } from "@fenced/fence";
+import { TOKEN_PATTERN } from "@fenced/fence/internal";
 import { encodeLeaseId } from "./auth/lease-id.js";
 import { KEYS } from "./test-support.js";
 

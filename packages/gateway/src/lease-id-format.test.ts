@@ -1,7 +1,8 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { MAX_RESOURCES, MAX_TOKEN } from "@fenced/fence";
-import { credentialKeys, MAX_SEALED_LENGTH, seal } from "@fenced/fence/credentials";
+import { credentialKeys } from "@fenced/fence/credentials";
+import { MAX_SEALED_LENGTH, seal } from "@fenced/fence/internal";
 import { decodeLeaseId, encodeLeaseId, LEASE_ID_PATTERN, leaseBytesProblem, MAX_LEASE_RESOURCE_BYTES } from "./auth/lease-id.js";
 import { HttpProblem } from "./problems/problem.js";
 

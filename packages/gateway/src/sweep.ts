@@ -1,6 +1,7 @@
 import { InvalidArgumentError } from "@fenced/fence";
 import { CorruptStateError, StoreSetupError, StoreUnavailableError } from "@fenced/store";
-import { FencedS3, type S3SweepProgress, type S3SweepReport } from "@fenced/store/s3";
+import { FencedS3 } from "@fenced/store/s3";
+import { type S3SweepProgress, type S3SweepReport } from "@fenced/store/internal";
 import { s3Backend } from "./cli-backends.js";
 import type { SweepConfig } from "./config.js";
 import { backendFailure } from "./problems/backend-errors.js";

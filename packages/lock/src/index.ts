@@ -16,30 +16,29 @@
 //   client.ts      the Redis client by shape (ioredis 5 or 6, a Cluster)
 //   errors.ts      the errors, their kinds and the reasons a node does not count
 //   observe.ts     what an observer sees: each operation on node:diagnostics_channel and as an OpenTelemetry span
-export { Redlock, type Resources } from "./redlock.js";
+export { Redlock } from "./redlock.js";
+export { type RedlockOptions, type HeldLease } from "./options.js";
+export { Lease, holderOf } from "./lease.js";
+export { LockNotAcquiredError, LeaseLostError, TokenSpaceExhaustedError } from "./errors.js";
+export { resourceKeys } from "./keys.js";
+export { LOCK_CHANNELS, type LockLostMessage, type LockOperationMessage } from "./observe.js";
+export { probeNodes } from "./probe.js";
 export {
+  InvalidArgumentError,
+  LEASE_LOST_KINDS,
   MIN_TTL_MS,
-  type RedlockOptions,
+  NODE_FAILURE_REASONS,
   type AcquireOptions,
-  type HeldLease,
+  type HeldFence,
   type HeldOne,
   type HeldSet,
-  type NodeResult,
-} from "./options.js";
-export { Lease, holderOf, type LeaseFence } from "./lease.js";
-export {
-  LockNotAcquiredError,
-  LeaseLostError,
-  TokenSpaceExhaustedError,
-  LEASE_LOST_KINDS,
-  NODE_FAILURE_REASONS,
-  type HeldFence,
+  type LeaseFence,
   type LeaseLostKind,
+  type LockOperation,
+  type LockOutcome,
   type NodeFailure,
   type NodeFailureReason,
-} from "./errors.js";
-export { FencedError, InvalidArgumentError, type Applied, type ErrorCode } from "@fenced/fence";
-export { resourceKeys, type ResourceKeys } from "./keys.js";
-export { LOCK_CHANNELS, type LockLostMessage, type LockOperation, type LockOperationMessage, type LockOutcome } from "./observe.js";
-export { type RedisClient } from "./client.js";
-export { probeNodes, type NodeProbe, type NodesProbe, type NodeState, type ProbeOptions } from "./probe.js";
+  type RedisClient,
+  type ResourceKeys,
+  type Resources,
+} from "./deprecated.js";

@@ -1,4 +1,5 @@
-import { assertResource, assertToken, checkResources, InvalidArgumentError } from "@fenced/fence";
+import { assertResource, assertToken, InvalidArgumentError } from "@fenced/fence";
+import { checkResources } from "@fenced/fence/internal";
 import type { HeldFence, NodeFailure } from "./errors.js";
 
 /**

@@ -1,6 +1,7 @@
 import { performance } from "node:perf_hooks";
 import { setTimeout as sleep } from "node:timers/promises";
-import { assertResource, checkResources, InvalidArgumentError } from "@fenced/fence";
+import { assertResource, InvalidArgumentError } from "@fenced/fence";
+import { checkResources } from "@fenced/fence/internal";
 import { acquireRound, type RoundNodes } from "./acquire-round.js";
 import type { RedisClient } from "./client.js";
 import { LeaseLostError, LockNotAcquiredError, type HeldFence, type NodeFailure } from "./errors.js";

@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { inspect } from "node:util";
-import { checkFence, checkFences, refuseEndedLease } from "@fenced/fence";
+import { checkFence } from "@fenced/fence";
+import { checkFences, refuseEndedLease } from "@fenced/fence/internal";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LeaseLostError } from "./errors.js";
 import { resourceKeys } from "./keys.js";

@@ -1,4 +1,4 @@
-import type { CheckedFence } from "@fenced/fence";
+import type { CheckedFence } from "@fenced/fence/internal";
 import { fenceParams, type Calls } from "./calls.js";
 import type { CheckedPutAll, CheckedPutAllWrite } from "./options.js";
 import { foreignKeyRefusal, putAllRefused, versionRefusal } from "./refusals.js";

@@ -1,4 +1,4 @@
-import type { CheckedFence } from "@fenced/fence";
+import type { CheckedFence } from "@fenced/fence/internal";
 import type { StaleTokenError } from "../errors.js";
 import { observedCall } from "../observe.js";
 import { throwIfAborted } from "../options.js";

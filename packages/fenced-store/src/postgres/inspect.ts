@@ -1,4 +1,4 @@
-import type { CheckedFence } from "@fenced/fence";
+import type { CheckedFence } from "@fenced/fence/internal";
 import { StaleTokenError } from "../errors.js";
 import type { Session } from "./session.js";
 import type { PgClient, PgQueryConfig } from "./types.js";

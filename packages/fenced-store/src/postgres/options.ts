@@ -1,4 +1,5 @@
-import { assertKey, assertResource, InvalidArgumentError, MAX_TOKEN, type CheckedFence } from "@fenced/fence";
+import { assertKey, assertResource, InvalidArgumentError, MAX_TOKEN } from "@fenced/fence";
+import { type CheckedFence } from "@fenced/fence/internal";
 import { assertJsonValue } from "../json.js";
 import { RECORD_VERSION } from "../versions.js";
 import { checkSignal, liveFence, liveFences, optionsObject, transferFences } from "../options.js";

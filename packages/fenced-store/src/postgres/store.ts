@@ -1,4 +1,5 @@
-import { InvalidArgumentError, type CheckedFence } from "@fenced/fence";
+import { InvalidArgumentError } from "@fenced/fence";
+import { type CheckedFence } from "@fenced/fence/internal";
 import { ResourceMismatchError, VersionMismatchError } from "../errors.js";
 import { foreignKeyRefusal, outOfOrder, versionRefusal } from "./refusals.js";
 import { assertKey, assertResource, type Fence, type FenceSet } from "../fence.js";

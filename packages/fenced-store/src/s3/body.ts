@@ -1,6 +1,7 @@
 import { Readable } from "node:stream";
 import { GetObjectCommand, PutObjectCommand, type S3Client } from "@aws-sdk/client-s3";
-import { CONTROL_CHARACTER, InvalidArgumentError } from "@fenced/fence";
+import { InvalidArgumentError } from "@fenced/fence";
+import { CONTROL_CHARACTER } from "@fenced/fence/internal";
 import { sendOptions } from "./conditional.js";
 import type { Deadline } from "../deadline.js";
 import { isAbsent } from "./failures.js";

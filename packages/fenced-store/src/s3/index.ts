@@ -15,25 +15,42 @@
 //   failures.ts    what a failed request means, and the typed error a failed call throws
 //   ../deadline.ts the one deadline (timeoutMs) that bounds a call, shared with the PostgreSQL store
 //   ../observe.ts  each call and S3 request as an OpenTelemetry span, each write's outcome on node:diagnostics_channel
-export {
-  FencedS3,
-  type FencedS3Options,
-  type S3Body,
-  type S3Bytes,
-  type S3DeleteOptions,
-  type S3FenceOptions,
-  type S3Object,
-  type S3PutResult,
-  type S3ReadOptions,
-  type S3RegisterOptions,
-  type S3SweepCount,
-  type S3SweepOptions,
-  type S3SweepProgress,
-  type S3SweepReport,
-  type S3SweepUploadsKept,
-  type S3TransferOptions,
-  type S3UpdateOptions,
-  type S3VerifyResult,
-  type S3WriteOptions,
-} from "./store.js";
+export { FencedS3, type FencedS3Options } from "./store.js";
 export { assertContentType } from "./body.js";
+
+// Names this entry exported in 0.1.0 that a user names through the API itself; each goes in 0.3.0.
+import type * as store from "./store.js";
+/** @deprecated `Parameters<FencedS3["put"]>[1]` names it (a string, a Uint8Array or a Readable); removed from `@fenced/store/s3` in 0.3.0. */
+export type S3Body = store.S3Body;
+/** @deprecated `NonNullable<Awaited<ReturnType<FencedS3["getBytes"]>>>` names it; removed from `@fenced/store/s3` in 0.3.0. */
+export type S3Bytes = store.S3Bytes;
+/** @deprecated `NonNullable<Awaited<ReturnType<FencedS3["get"]>>>` names it; removed from `@fenced/store/s3` in 0.3.0. */
+export type S3Object = store.S3Object;
+/** @deprecated `Awaited<ReturnType<FencedS3["put"]>>` names it; removed from `@fenced/store/s3` in 0.3.0. */
+export type S3PutResult = store.S3PutResult;
+/** @deprecated `Awaited<ReturnType<FencedS3["verify"]>>` names it; removed from `@fenced/store/s3` in 0.3.0. */
+export type S3VerifyResult = store.S3VerifyResult;
+/** @deprecated `Parameters<FencedS3["put"]>[2]` names it; removed from `@fenced/store/s3` in 0.3.0. */
+export type S3WriteOptions = store.S3WriteOptions;
+/** @deprecated `Parameters<FencedS3["delete"]>[1]` names it; removed from `@fenced/store/s3` in 0.3.0. */
+export type S3DeleteOptions = store.S3DeleteOptions;
+/** @deprecated `Parameters<FencedS3["update"]>[2]` names it; removed from `@fenced/store/s3` in 0.3.0. */
+export type S3UpdateOptions = store.S3UpdateOptions;
+/** @deprecated `Parameters<FencedS3["transfer"]>[1]` names it; removed from `@fenced/store/s3` in 0.3.0. */
+export type S3TransferOptions = store.S3TransferOptions;
+/** @deprecated `{ signal?: AbortSignal }`; removed from `@fenced/store/s3` in 0.3.0. */
+export type S3RegisterOptions = store.S3RegisterOptions;
+/** @deprecated `{ signal?: AbortSignal }`; removed from `@fenced/store/s3` in 0.3.0. */
+export type S3FenceOptions = store.S3FenceOptions;
+/** @deprecated `{ signal?: AbortSignal }`; removed from `@fenced/store/s3` in 0.3.0. */
+export type S3ReadOptions = store.S3ReadOptions;
+/** @deprecated `Parameters<FencedS3["sweep"]>[0]` names it; removed from `@fenced/store/s3` in 0.3.0. */
+export type S3SweepOptions = store.S3SweepOptions;
+/** @deprecated `Awaited<ReturnType<FencedS3["sweep"]>>` names it; removed from `@fenced/store/s3` in 0.3.0. */
+export type S3SweepReport = store.S3SweepReport;
+/** @deprecated what `onProgress` of `sweep()`'s options is given; removed from `@fenced/store/s3` in 0.3.0. */
+export type S3SweepProgress = store.S3SweepProgress;
+/** @deprecated a count of `S3SweepReport`; removed from `@fenced/store/s3` in 0.3.0. */
+export type S3SweepCount = store.S3SweepCount;
+/** @deprecated a part of `S3SweepReport`; removed from `@fenced/store/s3` in 0.3.0. */
+export type S3SweepUploadsKept = store.S3SweepUploadsKept;

@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from "node:crypto";
-import { keyProblem } from "@fenced/fence";
+import { keyProblem } from "@fenced/fence/internal";
 import { OBJECT_VERSION } from "../versions.js";
 
 /**

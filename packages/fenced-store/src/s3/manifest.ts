@@ -1,5 +1,6 @@
 import { z } from "zod";
-import { HOLDER_PATTERN, MAX_TOKEN, resourceProblem, TOKEN_PATTERN } from "@fenced/fence";
+import { MAX_TOKEN } from "@fenced/fence";
+import { HOLDER_PATTERN, resourceProblem, TOKEN_PATTERN } from "@fenced/fence/internal";
 import { OBJECT_VERSION } from "../versions.js";
 import { CorruptStateError, StaleTokenError } from "../errors.js";
 import { admits, type CheckedFence } from "../fence.js";

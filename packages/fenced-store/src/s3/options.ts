@@ -1,4 +1,5 @@
-import { InvalidArgumentError, type CheckedFence, type Fence } from "@fenced/fence";
+import { InvalidArgumentError, type Fence } from "@fenced/fence";
+import { type CheckedFence } from "@fenced/fence/internal";
 import { OBJECT_VERSION } from "../versions.js";
 import { assertKey } from "../fence.js";
 import {

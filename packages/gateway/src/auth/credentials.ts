@@ -4,12 +4,11 @@ import {
   CredentialError,
   credentialKeys,
   ExpiredCredentialError,
-  KEY_ID_PATTERN,
-  MIN_SECRET_BYTES,
   mintFenceCredential,
   verifyFenceCredential,
   type CredentialKey,
 } from "@fenced/fence/credentials";
+import { KEY_ID_PATTERN, MIN_SECRET_BYTES } from "@fenced/fence/internal";
 import { decodeLeaseId, encodeLeaseId, type LeaseIdParts } from "./lease-id.js";
 import { PROBLEM_OF_CODE } from "../problems/kinds.js";
 import { HttpProblem } from "../problems/problem.js";

@@ -1,5 +1,7 @@
-import { TOKEN_PATTERN, MAX_RESOURCES, MAX_TOKEN, resourcesProblem } from "@fenced/fence";
-import { parseEpochMs, SealError, MAX_SEALED_LENGTH, seal, unseal, type CredentialKey, type SealKind } from "@fenced/fence/credentials";
+import { MAX_RESOURCES, MAX_TOKEN } from "@fenced/fence";
+import { TOKEN_PATTERN, resourcesProblem } from "@fenced/fence/internal";
+import { SealError, type CredentialKey } from "@fenced/fence/credentials";
+import { parseEpochMs, MAX_SEALED_LENGTH, seal, unseal, type SealKind } from "@fenced/fence/internal";
 import { PROBLEM_OF_CODE } from "../problems/kinds.js";
 import { HttpProblem } from "../problems/problem.js";
 

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { HOLDER_PATTERN } from "@fenced/fence";
+import { HOLDER_PATTERN } from "@fenced/fence/internal";
 import {
   healthReportSchema,
   leaseAnswerSchema,
@@ -7,7 +7,7 @@ import {
   objectWriteAnswerSchema,
   recordWriteAnswerSchema,
 } from "../schemas/answers.js";
-import { OBJECT_VERSION, RECORD_VERSION } from "@fenced/store";
+import { OBJECT_VERSION, RECORD_VERSION } from "@fenced/store/internal";
 import { credentialString, tokenString, unanchored } from "../schemas/fields.js";
 import { PROBLEM_KINDS, PROBLEM_TYPES, problemSchema, type ProblemDefinition, type ProblemKind } from "../problems/kinds.js";
 import { leaseBodySchema } from "../schemas/validation.js";

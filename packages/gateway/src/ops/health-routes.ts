@@ -1,6 +1,6 @@
 import type { S3Client } from "@aws-sdk/client-s3";
 import type { Express } from "express";
-import type { NodesProbe } from "@fenced/lock";
+import type { NodesProbe } from "@fenced/lock/internal";
 import type { FencedPostgres } from "@fenced/store/postgres";
 import type { HealthAnswer, LivenessAnswer } from "../schemas/answers.js";
 import { postgresCheck, s3Check } from "./health.js";

@@ -1,4 +1,4 @@
-import type { NodeState } from "@fenced/lock";
+import type { NodeState } from "@fenced/lock/internal";
 
 /**
  * The words of a readiness answer, one list each: the answer's schema (schemas/answers.ts), the checks

@@ -1,7 +1,8 @@
 import { performance } from "node:perf_hooks";
 import { HeadBucketCommand, type S3Client } from "@aws-sdk/client-s3";
 import { StoreSetupError, StoreUnavailableError } from "@fenced/store";
-import { sqlState, type FencedPostgres } from "@fenced/store/postgres";
+import { type FencedPostgres } from "@fenced/store/postgres";
+import { sqlState } from "@fenced/store/internal";
 import type { CheckState, SetupProblem } from "./health-states.js";
 
 /**
@@ -136,5 +137,3 @@ export function s3Check(client: S3Client, bucket: string, timeoutMs: number): Pr
     },
   );
 }
-
-export type { BackendHealth } from "./readiness.js";

@@ -1,4 +1,4 @@
-import type { NodeResult, NodesProbe } from "@fenced/lock";
+import type { NodeResult, NodesProbe } from "@fenced/lock/internal";
 import type { Logger } from "pino";
 
 /** What a lock node last answered: up, or the lock's reason for not counting it. */

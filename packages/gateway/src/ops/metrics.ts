@@ -1,5 +1,5 @@
 import { performance } from "node:perf_hooks";
-import type { NodeResult } from "@fenced/lock";
+import type { NodeResult } from "@fenced/lock/internal";
 import { backendFailure } from "../problems/backend-errors.js";
 import { PROBLEM_TYPES } from "../problems/kinds.js";
 import { classify } from "../problems/problem.js";

@@ -1,4 +1,4 @@
-import type { NodeProbe, NodesProbe } from "@fenced/lock";
+import type { NodeProbe, NodesProbe } from "@fenced/lock/internal";
 import type { HealthAnswer } from "../schemas/answers.js";
 import type { ReadinessStatus } from "./health-states.js";
 import type { StoreCheck } from "./health.js";
@@ -135,6 +135,6 @@ export function nodeAddress(client: unknown): string | undefined {
   return options.host.includes(":") ? `[${options.host}]:${options.port}` : `${options.host}:${options.port}`;
 }
 
-/** One store's check in an answer, and the lock's (the package exports both names). */
+/** One store's check in an answer, and the lock's (named only by the deprecated exports of index.ts). */
 export type BackendHealth = NonNullable<HealthAnswer["checks"]["postgres"]>;
 export type RedisHealth = NonNullable<HealthAnswer["checks"]["redis"]>;

@@ -1,4 +1,4 @@
-import { sqlState } from "@fenced/store/postgres";
+import { sqlState } from "@fenced/store/internal";
 /**
  * What the stores pass on unchanged: both wrap every connection-level failure (refused, reset,
  * timed out, throttled) in their own typed errors (StoreUnavailableError, OutcomeUnknownError), and

@@ -1,5 +1,5 @@
 import { Router, type Request, type Response } from "express";
-import type { CheckedFence } from "@fenced/fence";
+import type { CheckedFence } from "@fenced/fence/internal";
 import type { FencedPostgres } from "@fenced/store/postgres";
 import type { FencedS3 } from "@fenced/store/s3";
 import { requireResource } from "../auth/api-keys.js";

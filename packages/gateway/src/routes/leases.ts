@@ -2,7 +2,8 @@
 // the gateway know a fence only as { resource, token, holder }, and a gateway without Redis never
 // loads the lock.
 import { Router, type Request, type Response } from "express";
-import { probeNodes, Redlock, type Lease, type RedisClient, type RedlockOptions } from "@fenced/lock";
+import { probeNodes, Redlock, type Lease, type RedlockOptions } from "@fenced/lock";
+import { type RedisClient } from "@fenced/lock/internal";
 import { InvalidArgumentError } from "@fenced/fence";
 import type { LeaseAnswer } from "../schemas/answers.js";
 import { requireResource, requireWrite, type Principal } from "../auth/api-keys.js";
@@ -45,8 +46,6 @@ export interface LeaseBackendOptions {
  * values in use, never from the lock's defaults.
  */
 const LOCK_DEFAULTS = { retryCount: 0, retryDelayMs: 200, retryJitterMs: 100, nodeTimeoutMs: 200, acquireTimeoutMs: 2_000 };
-
-export type { RedisHealth } from "../ops/readiness.js";
 
 const BODY_LIMIT = 16 * 1024;
 

@@ -2,7 +2,7 @@ import { pipeline } from "node:stream/promises";
 import { Router, type Request, type Response } from "express";
 import type { FencedS3 } from "@fenced/store/s3";
 import { assertContentType } from "@fenced/store/s3";
-import { OBJECT_VERSION } from "@fenced/store";
+import { OBJECT_VERSION } from "@fenced/store/internal";
 import { answerWrite, authorizeKey, writeOptions } from "./access.js";
 import { clientGone } from "../http/client-gone.js";
 import { markWrite, keyMethods, type RouteContext } from "../http/context.js";

@@ -1,6 +1,6 @@
 import { Router, type Request, type Response } from "express";
 import type { FencedPostgres } from "@fenced/store/postgres";
-import { assertJsonValue, RECORD_VERSION } from "@fenced/store";
+import { assertJsonValue, RECORD_VERSION } from "@fenced/store/internal";
 import { answerWrite, authorizeKey, authorizeWrites, fencesFromCredentials, writeOptions } from "./access.js";
 import { requireKey } from "../auth/api-keys.js";
 import { clientGone } from "../http/client-gone.js";

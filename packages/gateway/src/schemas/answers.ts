@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { LEASE_ID_PATTERN } from "../auth/lease-id.js";
-import { OBJECT_VERSION, RECORD_VERSION } from "@fenced/store";
+import { OBJECT_VERSION, RECORD_VERSION } from "@fenced/store/internal";
 import { MAX_RESOURCES } from "@fenced/fence";
 import { CHECK_STATES, NODE_STATES, READINESS_STATUSES, SETUP_PROBLEMS } from "../ops/health-states.js";
 import { credentialString, holderString as holder, resourceSchema as resource, tokenString } from "./fields.js";

@@ -1,6 +1,7 @@
 import { z } from "zod";
-import { CONTROL_CHARACTER, HOLDER_PATTERN, MAX_RESOURCE_LENGTH, resourceProblem, TOKEN_PATTERN } from "@fenced/fence";
-import { CREDENTIAL_VERSION, KEY_ID_PATTERN } from "@fenced/fence/credentials";
+import { MAX_RESOURCE_LENGTH } from "@fenced/fence";
+import { CONTROL_CHARACTER, HOLDER_PATTERN, resourceProblem, TOKEN_PATTERN } from "@fenced/fence/internal";
+import { CREDENTIAL_VERSION, KEY_ID_PATTERN } from "@fenced/fence/internal";
 
 /**
  * The fields every schema is made of — a token, a resource, a key, a holder id, a credential —

@@ -1,6 +1,7 @@
 import { z } from "zod";
-import { keyProblem, MAX_RESOURCES } from "@fenced/fence";
-import { RECORD_VERSION } from "@fenced/store";
+import { MAX_RESOURCES } from "@fenced/fence";
+import { keyProblem } from "@fenced/fence/internal";
+import { RECORD_VERSION } from "@fenced/store/internal";
 import { MAX_PUT_ALL } from "@fenced/store/postgres";
 import { credentialString, keyString, resourceSchema, tokenString } from "./fields.js";
 

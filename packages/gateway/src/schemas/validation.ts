@@ -1,16 +1,8 @@
 import type { Request } from "express";
 import { z } from "zod";
-import {
-  HOLDER_PATTERN,
-  keyProblem,
-  MAX_RESOURCES,
-  MAX_TOKEN,
-  resourceProblem,
-  resourcesProblem,
-  TOKEN_PATTERN,
-  type Fence,
-} from "@fenced/fence";
-import { MIN_TTL_MS } from "@fenced/lock";
+import { MAX_RESOURCES, MAX_TOKEN, type Fence } from "@fenced/fence";
+import { HOLDER_PATTERN, keyProblem, resourceProblem, resourcesProblem, TOKEN_PATTERN } from "@fenced/fence/internal";
+import { MIN_TTL_MS } from "@fenced/lock/internal";
 import { leaseBytesProblem, MAX_LEASE_RESOURCE_BYTES } from "../auth/lease-id.js";
 import { HttpProblem } from "../problems/problem.js";
 import { resourceSchema } from "./fields.js";
