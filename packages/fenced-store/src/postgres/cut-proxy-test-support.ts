@@ -187,3 +187,27 @@ export const SYNC_MESSAGE = Buffer.from("S\0\0\0\x04", "latin1");
  * statement (P/B/D/E/S, no Flush).
  */
 export const FLUSH_THEN_SYNC = Buffer.from("H\0\0\0\x04S\0\0\0\x04", "latin1");
+
+/**
+ * A pool whose connections go through a new CutProxy in front of the server at `serverUrl`, made by
+ * `makePool` from the proxy's connection string; close() ends the pool, then the proxy.
+ */
+export async function poolThroughProxy<P extends { on(event: "error", listener: () => void): unknown; end(): Promise<void> }>(
+  serverUrl: string,
+  makePool: (connectionString: string) => P,
+): Promise<{ proxy: CutProxy; pool: P; close: () => Promise<void> }> {
+  const url = new URL(serverUrl);
+  const proxy = await CutProxy.start({ host: url.hostname, port: Number(url.port) });
+  url.host = `127.0.0.1:${proxy.port}`;
+  const pool = makePool(url.toString());
+  // A cut connection fails its idle client with an 'error': the pool must not take the process with it.
+  pool.on("error", () => undefined);
+  return {
+    proxy,
+    pool,
+    close: async () => {
+      await pool.end();
+      await proxy.close();
+    },
+  };
+}

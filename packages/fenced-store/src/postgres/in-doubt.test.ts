@@ -1,7 +1,7 @@
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { OutcomeUnknownError } from "../errors.js";
-import { CutProxy, FLUSH_THEN_SYNC, SYNC_MESSAGE } from "./cut-proxy-test-support.js";
+import { FLUSH_THEN_SYNC, poolThroughProxy, SYNC_MESSAGE } from "./cut-proxy-test-support.js";
 import { faultHarness, timed, type FaultHarness } from "./fault-test-support.js";
 import { FencedPostgres } from "./store.js";
 import { fenceAt as f, outcome, sleep } from "./test-support.js";
@@ -123,11 +123,7 @@ describe("a single-statement write the store gave up on never overwrites the hol
 
   it("delayed on the network past the deadline, then delivered: each finds the holder's later write and is refused, the conditional writes by version, the unconditional put and putAll by the version they came after", async () => {
     const seed = await h.store("delayed", TIMEOUT_MS);
-    const url = new URL(h.server.url);
-    const proxy = await CutProxy.start({ host: url.hostname, port: Number(url.port) });
-    url.host = `127.0.0.1:${proxy.port}`;
-    const pool = new pg.Pool({ connectionString: url.toString(), max: 4 });
-    pool.on("error", () => undefined);
+    const { proxy, pool, close } = await poolThroughProxy(h.server.url, (c) => new pg.Pool({ connectionString: c, max: 4 }));
     try {
       const via = new FencedPostgres(pool, { schema: seed.schema, timeoutMs: TIMEOUT_MS });
       const fence = f("r", 1n, "h1");
@@ -162,18 +158,13 @@ describe("a single-statement write the store gave up on never overwrites the hol
       expect(await seed.get("k")).toMatchObject({ value: "v2", version: v2.version });
       expect(await seed.get("new")).toBeUndefined();
     } finally {
-      await pool.end();
-      await proxy.close();
+      await close();
     }
   });
 
   it("a lease's first write of a key, no register before it: its raise (the exclusive putOrdered) delayed on the network past the deadline, then delivered after the holder wrote the key again: refused by the version it came after", async () => {
     const seed = await h.store("delayed_raise", TIMEOUT_MS);
-    const url = new URL(h.server.url);
-    const proxy = await CutProxy.start({ host: url.hostname, port: Number(url.port) });
-    url.host = `127.0.0.1:${proxy.port}`;
-    const pool = new pg.Pool({ connectionString: url.toString(), max: 1 });
-    pool.on("error", () => undefined);
+    const { proxy, pool, close } = await poolThroughProxy(h.server.url, (c) => new pg.Pool({ connectionString: c, max: 1 }));
     try {
       const via = new FencedPostgres(pool, { schema: seed.schema, timeoutMs: TIMEOUT_MS });
       const fence = f("r", 1n, "h1");
@@ -191,18 +182,13 @@ describe("a single-statement write the store gave up on never overwrites the hol
       await expect.poll(() => proxy.connections, { timeout: 5_000 }).toBe(0);
       expect(await seed.get("k")).toMatchObject({ value: "v2", version: v2.version });
     } finally {
-      await pool.end();
-      await proxy.close();
+      await close();
     }
   });
 
   it("an unordered put (after its answer) that wrote, the answer to its Sync lost: OutcomeUnknownError and it landed, every time", async () => {
     const seed = await h.store("lost_unordered_sync", 2_000);
-    const url = new URL(h.server.url);
-    const proxy = await CutProxy.start({ host: url.hostname, port: Number(url.port) });
-    url.host = `127.0.0.1:${proxy.port}`;
-    const pool = new pg.Pool({ connectionString: url.toString(), max: 1 });
-    pool.on("error", () => undefined);
+    const { proxy, pool, close } = await poolThroughProxy(h.server.url, (c) => new pg.Pool({ connectionString: c, max: 1 }));
     const fence = f("r", 1n, "h1");
     try {
       const via = new FencedPostgres(pool, { schema: seed.schema, timeoutMs: 2_000 });
@@ -219,18 +205,13 @@ describe("a single-statement write the store gave up on never overwrites the hol
         expect(await seed.get("k"), `round ${i}`).toMatchObject({ value: { round: i, by: "via" } });
       }
     } finally {
-      await pool.end();
-      await proxy.close();
+      await close();
     }
   });
 
   it("through a pool whose clients do not show pg's protocol connection (a wrapper): an unordered put that wrote, its Sync's answer lost, is OutcomeUnknownError — the store cannot see when the Sync left", async () => {
     const seed = await h.store("wrapped_sync", 2_000);
-    const url = new URL(h.server.url);
-    const proxy = await CutProxy.start({ host: url.hostname, port: Number(url.port) });
-    url.host = `127.0.0.1:${proxy.port}`;
-    const pool = new pg.Pool({ connectionString: url.toString(), max: 1 });
-    pool.on("error", () => undefined);
+    const { proxy, pool, close } = await poolThroughProxy(h.server.url, (c) => new pg.Pool({ connectionString: c, max: 1 }));
     // What a wrapper passes on: query(), release() and the client's 'error' events, nothing of pg's internals.
     const wrapped = {
       query: (config: pg.QueryConfig) => pool.query(config),
@@ -255,18 +236,13 @@ describe("a single-statement write the store gave up on never overwrites the hol
       expect(err).toBeInstanceOf(OutcomeUnknownError);
       expect(await seed.get("k")).toMatchObject({ value: "landed" });
     } finally {
-      await pool.end();
-      await proxy.close();
+      await close();
     }
   });
 
   it("the commit sent and its answer lost: OutcomeUnknownError, and the write did land", async () => {
     const store = await h.store("lost_sync", 2_000);
-    const url = new URL(h.server.url);
-    const proxy = await CutProxy.start({ host: url.hostname, port: Number(url.port) });
-    url.host = `127.0.0.1:${proxy.port}`;
-    const pool = new pg.Pool({ connectionString: url.toString(), max: 1 });
-    pool.on("error", () => undefined);
+    const { proxy, pool, close } = await poolThroughProxy(h.server.url, (c) => new pg.Pool({ connectionString: c, max: 1 }));
     try {
       const via = new FencedPostgres(pool, { schema: store.schema, timeoutMs: 2_000 });
       await via.get("k"); // a connection, and the get's own Sync, before the proxy is armed
@@ -278,8 +254,7 @@ describe("a single-statement write the store gave up on never overwrites the hol
       expect(proxy.cuts).toBe(1);
       expect(await store.get("k")).toMatchObject({ value: "landed", token: 1n });
     } finally {
-      await pool.end();
-      await proxy.close();
+      await close();
     }
   });
 
