@@ -43,10 +43,12 @@ function refuseEnded(fence: unknown): void {
  * signal aborted with): a new error of the same class saying so — `applied: "no"`, `err` as its
  * `cause` — since `err` itself says what the lease knows (its `applied` is "unknown" whenever nodes
  * were asked). `err` is shared by everyone holding the lease, so it is copied, never changed.
- * Anything that is not a FencedError, or already says "no", is answered as it is.
+ * Only a lease's error (code LEASE_LOST) is copied: any other reason a signal aborted with (a
+ * user's own, an OutcomeUnknownError passed on) is answered as it is, so that its `applied` keeps
+ * what its code says and the reason thrown is the signal's own object.
  */
 function refusedBeforeSending(err: unknown): unknown {
-  if (!(err instanceof FencedError) || err.applied === "no") return err;
+  if (!(err instanceof FencedError) || err.code !== "LEASE_LOST" || err.applied === "no") return err;
   const copy = Object.create(Object.getPrototypeOf(err) as object) as FencedError;
   Object.defineProperties(copy, Object.getOwnPropertyDescriptors(err));
   Object.defineProperty(copy, "applied", { value: "no", enumerable: true, writable: false, configurable: true });
@@ -101,8 +103,8 @@ export function throwIfAborted(signal: AbortSignal | undefined): void {
 }
 
 /**
- * throwIfAborted for the check an operation makes before any I/O: nothing was sent, so a FencedError
- * reason (a lease's signal aborts with its LeaseLostError) is answered as refusedBeforeSending's.
+ * throwIfAborted for the check an operation makes before any I/O: nothing was sent, so a lease's
+ * LeaseLostError (its signal aborts with it) is answered as refusedBeforeSending's.
  */
 export function refuseAborted(signal: AbortSignal | undefined): void {
   if (signal?.aborted === true) throw refusedBeforeSending(signal.reason ?? new DOMException("This operation was aborted", "AbortError"));
