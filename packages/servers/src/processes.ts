@@ -15,9 +15,8 @@ function killAllSync(): void {
   for (const child of live) {
     try {
       // Descendants first collected, then killed: once the leader dies they are reparented and lost from view.
-      if (trees.has(child) && child.pid !== undefined) for (const pid of descendants(child.pid)) hardKill(pid);
-      if (child.pid !== undefined) process.kill(child.pid, "SIGCONT");
-      child.kill("SIGKILL");
+      if (trees.has(child) && child.pid !== undefined) for (const pid of descendants(child.pid)) signal(pid, "SIGKILL");
+      child.kill("SIGKILL"); // stopped or not: see killHard
     } catch {
       // already gone
     }
@@ -81,17 +80,14 @@ export function spawnTracked(command: string, args: readonly string[], options: 
   return { child, exited, output: () => tail };
 }
 
-/** SIGKILL (after SIGCONT, so a stopped process dies too) and wait for the exit. */
+/**
+ * SIGKILL and wait for the exit. SIGKILL alone: it kills a stopped process too, and a SIGCONT first
+ * would let a paused server run between the two signals and answer a request it held — a test that
+ * pauses a server and kills it means that request is never answered (processes.test.ts).
+ */
 export async function killHard(spawned: Spawned): Promise<void> {
   const { child } = spawned;
-  if (child.exitCode === null && child.signalCode === null) {
-    try {
-      if (child.pid !== undefined) process.kill(child.pid, "SIGCONT");
-    } catch {
-      // already gone
-    }
-    child.kill("SIGKILL");
-  }
+  if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
   await spawned.exited;
 }
 
@@ -135,10 +131,7 @@ function signal(pid: number, name: NodeJS.Signals): void {
   }
 }
 
-function hardKill(pid: number): void {
-  signal(pid, "SIGCONT");
-  signal(pid, "SIGKILL");
-}
+
 
 /** Whether the process is gone (a zombie counts as gone: it runs nothing and holds no socket). */
 function gone(pid: number): boolean {
@@ -152,7 +145,7 @@ function sleepSync(ms: number): void {
 }
 
 /**
- * SIGSTOP a `{ tree: true }` process and every descendant, and return once all of them are stopped.
+ * SIGSTOP a process (a `{ tree: true }` one with every descendant), and return once all of them are stopped.
  * The leader first, and only once it is stopped are its children listed, so none it forks is missed.
  */
 export function stopTree(spawned: Spawned, timeoutMs = 2_000): void {
@@ -189,7 +182,7 @@ export async function killTree(spawned: Spawned, timeoutMs = 10_000): Promise<vo
   // Stopped first, so that nothing forks or is reparented while the list is taken.
   stopTree(spawned);
   const all = [pid, ...descendants(pid)];
-  for (const p of all) hardKill(p);
+  for (const p of all) signal(p, "SIGKILL"); // no SIGCONT: see killHard
   await spawned.exited;
   await waitFor(`processes ${all.join(", ")} to exit`, () => Promise.resolve(all.every(gone)), timeoutMs);
 }

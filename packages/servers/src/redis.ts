@@ -2,7 +2,7 @@ import { mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { CLOCK_OFFSET_FILE_ENV, compileClockShim, writeClockOffset } from "./clock-shim.js";
 import { dockerAvailable } from "./docker.js";
-import { killHard, requireExecutable, type Spawned } from "./processes.js";
+import { killHard, requireExecutable, stopTree, type Spawned } from "./processes.js";
 import { startDockerRedisNode } from "./redis-docker.js";
 import { launchOnFreePort, makeServerDir, relaunchOnPort, type LocalServerSpec } from "./redis-launch.js";
 import {
@@ -70,8 +70,10 @@ class LocalRedisNode implements OwnedRedisNode {
     this.spawned = await relaunchOnPort(this.port, this.spec);
   }
 
+  /** SIGSTOP; returns once the server is stopped, so nothing sent after it is answered before resume(). */
   pause(): void {
-    this.signal("SIGSTOP");
+    if (!this.running || this.spawned === undefined) throw new Error(`Redis node ${this.name} is not running`);
+    stopTree(this.spawned);
     this.pausedNow = true;
   }
 
