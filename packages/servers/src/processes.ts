@@ -131,8 +131,6 @@ function signal(pid: number, name: NodeJS.Signals): void {
   }
 }
 
-
-
 /** Whether the process is gone (a zombie counts as gone: it runs nothing and holds no socket). */
 function gone(pid: number): boolean {
   const state = procStat(pid)?.state;
