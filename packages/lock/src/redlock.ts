@@ -108,7 +108,9 @@ export class Redlock {
    * Runs `routine` under the lease, extending it ahead of expiry. If an extension cannot confirm a
    * majority (after `extensionAttempts` rounds, or at once when a majority answers that it no longer
    * holds the lease), `lease.signal` aborts with the failing nodes as reason, and using() rethrows
-   * that LeaseLostError after the routine settles: its work may have run unprotected.
+   * that LeaseLostError after the routine settles — resolved, or rejected with that loss or a store's
+   * copy of it (which says `applied: "no"` of the one call it refused) — as its work may have run
+   * unprotected. Any other error of the routine is passed on as it is.
    */
   async using<T>(resource: Resources, ttlMs: number, routine: (lease: Lease) => Promise<T>, options?: AcquireOptions): Promise<T> {
     const resources = checkedResources(resource);
@@ -144,9 +146,14 @@ export class Redlock {
     };
     schedule();
     try {
-      const value = await routine(lease);
-      const reason: unknown = lease.signal.reason;
-      if (lease.signal.aborted && reason instanceof LeaseLostError && reason.kind !== "released") throw reason;
+      const value = await routine(lease).catch((err: unknown) => {
+        const lost = lostWhileRunning(lease);
+        // A store's copy of the loss (its cause) says that the one call it refused sent nothing;
+        // using() answers for the whole routine, which ran under the lease: the lease's own error.
+        throw lost !== undefined && (err === lost || (err instanceof Error && err.cause === lost)) ? lost : err;
+      });
+      const lost = lostWhileRunning(lease);
+      if (lost !== undefined) throw lost;
       return value;
     } finally {
       clearTimeout(timer);
@@ -355,4 +362,10 @@ function checkedResources(resource: unknown): string[] {
 /** The lease keys of a lease's resources, in its order. */
 function leaseKeys(fences: readonly { readonly resource: string }[]): string[] {
   return fences.map((f) => resourceKeys(f.resource).lease);
+}
+
+/** The lease's LeaseLostError if it was lost (not released) while using() ran its routine: its `applied` is "unknown". */
+function lostWhileRunning(lease: Lease): LeaseLostError | undefined {
+  const reason: unknown = lease.signal.reason;
+  return lease.signal.aborted && reason instanceof LeaseLostError && reason.kind !== "released" ? reason : undefined;
 }

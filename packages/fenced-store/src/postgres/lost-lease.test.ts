@@ -43,7 +43,7 @@ async function watchedStore(label: string): Promise<Watched> {
 }
 
 for (const ending of ENDINGS) {
-  describe(`FencedPostgres: a lease that was ${ending}, used as fence without a signal`, () => {
+  describe(`FencedPostgres: a lease that was ${ending}, as fence (no signal) or as the signal of a plain fence`, () => {
     it("put and delete, plain and conditional, are refused with its LeaseLostError before any I/O; nothing is written", async () => {
       const lease = await leases.ended("pg-put", ending);
       const { store, plain, sent } = await watchedStore("lost_put");
@@ -79,6 +79,26 @@ for (const ending of ENDINGS) {
       expect(ran).toBe(false);
       expect(sent()).toBe(0);
       expect(await h.fenceRow(plain, lease.resource)).toBeUndefined();
+      expect(await h.counts(plain)).toEqual({ fence: 0, records: 0 });
+    });
+
+    it("every write given a plain fence and the lease's signal is refused with its LeaseLostError, applied no, before any I/O", async () => {
+      const lease = await leases.ended("pg-signal", ending);
+      const { store, plain, sent } = await watchedStore("lost_signal");
+      const fence = { resource: lease.resource, token: lease.token, holder: lease.holder };
+      const other = { resource: `${lease.resource}-other`, token: 1n };
+      const signal = lease.signal;
+      await refusedWithItsError(store.register(fence, { signal }), lease, ending);
+      await refusedWithItsError(store.putAll([{ key: "k", value: 1 }], { fences: [fence], signal }), lease, ending);
+      await refusedWithItsError(store.delete("k", { fence, signal }), lease, ending);
+      await refusedWithItsError(store.delete("k", { fence, ifVersion: "1", signal }), lease, ending);
+      await refusedWithItsError(store.transfer("k", { from: fence, to: other, signal }), lease, ending);
+      await refusedWithItsError(
+        store.transaction(fence, () => Promise.resolve(), { signal }),
+        lease,
+        ending,
+      );
+      expect(sent()).toBe(0);
       expect(await h.counts(plain)).toEqual({ fence: 0, records: 0 });
     });
 

@@ -4,7 +4,7 @@ import { ResourceMismatchError, VersionMismatchError } from "../errors.js";
 import { foreignKeyRefusal, outOfOrder, versionRefusal } from "./refusals.js";
 import { assertKey, assertResource, type Fence, type FenceSet } from "../fence.js";
 import { assertJsonValue, type JsonValue } from "../json.js";
-import { oneOrMoreFences, refuseAborted, signalOnly, throwIfAborted, timeoutOption } from "../options.js";
+import { oneOrMoreFences, refuseAborted, signalOnly, timeoutOption } from "../options.js";
 import { putAll, raiseAll } from "./batch.js";
 import { Calls, fenceParams, type TransactionOptions } from "./calls.js";
 import { assertPool, putAllOptions, transferOptions, writeOptions } from "./options.js";
@@ -82,7 +82,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
    */
   async verify(options?: PgSignalOptions): Promise<void> {
     const signal = signalOnly(options);
-    throwIfAborted(signal);
+    refuseAborted(signal);
     await this.calls.session({ operation: "verify" }, signal, (s) =>
       verifyWithin(s, this.schema, (name, values) => this.calls.query(name, values)),
     );
@@ -97,7 +97,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
   async register(fence: Fence | FenceSet, options?: PgSignalOptions): Promise<void> {
     const fences = oneOrMoreFences(fence);
     const signal = signalOnly(options);
-    throwIfAborted(signal);
+    refuseAborted(signal);
     const call = { operation: "register", fences };
     const [only, ...more] = fences;
     if (only === undefined || more.length > 0) {
@@ -160,7 +160,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
    */
   async putAll(writes: readonly PgPutAllWrite[], options: PgPutAllOptions): Promise<PgPutResult[]> {
     const checked = putAllOptions(writes, options);
-    throwIfAborted(checked.signal);
+    refuseAborted(checked.signal);
     return putAll(this.calls, this.order, checked);
   }
 
@@ -173,7 +173,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
   async fence(resource: string, options?: PgSignalOptions): Promise<CheckedFence | undefined> {
     assertResource(resource);
     const signal = signalOnly(options);
-    throwIfAborted(signal);
+    refuseAborted(signal);
     return this.calls.session({ operation: "fence" }, signal, (s) => readFence(s, this.calls.query("highest", [resource]), resource));
   }
 
@@ -184,7 +184,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
   async get<T = JsonValue>(key: string, options?: PgSignalOptions): Promise<PgRecord<T> | undefined> {
     assertKey(key);
     const signal = signalOnly(options);
-    throwIfAborted(signal);
+    refuseAborted(signal);
     const { rows } = await this.calls.session({ operation: "get", key }, signal, (s) =>
       s.query<{ value: T; version: string; token: string; resource: string; holder: string | null }>(
         this.calls.query("get", [key]),
@@ -208,7 +208,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
   async delete(key: string, options: PgWriteOptions): Promise<PgPutResult> {
     assertKey(key);
     const { fence, ifVersion, signal } = writeOptions(options);
-    throwIfAborted(signal);
+    refuseAborted(signal);
     const call = { operation: "delete", key, fences: [fence] };
     if (ifVersion !== undefined)
       return this.conditional(call, signal, fence, ifVersion, "deleteIfVersion", [...fenceParams(fence), key, ifVersion]);
@@ -234,7 +234,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
   async transfer(key: string, options: PgTransferOptions): Promise<PgPutResult | undefined> {
     assertKey(key);
     const { from, to, ifVersion, signal } = transferOptions(options);
-    throwIfAborted(signal);
+    refuseAborted(signal);
     return this.calls.inTransaction(
       { operation: "transfer", key, fences: [from, to] },
       signal,
@@ -292,7 +292,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     const fences = oneOrMoreFences(fence);
     if (typeof work !== "function") throw new InvalidArgumentError("work", "must be a function (client) => Promise");
     const signal = signalOnly(options);
-    throwIfAborted(signal);
+    refuseAborted(signal);
     return this.fenced({ operation: "transaction", fences }, fences, signal, (s) => s.callback(() => work(s.client)));
   }
 
@@ -348,7 +348,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
       if (next === "throw") throw failure;
       if (next === "written" || next === "stale") return result as PgQueryResult<{ version: string }>;
       // An abort is honoured between two statements, never inside one.
-      throwIfAborted(signal);
+      refuseAborted(signal);
       statement = next;
     }
   }
