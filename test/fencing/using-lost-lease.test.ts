@@ -30,7 +30,7 @@ afterAll(async () => {
 
 describe("using(): a routine whose write is refused because its lease was lost", () => {
   it("rejects with the lease's LeaseLostError, applied unknown, not the refused call's applied no", async () => {
-    const store = new FencedPostgres(pool, { table: "using_lost" });
+    const store = new FencedPostgres(pool, { schema: "using_lost" });
     await store.migrate();
     const redlock = new Redlock(clients, { retryCount: 0 });
     let refused: unknown;
