@@ -1,7 +1,7 @@
 import { channel } from "node:diagnostics_channel";
 import { performance } from "node:perf_hooks";
 import { outcomeOf, type Outcome } from "@fenced/fence/internal";
-import { SpanKind, SpanStatusCode, trace, type Attributes, type Span } from "@opentelemetry/api";
+import { context, SpanKind, SpanStatusCode, trace, type Attributes, type Context, type Span } from "@opentelemetry/api";
 import type { StoreBackend } from "./errors.js";
 
 /**
@@ -82,30 +82,46 @@ function failed(span: Span, attributes: Attributes, err: unknown): void {
 }
 
 /**
- * Runs one store call as the span `fenced.store.<operation>` (active while it runs, so its
- * statements and requests are its children), and publishes a write's end on fenced:store:write.
+ * One store call being observed: its span `fenced.store.<operation>`, started now, and `context`,
+ * in which that span is the active one (what runs in it — its statements and requests — are its
+ * children). `ended` ends the span when the call's promise settles, and publishes a write's end on
+ * fenced:store:write; it passes the outcome on unchanged. Nothing of it is entered on the call's way
+ * down: a store runs its work in `context` itself (`context.with`), so a write's path from the
+ * store's method to its request holds only the store's own functions.
  */
-export function observedCall<T>(call: StoreCall, run: () => Promise<T>): Promise<T> {
+export interface ObservedCall {
+  readonly context: Context;
+  ended<T>(settles: Promise<T>): Promise<T>;
+}
+
+export function observeCall(call: StoreCall): ObservedCall {
   const publish = WRITES.has(call.operation) && writes.hasSubscribers;
-  return tracer.startActiveSpan(`fenced.store.${call.operation}`, { attributes: callAttributes(call) }, async (span) => {
-    const started = performance.now();
-    try {
-      const result = await run();
-      if (span.isRecording()) {
-        const version = versionOf(result);
-        span.setAttributes({ "fenced.outcome": "ok", ...(version === undefined ? {} : { "fenced.version": version }) });
-      }
-      if (publish) writes.publish(message(call, "ok", started, { version: versionOf(result) }));
-      return result;
-    } catch (err) {
-      const outcome = outcomeOf(err);
-      failed(span, { "fenced.outcome": outcome }, err);
-      if (publish) writes.publish(message(call, outcome, started, { error: err }));
-      throw err;
-    } finally {
-      span.end();
+  const span = tracer.startSpan(`fenced.store.${call.operation}`, { attributes: callAttributes(call) });
+  const started = performance.now();
+  const ok = <T>(result: T): T => {
+    if (span.isRecording()) {
+      const version = versionOf(result);
+      span.setAttributes({ "fenced.outcome": "ok", ...(version === undefined ? {} : { "fenced.version": version }) });
     }
-  });
+    if (publish) writes.publish(message(call, "ok", started, { version: versionOf(result) }));
+    span.end();
+    return result;
+  };
+  const failure = (err: unknown): never => {
+    const outcome = outcomeOf(err);
+    failed(span, { "fenced.outcome": outcome }, err);
+    if (publish) writes.publish(message(call, outcome, started, { error: err }));
+    span.end();
+    throw err;
+  };
+  return { context: trace.setSpan(context.active(), span), ended: (settles) => settles.then(ok, failure) };
+}
+
+/** Runs one store call as its observed span (observeCall), `run` within it. */
+export function observedCall<T>(call: StoreCall, run: () => Promise<T>): Promise<T> {
+  const observed = observeCall(call);
+  // A run that throws before its first await ends the span like one that rejects.
+  return observed.ended(context.with(observed.context, async () => run()));
 }
 
 function message(

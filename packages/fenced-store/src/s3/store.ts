@@ -1,9 +1,10 @@
 import { Readable } from "node:stream";
 import type { S3Client } from "@aws-sdk/client-s3";
+import { context } from "@opentelemetry/api";
 import { InvalidArgumentError } from "@fenced/fence";
 import { ContentionError, StoreUnavailableError, VersionMismatchError } from "../errors.js";
 import { assertKey, assertResource, checkFence, type CheckedFence, type Fence, type FenceSet } from "../fence.js";
-import { observedCall, tracedS3Client } from "../observe.js";
+import { observeCall, observedCall, tracedS3Client } from "../observe.js";
 import { oneOrMoreFences } from "../options.js";
 import { assertBody, assertContentLength, assertContentType, toPayload, watchStalls, type S3Body } from "./body.js";
 import type { EtagForm } from "./conditional.js";
@@ -133,18 +134,19 @@ export class FencedS3 {
     assertContentType(contentType);
     assertContentLength(o.contentLength, body);
     const content = this.content(toPayload(body), o.contentLength);
-    return observedCall({ store: "s3", operation: "put", key, fences: [o.fence] }, () =>
-      writeManifest(this.io, this.intent("put", key, o.fence, content, o.ifVersion, contentType, this.deadline(o.signal))),
-    );
+    const intent = this.intent("put", key, o.fence, content, o.ifVersion, contentType, this.deadline(o.signal));
+    // The write runs in the call's span (each S3 request its child), entered straight from here.
+    const call = observeCall({ store: "s3", operation: "put", key, fences: [o.fence] });
+    return call.ended(context.with(call.context, writeManifest, undefined, this.io, intent));
   }
 
   /** Writes a tombstone (the ratchet and the key's owner survive it); get() then reads undefined. */
   async delete(key: string, options: S3DeleteOptions): Promise<S3PutResult> {
     assertKey(key);
     const o = writeOptions(options);
-    return observedCall({ store: "s3", operation: "delete", key, fences: [o.fence] }, () =>
-      writeManifest(this.io, this.intent("delete", key, o.fence, { kind: "tombstone" }, o.ifVersion, undefined, this.deadline(o.signal))),
-    );
+    const intent = this.intent("delete", key, o.fence, { kind: "tombstone" }, o.ifVersion, undefined, this.deadline(o.signal));
+    const call = observeCall({ store: "s3", operation: "delete", key, fences: [o.fence] });
+    return call.ended(context.with(call.context, writeManifest, undefined, this.io, intent));
   }
 
   /**
