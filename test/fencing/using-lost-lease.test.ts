@@ -68,4 +68,22 @@ describe("using(): a routine whose write is refused because its lease was lost",
     });
     await expect(outcome).rejects.toBe(own);
   });
+
+  it("an error of the routine's own that names the loss as its cause is passed on as it is too", async () => {
+    const redlock = new Redlock(clients, { retryCount: 0 });
+    let own: Error | undefined;
+    const outcome = redlock.using("using-cause", 1_000, async (lease) => {
+      await Promise.all(clients.map((c) => c.del(resourceKeys("using-cause").lease)));
+      if (!lease.signal.aborted) await once(lease.signal, "abort");
+      own = new Error("the job failed", { cause: lease.signal.reason });
+      throw own;
+    });
+    await expect(outcome).rejects.toSatisfy((err) => err === own);
+  });
+
+  it("a routine that returns a plain value (a JavaScript caller's): its value", async () => {
+    const redlock = new Redlock(clients, { retryCount: 0 });
+    const routine = (() => 42) as unknown as () => Promise<number>;
+    await expect(redlock.using("using-plain", 1_000, routine)).resolves.toBe(42);
+  });
 });

@@ -114,7 +114,9 @@ export function observeCall(call: StoreCall): ObservedCall {
     span.end();
     throw err;
   };
-  return { context: trace.setSpan(context.active(), span), ended: (settles) => settles.then(ok, failure) };
+  const active = trace.setSpan(context.active(), span);
+  // The end is published in the span's context too: a subscriber (a logger adding trace ids) sees the call's span.
+  return { context: active, ended: (settles) => context.with(active, () => settles.then(ok, failure)) };
 }
 
 /** Runs one store call as its observed span (observeCall), `run` within it. */

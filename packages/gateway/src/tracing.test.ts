@@ -1,5 +1,7 @@
 import { context, propagation, trace, SpanKind, SpanStatusCode } from "@opentelemetry/api";
 import { InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from "@opentelemetry/sdk-trace";
+import { subscribe, unsubscribe } from "node:diagnostics_channel";
+import { STORE_CHANNELS } from "@fenced/store";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { registerTracing } from "./ops/tracing.js";
 import { bearer, KEYS, useGateway } from "./test-support.js";
@@ -68,10 +70,15 @@ describe("OpenTelemetry spans of a traced write", () => {
         headers: { ...headers, "fencing-credential": fence, "content-type": "application/json" },
         body,
       });
+    // What a subscriber to the stores' write channel runs in (a logger adding trace ids): the store call's span.
+    const published: (string | undefined)[] = [];
+    const listener = (): void => void published.push(trace.getActiveSpan()?.spanContext().spanId);
+    subscribe(STORE_CHANNELS.write, listener);
     const record = await write("records", '{"n":1}');
     expect(record.status, record.text()).toBe(200);
     const object = await write("objects", '{"n":2}');
     expect(object.status, object.text()).toBe(200);
+    unsubscribe(STORE_CHANNELS.write, listener);
     await ended(t.traceId, "PUT objects");
 
     const { spans, children, only } = treeOf(t.traceId);
@@ -129,6 +136,8 @@ describe("OpenTelemetry spans of a traced write", () => {
     expect(requestsToS3.map((s) => s.name)).toContain("S3.PutObject");
     for (const s of requestsToS3) expect(s.attributes).toMatchObject({ "rpc.system": "aws-api", "rpc.service": "S3" });
     expect(requestsToS3.some((s) => String(s.attributes["aws.s3.key"]).includes("manifests/svc/traced/doc"))).toBe(true);
+
+    expect(published).toEqual([putRecord.spanContext().spanId, putObject.spanContext().spanId]);
   });
 
   it("a refused write: the store's span has the error's code as outcome and status ERROR; the request's, the problem's slug", async () => {

@@ -146,12 +146,15 @@ export class Redlock {
     };
     schedule();
     try {
-      const value = await routine(lease).catch((err: unknown) => {
+      let value: T;
+      try {
+        value = await routine(lease);
+      } catch (err) {
         const lost = lostWhileRunning(lease);
-        // A store's copy of the loss (its cause) says that the one call it refused sent nothing;
-        // using() answers for the whole routine, which ran under the lease: the lease's own error.
-        throw lost !== undefined && (err === lost || (err instanceof Error && err.cause === lost)) ? lost : err;
-      });
+        // A store's copy of the loss (a LeaseLostError caused by it) says that the one call it refused
+        // sent nothing; using() answers for the whole routine, which ran under the lease: the lease's own.
+        throw lost !== undefined && (err === lost || (err instanceof LeaseLostError && err.cause === lost)) ? lost : err;
+      }
       const lost = lostWhileRunning(lease);
       if (lost !== undefined) throw lost;
       return value;

@@ -2,7 +2,7 @@ import { mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { CLOCK_OFFSET_FILE_ENV, compileClockShim, writeClockOffset } from "./clock-shim.js";
 import { dockerAvailable } from "./docker.js";
-import { killHard, requireExecutable, stopTree, type Spawned } from "./processes.js";
+import { continueTree, killHard, requireExecutable, stopTree, type Spawned } from "./processes.js";
 import { startDockerRedisNode } from "./redis-docker.js";
 import { launchOnFreePort, makeServerDir, relaunchOnPort, type LocalServerSpec } from "./redis-launch.js";
 import {
@@ -78,7 +78,8 @@ class LocalRedisNode implements OwnedRedisNode {
   }
 
   resume(): void {
-    this.signal("SIGCONT");
+    if (!this.running || this.spawned === undefined) throw new Error(`Redis node ${this.name} is not running`);
+    continueTree(this.spawned); // every process pause() stopped
     this.pausedNow = false;
   }
 
@@ -94,12 +95,6 @@ class LocalRedisNode implements OwnedRedisNode {
   async dispose(): Promise<void> {
     await this.kill();
     await rm(this.dir, { recursive: true, force: true });
-  }
-
-  private signal(signal: NodeJS.Signals): void {
-    const pid = this.spawned?.child.pid;
-    if (!this.running || pid === undefined) throw new Error(`Redis node ${this.name} is not running`);
-    process.kill(pid, signal);
   }
 }
 
