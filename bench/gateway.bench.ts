@@ -25,7 +25,7 @@ import { FencedPostgres } from "@fenced/store/postgres";
 import { startPostgres, startS3 } from "@fenced/servers";
 import { latencyBench, type OpenImpl } from "./gateway-latency.js";
 import { emit, measure, median, round3, type Measured, type Op } from "./measure.js";
-import { nodeArgs, startServer, type ServerProcess } from "./server-process.js";
+import { cpuQuotaSetting, nodeArgs, startServer, type ServerProcess } from "./server-process.js";
 
 const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 3_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
@@ -42,29 +42,43 @@ const CLI = fileURLToPath(new URL("../packages/gateway/dist/cli.js", import.meta
 const NODE_ARGS = nodeArgs("BENCH_GATEWAY_NODE_ARGS");
 /** The same for the anchor servers' processes. */
 const ANCHOR_NODE_ARGS = nodeArgs("BENCH_ANCHOR_NODE_ARGS");
+/**
+ * Each server under test (gateway, anchors) in a CPU-quota cgroup of its own, half a core unless
+ * BENCH_CPU_QUOTA says otherwise (0: uncapped): the load generator and PostgreSQL keep headroom on
+ * the shared cores, so that writes/s is each server's own capacity, not the machine's.
+ */
+const CPU_QUOTA = cpuQuotaSetting(0.5);
 const ANCHORS = {
   "express-pg": fileURLToPath(new URL("anchor-express.js", import.meta.url)),
   "node-http-pg": fileURLToPath(new URL("anchor-node-http.js", import.meta.url)),
 } as const;
 function startGateway(args: string[], env: Record<string, string>): Promise<ServerProcess> {
-  return startServer([...NODE_ARGS, CLI, "--port", "0", "--log-level", "info", ...args], {
-    FENCED_GATEWAY_API_KEYS: JSON.stringify([
-      { id: "bench", key: KEY, resources: [""], keys: [""], trustedLockClient: true },
-      { id: "service", key: SERVICE_KEY, resources: [""], keys: [""] },
-    ]),
-    FENCED_GATEWAY_FENCE_KEYS: JSON.stringify([{ id: FENCE_KEY.id, secret: Buffer.from(FENCE_KEY.secret).toString("base64") }]),
-    ...env,
-  });
+  return startServer(
+    [...NODE_ARGS, CLI, "--port", "0", "--log-level", "info", ...args],
+    {
+      FENCED_GATEWAY_API_KEYS: JSON.stringify([
+        { id: "bench", key: KEY, resources: [""], keys: [""], trustedLockClient: true },
+        { id: "service", key: SERVICE_KEY, resources: [""], keys: [""] },
+      ]),
+      FENCED_GATEWAY_FENCE_KEYS: JSON.stringify([{ id: FENCE_KEY.id, secret: Buffer.from(FENCE_KEY.secret).toString("base64") }]),
+      ...env,
+    },
+    CPU_QUOTA,
+  );
 }
 
 /** An anchor server (plain node, no loader), on the same PostgreSQL and pool size, with a table of its own. */
 function startAnchor(anchor: keyof typeof ANCHORS, postgresUrl: string): Promise<ServerProcess> {
-  return startServer([...ANCHOR_NODE_ARGS, ANCHORS[anchor]], {
-    ANCHOR_POSTGRES_URL: postgresUrl,
-    ANCHOR_POOL_SIZE: String(POOL_SIZE),
-    ANCHOR_API_KEY: SERVICE_KEY,
-    ANCHOR_TABLE: `bench_anchor_${anchor.replaceAll("-", "_")}`,
-  });
+  return startServer(
+    [...ANCHOR_NODE_ARGS, ANCHORS[anchor]],
+    {
+      ANCHOR_POSTGRES_URL: postgresUrl,
+      ANCHOR_POOL_SIZE: String(POOL_SIZE),
+      ANCHOR_API_KEY: SERVICE_KEY,
+      ANCHOR_TABLE: `bench_anchor_${anchor.replaceAll("-", "_")}`,
+    },
+    CPU_QUOTA,
+  );
 }
 
 const agent = new Agent({ keepAlive: true, maxSockets: CONCURRENCY });
@@ -126,6 +140,7 @@ try {
     rows: "per-worker",
     concurrency: CONCURRENCY,
     cores: availableParallelism(),
+    serverCpuQuota: CPU_QUOTA === 0 ? "uncapped" : `${CPU_QUOTA} core each (cgroup ${gw.quota?.version ?? "?"})`,
   };
 
   // 64 keep-alive connections, one per client; undici costs this process less CPU per request than
