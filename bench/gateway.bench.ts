@@ -25,7 +25,7 @@ import { FencedPostgres } from "@fenced/store/postgres";
 import { startPostgres, startS3 } from "@fenced/servers";
 import { latencyBench, type OpenImpl } from "./gateway-latency.js";
 import { emit, measure, median, round3, type Measured, type Op } from "./measure.js";
-import { nodeArgs, startServer, type ServerProcess } from "./server-process.js";
+import { cpuQuotaSetting, nodeArgs, startServer, type ServerProcess } from "./server-process.js";
 
 const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 3_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
@@ -40,31 +40,48 @@ const MB = 1024 * 1024;
 const CLI = fileURLToPath(new URL("../packages/gateway/dist/cli.js", import.meta.url));
 /** Extra node flags for the gateway process, e.g. "--cpu-prof --cpu-prof-dir=/tmp/gw" to profile it under this load. */
 const NODE_ARGS = nodeArgs("BENCH_GATEWAY_NODE_ARGS");
+/** Extra fenced-gateway flags, e.g. "--no-admission" to measure what admission control costs a write. */
+const GATEWAY_FLAGS = nodeArgs("BENCH_GATEWAY_FLAGS");
 /** The same for the anchor servers' processes. */
 const ANCHOR_NODE_ARGS = nodeArgs("BENCH_ANCHOR_NODE_ARGS");
+/**
+ * Each server under test (gateway, anchors) in a CPU-quota cgroup of its own, half a core unless
+ * BENCH_CPU_QUOTA says otherwise (0: uncapped): the load generator and PostgreSQL keep headroom on
+ * the shared cores, so that writes/s is each server's own capacity, not the machine's. The quota holds
+ * for the closed-loop rounds; the open-loop latency phases and the streams run uncapped.
+ */
+const CPU_QUOTA = cpuQuotaSetting(0.5);
 const ANCHORS = {
   "express-pg": fileURLToPath(new URL("anchor-express.js", import.meta.url)),
   "node-http-pg": fileURLToPath(new URL("anchor-node-http.js", import.meta.url)),
 } as const;
 function startGateway(args: string[], env: Record<string, string>): Promise<ServerProcess> {
-  return startServer([...NODE_ARGS, CLI, "--port", "0", "--log-level", "info", ...args], {
-    FENCED_GATEWAY_API_KEYS: JSON.stringify([
-      { id: "bench", key: KEY, resources: [""], keys: [""], trustedLockClient: true },
-      { id: "service", key: SERVICE_KEY, resources: [""], keys: [""] },
-    ]),
-    FENCED_GATEWAY_FENCE_KEYS: JSON.stringify([{ id: FENCE_KEY.id, secret: Buffer.from(FENCE_KEY.secret).toString("base64") }]),
-    ...env,
-  });
+  return startServer(
+    [...NODE_ARGS, CLI, "--port", "0", "--log-level", "info", ...GATEWAY_FLAGS, ...args],
+    {
+      FENCED_GATEWAY_API_KEYS: JSON.stringify([
+        { id: "bench", key: KEY, resources: [""], keys: [""], trustedLockClient: true },
+        { id: "service", key: SERVICE_KEY, resources: [""], keys: [""] },
+      ]),
+      FENCED_GATEWAY_FENCE_KEYS: JSON.stringify([{ id: FENCE_KEY.id, secret: Buffer.from(FENCE_KEY.secret).toString("base64") }]),
+      ...env,
+    },
+    CPU_QUOTA,
+  );
 }
 
 /** An anchor server (plain node, no loader), on the same PostgreSQL and pool size, with a table of its own. */
 function startAnchor(anchor: keyof typeof ANCHORS, postgresUrl: string): Promise<ServerProcess> {
-  return startServer([...ANCHOR_NODE_ARGS, ANCHORS[anchor]], {
-    ANCHOR_POSTGRES_URL: postgresUrl,
-    ANCHOR_POOL_SIZE: String(POOL_SIZE),
-    ANCHOR_API_KEY: SERVICE_KEY,
-    ANCHOR_TABLE: `bench_anchor_${anchor.replaceAll("-", "_")}`,
-  });
+  return startServer(
+    [...ANCHOR_NODE_ARGS, ANCHORS[anchor]],
+    {
+      ANCHOR_POSTGRES_URL: postgresUrl,
+      ANCHOR_POOL_SIZE: String(POOL_SIZE),
+      ANCHOR_API_KEY: SERVICE_KEY,
+      ANCHOR_TABLE: `bench_anchor_${anchor.replaceAll("-", "_")}`,
+    },
+    CPU_QUOTA,
+  );
 }
 
 const agent = new Agent({ keepAlive: true, maxSockets: CONCURRENCY });
@@ -92,26 +109,28 @@ let gateway: ServerProcess | undefined;
 const anchorProcesses: ServerProcess[] = [];
 try {
   const bucket = await s3.createBucket();
-  gateway = await startGateway(
-    [
-      "--postgres",
-      postgres.url,
-      "--postgres-schema",
-      "bench_gateway",
-      "--postgres-pool-size",
-      String(POOL_SIZE),
-      "--s3-endpoint",
-      s3.endpoint,
-      "--s3-bucket",
-      bucket,
-      "--s3-region",
-      s3.region,
-    ],
-    {
-      FENCED_GATEWAY_S3_ACCESS_KEY_ID: s3.accessKeyId,
-      FENCED_GATEWAY_S3_SECRET_ACCESS_KEY: s3.secretAccessKey,
-    },
-  );
+  const startBenchGateway = (): Promise<ServerProcess> =>
+    startGateway(
+      [
+        "--postgres",
+        postgres.url,
+        "--postgres-schema",
+        "bench_gateway",
+        "--postgres-pool-size",
+        String(POOL_SIZE),
+        "--s3-endpoint",
+        s3.endpoint,
+        "--s3-bucket",
+        bucket,
+        "--s3-region",
+        s3.region,
+      ],
+      {
+        FENCED_GATEWAY_S3_ACCESS_KEY_ID: s3.accessKeyId,
+        FENCED_GATEWAY_S3_SECRET_ACCESS_KEY: s3.secretAccessKey,
+      },
+    );
+  gateway = await startBenchGateway();
   const gw = gateway;
   const anchors = {
     "express-pg": await startAnchor("express-pg", postgres.url),
@@ -126,6 +145,7 @@ try {
     rows: "per-worker",
     concurrency: CONCURRENCY,
     cores: availableParallelism(),
+    serverCpuQuota: CPU_QUOTA === 0 ? "uncapped" : `${CPU_QUOTA} core each (cgroup ${gw.quota?.version ?? "?"})`,
   };
 
   // 64 keep-alive connections, one per client; undici costs this process less CPU per request than
@@ -320,7 +340,10 @@ try {
     });
   }
 
-  // Latency as a client sees it when the server is not the bottleneck (gateway-latency.ts).
+  // Latency as a client sees it when the server is not the bottleneck (gateway-latency.ts). Uncapped
+  // from here on, the streams too: a quota's throttling stalls a process for up to half a period
+  // (50 ms), which would be the p99 of every side, not its own.
+  for (const server of [gw, ...anchorProcesses]) server.quota?.uncap();
   await latencyBench({
     impls,
     processOf: processOf as Record<OpenImpl, ServerProcess>,
@@ -336,72 +359,85 @@ try {
   // must pass it on as it arrives, never holding it whole.
   const chunk = Buffer.alloc(MB);
   for (let i = 0; i < chunk.length; i++) chunk[i] = (i * 131) % 251;
-  // BENCH_STREAM_BYTES=0 leaves the streams out.
-  for (const length of STREAM_BYTES > 0 ? (["known", "unknown"] as const) : []) {
-    gw.resetPeak();
-    const before = gw.rssMb().now;
-    const digest = createHash("sha256");
-    const t0 = performance.now();
-    const put = await new Promise<IncomingMessage>((resolve, reject) => {
-      const headers: Record<string, string | number> = {
-        authorization: `Bearer ${KEY}`,
-        "fencing-token": "1",
-        "content-type": "application/octet-stream",
-      };
-      if (length === "known") headers["content-length"] = STREAM_BYTES;
-      else headers["transfer-encoding"] = "chunked";
-      const req = request({ host: "127.0.0.1", port: gw.port, method: "PUT", path: "/v1/objects/bench/big", headers }, resolve);
-      req.on("error", reject);
-      void (async () => {
-        for (let sent = 0; sent < STREAM_BYTES; sent += chunk.length) {
-          const part = chunk.subarray(0, Math.min(chunk.length, STREAM_BYTES - sent));
-          digest.update(part);
-          if (!req.write(part)) await once(req, "drain");
-        }
-        req.end();
-      })().catch(reject);
-    });
-    put.resume();
-    await once(put, "end");
-    if (put.statusCode !== 200) throw new Error(`stream PUT answered ${put.statusCode}`);
-    const putSeconds = (performance.now() - t0) / 1000;
-    const putPeak = gw.rssMb().peak;
-    emit({
-      bench: "gateway-object-stream",
-      op: "put",
-      length,
-      bytes: STREAM_BYTES,
-      seconds: Number(putSeconds.toFixed(2)),
-      mbPerSec: Number((STREAM_BYTES / MB / putSeconds).toFixed(1)),
-      gatewayRssBeforeMb: before,
-      gatewayPeakRssMb: putPeak,
-      goalMaxRssMb: 200,
-    });
+  // BENCH_STREAM_BYTES=0 leaves the streams out. Each stream goes through the gateway that served the
+  // writes above (its heap as that load left it: young generation grown, old space not yet collected)
+  // and through a fresh one, whose figures are the stream's own.
+  const fresh = STREAM_BYTES > 0 ? await startBenchGateway() : undefined;
+  if (fresh !== undefined) anchorProcesses.push(fresh);
+  fresh?.quota?.uncap();
+  for (const [gatewayIs, gw] of fresh === undefined
+    ? []
+    : ([
+        ["after-writes", gateway],
+        ["fresh", fresh],
+      ] as const))
+    for (const length of ["known", "unknown"] as const) {
+      gw.resetPeak();
+      const before = gw.rssMb().now;
+      const digest = createHash("sha256");
+      const t0 = performance.now();
+      const put = await new Promise<IncomingMessage>((resolve, reject) => {
+        const headers: Record<string, string | number> = {
+          authorization: `Bearer ${KEY}`,
+          "fencing-token": "1",
+          "content-type": "application/octet-stream",
+        };
+        if (length === "known") headers["content-length"] = STREAM_BYTES;
+        else headers["transfer-encoding"] = "chunked";
+        const req = request({ host: "127.0.0.1", port: gw.port, method: "PUT", path: "/v1/objects/bench/big", headers }, resolve);
+        req.on("error", reject);
+        void (async () => {
+          for (let sent = 0; sent < STREAM_BYTES; sent += chunk.length) {
+            const part = chunk.subarray(0, Math.min(chunk.length, STREAM_BYTES - sent));
+            digest.update(part);
+            if (!req.write(part)) await once(req, "drain");
+          }
+          req.end();
+        })().catch(reject);
+      });
+      put.resume();
+      await once(put, "end");
+      if (put.statusCode !== 200) throw new Error(`stream PUT answered ${put.statusCode}`);
+      const putSeconds = (performance.now() - t0) / 1000;
+      const putPeak = gw.rssMb().peak;
+      emit({
+        bench: "gateway-object-stream",
+        op: "put",
+        length,
+        gatewayIs,
+        bytes: STREAM_BYTES,
+        seconds: Number(putSeconds.toFixed(2)),
+        mbPerSec: Number((STREAM_BYTES / MB / putSeconds).toFixed(1)),
+        gatewayRssBeforeMb: before,
+        gatewayPeakRssMb: putPeak,
+        goalMaxRssMb: 200,
+      });
 
-    gw.resetPeak();
-    const t1 = performance.now();
-    const got = await send(gw.port, "GET", "/v1/objects/bench/big", { authorization: `Bearer ${KEY}` });
-    const check = createHash("sha256");
-    let received = 0;
-    for await (const part of got) {
-      received += (part as Buffer).length;
-      check.update(part as Buffer);
+      gw.resetPeak();
+      const t1 = performance.now();
+      const got = await send(gw.port, "GET", "/v1/objects/bench/big", { authorization: `Bearer ${KEY}` });
+      const check = createHash("sha256");
+      let received = 0;
+      for await (const part of got) {
+        received += (part as Buffer).length;
+        check.update(part as Buffer);
+      }
+      const getSeconds = (performance.now() - t1) / 1000;
+      if (got.statusCode !== 200 || received !== STREAM_BYTES || check.digest("hex") !== digest.digest("hex"))
+        throw new Error(`GET returned ${received} bytes (${got.statusCode}) that differ from what was put`);
+      emit({
+        bench: "gateway-object-stream",
+        op: "get",
+        length,
+        gatewayIs,
+        bytes: received,
+        seconds: Number(getSeconds.toFixed(2)),
+        mbPerSec: Number((received / MB / getSeconds).toFixed(1)),
+        gatewayPeakRssMb: gw.rssMb().peak,
+        bodyVerified: "sha256",
+        goalMaxRssMb: 200,
+      });
     }
-    const getSeconds = (performance.now() - t1) / 1000;
-    if (got.statusCode !== 200 || received !== STREAM_BYTES || check.digest("hex") !== digest.digest("hex"))
-      throw new Error(`GET returned ${received} bytes (${got.statusCode}) that differ from what was put`);
-    emit({
-      bench: "gateway-object-stream",
-      op: "get",
-      length,
-      bytes: received,
-      seconds: Number(getSeconds.toFixed(2)),
-      mbPerSec: Number((received / MB / getSeconds).toFixed(1)),
-      gatewayPeakRssMb: gw.rssMb().peak,
-      bodyVerified: "sha256",
-      goalMaxRssMb: 200,
-    });
-  }
 } finally {
   agent.destroy();
   await gateway?.stop();

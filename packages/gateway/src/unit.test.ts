@@ -272,6 +272,22 @@ describe("API keys", () => {
       expect(() => keys.authenticate(req(bad)), String(bad)).toThrow(HttpProblem);
     }
   });
+
+  it("answer each request once: a request asked about again gets its own answer, never another request's", () => {
+    const keys = new ApiKeys([
+      { id: "a", key: "a".repeat(16), resources: [""], keys: [""] },
+      { id: "b", key: "b".repeat(16), resources: [""], keys: [""] },
+    ]);
+    const first = req(`Bearer ${"a".repeat(16)}`);
+    const second = req(`Bearer ${"b".repeat(16)}`);
+    const forged = req(`Bearer ${"c".repeat(16)}`);
+    // Asked twice each, in turn (admission control, then the route): each keeps its own principal or refusal.
+    for (let i = 0; i < 2; i++) {
+      expect(keys.authenticate(first).id).toBe("a");
+      expect(keys.authenticate(second).id).toBe("b");
+      expect(() => keys.authenticate(forged)).toThrow(HttpProblem);
+    }
+  });
 });
 
 describe("configuration", () => {
