@@ -6,16 +6,9 @@ import { describe, expect, it } from "vitest";
 import { FencedError, InvalidArgumentError } from "@fenced/fence";
 import { checkSignal, liveFences, milliseconds, oneOrMoreFences, signalOnly, timeoutOption, transferFences } from "./options.js";
 
-function refusedAs(argument: string, check: () => unknown): void {
-  let err: unknown;
-  try {
-    check();
-  } catch (e) {
-    err = e;
-  }
-  expect(err, argument).toBeInstanceOf(InvalidArgumentError);
-  expect((err as InvalidArgumentError).argument).toBe(argument);
-}
+/** `check` throws an InvalidArgumentError naming `argument`. */
+const refusedAs = (argument: string, check: () => unknown): void =>
+  expect(check, argument).toThrow(expect.objectContaining({ constructor: InvalidArgumentError, argument }));
 
 /** A lease's error as the lock makes it: code LEASE_LOST, applied "unknown". */
 class LeaseEnded extends FencedError {

@@ -14,16 +14,9 @@ import { INTEGER_REPLY_LIMIT } from "./scripts.js";
 
 const MAX_MS = 2 ** 31 - 1;
 
-function refusedAs(argument: string, check: () => unknown): void {
-  let err: unknown;
-  try {
-    check();
-  } catch (e) {
-    err = e;
-  }
-  expect(err, argument).toBeInstanceOf(InvalidArgumentError);
-  expect((err as InvalidArgumentError).argument).toBe(argument);
-}
+/** `check` throws an InvalidArgumentError naming `argument`. */
+const refusedAs = (argument: string, check: () => unknown): void =>
+  expect(check, argument).toThrow(expect.objectContaining({ constructor: InvalidArgumentError, argument }));
 
 describe("Redlock options", () => {
   it("no options are the documented defaults", () => {

@@ -8,16 +8,9 @@ import { InvalidArgumentError, MAX_TOKEN } from "@fenced/fence";
 import { assertJsonValue } from "../json.js";
 import { assertPool, MAX_PUT_ALL, putAllOptions, transferOptions, writeOptions } from "./options.js";
 
-function refusedAs(argument: string, check: () => unknown): void {
-  let err: unknown;
-  try {
-    check();
-  } catch (e) {
-    err = e;
-  }
-  expect(err, argument).toBeInstanceOf(InvalidArgumentError);
-  expect((err as InvalidArgumentError).argument).toBe(argument);
-}
+/** `check` throws an InvalidArgumentError naming `argument`. */
+const refusedAs = (argument: string, check: () => unknown): void =>
+  expect(check, argument).toThrow(expect.objectContaining({ constructor: InvalidArgumentError, argument }));
 
 const a = { resource: "a", token: 1n, holder: "h" };
 const b = { resource: "b", token: 2n, holder: "h" };

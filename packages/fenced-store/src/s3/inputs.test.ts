@@ -13,16 +13,9 @@ import { newId } from "./layout.js";
 import { nextHeader, type ManifestHeader } from "./manifest.js";
 import { sweepOptions, transferOptions, validateOptions, writeOptions } from "./options.js";
 
-function refusedAs(argument: string, check: () => unknown): void {
-  let err: unknown;
-  try {
-    check();
-  } catch (e) {
-    err = e;
-  }
-  expect(err, argument).toBeInstanceOf(InvalidArgumentError);
-  expect((err as InvalidArgumentError).argument).toBe(argument);
-}
+/** `check` throws an InvalidArgumentError naming `argument`. */
+const refusedAs = (argument: string, check: () => unknown): void =>
+  expect(check, argument).toThrow(expect.objectContaining({ constructor: InvalidArgumentError, argument }));
 
 const fence = { resource: "R", token: 5n, holder: "h1" };
 
