@@ -1,6 +1,6 @@
 // The open-loop goal lines of overload.bench.ts: each multiple of capacity, each gateway, every
 // figure with its goal and whether it was met (the "off" gateway's for comparison, not judged).
-import { emit, round3 } from "./measure.js";
+import { emit, median, round3 } from "./measure.js";
 import type { JobResult } from "./open-loop.js";
 import { perSec, schedule, type Measured } from "./overload-phase.js";
 
@@ -20,6 +20,7 @@ export function emitOpenGoals(
   runs: Record<Side, Partial<Record<(typeof FRACTIONS)[number], Measured>>>,
   capacity: number,
   storeDeadlineMs: number,
+  round = 0,
 ): void {
   for (const fraction of FRACTIONS) {
     for (const side of ["on", "off"] as const) {
@@ -33,6 +34,7 @@ export function emitOpenGoals(
           figure,
           admission: side,
           fraction,
+          round,
           value,
           goal: goalText,
           met,
@@ -76,6 +78,42 @@ export function emitOpenGoals(
         rssStartMb: m.rssStartMb,
         rssEndMb: m.rssEndMb,
         rssPeakMb: m.rssPeakMb,
+      });
+    }
+  }
+}
+
+/** The open-loop goal lines again, as medians over the interleaved rounds: the figures each goal is judged on. */
+export function emitOpenMedians(
+  rounds: readonly Record<Side, Partial<Record<(typeof FRACTIONS)[number], Measured>>>[],
+  capacity: number,
+): void {
+  for (const side of ["on", "off"] as const) {
+    const at = (fraction: (typeof FRACTIONS)[number]): JobResult[] =>
+      rounds.map((r) => (r[side][fraction] as Measured).results[0] as JobResult);
+    const half = at(0.5);
+    for (const fraction of FRACTIONS) {
+      const rs = at(fraction);
+      const goal = GOALS[fraction];
+      const goodput = round3(median(rs.map((r) => perSec(r.acceptedInWindow, r) / capacity)));
+      const p99Ratio = round3(median(rs.map((r, i) => r.acceptedLatency.p99Ms / (half[i] as JobResult).acceptedLatency.p99Ms)));
+      const refusedPerSec = median(rs.map((r) => perSec(r.shed, r)));
+      emit({
+        bench: "overload-goal-median",
+        admission: side,
+        fraction,
+        rounds: rounds.length,
+        goodput,
+        goodputGoal: goal.goodput === undefined ? "(reported)" : `>= ${goal.goodput}`,
+        goodputMet: goodput >= (goal.goodput ?? 0),
+        p99Ratio,
+        p99Goal: goal.p99 === true ? "<= 3" : "(reported)",
+        p99Met: goal.p99 !== true || p99Ratio <= 3,
+        acceptedP99Ms: median(rs.map((r) => r.acceptedLatency.p99Ms)),
+        refusedPerSec,
+        ...(fraction === 0.5 ? { refusedGoal: "0", refusedMet: rs.every((r) => r.shed === 0) } : {}),
+        slowestMs: Math.max(...rs.map((r) => r.anyMaxMs)),
+        goodputRounds: rs.map((r) => round3(perSec(r.acceptedInWindow, r) / capacity)),
       });
     }
   }

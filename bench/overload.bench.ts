@@ -29,7 +29,7 @@
 // Every process (benchmark, generators, gateways, PostgreSQL) shares this machine's cores.
 import { randomBytes } from "node:crypto";
 import { execFileSync } from "node:child_process";
-import { availableParallelism } from "node:os";
+import { availableParallelism, loadavg } from "node:os";
 import { fileURLToPath } from "node:url";
 import { mintFenceCredential, type CredentialKey } from "@fenced/fence/credentials";
 import { startPostgres } from "@fenced/servers";
@@ -37,7 +37,7 @@ import { emit, median, round3 } from "./measure.js";
 import { startGenerator, type Generator, type Job, type JobResult } from "./open-loop.js";
 import { runShedAnchor } from "./overload-anchor-shed.js";
 import { runAnchors } from "./overload-anchors.js";
-import { emitOpenGoals, FRACTIONS } from "./overload-goals.js";
+import { emitOpenGoals, emitOpenMedians, FRACTIONS } from "./overload-goals.js";
 import { measureRefusals, ONE_SLOT_FLAGS } from "./overload-refusal.js";
 import { answers, cpuUsPerAnswer, openFigures, perSec, phase, schedule, type Load, type Measured } from "./overload-phase.js";
 import { cpuQuotaSetting, nodeArgs, startServer, type ServerProcess } from "./server-process.js";
@@ -65,7 +65,13 @@ const UNCAPPED_WARM_MS = 1_000;
 const STORE_DEADLINE_MS = 5_000;
 /** After the last scheduled send, answers are waited for this long; writes still out then are unanswered. */
 const DRAIN_LIMIT_MS = 3 * STORE_DEADLINE_MS;
-const CLI = fileURLToPath(new URL("../packages/gateway/dist/cli.js", import.meta.url));
+/** BENCH_GATEWAY_CLI: another build's cli.js to measure (e.g. a copy of an earlier dist), for before/after runs. */
+const CLI = process.env.BENCH_GATEWAY_CLI ?? fileURLToPath(new URL("../packages/gateway/dist/cli.js", import.meta.url));
+/**
+ * BENCH_PHASES: the phases to run, comma-separated, of "open", "closed1024", "fairness", "anchors", "refusal"
+ * (default all); capacity is always measured (every rate is a multiple of it).
+ */
+const PHASES = new Set((process.env.BENCH_PHASES ?? "open,closed1024,fairness,anchors,refusal").split(","));
 const FENCE_KEY: CredentialKey = { id: "bench", secret: randomBytes(32) };
 /** Two ordinary API keys, each with its own resources and records. */
 const KEYS = {
@@ -227,75 +233,88 @@ try {
   });
 
   // 2. Open loop at each multiple of the capacity, the two gateways in alternating order.
-  const runs: Record<Side, Partial<Record<(typeof FRACTIONS)[number], Measured>>> = { off: {}, on: {} };
-  for (const [k, fraction] of FRACTIONS.entries()) {
-    const rate = Math.max(50, Math.round(capacity * fraction));
-    for (const side of k % 2 === 0 ? (["off", "on"] as const) : (["on", "off"] as const)) {
-      const m = await phase(gw[side], [open(big, rate, bigWrites)], DURATION_MS, DRAIN_LIMIT_MS, side === "on");
-      runs[side][fraction] = m;
-      const r = m.results[0] as JobResult;
-      emit({
-        bench: "overload-open-loop",
-        ...setting,
-        admission: side,
-        fraction,
-        ratePerSec: rate,
-        durationMs: DURATION_MS,
-        sockets: SOCKETS,
-        ...openFigures(r),
-        gatewayRssStartMb: m.rssStartMb,
-        gatewayRssEndMb: m.rssEndMb,
-        gatewayRssPeakMb: m.rssPeakMb,
-        gatewayRssAfterDrainMb: m.rssAfterMb,
-        gatewayCpuUsPerAnswer: cpuUsPerAnswer(m),
-        gatewayCores: m.gatewayCores,
-        loadAverage: m.loadAverage,
-        machineBusyCores: m.machineBusyCores,
-        listenOverflows: m.listenOverflows,
-        settledMs: m.settledMs,
-        ...(m.timeline === undefined ? {} : { admissionTimeline: m.timeline }),
-      });
+  const openRounds: Record<Side, Partial<Record<(typeof FRACTIONS)[number], Measured>>>[] = [];
+  for (let round = 0; round < (PHASES.has("open") || PHASES.has("anchors") || PHASES.has("refusal") ? ROUNDS : 0); round++) {
+    const runs: Record<Side, Partial<Record<(typeof FRACTIONS)[number], Measured>>> = { off: {}, on: {} };
+    openRounds.push(runs);
+    for (const [k, fraction] of FRACTIONS.entries()) {
+      const rate = Math.max(50, Math.round(capacity * fraction));
+      for (const side of k % 2 === 0 ? (["off", "on"] as const) : (["on", "off"] as const)) {
+        const m = await phase(gw[side], [open(big, rate, bigWrites)], DURATION_MS, DRAIN_LIMIT_MS, side === "on");
+        runs[side][fraction] = m;
+        const r = m.results[0] as JobResult;
+        emit({
+          bench: "overload-open-loop",
+          ...setting,
+          round,
+          admission: side,
+          fraction,
+          ratePerSec: rate,
+          durationMs: DURATION_MS,
+          sockets: SOCKETS,
+          ...openFigures(r),
+          gatewayRssStartMb: m.rssStartMb,
+          gatewayRssEndMb: m.rssEndMb,
+          gatewayRssPeakMb: m.rssPeakMb,
+          gatewayRssAfterDrainMb: m.rssAfterMb,
+          gatewayCpuUsPerAnswer: cpuUsPerAnswer(m),
+          gatewayCores: m.gatewayCores,
+          loadAverage: m.loadAverage,
+          machineBusyCores: m.machineBusyCores,
+          listenOverflows: m.listenOverflows,
+          settledMs: m.settledMs,
+          ...(m.timeline === undefined ? {} : { admissionTimeline: m.timeline }),
+        });
+      }
     }
+    emitOpenGoals(runs, capacity, STORE_DEADLINE_MS, round);
   }
-  emitOpenGoals(runs, capacity, STORE_DEADLINE_MS);
+  if (openRounds.length > 0) emitOpenMedians(openRounds, capacity);
+  const runs = openRounds[0] as (typeof openRounds)[number];
 
   // The closed loop larger than the limit and the queue hold, capped after an uncapped start, interleaved.
   const big1024: Load = { generator: big, job: { ...closed.job, connections: BIG_CLOSED } };
-  const bigClosed: Partial<Record<Side, JobResult>> = {};
-  for (const side of ["on", "off"] as const) bigClosed[side] = (await cappedClosed(gw[side], big1024)).results[0] as JobResult;
-  const bigRatio = round3(
-    perSec((bigClosed.on as JobResult).accepted, bigClosed.on as JobResult) /
-      perSec((bigClosed.off as JobResult).accepted, bigClosed.off as JobResult),
-  );
-  emit({
-    bench: "overload-goal",
-    figure: `closed loop of ${BIG_CLOSED}: accepted/s, admission on ÷ off`,
-    value: bigRatio,
-    goal: ">= 0.95",
-    met: bigRatio >= 0.95,
-    on: openFigures(bigClosed.on as JobResult),
-    off: openFigures(bigClosed.off as JobResult),
-  });
-
+  const bigClosed: Record<Side, JobResult[]> = { on: [], off: [] };
+  for (let round = 0; round < (PHASES.has("closed1024") ? ROUNDS : 0); round++)
+    for (const side of round % 2 === 0 ? (["on", "off"] as const) : (["off", "on"] as const))
+      bigClosed[side].push((await cappedClosed(gw[side], big1024)).results[0] as JobResult);
+  if (PHASES.has("closed1024")) {
+    const rate = (r: JobResult): number => perSec(r.accepted, r);
+    const bigRatio = round3(median(bigClosed.on.map(rate)) / median(bigClosed.off.map(rate)));
+    emit({
+      bench: "overload-goal",
+      figure: `closed loop of ${BIG_CLOSED}: accepted/s, admission on ÷ off (medians of ${ROUNDS} interleaved rounds)`,
+      value: bigRatio,
+      goal: ">= 0.95",
+      met: bigRatio >= 0.95,
+      rounds: bigClosed.on.map((r, i) => round3(rate(r) / rate(bigClosed.off[i] as JobResult))),
+      loadAverage: loadavg()[0],
+      on: bigClosed.on.map(openFigures),
+      off: bigClosed.off.map(openFigures),
+    });
+  }
   // The anchors: the same loads against bare node:http answering at once.
   const anchorLoad = (key: "big" | "small", rate: number): Load =>
     key === "big" ? open(big, rate, bigWrites) : open(small, rate, smallWrites, SMALL_SOCKETS);
-  const anchors = await runAnchors(anchorLoad, capacity, DURATION_MS, DRAIN_LIMIT_MS);
-  const anchorAt = await runShedAnchor({
-    cpuQuota: CPU_QUOTA,
-    postgresUrl: postgres.url,
-    apiKey: KEYS.big.key,
-    closed,
-    open: (rate) => open(big, rate, bigWrites),
-    rounds: ROUNDS,
-    durationMs: DURATION_MS,
-    drainLimitMs: DRAIN_LIMIT_MS,
-  });
+  const anchors =
+    !PHASES.has("anchors") && !PHASES.has("refusal") ? undefined : await runAnchors(anchorLoad, capacity, DURATION_MS, DRAIN_LIMIT_MS);
+  const anchorAt = !PHASES.has("anchors")
+    ? undefined
+    : await runShedAnchor({
+        cpuQuota: CPU_QUOTA,
+        postgresUrl: postgres.url,
+        apiKey: KEYS.big.key,
+        closed,
+        open: (rate) => open(big, rate, bigWrites),
+        rounds: ROUNDS,
+        durationMs: DURATION_MS,
+        drainLimitMs: DRAIN_LIMIT_MS,
+      });
   const gatewayAt = (side: Side, fraction: 2 | 4 | 10): number => {
     const r = (runs[side][fraction] as Measured).results[0] as JobResult;
     return round3(perSec(r.acceptedInWindow, r) / capacity);
   };
-  for (const fraction of [2, 4, 10] as const) {
+  for (const fraction of anchorAt === undefined ? [] : ([2, 4, 10] as const)) {
     emit({
       bench: "overload-accepted-vs-anchor",
       ...setting,
@@ -303,53 +322,79 @@ try {
       fraction,
       gateway: gatewayAt("on", fraction),
       gatewayAdmissionOff: gatewayAt("off", fraction),
-      anchor: anchorAt[fraction],
-      ratio: round3(gatewayAt("on", fraction) / anchorAt[fraction]),
+      anchor: anchorAt?.[fraction],
+      ratio: round3(gatewayAt("on", fraction) / (anchorAt?.[fraction] ?? Number.NaN)),
       ratioOf:
         "the admission gateway's goodput ÷ the shedding anchor's (overload-anchor-shed), each against its own capacity under the same quota, in this run",
       goal: ">= 1",
-      met: gatewayAt("on", fraction) >= anchorAt[fraction],
+      met: gatewayAt("on", fraction) >= (anchorAt?.[fraction] ?? Number.POSITIVE_INFINITY),
     });
   }
 
-  // 3. Fairness on the admission gateway: the small key alone at 0.5×, then beside the big key at 4×.
+  // 3. Fairness on the admission gateway: the small key alone at 0.5×, then beside the big key at 4× (rounds).
   const smallRate = Math.max(50, Math.round(capacity * 0.5));
   const bigRate = Math.round(capacity * 4);
-  const alone = (await phase(gw.on, [open(small, smallRate, smallWrites, SMALL_SOCKETS)], DURATION_MS, DRAIN_LIMIT_MS))
-    .results[0] as JobResult;
-  const both = await phase(
-    gw.on,
-    [open(big, bigRate, bigWrites), open(small, smallRate, smallWrites, SMALL_SOCKETS)],
-    DURATION_MS,
-    DRAIN_LIMIT_MS,
-  );
-  const [bigR, smallR] = both.results as [JobResult, JobResult];
-  const fairness = round3(smallR.acceptedLatency.p99Ms / alone.acceptedLatency.p99Ms);
-  emit({
-    bench: "overload-fairness",
-    ...setting,
-    admission: "on",
-    ratio: fairness,
-    ratioOf: "the small key's p99 of accepted writes beside the big key ÷ its p99 alone, at 0.5× capacity",
-    goal: "<= 2",
-    met: fairness <= 2,
-    anchorRatio: anchors.fairnessRatio,
-    anchorRatioOf: "the same figure against bare node:http answering 200 at once (overload-anchor-fairness)",
-    small: {
-      ratePerSec: smallRate,
-      sockets: SMALL_SOCKETS,
-      aloneP99Ms: alone.acceptedLatency.p99Ms,
-      aloneSchedule: schedule(alone),
-      ...openFigures(smallR),
-    },
-    big: { ratePerSec: bigRate, sockets: SOCKETS, ...openFigures(bigR) },
-    gatewayRssStartMb: both.rssStartMb,
-    gatewayRssEndMb: both.rssEndMb,
-    gatewayCores: both.gatewayCores,
-    loadAverage: both.loadAverage,
-    machineBusyCores: both.machineBusyCores,
-    listenOverflows: both.listenOverflows,
-  });
+  const fairRounds: { ratio: number; share: number; aloneP99Ms: number; besideP99Ms: number }[] = [];
+  for (let round = 0; round < (PHASES.has("fairness") ? ROUNDS : 0); round++) {
+    const alone = (await phase(gw.on, [open(small, smallRate, smallWrites, SMALL_SOCKETS)], DURATION_MS, DRAIN_LIMIT_MS))
+      .results[0] as JobResult;
+    const both = await phase(
+      gw.on,
+      [open(big, bigRate, bigWrites), open(small, smallRate, smallWrites, SMALL_SOCKETS)],
+      DURATION_MS,
+      DRAIN_LIMIT_MS,
+    );
+    const [bigR, smallR] = both.results as [JobResult, JobResult];
+    const fairness = round3(smallR.acceptedLatency.p99Ms / alone.acceptedLatency.p99Ms);
+    const share = round3(smallR.acceptedInWindow / Math.max(1, smallR.sent));
+    fairRounds.push({ ratio: fairness, share, aloneP99Ms: alone.acceptedLatency.p99Ms, besideP99Ms: smallR.acceptedLatency.p99Ms });
+    emit({
+      bench: "overload-fairness",
+      ...setting,
+      round,
+      admission: "on",
+      ratio: fairness,
+      ratioOf: "the small key's p99 of accepted writes beside the big key ÷ its p99 alone, at 0.5× capacity",
+      goal: "<= 2",
+      met: fairness <= 2,
+      smallAcceptedShare: share,
+      anchorRatio: anchors?.fairnessRatio,
+      anchorRatioOf: "the same figure against bare node:http answering 200 at once (overload-anchor-fairness)",
+      small: {
+        ratePerSec: smallRate,
+        sockets: SMALL_SOCKETS,
+        aloneP99Ms: alone.acceptedLatency.p99Ms,
+        aloneSchedule: schedule(alone),
+        ...openFigures(smallR),
+      },
+      big: { ratePerSec: bigRate, sockets: SOCKETS, ...openFigures(bigR) },
+      gatewayRssStartMb: both.rssStartMb,
+      gatewayRssEndMb: both.rssEndMb,
+      gatewayCores: both.gatewayCores,
+      loadAverage: both.loadAverage,
+      machineBusyCores: both.machineBusyCores,
+      listenOverflows: both.listenOverflows,
+    });
+  }
+  if (fairRounds.length > 0) {
+    const ratio = median(fairRounds.map((r) => r.ratio));
+    const share = median(fairRounds.map((r) => r.share));
+    emit({
+      bench: "overload-goal",
+      figure: "two keys (4× and 0.5×): the small key's p99 beside ÷ alone (median of rounds)",
+      value: ratio,
+      goal: "<= 2",
+      met: ratio <= 2,
+      rounds: fairRounds,
+    });
+    emit({
+      bench: "overload-goal",
+      figure: "two keys (4× and 0.5×): the small key's accepted share (median of rounds)",
+      value: share,
+      goal: ">= 0.95",
+      met: share >= 0.95,
+    });
+  }
 
   // 4. What a refusal costs the gateway: CPU over the 4× phase, less the accepted writes' share at the
   // closed loop's CPU per write, divided among the shed answers.
@@ -369,81 +414,83 @@ try {
       cpuUsPerAnswer: cpuUsPerAnswer(m),
     };
   };
-  const half = runs.on[0.5] as Measured;
-  const at4 = cost(4);
-  const perAnswerAtHalf = cpuUsPerAnswer(half);
-  emit({
-    bench: "overload-refusal-cost",
-    ...setting,
-    admission: "on",
-    cpuUsPerAccepted: cpuPerWriteOf("on"),
-    cpuUsPerShed: at4.cpuUsPerShed,
-    ratio: typeof at4.cpuUsPerShed === "number" ? round3(at4.cpuUsPerShed / cpuPerWriteOf("on")) : null,
-    ratioOf: "gateway CPU per shed answer ÷ per accepted write",
-    goal: "(reported)",
-    // One event loop answers everything it reads: at 2× capacity, answering each write as it comes
-    // (accepted or shed) within one core leaves room for at most this many accepted per second.
-    acceptedCeilingAt2x:
-      typeof at4.cpuUsPerShed === "number" && cpuPerWriteOf("on") > at4.cpuUsPerShed
-        ? Math.round((1e6 - 2 * capacity * at4.cpuUsPerShed) / (cpuPerWriteOf("on") - at4.cpuUsPerShed))
-        : null,
-    ceilingOf:
-      "accepted/s at 2× such that accepted × CPU per write + shed × CPU per shed answer fits one core (1e6 µs/s): what any admission policy in the gateway's one event loop can reach when it answers every write as it arrives",
-    // node:http's own refusal (anchor-answer.js): the least a refusal can cost a Node HTTP server here.
-    floorCpuUsPerShed: anchors.refusalFloorUs.at4,
-    ratioToFloor: typeof at4.cpuUsPerShed === "number" ? round3(at4.cpuUsPerShed / anchors.refusalFloorUs.at4) : null,
-    acceptedCeilingAt2xAtFloor:
-      cpuPerWriteOf("on") > anchors.refusalFloorUs.at2
-        ? Math.round((1e6 - 2 * capacity * anchors.refusalFloorUs.at2) / (cpuPerWriteOf("on") - anchors.refusalFloorUs.at2))
-        : null,
-    floorOf: "the same ceiling with each shed answer at node:http's own cost at 2× (overload-anchor, 503)",
-    how:
-      "/proc/<pid>/stat utime+stime of the admission gateway; per accepted write: the closed-loop capacity rounds (all accepted), median; " +
-      "per shed answer: the 4× phase's CPU (start to last answer) less accepted × that, ÷ shed answers (other answers, if any, are charged to the shed)",
-    at4: {
-      ...at4,
-      cpuUsPerAnswerAtHalf: perAnswerAtHalf,
-      ratioPerAnswer4xToHalf: round3((at4.cpuUsPerAnswer as number) / perAnswerAtHalf),
-    },
-    at2: cost(2),
-  });
-
-  // 5. A refusal's CPU measured directly: every write but one refused, against node:http's own 503.
-  gateways.oneSlot = await startGateway(postgres.url, "one-slot");
-  const refusals = await measureRefusals({
-    gateway: gateways.oneSlot,
-    postgres: postgres.faults,
-    load: closed,
-    held: {
-      path: `/v1/records/${KEYS.big.records}held`,
-      headers: {
-        authorization: `Bearer ${KEYS.big.key}`,
-        "fencing-credential": bigWrites.credentials[0] as string,
-        "content-type": "application/json",
+  if (PHASES.has("refusal") && anchors !== undefined) {
+    const half = runs.on[0.5] as Measured;
+    const at4 = cost(4);
+    const perAnswerAtHalf = cpuUsPerAnswer(half);
+    emit({
+      bench: "overload-refusal-cost",
+      ...setting,
+      admission: "on",
+      cpuUsPerAccepted: cpuPerWriteOf("on"),
+      cpuUsPerShed: at4.cpuUsPerShed,
+      ratio: typeof at4.cpuUsPerShed === "number" ? round3(at4.cpuUsPerShed / cpuPerWriteOf("on")) : null,
+      ratioOf: "gateway CPU per shed answer ÷ per accepted write",
+      goal: "(reported)",
+      // One event loop answers everything it reads: at 2× capacity, answering each write as it comes
+      // (accepted or shed) within one core leaves room for at most this many accepted per second.
+      acceptedCeilingAt2x:
+        typeof at4.cpuUsPerShed === "number" && cpuPerWriteOf("on") > at4.cpuUsPerShed
+          ? Math.round((1e6 - 2 * capacity * at4.cpuUsPerShed) / (cpuPerWriteOf("on") - at4.cpuUsPerShed))
+          : null,
+      ceilingOf:
+        "accepted/s at 2× such that accepted × CPU per write + shed × CPU per shed answer fits one core (1e6 µs/s): what any admission policy in the gateway's one event loop can reach when it answers every write as it arrives",
+      // node:http's own refusal (anchor-answer.js): the least a refusal can cost a Node HTTP server here.
+      floorCpuUsPerShed: anchors.refusalFloorUs.at4,
+      ratioToFloor: typeof at4.cpuUsPerShed === "number" ? round3(at4.cpuUsPerShed / anchors.refusalFloorUs.at4) : null,
+      acceptedCeilingAt2xAtFloor:
+        cpuPerWriteOf("on") > anchors.refusalFloorUs.at2
+          ? Math.round((1e6 - 2 * capacity * anchors.refusalFloorUs.at2) / (cpuPerWriteOf("on") - anchors.refusalFloorUs.at2))
+          : null,
+      floorOf: "the same ceiling with each shed answer at node:http's own cost at 2× (overload-anchor, 503)",
+      how:
+        "/proc/<pid>/stat utime+stime of the admission gateway; per accepted write: the closed-loop capacity rounds (all accepted), median; " +
+        "per shed answer: the 4× phase's CPU (start to last answer) less accepted × that, ÷ shed answers (other answers, if any, are charged to the shed)",
+      at4: {
+        ...at4,
+        cpuUsPerAnswerAtHalf: perAnswerAtHalf,
+        ratioPerAnswer4xToHalf: round3((at4.cpuUsPerAnswer as number) / perAnswerAtHalf),
       },
-    },
-    rounds: ROUNDS,
-    durationMs: DURATION_MS,
-    drainLimitMs: DRAIN_LIMIT_MS,
-  });
-  const perRefusal = median(refusals.gatewayUs);
-  const floor = median(refusals.anchorUs);
-  emit({
-    bench: "overload-refusal-isolated",
-    ...setting,
-    cpuUsPerShed: perRefusal,
-    floorCpuUsPerShed: floor,
-    ratio: round3(perRefusal / floor),
-    ratioOf: `the gateway's CPU per refusal ÷ node:http's per 503 answer, medians of ${ROUNDS} interleaved closed-loop rounds of ${DURATION_MS} ms`,
-    goal: "(reported)",
-    ratioToWrite: round3(perRefusal / cpuPerWriteOf("on")),
-    acceptedCeilingAt2x:
-      cpuPerWriteOf("on") > perRefusal ? Math.round((1e6 - 2 * capacity * perRefusal) / (cpuPerWriteOf("on") - perRefusal)) : null,
-    ceilingOf: "as overload-refusal-cost's, with this CPU per refusal",
-    notRefused: refusals.notRefused,
-    how: `a gateway with ${ONE_SLOT_FLAGS.join(" ")}, its one records slot held by a write on a stopped PostgreSQL: every other write is refused queue-full by the early handler; ${CLIENTS} keep-alive clients, closed loop; /proc/<pid>/stat utime+stime ÷ answers`,
-    rounds: refusals,
-  });
+      at2: cost(2),
+    });
+
+    // 5. A refusal's CPU measured directly: every write but one refused, against node:http's own 503.
+    gateways.oneSlot = await startGateway(postgres.url, "one-slot");
+    const refusals = await measureRefusals({
+      gateway: gateways.oneSlot,
+      postgres: postgres.faults,
+      load: closed,
+      held: {
+        path: `/v1/records/${KEYS.big.records}held`,
+        headers: {
+          authorization: `Bearer ${KEYS.big.key}`,
+          "fencing-credential": bigWrites.credentials[0] as string,
+          "content-type": "application/json",
+        },
+      },
+      rounds: ROUNDS,
+      durationMs: DURATION_MS,
+      drainLimitMs: DRAIN_LIMIT_MS,
+    });
+    const perRefusal = median(refusals.gatewayUs);
+    const floor = median(refusals.anchorUs);
+    emit({
+      bench: "overload-refusal-isolated",
+      ...setting,
+      cpuUsPerShed: perRefusal,
+      floorCpuUsPerShed: floor,
+      ratio: round3(perRefusal / floor),
+      ratioOf: `the gateway's CPU per refusal ÷ node:http's per 503 answer, medians of ${ROUNDS} interleaved closed-loop rounds of ${DURATION_MS} ms`,
+      goal: "(reported)",
+      ratioToWrite: round3(perRefusal / cpuPerWriteOf("on")),
+      acceptedCeilingAt2x:
+        cpuPerWriteOf("on") > perRefusal ? Math.round((1e6 - 2 * capacity * perRefusal) / (cpuPerWriteOf("on") - perRefusal)) : null,
+      ceilingOf: "as overload-refusal-cost's, with this CPU per refusal",
+      notRefused: refusals.notRefused,
+      how: `a gateway with ${ONE_SLOT_FLAGS.join(" ")}, its one records slot held by a write on a stopped PostgreSQL: every other write is refused queue-full by the early handler; ${CLIENTS} keep-alive clients, closed loop; /proc/<pid>/stat utime+stime ÷ answers`,
+      rounds: refusals,
+    });
+  }
 } finally {
   await Promise.allSettled(generators.map((g) => g.stop()));
   await Promise.allSettled(Object.values(gateways).map((g) => g.stop()));
