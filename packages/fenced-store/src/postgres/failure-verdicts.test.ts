@@ -21,7 +21,6 @@ import {
   NEVER_WRITTEN,
   PUT_ALL,
   PAUSED,
-  missingPins,
   type Pin,
 } from "./server-pins-test-support.js";
 
@@ -263,28 +262,5 @@ describe("refusals: which of the server's answers is which refusal, and what is 
       if (code.startsWith("FN"))
         for (const phase of ["read", "commit"] as const) expect(classify(err, { phase, operation: "put", timedOut: false })).toBe(err);
     }
-  });
-});
-
-describe("the contract", () => {
-  it("every real-server test named above exists", () => {
-    expect(
-      missingPins([
-        PAUSED,
-        OWNERSHIP,
-        ORDERED_LOST,
-        UNORDERED_CUT,
-        EMPTY_SYNC_LOST,
-        ROW_SYNC_LOST,
-        WRAPPED,
-        PAST_DEADLINE,
-        SERVER_DIED,
-        NOT_SENT,
-        NOT_MIGRATED,
-        CONDITIONAL,
-        NEVER_WRITTEN,
-        PUT_ALL,
-      ]),
-    ).toEqual([]);
   });
 });
