@@ -1,3 +1,4 @@
+import type { Lease } from "@fenced/lock";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ENDINGS, leaseHarness, refusedWithItsError, type LeaseHarness } from "../lease-test-support.js";
 import { FencedPostgres } from "./store.js";
@@ -41,6 +42,74 @@ async function watchedStore(label: string): Promise<Watched> {
   });
   return { store: new FencedPostgres(pool, { schema: plain.schema }), plain, sent: () => sent };
 }
+
+interface Losing {
+  /** The store under test: its lease is released the moment its client answers the first statement. */
+  readonly store: FencedPostgres;
+  readonly plain: FencedPostgres;
+  /** Statements the store handed its clients. */
+  readonly statements: () => number;
+  /** Waits for the release, and gives the pool's clients their own query method back. */
+  done(): Promise<void>;
+}
+
+/**
+ * A store whose client releases `lease` when the first statement's answer arrives, before the store
+ * reads it: Lease.release() marks the lease lost at once, so `lease.signal` aborts exactly between
+ * a write's first and second statements. The real store, on the real server: only the release is
+ * timed by the test.
+ */
+async function losingAfterFirstStatement(label: string, lease: Lease): Promise<Losing> {
+  const plain = await h.store(label);
+  let statements = 0;
+  let released: Promise<void> | undefined;
+  const clients: object[] = [];
+  const pool = new Proxy(h.pool, {
+    get(target, property) {
+      if (property !== "connect") return Reflect.get(target, property, target) as unknown;
+      return async (): Promise<unknown> => {
+        const client = await target.connect();
+        const query = client.query.bind(client) as (...args: unknown[]) => Promise<unknown>;
+        const watched = async (...args: unknown[]): Promise<unknown> => {
+          statements += 1;
+          const answer = await query(...args);
+          released ??= lease.release();
+          return answer;
+        };
+        Object.assign(client, { query: watched });
+        clients.push(client);
+        return client;
+      };
+    },
+  });
+  return {
+    store: new FencedPostgres(pool, { schema: plain.schema }),
+    plain,
+    statements: () => statements,
+    async done() {
+      for (const client of clients) delete (client as { query?: unknown }).query;
+      await released;
+    },
+  };
+}
+
+describe("FencedPostgres: a lease lost between two statements of a write", () => {
+  it("put, its first statement writing nothing (the row holds an older fence): the raise is not sent; LeaseLostError, applied no", async () => {
+    const lease = await leases.live("pg-between");
+    const { store, plain, statements, done } = await losingAfterFirstStatement("lost_between", lease);
+    try {
+      const before = await plain.put("k", "old", { fence: { resource: lease.resource, token: 0n } });
+      const fence = { resource: lease.resource, token: lease.token, holder: lease.holder };
+      // putOrderedShared finds the row at token 0 and writes nothing; putOrdered (the raise) would follow.
+      await refusedWithItsError(store.put("k", "new", { fence, signal: lease.signal }), lease, "released");
+      expect(statements()).toBe(1);
+      expect(await plain.get("k")).toMatchObject({ value: "old", version: before.version });
+      expect(await h.fenceRow(plain, lease.resource)).toEqual({ token: 0n, holder: null });
+    } finally {
+      await done();
+    }
+  });
+});
 
 for (const ending of ENDINGS) {
   describe(`FencedPostgres: a lease that was ${ending}, as fence (no signal) or as the signal of a plain fence`, () => {
