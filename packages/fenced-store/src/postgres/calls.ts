@@ -1,7 +1,7 @@
 import type { CheckedFence } from "@fenced/fence/internal";
 import type { StaleTokenError } from "../errors.js";
 import { observedCall } from "../observe.js";
-import { throwIfAborted } from "../options.js";
+import { refuseAborted, throwIfAborted } from "../options.js";
 import { staleError } from "./inspect.js";
 import { CallbackError, Session, type Call } from "./session.js";
 import { COMMIT_AT, type SingleStatementWrite } from "./commit-at.js";
@@ -137,7 +137,9 @@ export class Calls<Client extends PgClient> {
    * a new implicit transaction (never an upgrade of the shared lock): it raises the row, or finds the
    * fence stale (zero rows), exactly as it always decided. The shared statement writes only what the
    * exclusive one would write for a fence the row already holds, so the outcome is the same either
-   * way; only the locks differ. An abort is honoured before the second statement, as between any two.
+   * way; only the locks differ. An abort is honoured before the second statement, as between any two,
+   * and answered as one before any I/O (refuseAborted: a lease's LeaseLostError says `applied: "no"`):
+   * the shared statement answered no row, so it wrote nothing, and its commit went with it.
    */
   async fencedWrite<R = Record<string, unknown>>(
     s: Session<Client>,
@@ -147,7 +149,7 @@ export class Calls<Client extends PgClient> {
   ): Promise<PgQueryResult<R>> {
     const shared = await this.write<R>(s, SHARED_FIRST[name], values);
     if (shared.rows.length > 0) return shared;
-    throwIfAborted(signal);
+    refuseAborted(signal);
     return this.write<R>(s, name, values);
   }
 

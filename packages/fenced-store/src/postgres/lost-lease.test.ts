@@ -109,7 +109,35 @@ describe("FencedPostgres: a lease lost between two statements of a write", () =>
       await done();
     }
   });
+
+  it("put and delete with ifVersion, the shared statement writing nothing: the exclusive one is not sent; LeaseLostError, applied no", async () => {
+    for (const [label, write] of [
+      ["put", (store, fence, ifVersion, signal) => store.put("k", "new", { fence, ifVersion, signal })],
+      ["delete", (store, fence, ifVersion, signal) => store.delete("k", { fence, ifVersion, signal })],
+    ] as const satisfies readonly (readonly [string, ConditionalWrite])[]) {
+      const lease = await leases.live(`pg-between-${label}`);
+      const { store, plain, statements, done } = await losingAfterFirstStatement(`lost_between_${label}`, lease);
+      try {
+        const before = await plain.put("k", "old", { fence: { resource: lease.resource, token: 0n } });
+        const fence = { resource: lease.resource, token: lease.token, holder: lease.holder };
+        // The shared statement finds the row at token 0 and writes nothing; the exclusive one (the raise) would follow.
+        await refusedWithItsError(write(store, fence, before.version, lease.signal), lease, "released");
+        expect([label, statements()]).toEqual([label, 1]);
+        expect(await plain.get("k")).toMatchObject({ value: "old", version: before.version });
+        expect(await h.fenceRow(plain, lease.resource)).toEqual({ token: 0n, holder: null });
+      } finally {
+        await done();
+      }
+    }
+  });
 });
+
+type ConditionalWrite = (
+  store: FencedPostgres,
+  fence: { resource: string; token: bigint; holder: string },
+  ifVersion: string,
+  signal: AbortSignal,
+) => Promise<unknown>;
 
 for (const ending of ENDINGS) {
   describe(`FencedPostgres: a lease that was ${ending}, as fence (no signal) or as the signal of a plain fence`, () => {
