@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import type { Fence } from "@fenced/fence";
 import { mintFenceCredential } from "@fenced/fence/credentials";
 import { FenceCredentials } from "./auth/credentials.js";
 import { HttpProblem } from "./problems/problem.js";
@@ -46,6 +47,36 @@ describe("fence credentials", () => {
     expect(credentials.verify(ending)).toEqual(fence);
     await new Promise((resolve) => setTimeout(resolve, 80));
     expect(refusal(() => credentials.verify(ending)).kind).toBe("credentialExpired");
+  });
+
+  it("keeps at most 1,024 verified credentials, the oldest dropped first, and what a hit answers cannot be changed by a caller", () => {
+    const credentials = new FenceCredentials([key]);
+    const until = Date.now() + 60_000;
+    const minted = Array.from({ length: 1_025 }, (_, i) => mintFenceCredential({ ...fence, token: BigInt(i + 1) }, key, { expiresAt: until }));
+    const verify = (i: number): Fence => credentials.verify(minted[i] as string);
+    // A caller writing to a fence it was given, as a careless route might: allowed or not, it must not stick.
+    const scribble = (given: Fence): void => {
+      try {
+        Object.assign(given, { token: 1_000_000n, holder: "someone else" });
+      } catch (err) {
+        if (!(err instanceof TypeError)) throw err;
+      }
+    };
+    scribble(verify(0)); // a miss: checked in full, then kept
+    const kept = verify(0); // a hit: the one object kept for this text
+    scribble(kept);
+    expect(verify(0)).toBe(kept);
+    expect(kept).toEqual({ ...fence, token: 1n });
+    verify(1);
+    const second = verify(1);
+    for (let i = 2; i < 1_024; i++) verify(i);
+    // 1,024 held; one more, and the oldest goes: the first is checked in full again (a new object), the second is still kept.
+    expect(verify(0)).toBe(kept);
+    verify(1_024);
+    expect(verify(1)).toBe(second);
+    const again = verify(0);
+    expect(again).not.toBe(kept);
+    expect(again).toEqual({ ...fence, token: 1n });
   });
 
   it("a key it does not hold is refused, whoever else verified the credential", () => {
