@@ -51,6 +51,20 @@ describe("using() and `await using`", () => {
     expect(await leaseValuesOn(t.admin, "dispose/throws")).toEqual([null, null, null]);
   });
 
+  it("a routine that releases its own lease is not told it lost it: using() resolves its value, and the lease is gone from every node", async () => {
+    let signal: AbortSignal | undefined;
+    const result = await redlock.using("using/released-by-routine", 5_000, async (lease) => {
+      signal = lease.signal;
+      await lease.release();
+      return "done";
+    });
+    expect(result).toBe("done");
+    // The signal did abort, with kind "released": what lostWhileRunning must not read as a loss.
+    expect((signal?.reason as LeaseLostError).kind).toBe("released");
+    await drained(t.clients);
+    expect(await leaseValuesOn(t.admin, "using/released-by-routine")).toEqual([null, null, null]);
+  });
+
   it("refuses, before acquiring, an extension threshold that leaves no time to wait between extensions", async () => {
     const before = await scriptCalls(t.admin);
     const routine = (): Promise<string> => Promise.resolve("ran");
