@@ -52,7 +52,9 @@ describe("fence credentials", () => {
   it("keeps at most 1,024 verified credentials, the oldest dropped first, and what a hit answers cannot be changed by a caller", () => {
     const credentials = new FenceCredentials([key]);
     const until = Date.now() + 60_000;
-    const minted = Array.from({ length: 1_025 }, (_, i) => mintFenceCredential({ ...fence, token: BigInt(i + 1) }, key, { expiresAt: until }));
+    const minted = Array.from({ length: 1_025 }, (_, i) =>
+      mintFenceCredential({ ...fence, token: BigInt(i + 1) }, key, { expiresAt: until }),
+    );
     const verify = (i: number): Fence => credentials.verify(minted[i] as string);
     // A caller writing to a fence it was given, as a careless route might: allowed or not, it must not stick.
     const scribble = (given: Fence): void => {

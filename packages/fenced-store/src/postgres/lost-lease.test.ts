@@ -50,7 +50,7 @@ interface Losing {
   /** Statements the store handed its clients. */
   readonly statements: () => number;
   /** Waits for the release, and gives the pool's clients their own query method back. */
-  done(): Promise<void>;
+  readonly done: () => Promise<void>;
 }
 
 /**
@@ -86,7 +86,7 @@ async function losingAfterFirstStatement(label: string, lease: Lease): Promise<L
     store: new FencedPostgres(pool, { schema: plain.schema }),
     plain,
     statements: () => statements,
-    async done() {
+    done: async () => {
       for (const client of clients) delete (client as { query?: unknown }).query;
       await released;
     },
