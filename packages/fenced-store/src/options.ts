@@ -39,7 +39,8 @@ function refuseEnded(fence: unknown): void {
 }
 
 /**
- * A call refused before anything was sent, because of `err` (a lease's LeaseLostError, the reason its
+ * A call refused before anything of it was committed — nothing sent, or only what will never commit
+ * (a transaction that rolls back) — because of `err` (a lease's LeaseLostError, the reason its
  * signal aborted with): a new error of the same class saying so — `applied: "no"`, `err` as its
  * `cause` — since `err` itself says what the lease knows (its `applied` is "unknown" whenever nodes
  * were asked). `err` is shared by everyone holding the lease, so it is copied, never changed.
@@ -47,7 +48,7 @@ function refuseEnded(fence: unknown): void {
  * user's own, an OutcomeUnknownError passed on) is answered as it is, so that its `applied` keeps
  * what its code says and the reason thrown is the signal's own object.
  */
-function refusedBeforeSending(err: unknown): unknown {
+export function refusedBeforeSending(err: unknown): unknown {
   if (!(err instanceof FencedError) || err.code !== "LEASE_LOST" || err.applied === "no") return err;
   const copy = Object.create(Object.getPrototypeOf(err) as object) as FencedError;
   Object.defineProperties(copy, Object.getOwnPropertyDescriptors(err));
@@ -97,14 +98,11 @@ export function checkSignal(signal: unknown, argument = "options.signal"): Abort
   return signal as AbortSignal;
 }
 
-/** Throws the signal's reason if it has been aborted: checked before each request or statement is sent. */
-export function throwIfAborted(signal: AbortSignal | undefined): void {
-  if (signal?.aborted === true) throw signal.reason ?? new DOMException("This operation was aborted", "AbortError");
-}
-
 /**
- * throwIfAborted for the check an operation makes before any I/O: nothing was sent, so a lease's
- * LeaseLostError (its signal aborts with it) is answered as refusedBeforeSending's.
+ * Throws if the signal has been aborted: checked before each request or statement is sent, only where
+ * nothing of the call was or will be committed — before any I/O, or inside a transaction that the
+ * throw rolls back. It throws the signal's reason, a lease's LeaseLostError (its signal aborts with
+ * it) answered as refusedBeforeSending's.
  */
 export function refuseAborted(signal: AbortSignal | undefined): void {
   if (signal?.aborted === true) throw refusedBeforeSending(signal.reason ?? new DOMException("This operation was aborted", "AbortError"));

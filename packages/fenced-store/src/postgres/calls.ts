@@ -1,7 +1,7 @@
 import type { CheckedFence } from "@fenced/fence/internal";
 import type { StaleTokenError } from "../errors.js";
 import { observedCall } from "../observe.js";
-import { refuseAborted, throwIfAborted } from "../options.js";
+import { refuseAborted } from "../options.js";
 import { staleError } from "./inspect.js";
 import { CallbackError, Session, type Call } from "./session.js";
 import { COMMIT_AT, type SingleStatementWrite } from "./commit-at.js";
@@ -48,15 +48,16 @@ export class Calls<Client extends PgClient> {
    * Runs `work` on a client checked out for this call, within the call's deadline; the client is
    * released however it ends. `signal` is the caller's (undefined: none), asked for by every call so
    * that none can leave it out: waiting for the client ends at its abort (Session.open), and `work`
-   * never starts once it has aborted — nothing is sent.
+   * never starts once it has aborted — nothing is sent, so the abort is refuseAborted's (a lease's
+   * LeaseLostError says `applied: "no"`).
    */
   session<T>(call: Call, signal: AbortSignal | undefined, work: (s: Session<Client>) => Promise<T>): Promise<T> {
     return observedCall({ store: "postgres", ...call }, async () => {
       const s = await Session.open(this.pool, call, this.timeoutMs, signal);
       try {
         // Asked here, in the turn `work` starts and sends its first statement: an abort that came with
-        // the client, or while this call resumed, sends nothing.
-        throwIfAborted(signal);
+        // the client, or while this call resumed, sends nothing — refused as before any I/O.
+        refuseAborted(signal);
         return await work(s);
       } finally {
         s.release();
@@ -67,8 +68,10 @@ export class Calls<Client extends PgClient> {
   /**
    * BEGIN; work; COMMIT — or ROLLBACK if work throws, `commit` declines its result, or the signal was
    * aborted. The signal is checked before every statement the operation sends and last before
-   * COMMIT: an abort is honoured at the next statement boundary, never inside a statement. COMMIT is
-   * the only statement whose lost answer leaves the outcome unknown; it is never sent after a failure.
+   * COMMIT: an abort is honoured at the next statement boundary, never inside a statement, and COMMIT
+   * is not sent — nothing of the call commits, so the abort is refuseAborted's (a lease's
+   * LeaseLostError says `applied: "no"`). COMMIT is the only statement whose lost answer leaves the
+   * outcome unknown; it is never sent after a failure.
    */
   inTransaction<T>(
     call: Call,
@@ -87,13 +90,17 @@ export class Calls<Client extends PgClient> {
     options: TransactionOptions<T> = {},
   ): Promise<T> {
     const { commit = () => true } = options;
-    throwIfAborted(signal);
+    // Before BEGIN: whatever the session sent before it (putAll's refused statement) wrote nothing.
+    refuseAborted(signal);
     let begun = false;
     try {
       await s.query({ text: beginWithin(s.remainingMs()) }, "read");
       begun = true;
       const result = await work(s);
-      throwIfAborted(signal); // the last moment at which nothing is written: an abort rolls back
+      // The last moment at which nothing is written: an abort rolls back (the catch below), and COMMIT
+      // is never sent — a ROLLBACK that fails discards the connection, which rolls back too. `work`'s
+      // statements, the caller's in transaction() included, commit only with this COMMIT.
+      refuseAborted(signal);
       if (!commit(result)) {
         begun = false;
         // Nothing to keep: a ROLLBACK that fails leaves a discarded connection, which rolls back too.
@@ -113,14 +120,18 @@ export class Calls<Client extends PgClient> {
     }
   }
 
-  /** One statement of a multi-statement operation: not sent once the signal is aborted. */
+  /**
+   * One statement of a multi-statement operation, always inside `transaction`'s BEGIN … COMMIT: not
+   * sent once the signal is aborted. The abort then rolls the transaction back (COMMIT is never sent
+   * after a throw), so nothing of the call commits: refuseAborted.
+   */
   run<R = Record<string, unknown>>(
     s: Session<Client>,
     signal: AbortSignal | undefined,
     name: NamedStatement,
     values: PgParam[],
   ): Promise<PgQueryResult<R>> {
-    throwIfAborted(signal);
+    refuseAborted(signal);
     // Before COMMIT: a failure here leaves nothing applied.
     return s.query<R>(this.query(name, values), "read");
   }

@@ -1,5 +1,6 @@
 import { Deadline, DeadlineExceeded } from "../deadline.js";
 import { observedStatement } from "../observe.js";
+import { refusedBeforeSending } from "../options.js";
 import { callbackFailure, classify, connectionIntact, failedIn, type Phase, type Sent } from "./failures.js";
 import type { CommitAt } from "./commit-at.js";
 import type { PgClient, PgPool, PgQueryConfig, PgQueryResult } from "./types.js";
@@ -149,7 +150,8 @@ export class Session<Client extends PgClient> {
 
   /**
    * Checks a client out within the deadline, or until the caller's signal aborts (its reason is
-   * thrown: nothing was sent); a client that arrives after the call gave up goes straight back.
+   * thrown, as refusedBeforeSending answers it: nothing was sent); a client that arrives after the
+   * call gave up goes straight back.
    * Calls.session asks the signal once more, in the turn the call's first statement is sent.
    */
   static async open<Client extends PgClient>(
@@ -173,7 +175,8 @@ export class Session<Client extends PgClient> {
         () => undefined,
       );
       const aborted = signal?.aborted === true && !deadline.timedOut;
-      if (aborted) throw signal.reason ?? err;
+      // Nothing was sent: a lease's LeaseLostError says `applied: "no"` (options.ts).
+      if (aborted) throw refusedBeforeSending(signal.reason ?? err);
       throw classify(err, { ...call, phase: "connect", timedOut: deadline.timedOut });
     }
   }
