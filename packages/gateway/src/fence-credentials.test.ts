@@ -81,6 +81,15 @@ describe("fence credentials", () => {
     expect(again).toEqual({ ...fence, token: 1n });
   });
 
+  it("a credential's first verification answers the frozen object every later one answers", () => {
+    const credentials = new FenceCredentials([key]);
+    const credential = mintFenceCredential(fence, key, { expiresAt: Date.now() + 60_000 });
+    const first = credentials.verify(credential);
+    expect(Object.isFrozen(first)).toBe(true);
+    expect(credentials.verify(credential)).toBe(first);
+    expect(first).toEqual(fence);
+  });
+
   it("a key it does not hold is refused, whoever else verified the credential", () => {
     const other = { id: "other", secret: Buffer.alloc(32, 9) };
     const credential = mintFenceCredential(fence, other, { expiresAt: Date.now() + 60_000 });

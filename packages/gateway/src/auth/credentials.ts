@@ -66,10 +66,13 @@ export class FenceCredentials {
     this.#signing = this.#keys.get(first.id) as CredentialKey;
   }
 
-  #remember(credential: string, fence: Fence, expiresAt: number): void {
+  /** Keeps a verified credential, and returns the fence kept: the object every verify() of it answers. */
+  #remember(credential: string, fence: Fence, expiresAt: number): Fence {
     if (this.#verified.size >= VERIFIED_CACHE_SIZE) this.#verified.delete(this.#verified.keys().next().value as string);
-    // Frozen: every write presenting this credential gets this one object.
-    this.#verified.set(credential, { fence: Object.freeze({ ...fence }), expiresAt });
+    // Frozen: every write presenting this credential, the first included, gets this one object.
+    const kept = Object.freeze({ ...fence });
+    this.#verified.set(credential, { fence: kept, expiresAt });
+    return kept;
   }
 
   /** The credential for the writes under one fence of a lease, good until the lease's end (`validUntil`). */
@@ -101,8 +104,7 @@ export class FenceCredentials {
     }
     try {
       const verified = verifyFenceCredential(credential, this.#keys);
-      this.#remember(credential, verified.fence, verified.expiresAt);
-      return verified.fence;
+      return this.#remember(credential, verified.fence, verified.expiresAt);
     } catch (err) {
       if (!(err instanceof CredentialError)) throw err;
       if (err instanceof ExpiredCredentialError) {
