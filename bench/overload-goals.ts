@@ -2,7 +2,7 @@
 // figure with its goal and whether it was met (the "off" gateway's for comparison, not judged).
 import { emit, median, round3 } from "./measure.js";
 import type { JobResult } from "./open-loop.js";
-import { perSec, schedule, type Measured } from "./overload-phase.js";
+import { cpuUsPerAnswer, perSec, schedule, type Measured } from "./overload-phase.js";
 
 export const FRACTIONS = [0.5, 1, 2, 4, 10] as const;
 /** Goodput (accepted ÷ capacity) each multiple is to keep, and whether its accepted p99 is to stay within 3× its p99 at 0.5×. */
@@ -116,5 +116,34 @@ export function emitOpenMedians(
         goodputRounds: rs.map((r) => round3(perSec(r.acceptedInWindow, r) / capacity)),
       });
     }
+  }
+}
+
+/**
+ * What a write costs the gateway when writes arrive one by one on a schedule (the 0.5× phase), beside
+ * what it costs in the closed loop that measured `capacity` (64 clients, the loop never idle): paced
+ * arrivals share no event-loop turn, read or write, so each pays them all. `openLoopCapacity` is the
+ * writes/s `coresServed` carries at the 0.5× phase's cost: the ceiling of every open-loop line that
+ * accepts writes one by one, which the goodput lines, judged against the closed loop's capacity, do not show.
+ */
+export function emitOpenLoopCost(
+  rounds: readonly Record<Side, Partial<Record<(typeof FRACTIONS)[number], Measured>>>[],
+  closedCpuUsPerWrite: Record<Side, number>,
+  capacity: number,
+  coresServed: number,
+): void {
+  for (const side of ["on", "off"] as const) {
+    const perAnswer = median(rounds.map((r) => cpuUsPerAnswer(r[side][0.5] as Measured)));
+    emit({
+      bench: "overload-open-loop-cost",
+      admission: side,
+      cpuUsPerAnswerAtHalf: perAnswer,
+      closedLoopCpuUsPerWrite: closedCpuUsPerWrite[side],
+      ratio: round3(perAnswer / closedCpuUsPerWrite[side]),
+      ratioOf: `CPU per answer at 0.5× (paced, median of ${rounds.length} rounds) ÷ CPU per write in the closed loop of capacity`,
+      openLoopCapacity: Math.round((coresServed * 1e6) / perAnswer),
+      openLoopCapacityOfClosed: round3((coresServed * 1e6) / perAnswer / capacity),
+      goal: "(reported)",
+    });
   }
 }

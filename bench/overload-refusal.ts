@@ -10,7 +10,8 @@ import { fileURLToPath } from "node:url";
 import { request } from "undici";
 import type { ServerFaults } from "@fenced/servers";
 import type { JobResult } from "./open-loop.js";
-import { answers, cpuUsPerAnswer, phase, type Load } from "./overload-phase.js";
+import { round3 } from "./measure.js";
+import { answers, cpuUsPerAnswer, phase, type Load, type Measured } from "./overload-phase.js";
 import { startServer, type ServerProcess } from "./server-process.js";
 
 const ANCHOR = fileURLToPath(new URL("./anchor-answer.js", import.meta.url));
@@ -78,4 +79,77 @@ async function holding(gateway: ServerProcess): Promise<void> {
     await delay(25);
   }
   throw new Error("the held write never took the gateway's one slot");
+}
+
+/** What the refusal lines read: the admission gateway's open-loop phases, its closed-loop cost per write, the CPU it gets. */
+export interface RefusalContext {
+  /** The admission gateway's phase at 2× and 4× capacity (its first round), and at 0.5×. */
+  readonly on: { readonly 0.5: Measured; readonly 2: Measured; readonly 4: Measured };
+  /** CPU µs per write in the closed loop of capacity (all accepted), median. */
+  readonly closedWriteUs: number;
+  /** CPU µs per write as the open loop sends them, one by one: the admission-off gateway's per answer at 0.5×. */
+  readonly pacedWriteUs: number | undefined;
+  readonly capacity: number;
+  /** The cores one event loop gets: its quota, at most one. */
+  readonly coresServed: number;
+}
+
+/**
+ * Accepted/s at 2× capacity such that accepted × CPU per write + the rest × `perRefusal` fits the
+ * cores served: the most any admission policy can accept when every write is answered as it arrives,
+ * a write at the closed loop's cost and (`Paced`) at the open loop's.
+ */
+export function ceilings(c: RefusalContext, perRefusal: number): Record<string, number | null> {
+  const at = (perWrite: number): number | null =>
+    perWrite > perRefusal ? Math.round((c.coresServed * 1e6 - 2 * c.capacity * perRefusal) / (perWrite - perRefusal)) : null;
+  return {
+    acceptedCeilingAt2x: at(c.closedWriteUs),
+    ...(c.pacedWriteUs === undefined ? {} : { acceptedCeilingAt2xPaced: at(c.pacedWriteUs), pacedCpuUsPerWrite: c.pacedWriteUs }),
+  };
+}
+
+/** The CPU over a phase, less the accepted writes' share at the closed loop's CPU per write, divided among the shed answers. */
+function residual(c: RefusalContext, m: Measured): Record<string, unknown> {
+  const r = m.results[0] as JobResult;
+  const shedShare = m.cpuSeconds * 1e6 - c.closedWriteUs * r.accepted;
+  return {
+    cpuUsPerShed: r.shed > 0 ? Math.round(shedShare / r.shed) : null,
+    shed: r.shed,
+    accepted: r.accepted,
+    otherAnswers: answers(r) - r.accepted - r.shed,
+    // Writes cut at the drain limit: the gateway's work on them after the cut is not in the phase's CPU.
+    unanswered: r.unanswered,
+    cpuUsPerAnswer: cpuUsPerAnswer(m),
+  };
+}
+
+/** The overload-refusal-cost line's figures: a refusal's CPU by the residual at 4× (and 2×), against a write's and node:http's (`floorUs`). */
+export function refusalCostFigures(c: RefusalContext, floorUs: { readonly at2: number; readonly at4: number }): Record<string, unknown> {
+  const at4 = residual(c, c.on[4]);
+  const perShed = typeof at4.cpuUsPerShed === "number" ? at4.cpuUsPerShed : undefined;
+  const perAnswerAtHalf = cpuUsPerAnswer(c.on[0.5]);
+  return {
+    admission: "on",
+    cpuUsPerAccepted: c.closedWriteUs,
+    cpuUsPerShed: perShed ?? null,
+    ratio: perShed === undefined ? null : round3(perShed / c.closedWriteUs),
+    ratioOf: "gateway CPU per shed answer ÷ per accepted write",
+    goal: "(reported)",
+    ...(perShed === undefined ? {} : ceilings(c, perShed)),
+    ceilingOf: `accepted/s at 2× such that accepted × CPU per write + shed × CPU per shed answer fits the CPU one event loop gets (${c.coresServed} of a core): what any admission policy in the gateway can reach when it answers every write as it arrives; a write at the closed loop's cost, and (Paced) at the open loop's, the admission-off gateway's CPU per answer at 0.5×`,
+    // node:http's own refusal (anchor-answer.js): the least a refusal can cost a Node HTTP server here.
+    floorCpuUsPerShed: floorUs.at4,
+    ratioToFloor: perShed === undefined ? null : round3(perShed / floorUs.at4),
+    acceptedCeilingAt2xAtFloor: ceilings(c, floorUs.at2).acceptedCeilingAt2x,
+    floorOf: "the same ceiling with each shed answer at node:http's own cost at 2× (overload-anchor, 503)",
+    how:
+      "/proc/<pid>/stat utime+stime of the admission gateway; per accepted write: the closed-loop capacity rounds (all accepted), median; " +
+      "per shed answer: the 4× phase's CPU (start to last answer) less accepted × that, ÷ shed answers (other answers, if any, are charged to the shed)",
+    at4: {
+      ...at4,
+      cpuUsPerAnswerAtHalf: perAnswerAtHalf,
+      ratioPerAnswer4xToHalf: round3((at4.cpuUsPerAnswer as number) / perAnswerAtHalf),
+    },
+    at2: residual(c, c.on[2]),
+  };
 }

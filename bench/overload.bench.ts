@@ -11,6 +11,8 @@
 // - overload-open-loop: each gateway at 0.5×, 1×, 2×, 4× and 10× that capacity, sent on a fixed schedule
 //   whatever the answers, each write timed from its scheduled send: offered, accepted, shed and other
 //   answers per second, latency, the gateway's RSS and CPU, the generator's own lag;
+// - overload-open-loop-cost: each gateway's CPU per answer at 0.5× (paced) against per write in the
+//   closed loop, and the writes/s its quota carries at that cost (overload-goals.ts);
 // - overload-goal: nothing refused at 0.5×; goodput (accepted ÷ capacity) ≥ 0.9 at 2×, 0.7 at 4×,
 //   0.3 at 10×; p99 of accepted ≤ 3× its value at 0.5× (2×, 4×); every answer within the store
 //   deadline; RSS flat through the phase (overload-goals.ts); a closed loop of 1,024, on ÷ off ≥ 0.95;
@@ -37,9 +39,9 @@ import { emit, median, round3 } from "./measure.js";
 import { startGenerator, type Generator, type Job, type JobResult } from "./open-loop.js";
 import { runShedAnchor } from "./overload-anchor-shed.js";
 import { runAnchors } from "./overload-anchors.js";
-import { emitOpenGoals, emitOpenMedians, FRACTIONS } from "./overload-goals.js";
-import { measureRefusals, ONE_SLOT_FLAGS } from "./overload-refusal.js";
-import { answers, cpuUsPerAnswer, openFigures, perSec, phase, schedule, type Load, type Measured } from "./overload-phase.js";
+import { emitOpenGoals, emitOpenLoopCost, emitOpenMedians, FRACTIONS } from "./overload-goals.js";
+import { ceilings, measureRefusals, ONE_SLOT_FLAGS, refusalCostFigures, type RefusalContext } from "./overload-refusal.js";
+import { cpuUsPerAnswer, openFigures, perSec, phase, schedule, type Load, type Measured } from "./overload-phase.js";
 import { cpuQuotaSetting, nodeArgs, startServer, type ServerProcess } from "./server-process.js";
 
 const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 5_000);
@@ -57,6 +59,8 @@ const SOCKETS = 2_048;
 const SMALL_SOCKETS = 1_024;
 /** The cores each server under test gets, in a cgroup of its own (BENCH_CPU_QUOTA; 0: uncapped). */
 const CPU_QUOTA = cpuQuotaSetting(0.5);
+/** The CPU a server's one event loop gets, in cores: its quota, and never more than one core. */
+const CPU_CORES_SERVED = CPU_QUOTA > 0 ? Math.min(CPU_QUOTA, 1) : 1;
 /** The closed loop larger than the limit and the queue hold: some refusals by design. */
 const BIG_CLOSED = 1_024;
 /** Each capped phase of a closed loop follows this much of the same loop uncapped (a limit or a noisy neighbour arriving). */
@@ -269,7 +273,10 @@ try {
     }
     emitOpenGoals(runs, capacity, STORE_DEADLINE_MS, round);
   }
-  if (openRounds.length > 0) emitOpenMedians(openRounds, capacity);
+  if (openRounds.length > 0) {
+    emitOpenMedians(openRounds, capacity);
+    emitOpenLoopCost(openRounds, { on: cpuPerWriteOf("on"), off: cpuPerWriteOf("off") }, capacity, CPU_CORES_SERVED);
+  }
   const runs = openRounds[0] as (typeof openRounds)[number];
 
   // The closed loop larger than the limit and the queue hold, capped after an uncapped start, interleaved.
@@ -396,63 +403,17 @@ try {
     });
   }
 
-  // 4. What a refusal costs the gateway: CPU over the 4× phase, less the accepted writes' share at the
-  // closed loop's CPU per write, divided among the shed answers.
-  const cost = (fraction: 2 | 4): Record<string, unknown> => {
-    const m = runs.on[fraction] as Measured;
-    const r = m.results[0] as JobResult;
-    const perAccepted = cpuPerWriteOf("on");
-    const shedShare = m.cpuSeconds * 1e6 - perAccepted * r.accepted;
-    const others = answers(r) - r.accepted - r.shed;
-    return {
-      cpuUsPerShed: r.shed > 0 ? Math.round(shedShare / r.shed) : null,
-      shed: r.shed,
-      accepted: r.accepted,
-      otherAnswers: others,
-      // Writes cut at the drain limit: the gateway's work on them after the cut is not in the phase's CPU.
-      unanswered: r.unanswered,
-      cpuUsPerAnswer: cpuUsPerAnswer(m),
-    };
+  // 4. What a refusal costs the gateway, by the residual of the 2× and 4× phases (overload-refusal.ts).
+  const refusalContext: RefusalContext = {
+    on: runs.on as RefusalContext["on"],
+    closedWriteUs: cpuPerWriteOf("on"),
+    // A write as the open loop sends them, one by one: the admission-off gateway's CPU per answer at 0.5× (all accepted).
+    pacedWriteUs: openRounds.length > 0 ? median(openRounds.map((r) => cpuUsPerAnswer(r.off[0.5] as Measured))) : undefined,
+    capacity,
+    coresServed: CPU_CORES_SERVED,
   };
   if (PHASES.has("refusal") && anchors !== undefined) {
-    const half = runs.on[0.5] as Measured;
-    const at4 = cost(4);
-    const perAnswerAtHalf = cpuUsPerAnswer(half);
-    emit({
-      bench: "overload-refusal-cost",
-      ...setting,
-      admission: "on",
-      cpuUsPerAccepted: cpuPerWriteOf("on"),
-      cpuUsPerShed: at4.cpuUsPerShed,
-      ratio: typeof at4.cpuUsPerShed === "number" ? round3(at4.cpuUsPerShed / cpuPerWriteOf("on")) : null,
-      ratioOf: "gateway CPU per shed answer ÷ per accepted write",
-      goal: "(reported)",
-      // One event loop answers everything it reads: at 2× capacity, answering each write as it comes
-      // (accepted or shed) within one core leaves room for at most this many accepted per second.
-      acceptedCeilingAt2x:
-        typeof at4.cpuUsPerShed === "number" && cpuPerWriteOf("on") > at4.cpuUsPerShed
-          ? Math.round((1e6 - 2 * capacity * at4.cpuUsPerShed) / (cpuPerWriteOf("on") - at4.cpuUsPerShed))
-          : null,
-      ceilingOf:
-        "accepted/s at 2× such that accepted × CPU per write + shed × CPU per shed answer fits one core (1e6 µs/s): what any admission policy in the gateway's one event loop can reach when it answers every write as it arrives",
-      // node:http's own refusal (anchor-answer.js): the least a refusal can cost a Node HTTP server here.
-      floorCpuUsPerShed: anchors.refusalFloorUs.at4,
-      ratioToFloor: typeof at4.cpuUsPerShed === "number" ? round3(at4.cpuUsPerShed / anchors.refusalFloorUs.at4) : null,
-      acceptedCeilingAt2xAtFloor:
-        cpuPerWriteOf("on") > anchors.refusalFloorUs.at2
-          ? Math.round((1e6 - 2 * capacity * anchors.refusalFloorUs.at2) / (cpuPerWriteOf("on") - anchors.refusalFloorUs.at2))
-          : null,
-      floorOf: "the same ceiling with each shed answer at node:http's own cost at 2× (overload-anchor, 503)",
-      how:
-        "/proc/<pid>/stat utime+stime of the admission gateway; per accepted write: the closed-loop capacity rounds (all accepted), median; " +
-        "per shed answer: the 4× phase's CPU (start to last answer) less accepted × that, ÷ shed answers (other answers, if any, are charged to the shed)",
-      at4: {
-        ...at4,
-        cpuUsPerAnswerAtHalf: perAnswerAtHalf,
-        ratioPerAnswer4xToHalf: round3((at4.cpuUsPerAnswer as number) / perAnswerAtHalf),
-      },
-      at2: cost(2),
-    });
+    emit({ bench: "overload-refusal-cost", ...setting, ...refusalCostFigures(refusalContext, anchors.refusalFloorUs) });
 
     // 5. A refusal's CPU measured directly: every write but one refused, against node:http's own 503.
     gateways.oneSlot = await startGateway(postgres.url, "one-slot");
@@ -483,8 +444,7 @@ try {
       ratioOf: `the gateway's CPU per refusal ÷ node:http's per 503 answer, medians of ${ROUNDS} interleaved closed-loop rounds of ${DURATION_MS} ms`,
       goal: "(reported)",
       ratioToWrite: round3(perRefusal / cpuPerWriteOf("on")),
-      acceptedCeilingAt2x:
-        cpuPerWriteOf("on") > perRefusal ? Math.round((1e6 - 2 * capacity * perRefusal) / (cpuPerWriteOf("on") - perRefusal)) : null,
+      ...ceilings(refusalContext, perRefusal),
       ceilingOf: "as overload-refusal-cost's, with this CPU per refusal",
       notRefused: refusals.notRefused,
       how: `a gateway with ${ONE_SLOT_FLAGS.join(" ")}, its one records slot held by a write on a stopped PostgreSQL: every other write is refused queue-full by the early handler; ${CLIENTS} keep-alive clients, closed loop; /proc/<pid>/stat utime+stime ÷ answers`,
