@@ -6,6 +6,7 @@
 import { fileURLToPath } from "node:url";
 import { emit, round3 } from "./measure.js";
 import type { JobResult } from "./open-loop.js";
+import { FAIRNESS } from "./overload-goals.js";
 import { cpuUsPerAnswer, openFigures, phase, type Load } from "./overload-phase.js";
 import { withServer, type ServerProcess } from "./server-process.js";
 
@@ -50,16 +51,15 @@ export async function runAnchors(
       const m = await phase(server, [load("big", rate(fraction))], durationMs, drainLimitMs);
       line("node:http answering 200 at once", fraction, m.results[0] as JobResult, m);
     }
-    const alone = (await phase(server, [load("small", rate(0.5))], durationMs, drainLimitMs)).results[0] as JobResult;
-    const both = await phase(server, [load("big", rate(4)), load("small", rate(0.5))], durationMs, drainLimitMs);
+    const alone = (await phase(server, [load("small", rate(FAIRNESS.small))], durationMs, drainLimitMs)).results[0] as JobResult;
+    const both = await phase(server, [load("big", rate(FAIRNESS.big)), load("small", rate(FAIRNESS.small))], durationMs, drainLimitMs);
     const small = both.results[1] as JobResult;
     fairnessRatio = round3(small.acceptedLatency.p99Ms / alone.acceptedLatency.p99Ms);
     emit({
       bench: "overload-anchor-fairness",
       anchor: "node:http answering 200 at once",
       ratio: fairnessRatio,
-      ratioOf:
-        "the small key's p99 beside the big key at 4× ÷ its p99 alone, at 0.5× capacity: what this setup gives a server with no work",
+      ratioOf: `the small key's p99 beside the big key at ${FAIRNESS.big}× ÷ its p99 alone, at ${FAIRNESS.small}× capacity: what this setup gives a server with no work`,
       aloneP99Ms: alone.acceptedLatency.p99Ms,
       besideP99Ms: small.acceptedLatency.p99Ms,
       machineBusyCores: both.machineBusyCores,

@@ -15,6 +15,11 @@ const GOALS: Record<(typeof FRACTIONS)[number], { goodput?: number; p99?: true }
 };
 type Side = "off" | "on";
 
+/** The two keys of the fairness phase, each a multiple of capacity: a flood, and a small key that must keep its share. */
+export const FAIRNESS = { big: 4, small: 0.25 } as const;
+/** How the fairness lines name the two keys' loads. */
+export const FAIRNESS_LOADS = `${FAIRNESS.big}× and ${FAIRNESS.small}×`;
+
 /** Emits the goal lines of the open-loop phases (`runs`: each gateway's phase at each multiple of `capacity`). */
 export function emitOpenGoals(
   runs: Record<Side, Partial<Record<(typeof FRACTIONS)[number], Measured>>>,

@@ -141,6 +141,7 @@ export function refusalCostFigures(c: RefusalContext, floorUs: { readonly at2: n
     floorCpuUsPerShed: floorUs.at4,
     ratioToFloor: perShed === undefined ? null : round3(perShed / floorUs.at4),
     acceptedCeilingAt2xAtFloor: ceilings(c, floorUs.at2).acceptedCeilingAt2x,
+    acceptedCeilingAt2xAtFloorPaced: ceilings(c, floorUs.at2).acceptedCeilingAt2xPaced ?? null,
     floorOf: "the same ceiling with each shed answer at node:http's own cost at 2× (overload-anchor, 503)",
     how:
       "/proc/<pid>/stat utime+stime of the admission gateway; per accepted write: the closed-loop capacity rounds (all accepted), median; " +

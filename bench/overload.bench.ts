@@ -16,7 +16,7 @@
 // - overload-goal: nothing refused at 0.5×; goodput (accepted ÷ capacity) ≥ 0.9 at 2×, 0.7 at 4×,
 //   0.3 at 10×; p99 of accepted ≤ 3× its value at 0.5× (2×, 4×); every answer within the store
 //   deadline; RSS flat through the phase (overload-goals.ts); a closed loop of 1,024, on ÷ off ≥ 0.95;
-// - overload-fairness: one key at 4× and another at 0.5× on the admission gateway: the small key's p99
+// - overload-fairness: one key at 4× and another at 0.25× on the admission gateway: the small key's p99
 //   against its own alone;
 // - overload-refusal-cost: the gateway's CPU per shed answer against per accepted write;
 // - overload-refusal-isolated: the same, measured directly (overload-refusal.ts): a gateway that
@@ -39,7 +39,7 @@ import { emit, median, round3 } from "./measure.js";
 import { startGenerator, type Generator, type Job, type JobResult } from "./open-loop.js";
 import { runShedAnchor } from "./overload-anchor-shed.js";
 import { runAnchors } from "./overload-anchors.js";
-import { emitOpenGoals, emitOpenLoopCost, emitOpenMedians, FRACTIONS } from "./overload-goals.js";
+import { emitOpenGoals, emitOpenLoopCost, emitOpenMedians, FAIRNESS, FAIRNESS_LOADS, FRACTIONS } from "./overload-goals.js";
 import { ceilings, measureRefusals, ONE_SLOT_FLAGS, refusalCostFigures, type RefusalContext } from "./overload-refusal.js";
 import { cpuUsPerAnswer, openFigures, perSec, phase, schedule, type Load, type Measured } from "./overload-phase.js";
 import { cpuQuotaSetting, nodeArgs, startServer, type ServerProcess } from "./server-process.js";
@@ -338,9 +338,9 @@ try {
     });
   }
 
-  // 3. Fairness on the admission gateway: the small key alone at 0.5×, then beside the big key at 4× (rounds).
-  const smallRate = Math.max(50, Math.round(capacity * 0.5));
-  const bigRate = Math.round(capacity * 4);
+  // 3. Fairness on the admission gateway: the small key alone, then beside the big key (rounds).
+  const smallRate = Math.max(50, Math.round(capacity * FAIRNESS.small));
+  const bigRate = Math.round(capacity * FAIRNESS.big);
   const fairRounds: { ratio: number; share: number; aloneP99Ms: number; besideP99Ms: number }[] = [];
   for (let round = 0; round < (PHASES.has("fairness") ? ROUNDS : 0); round++) {
     const alone = (await phase(gw.on, [open(small, smallRate, smallWrites, SMALL_SOCKETS)], DURATION_MS, DRAIN_LIMIT_MS))
@@ -361,7 +361,7 @@ try {
       round,
       admission: "on",
       ratio: fairness,
-      ratioOf: "the small key's p99 of accepted writes beside the big key ÷ its p99 alone, at 0.5× capacity",
+      ratioOf: `the small key's p99 of accepted writes beside the big key ÷ its p99 alone, at ${FAIRNESS.small}× capacity`,
       goal: "<= 2",
       met: fairness <= 2,
       smallAcceptedShare: share,
@@ -388,7 +388,7 @@ try {
     const share = median(fairRounds.map((r) => r.share));
     emit({
       bench: "overload-goal",
-      figure: "two keys (4× and 0.5×): the small key's p99 beside ÷ alone (median of rounds)",
+      figure: `two keys (${FAIRNESS_LOADS}): the small key's p99 beside ÷ alone (median of rounds)`,
       value: ratio,
       goal: "<= 2",
       met: ratio <= 2,
@@ -396,7 +396,7 @@ try {
     });
     emit({
       bench: "overload-goal",
-      figure: "two keys (4× and 0.5×): the small key's accepted share (median of rounds)",
+      figure: `two keys (${FAIRNESS_LOADS}): the small key's accepted share (median of rounds)`,
       value: share,
       goal: ">= 0.95",
       met: share >= 0.95,
