@@ -65,17 +65,14 @@ export class Backlog {
  * The loop as the fair share reads it. Behind only while late at every tick of the last 100 ms (its
  * standing lateness, less any time its process was throttled, above `targetMs`), working (at least `ownWork` of its time on a CPU: late
  * while it works less, it is short of a CPU another process has) and with a growing backlog: then
- * it takes in more than it finishes, and only taking fewer helps. With time to spare while it waits
- * for I/O at least 1 − `spare` of its time (working under `spare`): it can take whatever is sent, so a
- * share that binds goes at once. Keeping up otherwise, so that a share that binds grows back as soon
- * as the backlog stops growing. Between `spare` and `ownWork` the share neither shrinks nor goes at
- * once: the band that keeps it from swinging with every turn of the loop.
+ * it takes in more than it finishes, and only taking fewer helps. Keeping up otherwise, so that a
+ * share that binds grows back as soon as the backlog stops growing.
  */
 export function loopState(
   loop: { readonly standingMs: number; readonly utilization: number },
   backlogGrowing: boolean,
-  thresholds: { readonly targetMs: number; readonly ownWork: number; readonly spare: number },
+  targetMs: number,
+  ownWork: number,
 ): LoopState {
-  if (loop.utilization < thresholds.spare) return "spare";
-  return loop.standingMs > thresholds.targetMs && loop.utilization >= thresholds.ownWork && backlogGrowing ? "behind" : "keeping-up";
+  return loop.standingMs > targetMs && loop.utilization >= ownWork && backlogGrowing ? "behind" : "keeping-up";
 }

@@ -28,10 +28,9 @@ const FORGET_MS = 10_000;
 
 /**
  * The event loop as the share reads it (backlog.ts's loopState): behind on its own work — late at
- * every tick, working nearly all the time, its backlog growing — keeping up, or keeping up with time
- * to spare (waiting for I/O much of its time).
+ * every tick, working nearly all the time, its backlog growing — or keeping up.
  */
-export type LoopState = "behind" | "keeping-up" | "spare";
+export type LoopState = "behind" | "keeping-up";
 
 interface KeyRate {
   /** Requests per second, averaged over RATE_WINDOW_MS. */
@@ -64,15 +63,12 @@ export class FairShare {
 
   /**
    * Adjusts the share to the loop, at most every ADJUST_EVERY_MS: it shrinks while the loop is behind
-   * on its own work, grows back while it keeps up, and goes at once while the loop has time to spare:
-   * however far it shrank in an overload, a loop that mostly waits holds no key back (growing back
-   * from its floor took seconds of refusing a load the loop carried with time to spare).
+   * on its own work and grows back while it keeps up.
    */
   adjust(now: number, loop: LoopState): void {
     if (now - this.#adjusted < ADJUST_EVERY_MS) return;
     this.#adjusted = now;
-    if (loop === "spare") this.#share = Infinity;
-    else if (loop === "behind") {
+    if (loop === "behind") {
       // First time behind: start from the largest rate a key sends now (the share that binds nobody yet).
       if (this.#share === Infinity) this.#share = Math.max(1, ...[...this.#keys.values()].map((k) => k.rate));
       this.#share = Math.max(MIN_SHARE, this.#share * DECREASE);

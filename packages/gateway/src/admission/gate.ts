@@ -118,10 +118,7 @@ function decision(
       queued += gate.queued;
     }
     backlog.observe(now, admitted, queued);
-    fair.adjust(
-      now,
-      loopState(loop, backlog.growing, { targetMs: config.maxEventLoopDelayMs, ownWork: OWN_WORK_UTILIZATION, spare: SPARE_UTILIZATION }),
-    );
+    fair.adjust(now, loopState(loop, backlog.growing, config.maxEventLoopDelayMs, OWN_WORK_UTILIZATION));
     return fair.admit(key, priority === "acquire" ? 0.5 : 1, now, Math.random());
   };
   return (seen, res, answer, next, fail) => {
@@ -148,12 +145,6 @@ function decision(
  * sending one request at a time.
  */
 const OWN_WORK_UTILIZATION = 0.8;
-
-/**
- * The loop works less than this share of its time: it waits for I/O the rest, and has room for all
- * that is sent. The fair share stops binding at once (not over seconds of growing back).
- */
-const SPARE_UTILIZATION = 0.5;
 
 /**
  * Every request, before express (serve() calls it first): under overload the gateway's CPU is what is
