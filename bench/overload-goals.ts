@@ -130,15 +130,18 @@ export function emitOpenMedians(
  * arrivals share no event-loop turn, read or write, so each pays them all. `openLoopCapacity` is the
  * writes/s `coresServed` carries at the 0.5× phase's cost: the ceiling of every open-loop line that
  * accepts writes one by one, which the goodput lines, judged against the closed loop's capacity, do not show.
+ * Returns each side's CPU per answer at 0.5×.
  */
 export function emitOpenLoopCost(
   rounds: readonly Record<Side, Partial<Record<(typeof FRACTIONS)[number], Measured>>>[],
   closedCpuUsPerWrite: Record<Side, number>,
   capacity: number,
   coresServed: number,
-): void {
+): Record<Side, number> {
+  const perAnswerAtHalf = { on: 0, off: 0 };
   for (const side of ["on", "off"] as const) {
     const perAnswer = median(rounds.map((r) => cpuUsPerAnswer(r[side][0.5] as Measured)));
+    perAnswerAtHalf[side] = perAnswer;
     emit({
       bench: "overload-open-loop-cost",
       admission: side,
@@ -151,4 +154,5 @@ export function emitOpenLoopCost(
       goal: "(reported)",
     });
   }
+  return perAnswerAtHalf;
 }

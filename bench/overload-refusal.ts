@@ -128,6 +128,7 @@ export function refusalCostFigures(c: RefusalContext, floorUs: { readonly at2: n
   const at4 = residual(c, c.on[4]);
   const perShed = typeof at4.cpuUsPerShed === "number" ? at4.cpuUsPerShed : undefined;
   const perAnswerAtHalf = cpuUsPerAnswer(c.on[0.5]);
+  const atFloor = ceilings(c, floorUs.at2);
   return {
     admission: "on",
     cpuUsPerAccepted: c.closedWriteUs,
@@ -140,8 +141,8 @@ export function refusalCostFigures(c: RefusalContext, floorUs: { readonly at2: n
     // node:http's own refusal (anchor-answer.js): the least a refusal can cost a Node HTTP server here.
     floorCpuUsPerShed: floorUs.at4,
     ratioToFloor: perShed === undefined ? null : round3(perShed / floorUs.at4),
-    acceptedCeilingAt2xAtFloor: ceilings(c, floorUs.at2).acceptedCeilingAt2x,
-    acceptedCeilingAt2xAtFloorPaced: ceilings(c, floorUs.at2).acceptedCeilingAt2xPaced ?? null,
+    acceptedCeilingAt2xAtFloor: atFloor.acceptedCeilingAt2x,
+    acceptedCeilingAt2xAtFloorPaced: atFloor.acceptedCeilingAt2xPaced ?? null,
     floorOf: "the same ceiling with each shed answer at node:http's own cost at 2× (overload-anchor, 503)",
     how:
       "/proc/<pid>/stat utime+stime of the admission gateway; per accepted write: the closed-loop capacity rounds (all accepted), median; " +

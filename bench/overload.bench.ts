@@ -273,9 +273,10 @@ try {
     }
     emitOpenGoals(runs, capacity, STORE_DEADLINE_MS, round);
   }
+  let pacedUs: Record<Side, number> | undefined;
   if (openRounds.length > 0) {
     emitOpenMedians(openRounds, capacity);
-    emitOpenLoopCost(openRounds, { on: cpuPerWriteOf("on"), off: cpuPerWriteOf("off") }, capacity, CPU_CORES_SERVED);
+    pacedUs = emitOpenLoopCost(openRounds, { on: cpuPerWriteOf("on"), off: cpuPerWriteOf("off") }, capacity, CPU_CORES_SERVED);
   }
   const runs = openRounds[0] as (typeof openRounds)[number];
 
@@ -408,7 +409,7 @@ try {
     on: runs.on as RefusalContext["on"],
     closedWriteUs: cpuPerWriteOf("on"),
     // A write as the open loop sends them, one by one: the admission-off gateway's CPU per answer at 0.5× (all accepted).
-    pacedWriteUs: openRounds.length > 0 ? median(openRounds.map((r) => cpuUsPerAnswer(r.off[0.5] as Measured))) : undefined,
+    pacedWriteUs: pacedUs?.off,
     capacity,
     coresServed: CPU_CORES_SERVED,
   };
