@@ -47,39 +47,28 @@ export interface StoredObject {
 export type Revalidated = { readonly unchanged: true } | { readonly unchanged: false; readonly object: StoredObject | undefined };
 
 /**
- * An answer to a conditional PUT that leaves its outcome unknown (5xx, a timeout, a reset, no answer),
- * taken out of the SDK's hands. Its retry would wait a backoff (about 100 ms) only to learn what one
- * read of the object tells at once; radosgw answers the loser of every race with 500, so under
- * contention the SDK's retries dominated the latency. And with one try per attempt, a 412 or 409
- * answer is final for that attempt: no earlier try of the same request can still land. Deliberately
- * without `cause` or `$metadata`: the SDK's retry classification looks into both.
+ * A failure of a conditional PUT as the SDK is shown it: whatever the server answered, or however the
+ * request failed, the SDK sees this and nothing else, so nothing it reads can make it send the PUT
+ * again. Every try of a conditional PUT must follow a fence read of the caller's (PROTOCOL.md, "S3",
+ * "Conflicts and ambiguous outcomes"); a resend after the SDK's backoff would land long after the
+ * read it was checked against. What the SDK's retry decision reads, and why none of it is here:
+ * - `$metadata` (the HTTP status: 5xx and 429 are retried) and `$metadata.clockSkewCorrected`, which
+ *   the SigV4 signer sets on any error answered with a `Date` 4 minutes or more off the client's
+ *   clock whenever the offset it derives moved — a 412 or a 409 included;
+ * - `$response` (the signer derives the offset from its `Date`; the retry reads its Retry-After);
+ * - `$retryable`, `name` (throttling, clock-skew and timeout codes), `code` (ECONNRESET and other
+ *   system errors), `cause` (searched for any of these), and TypeError (a browser's network error).
+ * The store classifies `original` itself (classify(), below): the one judge of what a failure means.
  */
-class AmbiguousNotRetried extends Error {
+class Withheld extends Error {
   constructor(readonly original: unknown) {
-    super("conditional PUT: no answer, or 5xx");
+    super("conditional PUT failed (its failure is withheld from the SDK's retry decision)");
   }
 }
 
-/**
- * A conditional PUT's answer below 500 that the SDK would retry (throttling, RequestTimeout, a clock
- * skew), taken out of its hands: each try of a conditional PUT must follow a fence read of the
- * caller's, so the caller pauses and retries it. Like AmbiguousNotRetried, without `cause` or `$metadata`.
- */
-class RefusedNotRetried extends Error {
-  constructor(readonly original: unknown) {
-    super("conditional PUT: throttled or timed out before it was applied");
-  }
-}
-
-/**
- * A conditional PUT for which no connection could be opened (refused, or the name did not resolve):
- * proven never sent. Taken out of the SDK's hands like AmbiguousNotRetried; the caller reads before
- * any next try.
- */
-class NeverConnected extends Error {
-  constructor(readonly original: unknown) {
-    super("conditional PUT: no connection could be opened");
-  }
+/** The failure as the server or the connection gave it, out of what the SDK was shown. */
+function unwrap(err: unknown): unknown {
+  return err instanceof Withheld ? err.original : err;
 }
 
 /**
@@ -91,11 +80,10 @@ function mayHaveLanded(status: number | undefined): boolean {
 }
 
 export function classify(err: unknown): Failure {
-  if (err instanceof NeverConnected) return "unsent";
-  if (err instanceof AmbiguousNotRetried) return "ambiguous";
-  if (err instanceof RefusedNotRetried) return "throttled";
+  if (neverSent(err)) return "unsent";
   const status = statusOf(err);
   if (mayHaveLanded(status)) return "ambiguous";
+  if (retriedRefusal(err)) return "throttled";
   if (status === 412) return "precondition";
   if (status === 409) return "conflict";
   if (status === 404) return isAbsent(err) ? "precondition" : "fatal";
@@ -232,27 +220,29 @@ export class ConditionalObjects {
         ContentLength: body.length,
         ...("ifMatch" in condition ? { IfMatch: this.etagHeader(condition.ifMatch) } : { IfNoneMatch: "*" }),
       });
-      // Inside the SDK's retry loop (same step, lower priority), so it sees the failure before the retry does.
-      // Nothing is retried by the SDK: every try of a conditional PUT must follow a fence read of the caller's.
+      // One try per PUT. Inside the SDK's retry loop and its signer (same step, lower priority), so it
+      // sees every try: each failure is withheld (Withheld), and a retry strategy that retries
+      // whatever it is shown (a caller's own) gets no second try on the wire, only the first's failure.
+      let first: Withheld | undefined;
       command.middlewareStack.add(
         (next) => async (args) => {
+          if (first !== undefined) throw first;
           try {
             return await next(args);
           } catch (err) {
-            if (neverSent(err)) throw new NeverConnected(err);
-            if (mayHaveLanded(statusOf(err))) throw new AmbiguousNotRetried(err);
-            if (retriedRefusal(err)) throw new RefusedNotRetried(err);
-            throw err;
+            first = new Withheld(err);
+            throw first;
           }
         },
-        { step: "finalizeRequest", priority: "low", name: "fencedNoRetryWhenAmbiguous" },
+        { step: "finalizeRequest", priority: "low", name: "fencedOneTry" },
       );
       const res = await this.client.send(command, this.bounded(signal));
       if (res.ETag === undefined) throw new Error(`PUT ${key} returned no ETag`);
       if ("ifMatch" in condition) this.formSettled = true;
       return { ok: true, etag: bareEtag(res.ETag) };
     } catch (err) {
-      return { ok: false, failure: classify(err), error: err };
+      const original = unwrap(err);
+      return { ok: false, failure: classify(original), error: original };
     }
   }
 

@@ -61,6 +61,21 @@ describe("a failed conditional PUT (classify)", () => {
     for (const status of [400, 401, 403, 405, 411, 416]) expect(classify(answered(status)), String(status)).toBe("fatal");
   });
 
+  it("an answer the SDK would retry although nothing was applied (429, throttling codes, a request the server timed out, a clock skew) is throttled", () => {
+    for (const err of [
+      answered(429),
+      answered(400, "SlowDown"),
+      answered(400, "RequestTimeout"),
+      answered(403, "RequestTimeTooSkewed"),
+      answered(403, "SignatureDoesNotMatch"),
+    ])
+      expect(classify(err), String((err as { name: string }).name)).toBe("throttled");
+  });
+
+  it("a connection that never opened proves the PUT was not sent: unsent", () => {
+    for (const code of ["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN"]) expect(classify(system(code)), code).toBe("unsent");
+  });
+
   it("reads the status, not the message: a 412 that says 'timeout' is still a precondition", () => {
     expect(classify(answered(412, "PreconditionFailed", "timeout, connection reset, 500"))).toBe("precondition");
     expect(classify(answered(500, "InternalError", "precondition failed"))).toBe("ambiguous");

@@ -101,13 +101,12 @@ export function retriedRefusal(err: unknown): boolean {
 
 /** Why the backend could not serve a request, if the error says so; undefined for any other failure. */
 function unavailableReason(err: unknown): UnavailableReason | undefined {
-  const inner = (err as { original?: unknown } | null)?.original ?? err; // conditional.ts's wrappers
-  if (inner instanceof DeadlineExceeded || (inner as { cause?: unknown } | null)?.cause instanceof DeadlineExceeded) return "timeout";
-  const errno = errnoOf(inner);
+  if (err instanceof DeadlineExceeded || (err as { cause?: unknown } | null)?.cause instanceof DeadlineExceeded) return "timeout";
+  const errno = errnoOf(err);
   if (errno !== undefined && NEVER_SENT.has(errno)) return "refused";
   if (errno !== undefined && CONNECTION_LOST.has(errno)) return "connection";
-  const status = statusOf(inner);
-  const code = codeOf(inner);
+  const status = statusOf(err);
+  const code = codeOf(err);
   if ((errno !== undefined && TIMED_OUT.has(errno)) || (code !== undefined && TIMED_OUT.has(code)) || status === 504) return "timeout";
   if (status === 429 || status === 503 || (code !== undefined && THROTTLED.has(code))) return "throttled";
   if (status !== undefined && status >= 500) return "connection";

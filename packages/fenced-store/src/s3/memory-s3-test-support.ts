@@ -1,5 +1,5 @@
 import { Readable } from "node:stream";
-import { S3Client } from "@aws-sdk/client-s3";
+import { S3Client, type S3ClientConfig } from "@aws-sdk/client-s3";
 import { mulberry32 } from "@fenced/servers/random";
 import { applyCall, type Answer, type Decoded } from "./memory-ops-test-support.js";
 import { escapeXml, MemoryBucket, type QuirkProfile, type Stored } from "./memory-bucket-test-support.js";
@@ -62,6 +62,8 @@ export class MemoryS3 {
   /** Every request applied, in the order it was. */
   readonly log: Applied[] = [];
   private calls = 0;
+  /** How far ahead of this process's clock the server's is (behind, if negative): every answer's `Date` says so. */
+  clockSkewMs = 0;
 
   constructor(
     readonly profile: QuirkProfile,
@@ -85,9 +87,10 @@ export class MemoryS3 {
 
   /**
    * A real S3Client whose requests this server answers; `label` names them in MemoryCall.client.
-   * maxAttempts as the SDK's (default 3): 1 shows every answer as it came, none retried.
+   * maxAttempts as the SDK's (default 3): 1 shows every answer as it came, none retried; a
+   * retryStrategy of a caller's own replaces the SDK's.
    */
-  client(label = "client", options: { maxAttempts?: number } = {}): S3Client {
+  client(label = "client", options: Pick<S3ClientConfig, "maxAttempts" | "retryStrategy"> = {}): S3Client {
     const requestHandler = {
       handle: (request: WireRequest, options?: { abortSignal?: AbortSignal }) => this.handle(label, request, options?.abortSignal),
       updateHttpClientConfig: () => undefined,
@@ -127,7 +130,7 @@ export class MemoryS3 {
       applied.lost = true;
       throw err;
     }
-    return { response: httpResponse(answer, decoded) };
+    return { response: httpResponse(answer, decoded, this.clockSkewMs) };
   }
 }
 
@@ -225,9 +228,14 @@ async function bodyBytes(body: unknown): Promise<Buffer> {
   throw new Error(`the in-memory S3 server cannot read a request body of type ${typeof body}`);
 }
 
-function httpResponse(answer: Answer, decoded: Decoded): { statusCode: number; headers: Record<string, string>; body: Readable } {
+function httpResponse(
+  answer: Answer,
+  decoded: Decoded,
+  clockSkewMs: number,
+): { statusCode: number; headers: Record<string, string>; body: Readable } {
   let body = answer.body ?? Buffer.alloc(0);
-  const headers: Record<string, string> = { ...answer.headers };
+  // Every answer carries the server's clock, as S3's do (RFC 9110: whole seconds).
+  const headers: Record<string, string> = { ...answer.headers, date: new Date(Date.now() + clockSkewMs).toUTCString() };
   if (answer.code !== undefined) {
     const resource = escapeXml(`/${decoded.bucket}/${decoded.key ?? ""}`);
     const xml = `<?xml version="1.0" encoding="UTF-8"?><Error><Code>${answer.code}</Code><Message></Message><Resource>${resource}</Resource><RequestId>memory</RequestId></Error>`;

@@ -174,7 +174,8 @@ export interface FakeAnswer {
 /**
  * Answers requests at the HTTP handler, inside the SDK's retry loop: `answer` may return a made-up
  * answer (the request never reaches the server) or undefined to send it. A made-up error answer is
- * seen by the SDK exactly as the server's would be, retries included.
+ * seen by the SDK exactly as the server's would be, retries included; it carries a `Date`, as a
+ * server's does, on the clock skewDates() set for this client (the real one if none).
  */
 export function answerOnWire(client: S3Client, answer: (call: WireCall) => Promise<FakeAnswer | undefined>): void {
   const handler = client.config.requestHandler as { handle: (request: WireCall, ...rest: unknown[]) => Promise<unknown> };
@@ -183,9 +184,38 @@ export function answerOnWire(client: S3Client, answer: (call: WireCall) => Promi
     const fake = await answer(request);
     if (fake === undefined) return handle(request, ...rest);
     const body = `<?xml version="1.0" encoding="UTF-8"?><Error><Code>${fake.code}</Code><Message>injected</Message></Error>`;
-    const headers = { "content-type": "application/xml", "content-length": String(Buffer.byteLength(body)) };
+    const headers = {
+      "content-type": "application/xml",
+      "content-length": String(Buffer.byteLength(body)),
+      date: httpDate(skews.get(client) ?? 0),
+    };
     return { response: { statusCode: fake.status, reason: fake.code, headers, body: Readable.from([Buffer.from(body)]) } };
   };
+}
+
+/** The skew skewDates() set per client, which answerOnWire's made-up answers carry too. */
+const skews = new WeakMap<S3Client, number>();
+
+/** An HTTP `Date` (whole seconds) on a clock `skewMs` ahead of this process's (behind, if negative). */
+function httpDate(skewMs: number): string {
+  return new Date(Date.now() + skewMs).toUTCString();
+}
+
+/**
+ * Every answer this client gets says, in its `Date` header, that the server's clock is `skewMs`
+ * ahead of the client's (behind, if negative): the answers of the server, rewritten at the HTTP
+ * handler, and the ones answerOnWire makes up. The SDK's SigV4 signer reads that header: it moves the
+ * client's clock offset to it after every answer, and marks an error answer `clockSkewCorrected`
+ * (which its retry strategy retries) when the skew is 4 minutes or more and the offset moved.
+ * Install it before answerOnWire, so that it rewrites the server's answers only.
+ */
+export function skewDates(client: S3Client, skewMs: number): void {
+  skews.set(client, skewMs);
+  aroundWire(client, async (_call, send) => {
+    const answer = (await send()) as { response: { headers: Record<string, string> } };
+    answer.response.headers.date = httpDate(skewMs);
+    return answer;
+  });
 }
 
 export function isFenceWrite(info: RequestInfo): boolean {

@@ -4,6 +4,7 @@ import { fenceOrderSuite } from "./fence-order-suite-test-support.js";
 import { identitySuite } from "./identity-suite-test-support.js";
 import { latencySuite } from "./latency-suite-test-support.js";
 import { propertySuite } from "./property-suite-test-support.js";
+import { skewSuite } from "./skew-suite-test-support.js";
 import { windowSuite } from "./window-suite-test-support.js";
 
 /**
@@ -18,4 +19,5 @@ export function writeSuites(start: StartBackend): void {
   faultsSuite(start);
   fenceOrderSuite(start);
   latencySuite(start);
+  skewSuite(start);
 }
