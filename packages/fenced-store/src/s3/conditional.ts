@@ -3,6 +3,7 @@ import { DeleteObjectCommand, GetObjectCommand, PutObjectCommand, type S3Client 
 import { StoreSetupError } from "../errors.js";
 import { requestSignal } from "../deadline.js";
 import { isAbsent, neverSent, retriedRefusal, statusOf } from "./failures.js";
+import { ownHandler } from "./own-sockets.js";
 
 /**
  * The one primitive the S3 store is built on: a PUT that lands only if the object is absent
@@ -236,7 +237,17 @@ export class ConditionalObjects {
         },
         { step: "finalizeRequest", priority: "low", name: "fencedOneTry" },
       );
-      const res = await this.client.send(command, this.bounded(signal));
+      // Innermost, in place of the client's handler: no wait for a connection of the client's pool
+      // between the fence read this PUT follows and the PUT (own-sockets.ts).
+      const options = this.bounded(signal);
+      command.middlewareStack.add(
+        (next) => (args) => {
+          const own = ownHandler(this.client);
+          return own === undefined ? next(args) : own.handle(args.request, options);
+        },
+        { step: "deserialize", priority: "low", name: "fencedOwnSockets" },
+      );
+      const res = await this.client.send(command, options);
       if (res.ETag === undefined) throw new Error(`PUT ${key} returned no ETag`);
       if ("ifMatch" in condition) this.formSettled = true;
       return { ok: true, etag: bareEtag(res.ETag) };

@@ -6,6 +6,7 @@ import { OutcomeUnknownError, StaleTokenError } from "../errors.js";
 import type { Fence } from "../fence.js";
 import { FencedS3 } from "./store.js";
 import type { StartBackend } from "./backend-test-support.js";
+import { aroundWire, type WireCall } from "./wire-test-support.js";
 
 /** The suite, against the backend `start` gives (backend-test-support.ts). */
 export function latencySuite(start: StartBackend): void {
@@ -54,11 +55,8 @@ export function latencySuite(start: StartBackend): void {
    * (the earliest moment it may leave the process), answered when the answer is back.
    */
   function slowWire(client: S3Client, next: () => number, clock: { now: number }, op: () => number, events: WireEvent[]): void {
-    const handler = client.config.requestHandler as {
-      handle: (request: { method: string; path: string; query?: Record<string, unknown> }, ...rest: unknown[]) => Promise<unknown>;
-    };
-    const handle = handler.handle.bind(handler);
-    handler.handle = async (request, ...rest) => {
+    aroundWire(client, async (call, send) => {
+      const request = call as WireCall & { readonly query?: Record<string, unknown> };
       const kind = /\/(manifests|fences|data)\//.exec(request.path)?.[1];
       const event: WireEvent = {
         op: op(),
@@ -71,11 +69,11 @@ export function latencySuite(start: StartBackend): void {
       events.push(event);
       await sleep(Math.floor(next() * 16));
       try {
-        return await handle(request, ...rest);
+        return await send();
       } finally {
         event.answered = clock.now++;
       }
-    };
+    });
   }
 
   /**

@@ -89,7 +89,9 @@ export function fencesDelivered(run: Run, snaps: readonly (FenceSnapshot | null)
  * It holds only because every await on the way from a fence read to the PUT either changes the
  * stamp (a manifest read, a wait for a data object) or comes before a fence read (the pause before
  * a retry: memory-retry-order.test.ts pins that order). An await of any other kind added on that
- * path (a backoff, a pool slot) must do one of the two, or a stale read would count as current.
+ * path (a backoff) must do one of the two, or a stale read would count as current. Below the SDK,
+ * the PUT waits for no connection of the client's pool either: it has connections of its own
+ * (own-sockets.ts).
  */
 function fencesCurrent(run: Run): boolean {
   const then = run.fences.stamp;

@@ -143,19 +143,15 @@ export interface WireRequest {
 }
 
 /**
- * Calls `seen` for every request the moment the client's HTTP handler is given it: what has gone on
- * the wire, unlike intercept(), which sees a request when it enters the SDK (it may still be held).
+ * Calls `seen` for every request the moment it is handed to the client's HTTP handler: what has gone
+ * on the wire, unlike intercept(), which sees a request when it enters the SDK (it may still be held).
  */
 export function onWire(client: S3Client, seen: (request: WireRequest) => void): void {
-  const handler = client.config.requestHandler as {
-    handle: (request: { method: string; path: string }, ...rest: unknown[]) => Promise<unknown>;
-  };
-  const handle = handler.handle.bind(handler);
-  handler.handle = (request, ...rest) => {
+  aroundWire(client, (request, send) => {
     const kind = /\/(manifests|fences|data)\//.exec(request.path)?.[1];
     seen({ method: request.method, kind: kind === "manifests" || kind === "fences" || kind === "data" ? kind : "other" });
-    return handle(request, ...rest);
-  };
+    return send();
+  });
 }
 
 /** A request as the HTTP handler is given it: enough to tell which of the store's objects it is for. */
@@ -178,11 +174,9 @@ export interface FakeAnswer {
  * server's does, on the clock skewDates() set for this client (the real one if none).
  */
 export function answerOnWire(client: S3Client, answer: (call: WireCall) => Promise<FakeAnswer | undefined>): void {
-  const handler = client.config.requestHandler as { handle: (request: WireCall, ...rest: unknown[]) => Promise<unknown> };
-  const handle = handler.handle.bind(handler);
-  handler.handle = async (request, ...rest) => {
+  aroundWire(client, async (request, send) => {
     const fake = await answer(request);
-    if (fake === undefined) return handle(request, ...rest);
+    if (fake === undefined) return send();
     const body = `<?xml version="1.0" encoding="UTF-8"?><Error><Code>${fake.code}</Code><Message>injected</Message></Error>`;
     const headers = {
       "content-type": "application/xml",
@@ -190,7 +184,7 @@ export function answerOnWire(client: S3Client, answer: (call: WireCall) => Promi
       date: httpDate(skews.get(client) ?? 0),
     };
     return { response: { statusCode: fake.status, reason: fake.code, headers, body: Readable.from([Buffer.from(body)]) } };
-  };
+  });
 }
 
 /** The skew skewDates() set per client, which answerOnWire's made-up answers carry too. */
@@ -227,12 +221,35 @@ export function networkError(code: "ECONNREFUSED" | "ECONNRESET"): Error {
   return Object.assign(new Error(`injected ${code}`), { code });
 }
 
+type AroundWire = (call: WireCall, send: () => Promise<unknown>) => Promise<unknown>;
+
+/** Each client's arounds, in the order installed; the last installed runs outermost, as wrappers of a handler would. */
+const arounds = new WeakMap<S3Client, AroundWire[]>();
+
 /**
- * Wraps the client's HTTP handler: `around` sees each request as it would go on the wire, inside the
- * SDK's retry loop and every middleware, and decides whether (and when) it is sent.
+ * `around` sees each request of the client as it is handed to the HTTP handler — inside the SDK's
+ * retry loop and every middleware, the store's own included, but its socket choice (conditional.ts,
+ * ownSockets) — and decides whether (and when) it is sent; it returns the HTTP answer (`{ response }`),
+ * the server's or one it made up. Installed as the innermost middleware of the client's stack, so
+ * that a request the store sends over connections of its own is seen too.
  */
-export function aroundWire(client: S3Client, around: (call: WireCall, send: () => Promise<unknown>) => Promise<unknown>): void {
-  const handler = client.config.requestHandler as { handle: (request: WireCall, ...rest: unknown[]) => Promise<unknown> };
-  const handle = handler.handle.bind(handler);
-  handler.handle = (request, ...rest) => around(request, () => handle(request, ...rest));
+export function aroundWire(client: S3Client, around: AroundWire): void {
+  const installed = arounds.get(client);
+  if (installed !== undefined) {
+    installed.push(around);
+    return;
+  }
+  const chain: AroundWire[] = [around];
+  arounds.set(client, chain);
+  client.middlewareStack.add(
+    (next) => (args) => {
+      const request = args.request as WireCall;
+      const run = (i: number): Promise<unknown> => {
+        const outer = chain[i];
+        return outer === undefined ? next(args) : outer(request, () => run(i - 1));
+      };
+      return run(chain.length - 1) as ReturnType<typeof next>;
+    },
+    { step: "deserialize", priority: "low", name: `around-wire-${randomBytes(4).toString("hex")}` },
+  );
 }

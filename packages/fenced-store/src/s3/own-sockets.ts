@@ -1,0 +1,67 @@
+import { Agent as HttpAgent } from "node:http";
+import { Agent as HttpsAgent } from "node:https";
+import type { S3Client } from "@aws-sdk/client-s3";
+
+/**
+ * Connections of the store's own for its conditional PUTs (PROTOCOL.md, "S3", "The write", step 7).
+ *
+ * INVARIANT: a conditional PUT handed to the SDK never waits for a connection another request holds.
+ * A manifest PUT is handed over in the turn its fence read's answer admitted it; in the client's
+ * pool it would queue behind whatever holds the pool's sockets (another call's slow upload, a body
+ * nobody reads) and land that much later, after a register of a higher token may have returned. Its
+ * own agent has no socket limit: it reuses an idle connection of its own or opens one at once.
+ *
+ * The client's handler is copied, not changed: same class, same timeouts, agents of the same class
+ * with the same options (TLS included) but no limit. That is done only for the SDK's own Node
+ * handler over plain `http.Agent`/`https.Agent`s (the default, or agents a caller made with
+ * options); over any other handler or agent (HTTP/2, a proxy agent, a handler of the caller's own)
+ * the PUT goes through the client's handler as every request does, and PROTOCOL.md says what that
+ * costs. Every other request of the store uses the client's pool.
+ */
+
+interface Handler {
+  handle(request: unknown, options: { abortSignal?: AbortSignal }): Promise<{ response: unknown }>;
+}
+
+interface NodeHandler extends Handler {
+  readonly metadata?: { readonly handlerProtocol?: string };
+  httpHandlerConfigs(): Record<string, unknown>;
+}
+
+/** The handler of each client handler, once its agents are known; null: it cannot be copied. */
+const copies = new WeakMap<object, Handler | null>();
+
+/** The same agent without its socket limit, or undefined when its class may need more than its options. */
+function unlimited(agent: unknown): HttpAgent | undefined {
+  if (!(agent instanceof HttpAgent) || (agent.constructor !== HttpAgent && agent.constructor !== HttpsAgent)) return undefined;
+  const options = (agent as HttpAgent & { options?: object }).options ?? {};
+  const Class = agent.constructor as typeof HttpAgent;
+  return new Class({ ...options, keepAlive: true, maxSockets: Infinity, maxTotalSockets: Infinity });
+}
+
+function copy(handler: NodeHandler): Handler | null | undefined {
+  const config = handler.httpHandlerConfigs();
+  // The SDK's handler creates its http agent at its first http request: until then, nothing to copy yet.
+  if (config.httpAgent === undefined || config.httpsAgent === undefined) return undefined;
+  const httpAgent = unlimited(config.httpAgent);
+  const httpsAgent = unlimited(config.httpsAgent);
+  if (httpAgent === undefined || httpsAgent === undefined) return null;
+  const { requestTimeout, connectionTimeout, socketTimeout, socketAcquisitionWarningTimeout, throwOnRequestTimeout, logger } = config;
+  const Class = handler.constructor as new (options: object) => Handler;
+  const options = { requestTimeout, connectionTimeout, socketTimeout, socketAcquisitionWarningTimeout, throwOnRequestTimeout, logger };
+  return new Class({ ...options, httpAgent, httpsAgent });
+}
+
+/**
+ * The handler a conditional PUT of this client is sent with, in place of the client's (the innermost
+ * middleware of the PUT, conditional.ts): its own connections, or undefined (the client's handler).
+ */
+export function ownHandler(client: S3Client): Handler | undefined {
+  const handler = client.config.requestHandler as unknown as Partial<NodeHandler>;
+  if (handler.metadata?.handlerProtocol !== "http/1.1" || typeof handler.httpHandlerConfigs !== "function") return undefined;
+  const known = copies.get(handler);
+  if (known !== undefined) return known ?? undefined;
+  const made = copy(handler as NodeHandler);
+  if (made !== undefined) copies.set(handler, made);
+  return made ?? undefined;
+}
