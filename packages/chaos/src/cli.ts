@@ -20,7 +20,7 @@ const program = new Command()
   .name("fenced-chaos")
   .description(
     "Fault injection with a history checker: workers increment counters under Redlock leases while a seeded nemesis " +
-      "pauses workers, pauses/kills Redis nodes, wipes a majority of them, jumps a node's clock, delays packets and resets connections, pauses and kills the store server " +
+      "pauses workers, pauses/kills Redis nodes, wipes a majority of them, jumps a node's clock, delays packets and resets connections, pauses and kills the store server, skews radosgw's clock " +
       "(with --via gateway, also pauses the gateway process); the checker then counts repeated tokens and looks for lost updates, decreasing tokens and writes of two holders at one token, " +
       "and checks that every call was answered within the deadline plus a margin. Exits non-zero if 'full' shows a violation, 'unfenced' shows none, an answer came late or never, or a process died.",
   )

@@ -131,6 +131,7 @@ describe("fault injector", () => {
       "kill-postgres": 0,
       "pause-s3": 0,
       "kill-s3": 0,
+      "skew-s3": 0,
     });
     // Every fault that started has ended (a clock jump is instantaneous: both at once).
     const starts = events.filter((e) => e.phase === "start").map((e) => e.fault);
@@ -205,6 +206,43 @@ describe("fault injector", () => {
     await injector.stop();
     expect(events.map((e) => e.phase)).toEqual(["missed"]);
     expect(injector.missed).toBe(1);
+  });
+
+  it("skews radosgw's clock for the fault's duration and sets it back (at stop() too); without clock control it is missed", async () => {
+    const { targets } = fakes();
+    const offsets: number[] = [];
+    const storeClock = { setOffsetMs: (ms: number) => void offsets.push(ms) };
+    const events: NemesisEvent[] = [];
+    const started = performance.now();
+    const schedule: Fault[] = [
+      { id: 0, at: 0, kind: "skew-s3", skewMs: -300_000, durationMs: 5 },
+      { id: 1, at: 30, kind: "skew-s3", skewMs: 840_000, durationMs: 60_000 },
+    ];
+    const injector = new FaultInjector(
+      schedule[Symbol.iterator](),
+      { ...targets, storeClock },
+      (e) => events.push(e),
+      () => performance.now() - started,
+      600,
+    );
+    injector.start();
+    await expect.poll(() => offsets.length, { timeout: 5_000, interval: 5 }).toBe(3);
+    expect(offsets).toEqual([-300_000, 0, 840_000]);
+    await injector.stop(); // the second is still on: stop() sets the clock back
+    expect(offsets).toEqual([-300_000, 0, 840_000, 0]);
+    expect(injector.faults["skew-s3"]).toBe(2);
+    expect(events.filter((e) => e.phase === "start").map((e) => e.target)).toEqual(["radosgw clock -5.0 min", "radosgw clock +14.0 min"]);
+
+    const without = new FaultInjector(
+      ([{ id: 0, at: 0, kind: "skew-s3", skewMs: 300_000, durationMs: 5 }] as Fault[])[Symbol.iterator](),
+      targets,
+      () => undefined,
+      () => performance.now() - started,
+      600,
+    );
+    without.start();
+    await expect.poll(() => without.missed, { timeout: 5_000, interval: 5 }).toBe(1);
+    await without.stop();
   });
 
   it("pauses and kills the store server one fault at a time, restarts it with its data, and resets a worker's connections", async () => {

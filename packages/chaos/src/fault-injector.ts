@@ -20,6 +20,8 @@ export interface FaultTargets {
   readonly linkName?: (link: Link) => string;
   /** The store server of the run's backend, when it was started for faults. */
   readonly store?: ServerFaults;
+  /** radosgw's clock, when it was started under the clock shim (skew-s3). */
+  readonly storeClock?: { setOffsetMs(ms: number): void };
   /**
    * Resets the connections a reset of `worker`'s `link` acts on (by default that link's proxy) and
    * names them ("worker 2 → store", "gateway → store").
@@ -172,6 +174,17 @@ export class FaultInjector {
       case "kill-postgres":
       case "kill-s3":
         return this.applyToStore(fault, target);
+      case "skew-s3": {
+        const clock = this.targets.storeClock;
+        if (clock === undefined) return this.miss(fault, target);
+        clock.setOffsetMs(fault.skewMs);
+        this.began(fault, target);
+        this.hold(fault.id, fault.durationMs, () => {
+          clock.setOffsetMs(0);
+          this.emit(fault.id, fault.kind, target, "end");
+        });
+        return;
+      }
     }
   }
 

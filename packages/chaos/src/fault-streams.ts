@@ -57,6 +57,28 @@ export function* storeFaults(options: ScheduleOptions, backend: Backend): Genera
   }
 }
 
+/** Mean time from the end of one skew of radosgw's clock to the start of the next, in TTLs. */
+const SKEW_GAP_TTLS = 6;
+
+/**
+ * Skews of radosgw's clock: for 2 to 5 TTLs its clock (and so every answer's `Date`) is 4.5 to 14
+ * minutes off the machine's, either way — past the 4 minutes from which the AWS SDK marks an error
+ * answer `clockSkewCorrected` and retries it, inside the 15 minutes within which S3 accepts a
+ * signature's date. A store that let the SDK resend a conditional PUT after such an answer would land
+ * it without the fence read each try must follow (PROTOCOL.md, "What the store takes from the SDK").
+ */
+export function* storeSkews(options: ScheduleOptions): Generator<Unnumbered, never> {
+  const rnd = new Random(hash32(options.seed ^ 0x3c1a7d55));
+  const gap = SKEW_GAP_TTLS * options.ttlMs;
+  for (let at = options.ttlMs; ;) {
+    at += Math.round(rnd.between(0.4, 1.6) * gap);
+    const durationMs = Math.round(rnd.between(2, 5) * options.ttlMs);
+    const skewMs = Math.round(rnd.between(4.5, 14) * 60_000) * (rnd.next() < 0.5 ? -1 : 1);
+    yield { kind: "skew-s3", at, durationMs, skewMs };
+    at += durationMs;
+  }
+}
+
 /** Mean time between two connection resets, in TTLs. */
 const RESET_GAP_TTLS = 2;
 

@@ -148,7 +148,8 @@ export type FaultKind =
   | "delay"
   | "reset"
   | "pause-gateway"
-  | StoreFaultKind;
+  | StoreFaultKind
+  | "skew-s3";
 const FAULT_KINDS: readonly FaultKind[] = [
   "pause-worker",
   "pause-in-rmw",
@@ -163,6 +164,7 @@ const FAULT_KINDS: readonly FaultKind[] = [
   "kill-postgres",
   "pause-s3",
   "kill-s3",
+  "skew-s3",
 ];
 
 /** A count of 0 for every fault kind. */

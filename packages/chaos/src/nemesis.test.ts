@@ -55,7 +55,7 @@ describe("fault schedule", () => {
 
   it("with a backend, adds pauses and kills of its store server, one at a time, and leaves every other fault where it was", () => {
     const withoutIds = (faults: Fault[]): Omit<Fault, "id">[] => faults.map(({ id: _id, ...rest }) => rest);
-    const storeKinds = new Set(["pause-postgres", "kill-postgres", "pause-s3", "kill-s3"]);
+    const storeKinds = new Set(["pause-postgres", "kill-postgres", "pause-s3", "kill-s3", "skew-s3"]);
     for (const [backend, pause, kill] of [
       ["postgres", "pause-postgres", "kill-postgres"],
       ["s3", "pause-s3", "kill-s3"],
@@ -63,7 +63,7 @@ describe("fault schedule", () => {
       const plain = planFaults({ ...shape, seed: 3, gateway: true }, 120_000);
       const faults = planFaults({ ...shape, seed: 3, gateway: true, store: backend }, 120_000);
       expect(withoutIds(faults.filter((f) => !storeKinds.has(f.kind)))).toEqual(withoutIds(plain));
-      const store = faults.filter((f) => storeKinds.has(f.kind));
+      const store = faults.filter((f) => storeKinds.has(f.kind) && f.kind !== "skew-s3");
       expect(new Set(store.map((f) => f.kind))).toEqual(new Set([pause, kill]));
       // About one every 8 TTLs between faults (kills add their restart margin); some pauses outlast the stores' 2 s deadline of the chaos runs.
       expect(store.length).toBeGreaterThanOrEqual(120_000 / (16 * shape.ttlMs));
@@ -75,6 +75,21 @@ describe("fault schedule", () => {
       expect(faults.map((f) => f.id)).toEqual(faults.map((_, i) => i));
     }
     expect(planFaults({ ...shape, seed: 3 }, 120_000).some((f) => storeKinds.has(f.kind))).toBe(false);
+  });
+
+  it("with S3, skews radosgw's clock 4.5 to 14 minutes either way, one skew at a time", () => {
+    const faults = planFaults({ ...shape, seed: 3, store: "s3" }, 120_000);
+    const skews = faults.flatMap((f) => (f.kind === "skew-s3" ? [f] : []));
+    // About one every 6 TTLs between skews of 2 to 5 TTLs.
+    expect(skews.length).toBeGreaterThanOrEqual(120_000 / (12 * shape.ttlMs));
+    for (const [i, f] of skews.entries()) {
+      expect(Math.abs(f.skewMs)).toBeGreaterThanOrEqual(4.5 * 60_000);
+      expect(Math.abs(f.skewMs)).toBeLessThanOrEqual(14 * 60_000);
+      const next = skews[i + 1];
+      if (next !== undefined) expect(next.at).toBeGreaterThan(f.at + f.durationMs);
+    }
+    expect(new Set(skews.map((f) => Math.sign(f.skewMs)))).toEqual(new Set([-1, 1]));
+    expect(planFaults({ ...shape, seed: 3, store: "postgres" }, 120_000).some((f) => f.kind === "skew-s3")).toBe(false);
   });
 
   it("resets connections every couple of TTLs, on a stream of their own that can be turned off", () => {

@@ -1,5 +1,5 @@
 import type { Directions } from "./delay-proxy.js";
-import { connectionResets, gatewayPauses, mergeStreams, storeFaults, type Unnumbered } from "./fault-streams.js";
+import { connectionResets, gatewayPauses, mergeStreams, storeFaults, storeSkews, type Unnumbered } from "./fault-streams.js";
 import { STORE_FAULT_KINDS, type Backend, type FaultKind, type StoreFaultKind } from "./history.js";
 import { Random } from "./random.js";
 
@@ -52,7 +52,12 @@ export type Fault =
   /** SIGSTOP the gateway process (only when the workers go through one), SIGCONT after durationMs (longer than the TTL). */
   | (FaultBase & { readonly kind: "pause-gateway" })
   /** pause-postgres / pause-s3: SIGSTOP the store server, SIGCONT after durationMs; kill-…: SIGKILL it, restart it with its data after durationMs. */
-  | (FaultBase & { readonly kind: StoreFaultKind });
+  | (FaultBase & { readonly kind: StoreFaultKind })
+  /**
+   * Moves radosgw's wall clock skewMs (either way) from the machine's for durationMs: every answer's
+   * `Date` says so, and the SDK's clock-skew correction reads it. Inside S3's 15-minute signature window.
+   */
+  | (FaultBase & { readonly kind: "skew-s3"; readonly skewMs: number });
 
 export interface ScheduleOptions {
   readonly seed: number;
@@ -78,7 +83,7 @@ export interface ScheduleOptions {
  * Relative frequencies. The targeted pause is the one that makes stale writers; the wipe round the
  * one that makes the lock repeat tokens; the rest stress liveness and ordering.
  */
-const WEIGHTS: Readonly<Record<Exclude<FaultKind, "pause-gateway" | "reset" | StoreFaultKind>, number>> = {
+const WEIGHTS: Readonly<Record<Exclude<FaultKind, "pause-gateway" | "reset" | StoreFaultKind | "skew-s3">, number>> = {
   "pause-in-rmw": 3,
   "pause-worker": 2,
   delay: 2,
@@ -137,13 +142,14 @@ function wipeRound(rnd: Random, at: number, ttlMs: number, redisNodes: number): 
 
 /**
  * The main schedule, merged in time order with the streams of their own: gateway pauses (with a
- * gateway), store faults (with a backend), connection resets (unless turned off). Ids are positions
+ * gateway), store faults (with a backend), radosgw's clock skews (with S3), connection resets (unless turned off). Ids are positions
  * in the merged schedule.
  */
 export function* faultSchedule(options: ScheduleOptions): Generator<Fault, never> {
   const streams: Iterator<Unnumbered, never>[] = [mainSchedule(options)];
   if (options.gateway === true) streams.push(gatewayPauses(options));
   if (options.store !== undefined) streams.push(storeFaults(options, options.store));
+  if (options.store === "s3") streams.push(storeSkews(options));
   if (options.resets !== false) streams.push(connectionResets(options));
   if (streams.length === 1) return yield* mainSchedule(options);
   return yield* mergeStreams(streams);
@@ -290,5 +296,7 @@ export function describeTarget(fault: Fault, nodeNames: readonly string[], linkN
     case "pause-s3":
     case "kill-s3":
       return "radosgw";
+    case "skew-s3":
+      return `radosgw clock ${fault.skewMs > 0 ? "+" : ""}${(fault.skewMs / 60_000).toFixed(1)} min`;
   }
 }

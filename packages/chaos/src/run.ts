@@ -203,6 +203,7 @@ class ConfigurationRun {
         }
       : {};
     const store = this.options.store.faults;
+    const storeClock = this.options.store.clock;
     return {
       pauseWorker: (w) => this.worker(w).pause(),
       resumeWorker: (w) => this.worker(w).resume(),
@@ -213,6 +214,7 @@ class ConfigurationRun {
       reset: (w, link) => this.reset(w, link),
       ...gateway,
       ...(store === undefined ? {} : { store }),
+      ...(storeClock === undefined ? {} : { storeClock }),
     };
   }
 

@@ -14,6 +14,8 @@ export interface StoreServer {
   readonly port: number;
   /** Pause, kill and restart the server (radosgw for S3), when it was started for faults. */
   readonly faults: ServerFaults | undefined;
+  /** radosgw's clock, when it was started for faults (skew-s3). */
+  readonly clock?: { setOffsetMs(ms: number): void };
   /** A fresh namespace (schema / bucket) for one configuration, connected directly. */
   namespace(mode: Mode): Promise<StoreConnection>;
   stop(): Promise<void>;
@@ -51,11 +53,12 @@ export async function startStoreServer(backend: Backend, options: StoreServerOpt
     };
   }
   // The Ceph cluster's monitor and OSD keep the objects; a kill is radosgw's, restarted on its port.
-  const s3 = faults ? await startS3({ faults: true }) : await startS3();
+  const s3 = faults ? await startS3({ faults: true, clock: true }) : await startS3();
   return {
     backend,
     ...hostPort(s3.endpoint, s3.endpoint.startsWith("https:") ? 443 : 80),
     faults: s3.faults,
+    ...(s3.clock === undefined ? {} : { clock: s3.clock }),
     namespace: async (mode) => ({
       backend,
       endpoint: s3.endpoint,

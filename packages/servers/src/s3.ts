@@ -8,6 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { CreateBucketCommand, DeleteBucketCommand, DeleteObjectsCommand, ListObjectsV2Command, S3Client } from "@aws-sdk/client-s3";
+import { CLOCK_OFFSET_FILE_ENV, compileClockShim, writeClockOffset } from "./clock-shim.js";
 import { dockerAvailable } from "./docker.js";
 import { freePort } from "./ports.js";
 import type { ServerFaults } from "./faults.js";
@@ -33,6 +34,12 @@ export interface StartedS3 {
   stop(): Promise<void>;
   /** Present when started with `{ faults: true }`: pause, resume, kill and restart radosgw. */
   readonly faults?: ServerFaults;
+  /**
+   * Present when started with `{ faults: true, clock: true }`: moves radosgw's wall clock (its `Date`
+   * headers, the signature dates it accepts, objects' LastModified) by `ms` from the machine's; a
+   * restart keeps the offset. The mon and the OSD keep the machine's clock.
+   */
+  readonly clock?: { setOffsetMs(ms: number): void };
 }
 
 export interface StartS3Options {
@@ -42,6 +49,8 @@ export interface StartS3Options {
    * which hold the data, are left alone), so that a fault test never skips its fault. Default false.
    */
   readonly faults?: boolean;
+  /** With `faults`: radosgw runs under the clock shim (clock-shim.ts), its clock moved by `clock.setOffsetMs`. Needs gcc. */
+  readonly clock?: boolean;
 }
 
 /** What to install when a Ceph binary is missing. */
@@ -59,11 +68,14 @@ const MEMSTORE_BYTES = 4 * 1024 ** 3;
  * - a MinIO container when a Docker engine answers;
  * - else a private one-host Ceph cluster (ceph-mon, one memstore ceph-osd, radosgw) on free loopback ports.
  */
+export async function startS3(
+  options: StartS3Options & { readonly faults: true; readonly clock: true },
+): Promise<StartedS3 & { readonly faults: ServerFaults; readonly clock: NonNullable<StartedS3["clock"]> }>;
 export async function startS3(options: StartS3Options & { readonly faults: true }): Promise<StartedS3 & { readonly faults: ServerFaults }>;
 export async function startS3(options?: StartS3Options): Promise<StartedS3>;
 export async function startS3(options: StartS3Options = {}): Promise<StartedS3> {
   // Faults need the server's process: only a cluster started here has it at hand.
-  if (options.faults === true) return startLocalCeph();
+  if (options.faults === true) return startLocalCeph(options.clock === true);
   const endpoint = process.env.S3_ENDPOINT;
   if (endpoint !== undefined && endpoint !== "") {
     const accessKeyId = process.env.S3_ACCESS_KEY_ID;
@@ -75,7 +87,7 @@ export async function startS3(options: StartS3Options = {}): Promise<StartedS3> 
     return handle({ endpoint, region, accessKeyId, secretAccessKey, source: "env", cleanBuckets: true }, () => Promise.resolve());
   }
   if (await dockerAvailable()) return startMinio();
-  return startLocalCeph();
+  return startLocalCeph(false);
 }
 
 interface Connection {
@@ -237,13 +249,13 @@ rgw_thread_pool_size = 64
 `;
 }
 
-async function startLocalCeph(): Promise<StartedS3 & { readonly faults: ServerFaults }> {
+async function startLocalCeph(clock: boolean): Promise<StartedS3 & { readonly faults: ServerFaults }> {
   const bins = cephBinaries();
   let lastError: unknown;
   // A port picked by freePort can be taken by someone else before the daemon binds it: start over with new ports.
   for (let attempt = 0; attempt < 3; attempt++) {
     try {
-      return await startCephOnce(bins);
+      return await startCephOnce(bins, clock);
     } catch (err) {
       lastError = err;
     }
@@ -313,7 +325,7 @@ async function awaitRadosgw(cluster: CephRun, endpoint: string, watched: readonl
   if (exited !== undefined) throw new Error(`${exited} exited during start-up\n${await cluster.diagnostics()}`);
 }
 
-async function startCephOnce(bins: CephBinaries): Promise<StartedS3 & { readonly faults: ServerFaults }> {
+async function startCephOnce(bins: CephBinaries, clock: boolean): Promise<StartedS3 & { readonly faults: ServerFaults }> {
   const cluster = await cephRun();
   const { dir, daemons } = cluster;
   try {
@@ -342,8 +354,11 @@ async function startCephOnce(bins: CephBinaries): Promise<StartedS3 & { readonly
     const frontends = `beast endpoint=${LOOPBACK}:${rgwPort} tcp_nodelay=1`;
     // tcp_nodelay: without it beast's small header and body writes meet the client's delayed ACK
     // and every small GET takes about 40 ms.
+    const offsetFile = join(dir, "rgw-clock-offset");
+    if (clock) writeClockOffset(offsetFile, 0);
+    const env = clock ? { ...process.env, LD_PRELOAD: compileClockShim(), [CLOCK_OFFSET_FILE_ENV]: offsetFile } : undefined;
     const launchRgw = (): Spawned => {
-      const rgw = spawnTracked(bins.rgw, [...c, "-f", "-n", "client.rgw", "--rgw_frontends", frontends], { cwd: dir });
+      const rgw = spawnTracked(bins.rgw, [...c, "-f", "-n", "client.rgw", "--rgw_frontends", frontends], { cwd: dir, env });
       daemons.push(rgw); // stop() kills it with the cluster
       return rgw;
     };
@@ -377,7 +392,8 @@ async function startCephOnce(bins: CephBinaries): Promise<StartedS3 & { readonly
       return again;
     });
     const conn = { endpoint, region: "us-east-1", accessKeyId, secretAccessKey, source: "local", cleanBuckets: false } as const;
-    return { ...handle(conn, cluster.shutdown, faults), faults };
+    const clockControl = clock ? { clock: { setOffsetMs: (ms: number) => writeClockOffset(offsetFile, ms) } } : {};
+    return { ...handle(conn, cluster.shutdown, faults), faults, ...clockControl };
   } catch (err) {
     await cluster.shutdown();
     throw err;
