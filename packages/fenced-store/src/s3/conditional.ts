@@ -242,7 +242,7 @@ export class ConditionalObjects {
       const options = this.bounded(signal);
       command.middlewareStack.add(
         (next) => (args) => {
-          const own = ownHandler(this.client);
+          const own = ownHandler(this.client, (args.request as { protocol?: string }).protocol ?? "https:");
           return own === undefined ? next(args) : own.handle(args.request, options);
         },
         { step: "deserialize", priority: "low", name: "fencedOwnSockets" },

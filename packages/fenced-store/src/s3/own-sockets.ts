@@ -28,8 +28,8 @@ interface NodeHandler extends Handler {
   httpHandlerConfigs(): Record<string, unknown>;
 }
 
-/** The handler of each client handler, once its agents are known; null: it cannot be copied. */
-const copies = new WeakMap<object, Handler | null>();
+/** Per client handler, per protocol: the copy, once the agent it copies exists; null: that agent cannot be copied. */
+const copies = new WeakMap<object, Map<string, Handler | null>>();
 
 /** The same agent without its socket limit, or undefined when its class may need more than its options. */
 function unlimited(agent: unknown): HttpAgent | undefined {
@@ -39,29 +39,35 @@ function unlimited(agent: unknown): HttpAgent | undefined {
   return new Class({ ...options, keepAlive: true, maxSockets: Infinity, maxTotalSockets: Infinity });
 }
 
-function copy(handler: NodeHandler): Handler | null | undefined {
+/** A copy of the handler for requests of `protocol` ("http:" or "https:"); undefined: not yet possible. */
+function copy(handler: NodeHandler, protocol: string): Handler | null | undefined {
   const config = handler.httpHandlerConfigs();
-  // The SDK's handler creates its http agent at its first http request: until then, nothing to copy yet.
-  if (config.httpAgent === undefined || config.httpsAgent === undefined) return undefined;
-  const httpAgent = unlimited(config.httpAgent);
-  const httpsAgent = unlimited(config.httpsAgent);
-  if (httpAgent === undefined || httpsAgent === undefined) return null;
+  const https = protocol === "https:";
+  const agent = https ? config.httpsAgent : config.httpAgent;
+  // The SDK's handler resolves its configuration at its first request, and makes its http agent at
+  // its first http request: until then there is nothing to copy (and no pool to wait in).
+  if (agent === undefined) return undefined;
+  const own = unlimited(agent);
+  if (own === undefined) return null;
   const { requestTimeout, connectionTimeout, socketTimeout, socketAcquisitionWarningTimeout, throwOnRequestTimeout, logger } = config;
   const Class = handler.constructor as new (options: object) => Handler;
   const options = { requestTimeout, connectionTimeout, socketTimeout, socketAcquisitionWarningTimeout, throwOnRequestTimeout, logger };
-  return new Class({ ...options, httpAgent, httpsAgent });
+  return new Class({ ...options, [https ? "httpsAgent" : "httpAgent"]: own });
 }
 
 /**
  * The handler a conditional PUT of this client is sent with, in place of the client's (the innermost
  * middleware of the PUT, conditional.ts): its own connections, or undefined (the client's handler).
  */
-export function ownHandler(client: S3Client): Handler | undefined {
+export function ownHandler(client: S3Client, protocol: string): Handler | undefined {
   const handler = client.config.requestHandler as unknown as Partial<NodeHandler>;
   if (handler.metadata?.handlerProtocol !== "http/1.1" || typeof handler.httpHandlerConfigs !== "function") return undefined;
-  const known = copies.get(handler);
+  let byProtocol = copies.get(handler);
+  const known = byProtocol?.get(protocol);
   if (known !== undefined) return known ?? undefined;
-  const made = copy(handler as NodeHandler);
-  if (made !== undefined) copies.set(handler, made);
+  const made = copy(handler as NodeHandler, protocol);
+  if (made === undefined) return undefined;
+  if (byProtocol === undefined) copies.set(handler, (byProtocol = new Map<string, Handler | null>()));
+  byProtocol.set(protocol, made);
   return made ?? undefined;
 }
