@@ -3,7 +3,7 @@ import { DeleteObjectCommand, GetObjectCommand, PutObjectCommand, type S3Client 
 import { StoreSetupError } from "../errors.js";
 import { requestSignal } from "../deadline.js";
 import { isAbsent, neverSent, retriedRefusal, statusOf } from "./failures.js";
-import { ownHandler } from "./own-sockets.js";
+import { sendOnce } from "./sent-once.js";
 
 /**
  * The one primitive the S3 store is built on: a PUT that lands only if the object is absent
@@ -46,31 +46,6 @@ export interface StoredObject {
 
 /** What a conditional read found: the object still at the ETag sent, or as it is now (undefined: absent). */
 export type Revalidated = { readonly unchanged: true } | { readonly unchanged: false; readonly object: StoredObject | undefined };
-
-/**
- * A failure of a conditional PUT as the SDK is shown it: whatever the server answered, or however the
- * request failed, the SDK sees this and nothing else, so nothing it reads can make it send the PUT
- * again. Every try of a conditional PUT must follow a fence read of the caller's (PROTOCOL.md, "S3",
- * "Conflicts and ambiguous outcomes"); a resend after the SDK's backoff would land long after the
- * read it was checked against. What the SDK's retry decision reads, and why none of it is here:
- * - `$metadata` (the HTTP status: 5xx and 429 are retried) and `$metadata.clockSkewCorrected`, which
- *   the SigV4 signer sets on any error answered with a `Date` 4 minutes or more off the client's
- *   clock whenever the offset it derives moved — a 412 or a 409 included;
- * - `$response` (the signer derives the offset from its `Date`; the retry reads its Retry-After);
- * - `$retryable`, `name` (throttling, clock-skew and timeout codes), `code` (ECONNRESET and other
- *   system errors), `cause` (searched for any of these), and TypeError (a browser's network error).
- * The store classifies `original` itself (classify(), below): the one judge of what a failure means.
- */
-class Withheld extends Error {
-  constructor(readonly original: unknown) {
-    super("conditional PUT failed (its failure is withheld from the SDK's retry decision)");
-  }
-}
-
-/** The failure as the server or the connection gave it, out of what the SDK was shown. */
-function unwrap(err: unknown): unknown {
-  return err instanceof Withheld ? err.original : err;
-}
 
 /**
  * Whether a failed PUT with this status may have been applied: no status at all (no answer), a 5xx,
@@ -174,14 +149,16 @@ export class ConditionalObjects {
     const command = new GetObjectCommand({ Bucket: this.bucket, Key: key, IfNoneMatch: this.etagHeader(etag) });
     let notModified!: (found: Revalidated) => void;
     const early = new Promise<Revalidated>((resolve) => (notModified = resolve));
-    // Innermost, where the HTTP response arrives: a 304 is known before the SDK has processed it.
+    // Right inside the deserializer, where the HTTP response arrives: a 304 is known before the SDK
+    // has processed it. (Priority normal: inside the deserializer, outside whatever a client has at
+    // the innermost end of its stack, so that the 304 reaches the store only through it.)
     command.middlewareStack.add(
       (next) => async (args) => {
         const out = await next(args);
         if ((out.response as { statusCode?: unknown }).statusCode === 304) notModified({ unchanged: true });
         return out;
       },
-      { step: "deserialize", priority: "low", name: "fencedNotModifiedSeen" },
+      { step: "deserialize", priority: "normal", name: "fencedNotModifiedSeen" },
     );
     // Around the deserializer, which makes every status from 300 on an error: 304 is the answer asked
     // for, not a failure (a logger on the client would otherwise report one per fence read).
@@ -221,39 +198,13 @@ export class ConditionalObjects {
         ContentLength: body.length,
         ...("ifMatch" in condition ? { IfMatch: this.etagHeader(condition.ifMatch) } : { IfNoneMatch: "*" }),
       });
-      // One try per PUT. Inside the SDK's retry loop and its signer (same step, lower priority), so it
-      // sees every try: each failure is withheld (Withheld), and a retry strategy that retries
-      // whatever it is shown (a caller's own) gets no second try on the wire, only the first's failure.
-      let first: Withheld | undefined;
-      command.middlewareStack.add(
-        (next) => async (args) => {
-          if (first !== undefined) throw first;
-          try {
-            return await next(args);
-          } catch (err) {
-            first = new Withheld(err);
-            throw first;
-          }
-        },
-        { step: "finalizeRequest", priority: "low", name: "fencedOneTry" },
-      );
-      // Innermost, in place of the client's handler: no wait for a connection of the client's pool
-      // between the fence read this PUT follows and the PUT (own-sockets.ts).
-      const options = this.bounded(signal);
-      command.middlewareStack.add(
-        (next) => (args) => {
-          const own = ownHandler(this.client, (args.request as { protocol?: string }).protocol ?? "https:");
-          return own === undefined ? next(args) : own.handle(args.request, options);
-        },
-        { step: "deserialize", priority: "low", name: "fencedOwnSockets" },
-      );
-      const res = await this.client.send(command, options);
+      // Once, at once, never again by the SDK, on connections of the store's own (sent-once.ts).
+      const res = await sendOnce(this.client, command, this.bounded(signal));
       if (res.ETag === undefined) throw new Error(`PUT ${key} returned no ETag`);
       if ("ifMatch" in condition) this.formSettled = true;
       return { ok: true, etag: bareEtag(res.ETag) };
     } catch (err) {
-      const original = unwrap(err);
-      return { ok: false, failure: classify(original), error: original };
+      return { ok: false, failure: classify(err), error: err };
     }
   }
 

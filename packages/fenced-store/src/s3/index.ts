@@ -11,7 +11,8 @@
 //   bodies.ts      a write's data objects (copy.ts, multipart.ts) and their cleanup (deletions.ts)
 //   io.ts          StoreIo: manifest and fence reads, fence raises, what the store remembers
 //   manifest.ts    the manifest and fence object formats, and what a fence object refuses; layout.ts, where each object lives
-//   conditional.ts the conditional PUT and GET every decision rests on; each PUT one try, never resent by the SDK
+//   conditional.ts the conditional PUT and GET every decision rests on
+//   sent-once.ts   how a conditional PUT goes through the SDK: once, at once, never resent (its own middlewares)
 //   own-sockets.ts the connections of the store's own a conditional PUT goes on (no wait for the client's pool)
 //   failures.ts    what a failed request means, and the typed error a failed call throws
 //   ../deadline.ts the one deadline (timeoutMs) that bounds a call, shared with the PostgreSQL store

@@ -88,9 +88,9 @@ export class MemoryS3 {
   /**
    * A real S3Client whose requests this server answers; `label` names them in MemoryCall.client.
    * maxAttempts as the SDK's (default 3): 1 shows every answer as it came, none retried; a
-   * retryStrategy of a caller's own replaces the SDK's.
+   * retryMode or a retryStrategy of a caller's own replaces the SDK's standard one.
    */
-  client(label = "client", options: Pick<S3ClientConfig, "maxAttempts" | "retryStrategy"> = {}): S3Client {
+  client(label = "client", options: Pick<S3ClientConfig, "maxAttempts" | "retryStrategy" | "retryMode"> = {}): S3Client {
     const requestHandler = {
       handle: (request: WireRequest, options?: { abortSignal?: AbortSignal }) => this.handle(label, request, options?.abortSignal),
       updateHttpClientConfig: () => undefined,

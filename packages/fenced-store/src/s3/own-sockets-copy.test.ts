@@ -63,7 +63,27 @@ describe("own-sockets: a copy of the client's handler for conditional PUTs", () 
     expect(ownHandler(c, "https:")).toBeUndefined();
   });
 
-  it("a handler that is not the SDK's Node handler (the in-memory S3's) is not copied", () => {
+  it("a handler that is not the SDK's Node handler as it comes is not copied: the in-memory S3's, a wrapper, a subclass, a replaced handle", async () => {
     expect(ownHandler(memoryS3Client({ profile: radosgwProfile }), "http:")).toBeUndefined();
+    const sdk = client();
+    const handler = await configure(sdk.config.requestHandler);
+    // A wrapper reporting the SDK handler's metadata and configuration, adding to each request.
+    const wrapper = {
+      metadata: { handlerProtocol: "http/1.1" },
+      httpHandlerConfigs: () => handler.httpHandlerConfigs(),
+      handle: (request: object, options: { abortSignal: AbortSignal }) => handler.handle(request, options),
+    };
+    expect(ownHandler(new S3Client({ region: "us-east-1", requestHandler: wrapper as never }), "https:")).toBeUndefined();
+    // A subclass of the SDK's handler.
+    const Sdk = handler.constructor as new (options: object) => Configured;
+    class Instrumented extends Sdk {}
+    const sub = new S3Client({ region: "us-east-1", requestHandler: (await configure(new Instrumented({}))) as never });
+    expect(ownHandler(sub, "https:")).toBeUndefined();
+    // The SDK's handler with its handle replaced on the instance.
+    const replaced = client();
+    const own = await configure(replaced.config.requestHandler);
+    const original = own.handle.bind(own);
+    own.handle = (request, options) => original(request, options);
+    expect(ownHandler(replaced, "https:")).toBeUndefined();
   });
 });

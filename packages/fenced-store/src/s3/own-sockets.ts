@@ -12,11 +12,14 @@ import type { S3Client } from "@aws-sdk/client-s3";
  * own agent has no socket limit: it reuses an idle connection of its own or opens one at once.
  *
  * The client's handler is copied, not changed: same class, same timeouts, agents of the same class
- * with the same options (TLS included) but no limit. That is done only for the SDK's own Node
- * handler over plain `http.Agent`/`https.Agent`s (the default, or agents a caller made with
- * options); over any other handler or agent (HTTP/2, a proxy agent, a handler of the caller's own)
- * the PUT goes through the client's handler as every request does, and PROTOCOL.md says what that
- * costs. Every other request of the store uses the client's pool.
+ * with the same options (TLS included) but no socket limit, and keep-alive on. That is done only for
+ * the SDK's own Node handler as it comes (isSdkNodeHandler) over plain `http.Agent`/`https.Agent`s
+ * (the default, or agents a caller made with options); over any other handler or agent (HTTP/2, a
+ * proxy agent, a subclass or wrapper of the caller's own) the PUT goes through the client's handler
+ * as every request does, and PROTOCOL.md says what that costs. Every other request of the store uses
+ * the client's pool. The copy is made once per client handler and protocol, when first needed: a
+ * later updateHttpClientConfig() is not seen by it, and the client's destroy() leaves its idle
+ * connections (unref'd: they keep no process alive) to the server to close.
  */
 
 interface Handler {
@@ -26,6 +29,20 @@ interface Handler {
 interface NodeHandler extends Handler {
   readonly metadata?: { readonly handlerProtocol?: string };
   httpHandlerConfigs(): Record<string, unknown>;
+}
+
+/**
+ * Whether the handler is the SDK's own Node handler as it comes: its class (not a subclass, whose
+ * `handle` may add to each request, nor a wrapper reporting its metadata), its `handle` not replaced
+ * on the instance. Anything else is the caller's, and its requests are left to it.
+ */
+function isSdkNodeHandler(handler: Partial<NodeHandler>): handler is NodeHandler {
+  return (
+    handler.constructor.name === "NodeHttpHandler" &&
+    handler.metadata?.handlerProtocol === "http/1.1" &&
+    typeof handler.httpHandlerConfigs === "function" &&
+    !Object.hasOwn(handler, "handle")
+  );
 }
 
 /** Per client handler, per protocol: the copy, once the agent it copies exists; null: that agent cannot be copied. */
@@ -50,9 +67,10 @@ function copy(handler: NodeHandler, protocol: string): Handler | null | undefine
   const own = unlimited(agent);
   if (own === undefined) return null;
   const { requestTimeout, connectionTimeout, socketTimeout, socketAcquisitionWarningTimeout, throwOnRequestTimeout, logger } = config;
-  const Class = handler.constructor as new (options: object) => Handler;
+  const Class = handler.constructor as new (options: object) => Partial<Handler>;
   const options = { requestTimeout, connectionTimeout, socketTimeout, socketAcquisitionWarningTimeout, throwOnRequestTimeout, logger };
-  return new Class({ ...options, [https ? "httpsAgent" : "httpAgent"]: own });
+  const made = new Class({ ...options, [https ? "httpsAgent" : "httpAgent"]: own });
+  return typeof made.handle === "function" ? (made as Handler) : null;
 }
 
 /**
@@ -61,11 +79,11 @@ function copy(handler: NodeHandler, protocol: string): Handler | null | undefine
  */
 export function ownHandler(client: S3Client, protocol: string): Handler | undefined {
   const handler = client.config.requestHandler as unknown as Partial<NodeHandler>;
-  if (handler.metadata?.handlerProtocol !== "http/1.1" || typeof handler.httpHandlerConfigs !== "function") return undefined;
+  if (!isSdkNodeHandler(handler)) return undefined;
   let byProtocol = copies.get(handler);
   const known = byProtocol?.get(protocol);
   if (known !== undefined) return known ?? undefined;
-  const made = copy(handler as NodeHandler, protocol);
+  const made = copy(handler, protocol);
   if (made === undefined) return undefined;
   if (byProtocol === undefined) copies.set(handler, (byProtocol = new Map<string, Handler | null>()));
   byProtocol.set(protocol, made);

@@ -90,8 +90,8 @@ export function fencesDelivered(run: Run, snaps: readonly (FenceSnapshot | null)
  * stamp (a manifest read, a wait for a data object) or comes before a fence read (the pause before
  * a retry: memory-retry-order.test.ts pins that order). An await of any other kind added on that
  * path (a backoff) must do one of the two, or a stale read would count as current. Below the SDK,
- * the PUT waits for no connection of the client's pool either: it has connections of its own
- * (own-sockets.ts).
+ * the PUT waits for nothing of the SDK's (no rate limiter, no retry) nor for a connection of the
+ * client's pool: sent-once.ts, own-sockets.ts.
  */
 function fencesCurrent(run: Run): boolean {
   const then = run.fences.stamp;

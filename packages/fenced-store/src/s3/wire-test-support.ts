@@ -228,10 +228,12 @@ const arounds = new WeakMap<S3Client, AroundWire[]>();
 
 /**
  * `around` sees each request of the client as it is handed to the HTTP handler — inside the SDK's
- * retry loop and every middleware, the store's own included, but its socket choice (conditional.ts,
- * ownSockets) — and decides whether (and when) it is sent; it returns the HTTP answer (`{ response }`),
- * the server's or one it made up. Installed as the innermost middleware of the client's stack, so
- * that a request the store sends over connections of its own is seen too.
+ * retry loop and every middleware of the SDK and of the store but one: the store's choice of
+ * connections for a conditional PUT (sent-once.ts, fencedOwnSockets), the innermost — and decides
+ * whether (and when) it is sent; it returns the HTTP answer (`{ response }`), the server's or one it
+ * made up. So nothing of the store sees an answer before `around` has returned it. Installed as the
+ * innermost middleware of the client's own stack (a command's own come inside it at the same
+ * priority), so that a request the store sends over connections of its own is seen too.
  */
 export function aroundWire(client: S3Client, around: AroundWire): void {
   const installed = arounds.get(client);
