@@ -74,6 +74,8 @@ describe("own-sockets: a copy of the client's handler for conditional PUTs", () 
       handle: (request: object, options: { abortSignal: AbortSignal }) => handler.handle(request, options),
     };
     expect(ownHandler(new S3Client({ region: "us-east-1", requestHandler: wrapper as never }), "https:")).toBeUndefined();
+    const bare = Object.assign(Object.create(null) as object, wrapper); // no prototype at all
+    expect(ownHandler({ config: { requestHandler: bare } } as unknown as S3Client, "https:")).toBeUndefined();
     // A subclass of the SDK's handler.
     const Sdk = handler.constructor as new (options: object) => Configured;
     class Instrumented extends Sdk {}

@@ -38,7 +38,7 @@ interface NodeHandler extends Handler {
  */
 function isSdkNodeHandler(handler: Partial<NodeHandler>): handler is NodeHandler {
   return (
-    handler.constructor.name === "NodeHttpHandler" &&
+    (handler as { constructor?: { name?: unknown } }).constructor?.name === "NodeHttpHandler" &&
     handler.metadata?.handlerProtocol === "http/1.1" &&
     typeof handler.httpHandlerConfigs === "function" &&
     !Object.hasOwn(handler, "handle")
