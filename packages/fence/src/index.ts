@@ -18,16 +18,3 @@ export {
   parseToken,
 } from "./rules.js";
 export { admits, checkFence, type Fence } from "./fence.js";
-export {
-  type CheckedFence,
-  checkFences,
-  checkResources,
-  CONTROL_CHARACTER,
-  HOLDER_PATTERN,
-  keyProblem,
-  LONE_SURROGATE,
-  refuseEndedLease,
-  resourceProblem,
-  resourcesProblem,
-  TOKEN_PATTERN,
-} from "./deprecated.js";

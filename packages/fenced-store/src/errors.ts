@@ -2,8 +2,8 @@ import { FencedError } from "@fenced/fence";
 
 /*
  * The stores' errors. Each extends FencedError (@fenced/fence): `code` names the kind, `applied`
- * whether anything of the failed call may have taken effect. None of them knows HTTP; `status`, kept
- * one minor version for code written against 0.1, is deprecated (the gateway maps `code`).
+ * whether anything of the failed call may have taken effect. None of them knows HTTP: the gateway maps
+ * `code` to its answer.
  */
 
 /**
@@ -29,13 +29,6 @@ export class StaleTokenError extends FencedError {
         : `stale fencing token ${token} for resource ${JSON.stringify(resource)}: the storage has accepted ${highest}`,
     );
   }
-  /**
-   * @deprecated Since 0.2.0; removed in 0.3.0. An HTTP status is the gateway's to choose: branch on
-   * `code` (the gateway's problem table maps each code to its answer).
-   */
-  get status(): 409 {
-    return 409;
-  }
 }
 
 /**
@@ -51,13 +44,6 @@ export class VersionMismatchError extends FencedError {
     readonly actual: string | undefined,
   ) {
     super("VERSION_MISMATCH", `version mismatch on ${JSON.stringify(key)}: expected ${expected}, found ${actual ?? "no record"}`);
-  }
-  /**
-   * @deprecated Since 0.2.0; removed in 0.3.0. An HTTP status is the gateway's to choose: branch on
-   * `code` (the gateway's problem table maps each code to its answer).
-   */
-  get status(): 412 {
-    return 412;
   }
 }
 
@@ -77,13 +63,6 @@ export class ResourceMismatchError extends FencedError {
   ) {
     super("RESOURCE_MISMATCH", `key ${JSON.stringify(key)} belongs to resource ${JSON.stringify(owner)}, not ${JSON.stringify(resource)}`);
   }
-  /**
-   * @deprecated Since 0.2.0; removed in 0.3.0. An HTTP status is the gateway's to choose: branch on
-   * `code` (the gateway's problem table maps each code to its answer).
-   */
-  get status(): 409 {
-    return 409;
-  }
 }
 
 /**
@@ -101,13 +80,6 @@ export class ContentionError extends FencedError {
     message: string,
   ) {
     super("CONTENTION", message);
-  }
-  /**
-   * @deprecated Since 0.2.0; removed in 0.3.0. An HTTP status is the gateway's to choose: branch on
-   * `code` (the gateway's problem table maps each code to its answer).
-   */
-  get status(): 503 {
-    return 503;
   }
 }
 
@@ -141,13 +113,6 @@ export class StoreUnavailableError extends FencedError {
   ) {
     super("STORE_UNAVAILABLE", `${backend} unavailable during ${operation}: ${reason}`, options);
   }
-  /**
-   * @deprecated Since 0.2.0; removed in 0.3.0. An HTTP status is the gateway's to choose: branch on
-   * `code` (the gateway's problem table maps each code to its answer).
-   */
-  get status(): 503 {
-    return 503;
-  }
 }
 
 /**
@@ -175,13 +140,6 @@ export class OutcomeUnknownError extends FencedError {
       options,
     );
   }
-  /**
-   * @deprecated Since 0.2.0; removed in 0.3.0. An HTTP status is the gateway's to choose: branch on
-   * `code` (the gateway's problem table maps each code to its answer).
-   */
-  get status(): 503 {
-    return 503;
-  }
 }
 
 /**
@@ -202,13 +160,6 @@ export class StoreSetupError extends FencedError {
     options?: { cause?: unknown },
   ) {
     super("STORE_SETUP", message, options);
-  }
-  /**
-   * @deprecated Since 0.2.0; removed in 0.3.0. An HTTP status is the gateway's to choose: branch on
-   * `code` (the gateway's problem table maps each code to its answer).
-   */
-  get status(): 503 {
-    return 503;
   }
 }
 
@@ -235,12 +186,5 @@ export class CorruptStateError extends FencedError {
     options?: { cause?: unknown },
   ) {
     super("CORRUPT_STATE", message, options);
-  }
-  /**
-   * @deprecated Since 0.2.0; removed in 0.3.0. An HTTP status is the gateway's to choose: branch on
-   * `code` (the gateway's problem table maps each code to its answer).
-   */
-  get status(): 502 {
-    return 502;
   }
 }

@@ -1,4 +1,4 @@
-import { checkFence, type Fence } from "@fenced/fence";
+import type { Fence } from "@fenced/fence";
 
 /**
  * A fence and a key are defined once, in @fenced/fence; the store knows a fence only structurally.
@@ -6,11 +6,6 @@ import { checkFence, type Fence } from "@fenced/fence";
  */
 export { type Fence, admits, assertKey, assertResource, checkFence, MAX_TOKEN } from "@fenced/fence";
 export { type CheckedFence } from "@fenced/fence/internal";
-
-/** Throws InvalidArgumentError before any I/O if the fence is malformed. Prefer checkFence, which also copies. */
-export function assertFence(fence: unknown): asserts fence is Fence {
-  checkFence(fence);
-}
 
 /**
  * Several fences presented by one call: an array of fences, or an object carrying them as `fences`

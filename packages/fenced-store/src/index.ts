@@ -14,18 +14,3 @@ export {
 } from "./errors.js";
 export { type JsonValue } from "./json.js";
 export { STORE_CHANNELS, type StoreWriteMessage } from "./observe.js";
-export {
-  InvalidArgumentError,
-  type Fence,
-  assertKey,
-  assertResource,
-  MAX_TOKEN,
-  assertFence,
-  assertJsonValue,
-  OBJECT_VERSION,
-  RECORD_VERSION,
-  type FenceSet,
-  type StoreBackend,
-  type StoreOutcome,
-  type UnavailableReason,
-} from "./deprecated.js";

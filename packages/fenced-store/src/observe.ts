@@ -16,7 +16,7 @@ import type { StoreBackend } from "./errors.js";
 export const STORE_CHANNELS = { write: "fenced:store:write" } as const;
 
 /** How a call ended: `ok`, the code of the FencedError it threw, or `error` for any other failure. */
-export type StoreOutcome = Outcome;
+type StoreOutcome = Outcome;
 
 /** A fence as a call presented it: what an observer is told of it (never more than the caller gave). */
 interface FenceSeen {

@@ -159,23 +159,6 @@ describe("the error contract", () => {
     expect(expired).toBeInstanceOf(ExpiredCredentialError);
     expect(expired).toMatchObject({ code: "CREDENTIAL_EXPIRED", problem: "expired", applied: "no" });
   });
-
-  it("the deprecated status getters answer as before", () => {
-    const statuses: [FencedError & { readonly status: number }, number][] = [
-      [new StaleTokenError("r", 1n, 2n), 409],
-      [new VersionMismatchError("k", "1", "2"), 412],
-      [new ResourceMismatchError("k", "r", "o"), 409],
-      [new ContentionError("k", 3, "m"), 503],
-      [new StoreUnavailableError("s3", "throttled", "put"), 503],
-      [new OutcomeUnknownError("s3", "k", "put"), 503],
-      [new StoreSetupError("postgres", "not-migrated", "m"), 503],
-      [new CorruptStateError("s3", "fence", "r", "m"), 502],
-    ];
-    for (const [err, status] of statuses) expect(err.status, err.name).toBe(status);
-    // The lock's errors and InvalidArgumentError never had one.
-    for (const err of [...(SAMPLES.LockNotAcquiredError ?? []), ...(SAMPLES.InvalidArgumentError ?? [])])
-      expect("status" in err).toBe(false);
-  });
 });
 
 describe("the gateway's answers to the contract", () => {

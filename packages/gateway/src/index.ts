@@ -5,17 +5,3 @@ export { serve, type ServeOptions, type Serving } from "./http/server.js";
 export { type ApiKeyConfig } from "./auth/api-keys.js";
 export { openApiDocument } from "./openapi/document.js";
 export { PROBLEM_OF_CODE, PROBLEM_TYPES } from "./problems/kinds.js";
-export {
-  type BackendHealth,
-  type DocumentLimits,
-  type GatewayMetrics,
-  type HealthAnswer,
-  type HealthReport,
-  type LeaseAnswer,
-  type LeaseBackendOptions,
-  type OpenApiDocument,
-  type ProblemBody,
-  type ProblemKind,
-  type RedisHealth,
-  type WriteAnswer,
-} from "./deprecated.js";

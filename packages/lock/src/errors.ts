@@ -5,7 +5,7 @@ import { FencedError, type Applied } from "@fenced/fence";
  * and NodeFailure are derived (and against which the README's table of reasons is tested).
  */
 export const NODE_FAILURE_REASONS = ["held", "not-held", "refused", "timeout", "error", "unanswered"] as const;
-export type NodeFailureReason = (typeof NODE_FAILURE_REASONS)[number];
+type NodeFailureReason = (typeof NODE_FAILURE_REASONS)[number];
 
 /** What a NodeFailure carries beside `node`, by reason: every reason of NODE_FAILURE_REASONS needs an entry. */
 interface NodeFailureFields {

@@ -23,22 +23,3 @@ export { LockNotAcquiredError, LeaseLostError, TokenSpaceExhaustedError } from "
 export { resourceKeys } from "./keys.js";
 export { LOCK_CHANNELS, type LockLostMessage, type LockOperationMessage } from "./observe.js";
 export { probeNodes } from "./probe.js";
-export {
-  InvalidArgumentError,
-  LEASE_LOST_KINDS,
-  MIN_TTL_MS,
-  NODE_FAILURE_REASONS,
-  type AcquireOptions,
-  type HeldFence,
-  type HeldOne,
-  type HeldSet,
-  type LeaseFence,
-  type LeaseLostKind,
-  type LockOperation,
-  type LockOutcome,
-  type NodeFailure,
-  type NodeFailureReason,
-  type RedisClient,
-  type ResourceKeys,
-  type Resources,
-} from "./deprecated.js";

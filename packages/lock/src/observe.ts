@@ -19,10 +19,10 @@ export const LOCK_CHANNELS = {
   lost: "fenced:lock:lost",
 } as const;
 
-export type LockOperation = "acquire" | "extend" | "release";
+type LockOperation = "acquire" | "extend" | "release";
 
 /** How an operation ended: `ok`, the code of the FencedError it threw, or `error` for any other failure. */
-export type LockOutcome = Outcome;
+type LockOutcome = Outcome;
 
 /** Published on fenced:lock:acquire, fenced:lock:extend and fenced:lock:release once the operation has ended. */
 export interface LockOperationMessage {

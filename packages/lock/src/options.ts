@@ -72,12 +72,12 @@ interface HeldCommon {
   readonly validUntil?: number | undefined;
 }
 
-export interface HeldOne extends HeldCommon {
+interface HeldOne extends HeldCommon {
   readonly resource: string;
   readonly token: bigint;
 }
 
-export interface HeldSet extends HeldCommon {
+interface HeldSet extends HeldCommon {
   readonly fences: readonly { readonly resource: string; readonly token: bigint }[];
 }
 

@@ -21,32 +21,3 @@ export { FencedPostgres } from "./store.js";
 // How many records one putAll() writes at most (every fence row of the call is held meanwhile).
 export { MAX_PUT_ALL } from "./options.js";
 export type { FencedPostgresOptions, PgPool } from "./types.js";
-
-// Names this entry exported in 0.1.0 that a user names through the API itself; each goes in 0.3.0.
-import type { JsonValue } from "../json.js";
-import { sqlState as readSqlState } from "./failures.js";
-import type * as types from "./types.js";
-/** @deprecated The client `transaction()` hands its callback, by shape (a pg `PoolClient` satisfies it); removed from `@fenced/store/postgres` in 0.3.0. */
-export type PgClient = types.PgClient;
-/** @deprecated A statement's parameter, the store's own; removed from `@fenced/store/postgres` in 0.3.0. */
-export type PgParam = types.PgParam;
-/** @deprecated `{ text, values?, name? }`, the statement a client is sent; removed from `@fenced/store/postgres` in 0.3.0. */
-export type PgQueryConfig = types.PgQueryConfig;
-/** @deprecated `Parameters<FencedPostgres["putAll"]>[1]` names it; removed from `@fenced/store/postgres` in 0.3.0. */
-export type PgPutAllOptions = types.PgPutAllOptions;
-/** @deprecated `Parameters<FencedPostgres["putAll"]>[0][number]` names it; removed from `@fenced/store/postgres` in 0.3.0. */
-export type PgPutAllWrite = types.PgPutAllWrite;
-/** @deprecated `Awaited<ReturnType<FencedPostgres["put"]>>` names it; removed from `@fenced/store/postgres` in 0.3.0. */
-export type PgPutResult = types.PgPutResult;
-/** @deprecated `{ signal?: AbortSignal }`; removed from `@fenced/store/postgres` in 0.3.0. */
-export type PgSignalOptions = types.PgSignalOptions;
-/** @deprecated `Parameters<FencedPostgres["transfer"]>[1]` names it; removed from `@fenced/store/postgres` in 0.3.0. */
-export type PgTransferOptions = types.PgTransferOptions;
-/** @deprecated `Parameters<FencedPostgres["put"]>[2]` names it; removed from `@fenced/store/postgres` in 0.3.0. */
-export type PgWriteOptions = types.PgWriteOptions;
-/** @deprecated `Awaited<ReturnType<PgPool["query"]>>` names it; removed from `@fenced/store/postgres` in 0.3.0. */
-export type PgQueryResult<R> = types.PgQueryResult<R>;
-/** @deprecated `NonNullable<Awaited<ReturnType<FencedPostgres["get"]>>>` names it; removed from `@fenced/store/postgres` in 0.3.0. */
-export type PgRecord<T = JsonValue> = types.PgRecord<T>;
-/** @deprecated Branch on the store's errors' classes and `code`; removed from `@fenced/store/postgres` in 0.3.0. */
-export const sqlState: typeof readSqlState = readSqlState;

@@ -1,5 +1,5 @@
 import { InvalidArgumentError } from "@fenced/fence";
-import type { Lease, LeaseFence } from "@fenced/lock";
+import type { Lease } from "@fenced/lock";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { StaleTokenError } from "../errors.js";
 import { ENDINGS, leaseHarness, refusedWithItsError, type LeaseHarness } from "../lease-test-support.js";
@@ -137,7 +137,7 @@ for (const ending of ENDINGS) {
 
     it("so is every operation under one of its fences (lease.fences[i]), alone or in a list", async () => {
       const lease = await leases.endedSet(["ivy", "jon"], ending);
-      const [first, second] = lease.fences as [LeaseFence, LeaseFence];
+      const [first, second] = lease.fences as [Lease["fences"][number], Lease["fences"][number]];
       const { store, plain, sent } = await watchedStore("lease_set_fence_lost");
       await refusedWithItsError(store.put("k", { v: 1 }, { fence: second }), lease, ending);
       await refusedWithItsError(store.delete("k", { fence: second, ifVersion: "1" }), lease, ending);

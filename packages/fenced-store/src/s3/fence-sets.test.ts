@@ -1,7 +1,7 @@
 import { Readable } from "node:stream";
 import type { S3Client } from "@aws-sdk/client-s3";
 import { InvalidArgumentError } from "@fenced/fence";
-import type { LeaseFence } from "@fenced/lock";
+import type { Lease } from "@fenced/lock";
 import { startS3, type StartedS3 } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { StaleTokenError } from "../errors.js";
@@ -136,7 +136,7 @@ for (const ending of ENDINGS) {
 
     it("a write, a delete or a registration under one of its fences (lease.fences[i]): its LeaseLostError before any request", async () => {
       const lease = await leases.endedSet(["s3-set-fence-lost-a", "s3-set-fence-lost-b"], ending);
-      const [first, second] = lease.fences as [LeaseFence, LeaseFence];
+      const [first, second] = lease.fences as [Lease["fences"][number], Lease["fences"][number]];
       const { bucket, store, sent } = await watchedStore();
       await refusedWithItsError(store.put("k", "small", { fence: second }), lease, ending);
       await refusedWithItsError(store.delete("k", { fence: second }), lease, ending);

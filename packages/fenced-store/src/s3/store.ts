@@ -43,7 +43,7 @@ export type {
   S3UpdateOptions,
   S3WriteOptions,
 } from "./options.js";
-export type { S3SweepCount, S3SweepOptions, S3SweepProgress, S3SweepReport, S3SweepUploadsKept } from "./sweep.js";
+export type { S3SweepOptions, S3SweepProgress, S3SweepReport } from "./sweep.js";
 export type { S3PutResult } from "./intent.js";
 export type { S3Bytes, S3Object } from "./read.js";
 

@@ -39,7 +39,7 @@ export interface S3SweepReport {
   readonly uploads: { readonly scanned: number; readonly aborted: number; readonly kept: S3SweepUploadsKept };
 }
 
-export interface S3SweepUploadsKept {
+interface S3SweepUploadsKept {
   readonly named: number;
   readonly young: number;
   readonly unrecognised: number;

@@ -15,7 +15,7 @@ import { decodeManifest, judgeData, type DataVerdict, type ManifestHeader } from
 import type { CheckedSweepOptions } from "./options.js";
 import { Count, type S3SweepProgress, type S3SweepReport } from "./sweep-report.js";
 
-export type { S3SweepCount, S3SweepOptions, S3SweepProgress, S3SweepReport, S3SweepUploadsKept } from "./sweep-report.js";
+export type { S3SweepOptions, S3SweepProgress, S3SweepReport } from "./sweep-report.js";
 
 /**
  * The sweeper: deletes the data objects that no manifest names and none can come to name — orphans

@@ -134,7 +134,3 @@ export function nodeAddress(client: unknown): string | undefined {
   if (typeof options.host !== "string" || typeof options.port !== "number") return undefined;
   return options.host.includes(":") ? `[${options.host}]:${options.port}` : `${options.host}:${options.port}`;
 }
-
-/** One store's check in an answer, and the lock's (named only by the deprecated exports of index.ts). */
-export type BackendHealth = NonNullable<HealthAnswer["checks"]["postgres"]>;
-export type RedisHealth = NonNullable<HealthAnswer["checks"]["redis"]>;

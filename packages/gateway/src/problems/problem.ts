@@ -13,7 +13,7 @@ import { PROBLEM_TYPES, type ProblemDefinition, type ProblemExtensions, type Pro
  * RFC 9457 problem details. `type` is a relative URI reference naming the kind of problem; clients
  * branch on it (two 409s differ: a stale token is final, a held lock is worth retrying).
  */
-export interface ProblemBody {
+interface ProblemBody {
   readonly type: string;
   readonly title: string;
   readonly status: number;
