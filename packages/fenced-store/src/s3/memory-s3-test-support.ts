@@ -62,8 +62,6 @@ export class MemoryS3 {
   /** Every request applied, in the order it was. */
   readonly log: Applied[] = [];
   private calls = 0;
-  /** How far ahead of this process's clock the server's is (behind, if negative): every answer's `Date` says so. */
-  clockSkewMs = 0;
 
   constructor(
     readonly profile: QuirkProfile,
@@ -130,7 +128,7 @@ export class MemoryS3 {
       applied.lost = true;
       throw err;
     }
-    return { response: httpResponse(answer, decoded, this.clockSkewMs) };
+    return { response: httpResponse(answer, decoded) };
   }
 }
 
@@ -228,14 +226,11 @@ async function bodyBytes(body: unknown): Promise<Buffer> {
   throw new Error(`the in-memory S3 server cannot read a request body of type ${typeof body}`);
 }
 
-function httpResponse(
-  answer: Answer,
-  decoded: Decoded,
-  clockSkewMs: number,
-): { statusCode: number; headers: Record<string, string>; body: Readable } {
+function httpResponse(answer: Answer, decoded: Decoded): { statusCode: number; headers: Record<string, string>; body: Readable } {
   let body = answer.body ?? Buffer.alloc(0);
-  // Every answer carries the server's clock, as S3's do (RFC 9110: whole seconds).
-  const headers: Record<string, string> = { ...answer.headers, date: new Date(Date.now() + clockSkewMs).toUTCString() };
+  // Every answer carries the server's clock, as S3's do (RFC 9110: whole seconds); skewDates()
+  // (wire-test-support.ts) moves it, on this server's answers as on radosgw's.
+  const headers: Record<string, string> = { ...answer.headers, date: new Date().toUTCString() };
   if (answer.code !== undefined) {
     const resource = escapeXml(`/${decoded.bucket}/${decoded.key ?? ""}`);
     const xml = `<?xml version="1.0" encoding="UTF-8"?><Error><Code>${answer.code}</Code><Message></Message><Resource>${resource}</Resource><RequestId>memory</RequestId></Error>`;
