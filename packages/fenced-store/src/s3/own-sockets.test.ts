@@ -26,58 +26,76 @@ afterAll(async () => {
   await server?.stop();
 });
 
+/**
+ * A client with one socket, a bucket with a 1 MiB "hold" object, and a hold armed on the client: as
+ * the next fence read's answer comes in (its socket frees once its empty body is read), a GET of
+ * "hold" whose body nobody reads is handed to the pool first, so it takes that socket and keeps it.
+ * `taken` resolves once it has it; `release()` destroys its body and frees the socket.
+ */
+async function onePooledSocket(): Promise<{
+  client: S3Client;
+  bucket: string;
+  arm: () => void;
+  /** Whether the hold's GET was sent. */
+  sent: () => boolean;
+  taken: Promise<void>;
+  release: () => Promise<void>;
+}> {
+  const client = server.client({ maxSockets: 1 });
+  const bucket = await server.createBucket();
+  await admin.send(new PutObjectCommand({ Bucket: bucket, Key: "hold", Body: Buffer.alloc(1024 * 1024, 7) }));
+  let armed = false;
+  let held: Promise<Readable> | undefined;
+  let tookSocket!: () => void;
+  const taken = new Promise<void>((resolve) => (tookSocket = resolve));
+  aroundWire(client, async (call, send) => {
+    const answer = await send();
+    if (armed && held === undefined && call.method === "GET" && call.path.includes("/fences/")) {
+      held = client.send(new GetObjectCommand({ Bucket: bucket, Key: "hold" })).then((res) => res.Body as Readable);
+      void held.then(tookSocket);
+    }
+    return answer;
+  });
+  return {
+    client,
+    bucket,
+    arm: () => (armed = true),
+    sent: () => held !== undefined,
+    taken,
+    release: async () => {
+      (await held)?.destroy();
+    },
+  };
+}
+
 describe("FencedS3: a conditional PUT never waits for a connection of the client's pool", () => {
   it("the client's one socket is taken between the fence read's answer and the manifest PUT: the PUT is answered while it stays taken", async () => {
-    const client = server.client({ maxSockets: 1 });
-    const bucket = await server.createBucket();
-    await admin.send(new PutObjectCommand({ Bucket: bucket, Key: "hold", Body: Buffer.alloc(1024 * 1024, 7) }));
+    const { client, bucket, arm, sent, release } = await onePooledSocket();
     const fence: Fence = { resource: "pooled", token: 33n };
     const writer = new FencedS3(client, { bucket, timeoutMs: TIMEOUT_MS });
     await writer.put("k", "from 33", { fence });
     await writer.put("k", "again from 33", { fence }); // steady state: fence read (304), then the manifest PUT
-
-    // The fence read's answer is in; its socket frees once its (empty) body is read. A GET whose body
-    // nobody reads is handed to the pool first, so it takes that socket, and keeps it.
-    let held: Promise<Readable> | undefined;
-    aroundWire(client, async (call, send) => {
-      const answer = await send();
-      if (held === undefined && call.method === "GET" && call.path.includes("/fences/"))
-        held = client.send(new GetObjectCommand({ Bucket: bucket, Key: "hold" })).then((res) => res.Body as Readable);
-      return answer;
-    });
+    arm();
     const puts: string[] = [];
     onWire(client, (r) => r.method === "PUT" && puts.push(r.kind));
 
     try {
       await expect(writer.put("k", "late from 33", { fence })).resolves.toMatchObject({ token: 33n });
       expect(puts).toEqual(["manifests"]);
-      expect(held).toBeDefined();
+      expect(sent()).toBe(true);
     } finally {
-      (await held)?.destroy();
+      await release();
     }
     expect(await new FencedS3(admin, { bucket }).getBytes("k")).toMatchObject({ body: Buffer.from("late from 33") });
   });
 
   it("with the pool full, a register of a higher token meanwhile: the write ends without the held socket, landed or refused", async () => {
-    const client = server.client({ maxSockets: 1 });
-    const bucket = await server.createBucket();
-    await admin.send(new PutObjectCommand({ Bucket: bucket, Key: "hold", Body: Buffer.alloc(1024 * 1024, 7) }));
+    const { client, bucket, arm, taken, release } = await onePooledSocket();
     const fence = (token: bigint): Fence => ({ resource: "pooled-newer", token });
     const writer = new FencedS3(client, { bucket, timeoutMs: TIMEOUT_MS });
     const newer = new FencedS3(admin, { bucket });
     await writer.put("k", "from 33", { fence: fence(33n) });
-
-    let held: Promise<Readable> | undefined;
-    let tookSocket!: () => void;
-    const taken = new Promise<void>((resolve) => (tookSocket = resolve));
-    aroundWire(client, async (call, send) => {
-      const answer = await send();
-      if (held === undefined && call.method === "GET" && call.path.includes("/fences/")) {
-        held = client.send(new GetObjectCommand({ Bucket: bucket, Key: "hold" })).then((res) => res.Body as Readable);
-        void held.then(tookSocket);
-      }
-      return answer;
-    });
+    arm();
 
     const writing = writer.put("k", "late from 33", { fence: fence(33n) }).then(
       (value) => ({ landed: true as const, value }),
@@ -94,7 +112,7 @@ describe("FencedS3: a conditional PUT never waits for a connection of the client
       else expect(outcome.error).toMatchObject({ name: "StaleTokenError" });
       await expect(newer.put("k", "from 34", { fence: fence(34n) })).resolves.toMatchObject({ token: 34n });
     } finally {
-      (await held)?.destroy();
+      await release();
     }
   });
 });
