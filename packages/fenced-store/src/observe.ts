@@ -68,7 +68,7 @@ function callAttributes(call: StoreCall): Attributes {
   };
 }
 
-/** The version a write resolved with (PgPutResult, S3PutResult), if any. */
+/** The version a write resolved with (WriteResult, WriteResult), if any. */
 function versionOf(result: unknown): string | undefined {
   const version = typeof result === "object" && result !== null ? (result as { version?: unknown }).version : undefined;
   return typeof version === "string" ? version : undefined;

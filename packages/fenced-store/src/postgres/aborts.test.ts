@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import pg from "pg";
 import { startPostgres, type StartedPostgres } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { PgSignalOptions } from "./types.js";
+import type { SignalOptions } from "../contract.js";
 import { FencedPostgres } from "./store.js";
 import { fenceAt as f } from "./test-support.js";
 
@@ -75,7 +75,7 @@ async function abortedWhileWaiting(call: Operation): Promise<{ value: unknown; s
 
 const fresh = (resource: string): ReturnType<typeof f> => f(resource, 5n, "h2");
 
-type Operation = (store: FencedPostgres<pg.PoolClient>, o: Required<PgSignalOptions>) => Promise<unknown>;
+type Operation = (store: FencedPostgres<pg.PoolClient>, o: Required<SignalOptions>) => Promise<unknown>;
 
 const operations: [string, Operation][] = [
   ["register", (store, o) => store.register(fresh("r"), o)],

@@ -4,7 +4,8 @@ import type { CheckedPutAll, CheckedPutAllWrite } from "./options.js";
 import { foreignKeyRefusal, putAllRefused, versionRefusal } from "./refusals.js";
 import type { Session } from "./session.js";
 import { lockOrder, textArray } from "./sql.js";
-import type { PgClient, PgPutResult } from "./types.js";
+import type { WriteResult } from "../contract.js";
+import type { PgClient } from "./types.js";
 import type { WriteOrder } from "./write-order.js";
 
 /**
@@ -55,7 +56,7 @@ export async function raiseAll<Client extends PgClient>(
  * this order: a stale fence (the first in the order given), then the records' in key order — and
  * whose COMMIT leaves only once every answer is in. Results in the order of the writes given.
  */
-export function putAll<Client extends PgClient>(calls: Calls<Client>, order: WriteOrder, checked: CheckedPutAll): Promise<PgPutResult[]> {
+export function putAll<Client extends PgClient>(calls: Calls<Client>, order: WriteOrder, checked: CheckedPutAll): Promise<WriteResult[]> {
   const { writes, fences, signal } = checked;
   // Key order: two calls creating the same new keys wait for each other's inserts in one order only.
   const byKey = [...writes].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
@@ -64,7 +65,7 @@ export function putAll<Client extends PgClient>(calls: Calls<Client>, order: Wri
       (oneStatementFits(byKey) ? await inOneStatement(calls, s, order, fences, byKey) : undefined) ??
       (await inTransaction(calls, s, signal, fences, byKey));
     for (const result of written.values()) order.saw(result.version);
-    return writes.map((w) => written.get(w.key) as PgPutResult);
+    return writes.map((w) => written.get(w.key) as WriteResult);
   });
 }
 
@@ -90,7 +91,7 @@ async function inOneStatement<Client extends PgClient>(
   order: WriteOrder,
   fences: readonly CheckedFence[],
   byKey: readonly CheckedPutAllWrite[],
-): Promise<Map<string, PgPutResult> | undefined> {
+): Promise<Map<string, WriteResult> | undefined> {
   const sorted = lockOrder(fences);
   let rows: { key: string; version: string }[];
   try {
@@ -109,7 +110,7 @@ async function inOneStatement<Client extends PgClient>(
     throw err;
   }
   const tokens = new Map(byKey.map((w) => [w.key, w.fence.token]));
-  const written = new Map<string, PgPutResult>();
+  const written = new Map<string, WriteResult>();
   for (const row of rows) written.set(row.key, { version: String(row.version), token: tokens.get(row.key) as bigint });
   // Every record is written or the statement raises: a missing one is not an answer it gives.
   if (written.size !== byKey.length) throw new Error(`putAll wrote ${written.size} of ${byKey.length} records; written outside the store?`);
@@ -123,10 +124,10 @@ function inTransaction<Client extends PgClient>(
   signal: AbortSignal | undefined,
   fences: readonly CheckedFence[],
   byKey: readonly CheckedPutAllWrite[],
-): Promise<Map<string, PgPutResult>> {
+): Promise<Map<string, WriteResult>> {
   return calls.transaction(s, signal, async () => {
     await raiseAll(calls, s, signal, fences);
-    const written = new Map<string, PgPutResult>();
+    const written = new Map<string, WriteResult>();
     for (const write of byKey) written.set(write.key, await putRecord(calls, s, signal, write));
     return written;
   });
@@ -138,7 +139,7 @@ async function putRecord<Client extends PgClient>(
   s: Session<Client>,
   signal: AbortSignal | undefined,
   write: CheckedPutAllWrite,
-): Promise<PgPutResult> {
+): Promise<WriteResult> {
   const { key, json, fence, ifVersion } = write;
   const params = [...fenceParams(fence), key, json];
   let rows: { version: string }[];

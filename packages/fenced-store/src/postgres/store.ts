@@ -1,4 +1,5 @@
 import { InvalidArgumentError } from "@fenced/fence";
+import type { FencedStore, SignalOptions, StoreCapabilities, TransferOptions, WriteOptions, WriteResult } from "../contract.js";
 import { type CheckedFence } from "@fenced/fence/internal";
 import { ResourceMismatchError, VersionMismatchError } from "../errors.js";
 import { foreignKeyRefusal, outOfOrder, versionRefusal } from "./refusals.js";
@@ -18,12 +19,8 @@ import type {
   PgPool,
   PgPutAllWrite,
   PgPutAllOptions,
-  PgPutResult,
   PgQueryResult,
   PgRecord,
-  PgSignalOptions,
-  PgTransferOptions,
-  PgWriteOptions,
 } from "./types.js";
 import { lockOrder, quoteSchema, statements } from "./sql.js";
 import { FIRST_PUT, nextPut, putValues, WriteOrder, type PutAnswer } from "./write-order.js";
@@ -43,7 +40,9 @@ import { FIRST_PUT, nextPut, putValues, WriteOrder, type PutAnswer } from "./wri
  * `Client` is what the pool's connect() returns (pg.PoolClient for a pg.Pool): transaction() hands
  * it to its callback.
  */
-export class FencedPostgres<Client extends PgClient = PgClient> {
+export class FencedPostgres<Client extends PgClient = PgClient> implements FencedStore<unknown, PgRecord> {
+  /** register() of several fences is one statement, all or none; ifVersion matches only a live record, never a tombstone. */
+  readonly capabilities: StoreCapabilities = Object.freeze({ atomicRegister: true, ifVersionMatchesTombstone: false });
   readonly schema: string;
   /** The deadline of every call, in milliseconds. */
   readonly timeoutMs: number;
@@ -80,7 +79,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
    * hold. For a start without migrate() (a role that does not own the schema); not for a readiness
    * probe: it reads max(version), which scans the records table.
    */
-  async verify(options?: PgSignalOptions): Promise<void> {
+  async verify(options?: SignalOptions): Promise<void> {
     const signal = signalOnly(options);
     refuseAborted(signal);
     await this.calls.session({ operation: "verify" }, signal, (s) =>
@@ -94,7 +93,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
    * Several fences (an array, or a lease of several resources): every ratchet, all or none — one
    * refused is its StaleTokenError and none is raised (one statement in one transaction, batch.ts).
    */
-  async register(fence: Fence | FenceSet, options?: PgSignalOptions): Promise<void> {
+  async register(fence: Fence | FenceSet, options?: SignalOptions): Promise<void> {
     const fences = oneOrMoreFences(fence);
     const signal = signalOnly(options);
     refuseAborted(signal);
@@ -116,7 +115,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
    * owned by fence.resource (a new key becomes fence.resource's), and, with ifVersion, the record is
    * still at that version. All-or-nothing.
    */
-  async put(key: string, value: unknown, options: PgWriteOptions): Promise<PgPutResult> {
+  async put(key: string, value: unknown, options: WriteOptions): Promise<WriteResult> {
     assertKey(key);
     const { fence, ifVersion, signal } = writeOptions(options);
     assertJsonValue(value);
@@ -158,7 +157,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
    * Fence rows are locked by resource and records by key, whatever order they are given in, so two
    * calls with overlapping fences or keys never deadlock (PROTOCOL.md, "Several fences in one write").
    */
-  async putAll(writes: readonly PgPutAllWrite[], options: PgPutAllOptions): Promise<PgPutResult[]> {
+  async putAll(writes: readonly PgPutAllWrite[], options: PgPutAllOptions): Promise<WriteResult[]> {
     const checked = putAllOptions(writes, options);
     refuseAborted(checked.signal);
     return putAll(this.calls, this.order, checked);
@@ -170,7 +169,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
    * against — or undefined if no write or register() for the resource has committed. A plain read of
    * what is committed: it takes no lock, and a write still in flight shows once it commits.
    */
-  async fence(resource: string, options?: PgSignalOptions): Promise<CheckedFence | undefined> {
+  async fence(resource: string, options?: SignalOptions): Promise<CheckedFence | undefined> {
     assertResource(resource);
     const signal = signalOnly(options);
     refuseAborted(signal);
@@ -181,7 +180,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
    * The record under `key`, or undefined (never written, or deleted). Reading needs no fence: only
    * writes are ordered. options.signal ends the wait for a connection, as for a write.
    */
-  async get<T = JsonValue>(key: string, options?: PgSignalOptions): Promise<PgRecord<T> | undefined> {
+  async get<T = JsonValue>(key: string, options?: SignalOptions): Promise<PgRecord<T> | undefined> {
     assertKey(key);
     const signal = signalOnly(options);
     refuseAborted(signal);
@@ -205,7 +204,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
    * key never written, which then belongs to fence.resource. Resolves the tombstone's version and
    * the token that wrote it.
    */
-  async delete(key: string, options: PgWriteOptions): Promise<PgPutResult> {
+  async delete(key: string, options: WriteOptions): Promise<WriteResult> {
     assertKey(key);
     const { fence, ifVersion, signal } = writeOptions(options);
     refuseAborted(signal);
@@ -231,7 +230,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
    * that version. The record gets a new version, and to's token and holder. All-or-nothing; resolves
    * undefined, writing nothing, if the key was never written.
    */
-  async transfer(key: string, options: PgTransferOptions): Promise<PgPutResult | undefined> {
+  async transfer(key: string, options: TransferOptions): Promise<WriteResult | undefined> {
     assertKey(key);
     const { from, to, ifVersion, signal } = transferOptions(options);
     refuseAborted(signal);
@@ -288,7 +287,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
    * the connection broke or the deadline passed meanwhile (then StoreUnavailableError, the error as
    * its cause); either way nothing is committed.
    */
-  async transaction<T>(fence: Fence | FenceSet, work: (client: Client) => Promise<T>, options?: PgSignalOptions): Promise<T> {
+  async transaction<T>(fence: Fence | FenceSet, work: (client: Client) => Promise<T>, options?: SignalOptions): Promise<T> {
     const fences = oneOrMoreFences(fence);
     if (typeof work !== "function") throw new InvalidArgumentError("work", "must be a function (client) => Promise");
     const signal = signalOnly(options);
@@ -366,7 +365,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> {
     expected: string,
     name: "putIfVersion" | "deleteIfVersion",
     values: PgParam[],
-  ): Promise<PgPutResult> {
+  ): Promise<WriteResult> {
     const { key } = call;
     return this.calls.session(call, signal, async (s) => {
       let result: PgQueryResult<{ version: string }>;

@@ -1,5 +1,6 @@
 import type { Fence, FenceSet } from "../fence.js";
 import type { JsonValue } from "../json.js";
+import type { SignalOptions, StoredVersion } from "../contract.js";
 
 /**
  * The database as FencedPostgres uses it, described by shape rather than by pg's own classes, so
@@ -66,32 +67,6 @@ export interface FencedPostgresOptions {
   readonly timeoutMs?: number | undefined;
 }
 
-/** An operation's abort signal (e.g. lease.signal). See PROTOCOL.md, "Postgres", for what an abort can still stop. */
-export interface PgSignalOptions {
-  readonly signal?: AbortSignal | undefined;
-}
-
-export interface PgWriteOptions extends PgSignalOptions {
-  /**
-   * The lease's fence. Refused (StaleTokenError) unless its token is above the highest accepted for
-   * fence.resource, or equal to it and presented by the same holder. Refused (ResourceMismatchError)
-   * if the key belongs to another resource. A lease that knows it ended (released, expired) is
-   * refused before any I/O with a LeaseLostError saying `applied: "no"`, the lease's own as its cause.
-   */
-  readonly fence: Fence;
-  /** Write only if the record is still at this version (from get/put/transfer); else VersionMismatchError. */
-  readonly ifVersion?: string | undefined;
-}
-
-export interface PgTransferOptions extends PgSignalOptions {
-  /** A fence of the key's current owner; must pass that resource's ratchet. */
-  readonly from: Fence;
-  /** A fence of the new owner (another resource); must pass that resource's ratchet. */
-  readonly to: Fence;
-  /** Move only if the record is still at this version; else VersionMismatchError. */
-  readonly ifVersion?: string | undefined;
-}
-
 /** One record of putAll(): written exactly as put(key, value, { fence, ifVersion }) under the fence of `resource`. */
 export interface PgPutAllWrite {
   readonly key: string;
@@ -106,7 +81,7 @@ export interface PgPutAllWrite {
   readonly ifVersion?: string | undefined;
 }
 
-export interface PgPutAllOptions extends PgSignalOptions {
+export interface PgPutAllOptions extends SignalOptions {
   /**
    * Every fence the writes are under: an array of fences, or a lease (of one resource or several).
    * Each is checked against its resource's ratchet and raised, all of them, whether or not a write
@@ -115,20 +90,7 @@ export interface PgPutAllOptions extends PgSignalOptions {
   readonly fences: FenceSet;
 }
 
-export interface PgPutResult {
-  /** Opaque; pass it back as ifVersion. Never reused, not even after a delete. */
-  readonly version: string;
-  /** The token the write was accepted under (for transfer(), the to-fence's). */
-  readonly token: bigint;
-}
-
-export interface PgRecord<T = JsonValue> {
+/** A record: its value, and which write of which lease produced this version (the contract's StoredVersion). */
+export interface PgRecord<T = JsonValue> extends StoredVersion {
   readonly value: T;
-  readonly version: string;
-  /** Token of the write that produced this version. */
-  readonly token: bigint;
-  /** The key's owner: the resource that created it, or that it was transferred to. */
-  readonly resource: string;
-  /** Holder of the fence of that write; null for a fence without a holder. */
-  readonly holder: string | null;
 }

@@ -48,13 +48,6 @@ export class NeverWrittenError extends Error {
   }
 }
 
-export interface S3PutResult {
-  /** Opaque; pass it back as ifVersion. Unique per write, tombstones and transfers included; never reused. */
-  readonly version: string;
-  /** The token the write was accepted under. */
-  readonly token: bigint;
-}
-
 /** A manifest known to be current (or absent), with its inline body when it was read just now. */
 export interface ManifestState {
   readonly snap: Snapshot | null;

@@ -1,4 +1,5 @@
 import { InvalidArgumentError, type Fence } from "@fenced/fence";
+import type { SignalOptions, WriteOptions } from "../contract.js";
 import { type CheckedFence } from "@fenced/fence/internal";
 import { OBJECT_VERSION } from "../versions.js";
 import { assertKey } from "../fence.js";
@@ -49,58 +50,20 @@ export interface FencedS3Options {
   readonly timeoutMs?: number | undefined;
 }
 
-/** What every write may carry. */
-interface Abortable {
-  /**
-   * Aborts the requests in flight (pass the lease's signal: a lost lease stops the write). The call
-   * then throws `signal.reason`; if a manifest PUT was already sent, the write may or may not have
-   * landed (read the key to know).
-   */
-  readonly signal?: AbortSignal | undefined;
-}
-
-export interface S3WriteOptions extends Abortable {
-  /**
-   * The lease's fence. Refused (StaleTokenError) unless the storage admits it; see PROTOCOL.md, "S3".
-   * A lease that knows it ended (released, expired) is refused before any I/O with a LeaseLostError saying `applied: "no"`, the lease's own as its cause.
-   */
-  readonly fence: Fence;
-  /** Write only if the key is still at this version (from get/put/delete); else VersionMismatchError. */
-  readonly ifVersion?: string | undefined;
+/** put(): the contract's options (../contract.ts), and the body's. */
+export interface S3WriteOptions extends WriteOptions {
   readonly contentType?: string | undefined;
   /** Length of a stream body, if known: one streamed PUT instead of a multipart upload. */
   readonly contentLength?: number | undefined;
 }
 
-export interface S3DeleteOptions extends Abortable {
-  readonly fence: Fence;
-  readonly ifVersion?: string | undefined;
-}
-
-export interface S3UpdateOptions extends Abortable {
+export interface S3UpdateOptions extends SignalOptions {
   readonly fence: Fence;
   /** Default: the content type of the version read. */
   readonly contentType?: string | undefined;
   /** Read-modify-write rounds before giving up; default the store's maxAttempts. */
   readonly maxAttempts?: number | undefined;
 }
-
-export interface S3TransferOptions extends Abortable {
-  /** A fence of the key's current owner: the key must belong to from.resource, and the storage must admit it. */
-  readonly from: Fence;
-  /** A fence of the new owner (another resource), admitted by the storage too. */
-  readonly to: Fence;
-  /** Transfer only if the key is still at this version. */
-  readonly ifVersion?: string | undefined;
-}
-
-export type S3RegisterOptions = Abortable;
-
-/** fence(): only the caller's signal. */
-export type S3FenceOptions = Abortable;
-
-/** get() and getBytes(): only the caller's signal, which ends the call (not a body stream already handed over). */
-export type S3ReadOptions = Abortable;
 
 export interface ResolvedOptions {
   readonly bucket: string;

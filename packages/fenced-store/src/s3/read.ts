@@ -1,4 +1,5 @@
 import { Readable } from "node:stream";
+import type { StoredVersion } from "../contract.js";
 import { ContentionError } from "../errors.js";
 import { openData, readAll } from "./body.js";
 import type { StoreIo, Snapshot } from "./io.js";

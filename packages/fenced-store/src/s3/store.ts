@@ -1,4 +1,5 @@
 import { Readable } from "node:stream";
+import type { FencedStore, SignalOptions, StoreCapabilities, TransferOptions, WriteOptions, WriteResult } from "../contract.js";
 import type { S3Client } from "@aws-sdk/client-s3";
 import { context } from "@opentelemetry/api";
 import { InvalidArgumentError } from "@fenced/fence";
@@ -19,32 +20,17 @@ import {
   validateOptions,
   writeOptions,
   type FencedS3Options,
-  type S3DeleteOptions,
-  type S3FenceOptions,
-  type S3ReadOptions,
-  type S3RegisterOptions,
-  type S3TransferOptions,
   type S3UpdateOptions,
   type S3WriteOptions,
 } from "./options.js";
 import { Sweep, type S3SweepOptions, type S3SweepProgress, type S3SweepReport } from "./sweep.js";
-import { NeverWrittenError, refusal, type Content, type Intent, type S3PutResult } from "./intent.js";
+import { NeverWrittenError, refusal, type Content, type Intent } from "./intent.js";
 import { meta, openCurrent, readCurrent, type S3Bytes, type S3Object } from "./read.js";
 import { writeManifest } from "./write.js";
 
 export type { S3Body } from "./body.js";
-export type {
-  FencedS3Options,
-  S3DeleteOptions,
-  S3FenceOptions,
-  S3ReadOptions,
-  S3RegisterOptions,
-  S3TransferOptions,
-  S3UpdateOptions,
-  S3WriteOptions,
-} from "./options.js";
+export type { FencedS3Options, S3UpdateOptions, S3WriteOptions } from "./options.js";
 export type { S3SweepOptions, S3SweepProgress, S3SweepReport } from "./sweep.js";
-export type { S3PutResult } from "./intent.js";
 export type { S3Bytes, S3Object } from "./read.js";
 
 export interface S3VerifyResult {
@@ -59,7 +45,9 @@ export interface S3VerifyResult {
  * highest token accepted and the holder that presented it. A write the manifest does not admit is
  * refused and changes nothing. See PROTOCOL.md, "S3".
  */
-export class FencedS3 {
+export class FencedS3 implements FencedStore<S3Body, S3Object> {
+  /** No transaction over objects: register() raises each fence object on its own. A tombstone is a manifest, ifVersion may name it. */
+  readonly capabilities: StoreCapabilities = Object.freeze({ atomicRegister: false, ifVersionMatchesTombstone: true });
   readonly bucket: string;
   readonly prefix: string;
   private readonly io: StoreIo;
@@ -79,8 +67,9 @@ export class FencedS3 {
    * Proves the backend refuses a stale If-Match and an If-None-Match: * on an existing key; throws
    * StoreSetupError ("conditional-writes-unsupported") otherwise.
    */
-  async verify(): Promise<S3VerifyResult> {
-    return this.call("verify", undefined, undefined, (deadline) => this.io.objects.probe(probeKeyPrefix(this.prefix), deadline.signal));
+  async verify(options?: SignalOptions): Promise<S3VerifyResult> {
+    const { signal } = signalOptions(options);
+    return this.call("verify", undefined, signal, (deadline) => this.io.objects.probe(probeKeyPrefix(this.prefix), deadline.signal));
   }
 
   /**
@@ -91,7 +80,7 @@ export class FencedS3 {
    * given) once all have ended, each of the others raised or not as if registered alone — S3 has no
    * transaction over objects, and a raise alone is harmless: it only refuses older holders.
    */
-  async register(fence: Fence | FenceSet, options?: S3RegisterOptions): Promise<void> {
+  async register(fence: Fence | FenceSet, options?: SignalOptions): Promise<void> {
     const fences = oneOrMoreFences(fence);
     const { signal } = signalOptions(options);
     const sent = fences.map(() => ({ open: false }));
@@ -107,7 +96,7 @@ export class FencedS3 {
    * the resource only if that write did not raise the fence object: one through a store with
    * checkResourceFence: false, or after the fence object was deleted by hand. PROTOCOL.md, "S3".
    */
-  async fence(resource: string, options?: S3FenceOptions): Promise<CheckedFence | undefined> {
+  async fence(resource: string, options?: SignalOptions): Promise<CheckedFence | undefined> {
     assertResource(resource);
     const { signal } = signalOptions(options);
     const found = await this.call("fence", undefined, signal, (deadline) => this.io.readFence(resource, deadline.signal));
@@ -126,7 +115,7 @@ export class FencedS3 {
     return new Sweep(this.io, checked).run();
   }
 
-  async put(key: string, body: S3Body, options: S3WriteOptions): Promise<S3PutResult> {
+  async put(key: string, body: S3Body, options: S3WriteOptions): Promise<WriteResult> {
     assertKey(key);
     assertBody(body);
     const o = writeOptions(options);
@@ -141,7 +130,7 @@ export class FencedS3 {
   }
 
   /** Writes a tombstone (the ratchet and the key's owner survive it); get() then reads undefined. */
-  async delete(key: string, options: S3DeleteOptions): Promise<S3PutResult> {
+  async delete(key: string, options: WriteOptions): Promise<WriteResult> {
     assertKey(key);
     const o = writeOptions(options);
     const intent = this.intent("delete", key, o.fence, { kind: "tombstone" }, o.ifVersion, undefined, this.deadline(o.signal));
@@ -160,13 +149,13 @@ export class FencedS3 {
    * manifest gone only after a failed attempt may have raised both fence objects by then (a raise
    * alone never harms safety).
    */
-  async transfer(key: string, options: S3TransferOptions): Promise<S3PutResult | undefined> {
+  async transfer(key: string, options: TransferOptions): Promise<WriteResult | undefined> {
     assertKey(key);
     const o = transferOptions(options);
     return observedCall({ store: "s3", operation: "transfer", key, fences: [o.from, o.to] }, () => this.transferWithin(key, o));
   }
 
-  private async transferWithin(key: string, o: ReturnType<typeof transferOptions>): Promise<S3PutResult | undefined> {
+  private async transferWithin(key: string, o: ReturnType<typeof transferOptions>): Promise<WriteResult | undefined> {
     const deadline = this.deadline(o.signal);
     try {
       return await writeManifest(this.io, {
@@ -196,7 +185,7 @@ export class FencedS3 {
    * it arrives for timeoutMs while it is being read. options.signal aborts the call (its reason is
    * thrown), not the body stream once handed over.
    */
-  async get(key: string, options?: S3ReadOptions): Promise<S3Object | undefined> {
+  async get(key: string, options?: SignalOptions): Promise<S3Object | undefined> {
     assertKey(key);
     const { signal } = signalOptions(options);
     const found = await this.call("get", key, signal, (deadline) => openCurrent(this.io, key, deadline.signal));
@@ -206,7 +195,7 @@ export class FencedS3 {
   }
 
   /** The key's current version with its body read whole. options.signal as for get(). */
-  async getBytes(key: string, options?: S3ReadOptions): Promise<S3Bytes | undefined> {
+  async getBytes(key: string, options?: SignalOptions): Promise<S3Bytes | undefined> {
     assertKey(key);
     const { signal } = signalOptions(options);
     const current = await this.call("get", key, signal, (deadline) => readCurrent(this.io, key, deadline.signal));
@@ -218,7 +207,7 @@ export class FencedS3 {
    * still at the version read (and the storage admits the fence); on a version conflict, reads and
    * calls fn again.
    */
-  async update(key: string, fn: (old: S3Bytes | undefined) => S3Body | Promise<S3Body>, options: S3UpdateOptions): Promise<S3PutResult> {
+  async update(key: string, fn: (old: S3Bytes | undefined) => S3Body | Promise<S3Body>, options: S3UpdateOptions): Promise<WriteResult> {
     assertKey(key);
     if (typeof fn !== "function") throw new InvalidArgumentError("fn", "update needs a function (old) => new body");
     const o = writeOptions(options);
@@ -235,7 +224,7 @@ export class FencedS3 {
     fn: (old: S3Bytes | undefined) => S3Body | Promise<S3Body>,
     o: ReturnType<typeof writeOptions> & { readonly contentType: string | undefined },
     attempts: number,
-  ): Promise<S3PutResult> {
+  ): Promise<WriteResult> {
     const deadline = this.deadline(o.signal);
     try {
       return await this.updateRounds(key, fn, o, attempts, deadline);
@@ -255,7 +244,7 @@ export class FencedS3 {
     o: ReturnType<typeof writeOptions> & { readonly contentType: string | undefined },
     attempts: number,
     deadline: Deadline,
-  ): Promise<S3PutResult> {
+  ): Promise<WriteResult> {
     for (let attempt = 0; attempt < attempts; attempt++) {
       const current = await deadline.race(readCurrent(this.io, key, deadline.signal));
       // A holder the key refuses (stale, or naming another resource) learns it before computing anything.

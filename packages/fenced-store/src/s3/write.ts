@@ -3,7 +3,8 @@ import { ContentionError } from "../errors.js";
 import { AttemptBodies } from "./bodies.js";
 import type { WriteOutcome } from "./conditional.js";
 import { refusedOwnEtag, typedFailure } from "./failures.js";
-import { build, NeverWrittenError, type Intent, type S3PutResult } from "./intent.js";
+import type { WriteResult } from "../contract.js";
+import { build, NeverWrittenError, type Intent } from "./intent.js";
 import { condition, throttledPause, type Snapshot, type StoreIo } from "./io.js";
 import { manifestKey, newId } from "./layout.js";
 import { encodeManifest, type ManifestHeader } from "./manifest.js";
@@ -17,7 +18,7 @@ import { dataObject, fencesDelivered, next, outcomeOpen, readManifest, type Run,
  * validation, is the caller's). A PUT goes out only on a fence read the write has awaited nothing
  * since (run.ts, `fencesCurrent`: each read is stamped with where the write stood).
  */
-export async function writeManifest(io: StoreIo, intent: Intent): Promise<S3PutResult> {
+export async function writeManifest(io: StoreIo, intent: Intent): Promise<WriteResult> {
   const run = start(io, intent);
   try {
     // Settles by the call's deadline at the latest: a request held past it is abandoned (and aborted).
@@ -29,7 +30,7 @@ export async function writeManifest(io: StoreIo, intent: Intent): Promise<S3PutR
   }
 }
 
-async function steps(run: Run): Promise<S3PutResult> {
+async function steps(run: Run): Promise<WriteResult> {
   await read(run); // 2
   for (let attempt = 1; ;) {
     const decision = next(run); // 3
@@ -166,7 +167,7 @@ async function afterFailure(
   sent: Sent,
   outcome: WriteOutcome & { ok: false },
   attempt: number,
-): Promise<S3PutResult | undefined> {
+): Promise<WriteResult | undefined> {
   const { io, intent } = run;
   sent.attempt.ambiguous = outcome.failure === "ambiguous";
   intent.signal.throwIfAborted();
@@ -208,7 +209,7 @@ async function pause(run: Run, outcome: WriteOutcome & { ok: false }, attempt: n
 }
 
 /** 8. The write landed: remember its manifest, and delete what nothing can name any more (in the background). */
-function accepted(run: Run, snap: Snapshot, replaced: Snapshot | null): S3PutResult {
+function accepted(run: Run, snap: Snapshot, replaced: Snapshot | null): WriteResult {
   const { io, intent, bodies } = run;
   io.remember(intent.key, snap);
   io.background(async () => {
