@@ -11,7 +11,8 @@ import type { CheckedFence, Fence, FenceSet } from "./fence.js";
  *   owner       a key belongs to the resource that created it, or received it by transfer();
  *               a write under another resource is refused (ResourceMismatchError), a tombstone keeps the owner
  *   ifVersion   a write with ifVersion lands only on that version (VersionMismatchError)
- * A refused call changes nothing. Every failure is a FencedError whose `applied` says whether
+ * A refused call changes nothing. A write that breaks two rules is refused by one of them; which one
+ * is not part of the contract (PostgreSQL checks the ratchet first, S3 the owner). Every failure is a FencedError whose `applied` says whether
  * anything of it may have taken effect: "no" (refused, or unavailable: StoreUnavailableError),
  * "unknown" (the answer to a write was lost: OutcomeUnknownError). Bad arguments are an
  * InvalidArgumentError before any I/O; a fence of a lease known to have ended is refused with the

@@ -83,8 +83,8 @@ export class ContentionError extends FencedError {
   }
 }
 
-/** Which backend an error came from. */
-export type StoreBackend = "postgres" | "s3";
+/** Which store an error came from: "postgres", "s3", or the name a store of the contract gives itself. */
+export type StoreBackend = string;
 
 /**
  * Why a backend could not serve a call, as far as the store can tell without reading message text:

@@ -15,90 +15,9 @@ afterAll(async () => {
 const lease = (token: bigint, holder?: string): Fence =>
   holder === undefined ? { resource: "orders", token } : { resource: "orders", token, holder };
 
-/** Everything a refused write could have changed: the record and the fence row, as stored. */
-async function snapshot(store: FencedPostgres, key: string) {
-  return { record: await h.recordRow(store, key), fence: await h.fenceRow(store, "orders"), counts: await h.counts(store) };
-}
-
+// The rule itself (another holder at an equal token is refused on every call) is the conformance
+// suite's (../conformance/rules-test-support.ts); here, what PostgreSQL adds: a transaction holding its fence.
 describe("FencedPostgres: the holder decides equal tokens", () => {
-  // A lock whose counters were set back (a wiped node, a failover to a lagging replica) hands token 4
-  // to a second lease. Storage that accepted "token >= highest" would take both leases' writes.
-  it("counters reset so the lock repeats token 4: the second lease (another holder) is refused and changes nothing; the first writes on", async () => {
-    const store = await h.store("repeat");
-    const first = await store.put("invoice", { by: "h1" }, { fence: lease(4n, "h1") });
-    const before = await snapshot(store, "invoice");
-    expect(before.fence).toEqual({ token: 4n, holder: "h1" });
-    expect(before.record).toMatchObject({ value: { by: "h1" }, token: 4n, holder: "h1", resource: "orders", version: first.version });
-
-    const refusals = [
-      () => store.put("invoice", { by: "h2" }, { fence: lease(4n, "h2") }),
-      () => store.put("invoice", { by: "h2" }, { fence: lease(4n, "h2"), ifVersion: first.version }),
-      () => store.put("other", { by: "h2" }, { fence: lease(4n, "h2") }),
-      () => store.delete("invoice", { fence: lease(4n, "h2") }),
-      () => store.delete("invoice", { fence: lease(4n, "h2"), ifVersion: first.version }),
-      () => store.register(lease(4n, "h2")),
-      () => store.transaction(lease(4n, "h2"), () => Promise.resolve()),
-      // A fence without a holder is another lease too: it is not the one that presented token 4.
-      () => store.put("invoice", { by: "nobody" }, { fence: lease(4n) }),
-    ];
-    for (const [i, refused] of refusals.entries()) {
-      const err = await refused().then(
-        () => undefined,
-        (e: unknown) => e,
-      );
-      expect(err, `refusal #${i}`).toBeInstanceOf(StaleTokenError);
-      expect(err, `refusal #${i}`).toMatchObject({ resource: "orders", token: 4n, highest: 4n, highestHolder: "h1", code: "STALE_TOKEN" });
-      expect(await snapshot(store, "invoice"), `refusal #${i}`).toEqual(before);
-    }
-
-    const again = await store.put("invoice", { by: "h1 again" }, { fence: lease(4n, "h1") });
-    expect(await store.get("invoice")).toEqual({
-      value: { by: "h1 again" },
-      version: again.version,
-      token: 4n,
-      resource: "orders",
-      holder: "h1",
-    });
-    await store.register(lease(4n, "h1"));
-    expect(await h.fenceRow(store, "orders")).toEqual({ token: 4n, holder: "h1" });
-  });
-
-  it("a higher token from any holder is accepted and becomes the holder of the highest; the old holder is then stale", async () => {
-    const store = await h.store("higher");
-    await store.put("k", 1, { fence: lease(4n, "h1") });
-    await store.put("k", 2, { fence: lease(5n, "h2") });
-    expect(await h.fenceRow(store, "orders")).toEqual({ token: 5n, holder: "h2" });
-    expect(await store.get("k")).toMatchObject({ value: 2, token: 5n, holder: "h2" });
-    await expect(store.put("k", 3, { fence: lease(4n, "h1") })).rejects.toMatchObject({
-      name: "StaleTokenError",
-      token: 4n,
-      highest: 5n,
-      highestHolder: "h2",
-    });
-    await expect(store.put("k", 3, { fence: lease(5n, "h1") })).rejects.toMatchObject({
-      name: "StaleTokenError",
-      token: 5n,
-      highest: 5n,
-      highestHolder: "h2",
-    });
-  });
-
-  it("fences without a holder are identified by their token alone", async () => {
-    const store = await h.store("holderless");
-    await store.register(lease(7n));
-    await store.put("k", "a", { fence: lease(7n) });
-    await store.put("k", "b", { fence: lease(7n) });
-    expect(await store.get("k")).toMatchObject({ value: "b", token: 7n, holder: null });
-    expect(await h.fenceRow(store, "orders")).toEqual({ token: 7n, holder: null });
-    // A lease with a holder is not the holderless fence that presented 7.
-    await expect(store.put("k", "c", { fence: lease(7n, "h1") })).rejects.toMatchObject({
-      name: "StaleTokenError",
-      highest: 7n,
-      highestHolder: null,
-    });
-    expect(await store.get("k")).toMatchObject({ value: "b", holder: null });
-  });
-
   it("a transaction's fence is held by its holder: an equal token from another holder waits for it, then is refused", async () => {
     const store = await h.store("tx_holder");
     await store.transaction(lease(9n, "h1"), async (client) => {

@@ -12,16 +12,7 @@ import { assertPool, putAllOptions, transferOptions, writeOptions } from "./opti
 import { readFence } from "./inspect.js";
 import { migrateWithin, verifyWithin } from "./migrate.js";
 import type { Call, Session } from "./session.js";
-import type {
-  FencedPostgresOptions,
-  PgClient,
-  PgParam,
-  PgPool,
-  PgPutAllWrite,
-  PgPutAllOptions,
-  PgQueryResult,
-  PgRecord,
-} from "./types.js";
+import type { FencedPostgresOptions, PgClient, PgParam, PgPool, PgPutAllWrite, PgPutAllOptions, PgQueryResult, PgRecord } from "./types.js";
 import { lockOrder, quoteSchema, statements } from "./sql.js";
 import { FIRST_PUT, nextPut, putValues, WriteOrder, type PutAnswer } from "./write-order.js";
 

@@ -1,4 +1,4 @@
-import type { Fence, FenceSet } from "../fence.js";
+import type { FenceSet } from "../fence.js";
 import type { JsonValue } from "../json.js";
 import type { SignalOptions, StoredVersion } from "../contract.js";
 

@@ -95,15 +95,6 @@ describe("FencedS3: an abort while the client's only connection is taken", () =>
       expect(await contents(admin, bucket, "fenced/")).toEqual(before);
     });
   }
-
-  it("a signal aborted before the call: its reason, before any request, for every operation", async () => {
-    const c = await setUp();
-    const seen: WireRequest[] = [];
-    onWire(c.client, (request) => seen.push(request));
-    const reason = new Error("gone already");
-    for (const [, call] of operations) await expect(call(c, AbortSignal.abort(reason))).rejects.toBe(reason);
-    expect(seen).toEqual([]);
-  });
 });
 
 describe("FencedS3: an abort before the manifest PUT", () => {

@@ -10,7 +10,7 @@ import { awsProfile, MemoryS3, radosgwProfile, type QuirkProfile } from "./memor
  * the fast tier runs them side by side). The in-memory server stands in only where
  * memory-s3.contract.test.ts runs the same cases against radosgw.
  */
-interface S3Backend {
+export interface S3Backend {
   /** A new client (each call: tests attach their own middleware, or pause one "process"). */
   client(): S3Client;
   /** A fresh bucket's name. */

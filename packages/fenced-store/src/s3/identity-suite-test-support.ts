@@ -82,22 +82,6 @@ export function identitySuite(start: StartBackend): void {
       await store.put("written", "h1", { fence: h1 });
       await expect(fresh.put("third", "h2", { fence: h2 })).rejects.toBeInstanceOf(StaleTokenError);
     });
-
-    it("a fence without a holder is identified by its token alone; it does not match an entry that has a holder", async () => {
-      const bucket = await server.createBucket();
-      const store = new FencedS3(client, { bucket });
-      const bare: Fence = { resource: "bare", token: 9n };
-      await store.put("k", "one", { fence: bare });
-      await store.put("k", "two", { fence: { resource: "bare", token: 9n } });
-      expect(await store.getBytes("k")).toMatchObject({ holder: null, token: 9n });
-      await expect(store.put("k", "three", { fence: { ...bare, holder: "h" } })).rejects.toMatchObject({
-        name: "StaleTokenError",
-        highest: 9n,
-        highestHolder: null,
-      });
-      await store.put("k", "four", { fence: { resource: "bare", token: 10n, holder: "h" } });
-      await expect(store.put("k", "five", { fence: bare })).rejects.toMatchObject({ name: "StaleTokenError", highest: 10n });
-    });
   });
 
   describe("FencedS3: a key belongs to the resource that created it", () => {
@@ -206,28 +190,6 @@ export function identitySuite(start: StartBackend): void {
         argument: "options.from.token",
       });
       expect(await contents(client, bucket)).toEqual({});
-    });
-
-    it("delete of a key never written writes a tombstone: get() reads undefined, and the key belongs to the deleting resource", async () => {
-      const bucket = await server.createBucket();
-      const store = new FencedS3(client, { bucket });
-      const deleted = await store.delete("ghost", { fence: { resource: "R", token: 1n } });
-      expect(deleted.token).toBe(1n);
-      expect(await store.get("ghost")).toBeUndefined();
-      const other = new FencedS3(client, { bucket });
-      await expect(other.put("ghost", "by S", { fence: { resource: "S", token: 1n } })).rejects.toMatchObject({
-        name: "ResourceMismatchError",
-        owner: "R",
-        resource: "S",
-      });
-      await expect(other.delete("ghost", { fence: { resource: "S", token: 1n } })).rejects.toMatchObject({
-        name: "ResourceMismatchError",
-        owner: "R",
-      });
-      const written = await store.put("ghost", "by R", { fence: { resource: "R", token: 1n } });
-      expect(written.version).not.toBe(deleted.version);
-      expect(await store.getBytes("ghost")).toMatchObject({ resource: "R", version: written.version });
-      await store.flush();
     });
   });
 

@@ -5,14 +5,8 @@ import { openData, readAll } from "./body.js";
 import type { StoreIo, Snapshot } from "./io.js";
 import { MissingBodies, type ManifestHeader } from "./manifest.js";
 
-interface S3Meta {
-  readonly version: string;
-  /** Token of the write that produced this version. */
-  readonly token: bigint;
-  /** Holder that presented it (null: a fence without a holder, or a version written in format /1). */
-  readonly holder: string | null;
-  /** The resource the key belongs to, whose fence that write carried. */
-  readonly resource: string;
+/** The contract's StoredVersion (holder null also for a version written in format /1), and the content type. */
+interface S3Meta extends StoredVersion {
   readonly contentType: string | undefined;
 }
 

@@ -16,7 +16,7 @@ import {
   StoreUnavailableError,
   VersionMismatchError,
 } from "@fenced/store";
-import { PROBLEM_OF_CODE, type ProblemExtensions, type ProblemKind } from "./kinds.js";
+import { PROBLEM_OF_CODE, type ProblemExtensions, type ProblemKind, type ServedBackend } from "./kinds.js";
 
 /** A problem's kind, detail and extension members, before it becomes a body. */
 export interface Answer {
@@ -52,6 +52,9 @@ export function fencedAnswer(err: FencedError): Answer {
 /** The stores' operations that write nothing whatever happens: their answers say nothing of writes. */
 const READS = new Set(["get", "fence"]);
 
+/** The store an error came from: one the gateway serves, since it calls no other. */
+const served = (err: { readonly backend: string }): ServedBackend => err.backend as ServedBackend;
+
 /**
  * The stores' failures: whether anything may have been written decides the kind (nothing:
  * `unavailable`; perhaps: `outcomeUnknown`), as the codes say.
@@ -69,11 +72,11 @@ function storeAnswer(err: FencedError): Answer | undefined {
     return answer(
       PROBLEM_OF_CODE[err.code],
       `the ${err.backend} ${err.operation} was sent and its answer lost: it may have been applied (a conditional write may still land, on the version it expects): retry it, with the same If-Match for a conditional write`,
-      { backend: err.backend, ...(err.key === undefined ? {} : { key: err.key }) },
+      { backend: served(err), ...(err.key === undefined ? {} : { key: err.key }) },
     );
   if (err instanceof StoreSetupError)
     return answer(PROBLEM_OF_CODE[err.code], `${err.backend}: ${err.problem}; an operator must act`, {
-      backend: err.backend,
+      backend: served(err),
       problem: err.problem,
     });
   if (err instanceof CorruptStateError)
@@ -82,7 +85,7 @@ function storeAnswer(err: FencedError): Answer | undefined {
       err.what === "body"
         ? `${err.backend}: the manifest of the key names a body that is missing (deleted while named); a write of the key replaces it; nothing was written`
         : `${err.backend} holds a ${err.what} the store did not write; nothing was written`,
-      { backend: err.backend, what: err.what, subject: err.subject },
+      { backend: served(err), what: err.what, subject: err.subject },
     );
   return undefined;
 }

@@ -17,7 +17,10 @@ import { keyString as key, resourceSchema as resource, tokenString } from "../sc
 /** What an `invalid-request` problem lists: which part of the request is wrong, and why. */
 const fieldErrors = z.array(z.strictObject({ path: z.string(), message: z.string() }));
 const none = z.strictObject({});
-const storeBackend = z.enum(["postgres", "s3"]).describe("The backend the store was calling");
+/** The names of the stores the gateway serves, as errors and answers give them. */
+const STORE_BACKENDS = ["postgres", "s3"] as const;
+export type ServedBackend = (typeof STORE_BACKENDS)[number];
+const storeBackend = z.enum(STORE_BACKENDS).describe("The backend the store was calling");
 
 const KINDS = {
   invalid: {

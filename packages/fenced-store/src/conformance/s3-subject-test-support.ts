@@ -1,0 +1,37 @@
+import type { S3Client } from "@aws-sdk/client-s3";
+import type { S3Backend } from "../s3/backend-test-support.js";
+import { FencedS3 } from "../s3/store.js";
+import type { S3Body } from "../s3/body.js";
+import type { S3Object } from "../s3/read.js";
+import { aroundWire, contents, networkError } from "../s3/wire-test-support.js";
+import type { Subject } from "./suite-test-support.js";
+
+/** FencedS3 over an S3 backend (radosgw, or the in-memory S3 under a profile): a bucket per open(). */
+export function s3Subject(backend: S3Backend, unreachableClient: () => S3Client): Subject<S3Body, S3Object> {
+  const client = backend.client();
+  return {
+    async open() {
+      const bucket = await backend.createBucket();
+      return {
+        store: new FencedS3(client, { bucket }),
+        again: new FencedS3(backend.client(), { bucket }),
+        state: () => contents(client, bucket),
+      };
+    },
+    unreachable: () => Promise.resolve(new FencedS3(unreachableClient(), { bucket: "nowhere", timeoutMs: 2_000 })),
+    value: (text) => text,
+    text: async (read) => {
+      const chunks: Buffer[] = [];
+      for await (const chunk of read.body) chunks.push(chunk as Buffer);
+      return Buffer.concat(chunks).toString("utf8");
+    },
+    stop: () => backend.stop(),
+  };
+}
+
+/** A client of the backend whose every request fails as a refused connection would, before it is sent. */
+export function refusingClient(backend: S3Backend): S3Client {
+  const client = backend.client();
+  aroundWire(client, () => Promise.reject(networkError("ECONNREFUSED")));
+  return client;
+}
