@@ -6,16 +6,25 @@ import type { S3Object } from "../s3/read.js";
 import { aroundWire, contents, networkError } from "../s3/wire-test-support.js";
 import type { Subject } from "./suite-test-support.js";
 
-/** FencedS3 over an S3 backend (radosgw, or the in-memory S3 under a profile): a bucket per open(). */
-export function s3Subject(backend: S3Backend, unreachableClient: () => S3Client): Subject<S3Body, S3Object> {
+/**
+ * FencedS3 over an S3 backend (radosgw, or the in-memory S3 under a profile): a bucket per open().
+ * `inlineLimit` 0 keeps every body in a data object of its own, which a transfer carries over.
+ */
+export function s3Subject(backend: S3Backend, unreachableClient: () => S3Client, inlineLimit?: number): Subject<S3Body, S3Object> {
   const client = backend.client();
   return {
     async open() {
       const bucket = await backend.createBucket();
+      const store = new FencedS3(client, { bucket, inlineLimit });
+      const again = new FencedS3(backend.client(), { bucket, inlineLimit });
       return {
-        store: new FencedS3(client, { bucket }),
-        again: new FencedS3(backend.client(), { bucket }),
-        state: () => contents(client, bucket),
+        store,
+        again,
+        // Once the bodies each write replaced are deleted (flush): what is left is what the writes keep.
+        state: async () => {
+          await Promise.all([store.flush(), again.flush()]);
+          return contents(client, bucket);
+        },
       };
     },
     unreachable: () => Promise.resolve(new FencedS3(unreachableClient(), { bucket: "nowhere", timeoutMs: 2_000 })),
