@@ -1,7 +1,7 @@
 import { GetObjectCommand, NoSuchKey, PutObjectCommand, S3Client } from "@aws-sdk/client-s3";
 import pg from "pg";
 import type { Fence } from "@fenced/fence";
-import { StaleTokenError, VersionMismatchError } from "@fenced/store";
+import { StaleTokenError, VersionMismatchError, type FencedStore, type StoredVersion } from "@fenced/store";
 import { FencedPostgres } from "@fenced/store/postgres";
 import { FencedS3 } from "@fenced/store/s3";
 
@@ -58,8 +58,8 @@ interface WriteOptions {
 
 /**
  * One client's view of the storage. The unfenced variant is what most code does today (a plain
- * PutObject, a plain UPDATE); it ignores the fence. The fenced one hands the lease to FencedS3 /
- * FencedPostgres. Refusals come back as values; any other failure throws, since it is a real error.
+ * PutObject, a plain UPDATE); it ignores the fence. The fenced one hands the lease to a store of
+ * the contract (ContractStore: FencedS3 or FencedPostgres). Refusals come back as values; any other failure throws, since it is a real error.
  */
 export interface DemoStore {
   readonly fenced: boolean;
@@ -71,8 +71,8 @@ export interface DemoStore {
 }
 
 export function openStore(config: BackendConfig, fenced: boolean): DemoStore {
-  if (config.kind === "s3") return fenced ? new FencedS3Store(config) : new PlainS3Store(config);
-  return fenced ? new FencedPgStore(config) : new PlainPgStore(config);
+  if (config.kind === "s3") return fenced ? fencedS3(config) : new PlainS3Store(config);
+  return fenced ? fencedPostgres(config) : new PlainPgStore(config);
 }
 
 /** Storage a store opened by openStore expects: the bucket exists; the schema, tables and sequence exist. */
@@ -182,40 +182,6 @@ class PlainS3Store implements DemoStore {
   }
 }
 
-class FencedS3Store implements DemoStore {
-  readonly fenced = true;
-  private readonly client: S3Client;
-  private readonly store: FencedS3;
-  constructor(config: Extract<BackendConfig, { kind: "s3" }>) {
-    this.client = s3Client(config);
-    this.store = new FencedS3(this.client, { bucket: config.bucket, prefix: `${config.prefix}fenced/` });
-  }
-  async read(key: string): Promise<ReadResult> {
-    const found = await this.store.getBytes(key);
-    return found === undefined ? EMPTY : { doc: parseDoc(found.body.toString("utf8")), version: found.version };
-  }
-  write(key: string, doc: FileDoc, options: WriteOptions): Promise<WriteOutcome> {
-    return refusedOr(async () => {
-      const res = await this.store.put(key, Buffer.from(JSON.stringify(doc)), {
-        fence: options.fence,
-        contentType: "application/json",
-        ...(options.ifVersion === undefined ? {} : { ifVersion: options.ifVersion }),
-      });
-      return { accepted: true, version: res.version };
-    });
-  }
-  register(fence: Fence): Promise<WriteOutcome> {
-    return refusedOr(async () => {
-      await this.store.register(fence);
-      return { accepted: true, version: undefined };
-    });
-  }
-  async close(): Promise<void> {
-    await this.store.flush();
-    this.client.destroy();
-  }
-}
-
 class PlainPgStore implements DemoStore {
   readonly fenced = false;
   private readonly pool: pg.Pool;
@@ -243,28 +209,28 @@ class PlainPgStore implements DemoStore {
   }
 }
 
-class FencedPgStore implements DemoStore {
+/**
+ * A fenced store, whichever: the demo reads and writes through the store contract (@fenced/store),
+ * the file as the store's value (`encode`), read back from what the store's get() answers (`decode`).
+ */
+class ContractStore<V, R extends StoredVersion> implements DemoStore {
   readonly fenced = true;
-  private readonly pool: pg.Pool;
-  private readonly store: FencedPostgres;
-  constructor(config: Extract<BackendConfig, { kind: "postgres" }>) {
-    this.pool = new pg.Pool({ connectionString: config.url, max: 2 });
-    this.store = new FencedPostgres(this.pool, { schema: config.schema });
-  }
+  constructor(
+    private readonly store: FencedStore<V, R>,
+    private readonly encode: (doc: FileDoc) => V,
+    private readonly decode: (read: R) => Promise<FileDoc>,
+    readonly close: () => Promise<void>,
+  ) {}
   async read(key: string): Promise<ReadResult> {
-    const found = await this.store.get<FileDoc>(key);
-    return found === undefined ? EMPTY : { doc: { entries: found.value.entries.map(String) }, version: found.version };
+    const found = await this.store.get(key);
+    return found === undefined ? EMPTY : { doc: await this.decode(found), version: found.version };
   }
   write(key: string, doc: FileDoc, options: WriteOptions): Promise<WriteOutcome> {
     return refusedOr(async () => {
-      const res = await this.store.put(
-        key,
-        { entries: [...doc.entries] },
-        {
-          fence: options.fence,
-          ...(options.ifVersion === undefined ? {} : { ifVersion: options.ifVersion }),
-        },
-      );
+      const res = await this.store.put(key, this.encode(doc), {
+        fence: options.fence,
+        ...(options.ifVersion === undefined ? {} : { ifVersion: options.ifVersion }),
+      });
       return { accepted: true, version: res.version };
     });
   }
@@ -274,9 +240,32 @@ class FencedPgStore implements DemoStore {
       return { accepted: true, version: undefined };
     });
   }
-  close(): Promise<void> {
-    return this.pool.end();
-  }
+}
+
+/** The bucket's fenced store: the file as JSON bytes. */
+function fencedS3(config: Extract<BackendConfig, { kind: "s3" }>): DemoStore {
+  const client = s3Client(config);
+  const store = new FencedS3(client, { bucket: config.bucket, prefix: `${config.prefix}fenced/` });
+  return new ContractStore(
+    store,
+    (doc) => Buffer.from(JSON.stringify(doc)),
+    async (read) => parseDoc(Buffer.concat(await read.body.toArray()).toString("utf8")),
+    async () => {
+      await store.flush();
+      client.destroy();
+    },
+  );
+}
+
+/** The database's fenced store: the file as a JSON record. */
+function fencedPostgres(config: Extract<BackendConfig, { kind: "postgres" }>): DemoStore {
+  const pool = new pg.Pool({ connectionString: config.url, max: 2 });
+  return new ContractStore(
+    new FencedPostgres(pool, { schema: config.schema }),
+    (doc) => ({ entries: [...doc.entries] }),
+    (read) => Promise.resolve({ entries: (read.value as FileDoc).entries.map(String) }),
+    () => pool.end(),
+  );
 }
 
 function quoteIdent(name: string): string {

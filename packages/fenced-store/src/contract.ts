@@ -1,3 +1,4 @@
+import type { Readable } from "node:stream";
 import type { CheckedFence, Fence, FenceSet } from "./fence.js";
 
 /*
@@ -18,8 +19,10 @@ import type { CheckedFence, Fence, FenceSet } from "./fence.js";
  * InvalidArgumentError before any I/O; a fence of a lease known to have ended is refused with the
  * lease's own error, `applied: "no"`; an aborted signal ends the call with its reason.
  *
+ * Two families of stores build on it, as the gateway serves them: records (JSON values, several
+ * written at once: RecordStore, FencedPostgres) and objects (bytes, streamed: ObjectStore, FencedS3).
  * What only one store can do stays on that store, outside the contract: PostgreSQL's transaction()
- * and migrate(), S3's streams, getBytes(), update() and sweep().
+ * and migrate(), S3's getBytes(), update() and sweep().
  */
 
 /** What a write answers. */
@@ -106,4 +109,56 @@ export interface FencedStore<Value, Read extends StoredVersion> {
   delete(key: string, options: WriteOptions): Promise<WriteResult>;
   get(key: string, options?: SignalOptions): Promise<Read | undefined>;
   transfer(key: string, options: TransferOptions): Promise<WriteResult | undefined>;
+}
+
+/** One record of putAll(): written exactly as put(key, value, { fence, ifVersion }) under the fence of `resource`. */
+export interface PutAllWrite {
+  readonly key: string;
+  readonly value: unknown;
+  /**
+   * The resource whose fence (in options.fences) the write is under: a new key becomes its, a key
+   * owned by another resource is refused (ResourceMismatchError). May be left out only when there
+   * is one fence; a resource that is not among the fences is an InvalidArgumentError.
+   */
+  readonly resource?: string | undefined;
+  /** Write only if the record is still at this version; else VersionMismatchError. */
+  readonly ifVersion?: string | undefined;
+}
+
+export interface PutAllOptions extends SignalOptions {
+  /**
+   * Every fence the writes are under: an array of fences, or a lease (of one resource or several).
+   * Each is checked against its resource's ratchet and raised, all of them, whether or not a write
+   * names it; one refused is a StaleTokenError and nothing is written.
+   */
+  readonly fences: FenceSet;
+}
+
+/** A record as a read gives it: its JSON value, and which write of which lease produced this version. */
+export interface StoredRecord extends StoredVersion {
+  readonly value: unknown;
+}
+
+/** The records family: JSON values, and several written at once, all or none (putAll). */
+export interface RecordStore extends FencedStore<unknown, StoredRecord> {
+  putAll(writes: readonly PutAllWrite[], options: PutAllOptions): Promise<WriteResult[]>;
+}
+
+/** What an object's put() may carry beside the contract's options. */
+export interface ObjectWriteOptions extends WriteOptions {
+  readonly contentType?: string | undefined;
+  /** Length of a stream body, if known. */
+  readonly contentLength?: number | undefined;
+}
+
+/** An object as a read gives it: its body an open stream (consume or destroy it), its size and content type where known. */
+export interface StoredObject extends StoredVersion {
+  readonly body: Readable;
+  readonly size: number | undefined;
+  readonly contentType: string | undefined;
+}
+
+/** The objects family: bytes in memory or a stream, read back as a stream. */
+export interface ObjectStore extends FencedStore<string | Uint8Array | Readable, StoredObject> {
+  put(key: string, body: string | Uint8Array | Readable, options: ObjectWriteOptions): Promise<WriteResult>;
 }

@@ -14,8 +14,15 @@ export {
 } from "./errors.js";
 export type {
   FencedStore,
+  ObjectStore,
+  ObjectWriteOptions,
+  PutAllOptions,
+  PutAllWrite,
+  RecordStore,
   SignalOptions,
   StoreCapabilities,
+  StoredObject,
+  StoredRecord,
   StoredVersion,
   TransferOptions,
   WriteOptions,

@@ -1,10 +1,7 @@
 import { performance } from "node:perf_hooks";
-import type { S3Client } from "@aws-sdk/client-s3";
 import express, { type Express, type NextFunction, type Request, type Response } from "express";
-import type { Pool } from "pg";
 import { pino, type Logger } from "pino";
-import { FencedPostgres } from "@fenced/store/postgres";
-import { FencedS3, type FencedS3Options } from "@fenced/store/s3";
+import type { ObjectStore, RecordStore } from "@fenced/store";
 import { FencedError, InvalidArgumentError } from "@fenced/fence";
 import { type CredentialKey } from "@fenced/fence/credentials";
 import { admissionGate, type AdmissionOptions } from "./admission/gate.js";
@@ -27,13 +24,17 @@ import { fencesRouter } from "./routes/fences.js";
 import { leasesRouter, type LeaseBackendOptions, type Registrar } from "./routes/leases.js";
 import { objectsRouter } from "./routes/objects.js";
 import { recordsRouter } from "./routes/records.js";
+import type { PostgresRecordsOptions } from "./stores/postgres.js";
+import type { Family, FamilyStores, Prepare, StoreRegistration } from "./stores/registration.js";
+import { STORES } from "./stores/registry.js";
+import type { S3ObjectsOptions } from "./stores/s3.js";
 
 export interface GatewayOptions {
   readonly apiKeys: readonly ApiKeyConfig[];
-  /** /v1/records: FencedPostgres on this pool. Omitted: the routes answer 404. */
-  readonly records?: { readonly pool: Pool; readonly schema?: string };
-  /** /v1/objects: FencedS3 with this client (create it with requestChecksumCalculation "WHEN_REQUIRED" for radosgw). */
-  readonly objects?: { readonly client: S3Client } & FencedS3Options;
+  /** /v1/records: the records family's store (stores/postgres.ts) on this pool. Omitted: the routes answer 404. */
+  readonly records?: PostgresRecordsOptions;
+  /** /v1/objects: the objects family's store (stores/s3.ts) with this client (create it with requestChecksumCalculation "WHEN_REQUIRED" for radosgw). */
+  readonly objects?: S3ObjectsOptions;
   /** /v1/leases: Redlock over these Redis nodes. */
   readonly leases?: LeaseBackendOptions;
   /**
@@ -80,11 +81,11 @@ export interface Gateway {
   /** /healthz and /metrics alone, for an admin listener (see GatewayOptions.separateAdmin). */
   readonly admin: Express;
   readonly metrics: GatewayMetrics;
-  readonly records: FencedPostgres | undefined;
-  readonly objects: FencedS3 | undefined;
+  readonly records: RecordStore | undefined;
+  readonly objects: ObjectStore | undefined;
   /**
-   * Creates the Postgres tables (migrate; without it, reads a key to prove they exist) and proves the
-   * S3 backend honours conditional writes (verify).
+   * Each configured store's start work (stores/registry.ts): PostgreSQL's tables created (migrate;
+   * without it, read to prove they exist), the S3 backend proven to honour conditional writes (verify).
    */
   prepare(options?: { readonly migrate?: boolean; readonly verify?: boolean }): Promise<void>;
   /** The readiness report, with addresses; `everyNode`: each lock node's own answer, none `pending` (for a start check). */
@@ -120,25 +121,31 @@ export function createGateway(options: GatewayOptions): Gateway {
   const healthTimeoutMs = options.healthTimeoutMs ?? 2_000;
   const ctx = routeContext(options, logger, metrics);
   const { limits, credentials } = ctx;
-  const { records, objects, registrars } = fencedStores(options);
-  if (options.records !== undefined) metrics.postgresPool(options.records.pool);
+  const served = servedStores(options, metrics);
+  const records = storeOf(served, "records");
+  const objects = storeOf(served, "objects");
   const app = newApp(ctx);
   // Before every route, after the request's id and accounting: a refused request does no lock or store work.
   const admission = admissionOf(options, ctx, metrics, logger);
   app.use(admission.handler);
   if (admission.early !== undefined) setEarlyHandler(app, admission.early);
   const leases =
-    options.leases === undefined || credentials === undefined ? undefined : leasesRouter(ctx, credentials, options.leases, registrars);
+    options.leases === undefined || credentials === undefined
+      ? undefined
+      : leasesRouter(ctx, credentials, options.leases, registrars(served));
   app.use("/v1/records", records === undefined ? disabled("records") : recordsRouter(ctx, records));
   app.use("/v1/objects", objects === undefined ? disabled("objects") : objectsRouter(ctx, objects));
   app.use("/v1/leases", leases === undefined ? disabled("leases") : leases.router);
   // Each configured store's fence of a resource; with no store there is no fence to read.
-  app.use("/v1/fences", records === undefined && objects === undefined ? disabled("fences") : fencesRouter(ctx, { records, objects }));
+  const fenced = served.map(({ registration, store }) => ({ name: registration.name, family: registration.family, store }));
+  app.use("/v1/fences", served.length === 0 ? disabled("fences") : fencesRouter(ctx, fenced));
 
   let draining = false;
   const readiness = gatewayReadiness({
-    records,
-    objects: options.objects,
+    stores: served.map(({ registration, options: given, store }) => ({
+      name: registration.name,
+      check: (timeoutMs: number) => registration.check(store, given, timeoutMs),
+    })),
     lock: leases,
     timeoutMs: healthTimeoutMs,
     draining: () => draining,
@@ -179,24 +186,15 @@ export function createGateway(options: GatewayOptions): Gateway {
     },
     settled: () => leases?.settled() ?? Promise.resolve(),
     close: () => admission.stop(),
-    prepare: (p = {}) => prepareStores({ records, objects }, metrics, p),
+    prepare: (p = {}) => prepareStores(served, metrics, p),
   };
 }
 
-/** Gateway.prepare: each configured store migrated (or verified) and verified before the gateway serves. */
-async function prepareStores(
-  { records, objects }: Pick<Gateway, "records" | "objects">,
-  metrics: GatewayMetrics,
-  p: { readonly migrate?: boolean; readonly verify?: boolean },
-): Promise<void> {
-  if (records !== undefined) {
-    // Not migrating here: verify() proves the tables are there and the version sequence ahead of every
-    // record (the store throws StoreSetupError "not-migrated" otherwise, naming the fix); migrate() repairs both.
-    // Timed as calls into the store are: a backend's own refusal becomes BackendFailedError (start-checks.ts reads it).
-    if (p.migrate ?? true) await metrics.time("records", "migrate", () => records.migrate());
-    else await metrics.time("records", "verify", () => records.verify());
-  }
-  if (objects !== undefined && (p.verify ?? true)) await metrics.time("objects", "verify", () => objects.verify());
+/** Gateway.prepare: each configured store's start work (migrate, verify) before the gateway serves. */
+async function prepareStores(served: readonly Served[], metrics: GatewayMetrics, p: Prepare): Promise<void> {
+  // Timed as calls into the store are: a backend's own refusal becomes BackendFailedError (start-checks.ts reads it).
+  for (const { registration, store } of served)
+    await registration.prepare(store, p, (operation, work) => metrics.time(registration.family, operation, work));
 }
 
 /** Admission control (admission/gate.ts), its refusals counted as every answer is; the records family's limit floored at its pool's size. */
@@ -245,38 +243,45 @@ function routeContext(options: GatewayOptions, logger: Logger, metrics: GatewayM
   };
 }
 
+/** A configured store: its registration, the options it was made with, and the store. */
+interface Served {
+  readonly registration: StoreRegistration;
+  readonly options: unknown;
+  readonly store: FamilyStores[Family];
+}
+
 /**
- * The stores the options configure, each call bounded by storeTimeoutMs (default 5,000 ms), and the
- * registrars of fence-on-acquire: a lease request may ask for its fences (one per resource) to be
- * registered with every store here, all of a lease's in one call per store (PostgreSQL raises all of
- * them or none; S3 each on its own, and a raise alone only refuses holders older than a token the lock granted).
+ * Each registered store whose family the options configure, each call bounded by storeTimeoutMs
+ * (default 5,000 ms), its pool (if it has one) reported in /metrics.
  */
-function fencedStores(options: GatewayOptions): {
-  records: FencedPostgres | undefined;
-  objects: FencedS3 | undefined;
-  registrars: Registrar[];
-} {
+function servedStores(options: GatewayOptions, metrics: GatewayMetrics): Served[] {
   const storeTimeoutMs = options.storeTimeoutMs ?? 5_000;
-  const records =
-    options.records === undefined
-      ? undefined
-      : new FencedPostgres(options.records.pool, {
-          timeoutMs: storeTimeoutMs,
-          ...(options.records.schema === undefined ? {} : { schema: options.records.schema }),
-        });
-  const objects =
-    options.objects === undefined
-      ? undefined
-      : new FencedS3(options.objects.client, { ...options.objects, timeoutMs: options.objects.timeoutMs ?? storeTimeoutMs });
-  const registrars: Registrar[] = [
-    ...(records === undefined
-      ? []
-      : [{ store: "records" as const, register: (lease: FenceSet, signal: AbortSignal) => records.register(lease, { signal }) }]),
-    ...(objects === undefined
-      ? []
-      : [{ store: "objects" as const, register: (lease: FenceSet, signal: AbortSignal) => objects.register(lease, { signal }) }]),
-  ];
-  return { records, objects, registrars };
+  return STORES.flatMap((registration) => {
+    const given = options[registration.family];
+    if (given === undefined) return [];
+    const pool = registration.pool?.(given);
+    if (pool !== undefined) metrics.postgresPool(pool);
+    return [{ registration, options: given, store: registration.create(given, storeTimeoutMs) }];
+  });
+}
+
+/** The store serving `family`, of that family's contract. */
+function storeOf<F extends Family>(served: readonly Served[], family: F): FamilyStores[F] | undefined {
+  // A registration of `family` makes a store of its contract (StoreDefinition.create).
+  return served.find(({ registration }) => registration.family === family)?.store as FamilyStores[F] | undefined;
+}
+
+/**
+ * The registrars of fence-on-acquire: a lease request may ask for its fences (one per resource) to be
+ * registered with every store here, all of a lease's in one call per store (PostgreSQL raises all of
+ * them or none; S3 each on its own, and a raise alone only refuses holders older than a token the lock
+ * granted: StoreCapabilities.atomicRegister).
+ */
+function registrars(served: readonly Served[]): Registrar[] {
+  return served.map(({ registration, store }) => ({
+    store: registration.family,
+    register: (lease: FenceSet, signal: AbortSignal) => store.register(lease, { signal }),
+  }));
 }
 
 /** An express app with the gateway's settings and its request accounting, before any route. */

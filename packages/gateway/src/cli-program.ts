@@ -82,6 +82,12 @@ const SWEEP_HELP = [
   "1 when a backend failed the sweep (one line on stderr; run it again: what it deleted stays deleted, what it left is found again).",
 ].join("\n");
 
+/** How a nested field of the file goes in it, shown with the first one listed: `; nested fields as "section": { "field": … }`. */
+function nested(fields: readonly [string, string][]): string {
+  const [section, field] = fields.find(([path]) => path.includes("."))?.[0].split(".") ?? [];
+  return section === undefined || field === undefined ? "" : `; nested fields as "${section}": { "${field}": … }`;
+}
+
 /** The settings `uses` names that no flag gives: secrets (variables and the file only) and the fields only the file gives. */
 function notFlags(described: ReadonlyMap<string, string>, uses: (path: string) => boolean): string {
   const column = (rows: [string, string][]): string => {
@@ -95,7 +101,7 @@ function notFlags(described: ReadonlyMap<string, string>, uses: (path: string) =
     "Only in the environment or the config file (a command line is visible to every user of the machine):",
     column(withVariable.map((s) => [s.variable as string, `${s.path}: ${described.get(s.path) ?? ""}`])),
     "",
-    `Only in the config file (--config or ${CONFIG_VARIABLE}; nested fields as "s3": { "partSize": … }):`,
+    `Only in the config file (--config or ${CONFIG_VARIABLE}${nested(fileOnly)}):`,
     column(fileOnly),
   ].join("\n");
 }

@@ -1,9 +1,7 @@
 #!/usr/bin/env node
-import pg from "pg";
 import { pino, type Logger } from "pino";
 import { InvalidArgumentError } from "@fenced/fence";
-import { createGateway, type Gateway } from "./app.js";
-import { s3Backend } from "./cli-backends.js";
+import { createGateway, type Gateway, type GatewayOptions } from "./app.js";
 import { DEFAULT_MIN_AGE, gatewayProgram } from "./cli-program.js";
 import { loadConfig, loadSweepConfig, type GatewayConfig } from "./config.js";
 import { durationMs, sweepCommand } from "./sweep.js";
@@ -11,6 +9,8 @@ import { serve, type Serving } from "./http/server.js";
 import { refuseUnhealthy, StartRefusedError, startRefusal } from "./ops/start-checks.js";
 import { startProcessTracing } from "./ops/tracing.js";
 import { RECHECK_INTERVAL_MS, recheckInBackground, type Recheck } from "./ops/recheck.js";
+import type { Family } from "./stores/registration.js";
+import { STORES } from "./stores/registry.js";
 import { GATEWAY_VERSION, nodeSupported, SUPPORTED_NODE } from "./version.js";
 
 async function main(config: GatewayConfig, logger: Logger): Promise<void> {
@@ -19,13 +19,7 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
   // Listening already when a later step fails (an admin port in use): closed before the backends.
   const listening: Serving[] = [];
   try {
-    const records = config.postgres === undefined ? undefined : recordsBackend(config.postgres, config.storeTimeoutMs, logger, closers);
-    let objects;
-    if (config.s3 !== undefined) {
-      objects = s3Backend(config.s3);
-      const { client } = objects;
-      closers.push(() => Promise.resolve(client.destroy()));
-    }
+    const stores = await storesOf(config, logger, closers);
     const leases = config.redis === undefined ? undefined : await leasesBackend(config.redis, logger, closers);
     const gateway = createGateway({
       apiKeys: config.apiKeys,
@@ -36,8 +30,7 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
       storeTimeoutMs: config.storeTimeoutMs,
       admission: config.admission,
       separateAdmin: config.admin !== undefined,
-      ...(records && { records }),
-      ...(objects && { objects }),
+      ...stores,
       ...(leases && { leases }),
     });
     const recheck = await start(gateway, config, logger);
@@ -67,8 +60,8 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
         version: GATEWAY_VERSION,
         host: serving.host,
         port: serving.port,
-        records: records !== undefined,
-        objects: objects !== undefined,
+        records: stores.records !== undefined,
+        objects: stores.objects !== undefined,
         leases: leases !== undefined,
         ...(admin && { admin: { host: admin.host, port: admin.port } }),
       },
@@ -84,21 +77,17 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
 /** What closes the backends, in the order they were opened. */
 type Closers = (() => Promise<unknown>)[];
 
-/** The PostgreSQL pool of the records, its end added to `closers`. */
-function recordsBackend(postgres: NonNullable<GatewayConfig["postgres"]>, storeTimeoutMs: number, logger: Logger, closers: Closers) {
-  const pool = new pg.Pool({
-    connectionString: postgres.url,
-    max: postgres.poolSize,
-    connectionTimeoutMillis: storeTimeoutMs,
-  });
-  // An idle connection the server drops emits 'error' on the pool; unhandled, it would end the process.
-  pool.on("error", (err) => logger.warn({ err }, "postgres connection lost"));
-  // And every connection keeps a listener of its own for its whole life: pg emits 'error' on a
-  // client whose server ends its session (57P01 when PostgreSQL stops), and an error emitted at a
-  // moment neither the pool nor a store call listens must not end the process either.
-  pool.on("connect", (client) => client.on("error", (err) => logger.debug({ err }, "postgres connection error")));
-  closers.push(() => pool.end());
-  return { pool, ...(postgres.schema === undefined ? {} : { schema: postgres.schema }) };
+/** createGateway's options of each store the configuration has a section for (stores/registry.ts), what closes them added to `closers`. */
+async function storesOf(config: GatewayConfig, logger: Logger, closers: Closers): Promise<Pick<GatewayOptions, Family>> {
+  const sections: Readonly<Record<string, unknown>> = config;
+  const options: Partial<Record<Family, unknown>> = {};
+  for (const store of STORES) {
+    const section = sections[store.name];
+    if (section !== undefined)
+      options[store.family] = await store.fromSection(section, { storeTimeoutMs: config.storeTimeoutMs, logger, closers });
+  }
+  // Each store's fromSection makes the options createGateway takes for its family (StoreDefinition).
+  return options as Pick<GatewayOptions, Family>;
 }
 
 /** How long a lock node's connection, once closed at the stop, waits for the node's side of the close. */

@@ -5,6 +5,7 @@ import { admissionSchema } from "./admission/gate.js";
 import { apiKeySchema, distinctApiKeys } from "./auth/api-keys.js";
 import { fenceKeySchema } from "./auth/credentials.js";
 import { SERVER_DEFAULTS } from "./http/server.js";
+import { STORE_SECTIONS, STORES } from "./stores/registry.js";
 import { configIssues, ConfigurationError, type ConfigSources } from "./config-issues.js";
 import { CONFIG_VARIABLE, fromEnv, fromFlags, givenFor, type ConfigFlags, type Raw } from "./settings.js";
 
@@ -62,45 +63,8 @@ const fields = {
         .describe("clock drift allowance, a fraction of the TTL taken off a lease's validity (default 0.01)"),
     })
     .optional(),
-  postgres: z
-    .strictObject({
-      // Checked like the lock's URLs: pg reads any other text as a database name on a host called "base".
-      url: z
-        .string()
-        .regex(/^postgres(ql)?:\/\//, "must be a postgres:// or postgresql:// URL, such as postgres://user:password@host:5432/database")
-        .describe("PostgreSQL connection string, a postgres:// or postgresql:// URL (enables /v1/records)"),
-      schema: z.string().optional().describe("schema of the fence and records tables (default fenced)"),
-      poolSize: z.number().int().min(1).max(1_000).default(16).describe("connections to PostgreSQL at most (default 16)"),
-    })
-    .optional(),
-  s3: z
-    .strictObject({
-      bucket: z.string().min(1).describe("the bucket (enables /v1/objects)"),
-      endpoint: z.string().url().optional().describe("S3 endpoint URL (default: AWS)"),
-      region: z.string().min(1).default("us-east-1").describe("S3 region (default us-east-1)"),
-      prefix: z.string().optional().describe("prefix of every object the store writes, empty or ending in / (default fenced/)"),
-      accessKeyId: z.string().min(1).optional().describe("S3 access key id (default: the AWS SDK's credential chain)"),
-      secretAccessKey: z.string().min(1).optional().describe("S3 secret access key, given with accessKeyId"),
-      forcePathStyle: z.boolean().default(true).describe("path-style requests (bucket in the path, not the host name; default true)"),
-      inlineLimit: z
-        .number()
-        .int()
-        .min(0)
-        .optional()
-        .describe("bodies up to this many bytes are stored inside the manifest, one PUT per write (default 65536; 0: never)"),
-      checkResourceFence: z
-        .boolean()
-        .optional()
-        .describe(
-          "every write also reads the resource's fence object, so that a register() refuses older tokens on every key (default true)",
-        ),
-      partSize: z.number().int().optional().describe("multipart part size for bodies of unknown length, at least 5 MiB (default 8 MiB)"),
-    })
-    .refine(
-      (s) => (s.accessKeyId === undefined) === (s.secretAccessKey === undefined),
-      "give both accessKeyId and secretAccessKey, or neither (the AWS default chain)",
-    )
-    .optional(),
+  // Each store's section (stores/registry.ts): `postgres`, `s3`.
+  ...STORE_SECTIONS,
   limits: z
     .strictObject({
       recordBytes: z.number().int().positive().optional().describe("largest JSON record body in bytes (default 1 MiB)"),
@@ -117,7 +81,7 @@ const fields = {
     .describe(
       "with startChecks off, once PostgreSQL answers, create its tables from the background re-check (default false: the re-check only reads, and /readyz says 503 until they exist)",
     ),
-  /** Prove at start that the S3 backend refuses stale conditional writes (FencedS3.verify). */
+  /** Prove at start that the S3 backend refuses stale conditional writes (its store's verify()). */
   verify: z.boolean().default(true).describe("prove at start that the S3 backend refuses stale conditional writes (default true)"),
   /** A second listener for /healthz and /metrics, which the public port then does not serve. */
   admin: z
@@ -126,7 +90,7 @@ const fields = {
       port: z.number().int().min(0).max(65_535).describe("serve /healthz and /metrics on this port, and not on the public one"),
     })
     .optional(),
-  /** The deadline of every call into a store (FencedPostgres/FencedS3 `timeoutMs`). */
+  /** The deadline of every call into a store (the stores' `timeoutMs`). */
   storeTimeoutMs: z
     .number()
     .int()
@@ -268,8 +232,11 @@ const sweepConfigSchema = configObject.extend({ apiKeys: z.array(apiKeySchema).o
 
 export type SweepConfig = z.output<typeof sweepConfigSchema>;
 
-/** The fields `fenced-gateway sweep` uses (sweep.ts): the bucket and its client, whether PostgreSQL is configured, the store deadline. */
-const SWEEP_FIELDS: readonly string[] = ["s3", "postgres.url", "storeTimeoutMs"];
+/** The fields `fenced-gateway sweep` uses (sweep.ts): each store's (its registration says which), the store deadline. */
+const SWEEP_FIELDS: readonly string[] = [
+  ...STORES.flatMap(({ name, config }) => config.sweepFields.map((field) => (field === "" ? name : `${name}.${field}`))),
+  "storeTimeoutMs",
+];
 
 /** Whether `fenced-gateway sweep` uses the field at `path` (dotted): its flags are the sweep's, its --help lists them. */
 export function sweepUses(path: string): boolean {
@@ -351,19 +318,25 @@ function readConfigFile(path: string, readFile: (path: string) => string): Raw {
   return parsed as Raw;
 }
 
-/** The field without which a backend's section means nothing, and where it can be given. */
-const SECTIONS = [
-  { name: "s3", field: "bucket", variable: "FENCED_GATEWAY_S3_BUCKET", flag: "--s3-bucket" },
-  { name: "postgres", field: "url", variable: "FENCED_GATEWAY_POSTGRES_URL", flag: "--postgres" },
+/** The field without which a backend's section means nothing, and where it can be given: each store's, and the lock's. */
+const SECTIONS: readonly Section[] = [
+  ...STORES.map(({ name, config }) => ({ name, ...config.enabledBy })),
   { name: "redis", field: "urls", variable: "FENCED_GATEWAY_REDIS_URLS", flag: "--redis" },
-] as const;
+];
+
+interface Section {
+  readonly name: string;
+  readonly field: string;
+  readonly variable: string;
+  readonly flag: string;
+}
 
 /**
  * A backend's options given without the one field that enables it (S3 credentials in the
  * environment, no bucket): the error names what was given and where the missing field goes, instead
  * of the schema's "s3.bucket: Invalid input".
  */
-function requireWhole(section: (typeof SECTIONS)[number], merged: Raw, file: Raw, env: NodeJS.ProcessEnv, flags: ConfigFlags): void {
+function requireWhole(section: Section, merged: Raw, file: Raw, env: NodeJS.ProcessEnv, flags: ConfigFlags): void {
   const given = merged[section.name];
   if (typeof given !== "object" || given === null || section.field in given) return;
   const sources = [

@@ -161,7 +161,7 @@ describe("fence-on-acquire that outlasts the lease", () => {
       const blocker = await pool.connect();
       try {
         await blocker.query("BEGIN");
-        await blocker.query(`SELECT 1 FROM "${records.schema}".fence WHERE resource = $1 FOR UPDATE`, [last]);
+        await blocker.query(`SELECT 1 FROM "${fixture.schema}".fence WHERE resource = $1 FOR UPDATE`, [last]);
         const answer = fixture.gw.client.json("POST", "/v1/leases", { resources, ttlMs: 300, register: true }, bearer(KEYS.service));
         await new Promise((resolve) => setTimeout(resolve, 800));
         await blocker.query("COMMIT");

@@ -1,31 +1,19 @@
 import { InvalidArgumentError } from "@fenced/fence";
 import { CorruptStateError, StoreSetupError, StoreUnavailableError } from "@fenced/store";
-import { FencedS3 } from "@fenced/store/s3";
-import { type S3SweepProgress, type S3SweepReport } from "@fenced/store/internal";
-import { s3Backend } from "./cli-backends.js";
 import type { SweepConfig } from "./config.js";
 import { backendFailure } from "./problems/backend-errors.js";
+import type { StoreRegistration } from "./stores/registration.js";
+import { STORES } from "./stores/registry.js";
 
 /**
- * `fenced-gateway sweep`: FencedS3.sweep() over the gateway's bucket and prefix, with progress on
- * stderr and the report, as one JSON line, on stdout. PostgreSQL has nothing to sweep (POSTGRES).
+ * `fenced-gateway sweep`: each configured store's sweep (stores/registry.ts: S3's deletes what no
+ * manifest names under the gateway's bucket and prefix; PostgreSQL has nothing to sweep), with
+ * progress on stderr and the report, as one JSON line, on stdout: each store's part under its name.
  */
-
-/** Why PostgreSQL has nothing to sweep: what the report and stderr say. */
-const POSTGRES =
-  "nothing to sweep: a record and its resource's fence row change only inside one transaction, so no write, " +
-  "failed or abandoned, leaves anything behind; tombstones and fence rows stay by design (they keep each key's owner " +
-  "and each resource's highest token)";
 
 export interface SweepRun {
   readonly minAgeMs: number;
   readonly dryRun: boolean;
-}
-
-/** The report on stdout. */
-interface SweepReport {
-  readonly s3?: S3SweepReport & { readonly bucket: string; readonly prefix: string };
-  readonly postgres?: { readonly swept: false; readonly why: string };
 }
 
 /** Where the command writes, and which signals interrupt it: the process's unless a test says otherwise. */
@@ -59,31 +47,26 @@ export function durationMs(text: string, option: string): number {
  */
 export async function sweepCommand(config: SweepConfig, run: SweepRun, io: SweepIo = PROCESS_IO): Promise<number> {
   const line = (text: string): void => io.stderr(`${NAME}: ${text}\n`);
-  if (config.s3 === undefined && config.postgres === undefined) {
-    line("no store is configured: give the S3 bucket (--s3-bucket, FENCED_GATEWAY_S3_BUCKET or s3.bucket) the gateway writes objects to");
+  const sections: Readonly<Record<string, unknown>> = config;
+  const configured = STORES.filter((store) => sections[store.name] !== undefined);
+  if (configured.length === 0) {
+    const where = STORES.map(
+      ({ title, name, config: { enabledBy } }) => `${title}: ${enabledBy.flag}, ${enabledBy.variable} or ${name}.${enabledBy.field}`,
+    );
+    line(`no store is configured: give one of the stores the gateway writes to (${where.join("; ")})`);
     return 2;
   }
-  const report: { -readonly [K in keyof SweepReport]: SweepReport[K] } = {};
-  if (config.postgres !== undefined) {
-    line(`PostgreSQL: ${POSTGRES}`);
-    report.postgres = { swept: false, why: POSTGRES };
-  }
-  if (config.s3 !== undefined) {
-    const { client, ...options } = s3Backend(config.s3);
+  const report: Record<string, object> = {};
+  for (const store of configured) {
     try {
-      const store = new FencedS3(client, { ...options, timeoutMs: config.storeTimeoutMs });
-      const s3 = await interruptible(io, (signal) =>
-        store.sweep({ minAgeMs: run.minAgeMs, dryRun: run.dryRun, signal, onProgress: progressLines(line) }),
+      report[store.name] = await interruptible(io, (signal) =>
+        store.sweep(sections[store.name], { ...run, signal, storeTimeoutMs: config.storeTimeoutMs, line }),
       );
-      line(`S3: done: ${summary(s3)}`);
-      report.s3 = { bucket: store.bucket, prefix: store.prefix, ...s3 };
     } catch (err) {
-      const failure = failureLine(err);
+      const failure = failureLine(store, err);
       if (failure === undefined) throw err;
       line(failure.line);
       return failure.code;
-    } finally {
-      client.destroy();
     }
   }
   io.stdout(`${JSON.stringify(report)}\n`);
@@ -109,62 +92,30 @@ class Interrupted extends Error {
   }
 }
 
-/** One stderr line when a phase begins and then at most one a second: a large bucket has thousands of pages. */
-function progressLines(line: (text: string) => void): (progress: S3SweepProgress) => void {
-  let phase: string | undefined;
-  let last = 0;
-  return (progress) => {
-    const now = Date.now();
-    if (progress.phase === phase && now - last < 1_000) return;
-    phase = progress.phase;
-    last = now;
-    line(`S3: ${progress.phase}: ${progress.pages} page${progress.pages === 1 ? "" : "s"}, ${summary(progress)}`);
-  };
-}
-
-function summary(r: S3SweepReport): string {
-  const gone = r.dryRun ? "would delete" : "deleted";
-  const aborted = r.dryRun ? "would abort" : "aborted";
-  const kept = r.uploads.kept;
-  return (
-    `${r.scanned.objects} objects scanned (${bytes(r.scanned.bytes)}), ${gone} ${r.deleted.objects} (${bytes(r.deleted.bytes)}), ` +
-    `kept ${r.kept.objects} (named ${r.keptBecause.named.objects}, younger than ${r.minAgeMs} ms ${r.keptBecause.young.objects}, ` +
-    `unrecognised ${r.keptBecause.unrecognised.objects}); multipart uploads: ${r.uploads.scanned} found, ${aborted} ${r.uploads.aborted}, ` +
-    `kept (named ${kept.named}, younger ${kept.young}, unrecognised ${kept.unrecognised})`
-  );
-}
-
-function bytes(n: number): string {
-  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
-  let value = n;
-  let unit = 0;
-  while (value >= 1024 && unit < units.length - 1) {
-    value /= 1024;
-    unit++;
-  }
-  return unit === 0 ? `${n} B` : `${value.toFixed(1)} ${units[unit] ?? ""}`;
-}
-
 const AGAIN = "what it deleted stays deleted, and a sweep run again finds what is left";
 
 /** A typed failure as one line and its exit code; undefined for anything else (a failure of the gateway's own). */
-function failureLine(err: unknown): { line: string; code: number } | undefined {
+function failureLine(store: StoreRegistration, err: unknown): { line: string; code: number } | undefined {
+  const { title } = store;
   if (err instanceof Interrupted) return { line: `${err.message}: ${AGAIN}`, code: 1 };
   // The store checks its options (the bucket's name, --min-age's range) before any I/O.
   if (err instanceof InvalidArgumentError) return { line: `invalid configuration: ${err.message}`, code: 2 };
-  if (err instanceof StoreSetupError)
-    return { line: `${err.backend} is not set up (${err.problem}): check the bucket's name, or create it`, code: 1 };
-  if (err instanceof StoreUnavailableError) return { line: `S3 could not serve the sweep (${err.reason}): ${AGAIN}`, code: 1 };
+  if (err instanceof StoreSetupError) return { line: `${err.backend} is not set up (${err.problem}): ${SETUP_FIX[err.problem]}`, code: 1 };
+  if (err instanceof StoreUnavailableError) return { line: `${title} could not serve the sweep (${err.reason}): ${AGAIN}`, code: 1 };
   if (err instanceof CorruptStateError)
     return {
-      line: `S3 holds a ${err.what} the store did not write (${JSON.stringify(err.subject)}): the sweep judges nothing against it; repair or remove it, then sweep again`,
+      line: `${title} holds a ${err.what} the store did not write (${JSON.stringify(err.subject)}): the sweep judges nothing against it; repair or remove it, then sweep again`,
       code: 1,
     };
-  const refused = backendFailure("objects", "sweep", err);
+  const refused = backendFailure(store.family, "sweep", err);
   if (refused !== undefined)
-    return {
-      line: `S3 refused the sweep (${refused.code}): check the endpoint, the credentials and that they may list, read and delete objects and abort multipart uploads in the bucket`,
-      code: 1,
-    };
+    return { line: `${title} refused the sweep (${refused.code}): ${store.backendFix(refused.code, "sweep")}`, code: 1 };
   return undefined;
 }
+
+/** What an operator does about each setup a store finds missing. */
+const SETUP_FIX: Readonly<Record<StoreSetupError["problem"], string>> = {
+  "not-migrated": "migrate it (start the gateway with migrate once)",
+  "no-such-bucket": "check the bucket's name, or create it",
+  "conditional-writes-unsupported": "use a backend that honours If-Match and If-None-Match",
+};

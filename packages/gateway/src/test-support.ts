@@ -144,6 +144,8 @@ export async function runGateway(options: GatewayOptions): Promise<RunningGatewa
 export interface GatewayFixture {
   readonly backends: Backends;
   readonly gw: RunningGateway;
+  /** The records' PostgreSQL schema, when the gateway serves records. */
+  readonly schema: string | undefined;
   state(): Promise<string>;
 }
 
@@ -171,6 +173,9 @@ export function useGateway(want: Parameters<typeof startBackends>[0]): GatewayFi
     },
     get gw() {
       return started(gw);
+    },
+    get schema() {
+      return schema;
     },
     state: () => snapshot(backends?.pool, schema, backends?.s3Client, backends?.bucket),
   };

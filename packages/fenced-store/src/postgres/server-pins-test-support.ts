@@ -4,7 +4,7 @@ import { readFileSync } from "node:fs";
 // (put-statements.test.ts, failure-verdicts.test.ts): each case there says which of these shows the
 // same behaviour on the wire, so that an in-memory case never stands alone.
 
-/** A test of this folder, by file and title: the real-server test that shows a case on the wire. */
+/** A test, by file (relative to this folder) and title: the real-server test that shows a case on the wire. */
 export type Pin = readonly [file: string, title: string];
 
 /** Every pin defined below, each checked by missingPins(). */
@@ -27,7 +27,11 @@ export const ARTICLE = pin(
   "store.test.ts",
   "token 33 reads and pauses, 34 writes, 33 resumes and writes: 33 is refused and 34's value stays",
 );
-export const OWNERSHIP = pin("ownership.test.ts", "put, delete and ifVersion put naming another resource (token 0) are refused");
+// The conformance suite's case, which servers.test.ts runs on PostgreSQL.
+export const OWNERSHIP = pin(
+  "../conformance/rules-test-support.ts",
+  "put, delete and ifVersion put under another resource are refused whatever its token",
+);
 export const ORDERED_LOST = pin("outcomes.test.ts", "put(): sent ordered with its commit, the answer cut: OutcomeUnknownError, it landed");
 export const UNORDERED_CUT = pin(
   "outcomes.test.ts",
@@ -74,7 +78,7 @@ export const PUT_ALL = pin(
 // refused by the version it came after), where no table row holds it; checked like every pin.
 pin("in-doubt.test.ts", "delayed on the network past the deadline, then delivered: each finds the holder's later write and is refused");
 
-/** The pins defined here whose test is not in its file of this folder under that title (or a title it begins): none, when the contract holds. */
+/** The pins defined here whose test is not in its file (of this folder, or relative to it) under that title (or a title it begins): none, when the contract holds. */
 export function missingPins(): string[] {
   return defined
     .filter(([file, title]) => !readFileSync(new URL(file, import.meta.url), "utf8").includes(`it("${title}`))

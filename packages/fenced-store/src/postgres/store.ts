@@ -1,5 +1,14 @@
 import { InvalidArgumentError } from "@fenced/fence";
-import type { FencedStore, SignalOptions, StoreCapabilities, TransferOptions, WriteOptions, WriteResult } from "../contract.js";
+import type {
+  PutAllOptions,
+  PutAllWrite,
+  RecordStore,
+  SignalOptions,
+  StoreCapabilities,
+  TransferOptions,
+  WriteOptions,
+  WriteResult,
+} from "../contract.js";
 import { type CheckedFence } from "@fenced/fence/internal";
 import { ResourceMismatchError, VersionMismatchError } from "../errors.js";
 import { foreignKeyRefusal, outOfOrder, versionRefusal } from "./refusals.js";
@@ -12,7 +21,7 @@ import { assertPool, putAllOptions, transferOptions, writeOptions } from "./opti
 import { readFence } from "./inspect.js";
 import { migrateWithin, verifyWithin } from "./migrate.js";
 import type { Call, Session } from "./session.js";
-import type { FencedPostgresOptions, PgClient, PgParam, PgPool, PgPutAllWrite, PgPutAllOptions, PgQueryResult, PgRecord } from "./types.js";
+import type { FencedPostgresOptions, PgClient, PgParam, PgPool, PgQueryResult, PgRecord } from "./types.js";
 import { lockOrder, quoteSchema, statements } from "./sql.js";
 import { FIRST_PUT, nextPut, putValues, WriteOrder, type PutAnswer } from "./write-order.js";
 
@@ -31,7 +40,7 @@ import { FIRST_PUT, nextPut, putValues, WriteOrder, type PutAnswer } from "./wri
  * `Client` is what the pool's connect() returns (pg.PoolClient for a pg.Pool): transaction() hands
  * it to its callback.
  */
-export class FencedPostgres<Client extends PgClient = PgClient> implements FencedStore<unknown, PgRecord> {
+export class FencedPostgres<Client extends PgClient = PgClient> implements RecordStore {
   /** register() of several fences is one statement, all or none; ifVersion matches only a live record, never a tombstone. */
   readonly capabilities: StoreCapabilities = Object.freeze({ atomicRegister: true, ifVersionMatchesTombstone: false });
   readonly schema: string;
@@ -148,7 +157,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> implements Fence
    * Fence rows are locked by resource and records by key, whatever order they are given in, so two
    * calls with overlapping fences or keys never deadlock (PROTOCOL.md, "Several fences in one write").
    */
-  async putAll(writes: readonly PgPutAllWrite[], options: PgPutAllOptions): Promise<WriteResult[]> {
+  async putAll(writes: readonly PutAllWrite[], options: PutAllOptions): Promise<WriteResult[]> {
     const checked = putAllOptions(writes, options);
     refuseAborted(checked.signal);
     return putAll(this.calls, this.order, checked);

@@ -1,6 +1,5 @@
-import type { FenceSet } from "../fence.js";
 import type { JsonValue } from "../json.js";
-import type { SignalOptions, StoredVersion } from "../contract.js";
+import type { StoredVersion } from "../contract.js";
 
 /**
  * The database as FencedPostgres uses it, described by shape rather than by pg's own classes, so
@@ -65,29 +64,6 @@ export interface FencedPostgresOptions {
    * the server is told the same (SET LOCAL statement_timeout), so it gives up and rolls back too.
    */
   readonly timeoutMs?: number | undefined;
-}
-
-/** One record of putAll(): written exactly as put(key, value, { fence, ifVersion }) under the fence of `resource`. */
-export interface PgPutAllWrite {
-  readonly key: string;
-  readonly value: unknown;
-  /**
-   * The resource whose fence (in options.fences) the write is under: a new key becomes its, a key
-   * owned by another resource is refused (ResourceMismatchError). May be left out only when there
-   * is one fence; a resource that is not among the fences is an InvalidArgumentError.
-   */
-  readonly resource?: string | undefined;
-  /** Write only if the record is still at this version; else VersionMismatchError. */
-  readonly ifVersion?: string | undefined;
-}
-
-export interface PgPutAllOptions extends SignalOptions {
-  /**
-   * Every fence the writes are under: an array of fences, or a lease (of one resource or several).
-   * Each is checked against its resource's ratchet and raised, all of them, whether or not a write
-   * names it; one refused is a StaleTokenError and nothing is written.
-   */
-  readonly fences: FenceSet;
 }
 
 /** A record: its value, and which write of which lease produced this version (the contract's StoredVersion). */

@@ -1,5 +1,5 @@
 import { InvalidArgumentError, type Fence } from "@fenced/fence";
-import type { SignalOptions, WriteOptions } from "../contract.js";
+import type { ObjectWriteOptions, SignalOptions } from "../contract.js";
 import { type CheckedFence } from "@fenced/fence/internal";
 import { OBJECT_VERSION } from "../versions.js";
 import { assertKey } from "../fence.js";
@@ -50,12 +50,8 @@ export interface FencedS3Options {
   readonly timeoutMs?: number | undefined;
 }
 
-/** put(): the contract's options (../contract.ts), and the body's. */
-export interface S3WriteOptions extends WriteOptions {
-  readonly contentType?: string | undefined;
-  /** Length of a stream body, if known: one streamed PUT instead of a multipart upload. */
-  readonly contentLength?: number | undefined;
-}
+/** put(): the objects family's options (../contract.ts); a stream's contentLength makes one streamed PUT instead of a multipart upload. */
+export type S3WriteOptions = ObjectWriteOptions;
 
 export interface S3UpdateOptions extends SignalOptions {
   readonly fence: Fence;

@@ -1,5 +1,5 @@
 import { Readable } from "node:stream";
-import type { FencedStore, SignalOptions, StoreCapabilities, TransferOptions, WriteOptions, WriteResult } from "../contract.js";
+import type { ObjectStore, SignalOptions, StoreCapabilities, TransferOptions, WriteOptions, WriteResult } from "../contract.js";
 import type { S3Client } from "@aws-sdk/client-s3";
 import { context } from "@opentelemetry/api";
 import { InvalidArgumentError } from "@fenced/fence";
@@ -45,7 +45,7 @@ export interface S3VerifyResult {
  * highest token accepted and the holder that presented it. A write the manifest does not admit is
  * refused and changes nothing. See PROTOCOL.md, "S3".
  */
-export class FencedS3 implements FencedStore<S3Body, S3Object> {
+export class FencedS3 implements ObjectStore {
   /** No transaction over objects: register() raises each fence object on its own. A tombstone is a manifest, ifVersion may name it. */
   readonly capabilities: StoreCapabilities = Object.freeze({ atomicRegister: false, ifVersionMatchesTombstone: true });
   readonly bucket: string;

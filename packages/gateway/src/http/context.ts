@@ -6,7 +6,8 @@ import type { WriteAnswer } from "../schemas/answers.js";
 import type { RecordWritesAnswer } from "../schemas/record-writes.js";
 import type { ApiKeys } from "../auth/api-keys.js";
 import type { FenceCredentials } from "../auth/credentials.js";
-import type { GatewayMetrics, StoreName, WriteOp } from "../ops/metrics.js";
+import type { GatewayMetrics, WriteOp } from "../ops/metrics.js";
+import type { Family } from "../stores/registration.js";
 import type { ProblemKind } from "../problems/kinds.js";
 import { HttpProblem } from "../problems/problem.js";
 import { sendContinue } from "./request-body.js";
@@ -57,7 +58,7 @@ export interface RouteContext {
 
 /** res.locals fields the request accounting in app.ts reads once the response is over. */
 export interface Accounting extends RequestLocals {
-  write?: { readonly store: StoreName; readonly op: WriteOp };
+  write?: { readonly store: Family; readonly op: WriteOp };
   /** Set the moment the store accepted the write: a client that hangs up afterwards does not undo it. */
   accepted?: boolean;
   principal?: string;
@@ -70,7 +71,7 @@ export function accounting(res: Response): Accounting {
   return res.locals as Accounting;
 }
 
-export function markWrite(res: Response, store: StoreName, op: WriteOp): void {
+export function markWrite(res: Response, store: Family, op: WriteOp): void {
   accounting(res).write = { store, op };
 }
 

@@ -1,9 +1,7 @@
-import type { S3Client } from "@aws-sdk/client-s3";
 import type { Express } from "express";
 import type { NodesProbe } from "@fenced/lock/internal";
-import type { FencedPostgres } from "@fenced/store/postgres";
 import type { HealthAnswer, LivenessAnswer } from "../schemas/answers.js";
-import { postgresCheck, s3Check } from "./health.js";
+import type { StoreCheck } from "../stores/check.js";
 import { readinessAnswer, readinessHttpStatus, readinessStatus, type RawChecks } from "./readiness.js";
 
 /** The lock's nodes as the lease routes probe them, each with its address where known. */
@@ -11,8 +9,8 @@ export type LockProbe = NodesProbe & { readonly addresses: readonly (string | un
 
 /** What readiness checks: each configured backend, and whether the instance is stopping. */
 export interface ReadinessSources {
-  readonly records?: FencedPostgres | undefined;
-  readonly objects?: { readonly client: S3Client; readonly bucket: string } | undefined;
+  /** Each configured store, by its name (stores/registry.ts), and its check. */
+  readonly stores: readonly { readonly name: string; check(timeoutMs: number): Promise<StoreCheck> }[];
   /** everyNode: wait for each node's answer, not only for the quorum's outcome (probeNodes). */
   readonly lock?: { probe(timeoutMs: number, everyNode?: boolean): Promise<LockProbe> } | undefined;
   /** Each backend's deadline. */
@@ -38,10 +36,9 @@ export function gatewayReadiness(sources: ReadinessSources): Readiness {
   let round: Promise<RawChecks> | undefined;
   const checkAll = (everyNode: boolean): Promise<RawChecks> =>
     Promise.all([
-      sources.records === undefined ? undefined : postgresCheck(sources.records, timeoutMs),
-      sources.objects === undefined ? undefined : s3Check(sources.objects.client, sources.objects.bucket, timeoutMs),
+      Promise.all(sources.stores.map(async (store) => [store.name, await store.check(timeoutMs)] as const)),
       sources.lock?.probe(timeoutMs, everyNode),
-    ]).then(([postgres, s3, redis]) => ({ postgres, s3, redis }));
+    ]).then(([stores, redis]) => ({ stores: Object.fromEntries(stores), redis }));
   const checks = (): Promise<RawChecks> => (round ??= checkAll(false).finally(() => (round = undefined)));
   const check = async (admin: boolean, everyNode = false): Promise<HealthAnswer> => {
     if (sources.draining()) return { status: "draining", checks: {} };

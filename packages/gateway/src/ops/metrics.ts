@@ -7,8 +7,8 @@ import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom
 import { GATEWAY_VERSION } from "../version.js";
 import { AdmissionMetrics } from "../admission/metrics.js";
 import type { MalformedReason } from "../http/client-errors.js";
+import type { Family } from "../stores/registration.js";
 
-export type StoreName = "records" | "objects";
 /** A write's operation: put_all is POST /v1/records (several records at once), counted once per request. */
 export type WriteOp = "put" | "delete" | "put_all";
 
@@ -140,11 +140,11 @@ export class GatewayMetrics {
     return child;
   }
 
-  writeAccepted(store: StoreName, op: WriteOp): void {
+  writeAccepted(store: Family, op: WriteOp): void {
     this.#child(`a ${store} ${op}`, () => this.#accepted.labels({ store, op })).inc();
   }
 
-  writeRejected(store: StoreName, op: WriteOp, reason: string): void {
+  writeRejected(store: Family, op: WriteOp, reason: string): void {
     this.#child(`r ${store} ${op} ${reason}`, () => this.#rejected.labels({ store, op, reason })).inc();
   }
 

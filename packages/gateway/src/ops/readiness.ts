@@ -1,7 +1,8 @@
 import type { NodeProbe, NodesProbe } from "@fenced/lock/internal";
-import type { HealthAnswer } from "../schemas/answers.js";
+import type { HealthAnswer, StoreHealth } from "../schemas/answers.js";
+import type { StoreCheck } from "../stores/check.js";
+import type { StoreName } from "../stores/registry.js";
 import type { ReadinessStatus } from "./health-states.js";
-import type { StoreCheck } from "./health.js";
 
 /**
  * Readiness: whether this instance should be sent requests. A load balancer pulls an instance that
@@ -18,7 +19,7 @@ import type { StoreCheck } from "./health.js";
  * - not ready while draining.
  */
 export function readinessStatus(checks: RawChecks): ReadinessStatus {
-  const stores = [checks.postgres, checks.s3].filter((c): c is StoreCheck => c !== undefined);
+  const stores = Object.values(checks.stores);
   if (stores.some((c) => c.state === "misconfigured")) return "unavailable";
   const serving = [...stores.map((c) => c.state === "up"), ...(checks.redis === undefined ? [] : [checks.redis.ok])];
   if (serving.every(Boolean)) return "ok";
@@ -27,8 +28,8 @@ export function readinessStatus(checks: RawChecks): ReadinessStatus {
 
 /** The checks as made: each node with its address (undefined where the client does not say). */
 export interface RawChecks {
-  readonly postgres?: StoreCheck | undefined;
-  readonly s3?: StoreCheck | undefined;
+  /** Each configured store's, by its name. */
+  readonly stores: Readonly<Record<string, StoreCheck>>;
   readonly redis?: (NodesProbe & { readonly addresses: readonly (string | undefined)[] }) | undefined;
 }
 
@@ -85,7 +86,7 @@ function nodeError(node: NodeProbe, timeoutMs: number): string | undefined {
  * message; in public, neither (an error's message may name an address).
  */
 export function readinessAnswer(status: ReadinessStatus, checks: RawChecks, timeoutMs: number, admin: boolean): HealthAnswer {
-  const store = (check: StoreCheck): NonNullable<HealthAnswer["checks"]["postgres"]> => {
+  const store = (check: StoreCheck): StoreHealth => {
     const error = storeError(check, timeoutMs);
     return {
       ok: check.state === "up",
@@ -97,12 +98,15 @@ export function readinessAnswer(status: ReadinessStatus, checks: RawChecks, time
       ms: check.ms,
     };
   };
-  const { postgres, s3, redis } = checks;
+  const { stores, redis } = checks;
+  // Keyed by the names the answer's schema lists (stores/registry.ts): the checks are made per registered store.
+  const each = Object.fromEntries(Object.entries(stores).map(([name, check]) => [name, store(check)])) as Partial<
+    Record<StoreName, StoreHealth>
+  >;
   return {
     status,
     checks: {
-      ...(postgres && { postgres: store(postgres) }),
-      ...(s3 && { s3: store(s3) }),
+      ...each,
       ...(redis && {
         redis: {
           ok: redis.ok,

@@ -1,6 +1,7 @@
 import type { Logger } from "pino";
 import type { Gateway } from "../app.js";
-import type { HealthAnswer } from "../schemas/answers.js";
+import type { HealthAnswer, StoreHealth } from "../schemas/answers.js";
+import { storeNamed } from "../stores/registry.js";
 
 /** How often a gateway started with its start work undone looks again (recheckInBackground). */
 export const RECHECK_INTERVAL_MS = 5_000;
@@ -11,8 +12,18 @@ export interface Recheck {
   stop(): void;
 }
 
-type StoreAnswer = NonNullable<HealthAnswer["checks"]["postgres"]>;
-type Stores = Readonly<Record<string, StoreAnswer>>;
+type Stores = Readonly<Record<string, StoreHealth>>;
+
+/** The stores' checks of a readiness answer: every check but the lock's. */
+function storesOf(checks: HealthAnswer["checks"]): Stores {
+  const { redis: _lock, ...stores } = checks;
+  return Object.fromEntries(Object.entries(stores).filter((entry): entry is [string, StoreHealth] => entry[1] !== undefined));
+}
+
+/** The titles of the stores whose tables are missing ("PostgreSQL"). */
+function notMigrated(stores: Stores): string[] {
+  return Object.entries(stores).flatMap(([name, c]) => (c.problem === "not-migrated" ? [storeNamed(name)?.title ?? name] : []));
+}
 
 /** Each store's state in a word: what a change of is logged. */
 function summary(checks: Stores): string {
@@ -50,18 +61,19 @@ export function recheckInBackground(
     let report = await gateway.health();
     // Stopped meanwhile: the backends are about to close; no migration starts now.
     if (stopped) return false;
-    if (migrate && report.checks.postgres?.problem === "not-migrated") {
+    const missing = notMigrated(storesOf(report.checks));
+    if (migrate && missing.length > 0) {
       try {
         await gateway.prepare({ migrate: true, verify: false });
-        logger.info("migrated the PostgreSQL tables from the background check (migrateInBackground)");
+        logger.info(`migrated the ${missing.join(" and ")} tables from the background check (migrateInBackground)`);
         report = await gateway.health();
       } catch (err) {
         logger.warn({ err }, "the background migration failed; trying again later");
       }
     }
     if (report.status === "draining") return true;
-    const { postgres, s3 } = report.checks;
-    const stores: Stores = { ...(postgres && { postgres }), ...(s3 && { s3 }) };
+    const stores = storesOf(report.checks);
+    const unmigrated = notMigrated(stores);
     const now = summary(stores);
     const ready = Object.values(stores).every((c) => c.ok);
     if (now !== last)
@@ -69,9 +81,9 @@ export function recheckInBackground(
       else
         logger.warn(
           { stores: now, migrate },
-          migrate || postgres?.problem !== "not-migrated"
+          migrate || unmigrated.length === 0
             ? "a store is still not set up or not answering; looking again"
-            : "PostgreSQL's tables are missing: migrate them (a gateway started with migrate, or migrateInBackground); looking again",
+            : `${unmigrated.join(" and ")}'s tables are missing: migrate them (a gateway started with migrate, or migrateInBackground); looking again`,
         );
     last = now;
     return ready;

@@ -1,4 +1,4 @@
-import { sqlState } from "@fenced/store/internal";
+import { STORES, type StoreName } from "../stores/registry.js";
 /**
  * What the stores pass on unchanged: both wrap every connection-level failure (refused, reset,
  * timed out, throttled) in their own typed errors (StoreUnavailableError, OutcomeUnknownError), and
@@ -12,7 +12,8 @@ import { sqlState } from "@fenced/store/internal";
 export class BackendFailedError extends Error {
   override readonly name = "BackendFailedError";
   constructor(
-    readonly backend: "postgres" | "s3",
+    /** The store's name (stores/registry.ts). */
+    readonly backend: StoreName,
     /** The store call that failed: "put", "get", "register", "migrate", "verify" … */
     readonly operation: string,
     /** What the backend answered, for an operator: PostgreSQL's SQLSTATE, S3's error code or HTTP status, or the client error's name. */
@@ -23,40 +24,16 @@ export class BackendFailedError extends Error {
   }
 }
 
-/** The backend behind each route family that calls a store. */
-const BACKEND_OF: Readonly<Record<string, "postgres" | "s3">> = { records: "postgres", objects: "s3" };
-
-/** The name of the AWS SDK's error when its credentials provider (chain) could not produce credentials. */
-const CREDENTIALS_PROVIDER_ERROR = "CredentialsProviderError";
-
-/**
- * A failure of the AWS SDK's client: every error that went through its middleware carries `$metadata`
- * (service exceptions, an answer it could not parse, a TLS or socket error the store did not type),
- * and a credentials provider that failed throws CredentialsProviderError before any request is sent.
- * The code: S3's error code, else the HTTP status, else the error's name or system code.
- */
-function s3Code(outer: unknown): string | undefined {
-  if (typeof outer !== "object" || outer === null) return undefined;
-  // The store's conditional-write wrappers carry the SDK's error as `original` (as its s3/failures.ts reads them).
-  const original = (outer as { original?: unknown }).original;
-  const err = typeof original === "object" && original !== null ? original : outer;
-  const { name, Code, code, $metadata } = err as { name?: unknown; Code?: unknown; code?: unknown; $metadata?: unknown };
-  if (name === CREDENTIALS_PROVIDER_ERROR) return CREDENTIALS_PROVIDER_ERROR;
-  if (typeof $metadata !== "object" || $metadata === null) return undefined;
-  if (typeof Code === "string") return Code;
-  const status = ($metadata as { httpStatusCode?: unknown }).httpStatusCode;
-  if (typeof code === "string") return code;
-  if (typeof status === "number") return `HTTP ${status}`;
-  return typeof name === "string" ? name : "unknown";
-}
-
 /**
  * The call's failure as the backend's (BackendFailedError), if it is its own error answer or its
  * client's failure (see above); undefined for anything else (the stores' typed errors, a failure of
  * the gateway, a call into the lock).
  */
-export function backendFailure(store: string, operation: string, err: unknown): BackendFailedError | undefined {
-  const backend = BACKEND_OF[store];
-  const code = backend === "postgres" ? sqlState(err) : backend === "s3" ? s3Code(err) : undefined;
-  return backend === undefined || code === undefined ? undefined : new BackendFailedError(backend, operation, code, { cause: err });
+export function backendFailure(family: string, operation: string, err: unknown): BackendFailedError | undefined {
+  const store = STORES.find((one) => one.family === family);
+  const code = store?.backendCode(err);
+  // A registration's name is one of STORE_NAMES: the registry lists them.
+  return store === undefined || code === undefined
+    ? undefined
+    : new BackendFailedError(store.name as StoreName, operation, code, { cause: err });
 }

@@ -16,7 +16,8 @@ import {
   StoreUnavailableError,
   VersionMismatchError,
 } from "@fenced/store";
-import { PROBLEM_OF_CODE, type ProblemExtensions, type ProblemKind, type ServedBackend } from "./kinds.js";
+import { PROBLEM_OF_CODE, type ProblemExtensions, type ProblemKind } from "./kinds.js";
+import type { StoreName } from "../stores/registry.js";
 
 /** A problem's kind, detail and extension members, before it becomes a body. */
 export interface Answer {
@@ -52,8 +53,8 @@ export function fencedAnswer(err: FencedError): Answer {
 /** The stores' operations that write nothing whatever happens: their answers say nothing of writes. */
 const READS = new Set(["get", "fence"]);
 
-/** The store an error came from: one the gateway serves, since it calls no other. */
-const served = (err: { readonly backend: string }): ServedBackend => err.backend as ServedBackend;
+/** The store an error came from: a registered one, since the gateway calls no other. */
+const served = (err: { readonly backend: string }): StoreName => err.backend as StoreName;
 
 /**
  * The stores' failures: whether anything may have been written decides the kind (nothing:

@@ -2,6 +2,7 @@ import { z } from "zod";
 import type { ErrorCode } from "@fenced/fence";
 import { SHED_REASONS } from "../admission/admission.js";
 import { keyString as key, resourceSchema as resource, tokenString } from "../schemas/fields.js";
+import { STORE_NAMES } from "../stores/registry.js";
 
 /**
  * Every kind of problem the gateway answers with, in one table: its status, its slug, its `title`,
@@ -17,10 +18,7 @@ import { keyString as key, resourceSchema as resource, tokenString } from "../sc
 /** What an `invalid-request` problem lists: which part of the request is wrong, and why. */
 const fieldErrors = z.array(z.strictObject({ path: z.string(), message: z.string() }));
 const none = z.strictObject({});
-/** The names of the stores the gateway serves, as errors and answers give them. */
-const STORE_BACKENDS = ["postgres", "s3"] as const;
-export type ServedBackend = (typeof STORE_BACKENDS)[number];
-const storeBackend = z.enum(STORE_BACKENDS).describe("The backend the store was calling");
+const storeBackend = z.enum(STORE_NAMES).describe("The backend the store was calling");
 
 const KINDS = {
   invalid: {

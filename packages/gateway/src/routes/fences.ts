@@ -1,16 +1,16 @@
 import { Router, type Request, type Response } from "express";
 import type { CheckedFence } from "@fenced/fence/internal";
-import type { FencedPostgres } from "@fenced/store/postgres";
-import type { FencedS3 } from "@fenced/store/s3";
+import type { FencedStore, StoredVersion } from "@fenced/store";
 import { requireResource } from "../auth/api-keys.js";
 import { methodNotAllowed, type RouteContext } from "../http/context.js";
 import { clientGone } from "../http/client-gone.js";
 import { resourceFromPath, type FenceAnswer } from "../schemas/fences.js";
 
-/** The stores whose fences the route reads: those the gateway is configured with. */
-export interface FenceStores {
-  readonly records?: FencedPostgres | undefined;
-  readonly objects?: FencedS3 | undefined;
+/** A store whose fences the route reads: each the gateway is configured with, by its name and family. */
+export interface FenceStore {
+  readonly name: string;
+  readonly family: string;
+  readonly store: FencedStore<never, StoredVersion>;
 }
 
 /**
@@ -21,7 +21,7 @@ export interface FenceStores {
  * resource may ask, read-only keys too. The checks run as for the other routes — credentials (401),
  * resource (400), its scope (403) — before any store is asked.
  */
-export function fencesRouter(ctx: RouteContext, stores: FenceStores): Router {
+export function fencesRouter(ctx: RouteContext, stores: readonly FenceStore[]): Router {
   const router = Router({ caseSensitive: true, strict: true });
   router.use(async (req: Request, res: Response) => {
     if (req.method !== "GET" && req.method !== "HEAD") methodNotAllowed(res, "GET, HEAD");
@@ -30,19 +30,15 @@ export function fencesRouter(ctx: RouteContext, stores: FenceStores): Router {
     const resource = resourceFromPath(req.path);
     requireResource(principal, resource);
     const signal = clientGone(res);
-    const { records, objects } = stores;
-    // Both stores at once; a failure of either is the answer (problems/problem.ts classifies it).
-    const [postgres, s3] = await Promise.all([
-      records === undefined ? undefined : ctx.metrics.time("records", "fence", () => records.fence(resource, { signal })),
-      objects === undefined ? undefined : ctx.metrics.time("objects", "fence", () => objects.fence(resource, { signal })),
-    ]);
-    const answer: FenceAnswer = {
-      resource,
-      stores: {
-        ...(records !== undefined && { postgres: wire(postgres) }),
-        ...(objects !== undefined && { s3: wire(s3) }),
-      },
-    };
+    // Every store at once; a failure of any is the answer (problems/problem.ts classifies it).
+    const fences = await Promise.all(
+      stores.map(async ({ name, family, store }) => [
+        name,
+        wire(await ctx.metrics.time(family, "fence", () => store.fence(resource, { signal }))),
+      ]),
+    );
+    // Keyed by the names the answer's schema lists (stores/registry.ts): one entry per configured store.
+    const answer: FenceAnswer = { resource, stores: Object.fromEntries(fences) as FenceAnswer["stores"] };
     res.json(answer);
   });
   return router;

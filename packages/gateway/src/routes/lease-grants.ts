@@ -8,7 +8,7 @@ import { type NodeFailure } from "@fenced/lock/internal";
 import type { FenceSet } from "@fenced/store/internal";
 import type { FenceCredentials } from "../auth/credentials.js";
 import type { LeaseIdParts } from "../auth/lease-id.js";
-import type { StoreName } from "../ops/metrics.js";
+import type { Family } from "../stores/registration.js";
 import type { RouteContext } from "../http/context.js";
 import { PROBLEM_OF_CODE } from "../problems/kinds.js";
 import { HttpProblem } from "../problems/problem.js";
@@ -16,9 +16,9 @@ import { HttpProblem } from "../problems/problem.js";
 /** Why a node did not count that means it is down or unreachable, not that the lock is held. */
 const UNREACHABLE: ReadonlySet<string> = new Set(["error", "timeout", "refused"]);
 
-/** Raises one store's ratchets to a lease's fences (FencedPostgres/FencedS3.register). */
+/** Raises one store's ratchets to a lease's fences (the store's register()). */
 export interface Registrar {
-  readonly store: StoreName;
+  readonly store: Family;
   /**
    * The lease itself (its fences, one per resource): the store refuses, before any I/O, a lease that
    * knows it has ended. `signal` aborts when the client has gone: the lease will be released, its

@@ -1,6 +1,6 @@
 import { pipeline } from "node:stream/promises";
 import { Router, type Request, type Response } from "express";
-import type { FencedS3 } from "@fenced/store/s3";
+import type { ObjectStore } from "@fenced/store";
 import { assertContentType } from "@fenced/store/s3";
 import { OBJECT_VERSION } from "@fenced/store/internal";
 import { answerWrite, authorizeKey, writeOptions } from "./access.js";
@@ -13,11 +13,11 @@ import { encodeHeaderText, etag } from "../schemas/validation.js";
 const DEFAULT_CONTENT_TYPE = "application/octet-stream";
 
 /**
- * /v1/objects/{key}: bodies in FencedS3, streamed both ways. The checks run in the same order as for
+ * /v1/objects/{key}: bodies in ObjectStore, streamed both ways. The checks run in the same order as for
  * records, all before the store is called; the store then reads the fence and the manifest before it
  * reads the body, so a stale writer's body is never read (nor, with Expect: 100-continue, sent).
  */
-export function objectsRouter(ctx: RouteContext, store: FencedS3): Router {
+export function objectsRouter(ctx: RouteContext, store: ObjectStore): Router {
   const router = Router({ caseSensitive: true, strict: true });
 
   const get = async (req: Request, res: Response): Promise<void> => {

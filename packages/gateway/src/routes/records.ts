@@ -1,5 +1,5 @@
 import { Router, type Request, type Response } from "express";
-import type { FencedPostgres } from "@fenced/store/postgres";
+import type { RecordStore } from "@fenced/store";
 import { assertJsonValue, RECORD_VERSION } from "@fenced/store/internal";
 import { answerWrite, authorizeKey, authorizeWrites, fencesFromCredentials, writeOptions } from "./access.js";
 import { requireKey } from "../auth/api-keys.js";
@@ -10,12 +10,12 @@ import { HttpProblem } from "../problems/problem.js";
 import { encodeHeaderText, etag } from "../schemas/validation.js";
 
 /**
- * /v1/records/{key}: JSON records in FencedPostgres (and POST /v1/records: several of them at once). The checks run in a fixed order — credentials
+ * /v1/records/{key}: JSON records in the records family's store (and POST /v1/records: several of them at once). The checks run in a fixed order — credentials
  * (401), key (400), key scope (403), fence (400/403), precondition (400), body (415/413/400) — and
- * all of them before the store is called, so a refused request never reaches Postgres. The store
- * then decides the ratchet (409) and the version (412) inside its transaction.
+ * all of them before the store is called, so a refused request never reaches the backend. The
+ * store then decides the ratchet (409) and the version (412) atomically with the write.
  */
-export function recordsRouter(ctx: RouteContext, store: FencedPostgres): Router {
+export function recordsRouter(ctx: RouteContext, store: RecordStore): Router {
   const router = Router({ caseSensitive: true, strict: true });
   const readBody = jsonBody(ctx.limits.recordBytes);
 
@@ -76,7 +76,7 @@ export function recordsRouter(ctx: RouteContext, store: FencedPostgres): Router 
  */
 function putAllHandler(
   ctx: RouteContext,
-  store: FencedPostgres,
+  store: RecordStore,
   readBody: ReturnType<typeof jsonBody>,
 ): (req: Request, res: Response) => Promise<void> {
   return async (req, res) => {

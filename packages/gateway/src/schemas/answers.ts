@@ -2,7 +2,9 @@ import { z } from "zod";
 import { LEASE_ID_PATTERN } from "../auth/lease-id.js";
 import { OBJECT_VERSION, RECORD_VERSION } from "@fenced/store/internal";
 import { MAX_RESOURCES } from "@fenced/fence";
-import { CHECK_STATES, NODE_STATES, READINESS_STATUSES, SETUP_PROBLEMS } from "../ops/health-states.js";
+import { NODE_STATES, READINESS_STATUSES } from "../ops/health-states.js";
+import { CHECK_STATES, SETUP_PROBLEMS } from "../stores/check.js";
+import { byStore } from "../stores/registry.js";
 import { credentialString, holderString as holder, resourceSchema as resource, tokenString } from "./fields.js";
 
 /**
@@ -115,8 +117,7 @@ export const healthReportSchema = z
         "ok: every backend serves. degraded (200): some backend does not answer while others serve; its routes answer 503 with Retry-After. unavailable (503): a store answered that it is not set up for this gateway, or no backend serves. draining (503): the instance is stopping (SIGTERM) and takes no new work; its backends are not checked",
       ),
     checks: z.strictObject({
-      postgres: storeHealth.optional(),
-      s3: storeHealth.optional(),
+      ...byStore(() => storeHealth.optional()),
       redis: z
         .strictObject({
           ok: z.boolean().describe("true once a quorum of nodes answered"),
@@ -128,6 +129,8 @@ export const healthReportSchema = z
   })
   .describe("Readiness: one check per configured backend");
 export type HealthAnswer = z.input<typeof healthReportSchema>;
+/** One store's entry in a readiness answer. */
+export type StoreHealth = z.input<typeof storeHealth>;
 /** 200 of GET /livez. */
 export const livenessSchema = z
   .strictObject({ status: z.literal("ok").describe("The process answers; no backend is checked") })

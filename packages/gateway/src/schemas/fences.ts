@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { HttpProblem } from "../problems/problem.js";
+import { byStore } from "../stores/registry.js";
 import { holderString, resourceSchema, tokenString } from "./fields.js";
 
 /**
@@ -22,10 +23,7 @@ export const fenceAnswerSchema = z
   .strictObject({
     resource: resourceSchema,
     stores: z
-      .strictObject({
-        postgres: storeFence.optional().describe("PostgreSQL's fence row (present when the gateway serves records)"),
-        s3: storeFence.optional().describe("S3's fence object (present when the gateway serves objects)"),
-      })
+      .strictObject(byStore((store) => storeFence.optional().describe(store.fenceDescription)))
       .describe("One entry per store this gateway is configured with"),
   })
   .describe("The resource's fence in each store: what every write under the resource is checked against");

@@ -1,0 +1,101 @@
+import type { Logger } from "pino";
+import type { z } from "zod";
+import type { ObjectStore, RecordStore } from "@fenced/store";
+import type { StoreCheck } from "./check.js";
+
+/**
+ * What a store registers to be served by the gateway: which family of routes it serves, its name
+ * outside the process, its configuration, and how the gateway makes, checks, prepares and sweeps it.
+ * The gateway's routes, readiness, problems, fences, lease grants, start checks, sweep and API
+ * document loop over the registry (registry.ts) and never name a store; everything a store says of
+ * itself is here.
+ */
+
+/** The gateway's two families of routes, and the store contract each serves. */
+export interface FamilyStores {
+  /** /v1/records: JSON values, several written at once. */
+  readonly records: RecordStore;
+  /** /v1/objects: bytes, streamed. */
+  readonly objects: ObjectStore;
+}
+export type Family = keyof FamilyStores;
+
+/** What a store's options are made with from the configuration. */
+interface OpenContext {
+  readonly storeTimeoutMs: number;
+  readonly logger: Logger;
+  /** What closes what the store opened (a pool, a client), in the order opened: the gateway runs them at its stop. */
+  readonly closers: (() => Promise<unknown>)[];
+}
+
+/** What a store's start work may do (createGateway's prepare()). */
+export interface Prepare {
+  readonly migrate?: boolean | undefined;
+  readonly verify?: boolean | undefined;
+}
+
+/** What `fenced-gateway sweep` asks of a store, and what it answers: its part of the report and a line for stderr. */
+interface SweepRequest {
+  readonly minAgeMs: number;
+  readonly dryRun: boolean;
+  readonly signal: AbortSignal;
+  readonly storeTimeoutMs: number;
+  /** One progress line on stderr. */
+  readonly line: (text: string) => void;
+}
+/** Its part of the report on stdout (it wrote its own lines on stderr). */
+type SweepDone = object;
+
+/** A store's check or answer, as the start checks word a refusal of it. */
+type CheckWords = Pick<StoreCheck, "state" | "problem" | "code" | "detail">;
+
+/**
+ * One store. `Options` is what createGateway takes for its family (a pool, a client and a bucket),
+ * `Section` its section of the configuration, `Store` the store it makes (of its family's contract). Its hooks are methods, so that a registration of any
+ * family and options is a StoreRegistration: the gateway hands each hook only what that
+ * registration's own hooks made (fromSection's options, create's store).
+ */
+export interface StoreDefinition<
+  F extends Family,
+  Name extends string,
+  Section extends z.ZodType,
+  Options,
+  Store extends FamilyStores[F] = FamilyStores[F],
+> {
+  readonly family: F;
+  /** Its name outside the process: its readiness check, its fence in GET /v1/fences, a problem's `backend`, its configuration section. */
+  readonly name: Name;
+  /** How an operator names it: "PostgreSQL". */
+  readonly title: string;
+  /** Its entry in GET /v1/fences' answer, as the API document describes it. */
+  readonly fenceDescription: string;
+  readonly config: {
+    /** Its section of the configuration (each field's flag and variable: settings.ts). */
+    readonly section: Section;
+    /** The field without which its section means nothing, and where else it can be given. */
+    readonly enabledBy: { readonly field: string; readonly variable: string; readonly flag: string };
+    /** The fields of its section `fenced-gateway sweep` reads ("": all of them). */
+    readonly sweepFields: readonly string[];
+  };
+  /** createGateway's options for its family, from its configured section. */
+  fromSection(section: z.output<Section>, context: OpenContext): Promise<Options>;
+  /** The store, each call bounded by `storeTimeoutMs`. */
+  create(options: Options, storeTimeoutMs: number): Store;
+  /** A pool whose connections /metrics reports, if it has one. */
+  pool?(options: Options): { readonly totalCount: number; readonly idleCount: number; readonly waitingCount: number } | undefined;
+  /** Readiness: read-only, within `timeoutMs`. */
+  check(store: Store, options: Options, timeoutMs: number): Promise<StoreCheck>;
+  /** The start work: `call` times each call into the store as a request's are (metrics.time). */
+  prepare(store: Store, prepare: Prepare, call: (operation: string, work: () => Promise<unknown>) => Promise<unknown>): Promise<void>;
+  /** The backend's own code in an error no store classifies (an SQLSTATE, an S3 error code); undefined: not the backend's. */
+  backendCode(err: unknown): string | undefined;
+  /** Why a failed start check refuses the start, for an operator; undefined: not refused (the start's own work repairs it). */
+  startRefusal(check: CheckWords, timeoutMs: number): string | undefined;
+  /** What to do when the backend refused the start's `operation` with its own `code`. */
+  backendFix(code: string, operation: string): string;
+  /** `fenced-gateway sweep`'s part for this store. */
+  sweep(section: z.output<Section>, request: SweepRequest): Promise<SweepDone>;
+}
+
+/** A registration of any family and options: what the gateway's loops take (each hook gets only what its own registration made). */
+export type StoreRegistration = StoreDefinition<Family, string, z.ZodType, unknown>;

@@ -1,0 +1,40 @@
+import type { z } from "zod";
+import { postgresRecords } from "./postgres.js";
+import type { StoreRegistration } from "./registration.js";
+import { s3Objects } from "./s3.js";
+
+/*
+ * The stores the gateway can serve, one registration each (registration.ts says what one provides).
+ * Everything in the gateway that concerns a store — its routes' family, readiness, problems, fences,
+ * lease grants, start checks, sweep, configuration and the API document — loops over this list.
+ * Adding a store: a file beside these, its line here, its flags in ../settings.ts.
+ *
+ *   check.ts        a store's readiness check, as every registration makes it (within a deadline)
+ *   registration.ts what a store registers, and the two families of routes
+ *   postgres.ts     the records family on PostgreSQL
+ *   s3.ts           the objects family on S3; s3-sweep.ts, its sweep's lines
+ */
+const REGISTERED = [postgresRecords, s3Objects] as const;
+
+export const STORES: readonly StoreRegistration[] = REGISTERED;
+
+/** A registered store's name, as the wire spells it (readiness checks, fence answers, problems, configuration sections). */
+export type StoreName = (typeof REGISTERED)[number]["name"];
+
+/** Every store's name, in registry order: what an answer's `backend` may say. */
+export const STORE_NAMES = REGISTERED.map((store) => store.name) as [StoreName, ...StoreName[]];
+
+/** The store registered under `name`. */
+export function storeNamed(name: string): StoreRegistration | undefined {
+  return STORES.find((store) => store.name === name);
+}
+
+/** A zod shape of one entry per store, keyed by its name, in registry order: answers that say something of each store. */
+export function byStore<T extends z.ZodType>(entry: (store: StoreRegistration) => T): { [N in StoreName]: T } {
+  return Object.fromEntries(STORES.map((store) => [store.name, entry(store)])) as { [N in StoreName]: T };
+}
+
+/** The configuration's store sections, each optional, keyed by the store's name. */
+export const STORE_SECTIONS = Object.fromEntries(REGISTERED.map((store) => [store.name, store.config.section.optional()])) as {
+  [S in (typeof REGISTERED)[number] as S["name"]]: z.ZodOptional<S["config"]["section"]>;
+};

@@ -1,0 +1,178 @@
+import { HeadBucketCommand, S3Client } from "@aws-sdk/client-s3";
+import { z } from "zod";
+import { FencedS3, type FencedS3Options } from "@fenced/store/s3";
+import { message, said, systemCode, within } from "./check.js";
+import type { StoreDefinition } from "./registration.js";
+import { sweepLines } from "./s3-sweep.js";
+
+/** createGateway's `objects`: FencedS3 with this client (create it with requestChecksumCalculation "WHEN_REQUIRED" for radosgw). */
+export type S3ObjectsOptions = { readonly client: S3Client } & FencedS3Options;
+
+const section = z
+  .strictObject({
+    bucket: z.string().min(1).describe("the bucket (enables /v1/objects)"),
+    endpoint: z.string().url().optional().describe("S3 endpoint URL (default: AWS)"),
+    region: z.string().min(1).default("us-east-1").describe("S3 region (default us-east-1)"),
+    prefix: z.string().optional().describe("prefix of every object the store writes, empty or ending in / (default fenced/)"),
+    accessKeyId: z.string().min(1).optional().describe("S3 access key id (default: the AWS SDK's credential chain)"),
+    secretAccessKey: z.string().min(1).optional().describe("S3 secret access key, given with accessKeyId"),
+    forcePathStyle: z.boolean().default(true).describe("path-style requests (bucket in the path, not the host name; default true)"),
+    inlineLimit: z
+      .number()
+      .int()
+      .min(0)
+      .optional()
+      .describe("bodies up to this many bytes are stored inside the manifest, one PUT per write (default 65536; 0: never)"),
+    checkResourceFence: z
+      .boolean()
+      .optional()
+      .describe(
+        "every write also reads the resource's fence object, so that a register() refuses older tokens on every key (default true)",
+      ),
+    partSize: z.number().int().optional().describe("multipart part size for bodies of unknown length, at least 5 MiB (default 8 MiB)"),
+  })
+  .refine(
+    (s) => (s.accessKeyId === undefined) === (s.secretAccessKey === undefined),
+    "give both accessKeyId and secretAccessKey, or neither (the AWS default chain)",
+  );
+
+/**
+ * The S3 client and the store's options a configuration's section describes: what the gateway
+ * serves objects with, and what `fenced-gateway sweep` sweeps. Destroy the client when done.
+ */
+function fromConfig(s3: z.output<typeof section>): S3ObjectsOptions {
+  const { bucket, endpoint, region, prefix, accessKeyId, secretAccessKey, forcePathStyle, inlineLimit, checkResourceFence, partSize } = s3;
+  const client = new S3Client({
+    region,
+    forcePathStyle,
+    ...(endpoint === undefined ? {} : { endpoint }),
+    ...(accessKeyId === undefined || secretAccessKey === undefined ? {} : { credentials: { accessKeyId, secretAccessKey } }),
+    // Streamed bodies of unknown length need no checksum trailer (radosgw answers such requests with 411).
+    requestChecksumCalculation: "WHEN_REQUIRED",
+    responseChecksumValidation: "WHEN_REQUIRED",
+  });
+  return {
+    client,
+    bucket,
+    ...(prefix === undefined ? {} : { prefix }),
+    ...(inlineLimit === undefined ? {} : { inlineLimit }),
+    ...(checkResourceFence === undefined ? {} : { checkResourceFence }),
+    ...(partSize === undefined ? {} : { partSize }),
+  };
+}
+
+/** The name of the AWS SDK's error when its credentials provider (chain) could not produce credentials. */
+const CREDENTIALS_PROVIDER_ERROR = "CredentialsProviderError";
+
+/**
+ * A failure of the AWS SDK's client: every error that went through its middleware carries `$metadata`
+ * (service exceptions, an answer it could not parse, a TLS or socket error the store did not type),
+ * and a credentials provider that failed throws CredentialsProviderError before any request is sent.
+ * The code: S3's error code, else the HTTP status, else the error's name or system code.
+ */
+function s3Code(outer: unknown): string | undefined {
+  if (typeof outer !== "object" || outer === null) return undefined;
+  // An error that carries the SDK's as `original` is read as that one.
+  const original = (outer as { original?: unknown }).original;
+  const err = typeof original === "object" && original !== null ? original : outer;
+  const { name, Code, code, $metadata } = err as { name?: unknown; Code?: unknown; code?: unknown; $metadata?: unknown };
+  if (name === CREDENTIALS_PROVIDER_ERROR) return CREDENTIALS_PROVIDER_ERROR;
+  if (typeof $metadata !== "object" || $metadata === null) return undefined;
+  if (typeof Code === "string") return Code;
+  const status = ($metadata as { httpStatusCode?: unknown }).httpStatusCode;
+  if (typeof code === "string") return code;
+  if (typeof status === "number") return `HTTP ${status}`;
+  return typeof name === "string" ? name : "unknown";
+}
+
+/** The objects family on S3 (FencedS3). */
+export const s3Objects: StoreDefinition<"objects", "s3", typeof section, S3ObjectsOptions, FencedS3> = {
+  family: "objects",
+  name: "s3",
+  title: "S3",
+  fenceDescription: "S3's fence object (present when the gateway serves objects)",
+  config: {
+    section,
+    enabledBy: { field: "bucket", variable: "FENCED_GATEWAY_S3_BUCKET", flag: "--s3-bucket" },
+    sweepFields: [""],
+  },
+
+  fromSection(s3, { closers }) {
+    const options = fromConfig(s3);
+    closers.push(() => Promise.resolve(options.client.destroy()));
+    return Promise.resolve(options);
+  },
+
+  create: (options, timeoutMs) => new FencedS3(options.client, { ...options, timeoutMs: options.timeoutMs ?? timeoutMs }),
+
+  /**
+   * HEAD on the bucket. Its answer's status says what is wrong: 403 the credentials (or their rights
+   * on the bucket), 404 the bucket; no answer at all, the endpoint. Read-only.
+   */
+  check: (_store, { client, bucket }, timeoutMs) =>
+    within(
+      timeoutMs,
+      (abortSignal) => client.send(new HeadBucketCommand({ Bucket: bucket }), { abortSignal }),
+      (err) => {
+        const detail = message(err);
+        const { name, code, $metadata } = (typeof err === "object" && err !== null ? err : {}) as {
+          name?: unknown;
+          code?: unknown;
+          $metadata?: { httpStatusCode?: unknown };
+        };
+        if (name === CREDENTIALS_PROVIDER_ERROR) return { state: "misconfigured", problem: "no-credentials", code: name, detail };
+        const status = $metadata?.httpStatusCode;
+        if (status === 403) return { state: "misconfigured", problem: "access-denied", code: "403", detail };
+        if (status === 404) return { state: "misconfigured", problem: "no-such-bucket", code: "404", detail };
+        if (typeof status === "number") return { state: "error", code: String(status), detail };
+        // No HTTP answer: a system error's code says why (ECONNREFUSED: nothing listens at the endpoint).
+        const system = systemCode(err) ?? (typeof code === "string" ? code : undefined);
+        return { state: system === "ECONNREFUSED" ? "refused" : "error", ...(system === undefined ? {} : { code: system }), detail };
+      },
+    ),
+
+  async prepare(store, { verify }, call) {
+    if (verify ?? true) await call("verify", () => store.verify());
+  },
+
+  backendCode: s3Code,
+
+  startRefusal(check, timeoutMs) {
+    switch (check.problem) {
+      case "access-denied":
+        return `S3 refused the credentials (403${said({ detail: check.detail })}): check the access key id and secret, and that they may use the bucket`;
+      case "no-such-bucket":
+        return "S3 answered that the bucket does not exist (404): create it, or name an existing one (s3.bucket)";
+      case "no-credentials":
+        return `no S3 credentials could be loaded${said({ detail: check.detail })}: give s3.accessKeyId and s3.secretAccessKey, or set up the AWS SDK's credential chain`;
+      default:
+    }
+    switch (check.state) {
+      case "refused":
+        return `S3 refused the connection${said(check)}: check the endpoint URL (s3.endpoint) and that the server runs`;
+      case "timeout":
+        return `S3 did not answer within ${timeoutMs} ms: check the endpoint URL (s3.endpoint) and that it is reachable from here`;
+      default:
+        return `S3 did not confirm the bucket${said(check)}: check the endpoint, the credentials and the bucket`;
+    }
+  },
+
+  backendFix: (_code, operation) =>
+    operation === "sweep"
+      ? "check the endpoint, the credentials and that they may list, read and delete objects and abort multipart uploads in the bucket"
+      : "check the endpoint, the credentials and that they may read, write and delete objects in the bucket" +
+        (operation === "verify" ? ", or start with --no-verify" : ""),
+
+  async sweep(s3, { minAgeMs, dryRun, signal, storeTimeoutMs, line }) {
+    const options = fromConfig(s3);
+    try {
+      const store = s3Objects.create(options, storeTimeoutMs);
+      const lines = sweepLines(line);
+      const report = await store.sweep({ minAgeMs, dryRun, signal, onProgress: lines.progress });
+      lines.done(report);
+      return { bucket: store.bucket, prefix: store.prefix, ...report };
+    } finally {
+      options.client.destroy();
+    }
+  },
+};
