@@ -2,8 +2,7 @@ import { InvalidArgumentError } from "@fenced/fence";
 import { describe, expect, it } from "vitest";
 import type { FencedStore, StoredVersion } from "../contract.js";
 import { ResourceMismatchError, StaleTokenError, StoreUnavailableError, VersionMismatchError } from "../errors.js";
-import { f, refusal, refusedAlike } from "./rules-test-support.js";
-import type { Current } from "./suite-test-support.js";
+import { f, refusal, refusedAlike, type Current } from "./subject-test-support.js";
 
 type Call<V, R extends StoredVersion> = readonly [string, (store: FencedStore<V, R>) => Promise<unknown>];
 

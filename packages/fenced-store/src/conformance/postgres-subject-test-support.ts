@@ -3,7 +3,7 @@ import { freePort } from "@fenced/servers";
 import type { PgRecord } from "../postgres/types.js";
 import { FencedPostgres } from "../postgres/store.js";
 import { pgHarness } from "../postgres/test-support.js";
-import type { Subject } from "./suite-test-support.js";
+import type { Subject } from "./subject-test-support.js";
 
 /** FencedPostgres on a real PostgreSQL: a migrated schema per open(). */
 export async function postgresSubject(): Promise<Subject<unknown, PgRecord>> {

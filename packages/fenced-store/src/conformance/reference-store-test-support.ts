@@ -11,7 +11,7 @@ import type {
 import { ResourceMismatchError, StaleTokenError, StoreUnavailableError, VersionMismatchError } from "../errors.js";
 import { admits, assertKey, assertResource, type CheckedFence, type Fence, type FenceSet } from "../fence.js";
 import { checkSignal, liveFence, oneOrMoreFences, optionsObject, refuseAborted, signalOnly, transferFences } from "../options.js";
-import type { Subject } from "./suite-test-support.js";
+import type { Subject } from "./subject-test-support.js";
 
 /*
  * The reference store: the store contract over two maps, in one process, in as few lines as the rules

@@ -1,41 +1,7 @@
 import { describe, expect, it } from "vitest";
-import type { FencedStore, StoredVersion } from "../contract.js";
+import type { StoredVersion } from "../contract.js";
 import { ResourceMismatchError, StaleTokenError } from "../errors.js";
-import type { Fence } from "../fence.js";
-import type { Current } from "./suite-test-support.js";
-
-/** A fence with `holder` when one is given, a holderless fence otherwise. */
-export function f(resource: string, token: bigint, holder?: string): Fence {
-  return holder === undefined ? { resource, token } : { resource, token, holder };
-}
-
-/** What a call failed with (undefined: it did not fail), to assert on as a value. */
-export function refusal(call: Promise<unknown>): Promise<unknown> {
-  return call.then(
-    () => undefined,
-    (err: unknown) => err,
-  );
-}
-
-type Attempt<V, R extends StoredVersion> = readonly [string, (store: FencedStore<V, R>) => Promise<unknown>];
-
-/**
- * Each attempt, on the store that wrote and on a store that remembers nothing, fails as `expected`
- * says and leaves the stored state as it was.
- */
-export async function refusedAlike<V, R extends StoredVersion>(
-  opened: { store: FencedStore<V, R>; again: FencedStore<V, R>; state(): Promise<unknown> },
-  attempts: readonly Attempt<V, R>[],
-  expected: (err: unknown, what: string) => void,
-): Promise<void> {
-  const before = await opened.state();
-  for (const store of [opened.store, opened.again]) {
-    for (const [what, attempt] of attempts) {
-      expected(await refusal(attempt(store)), what);
-      expect(await opened.state(), what).toEqual(before);
-    }
-  }
-}
+import { f, refusedAlike, type Current } from "./subject-test-support.js";
 
 /** PROTOCOL.md, "What the storage guarantees": rules 1 (ratchet), 2 (one lease per token), 3 (one resource per key). */
 export function ruleCases<V, R extends StoredVersion>(current: Current<V, R>): void {

@@ -4,7 +4,7 @@ import { FencedS3 } from "../s3/store.js";
 import type { S3Body } from "../s3/body.js";
 import type { S3Object } from "../s3/read.js";
 import { aroundWire, contents, networkError } from "../s3/wire-test-support.js";
-import type { Subject } from "./suite-test-support.js";
+import type { Subject } from "./subject-test-support.js";
 
 /**
  * FencedS3 over an S3 backend (radosgw, or the in-memory S3 under a profile): a bucket per open().
