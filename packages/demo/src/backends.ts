@@ -1,7 +1,14 @@
 import { GetObjectCommand, NoSuchKey, PutObjectCommand, S3Client } from "@aws-sdk/client-s3";
 import pg from "pg";
 import type { Fence } from "@fenced/fence";
-import { StaleTokenError, VersionMismatchError, type FencedStore, type StoredVersion } from "@fenced/store";
+import {
+  StaleTokenError,
+  VersionMismatchError,
+  type FencedStore,
+  type StoredVersion,
+  type WriteOptions as StoreWriteOptions,
+  type WriteResult,
+} from "@fenced/store";
 import { FencedPostgres } from "@fenced/store/postgres";
 import { FencedS3 } from "@fenced/store/s3";
 
@@ -217,6 +224,8 @@ class ContractStore<V, R extends StoredVersion> implements DemoStore {
   readonly fenced = true;
   constructor(
     private readonly store: FencedStore<V, R>,
+    /** The store's put(), with what its writes carry beside the fence and ifVersion (the objects' content type). */
+    private readonly put: (key: string, value: V, options: StoreWriteOptions) => Promise<WriteResult>,
     private readonly encode: (doc: FileDoc) => V,
     private readonly decode: (read: R) => Promise<FileDoc>,
     readonly close: () => Promise<void>,
@@ -227,7 +236,7 @@ class ContractStore<V, R extends StoredVersion> implements DemoStore {
   }
   write(key: string, doc: FileDoc, options: WriteOptions): Promise<WriteOutcome> {
     return refusedOr(async () => {
-      const res = await this.store.put(key, this.encode(doc), {
+      const res = await this.put(key, this.encode(doc), {
         fence: options.fence,
         ...(options.ifVersion === undefined ? {} : { ifVersion: options.ifVersion }),
       });
@@ -248,6 +257,7 @@ function fencedS3(config: Extract<BackendConfig, { kind: "s3" }>): DemoStore {
   const store = new FencedS3(client, { bucket: config.bucket, prefix: `${config.prefix}fenced/` });
   return new ContractStore(
     store,
+    (key, value, options) => store.put(key, value, { ...options, contentType: "application/json" }),
     (doc) => Buffer.from(JSON.stringify(doc)),
     async (read) => parseDoc(Buffer.concat(await read.body.toArray()).toString("utf8")),
     async () => {
@@ -260,8 +270,10 @@ function fencedS3(config: Extract<BackendConfig, { kind: "s3" }>): DemoStore {
 /** The database's fenced store: the file as a JSON record. */
 function fencedPostgres(config: Extract<BackendConfig, { kind: "postgres" }>): DemoStore {
   const pool = new pg.Pool({ connectionString: config.url, max: 2 });
+  const store = new FencedPostgres(pool, { schema: config.schema });
   return new ContractStore(
-    new FencedPostgres(pool, { schema: config.schema }),
+    store,
+    (key, value, options) => store.put(key, value, options),
     (doc) => ({ entries: [...doc.entries] }),
     (read) => Promise.resolve({ entries: (read.value as FileDoc).entries.map(String) }),
     () => pool.end(),

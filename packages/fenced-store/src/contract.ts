@@ -4,7 +4,8 @@ import type { CheckedFence, Fence, FenceSet } from "./fence.js";
 /*
  * The store contract: what every fenced store promises, whatever it keeps its keys in. FencedPostgres
  * (records: JSON values) and FencedS3 (objects: bytes) implement it; the conformance suite
- * (conformance/) runs the same cases against each, and a new store passes it by adding one line.
+ * (conformance/) runs the same cases against each, and a new store joins it with a Subject (how to
+ * open it on fresh state and read back what it keeps) and one line.
  *
  * The rules (PROTOCOL.md, "What the storage guarantees"), each decided atomically with the write:
  *   ratchet     a token lower than the highest accepted for the fence's resource is refused (StaleTokenError)
@@ -61,7 +62,10 @@ export interface WriteOptions extends SignalOptions {
    * refused before any I/O with a LeaseLostError saying `applied: "no"`, the lease's own as its cause.
    */
   readonly fence: Fence;
-  /** Write only if the key is still at this version (from get, put, delete or transfer); else VersionMismatchError. */
+  /**
+   * Write only if the key is still at this version (from get, put or transfer; a delete's too where
+   * the store declares ifVersionMatchesTombstone); else VersionMismatchError.
+   */
   readonly ifVersion?: string | undefined;
 }
 

@@ -68,7 +68,7 @@ function callAttributes(call: StoreCall): Attributes {
   };
 }
 
-/** The version a write resolved with (WriteResult, WriteResult), if any. */
+/** The version a write resolved with (its WriteResult), if any. */
 function versionOf(result: unknown): string | undefined {
   const version = typeof result === "object" && result !== null ? (result as { version?: unknown }).version : undefined;
   return typeof version === "string" ? version : undefined;

@@ -82,9 +82,10 @@ const SWEEP_HELP = [
   "1 when a backend failed the sweep (one line on stderr; run it again: what it deleted stays deleted, what it left is found again).",
 ].join("\n");
 
-/** How a nested field of the file goes in it, shown with the first one listed: `; nested fields as "section": { "field": … }`. */
+/** How a nested field of the file goes in it, shown with the first one listed (not an array's item): `; nested fields as "section": { "field": … }`. */
 function nested(fields: readonly [string, string][]): string {
-  const [section, field] = fields.find(([path]) => path.includes("."))?.[0].split(".") ?? [];
+  const path = fields.map(([p]) => p).find((p) => /^[A-Za-z]+\.[A-Za-z]+$/.test(p));
+  const [section, field] = path?.split(".") ?? [];
   return section === undefined || field === undefined ? "" : `; nested fields as "${section}": { "${field}": … }`;
 }
 

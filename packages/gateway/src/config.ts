@@ -320,7 +320,12 @@ function readConfigFile(path: string, readFile: (path: string) => string): Raw {
 
 /** The field without which a backend's section means nothing, and where it can be given: each store's, and the lock's. */
 const SECTIONS: readonly Section[] = [
-  ...STORES.map(({ name, config }) => ({ name, ...config.enabledBy })),
+  ...STORES.map(({ name, config: { enabledBy } }) => ({
+    name,
+    field: enabledBy.field,
+    variable: enabledBy.variable,
+    flag: enabledBy.flag,
+  })),
   { name: "redis", field: "urls", variable: "FENCED_GATEWAY_REDIS_URLS", flag: "--redis" },
 ];
 

@@ -1,7 +1,7 @@
 import { InvalidArgumentError } from "@fenced/fence";
 import { CorruptStateError, StoreSetupError, StoreUnavailableError } from "@fenced/store";
 import type { SweepConfig } from "./config.js";
-import { backendFailure } from "./problems/backend-errors.js";
+import { SETUP_FIXES } from "./ops/start-checks.js";
 import type { StoreRegistration } from "./stores/registration.js";
 import { STORES } from "./stores/registry.js";
 
@@ -50,10 +50,11 @@ export async function sweepCommand(config: SweepConfig, run: SweepRun, io: Sweep
   const sections: Readonly<Record<string, unknown>> = config;
   const configured = STORES.filter((store) => sections[store.name] !== undefined);
   if (configured.length === 0) {
-    const where = STORES.map(
-      ({ title, name, config: { enabledBy } }) => `${title}: ${enabledBy.flag}, ${enabledBy.variable} or ${name}.${enabledBy.field}`,
+    const where = STORES.filter((store) => store.sweeps).map(
+      ({ title, name, family, config: { enabledBy: e } }) =>
+        `the ${title} ${e.what} (${e.flag}, ${e.variable} or ${name}.${e.field}) the gateway writes ${family} to`,
     );
-    line(`no store is configured: give one of the stores the gateway writes to (${where.join("; ")})`);
+    line(`no store is configured: give ${where.join(", or ")}`);
     return 2;
   }
   const report: Record<string, object> = {};
@@ -100,22 +101,16 @@ function failureLine(store: StoreRegistration, err: unknown): { line: string; co
   if (err instanceof Interrupted) return { line: `${err.message}: ${AGAIN}`, code: 1 };
   // The store checks its options (the bucket's name, --min-age's range) before any I/O.
   if (err instanceof InvalidArgumentError) return { line: `invalid configuration: ${err.message}`, code: 2 };
-  if (err instanceof StoreSetupError) return { line: `${err.backend} is not set up (${err.problem}): ${SETUP_FIX[err.problem]}`, code: 1 };
+  if (err instanceof StoreSetupError)
+    return { line: `${err.backend} is not set up (${err.problem}): ${SETUP_FIXES[err.problem]}`, code: 1 };
   if (err instanceof StoreUnavailableError) return { line: `${title} could not serve the sweep (${err.reason}): ${AGAIN}`, code: 1 };
   if (err instanceof CorruptStateError)
     return {
       line: `${title} holds a ${err.what} the store did not write (${JSON.stringify(err.subject)}): the sweep judges nothing against it; repair or remove it, then sweep again`,
       code: 1,
     };
-  const refused = backendFailure(store.family, "sweep", err);
-  if (refused !== undefined)
-    return { line: `${title} refused the sweep (${refused.code}): ${store.backendFix(refused.code, "sweep")}`, code: 1 };
+  // The backend's own answer (AccessDenied …), or its client's failure: what backendFailure reads for a request.
+  const code = store.backendCode(err);
+  if (code !== undefined) return { line: `${title} refused the sweep (${code}): ${store.backendFix(code, "sweep")}`, code: 1 };
   return undefined;
 }
-
-/** What an operator does about each setup a store finds missing. */
-const SETUP_FIX: Readonly<Record<StoreSetupError["problem"], string>> = {
-  "not-migrated": "migrate it (start the gateway with migrate once)",
-  "no-such-bucket": "check the bucket's name, or create it",
-  "conditional-writes-unsupported": "use a backend that honours If-Match and If-None-Match",
-};

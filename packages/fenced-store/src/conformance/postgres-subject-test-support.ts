@@ -1,6 +1,6 @@
 import pg from "pg";
 import { freePort } from "@fenced/servers";
-import type { PgRecord } from "../postgres/types.js";
+import type { PgPool, PgQueryConfig, PgRecord } from "../postgres/types.js";
 import { FencedPostgres } from "../postgres/store.js";
 import { pgHarness } from "../postgres/test-support.js";
 import type { Subject } from "./subject-test-support.js";
@@ -32,7 +32,14 @@ export async function postgresSubject(): Promise<Subject<unknown, PgRecord>> {
         connectionTimeoutMillis: 2_000,
       });
       refusing.push(pool);
-      return new FencedPostgres(pool, { timeoutMs: 2_000 });
+      let tries = 0;
+      // The pool as the store sees it, each connection and statement it asks for counted.
+      const typed: PgPool = pool;
+      const counted: PgPool = {
+        query: <R>(config: PgQueryConfig) => (tries++, typed.query<R>(config)),
+        connect: ((callback?: never) => (tries++, callback === undefined ? typed.connect() : typed.connect(callback))) as PgPool["connect"],
+      };
+      return { store: new FencedPostgres(counted, { timeoutMs: 2_000 }), tries: () => tries };
     },
     value: (text) => text,
     text: (read) => Promise.resolve(read.value as string),

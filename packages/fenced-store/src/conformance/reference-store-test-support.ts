@@ -33,6 +33,9 @@ class ReferenceStore implements FencedStore<string, StoredVersion & { readonly v
   private readonly rows = new Map<string, Row>();
   private versions = 0;
 
+  /** Calls that passed their checks and reached the maps (or, down, failed there). */
+  tries = 0;
+
   /** down: every call that passes its checks fails as a backend refusing connections would. */
   constructor(private readonly down = false) {}
 
@@ -77,6 +80,8 @@ class ReferenceStore implements FencedStore<string, StoredVersion & { readonly v
     const ifVersion = version(o.ifVersion);
     return this.step("transfer", checkSignal(o.signal), () => {
       const row = this.rows.get(key);
+      // Never written: nothing to move, unless the caller expected a version of it.
+      if (row === undefined && ifVersion !== undefined) throw new VersionMismatchError(key, ifVersion, undefined);
       if (row === undefined) return undefined;
       this.check(key, row, from, ifVersion);
       this.raise([from, to]);
@@ -127,6 +132,7 @@ class ReferenceStore implements FencedStore<string, StoredVersion & { readonly v
     // A throw in the executor rejects the promise.
     return new Promise<T>((resolve) => {
       refuseAborted(signal);
+      this.tries++;
       if (this.down) throw new StoreUnavailableError("reference", "refused", operation);
       resolve(work());
     });
@@ -148,9 +154,13 @@ export function referenceSubject(): Promise<Subject<string, StoredVersion & { re
   return Promise.resolve({
     open() {
       const store = new ReferenceStore();
+      // It remembers nothing but what it stores: the store itself is the one that remembers nothing.
       return Promise.resolve({ store, again: store, state: () => Promise.resolve(store.state()) });
     },
-    unreachable: () => Promise.resolve(new ReferenceStore(true)),
+    unreachable() {
+      const store = new ReferenceStore(true);
+      return Promise.resolve({ store, tries: () => store.tries });
+    },
     value: (text) => text,
     text: (read) => Promise.resolve(read.value),
     stop: () => Promise.resolve(),

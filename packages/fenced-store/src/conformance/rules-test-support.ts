@@ -108,13 +108,18 @@ export function ruleCases<V, R extends StoredVersion>(current: Current<V, R>): v
           ["put S@0", (st) => st.put("k", s.value("S's"), { fence: f("S", 0n) })],
           ["put S@1, which would raise S", (st) => st.put("k", s.value("S's"), { fence: f("S", 1n) })],
           ["put T@0, a resource never seen", (st) => st.put("k", s.value("T's"), { fence: f("T", 0n) })],
+          ["put S@0 ifVersion", (st) => st.put("k", s.value("S's"), { fence: f("S", 0n), ifVersion: written.version })],
+          ["put T@0 ifVersion", (st) => st.put("k", s.value("T's"), { fence: f("T", 0n), ifVersion: written.version })],
           ["put S@1 ifVersion", (st) => st.put("k", s.value("S's"), { fence: f("S", 1n), ifVersion: written.version })],
           ["delete S@0", (st) => st.delete("k", { fence: f("S", 0n) })],
-          ["delete T@5 ifVersion", (st) => st.delete("k", { fence: f("T", 5n), ifVersion: written.version })],
+          ["delete S@0 ifVersion", (st) => st.delete("k", { fence: f("S", 0n), ifVersion: written.version })],
+          ["delete T@1 ifVersion, which would create T's fence", (st) => st.delete("k", { fence: f("T", 1n), ifVersion: written.version })],
         ],
         (err, what) => {
           expect(err, what).toBeInstanceOf(ResourceMismatchError);
           expect(err, what).toMatchObject({ code: "RESOURCE_MISMATCH", applied: "no", key: "k", owner: "R" });
+          // The resource the attempt named: "put S@0" → "S".
+          expect((err as ResourceMismatchError).resource, what).toBe(what.split(" ")[1]?.[0]);
         },
       );
       expect(await store.fence("S")).toEqual({ resource: "S", token: 0n, holder: null });
@@ -140,7 +145,7 @@ export function ruleCases<V, R extends StoredVersion>(current: Current<V, R>): v
           ["put S@0", (st) => st.put("k", s.value("stolen"), { fence: f("S", 0n) })],
           ["delete S@0", (st) => st.delete("k", { fence: f("S", 0n) })],
         ],
-        (err, what) => expect(err, what).toMatchObject({ name: "ResourceMismatchError", key: "k", owner: "R" }),
+        (err, what) => expect(err, what).toMatchObject({ name: "ResourceMismatchError", key: "k", resource: "S", owner: "R" }),
       );
       const v2 = await store.put("k", s.value("two"), { fence: f("R", 3n) });
       expect([v1.version, first.version, tomb.version]).not.toContain(v2.version);
@@ -162,7 +167,7 @@ export function ruleCases<V, R extends StoredVersion>(current: Current<V, R>): v
       expect(deleted.token).toBe(1n);
       expect(await opened.again.get("ghost")).toBeUndefined();
       await refusedAlike(opened, [["put S@1", (st) => st.put("ghost", s.value("S's"), { fence: f("S", 1n) })]], (err, what) =>
-        expect(err, what).toMatchObject({ name: "ResourceMismatchError", key: "ghost", owner: "R" }),
+        expect(err, what).toMatchObject({ name: "ResourceMismatchError", key: "ghost", resource: "S", owner: "R" }),
       );
       await opened.store.put("ghost", s.value("R's"), { fence: f("R", 1n) });
     });

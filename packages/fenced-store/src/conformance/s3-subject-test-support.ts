@@ -27,7 +27,13 @@ export function s3Subject(backend: S3Backend, unreachableClient: () => S3Client,
         },
       };
     },
-    unreachable: () => Promise.resolve(new FencedS3(unreachableClient(), { bucket: "nowhere", timeoutMs: 2_000 })),
+    unreachable() {
+      const client = unreachableClient();
+      let tries = 0;
+      // Every request the client hands to its HTTP handler, the store's own conditional PUTs included.
+      aroundWire(client, (_call, send) => (tries++, send()));
+      return Promise.resolve({ store: new FencedS3(client, { bucket: "nowhere", timeoutMs: 2_000 }), tries: () => tries });
+    },
     value: (text) => text,
     text: async (read) => {
       const chunks: Buffer[] = [];

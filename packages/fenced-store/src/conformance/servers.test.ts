@@ -6,9 +6,9 @@ import { conformanceSuite } from "./suite-test-support.js";
 
 // The conformance suite on the real servers: one line each.
 conformanceSuite("FencedPostgres on PostgreSQL", postgresSubject);
-conformanceSuite("FencedS3 on radosgw, bodies in data objects", async () => {
+/** FencedS3 on radosgw; a client of a port nothing listens on: every connection to it is refused. */
+async function radosgw(inlineLimit?: number) {
   const server = await startS3();
-  // Nothing listens on a free port: every connection to it is refused.
   const port = await freePort();
   const refusing = () =>
     new S3Client({
@@ -17,5 +17,8 @@ conformanceSuite("FencedS3 on radosgw, bodies in data objects", async () => {
       credentials: { accessKeyId: server.accessKeyId, secretAccessKey: server.secretAccessKey },
       forcePathStyle: true,
     });
-  return s3Subject(server, refusing, 0);
-});
+  return s3Subject(server, refusing, inlineLimit);
+}
+
+conformanceSuite("FencedS3 on radosgw, bodies inline", () => radosgw());
+conformanceSuite("FencedS3 on radosgw, bodies in data objects", () => radosgw(0));

@@ -17,13 +17,21 @@ interface Opened<V, R extends StoredVersion> {
 /** A store under test: how to open it, and how to write and read a value of its kind. */
 export interface Subject<V, R extends StoredVersion> {
   open(): Promise<Opened<V, R>>;
-  /** A store of the same kind whose backend refuses every connection. */
-  unreachable(): Promise<FencedStore<V, R>>;
+  /**
+   * A store of the same kind whose backend refuses every connection, and how many times it tried to
+   * reach it (a connection, a statement, a request): 0 means the store did no I/O.
+   */
+  unreachable(): Promise<Unreachable<V, R>>;
   /** A value of the store's kind carrying `text`. */
   value(text: string): V;
   /** The text a read carries. */
   text(read: R): Promise<string>;
   stop(): Promise<void>;
+}
+
+interface Unreachable<V, R extends StoredVersion> {
+  readonly store: FencedStore<V, R>;
+  readonly tries: () => number;
 }
 
 export type StartSubject<V, R extends StoredVersion> = () => Promise<Subject<V, R>>;

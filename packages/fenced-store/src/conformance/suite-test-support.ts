@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe } from "vitest";
 import type { StoredVersion } from "../contract.js";
 import { callCases } from "./calls-test-support.js";
+import { inputCases } from "./inputs-test-support.js";
 import { ruleCases } from "./rules-test-support.js";
 import type { Current, StartSubject, Subject } from "./subject-test-support.js";
 
@@ -10,8 +11,9 @@ import type { Current, StartSubject, Subject } from "./subject-test-support.js";
  *   suite-test-support.ts   the suite
  *   subject-test-support.ts what a store under test provides (Subject), and the helpers the cases share
  *   rules-test-support.ts   the three rules: ratchet, one lease per token (holder), one resource per key (owner)
- *   calls-test-support.ts   what the calls add: ifVersion, versions, transfer, register of a set,
- *                           bad input, aborts, an unreachable backend
+ *   calls-test-support.ts   what the calls add: ifVersion, versions, transfer, register of a set
+ *   inputs-test-support.ts  what is decided before any I/O (bad input, aborts, an ended lease), and the backend:
+ *                           set up (verify), unreachable
  * Its runners, one line per store: memory.test.ts (the in-memory S3 under each profile, and the
  * reference store: the fast tier), servers.test.ts (PostgreSQL and radosgw).
  */
@@ -31,5 +33,6 @@ export function conformanceSuite<V, R extends StoredVersion>(name: string, start
     };
     ruleCases(current);
     callCases(current);
+    inputCases(current);
   });
 }

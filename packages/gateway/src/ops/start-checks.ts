@@ -1,3 +1,4 @@
+import type { StoreSetupError } from "@fenced/store";
 import { BackendFailedError } from "../problems/backend-errors.js";
 import { classify } from "../problems/problem.js";
 import type { HealthAnswer } from "../schemas/answers.js";
@@ -13,6 +14,13 @@ export class StartRefusedError extends Error {
 }
 
 const ANYWAY = "or pass --no-start-checks to start anyway";
+
+/** What an operator does about each setup a store finds missing (StoreSetupError's `problem`): at start, and in a sweep. */
+export const SETUP_FIXES: Readonly<Record<StoreSetupError["problem"], string>> = {
+  "not-migrated": "run the gateway without --no-migrate once",
+  "no-such-bucket": "check the bucket's name, or create it",
+  "conditional-writes-unsupported": "use an S3 backend that honours If-Match and If-None-Match",
+};
 
 /** The lock without a quorum: each node that did not answer, by address, and why (as the lock names it). */
 function lockRefusal(redis: NonNullable<HealthAnswer["checks"]["redis"]>): string {
@@ -61,12 +69,8 @@ export function startRefusal(err: unknown): StartRefusedError | undefined {
   if (err instanceof BackendFailedError) return backendRefusal(err);
   const { kind, body } = classify(err);
   if (kind === "backendMisconfigured") {
-    const fix =
-      body.problem === "not-migrated"
-        ? "run the gateway without --no-migrate once"
-        : body.problem === "no-such-bucket"
-          ? "create the bucket"
-          : "use an S3 backend that honours If-Match and If-None-Match";
+    // The backendMisconfigured kind's problem is a StoreSetupError's (problems/kinds.ts).
+    const fix = SETUP_FIXES[body.problem as StoreSetupError["problem"]];
     return new StartRefusedError(`${String(body.backend)} is not set up for the store (${String(body.problem)}): ${fix}; ${ANYWAY}`, {
       cause: err,
     });

@@ -66,7 +66,7 @@ export const postgresRecords: StoreDefinition<"records", "postgres", typeof sect
   fenceDescription: "PostgreSQL's fence row (present when the gateway serves records)",
   config: {
     section,
-    enabledBy: { field: "url", variable: "FENCED_GATEWAY_POSTGRES_URL", flag: "--postgres" },
+    enabledBy: { field: "url", what: "connection string", variable: "FENCED_GATEWAY_POSTGRES_URL", flag: "--postgres" },
     sweepFields: ["url"],
   },
 
@@ -151,6 +151,8 @@ export const postgresRecords: StoreDefinition<"records", "postgres", typeof sect
     (operation === "migrate"
       ? "check the role's privileges on the database and the schema, or start with --no-migrate"
       : "check the connection string and the role's privileges"),
+
+  sweeps: false,
 
   sweep(_section, { line }) {
     line(`PostgreSQL: ${NOTHING_TO_SWEEP}`);

@@ -4,11 +4,11 @@ import type { ObjectStore, RecordStore } from "@fenced/store";
 import type { StoreCheck } from "./check.js";
 
 /**
- * What a store registers to be served by the gateway: which family of routes it serves, its name
+ * What a store registers to be served by the gateway (one store per family: createGateway takes one
+ * store's options per family, `records` and `objects`): which family of routes it serves, its name
  * outside the process, its configuration, and how the gateway makes, checks, prepares and sweeps it.
  * The gateway's routes, readiness, problems, fences, lease grants, start checks, sweep and API
- * document loop over the registry (registry.ts) and never name a store; everything a store says of
- * itself is here.
+ * document loop over the registry (registry.ts); everything a store says of itself is here.
  */
 
 /** The gateway's two families of routes, and the store contract each serves. */
@@ -72,8 +72,8 @@ export interface StoreDefinition<
   readonly config: {
     /** Its section of the configuration (each field's flag and variable: settings.ts). */
     readonly section: Section;
-    /** The field without which its section means nothing, and where else it can be given. */
-    readonly enabledBy: { readonly field: string; readonly variable: string; readonly flag: string };
+    /** The field without which its section means nothing (`what` it names, for an operator), and where else it can be given. */
+    readonly enabledBy: { readonly field: string; readonly what: string; readonly variable: string; readonly flag: string };
     /** The fields of its section `fenced-gateway sweep` reads ("": all of them). */
     readonly sweepFields: readonly string[];
   };
@@ -93,6 +93,8 @@ export interface StoreDefinition<
   startRefusal(check: CheckWords, timeoutMs: number): string | undefined;
   /** What to do when the backend refused the start's `operation` with its own `code`. */
   backendFix(code: string, operation: string): string;
+  /** Whether its sweep can delete anything (S3: orphaned bodies), or only reports that nothing is ever left behind (PostgreSQL). */
+  readonly sweeps: boolean;
   /** `fenced-gateway sweep`'s part for this store. */
   sweep(section: z.output<Section>, request: SweepRequest): Promise<SweepDone>;
 }

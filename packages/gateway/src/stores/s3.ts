@@ -65,7 +65,8 @@ function fromConfig(s3: z.output<typeof section>): S3ObjectsOptions {
 const CREDENTIALS_PROVIDER_ERROR = "CredentialsProviderError";
 
 /**
- * A failure of the AWS SDK's client: every error that went through its middleware carries `$metadata`
+ * A failure of the AWS SDK's client (the store passes it on unchanged: s3/failures.ts types only
+ * connection-level failures): every error that went through its middleware carries `$metadata`
  * (service exceptions, an answer it could not parse, a TLS or socket error the store did not type),
  * and a credentials provider that failed throws CredentialsProviderError before any request is sent.
  * The code: S3's error code, else the HTTP status, else the error's name or system code.
@@ -93,7 +94,7 @@ export const s3Objects: StoreDefinition<"objects", "s3", typeof section, S3Objec
   fenceDescription: "S3's fence object (present when the gateway serves objects)",
   config: {
     section,
-    enabledBy: { field: "bucket", variable: "FENCED_GATEWAY_S3_BUCKET", flag: "--s3-bucket" },
+    enabledBy: { field: "bucket", what: "bucket", variable: "FENCED_GATEWAY_S3_BUCKET", flag: "--s3-bucket" },
     sweepFields: [""],
   },
 
@@ -162,6 +163,8 @@ export const s3Objects: StoreDefinition<"objects", "s3", typeof section, S3Objec
       ? "check the endpoint, the credentials and that they may list, read and delete objects and abort multipart uploads in the bucket"
       : "check the endpoint, the credentials and that they may read, write and delete objects in the bucket" +
         (operation === "verify" ? ", or start with --no-verify" : ""),
+
+  sweeps: true,
 
   async sweep(s3, { minAgeMs, dryRun, signal, storeTimeoutMs, line }) {
     const options = fromConfig(s3);
