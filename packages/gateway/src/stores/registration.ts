@@ -51,9 +51,10 @@ type CheckWords = Pick<StoreCheck, "state" | "problem" | "code" | "detail">;
 
 /**
  * One store. `Options` is what createGateway takes for its family (a pool, a client and a bucket),
- * `Section` its section of the configuration, `Store` the store it makes (of its family's contract). Its hooks are methods, so that a registration of any
- * family and options is a StoreRegistration: the gateway hands each hook only what that
- * registration's own hooks made (fromSection's options, create's store).
+ * `Section` its section of the configuration, `Store` the store it makes (of its family's
+ * contract). Its hooks are methods, so that a registration of any family and options is a
+ * StoreRegistration: the gateway hands each hook only what that registration's own hooks made
+ * (fromSection's options, create's store).
  */
 export interface StoreDefinition<
   F extends Family,
