@@ -55,7 +55,10 @@ export class Backlog {
 
   #rising(): boolean {
     const m = this.#minima;
-    if (m.length < RISES + 1) return false;
+    // An interval whose minimum was 0 saw the gateway answer all it had been given: a rise from there
+    // is a load arriving (clients connecting, a stall's backlog refilling), not one it fails to clear
+    // — CoDel, too, leaves its dropping state once the queue empties.
+    if (m.length < RISES + 1 || m[0] === 0) return false;
     for (let i = 1; i < m.length; i++) if ((m[i] as number) <= (m[i - 1] as number)) return false;
     return (m.at(-1) as number) > (m[0] as number) * (1 + GROWTH) + 4;
   }

@@ -76,6 +76,23 @@ describe("the overload signal", () => {
     expect({ flatSeen, missed }).toEqual({ flatSeen: false, missed: 0 });
   });
 
+  it("does not read a closed loop filling up from an empty backlog as growth; a backlog that keeps growing from there still is", () => {
+    // Measured under a CPU quota (quota.test.ts): 64 clients starting, or refilling after a stall,
+    // their interval minima 0, 14, 16, 17 — read as growth, the fair share then refused a fifth of them.
+    const filling = new Backlog();
+    const flooding = new Backlog();
+    const minima = [0, 14, 16, 17, 17, 16, 17];
+    let filled = false;
+    for (const [i, min] of minima.entries()) {
+      for (let t = i * 100; t < (i + 1) * 100; t += 10) filling.observe(t, min + (t % 30 === 0 ? 0 : 3), 0);
+      filled ||= filling.growing;
+    }
+    // The same start, then rising on: 0, 14, 16, 17, 30, 45.
+    for (const [i, min] of [0, 14, 16, 17, 30, 45, 60].entries())
+      for (let t = i * 100; t < (i + 1) * 100; t += 10) flooding.observe(t, min + (t % 30 === 0 ? 0 : 3), 0);
+    expect({ filled, flooding: flooding.growing }).toEqual({ filled: false, flooding: true });
+  });
+
   it("holds nobody back while a throttled loop serves a closed loop (its backlog flat), and binds once the backlog grows", () => {
     const late = { standingMs: 4 * TARGET_MS, utilization: 1 };
     const share = new FairShare();
