@@ -12,14 +12,15 @@ import type { PgClient, PgParam, PgPool, PgQueryConfig, PgQueryResult } from "./
 export const fenceParams = (fence: CheckedFence): PgParam[] => [fence.resource, fence.token.toString(), fence.holder];
 
 /**
- * The conditional record writes that run first at the fence the row already holds, under the shared
- * fence lock (fence-lock.ts), and their raise: the statement each falls back to. The unconditional
- * put's statements are nextPut's (write-order.ts).
+ * The conditional record writes, each with what is sent before it, first first: the one-row statement
+ * when the key is its fence's resource (own-sql.ts), then the write at the fence the row already
+ * holds, under the shared fence lock (fence-lock.ts). The unconditional put's statements are nextPut's
+ * (write-order.ts).
  */
-const SHARED_FIRST = {
-  putIfVersion: "putIfVersionShared",
-  deleteIfVersion: "deleteIfVersionShared",
-} as const satisfies Partial<Record<SingleStatementWrite, SingleStatementWrite>>;
+const SENT_BEFORE = {
+  putIfVersion: { own: "putOwnIfVersion", shared: "putIfVersionShared" },
+  deleteIfVersion: { own: "deleteOwnIfVersion", shared: "deleteIfVersionShared" },
+} as const satisfies Partial<Record<SingleStatementWrite, { own: SingleStatementWrite; shared: SingleStatementWrite }>>;
 
 /** inTransaction()'s options: whether to commit a result. */
 export interface TransactionOptions<T> {
@@ -142,25 +143,31 @@ export class Calls<Client extends PgClient> {
   }
 
   /**
-   * A single-statement record write under one fence, one lease's writes side by side (fence-lock.ts).
-   * First the shared statement: a write at the fence the row already holds, which many can run at
-   * once. When it wrote nothing — the row holds another fence, or none — the exclusive statement, in
-   * a new implicit transaction (never an upgrade of the shared lock): it raises the row, or finds the
-   * fence stale (zero rows), exactly as it always decided. The shared statement writes only what the
-   * exclusive one would write for a fence the row already holds, so the outcome is the same either
-   * way; only the locks differ. An abort is honoured before the second statement, as between any two,
-   * and answered as one before any I/O (refuseAborted: a lease's LeaseLostError says `applied: "no"`):
-   * the shared statement answered no row, so it wrote nothing, and its commit went with it.
+   * A conditional record write under one fence: the statements of SENT_BEFORE, then `name`, each sent
+   * only when the one before wrote nothing (no row), in a new implicit transaction. Each of the
+   * statements before `name` writes only what `name` would write for a fence the rows already hold,
+   * and decides nothing else, so the outcome is the same whichever writes; only the locks differ:
+   * - `own` (only when `own` is true: the key is the fence's resource) takes the record's row alone;
+   * - `shared` takes the shared fence lock and the fence row FOR SHARE, one lease's writes side by
+   *   side (fence-lock.ts); never upgraded: `name` raises the row, or finds the fence stale (zero
+   *   rows), exactly as it always decided.
+   * An abort is honoured before each next statement, as between any two, and answered as one before
+   * any I/O (refuseAborted: a lease's LeaseLostError says `applied: "no"`): the statement before it
+   * answered no row, so it wrote nothing, and its commit went with it.
    */
   async fencedWrite<R = Record<string, unknown>>(
     s: Session<Client>,
     signal: AbortSignal | undefined,
-    name: keyof typeof SHARED_FIRST,
+    name: keyof typeof SENT_BEFORE,
     values: PgParam[],
+    own: boolean,
   ): Promise<PgQueryResult<R>> {
-    const shared = await this.write<R>(s, SHARED_FIRST[name], values);
-    if (shared.rows.length > 0) return shared;
-    refuseAborted(signal);
+    const { own: first, shared } = SENT_BEFORE[name];
+    for (const statement of own ? [first, shared] : [shared]) {
+      const result = await this.write<R>(s, statement, values);
+      if (result.rows.length > 0) return result;
+      refuseAborted(signal);
+    }
     return this.write<R>(s, name, values);
   }
 

@@ -40,6 +40,12 @@ export const COMMIT_AT = {
   // After an out-of-order refusal, its `after` check left out: the commit after its answer keeps it from landing late.
   putShared: "after-answer",
   putOrderedShared: "with-statement",
+  // The one-row path (own-sql.ts): the unconditional ones carry putOrdered's `after` check, the
+  // conditional ones land only at the version read, as theirs do.
+  putOwn: "with-statement",
+  putOwnIfVersion: "with-statement",
+  deleteOwn: "with-statement",
+  deleteOwnIfVersion: "with-statement",
 } as const satisfies Partial<Record<NamedStatement, CommitAt>>;
 export type CommitAt = "with-statement" | "after-answer";
 export type SingleStatementWrite = keyof typeof COMMIT_AT;

@@ -1,5 +1,5 @@
 import { StoreSetupError } from "../errors.js";
-import { objectNames } from "./schema-sql.js";
+import { COPY_TRIGGERS, objectNames, type CopyTrigger } from "./schema-sql.js";
 import type { Session } from "./session.js";
 import { beginWithin, COMMIT, quoteSchema, ROLLBACK, type NamedStatement, type Statements } from "./sql.js";
 import type { PgClient, PgParam, PgQueryConfig } from "./types.js";
@@ -54,6 +54,8 @@ async function upgrades<Client extends PgClient>(
   if (has("fence", "holder") === undefined) needed.push(sql.addFenceHolder);
   if (has("records", "holder") === undefined) needed.push(sql.addRecordHolder);
   if (has("records", "value")?.notNull === true) needed.push(sql.allowTombstones);
+  if (has("records", "fence_token") === undefined || has("records", "fence_holder") === undefined) needed.push(sql.addFenceCopy);
+  needed.push(...(await copyTriggerRepairs(s, sql, schema, query)));
   // A sequence someone altered (a per-session cache, a negative step, a wrap-around) would hand a later
   // write a smaller version, and a late put could land over it (write-order.ts): put it back.
   const { rows: sequence } = await s.query<{ increment: string; cache: string; cycle: boolean }>(
@@ -67,6 +69,38 @@ async function upgrades<Client extends PgClient>(
   const { rows: drawn } = await s.query<{ draws: boolean }>(query("versionDefault", [schema]), "read");
   if (drawn[0]?.draws !== true) needed.push(sql.restoreVersionDefault);
   return needed;
+}
+
+/**
+ * The copy triggers that are missing or do not fire always (schema-sql.ts, COPY_TRIGGERS), each
+ * paired with what restores it. Created in migrate()'s transaction, after the columns they write:
+ * from its COMMIT on, every raise keeps the copy, and no copy is written before (a missing copy
+ * never admits).
+ */
+async function copyTriggerProblems<Client extends PgClient>(
+  s: Session<Client>,
+  schema: string,
+  query: (name: NamedStatement, values: PgParam[]) => PgQueryConfig,
+): Promise<{ trigger: CopyTrigger; missing: boolean }[]> {
+  const { rows } = await s.query<{ table: string; name: string; enabled: string }>(query("triggers", [schema]), "read");
+  const problems: { trigger: CopyTrigger; missing: boolean }[] = [];
+  for (const [trigger, table] of Object.entries(COPY_TRIGGERS) as [CopyTrigger, string][]) {
+    const found = rows.find((r) => r.table === table && r.name === trigger);
+    if (found === undefined || found.enabled !== "A") problems.push({ trigger, missing: found === undefined });
+  }
+  return problems;
+}
+
+async function copyTriggerRepairs<Client extends PgClient>(
+  s: Session<Client>,
+  sql: Statements,
+  schema: string,
+  query: (name: NamedStatement, values: PgParam[]) => PgQueryConfig,
+): Promise<string[]> {
+  const problems = await copyTriggerProblems(s, schema, query);
+  return problems.flatMap(({ trigger, missing }) =>
+    missing ? [sql.createCopyTrigger[trigger], sql.alwaysFires[trigger]] : [sql.alwaysFires[trigger]],
+  );
 }
 
 /** The version a sequence that is behind must pass (the newest of any record), or undefined: it is ahead of every record. */
@@ -108,7 +142,8 @@ export async function verifyWithin<Client extends PgClient>(
   schema: string,
   query: (name: NamedStatement, values: PgParam[]) => PgQueryConfig,
 ): Promise<void> {
-  const { records, versions } = objectNames(quoteSchema(schema));
+  const names = objectNames(quoteSchema(schema));
+  const { records, versions } = names;
   const stale = await behind(s, query);
   if (stale !== undefined)
     throw new StoreSetupError(
@@ -122,5 +157,12 @@ export async function verifyWithin<Client extends PgClient>(
       "postgres",
       "not-migrated",
       `the default of ${records}.version does not draw from ${versions} (dropped with DROP SEQUENCE … CASCADE?): run migrate(), which restores it`,
+    );
+  const [problem] = await copyTriggerProblems(s, schema, query);
+  if (problem !== undefined)
+    throw new StoreSetupError(
+      "postgres",
+      "not-migrated",
+      `the trigger ${problem.trigger} on ${names[COPY_TRIGGERS[problem.trigger]]} is ${problem.missing ? "missing" : "not enabled ALWAYS"}: a fence copy could fall behind its fence row. Run migrate(), which restores it`,
     );
 }

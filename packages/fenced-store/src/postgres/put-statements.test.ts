@@ -2,18 +2,33 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { COMMIT_AT } from "./commit-at.js";
 import { quoteSchema, statements } from "./sql.js";
-import { FIRST_PUT, nextPut, putValues, WriteOrder, type PutAnswer, type PutStatement } from "./write-order.js";
-import { STEADY, ALL_LAND, ARTICLE, OWNERSHIP, SQL_TEXT, missingPins, type Pin } from "./server-pins-test-support.js";
+import { firstPut, nextPut, putValues, WriteOrder, type PutAnswer, type PutStatement } from "./write-order.js";
+import {
+  STEADY,
+  ALL_LAND,
+  ARTICLE,
+  OWNERSHIP,
+  SQL_TEXT,
+  OWN_STEADY,
+  OWN_LOST,
+  OWN_TEXT,
+  missingPins,
+  type Pin,
+} from "./server-pins-test-support.js";
 
 // Which statement an unconditional put sends next (write-order.ts, nextPut), without a server. Each
 // case of the table names the real-server test that shows it on the wire (server-pins-test-support.ts).
 
-const STATEMENTS: readonly PutStatement[] = ["putOrderedShared", "putOrdered", "putShared"];
+const STATEMENTS: readonly PutStatement[] = ["putOwn", "putOrderedShared", "putOrdered", "putShared"];
 const ANSWERS: readonly PutAnswer[] = ["row", "no-row", "out-of-order", "error"];
 
 describe("nextPut: the statement an unconditional put sends next", () => {
   // Every (statement sent, its answer): the next statement, or how the put ends.
   const TABLE: readonly [PutStatement, PutAnswer, ReturnType<typeof nextPut>, Pin][] = [
+    ["putOwn", "row", "written", OWN_STEADY], // the key its own resource's, the steady state: one statement
+    ["putOwn", "no-row", "putOrderedShared", OWN_STEADY], // a new lease, a missing copy: decided as if not sent
+    ["putOwn", "out-of-order", "throw", OWN_TEXT], // never raised by it: the error would pass through
+    ["putOwn", "error", "throw", OWN_LOST],
     ["putOrderedShared", "row", "written", STEADY], // the steady state: one statement
     ["putOrderedShared", "no-row", "putOrdered", STEADY], // a new lease's first write: the raise
     ["putOrderedShared", "out-of-order", "putShared", STEADY], // written at this fence by another store
@@ -34,9 +49,9 @@ describe("nextPut: the statement an unconditional put sends next", () => {
   });
 
   /** The statements a put sends when each answers as `answers` says, and how it ends: the driver of store.ts, with the server's answers given. */
-  function run(answers: (s: PutStatement, i: number) => PutAnswer): { sent: PutStatement[]; end: string } {
+  function run(answers: (s: PutStatement, i: number) => PutAnswer, own = false): { sent: PutStatement[]; end: string } {
     const sent: PutStatement[] = [];
-    for (let statement = FIRST_PUT; ;) {
+    for (let statement = firstPut(own ? "r" : "k", "r"); ;) {
       sent.push(statement);
       const answer = answers(statement, sent.length - 1);
       const next = nextPut(statement, answer);
@@ -46,25 +61,32 @@ describe("nextPut: the statement an unconditional put sends next", () => {
     }
   }
 
-  it("whatever the server answers: the shared statement first, three at most, none twice, putShared only after an out-of-order refusal, written only on a row", () => {
+  it("whatever the server answers: the one-row statement first on its own key, else the shared one; four at most, none twice, putShared only after an out-of-order refusal, written only on a row", () => {
     fc.assert(
-      fc.property(fc.array(fc.constantFrom(...ANSWERS), { minLength: 3, maxLength: 3 }), (answers) => {
-        const { sent, end } = run((_, i) => answers[i] as PutAnswer);
-        expect(sent[0]).toBe("putOrderedShared");
-        expect(sent.length).toBeLessThanOrEqual(3);
+      fc.property(fc.boolean(), fc.array(fc.constantFrom(...ANSWERS), { minLength: 4, maxLength: 4 }), (own, answers) => {
+        const { sent, end } = run((_, i) => answers[i] as PutAnswer, own);
+        expect(sent[0]).toBe(own ? "putOwn" : "putOrderedShared");
+        if (own && sent.length > 1) expect(sent[1]).toBe("putOrderedShared");
+        expect(sent.length).toBeLessThanOrEqual(own ? 4 : 3);
         expect(new Set(sent).size).toBe(sent.length);
         sent.forEach((s, i) => {
           if (s === "putShared") expect(answers[i - 1]).toBe("out-of-order");
         });
         const last = answers[sent.length - 1];
-        expect(end).toBe(last === "row" ? "written" : last === "no-row" ? "stale" : "throw");
+        expect(end).toBe(last === "row" ? "written" : last === "no-row" && sent.length > 1 ? "stale" : "throw");
       }),
     );
-    // The worst case: three statements, as write-order.test.ts builds it on the wire.
+    // The worst case: three statements, as write-order.test.ts builds it on the wire; four on an own key.
     expect(run((_, i) => (["no-row", "out-of-order", "no-row"] as const)[i] as PutAnswer)).toEqual({
       sent: ["putOrderedShared", "putOrdered", "putShared"],
       end: "stale",
     });
+    expect(run((_, i) => (["no-row", "no-row", "out-of-order", "no-row"] as const)[i] as PutAnswer, true).sent).toEqual([
+      "putOwn",
+      "putOrderedShared",
+      "putOrdered",
+      "putShared",
+    ]);
   });
 
   // On the wire: LATE_DELIVERED (a late put refused by the version it came after).
@@ -94,12 +116,36 @@ describe("the statements' text", () => {
   it("the statements' text: the ordered ones check the version they come after ($6), putShared has no such check", () => {
     const sql = statements(quoteSchema("fenced"));
     const highest = (text: string) => Math.max(...[...text.matchAll(/\$(\d+)/g)].map((m) => Number(m[1])));
-    for (const statement of STATEMENTS) {
+    for (const statement of STATEMENTS.filter((s) => s !== "putOwn")) {
       // As many parameters as putValues gives it (the fence's three, key, value, and `after` for the ordered ones).
       expect(highest(sql[statement]), statement).toBe(putValues(statement, [1, 2, 3, 4, 5], 6).length);
       // Without $6 the record upsert's `after` is NULL: `r.version > NULL` is never true, so no out-of-order refusal.
       expect(sql[statement].includes("$6"), statement).toBe(statement !== "putShared");
     }
+  });
+});
+
+describe("the one-row statements' text (own-sql.ts)", () => {
+  it("the one-row statements: one UPDATE of the record that locks no fence row, never raises, and takes the parameters of the write it stands in front of", () => {
+    const sql = statements(quoteSchema("fenced"));
+    const highest = (text: string) => Math.max(...[...text.matchAll(/\$(\d+)/g)].map((m) => Number(m[1])));
+    const PAIRS = [
+      ["putOwn", "putOrdered"],
+      ["putOwnIfVersion", "putIfVersion"],
+      ["deleteOwn", "putOrdered"],
+      ["deleteOwnIfVersion", "deleteIfVersion"],
+    ] as const;
+    for (const [own, before] of PAIRS) {
+      const text = sql[own];
+      expect(text.startsWith('UPDATE "fenced".records'), own).toBe(true);
+      // No fence row, no advisory lock, no refusal function: zero rows is its only way to say no.
+      for (const absent of [/"fenced"\.fence\b/, /advisory/, /refuse_/]) expect(text, own).not.toMatch(absent);
+      expect(text, own).toContain("r.fence_token = $2::bigint AND r.fence_holder IS NOT DISTINCT FROM $3::text");
+      expect(COMMIT_AT[own], own).toBe("with-statement");
+      if (own !== "deleteOwn") expect(highest(text), own).toBe(highest(sql[before]));
+    }
+    // deleteOwn: the fence, the key, and the version it comes after ($5), like putOrdered's $6.
+    expect(highest(sql.deleteOwn)).toBe(5);
   });
 });
 

@@ -15,6 +15,8 @@ export function objectNames(schema: string) {
     refuse: `${schema}.refuse_foreign_write`,
     refuseConditional: `${schema}.refuse_conditional_write`,
     refuseStale: `${schema}.refuse_stale_fence`,
+    keepCopy: `${schema}.keep_fence_copy`,
+    clearCopy: `${schema}.clear_fence_copy`,
   } as const;
 }
 
@@ -55,6 +57,17 @@ export interface SchemaStatements {
   readonly addFenceHolder: string;
   readonly addRecordHolder: string;
   readonly allowTombstones: string;
+  /** Adds the fence copy's columns to a `records` of an earlier layout: null, a copy missing, which never admits. */
+  readonly addFenceCopy: string;
+  /**
+   * $1 schema name → { table, name, enabled } for the triggers of `fence` and `records`: the copy's
+   * two (COPY_TRIGGERS) must exist and fire always (tgenabled 'A'), whatever session_replication_role.
+   */
+  readonly triggers: string;
+  /** Creates a copy trigger that is missing (COPY_TRIGGERS), run by migrate() only then; then alwaysFires. */
+  readonly createCopyTrigger: Record<CopyTrigger, string>;
+  /** Makes a copy trigger fire whatever session_replication_role, run by migrate() when it does not. */
+  readonly alwaysFires: Record<CopyTrigger, string>;
   /**
    * $1 schema name → { increment, cache, cycle } of the version sequence: putOrdered's check needs it
    * to hand out increasing values in real time (write-order.ts), which a per-session cache, a
@@ -96,7 +109,7 @@ export function schemaStatements(names: ObjectNames): SchemaStatements {
     // open transaction could leave a stale "does not exist" cached, and CREATE would then collide).
     migrateLock: "SELECT pg_advisory_lock(hashtextextended($1, 0))",
     migrateUnlock: "SELECT pg_advisory_unlock(hashtextextended($1, 0))",
-    migrate: [...layoutObjects(names), ...refusalFunctions(names)],
+    migrate: [...layoutObjects(names), ...refusalFunctions(names), ...copyFunctions(names)],
     layout: `SELECT c.relname AS "table", a.attname AS "column", a.attnotnull AS "notNull"
 FROM pg_catalog.pg_attribute a
 JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
@@ -107,6 +120,13 @@ WHERE n.nspname = $1 AND c.relname IN ('fence', 'records') AND a.attnum > 0 AND 
     addFenceHolder: `ALTER TABLE ${fence} ADD COLUMN IF NOT EXISTS holder text`,
     addRecordHolder: `ALTER TABLE ${records} ADD COLUMN IF NOT EXISTS holder text`,
     allowTombstones: `ALTER TABLE ${records} ALTER COLUMN value DROP NOT NULL`,
+    addFenceCopy: `ALTER TABLE ${records} ADD COLUMN IF NOT EXISTS fence_token bigint, ADD COLUMN IF NOT EXISTS fence_holder text`,
+    triggers: `SELECT c.relname AS "table", t.tgname AS "name", t.tgenabled::text AS "enabled"
+FROM pg_catalog.pg_trigger t
+JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relname IN ('fence', 'records') AND NOT t.tgisinternal`,
+    ...copyTriggers(names),
     versionSequence: `SELECT increment_by::text AS increment, cache_size::text AS cache, cycle FROM pg_catalog.pg_sequences
 WHERE schemaname = $1 AND sequencename = 'record_version'`,
     orderVersions: `ALTER SEQUENCE ${versions} INCREMENT BY 1 CACHE 1 NO CYCLE`,
@@ -145,14 +165,18 @@ function layoutObjects(names: ObjectNames): string[] {
     `CREATE SEQUENCE IF NOT EXISTS ${versions} AS bigint`,
     // resource: the owner, the resource that created the key (or received it by transfer); it
     // never changes otherwise, so every write of the key passes one ratchet. value null: a
-    // tombstone, which keeps the owner and the version sequence after a delete.
+    // tombstone, which keeps the owner and the version sequence after a delete. token, holder: the
+    // fence that wrote this version. fence_token, fence_holder: the copy (COPY_TRIGGERS) — on a
+    // record whose key is its owner's name, the fence row of that resource; null elsewhere, or missing.
     `CREATE TABLE IF NOT EXISTS ${records} (
   key text PRIMARY KEY,
   value jsonb,
   version bigint NOT NULL DEFAULT nextval('${versions}'),
   token bigint NOT NULL CHECK (token >= 0),
   resource text NOT NULL,
-  holder text
+  holder text,
+  fence_token bigint,
+  fence_holder text
 )`,
   ];
 }
@@ -200,4 +224,70 @@ BEGIN
 END
 $fn$`,
   ];
+}
+
+/**
+ * The fence copy (PROTOCOL.md, "The one-row path"): a record whose key is its own resource's name
+ * carries that resource's fence row in `fence_token`, `fence_holder`, so that a write of the key at
+ * that fence is decided on the record's row alone (sql.ts, ownWrites). The invariant both triggers
+ * keep, which the one-row statements rely on:
+ *
+ *   a committed record R owned by resource R holds in its copy either nothing (null) or exactly the
+ *   committed fence row of R.
+ *
+ * - `fence_copy` (on `fence`, AFTER INSERT OR UPDATE, per row): every change of a fence row, by any
+ *   statement of any instance — a raise, a register, a transfer, putAll, or code that predates the
+ *   copy — writes it into record R in the same transaction, after the fence row (the lock order:
+ *   fence rows, then records). Its function is VOLATILE, so its UPDATE takes a snapshot of its own
+ *   after the fence row is locked: a record R committed by a writer the raise waited for is seen.
+ * - `fence_copy_owner` (on `records`, BEFORE UPDATE OF resource, per row, when the owner changes): a
+ *   record moved to another resource loses its copy, so a record moved away and back never brings
+ *   an old fence with it. Only transferOwner names `resource` in an UPDATE (every upsert leaves it).
+ * - The store's record writes at an admitted fence (the fence row locked at exactly that fence, until
+ *   commit) set the copy when the key is the resource (upsert-sql.ts): what the fence row holds.
+ * Both fire ALWAYS (ENABLE ALWAYS TRIGGER): a session with session_replication_role = replica,
+ * which skips ordinary triggers, still keeps the copy. verify() refuses a schema where one is missing
+ * or disabled, and migrate() restores it.
+ */
+export const COPY_TRIGGERS = { fence_copy: "fence", fence_copy_owner: "records" } as const;
+export type CopyTrigger = keyof typeof COPY_TRIGGERS;
+
+/** The copy's trigger functions, (re)defined by every migrate(). */
+function copyFunctions(names: ObjectNames): string[] {
+  const { records, keepCopy, clearCopy } = names;
+  return [
+    // Writes only a copy that differs, so a raise that left the fence row as it was (the same fence
+    // admitted again) writes no record version.
+    `CREATE OR REPLACE FUNCTION ${keepCopy}() RETURNS trigger LANGUAGE plpgsql VOLATILE AS $fn$
+BEGIN
+  UPDATE ${records} SET fence_token = NEW.token, fence_holder = NEW.holder
+  WHERE key = NEW.resource AND resource = NEW.resource
+    AND (fence_token IS DISTINCT FROM NEW.token OR fence_holder IS DISTINCT FROM NEW.holder);
+  RETURN NULL;
+END
+$fn$`,
+    `CREATE OR REPLACE FUNCTION ${clearCopy}() RETURNS trigger LANGUAGE plpgsql VOLATILE AS $fn$
+BEGIN
+  NEW.fence_token := NULL;
+  NEW.fence_holder := NULL;
+  RETURN NEW;
+END
+$fn$`,
+  ];
+}
+
+/** The DDL of each copy trigger: created when missing, then made to fire always (migrate.ts). */
+function copyTriggers(names: ObjectNames): Pick<SchemaStatements, "createCopyTrigger" | "alwaysFires"> {
+  const { fence, records, keepCopy, clearCopy } = names;
+  return {
+    createCopyTrigger: {
+      fence_copy: `CREATE TRIGGER fence_copy AFTER INSERT OR UPDATE ON ${fence} FOR EACH ROW EXECUTE FUNCTION ${keepCopy}()`,
+      fence_copy_owner: `CREATE TRIGGER fence_copy_owner BEFORE UPDATE OF resource ON ${records} FOR EACH ROW
+WHEN (OLD.resource IS DISTINCT FROM NEW.resource) EXECUTE FUNCTION ${clearCopy}()`,
+    },
+    alwaysFires: {
+      fence_copy: `ALTER TABLE ${fence} ENABLE ALWAYS TRIGGER fence_copy`,
+      fence_copy_owner: `ALTER TABLE ${records} ENABLE ALWAYS TRIGGER fence_copy_owner`,
+    },
+  };
 }

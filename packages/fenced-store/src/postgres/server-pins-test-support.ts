@@ -65,6 +65,19 @@ export const SQL_TEXT = pin(
   "put-statements.test.ts",
   "the statements' text: the ordered ones check the version they come after ($6), putShared has no such check",
 );
+export const OWN_STEADY = pin(
+  "own-path.test.ts",
+  "a lease writing its own key: its first write raises the fence row, every later one is one UPDATE of the record",
+);
+export const OWN_LOST = pin(
+  "own-path.test.ts",
+  "the one-row put, its answer cut after its commit was sent: OutcomeUnknownError, and it landed",
+);
+// Not reachable on the wire: the one-row statements raise nothing (put-statements.test.ts reads their text).
+export const OWN_TEXT = pin(
+  "put-statements.test.ts",
+  "the one-row statements: one UPDATE of the record that locks no fence row, never raises, and takes the parameters of the write it stands in front of",
+);
 export const CONDITIONAL = pin(
   "conditional.test.ts",
   "put and delete with ifVersion send one statement, with no transaction of their own, written or refused for owner or version",

@@ -2,7 +2,8 @@ import { createHash } from "node:crypto";
 import { InvalidArgumentError } from "@fenced/fence";
 import { fenceLocks } from "./fence-lock.js";
 import { objectNames, schemaStatements, type ObjectNames, type SchemaStatements } from "./schema-sql.js";
-import { putAllOrdered, recordUpserts, type ConditionalUpsert, type RecordUpsert } from "./upsert-sql.js";
+import { copyOf, putAllOrdered, recordUpserts, setWrite, type ConditionalUpsert, type RecordUpsert } from "./upsert-sql.js";
+import { ownWrites, type OwnWrites } from "./own-sql.js";
 
 /**
  * Every SQL text FencedPostgres sends. The only thing ever interpolated is the schema identifier,
@@ -26,7 +27,7 @@ export function quoteSchema(schema: unknown, argument = "options.schema"): strin
   return `"${schema}"`;
 }
 
-export interface Statements extends SchemaStatements {
+export interface Statements extends SchemaStatements, OwnWrites {
   /**
    * $1 resource, $2 token, $3 holder → one row { token } when admitted, zero rows when fenced. Takes
    * the resource's fence lock exclusively first (fence-lock.ts), as every statement below that locks
@@ -135,6 +136,7 @@ RETURNING f.resource`,
     // it commits). No row: nothing was ever admitted for the resource (no write, no register()).
     highest: `SELECT token, holder FROM ${fence} WHERE resource = $1`,
     ...singleStatementWrites(ratchet, conditionalUpsert, recordUpsert),
+    ...ownWrites(names),
     ...writesAfterTheRatchets(names, conditionalUpsert, recordUpsert),
     putAllOrdered: putAllOrdered(names, ratchet.all),
     current: `SELECT version, resource, value IS NULL AS deleted FROM ${records} WHERE key = $1`,
@@ -269,9 +271,10 @@ function writesAfterTheRatchets(
     // resource's. ON CONFLICT finds the newest committed row (waiting for another resource creating
     // the key to commit or roll back) and locks it; the WHERE keeps the owner, so a key of another
     // resource is left alone and no row comes back (the caller then reports the owner and rolls back).
-    tombstone: `INSERT INTO ${records} AS r (key, value, token, resource, holder) VALUES ($4, NULL, $2::bigint, $1, $3)
+    tombstone: `INSERT INTO ${records} AS r (key, value, token, resource, holder, fence_token, fence_holder)
+VALUES ($4, NULL, $2::bigint, $1, $3, ${copyOf("$2::bigint")})
 ON CONFLICT (key) DO UPDATE
-SET value = NULL, version = nextval('${versions}'), token = EXCLUDED.token, holder = EXCLUDED.holder
+SET ${setWrite(names)}
 WHERE r.resource = EXCLUDED.resource
 RETURNING r.version`,
     // Its own statement after both ratchets, for the same reason as `tombstone`. The record is then
@@ -316,6 +319,9 @@ const DDL = [
   "addFenceHolder",
   "addRecordHolder",
   "allowTombstones",
+  "addFenceCopy",
+  "createCopyTrigger",
+  "alwaysFires",
   "orderVersions",
   "restoreVersionDefault",
   "lockRecords",

@@ -23,7 +23,7 @@ import { migrateWithin, verifyWithin } from "./migrate.js";
 import type { Call, Session } from "./session.js";
 import type { FencedPostgresOptions, PgClient, PgParam, PgPool, PgQueryResult, PgRecord } from "./types.js";
 import { lockOrder, quoteSchema, statements } from "./sql.js";
-import { FIRST_PUT, nextPut, putValues, WriteOrder, type PutAnswer } from "./write-order.js";
+import { firstPut, nextPut, putValues, WriteOrder, type PutAnswer } from "./write-order.js";
 
 /**
  * Fenced writes to PostgreSQL. Every write raises the per-resource ratchet (table `fence`) and
@@ -211,16 +211,30 @@ export class FencedPostgres<Client extends PgClient = PgClient> implements Recor
     const call = { operation: "delete", key, fences: [fence] };
     if (ifVersion !== undefined)
       return this.conditional(call, signal, fence, ifVersion, "deleteIfVersion", [...fenceParams(fence), key, ifVersion]);
-    return this.fenced(call, [fence], signal, async (s) => {
-      const { rows } = await this.calls.run<{ version: string }>(s, signal, "tombstone", [...fenceParams(fence), key]);
+    if (key !== fence.resource) return this.calls.inTransaction(call, signal, (s) => this.tombstone(s, signal, key, fence));
+    return this.calls.session(call, signal, async (s) => {
+      // The one-row statement first (own-sql.ts), its commit sent with it; nothing written, the transaction.
+      const { rows } = await this.calls.write<{ version: string }>(s, "deleteOwn", [...fenceParams(fence), key, this.order.after()]);
       const row = rows[0];
-      if (row !== undefined) return { version: String(row.version), token: fence.token };
-      const now = await this.calls.current(s, signal, key);
-      if (now !== undefined && now.resource !== fence.resource) throw new ResourceMismatchError(key, fence.resource, now.resource);
-      throw new Error(
-        `delete of ${JSON.stringify(key)} wrote no tombstone although the key is ${JSON.stringify(fence.resource)}'s; written outside the store?`,
-      );
+      if (row !== undefined) {
+        this.order.saw(String(row.version));
+        return { version: String(row.version), token: fence.token };
+      }
+      return this.calls.transaction(s, signal, (s) => this.tombstone(s, signal, key, fence));
     });
+  }
+
+  /** An unconditional delete's transaction, after BEGIN: the ratchet, then the tombstone (sql.ts, `tombstone`). */
+  private async tombstone(s: Session<Client>, signal: AbortSignal | undefined, key: string, fence: CheckedFence): Promise<WriteResult> {
+    await raiseAll(this.calls, s, signal, [fence]);
+    const { rows } = await this.calls.run<{ version: string }>(s, signal, "tombstone", [...fenceParams(fence), key]);
+    const row = rows[0];
+    if (row !== undefined) return { version: String(row.version), token: fence.token };
+    const now = await this.calls.current(s, signal, key);
+    if (now !== undefined && now.resource !== fence.resource) throw new ResourceMismatchError(key, fence.resource, now.resource);
+    throw new Error(
+      `delete of ${JSON.stringify(key)} wrote no tombstone although the key is ${JSON.stringify(fence.resource)}'s; written outside the store?`,
+    );
   }
 
   /**
@@ -332,7 +346,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> implements Recor
     const values = [...fenceParams(fence), key, json];
     // Drawn once, before the first statement is issued: every statement of this put comes after it.
     const after = this.order.after();
-    for (let statement = FIRST_PUT; ;) {
+    for (let statement = firstPut(key, fence.resource); ;) {
       let result: PgQueryResult<{ version: string }> | undefined;
       let failure: unknown;
       let answer: PutAnswer;
@@ -370,7 +384,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> implements Recor
     return this.calls.session(call, signal, async (s) => {
       let result: PgQueryResult<{ version: string }>;
       try {
-        result = await this.calls.fencedWrite<{ version: string }>(s, signal, name, values);
+        result = await this.calls.fencedWrite<{ version: string }>(s, signal, name, values, key === fence.resource);
       } catch (err) {
         throw foreignKeyRefusal(err, key, fence.resource) ?? versionRefusal(err, key, expected) ?? err;
       }

@@ -4,12 +4,30 @@
  */
 import type { ObjectNames } from "./schema-sql.js";
 
+/**
+ * What every record write at an admitted fence sets on the row it lands on: the value, a new version
+ * drawn under the row lock, the fence that wrote it, and the fence copy (schema-sql.ts,
+ * COPY_TRIGGERS) — the write's fence when the key is its resource, else null. The fence row is locked
+ * at exactly that fence until the write commits (raised, or FOR SHARE: fence-lock.ts), so the copy
+ * written is the fence row as it commits.
+ */
+export function setWrite({ versions }: ObjectNames): string {
+  return `value = EXCLUDED.value, version = nextval('${versions}'), token = EXCLUDED.token, holder = EXCLUDED.holder,
+  fence_token = EXCLUDED.fence_token, fence_holder = EXCLUDED.fence_holder`;
+}
+
+/** The copy a record written at fence ($1, `token`, $3) under key $4 carries: the fence when the key is its resource, else null. */
+export function copyOf(token: string): string {
+  return `CASE WHEN $4 = $1 THEN ${token} END, CASE WHEN $4 = $1 THEN $3::text END`;
+}
+
 export type ConditionalUpsert = (rows: string, value: string, expected: string) => string;
 export type RecordUpsert = (rows: string, after: string) => string;
 
 /** The record upserts a write ends in, its row from the ratchet CTE (`rows`: "ratchet") or from the parameters. */
 export function recordUpserts(names: ObjectNames): { conditionalUpsert: ConditionalUpsert; recordUpsert: RecordUpsert } {
-  const { records, versions, refuse, refuseConditional } = names;
+  const { records, refuse, refuseConditional } = names;
+  const SET_WRITE = setWrite(names);
 
   // A conditional write (ifVersion) is one statement in an implicit transaction, like the unconditional put, and
   // shaped like it: the ratchet CTE, then an upsert of the record that reads its row FROM the ratchet
@@ -39,10 +57,10 @@ export function recordUpserts(names: ObjectNames): { conditionalUpsert: Conditio
     rows: string,
     value: string,
     expected: string,
-  ): string => `INSERT INTO ${records} AS r (key, value, version, token, resource, holder)
-${rows === "ratchet" ? `SELECT $4, ${value}, 0, ratchet.token, $1, $3 FROM ratchet` : `VALUES ($4, ${value}, 0, $2::bigint, $1, $3)`}
+  ): string => `INSERT INTO ${records} AS r (key, value, version, token, resource, holder, fence_token, fence_holder)
+${rows === "ratchet" ? `SELECT $4, ${value}, 0, ratchet.token, $1, $3, ${copyOf("ratchet.token")} FROM ratchet` : `VALUES ($4, ${value}, 0, $2::bigint, $1, $3, ${copyOf("$2::bigint")})`}
 ON CONFLICT (key) DO UPDATE
-SET value = EXCLUDED.value, version = nextval('${versions}'), token = EXCLUDED.token, holder = EXCLUDED.holder
+SET ${SET_WRITE}
 WHERE CASE WHEN r.resource = $1 AND r.version = ${expected}::bigint AND r.value IS NOT NULL THEN true ELSE ${refuseConditional}($4, $1) IS NULL END
 RETURNING CASE WHEN r.version = 0 THEN ${refuseConditional}($4, $1) ELSE r.version END AS version`;
   // The unconditional record upsert (putOrdered in sql.ts says why it is safe), its row from the ratchet CTE or the parameters.
@@ -56,10 +74,13 @@ RETURNING CASE WHEN r.version = 0 THEN ${refuseConditional}($4, $1) ELSE r.versi
   // serves only a key with no row): so a key's versions increase in the order its writes commit,
   // which the check relies on (a write stalled between drawing a version and locking the row would
   // otherwise commit an older version over a newer one).
-  const recordUpsert = (rows: string, after: string): string => `INSERT INTO ${records} AS r (key, value, token, resource, holder)
-${rows === "ratchet" ? "SELECT $4, $5::jsonb, ratchet.token, $1, $3 FROM ratchet" : "VALUES ($4, $5::jsonb, $2::bigint, $1, $3)"}
+  const recordUpsert = (
+    rows: string,
+    after: string,
+  ): string => `INSERT INTO ${records} AS r (key, value, token, resource, holder, fence_token, fence_holder)
+${rows === "ratchet" ? `SELECT $4, $5::jsonb, ratchet.token, $1, $3, ${copyOf("ratchet.token")} FROM ratchet` : `VALUES ($4, $5::jsonb, $2::bigint, $1, $3, ${copyOf("$2::bigint")})`}
 ON CONFLICT (key) DO UPDATE
-SET value = EXCLUDED.value, version = nextval('${versions}'), token = EXCLUDED.token, holder = EXCLUDED.holder
+SET ${SET_WRITE}
 WHERE CASE
   WHEN r.resource <> EXCLUDED.resource THEN ${refuse}($4, $1) IS NULL
   WHEN r.token = EXCLUDED.token AND r.holder IS NOT DISTINCT FROM EXCLUDED.holder AND r.version > ${after} THEN ${refuseConditional}($4, $1) IS NULL
@@ -95,14 +116,15 @@ export function putAllOrdered(names: ObjectNames, raiseAll: string): string {
   const expected = "($7::bigint[])[array_position($4::text[], EXCLUDED.key)]";
   return `WITH ratchet AS (${raiseAll}
 RETURNING f.resource, f.token, f.holder)
-INSERT INTO ${records} AS r (key, value, version, token, resource, holder)
-SELECT w.key, w.value::jsonb, CASE WHEN w.expected IS NULL THEN nextval('${versions}') ELSE 0 END, ratchet.token, w.resource, ratchet.holder
+INSERT INTO ${records} AS r (key, value, version, token, resource, holder, fence_token, fence_holder)
+SELECT w.key, w.value::jsonb, CASE WHEN w.expected IS NULL THEN nextval('${versions}') ELSE 0 END, ratchet.token, w.resource, ratchet.holder,
+  CASE WHEN w.key = w.resource THEN ratchet.token END, CASE WHEN w.key = w.resource THEN ratchet.holder END
 FROM unnest($4::text[], $5::text[], $6::text[], $7::bigint[]) WITH ORDINALITY AS w(key, value, resource, expected, n)
 JOIN ratchet ON ratchet.resource = w.resource
 WHERE (SELECT CASE WHEN count(*) = cardinality($1::text[]) THEN true ELSE ${refuseStale}() END FROM ratchet)
 ORDER BY w.n
 ON CONFLICT (key) DO UPDATE
-SET value = EXCLUDED.value, version = nextval('${versions}'), token = EXCLUDED.token, holder = EXCLUDED.holder
+SET ${setWrite(names)}
 WHERE CASE
   WHEN r.resource <> EXCLUDED.resource THEN ${refuse}(EXCLUDED.key, EXCLUDED.resource) IS NULL
   WHEN EXCLUDED.version = 0 THEN CASE

@@ -1,6 +1,6 @@
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CutProxy } from "./cut-proxy-test-support.js";
+import { countedStore, sentBy } from "./counted-test-support.js";
 import { StoreSetupError } from "../errors.js";
 import { FencedPostgres } from "./store.js";
 import { fenceAt as f, outcome, pgHarness, type PgHarness } from "./test-support.js";
@@ -99,40 +99,7 @@ describe("the statements one put sends: one in the steady state, three at most",
     await h.close();
   });
 
-  /** A store whose connections go through a proxy, and the statements its clients send, by name, in order. */
-  async function counted(schema: string): Promise<{ store: FencedPostgres; proxy: CutProxy; sent: string[]; close(): Promise<void> }> {
-    const url = new URL(h.url);
-    const proxy = await CutProxy.start({ host: url.hostname, port: Number(url.port) });
-    url.host = `127.0.0.1:${proxy.port}`;
-    const pool = new pg.Pool({ connectionString: url.toString(), max: 1 });
-    pool.on("error", () => undefined);
-    const sent: string[] = [];
-    pool.on("connect", (client) => {
-      // Every statement of the store leaves through client.query (Session.send): counted there.
-      const query = client.query.bind(client) as (config: { name?: string; text?: string }) => unknown;
-      (client as unknown as { query: typeof query }).query = (config) => {
-        sent.push(config.name?.split(":")[1] ?? config.text ?? "");
-        return query(config);
-      };
-    });
-    const store = new FencedPostgres(pool, { schema });
-    return {
-      store,
-      proxy,
-      sent,
-      async close() {
-        await pool.end();
-        await proxy.close();
-      },
-    };
-  }
-
-  /** The statements `call` sent. */
-  async function sentBy(sent: string[], call: () => Promise<unknown>): Promise<{ value: unknown; statements: string[] }> {
-    const from = sent.length;
-    const value = await outcome(call());
-    return { value, statements: sent.slice(from) };
-  }
+  const counted = (schema: string) => countedStore(h.url, schema);
 
   it("steady state, a new lease's first write, an out-of-order refusal, a key of another resource, and the worst case: a raise between every two of them", async () => {
     const seed = await h.store("statements");

@@ -31,20 +31,28 @@ export class WriteOrder {
   }
 }
 
-/** The statements an unconditional put may send (sql.ts), its first one first. */
-export type PutStatement = "putOrderedShared" | "putOrdered" | "putShared";
+/** The statements an unconditional put may send (sql.ts, own-sql.ts), its first one first. */
+export type PutStatement = "putOwn" | "putOrderedShared" | "putOrdered" | "putShared";
 
 /** What a put's statement answered: a row (it wrote), no row, a refusal as out of order (VERSION_REFUSED), or any other error. */
 export type PutAnswer = "row" | "no-row" | "out-of-order" | "error";
 
-/** The first statement of every unconditional put: at the fence the row already holds, under the shared fence lock (fence-lock.ts). */
-export const FIRST_PUT: PutStatement = "putOrderedShared";
+/**
+ * The first statement of every unconditional put: the one-row statement when the key is its fence's
+ * resource (own-sql.ts), else the one at the fence the row already holds, under the shared fence
+ * lock (fence-lock.ts).
+ */
+export function firstPut(key: string, resource: string): PutStatement {
+  return key === resource ? "putOwn" : "putOrderedShared";
+}
 
 /**
  * What an unconditional put does after `sent` answered `answer`: the next statement to send, or how
  * it ends — `written` (the row is the result), `stale` (StaleTokenError) or `throw` (the error, as
- * it came). The decision of FencedPostgres.put, which sends what this says (store.ts). At most three
+ * it came). The decision of FencedPostgres.put, which sends what this says (store.ts). At most four
  * statements (PROTOCOL.md, "Faults"):
+ * - `putOwn` wrote nothing: its record does not carry exactly this fence in its copy (own-sql.ts),
+ *   which decides nothing; `putOrderedShared` decides as if it had not been sent.
  * - `putOrderedShared` wrote nothing: the row holds another fence, or none; the exclusive `putOrdered`
  *   raises it or finds the fence stale (fence-lock.ts, invariant 2: a new transaction, never an upgrade).
  * - out of order, from either ordered statement: the key was written at this very fence after the
@@ -55,8 +63,9 @@ export const FIRST_PUT: PutStatement = "putOrderedShared";
  */
 export function nextPut(sent: PutStatement, answer: PutAnswer): PutStatement | "written" | "stale" | "throw" {
   if (answer === "row") return "written";
-  if (answer === "out-of-order" && sent !== "putShared") return "putShared";
+  if (answer === "out-of-order" && sent !== "putShared" && sent !== "putOwn") return "putShared";
   if (answer !== "no-row") return "throw";
+  if (sent === "putOwn") return "putOrderedShared";
   return sent === "putOrderedShared" ? "putOrdered" : "stale";
 }
 
