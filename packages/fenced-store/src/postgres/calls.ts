@@ -5,6 +5,7 @@ import { refuseAborted } from "../options.js";
 import { staleError } from "./inspect.js";
 import { CallbackError, Session, type Call } from "./session.js";
 import { COMMIT_AT, type SingleStatementWrite } from "./commit-at.js";
+import { ownParams } from "./own-sql.js";
 import { beginWithin, COMMIT, type NamedStatement, ROLLBACK, statementNames, type Statements } from "./sql.js";
 import type { PgClient, PgParam, PgPool, PgQueryConfig, PgQueryResult } from "./types.js";
 
@@ -163,8 +164,14 @@ export class Calls<Client extends PgClient> {
     own: boolean,
   ): Promise<PgQueryResult<R>> {
     const { own: first, shared } = SENT_BEFORE[name];
-    for (const statement of own ? [first, shared] : [shared]) {
-      const result = await this.write<R>(s, statement, values);
+    const before: [SingleStatementWrite, PgParam[]][] = own
+      ? [
+          [first, ownParams(values)],
+          [shared, values],
+        ]
+      : [[shared, values]];
+    for (const [statement, params] of before) {
+      const result = await this.write<R>(s, statement, params);
       if (result.rows.length > 0) return result;
       refuseAborted(signal);
     }

@@ -239,3 +239,63 @@ describe("FencedPostgres: the one-row path", () => {
     }
   });
 });
+
+describe("FencedPostgres: the fence copy's set-up", () => {
+  it("verify() refuses a schema whose copy trigger is missing or not enabled ALWAYS, naming the fix; migrate() restores both", async () => {
+    const store = await h.store("own_triggers");
+    await store.verify();
+    for (const [damage, says] of [
+      [`DROP TRIGGER fence_copy ON "${store.schema}".fence`, /fence_copy .* missing/],
+      [`ALTER TABLE "${store.schema}".records DISABLE TRIGGER fence_copy_owner`, /fence_copy_owner .* not enabled ALWAYS/],
+      [`ALTER TABLE "${store.schema}".fence ENABLE TRIGGER fence_copy`, /fence_copy .* not enabled ALWAYS/],
+    ] as const) {
+      await h.pool.query(damage);
+      const refused = await outcome(new FencedPostgres(h.pool, { schema: store.schema }).verify());
+      expect(refused, damage).toMatchObject({ name: "StoreSetupError", problem: "not-migrated" });
+      expect((refused as Error).message, damage).toMatch(says);
+      await store.migrate();
+      await store.verify();
+    }
+  });
+
+  it("a session with session_replication_role = replica, which skips ordinary triggers, still keeps the copy", async () => {
+    const store = await h.store("own_replica");
+    const old = f("r", 1n, "h1");
+    await store.put("r", "v1", { fence: old });
+    const client = new pg.Client({ connectionString: h.url });
+    await client.connect();
+    try {
+      await client.query("SET session_replication_role = replica");
+      await client.query(`UPDATE "${store.schema}".fence SET token = 2, holder = 'h2' WHERE resource = 'r'`);
+    } finally {
+      await client.end();
+    }
+    expect(await copyAndRow(store, "r")).toEqual({ copy: "2", copyHolder: "h2", token: "2", holder: "h2" });
+    expect(await outcome(store.put("r", "stale", { fence: old }))).toBeInstanceOf(StaleTokenError);
+  });
+
+  it("a layout from before the copy: migrate() adds its columns and triggers; a record without a copy is written by the fence-row path, which sets it", async () => {
+    const seed = await h.store("own_upgrade");
+    const lease = f("r", 1n, "h1");
+    await seed.put("r", "before", { fence: lease });
+    await h.pool.query(`DROP TRIGGER fence_copy ON "${seed.schema}".fence; DROP TRIGGER fence_copy_owner ON "${seed.schema}".records;
+      ALTER TABLE "${seed.schema}".records DROP COLUMN fence_token, DROP COLUMN fence_holder`);
+    const via = await countedStore(h.url, seed.schema);
+    try {
+      expect(await outcome(via.store.verify())).toMatchObject({ name: "StoreSetupError", problem: "not-migrated" });
+      expect(await outcome(via.store.put("r", "x", { fence: lease }))).toMatchObject({ name: "StoreSetupError", problem: "not-migrated" });
+      await via.store.migrate();
+      await via.store.verify();
+      expect(await copyAndRow(seed, "r")).toMatchObject({ copy: null, token: "1" });
+      await via.store.get("r"); // the version written before: what this store's put comes after
+      expect((await sentBy(via.sent, () => via.store.put("r", "after", { fence: lease }))).statements).toEqual([
+        "putOwn",
+        "putOrderedShared",
+      ]);
+      expect(await copyAndRow(seed, "r")).toEqual({ copy: "1", copyHolder: "h1", token: "1", holder: "h1" });
+      expect((await sentBy(via.sent, () => via.store.put("r", "steady", { fence: lease }))).statements).toEqual(["putOwn"]);
+    } finally {
+      await via.close();
+    }
+  });
+});

@@ -94,7 +94,9 @@ describe("nextPut: the statement an unconditional put sends next", () => {
     fc.assert(
       fc.property(fc.constantFrom(...STATEMENTS), fc.array(fc.string(), { maxLength: 5 }), fc.string(), (statement, values, after) => {
         const params = putValues(statement, values, after);
-        if (COMMIT_AT[statement] === "with-statement") expect(params).toEqual([...values, after]);
+        // The one-row statement leaves out the key ($4), its fence's resource (ownParams).
+        const own = statement === "putOwn" ? [...values.slice(0, 3), ...values.slice(4)] : values;
+        if (COMMIT_AT[statement] === "with-statement") expect(params).toEqual([...own, after]);
         else expect(params).toEqual(values);
       }),
     );
@@ -116,11 +118,12 @@ describe("the statements' text", () => {
   it("the statements' text: the ordered ones check the version they come after ($6), putShared has no such check", () => {
     const sql = statements(quoteSchema("fenced"));
     const highest = (text: string) => Math.max(...[...text.matchAll(/\$(\d+)/g)].map((m) => Number(m[1])));
-    for (const statement of STATEMENTS.filter((s) => s !== "putOwn")) {
+    for (const statement of STATEMENTS) {
       // As many parameters as putValues gives it (the fence's three, key, value, and `after` for the ordered ones).
       expect(highest(sql[statement]), statement).toBe(putValues(statement, [1, 2, 3, 4, 5], 6).length);
       // Without $6 the record upsert's `after` is NULL: `r.version > NULL` is never true, so no out-of-order refusal.
-      expect(sql[statement].includes("$6"), statement).toBe(statement !== "putShared");
+      const afterAt = statement === "putOwn" ? "$5" : "$6";
+      expect(sql[statement].includes(afterAt), statement).toBe(statement !== "putShared");
     }
   });
 });
@@ -132,7 +135,6 @@ describe("the one-row statements' text (own-sql.ts)", () => {
     const PAIRS = [
       ["putOwn", "putOrdered"],
       ["putOwnIfVersion", "putIfVersion"],
-      ["deleteOwn", "putOrdered"],
       ["deleteOwnIfVersion", "deleteIfVersion"],
     ] as const;
     for (const [own, before] of PAIRS) {
@@ -140,12 +142,14 @@ describe("the one-row statements' text (own-sql.ts)", () => {
       expect(text.startsWith('UPDATE "fenced".records'), own).toBe(true);
       // No fence row, no advisory lock, no refusal function: zero rows is its only way to say no.
       for (const absent of [/"fenced"\.fence\b/, /advisory/, /refuse_/]) expect(text, own).not.toMatch(absent);
-      expect(text, own).toContain("r.fence_token = $2::bigint AND r.fence_holder IS NOT DISTINCT FROM $3::text");
+      expect(text, own).toContain("r.key = $1 AND r.fence_token = $2::bigint AND r.fence_holder IS NOT DISTINCT FROM $3::text");
       expect(COMMIT_AT[own], own).toBe("with-statement");
-      if (own !== "deleteOwn") expect(highest(text), own).toBe(highest(sql[before]));
+      // The parameters of the write it stands in front of, the key ($4) left out (ownParams).
+      expect(highest(text), own).toBe(highest(sql[before]) - 1);
     }
-    // deleteOwn: the fence, the key, and the version it comes after ($5), like putOrdered's $6.
-    expect(highest(sql.deleteOwn)).toBe(5);
+    // deleteOwn: the fence and the version it comes after ($4), like putOrdered's $6.
+    expect(highest(sql.deleteOwn)).toBe(4);
+    expect(COMMIT_AT.deleteOwn).toBe("with-statement");
   });
 });
 

@@ -214,7 +214,7 @@ export class FencedPostgres<Client extends PgClient = PgClient> implements Recor
     if (key !== fence.resource) return this.calls.inTransaction(call, signal, (s) => this.tombstone(s, signal, key, fence));
     return this.calls.session(call, signal, async (s) => {
       // The one-row statement first (own-sql.ts), its commit sent with it; nothing written, the transaction.
-      const { rows } = await this.calls.write<{ version: string }>(s, "deleteOwn", [...fenceParams(fence), key, this.order.after()]);
+      const { rows } = await this.calls.write<{ version: string }>(s, "deleteOwn", [...fenceParams(fence), this.order.after()]);
       const row = rows[0];
       if (row !== undefined) {
         this.order.saw(String(row.version));

@@ -1,4 +1,3 @@
-import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { countedStore, sentBy } from "./counted-test-support.js";
 import { StoreSetupError } from "../errors.js";

@@ -1,3 +1,5 @@
+import { ownParams } from "./own-sql.js";
+
 /**
  * What lets an unconditional put send its commit with its statement (`putOrdered`, commit-at.ts):
  * the newest version this store has been given back by the database, for any key — every version
@@ -69,7 +71,12 @@ export function nextPut(sent: PutStatement, answer: PutAnswer): PutStatement | "
   return sent === "putOrderedShared" ? "putOrdered" : "stale";
 }
 
-/** The parameters of `statement`: the ordered ones carry `after`, the version the put comes after (WriteOrder); `putShared` leaves it out. */
+/**
+ * The parameters of `statement`, from the put's own ($1–$3 fence, $4 key, $5 value): the ordered ones
+ * carry `after`, the version the put comes after (WriteOrder); `putShared` leaves it out; `putOwn`
+ * leaves out the key, its resource (own-sql.ts, ownParams).
+ */
 export function putValues<T>(statement: PutStatement, values: readonly T[], after: T): T[] {
-  return statement === "putShared" ? [...values] : [...values, after];
+  if (statement === "putShared") return [...values];
+  return statement === "putOwn" ? [...ownParams(values), after] : [...values, after];
 }
