@@ -7,15 +7,18 @@
 //   reads and writes per request (system calls, /proc/<pid>/io), beside each anchor's;
 // - the same writes by an ordinary API key presenting a signed fence credential instead of plain
 //   fence headers (what the credential check costs per write), and the check alone in this process;
+// - the same credential writes of a record whose key is its lease's resource (record cred-own/w under
+//   resource cred-own/w, the store's one-row path once the resource is at the lease's fence) beside
+//   those of a record under another resource (cred/w under cred-writer/w): writes/s and the gateway's
+//   CPU time per write of each ("gateway-credential-own"), for information, no goal;
 // - those credential writes against two anchors, each a process of its own like the gateway, in the
 //   same interleaved rounds: the unfenced express 5 + pg server a user would write themselves
 //   (anchor-express.js) and the same upsert behind bare node:http (anchor-node-http.js), the floor
 //   — goals: ≥ 0.85× express's throughput at ≤ 1.3× its CPU per write;
-// - a 512 MiB object PUT (known length, then chunked) and GET streamed through the gateway, with its RSS.
+// - a 512 MiB object PUT (known length, then chunked) and GET streamed through the gateway, with its RSS
+//   (gateway-stream.ts).
 // Every process (benchmark, gateway, anchors, PostgreSQL, radosgw) shares this machine's cores.
-import { createHash, randomBytes } from "node:crypto";
-import { once } from "node:events";
-import { Agent, request, type IncomingMessage } from "node:http";
+import { randomBytes } from "node:crypto";
 import { availableParallelism } from "node:os";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
@@ -24,6 +27,7 @@ import { credentialKeys, mintFenceCredential, verifyFenceCredential, type Creden
 import { FencedPostgres } from "@fenced/store/postgres";
 import { startPostgres, startS3 } from "@fenced/servers";
 import { latencyBench, type OpenImpl } from "./gateway-latency.js";
+import { streamLines } from "./gateway-stream.js";
 import { emit, measure, median, round3, type Measured, type Op } from "./measure.js";
 import { cpuQuotaSetting, nodeArgs, startServer, type ServerProcess } from "./server-process.js";
 
@@ -36,7 +40,6 @@ const KEY = "bench-key-0123456789abcdef";
 /** An ordinary client: it writes only with fence credentials. */
 const SERVICE_KEY = "service-key-0123456789abcdef";
 const FENCE_KEY: CredentialKey = { id: "bench", secret: randomBytes(32) };
-const MB = 1024 * 1024;
 const CLI = fileURLToPath(new URL("../packages/gateway/dist/cli.js", import.meta.url));
 /** Extra node flags for the gateway process, e.g. "--cpu-prof --cpu-prof-dir=/tmp/gw" to profile it under this load. */
 const NODE_ARGS = nodeArgs("BENCH_GATEWAY_NODE_ARGS");
@@ -82,22 +85,6 @@ function startAnchor(anchor: keyof typeof ANCHORS, postgresUrl: string): Promise
     },
     CPU_QUOTA,
   );
-}
-
-const agent = new Agent({ keepAlive: true, maxSockets: CONCURRENCY });
-
-function send(
-  port: number,
-  method: string,
-  path: string,
-  headers: Record<string, string | number>,
-  body?: string,
-): Promise<IncomingMessage> {
-  return new Promise((resolve, reject) => {
-    const req = request({ host: "127.0.0.1", port, method, path, headers, agent }, resolve);
-    req.on("error", reject);
-    req.end(body);
-  });
 }
 
 const value = (w: number, i: number): string => JSON.stringify({ writer: w, seq: i, note: "invoice total updated" });
@@ -151,21 +138,21 @@ try {
   // 64 keep-alive connections, one per client; undici costs this process less CPU per request than
   // node:http's client, and every microsecond the load generator spends is taken from the gateway.
   const clients = new Pool(`http://127.0.0.1:${gw.port}`, { connections: CONCURRENCY, pipelining: 1 });
-  // Worker w writes row w under resource w, as a client holding one lease per row would.
-  const credentials = Array.from({ length: CONCURRENCY }, (_, w) =>
-    mintFenceCredential({ resource: `cred-writer/${w}`, token: 1n, holder: `bench-${w}` }, FENCE_KEY, {
-      expiresAt: Date.now() + 86_400_000,
-    }),
-  );
+  // Worker w writes row w under resource w, as a client holding one lease per row would: record
+  // cred/w under resource cred-writer/w, or (`own`) the record named as its lease's resource, cred-own/w.
+  const mint = (resource: string, w: number): string =>
+    mintFenceCredential({ resource, token: 1n, holder: `bench-${w}` }, FENCE_KEY, { expiresAt: Date.now() + 86_400_000 });
+  const credentials = Array.from({ length: CONCURRENCY }, (_, w) => mint(`cred-writer/${w}`, w));
+  const ownCredentials = Array.from({ length: CONCURRENCY }, (_, w) => mint(`cred-own/${w}`, w));
   const credentialPut =
-    (to: Pool, what: string): Op =>
+    (to: Pool, what: string, own = false): Op =>
     async (w, i) => {
       const res = await to.request({
         method: "PUT",
-        path: `/v1/records/cred/${w}`,
+        path: own ? `/v1/records/cred-own/${w}` : `/v1/records/cred/${w}`,
         headers: {
           authorization: `Bearer ${SERVICE_KEY}`,
-          "fencing-credential": credentials[w] as string,
+          "fencing-credential": (own ? ownCredentials : credentials)[w] as string,
           "content-type": "application/json",
         },
         body: value(w, i),
@@ -178,7 +165,7 @@ try {
     "express-pg": new Pool(`http://127.0.0.1:${anchors["express-pg"].port}`, { connections: CONCURRENCY, pipelining: 1 }),
     "node-http-pg": new Pool(`http://127.0.0.1:${anchors["node-http-pg"].port}`, { connections: CONCURRENCY, pipelining: 1 }),
   };
-  const impls: Record<"gateway" | "gateway-credential" | "library" | keyof typeof ANCHORS, Op> = {
+  const impls: Record<"gateway" | "gateway-credential" | "gateway-credential-own" | "library" | keyof typeof ANCHORS, Op> = {
     gateway: async (w, i) => {
       const res = await clients.request({
         method: "PUT",
@@ -195,6 +182,7 @@ try {
       if (res.statusCode !== 200) throw new Error(`gateway answered ${res.statusCode}`);
     },
     "gateway-credential": credentialPut(clients, "gateway"),
+    "gateway-credential-own": credentialPut(clients, "gateway", true),
     library: async (w, i) => {
       await library.put(`row/${w}`, JSON.parse(value(w, i)) as Record<string, unknown>, { fence: { resource: `writer/${w}`, token: 1n } });
     },
@@ -206,13 +194,14 @@ try {
   const processOf: Partial<Record<Impl, ServerProcess>> = {
     gateway: gw,
     "gateway-credential": gw,
+    "gateway-credential-own": gw,
     "express-pg": anchors["express-pg"],
     "node-http-pg": anchors["node-http-pg"],
   };
 
   // A fresh server process needs a few thousand requests before V8 has optimised its hot paths
   // and grown its young generation; until then it runs at about half speed. Steady state is the goal.
-  for (const impl of ["gateway", "gateway-credential", "express-pg", "node-http-pg"] as const)
+  for (const impl of ["gateway", "gateway-credential", "gateway-credential-own", "express-pg", "node-http-pg"] as const)
     await measure(impls[impl], CONCURRENCY, 3_000);
   const rounds: Record<
     Impl,
@@ -220,13 +209,14 @@ try {
   > = {
     gateway: [],
     "gateway-credential": [],
+    "gateway-credential-own": [],
     library: [],
     "express-pg": [],
     "node-http-pg": [],
   };
   const peakRss: Partial<Record<Impl, number>> = {};
   for (let round = 0; round < ROUNDS; round++) {
-    for (const impl of ["gateway", "gateway-credential", "express-pg", "node-http-pg", "library"] as const) {
+    for (const impl of ["gateway", "gateway-credential", "gateway-credential-own", "express-pg", "node-http-pg", "library"] as const) {
       await measure(impls[impl], CONCURRENCY, 500); // warm-up: connections, prepared statements, JIT
       const server = processOf[impl];
       if (server === undefined) {
@@ -277,6 +267,19 @@ try {
     plainOpsPerSec: med("gateway", "opsPerSec"),
     plainCpuUsPerWrite: med("gateway", "cpuUsPerWrite"),
     verifyUsEach: round3(((performance.now() - v0) * 1000) / VERIFIES),
+  });
+  // A record named as its lease's resource against one under another resource, both credential writes.
+  emit({
+    bench: "gateway-credential-own",
+    ...setting,
+    ratio: round3(med("gateway-credential-own", "opsPerSec") / med("gateway-credential", "opsPerSec")),
+    ratioOf: `credential writes/s of record cred-own/w under resource cred-own/w (its own) ÷ of record cred/w under resource cred-writer/w, through the gateway (median of ${ROUNDS} interleaved rounds)`,
+    note: "for information, no goal",
+    ownOpsPerSec: med("gateway-credential-own", "opsPerSec"),
+    ownCpuUsPerWrite: med("gateway-credential-own", "cpuUsPerWrite"),
+    otherOpsPerSec: med("gateway-credential", "opsPerSec"),
+    otherCpuUsPerWrite: med("gateway-credential", "cpuUsPerWrite"),
+    cpuRatio: round3(med("gateway-credential-own", "cpuUsPerWrite") / med("gateway-credential", "cpuUsPerWrite")),
   });
   const ratio = round3(med("gateway", "opsPerSec") / med("library", "opsPerSec"));
   emit({
@@ -355,82 +358,23 @@ try {
   await Promise.all(Object.values(anchorClients).map((c) => c.close()));
   await clients.close();
 
-  // 512 MiB through the gateway, generated and checked on the fly in this process: the gateway
-  // must pass it on as it arrives, never holding it whole.
-  const chunk = Buffer.alloc(MB);
-  for (let i = 0; i < chunk.length; i++) chunk[i] = (i * 131) % 251;
-  // BENCH_STREAM_BYTES=0 leaves the streams out. Each stream goes through the gateway that served the
-  // writes above (its heap as that load left it: young generation grown, old space not yet collected)
-  // and through a fresh one, whose figures are the stream's own.
+  // 512 MiB through the gateway (gateway-stream.ts). BENCH_STREAM_BYTES=0 leaves the streams out. Each
+  // stream goes through the gateway that served the writes above (its heap as that load left it: young
+  // generation grown, old space not yet collected) and through a fresh one, whose figures are the stream's own.
   const fresh = STREAM_BYTES > 0 ? await startBenchGateway() : undefined;
-  if (fresh !== undefined) anchorProcesses.push(fresh);
-  fresh?.quota?.uncap();
-  for (const [gatewayIs, gw] of fresh === undefined
-    ? []
-    : ([
+  if (fresh !== undefined) {
+    anchorProcesses.push(fresh);
+    fresh.quota?.uncap();
+    await streamLines(
+      [
         ["after-writes", gateway],
         ["fresh", fresh],
-      ] as const))
-    for (const length of ["known", "unknown"] as const) {
-      gw.resetPeak();
-      const before = gw.rssMb().now;
-      const digest = createHash("sha256");
-      const t0 = performance.now();
-      const put = await new Promise<IncomingMessage>((resolve, reject) => {
-        const headers: Record<string, string | number> = {
-          authorization: `Bearer ${KEY}`,
-          "fencing-token": "1",
-          "content-type": "application/octet-stream",
-        };
-        if (length === "known") headers["content-length"] = STREAM_BYTES;
-        else headers["transfer-encoding"] = "chunked";
-        const req = request({ host: "127.0.0.1", port: gw.port, method: "PUT", path: "/v1/objects/bench/big", headers }, resolve);
-        req.on("error", reject);
-        void (async () => {
-          for (let sent = 0; sent < STREAM_BYTES; sent += chunk.length) {
-            const part = chunk.subarray(0, Math.min(chunk.length, STREAM_BYTES - sent));
-            digest.update(part);
-            if (!req.write(part)) await once(req, "drain");
-          }
-          req.end();
-        })().catch(reject);
-      });
-      put.resume();
-      await once(put, "end");
-      if (put.statusCode !== 200) throw new Error(`stream PUT answered ${put.statusCode}`);
-      const putSeconds = (performance.now() - t0) / 1000;
-      const putPeak = gw.rssMb().peak;
-      // One line a stream, its goal beside it: the gateway's peak RSS while it streamed.
-      const streamed = (op: "put" | "get", bytes: number, seconds: number, rss: Record<string, unknown>): void =>
-        emit({
-          bench: "gateway-object-stream",
-          op,
-          length,
-          gatewayIs,
-          bytes,
-          seconds: Number(seconds.toFixed(2)),
-          mbPerSec: Number((bytes / MB / seconds).toFixed(1)),
-          ...rss,
-          goalMaxRssMb: 200,
-        });
-      streamed("put", STREAM_BYTES, putSeconds, { gatewayRssBeforeMb: before, gatewayPeakRssMb: putPeak });
-
-      gw.resetPeak();
-      const t1 = performance.now();
-      const got = await send(gw.port, "GET", "/v1/objects/bench/big", { authorization: `Bearer ${KEY}` });
-      const check = createHash("sha256");
-      let received = 0;
-      for await (const part of got) {
-        received += (part as Buffer).length;
-        check.update(part as Buffer);
-      }
-      const getSeconds = (performance.now() - t1) / 1000;
-      if (got.statusCode !== 200 || received !== STREAM_BYTES || check.digest("hex") !== digest.digest("hex"))
-        throw new Error(`GET returned ${received} bytes (${got.statusCode}) that differ from what was put`);
-      streamed("get", received, getSeconds, { gatewayPeakRssMb: gw.rssMb().peak, bodyVerified: "sha256" });
-    }
+      ],
+      KEY,
+      STREAM_BYTES,
+    );
+  }
 } finally {
-  agent.destroy();
   await gateway?.stop();
   await Promise.all(anchorProcesses.map((a) => a.stop()));
   await pool.end();
