@@ -65,6 +65,12 @@ describe("FencedPostgres: the one-row path", () => {
       expect((await sentBy(via.sent, () => via.store.delete("r", { fence: lease, ifVersion: again.version }))).statements).toEqual([
         "deleteOwnIfVersion",
       ]);
+      // ifVersion never matches a tombstone, on this path as on the other (capabilities.ifVersionMatchesTombstone).
+      const tombstone = await via.store.delete("r", { fence: lease });
+      expect(await outcome(via.store.put("r", "over a tombstone", { fence: lease, ifVersion: tombstone.version }))).toMatchObject({
+        name: "VersionMismatchError",
+        actual: undefined,
+      });
       // A key that is not its resource's name: the fence-row path, as before.
       expect((await sentBy(via.sent, () => via.store.put("r/item", 0, { fence: lease }))).statements).toEqual(["putOrderedShared"]);
 
@@ -198,6 +204,12 @@ describe("FencedPostgres: the one-row path", () => {
     // transaction() raises without writing record r: the trigger moves the copy.
     await store.transaction(f("r", 3n, "h3"), () => Promise.resolve());
     expect(await copyAndRow(store, "r")).toMatchObject({ copy: "3", copyHolder: "h3" });
+    // Again at the fence the row holds: the ratchet rewrites the fence row, the copy is left as it is (no record version).
+    const xmin = async () =>
+      (await h.pool.query<{ x: string }>(`SELECT xmin::text AS x FROM "${store.schema}".records WHERE key = 'r'`)).rows[0]?.x;
+    const before = await xmin();
+    await store.transaction(f("r", 3n, "h3"), () => Promise.resolve());
+    expect(await xmin()).toBe(before);
     expect(await outcome(store.put("r", "stale", { fence: second }))).toBeInstanceOf(StaleTokenError);
     // One lease's one-row puts, putAll and transaction at once: all land, none waits for another forever.
     const third = f("r", 3n, "h3");

@@ -240,9 +240,12 @@ $fn$`,
  *   copy — writes it into record R in the same transaction, after the fence row (the lock order:
  *   fence rows, then records). Its function is VOLATILE, so its UPDATE takes a snapshot of its own
  *   after the fence row is locked: a record R committed by a writer the raise waited for is seen.
- * - `fence_copy_owner` (on `records`, BEFORE UPDATE OF resource, per row, when the owner changes): a
- *   record moved to another resource loses its copy, so a record moved away and back never brings
- *   an old fence with it. Only transferOwner names `resource` in an UPDATE (every upsert leaves it).
+ * - `fence_copy_owner` (on `records`, AFTER UPDATE OF resource, per row): a
+ *   record moved to another resource loses its copy in the same transaction, so a record moved away
+ *   and back never brings an old fence with it. Only transferOwner names `resource` in an UPDATE
+ *   (every upsert leaves it). AFTER, not BEFORE: a BEFORE row trigger on UPDATE makes PostgreSQL
+ *   lock every updated row before it looks at the column list — a heap-lock WAL record on every
+ *   one-row write, which is what the one-row path saves.
  * - The store's record writes at an admitted fence (the fence row locked at exactly that fence, until
  *   commit) set the copy when the key is the resource (upsert-sql.ts): what the fence row holds.
  * Both fire ALWAYS (ENABLE ALWAYS TRIGGER): a session with session_replication_role = replica,
@@ -268,9 +271,9 @@ END
 $fn$`,
     `CREATE OR REPLACE FUNCTION ${clearCopy}() RETURNS trigger LANGUAGE plpgsql VOLATILE AS $fn$
 BEGIN
-  NEW.fence_token := NULL;
-  NEW.fence_holder := NULL;
-  RETURN NEW;
+  UPDATE ${records} SET fence_token = NULL, fence_holder = NULL
+  WHERE key = NEW.key AND (fence_token IS NOT NULL OR fence_holder IS NOT NULL);
+  RETURN NULL;
 END
 $fn$`,
   ];
@@ -282,8 +285,7 @@ function copyTriggers(names: ObjectNames): Pick<SchemaStatements, "createCopyTri
   return {
     createCopyTrigger: {
       fence_copy: `CREATE TRIGGER fence_copy AFTER INSERT OR UPDATE ON ${fence} FOR EACH ROW EXECUTE FUNCTION ${keepCopy}()`,
-      fence_copy_owner: `CREATE TRIGGER fence_copy_owner BEFORE UPDATE OF resource ON ${records} FOR EACH ROW
-WHEN (OLD.resource IS DISTINCT FROM NEW.resource) EXECUTE FUNCTION ${clearCopy}()`,
+      fence_copy_owner: `CREATE TRIGGER fence_copy_owner AFTER UPDATE OF resource ON ${records} FOR EACH ROW EXECUTE FUNCTION ${clearCopy}()`,
     },
     alwaysFires: {
       fence_copy: `ALTER TABLE ${fence} ENABLE ALWAYS TRIGGER fence_copy`,
