@@ -71,14 +71,26 @@ describe("FencedPostgres: the one-row path", () => {
         name: "VersionMismatchError",
         actual: undefined,
       });
-      // A key that is not its resource's name: the fence-row path, as before.
+      // A key that is not its resource's name: the fence-row path, as before, and record r is left alone.
       expect((await sentBy(via.sent, () => via.store.put("r/item", 0, { fence: lease }))).statements).toEqual(["putOrderedShared"]);
+      const item = await via.store.put("r/item", 1, { fence: lease });
+      const own = await h.recordRow(seed, "r"); // a tombstone: its version says whether anything wrote it
+      expect((await sentBy(via.sent, () => via.store.put("r/item", 2, { fence: lease, ifVersion: item.version }))).statements).toEqual([
+        "putIfVersionShared",
+      ]);
+      expect((await sentBy(via.sent, () => via.store.delete("r/item", { fence: lease }))).statements[0]).toMatch(/^BEGIN/);
+      expect(await h.recordRow(seed, "r")).toEqual(own);
 
       // A new lease registers on acquiring: the raise writes the copy (the trigger), so its first write is one row.
       const next = f("r", 2n, "h2");
       await seed.register(next);
       expect(await copyAndRow(seed, "r")).toEqual({ copy: "2", copyHolder: "h2", token: "2", holder: "h2" });
       expect((await sentBy(via.sent, () => via.store.put("r", 4, { fence: next }))).statements).toEqual(["putOwn"]);
+      // Its token from another holder (a lock that handed it out twice): refused, the copy names the holder.
+      expect(await outcome(via.store.put("r", "twice", { fence: f("r", 2n, "hX") }))).toMatchObject({
+        name: "StaleTokenError",
+        highestHolder: "h2",
+      });
       // The old lease: the one-row statement finds another fence in the copy; the fence-row path refuses it.
       const old = await sentBy(via.sent, () => via.store.put("r", "stale", { fence: lease }));
       expect(old.value).toBeInstanceOf(StaleTokenError);
@@ -89,6 +101,20 @@ describe("FencedPostgres: the one-row path", () => {
     } finally {
       await via.close();
     }
+  });
+
+  it("a lease of two resources at one token and holder: a one-row write of one's key leaves the other's record alone", async () => {
+    const store = await h.store("own_set");
+    const [a, b] = [f("a", 1n, "h"), f("b", 1n, "h")];
+    await store.put("a", "a0", { fence: a });
+    await store.put("b", "b0", { fence: b });
+    expect(await store.get("a")).toMatchObject({ value: "a0" });
+    const before = await store.get("b");
+    expect(before).toMatchObject({ value: "b0" });
+    // Both records carry the copy (1, h): only the key's own row is the write's.
+    await store.put("a", "a1", { fence: a });
+    await store.delete("a", { fence: a });
+    expect(await store.get("b")).toEqual(before);
   });
 
   it("the one-row put, its answer cut after its commit was sent: OutcomeUnknownError, and it landed", async () => {
