@@ -17,6 +17,20 @@
  *            manifest's compare-and-swap, which decides owner, the key's ratchet entries and
  *            ifVersion on the manifest it replaces. Anything may happen in between: the window
  *            PROTOCOL.md describes.
+ *   ONE_ROW  (PostgreSQL) with the one-row path beside today's write: the record of key R owned by
+ *            resource R (its own key; here key k is resource k + 1's) carries a copy of R's fence row
+ *            (token, holder; 0: none). A trigger on the fence table (fence_copy) sets it in the step of
+ *            every raise of R's fence row, by any write, register, transfer or putAll of any instance,
+ *            while R owns record R; a trigger on the records (fence_copy_owner) clears it when the
+ *            owner changes; today's write of key R under R sets it to its fence (the new code) or
+ *            leaves it (the old code, whose new records have none). A write of its fence's own key
+ *            first sends the one-row statement: one step on the record alone, landing only where the
+ *            copy is exactly the write's fence (with ifVersion, and the ordered put's `after`, as
+ *            today's; no owner read: the copy stands for it), and leaving the fence row as it is; if
+ *            it writes nothing, today's write follows as a later step of its own. Writes of other
+ *            keys, putAll, and the unordered put (putShared: LATE_COMMIT, where the write order is
+ *            modelled) are today's. The configurations without it are the two-row path alone (the
+ *            code before it).
  *
  * Scenarios:
  *   default  ownership: two resources, two keys, three leases doing OPS operations in all: put,
@@ -47,6 +61,14 @@
  *            key or register. A call of several fences is one step, as every PostgreSQL write: every
  *            ratchet raised and checked in one statement (ratchetAll), then the records in key order,
  *            inside one transaction that any refusal rolls back.
+ *   With ONE_ROW: every write of an own key (ownership: key 0 by resource 1, key 1 by 2; UPDATES and
+ *   LATE_COMMIT: every write; SETS: leases 2 and 3's) takes the one-row path first. Ownership fixes
+ *   lease 1's resource to 1 (a symmetry: resources and their own keys swapped). LATE_COMMIT: write 1,
+ *   unless the unordered put, runs as its one-row statement, committing whenever it runs, and, only
+ *   if that wrote nothing, as today's statement at any later point; write 2's ordered put and put with
+ *   ifVersion go one-row first; the key last written at the lease's own fence has the fence row at
+ *   it, and the copy at it or none. SETS: putAll's records are today's; its raises and registerSet's
+ *   keep both copies, and a record it creates gets its fence or none.
  *
  * Invariants (PROTOCOL.md), named in the assertions:
  *   ratchet               the tokens accepted for a resource never decrease (S3: per key; with
@@ -75,10 +97,19 @@
  *                                  raises both)
  *   MUTANT_SET_NOT_ATOMIC          putAll's ratchets and records each commit by themselves: a refused
  *                                  record leaves the ones before it written
+ *   With ONE_ROW:
+ *   MUTANT_COPY_NOT_KEPT           raises leave the copy as it is (fence_copy missing or disabled)
+ *   MUTANT_TRANSFER_KEEPS_COPY     transfer leaves the copy as it is (fence_copy_owner missing)
+ *   MUTANT_ONE_ROW_ANY_HOLDER      the one-row write compares the copy's token only, not its holder
+ *   MUTANT_ONE_ROW_NO_ORDER_CHECK  (LATE_COMMIT) a one-row ordered put lands whatever version the
+ *                                  record at its fence has
  */
 
 #if defined(SETS) && (defined(S3) || defined(UPDATES) || defined(LATE_COMMIT))
 #error "SETS is a PostgreSQL scenario of its own (FencedS3 writes one fence per call)"
+#endif
+#if defined(ONE_ROW) && defined(S3)
+#error "ONE_ROW is FencedPostgres's: the record's copy of its fence row (FencedS3 has no such path)"
 #endif
 #if defined(LATE_COMMIT)
 #define R 1
@@ -123,6 +154,13 @@ byte seq;            /* versions handed out (a sequence, or fresh write ids: nev
 #ifdef LATE_COMMIT
 byte recT[K];        /* the fence (token, holder) of the record's last write */
 byte recH[K];
+#endif
+#ifdef ONE_ROW
+/* the record's copy of its own resource's fence row (fence_token, fence_holder; 0: none): key k's own
+   resource is k + 1 (OWN_KEY). Kept by the triggers: while non-zero, it equals that fence row and the
+   record is owned by that resource. */
+byte cpT[K];
+byte cpH[K];
 #endif
 #ifdef UPDATES
 byte val[K];
@@ -186,6 +224,26 @@ hidden byte ratchet, one_lease_per_token, one_resource_per_key, no_lost_update, 
 #define ON_RECORD(k, t, h) skip
 #endif
 
+#ifdef ONE_ROW
+#if K != R
+#error "ONE_ROW: every resource has its own key (K == R)"
+#endif
+/* the own key of resource r, whose record carries the copy of r's fence row (key === fence.resource) */
+#define OWN_KEY(r) ((r) - 1)
+/* the one-row write lands only at exactly the copy: this fence, this holder */
+#ifdef MUTANT_ONE_ROW_ANY_HOLDER
+#define COPY_IS(k, t, h) (cpT[k] == t)
+#else
+#define COPY_IS(k, t, h) (cpT[k] == t && cpH[k] == h)
+#endif
+/* and is refused as out of order as putOrdered is (its `after` check, on the record alone) */
+#ifdef MUTANT_ONE_ROW_NO_ORDER_CHECK
+#define ONE_ROW_OUT_OF_ORDER(k, t, h) 0
+#else
+#define ONE_ROW_OUT_OF_ORDER(k, t, h) OUT_OF_ORDER(k, t, h)
+#endif
+#endif
+
 #define LANDED 1
 #define STALE 2
 #define FOREIGN 3
@@ -233,6 +291,11 @@ inline fenceCheck(r, t, h) {
 }
 inline fenceRaise(r, t, h) {
   hiT[r] = t; hiH[r] = h
+#if defined(ONE_ROW) && !defined(MUTANT_COPY_NOT_KEPT)
+  /* the trigger fence_copy, in the raise's step: the copy follows every raise of r's fence row, by
+     any writer (old code too), while r's own key is a record that r owns (copy == the fence row) */
+  ; if :: owner[OWN_KEY(r)] == r -> cpT[OWN_KEY(r)] = t; cpH[OWN_KEY(r)] = h :: else fi
+#endif
 }
 
 /* register(fence): the ratchet alone */
@@ -302,11 +365,74 @@ inline write(k, r, t, h, value, cond, e) {
 #else
        owner[k] = r; seq++; ver[k] = seq; live[k] = value;
 #endif
+#ifdef ONE_ROW
+       /* the record's copy: on r's own key, the write's fence (the fence row it just raised) by the
+          new code, or left as it was by the old (a record it creates has none). On another key: none
+          (fence_copy_owner clears it if the owner changed, which only MUTANT_NO_OWNER_CHECK does) */
+       if
+       :: k == OWN_KEY(r) ->
+          if
+          :: cpT[k] = t; cpH[k] = h
+          :: printf("MSC: (old code: key %d's copy left as it was, token %d, lease %d)\n", k, cpT[k], cpH[k])
+          fi
+       :: else -> cpT[k] = 0; cpH[k] = 0
+       fi;
+#endif
        ON_RECORD(k, t, h);
        ON_LAND(k)
     fi;
     ok = 0
   }
+}
+
+#ifdef ONE_ROW
+/*
+ * The one-row write (putOwn, putOwnIfVersion, deleteOwn, deleteOwnIfVersion in own-sql.ts) of lease h
+ * of resource r on r's own key k: one statement on the record alone. It lands only where the record's
+ * copy is exactly this fence, and with ifVersion and the ordered put's `after` as today's write would;
+ * it writes the record and leaves the fence row as it is. It does not look at the owner, nor at the
+ * fence row: the copy stands for both (a copy is r's fence row, on a record r owns), which is what the
+ * invariants check. Otherwise it writes nothing (res = 0), and the store falls back to today's write.
+ */
+inline oneRow(k, r, t, h, value, cond, e) {
+  atomic {
+    if
+    :: COPY_IS(k, t, h) && !(cond && !(live[k] && ver[k] == e)) && !ONE_ROW_OUT_OF_ORDER(k, t, h) ->
+       res = LANDED;
+       printf("MSC: lease %d (resource %d, token %d) writes key %d on its one row: lands, version %d, live %d\n", h, r, t, k, seq + 1, value);
+       accepted(r, t, h);
+       changes(k, r);
+#ifdef MUTANT_PUT_KEEPS_VERSION
+       if :: cond -> seq++; ver[k] = seq :: else fi; live[k] = value;
+#else
+       seq++; ver[k] = seq; live[k] = value;
+#endif
+       ON_RECORD(k, t, h);
+       ON_LAND(k)
+    :: else ->
+       res = 0;
+       printf("MSC: lease %d (resource %d, token %d) writes key %d on its one row: nothing written (owner %d, copy token %d, lease %d)\n", h, r, t, k, owner[k], cpT[k], cpH[k])
+    fi
+  }
+}
+#endif
+
+/*
+ * The store's write of key k under lease h of resource r: on r's own key, the one-row write first, and
+ * if it wrote nothing, today's write as a later step of its own (anything may happen in between);
+ * on any other key, today's write.
+ */
+inline writeKey(k, r, t, h, value, cond, e) {
+#ifdef ONE_ROW
+  if
+  :: k == OWN_KEY(r) ->
+     oneRow(k, r, t, h, value, cond, e);
+     if :: res != LANDED -> write(k, r, t, h, value, cond, e) :: else fi
+  :: k != OWN_KEY(r) -> write(k, r, t, h, value, cond, e)
+  fi
+#else
+  write(k, r, t, h, value, cond, e)
+#endif
 }
 
 /*
@@ -350,6 +476,11 @@ inline transfer(k, fr, ft, fh, tr, tt, th) {
 #endif
        CHECK(ONE_RESOURCE_PER_KEY, one_resource_per_key, gOwner[k] == fr);
        gOwner[k] = tr; owner[k] = tr; seq++; ver[k] = seq
+#if defined(ONE_ROW) && !defined(MUTANT_TRANSFER_KEEPS_COPY)
+       /* the trigger fence_copy_owner: a new owner, no copy (the ratchets were raised, and fence_copy
+          fired, while from's resource still owned the key) */
+       ; cpT[k] = 0; cpH[k] = 0
+#endif
     :: else -> printf("MSC: transfer of key %d from lease %d to lease %d: refused\n", k, fh, th)
     fi;
     ok = 0
@@ -385,11 +516,12 @@ proctype Client() {
     printf("MSC: lease 1 sends write 1 (kind %d, expecting version %d, after %d)\n", kind1, e1, after1 - 1)
   };
   gaveUp = 1; printf("MSC: lease 1 gives up on write 1\n");
+  /* (ONE_ROW: the unordered put, putShared, has no one-row statement; the others try it first) */
   if
   :: write(0, r, t, 1, 1, 0, 0)
-  :: atomic { e = ver[0] }; write(0, r, t, 1, 1, 1, e)
+  :: atomic { e = ver[0] }; writeKey(0, r, t, 1, 1, 1, e)
   /* an ordered put, after any version seen (or none); refused as out of order, sent again unordered */
-  :: atomic { select(after : 1 .. ver[0] + 1) }; write(0, r, t, 1, 1, 0, 0);
+  :: atomic { select(after : 1 .. ver[0] + 1) }; writeKey(0, r, t, 1, 1, 0, 0);
      if :: res == MISMATCH -> after = 0; write(0, r, t, 1, 1, 0, 0) :: else fi
   fi;
   if :: res == LANDED -> acked2 = 1; printf("MSC: write 2 acknowledged\n") :: else fi
@@ -400,6 +532,27 @@ proctype Statement1() {
   byte r, t, ok, res, after;
   r = resOf[1]; t = tokOf[1];
   sent1;
+#ifdef ONE_ROW
+  /* key 0 is resource 1's own: the ordered put and the conditional writes send the one-row statement
+     first, its commit with it (commit-at.ts: every one-row statement commits whenever it runs; the
+     ordered put's carries `after`); only if it wrote nothing, today's statement, at any later point
+     (even once the client gave up, which the store does not send then: more runs, none fewer). The
+     unordered put (putShared) has none. */
+  if
+  :: kind1 != PUT ->
+     atomic {
+       if
+       :: kind1 == PUT_ORDERED -> after = after1; oneRow(0, r, t, 1, 1, 0, 0)
+       :: kind1 == PUT_IF_VERSION -> oneRow(0, r, t, 1, 1, 1, e1)
+       :: kind1 == DELETE_IF_VERSION -> oneRow(0, r, t, 1, 0, 1, e1)
+       fi;
+       CHECK(NO_LATE_OVERWRITE, no_late_overwrite, res != LANDED || !acked2);
+       after = 0;
+       if :: res == LANDED -> goto statement1Done :: else fi
+     }
+  :: else
+  fi;
+#endif
   atomic {
     if
     :: COMMITS_LATE(kind1) || !gaveUp ->
@@ -413,6 +566,9 @@ proctype Statement1() {
     :: else -> printf("MSC: write 1 runs after its client gave up: its connection is closed, rolled back\n")
     fi
   }
+#ifdef ONE_ROW
+statement1Done: skip
+#endif
 }
 
 #elif defined(UPDATES)
@@ -429,9 +585,9 @@ proctype Updater(byte h) {
      tries++;
      atomic { e = ver[0]; rv = val[0]; printf("MSC: lease %d (resource %d, token %d) reads key 0: value %d, version %d\n", h, r, t, rv, e) };
 #ifdef MUTANT_NO_IFVERSION
-     write(0, r, t, h, 1, 0, e);
+     writeKey(0, r, t, h, 1, 0, e);
 #else
-     write(0, r, t, h, 1, 1, e);
+     writeKey(0, r, t, h, 1, 1, e);
 #endif
      if
      :: res != MISMATCH -> tries = 2
@@ -503,6 +659,11 @@ inline setRecord(k, r, h) {
   :: res == LANDED && r != 0 && !FOREIGN_RECORD(k, r) ->
      printf("MSC: putAll writes key %d under resource %d (token %d), version %d\n", k, r, SET_TOKEN(r), seq + 1);
      changes(k, r); owner[k] = r; seq++; ver[k] = seq; live[k] = 1; landed++
+#ifdef ONE_ROW
+     /* the copy: the raises came first (fence_copy set it if r owned its own key k already); a record
+        putAll creates gets the fence, or none (either code) */
+     ; if :: k == OWN_KEY(r) -> if :: cpT[k] = SET_TOKEN(r); cpH[k] = h :: skip fi :: else fi
+#endif
   :: else
   fi
 }
@@ -565,8 +726,8 @@ proctype Holder(byte h) {
   do
   :: atomic { ops < OPS -> ops++ };
      if
-     :: k = 0; write(k, r, t, h, 1, 0, 0)
-     :: k = 1; write(k, r, t, h, 1, 0, 0)
+     :: k = 0; writeKey(k, r, t, h, 1, 0, 0)
+     :: k = 1; writeKey(k, r, t, h, 1, 0, 0)
      :: register(r, t, h)
      fi;
      k = 0; res = 0
@@ -585,9 +746,9 @@ proctype Holder(byte h) {
   :: atomic { ops < OPS -> ops++ };
      if :: k = 0 :: k = 1 fi;
      if
-     :: write(k, r, t, h, 1, 0, 0)
-     :: write(k, r, t, h, 0, 0, 0)
-     :: atomic { live[k] -> e = ver[k] }; write(k, r, t, h, 1, 1, e); e = 0
+     :: writeKey(k, r, t, h, 1, 0, 0)
+     :: writeKey(k, r, t, h, 0, 0, 0)
+     :: atomic { live[k] -> e = ver[k] }; writeKey(k, r, t, h, 1, 1, e); e = 0
      :: register(r, t, h)
      :: resOf[(h % LEASES) + 1] != r ->
         transfer(k, r, t, h, resOf[(h % LEASES) + 1], tokOf[(h % LEASES) + 1], (h % LEASES) + 1)
@@ -613,7 +774,13 @@ init {
 #endif
     do
     :: h <= LEASES ->
+#if defined(ONE_ROW) && !defined(LATE_COMMIT) && !defined(UPDATES) && !defined(SETS)
+       /* lease 1's resource is 1: swapping resources 1 and 2 together with keys 0 and 1 (their own
+          keys) maps every run onto one of these, and keeps every invariant (half the states) */
+       if :: h == 1 -> x = 1 :: else -> select(x : 1 .. R) fi; resOf[h] = x;
+#else
        select(x : 1 .. R); resOf[h] = x;
+#endif
        select(x : 1 .. T); tokOf[h] = x;
        h++
     :: else -> h = 0; x = 0; break
@@ -622,7 +789,17 @@ init {
     /* the key exists, the lease's resource's; write 1 of each kind */
     owner[0] = resOf[1]; gOwner[0] = resOf[1]; seq = 1; ver[0] = 1; live[0] = 1;
     /* last written at the lease's own fence, or at another (an older lease's) */
+#ifdef ONE_ROW
+    /* at the lease's own fence, the fence row is that fence, and the record's copy that fence (new
+       code) or none (old code); at another, no copy */
+    if
+    :: recT[0] = tokOf[1]; recH[0] = 1; hiT[1] = tokOf[1]; hiH[1] = 1;
+       if :: cpT[0] = tokOf[1]; cpH[0] = 1 :: skip fi
+    :: recT[0] = 0; recH[0] = 0
+    fi;
+#else
     if :: recT[0] = tokOf[1]; recH[0] = 1 :: recT[0] = 0; recH[0] = 0 fi;
+#endif
     select(x : PUT .. PUT_ORDERED); kind1 = x; x = 0;
     run Client(); run Statement1()
 #elif defined(UPDATES)

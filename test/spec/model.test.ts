@@ -142,6 +142,65 @@ const CONFIGURATIONS: readonly Configuration[] = [
     defines: ["-DSETS", "-DOPS=3", "-DMUTANT_SET_NOT_ATOMIC", "-DONLY_CHECK=SET_WHOLE"],
     expect: { violates: "set_whole" },
   },
+  // The one-row path (PostgreSQL): a write of its fence's own resource's key checks the record's copy of
+  // the fence row (kept by triggers) and writes the record alone, or writes nothing and falls back to
+  // today's write. Beside the configurations above, which are the two-row path alone (code before it).
+  {
+    name: "PostgreSQL store, ownership, with one-row writes of own keys",
+    model: "store",
+    defines: ["-DONE_ROW", "-DOPS=3"],
+    expect: "holds",
+    large: { hashBits: 23 },
+  },
+  {
+    name: "PostgreSQL store, updates with register and ifVersion, with one-row writes",
+    model: "store",
+    defines: ["-DONE_ROW", "-DUPDATES"],
+    expect: "holds",
+  },
+  {
+    name: "PostgreSQL store, updates by separate leases with register alone, with one-row writes",
+    model: "store",
+    defines: ["-DONE_ROW", "-DUPDATES", "-DSEPARATE_LEASES", "-DMUTANT_NO_IFVERSION"],
+    expect: "holds",
+  },
+  {
+    name: "PostgreSQL store, a late commit never overwrites the holder's later write, with one-row writes",
+    model: "store",
+    defines: ["-DONE_ROW", "-DLATE_COMMIT"],
+    expect: "holds",
+  },
+  {
+    name: "PostgreSQL store, writes under a set of fences land whole or not at all, with one-row writes beside",
+    model: "store",
+    defines: ["-DONE_ROW", "-DSETS", "-DOPS=3"],
+    expect: "holds",
+    large: { hashBits: 22 },
+  },
+  {
+    name: "mutant: the record's copy does not follow the fence row (one-row writes)",
+    model: "store",
+    defines: ["-DONE_ROW", "-DOPS=3", "-DMUTANT_COPY_NOT_KEPT", "-DONLY_CHECK=RATCHET"],
+    expect: { violates: "ratchet" },
+  },
+  {
+    name: "mutant: transfer keeps the record's copy (one-row writes)",
+    model: "store",
+    defines: ["-DONE_ROW", "-DOPS=3", "-DMUTANT_TRANSFER_KEEPS_COPY", "-DONLY_CHECK=ONE_RESOURCE_PER_KEY"],
+    expect: { violates: "one_resource_per_key" },
+  },
+  {
+    name: "mutant: the one-row write checks the copy's token, not its holder",
+    model: "store",
+    defines: ["-DONE_ROW", "-DOPS=3", "-DMUTANT_ONE_ROW_ANY_HOLDER", "-DONLY_CHECK=ONE_LEASE_PER_TOKEN"],
+    expect: { violates: "one_lease_per_token" },
+  },
+  {
+    name: "mutant: a one-row ordered put lands whatever version the record at its fence has (late commit)",
+    model: "store",
+    defines: ["-DONE_ROW", "-DLATE_COMMIT", "-DMUTANT_ONE_ROW_NO_ORDER_CHECK", "-DONLY_CHECK=NO_LATE_OVERWRITE"],
+    expect: { violates: "no_late_overwrite" },
+  },
   {
     name: "mutant: equal tokens accepted from any holder (PostgreSQL)",
     model: "store",
