@@ -27,7 +27,9 @@ import { firstPut, nextPut, putValues, WriteOrder, type PutAnswer } from "./writ
 
 /**
  * Fenced writes to PostgreSQL. Every write raises the per-resource ratchet (table `fence`) and
- * writes the record in one transaction, the ratchet first. A token below the highest accepted for
+ * writes the record in one transaction, the ratchet first; a write of a key named for its fence's
+ * resource, at the fence the resource holds, is one UPDATE of the record checked against its copy of
+ * the fence row (own-sql.ts), and anything else there goes on to the ratchet. A token below the highest accepted for
  * its resource, or equal to it from another holder, is refused with StaleTokenError; a key owned by
  * another resource is refused with ResourceMismatchError; either way nothing changes. See
  * PROTOCOL.md, "Postgres".

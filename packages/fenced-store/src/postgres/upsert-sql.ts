@@ -27,7 +27,7 @@ export type RecordUpsert = (rows: string, after: string) => string;
 /** The record upserts a write ends in, its row from the ratchet CTE (`rows`: "ratchet") or from the parameters. */
 export function recordUpserts(names: ObjectNames): { conditionalUpsert: ConditionalUpsert; recordUpsert: RecordUpsert } {
   const { records, refuse, refuseConditional } = names;
-  const SET_WRITE = setWrite(names);
+  const set = setWrite(names);
 
   // A conditional write (ifVersion) is one statement in an implicit transaction, like the unconditional put, and
   // shaped like it: the ratchet CTE, then an upsert of the record that reads its row FROM the ratchet
@@ -60,7 +60,7 @@ export function recordUpserts(names: ObjectNames): { conditionalUpsert: Conditio
   ): string => `INSERT INTO ${records} AS r (key, value, version, token, resource, holder, fence_token, fence_holder)
 ${rows === "ratchet" ? `SELECT $4, ${value}, 0, ratchet.token, $1, $3, ${copyOf("ratchet.token")} FROM ratchet` : `VALUES ($4, ${value}, 0, $2::bigint, $1, $3, ${copyOf("$2::bigint")})`}
 ON CONFLICT (key) DO UPDATE
-SET ${SET_WRITE}
+SET ${set}
 WHERE CASE WHEN r.resource = $1 AND r.version = ${expected}::bigint AND r.value IS NOT NULL THEN true ELSE ${refuseConditional}($4, $1) IS NULL END
 RETURNING CASE WHEN r.version = 0 THEN ${refuseConditional}($4, $1) ELSE r.version END AS version`;
   // The unconditional record upsert (putOrdered in sql.ts says why it is safe), its row from the ratchet CTE or the parameters.
@@ -80,7 +80,7 @@ RETURNING CASE WHEN r.version = 0 THEN ${refuseConditional}($4, $1) ELSE r.versi
   ): string => `INSERT INTO ${records} AS r (key, value, token, resource, holder, fence_token, fence_holder)
 ${rows === "ratchet" ? `SELECT $4, $5::jsonb, ratchet.token, $1, $3, ${copyOf("ratchet.token")} FROM ratchet` : `VALUES ($4, $5::jsonb, $2::bigint, $1, $3, ${copyOf("$2::bigint")})`}
 ON CONFLICT (key) DO UPDATE
-SET ${SET_WRITE}
+SET ${set}
 WHERE CASE
   WHEN r.resource <> EXCLUDED.resource THEN ${refuse}($4, $1) IS NULL
   WHEN r.token = EXCLUDED.token AND r.holder IS NOT DISTINCT FROM EXCLUDED.holder AND r.version > ${after} THEN ${refuseConditional}($4, $1) IS NULL
