@@ -19,12 +19,13 @@ export async function scale({ store, counted, meter, context }: Setup, emptyRati
   const started = performance.now();
   await db(
     `INSERT INTO bench_fenced.fence (resource, token, holder)
-SELECT 'scale/' || r, 1, $1 FROM generate_series(0, $2::int - 1) r ON CONFLICT (resource) DO NOTHING`,
+SELECT 'scale-r/' || r, 1, $1 FROM generate_series(0, $2::int - 1) r ON CONFLICT (resource) DO NOTHING`,
     [HOLDER, SCALE.resources],
   );
   await db(
+    // No key is its resource's name: every write takes the fence-row path, as postgres-put's do.
     `INSERT INTO bench_fenced.records (key, value, token, resource, holder)
-SELECT 'scale/' || k, '{"note": "invoice total updated"}', 1, 'scale/' || (k % $2::int), $1 FROM generate_series(0, $3::int - 1) k
+SELECT 'scale/' || k, '{"note": "invoice total updated"}', 1, 'scale-r/' || (k % $2::int), $1 FROM generate_series(0, $3::int - 1) k
 ON CONFLICT (key) DO NOTHING`,
     [HOLDER, SCALE.resources, SCALE.keys],
   );
@@ -44,7 +45,7 @@ SELECT 'scale/' || k, '{"note": "invoice total updated"}' FROM generate_series(0
   const impls: Record<Impl, Op> = {
     fenced: async (w, i) => {
       const k = pick();
-      const fence = { resource: `scale/${k % SCALE.resources}`, token: 1n, holder: HOLDER };
+      const fence = { resource: `scale-r/${k % SCALE.resources}`, token: 1n, holder: HOLDER };
       await store.put(`scale/${k}`, { writer: w, seq: i, note: "invoice total updated" }, { fence });
     },
     plain: async (w, i) => {
@@ -117,7 +118,8 @@ export async function oneLease(url: string, context: Record<string, unknown>): P
         await store.put(`one-lease/${w}`, value, { fence: { resource: "one-lease", token: 1n, holder: HOLDER } });
       },
       plain: async (w) => {
-        await store.put(`own-resource/${w}`, value, { fence: { resource: `own-resource/${w}`, token: 1n, holder: HOLDER } });
+        // A key that is not its resource's name: both sides take the fence-row path, and only sharing it differs.
+        await store.put(`own-resource/${w}/record`, value, { fence: { resource: `own-resource/${w}`, token: 1n, holder: HOLDER } });
       },
     };
     await compare("postgres-one-lease", impls, meter, ONE_LEASE_WRITERS, { ...context, rows: "per-worker" });
