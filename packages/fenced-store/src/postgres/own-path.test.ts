@@ -117,6 +117,17 @@ describe("FencedPostgres: the one-row path", () => {
     expect(await store.get("b")).toEqual(before);
   });
 
+  it("holderless fences on their own key: a higher token shuts the lower out, the copy compared by token as well as holder", async () => {
+    const store = await h.store("own_holderless");
+    const [old, next] = [f("r", 1n), f("r", 2n)];
+    await store.put("r", "v1", { fence: old });
+    await store.put("r", "v2", { fence: old }); // one row: the copy is (1, null)
+    await store.register(next);
+    expect(await outcome(store.put("r", "stale", { fence: old }))).toMatchObject({ name: "StaleTokenError", token: 1n, highest: 2n });
+    expect(await outcome(store.delete("r", { fence: old }))).toBeInstanceOf(StaleTokenError);
+    expect(await store.get("r")).toMatchObject({ value: "v2", token: 1n });
+  });
+
   it("the one-row put, its answer cut after its commit was sent: OutcomeUnknownError, and it landed", async () => {
     const seed = await h.store("own_lost");
     const via = await countedStore(h.url, seed.schema, 2_000);
