@@ -54,8 +54,15 @@ async function upgrades<Client extends PgClient>(
   if (has("fence", "holder") === undefined) needed.push(sql.addFenceHolder);
   if (has("records", "holder") === undefined) needed.push(sql.addRecordHolder);
   if (has("records", "value")?.notNull === true) needed.push(sql.allowTombstones);
-  if (has("records", "fence_token") === undefined || has("records", "fence_holder") === undefined) needed.push(sql.addFenceCopy);
-  needed.push(...(await copyTriggerRepairs(s, sql, schema, query)));
+  needed.push(
+    ...(await copyUpgrades(
+      s,
+      sql,
+      schema,
+      query,
+      has("records", "fence_token") === undefined || has("records", "fence_holder") === undefined,
+    )),
+  );
   // A sequence someone altered (a per-session cache, a negative step, a wrap-around) would hand a later
   // write a smaller version, and a late put could land over it (write-order.ts): put it back.
   const { rows: sequence } = await s.query<{ increment: string; cache: string; cycle: boolean }>(
@@ -91,16 +98,25 @@ async function copyTriggerProblems<Client extends PgClient>(
   return problems;
 }
 
-async function copyTriggerRepairs<Client extends PgClient>(
+/**
+ * What the copy needs (schema-sql.ts, COPY_TRIGGERS), none on a current layout: `fence` locked first
+ * (lockFence: the order every writer locks the tables in, and no raise until COMMIT), the columns
+ * when missing, each trigger that is missing or does not fire always, and — after a trigger was
+ * restored on columns that existed — every copy forgotten (clearCopies: one a raise left behind while
+ * the trigger did not fire must not admit).
+ */
+async function copyUpgrades<Client extends PgClient>(
   s: Session<Client>,
   sql: Statements,
   schema: string,
   query: (name: NamedStatement, values: PgParam[]) => PgQueryConfig,
+  addColumns: boolean,
 ): Promise<string[]> {
-  const problems = await copyTriggerProblems(s, schema, query);
-  return problems.flatMap(({ trigger, missing }) =>
+  const repairs = (await copyTriggerProblems(s, schema, query)).flatMap(({ trigger, missing }) =>
     missing ? [sql.createCopyTrigger[trigger], sql.alwaysFires[trigger]] : [sql.alwaysFires[trigger]],
   );
+  if (!addColumns && repairs.length === 0) return [];
+  return [sql.lockFence, ...(addColumns ? [sql.addFenceCopy] : []), ...repairs, ...(addColumns ? [] : [sql.clearCopies])];
 }
 
 /** The version a sequence that is behind must pass (the newest of any record), or undefined: it is ahead of every record. */

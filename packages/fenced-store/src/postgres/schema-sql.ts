@@ -44,6 +44,9 @@ export const VERSION_REFUSED = "FN002";
  */
 export const FENCE_REFUSED = "FN003";
 
+/** SQLSTATE that rolls back keep_fence_copy's probe (its own subtransaction, caught where raised): never seen outside it. */
+const COPY_PROBE = "FN004";
+
 export interface SchemaStatements {
   /** $1 = lock name. Serialises concurrent migrate() calls: concurrent CREATE … IF NOT EXISTS can still collide in the catalogs. */
   readonly migrateLock: string;
@@ -68,6 +71,18 @@ export interface SchemaStatements {
   readonly createCopyTrigger: Record<CopyTrigger, string>;
   /** Makes a copy trigger fire whatever session_replication_role, run by migrate() when it does not. */
   readonly alwaysFires: Record<CopyTrigger, string>;
+  /**
+   * Taken by migrate() before any change to the copy (its columns, its triggers): no raise runs until
+   * its COMMIT, and `fence` is locked before `records`, as every writer locks them (an upgrade that
+   * locked `records` first would deadlock with a writer between its ratchet and its record).
+   */
+  readonly lockFence: string;
+  /**
+   * Forgets every copy: run by migrate() after it restored a copy trigger, under lockFence. A trigger
+   * that was missing or disabled may have let a raise leave a copy behind its fence row; a null copy
+   * never admits, and the next write at the fence row's fence sets it again.
+   */
+  readonly clearCopies: string;
   /**
    * $1 schema name → { increment, cache, cycle } of the version sequence: putOrdered's check needs it
    * to hand out increasing values in real time (write-order.ts), which a per-session cache, a
@@ -127,6 +142,8 @@ JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = $1 AND c.relname IN ('fence', 'records') AND NOT t.tgisinternal`,
     ...copyTriggers(names),
+    lockFence: `LOCK TABLE ${fence} IN SHARE ROW EXCLUSIVE MODE`,
+    clearCopies: `UPDATE ${records} SET fence_token = NULL, fence_holder = NULL WHERE fence_token IS NOT NULL OR fence_holder IS NOT NULL`,
     versionSequence: `SELECT increment_by::text AS increment, cache_size::text AS cache, cycle FROM pg_catalog.pg_sequences
 WHERE schemaname = $1 AND sequencename = 'record_version'`,
     orderVersions: `ALTER SEQUENCE ${versions} INCREMENT BY 1 CACHE 1 NO CYCLE`,
@@ -261,8 +278,24 @@ function copyFunctions(names: ObjectNames): string[] {
   return [
     // Writes only a copy that differs, so a raise that left the fence row as it was (the same fence
     // admitted again) writes no record version.
+    //
+    // Outside READ COMMITTED (a default_transaction_isolation of REPEATABLE READ or SERIALIZABLE), its
+    // UPDATE reads the transaction's snapshot, taken before the raise waited for the fence lock, and
+    // would miss a record R committed meanwhile (by a writer at the old fence, which set the copy to
+    // it). So it first probes the key through the unique index, which sees every committed row: an
+    // insert ON CONFLICT DO NOTHING whose conflicting row its snapshot cannot see raises a
+    // serialization failure (40001) — the raise fails whole, as a write that waited does at those
+    // levels (PROTOCOL.md, "Isolation level"). The probe never inserts: its subtransaction is always
+    // rolled back.
     `CREATE OR REPLACE FUNCTION ${keepCopy}() RETURNS trigger LANGUAGE plpgsql VOLATILE AS $fn$
 BEGIN
+  IF current_setting('transaction_isolation') <> 'read committed' THEN
+    BEGIN
+      INSERT INTO ${records} (key, value, token, resource) VALUES (NEW.resource, NULL, 0, NEW.resource) ON CONFLICT (key) DO NOTHING;
+      RAISE EXCEPTION USING ERRCODE = '${COPY_PROBE}';
+    EXCEPTION WHEN SQLSTATE '${COPY_PROBE}' THEN NULL;
+    END;
+  END IF;
   UPDATE ${records} SET fence_token = NEW.token, fence_holder = NEW.holder
   WHERE key = NEW.resource AND resource = NEW.resource
     AND (fence_token IS DISTINCT FROM NEW.token OR fence_holder IS DISTINCT FROM NEW.holder);

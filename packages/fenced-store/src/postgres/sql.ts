@@ -325,6 +325,8 @@ const DDL = [
   "orderVersions",
   "restoreVersionDefault",
   "lockRecords",
+  "lockFence",
+  "clearCopies",
 ] as const;
 export type NamedStatement = Exclude<keyof Statements, (typeof DDL)[number]>;
 
