@@ -5,6 +5,7 @@ import { countedStore, sentBy } from "./counted-test-support.js";
 import { poolThroughProxy, SYNC_MESSAGE } from "./cut-proxy-test-support.js";
 import { timed } from "./fault-test-support.js";
 import { FencedPostgres } from "./store.js";
+import { copyAndRow, lockWaiters } from "./own-test-support.js";
 import { fenceAt as f, outcome, pgHarness, type PgHarness } from "./test-support.js";
 
 // The one-row path (own-sql.ts; PROTOCOL.md, "The one-row path"): a write whose key is its fence's
@@ -19,16 +20,6 @@ afterAll(async () => {
   await h.close();
 });
 
-/** Record `key`'s fence copy and resource's fence row, as stored: the copy is null or the row. */
-async function copyAndRow(store: FencedPostgres, key: string) {
-  const { rows } = await h.pool.query<{ copy: string | null; copyHolder: string | null; token: string | null; holder: string | null }>(
-    `SELECT r.fence_token::text AS copy, r.fence_holder AS "copyHolder", f.token::text AS token, f.holder
-     FROM "${store.schema}".records r LEFT JOIN "${store.schema}".fence f ON f.resource = r.key WHERE r.key = $1`,
-    [key],
-  );
-  return rows[0];
-}
-
 /** A client of the test's own, in a transaction holding record `key`'s row locked. */
 async function lockRecord(store: FencedPostgres, key: string): Promise<pg.Client> {
   const client = new pg.Client({ connectionString: h.url });
@@ -36,12 +27,6 @@ async function lockRecord(store: FencedPostgres, key: string): Promise<pg.Client
   await client.query("BEGIN");
   await client.query(`SELECT 1 FROM "${store.schema}".records WHERE key = $1 FOR UPDATE`, [key]);
   return client;
-}
-
-/** How many backends of the server wait for a lock: how a test knows a statement is queued. */
-async function lockWaiters(): Promise<number> {
-  const { rows } = await h.pool.query<{ n: string }>("SELECT count(*)::text AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'");
-  return Number(rows[0]?.n);
 }
 
 describe("FencedPostgres: the one-row path", () => {
@@ -53,7 +38,7 @@ describe("FencedPostgres: the one-row path", () => {
       const first = await sentBy(via.sent, () => via.store.put("r", 0, { fence: lease }));
       // No record yet: the one-row statement finds nothing, the shared one no fence row, the raise writes both.
       expect(first.statements).toEqual(["putOwn", "putOrderedShared", "putOrdered"]);
-      expect(await copyAndRow(seed, "r")).toEqual({ copy: "1", copyHolder: "h1", token: "1", holder: "h1" });
+      expect(await copyAndRow(h.pool, seed, "r")).toEqual({ copy: "1", copyHolder: "h1", token: "1", holder: "h1" });
       const steady = await sentBy(via.sent, () => via.store.put("r", 1, { fence: lease }));
       expect(steady.statements).toEqual(["putOwn"]);
       const version = (steady.value as { version: string }).version;
@@ -84,7 +69,7 @@ describe("FencedPostgres: the one-row path", () => {
       // A new lease registers on acquiring: the raise writes the copy (the trigger), so its first write is one row.
       const next = f("r", 2n, "h2");
       await seed.register(next);
-      expect(await copyAndRow(seed, "r")).toEqual({ copy: "2", copyHolder: "h2", token: "2", holder: "h2" });
+      expect(await copyAndRow(h.pool, seed, "r")).toEqual({ copy: "2", copyHolder: "h2", token: "2", holder: "h2" });
       expect((await sentBy(via.sent, () => via.store.put("r", 4, { fence: next }))).statements).toEqual(["putOwn"]);
       // Its token from another holder (a lock that handed it out twice): refused, the copy names the holder.
       expect(await outcome(via.store.put("r", "twice", { fence: f("r", 2n, "hX") }))).toMatchObject({
@@ -159,9 +144,9 @@ describe("FencedPostgres: the one-row path", () => {
     try {
       // The raise first in the record's queue: its fence row updated, its trigger waiting for record r.
       const raise = store.register(f("r", 2n, "h2"));
-      await expect.poll(lockWaiters).toBe(1);
+      await expect.poll(() => lockWaiters(h.pool)).toBe(1);
       const write = outcome(store.put("r", "stale write", { fence: old }));
-      await expect.poll(lockWaiters).toBe(2);
+      await expect.poll(() => lockWaiters(h.pool)).toBe(2);
       await blocker.query("COMMIT");
       await raise;
       // The one-row UPDATE re-read the newest row (copy 2), wrote nothing; the fence-row path refused it.
@@ -169,7 +154,7 @@ describe("FencedPostgres: the one-row path", () => {
       expect(refused).toBeInstanceOf(StaleTokenError);
       expect(refused).toMatchObject({ token: 1n, highest: 2n });
       expect(await store.get("r")).toMatchObject({ value: "v2", token: 1n });
-      expect(await copyAndRow(store, "r")).toMatchObject({ copy: "2", token: "2" });
+      expect(await copyAndRow(h.pool, store, "r")).toMatchObject({ copy: "2", token: "2" });
     } finally {
       await blocker.end();
     }
@@ -193,7 +178,7 @@ describe("FencedPostgres: the one-row path", () => {
        ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, version = nextval('"${store.schema}".record_version'), token = EXCLUDED.token, holder = EXCLUDED.holder`,
       ["r", '"by the old instance"', "2", "h2"],
     );
-    expect(await copyAndRow(store, "r")).toMatchObject({ copy: "2", copyHolder: "h2" });
+    expect(await copyAndRow(h.pool, store, "r")).toMatchObject({ copy: "2", copyHolder: "h2" });
     expect(await outcome(store.put("r", "stale", { fence: old }))).toBeInstanceOf(StaleTokenError);
     expect(await outcome(store.delete("r", { fence: old }))).toBeInstanceOf(StaleTokenError);
     expect(await store.get("r")).toMatchObject({ value: "by the old instance", token: 2n });
@@ -206,21 +191,21 @@ describe("FencedPostgres: the one-row path", () => {
     const old = f("r", 1n, "h1");
     await store.put("r", "v1", { fence: old });
     await store.transfer("r", { from: old, to: f("x", 1n, "hx") });
-    expect(await copyAndRow(store, "r")).toMatchObject({ copy: null });
+    expect(await copyAndRow(h.pool, store, "r")).toMatchObject({ copy: null });
     // While the key is x's, r's fence passes the old lease: its trigger leaves record r alone (not r's).
     await store.register(f("r", 2n, "h2"));
     // Moved back by a transfer naming the columns the code before the copy knew (resource, token, holder, version).
     await h.pool.query(
       `UPDATE "${store.schema}".records SET resource = 'r', token = 2, holder = 'h2', version = nextval('"${store.schema}".record_version') WHERE key = 'r'`,
     );
-    expect(await copyAndRow(store, "r")).toMatchObject({ copy: null, token: "2" });
+    expect(await copyAndRow(h.pool, store, "r")).toMatchObject({ copy: null, token: "2" });
     expect(await outcome(store.put("r", "stale", { fence: old }))).toBeInstanceOf(StaleTokenError);
     expect(await outcome(store.put("r", "stale", { fence: old, ifVersion: (await store.get("r"))?.version ?? "" }))).toBeInstanceOf(
       StaleTokenError,
     );
     // The resource's own lease writes on: the fence-row path sets the copy again.
     await store.put("r", "v2", { fence: f("r", 2n, "h2") });
-    expect(await copyAndRow(store, "r")).toEqual({ copy: "2", copyHolder: "h2", token: "2", holder: "h2" });
+    expect(await copyAndRow(h.pool, store, "r")).toEqual({ copy: "2", copyHolder: "h2", token: "2", holder: "h2" });
   });
 
   it("putAll and transaction() beside one-row writes: every raise moves the copy, whichever call made it", async () => {
@@ -236,11 +221,11 @@ describe("FencedPostgres: the one-row path", () => {
       ],
       { fences: [second] },
     );
-    expect(await copyAndRow(store, "r")).toEqual({ copy: "2", copyHolder: "h2", token: "2", holder: "h2" });
+    expect(await copyAndRow(h.pool, store, "r")).toEqual({ copy: "2", copyHolder: "h2", token: "2", holder: "h2" });
     expect(await outcome(store.put("r", "stale", { fence: first }))).toBeInstanceOf(StaleTokenError);
     // transaction() raises without writing record r: the trigger moves the copy.
     await store.transaction(f("r", 3n, "h3"), () => Promise.resolve());
-    expect(await copyAndRow(store, "r")).toMatchObject({ copy: "3", copyHolder: "h3" });
+    expect(await copyAndRow(h.pool, store, "r")).toMatchObject({ copy: "3", copyHolder: "h3" });
     // Again at the fence the row holds: the ratchet rewrites the fence row, the copy is left as it is (no record version).
     const xmin = async () =>
       (await h.pool.query<{ x: string }>(`SELECT xmin::text AS x FROM "${store.schema}".records WHERE key = 'r'`)).rows[0]?.x;
@@ -257,7 +242,7 @@ describe("FencedPostgres: the one-row path", () => {
       store.delete("r", { fence: third }),
     ]);
     expect(all).toHaveLength(15);
-    expect(await copyAndRow(store, "r")).toMatchObject({ copy: "3", token: "3" });
+    expect(await copyAndRow(h.pool, store, "r")).toMatchObject({ copy: "3", token: "3" });
   });
 
   it("one-row writes delayed on the network past the deadline, then delivered after the holder wrote the key again: each is refused, by the version it came after or the version it expected", async () => {

@@ -3,7 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { StaleTokenError } from "../errors.js";
 import { countedStore, sentBy } from "./counted-test-support.js";
 import { FencedPostgres } from "./store.js";
-import { fenceAt as f, outcome, pgHarness, sleep, type PgHarness } from "./test-support.js";
+import { copyAndRow, lockWaiters } from "./own-test-support.js";
+import { fenceAt as f, outcome, pgHarness, type PgHarness } from "./test-support.js";
 
 // The fence copy's set-up (schema-sql.ts, COPY_TRIGGERS; PROTOCOL.md, "The one-row path"): what
 // migrate() and verify() do with its columns and triggers, and the isolation levels it must hold at.
@@ -15,22 +16,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await h.close();
 });
-
-/** Record `key`'s fence copy and resource's fence row, as stored. */
-async function copyAndRow(store: FencedPostgres, key: string) {
-  const { rows } = await h.pool.query<{ copy: string | null; copyHolder: string | null; token: string | null; holder: string | null }>(
-    `SELECT r.fence_token::text AS copy, r.fence_holder AS "copyHolder", f.token::text AS token, f.holder
-     FROM "${store.schema}".records r LEFT JOIN "${store.schema}".fence f ON f.resource = r.key WHERE r.key = $1`,
-    [key],
-  );
-  return rows[0];
-}
-
-/** How many backends of the server wait for a lock: how a test knows a statement is queued. */
-async function lockWaiters(): Promise<number> {
-  const { rows } = await h.pool.query<{ n: string }>("SELECT count(*)::text AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'");
-  return Number(rows[0]?.n);
-}
 
 /** A client of the test's own, connected. */
 async function client(): Promise<pg.Client> {
@@ -67,7 +52,7 @@ describe("FencedPostgres: the fence copy's set-up", () => {
       }
       await store.migrate();
       await store.verify();
-      expect(await copyAndRow(store, "r"), damage).toMatchObject({ copy: null, token: String(token) });
+      expect(await copyAndRow(h.pool, store, "r"), damage).toMatchObject({ copy: null, token: String(token) });
       expect(await outcome(store.put("r", "stale", { fence: old })), damage).toBeInstanceOf(StaleTokenError);
     }
   });
@@ -86,19 +71,19 @@ describe("FencedPostgres: the fence copy's set-up", () => {
       await blocker.query("BEGIN");
       await blocker.query(`INSERT INTO "${seed.schema}".records (key, value, token, resource) VALUES ('r', '0', 1, 'r')`);
       const first = seed.put("r", "v1", { fence: old });
-      await expect.poll(lockWaiters).toBe(1);
+      await expect.poll(() => lockWaiters(h.pool)).toBe(1);
       // The raise takes its snapshot, then queues for the fence lock.
       await raising.get("r"); // its connection, set to REPEATABLE READ, before the raise
       const raise = outcome(raising.register(f("r", 2n, "h2")));
-      await expect.poll(lockWaiters).toBe(2);
+      await expect.poll(() => lockWaiters(h.pool)).toBe(2);
       await blocker.query("ROLLBACK");
       await first; // record r committed, its copy at the old fence, after the raise's snapshot
       const failed = await raise;
       expect(failed).toMatchObject({ code: "40001" });
-      expect(await copyAndRow(seed, "r")).toEqual({ copy: "1", copyHolder: "h1", token: "1", holder: "h1" });
+      expect(await copyAndRow(h.pool, seed, "r")).toEqual({ copy: "1", copyHolder: "h1", token: "1", holder: "h1" });
       // Again, in a new transaction: its snapshot sees record r, and the copy moves with the fence row.
       await raising.register(f("r", 2n, "h2"));
-      expect(await copyAndRow(seed, "r")).toEqual({ copy: "2", copyHolder: "h2", token: "2", holder: "h2" });
+      expect(await copyAndRow(h.pool, seed, "r")).toEqual({ copy: "2", copyHolder: "h2", token: "2", holder: "h2" });
       expect(await outcome(seed.put("r", "stale", { fence: old }))).toBeInstanceOf(StaleTokenError);
     } finally {
       await blocker.end();
@@ -121,8 +106,7 @@ describe("FencedPostgres: the fence copy's set-up", () => {
          WHERE f.token < EXCLUDED.token OR (f.token = EXCLUDED.token AND f.holder IS NOT DISTINCT FROM EXCLUDED.holder)`,
       );
       const migrating = outcome(new FencedPostgres(h.pool, { schema: seed.schema }).migrate());
-      await expect.poll(lockWaiters).toBe(1);
-      await sleep(50);
+      await expect.poll(() => lockWaiters(h.pool)).toBe(1);
       const tombstone = await outcome(
         writer.query(
           `UPDATE "${seed.schema}".records SET value = NULL, version = nextval('"${seed.schema}".record_version') WHERE key = 'k' AND resource = 'r'`,
@@ -148,7 +132,7 @@ describe("FencedPostgres: the fence copy's set-up", () => {
     } finally {
       await replica.end();
     }
-    expect(await copyAndRow(store, "r")).toEqual({ copy: "2", copyHolder: "h2", token: "2", holder: "h2" });
+    expect(await copyAndRow(h.pool, store, "r")).toEqual({ copy: "2", copyHolder: "h2", token: "2", holder: "h2" });
     expect(await outcome(store.put("r", "stale", { fence: old }))).toBeInstanceOf(StaleTokenError);
   });
 
@@ -164,13 +148,13 @@ describe("FencedPostgres: the fence copy's set-up", () => {
       expect(await outcome(via.store.put("r", "x", { fence: lease }))).toMatchObject({ name: "StoreSetupError", problem: "not-migrated" });
       await via.store.migrate();
       await via.store.verify();
-      expect(await copyAndRow(seed, "r")).toMatchObject({ copy: null, token: "1" });
+      expect(await copyAndRow(h.pool, seed, "r")).toMatchObject({ copy: null, token: "1" });
       await via.store.get("r"); // the version written before: what this store's put comes after
       expect((await sentBy(via.sent, () => via.store.put("r", "after", { fence: lease }))).statements).toEqual([
         "putOwn",
         "putOrderedShared",
       ]);
-      expect(await copyAndRow(seed, "r")).toEqual({ copy: "1", copyHolder: "h1", token: "1", holder: "h1" });
+      expect(await copyAndRow(h.pool, seed, "r")).toEqual({ copy: "1", copyHolder: "h1", token: "1", holder: "h1" });
       expect((await sentBy(via.sent, () => via.store.put("r", "steady", { fence: lease }))).statements).toEqual(["putOwn"]);
     } finally {
       await via.close();
