@@ -1,3 +1,4 @@
+import { performance } from "node:perf_hooks";
 import { once } from "node:events";
 import { ANSWERING_NODE_TIMEOUT_MS } from "@fenced/servers";
 import { Redis } from "ioredis";
@@ -36,6 +37,10 @@ const PASSWORD = "n0t-in-any-label";
  * every node up), which a busy machine could make one of them do with a few hundred milliseconds.
  */
 const NODE_TIMEOUT_MS = ANSWERING_NODE_TIMEOUT_MS;
+/** A scrape with a paused node: its probe's deadline, and the rest of the scrape on a busy machine (well under a second). */
+const SCRAPE_MARGIN_MS = 1_000;
+/** Scrapes sent at once, each on a connection of its own. */
+const SCRAPES = 50;
 
 beforeAll(async () => {
   backends = await startBackends({ redis: 3, redisFaults: true, postgres: true });
@@ -203,40 +208,51 @@ describe("/metrics", () => {
     // Back, it is sent the calls again; its answers may come after the quorum's.
     await expect.poll(async () => series(await scrape(), "fenced_gateway_lock_node_up", nodeLabels(0)), { timeout: 5_000 }).toBe(1);
   });
-  it("each node's state without lease traffic: from the readiness probes, a fresh gateway's from its first, a warn line on each change", async () => {
+  it("each node's state with no lease and no /readyz: each scrape PINGs every node first, and shows one killed, and one paused, at once; a warn line on each change", async () => {
     const logged: Record<string, unknown>[] = [];
     const logger = pino({ level: "info" }, { write: (line: string) => void logged.push(JSON.parse(line) as Record<string, unknown>) });
     const own = (backends.redis?.urls ?? []).map((url) => new Redis(url).on("error", () => undefined));
-    const fresh = await runGateway(backends.gatewayOptions({ logger, leases: { clients: own } }));
-    const up = async (node: number): Promise<number | undefined> =>
-      series(await fresh.gateway.metrics.registry.metrics(), "fenced_gateway_lock_node_up", `node="${node}",address=""`);
-    const readyz = async (): Promise<string[]> => {
-      const res = await fresh.client.send({ method: "GET", path: "/readyz" });
-      return (res.json<{ checks: { redis: { nodes: { state: string }[] } } }>().checks.redis.nodes ?? []).map((n) => n.state);
+    const fresh = await runGateway(
+      backends.gatewayOptions({
+        logger,
+        leases: { clients: own, redlock: { nodeTimeoutMs: NODE_TIMEOUT_MS }, acquireTimeoutMs: 3 * NODE_TIMEOUT_MS },
+      }),
+    );
+    // A scrape, as Prometheus makes one (the shipped unit calls nothing else): each node's gauge.
+    const scrape = async (): Promise<(number | undefined)[]> => {
+      const text = await fresh.gateway.metrics.registry.metrics();
+      return [0, 1, 2].map((node) => series(text, "fenced_gateway_lock_node_up", `node="${node}",address=""`));
     };
-    const changes = (): Record<string, unknown>[] =>
-      logged.filter((l) => l.msg === "lock node down" || l.msg === "lock node answers again");
+    const changes = (): unknown[][] =>
+      logged.filter((l) => l.msg === "lock node down" || l.msg === "lock node answers again").map((l) => [l.msg, l.node, l.state]);
     const node2 = backends.redis?.nodes[2];
     try {
-      // Before any probe: no series (no state is known). From the first probe: every node's.
-      expect(await up(0)).toBeUndefined();
-      await expect.poll(readyz, { timeout: 10_000 }).toEqual(["up", "up", "up"]);
-      for (const node of [0, 1, 2]) expect(await up(node)).toBe(1);
+      // The first scrape: every node's state, from its own probe.
+      expect(await scrape()).toEqual([1, 1, 1]);
       expect(changes()).toEqual([]);
 
-      // Node 2 shut down, no lease asked: the probe that finds it refused sets it down, and says so once.
+      // Killed: the first scrape after it shows it down (its connection refused, or silent for one node timeout).
       await node2?.kill();
-      await expect.poll(async () => (await readyz())[2], { timeout: 20_000 }).toBe("refused");
-      expect(await up(2)).toBe(0);
-      expect(await readyz()).toEqual(["up", "up", "refused"]);
-      expect(changes()).toMatchObject([{ level: 40, msg: "lock node down", node: 2, state: "refused" }]);
-      expect(String(changes()[0]?.address)).toMatch(/:\d+$/);
-
-      // Back: the first probe it answers sets it up again, and says so.
+      expect(await scrape()).toEqual([1, 1, 0]);
+      expect(changes()).toEqual([["lock node down", 2, expect.stringMatching(/^(refused|timeout)$/)]]);
+      // Back: a scrape shows it up once its client has reconnected.
       await node2?.restart();
-      await expect.poll(async () => (await readyz())[2], { timeout: 20_000 }).toBe("up");
-      expect(await up(2)).toBe(1);
-      expect(changes().map((l) => [l.msg, l.node])).toEqual([
+      await expect.poll(scrape, { timeout: 20_000 }).toEqual([1, 1, 1]);
+
+      // Paused (SIGSTOP): its connection is up and it answers nothing. The first scrape after shows it
+      // down, within one node timeout, and the node that answers nothing does not hold the scrape longer.
+      node2?.pause();
+      try {
+        const started = performance.now();
+        expect(await scrape()).toEqual([1, 1, 0]);
+        expect(performance.now() - started).toBeLessThan(NODE_TIMEOUT_MS + SCRAPE_MARGIN_MS);
+      } finally {
+        node2?.resume();
+      }
+      await expect.poll(scrape, { timeout: 20_000 }).toEqual([1, 1, 1]);
+      expect(changes().map(([msg, node]) => [msg, node])).toEqual([
+        ["lock node down", 2],
+        ["lock node answers again", 2],
         ["lock node down", 2],
         ["lock node answers again", 2],
       ]);
@@ -245,10 +261,29 @@ describe("/metrics", () => {
       for (const node of [0, 1, 2])
         expect(series(text, "fenced_gateway_lock_node_duration_seconds_count", `node="${node}",address=""`) ?? 0).toBe(0);
     } finally {
+      if (node2?.paused === true) node2.resume();
       await fresh.close();
       for (const c of own) c.disconnect();
     }
   }, 60_000);
+
+  it("while a node is silent, scrapes share one probe at a time: a flood of /metrics sends each node a PING per node timeout, not one per scrape", async () => {
+    const pings = async (): Promise<number[]> =>
+      Promise.all(clients.map(async (c) => Number(/cmdstat_ping:calls=(\d+)/.exec(await c.info("commandstats"))?.[1] ?? 0)));
+    const before = await pings();
+    const node2 = backends.redis?.nodes[2];
+    node2?.pause();
+    try {
+      // Each scrape waits up to the node timeout for the silent node: they overlap, as a flood does.
+      const answers = await Promise.all(Array.from({ length: SCRAPES }, () => adminClient.send({ method: "GET", path: "/metrics" })));
+      expect(answers.map((a) => a.status)).toEqual(answers.map(() => 200));
+    } finally {
+      node2?.resume();
+    }
+    const after = await pings();
+    // One probe per scrape would be SCRAPES PINGs per node; one at a time, a probe per node timeout or so.
+    for (const [node, n] of after.entries()) expect(n - (before[node] ?? 0), `node ${node}`).toBeLessThanOrEqual(SCRAPES / 10);
+  });
 
   it("served on the public listener (no admin listener), names each node by index only: no address, no port", async () => {
     const open = await runGateway(backends.gatewayOptions({ leases: { clients } }));

@@ -34,6 +34,8 @@ export class GatewayMetrics {
   readonly #leasesLost: Counter<"kind">;
   readonly #leasesAbandoned: Counter;
   readonly #lockNodeUp: Gauge<"node" | "address">;
+  /** A probe of every lock node, run by each scrape (lockNodes' `refresh`); none without a lock. */
+  #refreshLockNodes: (() => Promise<void>) | undefined;
   readonly #lockNodeLatency: Histogram<"node" | "address">;
   readonly #lockNodeFailures: Counter<"node" | "address" | "kind">;
   readonly #malformed: Counter<"reason">;
@@ -104,9 +106,12 @@ export class GatewayMetrics {
     buildInfo(registers);
     this.#lockNodeUp = new Gauge({
       name: "fenced_gateway_lock_node_up",
-      help: "1 when the lock node answered the last call to it, 0 when it refused, timed out or failed it: whichever answered last, a readiness probe's PING (/readyz, the start check) or a lease script; absent until one has",
+      help: "1 when the lock node answered the last call to it, 0 when it refused, timed out or failed it: whichever answered last, a lease script or a PING (each scrape's, within the lock's node timeout; /readyz's; the start check's)",
       labelNames: ["node", "address"],
       registers,
+      // Each scrape PINGs every node first: an alert on this gauge sees a dead node with no lease and no
+      // readiness probe, within one node timeout of the scrape.
+      collect: () => this.#refreshLockNodes?.(),
     });
     this.#lockNodeLatency = new Histogram({
       name: "fenced_gateway_lock_node_duration_seconds",
@@ -179,9 +184,13 @@ export class GatewayMetrics {
    * (host:port as its client holds it, never a password; "unknown" where there is none): `result`
    * counts the lock's per-node results (RedlockOptions.onNodeResult) — latency, failures by kind,
    * every node's failures at 0 from here on; `up` sets the node's state, which LockNodeStates
-   * (lock-nodes.ts) decides from both the probes and the lease scripts.
+   * (lock-nodes.ts) decides from both the probes and the lease scripts. Each scrape awaits `refresh`
+   * (a probe of every node, bounded by the node timeout) before it reads the state.
    */
-  lockNodes(addresses: readonly (string | undefined)[]): {
+  lockNodes(
+    addresses: readonly (string | undefined)[],
+    refresh: () => Promise<unknown>,
+  ): {
     result: (result: NodeResult) => void;
     up: (node: number, up: boolean) => void;
   } {
@@ -197,6 +206,13 @@ export class GatewayMetrics {
       };
     });
     for (const node of nodes) for (const counter of Object.values(node.failures)) counter.inc(0);
+    // A probe resolves with every node's state and never rejects (probeNodes); were one to, the scrape
+    // still answers, with the state the nodes last showed.
+    this.#refreshLockNodes = () =>
+      refresh().then(
+        () => undefined,
+        () => undefined,
+      );
     return {
       result: ({ node, ms, failure }) => {
         const series = nodes[node];

@@ -86,9 +86,10 @@ export function leasesRouter(
 ): { router: Router; probe(timeoutMs: number, everyNode?: boolean): Promise<LockProbe>; settled(): Promise<void> } {
   // Each node's state, one for the lease scripts and the readiness probes alike (ops/lock-nodes.ts).
   const addresses = options.clients.map(nodeAddress);
-  const metrics = ctx.metrics.lockNodes(addresses);
+  // Each scrape of /metrics probes every node first (refresh, below): the gauge holds with no lease and no /readyz.
+  const metrics = ctx.metrics.lockNodes(addresses, () => refresh());
   const nodes: LockNodes = { metrics, states: new LockNodeStates(addresses, metrics.up, ctx.logger) };
-  const { redlock, retry, acquireTimeoutMs } = leaseLock(ctx, options, nodes);
+  const { redlock, retry, acquireTimeoutMs, nodeTimeoutMs } = leaseLock(ctx, options, nodes);
   const leases: Leases = { ctx, credentials, redlock, registrars, retry, acquireTimeoutMs };
   const bodies = leaseBodySchema(ctx.limits.maxTtlMs);
   const readBody = jsonBody(BODY_LIMIT);
@@ -129,6 +130,13 @@ export function leasesRouter(
     nodes.states.probed(probed);
     return { ...probed, addresses };
   };
+  // A scrape's probe: every node's own answer (a paused node is \`timeout\`, not \`pending\`) within one
+  // node timeout; scrapes that overlap share one probe.
+  let probing: Promise<unknown> | undefined;
+  const refresh = (): Promise<unknown> =>
+    (probing ??= probe(nodeTimeoutMs, true).finally(() => {
+      probing = undefined;
+    }));
   // Until each has ended, a lease its client left may still be granted and then released: the lock's
   // connections must stay open that long (the CLI closes them after a drain).
   const settled = async (): Promise<void> => {
@@ -183,14 +191,15 @@ function leaseLock(
   ctx: RouteContext,
   options: LeaseBackendOptions,
   nodes: LockNodes,
-): Pick<Leases, "redlock" | "retry" | "acquireTimeoutMs"> {
+): Pick<Leases, "redlock" | "retry" | "acquireTimeoutMs"> & { readonly nodeTimeoutMs: number } {
   const given = options.redlock ?? {};
+  const nodeTimeoutMs = given.nodeTimeoutMs ?? LOCK_DEFAULTS.nodeTimeoutMs;
   const retry = {
     count: given.retryCount ?? LOCK_DEFAULTS.retryCount,
     delayMs: given.retryDelayMs ?? LOCK_DEFAULTS.retryDelayMs,
     jitterMs: given.retryJitterMs ?? LOCK_DEFAULTS.retryJitterMs,
     // An attempt is at most three fan-outs, each ended by nodeTimeoutMs: grant, publish, release.
-    attemptMs: 3 * (given.nodeTimeoutMs ?? LOCK_DEFAULTS.nodeTimeoutMs),
+    attemptMs: 3 * nodeTimeoutMs,
   };
   // Each node's result in each round feeds the per-node metrics and the node's state (shared with the
   // readiness probes: nodes), and the embedder's own hook if it gave one.
@@ -198,7 +207,7 @@ function leaseLock(
   // The lock itself never retries here: acquire() does, within its deadline.
   const redlock = new Redlock(options.clients, {
     ...given,
-    nodeTimeoutMs: given.nodeTimeoutMs ?? LOCK_DEFAULTS.nodeTimeoutMs,
+    nodeTimeoutMs,
     retryCount: 0,
     onNodeResult: (result) => {
       nodes.metrics.result(result);
@@ -213,7 +222,7 @@ function leaseLock(
       "acquireTimeoutMs",
       `${acquireTimeoutMs} ms is shorter than one attempt of the lock (three rounds of nodeTimeoutMs): give at least ${retry.attemptMs}`,
     );
-  return { redlock, retry, acquireTimeoutMs };
+  return { redlock, retry, acquireTimeoutMs, nodeTimeoutMs };
 }
 
 /** The caller, authenticated (its id on res.locals.principal) and allowed to write. */
