@@ -30,6 +30,14 @@ export default tseslint.config(
     rules: { "import-x/no-cycle": ["error", { ignoreExternal: true }] },
   },
   {
+    // The gateway's folders are layers, each importing only from those below it (src/LAYOUT.md), so
+    // that a layer can be read, and replaced, without the ones above it. Tests may reach anywhere.
+    files: ["packages/gateway/src/**/*.ts"],
+    ignores: ["**/*.test.ts", "**/*test-support.ts"],
+    plugins: { "import-x": importX },
+    rules: { "import-x/no-restricted-paths": ["error", { zones: gatewayLayers() }] },
+  },
+  {
     // Every import declared by the package that makes it (its nearest package.json): a package's
     // tests (and test/, all of it tests) may use its devDependencies, its sources only what a user's install brings.
     files: ["packages/**/*.ts", "test/**/*.ts"],
@@ -42,3 +50,17 @@ export default tseslint.config(
     },
   },
 );
+
+/**
+ * One zone per layer of the gateway, bottom first (src/LAYOUT.md): nothing in a layer imports a layer
+ * above it, or the files at src/'s top (version.ts aside, which names the package's version).
+ */
+function gatewayLayers() {
+  const src = "./packages/gateway/src";
+  const layers = ["vocabulary", "stores", "problems", "auth", "schemas", "http", "admission", "ops", "routes", "openapi"];
+  return layers.map((layer, i) => ({
+    target: `${src}/${layer}`,
+    from: [...layers.slice(i + 1).map((above) => `${src}/${above}/**`), `${src}/!(version).ts`],
+    message: `${layer}/ is below ${layers.slice(i + 1).join(", ")} and src/'s top files: move what it needs down, or it up (src/LAYOUT.md)`,
+  }));
+}

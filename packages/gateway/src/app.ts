@@ -9,7 +9,7 @@ import type { FenceSet } from "@fenced/store/internal";
 import type { HealthAnswer } from "./schemas/answers.js";
 import { ApiKeys, type ApiKeyConfig } from "./auth/api-keys.js";
 import { FenceCredentials } from "./auth/credentials.js";
-import { accounting, limitsSchema, type Limits, type RouteContext } from "./http/context.js";
+import { accounting, limitsSchema, type Limits, type RouteContext } from "./routes/context.js";
 import { ClientGoneError } from "./http/client-gone.js";
 import { onMalformed } from "./http/client-errors.js";
 import { expectsContinue } from "./http/request-body.js";

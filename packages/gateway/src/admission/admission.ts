@@ -1,14 +1,13 @@
 import { performance } from "node:perf_hooks";
 import { FairQueue } from "./fair-queue.js";
 import { GradientLimit, type LimitSettings } from "./limit.js";
+import type { ShedReason } from "../vocabulary/shed-reasons.js";
 
 /** Which requests wait and which go first: 0 lease acquisitions (the first refused), 1 reads and writes. */
 const PRIORITIES = ["acquire", "work"] as const;
 export type Priority = (typeof PRIORITIES)[number];
 
-/** Why a request was refused. */
-export const SHED_REASONS = ["queue-full", "queue-timeout", "evicted", "event-loop-delay"] as const;
-export type ShedReason = (typeof SHED_REASONS)[number];
+export type { ShedReason } from "../vocabulary/shed-reasons.js";
 
 /** A waiting request admission refused (its wait's timeout, or its place given to another): answered 503 `overloaded` before any lock or store work. */
 export class OverloadedError extends Error {

@@ -8,7 +8,7 @@ import {
   recordWriteAnswerSchema,
 } from "../schemas/answers.js";
 import { OBJECT_VERSION, RECORD_VERSION } from "@fenced/store/internal";
-import { credentialString, tokenString, unanchored } from "../schemas/fields.js";
+import { credentialString, tokenString, unanchored } from "../vocabulary/fields.js";
 import { PROBLEM_KINDS, PROBLEM_TYPES, problemSchema, type ProblemDefinition, type ProblemKind } from "../problems/kinds.js";
 import { leaseBodySchema } from "../schemas/validation.js";
 import { recordWritesAnswerSchema, recordWritesSchema } from "../schemas/record-writes.js";

@@ -1,4 +1,4 @@
-import { limitsSchema } from "../http/context.js";
+import { limitsSchema } from "../routes/context.js";
 import { REQUEST_ID_HEADER, SANE_REQUEST_ID } from "../http/request-scope.js";
 import { headers, notFoundResponse, parameters, PROBLEM_JSON, problemName, ref, requestBodies, schemas } from "./components.js";
 import { keyPaths, leasePaths, operationsPaths, recordWritesPath } from "./paths.js";

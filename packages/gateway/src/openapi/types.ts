@@ -1,5 +1,5 @@
 import type { z } from "zod";
-import type { limitsSchema } from "../http/context.js";
+import type { limitsSchema } from "../routes/context.js";
 
 // The OpenAPI 3.1 objects the document is made of, as far as the gateway's document uses them.
 

@@ -2,7 +2,7 @@ import type { NodeProbe, NodesProbe } from "@fenced/lock/internal";
 import type { HealthAnswer, StoreHealth } from "../schemas/answers.js";
 import type { StoreCheck } from "../stores/check.js";
 import type { StoreName } from "../stores/registry.js";
-import type { ReadinessStatus } from "./health-states.js";
+import type { ReadinessStatus } from "../vocabulary/health-states.js";
 
 /**
  * Readiness: whether this instance should be sent requests. A load balancer pulls an instance that

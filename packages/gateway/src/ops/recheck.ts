@@ -1,5 +1,4 @@
 import type { Logger } from "pino";
-import type { Gateway } from "../app.js";
 import type { HealthAnswer, StoreHealth } from "../schemas/answers.js";
 import { storeNamed } from "../stores/registry.js";
 
@@ -10,6 +9,12 @@ export interface Recheck {
   /** Resolves once every store answered set up, or the gateway drains, or stop() was called. */
   readonly done: Promise<void>;
   stop(): void;
+}
+
+/** What a recheck calls of a gateway (app.ts' Gateway). */
+export interface Rechecked {
+  health(): Promise<HealthAnswer>;
+  prepare(options: { readonly migrate?: boolean; readonly verify?: boolean }): Promise<void>;
 }
 
 type Stores = Readonly<Record<string, StoreHealth>>;
@@ -41,7 +46,7 @@ function summary(checks: Stores): string {
  * up, or when the gateway drains.
  */
 export function recheckInBackground(
-  gateway: Pick<Gateway, "health" | "prepare">,
+  gateway: Rechecked,
   options: { readonly intervalMs: number; readonly migrate: boolean; readonly logger: Logger },
 ): Recheck {
   const { intervalMs, migrate, logger } = options;

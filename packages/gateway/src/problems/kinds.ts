@@ -1,7 +1,7 @@
 import { z } from "zod";
 import type { ErrorCode } from "@fenced/fence";
-import { SHED_REASONS } from "../admission/admission.js";
-import { keyString as key, resourceSchema as resource, tokenString } from "../schemas/fields.js";
+import { SHED_REASONS } from "../vocabulary/shed-reasons.js";
+import { keyString as key, resourceSchema as resource, tokenString } from "../vocabulary/fields.js";
 import { STORE_NAMES } from "../stores/registry.js";
 
 /**

@@ -2,7 +2,7 @@ import type { Request, Response } from "express";
 import type { Fence } from "@fenced/fence";
 import { requireKey, requireResource, requireWrite, type Principal } from "../auth/api-keys.js";
 import { HttpProblem } from "../problems/problem.js";
-import { markAccepted, sendJson, type RouteContext } from "../http/context.js";
+import { markAccepted, sendJson, type RouteContext } from "./context.js";
 import { clientGone } from "../http/client-gone.js";
 import { etag, fenceFromHeaders, ifVersionFromHeaders, keyFromPath } from "../schemas/validation.js";
 

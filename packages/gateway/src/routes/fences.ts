@@ -2,7 +2,7 @@ import { Router, type Request, type Response } from "express";
 import type { CheckedFence } from "@fenced/fence/internal";
 import type { FencedStore, StoredVersion } from "@fenced/store";
 import { requireResource } from "../auth/api-keys.js";
-import { methodNotAllowed, type RouteContext } from "../http/context.js";
+import { methodNotAllowed, type RouteContext } from "./context.js";
 import { clientGone } from "../http/client-gone.js";
 import { resourceFromPath, type FenceAnswer } from "../schemas/fences.js";
 

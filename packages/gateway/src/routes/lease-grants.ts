@@ -9,7 +9,7 @@ import type { FenceSet } from "@fenced/store/internal";
 import type { FenceCredentials } from "../auth/credentials.js";
 import type { LeaseIdParts } from "../auth/lease-id.js";
 import type { Family } from "../stores/registration.js";
-import type { RouteContext } from "../http/context.js";
+import type { RouteContext } from "./context.js";
 import { PROBLEM_OF_CODE } from "../problems/kinds.js";
 import { HttpProblem } from "../problems/problem.js";
 

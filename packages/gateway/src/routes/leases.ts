@@ -8,7 +8,7 @@ import { InvalidArgumentError } from "@fenced/fence";
 import type { LeaseAnswer } from "../schemas/answers.js";
 import { requireResource, requireWrite, type Principal } from "../auth/api-keys.js";
 import type { FenceCredentials } from "../auth/credentials.js";
-import { jsonBody, methodNotAllowed, type RouteContext } from "../http/context.js";
+import { jsonBody, methodNotAllowed, type RouteContext } from "./context.js";
 import { clientGone } from "../http/client-gone.js";
 import { leaseBodySchema } from "../schemas/validation.js";
 import type { LockProbe } from "../ops/health-routes.js";

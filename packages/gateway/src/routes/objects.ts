@@ -5,7 +5,7 @@ import { assertContentType } from "@fenced/store/s3";
 import { OBJECT_VERSION } from "@fenced/store/internal";
 import { answerWrite, authorizeKey, writeOptions } from "./access.js";
 import { clientGone } from "../http/client-gone.js";
-import { markWrite, keyMethods, type RouteContext } from "../http/context.js";
+import { markWrite, keyMethods, type RouteContext } from "./context.js";
 import { HttpProblem } from "../problems/problem.js";
 import { readSmall, streamUpload } from "../http/request-body.js";
 import { encodeHeaderText, etag } from "../schemas/validation.js";

@@ -4,7 +4,7 @@ import { assertJsonValue, RECORD_VERSION } from "@fenced/store/internal";
 import { answerWrite, authorizeKey, authorizeWrites, fencesFromCredentials, writeOptions } from "./access.js";
 import { requireKey } from "../auth/api-keys.js";
 import { clientGone } from "../http/client-gone.js";
-import { jsonBody, markAccepted, markWrite, keyMethods, methodNotAllowed, sendJson, type RouteContext } from "../http/context.js";
+import { jsonBody, markAccepted, markWrite, keyMethods, methodNotAllowed, sendJson, type RouteContext } from "./context.js";
 import { recordWritesSchema, type RecordWritesAnswer } from "../schemas/record-writes.js";
 import { HttpProblem } from "../problems/problem.js";
 import { encodeHeaderText, etag } from "../schemas/validation.js";

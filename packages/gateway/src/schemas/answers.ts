@@ -2,10 +2,10 @@ import { z } from "zod";
 import { LEASE_ID_PATTERN } from "../auth/lease-id.js";
 import { OBJECT_VERSION, RECORD_VERSION } from "@fenced/store/internal";
 import { MAX_RESOURCES } from "@fenced/fence";
-import { NODE_STATES, READINESS_STATUSES } from "../ops/health-states.js";
+import { NODE_STATES, READINESS_STATUSES } from "../vocabulary/health-states.js";
 import { CHECK_STATES, SETUP_PROBLEMS } from "../stores/check.js";
 import { byStore } from "../stores/registry.js";
-import { credentialString, holderString as holder, resourceSchema as resource, tokenString } from "./fields.js";
+import { credentialString, holderString as holder, resourceSchema as resource, tokenString } from "../vocabulary/fields.js";
 
 /**
  * The JSON the gateway answers with, as zod schemas: the routes type their answers against these

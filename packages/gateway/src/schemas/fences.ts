@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { HttpProblem } from "../problems/problem.js";
 import { byStore } from "../stores/registry.js";
-import { holderString, resourceSchema, tokenString } from "./fields.js";
+import { holderString, resourceSchema, tokenString } from "../vocabulary/fields.js";
 
 /**
  * GET /v1/fences/{resource}: the resource in the path, and the answer — each configured store's

@@ -3,7 +3,7 @@ import { MAX_RESOURCES } from "@fenced/fence";
 import { keyProblem } from "@fenced/fence/internal";
 import { RECORD_VERSION } from "@fenced/store/internal";
 import { MAX_PUT_ALL } from "@fenced/store/postgres";
-import { credentialString, keyString, resourceSchema, tokenString } from "./fields.js";
+import { credentialString, keyString, resourceSchema, tokenString } from "../vocabulary/fields.js";
 
 /**
  * POST /v1/records: several records written in one transaction, each under the fence of the resource

@@ -5,7 +5,7 @@ import { HOLDER_PATTERN, keyProblem, resourceProblem, resourcesProblem, TOKEN_PA
 import { MIN_TTL_MS } from "@fenced/lock/internal";
 import { leaseBytesProblem, MAX_LEASE_RESOURCE_BYTES } from "../auth/lease-id.js";
 import { HttpProblem } from "../problems/problem.js";
-import { resourceSchema } from "./fields.js";
+import { resourceSchema } from "../vocabulary/fields.js";
 
 /**
  * Tokens travel as decimal strings, never JSON numbers: a double holds 53 bits, a token 63. The

@@ -5,8 +5,8 @@ import { CREDENTIAL_VERSION, KEY_ID_PATTERN } from "@fenced/fence/internal";
 
 /**
  * The fields every schema is made of — a token, a resource, a key, a holder id, a credential —
- * each defined once, for the requests (validation.ts), the answers (answers.ts) and the problem
- * kinds' extensions (../problems/kinds.ts); the version patterns are @fenced/store's. Nothing here
+ * each defined once, for the requests (../schemas/validation.ts), the answers (../schemas/answers.ts) and
+ * the problem kinds' extensions (../problems/kinds.ts); the version patterns are @fenced/store's. Nothing here
  * imports the rest of the gateway.
  */
 

@@ -1,8 +1,8 @@
 import type { NodeState } from "@fenced/lock/internal";
 
 /**
- * The words of a readiness answer, one list each: the answer's schema (schemas/answers.ts) and
- * readiness (readiness.ts) take them from here; a store's check's are ../stores/check.ts'.
+ * The words of a readiness answer, one list each: the answer's schema (../schemas/answers.ts) and
+ * readiness (../ops/readiness.ts) take them from here; a store's check's are ../stores/check.ts'.
  */
 
 /** readiness: `ok` every backend serves; `degraded` some do not answer, others serve; `unavailable` see readiness.ts; `draining` stopping. */

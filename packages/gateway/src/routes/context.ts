@@ -10,8 +10,8 @@ import type { GatewayMetrics, WriteOp } from "../ops/metrics.js";
 import type { Family } from "../stores/registration.js";
 import type { ProblemKind } from "../problems/kinds.js";
 import { HttpProblem } from "../problems/problem.js";
-import { sendContinue } from "./request-body.js";
-import type { RequestLocals } from "./request-scope.js";
+import { sendContinue } from "../http/request-body.js";
+import type { RequestLocals } from "../http/request-scope.js";
 
 export interface Limits {
   /** Largest JSON record body, in bytes (413 above). */
