@@ -11,6 +11,7 @@ import { ApiKeys, type ApiKeyConfig } from "./auth/api-keys.js";
 import { FenceCredentials } from "./auth/credentials.js";
 import { accounting, limitsSchema, type Limits, type RouteContext } from "./routes/context.js";
 import { ClientGoneError } from "./http/client-gone.js";
+import { routeOf } from "./http/route.js";
 import { onMalformed } from "./http/client-errors.js";
 import { expectsContinue } from "./http/request-body.js";
 import { endRequestSpan, inRequestScope, requestLogger, scopeRequest } from "./http/request-scope.js";
@@ -294,11 +295,11 @@ function newApp(ctx: RouteContext): Express {
   app.set("query parser", false);
   app.disable("x-powered-by");
   // First: the request id and span, so that every answer carries the id and every line logs it.
-  app.use(scopeRequest((req) => routeOf(req.path)));
+  app.use(scopeRequest(routeOf));
   app.use((req, res, next) => {
     // From its arrival: a request admission control held in its queue counts the wait.
     const started = arrivalOf(req) ?? performance.now();
-    const route = routeOf(req.path);
+    const route = routeOf(req);
     const done = (): void => account(ctx, req, res, route, performance.now() - started);
     // Closed already: its client left while admission control held it in the queue (serve() runs
     // the app then, so that it is counted and logged as any request whose client left).
@@ -316,11 +317,6 @@ function operations(app: Express, readiness: Readiness, metrics: GatewayMetrics,
     res.setHeader("Content-Type", metrics.registry.contentType);
     res.send(await metrics.registry.metrics());
   });
-}
-
-function routeOf(path: string): string {
-  for (const route of ["records", "objects", "leases", "fences"]) if (path.startsWith(`/v1/${route}`)) return route;
-  return ["/healthz", "/livez", "/readyz", "/metrics", "/openapi.json"].includes(path) ? path.slice(1) : "other";
 }
 
 function disabled(what: string) {

@@ -60,6 +60,11 @@ const cases: ReadonlyArray<{ name: string; body: Buffer; type?: string; status: 
   { name: "malformed UTF-8 in a string", body: Buffer.from([0x22, 0x61, 0xff, 0x62, 0x22]), status: 400 },
   { name: "a lone surrogate encoded in UTF-8", body: Buffer.from([0x22, 0xed, 0xa0, 0x80, 0x22]), status: 400 },
   { name: "a sequence cut short", body: Buffer.from([0x22, 0x61, 0xe2, 0x82, 0x22]), status: 400 },
+  // JSON that parses, and that jsonb refuses: the store's own check answers 400 before any I/O (the
+  // gateway has no copy of it), and nothing is stored.
+  { name: "an escaped U+0000", body: bytes('{"s":"nul \\u0000"}'), status: 400 },
+  { name: "an escaped lone surrogate", body: bytes('["\\ud800"]'), status: 400 },
+  { name: "nested 300 deep", body: bytes(`${"[".repeat(300)}${"]".repeat(300)}`), status: 400 },
   { name: "a __proto__ key", body: bytes('{"__proto__":{"x":1}}'), status: 200, stored: { ["__proto__"]: { x: 1 } } },
   { name: "not JSON", body: bytes('{"n":'), status: 400 },
   { name: "only a byte order mark", body: Buffer.from([0xef, 0xbb, 0xbf]), status: 400 },

@@ -7,6 +7,7 @@ import { ClientGoneError } from "../http/client-gone.js";
 import { expectsContinue } from "../http/request-body.js";
 import { arrivalOf, type EarlyHandler } from "../http/server.js";
 import { REQUEST_ID_HEADER, requestIdOf } from "../http/request-scope.js";
+import { familyOf, ROUTE_FAMILIES, type RouteFamily as Family } from "../http/route.js";
 import { make, sendProblem, type Classified } from "../problems/problem.js";
 import { Admission, OverloadedError, REFUSALS, type Priority, type Release, type ShedReason } from "./admission.js";
 import { Backlog, loopState } from "./backlog.js";
@@ -54,10 +55,6 @@ export const admissionSchema = z.strictObject({
 });
 export type AdmissionOptions = z.input<typeof admissionSchema>;
 type AdmissionConfig = z.output<typeof admissionSchema>;
-
-/** The route families, each with a gate of its own: the backends behind them differ. */
-const FAMILIES = ["records", "objects", "leases", "fences"] as const;
-type Family = (typeof FAMILIES)[number];
 
 /** A refused request's answer names its reason; a warning sums them up at most this often. */
 const WARN_EVERY_MS = 10_000;
@@ -196,7 +193,7 @@ function middleware(auth: ApiKeys, decide: Decide): RequestHandler {
  */
 function familyGates(config: AdmissionConfig, loop: LoopDelay, recordsPoolSize: number | undefined): Map<Family, Admission> {
   return new Map(
-    FAMILIES.map((f) => [
+    ROUTE_FAMILIES.map((f) => [
       f,
       new Admission({
         limit: familyLimit(config, f === "records" ? recordsPoolSize : undefined),
@@ -235,7 +232,7 @@ interface Seen {
 
 /** The request's route family, priority and API key; undefined when admission does not judge it (no family, an extension or release, no valid key). */
 function requestOf(auth: ApiKeys, req: Request): Seen | undefined {
-  const family = familyOf(req.path);
+  const family = familyOf(req);
   const priority = family === undefined ? undefined : priorityOf(family, req);
   const key = priority === undefined ? undefined : principalOf(auth, req);
   return family === undefined || priority === undefined || key === undefined ? undefined : { family, priority, key };
@@ -292,11 +289,6 @@ function watchClient(res: Response, cancel: (reason: Error) => void): void {
   res.once("close", () => {
     if (!res.writableFinished) cancel(new ClientGoneError("answer"));
   });
-}
-
-function familyOf(path: string): Family | undefined {
-  for (const family of FAMILIES) if (path.startsWith(`/v1/${family}`)) return family;
-  return undefined;
 }
 
 /** undefined: never refused (a lease's extension or release). */

@@ -1,0 +1,39 @@
+import type { Request } from "express";
+
+/**
+ * Which route a request is for, in the words the metrics, the logs, the spans and admission control
+ * label it with: one of the API's route families, an operations path, or `other`. Never the path
+ * itself: a path may hold a lease id, and labels must be a closed set.
+ */
+
+/** The API's route families, each with an admission gate of its own (the backends behind them differ). */
+export const ROUTE_FAMILIES = ["records", "objects", "leases", "fences"] as const;
+export type RouteFamily = (typeof ROUTE_FAMILIES)[number];
+
+const OPERATIONS = ["/healthz", "/livez", "/readyz", "/metrics", "/openapi.json"] as const;
+export type Route = RouteFamily | "healthz" | "livez" | "readyz" | "metrics" | "openapi.json" | "other";
+
+const ROUTE = Symbol("fenced.route");
+type Routed = Request & { [ROUTE]?: Route };
+
+/**
+ * The request's route, worked out once, by whichever asks first (admission control before express,
+ * else the request's scope), and kept on the request. Throws where `req.path` does (a URL Node let
+ * through that the URL parser refuses): the caller decides what that means.
+ */
+export function routeOf(req: Request): Route {
+  const routed = req as Routed;
+  return (routed[ROUTE] ??= routeOfPath(req.path));
+}
+
+function routeOfPath(path: string): Route {
+  for (const family of ROUTE_FAMILIES) if (path.startsWith(`/v1/${family}`)) return family;
+  for (const operation of OPERATIONS) if (path === operation) return operation.slice(1) as Route;
+  return "other";
+}
+
+/** The request's route family; undefined for an operations path or any other. */
+export function familyOf(req: Request): RouteFamily | undefined {
+  const route = routeOf(req);
+  return (ROUTE_FAMILIES as readonly string[]).includes(route) ? (route as RouteFamily) : undefined;
+}
