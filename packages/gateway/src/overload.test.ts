@@ -8,7 +8,9 @@ import { pino } from "pino";
 import { startPostgres, startRedisNodes, type RedisNodes, type ServerFaults } from "@fenced/servers";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest";
+import { REFUSALS } from "./admission/admission.js";
 import type { AdmissionOptions } from "./admission/gate.js";
+import { make } from "./problems/problem.js";
 import { createGateway, type Gateway } from "./app.js";
 import { serve, type Serving } from "./http/server.js";
 import { startCli } from "./cli-test-support.js";
@@ -227,9 +229,12 @@ describe("admission control", () => {
     expect((await extend).status).toBe(200);
     for (const a of answers.filter((a) => a.status === 503)) {
       // Answered before express (serve() asks admission first): the same answer as every refusal's.
-      expect(a.json()).toMatchObject({ type: "/problems/overloaded", status: 503, reason: "queue-full" });
+      // Built once per reason (gate.ts, REFUSED): exactly the problem the table makes, and its headers.
+      const { body } = make("overloaded", REFUSALS["queue-full"], { reason: "queue-full" });
+      expect(a.json()).toEqual({ ...body, requestId: a.headers["x-request-id"] });
       expect(a.headers["retry-after"]).toBe("1");
-      expect(a.json().requestId).toBe(a.headers["x-request-id"]);
+      expect(a.headers["content-type"]).toBe("application/problem+json; charset=utf-8");
+      expect(Number(a.headers["content-length"])).toBe(Buffer.byteLength(a.text()));
     }
     // Every write of the burst; acquisitions sent at once, past the first in flight.
     expect(answers.filter((a, i) => i % 2 === 1).map((a) => a.status)).toEqual(new Array<number>(BURST).fill(503));
