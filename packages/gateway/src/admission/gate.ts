@@ -8,8 +8,7 @@ import { expectsContinue } from "../http/request-body.js";
 import { arrivalOf, type EarlyHandler } from "../http/server.js";
 import { REQUEST_ID_HEADER, requestIdOf } from "../http/request-scope.js";
 import { familyOf, ROUTE_FAMILIES, type RouteFamily as Family } from "../http/route.js";
-import { make, sendProblem } from "../problems/problem.js";
-import { SHED_REASONS } from "../vocabulary/shed-reasons.js";
+import { make, sendProblem, type Classified } from "../problems/problem.js";
 import { Admission, OverloadedError, REFUSALS, type Priority, type Release, type ShedReason } from "./admission.js";
 import { Backlog, loopState } from "./backlog.js";
 import { FairShare } from "./fair-share.js";
@@ -158,7 +157,7 @@ function earlyHandler(options: GateOptions, decide: Decide): EarlyHandler {
     judged[JUDGED] = true;
     if (seen === undefined) return next();
     const refuse = (reason: ShedReason): void => {
-      const requestId = answerEarly(req, res, reason);
+      const requestId = answerEarly(req, res, make("overloaded", REFUSALS[reason], { reason }));
       const ms = performance.now() - (arrivalOf(req) ?? performance.now());
       options.answered(seen.family, req.method, 503, ms / 1000);
       // As the request's line of every other refusal: at debug (a line each would cost a write each under overload).
@@ -256,39 +255,18 @@ function judgeable(auth: ApiKeys, req: Request): Seen | undefined {
 const JUDGED = Symbol("fenced.admission.judged");
 type Judged = Request & { [JUDGED]?: unknown };
 
-/**
- * Each refusal's answer as far as it is known before the request: the problem's JSON without its
- * closing brace, and its headers as a flat list for writeHead (each built once, from the one problem
- * table, as sendProblem would build it: the same body, the same Retry-After).
- */
-const REFUSED: Readonly<Record<ShedReason, { readonly status: number; readonly head: string; readonly headers: readonly string[] }>> =
-  Object.fromEntries(
-    SHED_REASONS.map((reason) => {
-      const { body, headers } = make("overloaded", REFUSALS[reason], { reason });
-      const head = JSON.stringify(body).slice(0, -1);
-      const flat = [...Object.entries(headers).flat(), "Content-Type", "application/problem+json; charset=utf-8"];
-      return [reason, { status: body.status, head, headers: flat }];
-    }),
-  ) as Record<ShedReason, { status: number; head: string; headers: string[] }>;
-
-/**
- * Answers a refusal on the bare response, with no express and nothing built but the request id's
- * part: the problem with the id in it, Retry-After, the id's header.
- */
-function answerEarly(req: Request, res: Response, reason: ShedReason): string {
+/** Answers a refusal on the bare response: the request id, the problem with it, Retry-After; no express. */
+function answerEarly(req: Request, res: Response, problem: Classified): string {
   const requestId = requestIdOf(req.headers);
-  const { status, head, headers } = REFUSED[reason];
-  // A request id is sane (SANE_REQUEST_ID: no quote, no backslash) or a UUID; stringified all the same.
-  const text = `${head},"requestId":${JSON.stringify(requestId)}}`;
-  res.writeHead(status, [
-    ...headers,
-    "Content-Length",
-    String(Buffer.byteLength(text)),
-    REQUEST_ID_HEADER,
-    requestId,
+  const text = JSON.stringify({ ...problem.body, requestId });
+  res.writeHead(problem.body.status, {
+    ...problem.headers,
+    "Content-Type": "application/problem+json; charset=utf-8",
+    "Content-Length": Buffer.byteLength(text),
+    [REQUEST_ID_HEADER]: requestId,
     // A client waiting for "100 Continue" will not send its body: this connection cannot carry another request.
-    ...(expectsContinue(req) ? ["Connection", "close"] : []),
-  ]);
+    ...(expectsContinue(req) ? { Connection: "close" } : {}),
+  });
   res.end(text);
   return requestId;
 }
