@@ -6,15 +6,14 @@
 // as the lean anchor. Beside the lean anchor, it separates what fencing costs from what being a
 // production server costs.
 import { createHash, randomUUID, timingSafeEqual } from "node:crypto";
-import { createRequire } from "node:module";
 import { createServer } from "node:http";
-import { URL } from "node:url";
+import pinoHttp from "pino-http";
 import { bearer, listen, require, upsert } from "./anchor-pg.js";
 
+// The gateway's own express, zod and prom-client (anchor-pg.js), as the other anchors load express.
 const express = require("express");
 const { z } = require("zod");
 const client = require("prom-client");
-const pinoHttp = createRequire(new URL("../package.json", import.meta.url))("pino-http");
 
 const registry = new client.Registry();
 const duration = new client.Histogram({
