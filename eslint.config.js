@@ -35,7 +35,8 @@ export default tseslint.config(
     files: ["packages/gateway/src/**/*.ts"],
     ignores: ["**/*.test.ts", "**/*test-support.ts"],
     plugins: { "import-x": importX },
-    rules: { "import-x/no-restricted-paths": ["error", { zones: gatewayLayers() }] },
+    // basePath: the zones are the repository's paths, wherever eslint runs from (an editor in a package).
+    rules: { "import-x/no-restricted-paths": ["error", { basePath: import.meta.dirname, zones: gatewayLayers() }] },
   },
   {
     // Every import declared by the package that makes it (its nearest package.json): a package's

@@ -22,7 +22,7 @@ const probe = (...nodes: ("up" | "pending" | "refused" | "timeout" | "error")[])
 describe("LockNodeStates", () => {
   it("whatever answered last, probe or lease script, sets the series; a pending node changes nothing", () => {
     const { states: s, up, changes } = states();
-    s.probed(probe("up", "pending", "refused"));
+    s.probed(probe("up", "pending", "refused"), s.mark());
     expect([...up]).toEqual([
       [0, true],
       [2, false],
@@ -32,7 +32,7 @@ describe("LockNodeStates", () => {
     expect(up.get(2)).toBe(true);
     s.result({ node: 1, phase: "acquire", ms: 200, failure: { node: 1, reason: "timeout" } });
     expect(up.get(1)).toBe(false);
-    s.probed(probe("up", "up", "timeout"));
+    s.probed(probe("up", "up", "timeout"), s.mark());
     expect([up.get(0), up.get(1), up.get(2)]).toEqual([true, true, false]);
     expect(changes()).toEqual([
       [40, "lock node down", 2, "refused", "unknown"],
@@ -43,17 +43,36 @@ describe("LockNodeStates", () => {
     ]);
   });
 
+  it("a probe's answer does not undo a lease script's that came after the probe started: no flapping pair", () => {
+    const { states: s, up, changes } = states();
+    s.probed(probe("up", "up", "up"), s.mark());
+    // A probe starts; node 1 answers PONG early, but the probe ends only later (a silent node holds it).
+    const since = s.mark();
+    // Meanwhile a lease script finds node 1 down.
+    s.result({ node: 1, phase: "acquire", ms: 200, failure: { node: 1, reason: "timeout" } });
+    // The probe ends: its PONG for node 1 is older than that failure, and is not applied; node 2's is.
+    s.probed(probe("up", "up", "timeout"), since);
+    expect([up.get(0), up.get(1), up.get(2)]).toEqual([true, false, false]);
+    expect(changes()).toEqual([
+      [40, "lock node down", 1, "timeout", "b:2"],
+      [40, "lock node down", 2, "timeout", "unknown"],
+    ]);
+    // A probe started after the failure applies as any answer does.
+    s.probed(probe("up", "up", "up"), s.mark());
+    expect(up.get(1)).toBe(true);
+  });
+
   it("one line per change between up and down: a node down for another reason, or seen up again and again, says nothing more", () => {
     const { states: s, changes } = states();
-    s.probed(probe("up", "up", "up"));
-    s.probed(probe("refused", "up", "up"));
+    s.probed(probe("up", "up", "up"), s.mark());
+    s.probed(probe("refused", "up", "up"), s.mark());
     s.result({
       node: 0,
       phase: "release",
       ms: 0,
       failure: { node: 0, reason: "refused", code: "ECONNREFUSED", detail: "connect ECONNREFUSED" },
     });
-    s.probed(probe("timeout", "up", "up"));
+    s.probed(probe("timeout", "up", "up"), s.mark());
     s.result({ node: 7, phase: "acquire", ms: 0 });
     expect(changes()).toEqual([[40, "lock node down", 0, "refused", "a:1"]]);
   });

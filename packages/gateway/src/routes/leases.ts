@@ -48,6 +48,12 @@ export interface LeaseBackendOptions {
 const LOCK_DEFAULTS = { retryCount: 0, retryDelayMs: 200, retryJitterMs: 100, nodeTimeoutMs: 200, acquireTimeoutMs: 2_000 };
 
 const BODY_LIMIT = 16 * 1024;
+/**
+ * The longest a scrape of /metrics waits for a silent lock node: half of Prometheus's default scrape
+ * timeout (10 s), so that a nodeTimeoutMs set longer does not fail the scrape and take every series
+ * with it. Above it, a node slower than this but within nodeTimeoutMs shows 0 until a lease finds it.
+ */
+const SCRAPE_PROBE_MAX_MS = 5_000;
 
 /**
  * The answer's shape is the API document's (schemas/answers.ts): the type keeps this code and the document
@@ -126,15 +132,16 @@ export function leasesRouter(
 
   // Readiness: the lock works while a quorum answers; every node is reported, with its address (for the admin listener).
   const probe = async (timeoutMs: number, everyNode = false): Promise<LockProbe> => {
+    const since = nodes.states.mark();
     const probed = await probeNodes(redlock, timeoutMs, { everyNode });
-    nodes.states.probed(probed);
+    nodes.states.probed(probed, since);
     return { ...probed, addresses };
   };
-  // A scrape's probe: every node's own answer (a paused node is \`timeout\`, not \`pending\`) within one
-  // node timeout; scrapes that overlap share one probe.
+  // A scrape's probe: every node's own answer (a paused node is `timeout`, not `pending`) within one
+  // node timeout, and never longer than SCRAPE_PROBE_MAX_MS; scrapes that overlap share one probe.
   let probing: Promise<unknown> | undefined;
   const refresh = (): Promise<unknown> =>
-    (probing ??= probe(nodeTimeoutMs, true).finally(() => {
+    (probing ??= probe(Math.min(nodeTimeoutMs, SCRAPE_PROBE_MAX_MS), true).finally(() => {
       probing = undefined;
     }));
   // Until each has ended, a lease its client left may still be granted and then released: the lock's
