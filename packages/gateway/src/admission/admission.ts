@@ -7,8 +7,6 @@ import type { ShedReason } from "../vocabulary/shed-reasons.js";
 const PRIORITIES = ["acquire", "work"] as const;
 export type Priority = (typeof PRIORITIES)[number];
 
-export type { ShedReason } from "../vocabulary/shed-reasons.js";
-
 /** A waiting request admission refused (its wait's timeout, or its place given to another): answered 503 `overloaded` before any lock or store work. */
 export class OverloadedError extends Error {
   constructor(readonly reason: ShedReason) {

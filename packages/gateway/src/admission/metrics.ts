@@ -1,5 +1,6 @@
 import { Counter, Gauge, type Registry } from "prom-client";
-import type { Admission, Priority, ShedReason } from "./admission.js";
+import type { ShedReason } from "../vocabulary/shed-reasons.js";
+import type { Admission, Priority } from "./admission.js";
 import type { FairShare } from "./fair-share.js";
 import type { LoopDelay } from "./loop-delay.js";
 
