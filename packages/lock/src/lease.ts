@@ -173,14 +173,8 @@ export class Lease implements AsyncDisposable {
     assertTtl(ttlMs);
     const lost = this.lostReason;
     if (lost !== undefined) throw lost;
-    let extended: { readonly validityMs: number; readonly validUntil: number };
-    try {
-      extended = await this.#owner.extendLease(this, ttlMs);
-    } catch (err) {
-      // Lost while the round ran (released, most often: the nodes then answer not-held): the lease's
-      // own reason, the one its signal aborted with, not what the nodes made of it.
-      throw (err instanceof LeaseLostError ? this.lostReason : undefined) ?? err;
-    }
+    // A loss while the round ran rejects with the lease's own reason (Redlock's extendLease).
+    const extended = await this.#owner.extendLease(this, ttlMs);
     const lostMeanwhile = this.lostReason;
     if (lostMeanwhile !== undefined) throw lostMeanwhile;
     this.#validUntil = extended.validUntil;

@@ -252,7 +252,15 @@ export class Redlock {
     return observed(
       { operation: "extend", resources: lease.resources, fences, ttlMs },
       async () => {
-        const validityMs = await this.#extendLease(lease, ttlMs);
+        let validityMs: number;
+        try {
+          validityMs = await this.#extendLease(lease, ttlMs);
+        } catch (err) {
+          // Lost while the round ran (released, most often: the nodes then answer not-held): the
+          // lease's own reason, the one its signal aborted with, not what the nodes made of it — for
+          // the caller and for what observers see of the operation alike.
+          throw (err instanceof LeaseLostError ? lease.lostReason : undefined) ?? err;
+        }
         return { validityMs, validUntil: Date.now() + validityMs };
       },
       (extended) => ({ fences, holder: lease.holder, validUntil: extended.validUntil }),
