@@ -154,11 +154,12 @@ describe("the peers' reported bugs, absent here", () => {
       redlock.using(resource, 1_000, async (lease) => {
         held = lease;
         await extensionAfterRelease(t);
-        // using() extends when 400 ms of validity are left. The nodes are stopped across that moment,
-        // so that the extension is still under way when the routine returns and the release is sent;
-        // its EVALSHA is answered NOSCRIPT once they run again, and its EVAL goes out behind the release.
+        // using() extends when 400 ms of validity are left. The nodes are stopped from well before
+        // that moment until the routine has returned and the release is sent, so that the extension is
+        // still under way then, however late a timer runs; once they run again its EVALSHA is
+        // answered NOSCRIPT, and its EVAL goes out behind the release. (This timer is due after
+        // using()'s, so it runs after it.)
         const extensionDue = performance.now() + lease.remainingMs - 400;
-        await sleep(extensionDue - 50 - performance.now());
         for (const node of t.nodes) node.pause();
         await sleep(extensionDue + 50 - performance.now());
         setTimeout(() => {
