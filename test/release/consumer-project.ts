@@ -3,8 +3,16 @@ import { join } from "node:path";
 import { run, runOk, type Ran } from "./exec.js";
 import { ROOT, type Tarball } from "./tarballs.js";
 
-/** What a user installs beside the packages: their own clients (ioredis: the registry's latest major) and compiler. */
-const USER_PACKAGES = ["ioredis@latest", "pg@^8", "@types/pg@^8", "@aws-sdk/client-s3@^3", "typescript@latest", "@types/node@^22"];
+/** What a user installs beside the packages: their own clients (ioredis: the registry's latest major; iovalkey) and compiler. */
+const USER_PACKAGES = [
+  "ioredis@latest",
+  "iovalkey@latest",
+  "pg@^8",
+  "@types/pg@^8",
+  "@aws-sdk/client-s3@^3",
+  "typescript@latest",
+  "@types/node@^22",
+];
 
 /** npm's cache for these installs, kept between runs (ignored by git): later runs resolve offline-first. */
 const NPM_CACHE = join(ROOT, ".cache", "npm");

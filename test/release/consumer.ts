@@ -1,5 +1,5 @@
 // A user's program, written against the published packages only. release.test.ts installs the packed
-// tarballs into a project of their own (with the user's ioredis, pg and AWS SDK), copies this file in
+// tarballs into a project of their own (with the user's ioredis, iovalkey, pg and AWS SDK), copies this file in
 // as consumer.mts and consumer.cts, type-checks both, and runs them against real servers: the .mts
 // as an ES module, the .cts compiled to CommonJS, so that every import below becomes a require().
 // No top-level await and no import.meta: the same text must be valid CommonJS.
@@ -11,6 +11,7 @@ import { StaleTokenError } from "@fenced/store";
 import { FencedPostgres } from "@fenced/store/postgres";
 import { FencedS3 } from "@fenced/store/s3";
 import { Redis } from "ioredis";
+import { Redis as Valkey } from "iovalkey";
 import pg from "pg";
 
 /** What one store did with a fresh write and then a stale one; the test judges it. */
@@ -34,6 +35,8 @@ export interface ConsumerReport {
   /** import() and require() of @fenced/store hand out the same StaleTokenError class (no dual package). */
   readonly sameClassFromImport: boolean;
   readonly createGatewayIsFunction: boolean;
+  /** The same lock over iovalkey clients (Valkey's fork of ioredis), as the user made them: each token, after a first lease over ioredis. */
+  readonly valkeyTokens: readonly string[];
 }
 
 function env(name: string): string {
@@ -144,6 +147,21 @@ async function main(): Promise<void> {
     } catch (err) {
       badKeyRefusedByFenceClass = err instanceof InvalidArgumentError;
     }
+    // The lock takes iovalkey's clients as they are: a lease after one over ioredis carries the next token.
+    const valkeyClients = env("REDIS_URLS")
+      .split(",")
+      .map((url) => new Valkey(url));
+    const valkeyTokens: string[] = [];
+    try {
+      const valkeyLock = new Redlock(valkeyClients, { retryCount: 3 });
+      for (const lock of [redlock, valkeyLock]) {
+        const lease = await lock.acquire(`consumer/${run}/valkey`, 10_000);
+        valkeyTokens.push(lease.token.toString());
+        await lease.release();
+      }
+    } finally {
+      for (const client of valkeyClients) client.disconnect();
+    }
     const imported = await import("@fenced/store");
     const options: Pick<GatewayOptions, "apiKeys"> = { apiKeys: [] };
     const report: ConsumerReport = {
@@ -152,6 +170,7 @@ async function main(): Promise<void> {
       badKeyRefusedByFenceClass,
       sameClassFromImport: imported.StaleTokenError === StaleTokenError,
       createGatewayIsFunction: typeof createGateway === "function" && Array.isArray(options.apiKeys),
+      valkeyTokens,
     };
     process.stdout.write(`${JSON.stringify(report)}\n`);
   } finally {

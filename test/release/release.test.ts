@@ -297,6 +297,7 @@ describe("installed from the packed tarballs, like a user", () => {
       expect(report.badKeyRefusedByFenceClass).toBe(true);
       expect(report.sameClassFromImport).toBe(true);
       expect(report.createGatewayIsFunction).toBe(true);
+      expect(report.valkeyTokens.map(BigInt)).toEqual([BigInt(report.valkeyTokens[0] ?? 0), BigInt(report.valkeyTokens[0] ?? 0) + 1n]);
     },
     90_000,
   );

@@ -1,7 +1,7 @@
 /**
  * What the lock needs of a Redis connection: the few commands it sends, typed structurally, so
- * that a user's ioredis 5 or ioredis 6 client (`Redis`, `Redis<"legacy">`, `Cluster`) fits without
- * this package importing either. A node's client decides where commands go; the lock only ever
+ * that a user's ioredis 5 or ioredis 6 client (`Redis`, `Redis<"legacy">`, `Cluster`), or iovalkey's
+ * (Valkey's fork of ioredis 5), fits without this package importing any of them. A node's client decides where commands go; the lock only ever
  * addresses the keys of one resource per script, which share one Cluster slot (keys.ts).
  */
 export interface RedisClient {
@@ -28,8 +28,8 @@ export interface RedisPipeline {
  * The error code of a Redis error reply: its first word ("NOSCRIPT", "WRONGTYPE", "ERR", …), or
  * undefined for anything that is not an error reply (a connection error, a client-side timeout).
  * Redis starts every error reply with such a code: it is the protocol's only classification of
- * errors, and the rest of the text is free prose. Both ioredis majors surface an error reply as an
- * Error named "ReplyError" whose message is the reply's text.
+ * errors, and the rest of the text is free prose. Both ioredis majors and iovalkey surface an error
+ * reply as an Error named "ReplyError" whose message is the reply's text.
  */
 export function redisErrorCode(err: unknown): string | undefined {
   if (!(err instanceof Error) || err.name !== "ReplyError") return undefined;

@@ -9,6 +9,7 @@ import { Redlock } from "./redlock.js";
 import { SCRIPTS } from "./scripts.js";
 import { LockNotAcquiredError } from "./errors.js";
 import {
+  CLIENT_KINDS,
   drained,
   holdAs,
   IOREDIS_MAJORS,
@@ -45,11 +46,11 @@ const withoutPipeline = (c: LockClient): RedisClient => ({
 const N = 16;
 
 /** pipelining.ts: the scripts of one tick leave for each node in one socket write. */
-describe.each(IOREDIS_MAJORS)("scripts of one tick, one write per node (ioredis %i)", (major) => {
+describe.each(CLIENT_KINDS)("scripts of one tick, one write per node (%s)", (kind) => {
   let t: TestNodes;
 
   beforeAll(async () => {
-    t = await startTestNodes(3, {}, { ioredis: major });
+    t = await startTestNodes(3, {}, { client: kind });
     await Promise.all(t.admin.map(loadScripts));
   });
   afterAll(async () => {
@@ -72,33 +73,41 @@ describe.each(IOREDIS_MAJORS)("scripts of one tick, one write per node (ioredis 
   };
 
   it(`${N} concurrent acquires: one write per node with pipeline(), ${N} through a client without it`, async () => {
-    expect(await acquireAll(new Redlock(t.clients, { retryCount: 0 }), `pipe-${major}/a`)).toEqual([1, 1, 1]);
-    expect(await acquireAll(new Redlock(t.clients.map(withoutPipeline), { retryCount: 0 }), `pipe-${major}/b`)).toEqual([N, N, N]);
+    expect(await acquireAll(new Redlock(t.clients, { retryCount: 0 }), `pipe-${kind.replace(" ", "-")}/a`)).toEqual([1, 1, 1]);
+    expect(await acquireAll(new Redlock(t.clients.map(withoutPipeline), { retryCount: 0 }), `pipe-${kind.replace(" ", "-")}/b`)).toEqual([
+      N,
+      N,
+      N,
+    ]);
   });
 
   it("a pipeline answered NOSCRIPT throughout: every call falls back to EVAL, and the nodes have the script after", async () => {
     await Promise.all(t.admin.map((r) => r.script("FLUSH")));
-    await acquireAll(new Redlock(t.clients, { retryCount: 0 }), `pipe-${major}/noscript`);
+    await acquireAll(new Redlock(t.clients, { retryCount: 0 }), `pipe-${kind.replace(" ", "-")}/noscript`);
     for (const redis of t.admin) expect(await redis.script("EXISTS", SCRIPTS.acquire.sha, SCRIPTS.release.sha)).toEqual([1, 1]);
   });
 });
 
-describe.each(IOREDIS_MAJORS)("pipelines and a killed node (ioredis %i)", (major) => {
+describe.each(CLIENT_KINDS)("pipelines and a killed node (%s)", (kind) => {
   it("concurrent acquires are granted by the other two and count the killed node refused; the cleanup releases sent to it fail alone", async () => {
-    const t = await startTestNodes(3, { faults: true }, { ioredis: major, failFast: true });
+    const t = await startTestNodes(3, { faults: true }, { client: kind, failFast: true });
     try {
       await Promise.all(t.admin.map(loadScripts));
       const redlock = new Redlock(t.clients, { retryCount: 0 });
       const refused = refusedReconnect(t.clients[2]!);
       await t.nodes[2]!.kill();
       await refused;
-      const leases = await Promise.all(Array.from({ length: N }, (_, i) => redlock.acquire(`killed-${major}/${i}`, 5_000)));
+      const leases = await Promise.all(
+        Array.from({ length: N }, (_, i) => redlock.acquire(`killed-${kind.replace(" ", "-")}/${i}`, 5_000)),
+      );
       expect(leases.map((l) => l.token)).toEqual(Array.from({ length: N }, () => 1n));
       await Promise.all(leases.map((l) => l.release()));
       // Node A held by another: every attempt fails on A's refusal and C being down, and releases on the nodes it reached.
-      await Promise.all(Array.from({ length: N }, (_, i) => holdAs(t.admin[0]!, `killed-${major}/held-${i}`, "another", 5_000)));
+      await Promise.all(
+        Array.from({ length: N }, (_, i) => holdAs(t.admin[0]!, `killed-${kind.replace(" ", "-")}/held-${i}`, "another", 5_000)),
+      );
       const errors = await Promise.all(
-        Array.from({ length: N }, (_, i) => redlock.acquire(`killed-${major}/held-${i}`, 2_000).catch((e: unknown) => e)),
+        Array.from({ length: N }, (_, i) => redlock.acquire(`killed-${kind.replace(" ", "-")}/held-${i}`, 2_000).catch((e: unknown) => e)),
       );
       for (const error of errors) {
         expect(error).toBeInstanceOf(LockNotAcquiredError);
@@ -111,8 +120,8 @@ describe.each(IOREDIS_MAJORS)("pipelines and a killed node (ioredis %i)", (major
       await Promise.all([ready(t.clients[2]!), ready(t.admin[2]!)]);
       await drained(t.clients);
       for (let i = 0; i < N; i++) {
-        expect(await leaseValuesOn(t.admin, `killed-${major}/${i}`)).toEqual([null, null, null]);
-        expect(await leaseValuesOn(t.admin, `killed-${major}/held-${i}`)).toEqual(["another", null, null]);
+        expect(await leaseValuesOn(t.admin, `killed-${kind.replace(" ", "-")}/${i}`)).toEqual([null, null, null]);
+        expect(await leaseValuesOn(t.admin, `killed-${kind.replace(" ", "-")}/held-${i}`)).toEqual(["another", null, null]);
       }
     } finally {
       await t.stop();

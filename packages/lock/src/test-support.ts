@@ -1,6 +1,7 @@
 // Shared by the lock's tests (not part of the published build: see tsconfig.build.json).
 import { Redis } from "ioredis";
 import { Redis as Redis6 } from "ioredis-6";
+import { Redis as Valkey } from "iovalkey";
 import { startRedisNodes, type RedisNodeHandle, type RedisNodes, type StartRedisOptions } from "@fenced/servers";
 import type { RedisClient } from "./client.js";
 import { resourceKeys } from "./keys.js";
@@ -9,6 +10,9 @@ import { SCRIPTS } from "./scripts.js";
 /** ioredis is a peer dependency, 5 or 6: the lock's clients in a test come from either major. */
 export type IoredisMajor = 5 | 6;
 export const IOREDIS_MAJORS: readonly IoredisMajor[] = [5, 6];
+/** Every client the lock takes as it is: ioredis 5 and 6, and iovalkey (Valkey's fork of ioredis 5). */
+export type ClientKind = `ioredis ${IoredisMajor}` | "iovalkey";
+export const CLIENT_KINDS: readonly ClientKind[] = ["ioredis 5", "ioredis 6", "iovalkey"];
 
 /** A client of either major as the tests use it: what the lock needs, and what the tests call on it. */
 export interface LockClient extends RedisClient {
@@ -20,8 +24,8 @@ export interface LockClient extends RedisClient {
 }
 
 export interface ClientSettings {
-  /** Which ioredis major the lock's clients come from. Default 5. Inspection clients (admin) are always 5. */
-  readonly ioredis?: IoredisMajor;
+  /** Which client the lock's clients are. Default ioredis 5. Inspection clients (admin) are always ioredis 5. */
+  readonly client?: ClientKind;
   /**
    * A killed node errors at once instead of queueing commands until it is back: no offline queue,
    * no retries of in-flight commands. A paused node still accepts the
@@ -32,7 +36,7 @@ export interface ClientSettings {
   readonly commandTimeout?: number;
 }
 
-export async function connect(node: RedisNodeHandle, settings?: ClientSettings & { readonly ioredis?: 5 }): Promise<Redis>;
+export async function connect(node: RedisNodeHandle, settings?: ClientSettings & { readonly client?: "ioredis 5" }): Promise<Redis>;
 export async function connect(node: RedisNodeHandle, settings: ClientSettings): Promise<LockClient>;
 export async function connect(node: RedisNodeHandle, settings: ClientSettings = {}): Promise<LockClient> {
   const options = {
@@ -44,7 +48,8 @@ export async function connect(node: RedisNodeHandle, settings: ClientSettings = 
     ...(settings.failFast === true ? { enableOfflineQueue: false, maxRetriesPerRequest: 0 } : {}),
     ...(settings.commandTimeout === undefined ? {} : { commandTimeout: settings.commandTimeout }),
   };
-  const redis: LockClient = settings.ioredis === 6 ? new Redis6(options) : new Redis(options);
+  const redis: LockClient =
+    settings.client === "ioredis 6" ? new Redis6(options) : settings.client === "iovalkey" ? new Valkey(options) : new Redis(options);
   // Killed nodes make clients emit connection errors; the tests look at command results instead.
   redis.on("error", () => undefined);
   await redis.connect();
@@ -73,7 +78,7 @@ export async function startTestNodes(count: number, options: StartRedisOptions =
     return clients;
   };
   const moreClients = (s: ClientSettings = {}): Promise<LockClient[]> =>
-    open((node) => connect(node, { ioredis: settings.ioredis ?? 5, ...s }));
+    open((node) => connect(node, { client: settings.client ?? "ioredis 5", ...s }));
   try {
     const clients = await moreClients(settings);
     const admin = await open((node) => connect(node));

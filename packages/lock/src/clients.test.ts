@@ -11,7 +11,7 @@ import {
   countersOn,
   drained,
   holdAs,
-  IOREDIS_MAJORS,
+  CLIENT_KINDS,
   leaseValuesOn,
   loadScripts,
   ready,
@@ -21,16 +21,17 @@ import {
 } from "./test-support.js";
 
 /**
- * ioredis is a peer dependency, 5 or 6. The rest of the suite runs on ioredis 5; these scenarios
- * run the lock on clients of each major: the commands, reply types (integers, decimal strings),
- * error replies (NOSCRIPT) and connection errors all come through the user's client.
+ * The lock takes a user's ioredis 5 or 6 client, or iovalkey's (Valkey's fork of ioredis 5), as it
+ * is. The rest of the suite runs on ioredis 5; these scenarios run the lock on each client: the
+ * commands, reply types (integers, decimal strings), error replies (NOSCRIPT) and connection errors
+ * all come through the user's client.
  */
-describe.each(IOREDIS_MAJORS)("the lock on ioredis %i clients", (major) => {
+describe.each(CLIENT_KINDS)("the lock on %s clients", (kind) => {
   let t: TestNodes;
   let redlock: Redlock;
 
   beforeAll(async () => {
-    t = await startTestNodes(3, { faults: true }, { ioredis: major, failFast: true });
+    t = await startTestNodes(3, { faults: true }, { client: kind, failFast: true });
     await Promise.all(t.admin.map(loadScripts));
     // No node is silent in these tests (a killed one is known down, refused at once), and they name the
     // nodes' answers: a node timeout far above any answer, so that a busy machine cannot turn one into a timeout.
