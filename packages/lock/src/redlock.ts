@@ -211,11 +211,20 @@ export class Redlock {
     if (previousMs <= 0) throw new LeaseLostError(first.resource, first.token, "expired", [], fences, { applied: "no" });
     const lease = new Lease(this, fences, value, previousMs);
     // The Lease handed in was released while the round ran: whatever the nodes answered (the release
-    // may have reached them first, or deleted what the round had just extended), its reason wins.
+    // may have reached them first, or deleted what the round had just extended), its reason wins. The
+    // round's own Lease is lost with it at once, so that the round ends with that reason for the
+    // observers too (extendLease), not as a loss of its own.
+    const follow = (): void => {
+      const loss = knownLoss();
+      if (loss !== undefined) leaseInternals.lose(lease, loss);
+    };
+    if (held instanceof Lease) held.signal.addEventListener("abort", follow, { once: true });
     try {
       await lease.extend(ttlMs);
     } catch (err) {
       throw knownLoss() ?? err;
+    } finally {
+      if (held instanceof Lease) held.signal.removeEventListener("abort", follow);
     }
     const lostMeanwhile = knownLoss();
     if (lostMeanwhile !== undefined) {
@@ -252,15 +261,17 @@ export class Redlock {
     return observed(
       { operation: "extend", resources: lease.resources, fences, ttlMs },
       async () => {
+        // Lost while the round ran (released, most often: the nodes then answer not-held, or confirm
+        // what the release then deletes): the lease's own reason, the one its signal aborted with,
+        // not what the nodes made of it — for the caller and for what observers see alike.
         let validityMs: number;
         try {
           validityMs = await this.#extendLease(lease, ttlMs);
         } catch (err) {
-          // Lost while the round ran (released, most often: the nodes then answer not-held): the
-          // lease's own reason, the one its signal aborted with, not what the nodes made of it — for
-          // the caller and for what observers see of the operation alike.
           throw (err instanceof LeaseLostError ? lease.lostReason : undefined) ?? err;
         }
+        const lostMeanwhile = lease.lostReason;
+        if (lostMeanwhile !== undefined) throw lostMeanwhile;
         return { validityMs, validUntil: Date.now() + validityMs };
       },
       (extended) => ({ fences, holder: lease.holder, validUntil: extended.validUntil }),

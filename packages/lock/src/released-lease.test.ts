@@ -1,8 +1,10 @@
+import { subscribe, unsubscribe } from "node:diagnostics_channel";
 import type { Redis } from "ioredis";
 import { ANSWERING_NODE_TIMEOUT_MS } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LeaseLostError } from "./errors.js";
 import type { Lease } from "./lease.js";
+import { LOCK_CHANNELS, type LockOperationMessage } from "./observe.js";
 import { Redlock } from "./redlock.js";
 import { SCRIPTS } from "./scripts.js";
 import { drained, leaseValuesOn, loadScripts, startTestNodes, type TestNodes } from "./test-support.js";
@@ -78,12 +80,26 @@ describe("a lease that was released says `released`", () => {
       expect(await leaseValuesOn(t.admin, resource)).toEqual([null, null, null]);
     });
 
-    it(`redlock.extend(lease) under way when that lease is released rejects with \`released\` (${order} on the nodes)`, async () => {
-      const lease = await redlock.acquire(`released/held-under-way/${order}`, 5_000);
+    it(`redlock.extend(lease) under way when that lease is released rejects with \`released\`, and observers see that, not a loss (${order} on the nodes)`, async () => {
+      const resource = `released/held-under-way/${order}`;
+      const lease = await redlock.acquire(resource, 5_000);
       await nodesRun(order, t.admin);
-      const extending = rejection(redlock.extend(lease, 5_000));
-      await lease.release();
-      expectReleased(await extending, lease);
+      const seen: { extend: LockOperationMessage[]; lost: unknown[] } = { extend: [], lost: [] };
+      const onExtend = (m: unknown): void => void seen.extend.push(m as LockOperationMessage);
+      const onLost = (m: unknown): void => void seen.lost.push(m);
+      subscribe(LOCK_CHANNELS.extend, onExtend);
+      subscribe(LOCK_CHANNELS.lost, onLost);
+      try {
+        const extending = rejection(redlock.extend(lease, 5_000));
+        await lease.release();
+        expectReleased(await extending, lease);
+      } finally {
+        unsubscribe(LOCK_CHANNELS.extend, onExtend);
+        unsubscribe(LOCK_CHANNELS.lost, onLost);
+      }
+      expect(seen.lost).toEqual([]);
+      expect(seen.extend.map((m) => [m.resources, m.outcome])).toEqual([[[resource], "LEASE_LOST"]]);
+      expect(seen.extend[0]?.error).toMatchObject({ kind: "released" });
     });
   }
 
