@@ -31,7 +31,7 @@ import { startPostgres, startS3 } from "@fenced/servers";
 import { latencyBench, type OpenImpl } from "./gateway-latency.js";
 import { streamLines } from "./gateway-stream.js";
 import { emit, measure, median, round3, type Measured, type Op } from "./measure.js";
-import { cpuQuotaSetting, nodeArgs, startServer, type ServerProcess } from "./server-process.js";
+import { cpuQuotaSetting, nodeArgs, startServer, unitNodeFlags, type ServerProcess } from "./server-process.js";
 
 const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 3_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
@@ -43,8 +43,11 @@ const KEY = "bench-key-0123456789abcdef";
 const SERVICE_KEY = "service-key-0123456789abcdef";
 const FENCE_KEY: CredentialKey = { id: "bench", secret: randomBytes(32) };
 const CLI = fileURLToPath(new URL("../packages/gateway/dist/cli.js", import.meta.url));
-/** Extra node flags for the gateway process, e.g. "--cpu-prof --cpu-prof-dir=/tmp/gw" to profile it under this load. */
-const NODE_ARGS = nodeArgs("BENCH_GATEWAY_NODE_ARGS");
+/**
+ * The gateway's node flags: its systemd unit's (--max-semi-space-size), then any extra, e.g.
+ * "--cpu-prof --cpu-prof-dir=/tmp/gw" to profile it under this load. The anchors run on node's defaults.
+ */
+const NODE_ARGS = [...unitNodeFlags(), ...nodeArgs("BENCH_GATEWAY_NODE_ARGS")];
 /** Extra fenced-gateway flags, e.g. "--no-admission" to measure what admission control costs a write. */
 const GATEWAY_FLAGS = nodeArgs("BENCH_GATEWAY_FLAGS");
 /** The same for the anchor servers' processes. */

@@ -10,6 +10,18 @@ export const CLK_TCK = Number(execFileSync("getconf", ["CLK_TCK"]).toString().tr
 /** BENCH_SERVER_LOG=<file>: every server's stdout appended there (with --trace-gc in its node flags, its collections). */
 const LOG = process.env.BENCH_SERVER_LOG;
 
+/**
+ * The node flags the gateway's shipped systemd unit starts it with (its ExecStart, between node and
+ * the gateway's cli.js): the benchmarks run the gateway as an operator does.
+ */
+export function unitNodeFlags(): string[] {
+  const unit = readFileSync(new URL("../packages/gateway/ops/fenced-gateway.service", import.meta.url), "utf8");
+  const words = /^ExecStart=(.*)$/m.exec(unit)?.[1]?.split(" ") ?? [];
+  const cli = words.findIndex((w) => w.endsWith("/cli.js"));
+  if (cli < 1) throw new Error("the gateway's unit has no ExecStart=<node> … cli.js line");
+  return words.slice(1, cli);
+}
+
 /** Node flags from an environment variable (e.g. BENCH_GATEWAY_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/gw"), split at spaces. */
 export const nodeArgs = (variable: string): string[] => (process.env[variable] ?? "").split(" ").filter((a) => a !== "");
 
