@@ -272,7 +272,10 @@ export function checkClients<C>(clients: unknown): C[] {
       typeof c.eval !== "function" ||
       typeof c.script !== "function"
     ) {
-      throw new InvalidArgumentError(`clients[${i}]`, "must be a Redis client (an ioredis Redis or Cluster)");
+      throw new InvalidArgumentError(
+        `clients[${i}]`,
+        "must be an ioredis (5 or 6) or iovalkey client, Redis or Cluster, with evalsha(), eval() and script()",
+      );
     }
   });
   return [...(clients as C[])];

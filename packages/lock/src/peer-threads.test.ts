@@ -4,6 +4,9 @@ import { performance } from "node:perf_hooks";
 import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import { ANSWERING_NODE_TIMEOUT_MS } from "@fenced/servers";
+import { createClient as createClient5 } from "redis";
+import { createClient as createClient6 } from "redis-6";
+import { InvalidArgumentError } from "@fenced/fence";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LeaseLostError, LockNotAcquiredError } from "./errors.js";
 import { resourceKeys } from "./keys.js";
@@ -235,4 +238,39 @@ describe("the peers' reported bugs, absent here", () => {
       reasons.join(),
     ).toBe(true);
   });
+  /** What this test uses of a node-redis client, of either major. */
+  interface NodeRedis {
+    connect(): Promise<unknown>;
+    info(section: string): Promise<string>;
+    destroy(): void;
+  }
+  const nodeRedis: [string, (url: string) => NodeRedis][] = [
+    ["5", (url) => createClient5({ url })],
+    ["6", (url) => createClient6({ url })],
+  ];
+  it.each(nodeRedis)(
+    "node-redlock #282 and #163: a node-redis %s client, connected, is refused when the Redlock is made, by type, before any command — not retried and blamed on the quorum",
+    async (_major, createClient) => {
+      // node-redlock 5 called evalsha on it on every attempt, and each attempt's TypeError was counted
+      // as a node's vote against: "unable to achieve a quorum" after every retry. Its scripts take
+      // ({ keys, arguments }), not ioredis's (numberOfKeys, ...keysAndArgs): no method of it fits.
+      const client = createClient(t.nodes[0]?.url ?? "");
+      await client.connect();
+      try {
+        const before = (await client.info("commandstats")).match(/^cmdstat_eval\w*:calls=\d+/gm) ?? [];
+        const made = (() => {
+          try {
+            return new Redlock([client as never]);
+          } catch (err) {
+            return err;
+          }
+        })();
+        expect(made).toBeInstanceOf(InvalidArgumentError);
+        expect(made).toMatchObject({ argument: "clients[0]" });
+        expect((await client.info("commandstats")).match(/^cmdstat_eval\w*:calls=\d+/gm) ?? []).toEqual(before);
+      } finally {
+        client.destroy();
+      }
+    },
+  );
 });
