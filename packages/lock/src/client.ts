@@ -1,8 +1,9 @@
 /**
  * What the lock needs of a Redis connection: the few commands it sends, typed structurally, so
  * that a user's ioredis 5 or ioredis 6 client (`Redis`, `Redis<"legacy">`, `Cluster`), or iovalkey's
- * (Valkey's fork of ioredis 5), fits without this package importing any of them. A node's client decides where commands go; the lock only ever
- * addresses the keys of one resource per script, which share one Cluster slot (keys.ts).
+ * (Valkey's fork of ioredis 5), fits without this package importing any of them. A node's client
+ * decides where commands go; the lock only ever addresses the keys of one resource per script,
+ * which share one Cluster slot (keys.ts).
  */
 export interface RedisClient {
   evalsha(sha: string, numberOfKeys: number, ...keysAndArgs: (string | number)[]): Promise<unknown>;

@@ -173,7 +173,8 @@ export class Lease implements AsyncDisposable {
     assertTtl(ttlMs);
     const lost = this.lostReason;
     if (lost !== undefined) throw lost;
-    // A loss while the round ran, whatever the nodes answered, rejects with the lease's own reason (Redlock's extendLease).
+    // A loss while the round ran, whatever the nodes answered, rejects with the lease's own reason
+    // (Redlock's extendLease).
     const extended = await this.#owner.extendLease(this, ttlMs);
     this.#validUntil = extended.validUntil;
     this.#deadline = performance.now() + extended.validityMs;
