@@ -1,7 +1,8 @@
 // A user's program, written against the published packages only. release.test.ts installs the packed
-// tarballs into a project of their own (with the user's ioredis, iovalkey, pg and AWS SDK), copies this file in
-// as consumer.mts and consumer.cts, type-checks both, and runs them against real servers: the .mts
-// as an ES module, the .cts compiled to CommonJS, so that every import below becomes a require().
+// tarballs into a project of their own (with the user's ioredis, iovalkey, pg and AWS SDK), copies
+// this file in as consumer.mts and consumer.cts, type-checks both, and runs them against real
+// servers: the .mts as an ES module, the .cts compiled to CommonJS, so that every import below
+// becomes a require().
 // No top-level await and no import.meta: the same text must be valid CommonJS.
 import { S3Client } from "@aws-sdk/client-s3";
 import { InvalidArgumentError, type Fence } from "@fenced/fence";
