@@ -2,25 +2,11 @@ import { performance } from "node:perf_hooks";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { LeaseLostError } from "./errors.js";
-import type { Lease } from "./lease.js";
 import { Redlock } from "./redlock.js";
 import { resourceKeys } from "./keys.js";
-import { drained, holdAs, leaseValuesOn, ready, refusedReconnect, startTestNodes, type TestNodes } from "./test-support.js";
+import { drained, holdAs, leaseValuesOn, lossOf, ready, refusedReconnect, startTestNodes, type TestNodes } from "./test-support.js";
 
 const TTL_MS = 3_000;
-
-/** The signal's reason once it aborts, or "still valid" if it has not aborted within `withinMs`. */
-function lossOf(lease: Lease, withinMs: number): Promise<{ reason: unknown; at: number } | "still valid"> {
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => resolve("still valid"), withinMs);
-    const onAbort = (): void => {
-      clearTimeout(timer);
-      resolve({ reason: lease.signal.reason, at: performance.now() });
-    };
-    if (lease.signal.aborted) onAbort();
-    else lease.signal.addEventListener("abort", onAbort, { once: true });
-  });
-}
 
 describe("losing the majority while holding a lease in using()", () => {
   let t: TestNodes;

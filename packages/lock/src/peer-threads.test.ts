@@ -13,8 +13,7 @@ import { resourceKeys } from "./keys.js";
 import type { Lease } from "./lease.js";
 import { LOCK_CHANNELS, type LockOperationMessage } from "./observe.js";
 import { Redlock } from "./redlock.js";
-import { SCRIPTS } from "./scripts.js";
-import { drained, holdAs, leaseValuesOn, startTestNodes, type TestNodes } from "./test-support.js";
+import { drained, holdAs, leaseValuesOn, lossOf, nodesRun, startTestNodes, type TestNodes } from "./test-support.js";
 
 /**
  * The bugs users of other Redis locks reported most, each built again against this lock on real
@@ -46,29 +45,6 @@ const [key, ...urls] = process.argv.slice(1);
   console.log(JSON.stringify(answers));
 })();
 `;
-
-/** Resolves once the lease's signal has aborted, or after `withinMs` if it has not (the test's expectations then fail). */
-function lossOf(lease: Lease, withinMs: number): Promise<void> {
-  return new Promise((resolve) => {
-    const timer = setTimeout(resolve, withinMs);
-    const done = (): void => {
-      clearTimeout(timer);
-      resolve();
-    };
-    if (lease.signal.aborted) done();
-    else lease.signal.addEventListener("abort", done, { once: true });
-  });
-}
-
-/** Makes the next extension reach the nodes after the release sent right behind it (released-lease.test.ts). */
-async function extensionAfterRelease(t: TestNodes): Promise<void> {
-  await Promise.all(
-    t.admin.map(async (redis) => {
-      await redis.script("FLUSH");
-      await Promise.all([SCRIPTS.acquire, SCRIPTS.publish, SCRIPTS.release].map((s) => redis.script("LOAD", s.source)));
-    }),
-  );
-}
 
 /** What `fn` resolves, and the first `count` operations that end on `channel` from its start (waited for). */
 async function published<T>(channel: string, count: number, fn: () => Promise<T>): Promise<{ value: T; messages: LockOperationMessage[] }> {
@@ -163,7 +139,7 @@ describe("the peers' reported bugs, absent here", () => {
     const { value, messages } = await published(LOCK_CHANNELS.extend, 1, () =>
       redlock.using(resource, 1_000, async (lease) => {
         held = lease;
-        await extensionAfterRelease(t);
+        await nodesRun("release first", t.admin);
         // using() extends when 400 ms of validity are left. The nodes are stopped from well before
         // that moment until the routine has returned and the release is sent, so that the extension is
         // still under way then, however late a timer runs; once they run again its EVALSHA is

@@ -6,27 +6,7 @@ import { LeaseLostError } from "./errors.js";
 import type { Lease } from "./lease.js";
 import { LOCK_CHANNELS, type LockOperationMessage } from "./observe.js";
 import { Redlock } from "./redlock.js";
-import { SCRIPTS } from "./scripts.js";
-import { drained, leaseValuesOn, loadScripts, startTestNodes, type TestNodes } from "./test-support.js";
-
-/** Which the nodes run first when a release follows an extension that is under way. */
-type Order = "extension first" | "release first";
-const ORDERS: readonly Order[] = ["extension first", "release first"];
-
-/**
- * Makes the next extension reach the nodes after whatever is sent right after it: with every script
- * cached but EXTEND, its EVALSHA is answered NOSCRIPT and its EVAL goes out behind the release
- * (a connection's commands run in order), as it does on a node whose script cache was emptied.
- */
-async function nodesRun(order: Order, admin: readonly Redis[]): Promise<void> {
-  await Promise.all(
-    admin.map(async (redis) => {
-      await redis.script("FLUSH");
-      if (order === "extension first") await loadScripts(redis);
-      else await Promise.all([SCRIPTS.acquire, SCRIPTS.publish, SCRIPTS.release].map((s) => redis.script("LOAD", s.source)));
-    }),
-  );
-}
+import { drained, leaseValuesOn, nodesRun, ORDERS, startTestNodes, type TestNodes } from "./test-support.js";
 
 /** EVALSHA and EVAL calls served, summed over the nodes. */
 async function scriptCalls(admin: readonly Redis[]): Promise<number> {

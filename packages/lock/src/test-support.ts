@@ -1,9 +1,11 @@
 // Shared by the lock's tests (not part of the published build: see tsconfig.build.json).
+import { performance } from "node:perf_hooks";
 import { Redis } from "ioredis";
 import { Redis as Redis6 } from "ioredis-6";
 import { Redis as Valkey } from "iovalkey";
 import { startRedisNodes, type RedisNodeHandle, type RedisNodes, type StartRedisOptions } from "@fenced/servers";
 import type { RedisClient } from "./client.js";
+import type { Lease } from "./lease.js";
 import { resourceKeys } from "./keys.js";
 import { SCRIPTS } from "./scripts.js";
 
@@ -167,4 +169,37 @@ export async function loadScripts(redis: Redis): Promise<void> {
  */
 export async function drained(clients: readonly RedisClient[]): Promise<void> {
   await Promise.all(clients.map((c) => c.ping()));
+}
+
+/** Which the nodes run first when a release follows an extension that is under way. */
+export type Order = "extension first" | "release first";
+export const ORDERS: readonly Order[] = ["extension first", "release first"];
+
+/**
+ * Makes the next extension reach the nodes after whatever is sent right after it ("release first"):
+ * with every script cached but EXTEND, its EVALSHA is answered NOSCRIPT and its EVAL goes out behind
+ * the release (a connection's commands run in order), as it does on a node whose script cache was
+ * emptied. "extension first": every script cached, so the nodes run them in the order sent.
+ */
+export async function nodesRun(order: Order, admin: readonly Redis[]): Promise<void> {
+  await Promise.all(
+    admin.map(async (redis) => {
+      await redis.script("FLUSH");
+      if (order === "extension first") await loadScripts(redis);
+      else await Promise.all([SCRIPTS.acquire, SCRIPTS.publish, SCRIPTS.release].map((s) => redis.script("LOAD", s.source)));
+    }),
+  );
+}
+
+/** The lease signal's reason once it aborts, or "still valid" if it has not aborted within `withinMs`. */
+export function lossOf(lease: Lease, withinMs: number): Promise<{ reason: unknown; at: number } | "still valid"> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve("still valid"), withinMs);
+    const onAbort = (): void => {
+      clearTimeout(timer);
+      resolve({ reason: lease.signal.reason, at: performance.now() });
+    };
+    if (lease.signal.aborted) onAbort();
+    else lease.signal.addEventListener("abort", onAbort, { once: true });
+  });
 }

@@ -7,10 +7,10 @@ export type LockNodeState = "up" | "refused" | "timeout" | "error";
 /**
  * Each lock node's state, one source of truth: whatever answered last, a probe's PING (each scrape's
  * of /metrics, a readiness probe's, the start check's) or a lease script (the lock's onNodeResult).
- * Both feed `up(node, …)`
- * (`fenced_gateway_lock_node_up`) here and nowhere else, in the order the answers arrive, so a probe
- * and a lease cannot each hold a state of their own and make the series flap between them. A probe's
- * `pending` node (no answer yet when the outcome was known) has said nothing and changes nothing.
+ * Both feed `up(node, …)` (`fenced_gateway_lock_node_up`) here and nowhere else, in the order the
+ * answers arrive, so a probe and a lease cannot each hold a state of their own and make the series
+ * flap between them. A probe's `pending` node (no answer yet when the outcome was known) has said
+ * nothing and changes nothing.
  * Each change between up and down is one `warn` line with the node's address (logs may name it).
  */
 export class LockNodeStates {
