@@ -174,8 +174,11 @@ export class Lease implements AsyncDisposable {
     const lost = this.lostReason;
     if (lost !== undefined) throw lost;
     // A loss while the round ran, whatever the nodes answered, rejects with the lease's own reason
-    // (Redlock's extendLease).
+    // (Redlock's extendLease, so that observers see it too). One after extendLease's own check (an
+    // observer of the round's success may release the lease) does here: nothing is extended then.
     const extended = await this.#owner.extendLease(this, ttlMs);
+    const lostMeanwhile = this.lostReason;
+    if (lostMeanwhile !== undefined) throw lostMeanwhile;
     this.#validUntil = extended.validUntil;
     this.#deadline = performance.now() + extended.validityMs;
     this.#armExpiry();

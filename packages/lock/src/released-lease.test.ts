@@ -83,6 +83,22 @@ describe("a lease that was released says `released`", () => {
     });
   }
 
+  it("a release made between the round's success and extend()'s return (by an observer of that success) still rejects extend() with `released`", async () => {
+    const resource = "released/as-the-round-ends";
+    const lease = await redlock.acquire(resource, 5_000);
+    const onExtend = (m: unknown): void => {
+      if ((m as LockOperationMessage).resources[0] === resource) void lease.release();
+    };
+    subscribe(LOCK_CHANNELS.extend, onExtend);
+    try {
+      expectReleased(await rejection(lease.extend(5_000)), lease);
+    } finally {
+      unsubscribe(LOCK_CHANNELS.extend, onExtend);
+    }
+    await drained(t.clients);
+    expect(await leaseValuesOn(t.admin, resource)).toEqual([null, null, null]);
+  });
+
   it("`await using`: an extension under way when the block ends rejects with `released`", async () => {
     let extending: Promise<unknown> | undefined;
     let token = 0n;
