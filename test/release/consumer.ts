@@ -1,5 +1,5 @@
 // A user's program, written against the published packages only. release.test.ts installs the packed
-// tarballs into a project of their own (with the user's ioredis, iovalkey, pg and AWS SDK), copies
+// tarballs into a project of their own (with the user's ioredis, iovalkey, node-redis, pg and AWS SDK), copies
 // this file in as consumer.mts and consumer.cts, type-checks both, and runs them against real
 // servers: the .mts as an ES module, the .cts compiled to CommonJS, so that every import below
 // becomes a require().
@@ -7,13 +7,14 @@
 import { S3Client } from "@aws-sdk/client-s3";
 import { InvalidArgumentError, type Fence } from "@fenced/fence";
 import { createGateway, type GatewayOptions } from "@fenced/gateway";
-import { Redlock, type Lease } from "@fenced/lock";
+import { fromNodeRedis, Redlock, type Lease } from "@fenced/lock";
 import { StaleTokenError } from "@fenced/store";
 import { FencedPostgres } from "@fenced/store/postgres";
 import { FencedS3 } from "@fenced/store/s3";
 import { Redis } from "ioredis";
 import { Redis as Valkey } from "iovalkey";
 import pg from "pg";
+import { createClient } from "redis";
 
 /** What one store did with a fresh write and then a stale one; the test judges it. */
 interface StoreOutcome {
@@ -36,8 +37,11 @@ export interface ConsumerReport {
   /** import() and require() of @fenced/store hand out the same StaleTokenError class (no dual package). */
   readonly sameClassFromImport: boolean;
   readonly createGatewayIsFunction: boolean;
-  /** The same lock over iovalkey clients (Valkey's fork of ioredis), as the user made them: each token, after a first lease over ioredis. */
-  readonly valkeyTokens: readonly string[];
+  /**
+   * One resource leased over each client the user made, in turn: ioredis, iovalkey (Valkey's fork of
+   * ioredis) as they are, node-redis through fromNodeRedis. Each lease's token.
+   */
+  readonly clientTokens: readonly string[];
 }
 
 function env(name: string): string {
@@ -148,20 +152,27 @@ async function main(): Promise<void> {
     } catch (err) {
       badKeyRefusedByFenceClass = err instanceof InvalidArgumentError;
     }
-    // The lock takes iovalkey's clients as they are: a lease after one over ioredis carries the next token.
-    const valkeyClients = env("REDIS_URLS")
-      .split(",")
-      .map((url) => new Valkey(url));
-    const valkeyTokens: string[] = [];
+    // The lock takes iovalkey's clients as they are, and node-redis's through fromNodeRedis: each lease
+    // after one over ioredis carries the next token.
+    const urls = env("REDIS_URLS").split(",");
+    const valkeyClients = urls.map((url) => new Valkey(url));
+    const nodeRedisClients = urls.map((url) => createClient({ url }));
+    const clientTokens: string[] = [];
     try {
-      const valkeyLock = new Redlock(valkeyClients, { retryCount: 3 });
-      for (const lock of [redlock, valkeyLock]) {
-        const lease = await lock.acquire(`consumer/${run}/valkey`, 10_000);
-        valkeyTokens.push(lease.token.toString());
+      await Promise.all(nodeRedisClients.map((client) => client.connect()));
+      const locks = [
+        redlock,
+        new Redlock(valkeyClients, { retryCount: 3 }),
+        new Redlock(nodeRedisClients.map(fromNodeRedis), { retryCount: 3 }),
+      ];
+      for (const lock of locks) {
+        const lease = await lock.acquire(`consumer/${run}/clients`, 10_000);
+        clientTokens.push(lease.token.toString());
         await lease.release();
       }
     } finally {
       for (const client of valkeyClients) client.disconnect();
+      for (const client of nodeRedisClients) if (client.isOpen) client.destroy();
     }
     const imported = await import("@fenced/store");
     const options: Pick<GatewayOptions, "apiKeys"> = { apiKeys: [] };
@@ -171,7 +182,7 @@ async function main(): Promise<void> {
       badKeyRefusedByFenceClass,
       sameClassFromImport: imported.StaleTokenError === StaleTokenError,
       createGatewayIsFunction: typeof createGateway === "function" && Array.isArray(options.apiKeys),
-      valkeyTokens,
+      clientTokens,
     };
     process.stdout.write(`${JSON.stringify(report)}\n`);
   } finally {

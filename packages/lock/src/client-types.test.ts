@@ -1,8 +1,12 @@
 import { readdir, readFile } from "node:fs/promises";
 import { Cluster as Cluster5, Redis as Redis5 } from "ioredis";
 import { Cluster as Cluster6, Redis as Redis6 } from "ioredis-6";
+import { createClient as createNodeRedis5, createCluster as createNodeRedisCluster5 } from "redis";
+import { createClient as createNodeRedis6, createCluster as createNodeRedisCluster6 } from "redis-6";
+import { InvalidArgumentError } from "@fenced/fence";
 import { describe, expect, expectTypeOf, it } from "vitest";
 import type { RedisClient } from "./client.js";
+import { fromNodeRedis, type NodeRedisClient } from "./node-redis.js";
 import { Redlock } from "./redlock.js";
 
 /**
@@ -37,15 +41,32 @@ describe("Redis clients of both ioredis majors", () => {
     }
   });
 
-  it("the published declarations cannot import ioredis or iovalkey: no module in the build imports either", async () => {
+  it("node-redis 5 and 6 clients type-check for fromNodeRedis, whose node a Redlock takes; a cluster client or another object is refused", () => {
+    // Never connected: the adapter sends nothing when it is made.
+    const nodes = [createNodeRedis5({ url: "redis://127.0.0.1:1" }), createNodeRedis6({ url: "redis://127.0.0.1:1", RESP: 3 })] as const;
+    expectTypeOf(nodes[0]).toExtend<NodeRedisClient>();
+    expectTypeOf(nodes[1]).toExtend<NodeRedisClient>();
+    expectTypeOf(createNodeRedis6({ RESP: 2 })).toExtend<NodeRedisClient>();
+    expectTypeOf<Redis5>().not.toExtend<NodeRedisClient>();
+    expect(new Redlock(nodes.map(fromNodeRedis)).quorum).toBe(2);
+    expect(nodes.map((n) => fromNodeRedis(n).status)).toEqual(["end", "end"]);
+    const clusters = [
+      createNodeRedisCluster5({ rootNodes: [{ url: "redis://127.0.0.1:1" }] }),
+      createNodeRedisCluster6({ rootNodes: [{ url: "redis://127.0.0.1:1" }] }),
+    ];
+    for (const cluster of clusters) expect(() => fromNodeRedis(cluster as never)).toThrow(InvalidArgumentError);
+    expect(() => fromNodeRedis(new Redis5({ port: 1, lazyConnect: true }) as never)).toThrow(InvalidArgumentError);
+  });
+
+  it("the published declarations cannot import ioredis, iovalkey or redis: no module in the build imports any", async () => {
     // tsconfig.build.json builds src/ without tests and test support; a .d.ts imports only what its module imports.
     const dir = new URL(".", import.meta.url);
     const built = (await readdir(dir)).filter((f) => f.endsWith(".ts") && !f.endsWith(".test.ts") && !f.endsWith("test-support.ts"));
     expect(built).toContain("redlock.ts");
     for (const file of built) {
       const source = await readFile(new URL(file, dir), "utf8");
-      expect(source, file).not.toMatch(/from\s+["'](ioredis|iovalkey)/);
-      expect(source, file).not.toMatch(/import\(\s*["'](ioredis|iovalkey)/);
+      expect(source, file).not.toMatch(/from\s+["'](ioredis|iovalkey|redis|@redis\/)/);
+      expect(source, file).not.toMatch(/import\(\s*["'](ioredis|iovalkey|redis|@redis\/)/);
     }
   });
 });

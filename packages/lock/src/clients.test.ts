@@ -1,3 +1,4 @@
+import { performance } from "node:perf_hooks";
 import { setTimeout as sleep } from "node:timers/promises";
 import { MAX_TOKEN } from "@fenced/fence";
 import { ANSWERING_NODE_TIMEOUT_MS } from "@fenced/servers";
@@ -22,9 +23,11 @@ import {
 
 /**
  * The lock takes a user's ioredis 5 or 6 client, or iovalkey's (Valkey's fork of ioredis 5), as it
- * is. The rest of the suite runs on ioredis 5; these scenarios run the lock on each client: the
- * commands, reply types (integers, decimal strings), error replies (NOSCRIPT) and connection errors
- * all come through the user's client.
+ * is, and node-redis 5 or 6 through fromNodeRedis. The rest of the suite runs on ioredis 5; these
+ * scenarios run the lock on each client, covering the surface a client adapts: the commands, reply
+ * types (integers, decimal strings), error replies (NOSCRIPT), connection state and errors (a killed
+ * node), and what a paused node's client queues. The rest (quorum, drift, wipes, clock jumps) is the
+ * lock's own logic over those answers, and runs once.
  */
 describe.each(CLIENT_KINDS)("the lock on %s clients", (kind) => {
   let t: TestNodes;
@@ -140,6 +143,26 @@ describe.each(CLIENT_KINDS)("the lock on %s clients", (kind) => {
     expect(granted).toHaveLength(40);
     for (let i = 1; i < granted.length; i++)
       expect(granted[i]! > granted[i - 1]!, `grant ${i}: ${granted[i]} after ${granted[i - 1]}`).toBe(true);
+  });
+
+  it("a paused node (SIGSTOP) holds up nothing: two grant, and once resumed it runs what its client queued, the release last", async () => {
+    const resource = "majors/paused";
+    t.nodes[2]!.pause();
+    try {
+      const started = performance.now();
+      const lease = await redlock.acquire(resource, 5_000);
+      // A quorum granted: the acquire did not wait out the paused node's timeout.
+      expect(performance.now() - started).toBeLessThan(ANSWERING_NODE_TIMEOUT_MS);
+      expect(lease.token).toBe(1n);
+      await lease.release();
+      expect(await leaseValuesOn(t.admin.slice(0, 2), resource)).toEqual([null, null]);
+    } finally {
+      t.nodes[2]!.resume();
+    }
+    await drained(t.clients);
+    // The paused node ran its ACQUIRE and then the RELEASE, in the order sent: no lease key is left.
+    expect(await leaseValuesOn(t.admin, resource)).toEqual([null, null, null]);
+    expect(await countersOn(t.admin, resource)).toEqual([1n, 1n, 1n]);
   });
 
   it("a killed node counts as refused; the other two grant, and the node serves again once restarted", async () => {

@@ -13,7 +13,8 @@
 //   node-watch.ts  what the lock learns of each node's connection, and how a node's failure is named
 //   probe.ts       probeNodes: each node's answer to a PING, named as the lock names failures (for health checks)
 //   keys.ts        a resource's keys on a node; lease-value.ts, the random value that names a lease
-//   client.ts      the Redis client by shape (ioredis 5 or 6, a Cluster)
+//   client.ts      the Redis client by shape (ioredis 5 or 6, iovalkey, a Cluster)
+//   node-redis.ts  fromNodeRedis: a node-redis client (redis 5 or 6) as that shape
 //   errors.ts      the errors, their kinds and the reasons a node does not count
 //   observe.ts     what an observer sees: each operation on node:diagnostics_channel and as an OpenTelemetry span
 export { Redlock } from "./redlock.js";
@@ -23,3 +24,4 @@ export { LockNotAcquiredError, LeaseLostError, TokenSpaceExhaustedError } from "
 export { resourceKeys } from "./keys.js";
 export { LOCK_CHANNELS, type LockLostMessage, type LockOperationMessage } from "./observe.js";
 export { probeNodes } from "./probe.js";
+export { fromNodeRedis, type NodeRedisClient } from "./node-redis.js";

@@ -274,7 +274,7 @@ export function checkClients<C>(clients: unknown): C[] {
     ) {
       throw new InvalidArgumentError(
         `clients[${i}]`,
-        "must be an ioredis (5 or 6) or iovalkey client, Redis or Cluster, with evalsha(), eval() and script()",
+        "must be an ioredis (5 or 6) or iovalkey client, Redis or Cluster, with evalsha(), eval() and script(); a node-redis client goes through fromNodeRedis()",
       );
     }
   });

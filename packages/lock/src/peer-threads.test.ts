@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LeaseLostError, LockNotAcquiredError } from "./errors.js";
 import { resourceKeys } from "./keys.js";
 import type { Lease } from "./lease.js";
+import { fromNodeRedis, type NodeRedisClient } from "./node-redis.js";
 import { LOCK_CHANNELS, type LockOperationMessage } from "./observe.js";
 import { Redlock } from "./redlock.js";
 import { drained, holdAs, leaseValuesOn, lossOf, nodesRun, startTestNodes, type TestNodes } from "./test-support.js";
@@ -215,7 +216,7 @@ describe("the peers' reported bugs, absent here", () => {
     ).toBe(true);
   });
   /** What this test uses of a node-redis client, of either major. */
-  interface NodeRedis {
+  interface NodeRedis extends NodeRedisClient {
     connect(): Promise<unknown>;
     info(section: string): Promise<string>;
     destroy(): void;
@@ -225,7 +226,7 @@ describe("the peers' reported bugs, absent here", () => {
     ["6", (url) => createClient6({ url })],
   ];
   it.each(nodeRedis)(
-    "node-redlock #282 and #163: a node-redis %s client, connected, is refused when the Redlock is made, by type, before any command — not retried and blamed on the quorum",
+    "node-redlock #282 and #163: a node-redis %s client, connected, is refused when the Redlock is made, by type, before any command — not retried and blamed on the quorum; through fromNodeRedis it holds a lease",
     async (_major, createClient) => {
       // node-redlock 5 called evalsha on it on every attempt, and each attempt's TypeError was counted
       // as a node's vote against: "unable to achieve a quorum" after every retry. Its scripts take
@@ -243,7 +244,12 @@ describe("the peers' reported bugs, absent here", () => {
         })();
         expect(made).toBeInstanceOf(InvalidArgumentError);
         expect(made).toMatchObject({ argument: "clients[0]" });
+        expect((made as Error).message).toContain("fromNodeRedis()");
         expect((await client.info("commandstats")).match(/^cmdstat_eval\w*:calls=\d+/gm) ?? []).toEqual(before);
+        // Through the adapter, the same client carries a lease (the clients suite runs the rest on it).
+        const lease = await new Redlock([fromNodeRedis(client)], { retryCount: 0 }).acquire("peer/redlock-282", 1_000);
+        expect(lease.token).toBeGreaterThan(0n);
+        await lease.release();
       } finally {
         client.destroy();
       }

@@ -3,18 +3,24 @@ import { performance } from "node:perf_hooks";
 import { Redis } from "ioredis";
 import { Redis as Redis6 } from "ioredis-6";
 import { Redis as Valkey } from "iovalkey";
+import { createClient as createNodeRedis5 } from "redis";
+import { createClient as createNodeRedis6 } from "redis-6";
 import { startRedisNodes, type RedisNodeHandle, type RedisNodes, type StartRedisOptions } from "@fenced/servers";
 import type { RedisClient } from "./client.js";
 import type { Lease } from "./lease.js";
+import { fromNodeRedis } from "./node-redis.js";
 import { resourceKeys } from "./keys.js";
 import { SCRIPTS } from "./scripts.js";
 
 /** ioredis is a peer dependency, 5 or 6: the lock's clients in a test come from either major. */
 export type IoredisMajor = 5 | 6;
 export const IOREDIS_MAJORS: readonly IoredisMajor[] = [5, 6];
-/** Every client the lock takes as it is: ioredis 5 and 6, and iovalkey (Valkey's fork of ioredis 5). */
-export type ClientKind = `ioredis ${IoredisMajor}` | "iovalkey";
-export const CLIENT_KINDS: readonly ClientKind[] = ["ioredis 5", "ioredis 6", "iovalkey"];
+/**
+ * Every client the lock takes: ioredis 5 and 6 and iovalkey (Valkey's fork of ioredis 5) as they
+ * are, node-redis 5 and 6 through fromNodeRedis.
+ */
+export type ClientKind = `ioredis ${IoredisMajor}` | "iovalkey" | `node-redis ${5 | 6}`;
+export const CLIENT_KINDS: readonly ClientKind[] = ["ioredis 5", "ioredis 6", "iovalkey", "node-redis 5", "node-redis 6"];
 
 /** A client of either major as the tests use it: what the lock needs, and what the tests call on it. */
 export interface LockClient extends RedisClient {
@@ -41,6 +47,7 @@ export interface ClientSettings {
 export async function connect(node: RedisNodeHandle, settings?: ClientSettings & { readonly client?: "ioredis 5" }): Promise<Redis>;
 export async function connect(node: RedisNodeHandle, settings: ClientSettings): Promise<LockClient>;
 export async function connect(node: RedisNodeHandle, settings: ClientSettings = {}): Promise<LockClient> {
+  if (settings.client === "node-redis 5" || settings.client === "node-redis 6") return connectNodeRedis(node, settings);
   const options = {
     host: node.host,
     port: node.port,
@@ -56,6 +63,27 @@ export async function connect(node: RedisNodeHandle, settings: ClientSettings = 
   redis.on("error", () => undefined);
   await redis.connect();
   return redis;
+}
+
+/** A node-redis client through the lock's adapter, with the test's connect and disconnect beside it. */
+async function connectNodeRedis(node: RedisNodeHandle, settings: ClientSettings): Promise<LockClient> {
+  if (settings.commandTimeout !== undefined) throw new Error("node-redis clients here take no command timeout");
+  const options = {
+    socket: { host: node.host, port: node.port, reconnectStrategy: () => 20 },
+    ...(settings.failFast === true ? { disableOfflineQueue: true } : {}),
+  };
+  const client = settings.client === "node-redis 6" ? createNodeRedis6(options) : createNodeRedis5(options);
+  client.on("error", () => undefined);
+  const lockClient = Object.assign(fromNodeRedis(client), {
+    connect: async () => {
+      await client.connect();
+    },
+    disconnect: () => {
+      if (client.isOpen) client.destroy();
+    },
+  });
+  await lockClient.connect();
+  return lockClient as LockClient;
 }
 
 export interface TestNodes {
