@@ -3,17 +3,18 @@
 // that any Redlock pays (a bare SET NX PX and a compare-and-delete, each resolved at a quorum) with
 // two variants that split our cost above it (a script; a second write), and
 // a lease of two resources at once, ours against node-redlock's (the one peer that takes a set), and
-// ours on each client it takes (iovalkey, node-redis) beside ioredis. Then two shapes of the quorum:
+// ours on each client it takes (iovalkey, node-redis, Valkey GLIDE) beside ioredis. Then two shapes of the quorum:
 // 3 nodes, and 5 with one stopped (SIGSTOP), each ours against the peers. Then the heap after
 // 100,000 acquire/release cycles against the heap after the first 1,000.
 // JSON lines on stdout; the lines with "goal" are the ones the project is judged by.
+import { GlideClient } from "@valkey/valkey-glide";
 import { Redis } from "ioredis";
 import { Redis as Valkey } from "iovalkey";
 import { createClient } from "redis";
 import { createRedlock, IoredisAdapter } from "redlock-universal";
 import { RedlockMutex } from "redis-semaphore";
 import type PeerRedlock from "../node_modules/redlock/dist/index.js";
-import { fromNodeRedis, Redlock } from "@fenced/lock";
+import { fromNodeRedis, fromValkeyGlide, Redlock } from "@fenced/lock";
 import { startRedisNodes } from "@fenced/servers";
 import { floorLock } from "./lock-floor.js";
 import { emit, measure, median, round3, type Op } from "./measure.js";
@@ -37,8 +38,9 @@ const FLOOR_INCR = "floor, SET + INCR in a script";
 /** Ours on the other clients it takes (the peers and every other line use ioredis 5). */
 const OURS_VALKEY = "@fenced/lock on iovalkey";
 const OURS_NODE_REDIS = "@fenced/lock on node-redis";
+const OURS_GLIDE = "@fenced/lock on valkey-glide";
 /** Ours on each client, each judged against the fastest peer. */
-const OURS_CLIENTS = [OURS, OURS_VALKEY, OURS_NODE_REDIS] as const;
+const OURS_CLIENTS = [OURS, OURS_VALKEY, OURS_NODE_REDIS, OURS_GLIDE] as const;
 const GOAL = 1.05;
 const STRETCH = 1.2;
 const CONCURRENCIES = [1, 16];
@@ -79,6 +81,11 @@ async function implementations(urls: readonly string[], workers: number): Promis
   clients.push(...nodeRedisClients.map((c) => ({ disconnect: () => c.destroy() })));
   const fencedValkey = new Redlock(valkeyClients, { retryCount: RETRIES });
   const fencedNodeRedis = new Redlock(nodeRedisClients.map(fromNodeRedis), { retryCount: RETRIES });
+  const glideClients = await Promise.all(
+    urls.map((url) => GlideClient.createClient({ addresses: [{ host: new URL(url).hostname, port: Number(new URL(url).port) }] })),
+  );
+  clients.push(...glideClients.map((c) => ({ disconnect: () => c.close() })));
+  const fencedGlide = new Redlock(glideClients.map(fromValkeyGlide), { retryCount: RETRIES });
   const fenced = new Redlock(connect(), { retryCount: RETRIES });
   const redlock = new NodeRedlock(connect(), { retryCount: RETRIES });
   const universalAdapters = connect().map((c) => new IoredisAdapter(c));
@@ -109,6 +116,10 @@ async function implementations(urls: readonly string[], workers: number): Promis
     },
     [OURS_NODE_REDIS]: async (w) => {
       const lease = await fencedNodeRedis.acquire(`bench-node-redis:${w}`, TTL_MS);
+      await lease.release();
+    },
+    [OURS_GLIDE]: async (w) => {
+      const lease = await fencedGlide.acquire(`bench-glide:${w}`, TTL_MS);
       await lease.release();
     },
     [PEERS[0]]: async (w) => {
@@ -170,7 +181,13 @@ async function oneOp(op: Op, ms: number): Promise<"finishes" | "fails" | "waits"
   const waiting = new Promise<"waits">((resolve) => {
     timer = setTimeout(() => resolve("waits"), ms);
   });
-  const outcome = await Promise.race([op(0, 0).then(() => "finishes" as const, () => "fails" as const), waiting]);
+  const outcome = await Promise.race([
+    op(0, 0).then(
+      () => "finishes" as const,
+      () => "fails" as const,
+    ),
+    waiting,
+  ]);
   clearTimeout(timer);
   return outcome;
 }
@@ -187,7 +204,8 @@ async function compare(persistence: "fsync-always" | "none", shape: Shape = FULL
     if (stopped.length > 0) {
       for (const node of stopped) node.pause();
       const outcomes = await Promise.all(names.map(async (name) => [name, await oneOp(ops[name], STOPPED_WAIT_MS)] as const));
-      for (const [impl, outcome] of outcomes) if (outcome !== "finishes") emit({ bench: "lock-stopped-node", ...at, impl, outcome, waitedMs: STOPPED_WAIT_MS });
+      for (const [impl, outcome] of outcomes)
+        if (outcome !== "finishes") emit({ bench: "lock-stopped-node", ...at, impl, outcome, waitedMs: STOPPED_WAIT_MS });
       names = outcomes.filter(([, outcome]) => outcome === "finishes").map(([name]) => name);
     }
     for (const concurrency of CONCURRENCIES) {

@@ -3,11 +3,12 @@ import { join } from "node:path";
 import { run, runOk, type Ran } from "./exec.js";
 import { ROOT, type Tarball } from "./tarballs.js";
 
-/** What a user installs beside the packages: their own clients (ioredis: the registry's latest major; iovalkey; node-redis) and compiler. */
+/** What a user installs beside the packages: their own clients (ioredis: the registry's latest major; iovalkey; node-redis; Valkey GLIDE) and compiler. */
 const USER_PACKAGES = [
   "ioredis@latest",
   "iovalkey@latest",
   "redis@latest",
+  "@valkey/valkey-glide@latest",
   "pg@^8",
   "@types/pg@^8",
   "@aws-sdk/client-s3@^3",

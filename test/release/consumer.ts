@@ -1,13 +1,14 @@
 // A user's program, written against the published packages only. release.test.ts installs the packed
-// tarballs into a project of their own (with the user's ioredis, iovalkey, node-redis, pg and AWS SDK), copies
+// tarballs into a project of their own (with the user's ioredis, iovalkey, node-redis, GLIDE, pg and AWS SDK), copies
 // this file in as consumer.mts and consumer.cts, type-checks both, and runs them against real
 // servers: the .mts as an ES module, the .cts compiled to CommonJS, so that every import below
 // becomes a require().
 // No top-level await and no import.meta: the same text must be valid CommonJS.
 import { S3Client } from "@aws-sdk/client-s3";
+import { GlideClient } from "@valkey/valkey-glide";
 import { InvalidArgumentError, type Fence } from "@fenced/fence";
 import { createGateway, type GatewayOptions } from "@fenced/gateway";
-import { fromNodeRedis, Redlock, type Lease } from "@fenced/lock";
+import { fromNodeRedis, fromValkeyGlide, Redlock, type Lease } from "@fenced/lock";
 import { StaleTokenError } from "@fenced/store";
 import { FencedPostgres } from "@fenced/store/postgres";
 import { FencedS3 } from "@fenced/store/s3";
@@ -39,7 +40,8 @@ export interface ConsumerReport {
   readonly createGatewayIsFunction: boolean;
   /**
    * One resource leased over each client the user made, in turn: ioredis, iovalkey (Valkey's fork of
-   * ioredis) as they are, node-redis through fromNodeRedis. Each lease's token.
+   * ioredis) as they are, node-redis through fromNodeRedis, GLIDE through fromValkeyGlide. Each
+   * lease's token.
    */
   readonly clientTokens: readonly string[];
 }
@@ -152,18 +154,24 @@ async function main(): Promise<void> {
     } catch (err) {
       badKeyRefusedByFenceClass = err instanceof InvalidArgumentError;
     }
-    // The lock takes iovalkey's clients as they are, and node-redis's through fromNodeRedis: each lease
-    // after one over ioredis carries the next token.
+    // The lock takes iovalkey's clients as they are, node-redis's through fromNodeRedis and GLIDE's
+    // through fromValkeyGlide: each lease after one over ioredis carries the next token.
     const urls = env("REDIS_URLS").split(",");
     const valkeyClients = urls.map((url) => new Valkey(url));
     const nodeRedisClients = urls.map((url) => createClient({ url }));
+    const glideClients: GlideClient[] = [];
     const clientTokens: string[] = [];
     try {
       await Promise.all(nodeRedisClients.map((client) => client.connect()));
+      for (const url of urls) {
+        const { hostname, port } = new URL(url);
+        glideClients.push(await GlideClient.createClient({ addresses: [{ host: hostname, port: Number(port) }] }));
+      }
       const locks = [
         redlock,
         new Redlock(valkeyClients, { retryCount: 3 }),
         new Redlock(nodeRedisClients.map(fromNodeRedis), { retryCount: 3 }),
+        new Redlock(glideClients.map(fromValkeyGlide), { retryCount: 3 }),
       ];
       for (const lock of locks) {
         const lease = await lock.acquire(`consumer/${run}/clients`, 10_000);
@@ -173,6 +181,7 @@ async function main(): Promise<void> {
     } finally {
       for (const client of valkeyClients) client.disconnect();
       for (const client of nodeRedisClients) if (client.isOpen) client.destroy();
+      for (const client of glideClients) client.close();
     }
     const imported = await import("@fenced/store");
     const options: Pick<GatewayOptions, "apiKeys"> = { apiKeys: [] };

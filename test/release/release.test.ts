@@ -298,7 +298,7 @@ describe("installed from the packed tarballs, like a user", () => {
       expect(report.sameClassFromImport).toBe(true);
       expect(report.createGatewayIsFunction).toBe(true);
       const [firstToken = 0n] = report.clientTokens.map(BigInt);
-      expect(report.clientTokens.map(BigInt)).toEqual([firstToken, firstToken + 1n, firstToken + 2n]);
+      expect(report.clientTokens.map(BigInt)).toEqual([firstToken, firstToken + 1n, firstToken + 2n, firstToken + 3n]);
     },
     90_000,
   );

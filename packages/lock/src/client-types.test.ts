@@ -4,9 +4,11 @@ import { Cluster as Cluster6, Redis as Redis6 } from "ioredis-6";
 import { createClient as createNodeRedis5, createCluster as createNodeRedisCluster5 } from "redis";
 import { createClient as createNodeRedis6, createCluster as createNodeRedisCluster6 } from "redis-6";
 import { InvalidArgumentError } from "@fenced/fence";
+import { GlideClient, GlideClusterClient } from "@valkey/valkey-glide";
 import { describe, expect, expectTypeOf, it } from "vitest";
 import type { RedisClient } from "./client.js";
 import { fromNodeRedis, type NodeRedisClient } from "./node-redis.js";
+import { fromValkeyGlide, type ValkeyGlideClient } from "./valkey-glide.js";
 import { Redlock } from "./redlock.js";
 
 /**
@@ -58,15 +60,25 @@ describe("Redis clients of both ioredis majors", () => {
     expect(() => fromNodeRedis(new Redis5({ port: 1, lazyConnect: true }) as never)).toThrow(InvalidArgumentError);
   });
 
-  it("the published declarations cannot import ioredis, iovalkey or redis: no module in the build imports any", async () => {
+  it("a GLIDE client type-checks for fromValkeyGlide; a GLIDE cluster client or another object is refused", () => {
+    expectTypeOf<GlideClient>().toExtend<ValkeyGlideClient>();
+    expectTypeOf<Redis5>().not.toExtend<ValkeyGlideClient>();
+    // GLIDE connects as it makes a client: the class's own methods, on an object that never connected.
+    const glide = Object.create(GlideClient.prototype) as GlideClient;
+    expect(new Redlock([fromValkeyGlide(glide)]).quorum).toBe(1);
+    expect(() => fromValkeyGlide(Object.create(GlideClusterClient.prototype) as GlideClusterClient)).toThrow(InvalidArgumentError);
+    expect(() => fromValkeyGlide(new Redis5({ port: 1, lazyConnect: true }) as never)).toThrow(InvalidArgumentError);
+  });
+
+  it("the published declarations cannot import ioredis, iovalkey, redis or GLIDE: no module in the build imports any", async () => {
     // tsconfig.build.json builds src/ without tests and test support; a .d.ts imports only what its module imports.
     const dir = new URL(".", import.meta.url);
     const built = (await readdir(dir)).filter((f) => f.endsWith(".ts") && !f.endsWith(".test.ts") && !f.endsWith("test-support.ts"));
     expect(built).toContain("redlock.ts");
     for (const file of built) {
       const source = await readFile(new URL(file, dir), "utf8");
-      expect(source, file).not.toMatch(/from\s+["'](ioredis|iovalkey|redis|@redis\/)/);
-      expect(source, file).not.toMatch(/import\(\s*["'](ioredis|iovalkey|redis|@redis\/)/);
+      expect(source, file).not.toMatch(/from\s+["'](ioredis|iovalkey|redis|@redis\/|@valkey\/)/);
+      expect(source, file).not.toMatch(/import\(\s*["'](ioredis|iovalkey|redis|@redis\/|@valkey\/)/);
     }
   });
 });

@@ -13,6 +13,7 @@ import {
   drained,
   holdAs,
   CLIENT_KINDS,
+  clientTraits,
   leaseValuesOn,
   loadScripts,
   ready,
@@ -30,6 +31,7 @@ import {
  * lock's own logic over those answers, and runs once.
  */
 describe.each(CLIENT_KINDS)("the lock on %s clients", (kind) => {
+  const traits = clientTraits(kind);
   let t: TestNodes;
   let redlock: Redlock;
 
@@ -101,10 +103,11 @@ describe.each(CLIENT_KINDS)("the lock on %s clients", (kind) => {
     }
   });
 
-  it("an empty script cache answers NOSCRIPT, classified by its error code, and the lock loads the script", async () => {
+  it("an empty script cache answers NOSCRIPT, classified by its error code (GLIDE: never asked), and the lock loads the script", async () => {
     const client = t.clients[0]!;
     const error = await client.evalsha("0".repeat(40), 0).catch((e: unknown) => e);
-    expect(redisErrorCode(error)).toBe("NOSCRIPT");
+    // GLIDE names no code: its adapter sends the lock's scripts as EVAL, which is never answered NOSCRIPT.
+    expect(redisErrorCode(error)).toBe(traits.replyCodes ? "NOSCRIPT" : undefined);
     expect(redisErrorCode(new Error("NOSCRIPT lookalike, not a reply"))).toBeUndefined();
     await Promise.all(t.admin.map((r) => r.script("FLUSH")));
     const lease = await redlock.acquire("majors/noscript", 2_000);
@@ -165,9 +168,9 @@ describe.each(CLIENT_KINDS)("the lock on %s clients", (kind) => {
     expect(await countersOn(t.admin, resource)).toEqual([1n, 1n, 1n]);
   });
 
-  it("a killed node counts as refused; the other two grant, and the node serves again once restarted", async () => {
+  it("a killed node counts as refused (GLIDE: its own error), the other two grant, and the node serves again once restarted", async () => {
     const resource = "majors/killed";
-    const refused = refusedReconnect(t.clients[2]!);
+    const refused = traits.connectionEvents ? refusedReconnect(t.clients[2]!) : undefined;
     await t.nodes[2]!.kill();
     // Until the client has tried to reconnect, a killed node is only a closed connection (an `error` without code).
     await refused;
@@ -180,9 +183,11 @@ describe.each(CLIENT_KINDS)("the lock on %s clients", (kind) => {
       const error = await redlock.acquire("majors/killed-held", 2_000).catch((e: unknown) => e);
       expect(error).toBeInstanceOf(LockNotAcquiredError);
       // B granted, or had not answered when A and C decided the attempt.
+      // A client without connection events cannot know the node down: its call fails (GLIDE's own
+      // timeout) or times out in the round, and the round waits for it.
       expect((error as LockNotAcquiredError).nodes.filter((n) => n.node !== 1).map((n) => [n.node, n.reason])).toEqual([
         [0, "held"],
-        [2, "refused"],
+        [2, traits.connectionEvents ? "refused" : expect.stringMatching(/^(error|timeout)$/)],
       ]);
     } finally {
       await t.nodes[2]!.restart({ keepData: true });

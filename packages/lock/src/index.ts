@@ -15,6 +15,7 @@
 //   keys.ts        a resource's keys on a node; lease-value.ts, the random value that names a lease
 //   client.ts      the Redis client by shape (ioredis 5 or 6, iovalkey, a Cluster)
 //   node-redis.ts  fromNodeRedis: a node-redis client (redis 5 or 6) as that shape
+//   valkey-glide.ts  fromValkeyGlide: a Valkey GLIDE client as that shape
 //   errors.ts      the errors, their kinds and the reasons a node does not count
 //   observe.ts     what an observer sees: each operation on node:diagnostics_channel and as an OpenTelemetry span
 export { Redlock } from "./redlock.js";
@@ -25,3 +26,4 @@ export { resourceKeys } from "./keys.js";
 export { LOCK_CHANNELS, type LockLostMessage, type LockOperationMessage } from "./observe.js";
 export { probeNodes } from "./probe.js";
 export { fromNodeRedis, type NodeRedisClient } from "./node-redis.js";
+export { fromValkeyGlide, type ValkeyGlideClient } from "./valkey-glide.js";

@@ -5,10 +5,12 @@ import { Redis as Redis6 } from "ioredis-6";
 import { Redis as Valkey } from "iovalkey";
 import { createClient as createNodeRedis5 } from "redis";
 import { createClient as createNodeRedis6 } from "redis-6";
+import { GlideClient, Logger as GlideLogger } from "@valkey/valkey-glide";
 import { startRedisNodes, type RedisNodeHandle, type RedisNodes, type StartRedisOptions } from "@fenced/servers";
 import type { RedisClient } from "./client.js";
 import type { Lease } from "./lease.js";
 import { fromNodeRedis } from "./node-redis.js";
+import { fromValkeyGlide } from "./valkey-glide.js";
 import { resourceKeys } from "./keys.js";
 import { SCRIPTS } from "./scripts.js";
 
@@ -17,10 +19,19 @@ export type IoredisMajor = 5 | 6;
 export const IOREDIS_MAJORS: readonly IoredisMajor[] = [5, 6];
 /**
  * Every client the lock takes: ioredis 5 and 6 and iovalkey (Valkey's fork of ioredis 5) as they
- * are, node-redis 5 and 6 through fromNodeRedis.
+ * are, node-redis 5 and 6 through fromNodeRedis, Valkey GLIDE through fromValkeyGlide.
  */
-export type ClientKind = `ioredis ${IoredisMajor}` | "iovalkey" | `node-redis ${5 | 6}`;
-export const CLIENT_KINDS: readonly ClientKind[] = ["ioredis 5", "ioredis 6", "iovalkey", "node-redis 5", "node-redis 6"];
+export type ClientKind = `ioredis ${IoredisMajor}` | "iovalkey" | `node-redis ${5 | 6}` | "valkey-glide";
+export const CLIENT_KINDS: readonly ClientKind[] = ["ioredis 5", "ioredis 6", "iovalkey", "node-redis 5", "node-redis 6", "valkey-glide"];
+
+/**
+ * What a client tells the lock beyond its replies: `replyCodes`, an error reply's code (NOSCRIPT,
+ * WRONGTYPE); `connectionEvents`, its connection's errors and state (node-watch.ts). GLIDE has neither.
+ */
+export function clientTraits(kind: ClientKind): { readonly replyCodes: boolean; readonly connectionEvents: boolean } {
+  const glide = kind === "valkey-glide";
+  return { replyCodes: !glide, connectionEvents: !glide };
+}
 
 /** A client of either major as the tests use it: what the lock needs, and what the tests call on it. */
 export interface LockClient extends RedisClient {
@@ -48,6 +59,7 @@ export async function connect(node: RedisNodeHandle, settings?: ClientSettings &
 export async function connect(node: RedisNodeHandle, settings: ClientSettings): Promise<LockClient>;
 export async function connect(node: RedisNodeHandle, settings: ClientSettings = {}): Promise<LockClient> {
   if (settings.client === "node-redis 5" || settings.client === "node-redis 6") return connectNodeRedis(node, settings);
+  if (settings.client === "valkey-glide") return connectGlide(node, settings);
   const options = {
     host: node.host,
     port: node.port,
@@ -84,6 +96,30 @@ async function connectNodeRedis(node: RedisNodeHandle, settings: ClientSettings)
   });
   await lockClient.connect();
   return lockClient as LockClient;
+}
+
+/**
+ * A GLIDE client through the lock's adapter. GLIDE connects when it is made and has no connection
+ * state or events: `status` reads "ready" and `on` listens to nothing (the tests wait for it with ping).
+ */
+async function connectGlide(node: RedisNodeHandle, settings: ClientSettings): Promise<LockClient> {
+  // GLIDE logs each error reply a test provokes (a NOSCRIPT) as a warning on stdout.
+  GlideLogger.init("error");
+  const client = await GlideClient.createClient({
+    addresses: [{ host: node.host, port: node.port }],
+    ...(settings.commandTimeout === undefined ? {} : { requestTimeout: settings.commandTimeout }),
+  });
+  let closed = false;
+  const lockClient = Object.assign(fromValkeyGlide(client), {
+    status: "ready",
+    on: () => lockClient,
+    connect: () => Promise.resolve(),
+    disconnect: () => {
+      if (!closed) client.close();
+      closed = true;
+    },
+  });
+  return lockClient as unknown as LockClient;
 }
 
 export interface TestNodes {
@@ -154,6 +190,16 @@ export async function ready(redis: LockClient, timeoutMs = 5_000): Promise<void>
   const deadline = Date.now() + timeoutMs;
   while (redis.status !== "ready") {
     if (Date.now() > deadline) throw new Error(`client did not become ready within ${timeoutMs} ms (status ${redis.status})`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  // A client without connection state (GLIDE) is ready once it answers.
+  for (;;) {
+    const answered = await redis.ping().then(
+      () => true,
+      () => false,
+    );
+    if (answered) return;
+    if (Date.now() > deadline) throw new Error(`client did not answer within ${timeoutMs} ms`);
     await new Promise((r) => setTimeout(r, 5));
   }
 }
