@@ -9,12 +9,12 @@ import { Redlock } from "./redlock.js";
 import { SCRIPTS } from "./scripts.js";
 import { LockNotAcquiredError } from "./errors.js";
 import {
-  CLIENT_KINDS,
   drained,
   holdAs,
   IOREDIS_MAJORS,
   leaseValuesOn,
   loadScripts,
+  PIPELINE_KINDS,
   ready,
   refusedReconnect,
   startTestNodes,
@@ -46,7 +46,7 @@ const withoutPipeline = (c: LockClient): RedisClient => ({
 const N = 16;
 
 /** pipelining.ts: the scripts of one tick leave for each node in one socket write. */
-describe.each(CLIENT_KINDS)("scripts of one tick, one write per node (%s)", (kind) => {
+describe.each(PIPELINE_KINDS)("scripts of one tick, one write per node (%s)", (kind) => {
   let t: TestNodes;
 
   beforeAll(async () => {
@@ -88,7 +88,7 @@ describe.each(CLIENT_KINDS)("scripts of one tick, one write per node (%s)", (kin
   });
 });
 
-describe.each(CLIENT_KINDS)("pipelines and a killed node (%s)", (kind) => {
+describe.each(PIPELINE_KINDS)("pipelines and a killed node (%s)", (kind) => {
   it("concurrent acquires are granted by the other two and count the killed node refused; the cleanup releases sent to it fail alone", async () => {
     const t = await startTestNodes(3, { faults: true }, { client: kind, failFast: true });
     try {

@@ -24,6 +24,9 @@ export const IOREDIS_MAJORS: readonly IoredisMajor[] = [5, 6];
 export type ClientKind = `ioredis ${IoredisMajor}` | "iovalkey" | `node-redis ${5 | 6}` | "valkey-glide";
 export const CLIENT_KINDS: readonly ClientKind[] = ["ioredis 5", "ioredis 6", "iovalkey", "node-redis 5", "node-redis 6", "valkey-glide"];
 
+/** The kinds of the ioredis family, whose clients have `pipeline()` (pipelining.ts). */
+export const PIPELINE_KINDS: readonly ClientKind[] = ["ioredis 5", "ioredis 6", "iovalkey"];
+
 /**
  * What a client tells the lock beyond its replies: `replyCodes`, an error reply's code (NOSCRIPT,
  * WRONGTYPE); `connectionEvents`, its connection's errors and state (node-watch.ts). GLIDE has neither.
