@@ -6,6 +6,7 @@ import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { GATEWAY_VERSION } from "./version.js";
 import { createGateway } from "./app.js";
+import { SCRAPE_PROBE_MAX_MS } from "./routes/leases.js";
 import { serve, type Serving } from "./http/server.js";
 import {
   bearer,
@@ -274,6 +275,33 @@ describe("/metrics", () => {
       for (const c of own) c.disconnect();
     }
   }, 60_000);
+
+  it(
+    "a node timeout longer than a scrape may take: the scrape's probe waits SCRAPE_PROBE_MAX_MS, not the node timeout, and shows the paused node down",
+    async () => {
+      // Prometheus gives a scrape 10 s by default: a probe that waited out a 20 s node timeout would fail it.
+      const nodeTimeoutMs = 4 * SCRAPE_PROBE_MAX_MS;
+      const own = (backends.redis?.urls ?? []).map((url) => new Redis(url).on("error", () => undefined));
+      const slow = await runGateway(
+        backends.gatewayOptions({ leases: { clients: own, redlock: { nodeTimeoutMs }, acquireTimeoutMs: 3 * nodeTimeoutMs } }),
+      );
+      const node2 = backends.redis?.nodes[2];
+      node2?.pause();
+      try {
+        const started = performance.now();
+        const text = await slow.gateway.metrics.registry.metrics();
+        const ms = performance.now() - started;
+        expect(series(text, "fenced_gateway_lock_node_up", `node="2",address=""`)).toBe(0);
+        expect(ms).toBeGreaterThanOrEqual(SCRAPE_PROBE_MAX_MS - 1);
+        expect(ms).toBeLessThan(SCRAPE_PROBE_MAX_MS + SCRAPE_MARGIN_MS);
+      } finally {
+        node2?.resume();
+        await slow.close();
+        for (const c of own) c.disconnect();
+      }
+    },
+    4 * SCRAPE_PROBE_MAX_MS,
+  );
 
   it("while a node is silent, scrapes share one probe at a time: a flood of /metrics sends each node a PING per node timeout, not one per scrape", async () => {
     const pings = async (): Promise<number[]> =>

@@ -53,7 +53,7 @@ const BODY_LIMIT = 16 * 1024;
  * timeout (10 s), so that a nodeTimeoutMs set longer does not fail the scrape and take every series
  * with it. Above it, a node slower than this but within nodeTimeoutMs shows 0 until a lease finds it.
  */
-const SCRAPE_PROBE_MAX_MS = 5_000;
+export const SCRAPE_PROBE_MAX_MS = 5_000;
 
 /**
  * The answer's shape is the API document's (schemas/answers.ts): the type keeps this code and the document
