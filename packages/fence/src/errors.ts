@@ -16,10 +16,11 @@ export class InvalidArgumentError extends TypeError {
   constructor(
     /** Which argument or field was wrong, e.g. "fence.token". */
     readonly argument: string,
-    message: string,
+    /** What is wrong with it, without its name: the message is `${argument}: ${reason}`. */
+    readonly reason: string,
     options?: { cause?: unknown },
   ) {
-    super(`${argument}: ${message}`, options);
+    super(`${argument}: ${reason}`, options);
   }
 }
 

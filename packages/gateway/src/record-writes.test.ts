@@ -217,7 +217,6 @@ describe("refused before the store is called", () => {
         { fences: [a.fence, `fc2.current.YR.${"A".repeat(43)}`], writes: [w("svc/bad/a/1", a.resource)] },
         /fences\.1: not a fence credential/,
       ],
-      [{ fences, writes: [w("svc/bad/a/1", a.resource, "nul \u0000")] }, /writes\.0\.value/],
       [{ fences, writes: [{ key: "svc/bad/a/1", resource: a.resource }] }, /writes\.0\.value: a JSON value is required/],
       [{ fences, writes: [{ ...w("svc/bad/a/1", a.resource), ifVersion: "v1" }] }, /writes\.0\.ifVersion/],
       [{ fences, writes: [{ ...w("svc/bad/a/1", a.resource), extra: 1 }] }, /extra/],
@@ -247,6 +246,16 @@ describe("refused before the store is called", () => {
     const tooLarge = await putAll({ fences, writes: [w("svc/bad/a/1", a.resource, "x".repeat(1024 * 1024))] });
     expect(tooLarge.status).toBe(413);
     expect(await storeCalls()).toBe(calls);
+    expect(await fixture.state()).toBe(before);
+    // A value jsonb refuses (U+0000): the store's own check, the gateway has no copy of it. It runs
+    // before any I/O, and the answer names the write's value in the gateway's one path spelling.
+    const badValue = await putAll({ fences, writes: [w("svc/bad/a/0", a.resource, 2), w("svc/bad/a/1", a.resource, "nul \u0000")] });
+    expect(badValue.status).toBe(400);
+    expect(badValue.json()).toMatchObject({
+      type: "/problems/invalid-request",
+      detail: expect.stringMatching(/^writes\.1\.value: /),
+      errors: [{ path: "writes.1.value", message: expect.stringMatching(/^writes\.1\.value: /) }],
+    });
     expect(await fixture.state()).toBe(before);
   });
 

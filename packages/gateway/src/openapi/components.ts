@@ -51,7 +51,7 @@ const JSON_SCALARS: readonly JsonSchema[] = [{ type: "null" }, { type: "boolean"
 
 /**
  * A record's value, the same both ways (PUT's body, GET's answer): any JSON value. Written out, not
- * from zod: the record routes check a body with the store's assertJsonValue, and the shape matters
+ * from zod: the store checks a record's value (its own assertJsonValue), and the shape matters
  * to generated clients. A JSON Schema says "any JSON value" in one recursive schema, but
  * openapi-typescript turns an array of itself into `components["schemas"]["JsonValue"][]` inside an
  * interface, which TypeScript refuses (TS2502: referenced in its own type annotation; a recursion

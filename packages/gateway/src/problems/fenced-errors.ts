@@ -34,8 +34,11 @@ function answer<K extends ProblemKind>(kind: K, detail: string, extensions: Prob
 /** The answer to an error of the packages. */
 export function fencedAnswer(err: FencedError): Answer {
   const kind = PROBLEM_OF_CODE[err.code];
-  if (err instanceof InvalidArgumentError)
-    return answer(PROBLEM_OF_CODE[err.code], err.message, { errors: [{ path: err.argument, message: err.message }] });
+  if (err instanceof InvalidArgumentError) {
+    const path = requestPath(err.argument);
+    const detail = `${path}: ${err.reason}`;
+    return answer(PROBLEM_OF_CODE[err.code], detail, { errors: [{ path, message: detail }] });
+  }
   // Tokens are 64-bit: decimal strings, never JSON numbers (a double would round them).
   if (err instanceof StaleTokenError)
     return answer(PROBLEM_OF_CODE[err.code], err.message, {
@@ -48,6 +51,15 @@ export function fencedAnswer(err: FencedError): Answer {
   if (err instanceof VersionMismatchError)
     return answer(PROBLEM_OF_CODE[err.code], err.message, { key: err.key, expected: err.expected, actual: err.actual ?? null });
   return storeAnswer(err) ?? lockAnswer(err) ?? credentialAnswer(err) ?? { kind, detail: err.message, extensions: {} };
+}
+
+/**
+ * An argument's name as a path into the request, in the one spelling every problem of the gateway
+ * uses (its body schemas' too, problem.ts): indexes as dotted segments, `writes.0.value` where a
+ * package names it `writes[0].value`.
+ */
+function requestPath(argument: string): string {
+  return argument.replace(/\[(\d+)\]/g, ".$1");
 }
 
 /** The stores' operations that write nothing whatever happens: their answers say nothing of writes. */

@@ -1,6 +1,6 @@
 import { Router, type Request, type Response } from "express";
 import type { RecordStore } from "@fenced/store";
-import { assertJsonValue, RECORD_VERSION } from "@fenced/store/internal";
+import { RECORD_VERSION } from "@fenced/store/internal";
 import { answerWrite, authorizeKey, authorizeWrites, fencesFromCredentials, writeOptions } from "./access.js";
 import { requireKey } from "../auth/api-keys.js";
 import { clientGone } from "../http/client-gone.js";
@@ -71,8 +71,9 @@ export function recordsRouter(ctx: RouteContext, store: RecordStore): Router {
  * names. The checks run in this order, all before the store is called: credentials (401), a key
  * that may write (403), no fence or precondition header (400), body (415/413/400, each key's syntax
  * included), each key's scope (403), each credential (400/403) and its resource's scope (403), each
- * write's resource among the credentials' (400), each value (400). The store then raises and checks
- * every fence's ratchet (409), each key's owner (409) and version (412): one refusal, nothing written.
+ * write's resource among the credentials' (400). The store then checks each value (400) before any
+ * I/O, raises and checks every fence's ratchet (409), each key's owner (409) and version (412): one
+ * refusal, nothing written.
  */
 function putAllHandler(
   ctx: RouteContext,
@@ -86,12 +87,14 @@ function putAllHandler(
     for (const { key } of body.writes) requireKey(principal, key);
     const fences = fencesFromCredentials(ctx, principal, body.fences);
     const resources = fences.map((f) => f.resource);
-    const writes = body.writes.map(({ key, value, resource, ifVersion }, i) => {
-      const under = resourceOf(resource, resources, i);
-      // What jsonb refuses (U+0000, lone surrogates) or nests too deep: the store's rule, before the store.
-      assertJsonValue(value, `writes.${i}.value`);
-      return { key, value, resource: under, ...(ifVersion === undefined ? {} : { ifVersion }) };
-    });
+    // Each value is checked by the store (what jsonb refuses: U+0000, lone surrogates, nesting too
+    // deep), before any I/O, and answered as `writes.<i>.value` (problems/fenced-errors.ts).
+    const writes = body.writes.map(({ key, value, resource, ifVersion }, i) => ({
+      key,
+      value,
+      resource: resourceOf(resource, resources, i),
+      ...(ifVersion === undefined ? {} : { ifVersion }),
+    }));
     const signal = clientGone(res);
     const results = await ctx.metrics.time("records", "put_all", () => store.putAll(writes, { fences, signal }));
     markAccepted(res);

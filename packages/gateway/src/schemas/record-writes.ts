@@ -29,7 +29,7 @@ const bodyKey = keyString
 const write = z
   .strictObject({
     key: bodyKey,
-    // Any JSON value, as PUT /v1/records/{key} takes it: checked by the store's rule (assertJsonValue);
+    // Any JSON value, as PUT /v1/records/{key} takes it: checked by the store itself, before any I/O;
     // the document refers to its JsonValue schema.
     value: z
       .unknown()
