@@ -1,8 +1,16 @@
 import { readdir, readFile } from "node:fs/promises";
 import { Cluster as Cluster5, Redis as Redis5 } from "ioredis";
 import { Cluster as Cluster6, Redis as Redis6 } from "ioredis-6";
-import { createClient as createNodeRedis5, createCluster as createNodeRedisCluster5 } from "redis";
-import { createClient as createNodeRedis6, createCluster as createNodeRedisCluster6 } from "redis-6";
+import {
+  createClient as createNodeRedis5,
+  createClientPool as createNodeRedisPool5,
+  createCluster as createNodeRedisCluster5,
+} from "redis";
+import {
+  createClient as createNodeRedis6,
+  createClientPool as createNodeRedisPool6,
+  createCluster as createNodeRedisCluster6,
+} from "redis-6";
 import { InvalidArgumentError } from "@fenced/fence";
 import { GlideClient, GlideClusterClient } from "@valkey/valkey-glide";
 import { describe, expect, expectTypeOf, it } from "vitest";
@@ -43,7 +51,7 @@ describe("Redis clients of both ioredis majors", () => {
     }
   });
 
-  it("node-redis 5 and 6 clients type-check for fromNodeRedis, whose node a Redlock takes; a cluster client or another object is refused", () => {
+  it("node-redis 5 and 6 clients type-check for fromNodeRedis, whose node a Redlock takes, one per client; a cluster client, a pool or another object is refused", () => {
     // Never connected: the adapter sends nothing when it is made.
     const nodes = [createNodeRedis5({ url: "redis://127.0.0.1:1" }), createNodeRedis6({ url: "redis://127.0.0.1:1", RESP: 3 })] as const;
     expectTypeOf(nodes[0]).toExtend<NodeRedisClient>();
@@ -57,6 +65,11 @@ describe("Redis clients of both ioredis majors", () => {
       createNodeRedisCluster6({ rootNodes: [{ url: "redis://127.0.0.1:1" }] }),
     ];
     for (const cluster of clusters) expect(() => fromNodeRedis(cluster as never)).toThrow(InvalidArgumentError);
+    // A pool spreads commands over several connections: a RELEASE could overtake its ACQUIRE.
+    const pools = [createNodeRedisPool5({ url: "redis://127.0.0.1:1" }), createNodeRedisPool6({ url: "redis://127.0.0.1:1" })];
+    for (const pool of pools) expect(() => fromNodeRedis(pool as never)).toThrow(InvalidArgumentError);
+    // One node per client: its watch listens to the client once, however often it is adapted.
+    expect(fromNodeRedis(nodes[0])).toBe(fromNodeRedis(nodes[0]));
     expect(() => fromNodeRedis(new Redis5({ port: 1, lazyConnect: true }) as never)).toThrow(InvalidArgumentError);
   });
 

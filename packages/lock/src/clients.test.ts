@@ -2,9 +2,12 @@ import { performance } from "node:perf_hooks";
 import { setTimeout as sleep } from "node:timers/promises";
 import { MAX_TOKEN } from "@fenced/fence";
 import { ANSWERING_NODE_TIMEOUT_MS } from "@fenced/servers";
+import { createClient as createNodeRedis5, RESP_TYPES as RESP_TYPES_5 } from "redis";
+import { createClient as createNodeRedis6, RESP_TYPES as RESP_TYPES_6 } from "redis-6";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { redisErrorCode } from "./client.js";
 import { LockNotAcquiredError, TokenSpaceExhaustedError } from "./errors.js";
+import { fromNodeRedis, type NodeRedisClient } from "./node-redis.js";
 import { resourceKeys } from "./keys.js";
 import { Redlock } from "./redlock.js";
 import { SCRIPTS } from "./scripts.js";
@@ -199,5 +202,37 @@ describe.each(CLIENT_KINDS)("the lock on %s clients", (kind) => {
     await drained(t.clients);
     expect(await leaseValuesOn(t.admin, resource)).toEqual(Array(3).fill(after.value));
     await after.release();
+  });
+});
+
+describe("a node-redis client's own command options", () => {
+  /** What this test uses of a node-redis client made with defaults of its own. */
+  interface Defaulted extends NodeRedisClient {
+    connect(): Promise<unknown>;
+    incr(key: string): Promise<unknown>;
+    destroy(): void;
+  }
+  // Integers read as strings, every command ahead of the queue: the client's defaults, not the lock's.
+  const majors: [string, (url: string) => Defaulted][] = [
+    ["5", (url) => createNodeRedis5({ url, commandOptions: { asap: true, typeMapping: { [RESP_TYPES_5.NUMBER]: String } } })],
+    ["6", (url) => createNodeRedis6({ url, commandOptions: { asap: true, typeMapping: { [RESP_TYPES_6.NUMBER]: String } } })],
+  ];
+  it.each(majors)("redis %s: a typeMapping and asap as its defaults do not reach the lock's commands", async (_major, create) => {
+    const t = await startTestNodes(1);
+    const client = create(t.nodes[0]?.url ?? "");
+    client.on("error", () => undefined);
+    try {
+      await client.connect();
+      expect(await client.incr("defaults-apply")).toBe("1");
+      const redlock = new Redlock([fromNodeRedis(client)], { retryCount: 0, nodeTimeoutMs: ANSWERING_NODE_TIMEOUT_MS });
+      const first = await redlock.acquire("node-redis/options", 2_000);
+      await first.release();
+      const second = await redlock.acquire("node-redis/options", 2_000);
+      expect([first.token, second.token]).toEqual([1n, 2n]);
+      await second.release();
+    } finally {
+      client.destroy();
+      await t.stop();
+    }
   });
 });

@@ -5,7 +5,7 @@ import { Redis as Redis6 } from "ioredis-6";
 import { Redis as Valkey } from "iovalkey";
 import { createClient as createNodeRedis5 } from "redis";
 import { createClient as createNodeRedis6 } from "redis-6";
-import { GlideClient, Logger as GlideLogger } from "@valkey/valkey-glide";
+import { Decoder, GlideClient, Logger as GlideLogger } from "@valkey/valkey-glide";
 import { startRedisNodes, type RedisNodeHandle, type RedisNodes, type StartRedisOptions } from "@fenced/servers";
 import type { RedisClient } from "./client.js";
 import type { Lease } from "./lease.js";
@@ -110,6 +110,8 @@ async function connectGlide(node: RedisNodeHandle, settings: ClientSettings): Pr
   GlideLogger.init("error");
   const client = await GlideClient.createClient({
     addresses: [{ host: node.host, port: node.port }],
+    // Bytes by default: the adapter must ask for strings itself (a counter past 2^52 is read as one).
+    defaultDecoder: Decoder.Bytes,
     ...(settings.commandTimeout === undefined ? {} : { requestTimeout: settings.commandTimeout }),
   });
   let closed = false;

@@ -23,9 +23,15 @@ import { SCRIPTS } from "./scripts.js";
 
 /** What the adapter uses of a GLIDE client; `GlideClient` of @valkey/valkey-glide 2 fits it. */
 export interface ValkeyGlideClient {
-  customCommand(args: string[]): Promise<unknown>;
+  customCommand(args: string[], options?: { decoder?: number }): Promise<unknown>;
   ping(): Promise<unknown>;
 }
+
+/**
+ * GLIDE's `Decoder.String` (its enum: Bytes 0, String 1), given with every command whatever the
+ * client's `defaultDecoder`: the lock reads a counter past 2^52 as a decimal string, not bytes.
+ */
+const AS_STRINGS = { decoder: 1 } as const;
 
 /** Each script's text by its SHA-1: what EVALSHA names, EVAL sends. */
 const SOURCES: ReadonlyMap<string, string> = new Map(Object.values(SCRIPTS).map((s) => [s.sha, s.source]));
@@ -38,16 +44,16 @@ export function fromValkeyGlide(client: ValkeyGlideClient): RedisClient {
   if (typeof c.invokeScriptWithRoute === "function")
     throw new InvalidArgumentError("client", "is a GLIDE cluster client: give the lock one GlideClient per node");
   const run = (script: string, numberOfKeys: number, keysAndArgs: readonly (string | number)[]): Promise<unknown> =>
-    client.customCommand(["EVAL", script, String(numberOfKeys), ...keysAndArgs.map(String)]);
+    client.customCommand(["EVAL", script, String(numberOfKeys), ...keysAndArgs.map(String)], AS_STRINGS);
   return {
     evalsha: (sha, numberOfKeys, ...keysAndArgs) => {
       const source = SOURCES.get(sha);
       // Not one of the lock's scripts (the lock sends no other): as EVALSHA, for whoever calls it.
-      if (source === undefined) return client.customCommand(["EVALSHA", sha, String(numberOfKeys), ...keysAndArgs.map(String)]);
+      if (source === undefined) return client.customCommand(["EVALSHA", sha, String(numberOfKeys), ...keysAndArgs.map(String)], AS_STRINGS);
       return run(source, numberOfKeys, keysAndArgs);
     },
     eval: (script, numberOfKeys, ...keysAndArgs) => run(script, numberOfKeys, keysAndArgs),
-    script: (_load, script) => client.customCommand(["SCRIPT", "LOAD", script]),
+    script: (_load, script) => client.customCommand(["SCRIPT", "LOAD", script], AS_STRINGS),
     ping: () => client.ping(),
   };
 }
