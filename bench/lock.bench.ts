@@ -223,7 +223,8 @@ async function compare(persistence: "fsync-always" | "none", shape: Shape = FULL
         }
       }
       const medians = Object.fromEntries(names.map((n) => [n, median(rounds[n] ?? [])])) as Record<Impl, number>;
-      const peers = PEERS.filter((peer) => names.includes(peer));
+      // With a node stopped, an implementation still waiting was left out (its line says so): ratios only between those that finish.
+      const peers = names.includes(OURS) ? PEERS.filter((peer) => names.includes(peer)) : [];
       for (const peer of peers) {
         emit({
           bench: "lock-ratio",
@@ -233,8 +234,12 @@ async function compare(persistence: "fsync-always" | "none", shape: Shape = FULL
           ratioOf: `${OURS} ÷ ${peer} (median acquire+release ops/s over ${ROUNDS} rounds)`,
         });
       }
-      const fastest = peers.reduce((a, b) => (medians[a] >= medians[b] ? a : b));
+      const fastest = peers.reduce<(typeof PEERS)[number] | undefined>(
+        (a, b) => (a !== undefined && medians[a] >= medians[b] ? a : b),
+        undefined,
+      );
       for (const ours of OURS_CLIENTS.filter((o) => names.includes(o))) {
+        if (fastest === undefined) break;
         const ratio = round3(medians[ours] / medians[fastest]);
         emit({
           bench: "lock-ratio",
@@ -247,6 +252,7 @@ async function compare(persistence: "fsync-always" | "none", shape: Shape = FULL
         });
       }
       if (stopped.length > 0) {
+        // NaN (the goal missed) when ours was left out, still waiting for the stopped node.
         const p99 = median(p99s[OURS] ?? []);
         emit({
           bench: "lock-stopped-node",

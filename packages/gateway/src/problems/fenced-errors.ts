@@ -36,8 +36,8 @@ export function fencedAnswer(err: FencedError): Answer {
   const kind = PROBLEM_OF_CODE[err.code];
   if (err instanceof InvalidArgumentError) {
     const path = requestPath(err.argument);
-    const detail = `${path}: ${err.reason}`;
-    return answer(PROBLEM_OF_CODE[err.code], detail, { errors: [{ path, message: detail }] });
+    // As a body schema's problem says it (problem.ts): the detail names the path, each error's message does not.
+    return answer(PROBLEM_OF_CODE[err.code], `${path}: ${err.reason}`, { errors: [{ path, message: err.reason }] });
   }
   // Tokens are 64-bit: decimal strings, never JSON numbers (a double would round them).
   if (err instanceof StaleTokenError)
@@ -56,10 +56,13 @@ export function fencedAnswer(err: FencedError): Answer {
 /**
  * An argument's name as a path into the request, in the one spelling every problem of the gateway
  * uses (its body schemas' too, problem.ts): indexes as dotted segments, `writes.0.value` where a
- * package names it `writes[0].value`.
+ * package names it `writes[0].value`. A quoted part (a value's object key, `value key "a[1]"`) is
+ * the key's own text and stays as it is.
  */
 function requestPath(argument: string): string {
-  return argument.replace(/\[(\d+)\]/g, ".$1");
+  const quoted = argument.indexOf('"');
+  const path = quoted === -1 ? argument : argument.slice(0, quoted);
+  return path.replace(/\[(\d+)\]/g, ".$1") + (quoted === -1 ? "" : argument.slice(quoted));
 }
 
 /** The stores' operations that write nothing whatever happens: their answers say nothing of writes. */
