@@ -43,16 +43,19 @@ export function fromValkeyGlide(client: ValkeyGlideClient): RedisClient {
     throw new InvalidArgumentError("client", "must be a Valkey GLIDE client (GlideClient.createClient() of @valkey/valkey-glide 2)");
   if (typeof c.invokeScriptWithRoute === "function")
     throw new InvalidArgumentError("client", "is a GLIDE cluster client: give the lock one GlideClient per node");
-  const run = (script: string, numberOfKeys: number, keysAndArgs: readonly (string | number)[]): Promise<unknown> =>
-    client.customCommand(["EVAL", script, String(numberOfKeys), ...keysAndArgs.map(String)], AS_STRINGS);
+  const run = (
+    command: "EVAL" | "EVALSHA",
+    script: string,
+    numberOfKeys: number,
+    keysAndArgs: readonly (string | number)[],
+  ): Promise<unknown> => client.customCommand([command, script, String(numberOfKeys), ...keysAndArgs.map(String)], AS_STRINGS);
   return {
     evalsha: (sha, numberOfKeys, ...keysAndArgs) => {
       const source = SOURCES.get(sha);
       // Not one of the lock's scripts (the lock sends no other): as EVALSHA, for whoever calls it.
-      if (source === undefined) return client.customCommand(["EVALSHA", sha, String(numberOfKeys), ...keysAndArgs.map(String)], AS_STRINGS);
-      return run(source, numberOfKeys, keysAndArgs);
+      return source === undefined ? run("EVALSHA", sha, numberOfKeys, keysAndArgs) : run("EVAL", source, numberOfKeys, keysAndArgs);
     },
-    eval: (script, numberOfKeys, ...keysAndArgs) => run(script, numberOfKeys, keysAndArgs),
+    eval: (script, numberOfKeys, ...keysAndArgs) => run("EVAL", script, numberOfKeys, keysAndArgs),
     script: (_load, script) => client.customCommand(["SCRIPT", "LOAD", script], AS_STRINGS),
     ping: () => client.ping(),
   };
