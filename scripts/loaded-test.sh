@@ -13,10 +13,5 @@ hogs=$!
 trap 'kill "$hogs" 2>/dev/null || true; wait "$hogs" 2>/dev/null || true' EXIT
 sleep 1
 kill -0 "$hogs" 2>/dev/null || { echo "stress-ng did not start: this run would not be loaded" >&2; exit 1; }
-# --unit: the fast tier first, beside the same hogs.
-if [ "${1:-}" = "--unit" ]; then
-  shift
-  pnpm test:unit
-fi
 [ "${1:-}" != "--" ] || shift # pnpm test:loaded -- <vitest arguments>
 pnpm test "$@"
