@@ -17,7 +17,7 @@ const USER_PACKAGES = [
 ];
 
 /** npm's cache for these installs, kept between runs (ignored by git): later runs resolve offline-first. */
-const NPM_CACHE = join(ROOT, ".cache", "npm");
+export const NPM_CACHE = join(ROOT, ".cache", "npm");
 
 /** The environment without the npm_* variables a `pnpm test` leaves: npm would read them as its own config. */
 export function cleanEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
@@ -45,7 +45,7 @@ export async function installConsumer(dir: string, tarballs: readonly Tarball[])
 }
 
 /** The compiler settings a careful user has: strict, exactOptionalPropertyTypes, and every .d.ts checked. */
-const STRICT = {
+export const STRICT = {
   strict: true,
   exactOptionalPropertyTypes: true,
   noUncheckedIndexedAccess: true,

@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startPostgres, startRedisNodes, startS3, type RedisNodes, type StartedPostgres, type StartedS3 } from "@fenced/servers";
 import type { ConsumerReport } from "./consumer.js";
+import { checkAndRun, installAlone, LONE_CLIENTS, packageOf, type LoneClient } from "./clients-alone.js";
 import { CHECKS, cleanEnv, installConsumer, typeCheck, writeChecks, type CheckResult } from "./consumer-project.js";
 import { run, runOk } from "./exec.js";
 import { FIRST_EXAMPLE_HEADING, runFirstExample } from "./first-example.js";
@@ -259,6 +260,29 @@ describe("installed from the packed tarballs, like a user", () => {
         `tsc ${r.compiler} ${r.check} skipLibCheck=${r.skipLibCheck}: ${r.errors.length} errors, ${r.ms} ms${r.errors.map((e) => `\n  ${e}`).join("")}`,
       );
     for (const r of results) expect(r.errors, `${r.compiler} ${r.check}`).toEqual([]);
+  }, 300_000);
+
+  it("the lock type-checks strictly and leases with each client it takes as the only one installed, each major of ioredis and node-redis included", async () => {
+    const projects = LONE_CLIENTS.map((client, i) => ({ client, dir: join(work, "alone", String(i)) }));
+    const installs = await Promise.all(projects.map(({ client, dir }) => installAlone(dir, client, tarballs)));
+    console.log(`npm install, ${projects.length} projects side by side: ${Math.max(...installs.map((i) => i.ms))} ms (${elapsed()})`);
+    const others = (client: LoneClient): string[] =>
+      [...new Set(LONE_CLIENTS.map((c) => packageOf(c.spec)))].filter((name) => name !== packageOf(client.spec));
+    const tokens: bigint[] = [];
+    for (const { client, dir } of projects) {
+      // Alone: npm installed none of the lock's other (optional) peers.
+      for (const other of others(client))
+        expect(existsSync(join(dir, "node_modules", other)), `${other} beside ${client.spec}`).toBe(false);
+      const { errors, ran } = await checkAndRun(dir, { REDIS_URLS: redis.urls.join(","), RESOURCE: `alone/${process.pid}` });
+      console.log(
+        `${client.spec} alone: ${errors.length} tsc errors${errors.map((e) => `\n  ${e}`).join("")}; ${ran === null ? "not run" : `exit ${ran.code}, ${ran.ms} ms`}`,
+      );
+      expect(errors, client.spec).toEqual([]);
+      expect(ran?.code, `${client.spec}: ${ran?.stderr}`).toBe(0);
+      tokens.push(BigInt(ran?.stdout.trim() ?? ""));
+    }
+    // Each lease over the next client carries the next token: one resource, one counter, whatever the client.
+    expect(tokens).toEqual(tokens.map((_, i) => (tokens[0] ?? 0n) + BigInt(i)));
   }, 300_000);
 
   it.each(["esm", "cjs"] as const)(

@@ -1,0 +1,102 @@
+// The lock's tarball with one Redis client installed and no other: a project per client, as a user who
+// picked that client has it. Its peers are all optional, so npm installs none of the others, and a
+// declaration or a module load that reached a client the user did not install would fail here, not
+// in a project that happens to have them all (release.test.ts's consumer installs every one).
+import { mkdir, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { cleanEnv, NPM_CACHE, STRICT } from "./consumer-project.js";
+import { run, runOk, type Ran } from "./exec.js";
+import type { Tarball } from "./tarballs.js";
+
+export interface LoneClient {
+  /** The npm spec installed, the only client in its project. */
+  readonly spec: string;
+  /** The program's import of the client. */
+  readonly imports: string;
+  /** Statements that make `clients` (one per URL in `urls`) and `close()` for them. */
+  readonly connect: string;
+  /** The lock's adapter for this client, if it needs one. */
+  readonly adapter?: "fromNodeRedis" | "fromValkeyGlide";
+}
+
+/** Every client the lock takes, each major of ioredis and node-redis it declares. */
+export const LONE_CLIENTS: readonly LoneClient[] = [
+  ...["ioredis@^5", "ioredis@^6"].map((spec) => ({
+    spec,
+    imports: `import { Redis } from "ioredis";`,
+    connect: `const clients = urls.map((url) => new Redis(url));\nconst close = (): void => { for (const c of clients) c.disconnect(); };`,
+  })),
+  {
+    spec: "iovalkey@^0.4",
+    imports: `import { Redis } from "iovalkey";`,
+    connect: `const clients = urls.map((url) => new Redis(url));\nconst close = (): void => { for (const c of clients) c.disconnect(); };`,
+  },
+  ...["redis@^5", "redis@^6"].map((spec) => ({
+    spec,
+    imports: `import { createClient } from "redis";`,
+    connect:
+      "const clients = urls.map((url) => createClient({ url }));\nawait Promise.all(clients.map((c) => c.connect()));\nconst close = (): void => { for (const c of clients) c.destroy(); };",
+    adapter: "fromNodeRedis" as const,
+  })),
+  {
+    spec: "@valkey/valkey-glide@^2",
+    imports: `import { GlideClient } from "@valkey/valkey-glide";`,
+    connect:
+      "const clients = await Promise.all(urls.map((url) => { const { hostname, port } = new URL(url); return GlideClient.createClient({ addresses: [{ host: hostname, port: Number(port) }] }); }));\nconst close = (): void => { for (const c of clients) c.close(); };",
+    adapter: "fromValkeyGlide",
+  },
+];
+
+/** The package a spec names ("@valkey/valkey-glide@^2" → "@valkey/valkey-glide"). */
+export function packageOf(spec: string): string {
+  return spec.slice(0, spec.lastIndexOf("@"));
+}
+
+/** One lease over the user's client, its token printed: the program each project compiles and runs. */
+function program(client: LoneClient): string {
+  return `${client.imports}
+import { ${client.adapter === undefined ? "" : `${client.adapter}, `}Redlock } from "@fenced/lock";
+
+const urls = (process.env.REDIS_URLS ?? "").split(",");
+${client.connect}
+try {
+  const lock = new Redlock(${client.adapter === undefined ? "clients" : `clients.map(${client.adapter})`}, { retryCount: 3 });
+  const lease = await lock.acquire(process.env.RESOURCE ?? "alone", 10_000);
+  const token: bigint = lease.token;
+  await lease.release();
+  process.stdout.write(\`\${token}\\n\`);
+} finally {
+  close();
+}
+`;
+}
+
+/** A strict ES-module project (node16 resolution, every declaration checked) holding the lock, its fence and one client. */
+export async function installAlone(dir: string, client: LoneClient, tarballs: readonly Tarball[]): Promise<Ran> {
+  await mkdir(dir, { recursive: true });
+  await writeFile(join(dir, "package.json"), `${JSON.stringify({ name: "lock-alone", private: true, type: "module" }, null, 2)}\n`);
+  const compilerOptions = { ...STRICT, module: "node16", moduleResolution: "node16", target: "es2022", outDir: "out" };
+  await writeFile(join(dir, "tsconfig.json"), `${JSON.stringify({ compilerOptions, files: ["lease.ts"] }, null, 2)}\n`);
+  await writeFile(join(dir, "lease.ts"), program(client));
+  const packages = tarballs.filter((t) => t.name === "@fenced/fence" || t.name === "@fenced/lock").map((t) => t.file);
+  const args = ["install", "--no-audit", "--no-fund", "--prefer-offline", "--loglevel=error", "--cache", NPM_CACHE];
+  return runOk("npm", [...args, ...packages, client.spec, "typescript@latest", "@types/node@^22"], {
+    cwd: dir,
+    env: cleanEnv(),
+    timeoutMs: 240_000,
+  });
+}
+
+/** tsc on the project (its errors, one per line), then, when it compiled, the program run against `env`'s nodes. */
+export async function checkAndRun(dir: string, env: NodeJS.ProcessEnv): Promise<{ errors: string[]; ran: Ran | null }> {
+  const tsc = join(dir, "node_modules", "typescript", "bin", "tsc");
+  const compiled = await run(process.execPath, [tsc, "-p", "tsconfig.json", "--pretty", "false"], {
+    cwd: dir,
+    env: cleanEnv(),
+    timeoutMs: 240_000,
+  });
+  const errors = compiled.stdout.split("\n").filter((line) => /error TS\d+/.test(line));
+  if (compiled.code !== 0 && errors.length === 0) errors.push(`tsc exited ${compiled.code}: ${compiled.stdout}${compiled.stderr}`);
+  if (errors.length > 0) return { errors, ran: null };
+  return { errors, ran: await run(process.execPath, [join(dir, "out", "lease.js")], { cwd: dir, env: cleanEnv(env), timeoutMs: 60_000 }) };
+}
