@@ -8,4 +8,6 @@ export { type ServerFaults } from "./faults.js";
 export { startPostgres, type StartedPostgres, type StartPostgresOptions } from "./postgres.js";
 export { startS3, S3_INSTALL_HINT, type StartedS3 } from "./s3.js";
 export { listKeys } from "./s3-keys.js";
+export { startDynamo, type StartedDynamo } from "./dynamodb.js";
+export { startAzureBlob, type StartedAzureBlob } from "./azure-blob.js";
 export { makeCpuQuota, NoCpuCgroupError, type CpuQuota } from "./cpu-quota.js";

@@ -1,0 +1,98 @@
+// Azure Blob Storage for tests: azurite's blob service (npm), on a free loopback port, its blobs on
+// disk in a scratch folder so that a restart keeps them; never any telemetry. What it has, as tried
+// here: If-None-Match: *, If-Match, and blob index tags compared in a write's own condition
+// (x-ms-if-tags), each answering 412 ConditionNotMet when it fails.
+// A limit of the emulator, not of Azure: azurite keeps its blobs' metadata in memory and saves it
+// every 5 s (LokiJS's autosave), so a SIGKILL loses the writes of the last seconds, answered or not.
+// A test that kills it and counts on a write waits for `saved()` first.
+import { statSync } from "node:fs";
+import { createRequire } from "node:module";
+import { join } from "node:path";
+import { randomBytes } from "node:crypto";
+import { BlobServiceClient, StorageSharedKeyCredential } from "@azure/storage-blob";
+import { startEmulator } from "./emulator.js";
+import type { ServerFaults } from "./faults.js";
+
+export interface StartedAzureBlob {
+  /** The account's URL: http://127.0.0.1:port/devstoreaccount1 (azurite serves accounts path-style). */
+  readonly url: string;
+  readonly accountName: string;
+  readonly accountKey: string;
+  /** A new client for this server's account. */
+  client(): BlobServiceClient;
+  /** Creates a container (a fresh unique name unless given; 3 to 63 characters) and returns its name. */
+  createContainer(name?: string): Promise<string>;
+  /** Resolves once azurite has saved to disk every write answered before the call (see the header). */
+  saved(): Promise<void>;
+  /** SIGSTOP, SIGCONT, SIGKILL and a restart (on the same port, with the blobs it had saved) of the azurite process. */
+  readonly faults: ServerFaults;
+  /** Stops it and removes its files; idempotent. */
+  stop(): Promise<void>;
+}
+
+const require = createRequire(import.meta.url);
+
+/** azurite's well-known development account, the one it serves unless told otherwise. */
+const ACCOUNT = "devstoreaccount1";
+const ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+/** azurite's metadata files in its folder (its blobs, and where their bytes are), each saved every AUTOSAVE_MS. */
+const DB_FILES = ["__azurite_db_blob__.json", "__azurite_db_blob_extent__.json"];
+const AUTOSAVE_MS = 5_000;
+
+/** How long azurite may take to answer after it is spawned: 3 to 5 s here, alone. */
+const START_TIMEOUT_MS = 60_000;
+
+export async function startAzureBlob(): Promise<StartedAzureBlob> {
+  const running = await startEmulator({
+    name: "azurite",
+    entry: require.resolve("azurite/dist/src/blob/main.js"),
+    // --disableTelemetry: it would otherwise send usage data out. --skipApiVersionCheck: the SDK may
+    // be newer than the emulator, which would refuse its x-ms-version.
+    args: (port, dir) => [
+      "--blobHost",
+      "127.0.0.1",
+      "--blobPort",
+      String(port),
+      "--location",
+      dir,
+      "--disableTelemetry",
+      "--skipApiVersionCheck",
+      "--silent",
+    ],
+    startTimeoutMs: START_TIMEOUT_MS,
+  });
+  const url = `${running.endpoint}/${ACCOUNT}`;
+  const credential = new StorageSharedKeyCredential(ACCOUNT, ACCOUNT_KEY);
+  let admin: BlobServiceClient | undefined;
+  const client = (): BlobServiceClient => new BlobServiceClient(url, credential);
+  return {
+    url,
+    accountName: ACCOUNT,
+    accountKey: ACCOUNT_KEY,
+    client,
+    async createContainer(name?: string): Promise<string> {
+      const container = name ?? `fenced-${randomBytes(6).toString("hex")}`;
+      admin ??= client();
+      await admin.getContainerClient(container).create();
+      return container;
+    },
+    async saved(): Promise<void> {
+      const since = Date.now();
+      const savedAfter = (file: string): boolean => {
+        try {
+          return statSync(join(running.dir, file)).mtimeMs > since;
+        } catch {
+          return false;
+        }
+      };
+      const deadline = since + 3 * AUTOSAVE_MS;
+      while (!DB_FILES.every(savedAfter)) {
+        if (Date.now() > deadline) throw new Error(`azurite saved nothing in ${3 * AUTOSAVE_MS} ms: was any write unsaved?`);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    },
+    faults: running.faults,
+    stop: () => running.stop(),
+  };
+}
