@@ -22,7 +22,10 @@ export interface StartedAzureBlob {
   client(): BlobServiceClient;
   /** Creates a container (a fresh unique name unless given; 3 to 63 characters) and returns its name. */
   createContainer(name?: string): Promise<string>;
-  /** Resolves once azurite has saved to disk every write answered before the call (see the header). */
+  /**
+   * Resolves once azurite has saved to disk every write answered before the call (see the header),
+   * right after it saved its blobs' records: their next save is about 5 s away.
+   */
   saved(): Promise<void>;
   /** SIGSTOP, SIGCONT, SIGKILL and a restart (on the same port, with the blobs it had saved) of the azurite process. */
   readonly faults: ServerFaults;
@@ -36,7 +39,7 @@ const require = createRequire(import.meta.url);
 const ACCOUNT = "devstoreaccount1";
 const ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
 
-/** azurite's metadata files in its folder (its blobs, and where their bytes are), each saved every AUTOSAVE_MS. */
+/** azurite's metadata files in its folder, each saved every AUTOSAVE_MS if changed: its blobs' records, then where their bytes are. */
 const DB_FILES = ["__azurite_db_blob__.json", "__azurite_db_blob_extent__.json"];
 const AUTOSAVE_MS = 5_000;
 
@@ -79,18 +82,24 @@ export async function startAzureBlob(): Promise<StartedAzureBlob> {
     },
     async saved(): Promise<void> {
       const since = Date.now();
-      const savedAfter = (file: string): boolean => {
+      const savedAt = (file: string): number => {
         try {
-          return statSync(join(running.dir, file)).mtimeMs > since;
+          return statSync(join(running.dir, file)).mtimeMs;
         } catch {
-          return false;
+          return 0;
         }
       };
       const deadline = since + 3 * AUTOSAVE_MS;
-      while (!DB_FILES.every(savedAfter)) {
-        if (Date.now() > deadline) throw new Error(`azurite saved nothing in ${3 * AUTOSAVE_MS} ms: was any write unsaved?`);
-        await new Promise((resolve) => setTimeout(resolve, 50));
-      }
+      const until = async (done: () => boolean): Promise<void> => {
+        while (!done()) {
+          if (Date.now() > deadline) throw new Error(`azurite saved nothing in ${3 * AUTOSAVE_MS} ms: was any write unsaved?`);
+          await new Promise((resolve) => setTimeout(resolve, 20));
+        }
+      };
+      await until(() => DB_FILES.every((file) => savedAt(file) > since));
+      // Then right after a save of the blobs' own records, so that the next one is a whole interval away.
+      const [blobs, extents] = DB_FILES.map(savedAt) as [number, number];
+      if (extents > blobs) await until(() => savedAt(DB_FILES[0] as string) > blobs);
     },
     faults: running.faults,
     stop: () => running.stop(),

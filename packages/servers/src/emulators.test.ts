@@ -125,7 +125,8 @@ describe("startAzureBlob (azurite)", () => {
     }
     expect(await text("kept")).toBe("here");
     await azure.saved();
-    // Answered, not yet saved (the next save is 5 s away): a store's fault test must not read its loss as the store's.
+    // Answered, not yet saved (the next save of the blobs' records is 5 s away): a store's fault test
+    // must not read this loss as the store's.
     await blob("unsaved").upload("lost", 4);
     await azure.faults.kill();
     expect(azure.faults.running).toBe(false);
