@@ -25,6 +25,9 @@ const NODE_ARGS = [...unitNodeFlags(), ...nodeArgs("BENCH_GATEWAY_NODE_ARGS")];
 const CPU_QUOTA = cpuQuotaSetting(0.5);
 /** BENCH_LAYERS: the layers to measure, comma-separated (default: all of LAYERS). */
 const ONLY = process.env.BENCH_LAYERS?.split(",");
+const unknown = ONLY?.filter((name) => !LAYERS.some((l) => l.name === name)) ?? [];
+if (unknown.length > 0)
+  throw new Error(`BENCH_LAYERS names no layer ${unknown.join(", ")}: the layers are ${LAYERS.map((l) => l.name).join(", ")}`);
 const FULL: Layer = { name: "full", removed: "nothing: the gateway as built", patches: [] };
 
 const postgres = await startPostgres();

@@ -3,7 +3,7 @@
 // CPU per write the full build spends beyond that copy, in the same interleaved rounds, each server
 // under the same CPU quota (gateway-layers.bench.ts). A patch that no longer finds its text fails the
 // benchmark: a layer whose code moved is measured again, never silently not at all.
-import { cpSync, mkdtempSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
+import { cpSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -137,15 +137,20 @@ export function gatewayWithout(layer: Layer): { dir: string; cli: string } {
   cpSync(join(GATEWAY, "dist"), join(dir, "dist"), { recursive: true });
   cpSync(join(GATEWAY, "package.json"), join(dir, "package.json"));
   symlinkSync(join(GATEWAY, "node_modules"), join(dir, "node_modules"), "dir");
-  for (const patch of layer.patches) {
-    const file = join(dir, "dist", patch.file);
-    const text = readFileSync(file, "utf8");
-    const found = occurrences(text, patch.find);
-    if (found !== 1) throw new Error(`layer ${layer.name}: ${String(patch.find)} occurs ${found} times in dist/${patch.file}, not once`);
-    writeFileSync(
-      file,
-      text.replace(patch.find, () => patch.replace),
-    );
+  try {
+    for (const patch of layer.patches) {
+      const file = join(dir, "dist", patch.file);
+      const text = readFileSync(file, "utf8");
+      const found = occurrences(text, patch.find);
+      if (found !== 1) throw new Error(`layer ${layer.name}: ${String(patch.find)} occurs ${found} times in dist/${patch.file}, not once`);
+      writeFileSync(
+        file,
+        text.replace(patch.find, () => patch.replace),
+      );
+    }
+  } catch (err) {
+    rmSync(dir, { recursive: true, force: true });
+    throw err;
   }
   return { dir, cli: join(dir, "dist", "cli.js") };
 }

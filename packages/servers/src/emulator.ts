@@ -33,6 +33,7 @@ export interface RunningEmulator {
 /** Spawns `program` on a free port and resolves once it answers; its faults act on that one process. */
 export async function startEmulator(program: EmulatorProgram): Promise<RunningEmulator> {
   const dir = await mkdtemp(join(tmpdir(), `fenced-${program.name}-`));
+  let stopped: Promise<void> | undefined;
   let port = await freePort();
   let endpoint = `http://127.0.0.1:${port}`;
   let spawned: Spawned | undefined;
@@ -54,12 +55,13 @@ export async function startEmulator(program: EmulatorProgram): Promise<RunningEm
       await new Promise((resolve) => setTimeout(resolve, 25));
     }
   };
+  // SIGKILL a paused process as it is: resuming it first would let it answer a request it holds.
   const kill = async (): Promise<void> => {
     if (spawned === undefined) return;
-    if (paused) continueTree(spawned);
     paused = false;
     await killHard(spawned);
   };
+  const alive = (): boolean => spawned !== undefined && spawned.child.exitCode === null && spawned.child.signalCode === null;
   // A port picked by freePort can be taken by someone else before the emulator binds it: an emulator
   // that exits while starting gets a new port, twice at most.
   for (let attempt = 1; ; attempt++) {
@@ -79,28 +81,29 @@ export async function startEmulator(program: EmulatorProgram): Promise<RunningEm
   }
   const faults: ServerFaults = {
     get running() {
-      return spawned !== undefined && spawned.child.exitCode === null && spawned.child.signalCode === null;
+      return alive();
     },
     get paused() {
       return paused;
     },
+    // Never a signal to a process that exited: its pid may be another's by now.
     pause() {
-      if (spawned === undefined || paused) return;
+      if (spawned === undefined || paused || !alive()) return;
       stopTree(spawned);
       paused = true;
     },
     resume() {
-      if (spawned === undefined || !paused) return;
+      if (spawned === undefined || !paused || !alive()) return;
       continueTree(spawned);
       paused = false;
     },
     kill,
     async restart() {
+      if (stopped !== undefined) throw new Error(`${program.name} was stopped: it cannot restart`);
       await kill();
       await launch();
     },
   };
-  let stopped: Promise<void> | undefined;
   return {
     get endpoint() {
       return endpoint;

@@ -115,6 +115,7 @@ describe("startAzureBlob (azurite)", () => {
 
   it("faults: paused it answers nothing, killed it refuses, restarted it answers on its port with the blobs it had saved, and a SIGKILL loses the rest", async () => {
     await blob("kept").upload("here", 4);
+    await azure.saved();
     azure.faults.pause();
     try {
       await expect(blob("kept").downloadToBuffer(undefined, undefined, { abortSignal: AbortSignal.timeout(SILENT_MS) })).rejects.toSatisfy(
@@ -124,9 +125,8 @@ describe("startAzureBlob (azurite)", () => {
       azure.faults.resume();
     }
     expect(await text("kept")).toBe("here");
-    await azure.saved();
-    // Answered, not yet saved (the next save of the blobs' records is 5 s away): a store's fault test
-    // must not read this loss as the store's.
+    // Answered, not yet saved (saved() returned just after a save, and the next is 5 s after it): a
+    // store's fault test must not read this loss as the store's.
     await blob("unsaved").upload("lost", 4);
     await azure.faults.kill();
     expect(azure.faults.running).toBe(false);
