@@ -4,8 +4,8 @@
 // in a project that happens to have them all (release.test.ts's consumer installs every one).
 import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { cleanEnv, NPM_CACHE, STRICT } from "./consumer-project.js";
-import { run, runOk, type Ran } from "./exec.js";
+import { CHECKS, cleanEnv, npmInstall, STRICT, typeCheck, type Check } from "./consumer-project.js";
+import { run, type Ran } from "./exec.js";
 import type { Tarball } from "./tarballs.js";
 
 export interface LoneClient {
@@ -52,6 +52,9 @@ export function packageOf(spec: string): string {
   return spec.slice(0, spec.lastIndexOf("@"));
 }
 
+/** The consumer's own node16 check (consumer-project.ts), which emits what the run executes. */
+const CHECK = CHECKS.find((check) => check.name === "node16") as Check;
+
 /** One lease over the user's client, its token printed: the program each project compiles and runs. */
 function program(client: LoneClient): string {
   return `${client.imports}
@@ -75,28 +78,19 @@ try {
 export async function installAlone(dir: string, client: LoneClient, tarballs: readonly Tarball[]): Promise<Ran> {
   await mkdir(dir, { recursive: true });
   await writeFile(join(dir, "package.json"), `${JSON.stringify({ name: "lock-alone", private: true, type: "module" }, null, 2)}\n`);
-  const compilerOptions = { ...STRICT, module: "node16", moduleResolution: "node16", target: "es2022", outDir: "out" };
-  await writeFile(join(dir, "tsconfig.json"), `${JSON.stringify({ compilerOptions, files: ["lease.ts"] }, null, 2)}\n`);
-  await writeFile(join(dir, "lease.ts"), program(client));
+  const compilerOptions = { ...STRICT, ...CHECK.compilerOptions };
+  await writeFile(join(dir, `tsconfig.${CHECK.name}.json`), `${JSON.stringify({ compilerOptions, files: [CHECK.file] }, null, 2)}\n`);
+  await writeFile(join(dir, CHECK.file), program(client));
   const packages = tarballs.filter((t) => t.name === "@fenced/fence" || t.name === "@fenced/lock").map((t) => t.file);
-  const args = ["install", "--no-audit", "--no-fund", "--prefer-offline", "--loglevel=error", "--cache", NPM_CACHE];
-  return runOk("npm", [...args, ...packages, client.spec, "typescript@latest", "@types/node@^22"], {
-    cwd: dir,
-    env: cleanEnv(),
-    timeoutMs: 240_000,
-  });
+  return npmInstall(dir, [...packages, client.spec, "typescript@latest", "@types/node@^22"]);
 }
 
-/** tsc on the project (its errors, one per line), then, when it compiled, the program run against `env`'s nodes. */
-export async function checkAndRun(dir: string, env: NodeJS.ProcessEnv): Promise<{ errors: string[]; ran: Ran | null }> {
-  const tsc = join(dir, "node_modules", "typescript", "bin", "tsc");
-  const compiled = await run(process.execPath, [tsc, "-p", "tsconfig.json", "--pretty", "false"], {
-    cwd: dir,
-    env: cleanEnv(),
-    timeoutMs: 240_000,
-  });
-  const errors = compiled.stdout.split("\n").filter((line) => /error TS\d+/.test(line));
-  if (compiled.code !== 0 && errors.length === 0) errors.push(`tsc exited ${compiled.code}: ${compiled.stdout}${compiled.stderr}`);
+/** tsc on the project (typeCheck: its errors, one per line), then, when it compiled, the program run against `env`'s nodes. */
+export async function checkAndRun(dir: string, env: NodeJS.ProcessEnv): Promise<{ errors: readonly string[]; ran: Ran | null }> {
+  const { errors } = await typeCheck(dir, CHECK, join(dir, "node_modules", "typescript", "bin", "tsc"), false);
   if (errors.length > 0) return { errors, ran: null };
-  return { errors, ran: await run(process.execPath, [join(dir, "out", "lease.js")], { cwd: dir, env: cleanEnv(env), timeoutMs: 60_000 }) };
+  return {
+    errors,
+    ran: await run(process.execPath, [join(dir, "out-esm", "consumer.mjs")], { cwd: dir, env: cleanEnv(env), timeoutMs: 60_000 }),
+  };
 }

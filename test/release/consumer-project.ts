@@ -17,7 +17,7 @@ const USER_PACKAGES = [
 ];
 
 /** npm's cache for these installs, kept between runs (ignored by git): later runs resolve offline-first. */
-export const NPM_CACHE = join(ROOT, ".cache", "npm");
+const NPM_CACHE = join(ROOT, ".cache", "npm");
 
 /** The environment without the npm_* variables a `pnpm test` leaves: npm would read them as its own config. */
 export function cleanEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
@@ -30,17 +30,12 @@ export function cleanEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
 export async function installConsumer(dir: string, tarballs: readonly Tarball[]): Promise<Ran> {
   await mkdir(dir, { recursive: true });
   await writeFile(join(dir, "package.json"), `${JSON.stringify({ name: "fenced-consumer", version: "1.0.0", private: true }, null, 2)}\n`);
-  const args = [
-    "install",
-    "--no-audit",
-    "--no-fund",
-    "--prefer-offline",
-    "--loglevel=error",
-    "--cache",
-    NPM_CACHE,
-    ...tarballs.map((t) => t.file),
-    ...USER_PACKAGES,
-  ];
+  return npmInstall(dir, [...tarballs.map((t) => t.file), ...USER_PACKAGES]);
+}
+
+/** `npm install` of these specs in a user's project: npm's own cache (NPM_CACHE), offline first, quiet. */
+export function npmInstall(dir: string, specs: readonly string[]): Promise<Ran> {
+  const args = ["install", "--no-audit", "--no-fund", "--prefer-offline", "--loglevel=error", "--cache", NPM_CACHE, ...specs];
   return runOk("npm", args, { cwd: dir, env: cleanEnv(), timeoutMs: 240_000 });
 }
 

@@ -11,6 +11,7 @@ import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { BlobServiceClient, StorageSharedKeyCredential } from "@azure/storage-blob";
 import { startEmulator } from "./emulator.js";
+import { waitFor } from "./processes.js";
 import type { ServerFaults } from "./faults.js";
 
 export interface StartedAzureBlob {
@@ -90,15 +91,12 @@ export async function startAzureBlob(): Promise<StartedAzureBlob> {
           return 0;
         }
       };
-      const deadline = since + 3 * AUTOSAVE_MS;
-      const until = async (done: () => boolean): Promise<void> => {
-        while (!done()) {
-          if (Date.now() > deadline) throw new Error(`azurite saved nothing in ${3 * AUTOSAVE_MS} ms: was any write unsaved?`);
-          await new Promise((resolve) => setTimeout(resolve, 20));
-        }
-      };
       // Both files' timers start together when azurite starts, so both saves come in the same turn.
-      await until(() => DB_FILES.every((file) => savedAt(file) > since));
+      await waitFor(
+        "azurite to save its metadata (was any write unsaved?)",
+        () => Promise.resolve(DB_FILES.every((file) => savedAt(file) > since)),
+        3 * AUTOSAVE_MS,
+      );
     },
     faults: running.faults,
     stop: () => running.stop(),
