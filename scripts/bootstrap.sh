@@ -27,6 +27,8 @@ command -v stress-ng >/dev/null || missing+=(stress-ng)
 command -v spin >/dev/null || missing+=(spin)
 # The gateway's listen backlog test (server-limits.test.ts) reads the kernel's backlog with `ss`.
 command -v ss >/dev/null || missing+=(iproute2)
+# The gateway's loop-delay test puts its loop and a spinning process on one CPU with `taskset`.
+command -v taskset >/dev/null || missing+=(util-linux)
 # The gateway's alert rules (packages/gateway/ops) are checked and unit-tested with promtool.
 command -v promtool >/dev/null || missing+=(prometheus)
 # The README's curl walk-through of the gateway reads leases and credentials out of answers with jq.

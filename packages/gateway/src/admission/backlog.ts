@@ -66,10 +66,11 @@ export class Backlog {
 
 /**
  * The loop as the fair share reads it. Behind only while late at every tick of the last 100 ms (its
- * standing lateness, less any time its process was throttled, above `targetMs`), working (at least `ownWork` of its time on a CPU: late
- * while it works less, it is short of a CPU another process has) and with a growing backlog: then
- * it takes in more than it finishes, and only taking fewer helps. Keeping up otherwise, so that a
- * share that binds grows back as soon as the backlog stops growing.
+ * standing lateness, less any time its thread waited for a CPU, above `targetMs`), working (at
+ * least `ownWork` of its time on a CPU: late while it works less, it is short of a CPU another
+ * process has) and with a growing backlog: then it takes in more than it finishes, and only taking
+ * fewer helps. Keeping up otherwise, so that a share that binds grows back as soon as the backlog
+ * stops growing.
  */
 export function loopState(
   loop: { readonly standingMs: number; readonly utilization: number },

@@ -201,7 +201,7 @@ function familyGates(config: AdmissionConfig, loop: LoopDelay, recordsPoolSize: 
         adaptive: f !== "objects",
         queueLength: config.queueLength,
         queueTimeoutMs: config.queueTimeoutMs,
-        // While the loop is late — its own work, or its process throttled for a CPU quota — calls take
+        // While the loop is late — its own work, or its thread waiting for a CPU — calls take
         // longer for a reason of the gateway's own: the backends' limits learn nothing from them.
         // (Measured: learning under a quota of half a core took the records limit from 512 to 21
         // while the pool kept up, and it refused 2,580 writes a second at 2× with goodput 0.38.)

@@ -1,4 +1,7 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { once } from "node:events";
 import { performance } from "node:perf_hooks";
+import { fileURLToPath } from "node:url";
 import { setImmediate as turn, setTimeout as delay } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import { LoopDelay } from "./loop-delay.js";
@@ -58,5 +61,65 @@ describe("LoopDelay", () => {
       expect(loop.ms, seen).toBeGreaterThan(25);
       expect(loop.utilization, seen).toBeLessThan(0.5);
     });
+  });
+});
+
+/**
+ * A loop that mostly waits, measured in a child process on the same CPU as a process that spins:
+ * once started, the child lowers its loop's thread to the lowest priority (nice 19), so that,
+ * runnable, it waits in the run queue for most of each tick, as a gateway beside a busy neighbour
+ * does. Its timer is as late as the wait, and none of that lateness is its own.
+ */
+async function besideAHog(): Promise<{ ms: number; rawMs: number; utilization: number }> {
+  const source = fileURLToPath(new URL("./loop-delay.ts", import.meta.url));
+  const measure = `
+    import { once } from "node:events";
+    import { setPriority } from "node:os";
+    import { setTimeout as delay } from "node:timers/promises";
+    const { LoopDelay } = await import(${JSON.stringify(source)});
+    console.log("ready");
+    await once(process.stdin, "data");
+    setPriority(19);
+    const loop = new LoopDelay(50);
+    for (const until = performance.now() + 1500; performance.now() < until;) {
+      for (const busy = performance.now() + 1; performance.now() < busy;);
+      await delay(9);
+    }
+    console.log(JSON.stringify({ ms: loop.ms, rawMs: loop.rawMs, utilization: loop.utilization }));
+    loop.stop();
+    process.exit(0);`;
+  const processes: ChildProcess[] = [];
+  try {
+    const child = spawn("taskset", ["-c", "0", process.execPath, "--import", "tsx", "--input-type=module", "-e", measure], {
+      stdio: ["pipe", "pipe", "inherit"],
+      cwd: fileURLToPath(new URL("../../../../", import.meta.url)),
+    });
+    processes.push(child);
+    let out = "";
+    const ready = new Promise<void>((resolve) =>
+      child.stdout?.on("data", (d: Buffer) => {
+        out += d.toString();
+        if (out.startsWith("ready\n")) resolve();
+      }),
+    );
+    const exited = once(child, "exit") as Promise<[number | null]>;
+    await Promise.race([ready, exited]);
+    processes.push(spawn("taskset", ["-c", "0", "sh", "-c", "while :; do :; done"], { stdio: "ignore" }));
+    child.stdin?.write("go\n");
+    const [code] = await exited;
+    expect(code, out).toBe(0);
+    return JSON.parse(out.slice("ready\n".length)) as { ms: number; rawMs: number; utilization: number };
+  } finally {
+    for (const p of processes) p.kill("SIGKILL");
+  }
+}
+
+describe("LoopDelay beside a process that has the CPU", () => {
+  it("takes the loop's wait in the run queue out of its lateness", async () => {
+    const seen = await besideAHog();
+    // The condition: the wait happened (the timer ran tens of milliseconds late).
+    expect(seen.rawMs, JSON.stringify(seen)).toBeGreaterThan(25);
+    // Read as the loop's own, it made admission refuse a closed loop of clients on a busy machine.
+    expect(seen.ms, JSON.stringify(seen)).toBeLessThan(5);
   });
 });

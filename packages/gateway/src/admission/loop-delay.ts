@@ -20,12 +20,14 @@ const cpuUsage: () => NodeJS.CpuUsage =
   typeof process.threadCpuUsage === "function" ? () => process.threadCpuUsage() : () => process.cpuUsage();
 
 /**
- * The average lateness of a timer due every TICK_MS, less the time the process was not given a CPU
- * for its quota (a cgroup's CFS throttling: a container's CPU limit stops every thread once the
- * quota of a period is used — up to half a period at half a core). That time is not the loop's own
- * backlog: refusing requests would not give it back, and read as lateness it made the gateway refuse
- * nearly every write of 64 closed-loop clients it carried well (a storm that kept itself going:
- * docs/benchmarks.md). Pure: the caller passes each tick's interval and the throttled time in it.
+ * The average lateness of a timer due every TICK_MS, less the time the loop's thread was not given a
+ * CPU: its cgroup's CFS throttling (a container's CPU limit stops every thread once the quota of a
+ * period is used — up to half a period at half a core), and its wait in the run queue while another
+ * process had the CPU. That time is not the loop's own backlog: refusing requests would not give it
+ * back. Read as lateness, the throttling made the gateway refuse nearly every write of 64
+ * closed-loop clients it carried well (a storm that kept itself going: docs/benchmarks.md), and a
+ * busy neighbour's CPU made it refuse a few of them. Pure: the caller passes each tick's interval
+ * and the time in it the thread waited for a CPU.
  */
 export class Lateness {
   #average = 0;
@@ -33,13 +35,13 @@ export class Lateness {
   #standing = 0;
   #interval = { elapsed: 0, min: Infinity };
 
-  /** Milliseconds: the recent average lateness, the throttled time taken out. */
+  /** Milliseconds: the recent average lateness, the wait for a CPU taken out. */
   get ms(): number {
     return this.#average;
   }
 
   /**
-   * Milliseconds: the recent average lateness with the throttled time in it: how much later than the
+   * Milliseconds: the recent average lateness with the wait for a CPU in it: how much later than the
    * clock says the loop's callbacks ran, whatever stopped them — a call's time grows by it too.
    */
   get rawMs(): number {
@@ -47,17 +49,17 @@ export class Lateness {
   }
 
   /**
-   * Milliseconds: the least lateness of any tick over the last STANDING_INTERVAL_MS, the throttled
-   * time taken out — as CoDel reads a queue's delay: a loop with work waiting all the time is late at
+   * Milliseconds: the least lateness of any tick over the last STANDING_INTERVAL_MS, the wait for a
+   * CPU taken out — as CoDel reads a queue's delay: a loop with work waiting all the time is late at
    * every tick; one that catches up now and then (a closed loop of clients, a burst) is not.
    */
   get standingMs(): number {
     return this.#standing;
   }
 
-  /** A tick `elapsedMs` after the last one, `throttledMs` of which the process was throttled. */
-  tick(elapsedMs: number, throttledMs: number): void {
-    const late = Math.max(0, elapsedMs - TICK_MS - Math.max(0, throttledMs));
+  /** A tick `elapsedMs` after the last one, `waitedMs` of which the thread waited for a CPU. */
+  tick(elapsedMs: number, waitedMs: number): void {
+    const late = Math.max(0, elapsedMs - TICK_MS - Math.max(0, waitedMs));
     this.#average += (late - this.#average) * WEIGHT;
     this.#raw += (Math.max(0, elapsedMs - TICK_MS) - this.#raw) * WEIGHT;
     const interval = this.#interval;
@@ -71,7 +73,7 @@ export class Lateness {
 
 /**
  * The process's cgroup's throttled time so far in ms (cgroup v1 `cpu.stat` throttled_time, v2
- * throttled_usec), or undefined when it has no CPU cgroup to read (then nothing is taken out).
+ * throttled_usec), or undefined when it has no CPU cgroup to read.
  */
 function cgroupThrottle(procCgroup = "/proc/self/cgroup", root = "/sys/fs/cgroup"): (() => number) | undefined {
   let lines: string[];
@@ -102,6 +104,34 @@ function cgroupThrottle(procCgroup = "/proc/self/cgroup", root = "/sys/fs/cgroup
 }
 
 /**
+ * This thread's time so far in ms spent runnable but waiting for a CPU (Linux's schedstat
+ * run_delay: another process had the CPU, or its cgroup was throttled — measured here, a thread in
+ * a cgroup at a quarter of a core waited 2,251 ms in 3 s against 2,249 ms throttled), or undefined
+ * where the kernel does not keep it. Read on the thread the timer runs on: the event loop's.
+ */
+function runQueueWait(file = "/proc/thread-self/schedstat"): (() => number) | undefined {
+  const read = (): number | undefined => {
+    try {
+      const waited = Number(readFileSync(file, "utf8").split(" ")[1]);
+      return Number.isFinite(waited) ? waited / 1e6 : undefined;
+    } catch {
+      return undefined;
+    }
+  };
+  return read() === undefined ? undefined : () => read() ?? 0;
+}
+
+/**
+ * Each counter this system keeps of the time the loop's thread was not given a CPU (ms so far):
+ * its cgroup's throttling, and its own wait in the run queue, which holds the throttling too where
+ * the kernel keeps it. A tick takes out the most any of them grew by, never their sum: where both
+ * count the same time, it is taken out once.
+ */
+function cpuWaits(): readonly (() => number)[] {
+  return [cgroupThrottle(), runQueueWait()].filter((read) => read !== undefined);
+}
+
+/**
  * How late the event loop runs, and how much of its time it spends working: a timer due every
  * TICK_MS, the average of how late it fired, and the share of the loop's time that it ran on a CPU
  * rather than waited for I/O. A gateway whose loop is late by tens of milliseconds on average while
@@ -126,21 +156,21 @@ export class LoopDelay {
   readonly #windowMs: number;
 
   /**
-   * `windowMs`: how much of the loop's own time the utilization is averaged over; `throttled`: the
-   * process's throttled time so far (ms), read only after a late tick (its cgroup's, by default).
+   * `windowMs`: how much of the loop's own time the utilization is averaged over; `waits`: counters
+   * of the time the thread was not given a CPU so far (ms), read only after a late tick (cpuWaits()).
    */
-  constructor(windowMs = UTILIZATION_WINDOW_MS, throttled: (() => number) | undefined = cgroupThrottle()) {
+  constructor(windowMs = UTILIZATION_WINDOW_MS, waits: readonly (() => number)[] = cpuWaits()) {
     this.#windowMs = windowMs;
-    let before = throttled?.() ?? 0;
+    let before = waits.map((read) => read());
     this.#timer = setInterval(() => {
       const now = performance.now();
       const elapsed = now - this.#last;
       this.#last = now;
-      // An on-time tick had no throttled time in it; only a late one costs the read.
+      // An on-time tick had no wait for a CPU worth taking out; only a late one costs the reads.
       let taken = 0;
-      if (throttled !== undefined && elapsed > TICK_MS + 1) {
-        const after = throttled();
-        taken = after - before;
+      if (waits.length > 0 && elapsed > TICK_MS + 1) {
+        const after = waits.map((read) => read());
+        for (const [i, ms] of after.entries()) taken = Math.max(taken, ms - (before[i] as number));
         before = after;
       }
       this.#lateness.tick(elapsed, taken);
@@ -148,17 +178,17 @@ export class LoopDelay {
     }, TICK_MS).unref();
   }
 
-  /** Milliseconds: the recent average lateness of the loop, less the time its process was throttled. */
+  /** Milliseconds: the recent average lateness of the loop, less the time its thread waited for a CPU. */
   get ms(): number {
     return this.#lateness.ms;
   }
 
-  /** Milliseconds: the recent average lateness of the loop, the time its process was throttled included. */
+  /** Milliseconds: the recent average lateness of the loop, the time its thread waited for a CPU included. */
   get rawMs(): number {
     return this.#lateness.rawMs;
   }
 
-  /** Milliseconds: the loop's least lateness over the last 100 ms, less the time its process was throttled. */
+  /** Milliseconds: the loop's least lateness over the last 100 ms, less the time its thread waited for a CPU. */
   get standingMs(): number {
     return this.#lateness.standingMs;
   }
