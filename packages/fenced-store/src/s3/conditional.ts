@@ -2,50 +2,16 @@ import { randomBytes } from "node:crypto";
 import { DeleteObjectCommand, GetObjectCommand, PutObjectCommand, type S3Client } from "@aws-sdk/client-s3";
 import { StoreSetupError } from "../errors.js";
 import { requestSignal } from "../deadline.js";
-import { isAbsent, neverSent, retriedRefusal, statusOf } from "./failures.js";
-import { sendOnce } from "./sent-once.js";
+import { neverSent, retriedRefusal, statusOf } from "../aws/answers.js";
+import { isAbsent } from "./failures.js";
+import { sendOnce } from "../aws/sent-once.js";
+import type { Condition, ConditionalPort, Failure, PortCapabilities, Revalidated, Stored, WriteOutcome } from "../conditional/port.js";
 
 /**
- * The one primitive the S3 store is built on: a PUT that lands only if the object is absent
- * (If-None-Match: *) or still has a given ETag (If-Match), made portable across AWS S3, MinIO and
- * Ceph radosgw, which disagree on details.
+ * The conditional port (../conditional/port.ts) on S3: a PUT that lands only if the object is
+ * absent (If-None-Match: *) or still has a given ETag (If-Match), made portable across AWS S3,
+ * MinIO and Ceph radosgw, which disagree on details.
  */
-
-/** How a failed conditional PUT is to be understood. */
-export type Failure =
-  /** 412, or AWS's 404 for If-Match on a missing key (radosgw answers 412): the condition did not hold. */
-  | "precondition"
-  /** 409 ConditionalRequestConflict: a concurrent conditional write on the same key; re-read and retry. */
-  | "conflict"
-  /**
-   * 5xx, timeouts, resets, a 2xx whose answer then failed: the write may or may not have landed (and
-   * radosgw answers the loser of a true race with 500). Only reading the object back can tell.
-   */
-  | "ambiguous"
-  /**
-   * 429, SlowDown, RequestTimeout, a clock skew: refused before it was applied (it did not land), and
-   * worth another try after a pause. The caller retries, after a new fence read: the SDK would send
-   * the same request again after its backoff, long after the fence read it was checked against.
-   */
-  | "throttled"
-  /** Anything else (403, 400, NoSuchBucket): retrying cannot help. */
-  | "fatal"
-  /** No connection could be opened: the request never left this process, so it cannot land. */
-  | "unsent";
-
-export type Condition = { readonly ifNoneMatch: true } | { readonly ifMatch: string };
-
-export type WriteOutcome =
-  { readonly ok: true; readonly etag: string } | { readonly ok: false; readonly failure: Failure; readonly error: unknown };
-
-export interface StoredObject {
-  /** Bare (unquoted) ETag. */
-  readonly etag: string;
-  readonly body: Buffer;
-}
-
-/** What a conditional read found: the object still at the ETag sent, or as it is now (undefined: absent). */
-export type Revalidated = { readonly unchanged: true } | { readonly unchanged: false; readonly object: StoredObject | undefined };
 
 /**
  * Whether a failed PUT with this status may have been applied: no status at all (no answer), a 5xx,
@@ -78,7 +44,12 @@ function bareEtag(etag: string): string {
 
 export type EtagForm = "bare" | "quoted";
 
-export class ConditionalObjects {
+/** S3's largest single PUT (5 GiB); the store puts bodies over its inline limit in data objects anyway. */
+const MAX_PUT_BYTES = 5 * 1024 ** 3;
+
+export class ConditionalObjects implements ConditionalPort {
+  readonly capabilities: PortCapabilities = Object.freeze({ notModified: true, dataObjects: true, maxRecordBytes: MAX_PUT_BYTES });
+
   /**
    * radosgw matches If-Match only against the bare ETag (a quoted one always fails); AWS and MinIO
    * accept the bare form too. Bare is tried first; a backend that refuses its own current ETag in
@@ -125,7 +96,7 @@ export class ConditionalObjects {
     return this.form === "bare" ? etag : `"${etag}"`;
   }
 
-  async read(key: string, signal?: AbortSignal): Promise<StoredObject | undefined> {
+  async read(key: string, signal?: AbortSignal): Promise<Stored | undefined> {
     const command = new GetObjectCommand({ Bucket: this.bucket, Key: key });
     try {
       const res = await this.client.send(command, this.bounded(signal));
@@ -199,7 +170,7 @@ export class ConditionalObjects {
         ...("ifMatch" in condition ? { IfMatch: this.etagHeader(condition.ifMatch) } : { IfNoneMatch: "*" }),
       });
       // Once, at once, never again by the SDK, on connections of the store's own (sent-once.ts).
-      const res = await sendOnce(this.client, command, this.bounded(signal));
+      const res = await sendOnce(this.client, command, (options) => this.client.send(command, options), this.bounded(signal));
       if (res.ETag === undefined) throw new Error(`PUT ${key} returned no ETag`);
       if ("ifMatch" in condition) this.formSettled = true;
       return { ok: true, etag: bareEtag(res.ETag) };

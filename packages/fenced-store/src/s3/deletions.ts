@@ -1,6 +1,6 @@
 import { DeleteObjectCommand, DeleteObjectsCommand, type S3Client } from "@aws-sdk/client-s3";
 import { requestSignal } from "../deadline.js";
-import { statusOf } from "./failures.js";
+import { statusOf } from "../aws/answers.js";
 
 /** How long a queued deletion waits for others to share its request. */
 const DELAY_MS = 100;

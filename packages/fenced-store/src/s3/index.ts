@@ -11,10 +11,10 @@
 //   bodies.ts      a write's data objects (copy.ts, multipart.ts) and their cleanup (deletions.ts)
 //   io.ts          StoreIo: manifest and fence reads, fence raises, what the store remembers
 //   manifest.ts    the manifest and fence object formats, and what a fence object refuses; layout.ts, where each object lives
-//   conditional.ts the conditional PUT and GET every decision rests on
-//   sent-once.ts   how a conditional PUT goes through the SDK: once, at once, never resent (its own middlewares)
-//   own-sockets.ts the connections of the store's own a conditional PUT goes on (no wait for the client's pool)
-//   failures.ts    what a failed request means, and the typed error a failed call throws
+//   conditional.ts the conditional PUT and GET every decision rests on: the S3 adapter of ../conditional/port.ts
+//   ../aws/        how a conditional PUT goes through the SDK: once, at once, never resent (sent-once.ts),
+//                  on connections of the store's own (own-sockets.ts); what a failed request says (answers.ts)
+//   failures.ts    what a failed request means to this store, and the typed error a failed call throws
 //   ../deadline.ts the one deadline (timeoutMs) that bounds a call, shared with the PostgreSQL store
 //   ../observe.ts  each call and S3 request as an OpenTelemetry span, each write's outcome on node:diagnostics_channel
 export { FencedS3, type FencedS3Options } from "./store.js";

@@ -16,7 +16,7 @@ import {
 } from "@aws-sdk/client-s3";
 import { startS3, type StartedS3 } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { statusOf, codeOf } from "./failures.js";
+import { statusOf, codeOf } from "../aws/answers.js";
 import { MemoryS3, radosgwProfile, type QuirkProfile } from "./memory-s3-test-support.js";
 
 /**

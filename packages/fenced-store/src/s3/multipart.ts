@@ -2,7 +2,7 @@ import type { Readable } from "node:stream";
 import { InvalidArgumentError } from "@fenced/fence";
 import { sendOptions } from "./conditional.js";
 import { requestSignal, type Deadline } from "../deadline.js";
-import { codeOf, statusOf } from "./failures.js";
+import { codeOf, statusOf } from "../aws/answers.js";
 import {
   AbortMultipartUploadCommand,
   CompleteMultipartUploadCommand,

@@ -1,5 +1,5 @@
 import type { AttemptBodies } from "./bodies.js";
-import type { WriteOutcome } from "./conditional.js";
+import type { WriteOutcome } from "../conditional/port.js";
 import { decide, type Decision, type FenceView } from "./decision.js";
 import type { FenceSnapshot, Snapshot, StoreIo } from "./io.js";
 import type { Intent, ManifestState } from "./intent.js";

@@ -6,6 +6,8 @@ import { InvalidArgumentError } from "@fenced/fence";
 import { CorruptStateError, StaleTokenError, VersionMismatchError } from "../errors.js";
 import { MAX_TOKEN, type Fence } from "../fence.js";
 import { FencedS3 } from "./store.js";
+import { ConditionalObjects } from "./conditional.js";
+import { portSuite } from "../conditional/port-suite-test-support.js";
 import { fakeError, holdFirst, ignoreConditions, intercept, isManifestPut, listKeys } from "./wire-test-support.js";
 
 let server: StartedS3;
@@ -360,4 +362,12 @@ describe("FencedS3 against a real S3 server", () => {
     await spelledOut.register(ok, { signal: undefined });
     expect(await text(spelledOut, "k")).toBe("y");
   });
+});
+
+describe("the conditional port on radosgw (ConditionalObjects)", () => {
+  let bucket: string;
+  beforeAll(async () => {
+    bucket = await server.createBucket();
+  });
+  portSuite(() => new ConditionalObjects(client, bucket, 10_000));
 });

@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { ContentionError } from "../errors.js";
 import { AttemptBodies } from "./bodies.js";
-import type { WriteOutcome } from "./conditional.js";
+import type { WriteOutcome } from "../conditional/port.js";
 import { refusedOwnEtag, typedFailure } from "./failures.js";
 import type { WriteResult } from "../contract.js";
 import { build, NeverWrittenError, type Intent } from "./intent.js";

@@ -1,9 +1,9 @@
-import type { PutObjectCommand, PutObjectCommandOutput, S3Client } from "@aws-sdk/client-s3";
-import { ownHandler } from "./own-sockets.js";
+import { ownHandler, type SdkClient } from "./own-sockets.js";
 
 /**
- * How a conditional PUT goes through the caller's S3Client: once, at once, never again by the SDK
- * (PROTOCOL.md, "S3", "What the store takes from the SDK").
+ * How a conditional write (S3's conditional PUT, DynamoDB's conditional PutItem) goes through the
+ * caller's AWS SDK v3 client: once, at once, never again by the SDK (PROTOCOL.md, "S3", "What the
+ * store takes from the SDK"). Below, "PUT" is that write, whichever service it goes to.
  *
  * INVARIANT: the PUT goes on the wire at most once per send(), and nothing of the SDK's waits between
  * the send() the store makes in the turn its fence read admitted the write and the PUT's bytes
@@ -48,16 +48,28 @@ class SecondTry extends Error {
   }
 }
 
+/** What sendOnce adds its middlewares to: any AWS SDK v3 command's stack (typed loosely: each service's stack is its own type). */
+interface OneCommand {
+  readonly middlewareStack: {
+    add(
+      middleware: (next: (args: { request: unknown }) => Promise<unknown>) => (args: { request: unknown }) => Promise<unknown>,
+      options: object,
+    ): void;
+  };
+}
+
 /**
- * Sends the conditional PUT `command`, with `options` (its deadline's signal) for the store's own
- * connections too. Rejects with the failure as the server or the connection gave it.
+ * Sends the conditional write `command` of `client` (`send`: the client's send of it, with these
+ * options), with `options` (its deadline's signal) for the store's own connections too. Rejects
+ * with the failure as the server or the connection gave it.
  */
-export function sendOnce(
-  client: S3Client,
-  command: PutObjectCommand,
+export function sendOnce<Output>(
+  client: SdkClient,
+  command: object,
+  send: (options: { abortSignal: AbortSignal }) => Promise<Output>,
   options: { abortSignal: AbortSignal },
-): Promise<PutObjectCommandOutput> {
-  const stack = command.middlewareStack;
+): Promise<Output> {
+  const stack = (command as unknown as OneCommand).middlewareStack;
   stack.add(
     (next) => async (args) => {
       try {
@@ -99,5 +111,5 @@ export function sendOnce(
     },
     { step: "deserialize", priority: "low", name: "fencedOwnSockets" },
   );
-  return client.send(command, options);
+  return send(options);
 }

@@ -1,9 +1,10 @@
 import { Agent as HttpAgent } from "node:http";
 import { Agent as HttpsAgent } from "node:https";
-import type { S3Client } from "@aws-sdk/client-s3";
 
 /**
- * Connections of the store's own for its conditional PUTs (PROTOCOL.md, "S3", "The write", step 7).
+ * Connections of the store's own for its conditional writes through an AWS SDK v3 client (S3's
+ * conditional PUT, DynamoDB's conditional PutItem; PROTOCOL.md, "S3", "The write", step 7). Below,
+ * "PUT" is that write.
  *
  * INVARIANT: a conditional PUT handed to the SDK never waits for a connection another request holds.
  * A manifest PUT is handed over in the turn its fence read's answer admitted it; in the client's
@@ -73,12 +74,17 @@ function copy(handler: NodeHandler, protocol: string): Handler | null | undefine
   return typeof made.handle === "function" ? (made as Handler) : null;
 }
 
+/** An AWS SDK v3 client, as far as its handler goes (S3Client, DynamoDBClient). */
+export interface SdkClient {
+  readonly config: { readonly requestHandler: unknown };
+}
+
 /**
  * The handler a conditional PUT of this client is sent with, in place of the client's (the innermost
- * middleware of the PUT, conditional.ts): its own connections, or undefined (the client's handler).
+ * middleware of the PUT, sent-once.ts): its own connections, or undefined (the client's handler).
  */
-export function ownHandler(client: S3Client, protocol: string): Handler | undefined {
-  const handler = client.config.requestHandler as unknown as Partial<NodeHandler>;
+export function ownHandler(client: SdkClient, protocol: string): Handler | undefined {
+  const handler = client.config.requestHandler as Partial<NodeHandler>;
   if (!isSdkNodeHandler(handler)) return undefined;
   let byProtocol = copies.get(handler);
   const known = byProtocol?.get(protocol);
