@@ -125,7 +125,7 @@ describe("ARCHITECTURE.md", () => {
       "statements packages/fenced-store/src/postgres/sql.ts",
       "objectsRouter packages/gateway/src/routes/objects.ts",
       "FencedS3.put packages/fenced-store/src/s3/store.ts",
-      "writeManifest packages/fenced-store/src/s3/write.ts",
+      "writeManifest packages/fenced-store/src/cas/write.ts",
       "ConditionalObjects packages/fenced-store/src/s3/conditional.ts",
     ])
       expect(pairs, stop).toContain(stop);

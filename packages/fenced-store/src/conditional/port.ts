@@ -1,8 +1,8 @@
 /**
  * The port every store of the object algorithm is built on (PROTOCOL.md, "S3", "The write"): a
  * record that is written only if it is absent, or still has the version (ETag) it was read at. The
- * algorithm — fence objects per resource, a compare-and-swapped manifest per key (s3/io.ts,
- * s3/write.ts) — sees only this; each backend is an adapter of it:
+ * algorithm — fence objects per resource, a compare-and-swapped manifest per key (cas/io.ts,
+ * cas/write.ts) — sees only this; each backend is an adapter of it:
  *
  *   s3/conditional.ts     S3 objects: PUT with If-None-Match: * or If-Match, GET with If-None-Match (304)
  *   dynamodb/items.ts     DynamoDB items: PutItem with a ConditionExpression on the item's ETag attribute

@@ -3,9 +3,9 @@ import { uploadData } from "./body.js";
 import { OutcomeUnknownError } from "../errors.js";
 import { copyData } from "./copy.js";
 import type { Deadline } from "../deadline.js";
-import type { StoreIo } from "./io.js";
-import { dataKey, newId } from "./layout.js";
-import { mayBeNamed, type ManifestHeader } from "./manifest.js";
+import type { S3Io } from "./io.js";
+import { dataKey, newId } from "../cas/layout.js";
+import { mayBeNamed, type ManifestHeader } from "../cas/manifest.js";
 
 interface DataObject {
   readonly key: string;
@@ -36,7 +36,7 @@ export class AttemptBodies {
   private readonly made: DataObject[] = [];
 
   constructor(
-    private readonly io: StoreIo,
+    private readonly io: S3Io,
     private readonly key: string,
     private readonly payload: Buffer | Readable,
     private readonly length: number | undefined,

@@ -5,8 +5,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Fence } from "../fence.js";
 import { FencedS3 } from "./store.js";
 import { copyData } from "./copy.js";
-import { dataKey, newId, targetOf } from "./layout.js";
-import { judgeData, mayBeNamed, nextHeader, type ManifestHeader } from "./manifest.js";
+import { dataKey, newId, targetOf } from "../cas/layout.js";
+import { judgeData, mayBeNamed, nextHeader, type ManifestHeader } from "../cas/manifest.js";
 import { answerOnWire, auditManifests, fakeError, intercept, isManifestPut, listKeys, type FakeAnswer } from "./wire-test-support.js";
 
 let server: StartedS3;

@@ -5,7 +5,7 @@ import { startS3, type ServerFaults, type StartedS3 } from "@fenced/servers";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { CorruptStateError, OutcomeUnknownError, StoreSetupError, StoreUnavailableError } from "../errors.js";
 import type { Fence } from "../fence.js";
-import { fenceKey, manifestKey } from "./layout.js";
+import { fenceKey, manifestKey } from "../cas/layout.js";
 import { FencedS3 } from "./store.js";
 import { aroundWire, holdFirst, isFenceWrite, isManifestPut, networkError } from "./wire-test-support.js";
 

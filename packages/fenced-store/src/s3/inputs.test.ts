@@ -7,10 +7,10 @@ import { describe, expect, it } from "vitest";
 import { InvalidArgumentError } from "@fenced/fence";
 import { ResourceMismatchError, StaleTokenError, VersionMismatchError } from "../errors.js";
 import { assertBody, assertContentLength, assertContentType, toPayload } from "./body.js";
-import { NeverWrittenError, refusal } from "./intent.js";
-import type { Snapshot } from "./io.js";
-import { newId } from "./layout.js";
-import { nextHeader, type ManifestHeader } from "./manifest.js";
+import { NeverWrittenError, refusal } from "../cas/intent.js";
+import type { Snapshot } from "../cas/io.js";
+import { newId } from "../cas/layout.js";
+import { nextHeader, type ManifestHeader } from "../cas/manifest.js";
 import { sweepOptions, transferOptions, validateOptions, writeOptions } from "./options.js";
 
 /** `check` throws an InvalidArgumentError naming `argument`. */

@@ -9,7 +9,7 @@ import {
   StoreUnavailableError,
   VersionMismatchError,
 } from "../errors.js";
-import { decodeManifest, entryFor, type ManifestHeader } from "./manifest.js";
+import { decodeManifest, entryFor, type ManifestHeader } from "../cas/manifest.js";
 import { awsProfile, MemoryS3, radosgwProfile, SeededScheduler } from "./memory-s3-test-support.js";
 import { FencedS3 } from "./store.js";
 

@@ -10,7 +10,7 @@ import {
   StoreUnavailableError,
   VersionMismatchError,
 } from "../errors.js";
-import { decodeFence, decodeManifest, type ManifestHeader } from "./manifest.js";
+import { decodeFence, decodeManifest, type ManifestHeader } from "../cas/manifest.js";
 import {
   awsProfile,
   MemoryS3,

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { admits } from "@fenced/fence";
 import { OutcomeUnknownError, ResourceMismatchError, StaleTokenError } from "../errors.js";
 import { FencedS3 } from "./store.js";
-import { entryFor, type ManifestHeader } from "./manifest.js";
+import { entryFor, type ManifestHeader } from "../cas/manifest.js";
 import { auditManifests, listKeys } from "./wire-test-support.js";
 import type { StartBackend } from "./backend-test-support.js";
 

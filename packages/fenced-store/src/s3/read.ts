@@ -2,8 +2,9 @@ import { Readable } from "node:stream";
 import type { StoredVersion } from "../contract.js";
 import { ContentionError } from "../errors.js";
 import { openData, readAll } from "./body.js";
-import type { StoreIo, Snapshot } from "./io.js";
-import { MissingBodies, type ManifestHeader } from "./manifest.js";
+import type { Snapshot } from "../cas/io.js";
+import type { S3Io } from "./io.js";
+import { MissingBodies, type ManifestHeader } from "../cas/manifest.js";
 
 /** The contract's StoredVersion (holder null also for a version written in format /1), and the content type. */
 interface S3Meta extends StoredVersion {
@@ -22,7 +23,7 @@ export interface S3Bytes extends S3Meta {
 }
 
 /** The key's current version with its body an open stream; undefined if absent or a tombstone (get()). */
-export async function openCurrent(io: StoreIo, key: string, signal: AbortSignal): Promise<S3Object | undefined> {
+export async function openCurrent(io: S3Io, key: string, signal: AbortSignal): Promise<S3Object | undefined> {
   const missing = new MissingBodies(key);
   for (let attempt = 0; attempt < io.options.maxAttempts; attempt++) {
     const found = await io.readManifest(key, signal);
@@ -46,7 +47,7 @@ export async function openCurrent(io: StoreIo, key: string, signal: AbortSignal)
 
 /** The current manifest and its body read whole (bytes undefined for a tombstone); null if absent. */
 export async function readCurrent(
-  io: StoreIo,
+  io: S3Io,
   key: string,
   signal?: AbortSignal,
 ): Promise<{ snap: Snapshot; bytes: Buffer | undefined } | null> {

@@ -11,8 +11,8 @@ import { assertBody, assertContentLength, assertContentType, toPayload, watchSta
 import type { EtagForm } from "./conditional.js";
 import { Deadline } from "../deadline.js";
 import { typedFailure, withinDeadline } from "./failures.js";
-import { StoreIo } from "./io.js";
-import { probeKeyPrefix } from "./layout.js";
+import { S3Io } from "./io.js";
+import { probeKeyPrefix } from "../cas/layout.js";
 import {
   signalOptions,
   sweepOptions,
@@ -24,9 +24,9 @@ import {
   type S3WriteOptions,
 } from "./options.js";
 import { Sweep, type S3SweepOptions, type S3SweepProgress, type S3SweepReport } from "./sweep.js";
-import { NeverWrittenError, refusal, type Content, type Intent } from "./intent.js";
+import { NeverWrittenError, refusal, type Content, type Intent } from "../cas/intent.js";
 import { meta, openCurrent, readCurrent, type S3Bytes, type S3Object } from "./read.js";
-import { writeManifest } from "./write.js";
+import { writeManifest } from "../cas/write.js";
 
 export type { S3Body } from "./body.js";
 export type { FencedS3Options, S3UpdateOptions, S3WriteOptions } from "./options.js";
@@ -50,7 +50,7 @@ export class FencedS3 implements ObjectStore {
   readonly capabilities: StoreCapabilities = Object.freeze({ atomicRegister: false, ifVersionMatchesTombstone: true });
   readonly bucket: string;
   readonly prefix: string;
-  private readonly io: StoreIo;
+  private readonly io: S3Io;
 
   constructor(client: S3Client, options: FencedS3Options) {
     if (typeof client !== "object" || client === null || typeof (client as { send?: unknown }).send !== "function") {
@@ -60,7 +60,7 @@ export class FencedS3 implements ObjectStore {
     this.bucket = resolved.bucket;
     this.prefix = resolved.prefix;
     // Each request a span of its own (../observe.ts); the caller's client is not changed.
-    this.io = new StoreIo(tracedS3Client(client), resolved);
+    this.io = new S3Io(tracedS3Client(client), resolved);
   }
 
   /**

@@ -3,7 +3,7 @@ import { startS3, type StartedS3 } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Fence } from "../fence.js";
 import { FencedS3 } from "./store.js";
-import { dataKey, newId } from "./layout.js";
+import { dataKey, newId } from "../cas/layout.js";
 import { listKeys } from "./wire-test-support.js";
 
 // Two stores in one bucket need prefixes neither of which is a prefix of the other: each store's

@@ -12,7 +12,7 @@ import { startS3, type StartedS3 } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { StoreUnavailableError } from "../errors.js";
 import { FencedS3, type S3SweepProgress } from "./store.js";
-import { dataKey, newId } from "./layout.js";
+import { dataKey, newId } from "../cas/layout.js";
 import { fakeError, holdFirst, intercept, listKeys } from "./wire-test-support.js";
 
 let server: StartedS3;

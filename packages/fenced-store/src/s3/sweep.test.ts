@@ -4,8 +4,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CorruptStateError } from "../errors.js";
 import type { Fence } from "../fence.js";
 import { FencedS3, type S3SweepProgress } from "./store.js";
-import { dataKey, keyOfData, newId } from "./layout.js";
-import { decodeManifest, mayBeNamed } from "./manifest.js";
+import { dataKey, keyOfData, newId } from "../cas/layout.js";
+import { decodeManifest, mayBeNamed } from "../cas/manifest.js";
 import { answered, fakeError, holdFirst, intercept, isDataUpload, isManifestPut, listKeys } from "./wire-test-support.js";
 
 let server: StartedS3;

@@ -9,9 +9,9 @@ import {
 } from "@aws-sdk/client-s3";
 import { refusesDeleteObjects } from "./deletions.js";
 import { isAbsent, withinDeadline } from "./failures.js";
-import type { StoreIo } from "./io.js";
-import { dataPrefix, isProbe, keyOfData, manifestKey, probeKeyPrefix, targetOf } from "./layout.js";
-import { decodeManifest, judgeData, type DataVerdict, type ManifestHeader } from "./manifest.js";
+import type { S3Io } from "./io.js";
+import { dataPrefix, isProbe, keyOfData, manifestKey, probeKeyPrefix, targetOf } from "../cas/layout.js";
+import { decodeManifest, judgeData, type DataVerdict, type ManifestHeader } from "../cas/manifest.js";
 import type { CheckedSweepOptions } from "./options.js";
 import { Count, type S3SweepProgress, type S3SweepReport } from "./sweep-report.js";
 
@@ -65,7 +65,7 @@ export class Sweep {
   private batchRefused = false;
 
   constructor(
-    private readonly io: StoreIo,
+    private readonly io: S3Io,
     private readonly o: CheckedSweepOptions<S3SweepProgress>,
   ) {}
 

@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { Readable } from "node:stream";
 import { listKeys } from "@fenced/servers/s3-keys";
 import { GetObjectCommand, type S3Client } from "@aws-sdk/client-s3";
-import { decodeManifest, type ManifestHeader } from "./manifest.js";
+import { decodeManifest, type ManifestHeader } from "../cas/manifest.js";
 
 /**
  * Tools for the S3 tests: they act on a real client's middleware stack, so the store under test

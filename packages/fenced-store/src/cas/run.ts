@@ -1,7 +1,6 @@
-import type { AttemptBodies } from "./bodies.js";
 import type { WriteOutcome } from "../conditional/port.js";
 import { decide, type Decision, type FenceView } from "./decision.js";
-import type { FenceSnapshot, Snapshot, StoreIo } from "./io.js";
+import type { Bodies, FenceSnapshot, Snapshot, StoreIo } from "./io.js";
 import type { Intent, ManifestState } from "./intent.js";
 import type { ManifestHeader } from "./manifest.js";
 
@@ -39,7 +38,7 @@ export interface Sent {
 interface Stamp {
   /** The manifest as the write knew it (each read of it makes a new one: compared by identity). */
   readonly manifest: ManifestState;
-  /** The data object in place for the next attempt (bodies.ts, `inPlace`); undefined: none was. */
+  /** The data object in place for the next attempt (io.ts, Bodies: `inPlace`); undefined: none was. */
   readonly body: string | undefined;
 }
 
@@ -58,7 +57,7 @@ interface FenceState {
 export interface Run {
   readonly io: StoreIo;
   readonly intent: Intent;
-  readonly bodies: AttemptBodies | undefined;
+  readonly bodies: Bodies | undefined;
   /** Whether the resource fence objects are read, checked and raised (checkResourceFence). */
   readonly checked: boolean;
   /** The manifest the next attempt is built on and sent against. */

@@ -1,8 +1,6 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { ContentionError } from "../errors.js";
-import { AttemptBodies } from "./bodies.js";
 import type { WriteOutcome } from "../conditional/port.js";
-import { refusedOwnEtag, typedFailure } from "./failures.js";
 import type { WriteResult } from "../contract.js";
 import { build, NeverWrittenError, type Intent } from "./intent.js";
 import { condition, throttledPause, type Snapshot, type StoreIo } from "./io.js";
@@ -82,7 +80,7 @@ function start(io: StoreIo, intent: Intent): Run {
   const { content } = intent;
   const bodies =
     content.kind === "object"
-      ? new AttemptBodies(io, intent.key, content.payload, content.length, intent.contentType, intent.deadline)
+      ? io.attemptBodies(intent.key, content.payload, content.length, intent.contentType, intent.deadline)
       : undefined;
   return {
     io,
@@ -184,9 +182,9 @@ async function afterFailure(
     now?.etag === sent.attempt.target.etag &&
     !io.objects.noteRefusedOwnEtag()
   ) {
-    throw refusedOwnEtag(manifestKey(io.options.prefix, intent.key));
+    throw io.failures.refusedOwnEtag(manifestKey(io.options.prefix, intent.key));
   }
-  // Thrown as OutcomeUnknownError while an attempt may have landed (failed(): typedFailure).
+  // Thrown as OutcomeUnknownError while an attempt may have landed (failed(): io.failures.typed).
   const decision = next(run);
   if (decision.kind === "refuse") throw decision.error;
   if (attempt >= io.options.maxAttempts) {
@@ -227,8 +225,8 @@ async function failed(run: Run, err: unknown): Promise<unknown> {
   const { io, intent } = run;
   // Decided now, from what the write knows: the settling below reads the key, but cannot tell more.
   const open = outcomeOpen(run);
-  const call = { operation: intent.operation, key: intent.key, bucket: io.options.bucket, deadline: intent.deadline, open };
-  const typed = err instanceof NeverWrittenError && !open ? err : typedFailure(err, call);
+  const call = { operation: intent.operation, key: intent.key, deadline: intent.deadline, open };
+  const typed = err instanceof NeverWrittenError && !open ? err : io.failures.typed(err, call);
   const cleanup = settle(run);
   io.background(() => cleanup);
   await intent.deadline.race(cleanup).catch(() => undefined);
@@ -243,7 +241,7 @@ async function failed(run: Run, err: unknown): Promise<unknown> {
 async function retire(io: StoreIo, replaced: Snapshot | null, by: ManifestHeader): Promise<void> {
   const old = replaced?.header.body;
   if (old?.kind !== "object" || (by.body.kind === "object" && by.body.dataKey === old.dataKey)) return;
-  await io.deletions.delete(old.dataKey);
+  await io.retireData(old.dataKey);
 }
 
 /**
