@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { run, runOk, type Ran } from "./exec.js";
 import { ROOT, type Tarball } from "./tarballs.js";
 
-/** What a user installs beside the packages: their own clients (ioredis: the registry's latest major; iovalkey; node-redis; Valkey GLIDE) and compiler. */
+/** What a user installs beside the packages: their own clients (ioredis: the registry's latest major; iovalkey; node-redis; Valkey GLIDE; pg; the AWS SDK's S3 and DynamoDB) and compiler. */
 const USER_PACKAGES = [
   "ioredis@latest",
   "iovalkey@latest",
@@ -12,6 +12,7 @@ const USER_PACKAGES = [
   "pg@^8",
   "@types/pg@^8",
   "@aws-sdk/client-s3@^3",
+  "@aws-sdk/client-dynamodb@^3",
   "typescript@latest",
   "@types/node@^22",
 ];

@@ -4,12 +4,14 @@
 // servers: the .mts as an ES module, the .cts compiled to CommonJS, so that every import below
 // becomes a require().
 // No top-level await and no import.meta: the same text must be valid CommonJS.
+import { DynamoDBClient } from "@aws-sdk/client-dynamodb";
 import { S3Client } from "@aws-sdk/client-s3";
 import { GlideClient } from "@valkey/valkey-glide";
 import { InvalidArgumentError, type Fence } from "@fenced/fence";
 import { createGateway, type GatewayOptions } from "@fenced/gateway";
 import { fromNodeRedis, fromValkeyGlide, Redlock, type Lease } from "@fenced/lock";
 import { StaleTokenError } from "@fenced/store";
+import { FencedDynamo } from "@fenced/store/dynamodb";
 import { FencedPostgres } from "@fenced/store/postgres";
 import { FencedS3 } from "@fenced/store/s3";
 import { Redis } from "ioredis";
@@ -19,7 +21,7 @@ import { createClient } from "redis";
 
 /** What one store did with a fresh write and then a stale one; the test judges it. */
 interface StoreOutcome {
-  readonly store: "postgres" | "s3";
+  readonly store: "postgres" | "s3" | "dynamodb";
   readonly firstToken: string;
   readonly secondToken: string;
   /** Whether the write with the first (older) token threw a StaleTokenError, by instanceof. */
@@ -113,11 +115,18 @@ async function main(): Promise<void> {
     requestChecksumCalculation: "WHEN_REQUIRED",
     responseChecksumValidation: "WHEN_REQUIRED",
   });
+  const dynamodb = new DynamoDBClient({
+    endpoint: env("DYNAMODB_ENDPOINT"),
+    region: env("S3_REGION"),
+    credentials: { accessKeyId: env("S3_ACCESS_KEY_ID"), secretAccessKey: env("S3_SECRET_ACCESS_KEY") },
+  });
   try {
     const postgres = new FencedPostgres(pool, { schema: `consumer_${run.replace(/[^a-z0-9]/gi, "_")}` });
     await postgres.migrate();
     const objects = new FencedS3(s3, { bucket: env("S3_BUCKET"), prefix: `${run}/` });
     await objects.verify();
+    const items = new FencedDynamo(dynamodb, { table: env("DYNAMODB_TABLE"), prefix: `${run}/` });
+    await items.verify();
 
     const stores = [
       await staleWriteIsRefused(
@@ -142,6 +151,19 @@ async function main(): Promise<void> {
           read: async (key) => {
             const object = await objects.getBytes(key);
             return object && { value: object.body.toString("utf8"), token: object.token };
+          },
+        },
+        run,
+      ),
+      await staleWriteIsRefused(
+        "dynamodb",
+        redlock,
+        {
+          register: (fence) => items.register(fence),
+          put: async (key, value, fence) => void (await items.put(key, { value }, { fence })),
+          read: async (key) => {
+            const record = await items.get(key);
+            return record && { value: (record.value as { value: string }).value, token: record.token };
           },
         },
         run,
@@ -197,6 +219,7 @@ async function main(): Promise<void> {
   } finally {
     await pool.end();
     s3.destroy();
+    dynamodb.destroy();
     for (const client of clients) client.disconnect();
   }
 }

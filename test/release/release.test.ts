@@ -6,7 +6,17 @@ import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startPostgres, startRedisNodes, startS3, type RedisNodes, type StartedPostgres, type StartedS3 } from "@fenced/servers";
+import {
+  startDynamo,
+  startPostgres,
+  startRedisNodes,
+  startS3,
+  type RedisNodes,
+  type StartedDynamo,
+  type StartedPostgres,
+  type StartedS3,
+} from "@fenced/servers";
+import { CreateTableCommand } from "@aws-sdk/client-dynamodb";
 import type { ConsumerReport } from "./consumer.js";
 import { checkAndRun, installAlone, LONE_CLIENTS, packageOf, type LoneClient } from "./clients-alone.js";
 import { CHECKS, cleanEnv, installConsumer, typeCheck, writeChecks, type CheckResult } from "./consumer-project.js";
@@ -82,12 +92,24 @@ let work: string;
 let redis: RedisNodes;
 let postgres: StartedPostgres;
 let s3: StartedS3;
+let dynamo: StartedDynamo;
+/** The DynamoDB table the consumer's FencedDynamo writes (partition key `key`, a String). */
+let table: string;
 let backends: GatewayBackends;
 
 beforeAll(async () => {
   work = await mkdtemp(join(tmpdir(), "fenced-release-"));
-  [redis, postgres, s3] = await Promise.all([startRedisNodes(3), startPostgres(), startS3()]);
+  [redis, postgres, s3, dynamo] = await Promise.all([startRedisNodes(3), startPostgres(), startS3(), startDynamo()]);
   const bucket = await s3.createBucket();
+  table = dynamo.tableName();
+  await dynamo.client().send(
+    new CreateTableCommand({
+      TableName: table,
+      AttributeDefinitions: [{ AttributeName: "key", AttributeType: "S" }],
+      KeySchema: [{ AttributeName: "key", KeyType: "HASH" }],
+      BillingMode: "PAY_PER_REQUEST",
+    }),
+  );
   backends = {
     redisUrls: redis.urls,
     postgresUrl: postgres.url,
@@ -97,7 +119,7 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
-  await Promise.all([redis?.stop(), postgres?.stop(), s3?.stop()]);
+  await Promise.all([redis?.stop(), postgres?.stop(), s3?.stop(), dynamo?.stop()]);
   if (work !== undefined) await rm(work, { recursive: true, force: true });
   console.log(`release tests done after ${elapsed()}`);
 });
@@ -228,6 +250,11 @@ describe("installed from the packed tarballs, like a user", () => {
     expect(loads(".")).not.toContain("@aws-sdk/client-s3");
     expect(loads("./postgres")).not.toContain("@aws-sdk/client-s3");
     expect(loads("./s3")).not.toContain("pg");
+    expect(loads("./s3")).not.toContain("@aws-sdk/client-dynamodb");
+    expect(loads("./dynamodb")).not.toContain("pg");
+    expect(loads("./dynamodb")).not.toContain("@aws-sdk/client-s3");
+    expect(loads(".")).not.toContain("@aws-sdk/client-dynamodb");
+    expect(loads("./postgres")).not.toContain("@aws-sdk/client-dynamodb");
   });
 
   it("published declarations leave out every @internal member", () => {
@@ -301,7 +328,7 @@ describe("installed from the packed tarballs, like a user", () => {
   );
 
   it.each(["esm", "cjs"] as const)(
-    "runs as %s against real servers: acquire, register, put, and the stale write is refused on both stores",
+    "runs as %s against real servers: acquire, register, put, and the stale write is refused on every store",
     async (module) => {
       const file = module === "esm" ? join(project, "out-esm", "consumer.mjs") : join(project, "out-cjs", "consumer.cjs");
       const compiled = await readFile(file, "utf8");
@@ -317,6 +344,8 @@ describe("installed from the packed tarballs, like a user", () => {
         S3_ACCESS_KEY_ID: backends.s3.accessKeyId,
         S3_SECRET_ACCESS_KEY: backends.s3.secretAccessKey,
         S3_BUCKET: backends.s3.bucket,
+        DYNAMODB_ENDPOINT: dynamo.endpoint,
+        DYNAMODB_TABLE: table,
       });
       const ran = await run(process.execPath, [file, module], { cwd: project, env, timeoutMs: 60_000 });
       console.log(
@@ -325,7 +354,7 @@ describe("installed from the packed tarballs, like a user", () => {
       expect(ran.code, ran.stderr).toBe(0);
       const report = JSON.parse(ran.stdout.trim().split("\n").pop() ?? "") as ConsumerReport;
       expect(report.module).toBe(module);
-      expect(report.stores.map((s) => s.store)).toEqual(["postgres", "s3"]);
+      expect(report.stores.map((s) => s.store)).toEqual(["postgres", "s3", "dynamodb"]);
       for (const s of report.stores) {
         expect(BigInt(s.secondToken), s.store).toBeGreaterThan(BigInt(s.firstToken));
         expect(s.staleRefused, s.store).toBe(true);

@@ -155,7 +155,7 @@ export class StoreSetupError extends FencedError {
   declare readonly code: "STORE_SETUP";
   constructor(
     readonly backend: StoreBackend,
-    readonly problem: "not-migrated" | "no-such-bucket" | "conditional-writes-unsupported",
+    readonly problem: "not-migrated" | "no-such-bucket" | "no-such-table" | "conditional-writes-unsupported",
     message: string,
     options?: { cause?: unknown },
   ) {

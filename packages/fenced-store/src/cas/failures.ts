@@ -44,6 +44,8 @@ export interface BackendErrors {
 
 /** How a backend's failures become the typed errors of the contract. */
 export interface BackendFailures {
+  /** Whose store it is, as errors name it ("s3", "dynamodb"). */
+  readonly backend: StoreBackend;
   /** The error a failed call throws (typed by what went wrong, and OutcomeUnknownError while `call.open`). */
   typed(err: unknown, call: CallContext): unknown;
   /** The backend refused a record's current ETag in every spelling it knows: it does not implement the condition as the store needs. */

@@ -165,7 +165,7 @@ export class StoreIo {
       this.remember(key, null);
       return null;
     }
-    const { header, inline } = decodeManifest(key, stored.body);
+    const { header, inline } = decodeManifest(key, stored.body, this.failures.backend);
     const snap = { etag: stored.etag, header };
     this.remember(key, snap);
     return { snap, inline };
@@ -188,7 +188,7 @@ export class StoreIo {
       this.fences.delete(resource);
       return null;
     }
-    const snap = { etag: stored.etag, highest: decodeFence(resource, stored.body) };
+    const snap = { etag: stored.etag, highest: decodeFence(resource, stored.body, this.failures.backend) };
     this.noteFence(resource, snap);
     return snap;
   }

@@ -2,7 +2,7 @@ import { z } from "zod";
 import { MAX_TOKEN } from "@fenced/fence";
 import { HOLDER_PATTERN, resourceProblem, TOKEN_PATTERN } from "@fenced/fence/internal";
 import { OBJECT_VERSION } from "../versions.js";
-import { CorruptStateError, StaleTokenError } from "../errors.js";
+import { CorruptStateError, StaleTokenError, type StoreBackend } from "../errors.js";
 import { admits, type CheckedFence } from "../fence.js";
 import { newId, targetOf } from "./layout.js";
 
@@ -107,19 +107,24 @@ export function encodeManifest(header: ManifestHeader, inline?: Uint8Array): Buf
 }
 
 /** A manifest the store cannot have written: it refuses to judge a fence against it. */
-function corruptManifest(key: string, message: string): CorruptStateError {
-  return new CorruptStateError("s3", "manifest", key, message);
+function corruptManifest(key: string, message: string, backend: StoreBackend): CorruptStateError {
+  return new CorruptStateError(backend, "manifest", key, message);
 }
 
 /** Parses and checks a stored manifest; anything unexpected is an error, never a guess. */
-export function decodeManifest(key: string, bytes: Buffer): { header: ManifestHeader; inline: Buffer | undefined } {
+/** `backend`: whose store read it, as a CorruptStateError names it. */
+export function decodeManifest(
+  key: string,
+  bytes: Buffer,
+  backend: StoreBackend = "s3",
+): { header: ManifestHeader; inline: Buffer | undefined } {
   const newline = bytes.indexOf(NEWLINE);
-  if (newline < 0) throw corruptManifest(key, `manifest of ${JSON.stringify(key)} has no header line`);
+  if (newline < 0) throw corruptManifest(key, `manifest of ${JSON.stringify(key)} has no header line`, backend);
   let parsed: unknown;
   try {
     parsed = JSON.parse(bytes.subarray(0, newline).toString("utf8"));
   } catch {
-    throw corruptManifest(key, `manifest of ${JSON.stringify(key)} has a header that is not JSON`);
+    throw corruptManifest(key, `manifest of ${JSON.stringify(key)} has a header that is not JSON`, backend);
   }
   const v1 = (parsed as { format?: unknown } | null)?.format === MANIFEST_FORMAT_V1;
   const result = v1 ? ManifestHeaderV1Schema.safeParse(parsed) : ManifestHeaderSchema.safeParse(parsed);
@@ -127,23 +132,30 @@ export function decodeManifest(key: string, bytes: Buffer): { header: ManifestHe
     throw corruptManifest(
       key,
       `manifest of ${JSON.stringify(key)} is not a ${v1 ? MANIFEST_FORMAT_V1 : MANIFEST_FORMAT} header: ${result.error.message}`,
+      backend,
     );
   const header = "tokens" in result.data ? upgrade(result.data) : result.data;
-  if (header.key !== key) throw corruptManifest(key, `manifest at ${JSON.stringify(key)} names another key, ${JSON.stringify(header.key)}`);
+  if (header.key !== key)
+    throw corruptManifest(key, `manifest at ${JSON.stringify(key)} names another key, ${JSON.stringify(header.key)}`, backend);
   const resources = header.ratchet.map(([r]) => r);
   if (new Set(resources).size !== resources.length)
-    throw corruptManifest(key, `manifest of ${JSON.stringify(key)} has two ratchet entries for one resource`);
+    throw corruptManifest(key, `manifest of ${JSON.stringify(key)} has two ratchet entries for one resource`, backend);
   const own = entryFor(header, header.owner);
   if (own === undefined || own.token !== BigInt(header.token) || own.holder !== header.holder) {
-    throw corruptManifest(key, `manifest of ${JSON.stringify(key)}: its owner's ratchet entry is not the write that produced it`);
+    throw corruptManifest(key, `manifest of ${JSON.stringify(key)}: its owner's ratchet entry is not the write that produced it`, backend);
   }
   const rest = bytes.subarray(newline + 1);
   if (header.body.kind === "inline") {
     if (rest.length !== header.body.size)
-      throw corruptManifest(key, `manifest of ${JSON.stringify(key)} is truncated: ${rest.length} of ${header.body.size} body bytes`);
+      throw corruptManifest(
+        key,
+        `manifest of ${JSON.stringify(key)} is truncated: ${rest.length} of ${header.body.size} body bytes`,
+        backend,
+      );
     return { header, inline: rest };
   }
-  if (rest.length !== 0) throw corruptManifest(key, `manifest of ${JSON.stringify(key)} has bytes after a header that declares none`);
+  if (rest.length !== 0)
+    throw corruptManifest(key, `manifest of ${JSON.stringify(key)} has bytes after a header that declares none`, backend);
   return { header, inline: undefined };
 }
 
@@ -273,16 +285,16 @@ export function encodeFence(fence: CheckedFence): Buffer {
   return Buffer.from(JSON.stringify(body), "utf8");
 }
 
-function corruptFence(resource: string, message: string): CorruptStateError {
-  return new CorruptStateError("s3", "fence", resource, message);
+function corruptFence(resource: string, message: string, backend: StoreBackend): CorruptStateError {
+  return new CorruptStateError(backend, "fence", resource, message);
 }
 
-export function decodeFence(resource: string, bytes: Buffer): Highest {
+export function decodeFence(resource: string, bytes: Buffer, backend: StoreBackend = "s3"): Highest {
   let parsed: unknown;
   try {
     parsed = JSON.parse(bytes.toString("utf8"));
   } catch {
-    throw corruptFence(resource, `fence object of resource ${JSON.stringify(resource)} is not JSON`);
+    throw corruptFence(resource, `fence object of resource ${JSON.stringify(resource)} is not JSON`, backend);
   }
   const v1 = (parsed as { format?: unknown } | null)?.format === FENCE_FORMAT_V1;
   const result = v1 ? FenceV1Schema.safeParse(parsed) : FenceSchema.safeParse(parsed);
@@ -290,9 +302,14 @@ export function decodeFence(resource: string, bytes: Buffer): Highest {
     throw corruptFence(
       resource,
       `fence object of resource ${JSON.stringify(resource)} is not a ${v1 ? FENCE_FORMAT_V1 : FENCE_FORMAT} body: ${result.error.message}`,
+      backend,
     );
   if (result.data.resource !== resource)
-    throw corruptFence(resource, `fence object of resource ${JSON.stringify(resource)} belongs to ${JSON.stringify(result.data.resource)}`);
+    throw corruptFence(
+      resource,
+      `fence object of resource ${JSON.stringify(resource)} belongs to ${JSON.stringify(result.data.resource)}`,
+      backend,
+    );
   return { token: BigInt(result.data.token), holder: "holder" in result.data ? result.data.holder : null };
 }
 

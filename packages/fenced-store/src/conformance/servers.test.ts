@@ -2,6 +2,7 @@ import { S3Client } from "@aws-sdk/client-s3";
 import { freePort, startS3 } from "@fenced/servers";
 import { postgresSubject } from "./postgres-subject-test-support.js";
 import { s3Subject } from "./s3-subject-test-support.js";
+import { dynamoSubject } from "./dynamodb-subject-test-support.js";
 import { conformanceSuite } from "./suite-test-support.js";
 
 // The conformance suite on the real servers: one line each.
@@ -22,3 +23,5 @@ async function radosgw(inlineLimit?: number) {
 
 conformanceSuite("FencedS3 on radosgw, bodies inline", () => radosgw());
 conformanceSuite("FencedS3 on radosgw, bodies in data objects", () => radosgw(0));
+
+conformanceSuite("FencedDynamo on dynalite", dynamoSubject);

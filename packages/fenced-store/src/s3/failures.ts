@@ -45,7 +45,7 @@ export function typedFailure(err: unknown, call: CallContext): unknown {
 
 /** The S3 store's failures, as the algorithm asks for them (../cas/io.ts). */
 export function s3Failures(bucket: string): BackendFailures {
-  return { typed: (err, call) => typedFailure(err, { ...call, bucket }), refusedOwnEtag };
+  return { backend: "s3", typed: (err, call) => typedFailure(err, { ...call, bucket }), refusedOwnEtag };
 }
 
 /** One call's work within one deadline (../cas/failures.ts, withinDeadline), its failure typed as S3's. */

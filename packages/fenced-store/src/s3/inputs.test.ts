@@ -11,7 +11,8 @@ import { NeverWrittenError, refusal } from "../cas/intent.js";
 import type { Snapshot } from "../cas/io.js";
 import { newId } from "../cas/layout.js";
 import { nextHeader, type ManifestHeader } from "../cas/manifest.js";
-import { sweepOptions, transferOptions, validateOptions, writeOptions } from "./options.js";
+import { transferOptions } from "../cas/options.js";
+import { sweepOptions, validateOptions, writeOptions } from "./options.js";
 
 /** `check` throws an InvalidArgumentError naming `argument`. */
 const refusedAs = (argument: string, check: () => unknown): void =>

@@ -1,18 +1,8 @@
 import { InvalidArgumentError, type Fence } from "@fenced/fence";
 import type { ObjectWriteOptions, SignalOptions } from "../contract.js";
 import { type CheckedFence } from "@fenced/fence/internal";
-import { OBJECT_VERSION } from "../versions.js";
-import { assertKey } from "../fence.js";
-import {
-  checkSignal,
-  liveFence,
-  milliseconds,
-  optionsObject,
-  refuseAborted,
-  signalOnly,
-  timeoutOption,
-  transferFences,
-} from "../options.js";
+import { checkResourceFenceOption, checkVersion, integerIn, liveSignal, prefixOption } from "../cas/options.js";
+import { liveFence, milliseconds, optionsObject, timeoutOption } from "../options.js";
 
 export interface FencedS3Options {
   readonly bucket: string;
@@ -73,53 +63,21 @@ export interface ResolvedOptions {
 
 const MiB = 1024 * 1024;
 
-function integerIn(name: string, value: unknown, min: number, max: number, fallback: number): number {
-  if (value === undefined) return fallback;
-  if (typeof value !== "number" || !Number.isSafeInteger(value)) throw new InvalidArgumentError(name, "must be an integer");
-  if (value < min || value > max) throw new InvalidArgumentError(name, `must be between ${min} and ${max}, got ${value}`);
-  return value;
-}
-
 export function validateOptions(options: unknown): ResolvedOptions {
   const o = optionsObject(options, "{ bucket, prefix? }");
   if (typeof o.bucket !== "string") throw new InvalidArgumentError("bucket", "must be a string");
   if (!/^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/.test(o.bucket))
     throw new InvalidArgumentError("bucket", `${JSON.stringify(o.bucket)} is not a valid S3 bucket name`);
-  const prefix = o.prefix ?? "fenced/";
-  if (typeof prefix !== "string") throw new InvalidArgumentError("prefix", "must be a string");
-  if (prefix !== "") {
-    if (!prefix.endsWith("/")) throw new InvalidArgumentError("prefix", 'must be empty or end with "/"');
-    if (Buffer.byteLength(prefix) > 256) throw new InvalidArgumentError("prefix", "must be at most 256 bytes");
-    // Same rules as keys, so the store's objects never land outside the prefix.
-    assertKey(prefix.slice(0, -1), "prefix");
-  }
-  if (o.checkResourceFence !== undefined && typeof o.checkResourceFence !== "boolean")
-    throw new InvalidArgumentError("checkResourceFence", "must be a boolean");
+  const prefix = prefixOption(o.prefix);
   return {
     bucket: o.bucket,
     prefix,
     inlineLimit: integerIn("inlineLimit", o.inlineLimit, 0, 4 * MiB, 64 * 1024),
-    checkResourceFence: o.checkResourceFence ?? true,
+    checkResourceFence: checkResourceFenceOption(o.checkResourceFence),
     maxAttempts: integerIn("maxAttempts", o.maxAttempts, 1, 10_000, 64),
     partSize: integerIn("partSize", o.partSize, 5 * MiB, 5 * 1024 * MiB, 8 * MiB),
     timeoutMs: timeoutOption(o.timeoutMs, "timeoutMs"),
   };
-}
-
-function checkVersion(ifVersion: unknown): string | undefined {
-  if (ifVersion === undefined) return undefined;
-  if (typeof ifVersion !== "string")
-    throw new InvalidArgumentError("options.ifVersion", `must be a string (a version returned by put/get/delete), got ${typeof ifVersion}`);
-  if (!OBJECT_VERSION.test(ifVersion))
-    throw new InvalidArgumentError("options.ifVersion", `${JSON.stringify(ifVersion)} is not a version this store issues`);
-  return ifVersion;
-}
-
-/** Checks a signal; one aborted already throws its reason before any I/O. */
-function liveSignal(signal: unknown): AbortSignal | undefined {
-  const checked = checkSignal(signal);
-  refuseAborted(checked);
-  return checked;
 }
 
 export interface CheckedWriteOptions {
@@ -143,23 +101,6 @@ export function writeOptions(options: unknown): CheckedWriteOptions {
     maxAttempts: maxAttempts === undefined ? undefined : integerIn("options.maxAttempts", maxAttempts, 1, 10_000, 1),
     signal: liveSignal(signal),
   };
-}
-
-export interface CheckedTransferOptions {
-  readonly from: CheckedFence;
-  readonly to: CheckedFence;
-  readonly ifVersion: string | undefined;
-  readonly signal: AbortSignal | undefined;
-}
-
-export function transferOptions(options: unknown): CheckedTransferOptions {
-  const { from, to, ifVersion, signal } = optionsObject(options, "{ from, to, ifVersion?, signal? }");
-  return { ...transferFences(from, to), ifVersion: checkVersion(ifVersion), signal: liveSignal(signal) };
-}
-
-/** The `{ signal? }` of register(), fence(), get() and getBytes(). */
-export function signalOptions(options: unknown): { readonly signal: AbortSignal | undefined } {
-  return { signal: liveSignal(signalOnly(options)) };
 }
 
 export interface CheckedSweepOptions<P> {

@@ -13,16 +13,8 @@ import { Deadline } from "../deadline.js";
 import { typedFailure, withinDeadline } from "./failures.js";
 import { S3Io } from "./io.js";
 import { probeKeyPrefix } from "../cas/layout.js";
-import {
-  signalOptions,
-  sweepOptions,
-  transferOptions,
-  validateOptions,
-  writeOptions,
-  type FencedS3Options,
-  type S3UpdateOptions,
-  type S3WriteOptions,
-} from "./options.js";
+import { signalOptions, transferOptions } from "../cas/options.js";
+import { sweepOptions, validateOptions, writeOptions, type FencedS3Options, type S3UpdateOptions, type S3WriteOptions } from "./options.js";
 import { Sweep, type S3SweepOptions, type S3SweepProgress, type S3SweepReport } from "./sweep.js";
 import { NeverWrittenError, refusal, type Content, type Intent } from "../cas/intent.js";
 import { meta, openCurrent, readCurrent, type S3Bytes, type S3Object } from "./read.js";

@@ -19,6 +19,7 @@ const ANYWAY = "or pass --no-start-checks to start anyway";
 export const SETUP_FIXES: Readonly<Record<StoreSetupError["problem"], string>> = {
   "not-migrated": "run the gateway without --no-migrate once",
   "no-such-bucket": "check the bucket's name, or create it",
+  "no-such-table": "check the table's name, or create it (partition key `key`, a String)",
   "conditional-writes-unsupported": "use an S3 backend that honours If-Match and If-None-Match",
 };
 

@@ -1,0 +1,230 @@
+import type { DynamoDBClient } from "@aws-sdk/client-dynamodb";
+import { DescribeTableCommand } from "@aws-sdk/client-dynamodb";
+import { context } from "@opentelemetry/api";
+import { InvalidArgumentError } from "@fenced/fence";
+import type {
+  FencedStore,
+  SignalOptions,
+  StoreCapabilities,
+  StoredRecord,
+  TransferOptions,
+  WriteOptions,
+  WriteResult,
+} from "../contract.js";
+import { CorruptStateError, StoreSetupError } from "../errors.js";
+import { assertKey, assertResource, type CheckedFence, type Fence, type FenceSet } from "../fence.js";
+import { assertJsonValue } from "../json.js";
+import { observeCall, observedCall } from "../observe.js";
+import { liveFence, oneOrMoreFences, optionsObject } from "../options.js";
+import { Deadline } from "../deadline.js";
+import { probePort } from "../conditional/probe.js";
+import { withinDeadline } from "../cas/failures.js";
+import { StoreIo } from "../cas/io.js";
+import { NeverWrittenError, type Content, type Intent } from "../cas/intent.js";
+import { probeKeyPrefix } from "../cas/layout.js";
+import { checkVersion, liveSignal, signalOptions, transferOptions } from "../cas/options.js";
+import { writeManifest } from "../cas/write.js";
+import { dynamoFailures } from "./failures.js";
+import { ConditionalItems } from "./items.js";
+import { validateOptions, type FencedDynamoOptions } from "./options.js";
+
+export type { FencedDynamoOptions } from "./options.js";
+
+/**
+ * What a manifest spends beside its value at most, kept free below an item's limit: its header (the
+ * key of up to 1 KiB, an entry per resource that wrote the key, the writeIds) is well under it.
+ */
+const HEADER_RESERVE_BYTES = 16 * 1024;
+
+/**
+ * Fenced writes of JSON values to DynamoDB: the algorithm of the S3 store (../cas/) over DynamoDB
+ * items (items.ts), every value inline in its key's manifest item. A key's manifest and a resource's
+ * fence are items written with a condition on their own etag attribute; a write the manifest or the
+ * fence does not admit is refused and changes nothing. No transaction is used: register() raises
+ * each fence on its own, and putAll() is not offered. See PROTOCOL.md, "DynamoDB".
+ */
+export class FencedDynamo implements FencedStore<unknown, StoredRecord> {
+  /** No transaction: register() raises each fence item on its own. A tombstone is a manifest, ifVersion may name it. */
+  readonly capabilities: StoreCapabilities = Object.freeze({ atomicRegister: false, ifVersionMatchesTombstone: true });
+  readonly table: string;
+  readonly prefix: string;
+  private readonly io: StoreIo;
+  private readonly items: ConditionalItems;
+  /** The largest value put() takes, in bytes of its JSON text. */
+  readonly maxValueBytes: number;
+
+  constructor(client: DynamoDBClient, options: FencedDynamoOptions) {
+    if (typeof client !== "object" || client === null || typeof (client as { send?: unknown }).send !== "function") {
+      throw new InvalidArgumentError("client", "must be a DynamoDBClient from @aws-sdk/client-dynamodb");
+    }
+    const resolved = validateOptions(options);
+    this.table = resolved.table;
+    this.prefix = resolved.prefix;
+    this.items = new ConditionalItems(client, resolved.table, resolved.timeoutMs);
+    this.io = new StoreIo(this.items, resolved, dynamoFailures(resolved.table));
+    this.maxValueBytes = this.items.capabilities.maxRecordBytes - HEADER_RESERVE_BYTES;
+  }
+
+  /**
+   * Proves the table is there with the key the store needs, and that it refuses a stale condition
+   * and a create over an existing item; throws StoreSetupError otherwise.
+   */
+  async verify(options?: SignalOptions): Promise<void> {
+    const { signal } = signalOptions(options);
+    await this.call("verify", undefined, signal, async (deadline) => {
+      const { Table } = await this.items.client.send(new DescribeTableCommand({ TableName: this.table }), { abortSignal: deadline.signal });
+      const keys = Table?.KeySchema ?? [];
+      const keyType = Table?.AttributeDefinitions?.find((a) => a.AttributeName === "key")?.AttributeType;
+      if (keys.length !== 1 || keys[0]?.AttributeName !== "key" || keys[0].KeyType !== "HASH" || keyType !== "S") {
+        throw new StoreSetupError(
+          "dynamodb",
+          "no-such-table",
+          `DynamoDB table ${JSON.stringify(this.table)} must have one partition key, "key", a String, and no sort key`,
+        );
+      }
+      await probePort(this.items, "dynamodb", probeKeyPrefix(this.prefix), deadline.signal);
+    });
+  }
+
+  /**
+   * Raises each resource's fence item to its fence (writes no record): from then on a lower token,
+   * or the same token from another holder, is refused on every key of the resource. StaleTokenError
+   * if a fence item does not admit it; the others are raised or not, each on its own.
+   */
+  async register(fence: Fence | FenceSet, options?: SignalOptions): Promise<void> {
+    const fences = oneOrMoreFences(fence);
+    const { signal } = signalOptions(options);
+    const sent = fences.map(() => ({ open: false }));
+    const open = { get open() { return sent.some((one) => one.open); } }; // prettier-ignore
+    await this.call("register", undefined, signal, (deadline) => this.io.raiseFences(fences, deadline.signal, sent), open, fences);
+  }
+
+  /** The resource's fence item as it is now: the highest token registered or written with, and its holder. */
+  async fence(resource: string, options?: SignalOptions): Promise<CheckedFence | undefined> {
+    assertResource(resource);
+    const { signal } = signalOptions(options);
+    const found = await this.call("fence", undefined, signal, (deadline) => this.io.readFence(resource, deadline.signal));
+    return found === null ? undefined : { resource, token: found.highest.token, holder: found.highest.holder };
+  }
+
+  /** Writes `value` (JSON) as the key's new version, if the fence and ifVersion are admitted. */
+  async put(key: string, value: unknown, options: WriteOptions): Promise<WriteResult> {
+    assertKey(key);
+    assertJsonValue(value);
+    const bytes = Buffer.from(JSON.stringify(value), "utf8");
+    if (bytes.length > this.maxValueBytes) {
+      throw new InvalidArgumentError(
+        "value",
+        `is ${bytes.length} bytes of JSON; DynamoDB's item limit leaves a value at most ${this.maxValueBytes}`,
+      );
+    }
+    return this.write("put", key, options, { kind: "inline", bytes });
+  }
+
+  /** Writes a tombstone (the ratchet and the key's owner survive it); get() then reads undefined. */
+  async delete(key: string, options: WriteOptions): Promise<WriteResult> {
+    assertKey(key);
+    return this.write("delete", key, options, { kind: "tombstone" });
+  }
+
+  /** The key's current value and version; undefined if absent or deleted. */
+  async get(key: string, options?: SignalOptions): Promise<StoredRecord | undefined> {
+    assertKey(key);
+    const { signal } = signalOptions(options);
+    const found = await this.call("get", key, signal, (deadline) => this.io.readManifest(key, deadline.signal));
+    if (found === null) return undefined;
+    const { header } = found.snap;
+    if (header.body.kind === "tombstone") return undefined;
+    if (header.body.kind !== "inline") {
+      throw new CorruptStateError(
+        "dynamodb",
+        "manifest",
+        key,
+        `the manifest of ${JSON.stringify(key)} names a data object, which this store never writes`,
+      );
+    }
+    const text = (found.inline ?? Buffer.alloc(0)).toString("utf8");
+    let value: unknown;
+    try {
+      value = JSON.parse(text);
+    } catch (err) {
+      throw new CorruptStateError("dynamodb", "manifest", key, `the value of ${JSON.stringify(key)} is not JSON`, { cause: err });
+    }
+    return { value, version: header.writeId, token: BigInt(header.token), holder: header.holder, resource: header.owner };
+  }
+
+  /**
+   * Hands the key to another resource: one manifest write that requires the key to belong to
+   * from.resource, admits both fences (raising both fence items), and records `to` as the writer and
+   * to.resource as the owner; the value is unchanged, the version new. Undefined if the key was never
+   * written (with ifVersion, a VersionMismatchError instead).
+   */
+  async transfer(key: string, options: TransferOptions): Promise<WriteResult | undefined> {
+    assertKey(key);
+    const o = transferOptions(options);
+    return observedCall({ store: "dynamodb", operation: "transfer", key, fences: [o.from, o.to] }, async () => {
+      const deadline = new Deadline(this.io.options.timeoutMs, o.signal);
+      try {
+        return await writeManifest(this.io, {
+          key,
+          owner: o.from.resource,
+          fences: [o.from, o.to],
+          writer: o.to,
+          ifVersion: o.ifVersion ?? { exists: true },
+          content: { kind: "carry" },
+          contentType: undefined,
+          operation: "transfer",
+          deadline,
+          signal: deadline.signal,
+          endDeadline: false,
+        });
+      } catch (err) {
+        if (err instanceof NeverWrittenError) return undefined;
+        throw err;
+      } finally {
+        deadline.end(true);
+      }
+    });
+  }
+
+  /** Waits for the store's background work. */
+  async flush(): Promise<void> {
+    await this.io.flush();
+  }
+
+  private write(operation: "put" | "delete", key: string, options: unknown, content: Content): Promise<WriteResult> {
+    const { fence, ifVersion, signal } = optionsObject(options, "{ fence, ... }");
+    const checked = liveFence(fence, "options.fence");
+    const deadline = new Deadline(this.io.options.timeoutMs, liveSignal(signal));
+    const intent: Intent = {
+      key,
+      owner: checked.resource,
+      fences: [checked],
+      writer: checked,
+      ifVersion: checkVersion(ifVersion),
+      content,
+      contentType: undefined,
+      operation,
+      deadline,
+      signal: deadline.signal,
+      endDeadline: true,
+    };
+    // The write runs in the call's span, entered straight from here.
+    const call = observeCall({ store: "dynamodb", operation, key, fences: [checked] });
+    return call.ended(context.with(call.context, writeManifest, undefined, this.io, intent));
+  }
+
+  /** Runs one call within its deadline, its failure typed (../cas/failures.ts). */
+  private call<T>(
+    operation: string,
+    key: string | undefined,
+    signal: AbortSignal | undefined,
+    work: (deadline: Deadline) => Promise<T>,
+    sent: { readonly open: boolean } = { open: false },
+    fences?: readonly CheckedFence[],
+  ): Promise<T> {
+    return observedCall({ store: "dynamodb", operation, key, fences }, () =>
+      withinDeadline(this.io.options.timeoutMs, signal, { operation, key }, this.io.failures, work, sent),
+    );
+  }
+}
