@@ -1,17 +1,35 @@
 // `pnpm servers`: the servers the tests start, for trying fenced by hand — three Redis lock nodes,
-// PostgreSQL and S3 (radosgw, with a bucket) on free loopback ports — until Ctrl-C, which stops them
+// PostgreSQL, S3 (radosgw, with a bucket) and DynamoDB (dynalite, with a table keyed as
+// FencedDynamo needs: partition key `key`, a String) on free loopback ports — until Ctrl-C, which stops them
 // and removes their files. It prints the `export` lines that point the README's examples and its
-// gateway command at them (REDIS_URLS, DATABASE_URL and the S3_* variables, which the test servers
+// gateway command at them (REDIS_URLS, DATABASE_URL, the S3_* and DYNAMODB_* variables, which the test servers
 // also read — `pnpm test` or `pnpm demo` in that shell uses these servers; the gateway's API key,
 // `$KEY`, for `orders/` and `accounts/`, a fence key made here and the S3 credentials, which the gateway takes only
 // from its environment), to paste into another shell.
 import { randomBytes } from "node:crypto";
-import { startPostgres, startRedisNodes, startS3, type RedisNodes, type StartedPostgres, type StartedS3 } from "./index.js";
+import { CreateTableCommand } from "@aws-sdk/client-dynamodb";
+import {
+  startDynamo,
+  startPostgres,
+  startRedisNodes,
+  startS3,
+  type RedisNodes,
+  type StartedDynamo,
+  type StartedPostgres,
+  type StartedS3,
+} from "./index.js";
 
 const quote = (value: string): string => `'${value.replace(/'/g, `'\\''`)}'`;
 
 /** The shell lines, one variable each. */
-function exportLines(redis: RedisNodes, postgres: StartedPostgres, s3: StartedS3, bucket: string): string[] {
+function exportLines(
+  redis: RedisNodes,
+  postgres: StartedPostgres,
+  s3: StartedS3,
+  bucket: string,
+  dynamo: StartedDynamo,
+  table: string,
+): string[] {
   const key = `try-${randomBytes(12).toString("hex")}`;
   const variables: [string, string][] = [
     ["REDIS_URLS", redis.urls.join(",")],
@@ -27,17 +45,30 @@ function exportLines(redis: RedisNodes, postgres: StartedPostgres, s3: StartedS3
     ["FENCED_GATEWAY_S3_REGION", s3.region],
     ["FENCED_GATEWAY_S3_ACCESS_KEY_ID", s3.accessKeyId],
     ["FENCED_GATEWAY_S3_SECRET_ACCESS_KEY", s3.secretAccessKey],
+    ["DYNAMODB_ENDPOINT", dynamo.endpoint],
+    ["DYNAMODB_TABLE", table],
   ];
   return variables.map(([name, value]) => `export ${name}=${quote(value)}`);
 }
 
-const [redis, postgres, s3] = await Promise.all([startRedisNodes(3), startPostgres(), startS3()]);
+const [redis, postgres, s3, dynamo] = await Promise.all([startRedisNodes(3), startPostgres(), startS3(), startDynamo()]);
 const stop = async (): Promise<void> => {
-  await Promise.allSettled([redis.stop(), postgres.stop(), s3.stop()]);
+  await Promise.allSettled([redis.stop(), postgres.stop(), s3.stop(), dynamo.stop()]);
   process.exit(0);
 };
 process.once("SIGINT", () => void stop());
 process.once("SIGTERM", () => void stop());
 const bucket = await s3.createBucket();
-process.stderr.write(`redis ${redis.source}, postgres ${postgres.source}, s3 ${s3.source}: up until Ctrl-C. In another shell:\n`);
-process.stdout.write(`${exportLines(redis, postgres, s3, bucket).join("\n")}\n`);
+const table = "fenced";
+await dynamo.client().send(
+  new CreateTableCommand({
+    TableName: table,
+    AttributeDefinitions: [{ AttributeName: "key", AttributeType: "S" }],
+    KeySchema: [{ AttributeName: "key", KeyType: "HASH" }],
+    BillingMode: "PAY_PER_REQUEST",
+  }),
+);
+process.stderr.write(
+  `redis ${redis.source}, postgres ${postgres.source}, s3 ${s3.source}, dynamodb (dynalite): up until Ctrl-C. In another shell:\n`,
+);
+process.stdout.write(`${exportLines(redis, postgres, s3, bucket, dynamo, table).join("\n")}\n`);
