@@ -163,23 +163,27 @@ export function observedStatement<T>(
   );
 }
 
-/** A command as the AWS SDK v3 sends it: its class names the operation, its input the bucket and key. */
-interface S3Command {
-  readonly input?: { readonly Bucket?: unknown; readonly Key?: unknown };
+/** A command as the AWS SDK v3 sends it: its class names the operation, its input the bucket and key, or the table. */
+interface AwsCommand {
+  readonly input?: { readonly Bucket?: unknown; readonly Key?: unknown; readonly TableName?: unknown };
 }
 
 interface Sender {
-  send(command: S3Command, options?: unknown): Promise<unknown>;
+  send(command: AwsCommand, options?: unknown): Promise<unknown>;
 }
 
-function s3Attributes(command: S3Command, method: string): Attributes {
-  const { Bucket, Key } = command.input ?? {};
+/** The AWS services the stores send to, as a span names them. */
+type AwsService = "S3" | "DynamoDB";
+
+function awsAttributes(service: AwsService, command: AwsCommand, method: string): Attributes {
+  const { Bucket, Key, TableName } = command.input ?? {};
   return {
     "rpc.system": "aws-api",
-    "rpc.service": "S3",
+    "rpc.service": service,
     "rpc.method": method,
-    ...(typeof Bucket === "string" ? { "aws.s3.bucket": Bucket } : {}),
-    ...(typeof Key === "string" ? { "aws.s3.key": Key } : {}),
+    ...(service === "S3" && typeof Bucket === "string" ? { "aws.s3.bucket": Bucket } : {}),
+    ...(service === "S3" && typeof Key === "string" ? { "aws.s3.key": Key } : {}),
+    ...(service === "DynamoDB" && typeof TableName === "string" ? { "aws.dynamodb.table_names": [TableName] } : {}),
   };
 }
 
@@ -190,14 +194,16 @@ function httpStatus(outcome: unknown): number | undefined {
 }
 
 /**
- * The client a FencedS3 sends through: the caller's, every request of it a client span
- * `S3.<Operation>` (one per send(), the SDK's own retries inside it). Everything else is the
- * caller's client itself (its prototype), which is left unchanged.
+ * The client a FencedS3 or a FencedDynamo sends through: the caller's, every request of it a client
+ * span `<Service>.<Operation>` (`S3.PutObject`, `DynamoDB.PutItem`: one per send(), the SDK's own
+ * retries inside it). Everything else is the caller's client itself (its prototype), which is left
+ * unchanged.
  */
-export function tracedS3Client<Client extends Sender>(client: Client): Client {
-  const send = (command: S3Command, options?: unknown): Promise<unknown> => {
+export function tracedAwsClient<Client extends Sender>(client: Client, service: AwsService): Client {
+  const send = (command: AwsCommand, options?: unknown): Promise<unknown> => {
     const method = command.constructor.name.replace(/Command$/, "");
-    return tracer.startActiveSpan(`S3.${method}`, { kind: SpanKind.CLIENT, attributes: s3Attributes(command, method) }, async (span) => {
+    const attributes = awsAttributes(service, command, method);
+    return tracer.startActiveSpan(`${service}.${method}`, { kind: SpanKind.CLIENT, attributes }, async (span) => {
       try {
         const answer = await client.send(command, options);
         const status = httpStatus(answer);

@@ -14,7 +14,7 @@ import type {
 import { CorruptStateError, StoreSetupError } from "../errors.js";
 import { assertKey, assertResource, type CheckedFence, type Fence, type FenceSet } from "../fence.js";
 import { assertJsonValue } from "../json.js";
-import { observeCall, observedCall } from "../observe.js";
+import { observeCall, observedCall, tracedAwsClient } from "../observe.js";
 import { liveFence, oneOrMoreFences, optionsObject } from "../options.js";
 import { Deadline } from "../deadline.js";
 import { probePort } from "../conditional/probe.js";
@@ -60,7 +60,8 @@ export class FencedDynamo implements FencedStore<unknown, StoredRecord> {
     const resolved = validateOptions(options);
     this.table = resolved.table;
     this.prefix = resolved.prefix;
-    this.items = new ConditionalItems(client, resolved.table, resolved.timeoutMs);
+    // Each request a span of its own (../observe.ts); the caller's client is not changed.
+    this.items = new ConditionalItems(tracedAwsClient(client, "DynamoDB"), resolved.table, resolved.timeoutMs);
     this.io = new StoreIo(this.items, resolved, dynamoFailures(resolved.table));
     this.maxValueBytes = this.items.capabilities.maxRecordBytes - HEADER_RESERVE_BYTES;
   }

@@ -5,7 +5,7 @@ import { context } from "@opentelemetry/api";
 import { InvalidArgumentError } from "@fenced/fence";
 import { ContentionError, StoreUnavailableError, VersionMismatchError } from "../errors.js";
 import { assertKey, assertResource, checkFence, type CheckedFence, type Fence, type FenceSet } from "../fence.js";
-import { observeCall, observedCall, tracedS3Client } from "../observe.js";
+import { observeCall, observedCall, tracedAwsClient } from "../observe.js";
 import { oneOrMoreFences } from "../options.js";
 import { assertBody, assertContentLength, assertContentType, toPayload, watchStalls, type S3Body } from "./body.js";
 import type { EtagForm } from "./conditional.js";
@@ -52,7 +52,7 @@ export class FencedS3 implements ObjectStore {
     this.bucket = resolved.bucket;
     this.prefix = resolved.prefix;
     // Each request a span of its own (../observe.ts); the caller's client is not changed.
-    this.io = new S3Io(tracedS3Client(client), resolved);
+    this.io = new S3Io(tracedAwsClient(client, "S3"), resolved);
   }
 
   /**
