@@ -1,3 +1,4 @@
+import { CreateTableCommand, DynamoDBClient, GetItemCommand, PutItemCommand } from "@aws-sdk/client-dynamodb";
 import { GetObjectCommand, NoSuchKey, PutObjectCommand, S3Client } from "@aws-sdk/client-s3";
 import pg from "pg";
 import type { Fence } from "@fenced/fence";
@@ -9,11 +10,15 @@ import {
   type WriteOptions as StoreWriteOptions,
   type WriteResult,
 } from "@fenced/store";
+import { FencedDynamo } from "@fenced/store/dynamodb";
 import { FencedPostgres } from "@fenced/store/postgres";
 import { FencedS3 } from "@fenced/store/s3";
 
-export type BackendName = "s3" | "postgres";
-export const BACKENDS: readonly BackendName[] = ["s3", "postgres"];
+export type BackendName = "s3" | "postgres" | "dynamodb";
+export const BACKENDS: readonly BackendName[] = ["s3", "postgres", "dynamodb"];
+
+/** How the narration and the pictures name each backend. */
+export const BACKEND_TITLES: Readonly<Record<BackendName, string>> = { s3: "S3", postgres: "Postgres", dynamodb: "DynamoDB" };
 
 /**
  * Everything a client needs to reach a backend. Plain data: it travels over IPC to the paused
@@ -30,7 +35,17 @@ export type BackendConfig =
       /** Plain objects live here; FencedS3 keeps its manifests under its own prefix beside them. */
       readonly prefix: string;
     }
-  | { readonly kind: "postgres"; readonly url: string; readonly schema: string };
+  | { readonly kind: "postgres"; readonly url: string; readonly schema: string }
+  | {
+      readonly kind: "dynamodb";
+      readonly endpoint: string;
+      readonly region: string;
+      readonly accessKeyId: string;
+      readonly secretAccessKey: string;
+      /** One table (partition key `key`, a String): plain items under `prefix`, FencedDynamo's under its own prefix beside them. */
+      readonly table: string;
+      readonly prefix: string;
+    };
 
 /** The "file" every scenario edits: each client appends one entry, so a lost update is a missing entry. */
 export interface FileDoc {
@@ -79,12 +94,29 @@ export interface DemoStore {
 
 export function openStore(config: BackendConfig, fenced: boolean): DemoStore {
   if (config.kind === "s3") return fenced ? fencedS3(config) : new PlainS3Store(config);
+  if (config.kind === "dynamodb") return fenced ? fencedDynamo(config) : new PlainDynamoStore(config);
   return fenced ? fencedPostgres(config) : new PlainPgStore(config);
 }
 
-/** Storage a store opened by openStore expects: the bucket exists; the schema, tables and sequence exist. */
+/** Storage a store opened by openStore expects: the bucket exists; the table exists; the schema, tables and sequence exist. */
 export async function prepareBackend(config: BackendConfig): Promise<void> {
   if (config.kind === "s3") return;
+  if (config.kind === "dynamodb") {
+    const client = dynamoClient(config);
+    try {
+      await client.send(
+        new CreateTableCommand({
+          TableName: config.table,
+          AttributeDefinitions: [{ AttributeName: "key", AttributeType: "S" }],
+          KeySchema: [{ AttributeName: "key", KeyType: "HASH" }],
+          BillingMode: "PAY_PER_REQUEST",
+        }),
+      );
+    } finally {
+      client.destroy();
+    }
+    return;
+  }
   const pool = new pg.Pool({ connectionString: config.url, max: 1 });
   try {
     await pool.query(`CREATE SCHEMA IF NOT EXISTS ${quoteIdent(config.schema)}`);
@@ -93,6 +125,14 @@ export async function prepareBackend(config: BackendConfig): Promise<void> {
   } finally {
     await pool.end();
   }
+}
+
+export function dynamoClient(config: Extract<BackendConfig, { kind: "dynamodb" }>): DynamoDBClient {
+  return new DynamoDBClient({
+    endpoint: config.endpoint,
+    region: config.region,
+    credentials: { accessKeyId: config.accessKeyId, secretAccessKey: config.secretAccessKey },
+  });
 }
 
 /** Removes what prepareBackend made, for servers the demo does not own (its own servers vanish whole). */
@@ -189,6 +229,34 @@ class PlainS3Store implements DemoStore {
   }
 }
 
+class PlainDynamoStore implements DemoStore {
+  readonly fenced = false;
+  private readonly client: DynamoDBClient;
+  constructor(private readonly config: Extract<BackendConfig, { kind: "dynamodb" }>) {
+    this.client = dynamoClient(config);
+  }
+  async read(key: string): Promise<ReadResult> {
+    const { Item } = await this.client.send(
+      new GetItemCommand({ TableName: this.config.table, Key: { key: { S: this.config.prefix + key } }, ConsistentRead: true }),
+    );
+    return Item?.doc?.S === undefined ? EMPTY : { doc: parseDoc(Item.doc.S), version: undefined };
+  }
+  async write(key: string, doc: FileDoc): Promise<WriteOutcome> {
+    // The everyday write: last writer wins, whoever it is and whatever it read.
+    await this.client.send(
+      new PutItemCommand({ TableName: this.config.table, Item: { key: { S: this.config.prefix + key }, doc: { S: JSON.stringify(doc) } } }),
+    );
+    return { accepted: true, version: undefined };
+  }
+  register(): Promise<WriteOutcome> {
+    return Promise.reject(new Error("an unfenced store has nothing to register a token with"));
+  }
+  close(): Promise<void> {
+    this.client.destroy();
+    return Promise.resolve();
+  }
+}
+
 class PlainPgStore implements DemoStore {
   readonly fenced = false;
   private readonly pool: pg.Pool;
@@ -263,6 +331,22 @@ function fencedS3(config: Extract<BackendConfig, { kind: "s3" }>): DemoStore {
     async () => {
       await store.flush();
       client.destroy();
+    },
+  );
+}
+
+/** The table's fenced store: the file as a JSON value, inline in its key's manifest item. */
+function fencedDynamo(config: Extract<BackendConfig, { kind: "dynamodb" }>): DemoStore {
+  const client = dynamoClient(config);
+  const store = new FencedDynamo(client, { table: config.table, prefix: `${config.prefix}fenced/` });
+  return new ContractStore(
+    store,
+    (key, value, options) => store.put(key, value, options),
+    (doc) => ({ entries: [...doc.entries] }),
+    (read) => Promise.resolve({ entries: (read.value as FileDoc).entries.map(String) }),
+    () => {
+      client.destroy();
+      return Promise.resolve();
     },
   );
 }

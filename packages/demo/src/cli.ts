@@ -6,7 +6,7 @@ import { dirname, join, resolve } from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { Command, Option } from "commander";
-import { BACKENDS, type BackendName } from "./backends.js";
+import { BACKEND_TITLES, BACKENDS, type BackendName } from "./backends.js";
 import { renderHtml, type Picture } from "./html.js";
 import { killAllClientProcesses } from "./paused-client.js";
 import { jsonReporter, terminalReporter, type ResultLine, type RunSummary } from "./report.js";
@@ -27,10 +27,14 @@ interface Options {
 const program = new Command()
   .name("fenced-demo")
   .description(
-    'Replays the failures from "How to do distributed locking" against real Redis, PostgreSQL and S3 servers, unfenced and fenced.',
+    'Replays the failures from "How to do distributed locking" against real Redis, PostgreSQL, S3 and DynamoDB servers, unfenced and fenced.',
   )
   .addOption(new Option("--scenario <name>", "scenario to run").choices(["gc-pause", "clock-jump", "both-paused", "all"]).default("all"))
-  .addOption(new Option("--backend <name>", "storage to write to").choices(["s3", "postgres", "both"]).default("both"))
+  .addOption(
+    new Option("--backend <name>", "storage to write to (both: S3 and PostgreSQL; all: DynamoDB too)")
+      .choices(["s3", "postgres", "dynamodb", "both", "all"])
+      .default("both"),
+  )
   .option("--json", "one JSON object per line on stdout (progress goes to stderr)", false)
   .option("--out <dir>", "where the pictures go (default: demo-output/ at the repository root)")
   .option("--redis-urls <urls>", "use these 5 Redis servers (comma-separated) instead of starting them; same as REDIS_URLS")
@@ -51,7 +55,12 @@ if (options.s3Endpoint !== undefined) process.env.S3_ENDPOINT = options.s3Endpoi
 
 const reporter = options.json ? jsonReporter(process.stdout, process.stderr) : terminalReporter(process.stdout);
 const scenarios = SCENARIO_LIST.filter((s) => options.scenario === "all" || s.name === options.scenario);
-const backends: BackendName[] = options.backend === "both" ? [...BACKENDS] : BACKENDS.filter((b) => b === options.backend);
+const backends: BackendName[] =
+  options.backend === "all"
+    ? [...BACKENDS]
+    : options.backend === "both"
+      ? BACKENDS.filter((b) => b !== "dynamodb")
+      : BACKENDS.filter((b) => b === options.backend);
 const outDir = resolve(options.out ?? join(repoRoot(), "demo-output"));
 const nonce = randomBytes(4).toString("hex");
 const started = performance.now();
@@ -125,7 +134,7 @@ async function main(): Promise<number> {
       for (const mode of scenario.modes) {
         if (interrupted) return 130;
         const id = { scenario: scenario.name, backend: backendName, mode };
-        reporter.runStart(id, `${scenario.name} · ${backendName === "s3" ? "S3" : "Postgres"} · ${mode}`);
+        reporter.runStart(id, `${scenario.name} · ${BACKEND_TITLES[backendName]} · ${mode}`);
         const env = {
           backendName,
           backend,

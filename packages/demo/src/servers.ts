@@ -1,7 +1,8 @@
 import { performance } from "node:perf_hooks";
 import { FencedS3 } from "@fenced/store/s3";
-import { startPostgres, startRedisNodes, startS3, type RedisNodes } from "@fenced/servers";
-import { dropBackend, prepareBackend, s3Client, type BackendConfig, type BackendName } from "./backends.js";
+import { FencedDynamo } from "@fenced/store/dynamodb";
+import { startDynamo, startPostgres, startRedisNodes, startS3, type RedisNodes } from "@fenced/servers";
+import { dropBackend, dynamoClient, prepareBackend, s3Client, type BackendConfig, type BackendName } from "./backends.js";
 
 export interface DemoServers {
   /** Lock nodes for the scenarios that need no clock control (REDIS_URLS when given). */
@@ -22,7 +23,8 @@ export interface ServerNeeds {
 }
 
 /**
- * Brings up what the chosen scenarios need, in parallel: five Redis nodes, PostgreSQL, S3. Each
+ * Brings up what the chosen scenarios need, in parallel: five Redis nodes, PostgreSQL, S3, DynamoDB
+ * (dynalite, always started here). Each
  * comes from the environment when configured (REDIS_URLS, DATABASE_URL, S3_ENDPOINT …), else from
  * a Docker engine if one answers, else from this machine's binaries (redis-server, PostgreSQL,
  * Ceph radosgw). The clock-jump scenario always gets local nodes: the clock shim is an LD_PRELOAD.
@@ -113,6 +115,36 @@ export async function startDemoServers(needs: ServerNeeds, nonce: string, progre
           local: "Ceph radosgw, a one-host Ceph cluster started from this machine's binaries",
         }[s3.source];
         used.push(`S3: ${where} at ${s3.endpoint}, bucket ${bucket} (checked: refuses a stale If-Match)`);
+      }),
+    );
+  }
+
+  if (needs.backends.includes("dynamodb")) {
+    tasks.push(
+      step("DynamoDB (dynalite)", async () => {
+        const dynamo = await startDynamo();
+        stops.push(() => dynamo.stop());
+        const config: BackendConfig = {
+          kind: "dynamodb",
+          endpoint: dynamo.endpoint,
+          region: dynamo.region,
+          accessKeyId: dynamo.accessKeyId,
+          secretAccessKey: dynamo.secretAccessKey,
+          table: dynamo.tableName("fenced-demo"),
+          prefix: `demo-${nonce}/`,
+        };
+        await prepareBackend(config);
+        // Prove that this table is keyed as the store needs and refuses a stale condition.
+        const client = dynamoClient(config);
+        try {
+          await new FencedDynamo(client, { table: config.table, prefix: `${config.prefix}fenced/` }).verify();
+        } finally {
+          client.destroy();
+        }
+        backends.set("dynamodb", config);
+        used.push(
+          `DynamoDB: dynalite, an emulator started from npm, at ${dynamo.endpoint}, table ${config.table} (checked: refuses a stale condition)`,
+        );
       }),
     );
   }

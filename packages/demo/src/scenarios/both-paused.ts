@@ -1,3 +1,4 @@
+import { BACKEND_TITLES } from "../backends.js";
 import type { WriteOutcome } from "../backends.js";
 import { judge, type JudgeInput } from "../judge.js";
 import { PausedClient } from "../paused-client.js";
@@ -92,7 +93,7 @@ export async function bothPaused(env: ScenarioEnv, mode: BothPausedMode): Promis
     });
     return {
       ...run,
-      title: `both-paused · ${env.backendName === "s3" ? "S3" : "Postgres"} · ${mode}`,
+      title: `both-paused · ${BACKEND_TITLES[env.backendName]} · ${mode}`,
       caption: CAPTIONS[mode],
       lanes,
       events: ctx.tl.events,

@@ -1,3 +1,4 @@
+import { BACKEND_TITLES } from "../backends.js";
 import { resourceKeys } from "@fenced/lock";
 import { LocalClient, type LeaseInfo } from "../clients.js";
 import { judge } from "../judge.js";
@@ -133,7 +134,7 @@ export async function clockJump(env: ScenarioEnv, mode: ClockJumpMode): Promise<
     });
     return {
       ...run,
-      title: `clock-jump · ${env.backendName === "s3" ? "S3" : "Postgres"} · ${mode}`,
+      title: `clock-jump · ${BACKEND_TITLES[env.backendName]} · ${mode}`,
       caption: fenced
         ? "Node C's clock jumps; two clients hold the lock at once, and the storage refuses the older token."
         : "Node C's clock jumps; two clients hold the lock at once, and the older one's write clobbers the newer.",

@@ -1,3 +1,4 @@
+import { BACKEND_TITLES } from "../backends.js";
 import { Redis } from "ioredis";
 import { resourceKeys } from "@fenced/lock";
 import { waitFor, type RedisNodes } from "@fenced/servers";
@@ -46,7 +47,7 @@ export function clientLane(n: 1 | 2): Lane {
 }
 
 export function storageLane(env: ScenarioEnv): Lane {
-  return { id: "storage", title: env.backendName === "s3" ? "storage (S3)" : "storage (Postgres)", kind: "storage" };
+  return { id: "storage", title: `storage (${BACKEND_TITLES[env.backendName]})`, kind: "storage" };
 }
 
 /** Shared steps of the scenarios; each step records the event(s) it caused. */

@@ -1,3 +1,4 @@
+import { BACKEND_TITLES } from "../backends.js";
 import { LocalClient } from "../clients.js";
 import { judge } from "../judge.js";
 import { PausedClient } from "../paused-client.js";
@@ -70,7 +71,7 @@ export async function gcPause(env: ScenarioEnv, mode: GcPauseMode): Promise<RunR
     });
     return {
       ...run,
-      title: `gc-pause · ${env.backendName === "s3" ? "S3" : "Postgres"} · ${mode}`,
+      title: `gc-pause · ${BACKEND_TITLES[env.backendName]} · ${mode}`,
       caption: fenced
         ? "Client 1 is paused past its lease; when it wakes, the storage refuses its older token."
         : "Client 1 is paused past its lease; when it wakes, its write silently overwrites client 2's.",

@@ -5,7 +5,7 @@ import type { FenceSnapshot, Snapshot } from "./io.js";
 import { fenceRefusal, needsRaise } from "./manifest.js";
 
 /**
- * What an S3 write does next, as a pure function of what it knows: its intent, the resource fence
+ * What a write does next, as a pure function of what it knows: its intent, the resource fence
  * objects as last read and the key's manifest as last read (or remembered). The driver (write.ts)
  * does the I/O a decision asks for and asks again with the answers, until it is told to put or to
  * refuse; a manifest PUT goes on the wire only on a decision to put (write.ts, `putManifest`). Nothing

@@ -91,8 +91,9 @@ export class StoreIo {
   private readonly cache = new Lru<string, { snap: Snapshot | null; readFirst: number }>(CACHE_ENTRIES);
   /**
    * Last fence object seen per resource: predicts whether a write will have to raise it, and lets
-   * the next read of it be conditional (If-None-Match on its ETag). Never trusted without that
-   * read: a 304 says the object still has exactly these bytes, since fence ETags never repeat.
+   * the next read of it be a revalidation on its ETag (S3: If-None-Match; the port's readIfChanged).
+   * Never trusted without that read: "unchanged" says the object still has exactly these bytes,
+   * since fence ETags never repeat.
    */
   private readonly fences = new Lru<string, FenceSnapshot>(CACHE_ENTRIES);
   private readonly pending = new Set<Promise<void>>();

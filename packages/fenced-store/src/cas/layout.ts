@@ -3,7 +3,7 @@ import { keyProblem } from "@fenced/fence/internal";
 import { OBJECT_VERSION } from "../versions.js";
 
 /**
- * Where the S3 store keeps what:
+ * Where a store of the algorithm keeps what (S3: objects; DynamoDB: items named so, with no data):
  *
  *   <prefix>manifests/<key>                     one per key: the compare-and-swapped pointer (header + inline body)
  *   <prefix>data/<key>/<target>.<dataId>        a body too large to inline: one per manifest attempt, never overwritten

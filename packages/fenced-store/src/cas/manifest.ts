@@ -209,7 +209,7 @@ export function transferHeader(prev: ManifestHeader, from: CheckedFence, to: Che
  * - "named": a manifest names it or can still come to — the current one names it, or it is the
  *   object of an attempt whose target is current (a create's, while the key has no manifest);
  * - "orphan": nothing can ever name it — the sweeper's rule, and the writer's own (which also
- *   deletes the objects of its attempts answered "not applied": bodies.ts);
+ *   deletes the objects of its attempts answered "not applied": ../s3/bodies.ts);
  * - "unexplained": its name says nothing the store can judge by (a /1 name, whose attempts are
  *   unknown), or what it says cannot happen under the protocol: its target, a manifest, existed
  *   before it did, and manifests are never deleted, so "no manifest, and the target is a writeId"

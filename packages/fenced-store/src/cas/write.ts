@@ -1,4 +1,5 @@
 import { setTimeout as sleep } from "node:timers/promises";
+import { InvalidArgumentError } from "@fenced/fence";
 import { ContentionError } from "../errors.js";
 import type { WriteOutcome } from "../conditional/port.js";
 import type { WriteResult } from "../contract.js";
@@ -9,7 +10,7 @@ import { encodeManifest, type ManifestHeader } from "./manifest.js";
 import { dataObject, fencesDelivered, next, outcomeOpen, readManifest, type Run, type Sent } from "./run.js";
 
 /**
- * The S3 write, a driver around a pure decision (decision.ts, `decide`): it asks what to do next,
+ * The write, a driver around a pure decision (decision.ts, `decide`): it asks what to do next,
  * does that I/O, and asks again, until the decision is to refuse or an attempt landed. The manifest
  * CAS is the single request that decides; everything before it only avoids sending a write that is
  * bound to be refused. The steps are numbered as in PROTOCOL.md, "S3", "The write" (step 1,
@@ -67,7 +68,17 @@ async function putManifest(run: Run): Promise<Sent | undefined> {
   const writeId = newId();
   const { header, inline } = build(intent, manifest, writeId, dataKey);
   const key = manifestKey(io.options.prefix, intent.key);
-  const outcome = io.objects.write(key, encodeManifest(header, inline), condition(manifest.snap), intent.signal);
+  const encoded = encodeManifest(header, inline);
+  // A backend's record limit (DynamoDB: an item's 400 KB) binds the manifest, whose header grows with
+  // every resource that has owned the key: refused here, before it is sent, not by the backend after.
+  const { maxRecordBytes } = io.objects.capabilities;
+  if (encoded.length > maxRecordBytes) {
+    throw new InvalidArgumentError(
+      "value",
+      `with the key's manifest header it makes a record of ${encoded.length} bytes, over the backend's limit of ${maxRecordBytes}`,
+    );
+  }
+  const outcome = io.objects.write(key, encoded, condition(manifest.snap), intent.signal);
   // Handed to the SDK: from now on it may land, so it is recorded whatever happens next.
   const attempt = { writeId, target: manifest.snap, ambiguous: true };
   run.attempts.push(attempt);
@@ -251,6 +262,8 @@ async function retire(io: StoreIo, replaced: Snapshot | null, by: ManifestHeader
  */
 async function settle(run: Run): Promise<void> {
   const { io, intent, attempts, bodies, afterSend } = run;
+  // Without data objects there is nothing to delete, and so nothing to read the key for.
+  if (!io.objects.capabilities.dataObjects) return;
   if (attempts.length === 0 || afterSend !== undefined) {
     await bodies?.cleanup(attempts.length === 0 ? undefined : (afterSend?.header ?? null));
     return;

@@ -51,7 +51,12 @@ export interface Stored {
 /** What a conditional read found: the record still at the ETag sent, or as it is now (undefined: absent). */
 export type Revalidated = { readonly unchanged: true } | { readonly unchanged: false; readonly object: Stored | undefined };
 
-/** Where backends differ beyond the primitive; what a backend lacks, the algorithm does another way or refuses with a typed error naming it. */
+/**
+ * Where backends differ beyond the primitive. What a backend lacks, its store does without: the
+ * DynamoDB store writes every body inline (never content "object"), and the algorithm reads no key
+ * back to clean up data objects it cannot have made; a record over maxRecordBytes is refused
+ * (InvalidArgumentError) before it is sent.
+ */
 export interface PortCapabilities {
   /**
    * readIfChanged answers "unchanged" without the body (S3: a 304). False: it reads the whole

@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { DeleteItemCommand, GetItemCommand, PutItemCommand, type DynamoDBClient } from "@aws-sdk/client-dynamodb";
 import { requestSignal } from "../deadline.js";
+import { CorruptStateError } from "../errors.js";
 import { codeOf, neverSent, retriedRefusal, statusOf } from "../aws/answers.js";
 import { sendOnce } from "../aws/sent-once.js";
 import type { Condition, ConditionalPort, Failure, PortCapabilities, Revalidated, Stored, WriteOutcome } from "../conditional/port.js";
@@ -78,8 +79,9 @@ export class ConditionalItems implements ConditionalPort {
     if (Item === undefined) return undefined;
     const etag = Item.etag?.S;
     const body = Item.body?.B;
-    if (etag === undefined || body === undefined)
-      throw new Error(`item ${JSON.stringify(key)} of table ${this.table} has no etag or no body`);
+    if (etag === undefined || body === undefined) {
+      throw new CorruptStateError("dynamodb", "record", key, `item ${JSON.stringify(key)} of table ${this.table} has no etag or no body`);
+    }
     return { etag, body: Buffer.from(body) };
   }
 

@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
-import { CreateTableCommand, type DynamoDBClient } from "@aws-sdk/client-dynamodb";
-import { startDynamo, type StartedDynamo } from "@fenced/servers";
+import { CreateTableCommand, DescribeTableCommand, type DynamoDBClient } from "@aws-sdk/client-dynamodb";
+import { startDynamo, waitFor, type StartedDynamo } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { InvalidArgumentError } from "@fenced/fence";
 import { OutcomeUnknownError, StaleTokenError, StoreSetupError, StoreUnavailableError } from "../errors.js";
@@ -32,9 +32,22 @@ async function newStore(options: { timeoutMs?: number } = {}): Promise<FencedDyn
   return new FencedDynamo(client, { table, ...options });
 }
 
+/**
+ * The table the fault tests share, created once and ACTIVE before any of them kills the process:
+ * dynalite marks a new table ACTIVE a moment after it answers, and a kill in between loses the table.
+ */
+let faultTable: string;
+
 beforeAll(async () => {
   dynamo = await startDynamo();
   client = dynamo.client();
+  faultTable = dynamo.tableName();
+  await createTable(faultTable);
+  await waitFor(
+    "the fault tests' table to be ACTIVE",
+    async () => (await client.send(new DescribeTableCommand({ TableName: faultTable }))).Table?.TableStatus === "ACTIVE",
+    10_000,
+  );
 }, 60_000);
 afterAll(() => dynamo?.stop());
 
@@ -73,12 +86,30 @@ describe("FencedDynamo's set-up", () => {
   });
 });
 
+describe("FencedDynamo's item limit, once the manifest header has grown", () => {
+  it("refuses a value whose manifest would pass an item's limit with InvalidArgumentError, sending nothing, after transfers between long resource names", async () => {
+    const store = await newStore();
+    const k = key();
+    // 512 three-byte characters each: about 1.6 KB a ratchet entry, one more entry per new owner.
+    const resources = Array.from({ length: 12 }, (_, i) => `${i}`.padEnd(512, "€"));
+    const at = (i: number): Fence => ({ resource: resources[i] as string, token: 1n, holder: "h" });
+    await store.put(k, "small", { fence: at(0) });
+    for (let i = 1; i < resources.length; i++) await store.transfer(k, { from: at(i - 1), to: at(i) });
+    const before = await store.get(k);
+    // Under the check put() makes before any I/O, over what the grown header leaves.
+    const value = "x".repeat(store.maxValueBytes - 2);
+    const err = await store.put(k, value, { fence: at(resources.length - 1) }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(InvalidArgumentError);
+    expect(await store.get(k)).toEqual(before);
+  });
+});
+
 describe("FencedDynamo under faults of the DynamoDB process", () => {
   /** dynalite answers a write in a few ms here; a paused one is given this long per call. */
   const TIMEOUT_MS = 500;
 
   it("paused: a put ends by its deadline, typed (OutcomeUnknownError once a manifest write was sent, else StoreUnavailableError); resumed, the ratchet holds", async () => {
-    const store = await newStore({ timeoutMs: TIMEOUT_MS });
+    const store = new FencedDynamo(client, { table: faultTable, timeoutMs: TIMEOUT_MS });
     const k = key();
     await store.put(k, "v1", { fence: fence(1) });
     dynamo.faults.pause();
@@ -98,7 +129,7 @@ describe("FencedDynamo under faults of the DynamoDB process", () => {
   });
 
   it("killed: a put is StoreUnavailableError or OutcomeUnknownError, never a plain error; restarted, the value and the ratchet are as before", async () => {
-    const store = await newStore({ timeoutMs: TIMEOUT_MS });
+    const store = new FencedDynamo(client, { table: faultTable, timeoutMs: TIMEOUT_MS });
     const k = key();
     await store.put(k, "kept", { fence: fence(5) });
     await dynamo.faults.kill();

@@ -31,8 +31,10 @@ import { validateOptions, type FencedDynamoOptions } from "./options.js";
 export type { FencedDynamoOptions } from "./options.js";
 
 /**
- * What a manifest spends beside its value at most, kept free below an item's limit: its header (the
- * key of up to 1 KiB, an entry per resource that wrote the key, the writeIds) is well under it.
+ * Room kept for a manifest's header below an item's limit when put() checks a value before any I/O:
+ * the key (up to 512 bytes), its owner and writeIds, and an entry per resource that has owned the
+ * key (each up to about 1.7 KB). A header that has outgrown it (many transfers between long resource
+ * names) is caught when the manifest is built (../cas/write.ts): InvalidArgumentError, nothing sent.
  */
 const HEADER_RESERVE_BYTES = 16 * 1024;
 
@@ -196,13 +198,15 @@ export class FencedDynamo implements FencedStore<unknown, StoredRecord> {
   private write(operation: "put" | "delete", key: string, options: unknown, content: Content): Promise<WriteResult> {
     const { fence, ifVersion, signal } = optionsObject(options, "{ fence, ... }");
     const checked = liveFence(fence, "options.fence");
+    const version = checkVersion(ifVersion);
+    // Every option checked before the deadline starts: a call refused for its input leaves no timer.
     const deadline = new Deadline(this.io.options.timeoutMs, liveSignal(signal));
     const intent: Intent = {
       key,
       owner: checked.resource,
       fences: [checked],
       writer: checked,
-      ifVersion: checkVersion(ifVersion),
+      ifVersion: version,
       content,
       contentType: undefined,
       operation,
