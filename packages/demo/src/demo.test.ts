@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 /**
  * The demo end to end, as a user runs it: the CLI in its own process with --json, all scenarios,
- * both backends, real servers. The assertions re-derive each run's outcome from its event lines
+ * every backend (--backend all: S3, PostgreSQL and DynamoDB), real servers. The assertions re-derive each run's outcome from its event lines
  * rather than trusting the CLI's own verdict.
  */
 
@@ -37,7 +37,7 @@ const SCENARIOS = {
   "clock-jump": ["unfenced", "fenced"],
   "both-paused": ["unfenced", "ratchet-only", "fence-on-acquire", "version-check"],
 } as const;
-const BACKENDS = ["s3", "postgres"] as const;
+const BACKENDS = ["s3", "postgres", "dynamodb"] as const;
 
 let lines: Line[] = [];
 let exitCode: number | null = null;
@@ -65,7 +65,7 @@ beforeAll(async () => {
   outDir = await mkdtemp(join(tmpdir(), "fenced-demo-test-"));
   const cli = fileURLToPath(new URL("./cli.ts", import.meta.url));
   const tsx = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href;
-  const child = spawn(process.execPath, ["--import", tsx, "--conditions=source", cli, "--json", "--out", outDir], {
+  const child = spawn(process.execPath, ["--import", tsx, "--conditions=source", cli, "--json", "--backend", "all", "--out", outDir], {
     stdio: ["ignore", "pipe", "pipe"],
   });
   let stdout = "";
@@ -82,18 +82,19 @@ afterAll(async () => {
   if (outDir !== "") await rm(outDir, { recursive: true, force: true });
 });
 
-describe("pnpm demo --json (all scenarios, both backends, real servers)", () => {
+describe("pnpm demo --json --backend all (all scenarios, every backend, real servers)", () => {
   it("exits 0; every line has a scenario; the output ends with one result line per scenario and backend", () => {
     expect(exitCode, stderr).toBe(0);
     for (const l of lines) expect(typeof l.scenario).toBe("string");
-    const results = lines.slice(-6);
+    const resultCount = Object.keys(SCENARIOS).length * BACKENDS.length;
+    const results = lines.slice(-resultCount);
     expect(results.every((l) => l.type === "result" && l.ok === true)).toBe(true);
     expect(results.map((l) => `${l.scenario}/${l.backend}`).sort()).toEqual(
       Object.keys(SCENARIOS)
         .flatMap((s) => BACKENDS.map((b) => `${s}/${b}`))
         .sort(),
     );
-    expect(lines.slice(0, -6).some((l) => l.type === "result")).toBe(false);
+    expect(lines.slice(0, -resultCount).some((l) => l.type === "result")).toBe(false);
   });
 
   for (const backend of BACKENDS) {
@@ -167,7 +168,8 @@ describe("pnpm demo --json (all scenarios, both backends, real servers)", () => 
 
   it("writes one SVG per run that parses as XML and shows every event of that run", async () => {
     const runs = lines.filter((l) => l.type === "run");
-    expect(runs).toHaveLength(16);
+    // Each scenario's modes, on every backend.
+    expect(runs).toHaveLength(Object.values(SCENARIOS).flat().length * BACKENDS.length);
     for (const run of runs) {
       const svg = await readFile(String(run.svg), "utf8");
       expect(XMLValidator.validate(svg), String(run.svg)).toBe(true);
