@@ -8,7 +8,7 @@
 // dynalite is an emulator (LevelDB, one Node process): the ratios say what the store adds in
 // requests and client work over one emulated item write, not what DynamoDB's service time would make
 // of them. Beside S3's on radosgw (`pnpm bench store-s3`), in the same form.
-import { CreateTableCommand, PutItemCommand, type DynamoDBClient } from "@aws-sdk/client-dynamodb";
+import { PutItemCommand, type DynamoDBClient } from "@aws-sdk/client-dynamodb";
 import { FencedDynamo } from "@fenced/store/dynamodb";
 import { startDynamo } from "@fenced/servers";
 import { closedLoop, emit, median, round3, type Op } from "./measure.js";
@@ -109,15 +109,8 @@ async function runCase(
 
 const dynamo = await startDynamo();
 try {
-  const table = dynamo.tableName();
-  await dynamo.client().send(
-    new CreateTableCommand({
-      TableName: table,
-      AttributeDefinitions: [{ AttributeName: "key", AttributeType: "S" }],
-      KeySchema: [{ AttributeName: "key", KeyType: "HASH" }],
-      BillingMode: "PAY_PER_REQUEST",
-    }),
-  );
+  const table = await dynamo.createTable();
+
   const value = { text: "x".repeat(1000) }; // about 1 KiB of JSON
   const body = Buffer.from(JSON.stringify(value));
   const fence = { resource: "bench", token: 1n };

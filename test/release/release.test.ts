@@ -16,7 +16,6 @@ import {
   type StartedPostgres,
   type StartedS3,
 } from "@fenced/servers";
-import { CreateTableCommand } from "@aws-sdk/client-dynamodb";
 import type { ConsumerReport } from "./consumer.js";
 import { checkAndRun, installAlone, LONE_CLIENTS, packageOf, type LoneClient } from "./clients-alone.js";
 import { CHECKS, cleanEnv, installConsumer, typeCheck, writeChecks, type CheckResult } from "./consumer-project.js";
@@ -101,15 +100,8 @@ beforeAll(async () => {
   work = await mkdtemp(join(tmpdir(), "fenced-release-"));
   [redis, postgres, s3, dynamo] = await Promise.all([startRedisNodes(3), startPostgres(), startS3(), startDynamo()]);
   const bucket = await s3.createBucket();
-  table = dynamo.tableName();
-  await dynamo.client().send(
-    new CreateTableCommand({
-      TableName: table,
-      AttributeDefinitions: [{ AttributeName: "key", AttributeType: "S" }],
-      KeySchema: [{ AttributeName: "key", KeyType: "HASH" }],
-      BillingMode: "PAY_PER_REQUEST",
-    }),
-  );
+  table = await dynamo.createTable();
+
   backends = {
     redisUrls: redis.urls,
     postgresUrl: postgres.url,

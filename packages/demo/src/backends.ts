@@ -1,4 +1,5 @@
-import { CreateTableCommand, DynamoDBClient, GetItemCommand, PutItemCommand } from "@aws-sdk/client-dynamodb";
+import { setTimeout } from "node:timers/promises";
+import { CreateTableCommand, DescribeTableCommand, DynamoDBClient, GetItemCommand, PutItemCommand } from "@aws-sdk/client-dynamodb";
 import { GetObjectCommand, NoSuchKey, PutObjectCommand, S3Client } from "@aws-sdk/client-s3";
 import pg from "pg";
 import type { Fence } from "@fenced/fence";
@@ -112,6 +113,12 @@ export async function prepareBackend(config: BackendConfig): Promise<void> {
           BillingMode: "PAY_PER_REQUEST",
         }),
       );
+      // DynamoDB answers CreateTable while the table is CREATING; it is usable once ACTIVE.
+      for (const until = Date.now() + 30_000; ; await setTimeout(20)) {
+        const { Table } = await client.send(new DescribeTableCommand({ TableName: config.table }));
+        if (Table?.TableStatus === "ACTIVE") break;
+        if (Date.now() > until) throw new Error(`DynamoDB table ${config.table} is not ACTIVE after 30 s`);
+      }
     } finally {
       client.destroy();
     }

@@ -7,7 +7,6 @@
 // `$KEY`, for `orders/` and `accounts/`, a fence key made here and the S3 credentials, which the gateway takes only
 // from its environment), to paste into another shell.
 import { randomBytes } from "node:crypto";
-import { CreateTableCommand } from "@aws-sdk/client-dynamodb";
 import {
   startDynamo,
   startPostgres,
@@ -59,15 +58,7 @@ const stop = async (): Promise<void> => {
 process.once("SIGINT", () => void stop());
 process.once("SIGTERM", () => void stop());
 const bucket = await s3.createBucket();
-const table = "fenced";
-await dynamo.client().send(
-  new CreateTableCommand({
-    TableName: table,
-    AttributeDefinitions: [{ AttributeName: "key", AttributeType: "S" }],
-    KeySchema: [{ AttributeName: "key", KeyType: "HASH" }],
-    BillingMode: "PAY_PER_REQUEST",
-  }),
-);
+const table = await dynamo.createTable("fenced");
 process.stderr.write(
   `redis ${redis.source}, postgres ${postgres.source}, s3 ${s3.source}, dynamodb (dynalite): up until Ctrl-C. In another shell:\n`,
 );

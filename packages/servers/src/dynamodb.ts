@@ -4,8 +4,9 @@
 // fails), GetItem with ConsistentRead. What it has not: TransactWriteItems (UnknownOperationException).
 import { createRequire } from "node:module";
 import { randomBytes } from "node:crypto";
-import { DynamoDBClient } from "@aws-sdk/client-dynamodb";
+import { CreateTableCommand, DescribeTableCommand, DynamoDBClient } from "@aws-sdk/client-dynamodb";
 import { startEmulator } from "./emulator.js";
+import { waitFor } from "./processes.js";
 import type { ServerFaults } from "./faults.js";
 
 export interface StartedDynamo {
@@ -18,6 +19,13 @@ export interface StartedDynamo {
   client(): DynamoDBClient;
   /** A table name no other test uses (dynalite needs 3 to 255 characters). */
   tableName(prefix?: string): string;
+  /**
+   * Creates a table keyed as FencedDynamo needs (partition key `key`, a String; another key name
+   * when given) under a fresh name unless given, and resolves with its name once it is ACTIVE:
+   * dynalite answers CreateTable while the table is still CREATING, and until it is ACTIVE a read
+   * of it is ResourceNotFoundException (seen under load), and a kill loses it.
+   */
+  createTable(name?: string, keyName?: string): Promise<string>;
   /** SIGSTOP, SIGCONT, SIGKILL and a restart (on the same port, with its tables) of the dynalite process. */
   readonly faults: ServerFaults;
   /** Stops it and removes its files; idempotent. */
@@ -38,6 +46,7 @@ export async function startDynamo(): Promise<StartedDynamo> {
     startTimeoutMs: START_TIMEOUT_MS,
   });
   const clients: DynamoDBClient[] = [];
+  const tableName = (prefix = "fenced"): string => `${prefix}-${randomBytes(6).toString("hex")}`;
   const region = "us-east-1";
   const accessKeyId = "fenced";
   const secretAccessKey = "fenced-secret";
@@ -51,7 +60,28 @@ export async function startDynamo(): Promise<StartedDynamo> {
       clients.push(client);
       return client;
     },
-    tableName: (prefix = "fenced") => `${prefix}-${randomBytes(6).toString("hex")}`,
+    tableName,
+    async createTable(name = tableName(), keyName = "key") {
+      const admin = new DynamoDBClient({ endpoint: running.endpoint, region, credentials: { accessKeyId, secretAccessKey } });
+      try {
+        await admin.send(
+          new CreateTableCommand({
+            TableName: name,
+            AttributeDefinitions: [{ AttributeName: keyName, AttributeType: "S" }],
+            KeySchema: [{ AttributeName: keyName, KeyType: "HASH" }],
+            BillingMode: "PAY_PER_REQUEST",
+          }),
+        );
+        await waitFor(
+          `DynamoDB table ${name} to be ACTIVE`,
+          async () => (await admin.send(new DescribeTableCommand({ TableName: name }))).Table?.TableStatus === "ACTIVE",
+          START_TIMEOUT_MS,
+        );
+      } finally {
+        admin.destroy();
+      }
+      return name;
+    },
     faults: running.faults,
     async stop() {
       for (const client of clients.splice(0)) client.destroy();

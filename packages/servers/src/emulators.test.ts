@@ -1,4 +1,4 @@
-import { CreateTableCommand, GetItemCommand, PutItemCommand, TransactWriteItemsCommand } from "@aws-sdk/client-dynamodb";
+import { GetItemCommand, PutItemCommand, TransactWriteItemsCommand } from "@aws-sdk/client-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startAzureBlob, type StartedAzureBlob } from "./azure-blob.js";
 import { startDynamo, type StartedDynamo } from "./dynamodb.js";
@@ -20,15 +20,7 @@ describe("startDynamo (dynalite)", () => {
   let table: string;
   beforeAll(async () => {
     dynamo = await startDynamo();
-    table = dynamo.tableName();
-    await dynamo.client().send(
-      new CreateTableCommand({
-        TableName: table,
-        AttributeDefinitions: [{ AttributeName: "k", AttributeType: "S" }],
-        KeySchema: [{ AttributeName: "k", KeyType: "HASH" }],
-        BillingMode: "PAY_PER_REQUEST",
-      }),
-    );
+    table = await dynamo.createTable(undefined, "k");
   }, 60_000);
   afterAll(() => dynamo?.stop());
 

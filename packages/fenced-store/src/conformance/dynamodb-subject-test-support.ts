@@ -1,20 +1,8 @@
-import { CreateTableCommand, DynamoDBClient, ScanCommand } from "@aws-sdk/client-dynamodb";
+import { DynamoDBClient, ScanCommand } from "@aws-sdk/client-dynamodb";
 import { freePort, startDynamo } from "@fenced/servers";
 import type { StoredRecord } from "../contract.js";
 import { FencedDynamo } from "../dynamodb/store.js";
 import type { Subject } from "./subject-test-support.js";
-
-/** The table FencedDynamo keeps its items in (dynamodb/items.ts): partition key `key`, a String. */
-async function createTable(client: DynamoDBClient, name: string): Promise<void> {
-  await client.send(
-    new CreateTableCommand({
-      TableName: name,
-      AttributeDefinitions: [{ AttributeName: "key", AttributeType: "S" }],
-      KeySchema: [{ AttributeName: "key", KeyType: "HASH" }],
-      BillingMode: "PAY_PER_REQUEST",
-    }),
-  );
-}
 
 /** Every item of the table, by key, its etag and body: what the store keeps. */
 async function contents(client: DynamoDBClient, table: string): Promise<Record<string, unknown>> {
@@ -35,8 +23,7 @@ export async function dynamoSubject(): Promise<Subject<unknown, StoredRecord>> {
   const client = dynamo.client();
   return {
     async open() {
-      const table = dynamo.tableName();
-      await createTable(client, table);
+      const table = await dynamo.createTable();
       return {
         store: new FencedDynamo(client, { table }),
         again: new FencedDynamo(dynamo.client(), { table }),

@@ -1,30 +1,17 @@
 import { once } from "node:events";
 import { createServer, type Server } from "node:http";
 import { randomBytes } from "node:crypto";
-import { CreateTableCommand, DynamoDBClient, PutItemCommand } from "@aws-sdk/client-dynamodb";
+import { DynamoDBClient, PutItemCommand } from "@aws-sdk/client-dynamodb";
 import { startDynamo, type StartedDynamo } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { portSuite } from "../conditional/port-suite-test-support.js";
 import { ConditionalItems } from "./items.js";
 
-/** The table the store's items live in: partition key `key`, a String (items.ts). */
-async function createTable(client: DynamoDBClient, name: string): Promise<void> {
-  await client.send(
-    new CreateTableCommand({
-      TableName: name,
-      AttributeDefinitions: [{ AttributeName: "key", AttributeType: "S" }],
-      KeySchema: [{ AttributeName: "key", KeyType: "HASH" }],
-      BillingMode: "PAY_PER_REQUEST",
-    }),
-  );
-}
-
 let dynamo: StartedDynamo;
 let table: string;
 beforeAll(async () => {
   dynamo = await startDynamo();
-  table = dynamo.tableName();
-  await createTable(dynamo.client(), table);
+  table = await dynamo.createTable();
 }, 60_000);
 afterAll(() => dynamo?.stop());
 

@@ -1,5 +1,5 @@
 import fc from "fast-check";
-import { CreateTableCommand, type DynamoDBClient } from "@aws-sdk/client-dynamodb";
+import type { DynamoDBClient } from "@aws-sdk/client-dynamodb";
 import { startDynamo, type StartedDynamo } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { admits } from "@fenced/fence";
@@ -36,15 +36,7 @@ beforeAll(async () => {
     },
     { step: "initialize", name: "auditManifests" },
   );
-  table = dynamo.tableName();
-  await client.send(
-    new CreateTableCommand({
-      TableName: table,
-      AttributeDefinitions: [{ AttributeName: "key", AttributeType: "S" }],
-      KeySchema: [{ AttributeName: "key", KeyType: "HASH" }],
-      BillingMode: "PAY_PER_REQUEST",
-    }),
-  );
+  table = await dynamo.createTable();
 }, 60_000);
 afterAll(() => dynamo?.stop());
 

@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
-import { CreateTableCommand, DescribeTableCommand, type DynamoDBClient } from "@aws-sdk/client-dynamodb";
-import { startDynamo, waitFor, type StartedDynamo } from "@fenced/servers";
+import type { DynamoDBClient } from "@aws-sdk/client-dynamodb";
+import { startDynamo, type StartedDynamo } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { InvalidArgumentError } from "@fenced/fence";
 import { OutcomeUnknownError, StaleTokenError, StoreSetupError, StoreUnavailableError } from "../errors.js";
@@ -15,39 +15,18 @@ import { FencedDynamo } from "./store.js";
 let dynamo: StartedDynamo;
 let client: DynamoDBClient;
 
-async function createTable(name: string, keyName = "key"): Promise<void> {
-  await client.send(
-    new CreateTableCommand({
-      TableName: name,
-      AttributeDefinitions: [{ AttributeName: keyName, AttributeType: "S" }],
-      KeySchema: [{ AttributeName: keyName, KeyType: "HASH" }],
-      BillingMode: "PAY_PER_REQUEST",
-    }),
-  );
-}
-
 async function newStore(options: { timeoutMs?: number } = {}): Promise<FencedDynamo> {
-  const table = dynamo.tableName();
-  await createTable(table);
+  const table = await dynamo.createTable();
   return new FencedDynamo(client, { table, ...options });
 }
 
-/**
- * The table the fault tests share, created once and ACTIVE before any of them kills the process:
- * dynalite marks a new table ACTIVE a moment after it answers, and a kill in between loses the table.
- */
+/** The table the fault tests share, created (and ACTIVE) once, before any of them kills the process. */
 let faultTable: string;
 
 beforeAll(async () => {
   dynamo = await startDynamo();
   client = dynamo.client();
-  faultTable = dynamo.tableName();
-  await createTable(faultTable);
-  await waitFor(
-    "the fault tests' table to be ACTIVE",
-    async () => (await client.send(new DescribeTableCommand({ TableName: faultTable }))).Table?.TableStatus === "ACTIVE",
-    10_000,
-  );
+  faultTable = await dynamo.createTable();
 }, 60_000);
 afterAll(() => dynamo?.stop());
 
@@ -57,8 +36,7 @@ const key = (): string => `reports/${randomBytes(6).toString("hex")}`;
 describe("FencedDynamo's set-up", () => {
   it("verify() passes on a table keyed as the store needs, and names what is wrong with any other", async () => {
     await (await newStore()).verify();
-    const other = dynamo.tableName();
-    await createTable(other, "id");
+    const other = await dynamo.createTable(undefined, "id");
     await expect(new FencedDynamo(client, { table: other }).verify()).rejects.toMatchObject({
       name: "StoreSetupError",
       backend: "dynamodb",
