@@ -145,8 +145,9 @@ export class OutcomeUnknownError extends FencedError {
 /**
  * The backend is reachable but not set up for this store, so no call can succeed until an operator
  * acts: `not-migrated` (PostgreSQL: the schema or its tables are missing, or older than this version
- * — run `migrate()`), `no-such-bucket` (S3), `conditional-writes-unsupported` (an S3 backend that
- * ignored If-None-Match or If-Match: fencing cannot be enforced on it; `verify()` diagnoses).
+ * — run `migrate()`), `no-such-bucket` (S3), `no-such-table` (DynamoDB), `no-such-container` (Azure
+ * Blob), `conditional-writes-unsupported` (a backend that ignored If-None-Match or If-Match: fencing
+ * cannot be enforced on it; `verify()` diagnoses).
  * Nothing was written: code STORE_SETUP, applied "no" (before 0.2.0 `code` was "store-setup"; which
  * setup is missing is `problem`).
  */
@@ -155,7 +156,7 @@ export class StoreSetupError extends FencedError {
   declare readonly code: "STORE_SETUP";
   constructor(
     readonly backend: StoreBackend,
-    readonly problem: "not-migrated" | "no-such-bucket" | "no-such-table" | "conditional-writes-unsupported",
+    readonly problem: "not-migrated" | "no-such-bucket" | "no-such-table" | "no-such-container" | "conditional-writes-unsupported",
     message: string,
     options?: { cause?: unknown },
   ) {

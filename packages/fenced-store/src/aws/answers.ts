@@ -1,5 +1,6 @@
 import type { UnavailableReason } from "../errors.js";
 import { DeadlineExceeded } from "../deadline.js";
+import { CONNECTION_LOST, NEVER_SENT, errnoOf } from "../system-errors.js";
 
 /**
  * What a failed request of an AWS SDK v3 client says, read from the error's type, its service code,
@@ -20,28 +21,7 @@ export function codeOf(err: unknown): string | undefined {
   return typeof Code === "string" ? Code : typeof name === "string" ? name : undefined;
 }
 
-/** The system error code of a failed connection (ECONNREFUSED, ECONNRESET, …). */
-function errnoOf(err: unknown): string | undefined {
-  if (typeof err !== "object" || err === null) return undefined;
-  const { code } = err as { code?: unknown };
-  return typeof code === "string" ? code : undefined;
-}
-
-/**
- * Failures that prove the request never left this process: no connection could be opened (refused,
- * or the name did not resolve). A reset or a broken pipe proves nothing: the request may have been
- * written before.
- */
-const NEVER_SENT = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN"]);
-
-export function neverSent(err: unknown): boolean {
-  const code = errnoOf(err);
-  return code !== undefined && NEVER_SENT.has(code);
-}
-
-/** The connection failed or closed with the request possibly on it. */
-const CONNECTION_LOST = new Set(["ECONNRESET", "EPIPE", "ECONNABORTED", "EHOSTUNREACH", "ENETUNREACH", "ENETDOWN", "EHOSTDOWN"]);
-/** A timeout of the client's own request handler (connectionTimeout, requestTimeout, socket idle). */
+/** A timeout of the client's own request handler (connectionTimeout, requestTimeout, socket idle), as a system error code or the SDK's. */
 const TIMED_OUT = new Set(["ETIMEDOUT", "ESOCKETTIMEDOUT", "TimeoutError", "RequestTimeout", "RequestTimeoutException"]);
 
 /** Codes the SDK retries as throttling: the server refused to work now, and did nothing. */

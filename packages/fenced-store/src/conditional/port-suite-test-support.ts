@@ -4,8 +4,8 @@ import type { ConditionalPort, WriteOutcome } from "./port.js";
 
 /**
  * The port's contract (port.ts, INVARIANT), one case per promise, run against each adapter on its
- * real server: s3/store.test.ts (radosgw), dynamodb/items.test.ts (dynalite). `port()` answers the
- * adapter under test, opened on a fresh bucket or table.
+ * real server: s3/store.test.ts (radosgw), dynamodb/items.test.ts (dynalite), azure-blob/blobs.test.ts
+ * (azurite). `port()` answers the adapter under test, opened on a fresh bucket, table or container.
  */
 export function portSuite(port: () => ConditionalPort): void {
   const name = (): string => `port/${randomBytes(8).toString("hex")}`;
@@ -75,7 +75,7 @@ export function portSuite(port: () => ConditionalPort): void {
 
   it("takes a record of capabilities.maxRecordBytes", async () => {
     const p = port();
-    // Capped at 512 KiB: S3 takes 5 GiB in one PUT, more than a test should send.
+    // Capped at 512 KiB: S3 takes 5 GiB in one PUT (Azure 5000 MiB), more than a test should send.
     const size = Math.min(p.capabilities.maxRecordBytes, 512 * 1024);
     const key = name();
     const body = randomBytes(size);

@@ -6,13 +6,15 @@
  *
  *   s3/conditional.ts     S3 objects: PUT with If-None-Match: * or If-Match, GET with If-None-Match (304)
  *   dynamodb/items.ts     DynamoDB items: PutItem with a ConditionExpression on the item's ETag attribute
+ *   azure-blob/blobs.ts   Azure block blobs: Put Blob with If-None-Match: * or If-Match, Get Blob with If-None-Match (304)
  *
  * INVARIANT (each adapter's, checked on its real server by port-suite-test-support.ts): a write
  * with `ifNoneMatch` lands only where the record is absent, one with `ifMatch` only where it still
- * has that ETag; a refused write changes nothing; a record's ETag changes whenever its bytes do (S3:
- * their digest; DynamoDB: new with every write), and the algorithm never writes the same bytes
- * twice (each fence and manifest carries a fresh writeId), so an unchanged ETag means unchanged
- * bytes; a write is sent at most once, never again by a client SDK on its own.
+ * has that ETag; a refused write changes nothing; a record's ETag changes whenever its bytes do
+ * (S3: their digest; DynamoDB: new with every write; Azure: new with every write), and the
+ * algorithm never writes the same bytes twice (each fence and manifest carries a fresh writeId), so
+ * an unchanged ETag means unchanged bytes; a write is sent at most once, never again by a client
+ * SDK on its own.
  */
 
 /** How a failed conditional write is to be understood. */

@@ -3,6 +3,7 @@ import { freePort, startS3 } from "@fenced/servers";
 import { postgresSubject } from "./postgres-subject-test-support.js";
 import { s3Subject } from "./s3-subject-test-support.js";
 import { dynamoSubject } from "./dynamodb-subject-test-support.js";
+import { azureBlobSubject } from "./azure-blob-subject-test-support.js";
 import { conformanceSuite } from "./suite-test-support.js";
 
 // The conformance suite on the real servers: one line each.
@@ -25,3 +26,5 @@ conformanceSuite("FencedS3 on radosgw, bodies inline", () => radosgw());
 conformanceSuite("FencedS3 on radosgw, bodies in data objects", () => radosgw(0));
 
 conformanceSuite("FencedDynamo on dynalite", dynamoSubject);
+
+conformanceSuite("FencedAzureBlob on azurite", azureBlobSubject);

@@ -2,7 +2,8 @@ import { randomBytes } from "node:crypto";
 import { DeleteItemCommand, GetItemCommand, PutItemCommand, type DynamoDBClient } from "@aws-sdk/client-dynamodb";
 import { requestSignal } from "../deadline.js";
 import { CorruptStateError } from "../errors.js";
-import { codeOf, neverSent, retriedRefusal, statusOf } from "../aws/answers.js";
+import { codeOf, retriedRefusal, statusOf } from "../aws/answers.js";
+import { neverSent } from "../system-errors.js";
 import { sendOnce } from "../aws/sent-once.js";
 import type { Condition, ConditionalPort, Failure, PortCapabilities, Revalidated, Stored, WriteOutcome } from "../conditional/port.js";
 

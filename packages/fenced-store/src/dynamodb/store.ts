@@ -1,6 +1,5 @@
 import type { DynamoDBClient } from "@aws-sdk/client-dynamodb";
 import { DescribeTableCommand } from "@aws-sdk/client-dynamodb";
-import { context } from "@opentelemetry/api";
 import { InvalidArgumentError } from "@fenced/fence";
 import type {
   FencedStore,
@@ -12,18 +11,14 @@ import type {
   WriteResult,
 } from "../contract.js";
 import { CorruptStateError, StoreSetupError } from "../errors.js";
-import { assertKey, assertResource, type CheckedFence, type Fence, type FenceSet } from "../fence.js";
+import { assertKey, type CheckedFence, type Fence, type FenceSet } from "../fence.js";
 import { assertJsonValue } from "../json.js";
-import { observeCall, observedCall, tracedAwsClient } from "../observe.js";
-import { liveFence, oneOrMoreFences, optionsObject } from "../options.js";
-import { Deadline } from "../deadline.js";
+import { tracedAwsClient } from "../observe.js";
 import { probePort } from "../conditional/probe.js";
-import { withinDeadline } from "../cas/failures.js";
+import { CasCalls, checkedWrite } from "../cas/calls.js";
 import { StoreIo } from "../cas/io.js";
-import { NeverWrittenError, type Content, type Intent } from "../cas/intent.js";
 import { probeKeyPrefix } from "../cas/layout.js";
-import { checkVersion, liveSignal, signalOptions, transferOptions } from "../cas/options.js";
-import { writeManifest } from "../cas/write.js";
+import { signalOptions } from "../cas/options.js";
 import { dynamoFailures } from "./failures.js";
 import { ConditionalItems } from "./items.js";
 import { validateOptions, type FencedDynamoOptions } from "./options.js";
@@ -52,6 +47,7 @@ export class FencedDynamo implements FencedStore<unknown, StoredRecord> {
   readonly prefix: string;
   private readonly io: StoreIo;
   private readonly items: ConditionalItems;
+  private readonly calls: CasCalls;
   /** The largest value put() takes, in bytes of its JSON text. */
   readonly maxValueBytes: number;
 
@@ -65,6 +61,7 @@ export class FencedDynamo implements FencedStore<unknown, StoredRecord> {
     // Each request a span of its own (../observe.ts); the caller's client is not changed.
     this.items = new ConditionalItems(tracedAwsClient(client, "DynamoDB"), resolved.table, resolved.timeoutMs);
     this.io = new StoreIo(this.items, resolved, dynamoFailures(resolved.table));
+    this.calls = new CasCalls(this.io, "dynamodb");
     this.maxValueBytes = this.items.capabilities.maxRecordBytes - HEADER_RESERVE_BYTES;
   }
 
@@ -74,7 +71,7 @@ export class FencedDynamo implements FencedStore<unknown, StoredRecord> {
    */
   async verify(options?: SignalOptions): Promise<void> {
     const { signal } = signalOptions(options);
-    await this.call("verify", undefined, signal, async (deadline) => {
+    await this.calls.call("verify", undefined, signal, async (deadline) => {
       const { Table } = await this.items.client.send(new DescribeTableCommand({ TableName: this.table }), { abortSignal: deadline.signal });
       const keys = Table?.KeySchema ?? [];
       const keyType = Table?.AttributeDefinitions?.find((a) => a.AttributeName === "key")?.AttributeType;
@@ -95,19 +92,12 @@ export class FencedDynamo implements FencedStore<unknown, StoredRecord> {
    * if a fence item does not admit it; the others are raised or not, each on its own.
    */
   async register(fence: Fence | FenceSet, options?: SignalOptions): Promise<void> {
-    const fences = oneOrMoreFences(fence);
-    const { signal } = signalOptions(options);
-    const sent = fences.map(() => ({ open: false }));
-    const open = { get open() { return sent.some((one) => one.open); } }; // prettier-ignore
-    await this.call("register", undefined, signal, (deadline) => this.io.raiseFences(fences, deadline.signal, sent), open, fences);
+    await this.calls.register(fence, options);
   }
 
   /** The resource's fence item as it is now: the highest token registered or written with, and its holder. */
-  async fence(resource: string, options?: SignalOptions): Promise<CheckedFence | undefined> {
-    assertResource(resource);
-    const { signal } = signalOptions(options);
-    const found = await this.call("fence", undefined, signal, (deadline) => this.io.readFence(resource, deadline.signal));
-    return found === null ? undefined : { resource, token: found.highest.token, holder: found.highest.holder };
+  fence(resource: string, options?: SignalOptions): Promise<CheckedFence | undefined> {
+    return this.calls.fence(resource, options);
   }
 
   /** Writes `value` (JSON) as the key's new version, if the fence and ifVersion are admitted. */
@@ -121,20 +111,20 @@ export class FencedDynamo implements FencedStore<unknown, StoredRecord> {
         `is ${bytes.length} bytes of JSON; DynamoDB's item limit leaves a value at most ${this.maxValueBytes}`,
       );
     }
-    return this.write("put", key, options, { kind: "inline", bytes });
+    return this.calls.write("put", key, checkedWrite(options), { kind: "inline", bytes });
   }
 
   /** Writes a tombstone (the ratchet and the key's owner survive it); get() then reads undefined. */
   async delete(key: string, options: WriteOptions): Promise<WriteResult> {
     assertKey(key);
-    return this.write("delete", key, options, { kind: "tombstone" });
+    return this.calls.write("delete", key, checkedWrite(options), { kind: "tombstone" });
   }
 
   /** The key's current value and version; undefined if absent or deleted. */
   async get(key: string, options?: SignalOptions): Promise<StoredRecord | undefined> {
     assertKey(key);
     const { signal } = signalOptions(options);
-    const found = await this.call("get", key, signal, (deadline) => this.io.readManifest(key, deadline.signal));
+    const found = await this.calls.call("get", key, signal, (deadline) => this.io.readManifest(key, deadline.signal));
     if (found === null) return undefined;
     const { header } = found.snap;
     if (header.body.kind === "tombstone") return undefined;
@@ -164,72 +154,11 @@ export class FencedDynamo implements FencedStore<unknown, StoredRecord> {
    */
   async transfer(key: string, options: TransferOptions): Promise<WriteResult | undefined> {
     assertKey(key);
-    const o = transferOptions(options);
-    return observedCall({ store: "dynamodb", operation: "transfer", key, fences: [o.from, o.to] }, async () => {
-      const deadline = new Deadline(this.io.options.timeoutMs, o.signal);
-      try {
-        return await writeManifest(this.io, {
-          key,
-          owner: o.from.resource,
-          fences: [o.from, o.to],
-          writer: o.to,
-          ifVersion: o.ifVersion ?? { exists: true },
-          content: { kind: "carry" },
-          contentType: undefined,
-          operation: "transfer",
-          deadline,
-          signal: deadline.signal,
-          endDeadline: false,
-        });
-      } catch (err) {
-        if (err instanceof NeverWrittenError) return undefined;
-        throw err;
-      } finally {
-        deadline.end(true);
-      }
-    });
+    return this.calls.transfer(key, options);
   }
 
   /** Waits for the store's background work. */
   async flush(): Promise<void> {
     await this.io.flush();
-  }
-
-  private write(operation: "put" | "delete", key: string, options: unknown, content: Content): Promise<WriteResult> {
-    const { fence, ifVersion, signal } = optionsObject(options, "{ fence, ... }");
-    const checked = liveFence(fence, "options.fence");
-    const version = checkVersion(ifVersion);
-    // Every option checked before the deadline starts: a call refused for its input leaves no timer.
-    const deadline = new Deadline(this.io.options.timeoutMs, liveSignal(signal));
-    const intent: Intent = {
-      key,
-      owner: checked.resource,
-      fences: [checked],
-      writer: checked,
-      ifVersion: version,
-      content,
-      contentType: undefined,
-      operation,
-      deadline,
-      signal: deadline.signal,
-      endDeadline: true,
-    };
-    // The write runs in the call's span, entered straight from here.
-    const call = observeCall({ store: "dynamodb", operation, key, fences: [checked] });
-    return call.ended(context.with(call.context, writeManifest, undefined, this.io, intent));
-  }
-
-  /** Runs one call within its deadline, its failure typed (../cas/failures.ts). */
-  private call<T>(
-    operation: string,
-    key: string | undefined,
-    signal: AbortSignal | undefined,
-    work: (deadline: Deadline) => Promise<T>,
-    sent: { readonly open: boolean } = { open: false },
-    fences?: readonly CheckedFence[],
-  ): Promise<T> {
-    return observedCall({ store: "dynamodb", operation, key, fences }, () =>
-      withinDeadline(this.io.options.timeoutMs, signal, { operation, key }, this.io.failures, work, sent),
-    );
   }
 }

@@ -15,7 +15,8 @@ import {
   VersionMismatchError,
 } from "../errors.js";
 import { classify } from "./conditional.js";
-import { neverSent, retriedRefusal } from "../aws/answers.js";
+import { retriedRefusal } from "../aws/answers.js";
+import { neverSent } from "../system-errors.js";
 import { isAbsent, typedFailure, type CallContext } from "./failures.js";
 
 /** An S3 answer as the SDK throws it: `name` (or `Code`) the S3 code, `$metadata.httpStatusCode` the status. */

@@ -15,4 +15,4 @@
 //   ../deadline.ts the one deadline (timeoutMs) that bounds a call, shared with the PostgreSQL store
 //   ../observe.ts  each call and S3 request as an OpenTelemetry span, each write's outcome on node:diagnostics_channel
 export { FencedS3, type FencedS3Options } from "./store.js";
-export { assertContentType } from "./body.js";
+export { assertContentType } from "../objects/body.js";

@@ -6,7 +6,7 @@ import { Readable } from "node:stream";
 import { describe, expect, it } from "vitest";
 import { InvalidArgumentError } from "@fenced/fence";
 import { ResourceMismatchError, StaleTokenError, VersionMismatchError } from "../errors.js";
-import { assertBody, assertContentLength, assertContentType, toPayload } from "./body.js";
+import { assertBody, assertContentLength, assertContentType, toPayload } from "../objects/body.js";
 import { NeverWrittenError, refusal } from "../cas/intent.js";
 import type { Snapshot } from "../cas/io.js";
 import { newId } from "../cas/layout.js";

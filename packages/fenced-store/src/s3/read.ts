@@ -1,7 +1,8 @@
 import { Readable } from "node:stream";
 import type { StoredVersion } from "../contract.js";
 import { ContentionError } from "../errors.js";
-import { openData, readAll } from "./body.js";
+import { openData } from "./body.js";
+import { readAll } from "../objects/body.js";
 import type { Snapshot } from "../cas/io.js";
 import type { S3Io } from "./io.js";
 import { MissingBodies, type ManifestHeader } from "../cas/manifest.js";

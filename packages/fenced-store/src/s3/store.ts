@@ -7,7 +7,8 @@ import { ContentionError, StoreUnavailableError, VersionMismatchError } from "..
 import { assertKey, assertResource, checkFence, type CheckedFence, type Fence, type FenceSet } from "../fence.js";
 import { observeCall, observedCall, tracedAwsClient } from "../observe.js";
 import { oneOrMoreFences } from "../options.js";
-import { assertBody, assertContentLength, assertContentType, toPayload, watchStalls, type S3Body } from "./body.js";
+import { watchStalls, type S3Body } from "./body.js";
+import { assertBody, assertContentLength, assertContentType, toPayload } from "../objects/body.js";
 import type { EtagForm } from "./conditional.js";
 import { Deadline } from "../deadline.js";
 import { typedFailure, withinDeadline } from "./failures.js";

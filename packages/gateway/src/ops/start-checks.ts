@@ -20,6 +20,7 @@ export const SETUP_FIXES: Readonly<Record<StoreSetupError["problem"], string>> =
   "not-migrated": "run the gateway without --no-migrate once",
   "no-such-bucket": "check the bucket's name, or create it",
   "no-such-table": "check the table's name, or create it (partition key `key`, a String)",
+  "no-such-container": "check the container's name, or create it",
   "conditional-writes-unsupported": "use an S3 backend that honours If-Match and If-None-Match",
 };
 

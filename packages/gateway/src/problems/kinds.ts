@@ -240,10 +240,10 @@ const KINDS = {
     slug: "backend-misconfigured",
     title: "A backend is not set up for the gateway",
     description:
-      "The backend answers but is not set up for the store: PostgreSQL's tables are missing or older than this version (not-migrated), the bucket does not exist (no-such-bucket), the table does not exist (no-such-table), or the backend ignores conditional writes (conditional-writes-unsupported). Nothing was written; an operator must act",
+      "The backend answers but is not set up for the store: PostgreSQL's tables are missing or older than this version (not-migrated), the bucket does not exist (no-such-bucket), the table does not exist (no-such-table), the container does not exist (no-such-container), or the backend ignores conditional writes (conditional-writes-unsupported). Nothing was written; an operator must act",
     extensions: z.strictObject({
       backend: storeBackend,
-      problem: z.enum(["not-migrated", "no-such-bucket", "no-such-table", "conditional-writes-unsupported"]),
+      problem: z.enum(["not-migrated", "no-such-bucket", "no-such-table", "no-such-container", "conditional-writes-unsupported"]),
     }),
     retryAfter: 30,
   },

@@ -1,0 +1,144 @@
+import type { Readable } from "node:stream";
+import { ContainerClient, newPipeline, RestError } from "@azure/storage-blob";
+import { requestSignal } from "../deadline.js";
+import { readAll } from "../objects/body.js";
+import { neverSent } from "../system-errors.js";
+import type { Condition, ConditionalPort, Failure, PortCapabilities, Revalidated, Stored, WriteOutcome } from "../conditional/port.js";
+
+/**
+ * The conditional port (../conditional/port.ts) on Azure block blobs. Each record is one blob of
+ * the store's container, written whole by one Put Blob:
+ *
+ *   create   Put Blob with If-None-Match: *      refused: 409 BlobAlreadyExists (Azure and azurite)
+ *   swap     Put Blob with If-Match: "<etag>"   refused: 412 ConditionNotMet (also on a missing blob)
+ *   read     Get Blob                           absent: 404 BlobNotFound (ContainerNotFound is not absence)
+ *   revalidate  Get Blob with If-None-Match     unchanged: 304
+ *
+ * Azure evaluates the condition on the blob atomically with the write, and gives every write that
+ * lands a new ETag. ETags are kept bare (unquoted) and sent quoted. Bodies are inline only here:
+ * the store that uses this adapter keeps each body in its manifest (capabilities.dataObjects false).
+ *
+ * Sent once: every request goes through a pipeline of the adapter's own, built from the caller's
+ * client's URL and credential with the SDK's retry policy at one try. The SDK's default resends a
+ * request whose answer was lost (a timeout, a reset, a 500 or 503), and a resent conditional write
+ * is checked against a fence read long gone (PROTOCOL.md, "Sent once").
+ */
+
+/** The largest block blob one Put Blob writes (Azure, service version 2019-12-12 and later). */
+const MAX_PUT_BLOB_BYTES = 5000 * 1024 * 1024;
+
+/** One try: the store decides what a lost answer means (read back, or report the outcome unknown). */
+const ONE_TRY = { maxTries: 1 } as const;
+
+/** The HTTP status of an answer the SDK turned into an error; undefined: no answer came. */
+function statusOf(err: unknown): number | undefined {
+  return err instanceof RestError ? err.statusCode : undefined;
+}
+
+/** Azure's error code (x-ms-error-code), or the system error code of a failed connection. */
+export function azureCode(err: unknown): string | undefined {
+  return err instanceof RestError ? err.code : undefined;
+}
+
+/** Whether the answer says the blob itself is missing (not its container: that is a setup problem). */
+function isAbsent(err: unknown): boolean {
+  return statusOf(err) === 404 && azureCode(err) === "BlobNotFound";
+}
+
+/**
+ * How a failed Put Blob is to be understood, by status and code only:
+ * - 412 ConditionNotMet, and 409 BlobAlreadyExists (If-None-Match: * on a blob that exists): the
+ *   condition did not hold, nothing was written.
+ * - 503 ServerBusy: Azure's throttling, refused before it was applied.
+ * - any other 5xx (500 OperationTimedOut included: Azure says the operation may complete later), no
+ *   answer, or an abort: the write may have landed.
+ * - no connection: it was never sent. Anything else (403, another 409, 400): retrying cannot help.
+ */
+export function classify(err: unknown): Failure {
+  if (neverSent(err)) return "unsent";
+  const status = statusOf(err);
+  const code = azureCode(err);
+  if (status === 412 || (status === 409 && code === "BlobAlreadyExists")) return "precondition";
+  if (status === 503 && code === "ServerBusy") return "throttled";
+  if (status === undefined || status < 300 || status >= 500) return "ambiguous";
+  return "fatal";
+}
+
+/** A bare ETag as Azure wants it in a condition: quoted. */
+function quoted(etag: string): string {
+  return `"${etag}"`;
+}
+
+/** An ETag from an answer, bare. */
+function bare(etag: string | undefined, what: string): string {
+  if (etag === undefined || etag.length === 0) throw new Error(`Azure answered ${what} without an ETag`);
+  return etag.replace(/^"(.*)"$/, "$1");
+}
+
+/** The caller's client, on a pipeline of one try (see the header): its URL and credential, nothing else of its pipeline. */
+export function oneTryContainer(client: ContainerClient): ContainerClient {
+  return new ContainerClient(client.url, newPipeline(client.credential, { retryOptions: ONE_TRY }));
+}
+
+export class ConditionalBlobs implements ConditionalPort {
+  readonly capabilities: PortCapabilities = Object.freeze({ notModified: true, dataObjects: false, maxRecordBytes: MAX_PUT_BLOB_BYTES });
+
+  constructor(
+    /** A client on a one-try pipeline (oneTryContainer). */
+    readonly container: ContainerClient,
+    /** The bound on a request sent without a call's signal (cleanup, the probe's own records). */
+    private readonly timeoutMs: number,
+  ) {}
+
+  /** Every request is bounded: by the call's deadline, or on its own. */
+  private bounded(signal: AbortSignal | undefined): AbortSignal {
+    return signal ?? requestSignal(this.timeoutMs);
+  }
+
+  async read(key: string, signal?: AbortSignal): Promise<Stored | undefined> {
+    return this.download(key, undefined, signal).then((found) => (found === "unchanged" ? undefined : found));
+  }
+
+  async readIfChanged(key: string, etag: string, signal?: AbortSignal): Promise<Revalidated> {
+    const found = await this.download(key, etag, signal);
+    return found === "unchanged" ? { unchanged: true } : { unchanged: false, object: found };
+  }
+
+  /** Get Blob, with If-None-Match when `etag` is given (a 304 is "unchanged"); undefined: absent. */
+  private async download(key: string, etag: string | undefined, signal?: AbortSignal): Promise<Stored | "unchanged" | undefined> {
+    const abortSignal = this.bounded(signal);
+    try {
+      const conditions = etag === undefined ? {} : { ifNoneMatch: quoted(etag) };
+      const answer = await this.container.getBlockBlobClient(key).download(0, undefined, { conditions, abortSignal });
+      const stream = answer.readableStreamBody;
+      if (stream === undefined) throw new Error(`Azure answered Get Blob of ${JSON.stringify(key)} without a body`);
+      return { etag: bare(answer.etag, "Get Blob"), body: await readAll(stream as Readable) };
+    } catch (err) {
+      if (etag !== undefined && statusOf(err) === 304) return "unchanged";
+      if (isAbsent(err)) return undefined;
+      throw err;
+    }
+  }
+
+  /** Never throws: the outcome says how a failure is to be understood. */
+  async write(key: string, body: Buffer, condition: Condition, signal?: AbortSignal): Promise<WriteOutcome> {
+    try {
+      const conditions = "ifMatch" in condition ? { ifMatch: quoted(condition.ifMatch) } : { ifNoneMatch: "*" };
+      const answer = await this.container
+        .getBlockBlobClient(key)
+        .upload(body, body.length, { conditions, abortSignal: this.bounded(signal) });
+      return { ok: true, etag: bare(answer.etag, "Put Blob") };
+    } catch (err) {
+      return { ok: false, failure: classify(err), error: err };
+    }
+  }
+
+  async remove(key: string, signal?: AbortSignal): Promise<void> {
+    await this.container.getBlockBlobClient(key).deleteIfExists({ abortSignal: this.bounded(signal) });
+  }
+
+  /** One spelling of an ETag only: a refusal of the current one is never the spelling's fault. */
+  noteRefusedOwnEtag(): boolean {
+    return false;
+  }
+}
