@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { run, runOk, type Ran } from "./exec.js";
 import { ROOT, type Tarball } from "./tarballs.js";
 
-/** What a user installs beside the packages: their own clients (ioredis: the registry's latest major; iovalkey; node-redis; Valkey GLIDE; pg; the AWS SDK's S3 and DynamoDB) and compiler. */
+/** What a user installs beside the packages: their own clients (ioredis: the registry's latest major; iovalkey; node-redis; Valkey GLIDE; pg; the AWS SDK's S3 and DynamoDB; Azure's Blob SDK) and compiler. */
 const USER_PACKAGES = [
   "ioredis@latest",
   "iovalkey@latest",
@@ -13,6 +13,7 @@ const USER_PACKAGES = [
   "@types/pg@^8",
   "@aws-sdk/client-s3@^3",
   "@aws-sdk/client-dynamodb@^3",
+  "@azure/storage-blob@^12",
   "typescript@latest",
   "@types/node@^22",
 ];

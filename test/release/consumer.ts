@@ -5,6 +5,7 @@
 // becomes a require().
 // No top-level await and no import.meta: the same text must be valid CommonJS.
 import { DynamoDBClient } from "@aws-sdk/client-dynamodb";
+import { BlobServiceClient, StorageSharedKeyCredential } from "@azure/storage-blob";
 import { S3Client } from "@aws-sdk/client-s3";
 import { GlideClient } from "@valkey/valkey-glide";
 import { InvalidArgumentError, type Fence } from "@fenced/fence";
@@ -12,6 +13,7 @@ import { createGateway, type GatewayOptions } from "@fenced/gateway";
 import { fromNodeRedis, fromValkeyGlide, Redlock, type Lease } from "@fenced/lock";
 import { StaleTokenError } from "@fenced/store";
 import { FencedDynamo } from "@fenced/store/dynamodb";
+import { FencedAzureBlob } from "@fenced/store/azure-blob";
 import { FencedPostgres } from "@fenced/store/postgres";
 import { FencedS3 } from "@fenced/store/s3";
 import { Redis } from "ioredis";
@@ -21,7 +23,7 @@ import { createClient } from "redis";
 
 /** What one store did with a fresh write and then a stale one; the test judges it. */
 interface StoreOutcome {
-  readonly store: "postgres" | "s3" | "dynamodb";
+  readonly store: "postgres" | "s3" | "dynamodb" | "azure-blob";
   readonly firstToken: string;
   readonly secondToken: string;
   /** Whether the write with the first (older) token threw a StaleTokenError, by instanceof. */
@@ -127,6 +129,12 @@ async function main(): Promise<void> {
     await objects.verify();
     const items = new FencedDynamo(dynamodb, { table: env("DYNAMODB_TABLE"), prefix: `${run}/` });
     await items.verify();
+    const azure = new BlobServiceClient(
+      env("AZURE_BLOB_URL"),
+      new StorageSharedKeyCredential(env("AZURE_BLOB_ACCOUNT"), env("AZURE_BLOB_KEY")),
+    ).getContainerClient(env("AZURE_BLOB_CONTAINER"));
+    const blobs = new FencedAzureBlob(azure, { prefix: `${run}/` });
+    await blobs.verify();
 
     const stores = [
       await staleWriteIsRefused(
@@ -164,6 +172,19 @@ async function main(): Promise<void> {
           read: async (key) => {
             const record = await items.get(key);
             return record && { value: (record.value as { value: string }).value, token: record.token };
+          },
+        },
+        run,
+      ),
+      await staleWriteIsRefused(
+        "azure-blob",
+        redlock,
+        {
+          register: (fence) => blobs.register(fence),
+          put: async (key, value, fence) => void (await blobs.put(key, value, { fence, contentType: "text/plain" })),
+          read: async (key) => {
+            const blob = await blobs.getBytes(key);
+            return blob && { value: blob.body.toString("utf8"), token: blob.token };
           },
         },
         run,

@@ -8,11 +8,13 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   startDynamo,
+  startAzureBlob,
   startPostgres,
   startRedisNodes,
   startS3,
   type RedisNodes,
   type StartedDynamo,
+  type StartedAzureBlob,
   type StartedPostgres,
   type StartedS3,
 } from "@fenced/servers";
@@ -94,13 +96,23 @@ let s3: StartedS3;
 let dynamo: StartedDynamo;
 /** The DynamoDB table the consumer's FencedDynamo writes (partition key `key`, a String). */
 let table: string;
+let azure: StartedAzureBlob;
+/** The Azure Blob container the consumer's FencedAzureBlob writes. */
+let container: string;
 let backends: GatewayBackends;
 
 beforeAll(async () => {
   work = await mkdtemp(join(tmpdir(), "fenced-release-"));
-  [redis, postgres, s3, dynamo] = await Promise.all([startRedisNodes(3), startPostgres(), startS3(), startDynamo()]);
+  [redis, postgres, s3, dynamo, azure] = await Promise.all([
+    startRedisNodes(3),
+    startPostgres(),
+    startS3(),
+    startDynamo(),
+    startAzureBlob(),
+  ]);
   const bucket = await s3.createBucket();
   table = await dynamo.createTable();
+  container = await azure.createContainer();
 
   backends = {
     redisUrls: redis.urls,
@@ -111,7 +123,7 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
-  await Promise.all([redis?.stop(), postgres?.stop(), s3?.stop(), dynamo?.stop()]);
+  await Promise.all([redis?.stop(), postgres?.stop(), s3?.stop(), dynamo?.stop(), azure?.stop()]);
   if (work !== undefined) await rm(work, { recursive: true, force: true });
   console.log(`release tests done after ${elapsed()}`);
 });
@@ -247,6 +259,8 @@ describe("installed from the packed tarballs, like a user", () => {
     expect(loads("./dynamodb")).not.toContain("@aws-sdk/client-s3");
     expect(loads(".")).not.toContain("@aws-sdk/client-dynamodb");
     expect(loads("./postgres")).not.toContain("@aws-sdk/client-dynamodb");
+    for (const subpath of [".", "./postgres", "./s3", "./dynamodb"]) expect(loads(subpath), subpath).not.toContain("@azure/storage-blob");
+    for (const other of ["pg", "@aws-sdk/client-s3", "@aws-sdk/client-dynamodb"]) expect(loads("./azure-blob"), other).not.toContain(other);
   });
 
   it("published declarations leave out every @internal member", () => {
@@ -338,6 +352,10 @@ describe("installed from the packed tarballs, like a user", () => {
         S3_BUCKET: backends.s3.bucket,
         DYNAMODB_ENDPOINT: dynamo.endpoint,
         DYNAMODB_TABLE: table,
+        AZURE_BLOB_URL: azure.url,
+        AZURE_BLOB_ACCOUNT: azure.accountName,
+        AZURE_BLOB_KEY: azure.accountKey,
+        AZURE_BLOB_CONTAINER: container,
       });
       const ran = await run(process.execPath, [file, module], { cwd: project, env, timeoutMs: 60_000 });
       console.log(
@@ -346,7 +364,7 @@ describe("installed from the packed tarballs, like a user", () => {
       expect(ran.code, ran.stderr).toBe(0);
       const report = JSON.parse(ran.stdout.trim().split("\n").pop() ?? "") as ConsumerReport;
       expect(report.module).toBe(module);
-      expect(report.stores.map((s) => s.store)).toEqual(["postgres", "s3", "dynamodb"]);
+      expect(report.stores.map((s) => s.store)).toEqual(["postgres", "s3", "dynamodb", "azure-blob"]);
       for (const s of report.stores) {
         expect(BigInt(s.secondToken), s.store).toBeGreaterThan(BigInt(s.firstToken));
         expect(s.staleRefused, s.store).toBe(true);

@@ -19,6 +19,8 @@ export interface StartedAzureBlob {
   readonly url: string;
   readonly accountName: string;
   readonly accountKey: string;
+  /** The account as a connection string (AZURE_STORAGE_CONNECTION_STRING): BlobServiceClient.fromConnectionString() takes it. */
+  readonly connectionString: string;
   /** A new client for this server's account. */
   client(): BlobServiceClient;
   /** Creates a container (a fresh unique name unless given; 3 to 63 characters) and returns its name. */
@@ -75,6 +77,7 @@ export async function startAzureBlob(): Promise<StartedAzureBlob> {
     url,
     accountName: ACCOUNT,
     accountKey: ACCOUNT_KEY,
+    connectionString: `DefaultEndpointsProtocol=http;AccountName=${ACCOUNT};AccountKey=${ACCOUNT_KEY};BlobEndpoint=${url};`,
     client,
     async createContainer(name?: string): Promise<string> {
       const container = name ?? `fenced-${randomBytes(6).toString("hex")}`;

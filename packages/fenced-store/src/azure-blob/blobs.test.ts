@@ -1,4 +1,5 @@
 import { once } from "node:events";
+import { createRequire } from "node:module";
 import { createServer, type Server } from "node:http";
 import { randomBytes } from "node:crypto";
 import { AnonymousCredential, ContainerClient, newPipeline } from "@azure/storage-blob";
@@ -33,6 +34,18 @@ describe("the conditional port on azurite (ConditionalBlobs)", () => {
       unchanged: false,
       object: { etag: swapped.etag, body: Buffer.from("two") },
     });
+  });
+
+  it("signs with a shared key made by the SDK's CommonJS build, the copy a CommonJS caller has (the SDK checks credentials with instanceof)", async () => {
+    const commonJs = createRequire(import.meta.url)("@azure/storage-blob") as typeof import("@azure/storage-blob");
+    const credential = new commonJs.StorageSharedKeyCredential(azure.accountName, azure.accountKey);
+    const callers = new commonJs.BlobServiceClient(azure.url, credential).getContainerClient(container);
+    // The condition of the test: the two builds' classes differ.
+    expect(credential).not.toBeInstanceOf((await import("@azure/storage-blob")).StorageSharedKeyCredential);
+    const p = new ConditionalBlobs(oneTryContainer(callers), 10_000);
+    const key = `commonjs/${randomBytes(8).toString("hex")}`;
+    const outcome = await p.write(key, Buffer.from("signed"), { ifNoneMatch: true });
+    expect(outcome.ok ? "landed" : outcome.error).toBe("landed");
   });
 
   it("reads a missing container as the container's failure, never as an absent record", async () => {

@@ -1,5 +1,5 @@
 import type { Readable } from "node:stream";
-import { ContainerClient, newPipeline, RestError } from "@azure/storage-blob";
+import { AnonymousCredential, ContainerClient, newPipeline, RestError, StorageSharedKeyCredential } from "@azure/storage-blob";
 import { requestSignal } from "../deadline.js";
 import { readAll } from "../objects/body.js";
 import { neverSent } from "../system-errors.js";
@@ -75,9 +75,51 @@ function bare(etag: string | undefined, what: string): string {
   return etag.replace(/^"(.*)"$/, "$1");
 }
 
+/**
+ * What the store takes of the caller's ContainerClient: where it points, and how it signs. A shape,
+ * not the SDK's class: a CommonJS caller's ContainerClient is another class than the one this ES
+ * module imports, and TypeScript would refuse it (the class has private members).
+ */
+export interface AzureContainer {
+  readonly url: string;
+  readonly containerName: string;
+  /** A StorageSharedKeyCredential, an AnonymousCredential (a SAS in the URL) or a TokenCredential (@azure/identity). */
+  readonly credential: object;
+}
+
+/** The credential types newPipeline() takes. */
+type Credential = Parameters<typeof newPipeline>[0] & object;
+
+/** A TokenCredential (@azure/core-auth) by its shape, as the SDK itself tells one. */
+function isTokenCredential(credential: object): credential is Credential {
+  return typeof (credential as { getToken?: unknown }).getToken === "function";
+}
+
 /** The caller's client, on a pipeline of one try (see the header): its URL and credential, nothing else of its pipeline. */
-export function oneTryContainer(client: ContainerClient): ContainerClient {
-  return new ContainerClient(client.url, newPipeline(client.credential, { retryOptions: ONE_TRY }));
+export function oneTryContainer(client: AzureContainer): ContainerClient {
+  const credential = ownCredential(client.credential);
+  if (credential === undefined) throw new Error("the container client's credential is not one the SDK signs with");
+  return new ContainerClient(client.url, newPipeline(credential, { retryOptions: ONE_TRY }));
+}
+
+/**
+ * The caller's credential as this module's SDK signs with it; undefined: not a credential it knows.
+ * The SDK tells a shared key from other credentials with `instanceof`: one made by another copy of
+ * the SDK (the CommonJS build beside this ES module, or another version) would send every request
+ * unsigned, and each would be refused (403). Such a credential is remade here from its account name
+ * and key, as the SDK's own pipeline conversion recognises it (by its class's name). A token
+ * credential is recognised by its shape, as the SDK does.
+ */
+export function ownCredential(credential: object): Credential | undefined {
+  if (credential instanceof StorageSharedKeyCredential || credential instanceof AnonymousCredential) return credential;
+  if (isTokenCredential(credential)) return credential;
+  const named = credential.constructor.name;
+  if (named === "AnonymousCredential") return new AnonymousCredential();
+  const { accountName, accountKey } = credential as { accountName?: unknown; accountKey?: unknown };
+  if (named === "StorageSharedKeyCredential" && typeof accountName === "string" && Buffer.isBuffer(accountKey)) {
+    return new StorageSharedKeyCredential(accountName, accountKey.toString("base64"));
+  }
+  return undefined;
 }
 
 export class ConditionalBlobs implements ConditionalPort {

@@ -6,3 +6,4 @@
 //   blobs.ts       the Azure Blob adapter of ../conditional/port.ts: Put Blob with If-Match / If-None-Match, on one try
 //   failures.ts    what a failed request means to this store (a missing container); the typed error (../cas/failures.ts)
 export { FencedAzureBlob, type AzureBlobBytes, type FencedAzureBlobOptions } from "./store.js";
+export type { AzureContainer } from "./blobs.js";

@@ -1,5 +1,4 @@
 import { Readable } from "node:stream";
-import type { ContainerClient } from "@azure/storage-blob";
 import { InvalidArgumentError } from "@fenced/fence";
 import type {
   ObjectStore,
@@ -19,7 +18,7 @@ import { CasCalls, checkedWrite } from "../cas/calls.js";
 import { StoreIo, type Found } from "../cas/io.js";
 import { probeKeyPrefix } from "../cas/layout.js";
 import { signalOptions } from "../cas/options.js";
-import { ConditionalBlobs, oneTryContainer } from "./blobs.js";
+import { ConditionalBlobs, oneTryContainer, ownCredential, type AzureContainer } from "./blobs.js";
 import { azureFailures } from "./failures.js";
 import { validateOptions, type FencedAzureBlobOptions } from "./options.js";
 
@@ -50,13 +49,19 @@ export class FencedAzureBlob implements ObjectStore {
 
   /**
    * `container`: a ContainerClient from @azure/storage-blob. The store sends on a pipeline of its own
-   * built from the client's URL and credential, with one try per request (blobs.ts); the client's
-   * other pipeline options are not used.
+   * built from the client's URL and credential (a shared key, a SAS in the URL, or a token
+   * credential), with one try per request (blobs.ts); the client's other pipeline options are not used.
    */
-  constructor(container: ContainerClient, options?: FencedAzureBlobOptions) {
-    const client = container as Partial<ContainerClient> | null;
+  constructor(container: AzureContainer, options?: FencedAzureBlobOptions) {
+    const client = container as Partial<AzureContainer> | null;
     if (typeof client !== "object" || client === null || typeof client.url !== "string" || typeof client.containerName !== "string") {
       throw new InvalidArgumentError("container", "must be a ContainerClient from @azure/storage-blob");
+    }
+    if (typeof client.credential !== "object" || client.credential === null || ownCredential(client.credential) === undefined) {
+      throw new InvalidArgumentError(
+        "container",
+        "must sign with a StorageSharedKeyCredential, an AnonymousCredential or a TokenCredential",
+      );
     }
     const resolved = validateOptions(options);
     this.container = container.containerName;
