@@ -1,6 +1,7 @@
 import { setTimeout } from "node:timers/promises";
 import { CreateTableCommand, DescribeTableCommand, DynamoDBClient, GetItemCommand, PutItemCommand } from "@aws-sdk/client-dynamodb";
 import { GetObjectCommand, NoSuchKey, PutObjectCommand, S3Client } from "@aws-sdk/client-s3";
+import { BlobServiceClient, RestError, StorageSharedKeyCredential, type ContainerClient } from "@azure/storage-blob";
 import pg from "pg";
 import type { Fence } from "@fenced/fence";
 import {
@@ -11,15 +12,21 @@ import {
   type WriteOptions as StoreWriteOptions,
   type WriteResult,
 } from "@fenced/store";
+import { FencedAzureBlob } from "@fenced/store/azure-blob";
 import { FencedDynamo } from "@fenced/store/dynamodb";
 import { FencedPostgres } from "@fenced/store/postgres";
 import { FencedS3 } from "@fenced/store/s3";
 
-export type BackendName = "s3" | "postgres" | "dynamodb";
-export const BACKENDS: readonly BackendName[] = ["s3", "postgres", "dynamodb"];
+export type BackendName = "s3" | "postgres" | "dynamodb" | "azure-blob";
+export const BACKENDS: readonly BackendName[] = ["s3", "postgres", "dynamodb", "azure-blob"];
 
 /** How the narration and the pictures name each backend. */
-export const BACKEND_TITLES: Readonly<Record<BackendName, string>> = { s3: "S3", postgres: "Postgres", dynamodb: "DynamoDB" };
+export const BACKEND_TITLES: Readonly<Record<BackendName, string>> = {
+  s3: "S3",
+  postgres: "Postgres",
+  dynamodb: "DynamoDB",
+  "azure-blob": "Azure Blob",
+};
 
 /**
  * Everything a client needs to reach a backend. Plain data: it travels over IPC to the paused
@@ -45,6 +52,16 @@ export type BackendConfig =
       readonly secretAccessKey: string;
       /** One table (partition key `key`, a String): plain items under `prefix`, FencedDynamo's under its own prefix beside them. */
       readonly table: string;
+      readonly prefix: string;
+    }
+  | {
+      readonly kind: "azure-blob";
+      /** The account's URL (azurite serves accounts path-style: http://127.0.0.1:port/devstoreaccount1). */
+      readonly url: string;
+      readonly accountName: string;
+      readonly accountKey: string;
+      /** Plain blobs live here; FencedAzureBlob keeps its manifests under its own prefix beside them. */
+      readonly container: string;
       readonly prefix: string;
     };
 
@@ -81,8 +98,9 @@ interface WriteOptions {
 
 /**
  * One client's view of the storage. The unfenced variant is what most code does today (a plain
- * PutObject, a plain UPDATE); it ignores the fence. The fenced one hands the lease to a store of
- * the contract (ContractStore: FencedS3 or FencedPostgres). Refusals come back as values; any other failure throws, since it is a real error.
+ * PutObject, a plain UPDATE, a plain PutItem, a plain upload of the blob); it ignores the fence.
+ * The fenced one hands the lease to a store of the contract (ContractStore: FencedS3, FencedPostgres,
+ * FencedDynamo or FencedAzureBlob). Refusals come back as values; any other failure throws, since it is a real error.
  */
 export interface DemoStore {
   readonly fenced: boolean;
@@ -96,12 +114,17 @@ export interface DemoStore {
 export function openStore(config: BackendConfig, fenced: boolean): DemoStore {
   if (config.kind === "s3") return fenced ? fencedS3(config) : new PlainS3Store(config);
   if (config.kind === "dynamodb") return fenced ? fencedDynamo(config) : new PlainDynamoStore(config);
+  if (config.kind === "azure-blob") return fenced ? fencedAzureBlob(config) : new PlainAzureBlobStore(config);
   return fenced ? fencedPostgres(config) : new PlainPgStore(config);
 }
 
-/** Storage a store opened by openStore expects: the bucket exists; the table exists; the schema, tables and sequence exist. */
+/**
+ * Storage a store opened by openStore expects: the bucket exists; the table exists; the container
+ * exists; the schema, tables and sequence exist. The bucket and the container are made by whoever
+ * starts their server (servers.ts).
+ */
 export async function prepareBackend(config: BackendConfig): Promise<void> {
-  if (config.kind === "s3") return;
+  if (config.kind === "s3" || config.kind === "azure-blob") return;
   if (config.kind === "dynamodb") {
     const client = dynamoClient(config);
     try {
@@ -140,6 +163,12 @@ export function dynamoClient(config: Extract<BackendConfig, { kind: "dynamodb" }
     region: config.region,
     credentials: { accessKeyId: config.accessKeyId, secretAccessKey: config.secretAccessKey },
   });
+}
+
+/** A client of the config's container, signed with the account's shared key. */
+export function azureContainer(config: Extract<BackendConfig, { kind: "azure-blob" }>): ContainerClient {
+  const credential = new StorageSharedKeyCredential(config.accountName, config.accountKey);
+  return new BlobServiceClient(config.url, credential).getContainerClient(config.container);
 }
 
 /** Removes what prepareBackend made, for servers the demo does not own (its own servers vanish whole). */
@@ -264,6 +293,38 @@ class PlainDynamoStore implements DemoStore {
   }
 }
 
+class PlainAzureBlobStore implements DemoStore {
+  readonly fenced = false;
+  private readonly container: ContainerClient;
+  constructor(private readonly config: Extract<BackendConfig, { kind: "azure-blob" }>) {
+    this.container = azureContainer(config);
+  }
+  async read(key: string): Promise<ReadResult> {
+    try {
+      const bytes = await this.container.getBlockBlobClient(this.config.prefix + key).downloadToBuffer();
+      return { doc: parseDoc(bytes.toString("utf8")), version: undefined };
+    } catch (err) {
+      if (err instanceof RestError && err.statusCode === 404 && err.code === "BlobNotFound") return EMPTY;
+      throw err;
+    }
+  }
+  async write(key: string, doc: FileDoc): Promise<WriteOutcome> {
+    // The everyday write: last writer wins, whoever it is and whatever it read.
+    const body = JSON.stringify(doc);
+    await this.container
+      .getBlockBlobClient(this.config.prefix + key)
+      .upload(body, Buffer.byteLength(body), { blobHTTPHeaders: { blobContentType: "application/json" } });
+    return { accepted: true, version: undefined };
+  }
+  register(): Promise<WriteOutcome> {
+    return Promise.reject(new Error("an unfenced store has nothing to register a token with"));
+  }
+  close(): Promise<void> {
+    // The SDK's clients hold nothing to close.
+    return Promise.resolve();
+  }
+}
+
 class PlainPgStore implements DemoStore {
   readonly fenced = false;
   private readonly pool: pg.Pool;
@@ -355,6 +416,18 @@ function fencedDynamo(config: Extract<BackendConfig, { kind: "dynamodb" }>): Dem
       client.destroy();
       return Promise.resolve();
     },
+  );
+}
+
+/** The container's fenced store: the file as JSON bytes, inside its key's manifest blob. */
+function fencedAzureBlob(config: Extract<BackendConfig, { kind: "azure-blob" }>): DemoStore {
+  const store = new FencedAzureBlob(azureContainer(config), { prefix: `${config.prefix}fenced/` });
+  return new ContractStore(
+    store,
+    (key, value, options) => store.put(key, value, { ...options, contentType: "application/json" }),
+    (doc) => Buffer.from(JSON.stringify(doc)),
+    async (read) => parseDoc(Buffer.concat(await read.body.toArray()).toString("utf8")),
+    () => store.flush(),
   );
 }
 

@@ -27,12 +27,12 @@ interface Options {
 const program = new Command()
   .name("fenced-demo")
   .description(
-    'Replays the failures from "How to do distributed locking" against real Redis, PostgreSQL, S3 and DynamoDB servers, unfenced and fenced.',
+    'Replays the failures from "How to do distributed locking" against real Redis, PostgreSQL, S3, DynamoDB and Azure Blob servers, unfenced and fenced.',
   )
   .addOption(new Option("--scenario <name>", "scenario to run").choices(["gc-pause", "clock-jump", "both-paused", "all"]).default("all"))
   .addOption(
-    new Option("--backend <name>", "storage to write to (both: S3 and PostgreSQL; all: DynamoDB too)")
-      .choices(["s3", "postgres", "dynamodb", "both", "all"])
+    new Option("--backend <name>", "storage to write to (both: S3 and PostgreSQL; all: DynamoDB and Azure Blob too)")
+      .choices(["s3", "postgres", "dynamodb", "azure-blob", "both", "all"])
       .default("both"),
   )
   .option("--json", "one JSON object per line on stdout (progress goes to stderr)", false)
@@ -59,7 +59,7 @@ const backends: BackendName[] =
   options.backend === "all"
     ? [...BACKENDS]
     : options.backend === "both"
-      ? BACKENDS.filter((b) => b !== "dynamodb")
+      ? BACKENDS.filter((b) => b === "s3" || b === "postgres")
       : BACKENDS.filter((b) => b === options.backend);
 const outDir = resolve(options.out ?? join(repoRoot(), "demo-output"));
 const nonce = randomBytes(4).toString("hex");

@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 /**
  * The demo end to end, as a user runs it: the CLI in its own process with --json, all scenarios,
- * every backend (--backend all: S3, PostgreSQL and DynamoDB), real servers. The assertions re-derive each run's outcome from its event lines
+ * every backend (--backend all: S3, PostgreSQL, DynamoDB and Azure Blob), real servers. The assertions re-derive each run's outcome from its event lines
  * rather than trusting the CLI's own verdict.
  */
 
@@ -37,7 +37,7 @@ const SCENARIOS = {
   "clock-jump": ["unfenced", "fenced"],
   "both-paused": ["unfenced", "ratchet-only", "fence-on-acquire", "version-check"],
 } as const;
-const BACKENDS = ["s3", "postgres", "dynamodb"] as const;
+const BACKENDS = ["s3", "postgres", "dynamodb", "azure-blob"] as const;
 
 let lines: Line[] = [];
 let exitCode: number | null = null;

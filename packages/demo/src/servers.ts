@@ -1,8 +1,9 @@
 import { performance } from "node:perf_hooks";
 import { FencedS3 } from "@fenced/store/s3";
 import { FencedDynamo } from "@fenced/store/dynamodb";
-import { startDynamo, startPostgres, startRedisNodes, startS3, type RedisNodes } from "@fenced/servers";
-import { dropBackend, dynamoClient, prepareBackend, s3Client, type BackendConfig, type BackendName } from "./backends.js";
+import { FencedAzureBlob } from "@fenced/store/azure-blob";
+import { startAzureBlob, startDynamo, startPostgres, startRedisNodes, startS3, type RedisNodes } from "@fenced/servers";
+import { azureContainer, dropBackend, dynamoClient, prepareBackend, s3Client, type BackendConfig, type BackendName } from "./backends.js";
 
 export interface DemoServers {
   /** Lock nodes for the scenarios that need no clock control (REDIS_URLS when given). */
@@ -24,7 +25,7 @@ export interface ServerNeeds {
 
 /**
  * Brings up what the chosen scenarios need, in parallel: five Redis nodes, PostgreSQL, S3, DynamoDB
- * (dynalite, always started here). Each
+ * (dynalite, always started here), Azure Blob (azurite, always started here). Each
  * comes from the environment when configured (REDIS_URLS, DATABASE_URL, S3_ENDPOINT …), else from
  * a Docker engine if one answers, else from this machine's binaries (redis-server, PostgreSQL,
  * Ceph radosgw). The clock-jump scenario always gets local nodes: the clock shim is an LD_PRELOAD.
@@ -144,6 +145,30 @@ export async function startDemoServers(needs: ServerNeeds, nonce: string, progre
         backends.set("dynamodb", config);
         used.push(
           `DynamoDB: dynalite, an emulator started from npm, at ${dynamo.endpoint}, table ${config.table} (checked: refuses a stale condition)`,
+        );
+      }),
+    );
+  }
+
+  if (needs.backends.includes("azure-blob")) {
+    tasks.push(
+      step("Azure Blob (azurite)", async () => {
+        const azure = await startAzureBlob();
+        stops.push(() => azure.stop());
+        const container = await azure.createContainer();
+        const config: BackendConfig = {
+          kind: "azure-blob",
+          url: azure.url,
+          accountName: azure.accountName,
+          accountKey: azure.accountKey,
+          container,
+          prefix: `demo-${nonce}/`,
+        };
+        // Prove that this container is there and refuses a stale If-Match: the fenced writes rest on it.
+        await new FencedAzureBlob(azureContainer(config), { prefix: `${config.prefix}fenced/` }).verify();
+        backends.set("azure-blob", config);
+        used.push(
+          `Azure Blob: azurite, an emulator started from npm, at ${azure.url}, container ${container} (checked: refuses a stale If-Match)`,
         );
       }),
     );
