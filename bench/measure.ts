@@ -104,3 +104,23 @@ export function latencyOf(latencies: readonly number[]): Latency {
   const pct = (p: number): number => round3(percentile(sorted, p));
   return { ops: sorted.length, p50Ms: pct(0.5), p99Ms: pct(0.99), maxMs: pct(1) };
 }
+
+/**
+ * Requests per operation from counts by kind: those added since `before` (none by default), over
+ * `ops` operations, in all and by kind (a kind that did not move is left out), to two decimals.
+ */
+export function requestsPerOp(
+  counts: ReadonlyMap<string, number>,
+  ops: number,
+  before: ReadonlyMap<string, number> = new Map(),
+): { perOp: number; byKind: Record<string, number> } {
+  const byKind: Record<string, number> = {};
+  let total = 0;
+  for (const [kind, n] of counts) {
+    const added = n - (before.get(kind) ?? 0);
+    if (added === 0) continue;
+    byKind[kind] = Number((added / ops).toFixed(2));
+    total += added;
+  }
+  return { perOp: Number((total / ops).toFixed(2)), byKind };
+}

@@ -11,7 +11,7 @@
 import { PutItemCommand, type DynamoDBClient } from "@aws-sdk/client-dynamodb";
 import { FencedDynamo } from "@fenced/store/dynamodb";
 import { startDynamo } from "@fenced/servers";
-import { closedLoop, emit, median, round3, type Op } from "./measure.js";
+import { closedLoop, emit, median, requestsPerOp, round3, type Op } from "./measure.js";
 
 const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 3_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 10);
@@ -36,22 +36,6 @@ function countRequests(client: DynamoDBClient): DynamoDBClient {
     { step: "finalizeRequest", priority: "low", name: "benchCountRequests" },
   );
   return client;
-}
-
-function requestsPerOp(
-  client: DynamoDBClient,
-  before: Map<string, number>,
-  ops: number,
-): { perOp: number; byKind: Record<string, number> } {
-  const byKind: Record<string, number> = {};
-  let total = 0;
-  for (const [kind, n] of wire.get(client) ?? []) {
-    const added = n - (before.get(kind) ?? 0);
-    if (added === 0) continue;
-    byKind[kind] = Number((added / ops).toFixed(2));
-    total += added;
-  }
-  return { perOp: Number((total / ops).toFixed(2)), byKind };
 }
 
 interface Impl {
@@ -85,7 +69,7 @@ async function runCase(
     const c = counted.get(name);
     return {
       msPerOp: round3(median(perRound.get(name) ?? [])),
-      requestsPerOp: c === undefined ? undefined : requestsPerOp(impl.client, c.before, Math.max(1, c.ops)),
+      requestsPerOp: c === undefined ? undefined : requestsPerOp(wire.get(impl.client) ?? new Map(), Math.max(1, c.ops), c.before),
     };
   };
   const plainRounds = perRound.get("plain") ?? [];

@@ -14,7 +14,7 @@ import { Readable } from "node:stream";
 import { PutObjectCommand, type S3Client } from "@aws-sdk/client-s3";
 import { FencedS3 } from "@fenced/store/s3";
 import { startS3 } from "@fenced/servers";
-import { closedLoop, emit, median, percentile, round3, type Op } from "./measure.js";
+import { closedLoop, emit, median, percentile, requestsPerOp, round3, type Op } from "./measure.js";
 
 const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 3_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 10);
@@ -54,18 +54,6 @@ function countRequests(client: S3Client): S3Client {
 
 function snapshot(client: S3Client): Map<string, number> {
   return new Map(wire.get(client));
-}
-
-function requestsSince(client: S3Client, before: Map<string, number>, ops: number): { perOp: number; byKind: Record<string, number> } {
-  const byKind: Record<string, number> = {};
-  let total = 0;
-  for (const [kind, n] of wire.get(client) ?? []) {
-    const added = n - (before.get(kind) ?? 0);
-    if (added === 0) continue;
-    byKind[kind] = Number((added / ops).toFixed(2));
-    total += added;
-  }
-  return { perOp: Number((total / ops).toFixed(2)), byKind };
 }
 
 /** One closed-loop slice: returns its operations, its time per operation (settling included), and the latencies. */
@@ -126,7 +114,8 @@ async function runCase(c: Case): Promise<void> {
       p50Ms: round3(pct(lat, 0.5)),
       p99Ms: round3(pct(lat, 0.99)),
       ops: lat.length,
-      requestsPerOp: counted === undefined ? undefined : requestsSince(impl.client, counted.before, Math.max(1, counted.ops)),
+      requestsPerOp:
+        counted === undefined ? undefined : requestsPerOp(wire.get(impl.client) ?? new Map(), Math.max(1, counted.ops), counted.before),
     };
   };
   for (const f of c.fenced) {

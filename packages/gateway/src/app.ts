@@ -1,7 +1,7 @@
 import { performance } from "node:perf_hooks";
 import express, { type Express, type NextFunction, type Request, type Response } from "express";
 import { pino, type Logger } from "pino";
-import type { ObjectStore, RecordStore } from "@fenced/store";
+import type { ObjectStore } from "@fenced/store";
 import { FencedError, InvalidArgumentError } from "@fenced/fence";
 import { type CredentialKey } from "@fenced/fence/credentials";
 import { admissionGate, type AdmissionOptions } from "./admission/gate.js";
@@ -26,16 +26,26 @@ import { leasesRouter, type LeaseBackendOptions, type Registrar } from "./routes
 import { objectsRouter } from "./routes/objects.js";
 import { recordsRouter } from "./routes/records.js";
 import type { PostgresRecordsOptions } from "./stores/postgres.js";
+import type { DynamoRecordsOptions } from "./stores/dynamodb.js";
+import type { AzureBlobObjectsOptions } from "./stores/azure-blob.js";
 import type { Family, FamilyStores, Prepare, StoreRegistration } from "./stores/registration.js";
-import { STORES } from "./stores/registry.js";
+import { STORES, type StoreName } from "./stores/registry.js";
 import type { S3ObjectsOptions } from "./stores/s3.js";
 
 export interface GatewayOptions {
   readonly apiKeys: readonly ApiKeyConfig[];
-  /** /v1/records: the records family's store (stores/postgres.ts) on this pool. Omitted: the routes answer 404. */
-  readonly records?: PostgresRecordsOptions;
-  /** /v1/objects: the objects family's store (stores/s3.ts) with this client (create it with requestChecksumCalculation "WHEN_REQUIRED" for radosgw). */
-  readonly objects?: S3ObjectsOptions;
+  /**
+   * /v1/records: the records family's store, PostgreSQL (stores/postgres.ts) on this pool, or
+   * DynamoDB (stores/dynamodb.ts) with this client and table (no POST /v1/records: no transaction).
+   * Omitted: the routes answer 404.
+   */
+  readonly records?: PostgresRecordsOptions | DynamoRecordsOptions;
+  /**
+   * /v1/objects: the objects family's store, S3 (stores/s3.ts) with this client (create it with
+   * requestChecksumCalculation "WHEN_REQUIRED" for radosgw), or Azure Blob (stores/azure-blob.ts) on
+   * this container, whose maxBodyBytes caps limits.objectBytes.
+   */
+  readonly objects?: S3ObjectsOptions | AzureBlobObjectsOptions;
   /** /v1/leases: Redlock over these Redis nodes. */
   readonly leases?: LeaseBackendOptions;
   /**
@@ -82,7 +92,7 @@ export interface Gateway {
   /** /healthz and /metrics alone, for an admin listener (see GatewayOptions.separateAdmin). */
   readonly admin: Express;
   readonly metrics: GatewayMetrics;
-  readonly records: RecordStore | undefined;
+  readonly records: FamilyStores["records"] | undefined;
   readonly objects: ObjectStore | undefined;
   /**
    * Each configured store's start work (stores/registry.ts): PostgreSQL's tables created (migrate;
@@ -120,9 +130,9 @@ export function createGateway(options: GatewayOptions): Gateway {
     nodeAddresses: options.separateAdmin === true,
   });
   const healthTimeoutMs = options.healthTimeoutMs ?? 2_000;
-  const ctx = routeContext(options, logger, metrics);
-  const { limits, credentials } = ctx;
   const served = servedStores(options, metrics);
+  const ctx = routeContext(options, logger, metrics, storeOf(served, "objects"));
+  const { limits, credentials } = ctx;
   const records = storeOf(served, "records");
   const objects = storeOf(served, "objects");
   const app = newApp(ctx);
@@ -134,7 +144,11 @@ export function createGateway(options: GatewayOptions): Gateway {
     options.leases === undefined || credentials === undefined
       ? undefined
       : leasesRouter(ctx, credentials, options.leases, registrars(served));
-  app.use("/v1/records", records === undefined ? disabled("records") : recordsRouter(ctx, records));
+  const recordsName = served.find(({ registration }) => registration.family === "records")?.registration.name as StoreName | undefined;
+  app.use(
+    "/v1/records",
+    records === undefined || recordsName === undefined ? disabled("records") : recordsRouter(ctx, records, recordsName),
+  );
   app.use("/v1/objects", objects === undefined ? disabled("objects") : objectsRouter(ctx, objects));
   app.use("/v1/leases", leases === undefined ? disabled("leases") : leases.router);
   // Each configured store's fence of a resource; with no store there is no fence to read.
@@ -211,7 +225,7 @@ function admissionOf(
     metrics: metrics.admission,
     logger,
     answered: (route, method, status, seconds) => metrics.request(route, method, status, seconds),
-    recordsPoolSize: poolSizeOf(options.records?.pool),
+    recordsPoolSize: poolSizeOf(options.records !== undefined && "pool" in options.records ? options.records.pool : undefined),
   });
 }
 
@@ -222,8 +236,13 @@ function poolSizeOf(pool: { readonly options?: { readonly max?: number | undefin
 }
 
 /** What every route gets: API keys, metrics, the request's logger, the limits and the fence credentials (required with leases). */
-function routeContext(options: GatewayOptions, logger: Logger, metrics: GatewayMetrics): RouteContext {
-  const limits: Limits = { ...limitsSchema.parse(options.limits ?? {}), inlineBytes: options.objects?.inlineLimit ?? DEFAULT_INLINE };
+function routeContext(options: GatewayOptions, logger: Logger, metrics: GatewayMetrics, objects: ObjectStore | undefined): RouteContext {
+  const given = limitsSchema.parse(options.limits ?? {});
+  // A store that keeps each body whole in one request (Azure Blob: maxBodyBytes) takes no more than that: a larger body is a 413 before any I/O.
+  const storeMax = (objects as { readonly maxBodyBytes?: unknown } | undefined)?.maxBodyBytes;
+  const objectBytes = typeof storeMax === "number" ? Math.min(given.objectBytes, storeMax) : given.objectBytes;
+  const inlineLimit = options.objects !== undefined && "inlineLimit" in options.objects ? options.objects.inlineLimit : undefined;
+  const limits: Limits = { ...given, objectBytes, inlineBytes: inlineLimit ?? DEFAULT_INLINE };
   const credentials =
     options.fenceKeys === undefined || options.fenceKeys.length === 0 ? undefined : new FenceCredentials(options.fenceKeys);
   if (options.leases !== undefined && credentials === undefined) {
@@ -252,16 +271,23 @@ interface Served {
 }
 
 /**
- * Each registered store whose family the options configure, each call bounded by storeTimeoutMs
- * (default 5,000 ms), its pool (if it has one) reported in /metrics.
+ * The store of each family the options configure, the registration whose options they are (by
+ * their shape: StoreDefinition.accepts), each call bounded by storeTimeoutMs (default 5,000 ms), its
+ * pool (if it has one) reported in /metrics, its backend's own errors told by its registration.
  */
 function servedStores(options: GatewayOptions, metrics: GatewayMetrics): Served[] {
   const storeTimeoutMs = options.storeTimeoutMs ?? 5_000;
-  return STORES.flatMap((registration) => {
-    const given = options[registration.family];
+  return (["records", "objects"] as const).flatMap((family) => {
+    const given: object | undefined = options[family];
     if (given === undefined) return [];
+    const registration = STORES.find((one) => one.family === family && one.accepts(given));
+    if (registration === undefined) {
+      const shapes = STORES.filter((one) => one.family === family).map((one) => one.title);
+      throw new InvalidArgumentError(family, `must be the options of one of its stores (${shapes.join(", ")})`);
+    }
     const pool = registration.pool?.(given);
     if (pool !== undefined) metrics.postgresPool(pool);
+    metrics.servedBy(family, registration);
     return [{ registration, options: given, store: registration.create(given, storeTimeoutMs) }];
   });
 }

@@ -1,7 +1,17 @@
 import { request } from "node:http";
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { bearer, KEYS, runGateway, snapshot, startBackends, writeHeaders, type Backends, type RunningGateway } from "./test-support.js";
+import {
+  bearer,
+  KEYS,
+  runGateway,
+  snapshot,
+  startBackends,
+  writeHeaders,
+  type Backends,
+  type RunningGateway,
+  recordsSchema,
+} from "./test-support.js";
 
 /**
  * A client that has gone writes nothing that was not already sent: every store call of a request is
@@ -21,7 +31,7 @@ beforeAll(async () => {
   pool = backends.pool!;
   // A deadline far beyond the test's waits: a call that ends, ends at the client's leaving, never at its deadline.
   const options = backends.gatewayOptions({ storeTimeoutMs: 60_000 });
-  schema = options.records?.schema;
+  schema = recordsSchema(options);
   gw = await runGateway(options);
 }, 120_000);
 

@@ -10,6 +10,7 @@ import {
   type Backends,
   type HttpClient,
   type RunningGateway,
+  recordsSchema,
 } from "./test-support.js";
 
 /**
@@ -30,7 +31,7 @@ let schema: string;
 beforeAll(async () => {
   backends = await startBackends({ redis: 3, postgres: true, s3: true });
   const options = backends.gatewayOptions();
-  schema = options.records?.schema ?? "";
+  schema = recordsSchema(options) ?? "";
   gw = await runGateway(options);
 });
 afterAll(async () => {

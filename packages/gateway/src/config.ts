@@ -220,6 +220,19 @@ export const configSchema = configObject
     path: ["fenceKeys"],
     message:
       "leases (redis) need fence keys: the gateway seals every lease id and fence credential with them (fenceKeys in the config file, or FENCED_GATEWAY_FENCE_KEYS)",
+  })
+  // One store per family of routes (stores/registration.ts): two would each claim /v1/records.
+  .superRefine((c, ctx) => {
+    const sections: Readonly<Record<string, unknown>> = c;
+    for (const family of ["records", "objects"] as const) {
+      const given = STORES.filter((store) => store.family === family && sections[store.name] !== undefined).map((store) => store.name);
+      if (given.length > 1)
+        ctx.addIssue({
+          code: "custom",
+          path: [given[1] as string],
+          message: `one store serves /v1/${family}: give the section of one of ${given.join(" and ")}, not both`,
+        });
+    }
   });
 
 export type GatewayConfig = z.output<typeof configSchema>;

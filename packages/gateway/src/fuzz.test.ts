@@ -2,7 +2,7 @@ import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MAX_TOKEN } from "@fenced/fence";
 import { FUZZ_LIMITS, leaseRequest, RATCHETED, storeRequest, type BadRequest } from "./fuzz-test-support.js";
-import { runGateway, snapshot, startBackends, type Backends, type RunningGateway } from "./test-support.js";
+import { runGateway, snapshot, startBackends, type Backends, type RunningGateway, recordsSchema } from "./test-support.js";
 
 /**
  * Hostile input: at least 10,000 generated bad requests — malformed, huge and negative tokens,
@@ -22,10 +22,11 @@ let prefix: string;
 beforeAll(async () => {
   backends = await startBackends({ redis: 3, postgres: true, s3: true });
   const options = backends.gatewayOptions({ limits: { recordBytes: FUZZ_LIMITS.recordBytes, objectBytes: FUZZ_LIMITS.objectBytes } });
-  if (options.records === undefined || options.objects === undefined) throw new Error("backends missing");
-  schema = options.records.schema ?? "";
-  prefix = options.objects.prefix ?? "";
-  gw = await runGateway({ ...options, objects: { ...options.objects, inlineLimit: FUZZ_LIMITS.inlineLimit } });
+  const { objects } = options;
+  if (options.records === undefined || objects === undefined || !("bucket" in objects)) throw new Error("backends missing");
+  schema = recordsSchema(options) ?? "";
+  prefix = objects.prefix ?? "";
+  gw = await runGateway({ ...options, objects: { ...objects, inlineLimit: FUZZ_LIMITS.inlineLimit } });
   // A resource whose ratchet is at the top: every lower token is stale, on every key, in both stores.
   const fence = { resource: RATCHETED, token: MAX_TOKEN };
   await gw.gateway.records?.put("fuzz/ratcheted", { at: "max" }, { fence });

@@ -125,6 +125,7 @@ describe("the OpenAPI document", () => {
         ["/problems/outcome-unknown", 503],
         ["/problems/overloaded", 503],
         ["/problems/backend-misconfigured", 503],
+        ["/problems/not-supported", 501],
         ["/problems/internal", 500],
       ]),
     );

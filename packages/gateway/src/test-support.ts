@@ -38,6 +38,12 @@ export const API_KEYS: ApiKeyConfig[] = [
 
 export const bearer = (key: string): Record<string, string> => ({ authorization: `Bearer ${key}` });
 
+/** The PostgreSQL schema of options whose records are on PostgreSQL. */
+export function recordsSchema(options: GatewayOptions): string | undefined {
+  const { records } = options;
+  return records !== undefined && "pool" in records ? records.schema : undefined;
+}
+
 export interface Backends {
   readonly pool: pg.Pool | undefined;
   readonly s3: StartedS3 | undefined;
@@ -45,7 +51,7 @@ export interface Backends {
   readonly bucket: string | undefined;
   readonly redis: RedisNodes | undefined;
   readonly redisClients: Redis[];
-  /** Options for createGateway over these backends. */
+  /** Options for createGateway over these backends: records on PostgreSQL, objects on S3. */
   gatewayOptions(extra?: Partial<GatewayOptions>): GatewayOptions;
   stop(): Promise<void>;
 }
@@ -156,7 +162,7 @@ export function useGateway(want: Parameters<typeof startBackends>[0]): GatewayFi
   beforeAll(async () => {
     backends = await startBackends(want);
     const options = backends.gatewayOptions();
-    schema = options.records?.schema;
+    schema = recordsSchema(options);
     gw = await runGateway(options);
   });
   afterAll(async () => {

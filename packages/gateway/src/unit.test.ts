@@ -1,3 +1,5 @@
+import { postgresRecords } from "./stores/postgres.js";
+import { s3Objects } from "./stores/s3.js";
 import fc from "fast-check";
 import pg from "pg";
 import type { Request } from "express";
@@ -192,6 +194,9 @@ describe("problems", () => {
 
   it("backend failures are judged by type and code where the backend was called, never by message", async () => {
     const metrics = new GatewayMetrics();
+    // Each family's failures are told by the registration serving it (app.ts: servedStores).
+    metrics.servedBy("records", postgresRecords);
+    metrics.servedBy("objects", s3Objects);
     const failWith = (store: "records" | "objects", err: Error): Promise<number> =>
       metrics
         .time(store, "put", () => Promise.reject(err))

@@ -1,3 +1,4 @@
+import { FAMILY_VERSIONS } from "../stores/registration.js";
 import { z } from "zod";
 import { HOLDER_PATTERN } from "@fenced/fence/internal";
 import {
@@ -7,7 +8,7 @@ import {
   objectWriteAnswerSchema,
   recordWriteAnswerSchema,
 } from "../schemas/answers.js";
-import { OBJECT_VERSION, RECORD_VERSION } from "@fenced/store/internal";
+import { OBJECT_VERSION } from "@fenced/store/internal";
 import { credentialString, tokenString, unanchored } from "../vocabulary/fields.js";
 import { PROBLEM_KINDS, PROBLEM_TYPES, problemSchema, type ProblemDefinition, type ProblemKind } from "../problems/kinds.js";
 import { leaseBodySchema } from "../schemas/validation.js";
@@ -212,7 +213,7 @@ export function parameters(): Record<string, ParameterObject> {
         "Trusted lock clients only: the lease's public holder id, so that the stores accept an equal token only from this lease.",
       schema: { type: "string", pattern: HOLDER_PATTERN.source },
     },
-    "If-Match-Record": ifMatch(RECORD_VERSION, "record"),
+    "If-Match-Record": ifMatch(FAMILY_VERSIONS.records, "record"),
     "If-Match-Object": ifMatch(OBJECT_VERSION, "object"),
   };
 }
@@ -222,7 +223,7 @@ export function headers(): Record<string, HeaderObject> {
     "ETag-Record": {
       description: "The record's version, quoted",
       required: true,
-      schema: { type: "string", pattern: quoted(RECORD_VERSION) },
+      schema: { type: "string", pattern: quoted(FAMILY_VERSIONS.records) },
     },
     "ETag-Object": {
       description: "The object's version, quoted",

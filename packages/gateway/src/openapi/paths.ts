@@ -260,7 +260,7 @@ export function recordWritesPath(limits: ResolvedLimits): PathItemObject {
           "set's credentials outgrow what servers and proxies accept in headers. Fencing-* and precondition headers are refused (400). " +
           "Each key must be in the API key's `keys`, each credential's resource in its `resources` (403). " +
           `At most ${MAX_RECORD_WRITES} records and ${MAX_RESOURCES} credentials, each key once; the whole body at most ${limits.recordBytes} bytes. ` +
-          "Trusted lock clients, too, present credentials here.",
+          "Trusted lock clients, too, present credentials here. A records store without transactions (DynamoDB) cannot: 501 `not-supported`.",
         tags: ["records"],
         requestBody: ref("requestBodies", "RecordWritesRequest"),
       },
@@ -270,7 +270,17 @@ export function recordWritesPath(limits: ResolvedLimits): PathItemObject {
           content: json(ref("schemas", "RecordWritesAnswer")),
         },
       },
-      [...JSON_BODY, "forbidden", "invalidCredential", "credentialExpired", "stale", "resourceMismatch", "version", ...STORE_WRITE],
+      [
+        ...JSON_BODY,
+        "forbidden",
+        "invalidCredential",
+        "credentialExpired",
+        "stale",
+        "resourceMismatch",
+        "version",
+        "notSupported",
+        ...STORE_WRITE,
+      ],
     ),
   };
 }

@@ -7,7 +7,7 @@ import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom
 import { GATEWAY_VERSION } from "../version.js";
 import { AdmissionMetrics } from "../admission/metrics.js";
 import type { MalformedReason } from "../http/client-errors.js";
-import type { Family } from "../stores/registration.js";
+import type { Family, StoreRegistration } from "../stores/registration.js";
 
 /** A write's operation: put_all is POST /v1/records (several records at once), counted once per request. */
 export type WriteOp = "put" | "delete" | "put_all";
@@ -40,6 +40,8 @@ export class GatewayMetrics {
   readonly #lockNodeFailures: Counter<"node" | "address" | "kind">;
   readonly #malformed: Counter<"reason">;
   #pool: PoolCounts | undefined;
+  /** The registration serving each store family: whose backend a failed call of that family reached. */
+  readonly #served = new Map<string, StoreRegistration>();
   /** Admission control's refusals and each route family's gate (admission/metrics.ts). */
   readonly admission: AdmissionMetrics;
 
@@ -170,7 +172,7 @@ export class GatewayMetrics {
     } catch (err) {
       // Classified here, where it is known which backend was called: its own error answer, which
       // the stores pass on unchanged (502, never a 500 of the gateway's).
-      const failure = backendFailure(store, op, err) ?? err;
+      const failure = backendFailure(this.#served.get(store), op, err) ?? err;
       outcome = PROBLEM_TYPES[classify(failure).kind].reason;
       throw failure;
     } finally {
@@ -230,6 +232,11 @@ export class GatewayMetrics {
    */
   postgresPool(pool: PoolCounts): void {
     this.#pool = pool;
+  }
+
+  /** `family`'s calls reach `registration`'s backend: its own errors are told by it (time()). */
+  servedBy(family: string, registration: StoreRegistration): void {
+    this.#served.set(family, registration);
   }
 
   lease(event: "granted" | "refused" | "extended" | "released"): void {

@@ -46,7 +46,9 @@ const SETUP_TEXT: Readonly<Record<NonNullable<StoreCheck["problem"]>, string>> =
   "permission-denied": "the role may not read the store's tables",
   "no-such-bucket": "the bucket does not exist (404)",
   "access-denied": "the credentials were refused, or may not use the bucket (403)",
-  "no-credentials": "no S3 credentials could be loaded",
+  "no-credentials": "no AWS credentials could be loaded",
+  "no-such-table": "the table does not exist",
+  "no-such-container": "the container does not exist (404)",
 };
 
 function storeError(check: StoreCheck, timeoutMs: number): string | undefined {

@@ -1,4 +1,5 @@
-import { STORES, type StoreName } from "../stores/registry.js";
+import type { StoreName } from "../stores/registry.js";
+import type { StoreRegistration } from "../stores/registration.js";
 /**
  * What the stores pass on unchanged: both wrap every connection-level failure (refused, reset,
  * timed out, throttled) in their own typed errors (StoreUnavailableError, OutcomeUnknownError), and
@@ -26,11 +27,11 @@ export class BackendFailedError extends Error {
 
 /**
  * The call's failure as the backend's (BackendFailedError), if it is its own error answer or its
- * client's failure (see above); undefined for anything else (the stores' typed errors, a failure of
- * the gateway, a call into the lock).
+ * client's failure (see above), told by the registration of the store called (`store`: undefined
+ * for a call into the lock); undefined for anything else (the stores' typed errors, a failure of the
+ * gateway, a call into the lock).
  */
-export function backendFailure(family: string, operation: string, err: unknown): BackendFailedError | undefined {
-  const store = STORES.find((one) => one.family === family);
+export function backendFailure(store: StoreRegistration | undefined, operation: string, err: unknown): BackendFailedError | undefined {
   const code = store?.backendCode(err);
   // A registration's name is one of STORE_NAMES: the registry lists them.
   return store === undefined || code === undefined

@@ -247,6 +247,14 @@ const KINDS = {
     }),
     retryAfter: 30,
   },
+  notSupported: {
+    status: 501,
+    slug: "not-supported",
+    title: "The store cannot do this",
+    description:
+      "The store serving the route has no such operation: DynamoDB's records store uses no transaction, so it cannot write several records all or none (POST /v1/records). Nothing was written: write each record on its own",
+    extensions: z.strictObject({ backend: storeBackend }),
+  },
   internal: {
     status: 500,
     slug: "internal",

@@ -1,6 +1,6 @@
 import { Router, type Request, type Response } from "express";
-import type { RecordStore } from "@fenced/store";
-import { RECORD_VERSION } from "@fenced/store/internal";
+import { FAMILY_VERSIONS, type FamilyStores } from "../stores/registration.js";
+import type { StoreName } from "../stores/registry.js";
 import { answerWrite, authorizeKey, authorizeWrites, fencesFromCredentials, writeOptions } from "./access.js";
 import { requireKey } from "../auth/api-keys.js";
 import { clientGone } from "../http/client-gone.js";
@@ -15,7 +15,7 @@ import { encodeHeaderText, etag } from "../schemas/validation.js";
  * all of them before the store is called, so a refused request never reaches the backend. The
  * store then decides the ratchet (409) and the version (412) atomically with the write.
  */
-export function recordsRouter(ctx: RouteContext, store: RecordStore): Router {
+export function recordsRouter(ctx: RouteContext, store: FamilyStores["records"], backend: StoreName): Router {
   const router = Router({ caseSensitive: true, strict: true });
   const readBody = jsonBody(ctx.limits.recordBytes);
 
@@ -34,7 +34,7 @@ export function recordsRouter(ctx: RouteContext, store: RecordStore): Router {
   const put = async (req: Request, res: Response): Promise<void> => {
     markWrite(res, "records", "put");
     const { principal, key } = authorizeKey(ctx, req, res);
-    const options = writeOptions(ctx, req, res, principal, key, RECORD_VERSION);
+    const options = writeOptions(ctx, req, res, principal, key, FAMILY_VERSIONS.records);
     // What JSON.parse gives may still be what jsonb refuses (U+0000, a lone surrogate) or nest too
     // deep: the store's own check refuses it (InvalidArgumentError, 400) before any I/O.
     const value = await readBody(req, res);
@@ -45,13 +45,13 @@ export function recordsRouter(ctx: RouteContext, store: RecordStore): Router {
   const remove = async (req: Request, res: Response): Promise<void> => {
     markWrite(res, "records", "delete");
     const { principal, key } = authorizeKey(ctx, req, res);
-    const options = writeOptions(ctx, req, res, principal, key, RECORD_VERSION);
+    const options = writeOptions(ctx, req, res, principal, key, FAMILY_VERSIONS.records);
     // A tombstone: the key's ratchet and owner survive the delete (PROTOCOL.md, "Postgres").
     const result = await ctx.metrics.time("records", "delete", () => store.delete(key, options));
     answerWrite(res, result, 204);
   };
 
-  const putAll = putAllHandler(ctx, store, readBody);
+  const putAll = putAllHandler(ctx, store, backend, readBody);
 
   // The path itself (no key, no trailing slash) is the writes of several records: POST only.
   router.all("/", (req, res, next) => {
@@ -77,7 +77,8 @@ export function recordsRouter(ctx: RouteContext, store: RecordStore): Router {
  */
 function putAllHandler(
   ctx: RouteContext,
-  store: RecordStore,
+  store: FamilyStores["records"],
+  backend: StoreName,
   readBody: ReturnType<typeof jsonBody>,
 ): (req: Request, res: Response) => Promise<void> {
   return async (req, res) => {
@@ -95,8 +96,14 @@ function putAllHandler(
       resource: resourceOf(resource, resources, i),
       ...(ifVersion === undefined ? {} : { ifVersion }),
     }));
+    const { putAll } = store;
+    // Checked after every check of the request's own: a bad request is answered as on any store.
+    if (putAll === undefined)
+      throw new HttpProblem("notSupported", "this gateway's records store has no transaction: write each record on its own", {
+        backend,
+      });
     const signal = clientGone(res);
-    const results = await ctx.metrics.time("records", "put_all", () => store.putAll(writes, { fences, signal }));
+    const results = await ctx.metrics.time("records", "put_all", () => putAll.call(store, writes, { fences, signal }));
     markAccepted(res);
     const answer: RecordWritesAnswer = {
       writes: results.map((r, i) => {

@@ -1,6 +1,7 @@
+import { FAMILY_VERSIONS } from "../stores/registration.js";
 import { z } from "zod";
 import { LEASE_ID_PATTERN } from "../auth/lease-id.js";
-import { OBJECT_VERSION, RECORD_VERSION } from "@fenced/store/internal";
+import { OBJECT_VERSION } from "@fenced/store/internal";
 import { MAX_RESOURCES } from "@fenced/fence";
 import { NODE_STATES, READINESS_STATUSES } from "../vocabulary/health-states.js";
 import { CHECK_STATES, SETUP_PROBLEMS } from "../stores/check.js";
@@ -68,7 +69,10 @@ export type LeaseAnswer = z.input<typeof leaseAnswerSchema>;
 
 /** 200 of PUT /v1/records/{key}. */
 export const recordWriteAnswerSchema = z
-  .strictObject({ version: z.string().regex(RECORD_VERSION).describe("The record's new version (also in ETag)"), token: tokenString })
+  .strictObject({
+    version: z.string().regex(FAMILY_VERSIONS.records).describe("The record's new version (also in ETag)"),
+    token: tokenString,
+  })
   .describe("An accepted record write");
 /** 200 of PUT /v1/objects/{key}. */
 export const objectWriteAnswerSchema = z

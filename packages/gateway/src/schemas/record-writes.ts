@@ -1,7 +1,7 @@
+import { FAMILY_VERSIONS } from "../stores/registration.js";
 import { z } from "zod";
 import { MAX_RESOURCES } from "@fenced/fence";
 import { keyProblem } from "@fenced/fence/internal";
-import { RECORD_VERSION } from "@fenced/store/internal";
 import { MAX_PUT_ALL } from "@fenced/store/postgres";
 import { credentialString, keyString, resourceSchema, tokenString } from "../vocabulary/fields.js";
 
@@ -42,7 +42,7 @@ const write = z
       ),
     ifVersion: z
       .string()
-      .regex(RECORD_VERSION)
+      .regex(FAMILY_VERSIONS.records)
       .optional()
       .describe("Write only if the record is still at this version (a `version` a read or write returned); else 412 `version-mismatch`"),
   })
@@ -82,7 +82,7 @@ export const recordWritesAnswerSchema = z
         z.strictObject({
           key: keyString,
           resource: resourceSchema.describe("The resource whose fence wrote it (the key's owner)"),
-          version: z.string().regex(RECORD_VERSION).describe("The record's new version"),
+          version: z.string().regex(FAMILY_VERSIONS.records).describe("The record's new version"),
           token: tokenString,
         }),
       )

@@ -13,6 +13,8 @@ export const SETUP_PROBLEMS = [
   "no-such-bucket",
   "access-denied",
   "no-credentials",
+  "no-such-table",
+  "no-such-container",
 ] as const;
 export type SetupProblem = (typeof SETUP_PROBLEMS)[number];
 

@@ -70,6 +70,8 @@ export const postgresRecords: StoreDefinition<"records", "postgres", typeof sect
     sweepFields: ["url"],
   },
 
+  accepts: (options): options is PostgresRecordsOptions => "pool" in options,
+
   async fromSection({ url, poolSize, schema }, { storeTimeoutMs, logger, closers }) {
     // Loaded only when records are served from the configuration: createGateway takes the caller's own pool.
     const { default: pg } = await import("pg");

@@ -1,24 +1,44 @@
 import type { Logger } from "pino";
 import type { z } from "zod";
-import type { ObjectStore, RecordStore } from "@fenced/store";
+import type { FencedStore, ObjectStore, RecordStore, StoredRecord } from "@fenced/store";
+import { OBJECT_VERSION, RECORD_VERSION } from "@fenced/store/internal";
 import type { StoreCheck } from "./check.js";
 
 /**
  * What a store registers to be served by the gateway (one store per family: createGateway takes one
- * store's options per family, `records` and `objects`): which family of routes it serves, its name
- * outside the process, its configuration, and how the gateway makes, checks, prepares and sweeps it.
+ * store's options per family, `records` and `objects`, and each registration knows its own options
+ * by their shape, `accepts`; a configuration names one store's section per family): which family
+ * of routes it serves, its name outside the process, its configuration, and how the gateway makes,
+ * checks, prepares and sweeps it.
  * The gateway's routes, readiness, problems, fences, lease grants, start checks, sweep and API
  * document loop over the registry (registry.ts); everything a store says of itself is here.
  */
 
 /** The gateway's two families of routes, and the store contract each serves. */
 export interface FamilyStores {
-  /** /v1/records: JSON values, several written at once. */
-  readonly records: RecordStore;
+  /**
+   * /v1/records: JSON values, and several written at once where the store can (putAll: a store
+   * without a transaction, DynamoDB's, has none, and POST /v1/records answers that it cannot).
+   */
+  readonly records: FencedStore<unknown, StoredRecord> & Partial<Pick<RecordStore, "putAll">>;
   /** /v1/objects: bytes, streamed. */
   readonly objects: ObjectStore;
 }
 export type Family = keyof FamilyStores;
+
+/** A version pattern's alternatives, without its anchors. */
+const unanchored = (pattern: RegExp): string => pattern.source.replace(/^\^/, "").replace(/\$$/, "");
+
+/**
+ * The version each family's answers carry and its If-Match takes, whichever store serves it (a
+ * version is opaque to clients; this is only its syntax): a record's is PostgreSQL's (a decimal from
+ * its sequence) or DynamoDB's (a manifest's writeId, 32 hex digits); an object's, either store's
+ * writeId. A store refuses the other's form (400) as a version it never issued.
+ */
+export const FAMILY_VERSIONS: Readonly<Record<Family, RegExp>> = {
+  records: new RegExp(`^(?:${unanchored(RECORD_VERSION)}|${unanchored(OBJECT_VERSION)})$`),
+  objects: OBJECT_VERSION,
+};
 
 /** What a store's options are made with from the configuration. */
 interface OpenContext {
@@ -78,6 +98,8 @@ export interface StoreDefinition<
     /** The fields of its section `fenced-gateway sweep` reads ("": all of them). */
     readonly sweepFields: readonly string[];
   };
+  /** Whether createGateway's options for its family are this store's (a pool, a bucket, a table, a container). */
+  accepts(options: object): options is Options & object;
   /** createGateway's options for its family, from its configured section. */
   fromSection(section: z.output<Section>, context: OpenContext): Promise<Options>;
   /** The store, each call bounded by `storeTimeoutMs`. */

@@ -2,6 +2,8 @@ import type { z } from "zod";
 import { postgresRecords } from "./postgres.js";
 import type { StoreRegistration } from "./registration.js";
 import { s3Objects } from "./s3.js";
+import { dynamoRecords } from "./dynamodb.js";
+import { azureBlobObjects } from "./azure-blob.js";
 
 /*
  * The stores the gateway can serve, one registration each (registration.ts says what one provides).
@@ -13,8 +15,11 @@ import { s3Objects } from "./s3.js";
  *   registration.ts what a store registers, and the two families of routes
  *   postgres.ts     the records family on PostgreSQL
  *   s3.ts           the objects family on S3; s3-sweep.ts, its sweep's lines
+ *   dynamodb.ts     the records family on DynamoDB (no putAll: no transaction is used)
+ *   azure-blob.ts   the objects family on Azure Blob
+ *   aws-code.ts     the code of an AWS SDK client's failure (S3, DynamoDB)
  */
-const REGISTERED = [postgresRecords, s3Objects] as const;
+const REGISTERED = [postgresRecords, s3Objects, dynamoRecords, azureBlobObjects] as const;
 
 export const STORES: readonly StoreRegistration[] = REGISTERED;
 

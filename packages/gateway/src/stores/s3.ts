@@ -4,6 +4,7 @@ import { FencedS3, type FencedS3Options } from "@fenced/store/s3";
 import { message, said, systemCode, within } from "./check.js";
 import type { StoreDefinition } from "./registration.js";
 import { sweepLines } from "./s3-sweep.js";
+import { awsCode, CREDENTIALS_PROVIDER_ERROR } from "./aws-code.js";
 
 /** createGateway's `objects`: FencedS3 with this client (create it with requestChecksumCalculation "WHEN_REQUIRED" for radosgw). */
 export type S3ObjectsOptions = { readonly client: S3Client } & FencedS3Options;
@@ -61,31 +62,6 @@ function fromConfig(s3: z.output<typeof section>): S3ObjectsOptions {
   };
 }
 
-/** The name of the AWS SDK's error when its credentials provider (chain) could not produce credentials. */
-const CREDENTIALS_PROVIDER_ERROR = "CredentialsProviderError";
-
-/**
- * A failure of the AWS SDK's client (the store passes it on unchanged: s3/failures.ts types only
- * connection-level failures): every error that went through its middleware carries `$metadata`
- * (service exceptions, an answer it could not parse, a TLS or socket error the store did not type),
- * and a credentials provider that failed throws CredentialsProviderError before any request is sent.
- * The code: S3's error code, else the HTTP status, else the error's name or system code.
- */
-function s3Code(outer: unknown): string | undefined {
-  if (typeof outer !== "object" || outer === null) return undefined;
-  // An error that carries the SDK's as `original` is read as that one.
-  const original = (outer as { original?: unknown }).original;
-  const err = typeof original === "object" && original !== null ? original : outer;
-  const { name, Code, code, $metadata } = err as { name?: unknown; Code?: unknown; code?: unknown; $metadata?: unknown };
-  if (name === CREDENTIALS_PROVIDER_ERROR) return CREDENTIALS_PROVIDER_ERROR;
-  if (typeof $metadata !== "object" || $metadata === null) return undefined;
-  if (typeof Code === "string") return Code;
-  const status = ($metadata as { httpStatusCode?: unknown }).httpStatusCode;
-  if (typeof code === "string") return code;
-  if (typeof status === "number") return `HTTP ${status}`;
-  return typeof name === "string" ? name : "unknown";
-}
-
 /** The objects family on S3 (FencedS3). */
 export const s3Objects: StoreDefinition<"objects", "s3", typeof section, S3ObjectsOptions, FencedS3> = {
   family: "objects",
@@ -97,6 +73,8 @@ export const s3Objects: StoreDefinition<"objects", "s3", typeof section, S3Objec
     enabledBy: { field: "bucket", what: "bucket", variable: "FENCED_GATEWAY_S3_BUCKET", flag: "--s3-bucket" },
     sweepFields: [""],
   },
+
+  accepts: (options): options is S3ObjectsOptions => "bucket" in options,
 
   fromSection(s3, { closers }) {
     const options = fromConfig(s3);
@@ -136,7 +114,7 @@ export const s3Objects: StoreDefinition<"objects", "s3", typeof section, S3Objec
     if (verify ?? true) await call("verify", () => store.verify());
   },
 
-  backendCode: s3Code,
+  backendCode: awsCode,
 
   startRefusal(check, timeoutMs) {
     switch (check.problem) {

@@ -1,0 +1,121 @@
+import { DescribeTableCommand, DynamoDBClient } from "@aws-sdk/client-dynamodb";
+import { z } from "zod";
+import { FencedDynamo, type FencedDynamoOptions } from "@fenced/store/dynamodb";
+import { message, said, systemCode, within } from "./check.js";
+import type { StoreDefinition } from "./registration.js";
+import { awsCode, CREDENTIALS_PROVIDER_ERROR } from "./aws-code.js";
+
+/** createGateway's `records` on DynamoDB: FencedDynamo with this client. */
+export type DynamoRecordsOptions = { readonly client: DynamoDBClient } & FencedDynamoOptions;
+
+const section = z
+  .strictObject({
+    table: z.string().min(1).describe("the table, partition key `key` (a String), no sort key (enables /v1/records on DynamoDB)"),
+    endpoint: z.string().url().optional().describe("DynamoDB endpoint URL (default: AWS)"),
+    region: z.string().min(1).default("us-east-1").describe("DynamoDB region (default us-east-1)"),
+    prefix: z.string().optional().describe("prefix of every item's key the store writes, empty or ending in / (default fenced/)"),
+    accessKeyId: z.string().min(1).optional().describe("AWS access key id (default: the AWS SDK's credential chain)"),
+    secretAccessKey: z.string().min(1).optional().describe("AWS secret access key, given with accessKeyId"),
+    checkResourceFence: z
+      .boolean()
+      .optional()
+      .describe("every write also reads the resource's fence item, so that a register() refuses older tokens on every key (default true)"),
+  })
+  .refine(
+    (s) => (s.accessKeyId === undefined) === (s.secretAccessKey === undefined),
+    "give both accessKeyId and secretAccessKey, or neither (the AWS default chain)",
+  );
+
+/** Why DynamoDB has nothing to sweep: what the report and stderr say. */
+const NOTHING_TO_SWEEP =
+  "nothing to sweep: every value is inline in its key's manifest item, so no write, failed or abandoned, leaves anything behind";
+
+/** The records family on DynamoDB (FencedDynamo): no transaction, so no putAll. */
+export const dynamoRecords: StoreDefinition<"records", "dynamodb", typeof section, DynamoRecordsOptions, FencedDynamo> = {
+  family: "records",
+  name: "dynamodb",
+  title: "DynamoDB",
+  fenceDescription: "DynamoDB's fence item (present when the gateway serves records from DynamoDB)",
+  config: {
+    section,
+    enabledBy: { field: "table", what: "table", variable: "FENCED_GATEWAY_DYNAMODB_TABLE", flag: "--dynamodb-table" },
+    sweepFields: [],
+  },
+
+  accepts: (options): options is DynamoRecordsOptions => "table" in options,
+
+  fromSection({ table, endpoint, region, prefix, accessKeyId, secretAccessKey, checkResourceFence }, { closers }) {
+    const client = new DynamoDBClient({
+      region,
+      ...(endpoint === undefined ? {} : { endpoint }),
+      ...(accessKeyId === undefined || secretAccessKey === undefined ? {} : { credentials: { accessKeyId, secretAccessKey } }),
+    });
+    closers.push(() => Promise.resolve(client.destroy()));
+    return Promise.resolve({
+      client,
+      table,
+      ...(prefix === undefined ? {} : { prefix }),
+      ...(checkResourceFence === undefined ? {} : { checkResourceFence }),
+    });
+  },
+
+  create: (options, timeoutMs) => new FencedDynamo(options.client, { ...options, timeoutMs: options.timeoutMs ?? timeoutMs }),
+
+  /** DescribeTable: its answer says what is wrong (a missing table, credentials refused); no answer, the endpoint. Read-only. */
+  check: (_store, { client, table }, timeoutMs) =>
+    within(
+      timeoutMs,
+      (abortSignal) => client.send(new DescribeTableCommand({ TableName: table }), { abortSignal }),
+      (err) => {
+        const detail = message(err);
+        const code = awsCode(err);
+        const status = (err as { $metadata?: { httpStatusCode?: unknown } } | null)?.$metadata?.httpStatusCode;
+        if (code === CREDENTIALS_PROVIDER_ERROR) return { state: "misconfigured", problem: "no-credentials", code, detail };
+        if (code === "ResourceNotFoundException") return { state: "misconfigured", problem: "no-such-table", code, detail };
+        if (status === 400 || status === 403) {
+          if (code !== undefined && /AccessDenied|UnrecognizedClient|InvalidSignature|Forbidden/.test(code))
+            return { state: "misconfigured", problem: "access-denied", code, detail };
+        }
+        if (typeof status === "number") return { state: "error", code: code ?? String(status), detail };
+        const system = systemCode(err);
+        return { state: system === "ECONNREFUSED" ? "refused" : "error", ...(system === undefined ? {} : { code: system }), detail };
+      },
+    ),
+
+  async prepare(store, { verify }, call) {
+    if (verify ?? true) await call("verify", () => store.verify());
+  },
+
+  backendCode: awsCode,
+
+  startRefusal(check, timeoutMs) {
+    switch (check.problem) {
+      case "access-denied":
+        return `DynamoDB refused the credentials${said(check)}: check the access key id and secret, and that they may use the table`;
+      case "no-such-table":
+        return "DynamoDB answered that the table does not exist: create it (partition key `key`, a String), or name an existing one (dynamodb.table)";
+      case "no-credentials":
+        return `no AWS credentials could be loaded${said({ detail: check.detail })}: give dynamodb.accessKeyId and dynamodb.secretAccessKey, or set up the AWS SDK's credential chain`;
+      default:
+    }
+    switch (check.state) {
+      case "refused":
+        return `DynamoDB refused the connection${said(check)}: check the endpoint URL (dynamodb.endpoint) and that the server runs`;
+      case "timeout":
+        return `DynamoDB did not answer within ${timeoutMs} ms: check the endpoint URL (dynamodb.endpoint) and that it is reachable from here`;
+      default:
+        return `DynamoDB did not confirm the table${said(check)}: check the endpoint, the credentials and the table`;
+    }
+  },
+
+  backendFix: (_code, operation) =>
+    "check the endpoint, the credentials and that they may describe the table and get, put and delete its items" +
+    (operation === "verify" ? ", or start with --no-verify" : ""),
+
+  sweeps: false,
+
+  sweep(_section, { line }) {
+    line(`DynamoDB: ${NOTHING_TO_SWEEP}`);
+    return Promise.resolve({ swept: false, why: NOTHING_TO_SWEEP });
+  },
+};
