@@ -275,10 +275,12 @@ function servedStores(options: GatewayOptions, metrics: GatewayMetrics): Served[
   return (["records", "objects"] as const).flatMap((family) => {
     const given: object | undefined = options[family];
     if (given === undefined) return [];
-    const registration = STORES.find((one) => one.family === family && one.accepts(given));
-    if (registration === undefined) {
+    const matching = STORES.filter((one) => one.family === family && one.accepts(given));
+    const registration = matching[0];
+    // Options that fit two stores (a bucket and a container) name neither: refused, never a guess.
+    if (registration === undefined || matching.length > 1) {
       const shapes = STORES.filter((one) => one.family === family).map((one) => one.title);
-      throw new InvalidArgumentError(family, `must be the options of one of its stores (${shapes.join(", ")})`);
+      throw new InvalidArgumentError(family, `must be the options of exactly one of its stores (${shapes.join(", ")})`);
     }
     const pool = registration.pool?.(given);
     if (pool !== undefined) metrics.postgresPool(pool);

@@ -134,7 +134,9 @@ describe("objects on Azure Blob", () => {
 describe("choosing the store by its options", () => {
   it("options that are no store's are refused at createGateway, naming the family's stores", async () => {
     await expect(runGateway(options({ records: { client: dynamo.client() } as never }))).rejects.toThrow(
-      /records: must be the options of one of its stores \(PostgreSQL, DynamoDB\)/,
+      /records: must be the options of exactly one of its stores \(PostgreSQL, DynamoDB\)/,
     );
+    const both = { container: azure.client().getContainerClient(container), client: dynamo.client(), bucket: "b" };
+    await expect(runGateway(options({ objects: both as never }))).rejects.toThrow(/objects: must be the options of exactly one/);
   });
 });

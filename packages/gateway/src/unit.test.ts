@@ -1,4 +1,6 @@
 import { postgresRecords } from "./stores/postgres.js";
+import { dynamoRecords } from "./stores/dynamodb.js";
+import { azureBlobObjects } from "./stores/azure-blob.js";
 import { s3Objects } from "./stores/s3.js";
 import fc from "fast-check";
 import pg from "pg";
@@ -235,6 +237,37 @@ describe("problems", () => {
     expect(await failWith("objects", new Error("manifest has no header line"))).toBe(500);
     // Typed store errors pass through the timing untouched.
     expect(await failWith("records", new StoreUnavailableError("postgres", "refused", "put"))).toBe(503);
+  });
+
+  it("Azure's and DynamoDB's failures are told by the registration serving the family, a client failure without an answer included", async () => {
+    const metrics = new GatewayMetrics();
+    metrics.servedBy("records", dynamoRecords);
+    metrics.servedBy("objects", azureBlobObjects);
+    const failWith = (store: "records" | "objects", err: Error): Promise<number> =>
+      metrics
+        .time(store, "put", () => Promise.reject(err))
+        .then(
+          () => 0,
+          (thrown: unknown) => classify(thrown).body.status,
+        );
+    // Azure's RestError, by shape: an answer the store passed on, and a TLS failure before any answer.
+    const forbidden = Object.assign(new Error("This request is not authorized"), {
+      name: "RestError",
+      code: "AuthorizationFailure",
+      statusCode: 403,
+    });
+    expect(await failWith("objects", forbidden)).toBe(502);
+    expect(
+      await failWith("objects", Object.assign(new Error("certificate has expired"), { name: "RestError", code: "CERT_HAS_EXPIRED" })),
+    ).toBe(502);
+    const denied = Object.assign(new Error("AccessDeniedException"), {
+      $fault: "client",
+      $metadata: { httpStatusCode: 400 },
+      name: "AccessDeniedException",
+    });
+    expect(await failWith("records", denied)).toBe(502);
+    // One backend's shape means nothing for the other's family.
+    expect(await failWith("records", forbidden)).toBe(500);
   });
 });
 

@@ -27,8 +27,12 @@ import type { Condition, ConditionalPort, Failure, PortCapabilities, Revalidated
 /** The largest block blob one Put Blob writes (Azure, service version 2019-12-12 and later). */
 const MAX_PUT_BLOB_BYTES = 5000 * 1024 * 1024;
 
-/** One try: the store decides what a lost answer means (read back, or report the outcome unknown). */
-const ONE_TRY = { maxTries: 1 } as const;
+/**
+ * One send per request: no retry (the store decides what a lost answer means: read back, or report
+ * the outcome unknown), and no redirect followed (the SDK's redirect policy, which the retry option
+ * does not reach, would resend a PUT to where a 3xx points; the S3 store refuses redirects too).
+ */
+const ONE_SEND = { retryOptions: { maxTries: 1 }, redirectOptions: { maxRetries: 0 } } as const;
 
 /** The HTTP status of an answer the SDK turned into an error; undefined: no answer came. */
 function statusOf(err: unknown): number | undefined {
@@ -49,17 +53,17 @@ function isAbsent(err: unknown): boolean {
  * How a failed Put Blob is to be understood, by status and code only:
  * - 412 ConditionNotMet, and 409 BlobAlreadyExists (If-None-Match: * on a blob that exists): the
  *   condition did not hold, nothing was written.
- * - 503 ServerBusy: Azure's throttling, refused before it was applied.
- * - any other 5xx (500 OperationTimedOut included: Azure says the operation may complete later), no
- *   answer, or an abort: the write may have landed.
- * - no connection: it was never sent. Anything else (403, another 409, 400): retrying cannot help.
+ * - any 5xx (500 OperationTimedOut included: Azure says the operation may complete later; 503
+ *   ServerBusy too: no Azure document says a throttled write was not applied), no answer, or an
+ *   abort: the write may have landed.
+ * - no connection: it was never sent. Anything else (403; 412 LeaseIdMissing, a blob someone leased;
+ *   another 409; a 3xx, not followed; 400): retrying cannot help.
  */
 export function classify(err: unknown): Failure {
   if (neverSent(err)) return "unsent";
   const status = statusOf(err);
   const code = azureCode(err);
-  if (status === 412 || (status === 409 && code === "BlobAlreadyExists")) return "precondition";
-  if (status === 503 && code === "ServerBusy") return "throttled";
+  if ((status === 412 && code === "ConditionNotMet") || (status === 409 && code === "BlobAlreadyExists")) return "precondition";
   if (status === undefined || status < 300 || status >= 500) return "ambiguous";
   return "fatal";
 }
@@ -83,23 +87,18 @@ function bare(etag: string | undefined, what: string): string {
 export interface AzureContainer {
   readonly url: string;
   readonly containerName: string;
-  /** A StorageSharedKeyCredential, an AnonymousCredential (a SAS in the URL) or a TokenCredential (@azure/identity). */
+  /** A StorageSharedKeyCredential, or an AnonymousCredential (a SAS in the URL). */
   readonly credential: object;
 }
 
-/** The credential types newPipeline() takes. */
-type Credential = Parameters<typeof newPipeline>[0] & object;
-
-/** A TokenCredential (@azure/core-auth) by its shape, as the SDK itself tells one. */
-function isTokenCredential(credential: object): credential is Credential {
-  return typeof (credential as { getToken?: unknown }).getToken === "function";
-}
+/** The credentials the store signs with: a shared key, or none (a SAS in the URL). */
+type Credential = StorageSharedKeyCredential | AnonymousCredential;
 
 /** The caller's client, on a pipeline of one try (see the header): its URL and credential, nothing else of its pipeline. */
 export function oneTryContainer(client: AzureContainer): ContainerClient {
   const credential = ownCredential(client.credential);
   if (credential === undefined) throw new Error("the container client's credential is not one the SDK signs with");
-  return new ContainerClient(client.url, newPipeline(credential, { retryOptions: ONE_TRY }));
+  return new ContainerClient(client.url, newPipeline(credential, ONE_SEND));
 }
 
 /**
@@ -108,12 +107,12 @@ export function oneTryContainer(client: AzureContainer): ContainerClient {
  * the SDK (the CommonJS build beside this ES module, or another version) would send every request
  * unsigned, and each would be refused (403). Such a credential is remade here from its account name
  * and key, as the SDK's own pipeline conversion recognises it (by its class's name). A token
- * credential is recognised by its shape, as the SDK does.
+ * credential (@azure/identity) is not taken: the SDK's bearer-token policy resends a request on a
+ * 401 challenge, and waits for a token between the fence read and the write.
  */
 export function ownCredential(credential: object): Credential | undefined {
   if (credential instanceof StorageSharedKeyCredential || credential instanceof AnonymousCredential) return credential;
-  if (isTokenCredential(credential)) return credential;
-  const named = credential.constructor.name;
+  const named = (credential as { constructor?: { name?: unknown } }).constructor?.name;
   if (named === "AnonymousCredential") return new AnonymousCredential();
   const { accountName, accountKey } = credential as { accountName?: unknown; accountKey?: unknown };
   if (named === "StorageSharedKeyCredential" && typeof accountName === "string" && Buffer.isBuffer(accountKey)) {

@@ -26,8 +26,9 @@ const accepted: ManifestHeader[] = [];
  * store builds its own client, so the audit wraps the SDK's upload itself, for every client.
  */
 function auditManifests(): void {
-  const upload = BlockBlobClient.prototype.upload;
-  BlockBlobClient.prototype.upload = async function (this: BlockBlobClient, ...args: Parameters<typeof upload>) {
+  type Upload = (this: BlockBlobClient, ...args: Parameters<BlockBlobClient["upload"]>) => ReturnType<BlockBlobClient["upload"]>;
+  const upload = Object.getOwnPropertyDescriptor(BlockBlobClient.prototype, "upload")?.value as Upload;
+  BlockBlobClient.prototype.upload = async function (this: BlockBlobClient, ...args: Parameters<Upload>) {
     const answer = await upload.apply(this, args);
     const [body] = args;
     if (this.name.includes("/manifests/") && Buffer.isBuffer(body))

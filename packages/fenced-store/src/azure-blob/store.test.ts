@@ -44,6 +44,9 @@ describe("FencedAzureBlob's set-up", () => {
     expect(() => new FencedAzureBlob({} as never)).toThrow(InvalidArgumentError);
     const container = azure.client().getContainerClient("any");
     expect(() => new FencedAzureBlob({ url: container.url, containerName: "any", credential: {} })).toThrow(InvalidArgumentError);
+    // A token credential (@azure/identity's shape): its policy would resend a write on a 401 challenge.
+    const token = { getToken: () => Promise.resolve({ token: "t", expiresOnTimestamp: Date.now() + 60_000 }) };
+    expect(() => new FencedAzureBlob({ url: container.url, containerName: "any", credential: token })).toThrow(InvalidArgumentError);
     expect(() => new FencedAzureBlob(container, { maxBodyBytes: 512 * 1024 * 1024 })).toThrow(InvalidArgumentError);
     expect(() => new FencedAzureBlob(container, { prefix: "no-slash" })).toThrow(InvalidArgumentError);
   });

@@ -49,8 +49,8 @@ export class FencedAzureBlob implements ObjectStore {
 
   /**
    * `container`: a ContainerClient from @azure/storage-blob. The store sends on a pipeline of its own
-   * built from the client's URL and credential (a shared key, a SAS in the URL, or a token
-   * credential), with one try per request (blobs.ts); the client's other pipeline options are not used.
+   * built from the client's URL and credential (a shared key, or a SAS in the URL), with one send per
+   * request (blobs.ts); the client's other pipeline options are not used.
    */
   constructor(container: AzureContainer, options?: FencedAzureBlobOptions) {
     const client = container as Partial<AzureContainer> | null;
@@ -60,7 +60,7 @@ export class FencedAzureBlob implements ObjectStore {
     if (typeof client.credential !== "object" || client.credential === null || ownCredential(client.credential) === undefined) {
       throw new InvalidArgumentError(
         "container",
-        "must sign with a StorageSharedKeyCredential, an AnonymousCredential or a TokenCredential",
+        "must sign with a StorageSharedKeyCredential, or an AnonymousCredential with a SAS in its URL: a token credential's policy resends a write on a 401 challenge",
       );
     }
     const resolved = validateOptions(options);

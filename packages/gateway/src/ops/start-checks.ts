@@ -21,7 +21,7 @@ export const SETUP_FIXES: Readonly<Record<StoreSetupError["problem"], string>> =
   "no-such-bucket": "check the bucket's name, or create it",
   "no-such-table": "check the table's name, or create it (partition key `key`, a String)",
   "no-such-container": "check the container's name, or create it",
-  "conditional-writes-unsupported": "use an S3 backend that honours If-Match and If-None-Match",
+  "conditional-writes-unsupported": "use a backend that honours If-Match and If-None-Match (or its item conditions)",
 };
 
 /** The lock without a quorum: each node that did not answer, by address, and why (as the lock names it). */

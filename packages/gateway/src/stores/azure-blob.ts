@@ -75,11 +75,15 @@ export const azureBlobObjects: StoreDefinition<"objects", "azure-blob", typeof s
     if (verify ?? true) await call("verify", () => store.verify());
   },
 
-  /** Azure's error code, else the HTTP status, of an answer the store passes on (403, another 409, 400). */
+  /**
+   * Azure's error code, else the HTTP status, of an answer the store passes on (403, another 409,
+   * 400), or the code of its client's failure before an answer (a TLS handshake): any RestError the
+   * store did not type is the backend's, never the gateway's own.
+   */
   backendCode: (err) => {
     const rest = restError(err);
-    if (rest === undefined || rest.status === undefined) return undefined;
-    return rest.code ?? `HTTP ${rest.status}`;
+    if (rest === undefined) return undefined;
+    return rest.code ?? (rest.status === undefined ? "RestError" : `HTTP ${rest.status}`);
   },
 
   startRefusal(check, timeoutMs) {
