@@ -4,20 +4,20 @@ import type { S3Client } from "@aws-sdk/client-s3";
 import { context } from "@opentelemetry/api";
 import { InvalidArgumentError } from "@fenced/fence";
 import { ContentionError, StoreUnavailableError, VersionMismatchError } from "../errors.js";
-import { assertKey, assertResource, checkFence, type CheckedFence, type Fence, type FenceSet } from "../fence.js";
+import { assertKey, checkFence, type CheckedFence, type Fence, type FenceSet } from "../fence.js";
 import { observeCall, observedCall, tracedAwsClient } from "../observe.js";
-import { oneOrMoreFences } from "../options.js";
 import { watchStalls, type S3Body } from "./body.js";
 import { assertBody, assertContentLength, assertContentType, toPayload } from "../objects/body.js";
 import type { EtagForm } from "./conditional.js";
 import { Deadline } from "../deadline.js";
-import { typedFailure, withinDeadline } from "./failures.js";
+import { typedFailure } from "./failures.js";
+import { CasCalls } from "../cas/calls.js";
 import { S3Io } from "./io.js";
 import { probeKeyPrefix } from "../cas/layout.js";
-import { signalOptions, transferOptions } from "../cas/options.js";
+import { signalOptions } from "../cas/options.js";
 import { sweepOptions, validateOptions, writeOptions, type FencedS3Options, type S3UpdateOptions, type S3WriteOptions } from "./options.js";
 import { Sweep, type S3SweepOptions, type S3SweepProgress, type S3SweepReport } from "./sweep.js";
-import { NeverWrittenError, refusal, type Content, type Intent } from "../cas/intent.js";
+import { refusal, type Content, type Intent } from "../cas/intent.js";
 import { meta, openCurrent, readCurrent, type S3Bytes, type S3Object } from "./read.js";
 import { writeManifest } from "../cas/write.js";
 
@@ -44,6 +44,7 @@ export class FencedS3 implements ObjectStore {
   readonly bucket: string;
   readonly prefix: string;
   private readonly io: S3Io;
+  private readonly calls: CasCalls;
 
   constructor(client: S3Client, options: FencedS3Options) {
     if (typeof client !== "object" || client === null || typeof (client as { send?: unknown }).send !== "function") {
@@ -54,6 +55,7 @@ export class FencedS3 implements ObjectStore {
     this.prefix = resolved.prefix;
     // Each request a span of its own (../observe.ts); the caller's client is not changed.
     this.io = new S3Io(tracedAwsClient(client, "S3"), resolved);
+    this.calls = new CasCalls(this.io, "s3");
   }
 
   /**
@@ -62,7 +64,7 @@ export class FencedS3 implements ObjectStore {
    */
   async verify(options?: SignalOptions): Promise<S3VerifyResult> {
     const { signal } = signalOptions(options);
-    return this.call("verify", undefined, signal, (deadline) => this.io.objects.probe(probeKeyPrefix(this.prefix), deadline.signal));
+    return this.calls.call("verify", undefined, signal, (deadline) => this.io.objects.probe(probeKeyPrefix(this.prefix), deadline.signal));
   }
 
   /**
@@ -74,11 +76,7 @@ export class FencedS3 implements ObjectStore {
    * transaction over objects, and a raise alone is harmless: it only refuses older holders.
    */
   async register(fence: Fence | FenceSet, options?: SignalOptions): Promise<void> {
-    const fences = oneOrMoreFences(fence);
-    const { signal } = signalOptions(options);
-    const sent = fences.map(() => ({ open: false }));
-    const open = { get open() { return sent.some((one) => one.open); } }; // prettier-ignore
-    await this.call("register", undefined, signal, (deadline) => this.io.raiseFences(fences, deadline.signal, sent), open, fences);
+    await this.calls.register(fence, options);
   }
 
   /**
@@ -89,11 +87,8 @@ export class FencedS3 implements ObjectStore {
    * the resource only if that write did not raise the fence object: one through a store with
    * checkResourceFence: false, or after the fence object was deleted by hand. PROTOCOL.md, "S3".
    */
-  async fence(resource: string, options?: SignalOptions): Promise<CheckedFence | undefined> {
-    assertResource(resource);
-    const { signal } = signalOptions(options);
-    const found = await this.call("fence", undefined, signal, (deadline) => this.io.readFence(resource, deadline.signal));
-    return found === null ? undefined : { resource, token: found.highest.token, holder: found.highest.holder };
+  fence(resource: string, options?: SignalOptions): Promise<CheckedFence | undefined> {
+    return this.calls.fence(resource, options);
   }
 
   /**
@@ -144,32 +139,7 @@ export class FencedS3 implements ObjectStore {
    */
   async transfer(key: string, options: TransferOptions): Promise<WriteResult | undefined> {
     assertKey(key);
-    const o = transferOptions(options);
-    return observedCall({ store: "s3", operation: "transfer", key, fences: [o.from, o.to] }, () => this.transferWithin(key, o));
-  }
-
-  private async transferWithin(key: string, o: ReturnType<typeof transferOptions>): Promise<WriteResult | undefined> {
-    const deadline = this.deadline(o.signal);
-    try {
-      return await writeManifest(this.io, {
-        key,
-        owner: o.from.resource,
-        fences: [o.from, o.to],
-        writer: o.to,
-        ifVersion: o.ifVersion ?? { exists: true },
-        content: { kind: "carry" },
-        contentType: undefined,
-        operation: "transfer",
-        deadline,
-        signal: deadline.signal,
-        endDeadline: false,
-      });
-    } catch (err) {
-      if (err instanceof NeverWrittenError) return undefined;
-      throw err;
-    } finally {
-      deadline.end(true);
-    }
+    return this.calls.transfer(key, options);
   }
 
   /**
@@ -181,7 +151,7 @@ export class FencedS3 implements ObjectStore {
   async get(key: string, options?: SignalOptions): Promise<S3Object | undefined> {
     assertKey(key);
     const { signal } = signalOptions(options);
-    const found = await this.call("get", key, signal, (deadline) => openCurrent(this.io, key, deadline.signal));
+    const found = await this.calls.call("get", key, signal, (deadline) => openCurrent(this.io, key, deadline.signal));
     const { timeoutMs } = this.io.options;
     if (found !== undefined) watchStalls(found.body, timeoutMs, () => new StoreUnavailableError("s3", "timeout", "get"));
     return found;
@@ -191,7 +161,7 @@ export class FencedS3 implements ObjectStore {
   async getBytes(key: string, options?: SignalOptions): Promise<S3Bytes | undefined> {
     assertKey(key);
     const { signal } = signalOptions(options);
-    const current = await this.call("get", key, signal, (deadline) => readCurrent(this.io, key, deadline.signal));
+    const current = await this.calls.call("get", key, signal, (deadline) => readCurrent(this.io, key, deadline.signal));
     return current?.bytes === undefined ? undefined : { ...meta(current.snap.header), body: current.bytes };
   }
 
@@ -285,23 +255,6 @@ export class FencedS3 implements ObjectStore {
   /** A call's deadline: timeoutMs from now, aborted early by the caller's signal. */
   private deadline(signal: AbortSignal | undefined): Deadline {
     return new Deadline(this.io.options.timeoutMs, signal);
-  }
-
-  /**
-   * Runs one call within its deadline, and turns what went wrong into the error it throws
-   * (failures.ts). `sent.open`: whether something it sent may have been applied unanswered.
-   */
-  private async call<T>(
-    operation: string,
-    key: string | undefined,
-    signal: AbortSignal | undefined,
-    work: (deadline: Deadline) => Promise<T>,
-    sent: { readonly open: boolean } = { open: false },
-    fences?: readonly CheckedFence[],
-  ): Promise<T> {
-    return observedCall({ store: "s3", operation, key, fences }, () =>
-      withinDeadline(this.io.options.timeoutMs, signal, { operation, key, bucket: this.bucket }, work, sent),
-    );
   }
 
   /**
