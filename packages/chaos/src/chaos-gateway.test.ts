@@ -15,7 +15,7 @@ import { runChaos } from "./suite.js";
  * cost time.
  */
 
-const OPS: Record<Backend, number> = { postgres: 300, s3: 120 };
+const OPS: Record<Extract<Backend, "postgres" | "s3">, number> = { postgres: 300, s3: 120 };
 // Seed 1 wipes a majority of the Redis nodes for the first time at 2.9 s, pauses the store server at
 // 3.6 s and kills it at 5.2 s (the first store fault is a pause, a kill soon follows: fault-streams.ts).
 const SEED = 1;

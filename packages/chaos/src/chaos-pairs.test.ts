@@ -14,7 +14,7 @@ import { runChaos } from "./suite.js";
  * than chaos.test.ts: the single-resource runs already cover ratchet and the longer histories.
  */
 
-const OPS: Record<Backend, number> = { postgres: 300, s3: 100 };
+const OPS: Record<Extract<Backend, "postgres" | "s3">, number> = { postgres: 300, s3: 100 };
 // Seed 1, as chaos.test.ts: a worker paused between read and write within the first second, a wipe
 // round at 2.9 s, the store server paused at 3.6 s and killed at 5.2 s.
 const SEED = 1;

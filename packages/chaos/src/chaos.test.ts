@@ -12,7 +12,7 @@ import { runChaos } from "./suite.js";
  * here and slowed further by radosgw's pauses and restarts, fewer. `pnpm chaos` runs longer ones.
  */
 
-const OPS: Record<Backend, number> = { postgres: 700, s3: 200 };
+const OPS: Record<Extract<Backend, "postgres" | "s3">, number> = { postgres: 700, s3: 200 };
 // Seed 1's schedule pauses a worker between its read and its write within the first second, wipes a
 // majority of the Redis nodes for the first time at 2.9 s, pauses the store server at 3.6 s and kills
 // it at 5.2 s (the first store fault is a pause, a kill soon follows: fault-streams.ts).

@@ -1,8 +1,8 @@
 #!/usr/bin/env node
 import { Command, InvalidArgumentError, Option } from "commander";
 import { check, describeEvent } from "./checker.js";
-import { BACKENDS, MODES, readHistoryFile, VIAS, type Backend, type Mode, type Via } from "./history.js";
-import { runChaos, type ChaosSummary } from "./suite.js";
+import { BACKENDS, DEFAULT_BACKENDS, MODES, readHistoryFile, VIAS, type Backend, type Mode, type Via } from "./history.js";
+import { GATEWAY_BACKENDS, runChaos, type ChaosSummary } from "./suite.js";
 
 function positiveInt(value: string): number {
   const n = Number(value);
@@ -20,14 +20,18 @@ const program = new Command()
   .name("fenced-chaos")
   .description(
     "Fault injection with a history checker: workers increment counters under Redlock leases while a seeded nemesis " +
-      "pauses workers, pauses/kills Redis nodes, wipes a majority of them, jumps a node's clock, delays packets and resets connections, pauses and kills the store server, skews radosgw's clock " +
+      "pauses workers, pauses/kills Redis nodes, wipes a majority of them, jumps a node's clock, delays packets and resets connections, pauses and kills the store server (azurite: pauses only), skews radosgw's clock " +
       "(with --via gateway, also pauses the gateway process); the checker then counts repeated tokens and looks for lost updates, decreasing tokens and writes of two holders at one token, " +
       "and checks that every call was answered within the deadline plus a margin. Exits non-zero if 'full' shows a violation, 'unfenced' shows none, an answer came late or never, or a process died.",
   )
   .option("--ops <n>", "operations per configuration and backend", positiveInt, 2000)
   .option("--seed <n>", "seed of the fault schedule (same seed, same faults)", nonNegativeInt)
   .addOption(new Option("--config <name>", "configuration to run").choices([...MODES, "all"]).default("all"))
-  .addOption(new Option("--backend <name>", "store to run against").choices([...BACKENDS, "both"]).default("both"))
+  .addOption(
+    new Option("--backend <name>", `store to run against ("both": ${DEFAULT_BACKENDS.join(" and ")}; "all": ${BACKENDS.join(", ")})`)
+      .choices([...BACKENDS, "both", "all"])
+      .default("both"),
+  )
   .addOption(
     new Option(
       "--via <how>",
@@ -39,7 +43,7 @@ const program = new Command()
   .option(
     "--pairs",
     "every operation takes one lease of two resources (drawn at random, in random order: sets overlap and come in both orders) and increments a counter per resource; " +
-      "on PostgreSQL both in one transaction under both fences (the checker also looks for pairs that landed by halves), on S3 (and through a gateway) each under its own resource's fence; --ops counts pairs",
+      "on PostgreSQL both in one transaction under both fences (the checker also looks for pairs that landed by halves), on S3, DynamoDB and Azure Blob (and through a gateway) each under its own resource's fence; --ops counts pairs",
     false,
   )
   .option("--ttl <ms>", "lease TTL in ms", positiveInt, 600)
@@ -62,7 +66,7 @@ const options = program.opts<{
   ops: number;
   seed?: number;
   config: Mode | "all";
-  backend: Backend | "both";
+  backend: Backend | "both" | "all";
   via: Via;
   pairs: boolean;
   ttl: number;
@@ -87,9 +91,12 @@ if (options.checkHistory !== undefined) {
 }
 const seed = options.seed ?? Math.floor(Math.random() * 2 ** 31);
 const configs = options.config === "all" ? MODES : [options.config];
-const backends = options.backend === "both" ? BACKENDS : [options.backend];
+const backends = options.backend === "both" ? DEFAULT_BACKENDS : options.backend === "all" ? BACKENDS : [options.backend];
 
 if (options.pairs && options.resources === 1) program.error("--pairs needs at least 2 resources");
+const gatewayless = backends.filter((b) => !GATEWAY_BACKENDS.includes(b));
+if (options.via === "gateway" && gatewayless.length > 0)
+  program.error(`--via gateway runs on ${GATEWAY_BACKENDS.join(" and ")} only, not ${gatewayless.join(", ")}: pick one with --backend`);
 
 // Progress goes to stderr so that stdout stays the summary alone under --json.
 const log = (line: string): void => void process.stderr.write(`${line}\n`);

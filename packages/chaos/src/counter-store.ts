@@ -3,6 +3,7 @@ import { type Fence } from "@fenced/fence";
 import { FencedPostgres } from "@fenced/store/postgres";
 import { FencedS3 } from "@fenced/store/s3";
 import pg from "pg";
+import { INITIAL, plainKey } from "./counter-keys.js";
 import { EMPTY_DOC, parseDoc, type CounterDoc, type Mode } from "./history.js";
 
 /** How a worker (or the controller) reaches the store of one run; JSON, so it can cross the process boundary. */
@@ -15,6 +16,23 @@ export type StoreConnection =
       readonly accessKeyId: string;
       readonly secretAccessKey: string;
       readonly bucket: string;
+    }
+  | {
+      readonly backend: "dynamodb";
+      readonly endpoint: string;
+      readonly region: string;
+      readonly accessKeyId: string;
+      readonly secretAccessKey: string;
+      /** Partition key `key`, a String: FencedDynamo's items under its prefix, the plain items of "unfenced" beside them. */
+      readonly table: string;
+    }
+  | {
+      readonly backend: "azure-blob";
+      /** The account's URL (azurite serves accounts path-style: http://host:port/<account>). */
+      readonly url: string;
+      readonly accountName: string;
+      readonly accountKey: string;
+      readonly container: string;
     };
 
 /** What a write is fenced with: the lease's fence, and the gateway's signed credential for it when it came from a gateway. */
@@ -44,7 +62,8 @@ export interface CounterAccess {
 
 /**
  * The counter documents as one configuration reads and writes them:
- * - unfenced: a plain UPDATE / a plain PutObject (the token is carried but nobody checks it);
+ * - unfenced: a plain UPDATE / a plain PutObject / a plain PutItem / a plain Put Blob (the token is
+ *   carried but nobody checks it);
  * - ratchet: a fenced put, nothing else;
  * - full: register() right after acquiring, and every put carries ifVersion (the version read).
  */
@@ -58,20 +77,27 @@ export interface CounterStore extends CounterAccess {
 export interface CounterStoreOptions {
   /**
    * The deadline of every call, in ms: the stores' `timeoutMs`, and the same bound on the raw
-   * clients of "unfenced" (pg's query_timeout, an abort signal on each S3 request).
+   * clients of "unfenced" (pg's query_timeout, an abort signal on each S3, DynamoDB or Azure request).
    */
   readonly timeoutMs: number;
 }
 
-export function openCounterStore(connection: StoreConnection, mode: Mode, options: CounterStoreOptions): CounterStore {
-  return connection.backend === "postgres" ? new PostgresCounters(connection, mode, options) : new S3Counters(connection, mode, options);
+/** DynamoDB's and Azure Blob's counters are loaded only where used: a worker of another backend never loads their SDKs. */
+export async function openCounterStore(connection: StoreConnection, mode: Mode, options: CounterStoreOptions): Promise<CounterStore> {
+  switch (connection.backend) {
+    case "postgres":
+      return new PostgresCounters(connection, mode, options);
+    case "s3":
+      return new S3Counters(connection, mode, options);
+    case "dynamodb":
+      return new (await import("./dynamodb-counters.js")).DynamoCounters(connection, mode, options);
+    case "azure-blob":
+      return new (await import("./azure-blob-counters.js")).AzureBlobCounters(connection, mode, options);
+  }
 }
 
 /** Objects up to this size are stored inside their manifest: the document grows by one log entry per increment, and every write stays one conditional PUT. */
 export const INLINE_LIMIT = 4 * 1024 * 1024;
-
-/** The fence of the initial empty document: below every token the lock hands out. */
-const INITIAL = (resource: string): Fence => ({ resource, token: 0n });
 
 class PostgresCounters implements CounterStore {
   private readonly pool: pg.Pool;
@@ -221,9 +247,4 @@ class S3Counters implements CounterStore {
     await this.store.flush();
     this.client.destroy();
   }
-}
-
-/** Plain (unfenced) objects live beside the fenced store's prefix, never inside it. */
-function plainKey(key: string): string {
-  return `plain/${key}.json`;
 }

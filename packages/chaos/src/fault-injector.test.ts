@@ -131,6 +131,9 @@ describe("fault injector", () => {
       "kill-postgres": 0,
       "pause-s3": 0,
       "kill-s3": 0,
+      "pause-dynamodb": 0,
+      "kill-dynamodb": 0,
+      "pause-azure-blob": 0,
       "skew-s3": 0,
     });
     // Every fault that started has ended (a clock jump is instantaneous: both at once).

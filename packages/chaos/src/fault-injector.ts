@@ -1,6 +1,6 @@
 import type { RedisNodeHandle, ServerFaults } from "@fenced/servers";
 import type { DelayProxy } from "./delay-proxy.js";
-import { noFaults, type FaultKind, type NemesisEvent } from "./history.js";
+import { noFaults, type FaultKind, type NemesisEvent, type StoreFaultKind } from "./history.js";
 import { describeTarget, type Fault, type Link } from "./nemesis.js";
 
 /** What the injector acts on; run.ts provides it (and tests can fake it). */
@@ -171,8 +171,11 @@ export class FaultInjector {
       }
       case "pause-postgres":
       case "pause-s3":
+      case "pause-dynamodb":
+      case "pause-azure-blob":
       case "kill-postgres":
       case "kill-s3":
+      case "kill-dynamodb":
         return this.applyToStore(fault, target);
       case "skew-s3": {
         const clock = this.targets.storeClock;
@@ -265,14 +268,11 @@ export class FaultInjector {
   }
 
   /** A store fault finds the server as the last one left it, or is missed: one at a time. */
-  private async applyToStore(
-    fault: Extract<Fault, { kind: "pause-postgres" | "pause-s3" | "kill-postgres" | "kill-s3" }>,
-    target: string,
-  ): Promise<void> {
+  private async applyToStore(fault: Extract<Fault, { kind: StoreFaultKind }>, target: string): Promise<void> {
     const store = this.targets.store;
     if (store === undefined || this.storeBusy || !store.running || store.paused) return this.miss(fault, target);
     this.storeBusy = true;
-    if (fault.kind === "pause-postgres" || fault.kind === "pause-s3") {
+    if (fault.kind.startsWith("pause-")) {
       store.pause();
       this.began(fault, target);
       this.hold(fault.id, fault.durationMs, () => {
@@ -291,7 +291,7 @@ export class FaultInjector {
     }
     this.hold(fault.id, fault.durationMs, async () => {
       try {
-        // With its data: PostgreSQL recovers its committed transactions, radosgw finds the cluster's objects.
+        // With its data: PostgreSQL recovers its committed transactions, radosgw finds the cluster's objects, dynalite its LevelDB.
         await store.restart();
       } finally {
         this.storeBusy = false;

@@ -1,4 +1,4 @@
-import type { Backend } from "./history.js";
+import type { Backend, StoreFaultKind } from "./history.js";
 import { STORE_FAULT_KINDS } from "./history.js";
 import type { Fault, Link, ScheduleOptions } from "./nemesis.js";
 import { hash32, Random } from "./random.js";
@@ -28,30 +28,34 @@ export function* gatewayPauses(options: ScheduleOptions): Generator<Unnumbered, 
 
 /** Mean time from the end of one store fault to the start of the next, in TTLs. */
 const STORE_FAULT_GAP_TTLS = 8;
-/** A store server killed needs a while to come back (PostgreSQL's recovery, radosgw's start): no other store fault meanwhile. */
-const STORE_RESTART_MARGIN_MS: Readonly<Record<Backend, number>> = { postgres: 2_000, s3: 6_000 };
+/**
+ * A store server killed needs a while to come back (PostgreSQL's recovery, radosgw's start,
+ * dynalite's start): no other store fault meanwhile. azurite is never killed (history.ts).
+ */
+const STORE_RESTART_MARGIN_MS: Readonly<Record<Backend, number>> = { postgres: 2_000, s3: 6_000, dynamodb: 2_000, "azure-blob": 0 };
 
 /**
  * Faults of the store server of `backend`, one at a time: a pause (SIGSTOP) of 0.5 to 4 TTLs — the
  * longer ones outlast the store's deadline, so calls in flight must give up with a typed error — or
  * a kill (SIGKILL) restarted with its data after 0.5 to 2 TTLs. The first two are a pause and then,
  * soon after it, a kill, so that a run of a few seconds (the quick modes of the test suite) meets
- * both kinds; after them, pauses come twice as often as kills.
+ * both kinds; after them, pauses come twice as often as kills. A backend that is never killed
+ * (Azure Blob: STORE_FAULT_KINDS) gets a pause where the others get a kill, at the same times.
  */
 export function* storeFaults(options: ScheduleOptions, backend: Backend): Generator<Unnumbered, never> {
   const rnd = new Random(hash32(options.seed ^ 0x5e0f1a2b));
-  const kinds = STORE_FAULT_KINDS[backend];
+  const { pause: pauseKind, kill: killKind }: { pause: StoreFaultKind; kill: StoreFaultKind | undefined } = STORE_FAULT_KINDS[backend];
   const gap = STORE_FAULT_GAP_TTLS * options.ttlMs;
   for (let n = 0, at = options.ttlMs; ; n++) {
     at += Math.round(rnd.between(0.4, 1.6) * (n === 1 ? gap / 8 : gap));
     const pause = n === 0 || (n > 1 && rnd.next() < 2 / 3);
-    if (pause) {
+    if (pause || killKind === undefined) {
       const durationMs = Math.round(rnd.between(0.5, 4) * options.ttlMs);
-      yield { kind: kinds.pause, at, durationMs };
+      yield { kind: pauseKind, at, durationMs };
       at += durationMs;
     } else {
       const durationMs = Math.round(rnd.between(0.5, 2) * options.ttlMs);
-      yield { kind: kinds.kill, at, durationMs };
+      yield { kind: killKind, at, durationMs };
       at += durationMs + STORE_RESTART_MARGIN_MS[backend];
     }
   }

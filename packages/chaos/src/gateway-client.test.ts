@@ -32,7 +32,7 @@ let setup: CounterStore;
 beforeAll(async () => {
   [postgres, redis] = await Promise.all([startPostgres(), startRedisNodes(3, { faults: true })]);
   const connection: StoreConnection = { backend: "postgres", url: postgres.url, schema: "chaos_client_test" };
-  setup = openCounterStore(connection, "full", { timeoutMs: 5_000 });
+  setup = await openCounterStore(connection, "full", { timeoutMs: 5_000 });
   await setup.init([{ key: KEY, resource: RESOURCE }, ...PAIR.map((resource) => ({ key: `counter/${resource}`, resource }))]);
   gateway = await GatewayProcess.start({
     apiKey: newApiKey(),

@@ -61,6 +61,7 @@ export function killGatewaysNow(): void {
 
 function storeConfig(store: StoreConnection, inlineLimit: number): Record<string, unknown> {
   if (store.backend === "postgres") return { postgres: { url: store.url, schema: store.schema, poolSize: 8 } };
+  if (store.backend !== "s3") throw new Error(`the chaos runs through a gateway are on postgres and s3 only, not ${store.backend}`);
   const { bucket, endpoint, region, accessKeyId, secretAccessKey } = store;
   // The store's default prefix, as the library workers' FencedS3: the controller's final read finds the same manifests.
   return { s3: { bucket, endpoint, region, accessKeyId, secretAccessKey, forcePathStyle: true, inlineLimit } };

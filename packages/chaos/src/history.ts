@@ -9,9 +9,11 @@ import { readFileSync } from "node:fs";
  */
 
 export type Mode = "unfenced" | "ratchet" | "full";
-export type Backend = "postgres" | "s3";
+export type Backend = "postgres" | "s3" | "dynamodb" | "azure-blob";
 export const MODES: readonly Mode[] = ["unfenced", "ratchet", "full"];
-export const BACKENDS: readonly Backend[] = ["postgres", "s3"];
+export const BACKENDS: readonly Backend[] = ["postgres", "s3", "dynamodb", "azure-blob"];
+/** `--backend both`, the default: the two backends `pnpm chaos` has always run (and CI runs). `all` is every one of BACKENDS. */
+export const DEFAULT_BACKENDS: readonly Backend[] = ["postgres", "s3"];
 /** How workers take leases and write: with @fenced/lock and the store libraries in their own process, or through a fenced gateway process over HTTP. */
 export type Via = "library" | "gateway";
 export const VIAS: readonly Via[] = ["library", "gateway"];
@@ -132,11 +134,19 @@ export type OpEvent =
   | (OpStamp & { readonly type: "released"; readonly calls: readonly Call[] });
 
 /** Faults of the store server of the run's backend: SIGSTOP it, or SIGKILL it and restart it with its data. */
-export type StoreFaultKind = "pause-postgres" | "kill-postgres" | "pause-s3" | "kill-s3";
-export const STORE_FAULT_KINDS: Readonly<Record<Backend, { readonly pause: StoreFaultKind; readonly kill: StoreFaultKind }>> = {
+export type StoreFaultKind =
+  "pause-postgres" | "kill-postgres" | "pause-s3" | "kill-s3" | "pause-dynamodb" | "kill-dynamodb" | "pause-azure-blob";
+/**
+ * The store faults of each backend. azurite (Azure Blob) is never killed: it keeps its blobs'
+ * metadata in memory and saves it every 5 s, so a SIGKILL loses writes it has acknowledged — the
+ * emulator's limit, not Azure's, which the checker would count as lost updates of the store.
+ */
+export const STORE_FAULT_KINDS = {
   postgres: { pause: "pause-postgres", kill: "kill-postgres" },
   s3: { pause: "pause-s3", kill: "kill-s3" },
-};
+  dynamodb: { pause: "pause-dynamodb", kill: "kill-dynamodb" },
+  "azure-blob": { pause: "pause-azure-blob", kill: undefined },
+} as const satisfies Readonly<Record<Backend, { readonly pause: StoreFaultKind; readonly kill: StoreFaultKind | undefined }>>;
 
 export type FaultKind =
   | "pause-worker"
@@ -164,6 +174,9 @@ const FAULT_KINDS: readonly FaultKind[] = [
   "kill-postgres",
   "pause-s3",
   "kill-s3",
+  "pause-dynamodb",
+  "kill-dynamodb",
+  "pause-azure-blob",
   "skew-s3",
 ];
 

@@ -55,16 +55,28 @@ describe("fault schedule", () => {
 
   it("with a backend, adds pauses and kills of its store server, one at a time, and leaves every other fault where it was", () => {
     const withoutIds = (faults: Fault[]): Omit<Fault, "id">[] => faults.map(({ id: _id, ...rest }) => rest);
-    const storeKinds = new Set(["pause-postgres", "kill-postgres", "pause-s3", "kill-s3", "skew-s3"]);
+    const storeKinds = new Set([
+      "pause-postgres",
+      "kill-postgres",
+      "pause-s3",
+      "kill-s3",
+      "pause-dynamodb",
+      "kill-dynamodb",
+      "pause-azure-blob",
+      "skew-s3",
+    ]);
     for (const [backend, pause, kill] of [
       ["postgres", "pause-postgres", "kill-postgres"],
       ["s3", "pause-s3", "kill-s3"],
+      ["dynamodb", "pause-dynamodb", "kill-dynamodb"],
+      // azurite is never killed (it saves its metadata every 5 s): pauses only.
+      ["azure-blob", "pause-azure-blob", undefined],
     ] as const) {
       const plain = planFaults({ ...shape, seed: 3, gateway: true }, 120_000);
       const faults = planFaults({ ...shape, seed: 3, gateway: true, store: backend }, 120_000);
       expect(withoutIds(faults.filter((f) => !storeKinds.has(f.kind)))).toEqual(withoutIds(plain));
       const store = faults.filter((f) => storeKinds.has(f.kind) && f.kind !== "skew-s3");
-      expect(new Set(store.map((f) => f.kind))).toEqual(new Set([pause, kill]));
+      expect(new Set(store.map((f) => f.kind))).toEqual(new Set(kill === undefined ? [pause] : [pause, kill]));
       // About one every 8 TTLs between faults (kills add their restart margin); some pauses outlast the stores' 2 s deadline of the chaos runs.
       expect(store.length).toBeGreaterThanOrEqual(120_000 / (16 * shape.ttlMs));
       expect(store.some((f) => f.kind === pause && f.durationMs > 2_000)).toBe(true);
@@ -155,10 +167,12 @@ describe("fault schedule", () => {
 describe("store fault stream", () => {
   it("opens with a pause and then, soon after it, a kill, for every seed (a quick run meets both)", () => {
     for (let seed = 0; seed < 500; seed++) {
-      for (const backend of ["postgres", "s3"] as const) {
+      for (const backend of ["postgres", "s3", "dynamodb", "azure-blob"] as const) {
         const stream = storeFaults({ seed, ttlMs: 600 } as ScheduleOptions, backend);
         const [first, second] = [stream.next().value, stream.next().value];
-        expect([first.kind, second.kind]).toEqual([STORE_FAULT_KINDS[backend].pause, STORE_FAULT_KINDS[backend].kill]);
+        const { pause, kill } = STORE_FAULT_KINDS[backend];
+        // A server never killed (azurite) is paused a second time instead.
+        expect([first.kind, second.kind]).toEqual([pause, kill ?? pause]);
         expect(second.at - (first.at + first.durationMs)).toBeLessThan(1_000);
         expect(second.at).toBeLessThan(12_000);
       }
@@ -169,7 +183,7 @@ describe("store fault stream", () => {
 describe("schedule coverage", () => {
   it("reaches past the first wipe and the first store kill's restart, so that a run whose operations finish early still meets both", () => {
     for (let seed = 0; seed < 200; seed++) {
-      for (const store of [undefined, "postgres", "s3"] as const) {
+      for (const store of [undefined, "postgres", "s3", "dynamodb", "azure-blob"] as const) {
         const options: ScheduleOptions = { ...shape, seed, ...(store === undefined ? {} : { store }) };
         const faults = planFaults(options, 60_000);
         const wipe = faults.find((f) => f.kind === "wipe-redis");
@@ -177,8 +191,10 @@ describe("schedule coverage", () => {
         expect(wipe).toBeDefined();
         expect(coverage).toBeGreaterThan((wipe?.at ?? Infinity) + 1_000);
         if (store !== undefined) {
-          const kill = faults.find((f) => f.kind === STORE_FAULT_KINDS[store].kill);
-          expect(coverage).toBeGreaterThan((kill?.at ?? Infinity) + (kill?.durationMs ?? 0));
+          // The first kill's restart; a server never killed (azurite): the end of its first pause.
+          const { pause, kill: killKind } = STORE_FAULT_KINDS[store];
+          const kill = faults.find((f) => f.kind === (killKind ?? pause));
+          expect(coverage).toBeGreaterThanOrEqual((kill?.at ?? Infinity) + (kill?.durationMs ?? 0) + (killKind === undefined ? 0 : 1));
         }
         // Within a minute for any seed (the first wipe round comes when the draw puts it).
         expect(coverage).toBeLessThan(60_000);

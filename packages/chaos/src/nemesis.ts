@@ -51,7 +51,7 @@ export type Fault =
   | (FaultBase & { readonly kind: "reset"; readonly worker: number; readonly link: Link })
   /** SIGSTOP the gateway process (only when the workers go through one), SIGCONT after durationMs (longer than the TTL). */
   | (FaultBase & { readonly kind: "pause-gateway" })
-  /** pause-postgres / pause-s3: SIGSTOP the store server, SIGCONT after durationMs; kill-…: SIGKILL it, restart it with its data after durationMs. */
+  /** pause-…: SIGSTOP the store server, SIGCONT after durationMs; kill-…: SIGKILL it, restart it with its data after durationMs (never azurite's). */
   | (FaultBase & { readonly kind: StoreFaultKind })
   /**
    * Moves radosgw's wall clock skewMs (either way) from the machine's for durationMs: every answer's
@@ -162,18 +162,22 @@ const AFTER_WIPE_MS = 2_000;
  * How long a run must last, however fast its operations go, for its schedule to have played what
  * every run is judged on: the first `wipeRounds` wipe rounds (each wipe, the restart after it, and
  * time for the workers to meet the repeated tokens) and, with a store, the store server's first kill
- * and restart. A run whose operations are done sooner goes on until then (RunEnd, run-end.ts).
+ * and restart (a server never killed, azurite: its first pause). A run whose operations are done
+ * sooner goes on until then (RunEnd, run-end.ts).
  */
 export function scheduleCoverageMs(options: ScheduleOptions, wipeRounds = 1): number {
   const wipes: number[] = [];
-  let killEnd: number | undefined = options.store === undefined ? 0 : undefined;
-  const kill = options.store === undefined ? undefined : STORE_FAULT_KINDS[options.store].kill;
+  const kinds = options.store === undefined ? undefined : STORE_FAULT_KINDS[options.store];
+  // A server never killed (azurite): its first pause, and no restart to wait for.
+  const kill: FaultKind | undefined = kinds === undefined ? undefined : (kinds.kill ?? kinds.pause);
+  const restartMs = kinds?.kill === undefined ? 0 : RESTART_MARGIN_MS;
+  let killEnd: number | undefined = kill === undefined ? 0 : undefined;
   const schedule = faultSchedule(options);
   for (let i = 0; i < 100_000 && (wipes.length < wipeRounds || killEnd === undefined); i++) {
     const fault = schedule.next().value;
     // A round wipes its nodes at one instant: one time per round.
     if (fault.kind === "wipe-redis" && !wipes.includes(fault.at) && wipes.length < wipeRounds) wipes.push(fault.at);
-    if (fault.kind === kill) killEnd ??= fault.at + fault.durationMs + RESTART_MARGIN_MS;
+    if (fault.kind === kill) killEnd ??= fault.at + fault.durationMs + restartMs;
   }
   const lastWipe = wipes[wipeRounds - 1];
   if (lastWipe === undefined || killEnd === undefined)
@@ -296,6 +300,11 @@ export function describeTarget(fault: Fault, nodeNames: readonly string[], linkN
     case "pause-s3":
     case "kill-s3":
       return "radosgw";
+    case "pause-dynamodb":
+    case "kill-dynamodb":
+      return "dynalite";
+    case "pause-azure-blob":
+      return "azurite";
     case "skew-s3":
       return `radosgw clock ${fault.skewMs > 0 ? "+" : ""}${(fault.skewMs / 60_000).toFixed(1)} min`;
   }

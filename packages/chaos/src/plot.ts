@@ -38,9 +38,21 @@ const FAULT_COLOURS: Record<FaultKind, string> = {
   "kill-postgres": "#600000",
   "pause-s3": "#806000",
   "kill-s3": "#600000",
+  "pause-dynamodb": "#806000",
+  "kill-dynamodb": "#600000",
+  "pause-azure-blob": "#806000",
   "skew-s3": "#c020c0",
 };
-const STORE_KINDS = new Set<FaultKind>(["pause-postgres", "kill-postgres", "pause-s3", "kill-s3", "skew-s3"]);
+const STORE_KINDS = new Set<FaultKind>([
+  "pause-postgres",
+  "kill-postgres",
+  "pause-s3",
+  "kill-s3",
+  "pause-dynamodb",
+  "kill-dynamodb",
+  "pause-azure-blob",
+  "skew-s3",
+]);
 const RESOURCE_COLOURS = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#bcbd22"];
 
 const esc = (s: string): string => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");

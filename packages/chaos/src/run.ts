@@ -139,7 +139,7 @@ class ConfigurationRun {
     killWorkersOnExit();
     const connection = await options.store.namespace(options.mode);
     this.connection = connection;
-    this.setup = openCounterStore(connection, options.mode, { timeoutMs: options.deadlineMs });
+    this.setup = await openCounterStore(connection, options.mode, { timeoutMs: options.deadlineMs });
     await this.setup.init(this.resources.map((resource) => ({ resource, key: this.counters[resource] ?? resource })));
     this.redis = await startRedisNodes(options.redisNodes, { faults: true, clockControl: [CLOCK_NODE] });
     const nodes = this.redis.nodes;

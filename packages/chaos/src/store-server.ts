@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { startPostgres, startS3, type ServerFaults } from "@fenced/servers";
+import { startAzureBlob, startDynamo, startPostgres, startS3, type ServerFaults } from "@fenced/servers";
 import type { StoreConnection } from "./counter-store.js";
 import type { Backend, Mode } from "./history.js";
 
@@ -12,7 +12,10 @@ export interface StoreServer {
   /** Where the server listens; the workers' delay proxies forward here. */
   readonly host: string;
   readonly port: number;
-  /** Pause, kill and restart the server (radosgw for S3), when it was started for faults. */
+  /**
+   * Pause, kill and restart the server (radosgw for S3, dynalite for DynamoDB, azurite for Azure
+   * Blob, which the nemesis only pauses), when it was started for faults.
+   */
   readonly faults: ServerFaults | undefined;
   /** radosgw's clock, when it was started for faults (skew-s3). */
   readonly clock?: { setOffsetMs(ms: number): void };
@@ -29,7 +32,7 @@ function hostPort(url: string, defaultPort: number): { host: string; port: numbe
 export interface StoreServerOptions {
   /**
    * Start a server of our own that the nemesis can pause and kill (pause-postgres, kill-postgres,
-   * pause-s3, kill-s3). A commit PostgreSQL acknowledged must survive a SIGKILL of every one of its
+   * pause-s3, kill-s3, pause-dynamodb, kill-dynamodb, pause-azure-blob). A commit PostgreSQL acknowledged must survive a SIGKILL of every one of its
    * processes: it is started with synchronous_commit on (a commit is acknowledged once its WAL is
    * written) and fsync off. A process kill leaves the kernel's page cache alone, so written is enough;
    * only a crash of the machine would need the flush. synchronous_commit=off, the throwaway servers'
@@ -50,6 +53,43 @@ export async function startStoreServer(backend: Backend, options: StoreServerOpt
       faults: pg.faults,
       namespace: (mode) => Promise.resolve({ backend, url: pg.url, schema: `chaos_${mode}_${suffix()}` }),
       stop: () => pg.stop(),
+    };
+  }
+  if (backend === "dynamodb") {
+    // dynalite keeps its tables in LevelDB under a folder of its own: a SIGKILL leaves every write it
+    // answered in the kernel's page cache, and its restart (on its port) reads them back.
+    const dynamo = await startDynamo();
+    return {
+      backend,
+      ...hostPort(dynamo.endpoint, 80),
+      faults: faults ? dynamo.faults : undefined,
+      namespace: async (mode) => ({
+        backend,
+        endpoint: dynamo.endpoint,
+        region: dynamo.region,
+        accessKeyId: dynamo.accessKeyId,
+        secretAccessKey: dynamo.secretAccessKey,
+        table: await dynamo.createTable(`chaos-${mode}-${suffix()}`),
+      }),
+      stop: () => dynamo.stop(),
+    };
+  }
+  if (backend === "azure-blob") {
+    // Paused, never killed: azurite saves its blobs' metadata every 5 s, so a SIGKILL would lose
+    // writes it had answered (STORE_FAULT_KINDS has no kill for it).
+    const azure = await startAzureBlob();
+    return {
+      backend,
+      ...hostPort(azure.url, 80),
+      faults: faults ? azure.faults : undefined,
+      namespace: async (mode) => ({
+        backend,
+        url: azure.url,
+        accountName: azure.accountName,
+        accountKey: azure.accountKey,
+        container: await azure.createContainer(`chaos-${mode}-${suffix()}`),
+      }),
+      stop: () => azure.stop(),
     };
   }
   // The Ceph cluster's monitor and OSD keep the objects; a kill is radosgw's, restarted on its port.
@@ -77,10 +117,18 @@ export function throughProxy(connection: StoreConnection, port: number): StoreCo
     const parsed = new URL(url);
     parsed.hostname = "127.0.0.1";
     parsed.port = String(port);
-    // URL adds a trailing slash to a bare origin; the S3 client would then sign a different path.
-    return connection.backend === "s3" ? parsed.origin : parsed.toString();
+    return parsed.toString();
   };
-  return connection.backend === "postgres"
-    ? { ...connection, url: rewrite(connection.url) }
-    : { ...connection, endpoint: rewrite(connection.endpoint) };
+  // URL adds a trailing slash to a bare origin; the AWS clients would then sign a different path.
+  const origin = (url: string): string => new URL(rewrite(url)).origin;
+  switch (connection.backend) {
+    case "postgres":
+      return { ...connection, url: rewrite(connection.url) };
+    case "s3":
+    case "dynamodb":
+      return { ...connection, endpoint: origin(connection.endpoint) };
+    case "azure-blob":
+      // The account's path stays: azurite serves accounts path-style.
+      return { ...connection, url: rewrite(connection.url) };
+  }
 }

@@ -19,7 +19,8 @@ export interface ChaosOptions {
   /**
    * Every operation takes one lease of two resources (drawn at random, in random order, so sets
    * overlap and come in both orders) and increments a counter per resource under it: on PostgreSQL
-   * both in one transaction under both fences, on S3 each under its own resource's fence. `ops`
+   * both in one transaction under both fences, on S3, DynamoDB and Azure Blob each under its own
+   * resource's fence. `ops`
    * then counts pairs. Through a gateway, the lease of two resources is the gateway's, and each
    * counter is written by a request of its own with its resource's credential.
    */
@@ -35,7 +36,7 @@ export interface ChaosOptions {
   readonly deadlineMs?: number;
   /** What liveness allows an answer beyond the deadline; default 1.5 s. */
   readonly livenessMarginMs?: number;
-  /** Pause and kill the store server (pause-postgres, kill-postgres, pause-s3, kill-s3); default true. */
+  /** Pause and kill the store server (pause-postgres, kill-postgres, pause-s3, kill-s3, pause-dynamodb, kill-dynamodb; azurite is only paused); default true. */
   readonly storeFaults?: boolean;
   /** Directory for the SVG plots and JSON-lines histories; none written if undefined. */
   readonly out?: string;
@@ -103,6 +104,9 @@ export interface ChaosSummary {
   /** Why the run failed: full showed a violation, unfenced showed none, a run repeated no token, an answer came late or never, a process died, a run timed out or made no progress. */
   readonly failures: readonly string[];
 }
+
+/** The backends a run through a gateway (`via: "gateway"`) is set up for (gateway-process.ts). */
+export const GATEWAY_BACKENDS: readonly Backend[] = ["postgres", "s3"];
 
 /** Sub-histories can span a long pause; the summary keeps their start and end. */
 const SUB_HISTORY_LINES = 24;
@@ -199,6 +203,9 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosSummary> {
     storeFaults: options.storeFaults ?? true,
   };
   if (pairs && settings.resources < 2) throw new RangeError("pairs need at least 2 resources");
+  const gatewayless = options.backends.filter((b) => !GATEWAY_BACKENDS.includes(b));
+  if (via === "gateway" && gatewayless.length > 0)
+    throw new RangeError(`runs through a gateway are on ${GATEWAY_BACKENDS.join(" and ")} only, not ${gatewayless.join(", ")}`);
   if (options.out !== undefined) await mkdir(options.out, { recursive: true });
   const runs: Partial<Record<Backend, Partial<Record<Mode, RunSummary>>>> = {};
   const faults: Record<FaultKind, number> = noFaults();

@@ -75,7 +75,7 @@ async function connect(
   // Loaded only where used: a worker that goes through a gateway never loads the lock, nor (unless
   // unfenced) a store client; five of them start in a fraction of the time.
   const direct = async (): Promise<CounterStore> =>
-    (await import("./counter-store.js")).openCounterStore(config.store, config.mode, { timeoutMs: config.deadlineMs });
+    await (await import("./counter-store.js")).openCounterStore(config.store, config.mode, { timeoutMs: config.deadlineMs });
   if (config.gateway === undefined) {
     const leases = (await import("./library-leases.js")).libraryLeases(config.redisUrls, config.nodeTimeoutMs);
     const counters = await direct();
