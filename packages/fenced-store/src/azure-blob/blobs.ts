@@ -19,9 +19,10 @@ import type { Condition, ConditionalPort, Failure, PortCapabilities, Revalidated
  * the store that uses this adapter keeps each body in its manifest (capabilities.dataObjects false).
  *
  * Sent once: every request goes through a pipeline of the adapter's own, built from the caller's
- * client's URL and credential with the SDK's retry policy at one try. The SDK's default resends a
- * request whose answer was lost (a timeout, a reset, a 500 or 503), and a resent conditional write
- * is checked against a fence read long gone (PROTOCOL.md, "Sent once").
+ * client's URL and credential, with one try and no redirect followed (ONE_SEND). The SDK's default
+ * resends a request whose answer was lost (a timeout, a reset, a 500 or 503) and follows a 3xx with
+ * the same PUT, and a resent conditional write is checked against a fence read long gone
+ * (PROTOCOL.md, "Sent once"). A token credential is not taken (ownCredential).
  */
 
 /** The largest block blob one Put Blob writes (Azure, service version 2019-12-12 and later). */
