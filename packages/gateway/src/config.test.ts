@@ -67,6 +67,21 @@ describe("configuration errors", () => {
     expect(line).toContain(`unknown field s3.buckett (from ${path}): the fields of s3 are bucket, endpoint,`);
   });
 
+  it("one store serves each family: PostgreSQL or DynamoDB for records, S3 or Azure Blob for objects", () => {
+    expect(refusal(() => loadConfig({ postgres: "postgres://u@db/fenced", dynamodbTable: "fenced" }, env, noFile))).toMatch(
+      /one store serves \/v1\/records: give the section of one of postgres and dynamodb, not both/,
+    );
+    const azure = { ...env, FENCED_GATEWAY_AZURE_BLOB_CONTAINER: "fenced", FENCED_GATEWAY_AZURE_BLOB_CONNECTION_STRING: "AccountName=a" };
+    expect(refusal(() => loadConfig({ s3Bucket: "bucket" }, azure, noFile))).toMatch(/one store serves \/v1\/objects/);
+    const config = loadConfig({ dynamodbTable: "fenced" }, azure, noFile);
+    expect([config.dynamodb?.table, config["azure-blob"]?.container, config.postgres, config.s3]).toEqual([
+      "fenced",
+      "fenced",
+      undefined,
+      undefined,
+    ]);
+  });
+
   it("the PostgreSQL URL is checked like the lock's: a postgres:// or postgresql:// URL", () => {
     expect(refusal(() => loadConfig({ postgres: "notaurl" }, env, noFile))).toBe(
       "postgres.url: must be a postgres:// or postgresql:// URL, such as postgres://user:password@host:5432/database (from --postgres)",

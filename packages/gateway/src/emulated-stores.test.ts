@@ -4,6 +4,8 @@ import { startAzureBlob, startDynamo, type StartedAzureBlob, type StartedDynamo 
 import { mintFenceCredential, type CredentialKey } from "@fenced/fence/credentials";
 import { API_KEYS, FENCE_KEYS, KEYS, bearer, runGateway, writeHeaders, type RunningGateway } from "./test-support.js";
 import type { GatewayOptions } from "./app.js";
+import { dynamoRecords } from "./stores/dynamodb.js";
+import { azureBlobObjects } from "./stores/azure-blob.js";
 
 /**
  * The gateway serving records from DynamoDB (dynalite) and objects from Azure Blob (azurite), each
@@ -127,6 +129,38 @@ describe("objects on Azure Blob", () => {
       expect(answer.status).toBe(413);
     } finally {
       await small.close();
+    }
+  });
+});
+
+describe("the stores from their configuration sections", () => {
+  it("DynamoDB and Azure Blob sections make the options a gateway serves with", async () => {
+    const closers: (() => Promise<unknown>)[] = [];
+    const context = { storeTimeoutMs: 5_000, logger: pino({ level: "silent" }), closers };
+    const credentials = { accessKeyId: dynamo.accessKeyId, secretAccessKey: dynamo.secretAccessKey };
+    const records = await dynamoRecords.fromSection({ table, endpoint: dynamo.endpoint, region: dynamo.region, ...credentials }, context);
+    const objects = await azureBlobObjects.fromSection({ container, connectionString: azure.connectionString }, context);
+    const configured = await runGateway(options({ records, objects }));
+    try {
+      const c = configured.client;
+      const put = await c.send({
+        method: "PUT",
+        path: "/v1/records/conf/a",
+        headers: { ...writeHeaders(KEYS.admin, 2n), ...json },
+        body: "2",
+      });
+      expect(put.status, put.text()).toBe(200);
+      const blob = await c.send({
+        method: "PUT",
+        path: "/v1/objects/conf/b",
+        headers: { ...writeHeaders(KEYS.admin, 2n), "content-type": "text/plain" },
+        body: "b",
+      });
+      expect(blob.status, blob.text()).toBe(200);
+      expect((await gw.client.send({ method: "GET", path: "/v1/objects/conf/b", headers: bearer(KEYS.admin) })).body.toString()).toBe("b");
+    } finally {
+      await configured.close();
+      await Promise.all(closers.map((close) => close()));
     }
   });
 });
