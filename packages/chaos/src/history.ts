@@ -148,6 +148,12 @@ export const STORE_FAULT_KINDS = {
   "azure-blob": { pause: "pause-azure-blob", kill: undefined },
 } as const satisfies Readonly<Record<Backend, { readonly pause: StoreFaultKind; readonly kill: StoreFaultKind | undefined }>>;
 
+/** Every fault that acts on a store server rather than the lock or a client: each backend's pause and kill, and S3's clock skew. */
+export const STORE_FAULTS: ReadonlySet<FaultKind> = new Set<FaultKind>([
+  ...Object.values(STORE_FAULT_KINDS).flatMap(({ pause, kill }): StoreFaultKind[] => (kill === undefined ? [pause] : [pause, kill])),
+  "skew-s3",
+]);
+
 export type FaultKind =
   | "pause-worker"
   | "pause-in-rmw"

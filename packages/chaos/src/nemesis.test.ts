@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { planFaults, scheduleCoverageMs, type Fault, type ScheduleOptions } from "./nemesis.js";
 import { storeFaults } from "./fault-streams.js";
-import { STORE_FAULT_KINDS } from "./history.js";
+import { STORE_FAULT_KINDS, STORE_FAULTS } from "./history.js";
 
 const shape: Omit<ScheduleOptions, "seed"> = { ttlMs: 600, workers: 5, redisNodes: 5, clockNode: 0 };
 
@@ -55,16 +55,6 @@ describe("fault schedule", () => {
 
   it("with a backend, adds pauses and kills of its store server, one at a time, and leaves every other fault where it was", () => {
     const withoutIds = (faults: Fault[]): Omit<Fault, "id">[] => faults.map(({ id: _id, ...rest }) => rest);
-    const storeKinds = new Set([
-      "pause-postgres",
-      "kill-postgres",
-      "pause-s3",
-      "kill-s3",
-      "pause-dynamodb",
-      "kill-dynamodb",
-      "pause-azure-blob",
-      "skew-s3",
-    ]);
     for (const [backend, pause, kill] of [
       ["postgres", "pause-postgres", "kill-postgres"],
       ["s3", "pause-s3", "kill-s3"],
@@ -74,8 +64,8 @@ describe("fault schedule", () => {
     ] as const) {
       const plain = planFaults({ ...shape, seed: 3, gateway: true }, 120_000);
       const faults = planFaults({ ...shape, seed: 3, gateway: true, store: backend }, 120_000);
-      expect(withoutIds(faults.filter((f) => !storeKinds.has(f.kind)))).toEqual(withoutIds(plain));
-      const store = faults.filter((f) => storeKinds.has(f.kind) && f.kind !== "skew-s3");
+      expect(withoutIds(faults.filter((f) => !STORE_FAULTS.has(f.kind)))).toEqual(withoutIds(plain));
+      const store = faults.filter((f) => STORE_FAULTS.has(f.kind) && f.kind !== "skew-s3");
       expect(new Set(store.map((f) => f.kind))).toEqual(new Set(kill === undefined ? [pause] : [pause, kill]));
       // About one every 8 TTLs between faults (kills add their restart margin); some pauses outlast the stores' 2 s deadline of the chaos runs.
       expect(store.length).toBeGreaterThanOrEqual(120_000 / (16 * shape.ttlMs));
@@ -86,7 +76,7 @@ describe("fault schedule", () => {
       }
       expect(faults.map((f) => f.id)).toEqual(faults.map((_, i) => i));
     }
-    expect(planFaults({ ...shape, seed: 3 }, 120_000).some((f) => storeKinds.has(f.kind))).toBe(false);
+    expect(planFaults({ ...shape, seed: 3 }, 120_000).some((f) => STORE_FAULTS.has(f.kind))).toBe(false);
   });
 
   it("with S3, skews radosgw's clock 4.5 to 14 minutes either way, one skew at a time", () => {

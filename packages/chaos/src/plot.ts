@@ -1,5 +1,5 @@
 import type { CheckResult } from "./checker.js";
-import type { FaultKind, HistoryEvent, NemesisEvent, OpEvent } from "./history.js";
+import { STORE_FAULTS, type FaultKind, type HistoryEvent, type NemesisEvent, type OpEvent } from "./history.js";
 
 /**
  * An SVG of one run over time: the tokens of acknowledged writes (a stale write shows as a dot below
@@ -43,16 +43,6 @@ const FAULT_COLOURS: Record<FaultKind, string> = {
   "pause-azure-blob": "#806000",
   "skew-s3": "#c020c0",
 };
-const STORE_KINDS = new Set<FaultKind>([
-  "pause-postgres",
-  "kill-postgres",
-  "pause-s3",
-  "kill-s3",
-  "pause-dynamodb",
-  "kill-dynamodb",
-  "pause-azure-blob",
-  "skew-s3",
-]);
 const RESOURCE_COLOURS = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#bcbd22"];
 
 const esc = (s: string): string => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
@@ -103,7 +93,7 @@ export function plotHistory(history: readonly HistoryEvent[], result: CheckResul
       ? `redis ${f.target.split(" ")[1] ?? "?"}`
       : f.kind === "pause-gateway"
         ? "gateway"
-        : STORE_KINDS.has(f.kind)
+        : STORE_FAULTS.has(f.kind)
           ? "store"
           : undefined;
   const named = new Set(faults.flatMap((f) => laneName(f) ?? []));
