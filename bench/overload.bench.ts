@@ -301,7 +301,7 @@ try {
     emitOpenGoals(runs, openCapacity, STORE_DEADLINE_MS, round);
   }
   if (openRounds.length > 0) emitOpenMedians(openRounds, openCapacity);
-  const runs = openRounds[0] as (typeof openRounds)[number];
+  const runs = openRounds[0];
 
   // The closed loop larger than the limit and the queue hold, capped after an uncapped start, interleaved.
   const big1024: Load = { generator: big, job: { ...closed.job, connections: BIG_CLOSED } };
@@ -342,10 +342,10 @@ try {
         drainLimitMs: DRAIN_LIMIT_MS,
       });
   const gatewayAt = (side: Side, fraction: 2 | 4 | 10): number => {
-    const r = (runs[side][fraction] as Measured).results[0] as JobResult;
+    const r = (runs?.[side][fraction] as Measured).results[0] as JobResult;
     return round3(perSec(r.acceptedInWindow, r) / openCapacity);
   };
-  for (const fraction of anchorAt === undefined ? [] : ([2, 4, 10] as const)) {
+  for (const fraction of anchorAt === undefined || runs === undefined ? [] : ([2, 4, 10] as const)) {
     emit({
       bench: "overload-accepted-vs-anchor",
       ...setting,
@@ -428,15 +428,15 @@ try {
   }
 
   // 4. What a refusal costs the gateway, by the residual of the 2× and 4× phases (overload-refusal.ts).
-  const refusalContext: RefusalContext = {
-    on: runs.on as RefusalContext["on"],
-    closedWriteUs: cpuPerWriteOf("on"),
-    // A write as the open loop sends them, one by one: the admission-off gateway's CPU per answer at 0.5× (all accepted).
-    pacedWriteUs: openCapacities.off.pacedUs,
-    capacity: openCapacity,
-    coresServed: CPU_CORES_SERVED,
-  };
-  if (PHASES.has("refusal") && anchors !== undefined) {
+  if (PHASES.has("refusal") && anchors !== undefined && runs !== undefined) {
+    const refusalContext: RefusalContext = {
+      on: runs.on as RefusalContext["on"],
+      closedWriteUs: cpuPerWriteOf("on"),
+      // A write as the open loop sends them, one by one: the admission-off gateway's CPU per answer at 0.5× (all accepted).
+      pacedWriteUs: openCapacities.off.pacedUs,
+      capacity: openCapacity,
+      coresServed: CPU_CORES_SERVED,
+    };
     emit({ bench: "overload-refusal-cost", ...setting, ...refusalCostFigures(refusalContext, anchors.refusalFloorUs) });
 
     // 5. A refusal's CPU measured directly: every write but one refused, against node:http's own 503.

@@ -55,12 +55,36 @@ interface Running {
  */
 type Served = "serve" | "own server";
 
+/** A request as raw HTTP/1.1 with a JSON body, for a socket the test controls. */
+function raw(method: string, path: string, body: unknown, headers: Record<string, string>): string {
+  const text = JSON.stringify(body);
+  const lines = Object.entries({ ...headers, "content-type": "application/json" }).map(([k, v]) => `${k}: ${v}\r\n`);
+  return `${method} ${path} HTTP/1.1\r\nHost: x\r\nContent-Length: ${Buffer.byteLength(text)}\r\n${lines.join("")}\r\n${text}`;
+}
+
 /** A record write as raw HTTP/1.1, for a socket the test controls. */
 function rawPut(key: string): string {
-  const body = JSON.stringify({ value: 1 });
-  const headers = { ...writeHeaders(KEYS.admin, 1n, { "fencing-resource": key }), "content-type": "application/json" };
-  const lines = Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`);
-  return `PUT /v1/records/${key} HTTP/1.1\r\nHost: x\r\nContent-Length: ${Buffer.byteLength(body)}\r\n${lines.join("")}\r\n${body}`;
+  return raw("PUT", `/v1/records/${key}`, { value: 1 }, writeHeaders(KEYS.admin, 1n, { "fencing-resource": key }));
+}
+
+/** A raw connection to the gateway, and the status of each answer on it as it arrives. */
+function rawConnection(port: number): { readonly socket: ReturnType<typeof connect>; readonly statuses: number[] } {
+  const socket = connect(port, "127.0.0.1");
+  socket.on("error", () => undefined);
+  onTestFinished(() => void socket.destroy());
+  const statuses: number[] = [];
+  let text = "";
+  socket.on("data", (chunk: Buffer) => {
+    text += chunk.toString();
+    statuses.splice(0, statuses.length, ...[...text.matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((m) => Number(m[1])));
+  });
+  return { socket, statuses };
+}
+
+/** The gateway's parked connections now (admission/parking.ts). */
+async function parked(gw: Running): Promise<number> {
+  const text = await gw.gateway.metrics.registry.metrics();
+  return Number(/^fenced_gateway_admission_parked_connections (\S+)$/m.exec(text)?.[1]);
 }
 
 async function run(admission: AdmissionOptions, schema: string, served: Served = "serve"): Promise<Running> {
@@ -176,6 +200,52 @@ describe("admission control", () => {
       expect({ total, longerThanTheWait: total - quick }).toEqual({ total: 2, longerThanTheWait: 2 });
     },
   );
+
+  it("reads a refused client's next request only once there is room for it: its connection is parked, not read and refused again", async () => {
+    await using gw = await run({ minConcurrency: 1, maxConcurrency: 1, queueLength: 0, queueTimeoutMs: 60_000 }, "parked");
+    postgres.faults.pause();
+    const held = put(gw.client, "team-a/held");
+    await expect.poll(() => gw.metric("fenced_gateway_admission_inflight", 'route="records"')).toBe(1);
+    const { socket, statuses } = rawConnection(gw.port);
+    socket.write(rawPut("team-a/first"));
+    await expect.poll(() => statuses).toEqual([503]);
+    await expect.poll(() => parked(gw)).toBe(1);
+    // Its client sends the next at once: read, it would be refused again (the slot is still taken).
+    socket.write(rawPut("team-a/second"));
+    await delay(300);
+    expect(statuses).toEqual([503]);
+    expect(await gw.metric("fenced_gateway_requests_shed_total", 'route="records",priority="work",reason="queue_full"')).toBe(1);
+    // The slot frees: the parked connection is read, and its write let in.
+    postgres.faults.resume();
+    expect((await held).status).toBe(200);
+    await expect.poll(() => statuses).toEqual([503, 200]);
+    expect(await parked(gw)).toBe(0);
+    const { rows } = await pool.query<{ key: string }>("SELECT key FROM parked.records ORDER BY key");
+    expect(rows.map((r) => r.key)).toEqual(["team-a/held", "team-a/second"]);
+  });
+
+  it("reads a parked connection again after 5 s, room or not: a lease's extension sent on it is served", async () => {
+    // gate.ts' MAX_PARK_MS.
+    const PARKED_MS = 5_000;
+    await using gw = await run({ minConcurrency: 1, maxConcurrency: 1, queueLength: 0 }, "parked_extend");
+    const granted = await gw.client.json("POST", "/v1/leases", { resource: "team-a/parked", ttlMs: 60_000 }, bearer(KEYS.admin));
+    expect(granted.status).toBe(201);
+    postgres.faults.pause();
+    const held = put(gw.client, "team-a/held");
+    await expect.poll(() => gw.metric("fenced_gateway_admission_inflight", 'route="records"')).toBe(1);
+    const { socket, statuses } = rawConnection(gw.port);
+    socket.write(rawPut("team-a/refused"));
+    await expect.poll(() => statuses).toEqual([503]);
+    const sent = performance.now();
+    socket.write(
+      raw("POST", "/v1/leases/extend", { leaseId: granted.json<{ leaseId: string }>().leaseId, ttlMs: 60_000 }, bearer(KEYS.admin)),
+    );
+    await expect.poll(() => statuses, { timeout: 4 * PARKED_MS }).toEqual([503, 200]);
+    // Parked until its time was up (the records family stayed full), then read and served.
+    expect(performance.now() - sent).toBeGreaterThanOrEqual(PARKED_MS * 0.9);
+    postgres.faults.resume();
+    expect((await held).status).toBe(200);
+  });
 
   it("counts a queued request whose client leaves (499, its slot freed), in both servings", async () => {
     for (const served of ["serve", "own server"] as const) {

@@ -40,6 +40,12 @@ export class FairQueue<T> {
     return undefined;
   }
 
+  /** The next shift() would give, left in its place. */
+  peek(): T | undefined {
+    for (let p = this.#levels.length - 1; p >= 0; p--) for (const entries of this.#level(p).values()) return entries[0];
+    return undefined;
+  }
+
   /**
    * The queue is full and `key` wants a place at `priority`: the entry that gives up its place (taken
    * out of the queue), or undefined when the newcomer is the one to refuse. The victim is the newest

@@ -16,6 +16,7 @@ import { FairShare } from "./fair-share.js";
 import type { LimitSettings } from "./limit.js";
 import { LoopDelay } from "./loop-delay.js";
 import type { AdmissionMetrics } from "./metrics.js";
+import { Parking } from "./parking.js";
 
 /** GatewayOptions.admission, with its defaults (measured with `pnpm bench overload`: docs/benchmarks.md). */
 export const admissionSchema = z.strictObject({
@@ -57,6 +58,15 @@ export const admissionSchema = z.strictObject({
 export type AdmissionOptions = z.input<typeof admissionSchema>;
 type AdmissionConfig = z.output<typeof admissionSchema>;
 
+/**
+ * The longest a connection is parked (parking.ts) before it is read again, room or not: the bound on
+ * how long a request sent on it — a lease's extension too — waits unread. A key that floods waits
+ * behind its own parked connections, each key taking its turn; a shorter bound lets a flood over
+ * many connections be read as fast as it sends (2,048 connections parked 250 ms each: 8,192 reads a
+ * second, measured with `pnpm bench overload`). The store deadline's default.
+ */
+const MAX_PARK_MS = 5_000;
+
 /** A refused request's answer names its reason; a warning sums them up at most this often. */
 const WARN_EVERY_MS = 10_000;
 
@@ -76,9 +86,25 @@ export function admissionGate(options: GateOptions): {
   const loop = new LoopDelay();
   const gates = familyGates(config, loop, options.recordsPoolSize);
   const fair = new FairShare();
-  options.metrics.watch(gates, loop, fair);
-  const decide = decision(config, { gates, loop, fair }, options);
-  return { handler: middleware(options.auth, decide), early: earlyHandler(options, decide), stop: () => loop.stop() };
+  const parking = new Parking<Family>({
+    // A place to run or to wait: a request read then is not refused for want of one.
+    room: (family) => {
+      const gate = gates.get(family) as Admission;
+      return gate.limit + config.queueLength - gate.inflight - gate.queued;
+    },
+    keepingUp: () => fair.share === Infinity,
+    maxParkMs: MAX_PARK_MS,
+  });
+  options.metrics.watch(gates, loop, fair, parking);
+  const decide = decision(config, { gates, loop, fair, parking }, options);
+  return {
+    handler: middleware(options.auth, decide),
+    early: earlyHandler(options, decide),
+    stop: () => {
+      loop.stop();
+      parking.stop();
+    },
+  };
 }
 
 interface GateOptions {
@@ -101,7 +127,7 @@ type Decide = (seen: Seen, res: Response, refuse: (reason: ShedReason) => void, 
 
 function decision(
   config: AdmissionConfig,
-  { gates, loop, fair }: { gates: Map<Family, Admission>; loop: LoopDelay; fair: FairShare },
+  { gates, loop, fair, parking }: { gates: Map<Family, Admission>; loop: LoopDelay; fair: FairShare; parking: Parking<Family> },
   options: GateOptions,
 ): Decide {
   const warn = summary(options.logger);
@@ -120,19 +146,30 @@ function decision(
     return fair.admit(key, priority === "acquire" ? 0.5 : 1, now, Math.random());
   };
   return (seen, res, answer, next, fail) => {
+    // The connection's next request is read when there is room for it (parking.ts); its answer is out.
+    const socket = res.socket;
     const refuse = (reason: ShedReason): void => {
       options.metrics.shed(seen.family, seen.priority, reason);
       warn(reason);
       answer(reason);
+      // Once the answer is out and the server has set the connection's keep-alive timer (parking.ts suspends it).
+      res.once("close", () => parking.answered(socket, seen.key, seen.family, false));
     };
+    const held = (release: Release): void =>
+      hold(
+        res,
+        () => {
+          release();
+          parking.answered(socket, seen.key, seen.family, true);
+        },
+        next,
+        fail,
+      );
     if (!withinShare(seen.key, seen.priority)) return refuse("event-loop-delay");
     const admitted = (gates.get(seen.family) as Admission).admit(seen.priority, seen.key, (cancel) => watchClient(res, cancel));
-    if (typeof admitted === "function") return hold(res, admitted, next, fail);
+    if (typeof admitted === "function") return held(admitted);
     if (typeof admitted === "string") return refuse(admitted);
-    admitted.then(
-      (release) => hold(res, release, next, fail),
-      (err: unknown) => (err instanceof OverloadedError ? refuse(err.reason) : fail(err)),
-    );
+    admitted.then(held, (err: unknown) => (err instanceof OverloadedError ? refuse(err.reason) : fail(err)));
   };
 }
 

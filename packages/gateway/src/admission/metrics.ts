@@ -10,6 +10,7 @@ export class AdmissionMetrics {
   #gates: ReadonlyMap<string, Admission> = new Map();
   #loop: LoopDelay | undefined;
   #fair: FairShare | undefined;
+  #parking: { readonly size: number } | undefined;
 
   constructor(registry: Registry) {
     const registers = [registry];
@@ -23,6 +24,7 @@ export class AdmissionMetrics {
     const gates = (): ReadonlyMap<string, Admission> => this.#gates;
     const loop = (): LoopDelay | undefined => this.#loop;
     const fair = (): FairShare | undefined => this.#fair;
+    const parking = (): { readonly size: number } | undefined => this.#parking;
     const gauge = (name: string, help: string, read: (gate: Admission) => number): void => {
       new Gauge({
         name,
@@ -64,13 +66,22 @@ export class AdmissionMetrics {
         this.set(fair()?.share ?? Infinity);
       },
     });
+    new Gauge({
+      name: "fenced_gateway_admission_parked_connections",
+      help: "Keep-alive connections not read until there is room for their next request: their last request was refused, or its route family had neither a slot nor a place in its queue (each read again in turn across API keys, after at most 5 s)",
+      registers,
+      collect() {
+        this.set(parking()?.size ?? 0);
+      },
+    });
   }
 
-  /** The gates, the loop and the fair share to report (called once, when admission control is on). */
-  watch(gates: ReadonlyMap<string, Admission>, loop: LoopDelay, fair: FairShare): void {
+  /** The gates, the loop, the fair share and the parked connections to report (called once, when admission control is on). */
+  watch(gates: ReadonlyMap<string, Admission>, loop: LoopDelay, fair: FairShare, parking: { readonly size: number }): void {
     this.#gates = gates;
     this.#loop = loop;
     this.#fair = fair;
+    this.#parking = parking;
   }
 
   shed(route: string, priority: Priority, reason: ShedReason): void {

@@ -1,0 +1,144 @@
+// Parked connections (parking.ts) on real loopback sockets, without an HTTP server: which connection
+// is parked, and which is read again when. The gateway's own tests (../overload.test.ts) run the
+// same over HTTP against real backends.
+import type { Socket } from "node:net";
+import { once } from "node:events";
+import { connectedPair } from "@fenced/servers/sockets";
+import { afterEach, describe, expect, it } from "vitest";
+import { Parking, type ParkingSettings } from "./parking.js";
+
+const pairs: (() => void)[] = [];
+afterEach(() => {
+  for (const close of pairs.splice(0)) close();
+});
+
+/** The gateway's end of a fresh loopback connection, and its client's. */
+async function connection(): Promise<{ socket: Socket; client: Socket }> {
+  const { client, peer, close } = await connectedPair();
+  pairs.push(close);
+  return { socket: peer, client };
+}
+
+function parking(room: () => number, more: Partial<ParkingSettings<string>> = {}): Parking<string> {
+  const p = new Parking<string>({ room, keepingUp: () => false, maxParkMs: 60_000, ...more });
+  pairs.push(() => p.stop());
+  return p;
+}
+
+/** Whether the gateway's end reads what its client sends: a byte written arrives, or not within `ms`. */
+async function reads(c: { socket: Socket; client: Socket }, ms = 50): Promise<boolean> {
+  const arrived = once(c.socket, "data").then(() => true);
+  c.client.write("x");
+  return Promise.race([arrived, new Promise<boolean>((r) => setTimeout(() => r(false), ms))]);
+}
+
+describe("parked connections", () => {
+  it("reads on a served connection while its family has room and nobody is parked", async () => {
+    const c = await connection();
+    const p = parking(() => 1);
+    p.answered(c.socket, "a", "records", true);
+    expect(p.size).toBe(0);
+    expect(await reads(c)).toBe(true);
+  });
+
+  it("parks a refused connection, and a served one when its family is full; neither is read until a slot frees", async () => {
+    const [refused, full] = [await connection(), await connection()];
+    let room = 0;
+    const p = parking(() => room);
+    p.answered(refused.socket, "a", "records", false);
+    p.answered(full.socket, "b", "records", true);
+    expect(p.size).toBe(2);
+    expect(await reads(refused)).toBe(false);
+    expect(await reads(full)).toBe(false);
+    // A slot frees: one is read again (the first parked), the other stays.
+    room = 1;
+    const other = await connection();
+    p.answered(other.socket, "c", "records", true);
+    expect(refused.socket.isPaused()).toBe(false);
+    expect(full.socket.isPaused()).toBe(true);
+    // What its client sent while it was parked arrives now.
+    await once(refused.socket, "data");
+  });
+
+  it("reads parked connections again in turn across keys, each key's in the order parked, one per freed slot", async () => {
+    const cs = await Promise.all(Array.from({ length: 4 }, connection));
+    const [a1, a2, a3, b1] = cs as [(typeof cs)[0], (typeof cs)[0], (typeof cs)[0], (typeof cs)[0]];
+    const p = parking(() => 1);
+    for (const [c, key] of [
+      [a1, "a"],
+      [a2, "a"],
+      [a3, "a"],
+      [b1, "b"],
+    ] as const)
+      p.answered(c.socket, key, "records", false);
+    const order: string[] = [];
+    const names = new Map([a1, a2, a3, b1].map((c, i) => [c.socket, ["a1", "a2", "a3", "b1"][i] as string]));
+    for (let i = 0; i < 4; i++) {
+      const before = new Set([...names.keys()].filter((s) => s.isPaused()));
+      // A served request of key a ends: its connection takes its turn behind those parked.
+      const served = await connection();
+      names.set(served.socket, `served${i}`);
+      p.answered(served.socket, "a", "records", true);
+      order.push(...[...before].filter((s) => !s.isPaused()).map((s) => names.get(s) as string));
+    }
+    expect(order).toEqual(["a1", "b1", "a2", "a3"]);
+  });
+
+  it("reads every connection parked for maxParkMs again, room or not", async () => {
+    const c = await connection();
+    const p = parking(() => 0, { maxParkMs: 40 });
+    const parked = performance.now();
+    p.answered(c.socket, "a", "records", false);
+    await expect.poll(() => c.socket.isPaused(), { interval: 5, timeout: 5_000 }).toBe(false);
+    expect(performance.now() - parked).toBeGreaterThanOrEqual(40);
+    expect(p.size).toBe(0);
+  });
+
+  it("while the gateway keeps up, reads as many parked connections as there is room for, no more", async () => {
+    const cs = await Promise.all(Array.from({ length: 3 }, connection));
+    let keepingUp = false;
+    const p = parking(() => 2, { keepingUp: () => keepingUp });
+    for (const c of cs) p.answered(c.socket, "a", "records", false);
+    expect(p.size).toBe(3);
+    keepingUp = true;
+    await expect.poll(() => p.size, { interval: 5, timeout: 5_000 }).toBe(1);
+  });
+
+  it("forgets a parked connection its client closes, and reads every one still parked when stopped", async () => {
+    const [gone, kept] = [await connection(), await connection()];
+    const p = parking(() => 0);
+    p.answered(gone.socket, "a", "records", false);
+    p.answered(kept.socket, "a", "records", false);
+    gone.client.destroy();
+    await expect.poll(() => p.size, { interval: 5, timeout: 5_000 }).toBe(1);
+    p.stop();
+    expect(p.size).toBe(0);
+    expect(await reads(kept)).toBe(true);
+  });
+
+  it("suspends a parked connection's idle timeout (the server's keep-alive: its client has sent, or may have), and gives it back when read again", async () => {
+    const c = await connection();
+    let timedOut = false;
+    c.socket.setTimeout(30, () => {
+      timedOut = true;
+    });
+    let room = 0;
+    const p = parking(() => room);
+    p.answered(c.socket, "a", "records", false);
+    await new Promise((r) => setTimeout(r, 150));
+    expect(timedOut).toBe(false);
+    room = 1;
+    p.answered((await connection()).socket, "b", "records", true);
+    expect(c.socket.isPaused()).toBe(false);
+    expect(c.socket.timeout).toBe(30);
+    await expect.poll(() => timedOut, { interval: 5, timeout: 5_000 }).toBe(true);
+  });
+
+  it("never parks a connection that is closing", async () => {
+    const c = await connection();
+    c.socket.end();
+    const p = parking(() => 0);
+    p.answered(c.socket, "a", "records", false);
+    expect(p.size).toBe(0);
+  });
+});

@@ -1,0 +1,176 @@
+import type { Socket } from "node:net";
+import { performance } from "node:perf_hooks";
+import { FairQueue } from "./fair-queue.js";
+
+/**
+ * Parked connections: backpressure per connection. HTTP/1.1 sends a connection's next request only
+ * after its answer, so a connection the gateway does not read is a client that waits, its request in
+ * the kernel's socket buffer, at no cost to the gateway; a request read and refused costs about a
+ * fifth of a write, and its client sends the next one at once. So once a connection's answer is out,
+ * it is parked — not read — when its request was refused, when its route family has no room (no
+ * slot and no place in its queue: its next request would be refused), or when others are parked
+ * already (it takes its turn behind them). Parked connections are read again in turn across API keys, each key's in the
+ * order parked: one for each slot a request's end frees, all that fit while the gateway keeps up with
+ * its own work (the fair share binds nobody), and every one that has waited `maxParkMs`, room or not.
+ *
+ * It only decides when a connection is read: no fence, token or write depends on it. A request read
+ * is judged as before; a request on a parked connection (a lease's extension too) waits at most
+ * `maxParkMs` and one sweep before it is read.
+ */
+
+/** How often parked connections are looked at (those past maxParkMs; all that fit while the gateway keeps up). */
+const SWEEP_MS = 10;
+
+export interface ParkingSettings<F> {
+  /** The requests family `family` can take now without refusing one: its limit and its queue's places, less those in flight and waiting. */
+  readonly room: (family: F) => number;
+  /** Whether the gateway keeps up with its own work (the fair share binds nobody): parked connections are then read as they fit. */
+  readonly keepingUp: () => boolean;
+  /** The longest a connection stays parked before it is read again, room or not. */
+  readonly maxParkMs: number;
+}
+
+interface Parked<F> {
+  readonly socket: Socket;
+  readonly key: string;
+  /** The family of its last request: the room its next one most likely needs. */
+  readonly family: F;
+  readonly since: number;
+  /** Its idle timeout when parked (the server's keep-alive), suspended while parked: its client has sent, or may have. */
+  readonly timeout: number | undefined;
+  readonly gone: () => void;
+  parked: boolean;
+}
+
+export class Parking<F> {
+  /** In turn across keys (one priority level). */
+  readonly #turns = new FairQueue<Parked<F>>(1);
+  /** Every connection in the order parked, the longest parked first; those read again meanwhile are skipped. */
+  #byAge: Parked<F>[] = [];
+  #head = 0;
+  #timer: NodeJS.Timeout | undefined;
+
+  constructor(readonly settings: ParkingSettings<F>) {}
+
+  /** Connections parked now. */
+  get size(): number {
+    return this.#turns.size;
+  }
+
+  /**
+   * A request of `key` on `socket` has been answered (its response is over): `freed` when it held a
+   * slot of `family` (admitted, and now released), false when it was refused. Parks the connection
+   * unless nobody is parked and its family has room; a freed slot then lets the next connection in
+   * turn be read.
+   */
+  answered(socket: Socket | null, key: string, family: F, freed: boolean): void {
+    const room = this.settings.room(family);
+    if (this.#turns.size === 0 && room > 0 && freed) return;
+    if (socket !== null && parkable(socket)) this.#park(socket, key, family);
+    if (freed && room > 0) this.#readNext();
+  }
+
+  /** Reads every parked connection again (the gateway is closing: they are the server's to end). */
+  stop(): void {
+    clearInterval(this.#timer);
+    this.#timer = undefined;
+    while (this.#readNext());
+  }
+
+  #park(socket: Socket, key: string, family: F): void {
+    const entry: Parked<F> = {
+      socket,
+      key,
+      family,
+      since: performance.now(),
+      timeout: socket.timeout,
+      gone: () => this.#forget(entry),
+      parked: true,
+    };
+    stopReading(socket);
+    if (entry.timeout) socket.setTimeout(0);
+    socket.once("close", entry.gone);
+    this.#turns.push(0, key, entry);
+    this.#byAge.push(entry);
+    this.#timer ??= setInterval(() => this.#sweep(), SWEEP_MS).unref();
+  }
+
+  /** Reads the next connection in turn again; false when none is parked. */
+  #readNext(): boolean {
+    const entry = this.#turns.shift();
+    if (entry === undefined) return false;
+    this.#unpark(entry);
+    return true;
+  }
+
+  #unpark(entry: Parked<F>): void {
+    entry.parked = false;
+    entry.socket.off("close", entry.gone);
+    if (entry.timeout) entry.socket.setTimeout(entry.timeout);
+    startReading(entry.socket);
+    if (this.#turns.size === 0) this.#idle();
+  }
+
+  /** Its client closed the connection while parked. */
+  #forget(entry: Parked<F>): void {
+    if (!entry.parked || !this.#turns.remove(0, entry.key, entry)) return;
+    entry.parked = false;
+    if (this.#turns.size === 0) this.#idle();
+  }
+
+  /** Nobody parked: no sweep, and the age list let go. */
+  #idle(): void {
+    clearInterval(this.#timer);
+    this.#timer = undefined;
+    this.#byAge = [];
+    this.#head = 0;
+  }
+
+  #sweep(): void {
+    const oldest = performance.now() - this.settings.maxParkMs;
+    for (
+      let entry = this.#byAge[this.#head];
+      entry !== undefined && (!entry.parked || entry.since <= oldest);
+      entry = this.#byAge[this.#head]
+    ) {
+      this.#head++;
+      if (entry.parked && this.#turns.remove(0, entry.key, entry)) this.#unpark(entry);
+    }
+    if (this.#head > 1024 && this.#head * 2 > this.#byAge.length) {
+      this.#byAge = this.#byAge.slice(this.#head);
+      this.#head = 0;
+    }
+    if (!this.settings.keepingUp()) return;
+    // As many as there is room for now: a connection read again takes its room only once its request arrives.
+    let read = 0;
+    for (let next = this.#turns.peek(); next !== undefined && this.settings.room(next.family) > read; next = this.#turns.peek()) {
+      this.#readNext();
+      read++;
+    }
+  }
+}
+
+/** A connection that will carry another request: open both ways (a response that closes its connection ends it). */
+function parkable(socket: Socket): boolean {
+  return !socket.destroyed && socket.readable && socket.writable;
+}
+
+/**
+ * Node's HTTP server's own mark of a connection it has stopped reading (set while a client's
+ * pipelined requests outrun their answers): with it set, the server itself keeps the connection
+ * stopped — its resume after an answer, and a request body's, both check it — until startReading
+ * clears it, as the server does once its answers drain.
+ */
+type ServerSocket = Socket & { _paused?: boolean; parser?: { resume(): void } | null };
+
+function stopReading(socket: Socket): void {
+  (socket as ServerSocket)._paused = true;
+  socket.pause();
+}
+
+function startReading(socket: Socket): void {
+  const s = socket as ServerSocket;
+  s._paused = false;
+  s.parser?.resume();
+  s.resume();
+}
