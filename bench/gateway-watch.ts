@@ -1,6 +1,6 @@
 // What admission control did during a phase of overload.bench.ts, read from the gateway's /metrics
 // every SAMPLE_EVERY_MS: the event loop's delay and utilization, the fair share, the records family's limit, in flight
-// and queue, the PostgreSQL pool's busy connections and waiting calls, the records puts' mean time, and refusals by
+// and queue, the connections parked, the PostgreSQL pool's busy connections and waiting calls, the records puts' mean time, and refusals by
 // reason since the previous sample. One scrape costs the gateway about a
 // millisecond, so the samples are few and the figures they give are what an operator's dashboard sees.
 import { setTimeout as delay } from "node:timers/promises";
@@ -20,6 +20,8 @@ export interface Sample {
   readonly limit: number;
   readonly inflight: number;
   readonly queued: number;
+  /** Connections not read until there is room (admission/parking.ts; NaN for a build without). */
+  readonly parked: number;
   /** The records store's PostgreSQL pool: connections busy, and calls waiting for one. */
   readonly poolBusy: number;
   readonly poolWaiting: number;
@@ -53,6 +55,7 @@ export function watchGateway(origin: string): { stop(): Promise<Sample[]> } {
           limit: value(text, 'fenced_gateway_admission_limit{route="records"}'),
           inflight: value(text, 'fenced_gateway_admission_inflight{route="records"}'),
           queued: value(text, 'fenced_gateway_admission_queued{route="records"}'),
+          parked: value(text, "fenced_gateway_admission_parked_connections"),
           poolBusy: value(text, 'fenced_gateway_postgres_pool{state="busy"}'),
           poolWaiting: value(text, 'fenced_gateway_postgres_pool{state="waiting"}'),
           putMs: ended > 0 ? Math.round(((puts.sum - putsBefore.sum) / ended) * 10_000) / 10 : null,

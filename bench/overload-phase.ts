@@ -3,6 +3,7 @@
 import { readFileSync } from "node:fs";
 import { loadavg } from "node:os";
 import { setTimeout as delay } from "node:timers/promises";
+import { readServed, servedBetween, type Served } from "./gateway-served.js";
 import { watchGateway, type Sample } from "./gateway-watch.js";
 import { round3 } from "./measure.js";
 import type { Generator, Job, JobResult } from "./open-loop.js";
@@ -42,6 +43,8 @@ export interface Measured {
   readonly settledMs: number;
   /** What admission control did, sampled from /metrics (a gateway with admission control only). */
   readonly timeline?: Sample[];
+  /** The records writes as the gateway timed them, from each one's arrival (gateway-served.ts; a gateway's phase asked for it): a parked connection's wait is not in it. */
+  readonly served?: Served;
 }
 
 /**
@@ -60,14 +63,15 @@ async function settle(gw: ServerProcess): Promise<number> {
 
 /**
  * One phase against `gw`, once it is idle: every load starts at once, for `durationMs`, and its answers
- * are waited for up to `drainLimitMs` after its last send; the gateway is read around it.
+ * are waited for up to `drainLimitMs` after its last send; the gateway is read around it (`watch`:
+ * admission control's state sampled through it; `served`: its request histogram read before and after).
  */
 export async function phase(
   gw: ServerProcess,
   loads: readonly Load[],
   durationMs: number,
   drainLimitMs: number,
-  watch = false,
+  { watch = false, served: timed = false }: { readonly watch?: boolean; readonly served?: boolean } = {},
 ): Promise<Measured> {
   // Each open load's connections are made first (Connections.open), and the gateway let settle after them.
   const origin = `http://127.0.0.1:${gw.port}`;
@@ -76,6 +80,7 @@ export async function phase(
     if (opened < l.job.connections) process.stderr.write(`${opened} of ${l.job.connections} connections opened before the phase\n`);
   }
   const settledMs = await settle(gw);
+  const servedBefore = timed ? await readServed(origin) : undefined;
   gw.resetPeak();
   const rssStartMb = gw.rssMb().now;
   const cpu0 = gw.cpuSeconds();
@@ -89,6 +94,7 @@ export async function phase(
   clearTimeout(atEnd);
   const timeline = await watching?.stop();
   const cpuSeconds = gw.cpuSeconds() - cpu0;
+  const served = servedBefore === undefined ? undefined : servedBetween(servedBefore, await readServed(origin));
   return {
     results,
     rssStartMb,
@@ -102,6 +108,7 @@ export async function phase(
     listenOverflows: listenOverflows() - overflows0,
     settledMs,
     ...(timeline === undefined ? {} : { timeline }),
+    ...(served === undefined ? {} : { served }),
   };
 }
 

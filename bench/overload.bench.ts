@@ -271,7 +271,7 @@ try {
     for (const [k, fraction] of FRACTIONS.entries()) {
       const rate = Math.max(50, Math.round(openCapacity * fraction));
       for (const side of k % 2 === 0 ? (["off", "on"] as const) : (["on", "off"] as const)) {
-        const m = await phase(gw[side], [open(big, rate, bigWrites)], DURATION_MS, DRAIN_LIMIT_MS, side === "on");
+        const m = await phase(gw[side], [open(big, rate, bigWrites)], DURATION_MS, DRAIN_LIMIT_MS, { watch: side === "on", served: true });
         runs[side][fraction] = m;
         const r = m.results[0] as JobResult;
         emit({
@@ -374,6 +374,7 @@ try {
       [open(big, bigRate, bigWrites), open(small, smallRate, smallWrites, SMALL_SOCKETS)],
       DURATION_MS,
       DRAIN_LIMIT_MS,
+      { watch: true },
     );
     const [bigR, smallR] = both.results as [JobResult, JobResult];
     const fairness = round3(smallR.acceptedLatency.p99Ms / alone.acceptedLatency.p99Ms);
@@ -405,6 +406,7 @@ try {
       loadAverage: both.loadAverage,
       machineBusyCores: both.machineBusyCores,
       listenOverflows: both.listenOverflows,
+      ...(both.timeline === undefined ? {} : { admissionTimeline: both.timeline }),
     });
   }
   if (fairRounds.length > 0) {

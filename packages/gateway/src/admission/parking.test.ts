@@ -134,6 +134,19 @@ describe("parked connections", () => {
     await expect.poll(() => timedOut, { interval: 5, timeout: 5_000 }).toBe(true);
   });
 
+  it("parks a connection once, however many of its requests are answered meanwhile (pipelined)", async () => {
+    const c = await connection();
+    let room = 0;
+    const p = parking(() => room);
+    p.answered(c.socket, "a", "records", false);
+    p.answered(c.socket, "a", "records", false);
+    expect(p.size).toBe(1);
+    room = 1;
+    p.answered(null, "b", "records", true);
+    expect(p.size).toBe(0);
+    expect(c.socket.isPaused()).toBe(false);
+  });
+
   it("never parks a connection that is closing", async () => {
     const c = await connection();
     c.socket.end();

@@ -49,6 +49,8 @@ export class Parking<F> {
   #byAge: Parked<F>[] = [];
   #head = 0;
   #timer: NodeJS.Timeout | undefined;
+  /** The sockets parked now: a connection's pipelined requests, each answered, park it once. */
+  readonly #sockets = new WeakSet<Socket>();
 
   constructor(readonly settings: ParkingSettings<F>) {}
 
@@ -78,6 +80,8 @@ export class Parking<F> {
   }
 
   #park(socket: Socket, key: string, family: F): void {
+    if (this.#sockets.has(socket)) return;
+    this.#sockets.add(socket);
     const entry: Parked<F> = {
       socket,
       key,
@@ -105,6 +109,7 @@ export class Parking<F> {
 
   #unpark(entry: Parked<F>): void {
     entry.parked = false;
+    this.#sockets.delete(entry.socket);
     entry.socket.off("close", entry.gone);
     if (entry.timeout) entry.socket.setTimeout(entry.timeout);
     startReading(entry.socket);
@@ -115,6 +120,7 @@ export class Parking<F> {
   #forget(entry: Parked<F>): void {
     if (!entry.parked || !this.#turns.remove(0, entry.key, entry)) return;
     entry.parked = false;
+    this.#sockets.delete(entry.socket);
     if (this.#turns.size === 0) this.#idle();
   }
 
