@@ -224,9 +224,9 @@ describe("admission control", () => {
     expect(rows.map((r) => r.key)).toEqual(["team-a/held", "team-a/second"]);
   });
 
-  it("reads a parked connection again after 5 s, room or not: a lease's extension sent on it is served", async () => {
+  it("reads a parked connection again after its refusal's Retry-After (1 s), room or not: a lease's extension sent on it is served", async () => {
     // gate.ts' MAX_PARK_MS.
-    const PARKED_MS = 5_000;
+    const PARKED_MS = 1_000;
     await using gw = await run({ minConcurrency: 1, maxConcurrency: 1, queueLength: 0 }, "parked_extend");
     const granted = await gw.client.json("POST", "/v1/leases", { resource: "team-a/parked", ttlMs: 60_000 }, bearer(KEYS.admin));
     expect(granted.status).toBe(201);

@@ -8,6 +8,7 @@ import { expectsContinue } from "../http/request-body.js";
 import { arrivalOf, type EarlyHandler } from "../http/server.js";
 import { REQUEST_ID_HEADER, requestIdOf } from "../http/request-scope.js";
 import { familyOf, ROUTE_FAMILIES, type RouteFamily as Family } from "../http/route.js";
+import { PROBLEM_TYPES } from "../problems/kinds.js";
 import { make, sendProblem, type Classified } from "../problems/problem.js";
 import type { ShedReason } from "../vocabulary/shed-reasons.js";
 import { Admission, OverloadedError, REFUSALS, type Priority, type Release } from "./admission.js";
@@ -59,13 +60,13 @@ export type AdmissionOptions = z.input<typeof admissionSchema>;
 type AdmissionConfig = z.output<typeof admissionSchema>;
 
 /**
- * The longest a connection is parked (parking.ts) before it is read again, room or not: the bound on
- * how long a request sent on it — a lease's extension too — waits unread. A key that floods waits
- * behind its own parked connections, each key taking its turn; a shorter bound lets a flood over
- * many connections be read as fast as it sends (2,048 connections parked 250 ms each: 8,192 reads a
- * second, measured with `pnpm bench overload`). The store deadline's default.
+ * The longest a refused request's connection is parked (parking.ts) before it is read again, room or
+ * not: the Retry-After its refusal carries, which its client is asked to wait anyway. It bounds how
+ * long a request sent on it — a lease's extension too — waits unread. A shorter bound lets a flood
+ * over many connections be read as fast as it sends (2,048 connections parked 250 ms each: 8,192
+ * reads a second, measured with `pnpm bench overload`).
  */
-const MAX_PARK_MS = 5_000;
+const MAX_PARK_MS = (PROBLEM_TYPES.overloaded.retryAfter ?? 1) * 1000;
 
 /** A refused request's answer names its reason; a warning sums them up at most this often. */
 const WARN_EVERY_MS = 10_000;
@@ -92,7 +93,8 @@ export function admissionGate(options: GateOptions): {
       const gate = gates.get(family) as Admission;
       return gate.limit + config.queueLength - gate.inflight - gate.queued;
     },
-    keepingUp: () => fair.share === Infinity,
+    // The share is adjusted only as requests are read: with nothing in flight it says nothing of now.
+    keepingUp: () => fair.share === Infinity || [...gates.values()].every((gate) => gate.inflight === 0),
     maxParkMs: MAX_PARK_MS,
   });
   options.metrics.watch(gates, loop, fair, parking);

@@ -41,45 +41,34 @@ describe("parked connections", () => {
     expect(await reads(c)).toBe(true);
   });
 
-  it("parks a refused connection, and a served one when its family is full; neither is read until a slot frees", async () => {
-    const [refused, full] = [await connection(), await connection()];
+  it("parks a refused connection until a slot of its family frees, never a served one", async () => {
+    const [refused, served] = [await connection(), await connection()];
     let room = 0;
     const p = parking(() => room);
     p.answered(refused.socket, "a", "records", false);
-    p.answered(full.socket, "b", "records", true);
-    expect(p.size).toBe(2);
+    // Served while another key's connection is parked, its family full: it is read on all the same.
+    p.answered(served.socket, "b", "records", true);
+    expect(p.size).toBe(1);
+    expect(await reads(served)).toBe(true);
     expect(await reads(refused)).toBe(false);
-    expect(await reads(full)).toBe(false);
-    // A slot frees: one is read again (the first parked), the other stays.
+    // A slot frees: the parked one is read again, and what its client sent meanwhile arrives.
     room = 1;
-    const other = await connection();
-    p.answered(other.socket, "c", "records", true);
+    const arrived = once(refused.socket, "data");
+    p.answered(null, "c", "records", true);
     expect(refused.socket.isPaused()).toBe(false);
-    expect(full.socket.isPaused()).toBe(true);
-    // What its client sent while it was parked arrives now.
-    await once(refused.socket, "data");
+    await arrived;
   });
 
   it("reads parked connections again in turn across keys, each key's in the order parked, one per freed slot", async () => {
     const cs = await Promise.all(Array.from({ length: 4 }, connection));
-    const [a1, a2, a3, b1] = cs as [(typeof cs)[0], (typeof cs)[0], (typeof cs)[0], (typeof cs)[0]];
+    const names = ["a1", "a2", "a3", "b1"];
     const p = parking(() => 1);
-    for (const [c, key] of [
-      [a1, "a"],
-      [a2, "a"],
-      [a3, "a"],
-      [b1, "b"],
-    ] as const)
-      p.answered(c.socket, key, "records", false);
+    cs.forEach((c, i) => p.answered(c.socket, (names[i] as string)[0] as string, "records", false));
     const order: string[] = [];
-    const names = new Map([a1, a2, a3, b1].map((c, i) => [c.socket, ["a1", "a2", "a3", "b1"][i] as string]));
     for (let i = 0; i < 4; i++) {
-      const before = new Set([...names.keys()].filter((s) => s.isPaused()));
-      // A served request of key a ends: its connection takes its turn behind those parked.
-      const served = await connection();
-      names.set(served.socket, `served${i}`);
-      p.answered(served.socket, "a", "records", true);
-      order.push(...[...before].filter((s) => !s.isPaused()).map((s) => names.get(s) as string));
+      const before = cs.filter((c) => c.socket.isPaused());
+      p.answered(null, "a", "records", true);
+      order.push(...before.filter((c) => !c.socket.isPaused()).map((c) => names[cs.indexOf(c)] as string));
     }
     expect(order).toEqual(["a1", "b1", "a2", "a3"]);
   });
@@ -94,11 +83,26 @@ describe("parked connections", () => {
     expect(p.size).toBe(0);
   });
 
+  it("reads a connection parked maxParkMs ago even when one parked before it was read meanwhile", async () => {
+    const [first, second] = [await connection(), await connection()];
+    let room = 0;
+    const p = parking(() => room, { maxParkMs: 40 });
+    p.answered(first.socket, "a", "records", false);
+    p.answered(second.socket, "a", "records", false);
+    room = 1;
+    p.answered(null, "b", "records", true);
+    expect(first.socket.isPaused()).toBe(false);
+    room = 0;
+    await expect.poll(() => second.socket.isPaused(), { interval: 5, timeout: 5_000 }).toBe(false);
+  });
+
   it("while the gateway keeps up, reads as many parked connections as there is room for, no more", async () => {
     const cs = await Promise.all(Array.from({ length: 3 }, connection));
     let keepingUp = false;
     const p = parking(() => 2, { keepingUp: () => keepingUp });
     for (const c of cs) p.answered(c.socket, "a", "records", false);
+    // Behind: room or not, none is read before its time.
+    await new Promise((r) => setTimeout(r, 50));
     expect(p.size).toBe(3);
     keepingUp = true;
     await expect.poll(() => p.size, { interval: 5, timeout: 5_000 }).toBe(1);
@@ -145,6 +149,17 @@ describe("parked connections", () => {
     p.answered(null, "b", "records", true);
     expect(p.size).toBe(0);
     expect(c.socket.isPaused()).toBe(false);
+  });
+
+  it("parks none once stopped (the gateway drains), and reads those parked before", async () => {
+    const [before, after] = [await connection(), await connection()];
+    const p = parking(() => 0);
+    p.answered(before.socket, "a", "records", false);
+    p.stop();
+    p.answered(after.socket, "a", "records", false);
+    expect(p.size).toBe(0);
+    expect(before.socket.isPaused()).toBe(false);
+    expect(after.socket.isPaused()).toBe(false);
   });
 
   it("never parks a connection that is closing", async () => {

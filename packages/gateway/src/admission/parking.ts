@@ -6,12 +6,13 @@ import { FairQueue } from "./fair-queue.js";
  * Parked connections: backpressure per connection. HTTP/1.1 sends a connection's next request only
  * after its answer, so a connection the gateway does not read is a client that waits, its request in
  * the kernel's socket buffer, at no cost to the gateway; a request read and refused costs about a
- * fifth of a write, and its client sends the next one at once. So once a connection's answer is out,
- * it is parked — not read — when its request was refused, when its route family has no room (no
- * slot and no place in its queue: its next request would be refused), or when others are parked
- * already (it takes its turn behind them). Parked connections are read again in turn across API keys, each key's in the
- * order parked: one for each slot a request's end frees, all that fit while the gateway keeps up with
- * its own work (the fair share binds nobody), and every one that has waited `maxParkMs`, room or not.
+ * fifth of a write, and its client sends the next one at once. So once a refusal is out (and the
+ * refused request's body was read whole), its connection is parked — not read. Only a refused
+ * request's connection: one whose request was served is read on as ever, so that another key's
+ * flood never holds up a connection that was not refused. Parked connections are read again in turn
+ * across API keys, each key's in the order parked: one for each slot a request's end frees, as many
+ * as there is room for while the gateway keeps up with its own work, and every one that has waited
+ * `maxParkMs` (the refusal's Retry-After), room or not.
  *
  * It only decides when a connection is read: no fence, token or write depends on it. A request read
  * is judged as before; a request on a parked connection (a lease's extension too) waits at most
@@ -24,7 +25,7 @@ const SWEEP_MS = 10;
 export interface ParkingSettings<F> {
   /** The requests family `family` can take now without refusing one: its limit and its queue's places, less those in flight and waiting. */
   readonly room: (family: F) => number;
-  /** Whether the gateway keeps up with its own work (the fair share binds nobody): parked connections are then read as they fit. */
+  /** Whether the gateway keeps up with its own work (the fair share binds nobody, or nothing is in flight): parked connections are then read as they fit. */
   readonly keepingUp: () => boolean;
   /** The longest a connection stays parked before it is read again, room or not. */
   readonly maxParkMs: number;
@@ -51,6 +52,7 @@ export class Parking<F> {
   #timer: NodeJS.Timeout | undefined;
   /** The sockets parked now: a connection's pipelined requests, each answered, park it once. */
   readonly #sockets = new WeakSet<Socket>();
+  #stopped = false;
 
   constructor(readonly settings: ParkingSettings<F>) {}
 
@@ -61,26 +63,27 @@ export class Parking<F> {
 
   /**
    * A request of `key` on `socket` has been answered (its response is over): `freed` when it held a
-   * slot of `family` (admitted, and now released), false when it was refused. Parks the connection
-   * unless nobody is parked and its family has room; a freed slot then lets the next connection in
-   * turn be read.
+   * slot of `family` (admitted, and now released) — the next connection in turn is then read, if
+   * the family has room — false when it was refused: its connection is parked.
    */
   answered(socket: Socket | null, key: string, family: F, freed: boolean): void {
-    const room = this.settings.room(family);
-    if (this.#turns.size === 0 && room > 0 && freed) return;
+    if (freed) {
+      if (this.#turns.size > 0 && this.settings.room(family) > 0) this.#readNext();
+      return;
+    }
     if (socket !== null && parkable(socket)) this.#park(socket, key, family);
-    if (freed && room > 0) this.#readNext();
   }
 
-  /** Reads every parked connection again (the gateway is closing: they are the server's to end). */
+  /** Reads every parked connection again, and parks none from now on: the gateway closes. */
   stop(): void {
+    this.#stopped = true;
     clearInterval(this.#timer);
     this.#timer = undefined;
     while (this.#readNext());
   }
 
   #park(socket: Socket, key: string, family: F): void {
-    if (this.#sockets.has(socket)) return;
+    if (this.#stopped || this.#sockets.has(socket)) return;
     this.#sockets.add(socket);
     const entry: Parked<F> = {
       socket,
