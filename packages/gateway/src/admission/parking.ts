@@ -6,10 +6,10 @@ import { FairQueue } from "./fair-queue.js";
  * Parked connections: backpressure per connection. HTTP/1.1 sends a connection's next request only
  * after its answer, so a connection the gateway does not read is a client that waits, its request in
  * the kernel's socket buffer, at no cost to the gateway; a request read and refused costs about a
- * fifth of a write, and its client sends the next one at once. So once a refusal is out (and the
- * refused request's body was read whole), its connection is parked — not read. Only a refused
- * request's connection: one whose request was served is read on as ever, so that another key's
- * flood never holds up a connection that was not refused. Parked connections are read again in turn
+ * fifth of a write, and its client sends the next one at once. So once a refusal is out, its
+ * connection is parked — not read (what is left of a refused body too). Only a refused request's
+ * connection: one whose request was served is read on as ever, so that another key's flood never
+ * holds up a connection that was not refused. Parked connections are read again in turn
  * across API keys, each key's in the order parked: one for each slot a request's end frees, as many
  * as there is room for while the gateway keeps up with its own work, and every one that has waited
  * `maxParkMs` (the refusal's Retry-After), room or not.
