@@ -8,7 +8,7 @@
 
 const HISTOGRAM = "fenced_gateway_request_duration_seconds_bucket";
 
-/** Cumulative counts by upper bound (seconds; Infinity for +Inf), of every series whose labels pass `pick`. */
+/** Cumulative counts by upper bound (seconds; Infinity for +Inf), summed over the series read. */
 type Buckets = Map<number, number>;
 
 export interface Served {
