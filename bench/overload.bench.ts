@@ -48,6 +48,7 @@ import { emitOpenGoals, emitOpenMedians, FAIRNESS, FAIRNESS_LOADS, FRACTIONS, op
 import { ceilings, measureRefusals, ONE_SLOT_FLAGS, refusalCostFigures, type RefusalContext } from "./overload-refusal.js";
 import { cpuUsPerAnswer, openFigures, perSec, phase, schedule, type Load, type Measured } from "./overload-phase.js";
 import { cpuQuotaSetting, nodeArgs, startServer, type ServerProcess } from "./server-process.js";
+import type { Sample } from "./gateway-watch.js";
 
 const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 5_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
@@ -181,11 +182,11 @@ try {
   const quotaNote = gw.on.quota === undefined ? "none" : `cgroup ${gw.on.quota.version}, ${CPU_QUOTA} core`;
   emit({ bench: "overload-cpu-quota", ...setting, cgroup: quotaNote });
   /** A closed loop's phase, capped after the same loop ran uncapped (UNCAPPED_WARM_MS). */
-  const cappedClosed = async (server: ServerProcess, load: Load): Promise<Measured> => {
+  const cappedClosed = async (server: ServerProcess, load: Load, watch = false): Promise<Measured> => {
     server.quota?.uncap();
     await phase(server, [load], UNCAPPED_WARM_MS, DRAIN_LIMIT_MS);
     server.quota?.cap(CPU_QUOTA);
-    return phase(server, [load], DURATION_MS, DRAIN_LIMIT_MS);
+    return phase(server, [load], DURATION_MS, DRAIN_LIMIT_MS, { watch });
   };
   // The small key's generator too, whose first phase is the fairness baseline.
   await phase(gw.on, [{ generator: small, job: { ...closed.job, ...smallWrites } }], 1_000, DRAIN_LIMIT_MS);
@@ -306,9 +307,13 @@ try {
   // The closed loop larger than the limit and the queue hold, capped after an uncapped start, interleaved.
   const big1024: Load = { generator: big, job: { ...closed.job, connections: BIG_CLOSED } };
   const bigClosed: Record<Side, JobResult[]> = { on: [], off: [] };
+  const bigTimelines: (Sample[] | undefined)[] = [];
   for (let round = 0; round < (PHASES.has("closed1024") ? ROUNDS : 0); round++)
-    for (const side of round % 2 === 0 ? (["on", "off"] as const) : (["off", "on"] as const))
-      bigClosed[side].push((await cappedClosed(gw[side], big1024)).results[0] as JobResult);
+    for (const side of round % 2 === 0 ? (["on", "off"] as const) : (["off", "on"] as const)) {
+      const m = await cappedClosed(gw[side], big1024, side === "on");
+      bigClosed[side].push(m.results[0] as JobResult);
+      if (side === "on") bigTimelines.push(m.timeline);
+    }
   if (PHASES.has("closed1024")) {
     const rate = (r: JobResult): number => perSec(r.accepted, r);
     const bigRatio = round3(median(bigClosed.on.map(rate)) / median(bigClosed.off.map(rate)));
@@ -322,6 +327,7 @@ try {
       loadAverage: loadavg()[0],
       on: bigClosed.on.map(openFigures),
       off: bigClosed.off.map(openFigures),
+      admissionTimelines: bigTimelines,
     });
   }
   // The anchors: the same loads against bare node:http answering at once.

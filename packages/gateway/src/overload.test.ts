@@ -224,6 +224,46 @@ describe("admission control", () => {
     expect(rows.map((r) => r.key)).toEqual(["team-a/held", "team-a/second"]);
   });
 
+  it("parks a served connection behind its own key's parked one: a closed loop over more connections than there is room for takes turns, not refusals", async () => {
+    await using gw = await run({ minConcurrency: 1, maxConcurrency: 1, queueLength: 0, queueTimeoutMs: 60_000 }, "turns");
+    for (const key of ["team-a/s1", "team-a/r2"]) expect((await put(gw.client, key)).status).toBe(200);
+    // Each write below that is let in holds the one slot until the test lets go of its record's row.
+    const held = new Set<pg.PoolClient>();
+    const hold = async (key: string): Promise<pg.PoolClient> => {
+      const tx = await pool.connect();
+      held.add(tx);
+      await tx.query("BEGIN");
+      await tx.query("SELECT 1 FROM turns.records WHERE key = $1 FOR UPDATE", [key]);
+      return tx;
+    };
+    const letGo = async (tx: pg.PoolClient): Promise<void> => {
+      held.delete(tx);
+      await tx.query("COMMIT");
+      tx.release();
+    };
+    onTestFinished(() => Promise.all([...held].map(letGo)).then(() => undefined));
+    const [s1, r2] = [await hold("team-a/s1"), await hold("team-a/r2")];
+    const served = rawConnection(gw.port);
+    served.socket.write(rawPut("team-a/s1"));
+    await expect.poll(() => gw.metric("fenced_gateway_admission_inflight", 'route="records"')).toBe(1);
+    const refused = rawConnection(gw.port);
+    refused.socket.write(rawPut("team-a/r1"));
+    await expect.poll(() => refused.statuses).toEqual([503]);
+    refused.socket.write(rawPut("team-a/r2"));
+    // s1's slot frees: the parked connection is read (r2 let in), and the served one parked behind it.
+    await letGo(s1);
+    await expect.poll(() => served.statuses).toEqual([200]);
+    served.socket.write(rawPut("team-a/s2"));
+    await expect.poll(() => parked(gw)).toBe(1);
+    await delay(200);
+    // Read, s2 would be refused: r2 holds the slot.
+    expect(served.statuses).toEqual([200]);
+    await letGo(r2);
+    await expect.poll(() => refused.statuses).toEqual([503, 200]);
+    await expect.poll(() => served.statuses).toEqual([200, 200]);
+    expect(await gw.metric("fenced_gateway_requests_shed_total", 'route="records",priority="work",reason="queue_full"')).toBe(1);
+  });
+
   it("reads a parked connection again after its refusal's Retry-After (1 s), room or not: a lease's extension sent on it is served", async () => {
     // gate.ts' MAX_PARK_MS.
     const PARKED_MS = 1_000;

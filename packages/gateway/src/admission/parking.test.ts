@@ -41,7 +41,7 @@ describe("parked connections", () => {
     expect(await reads(c)).toBe(true);
   });
 
-  it("parks a refused connection until a slot of its family frees, never a served one", async () => {
+  it("parks a refused connection until a slot of its family frees, never a served one of another key", async () => {
     const [refused, served] = [await connection(), await connection()];
     let room = 0;
     const p = parking(() => room);
@@ -57,6 +57,21 @@ describe("parked connections", () => {
     p.answered(null, "c", "records", true);
     expect(refused.socket.isPaused()).toBe(false);
     await arrived;
+  });
+
+  it("parks a served connection behind its own key's parked ones, and reads the longest parked in its place", async () => {
+    const [refused, served] = [await connection(), await connection()];
+    const p = parking(() => 1);
+    p.answered(refused.socket, "a", "records", false);
+    p.answered(served.socket, "a", "records", true);
+    expect(refused.socket.isPaused()).toBe(false);
+    expect(p.size).toBe(1);
+    expect(await reads(served)).toBe(false);
+    // Its turn: the next slot freed reads it.
+    const arrived = once(served.socket, "data");
+    p.answered(null, "b", "records", true);
+    await arrived;
+    expect(p.size).toBe(0);
   });
 
   it("reads parked connections again in turn across keys, each key's in the order parked, one per freed slot", async () => {

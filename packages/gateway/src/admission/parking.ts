@@ -7,9 +7,11 @@ import { FairQueue } from "./fair-queue.js";
  * after its answer, so a connection the gateway does not read is a client that waits, its request in
  * the kernel's socket buffer, at no cost to the gateway; a request read and refused costs about a
  * fifth of a write, and its client sends the next one at once. So once a refusal is out, its
- * connection is parked — not read (what is left of a refused body too). Only a refused request's
- * connection: one whose request was served is read on as ever, so that another key's flood never
- * holds up a connection that was not refused. Parked connections are read again in turn
+ * connection is parked — not read (what is left of a refused body too). A served connection is
+ * parked only while its own key has connections parked: it takes its turn behind them, so that a
+ * key's closed loop over more connections than there is room for trades places instead of reading a
+ * parked connection into a refusal (the served one's next request would take the freed slot
+ * first); another key's flood never holds up a connection. Parked connections are read again in turn
  * across API keys, each key's in the order parked: one for each slot a request's end frees, as many
  * as there is room for while the gateway keeps up with its own work, and every one that has waited
  * `maxParkMs` (the refusal's Retry-After), room or not.
@@ -64,14 +66,14 @@ export class Parking<F> {
   /**
    * A request of `key` on `socket` has been answered (its response is over): `freed` when it held a
    * slot of `family` (admitted, and now released) — the next connection in turn is then read, if
-   * the family has room — false when it was refused: its connection is parked.
+   * the family has room, and this one parked behind it if its key has others parked — false when it
+   * was refused: its connection is parked.
    */
   answered(socket: Socket | null, key: string, family: F, freed: boolean): void {
-    if (freed) {
-      if (this.#turns.size > 0 && this.settings.room(family) > 0) this.#readNext();
-      return;
-    }
-    if (socket !== null && parkable(socket)) this.#park(socket, key, family);
+    // Its key has connections parked: a served one takes its turn behind them (below).
+    const behind = freed && this.#turns.has(0, key);
+    if (freed && this.#turns.size > 0 && this.settings.room(family) > 0) this.#readNext();
+    if ((!freed || behind) && socket !== null && parkable(socket)) this.#park(socket, key, family);
   }
 
   /** Reads every parked connection again, and parks none from now on: the gateway closes. */
