@@ -40,11 +40,6 @@ export class FairQueue<T> {
     return undefined;
   }
 
-  /** Whether `key` has an entry waiting at `priority`. */
-  has(priority: number, key: string): boolean {
-    return this.#level(priority).has(key);
-  }
-
   /** The next shift() would give, left in its place. */
   peek(): T | undefined {
     for (let p = this.#levels.length - 1; p >= 0; p--) for (const entries of this.#level(p).values()) return entries[0];

@@ -4,8 +4,8 @@
 import type { Socket } from "node:net";
 import { once } from "node:events";
 import { connectedPair } from "@fenced/servers/sockets";
-import { afterEach, describe, expect, it } from "vitest";
-import { Parking, type ParkingSettings } from "./parking.js";
+import { afterEach, describe, expect, it, onTestFinished, vi } from "vitest";
+import { Parking, SWEEP_MS, type ParkingSettings } from "./parking.js";
 
 const pairs: (() => void)[] = [];
 afterEach(() => {
@@ -74,6 +74,30 @@ describe("parked connections", () => {
     expect(p.size).toBe(0);
   });
 
+  it("parks a served connection only behind its key's parked connections of its own family", async () => {
+    const [objects, records] = [await connection(), await connection()];
+    const p = parking(() => 0);
+    p.answered(objects.socket, "a", "objects", false);
+    p.answered(records.socket, "a", "records", true);
+    expect(p.size).toBe(1);
+    expect(await reads(records)).toBe(true);
+  });
+
+  it("counts a connection read again against the room until the next sweep: the loop's timers run before its poll, so its request may not have arrived", async () => {
+    const [refused, served] = [await connection(), await connection()];
+    vi.useFakeTimers({ toFake: ["setInterval", "clearInterval"] });
+    onTestFinished(() => void vi.useRealTimers());
+    // The room stays 1: the request of the connection read again never arrives here.
+    const p = parking(() => 1, { keepingUp: () => true });
+    p.answered(refused.socket, "a", "records", false);
+    p.answered(served.socket, "a", "records", true);
+    expect(refused.socket.isPaused()).toBe(false);
+    vi.advanceTimersByTime(SWEEP_MS);
+    expect(served.socket.isPaused()).toBe(true);
+    vi.advanceTimersByTime(SWEEP_MS);
+    expect(served.socket.isPaused()).toBe(false);
+  });
+
   it("reads parked connections again in turn across keys, each key's in the order parked, one per freed slot", async () => {
     const cs = await Promise.all(Array.from({ length: 4 }, connection));
     const names = ["a1", "a2", "a3", "b1"];
@@ -124,12 +148,15 @@ describe("parked connections", () => {
   });
 
   it("forgets a parked connection its client closes, and reads every one still parked when stopped", async () => {
-    const [gone, kept] = [await connection(), await connection()];
+    const [gone, kept, served] = [await connection(), await connection(), await connection()];
     const p = parking(() => 0);
-    p.answered(gone.socket, "a", "records", false);
+    p.answered(gone.socket, "g", "records", false);
     p.answered(kept.socket, "a", "records", false);
     gone.client.destroy();
     await expect.poll(() => p.size, { interval: 5, timeout: 5_000 }).toBe(1);
+    // Its key has none parked now: its served connection is read on.
+    p.answered(served.socket, "g", "records", true);
+    expect(p.size).toBe(1);
     p.stop();
     expect(p.size).toBe(0);
     expect(await reads(kept)).toBe(true);

@@ -22,7 +22,7 @@ import { FairQueue } from "./fair-queue.js";
  */
 
 /** How often parked connections are looked at (those past maxParkMs; all that fit while the gateway keeps up). */
-const SWEEP_MS = 10;
+export const SWEEP_MS = 10;
 
 export interface ParkingSettings<F> {
   /** The requests family `family` can take now without refusing one: its limit and its queue's places, less those in flight and waiting. */
@@ -54,6 +54,15 @@ export class Parking<F> {
   #timer: NodeJS.Timeout | undefined;
   /** The sockets parked now: a connection's pipelined requests, each answered, park it once. */
   readonly #sockets = new WeakSet<Socket>();
+  /** Connections parked now, per family and key. */
+  readonly #waiting = new Map<F, Map<string, number>>();
+  /**
+   * Connections read again since the last sweep. The loop's timers run before its poll, so a sweep
+   * may come before a connection read again has had its request read: until then that request's
+   * room is not taken, and the sweep counts each such read against the room (one that has arrived
+   * is counted twice, and waits for the next sweep).
+   */
+  #readSinceSweep = 0;
   #stopped = false;
 
   constructor(readonly settings: ParkingSettings<F>) {}
@@ -66,12 +75,12 @@ export class Parking<F> {
   /**
    * A request of `key` on `socket` has been answered (its response is over): `freed` when it held a
    * slot of `family` (admitted, and now released) — the next connection in turn is then read, if
-   * the family has room, and this one parked behind it if its key has others parked — false when it
-   * was refused: its connection is parked.
+   * the family has room, and this one parked behind it if its key has others of the family parked
+   * — false when it was refused: its connection is parked.
    */
   answered(socket: Socket | null, key: string, family: F, freed: boolean): void {
-    // Its key has connections parked: a served one takes its turn behind them (below).
-    const behind = freed && this.#turns.has(0, key);
+    // Its key has connections of the family parked: a served one takes its turn behind them (below).
+    const behind = freed && (this.#waiting.get(family)?.get(key) ?? 0) > 0;
     if (freed && this.#turns.size > 0 && this.settings.room(family) > 0) this.#readNext();
     if ((!freed || behind) && socket !== null && parkable(socket)) this.#park(socket, key, family);
   }
@@ -100,6 +109,7 @@ export class Parking<F> {
     if (entry.timeout) socket.setTimeout(0);
     socket.once("close", entry.gone);
     this.#turns.push(0, key, entry);
+    this.#count(entry, 1);
     this.#byAge.push(entry);
     this.#timer ??= setInterval(() => this.#sweep(), SWEEP_MS).unref();
   }
@@ -114,6 +124,8 @@ export class Parking<F> {
 
   #unpark(entry: Parked<F>): void {
     entry.parked = false;
+    this.#count(entry, -1);
+    this.#readSinceSweep++;
     this.#sockets.delete(entry.socket);
     entry.socket.off("close", entry.gone);
     if (entry.timeout) entry.socket.setTimeout(entry.timeout);
@@ -125,6 +137,7 @@ export class Parking<F> {
   #forget(entry: Parked<F>): void {
     if (!entry.parked || !this.#turns.remove(0, entry.key, entry)) return;
     entry.parked = false;
+    this.#count(entry, -1);
     this.#sockets.delete(entry.socket);
     if (this.#turns.size === 0) this.#idle();
   }
@@ -151,13 +164,23 @@ export class Parking<F> {
       this.#byAge = this.#byAge.slice(this.#head);
       this.#head = 0;
     }
-    if (!this.settings.keepingUp()) return;
-    // As many as there is room for now: a connection read again takes its room only once its request arrives.
-    let read = 0;
-    for (let next = this.#turns.peek(); next !== undefined && this.settings.room(next.family) > read; next = this.#turns.peek()) {
-      this.#readNext();
-      read++;
-    }
+    // As many as there is room for now, less those read again whose requests may not have arrived.
+    if (this.settings.keepingUp())
+      for (
+        let next = this.#turns.peek();
+        next !== undefined && this.settings.room(next.family) > this.#readSinceSweep;
+        next = this.#turns.peek()
+      )
+        this.#readNext();
+    this.#readSinceSweep = 0;
+  }
+
+  #count(entry: Parked<F>, by: 1 | -1): void {
+    let keys = this.#waiting.get(entry.family);
+    if (keys === undefined) this.#waiting.set(entry.family, (keys = new Map<string, number>()));
+    const n = (keys.get(entry.key) ?? 0) + by;
+    if (n === 0) keys.delete(entry.key);
+    else keys.set(entry.key, n);
   }
 }
 
