@@ -103,7 +103,9 @@ export interface Gateway {
   health(options?: { readonly everyNode?: boolean }): Promise<HealthReport>;
   /**
    * From now on /healthz answers 503 `draining` (on the admin listener too), so that a load balancer
-   * stops sending new requests while the ones in flight finish. Called when a stop begins.
+   * stops sending new requests while the ones in flight finish; the connections admission control
+   * parked are read again, so that a request waiting on one is answered before serve()'s drain closes
+   * idle connections. Called when a stop begins, before the drain.
    */
   beginDrain(): void;
   /**
@@ -193,6 +195,7 @@ export function createGateway(options: GatewayOptions): Gateway {
     health: (options) => readiness.report(options),
     beginDrain: () => {
       draining = true;
+      admission.beginDrain();
     },
     settled: () => leases?.settled() ?? Promise.resolve(),
     close: () => admission.stop(),

@@ -45,6 +45,8 @@ interface Running {
   readonly gateway: Gateway;
   readonly client: HttpClient;
   readonly port: number;
+  /** serve()'s drain (also run when disposed). */
+  drain(timeoutMs: number): Promise<boolean>;
   metric(name: string, labels: string): Promise<number>;
   [Symbol.asyncDispose](): Promise<void>;
 }
@@ -106,6 +108,7 @@ async function run(admission: AdmissionOptions, schema: string, served: Served =
     gateway,
     client,
     port: serving.port,
+    drain: (timeoutMs) => serving.drain(timeoutMs),
     async metric(name, labels) {
       const text = await gateway.metrics.registry.metrics();
       const line = text.split("\n").find((l) => l.startsWith(`${name}{${labels}}`));
@@ -285,6 +288,27 @@ describe("admission control", () => {
     expect(performance.now() - sent).toBeGreaterThanOrEqual(PARKED_MS * 0.9);
     postgres.faults.resume();
     expect((await held).status).toBe(200);
+  });
+
+  it("reads every parked connection as a drain begins, before idle ones are closed: a request waiting on one is answered, not cut", async () => {
+    await using gw = await run({ minConcurrency: 1, maxConcurrency: 1, queueLength: 0, queueTimeoutMs: 60_000 }, "parked_drain");
+    postgres.faults.pause();
+    const held = put(gw.client, "team-a/held");
+    await expect.poll(() => gw.metric("fenced_gateway_admission_inflight", 'route="records"')).toBe(1);
+    const { socket, statuses } = rawConnection(gw.port);
+    socket.write(rawPut("team-a/first"));
+    await expect.poll(() => statuses).toEqual([503]);
+    await expect.poll(() => parked(gw)).toBe(1);
+    socket.write(rawPut("team-a/second"));
+    const closed = once(socket, "close");
+    gw.gateway.beginDrain();
+    const drained = gw.drain(5_000);
+    // Read as the drain began, and answered (refused: the slot is still held); its connection then closed.
+    await closed;
+    expect(statuses).toEqual([503, 503]);
+    postgres.faults.resume();
+    expect((await held).status).toBe(200);
+    expect(await drained).toBe(true);
   });
 
   it("counts a queued request whose client leaves (499, its slot freed), in both servings", async () => {

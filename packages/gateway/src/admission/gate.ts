@@ -80,10 +80,13 @@ const WARN_EVERY_MS = 10_000;
 export function admissionGate(options: GateOptions): {
   readonly handler: RequestHandler;
   readonly early: EarlyHandler | undefined;
+  /** A drain begins: every parked connection is read again, and none parked from now on (their requests are answered, not cut as idle). */
+  beginDrain(): void;
   stop(): void;
 } {
   const config: AdmissionConfig = admissionSchema.parse(options.config);
-  if (!config.enabled) return { handler: (_req, _res, next) => next(), early: undefined, stop: () => undefined };
+  if (!config.enabled)
+    return { handler: (_req, _res, next) => next(), early: undefined, beginDrain: () => undefined, stop: () => undefined };
   const loop = new LoopDelay();
   const gates = familyGates(config, loop, options.recordsPoolSize);
   const fair = new FairShare();
@@ -102,6 +105,7 @@ export function admissionGate(options: GateOptions): {
   return {
     handler: middleware(options.auth, decide),
     early: earlyHandler(options, decide),
+    beginDrain: () => parking.stop(),
     stop: () => {
       loop.stop();
       parking.stop();

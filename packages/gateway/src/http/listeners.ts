@@ -1,5 +1,5 @@
-import type { Server } from "node:http";
-import { createServer as createNetServer, type AddressInfo, type Server as NetServer, type Socket } from "node:net";
+import { Server as HttpServer, type Server } from "node:http";
+import { createServer as createNetServer, Server as NetServer, type AddressInfo, type Socket } from "node:net";
 
 /**
  * The listening sockets of serve(): the HTTP server's own, and with `acceptors` (Linux) more on the same port.
@@ -138,7 +138,18 @@ function listening(
   });
 }
 
-/** Stops `server` accepting; resolves once its connections have ended (at once when it was not listening). */
+/**
+ * Stops `server` accepting; resolves once its connections have ended (at once when it was not
+ * listening). Not through node:http's own close(), which also closes its idle connections at once:
+ * serve()'s drain closes them itself, once the connections admission control read again as the drain
+ * began have had a turn to deliver their requests (admission/parking.ts). Its close() then runs too,
+ * with every connection ended: it stops the server's checks of request timeouts.
+ */
 function closed(server: NetServer): Promise<void> {
-  return new Promise<void>((resolve) => server.close(() => resolve()));
+  return new Promise<void>((resolve) =>
+    NetServer.prototype.close.call(server, () => {
+      if (server instanceof HttpServer) server.close();
+      resolve();
+    }),
+  );
 }

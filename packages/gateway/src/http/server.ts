@@ -3,7 +3,7 @@ import type { AddressInfo, Socket } from "node:net";
 import { performance } from "node:perf_hooks";
 import type { Express, Request, Response } from "express";
 import { clientErrorListener } from "./client-errors.js";
-import { listenOn } from "./listeners.js";
+import { listenOn, type Listening } from "./listeners.js";
 
 /**
  * The server's limits unless told otherwise. Each bounds what one client can hold:
@@ -254,26 +254,7 @@ export async function serve(app: Express, options: ServeOptions = {}): Promise<S
 
   const drain = (timeoutMs: number): Promise<boolean> => {
     draining = true;
-    return new Promise((resolve) => {
-      const closed = listening.close();
-      // Every listening socket stops accepting, idle connections are closed; a response not yet started
-      // learns to close its connection, so that no client keeps sending requests into a stopping server.
-      for (const res of active) if (!res.headersSent) res.setHeader("Connection", "close");
-      server.closeIdleConnections();
-      // A connection that was mid-request when close() ran becomes idle after its response.
-      const sweeper = setInterval(() => server.closeIdleConnections(), 50);
-      const deadline = setTimeout(() => {
-        clearInterval(sweeper);
-        for (const res of active) cutByDrain.add(res);
-        server.closeAllConnections();
-        resolve(false);
-      }, timeoutMs);
-      void closed.then(() => {
-        clearInterval(sweeper);
-        clearTimeout(deadline);
-        resolve(true);
-      });
-    });
+    return drainServer(server, listening, active, timeoutMs);
   };
 
   return {
@@ -286,4 +267,42 @@ export async function serve(app: Express, options: ServeOptions = {}): Promise<S
       await drain(options.disposeDrainTimeoutMs ?? DEFAULT_DISPOSE_DRAIN_MS);
     },
   };
+}
+
+/**
+ * serve()'s drain: stops every listening socket accepting, lets the responses in flight finish, and
+ * closes each connection as it falls idle; at `timeoutMs` cuts what is left. Resolves whether
+ * everything finished.
+ */
+function drainServer(server: Server, listening: Listening, active: ReadonlySet<ServerResponse>, timeoutMs: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const closed = listening.close();
+    // Every listening socket stops accepting; a response not yet started learns to close its
+    // connection, so that no client keeps sending requests into a stopping server.
+    for (const res of active) if (!res.headersSent) res.setHeader("Connection", "close");
+    // Idle connections are closed after the loop's next poll (its second check phase from now): a connection read again as the drain
+    // began (admission's parked ones, Gateway.beginDrain) delivers the request waiting on it there,
+    // and is then no longer idle. Then every 50 ms: one mid-request becomes idle after its response.
+    let sweeper: NodeJS.Timeout | undefined;
+    let ended = false;
+    setImmediate(() =>
+      setImmediate(() => {
+        if (ended) return;
+        server.closeIdleConnections();
+        sweeper = setInterval(() => server.closeIdleConnections(), 50);
+      }),
+    );
+    const end = (drained: boolean): void => {
+      ended = true;
+      clearInterval(sweeper);
+      clearTimeout(deadline);
+      resolve(drained);
+    };
+    const deadline = setTimeout(() => {
+      for (const res of active) cutByDrain.add(res);
+      server.closeAllConnections();
+      end(false);
+    }, timeoutMs);
+    void closed.then(() => end(true));
+  });
 }
