@@ -13,7 +13,8 @@ afterEach(() => {
 });
 
 /** The gateway's end of a fresh loopback connection, and its client's. */
-async function connection(): Promise<{ socket: Socket; client: Socket }> {
+type Conn = { socket: Socket; client: Socket };
+async function connection(): Promise<Conn> {
   const { client, peer, close } = await connectedPair();
   pairs.push(close);
   return { socket: peer, client };
@@ -81,6 +82,21 @@ describe("parked connections", () => {
     p.answered(records.socket, "a", "records", true);
     expect(p.size).toBe(1);
     expect(await reads(records)).toBe(true);
+  });
+
+  it("parks a served connection only when its key has at least its share of the family's parked connections", async () => {
+    const cs = await Promise.all(Array.from({ length: 6 }, connection));
+    const [b1, b2, b3, s1, bigServed, smallServed] = cs as [Conn, Conn, Conn, Conn, Conn, Conn];
+    const p = parking(() => 0);
+    for (const c of [b1, b2, b3]) p.answered(c.socket, "big", "records", false);
+    p.answered(s1.socket, "small", "records", false);
+    // One parked against an average of two: the small key's served connection is read on.
+    p.answered(smallServed.socket, "small", "records", true);
+    expect(p.size).toBe(4);
+    expect(await reads(smallServed)).toBe(true);
+    p.answered(bigServed.socket, "big", "records", true);
+    expect(p.size).toBe(5);
+    expect(await reads(bigServed)).toBe(false);
   });
 
   it("counts a connection read again against the room until the next sweep: the loop's timers run before its poll, so its request may not have arrived", async () => {

@@ -8,10 +8,11 @@ import { FairQueue } from "./fair-queue.js";
  * the kernel's socket buffer, at no cost to the gateway; a request read and refused costs about a
  * fifth of a write, and its client sends the next one at once. So once a refusal is out, its
  * connection is parked — not read (what is left of a refused body too). A served connection is
- * parked only while its own key has connections parked: it takes its turn behind them, so that a
- * key's closed loop over more connections than there is room for trades places instead of reading a
- * parked connection into a refusal (the served one's next request would take the freed slot
- * first); another key's flood never holds up a connection. Parked connections are read again in turn
+ * parked only while its own key has connections of the family parked, at least as many as the keys
+ * with some parked have on average: it takes its turn behind them, so that a key's closed loop over
+ * more connections than there is room for trades places instead of reading a parked connection into
+ * a refusal (the served one's next request would take the freed slot first). A key with fewer than
+ * that is read on, so another key's flood never holds it up. Parked connections are read again in turn
  * across API keys, each key's in the order parked: one for each slot a request's end frees, as many
  * as there is room for while the gateway keeps up with its own work, and every one that has waited
  * `maxParkMs` (the refusal's Retry-After), room or not.
@@ -54,8 +55,8 @@ export class Parking<F> {
   #timer: NodeJS.Timeout | undefined;
   /** The sockets parked now: a connection's pipelined requests, each answered, park it once. */
   readonly #sockets = new WeakSet<Socket>();
-  /** Connections parked now, per family and key. */
-  readonly #waiting = new Map<F, Map<string, number>>();
+  /** Connections parked now, per family: in all, and per key. */
+  readonly #waiting = new Map<F, { all: number; readonly keys: Map<string, number> }>();
   /**
    * Connections read again since the last sweep. The loop's timers run before its poll, so a sweep
    * may come before a connection read again has had its request read: until then that request's
@@ -75,12 +76,12 @@ export class Parking<F> {
   /**
    * A request of `key` on `socket` has been answered (its response is over): `freed` when it held a
    * slot of `family` (admitted, and now released) — the next connection in turn is then read, if
-   * the family has room, and this one parked behind it if its key has others of the family parked
-   * — false when it was refused: its connection is parked.
+   * the family has room, and this one parked behind it if its key has at least its share of the
+   * family's parked connections — false when it was refused: its connection is parked.
    */
   answered(socket: Socket | null, key: string, family: F, freed: boolean): void {
-    // Its key has connections of the family parked: a served one takes its turn behind them (below).
-    const behind = freed && (this.#waiting.get(family)?.get(key) ?? 0) > 0;
+    // Its key has connections of the family parked, at least its share of them: a served one takes its turn behind them (below).
+    const behind = freed && this.#overShare(family, key);
     if (freed && this.#turns.size > 0 && this.settings.room(family) > 0) this.#readNext();
     if ((!freed || behind) && socket !== null && parkable(socket)) this.#park(socket, key, family);
   }
@@ -175,12 +176,20 @@ export class Parking<F> {
     this.#readSinceSweep = 0;
   }
 
+  /** Whether `key` has connections of `family` parked, and at least as many as the keys with some there have on average. */
+  #overShare(family: F, key: string): boolean {
+    const waiting = this.#waiting.get(family);
+    const mine = waiting?.keys.get(key) ?? 0;
+    return waiting !== undefined && mine > 0 && mine * waiting.keys.size >= waiting.all;
+  }
+
   #count(entry: Parked<F>, by: 1 | -1): void {
-    let keys = this.#waiting.get(entry.family);
-    if (keys === undefined) this.#waiting.set(entry.family, (keys = new Map<string, number>()));
-    const n = (keys.get(entry.key) ?? 0) + by;
-    if (n === 0) keys.delete(entry.key);
-    else keys.set(entry.key, n);
+    let waiting = this.#waiting.get(entry.family);
+    if (waiting === undefined) this.#waiting.set(entry.family, (waiting = { all: 0, keys: new Map<string, number>() }));
+    waiting.all += by;
+    const n = (waiting.keys.get(entry.key) ?? 0) + by;
+    if (n === 0) waiting.keys.delete(entry.key);
+    else waiting.keys.set(entry.key, n);
   }
 }
 
