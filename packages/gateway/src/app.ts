@@ -15,7 +15,7 @@ import { routeOf } from "./http/route.js";
 import { onMalformed } from "./http/client-errors.js";
 import { expectsContinue } from "./http/request-body.js";
 import { endRequestSpan, inRequestScope, requestLogger, scopeRequest } from "./http/request-scope.js";
-import { arrivalOf, onAcceptError, setEarlyHandler, wasCutByDrain } from "./http/server.js";
+import { arrivalOf, onAcceptError, onDrain, setEarlyHandler, wasCutByDrain } from "./http/server.js";
 import { gatewayReadiness, healthRoutes, type Readiness } from "./ops/health-routes.js";
 import { GatewayMetrics } from "./ops/metrics.js";
 import { openApiDocument, type OpenApiDocument } from "./openapi/document.js";
@@ -103,9 +103,7 @@ export interface Gateway {
   health(options?: { readonly everyNode?: boolean }): Promise<HealthReport>;
   /**
    * From now on /healthz answers 503 `draining` (on the admin listener too), so that a load balancer
-   * stops sending new requests while the ones in flight finish; the connections admission control
-   * parked are read again, so that a request waiting on one is answered before serve()'s drain closes
-   * idle connections. Called when a stop begins, before the drain.
+   * stops sending new requests while the ones in flight finish. Called when a stop begins.
    */
   beginDrain(): void;
   /**
@@ -142,6 +140,7 @@ export function createGateway(options: GatewayOptions): Gateway {
   const admission = admissionOf(options, ctx, metrics, logger);
   app.use(admission.handler);
   if (admission.early !== undefined) setEarlyHandler(app, admission.early);
+  onDrain(app, admission.beginDrain);
   const leases =
     options.leases === undefined || credentials === undefined
       ? undefined
@@ -195,7 +194,6 @@ export function createGateway(options: GatewayOptions): Gateway {
     health: (options) => readiness.report(options),
     beginDrain: () => {
       draining = true;
-      admission.beginDrain();
     },
     settled: () => leases?.settled() ?? Promise.resolve(),
     close: () => admission.stop(),

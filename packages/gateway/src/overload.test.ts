@@ -89,7 +89,7 @@ async function parked(gw: Running): Promise<number> {
   return Number(/^fenced_gateway_admission_parked_connections (\S+)$/m.exec(text)?.[1]);
 }
 
-async function run(admission: AdmissionOptions, schema: string, served: Served = "serve"): Promise<Running> {
+async function run(admission: AdmissionOptions, schema: string, served: Served = "serve", acceptors = 1): Promise<Running> {
   const gateway = createGateway({
     apiKeys: API_KEYS,
     fenceKeys: FENCE_KEYS,
@@ -102,7 +102,7 @@ async function run(admission: AdmissionOptions, schema: string, served: Served =
     admission,
   });
   await gateway.prepare();
-  const serving = served === "serve" ? await serve(gateway.app, { port: 0 }) : await ownServer(gateway);
+  const serving = served === "serve" ? await serve(gateway.app, { port: 0, acceptors }) : await ownServer(gateway);
   const client = httpClient(serving.port);
   return {
     gateway,
@@ -290,26 +290,33 @@ describe("admission control", () => {
     expect((await held).status).toBe(200);
   });
 
-  it("reads every parked connection as a drain begins, before idle ones are closed: a request waiting on one is answered, not cut", async () => {
-    await using gw = await run({ minConcurrency: 1, maxConcurrency: 1, queueLength: 0, queueTimeoutMs: 60_000 }, "parked_drain");
-    postgres.faults.pause();
-    const held = put(gw.client, "team-a/held");
-    await expect.poll(() => gw.metric("fenced_gateway_admission_inflight", 'route="records"')).toBe(1);
-    const { socket, statuses } = rawConnection(gw.port);
-    socket.write(rawPut("team-a/first"));
-    await expect.poll(() => statuses).toEqual([503]);
-    await expect.poll(() => parked(gw)).toBe(1);
-    socket.write(rawPut("team-a/second"));
-    const closed = once(socket, "close");
-    gw.gateway.beginDrain();
-    const drained = gw.drain(5_000);
-    // Read as the drain began, and answered (refused: the slot is still held); its connection then closed.
-    await closed;
-    expect(statuses).toEqual([503, 503]);
-    postgres.faults.resume();
-    expect((await held).status).toBe(200);
-    expect(await drained).toBe(true);
-  });
+  it.each([1, 4])(
+    "reads every parked connection as a drain begins, before idle ones are closed: a request waiting on one is answered, not cut (%i listening sockets)",
+    async (acceptors) => {
+      await using gw = await run(
+        { minConcurrency: 1, maxConcurrency: 1, queueLength: 0, queueTimeoutMs: 60_000 },
+        `parked_drain_${acceptors}`,
+        "serve",
+        acceptors,
+      );
+      postgres.faults.pause();
+      const held = put(gw.client, "team-a/held");
+      await expect.poll(() => gw.metric("fenced_gateway_admission_inflight", 'route="records"')).toBe(1);
+      const { socket, statuses } = rawConnection(gw.port);
+      socket.write(rawPut("team-a/first"));
+      await expect.poll(() => statuses).toEqual([503]);
+      await expect.poll(() => parked(gw)).toBe(1);
+      socket.write(rawPut("team-a/second"));
+      const closed = once(socket, "close");
+      const drained = gw.drain(5_000);
+      // Read as the drain began, and answered (refused: the slot is still held); its connection then closed.
+      await closed;
+      expect(statuses).toEqual([503, 503]);
+      postgres.faults.resume();
+      expect((await held).status).toBe(200);
+      expect(await drained).toBe(true);
+    },
+  );
 
   it("counts a queued request whose client leaves (499, its slot freed), in both servings", async () => {
     for (const served of ["serve", "own server"] as const) {

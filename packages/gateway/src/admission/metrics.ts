@@ -68,7 +68,7 @@ export class AdmissionMetrics {
     });
     new Gauge({
       name: "fenced_gateway_admission_parked_connections",
-      help: "Keep-alive connections not read until there is room for their next request: a refused request's, and a served one's while its API key has at least its share of those parked (each read again in turn across API keys, after the refusal's Retry-After at most)",
+      help: "Keep-alive connections not read until there is room for their next request: a refused request's, and a served one's while its API key has at least its share of its route family's parked ones (each read again in turn across API keys, after the refusal's Retry-After at most)",
       registers,
       collect() {
         this.set(parking()?.size ?? 0);

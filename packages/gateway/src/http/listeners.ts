@@ -1,4 +1,4 @@
-import { Server as HttpServer, type Server } from "node:http";
+import type { Server } from "node:http";
 import { createServer as createNetServer, Server as NetServer, type AddressInfo, type Socket } from "node:net";
 
 /**
@@ -50,7 +50,7 @@ export async function listenOn(server: Server, options: ListenOptions): Promise<
   const { host, backlog, acceptors } = options;
   if (acceptors <= 1 || !SPREADS_CONNECTIONS) {
     await listening(server, { host, port: options.port, backlog });
-    return { close: () => closed(server) };
+    return { close: () => closeAll(server, []) };
   }
   if (options.port !== 0) await refuseIfTaken(host, options.port);
   await listening(server, { host, port: options.port, backlog, reusePort: true });
@@ -73,10 +73,10 @@ export async function listenOn(server: Server, options: ListenOptions): Promise<
   } catch (err) {
     // The start failed: what the first socket took is cut, not waited for.
     server.closeAllConnections();
-    await Promise.all([server, ...others].map(closed));
+    await closeAll(server, others);
     throw err;
   }
-  return { close: async () => void (await Promise.all([server, ...others].map(closed))) };
+  return { close: () => closeAll(server, others) };
 }
 
 /**
@@ -139,17 +139,19 @@ function listening(
 }
 
 /**
- * Stops `server` accepting; resolves once its connections have ended (at once when it was not
- * listening). Not through node:http's own close(), which also closes its idle connections at once:
- * serve()'s drain closes them itself, once the connections admission control read again as the drain
- * began have had a turn to deliver their requests (admission/parking.ts). Its close() then runs too,
- * with every connection ended: it stops the server's checks of request timeouts.
+ * Stops every socket accepting; resolves once every connection has ended. Not through node:http's
+ * own close(), which also closes its idle connections at once: serve()'s drain closes them itself,
+ * once the connections admission control read again as the drain began have had a turn to deliver
+ * their requests (admission/parking.ts). node:http's close() runs last, with every connection ended
+ * — those the other sockets handed over too, which the server's own count leaves out: it stops the
+ * server's checks of request timeouts (and emits `close` once more).
  */
+async function closeAll(server: Server, others: readonly NetServer[]): Promise<void> {
+  await Promise.all([server, ...others].map(closed));
+  server.close();
+}
+
+/** Stops `server` accepting (net's close, not node:http's); resolves once the connections it accepted have ended (at once when it was not listening). */
 function closed(server: NetServer): Promise<void> {
-  return new Promise<void>((resolve) =>
-    NetServer.prototype.close.call(server, () => {
-      if (server instanceof HttpServer) server.close();
-      resolve();
-    }),
-  );
+  return new Promise<void>((resolve) => NetServer.prototype.close.call(server, () => resolve()));
 }

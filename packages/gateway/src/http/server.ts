@@ -128,6 +128,17 @@ export function setEarlyHandler(app: Express, early: EarlyHandler): void {
   EARLY.set(app, early);
 }
 
+const DRAIN_HOOKS = new WeakMap<Express, () => void>();
+
+/**
+ * Asks serve()'s drain to call `hook` first, before it closes idle connections (createGateway does:
+ * admission control reads its parked connections again, so that a request waiting on one is read and
+ * answered rather than cut as idle).
+ */
+export function onDrain(app: Express, hook: () => void): void {
+  DRAIN_HOOKS.set(app, hook);
+}
+
 /**
  * What the app does when a connection could not be accepted (an `error` event of the server, syscall
  * "accept": ENFILE, ENOBUFS — the host out of descriptors or memory). That connection is lost; the
@@ -254,6 +265,7 @@ export async function serve(app: Express, options: ServeOptions = {}): Promise<S
 
   const drain = (timeoutMs: number): Promise<boolean> => {
     draining = true;
+    DRAIN_HOOKS.get(app)?.();
     return drainServer(server, listening, active, timeoutMs);
   };
 
@@ -281,7 +293,7 @@ function drainServer(server: Server, listening: Listening, active: ReadonlySet<S
     // connection, so that no client keeps sending requests into a stopping server.
     for (const res of active) if (!res.headersSent) res.setHeader("Connection", "close");
     // Idle connections are closed after the loop's next poll (its second check phase from now): a connection read again as the drain
-    // began (admission's parked ones, Gateway.beginDrain) delivers the request waiting on it there,
+    // began (onDrain: admission's parked ones) delivers the request waiting on it there,
     // and is then no longer idle. Then every 50 ms: one mid-request becomes idle after its response.
     let sweeper: NodeJS.Timeout | undefined;
     let ended = false;
