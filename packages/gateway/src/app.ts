@@ -140,7 +140,7 @@ export function createGateway(options: GatewayOptions): Gateway {
   const admission = admissionOf(options, ctx, metrics, logger);
   app.use(admission.handler);
   if (admission.early !== undefined) setEarlyHandler(app, admission.early);
-  onDrain(app, admission.beginDrain);
+  onDrain(app, () => admission.beginDrain());
   const leases =
     options.leases === undefined || credentials === undefined
       ? undefined
