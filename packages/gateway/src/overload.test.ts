@@ -137,6 +137,21 @@ async function ownServer(gateway: Gateway): Promise<Pick<Serving, "port" | "drai
   };
 }
 
+/**
+ * A write holds the records family's one slot (PostgreSQL stopped, queue 0), and a write on a raw
+ * connection of its own is refused: that connection is parked.
+ */
+async function parkOne(gw: Running): Promise<{ held: Promise<Answer> } & ReturnType<typeof rawConnection>> {
+  postgres.faults.pause();
+  const held = put(gw.client, "team-a/held");
+  await expect.poll(() => gw.metric("fenced_gateway_admission_inflight", 'route="records"')).toBe(1);
+  const raw = rawConnection(gw.port);
+  raw.socket.write(rawPut("team-a/first"));
+  await expect.poll(() => raw.statuses).toEqual([503]);
+  await expect.poll(() => parked(gw)).toBe(1);
+  return { held, ...raw };
+}
+
 /** How long the first test holds its two writes (s): a bucket bound of the request histogram. */
 const WAITED_S = 0.5;
 
@@ -206,13 +221,7 @@ describe("admission control", () => {
 
   it("reads a refused client's next request only once there is room for it: its connection is parked, not read and refused again", async () => {
     await using gw = await run({ minConcurrency: 1, maxConcurrency: 1, queueLength: 0, queueTimeoutMs: 60_000 }, "parked");
-    postgres.faults.pause();
-    const held = put(gw.client, "team-a/held");
-    await expect.poll(() => gw.metric("fenced_gateway_admission_inflight", 'route="records"')).toBe(1);
-    const { socket, statuses } = rawConnection(gw.port);
-    socket.write(rawPut("team-a/first"));
-    await expect.poll(() => statuses).toEqual([503]);
-    await expect.poll(() => parked(gw)).toBe(1);
+    const { held, socket, statuses } = await parkOne(gw);
     // Its client sends the next at once: read, it would be refused again (the slot is still taken).
     socket.write(rawPut("team-a/second"));
     await delay(300);
@@ -299,13 +308,7 @@ describe("admission control", () => {
         "serve",
         acceptors,
       );
-      postgres.faults.pause();
-      const held = put(gw.client, "team-a/held");
-      await expect.poll(() => gw.metric("fenced_gateway_admission_inflight", 'route="records"')).toBe(1);
-      const { socket, statuses } = rawConnection(gw.port);
-      socket.write(rawPut("team-a/first"));
-      await expect.poll(() => statuses).toEqual([503]);
-      await expect.poll(() => parked(gw)).toBe(1);
+      const { held, socket, statuses } = await parkOne(gw);
       socket.write(rawPut("team-a/second"));
       const closed = once(socket, "close");
       const drained = gw.drain(5_000);
