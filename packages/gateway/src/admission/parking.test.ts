@@ -8,6 +8,7 @@ import { afterEach, describe, expect, it, onTestFinished, vi } from "vitest";
 import { Parking, SWEEP_MS, type ParkingSettings } from "./parking.js";
 
 const pairs: (() => void)[] = [];
+const READ_MS = 5_000;
 afterEach(() => {
   for (const close of pairs.splice(0)) close();
 });
@@ -26,7 +27,11 @@ function parking(room: () => number, more: Partial<ParkingSettings<string>> = {}
   return p;
 }
 
-/** Whether the gateway's end reads what its client sends: a byte written arrives, or not within `ms`. */
+/**
+ * Whether the gateway's end reads what its client sends: a byte written arrives, or not within `ms`
+ * (50: a parked connection's byte would have arrived long before; READ_MS: as long as a busy machine
+ * may take to deliver one, for a connection that must be read).
+ */
 async function reads(c: { socket: Socket; client: Socket }, ms = 50): Promise<boolean> {
   const arrived = once(c.socket, "data").then(() => true);
   c.client.write("x");
@@ -39,7 +44,7 @@ describe("parked connections", () => {
     const p = parking(() => 1);
     p.answered(c.socket, "a", "records", true);
     expect(p.size).toBe(0);
-    expect(await reads(c)).toBe(true);
+    expect(await reads(c, READ_MS)).toBe(true);
   });
 
   it("parks a refused connection until a slot of its family frees, never a served one of another key", async () => {
@@ -50,7 +55,7 @@ describe("parked connections", () => {
     // Served while another key's connection is parked, its family full: it is read on all the same.
     p.answered(served.socket, "b", "records", true);
     expect(p.size).toBe(1);
-    expect(await reads(served)).toBe(true);
+    expect(await reads(served, READ_MS)).toBe(true);
     expect(await reads(refused)).toBe(false);
     // A slot frees: the parked one is read again, and what its client sent meanwhile arrives.
     room = 1;
@@ -81,7 +86,7 @@ describe("parked connections", () => {
     p.answered(objects.socket, "a", "objects", false);
     p.answered(records.socket, "a", "records", true);
     expect(p.size).toBe(1);
-    expect(await reads(records)).toBe(true);
+    expect(await reads(records, READ_MS)).toBe(true);
   });
 
   it("parks a served connection only when its key has at least its share of the family's parked connections", async () => {
@@ -93,7 +98,7 @@ describe("parked connections", () => {
     // One parked against an average of two: the small key's served connection is read on.
     p.answered(smallServed.socket, "small", "records", true);
     expect(p.size).toBe(4);
-    expect(await reads(smallServed)).toBe(true);
+    expect(await reads(smallServed, READ_MS)).toBe(true);
     p.answered(bigServed.socket, "big", "records", true);
     expect(p.size).toBe(5);
     expect(await reads(bigServed)).toBe(false);
@@ -175,7 +180,7 @@ describe("parked connections", () => {
     expect(p.size).toBe(1);
     p.stop();
     expect(p.size).toBe(0);
-    expect(await reads(kept)).toBe(true);
+    expect(await reads(kept, READ_MS)).toBe(true);
   });
 
   it("suspends a parked connection's idle timeout (the server's keep-alive: its client has sent, or may have), and gives it back when read again", async () => {
