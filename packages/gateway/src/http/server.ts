@@ -292,9 +292,10 @@ function drainServer(server: Server, listening: Listening, active: ReadonlySet<S
     // Every listening socket stops accepting; a response not yet started learns to close its
     // connection, so that no client keeps sending requests into a stopping server.
     for (const res of active) if (!res.headersSent) res.setHeader("Connection", "close");
-    // Idle connections are closed after the loop's next poll (its second check phase from now): a connection read again as the drain
-    // began (onDrain: admission's parked ones) delivers the request waiting on it there,
-    // and is then no longer idle. Then every 50 ms: one mid-request becomes idle after its response.
+    // Idle connections are closed after the loop's next poll (its second check phase from now): a
+    // connection read again as the drain began (onDrain: admission's parked ones) delivers the request
+    // waiting on it there, and is then no longer idle. Then every 50 ms: one mid-request becomes idle
+    // after its response.
     let sweeper: NodeJS.Timeout | undefined;
     let ended = false;
     setImmediate(() =>
