@@ -118,11 +118,11 @@ export function emitOpenMedians(
     const half = at(0.5);
     const servedAt = (fraction: (typeof FRACTIONS)[number]): (Measured["served"] | undefined)[] =>
       rounds.map((r) => (r[side][fraction] as Measured).served);
+    const servedHalf = servedAt(0.5);
     for (const fraction of FRACTIONS) {
       const rs = at(fraction);
       const goal = GOALS[fraction];
       const goodput = round3(median(rs.map((r) => perSec(r.acceptedInWindow, r) / capacity)));
-      const servedHalf = servedAt(0.5);
       const served = servedAt(fraction);
       const p99Ratio = round3(
         median(served.map((s, i) => (s?.acceptedP99Ms ?? Number.NaN) / (servedHalf[i]?.acceptedP99Ms ?? Number.NaN))),
