@@ -104,6 +104,17 @@ describe("parked connections", () => {
     expect(await reads(bigServed)).toBe(false);
   });
 
+  it("parks no served connection once every parked one of its family has been read again", async () => {
+    const [refused, served] = [await connection(), await connection()];
+    const p = parking(() => 1);
+    p.answered(refused.socket, "a", "records", false);
+    p.answered(null, "b", "records", true);
+    expect(p.size).toBe(0);
+    p.answered(served.socket, "c", "records", true);
+    expect(p.size).toBe(0);
+    expect(await reads(served, READ_MS)).toBe(true);
+  });
+
   it("counts a connection read again against the room until the next sweep: the loop's timers run before its poll, so its request may not have arrived", async () => {
     const [refused, served] = [await connection(), await connection()];
     vi.useFakeTimers({ toFake: ["setInterval", "clearInterval"] });

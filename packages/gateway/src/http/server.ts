@@ -71,9 +71,10 @@ export interface Serving {
   /** Requests being served right now. */
   inFlight(): number;
   /**
-   * Graceful stop: no new connections; idle keep-alive connections closed at once; every request in
-   * flight runs to completion and its connection closes after the response. Resolves true once the
-   * last one is done, or false after `timeoutMs`, when whatever is left is cut.
+   * Graceful stop: no new connections; the app's drain hook first (onDrain: admission control's
+   * parked connections read again); idle keep-alive connections closed after the loop's next poll;
+   * every request in flight runs to completion and its connection closes after the response.
+   * Resolves true once the last one is done, or false after `timeoutMs`, when whatever is left is cut.
    */
   drain(timeoutMs: number): Promise<boolean>;
   /** `await using serving = await serve(app, …)`: drains with the default timeout when the scope ends. */
