@@ -39,6 +39,27 @@ export default tseslint.config(
     rules: { "import-x/no-restricted-paths": ["error", { basePath: import.meta.dirname, zones: gatewayLayers() }] },
   },
   {
+    // A store's SDK is tens of MB of code: the gateway loads it only through that store's driver
+    // (stores/<store>-driver.ts), which its registration's load() imports when the store is served
+    // or swept, and stores/drivers.ts for createGateway. Types may come from anywhere (they are erased).
+    files: ["packages/gateway/src/**/*.ts"],
+    ignores: ["**/*.test.ts", "**/*test-support.ts", "packages/gateway/src/stores/*-driver.ts"],
+    rules: {
+      "@typescript-eslint/no-restricted-imports": [
+        "error",
+        {
+          patterns: [
+            {
+              regex: "^(@aws-sdk/|@azure/|pg$|@fenced/store/(postgres|s3|dynamodb|azure-blob)$)",
+              allowTypeImports: true,
+              message: "load a store's SDK only in its driver (stores/<store>-driver.ts); import its types with `import type`",
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
     // Every import declared by the package that makes it (its nearest package.json): a package's
     // tests (and test/, all of it tests) may use its devDependencies, its sources only what a user's install brings.
     files: ["packages/**/*.ts", "test/**/*.ts"],

@@ -6,7 +6,7 @@ import { LockNotAcquiredError, Redlock } from "@fenced/lock";
 import { startPostgres, startRedisNodes, type RedisNodes, type ServerFaults } from "@fenced/servers";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createGateway, type Gateway } from "./app.js";
+import { createGateway, type Gateway } from "./index.js";
 import { serve, type Serving } from "./http/server.js";
 import { API_KEYS, bearer, FENCE_KEYS, httpClient, KEYS, type HttpClient } from "./test-support.js";
 

@@ -28,8 +28,8 @@ import { recordsRouter } from "./routes/records.js";
 import type { PostgresRecordsOptions } from "./stores/postgres.js";
 import type { DynamoRecordsOptions } from "./stores/dynamodb.js";
 import type { AzureBlobObjectsOptions } from "./stores/azure-blob.js";
-import type { Family, FamilyStores, Prepare, StoreRegistration } from "./stores/registration.js";
-import { STORES, type StoreName } from "./stores/registry.js";
+import type { AnyStoreDriver, Family, FamilyStores, Prepare, StoreRegistration } from "./stores/registration.js";
+import { STORES, type StoreDrivers, type StoreName } from "./stores/registry.js";
 import type { S3ObjectsOptions } from "./stores/s3.js";
 
 export interface GatewayOptions {
@@ -118,11 +118,13 @@ export interface Gateway {
 const DEFAULT_INLINE = 64 * 1024;
 
 /**
- * The HTTP gateway: an express app over the fenced stores and the lock. It keeps no state between
- * requests — every ratchet lives in Postgres/S3 and every lease in Redis, and a lease id carries what
- * any instance needs to extend or release it — so any number of instances can serve one deployment.
+ * The HTTP gateway (index.ts's createGateway, which gives it every store's driver; the bin gives it
+ * only those of the stores it serves): an express app over the fenced stores and the lock. It keeps
+ * no state between requests — every ratchet lives in Postgres/S3 and every lease in Redis, and a
+ * lease id carries what any instance needs to extend or release it — so any number of instances can
+ * serve one deployment.
  */
-export function createGateway(options: GatewayOptions): Gateway {
+export function createGatewayOn(options: GatewayOptions, drivers: StoreDrivers): Gateway {
   const logger = options.logger ?? pino({ name: "fenced-gateway" });
   const metrics = new GatewayMetrics({
     ...(options.defaultMetrics === undefined ? {} : { defaultMetrics: options.defaultMetrics }),
@@ -130,7 +132,7 @@ export function createGateway(options: GatewayOptions): Gateway {
     nodeAddresses: options.separateAdmin === true,
   });
   const healthTimeoutMs = options.healthTimeoutMs ?? 2_000;
-  const served = servedStores(options, metrics);
+  const served = servedStores(options, drivers, metrics);
   const ctx = routeContext(options, logger, metrics, storeOf(served, "objects"));
   const { limits, credentials } = ctx;
   const records = storeOf(served, "records");
@@ -153,9 +155,9 @@ export function createGateway(options: GatewayOptions): Gateway {
 
   let draining = false;
   const readiness = gatewayReadiness({
-    stores: served.map(({ registration, options: given, store }) => ({
+    stores: served.map(({ registration, driver, options: given, store }) => ({
       name: registration.name,
-      check: (timeoutMs: number) => registration.check(store, given, timeoutMs),
+      check: (timeoutMs: number) => driver.check(store, given, timeoutMs),
     })),
     lock: leases,
     timeoutMs: healthTimeoutMs,
@@ -259,9 +261,10 @@ function routeContext(options: GatewayOptions, logger: Logger, metrics: GatewayM
   };
 }
 
-/** A configured store: its registration, the options it was made with, and the store. */
+/** A configured store: its registration and driver, the options it was made with, and the store. */
 interface Served {
   readonly registration: StoreRegistration;
+  readonly driver: AnyStoreDriver;
   readonly options: unknown;
   readonly store: FamilyStores[Family];
 }
@@ -271,7 +274,7 @@ interface Served {
  * their shape: StoreDefinition.accepts), each call bounded by storeTimeoutMs (default 5,000 ms), its
  * pool (if it has one) reported in /metrics, its backend's own errors told by its registration.
  */
-function servedStores(options: GatewayOptions, metrics: GatewayMetrics): Served[] {
+function servedStores(options: GatewayOptions, drivers: StoreDrivers, metrics: GatewayMetrics): Served[] {
   const storeTimeoutMs = options.storeTimeoutMs ?? 5_000;
   return (["records", "objects"] as const).flatMap((family) => {
     const given: object | undefined = options[family];
@@ -283,10 +286,13 @@ function servedStores(options: GatewayOptions, metrics: GatewayMetrics): Served[
       const shapes = STORES.filter((one) => one.family === family).map((one) => one.title);
       throw new InvalidArgumentError(family, `must be the options of exactly one of its stores (${shapes.join(", ")})`);
     }
+    const driver = drivers[registration.name as StoreName];
+    // The bin loads the driver of every store it configures, createGateway every driver there is.
+    if (driver === undefined) throw new Error(`no driver loaded for the ${registration.title} store`);
     const pool = registration.pool?.(given);
     if (pool !== undefined) metrics.postgresPool(pool);
     metrics.servedBy(family, registration);
-    return [{ registration, options: given, store: registration.create(given, storeTimeoutMs) }];
+    return [{ registration, driver, options: given, store: driver.create(given, storeTimeoutMs) }];
   });
 }
 
@@ -305,7 +311,7 @@ function mountFamilies(app: Express, ctx: RouteContext, served: readonly Served[
 
 /** The store serving `family`, of that family's contract. */
 function storeOf<F extends Family>(served: readonly Served[], family: F): FamilyStores[F] | undefined {
-  // A registration of `family` makes a store of its contract (StoreDefinition.create).
+  // A registration of `family` makes a store of its contract (StoreDriver.create).
   return served.find(({ registration }) => registration.family === family)?.store as FamilyStores[F] | undefined;
 }
 

@@ -5,7 +5,7 @@ import { Redis } from "ioredis";
 import { pino } from "pino";
 import { startPostgres, startRedisNodes, startS3, type RedisNodes, type ServerFaults, type StartedS3 } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createGateway } from "./app.js";
+import { createGateway } from "./index.js";
 import { serve, type Serving } from "./http/server.js";
 import { API_KEYS, bearer, FENCE_KEYS, httpClient, KEYS, writeHeaders, type Answer, type HttpClient } from "./test-support.js";
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 import { pino, type Logger } from "pino";
 import { InvalidArgumentError } from "@fenced/fence";
-import { createGateway, type Gateway, type GatewayOptions } from "./app.js";
+import { createGatewayOn, type Gateway, type GatewayOptions } from "./app.js";
 import { DEFAULT_MIN_AGE, gatewayProgram } from "./cli-program.js";
 import { loadConfig, loadSweepConfig, type GatewayConfig } from "./config.js";
 import { durationMs, sweepCommand } from "./sweep.js";
@@ -9,8 +9,8 @@ import { serve, type Serving } from "./http/server.js";
 import { refuseUnhealthy, StartRefusedError, startRefusal } from "./ops/start-checks.js";
 import { startProcessTracing } from "./ops/tracing.js";
 import { RECHECK_INTERVAL_MS, recheckInBackground, type Recheck } from "./ops/recheck.js";
-import type { Family } from "./stores/registration.js";
-import { STORES } from "./stores/registry.js";
+import type { AnyStoreDriver, Family } from "./stores/registration.js";
+import { STORES, type StoreDrivers, type StoreName } from "./stores/registry.js";
 import { GATEWAY_VERSION, nodeSupported, SUPPORTED_NODE } from "./version.js";
 
 async function main(config: GatewayConfig, logger: Logger): Promise<void> {
@@ -21,7 +21,7 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
   try {
     const stores = await storesOf(config, logger, closers);
     const leases = config.redis === undefined ? undefined : await leasesBackend(config.redis, logger, closers);
-    const gateway = createGateway({
+    const options: GatewayOptions = {
       apiKeys: config.apiKeys,
       fenceKeys: config.fenceKeys,
       logger,
@@ -30,9 +30,10 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
       storeTimeoutMs: config.storeTimeoutMs,
       admission: config.admission,
       separateAdmin: config.admin !== undefined,
-      ...stores,
+      ...stores.options,
       ...(leases && { leases }),
-    });
+    };
+    const gateway = createGatewayOn(options, stores.drivers);
     const recheck = await start(gateway, config, logger);
     const limits = {
       keepAliveTimeoutMs: config.keepAliveTimeoutMs,
@@ -60,8 +61,8 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
         version: GATEWAY_VERSION,
         host: serving.host,
         port: serving.port,
-        records: stores.records !== undefined,
-        objects: stores.objects !== undefined,
+        records: options.records !== undefined,
+        objects: options.objects !== undefined,
         leases: leases !== undefined,
         ...(admin && { admin: { host: admin.host, port: admin.port } }),
       },
@@ -77,17 +78,27 @@ async function main(config: GatewayConfig, logger: Logger): Promise<void> {
 /** What closes the backends, in the order they were opened. */
 type Closers = (() => Promise<unknown>)[];
 
-/** createGateway's options of each store the configuration has a section for (stores/registry.ts), what closes them added to `closers`. */
-async function storesOf(config: GatewayConfig, logger: Logger, closers: Closers): Promise<Pick<GatewayOptions, Family>> {
+/**
+ * createGateway's options of each store the configuration has a section for (stores/registry.ts),
+ * what closes them added to `closers`, and those stores' drivers: only theirs are loaded.
+ */
+async function storesOf(
+  config: GatewayConfig,
+  logger: Logger,
+  closers: Closers,
+): Promise<{ options: Pick<GatewayOptions, Family>; drivers: StoreDrivers }> {
   const sections: Readonly<Record<string, unknown>> = config;
   const options: Partial<Record<Family, unknown>> = {};
+  const drivers: Partial<Record<StoreName, AnyStoreDriver>> = {};
   for (const store of STORES) {
     const section = sections[store.name];
-    if (section !== undefined)
-      options[store.family] = await store.fromSection(section, { storeTimeoutMs: config.storeTimeoutMs, logger, closers });
+    if (section === undefined) continue;
+    const driver = await store.load();
+    drivers[store.name as StoreName] = driver;
+    options[store.family] = await driver.fromSection(section, { storeTimeoutMs: config.storeTimeoutMs, logger, closers });
   }
-  // Each store's fromSection makes the options createGateway takes for its family (StoreDefinition).
-  return options as Pick<GatewayOptions, Family>;
+  // Each store's fromSection makes the options createGateway takes for its family (StoreDriver).
+  return { options: options as Pick<GatewayOptions, Family>, drivers };
 }
 
 /** How long a lock node's connection, once closed at the stop, waits for the node's side of the close. */

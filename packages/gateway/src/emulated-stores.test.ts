@@ -138,8 +138,10 @@ describe("the stores from their configuration sections", () => {
     const closers: (() => Promise<unknown>)[] = [];
     const context = { storeTimeoutMs: 5_000, logger: pino({ level: "silent" }), closers };
     const credentials = { accessKeyId: dynamo.accessKeyId, secretAccessKey: dynamo.secretAccessKey };
-    const records = await dynamoRecords.fromSection({ table, endpoint: dynamo.endpoint, region: dynamo.region, ...credentials }, context);
-    const objects = await azureBlobObjects.fromSection({ container, connectionString: azure.connectionString }, context);
+    const records = await (
+      await dynamoRecords.load()
+    ).fromSection({ table, endpoint: dynamo.endpoint, region: dynamo.region, ...credentials }, context);
+    const objects = await (await azureBlobObjects.load()).fromSection({ container, connectionString: azure.connectionString }, context);
     const configured = await runGateway(options({ records, objects }));
     try {
       const c = configured.client;

@@ -5,7 +5,7 @@ import pg from "pg";
 import { pino } from "pino";
 import { freePort } from "@fenced/servers";
 import { describe, expect, it } from "vitest";
-import { createGateway } from "./app.js";
+import { createGateway } from "./index.js";
 import { serve } from "./http/server.js";
 import { problemName } from "./openapi/components.js";
 import { openApiDocument } from "./openapi/document.js";

@@ -5,7 +5,7 @@ import { Redis } from "ioredis";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { GATEWAY_VERSION } from "./version.js";
-import { createGateway } from "./app.js";
+import { createGateway } from "./index.js";
 import { SCRAPE_PROBE_MAX_MS } from "./routes/leases.js";
 import { serve, type Serving } from "./http/server.js";
 import {

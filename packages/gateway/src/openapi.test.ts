@@ -6,7 +6,7 @@ import fc from "fast-check";
 import { z } from "zod";
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
-import { createGateway } from "./app.js";
+import { createGateway } from "./index.js";
 import { openApiDocument } from "./openapi/document.js";
 import { HTTP_METHODS, type JsonSchema, type OpenApiDocument, type ParameterObject } from "./openapi/types.js";
 import { ApiMismatchError, exchangeChecker, resolve, type Exchange } from "./openapi-test-support.js";

@@ -3,7 +3,8 @@ import pg from "pg";
 import { pino } from "pino";
 import { freePort } from "@fenced/servers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createGateway, type HealthReport } from "./app.js";
+import { createGateway } from "./index.js";
+import { type HealthReport } from "./app.js";
 import { serve } from "./http/server.js";
 import { bearer, httpClient, KEYS, runGateway, startBackends, writeHeaders, type Backends, type RunningGateway } from "./test-support.js";
 

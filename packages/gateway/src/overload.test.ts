@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vites
 import { REFUSALS } from "./admission/admission.js";
 import type { AdmissionOptions } from "./admission/gate.js";
 import { make } from "./problems/problem.js";
-import { createGateway, type Gateway } from "./app.js";
+import { createGateway, type Gateway } from "./index.js";
 import { serve, type Serving } from "./http/server.js";
 import { startCli } from "./cli-test-support.js";
 import { API_KEYS, bearer, FENCE_KEYS, httpClient, KEYS, writeHeaders, type Answer, type HttpClient } from "./test-support.js";

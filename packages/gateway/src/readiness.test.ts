@@ -4,7 +4,8 @@ import { performance } from "node:perf_hooks";
 import pg from "pg";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createGateway, type Gateway, type GatewayOptions, type HealthReport } from "./app.js";
+import { createGateway, type Gateway, type GatewayOptions } from "./index.js";
+import { type HealthReport } from "./app.js";
 import { serve } from "./http/server.js";
 import { bearer, httpClient, KEYS, startBackends, type Backends, type HttpClient } from "./test-support.js";
 

@@ -3,7 +3,7 @@ import { Redis } from "ioredis";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { PgPool } from "@fenced/store/postgres";
-import { createGateway } from "./app.js";
+import { createGateway } from "./index.js";
 import { serve } from "./http/server.js";
 import { bearer, httpClient, KEYS, runGateway, startBackends, writeHeaders, type Backends, type RunningGateway } from "./test-support.js";
 

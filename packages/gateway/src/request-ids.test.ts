@@ -1,7 +1,7 @@
 import { connect } from "node:net";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createGateway, type Gateway } from "./app.js";
+import { createGateway, type Gateway } from "./index.js";
 import { serve, type Serving } from "./http/server.js";
 import { API_KEYS, bearer, httpClient, KEYS, type HttpClient } from "./test-support.js";
 

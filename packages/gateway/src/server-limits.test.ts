@@ -10,7 +10,7 @@ import express from "express";
 import pg from "pg";
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
-import { createGateway } from "./app.js";
+import { createGateway } from "./index.js";
 import { serve, setEarlyHandler } from "./http/server.js";
 import { API_KEYS, bearer, httpClient, KEYS } from "./test-support.js";
 

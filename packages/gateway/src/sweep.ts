@@ -61,7 +61,7 @@ export async function sweepCommand(config: SweepConfig, run: SweepRun, io: Sweep
   for (const store of configured) {
     try {
       report[store.name] = await interruptible(io, (signal) =>
-        store.sweep(sections[store.name], { ...run, signal, storeTimeoutMs: config.storeTimeoutMs, line }),
+        store.load().then((driver) => driver.sweep(sections[store.name], { ...run, signal, storeTimeoutMs: config.storeTimeoutMs, line })),
       );
     } catch (err) {
       const failure = failureLine(store, err);

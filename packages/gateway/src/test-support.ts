@@ -7,7 +7,7 @@ import pg from "pg";
 import { pino } from "pino";
 import { afterAll, beforeAll } from "vitest";
 import { ANSWERING_NODE_TIMEOUT_MS, startPostgres, startRedisNodes, startS3, type RedisNodes, type StartedS3 } from "@fenced/servers";
-import { createGateway, type Gateway, type GatewayOptions } from "./app.js";
+import { createGateway, type Gateway, type GatewayOptions } from "./index.js";
 import type { CredentialKey } from "@fenced/fence/credentials";
 import type { ApiKeyConfig } from "./auth/api-keys.js";
 import { exchangeChecker, type ExchangeCheck } from "./openapi-test-support.js";

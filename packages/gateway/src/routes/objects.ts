@@ -1,8 +1,7 @@
 import { pipeline } from "node:stream/promises";
 import { Router, type Request, type Response } from "express";
 import type { ObjectStore } from "@fenced/store";
-import { assertContentType } from "@fenced/store/s3";
-import { OBJECT_VERSION } from "@fenced/store/internal";
+import { assertContentType, OBJECT_VERSION } from "@fenced/store/internal";
 import { answerWrite, authorizeKey, writeOptions } from "./access.js";
 import { clientGone } from "../http/client-gone.js";
 import { markWrite, keyMethods, type RouteContext } from "./context.js";

@@ -2,7 +2,7 @@ import { FAMILY_VERSIONS } from "../stores/registration.js";
 import { z } from "zod";
 import { MAX_RESOURCES } from "@fenced/fence";
 import { keyProblem } from "@fenced/fence/internal";
-import { MAX_PUT_ALL } from "@fenced/store/postgres";
+import { MAX_PUT_ALL } from "@fenced/store/internal";
 import { credentialString, keyString, resourceSchema, tokenString } from "../vocabulary/fields.js";
 
 /**

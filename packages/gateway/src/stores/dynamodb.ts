@@ -1,14 +1,14 @@
-import { DescribeTableCommand, DynamoDBClient } from "@aws-sdk/client-dynamodb";
+import type { DynamoDBClient } from "@aws-sdk/client-dynamodb";
 import { z } from "zod";
-import { FencedDynamo, type FencedDynamoOptions } from "@fenced/store/dynamodb";
-import { message, said, systemCode, within } from "./check.js";
+import type { FencedDynamo, FencedDynamoOptions } from "@fenced/store/dynamodb";
+import { said } from "./check.js";
 import type { StoreDefinition } from "./registration.js";
-import { awsCode, CREDENTIALS_PROVIDER_ERROR } from "./aws-code.js";
+import { awsCode } from "./aws-code.js";
 
 /** createGateway's `records` on DynamoDB: FencedDynamo with this client. */
 export type DynamoRecordsOptions = { readonly client: DynamoDBClient } & FencedDynamoOptions;
 
-const section = z
+export const dynamoSection = z
   .strictObject({
     table: z.string().min(1).describe("the table, partition key `key` (a String), no sort key (enables /v1/records on DynamoDB)"),
     endpoint: z.string().url().optional().describe("DynamoDB endpoint URL (default: AWS)"),
@@ -26,61 +26,21 @@ const section = z
     "give both accessKeyId and secretAccessKey, or neither (the AWS default chain)",
   );
 
-/** Why DynamoDB has nothing to sweep: what the report and stderr say. */
-const NOTHING_TO_SWEEP =
-  "nothing to sweep: every value is inline in its key's manifest item, so no write, failed or abandoned, leaves anything behind";
-
 /** The records family on DynamoDB (FencedDynamo): no transaction, so no putAll. */
-export const dynamoRecords: StoreDefinition<"records", "dynamodb", typeof section, DynamoRecordsOptions, FencedDynamo> = {
+export const dynamoRecords: StoreDefinition<"records", "dynamodb", typeof dynamoSection, DynamoRecordsOptions, FencedDynamo> = {
   family: "records",
   name: "dynamodb",
   title: "DynamoDB",
   fenceDescription: "DynamoDB's fence item (present when the gateway serves records from DynamoDB)",
   config: {
-    section,
+    section: dynamoSection,
     enabledBy: { field: "table", what: "table", variable: "FENCED_GATEWAY_DYNAMODB_TABLE", flag: "--dynamodb-table" },
     sweepFields: [],
   },
 
   accepts: (options): options is DynamoRecordsOptions => "table" in options,
 
-  fromSection({ table, endpoint, region, prefix, accessKeyId, secretAccessKey, checkResourceFence }, { closers }) {
-    const client = new DynamoDBClient({
-      region,
-      ...(endpoint === undefined ? {} : { endpoint }),
-      ...(accessKeyId === undefined || secretAccessKey === undefined ? {} : { credentials: { accessKeyId, secretAccessKey } }),
-    });
-    closers.push(() => Promise.resolve(client.destroy()));
-    return Promise.resolve({
-      client,
-      table,
-      ...(prefix === undefined ? {} : { prefix }),
-      ...(checkResourceFence === undefined ? {} : { checkResourceFence }),
-    });
-  },
-
-  create: (options, timeoutMs) => new FencedDynamo(options.client, { ...options, timeoutMs: options.timeoutMs ?? timeoutMs }),
-
-  /** DescribeTable: its answer says what is wrong (a missing table, credentials refused); no answer, the endpoint. Read-only. */
-  check: (_store, { client, table }, timeoutMs) =>
-    within(
-      timeoutMs,
-      (abortSignal) => client.send(new DescribeTableCommand({ TableName: table }), { abortSignal }),
-      (err) => {
-        const detail = message(err);
-        const code = awsCode(err);
-        const status = (err as { $metadata?: { httpStatusCode?: unknown } } | null)?.$metadata?.httpStatusCode;
-        if (code === CREDENTIALS_PROVIDER_ERROR) return { state: "misconfigured", problem: "no-credentials", code, detail };
-        if (code === "ResourceNotFoundException") return { state: "misconfigured", problem: "no-such-table", code, detail };
-        if (status === 400 || status === 403) {
-          if (code !== undefined && /AccessDenied|UnrecognizedClient|InvalidSignature|Forbidden/.test(code))
-            return { state: "misconfigured", problem: "access-denied", code, detail };
-        }
-        if (typeof status === "number") return { state: "error", code: code ?? String(status), detail };
-        const system = systemCode(err);
-        return { state: system === "ECONNREFUSED" ? "refused" : "error", ...(system === undefined ? {} : { code: system }), detail };
-      },
-    ),
+  load: () => import("./dynamodb-driver.js").then((driver) => driver.dynamoDriver),
 
   async prepare(store, { verify }, call) {
     if (verify ?? true) await call("verify", () => store.verify());
@@ -113,9 +73,4 @@ export const dynamoRecords: StoreDefinition<"records", "dynamodb", typeof sectio
     (operation === "verify" ? ", or start with --no-verify" : ""),
 
   sweeps: false,
-
-  sweep(_section, { line }) {
-    line(`DynamoDB: ${NOTHING_TO_SWEEP}`);
-    return Promise.resolve({ swept: false, why: NOTHING_TO_SWEEP });
-  },
 };

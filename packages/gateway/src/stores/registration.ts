@@ -100,14 +100,13 @@ export interface StoreDefinition<
   };
   /** Whether createGateway's options for its family are this store's (a pool, a bucket, a table, a container). */
   accepts(options: object): options is Options & object;
-  /** createGateway's options for its family, from its configured section. */
-  fromSection(section: z.output<Section>, context: OpenContext): Promise<Options>;
-  /** The store, each call bounded by `storeTimeoutMs`. */
-  create(options: Options, storeTimeoutMs: number): Store;
+  /**
+   * Its driver: what reaches the backend through its SDK. Loaded only for a store the bin serves or
+   * sweeps, since an SDK is tens of MB of code (createGateway, the embedding API, loads every one).
+   */
+  load(): Promise<StoreDriver<Section, Options, Store>>;
   /** A pool whose connections /metrics reports, if it has one. */
   pool?(options: Options): { readonly totalCount: number; readonly idleCount: number; readonly waitingCount: number } | undefined;
-  /** Readiness: read-only, within `timeoutMs`. */
-  check(store: Store, options: Options, timeoutMs: number): Promise<StoreCheck>;
   /** The start work: `call` times each call into the store as a request's are (metrics.time). */
   prepare(store: Store, prepare: Prepare, call: (operation: string, work: () => Promise<unknown>) => Promise<unknown>): Promise<void>;
   /** The backend's own code in an error no store classifies (an SQLSTATE, an S3 error code); undefined: not the backend's. */
@@ -118,9 +117,26 @@ export interface StoreDefinition<
   backendFix(code: string, operation: string): string;
   /** Whether its sweep can delete anything (S3: orphaned bodies), or only reports that nothing is ever left behind (PostgreSQL). */
   readonly sweeps: boolean;
+}
+
+/**
+ * What a store's SDK does for the gateway: make its options from a configured section, the store
+ * from its options, and check or sweep it. A module of its own per store (`<store>-driver.ts`), which
+ * its registration's `load()` imports, and `drivers.ts` too, for createGateway.
+ */
+export interface StoreDriver<Section extends z.ZodType, Options, Store> {
+  /** createGateway's options for its family, from its configured section. */
+  fromSection(section: z.output<Section>, context: OpenContext): Promise<Options>;
+  /** The store, each call bounded by `storeTimeoutMs`. */
+  create(options: Options, storeTimeoutMs: number): Store;
+  /** Readiness: read-only, within `timeoutMs`. */
+  check(store: Store, options: Options, timeoutMs: number): Promise<StoreCheck>;
   /** `fenced-gateway sweep`'s part for this store. */
   sweep(section: z.output<Section>, request: SweepRequest): Promise<SweepDone>;
 }
 
 /** A registration of any family and options: what the gateway's loops take (each hook gets only what its own registration made). */
 export type StoreRegistration = StoreDefinition<Family, string, z.ZodType, unknown>;
+
+/** A driver of any registration: what createGateway is given, one per store it may serve. */
+export type AnyStoreDriver = StoreDriver<z.ZodType, unknown, FamilyStores[Family]>;

@@ -1,6 +1,6 @@
 import type { z } from "zod";
 import { postgresRecords } from "./postgres.js";
-import type { StoreRegistration } from "./registration.js";
+import type { AnyStoreDriver, StoreRegistration } from "./registration.js";
 import { s3Objects } from "./s3.js";
 import { dynamoRecords } from "./dynamodb.js";
 import { azureBlobObjects } from "./azure-blob.js";
@@ -9,14 +9,17 @@ import { azureBlobObjects } from "./azure-blob.js";
  * The stores the gateway can serve, one registration each (registration.ts says what one provides).
  * Everything in the gateway that concerns a store — its routes' family, readiness, problems, fences,
  * lease grants, start checks, sweep, configuration and the API document — loops over this list.
- * Adding a store: a file beside these, its line here, its flags in ../settings.ts.
+ * Adding a store: its registration and its driver beside these, its line here and in drivers.ts, its
+ * flags in ../settings.ts.
  *
  *   check.ts        a store's readiness check, as every registration makes it (within a deadline)
- *   registration.ts what a store registers, and the two families of routes
+ *   registration.ts what a store registers, and the two families of routes; what its driver does
  *   postgres.ts     the records family on PostgreSQL
  *   s3.ts           the objects family on S3; s3-sweep.ts, its sweep's lines
  *   dynamodb.ts     the records family on DynamoDB (no putAll: no transaction is used)
  *   azure-blob.ts   the objects family on Azure Blob
+ *   <store>-driver.ts  each store's driver: its SDK, loaded only when the store is served or swept
+ *   drivers.ts      every driver at once, for createGateway
  *   aws-code.ts     the code of an AWS SDK client's failure (S3, DynamoDB)
  */
 const REGISTERED = [postgresRecords, s3Objects, dynamoRecords, azureBlobObjects] as const;
@@ -43,3 +46,6 @@ export function byStore<T extends z.ZodType>(entry: (store: StoreRegistration) =
 export const STORE_SECTIONS = Object.fromEntries(REGISTERED.map((store) => [store.name, store.config.section.optional()])) as {
   [S in (typeof REGISTERED)[number] as S["name"]]: z.ZodOptional<S["config"]["section"]>;
 };
+
+/** The drivers of the stores a gateway serves, by store name: createGateway's, or those the bin loaded. */
+export type StoreDrivers = { readonly [N in StoreName]?: AnyStoreDriver };

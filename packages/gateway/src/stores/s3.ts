@@ -1,15 +1,14 @@
-import { HeadBucketCommand, S3Client } from "@aws-sdk/client-s3";
+import type { S3Client } from "@aws-sdk/client-s3";
 import { z } from "zod";
-import { FencedS3, type FencedS3Options } from "@fenced/store/s3";
-import { message, said, systemCode, within } from "./check.js";
+import type { FencedS3, FencedS3Options } from "@fenced/store/s3";
+import { said } from "./check.js";
 import type { StoreDefinition } from "./registration.js";
-import { sweepLines } from "./s3-sweep.js";
-import { awsCode, CREDENTIALS_PROVIDER_ERROR } from "./aws-code.js";
+import { awsCode } from "./aws-code.js";
 
 /** createGateway's `objects`: FencedS3 with this client (create it with requestChecksumCalculation "WHEN_REQUIRED" for radosgw). */
 export type S3ObjectsOptions = { readonly client: S3Client } & FencedS3Options;
 
-const section = z
+export const s3Section = z
   .strictObject({
     bucket: z.string().min(1).describe("the bucket (enables /v1/objects)"),
     endpoint: z.string().url().optional().describe("S3 endpoint URL (default: AWS)"),
@@ -37,78 +36,21 @@ const section = z
     "give both accessKeyId and secretAccessKey, or neither (the AWS default chain)",
   );
 
-/**
- * The S3 client and the store's options a configuration's section describes: what the gateway
- * serves objects with, and what `fenced-gateway sweep` sweeps. Destroy the client when done.
- */
-function fromConfig(s3: z.output<typeof section>): S3ObjectsOptions {
-  const { bucket, endpoint, region, prefix, accessKeyId, secretAccessKey, forcePathStyle, inlineLimit, checkResourceFence, partSize } = s3;
-  const client = new S3Client({
-    region,
-    forcePathStyle,
-    ...(endpoint === undefined ? {} : { endpoint }),
-    ...(accessKeyId === undefined || secretAccessKey === undefined ? {} : { credentials: { accessKeyId, secretAccessKey } }),
-    // Streamed bodies of unknown length need no checksum trailer (radosgw answers such requests with 411).
-    requestChecksumCalculation: "WHEN_REQUIRED",
-    responseChecksumValidation: "WHEN_REQUIRED",
-  });
-  return {
-    client,
-    bucket,
-    ...(prefix === undefined ? {} : { prefix }),
-    ...(inlineLimit === undefined ? {} : { inlineLimit }),
-    ...(checkResourceFence === undefined ? {} : { checkResourceFence }),
-    ...(partSize === undefined ? {} : { partSize }),
-  };
-}
-
 /** The objects family on S3 (FencedS3). */
-export const s3Objects: StoreDefinition<"objects", "s3", typeof section, S3ObjectsOptions, FencedS3> = {
+export const s3Objects: StoreDefinition<"objects", "s3", typeof s3Section, S3ObjectsOptions, FencedS3> = {
   family: "objects",
   name: "s3",
   title: "S3",
   fenceDescription: "S3's fence object (present when the gateway serves objects)",
   config: {
-    section,
+    section: s3Section,
     enabledBy: { field: "bucket", what: "bucket", variable: "FENCED_GATEWAY_S3_BUCKET", flag: "--s3-bucket" },
     sweepFields: [""],
   },
 
   accepts: (options): options is S3ObjectsOptions => "bucket" in options,
 
-  fromSection(s3, { closers }) {
-    const options = fromConfig(s3);
-    closers.push(() => Promise.resolve(options.client.destroy()));
-    return Promise.resolve(options);
-  },
-
-  create: (options, timeoutMs) => new FencedS3(options.client, { ...options, timeoutMs: options.timeoutMs ?? timeoutMs }),
-
-  /**
-   * HEAD on the bucket. Its answer's status says what is wrong: 403 the credentials (or their rights
-   * on the bucket), 404 the bucket; no answer at all, the endpoint. Read-only.
-   */
-  check: (_store, { client, bucket }, timeoutMs) =>
-    within(
-      timeoutMs,
-      (abortSignal) => client.send(new HeadBucketCommand({ Bucket: bucket }), { abortSignal }),
-      (err) => {
-        const detail = message(err);
-        const { name, code, $metadata } = (typeof err === "object" && err !== null ? err : {}) as {
-          name?: unknown;
-          code?: unknown;
-          $metadata?: { httpStatusCode?: unknown };
-        };
-        if (name === CREDENTIALS_PROVIDER_ERROR) return { state: "misconfigured", problem: "no-credentials", code: name, detail };
-        const status = $metadata?.httpStatusCode;
-        if (status === 403) return { state: "misconfigured", problem: "access-denied", code: "403", detail };
-        if (status === 404) return { state: "misconfigured", problem: "no-such-bucket", code: "404", detail };
-        if (typeof status === "number") return { state: "error", code: String(status), detail };
-        // No HTTP answer: a system error's code says why (ECONNREFUSED: nothing listens at the endpoint).
-        const system = systemCode(err) ?? (typeof code === "string" ? code : undefined);
-        return { state: system === "ECONNREFUSED" ? "refused" : "error", ...(system === undefined ? {} : { code: system }), detail };
-      },
-    ),
+  load: () => import("./s3-driver.js").then((driver) => driver.s3Driver),
 
   async prepare(store, { verify }, call) {
     if (verify ?? true) await call("verify", () => store.verify());
@@ -143,17 +85,4 @@ export const s3Objects: StoreDefinition<"objects", "s3", typeof section, S3Objec
         (operation === "verify" ? ", or start with --no-verify" : ""),
 
   sweeps: true,
-
-  async sweep(s3, { minAgeMs, dryRun, signal, storeTimeoutMs, line }) {
-    const options = fromConfig(s3);
-    try {
-      const store = s3Objects.create(options, storeTimeoutMs);
-      const lines = sweepLines(line);
-      const report = await store.sweep({ minAgeMs, dryRun, signal, onProgress: lines.progress });
-      lines.done(report);
-      return { bucket: store.bucket, prefix: store.prefix, ...report };
-    } finally {
-      options.client.destroy();
-    }
-  },
 };
