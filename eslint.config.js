@@ -41,18 +41,28 @@ export default tseslint.config(
   {
     // A store's SDK is tens of MB of code: the gateway loads it only through that store's driver
     // (stores/<store>-driver.ts), which its registration's load() imports when the store is served
-    // or swept, and stores/drivers.ts for createGateway. Types may come from anywhere (they are erased).
+    // or swept, and stores/drivers.ts (every driver) for index.ts's createGateway. Types may come from
+    // anywhere, in an `import type` (an `import { type X }` still loads its module).
     files: ["packages/gateway/src/**/*.ts"],
-    ignores: ["**/*.test.ts", "**/*test-support.ts", "packages/gateway/src/stores/*-driver.ts"],
+    ignores: [
+      "**/*.test.ts",
+      "**/*test-support.ts",
+      "packages/gateway/src/stores/*-driver.ts",
+      "packages/gateway/src/stores/drivers.ts",
+      "packages/gateway/src/index.ts",
+    ],
     rules: {
+      "@typescript-eslint/no-import-type-side-effects": "error",
       "@typescript-eslint/no-restricted-imports": [
         "error",
         {
           patterns: [
             {
-              regex: "^(@aws-sdk/|@azure/|pg$|@fenced/store/(postgres|s3|dynamodb|azure-blob)$)",
+              regex:
+                "^(@aws-sdk/|@azure/|@smithy/|pg$|pg-|@fenced/store/(postgres|s3|dynamodb|azure-blob)$|.*/[a-z-]+-driver\\.js$|.*/drivers\\.js$)",
               allowTypeImports: true,
-              message: "load a store's SDK only in its driver (stores/<store>-driver.ts); import its types with `import type`",
+              message:
+                "load a store's SDK only in its driver (stores/<store>-driver.ts), and a driver only through its registration's load(); import types with `import type`",
             },
           ],
         },

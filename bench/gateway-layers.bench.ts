@@ -10,6 +10,7 @@ import { Pool } from "undici";
 import { mintFenceCredential, type CredentialKey } from "@fenced/fence/credentials";
 import { startPostgres } from "@fenced/servers";
 import { gatewayWithout, LAYERS, type Layer } from "./gateway-layers.js";
+import { scopeCost } from "./gateway-scope.js";
 import { emit, measure, median, round3, type Op } from "./measure.js";
 import { cpuQuotaSetting, nodeArgs, startServer, unitNodeFlags, type ServerProcess } from "./server-process.js";
 
@@ -29,6 +30,16 @@ const unknown = ONLY?.filter((name) => !LAYERS.some((l) => l.name === name)) ?? 
 if (unknown.length > 0)
   throw new Error(`BENCH_LAYERS names no layer ${unknown.join(", ")}: the layers are ${LAYERS.map((l) => l.name).join(", ")}`);
 const FULL: Layer = { name: "full", removed: "nothing: the gateway as built", patches: [] };
+
+// First, before any server starts: the one layer resolved only in process.
+const scope = scopeCost();
+emit({
+  bench: "gateway-scope-in-process",
+  scopeNsPerRequest: scope.scopeNs,
+  idOnlyNsPerRequest: scope.idOnlyNs,
+  lazyScopeCouldSaveNs: scope.scopeNs - scope.idOnlyNs,
+  of: "the request scope middleware (id, span, AsyncLocalStorage) against one that sets only the request id, 200,000 calls a round, median of 9 rounds, no OpenTelemetry SDK registered",
+});
 
 const postgres = await startPostgres();
 const servers: ServerProcess[] = [];

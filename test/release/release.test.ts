@@ -261,6 +261,24 @@ describe("installed from the packed tarballs, like a user", () => {
     expect(loads("./postgres")).not.toContain("@aws-sdk/client-dynamodb");
     for (const subpath of [".", "./postgres", "./s3", "./dynamodb"]) expect(loads(subpath), subpath).not.toContain("@azure/storage-blob");
     for (const other of ["pg", "@aws-sdk/client-s3", "@aws-sdk/client-dynamodb"]) expect(loads("./azure-blob"), other).not.toContain(other);
+    // What the gateway takes from the store on every path, so that its bin loads an SDK only with the store that needs it.
+    const internal = closure(store, [store.manifest.exports?.["./internal"]?.default ?? ""]).runtimeImports;
+    for (const sdk of ["pg", "@aws-sdk/client-s3", "@aws-sdk/client-dynamodb", "@azure/storage-blob"])
+      expect(internal, sdk).not.toContain(sdk);
+  });
+
+  it("the gateway's bin loads no store's SDK until its configuration names that store", () => {
+    const gateway = tarballs.find((t) => t.name === "@fenced/gateway");
+    if (gateway === undefined) throw new Error("no @fenced/gateway tarball");
+    // What the bin loads as it starts; each store's driver, and with it the SDK, comes by import() when configured.
+    const { runtimeSpecifiers } = closure(gateway, Object.values(gateway.manifest.bin ?? {}), { dynamic: false });
+    const sdks = [...runtimeSpecifiers].filter((s) =>
+      /^(@aws-sdk\/|@azure\/|@smithy\/|pg$|pg-|@fenced\/store\/(postgres|s3|dynamodb|azure-blob)$)/.test(s),
+    );
+    expect(sdks).toEqual([]);
+    // And the drivers are there to be loaded: the whole closure, import() followed, reaches each.
+    const reached = closure(gateway).reached;
+    for (const driver of ["postgres", "s3", "dynamodb", "azure-blob"]) expect(reached, driver).toContain(`dist/stores/${driver}-driver.js`);
   });
 
   it("published declarations leave out every @internal member", () => {

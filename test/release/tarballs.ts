@@ -91,13 +91,13 @@ async function pack(pkg: (typeof PUBLIC_PACKAGES)[number], dest: string): Promis
  * Specifiers a compiled module or declaration file loads: import and export statements (tsc writes
  * each at the start of a line), side-effect imports, import() calls and `import("…")` types.
  */
-function specifiers(text: string): string[] {
+function specifiers(text: string, dynamic: boolean): string[] {
   // An import or re-export statement never holds parentheses, and its specifier ends the statement:
   // so `export function f(from) { g(from, "options.from") }` is not mistaken for one.
   const patterns = [
     /^(?:import|export)\s[^;()]*?\bfrom\s*["']([^"'\n]+)["']\s*;?\s*$/gm,
     /^import\s*["']([^"'\n]+)["']\s*;?\s*$/gm,
-    /\bimport\(\s*["']([^"'\n]+)["']\s*\)/g,
+    ...(dynamic ? [/\bimport\(\s*["']([^"'\n]+)["']\s*\)/g] : []),
   ];
   return patterns.flatMap((pattern) => [...text.matchAll(pattern)].map((m) => m[1] ?? ""));
 }
@@ -120,16 +120,25 @@ export interface Closure {
   /** Packages (not node: builtins) loaded by the .js files reached, and by the .d.ts files reached. */
   readonly runtimeImports: Set<string>;
   readonly typeImports: Set<string>;
+  /** The bare specifiers the .js files reached import, subpaths kept ("@fenced/store/s3"). */
+  readonly runtimeSpecifiers: Set<string>;
 }
 
 /**
  * Everything reached from `starts` (default: every target of `exports` and `bin`): what they import
  * (relative imports, followed from .js to .js and from .d.ts to .d.ts), the declaration beside each
- * module reached, every source map those name, and every source file those maps name.
+ * module reached, every source map those name, and every source file those maps name. With `dynamic`
+ * false, an `import()` is not followed: what a module loads when it starts, not what it may load later.
  */
-export function closure(tarball: Tarball, starts?: readonly string[]): Closure {
+export function closure(tarball: Tarball, starts?: readonly string[], { dynamic = true } = {}): Closure {
   const root = join(tarball.unpacked, "package");
-  const result: Closure = { reached: new Set(), missing: [], runtimeImports: new Set(), typeImports: new Set() };
+  const result: Closure = {
+    reached: new Set(),
+    missing: [],
+    runtimeImports: new Set(),
+    typeImports: new Set(),
+    runtimeSpecifiers: new Set(),
+  };
   const queue: { path: string; from: string }[] = [];
   const add = (path: string, from: string): void => {
     queue.push({ path: normalize(path), from });
@@ -158,12 +167,13 @@ export function closure(tarball: Tarball, starts?: readonly string[]): Closure {
     if (!path.endsWith(".js") && !path.endsWith(".d.ts")) continue;
     const text = readFileSync(join(root, path), "utf8");
     const declaration = path.endsWith(".d.ts");
-    for (const specifier of specifiers(text)) {
+    for (const specifier of specifiers(text, dynamic)) {
       if (specifier.startsWith("./") || specifier.startsWith("../")) {
         const target = join(dirname(path), specifier);
         add(declaration ? target.replace(/\.js$/, ".d.ts") : target, path);
       } else if (!specifier.startsWith("node:")) {
         (declaration ? result.typeImports : result.runtimeImports).add(packageOf(specifier));
+        if (!declaration) result.runtimeSpecifiers.add(specifier);
       }
     }
     const map = sourceMapOf(text);

@@ -3,7 +3,7 @@ import express, { type Express, type NextFunction, type Request, type Response }
 import { pino, type Logger } from "pino";
 import type { ObjectStore } from "@fenced/store";
 import { FencedError, InvalidArgumentError } from "@fenced/fence";
-import { type CredentialKey } from "@fenced/fence/credentials";
+import type { CredentialKey } from "@fenced/fence/credentials";
 import { admissionGate, type AdmissionOptions } from "./admission/gate.js";
 import type { FenceSet } from "@fenced/store/internal";
 import type { HealthAnswer } from "./schemas/answers.js";
@@ -118,11 +118,8 @@ export interface Gateway {
 const DEFAULT_INLINE = 64 * 1024;
 
 /**
- * The HTTP gateway (index.ts's createGateway, which gives it every store's driver; the bin gives it
- * only those of the stores it serves): an express app over the fenced stores and the lock. It keeps
- * no state between requests — every ratchet lives in Postgres/S3 and every lease in Redis, and a
- * lease id carries what any instance needs to extend or release it — so any number of instances can
- * serve one deployment.
+ * The HTTP gateway (index.ts's createGateway), each store it serves made by the driver given for it:
+ * every store's from createGateway, only the configured stores' from the bin.
  */
 export function createGatewayOn(options: GatewayOptions, drivers: StoreDrivers): Gateway {
   const logger = options.logger ?? pino({ name: "fenced-gateway" });

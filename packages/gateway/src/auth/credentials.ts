@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { type Fence } from "@fenced/fence";
+import type { Fence } from "@fenced/fence";
 import {
   CredentialError,
   credentialKeys,

@@ -3,7 +3,7 @@
 // loads the lock.
 import { Router, type Request, type Response } from "express";
 import { probeNodes, Redlock, type Lease, type RedlockOptions } from "@fenced/lock";
-import { type RedisClient } from "@fenced/lock/internal";
+import type { RedisClient } from "@fenced/lock/internal";
 import { InvalidArgumentError } from "@fenced/fence";
 import type { LeaseAnswer } from "../schemas/answers.js";
 import { requireResource, requireWrite, type Principal } from "../auth/api-keys.js";

@@ -8,8 +8,8 @@ import type { StoreCheck } from "./check.js";
  * What a store registers to be served by the gateway (one store per family: createGateway takes one
  * store's options per family, `records` and `objects`, and each registration knows its own options
  * by their shape, `accepts`; a configuration names one store's section per family): which family
- * of routes it serves, its name outside the process, its configuration, and how the gateway makes,
- * checks, prepares and sweeps it.
+ * of routes it serves, its name outside the process, its configuration, how the gateway prepares it,
+ * and its driver (`load()`), which makes, checks and sweeps it through the store's SDK.
  * The gateway's routes, readiness, problems, fences, lease grants, start checks, sweep and API
  * document loop over the registry (registry.ts); everything a store says of itself is here.
  */
@@ -73,8 +73,8 @@ type CheckWords = Pick<StoreCheck, "state" | "problem" | "code" | "detail">;
  * One store. `Options` is what createGateway takes for its family (a pool, a client and a bucket),
  * `Section` its section of the configuration, `Store` the store it makes (of its family's
  * contract). Its hooks are methods, so that a registration of any family and options is a
- * StoreRegistration: the gateway hands each hook only what that registration's own hooks made
- * (fromSection's options, create's store).
+ * StoreRegistration: the gateway hands each hook only what that registration's own hooks, and its
+ * driver's, made (fromSection's options, create's store).
  */
 export interface StoreDefinition<
   F extends Family,

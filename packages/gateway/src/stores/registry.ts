@@ -12,7 +12,7 @@ import { azureBlobObjects } from "./azure-blob.js";
  * Adding a store: its registration and its driver beside these, its line here and in drivers.ts, its
  * flags in ../settings.ts.
  *
- *   check.ts        a store's readiness check, as every registration makes it (within a deadline)
+ *   check.ts        a store's readiness check, as every driver makes it (within a deadline)
  *   registration.ts what a store registers, and the two families of routes; what its driver does
  *   postgres.ts     the records family on PostgreSQL
  *   s3.ts           the objects family on S3; s3-sweep.ts, its sweep's lines
@@ -20,11 +20,14 @@ import { azureBlobObjects } from "./azure-blob.js";
  *   azure-blob.ts   the objects family on Azure Blob
  *   <store>-driver.ts  each store's driver: its SDK, loaded only when the store is served or swept
  *   drivers.ts      every driver at once, for createGateway
- *   aws-code.ts     the code of an AWS SDK client's failure (S3, DynamoDB)
+ *   aws-code.ts     the code of an AWS SDK client's failure (S3, DynamoDB); azure-code.ts, Azure's
  */
 const REGISTERED = [postgresRecords, s3Objects, dynamoRecords, azureBlobObjects] as const;
 
 export const STORES: readonly StoreRegistration[] = REGISTERED;
+
+/** Each registered store's driver, by its name, as its registration's `load()` types it. */
+export type DriverOfEach = { readonly [S in (typeof REGISTERED)[number] as S["name"]]: Awaited<ReturnType<S["load"]>> };
 
 /** A registered store's name, as the wire spells it (readiness checks, fence answers, problems, configuration sections). */
 export type StoreName = (typeof REGISTERED)[number]["name"];
