@@ -12,6 +12,7 @@ import { serve } from "./server.js";
  */
 
 const BURST = 64;
+const realSetInterval = globalThis.setInterval;
 
 /** Opens `n` connections at once: each connect() is made before the event loop turns, so all wait in the accept queues together. */
 function burst(port: number, n: number): Socket[] {
@@ -157,5 +158,29 @@ describe("serve()'s listening sockets", () => {
     const [reply] = (await once(slow, "data")) as [Buffer];
     expect(reply.toString()).toMatch(/^HTTP\/1\.1 200[\s\S]*Connection: close[\s\S]*slow$/);
     expect(await drained).toBe(true);
+  });
+
+  it("leaves no timer behind when a drain ends before its first sweep of idle connections", async () => {
+    // With nothing connected the drain ends within a turn of the loop, before the sweep it schedules
+    // two check phases on: that sweep must not then start its 50 ms interval, which nothing would
+    // clear and which would keep the process from exiting.
+    const started: NodeJS.Timeout[] = [];
+    const starts = vi.spyOn(globalThis, "setInterval").mockImplementation((...args: Parameters<typeof setInterval>) => {
+      const timer = realSetInterval(...args);
+      started.push(timer);
+      return timer;
+    });
+    const clears = vi.spyOn(globalThis, "clearInterval");
+    try {
+      const serving = await serve(express(), { acceptors: 2 });
+      expect(await serving.drain(10_000)).toBe(true);
+      for (let turn = 0; turn < 3; turn++) await new Promise((resolve) => setImmediate(resolve));
+      const cleared = new Set(clears.mock.calls.map(([timer]) => timer));
+      expect(started.filter((timer) => !cleared.has(timer))).toEqual([]);
+    } finally {
+      starts.mockRestore();
+      clears.mockRestore();
+      for (const timer of started) clearInterval(timer);
+    }
   });
 });
