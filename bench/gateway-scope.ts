@@ -2,9 +2,14 @@
 // removal bench, across processes under a quota, does not resolve it): the built middleware that
 // gives a request its id, span and AsyncLocalStorage scope, against one that gives it only the id
 // every answer carries, on the same request objects, no OpenTelemetry SDK registered.
-import { REQUEST_ID_HEADER, requestIdOf, scopeRequest } from "../packages/gateway/dist/http/request-scope.js";
-import { routeOf } from "../packages/gateway/dist/http/route.js";
 import { median } from "./measure.js";
+
+// The built modules, as users run them (`pnpm bench` builds first), typed by their sources.
+const dist = (path: string): string => new URL(`../packages/gateway/dist/${path}`, import.meta.url).href;
+const { REQUEST_ID_HEADER, requestIdOf, scopeRequest } = (await import(
+  dist("http/request-scope.js")
+)) as typeof import("../packages/gateway/src/http/request-scope.js");
+const { routeOf } = (await import(dist("http/route.js"))) as typeof import("../packages/gateway/src/http/route.js");
 
 type Handler = (req: never, res: never, next: () => void) => void;
 const CALLS = 200_000;
