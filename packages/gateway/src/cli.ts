@@ -10,7 +10,7 @@ import { refuseUnhealthy, StartRefusedError, startRefusal } from "./ops/start-ch
 import { startProcessTracing } from "./ops/tracing.js";
 import { RECHECK_INTERVAL_MS, recheckInBackground, type Recheck } from "./ops/recheck.js";
 import type { AnyStoreDriver, Family } from "./stores/registration.js";
-import { STORES, type StoreDrivers, type StoreName } from "./stores/registry.js";
+import { loadDriver, STORES, type StoreDrivers, type StoreName } from "./stores/registry.js";
 import { GATEWAY_VERSION, nodeSupported, SUPPORTED_NODE } from "./version.js";
 
 async function main(config: GatewayConfig, logger: Logger): Promise<void> {
@@ -93,7 +93,7 @@ async function storesOf(
   for (const store of STORES) {
     const section = sections[store.name];
     if (section === undefined) continue;
-    const driver = await store.load();
+    const driver = await loadDriver(store);
     drivers[store.name as StoreName] = driver;
     options[store.family] = await driver.fromSection(section, { storeTimeoutMs: config.storeTimeoutMs, logger, closers });
   }

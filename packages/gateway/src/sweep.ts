@@ -2,8 +2,8 @@ import { InvalidArgumentError } from "@fenced/fence";
 import { CorruptStateError, StoreSetupError, StoreUnavailableError } from "@fenced/store";
 import type { SweepConfig } from "./config.js";
 import { SETUP_FIXES } from "./ops/start-checks.js";
-import type { StoreRegistration } from "./stores/registration.js";
-import { STORES } from "./stores/registry.js";
+import { DriverLoadError, type StoreRegistration } from "./stores/registration.js";
+import { loadDriver, STORES } from "./stores/registry.js";
 
 /**
  * `fenced-gateway sweep`: each configured store's sweep (stores/registry.ts: S3's deletes what no
@@ -61,7 +61,9 @@ export async function sweepCommand(config: SweepConfig, run: SweepRun, io: Sweep
   for (const store of configured) {
     try {
       report[store.name] = await interruptible(io, (signal) =>
-        store.load().then((driver) => driver.sweep(sections[store.name], { ...run, signal, storeTimeoutMs: config.storeTimeoutMs, line })),
+        loadDriver(store).then((driver) =>
+          driver.sweep(sections[store.name], { ...run, signal, storeTimeoutMs: config.storeTimeoutMs, line }),
+        ),
       );
     } catch (err) {
       const failure = failureLine(store, err);
@@ -99,6 +101,7 @@ const AGAIN = "what it deleted stays deleted, and a sweep run again finds what i
 function failureLine(store: StoreRegistration, err: unknown): { line: string; code: number } | undefined {
   const { title } = store;
   if (err instanceof Interrupted) return { line: `${err.message}: ${AGAIN}`, code: 1 };
+  if (err instanceof DriverLoadError) return { line: err.message, code: 1 };
   // The store checks its options (the bucket's name, --min-age's range) before any I/O.
   if (err instanceof InvalidArgumentError) return { line: `invalid configuration: ${err.message}`, code: 2 };
   if (err instanceof StoreSetupError)

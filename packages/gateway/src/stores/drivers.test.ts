@@ -1,6 +1,9 @@
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
+import { loadSweepConfig } from "../config.js";
+import { sweepCommand } from "../sweep.js";
 import { EVERY_DRIVER } from "./drivers.js";
 import { STORES } from "./registry.js";
+import { s3Objects } from "./s3.js";
 
 describe("store drivers", () => {
   it("each registration loads the driver createGateway serves it with, and every store has one", async () => {
@@ -8,5 +11,27 @@ describe("store drivers", () => {
     // EVERY_DRIVER: one driver per store, whichever way the gateway was made.
     expect(Object.keys(EVERY_DRIVER).sort()).toEqual(STORES.map((store) => store.name).sort());
     for (const store of STORES) expect(await store.load(), store.name).toBe(EVERY_DRIVER[store.name as keyof typeof EVERY_DRIVER]);
+  });
+
+  it("a driver that cannot be loaded fails the sweep with one line, exit 1, and no report", async () => {
+    // As an install without the S3 SDK would: the registration's import() rejects.
+    const load = vi.spyOn(s3Objects, "load").mockRejectedValue(new Error("Cannot find package '@aws-sdk/client-s3'"));
+    try {
+      const config = loadSweepConfig({ s3Bucket: "bucket", s3Endpoint: "http://127.0.0.1:9" }, {});
+      const out: string[] = [];
+      const err: string[] = [];
+      const code = await sweepCommand(
+        config,
+        { minAgeMs: 0, dryRun: true },
+        { stdout: (t) => void out.push(t), stderr: (t) => void err.push(t), signals: [] },
+      );
+      expect(code).toBe(1);
+      expect(err).toEqual([
+        expect.stringMatching(/^fenced-gateway sweep: the S3 store's SDK could not be loaded: reinstall the gateway \(Cannot find package/),
+      ]);
+      expect(out).toEqual([]);
+    } finally {
+      load.mockRestore();
+    }
   });
 });

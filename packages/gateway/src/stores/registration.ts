@@ -140,3 +140,14 @@ export type StoreRegistration = StoreDefinition<Family, string, z.ZodType, unkno
 
 /** A driver of any registration: what createGateway is given, one per store it may serve. */
 export type AnyStoreDriver = StoreDriver<z.ZodType, unknown, FamilyStores[Family]>;
+
+/** A store's driver could not be loaded: its SDK, a dependency of the gateway, is missing or broken in this install. */
+export class DriverLoadError extends Error {
+  override readonly name = "DriverLoadError";
+  constructor(store: string, cause: unknown) {
+    super(
+      `the ${store} store's SDK could not be loaded: reinstall the gateway (${cause instanceof Error ? cause.message : String(cause)})`,
+      { cause },
+    );
+  }
+}

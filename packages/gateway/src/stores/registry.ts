@@ -1,6 +1,6 @@
 import type { z } from "zod";
 import { postgresRecords } from "./postgres.js";
-import type { AnyStoreDriver, StoreRegistration } from "./registration.js";
+import { DriverLoadError, type AnyStoreDriver, type StoreRegistration } from "./registration.js";
 import { s3Objects } from "./s3.js";
 import { dynamoRecords } from "./dynamodb.js";
 import { azureBlobObjects } from "./azure-blob.js";
@@ -52,3 +52,10 @@ export const STORE_SECTIONS = Object.fromEntries(REGISTERED.map((store) => [stor
 
 /** The drivers of the stores a gateway serves, by store name: createGateway's, or those the bin loaded. */
 export type StoreDrivers = { readonly [N in StoreName]?: AnyStoreDriver };
+
+/** A store's driver, for the bin and its sweep; a driver that cannot be loaded (its SDK missing from the install) as DriverLoadError. */
+export function loadDriver(store: StoreRegistration): Promise<AnyStoreDriver> {
+  return store.load().catch((err: unknown) => {
+    throw new DriverLoadError(store.title, err);
+  });
+}
