@@ -2,7 +2,7 @@ import { InvalidArgumentError } from "@fenced/fence";
 import { CorruptStateError, StoreSetupError, StoreUnavailableError } from "@fenced/store";
 import type { SweepConfig } from "./config.js";
 import { SETUP_FIXES } from "./ops/start-checks.js";
-import { DriverLoadError, type StoreRegistration } from "./stores/registration.js";
+import { DriverLoadError, type StoreRegistration, type SweepRequest } from "./stores/registration.js";
 import { loadDriver, STORES } from "./stores/registry.js";
 
 /**
@@ -41,7 +41,7 @@ export function durationMs(text: string, option: string): number {
 }
 
 /**
- * Runs the sweep and answers the exit code: 0 swept (or nothing to sweep: PostgreSQL only), 2 a
+ * Runs the sweep and answers the exit code: 0 swept (or nothing to sweep, which loads no driver), 2 a
  * configuration that cannot be swept (no store, options a store refuses), 1 a backend that failed
  * the sweep or a signal that interrupted it — each with one line on stderr.
  */
@@ -50,7 +50,7 @@ export async function sweepCommand(config: SweepConfig, run: SweepRun, io: Sweep
   const sections: Readonly<Record<string, unknown>> = config;
   const configured = STORES.filter((store) => sections[store.name] !== undefined);
   if (configured.length === 0) {
-    const where = STORES.filter((store) => store.sweeps).map(
+    const where = STORES.filter((store) => store.nothingToSweep === undefined).map(
       ({ title, name, family, config: { enabledBy: e } }) =>
         `the ${title} ${e.what} (${e.flag}, ${e.variable} or ${name}.${e.field}) the gateway writes ${family} to`,
     );
@@ -61,9 +61,7 @@ export async function sweepCommand(config: SweepConfig, run: SweepRun, io: Sweep
   for (const store of configured) {
     try {
       report[store.name] = await interruptible(io, (signal) =>
-        loadDriver(store).then((driver) =>
-          driver.sweep(sections[store.name], { ...run, signal, storeTimeoutMs: config.storeTimeoutMs, line }),
-        ),
+        sweepOne(store, sections[store.name], { ...run, signal, storeTimeoutMs: config.storeTimeoutMs, line }),
       );
     } catch (err) {
       const failure = failureLine(store, err);
@@ -74,6 +72,18 @@ export async function sweepCommand(config: SweepConfig, run: SweepRun, io: Sweep
   }
   io.stdout(`${JSON.stringify(report)}\n`);
   return 0;
+}
+
+/** One store's part: what its registration says when nothing is ever left behind, else its driver's sweep. */
+async function sweepOne(store: StoreRegistration, section: unknown, request: SweepRequest): Promise<object> {
+  const why = store.nothingToSweep;
+  if (why !== undefined) {
+    request.line(`${store.title}: ${why}`);
+    return { swept: false, why };
+  }
+  const driver = await loadDriver(store);
+  if (driver.sweep === undefined) throw new Error(`${store.title} says it sweeps, and its driver has no sweep`);
+  return driver.sweep(section, request);
 }
 
 /** The sweep with a signal that SIGINT or SIGTERM aborts: an interrupted sweep throws Interrupted. */

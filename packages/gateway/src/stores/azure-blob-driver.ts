@@ -6,10 +6,6 @@ import type { StoreDriver } from "./registration.js";
 import type { AzureBlobObjectsOptions, azureBlobSection } from "./azure-blob.js";
 import { restError } from "./azure-code.js";
 
-/** Why Azure Blob has nothing to sweep: what the report and stderr say. */
-const NOTHING_TO_SWEEP =
-  "nothing to sweep: every body is inside its key's manifest blob, so no write, failed or abandoned, leaves anything behind";
-
 export const azureBlobDriver: StoreDriver<typeof azureBlobSection, AzureBlobObjectsOptions, FencedAzureBlob> = {
   fromSection({ container, connectionString, prefix, maxBodyBytes, checkResourceFence }) {
     return Promise.resolve({
@@ -38,9 +34,4 @@ export const azureBlobDriver: StoreDriver<typeof azureBlobSection, AzureBlobObje
         return { state: system === "ECONNREFUSED" ? "refused" : "error", ...(system === undefined ? {} : { code: system }), detail };
       },
     ),
-
-  sweep(_section, { line }) {
-    line(`Azure Blob: ${NOTHING_TO_SWEEP}`);
-    return Promise.resolve({ swept: false, why: NOTHING_TO_SWEEP });
-  },
 };

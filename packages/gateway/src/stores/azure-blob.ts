@@ -73,5 +73,7 @@ export const azureBlobObjects: StoreDefinition<"objects", "azure-blob", typeof a
       "check the connection string and that its account may read, write and delete blobs in the container" +
       (operation === "verify" ? ", or start with --no-verify" : ""),
 
-    sweeps: false,
+    // Its sweep answers this without loading the driver.
+    nothingToSweep:
+      "nothing to sweep: every body is inside its key's manifest blob, so no write, failed or abandoned, leaves anything behind",
   };

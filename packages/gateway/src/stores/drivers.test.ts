@@ -2,6 +2,7 @@ import { describe, expect, it, vi } from "vitest";
 import { loadSweepConfig } from "../config.js";
 import { sweepCommand } from "../sweep.js";
 import { EVERY_DRIVER } from "./drivers.js";
+import { postgresRecords } from "./postgres.js";
 import { STORES } from "./registry.js";
 import { s3Objects } from "./s3.js";
 
@@ -11,6 +12,34 @@ describe("store drivers", () => {
     // EVERY_DRIVER: one driver per store, whichever way the gateway was made.
     expect(Object.keys(EVERY_DRIVER).sort()).toEqual(STORES.map((store) => store.name).sort());
     for (const store of STORES) expect(await store.load(), store.name).toBe(EVERY_DRIVER[store.name as keyof typeof EVERY_DRIVER]);
+  });
+
+  it("each store's sweep is said once: its registration's reason why nothing is left behind, or its driver's sweep", async () => {
+    for (const store of STORES) {
+      const driver = await store.load();
+      expect(store.nothingToSweep === undefined, store.name).toBe(driver.sweep !== undefined);
+    }
+  });
+
+  it("a store with nothing to sweep is answered without loading its driver", async () => {
+    // PostgreSQL's driver loads pg and @fenced/store/postgres: the sweep's one line for it needs neither.
+    const load = vi.spyOn(postgresRecords, "load").mockRejectedValue(new Error("Cannot find package 'pg'"));
+    try {
+      const config = loadSweepConfig({ postgres: "postgres://gateway@db.invalid/fenced" }, {});
+      const out: string[] = [];
+      const err: string[] = [];
+      const code = await sweepCommand(
+        config,
+        { minAgeMs: 0, dryRun: true },
+        { stdout: (t) => void out.push(t), stderr: (t) => void err.push(t), signals: [] },
+      );
+      expect(err).toEqual([expect.stringMatching(/^fenced-gateway sweep: PostgreSQL: nothing to sweep: .*one transaction/)]);
+      expect(code).toBe(0);
+      expect(JSON.parse(out.join(""))).toEqual({ postgres: { swept: false, why: postgresRecords.nothingToSweep } });
+      expect(load).not.toHaveBeenCalled();
+    } finally {
+      load.mockRestore();
+    }
   });
 
   it("a driver that cannot be loaded fails the sweep with one line, exit 1, and no report", async () => {

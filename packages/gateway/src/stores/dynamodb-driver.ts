@@ -6,10 +6,6 @@ import type { StoreDriver } from "./registration.js";
 import type { DynamoRecordsOptions, dynamoSection } from "./dynamodb.js";
 import { awsCode, CREDENTIALS_PROVIDER_ERROR } from "./aws-code.js";
 
-/** Why DynamoDB has nothing to sweep: what the report and stderr say. */
-const NOTHING_TO_SWEEP =
-  "nothing to sweep: every value is inline in its key's manifest item, so no write, failed or abandoned, leaves anything behind";
-
 export const dynamoDriver: StoreDriver<typeof dynamoSection, DynamoRecordsOptions, FencedDynamo> = {
   fromSection({ table, endpoint, region, prefix, accessKeyId, secretAccessKey, checkResourceFence }, { closers }) {
     const client = new DynamoDBClient({
@@ -48,9 +44,4 @@ export const dynamoDriver: StoreDriver<typeof dynamoSection, DynamoRecordsOption
         return { state: system === "ECONNREFUSED" ? "refused" : "error", ...(system === undefined ? {} : { code: system }), detail };
       },
     ),
-
-  sweep(_section, { line }) {
-    line(`DynamoDB: ${NOTHING_TO_SWEEP}`);
-    return Promise.resolve({ swept: false, why: NOTHING_TO_SWEEP });
-  },
 };

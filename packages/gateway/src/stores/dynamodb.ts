@@ -72,5 +72,7 @@ export const dynamoRecords: StoreDefinition<"records", "dynamodb", typeof dynamo
     "check the endpoint, the credentials and that they may describe the table and get, put and delete its items" +
     (operation === "verify" ? ", or start with --no-verify" : ""),
 
-  sweeps: false,
+  // Its sweep answers this without loading the driver.
+  nothingToSweep:
+    "nothing to sweep: every value is inline in its key's manifest item, so no write, failed or abandoned, leaves anything behind",
 };

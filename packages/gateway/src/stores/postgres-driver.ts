@@ -24,12 +24,6 @@ const UNAVAILABLE: Readonly<Record<string, CheckState>> = {
   throttled: "error",
 };
 
-/** Why PostgreSQL has nothing to sweep: what the report and stderr say. */
-const NOTHING_TO_SWEEP =
-  "nothing to sweep: a record and its resource's fence row change only inside one transaction, so no write, " +
-  "failed or abandoned, leaves anything behind; tombstones and fence rows stay by design (they keep each key's owner " +
-  "and each resource's highest token)";
-
 export const postgresDriver: StoreDriver<typeof postgresSection, PostgresRecordsOptions, FencedPostgres> = {
   async fromSection({ url, poolSize, schema }, { storeTimeoutMs, logger, closers }) {
     // Loaded only when records are served from the configuration: createGateway takes the caller's own pool.
@@ -73,9 +67,4 @@ export const postgresDriver: StoreDriver<typeof postgresSection, PostgresRecords
         return { state: "error", ...(state === undefined ? {} : { code: state }), detail };
       },
     ),
-
-  sweep(_section, { line }) {
-    line(`PostgreSQL: ${NOTHING_TO_SWEEP}`);
-    return Promise.resolve({ swept: false, why: NOTHING_TO_SWEEP });
-  },
 };

@@ -88,5 +88,9 @@ export const postgresRecords: StoreDefinition<"records", "postgres", typeof post
       ? "check the role's privileges on the database and the schema, or start with --no-migrate"
       : "check the connection string and the role's privileges"),
 
-  sweeps: false,
+  // Its sweep answers this without loading the driver.
+  nothingToSweep:
+    "nothing to sweep: a record and its resource's fence row change only inside one transaction, so no write, " +
+    "failed or abandoned, leaves anything behind; tombstones and fence rows stay by design (they keep each key's owner " +
+    "and each resource's highest token)",
 };

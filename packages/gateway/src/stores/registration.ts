@@ -55,7 +55,7 @@ export interface Prepare {
 }
 
 /** What `fenced-gateway sweep` asks of a store, and what it answers: its part of the report and a line for stderr. */
-interface SweepRequest {
+export interface SweepRequest {
   readonly minAgeMs: number;
   readonly dryRun: boolean;
   readonly signal: AbortSignal;
@@ -115,8 +115,12 @@ export interface StoreDefinition<
   startRefusal(check: CheckWords, timeoutMs: number): string | undefined;
   /** What to do when the backend refused the start's `operation` with its own `code`. */
   backendFix(code: string, operation: string): string;
-  /** Whether its sweep can delete anything (S3: orphaned bodies), or only reports that nothing is ever left behind (PostgreSQL). */
-  readonly sweeps: boolean;
+  /**
+   * Why nothing is ever left behind for `fenced-gateway sweep` to delete (PostgreSQL: one
+   * transaction), which it answers without loading the driver; undefined: its driver sweeps (S3's
+   * orphaned bodies). drivers.test.ts holds that exactly one of the two says what the sweep does.
+   */
+  readonly nothingToSweep?: string;
 }
 
 /**
@@ -131,8 +135,8 @@ export interface StoreDriver<Section extends z.ZodType, Options, Store> {
   create(options: Options, storeTimeoutMs: number): Store;
   /** Readiness: read-only, within `timeoutMs`. */
   check(store: Store, options: Options, timeoutMs: number): Promise<StoreCheck>;
-  /** `fenced-gateway sweep`'s part for this store. */
-  sweep(section: z.output<Section>, request: SweepRequest): Promise<SweepDone>;
+  /** `fenced-gateway sweep`'s part for this store; only a store that can leave something behind has one (nothingToSweep). */
+  sweep?(section: z.output<Section>, request: SweepRequest): Promise<SweepDone>;
 }
 
 /** A registration of any family and options: what the gateway's loops take (each hook gets only what its own registration made). */

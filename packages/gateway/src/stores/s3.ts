@@ -83,6 +83,4 @@ export const s3Objects: StoreDefinition<"objects", "s3", typeof s3Section, S3Obj
       ? "check the endpoint, the credentials and that they may list, read and delete objects and abort multipart uploads in the bucket"
       : "check the endpoint, the credentials and that they may read, write and delete objects in the bucket" +
         (operation === "verify" ? ", or start with --no-verify" : ""),
-
-  sweeps: true,
 };
