@@ -299,6 +299,35 @@ describe("admission control", () => {
     expect((await held).status).toBe(200);
   });
 
+  it("reads a parked connection again into a free slot, never into a place in the queue: its request waits unread, not queued", async () => {
+    // gate.ts' MAX_PARK_MS.
+    const PARKED_MS = 1_000;
+    await using gw = await run({ minConcurrency: 1, maxConcurrency: 1, queueLength: 1, queueTimeoutMs: 60_000 }, "parked_slot");
+    postgres.faults.pause();
+    const held = put(gw.client, "team-a/held");
+    await expect.poll(() => gw.metric("fenced_gateway_admission_inflight", 'route="records"')).toBe(1);
+    const queued = rawConnection(gw.port);
+    queued.socket.write(rawPut("team-a/queued"));
+    await expect.poll(() => gw.metric("fenced_gateway_admission_queued", 'route="records"')).toBe(1);
+    // The queue is full: refused, and parked with its next write unread.
+    const refused = rawConnection(gw.port);
+    refused.socket.write(rawPut("team-a/refused"));
+    await expect.poll(() => refused.statuses).toEqual([503]);
+    const parkedAt = performance.now();
+    refused.socket.write(rawPut("team-a/next"));
+    // The queued write's client leaves: a place in the queue is free, the slot is not.
+    queued.socket.destroy();
+    await expect
+      .poll(() => gw.metric("fenced_gateway_request_duration_seconds_count", 'route="records",method="PUT",status="499"'))
+      .toBe(1);
+    // Read into that place, the write would wait in the queue at once; it stays parked until its time is up.
+    await expect.poll(() => gw.metric("fenced_gateway_admission_queued", 'route="records"'), { timeout: 4 * PARKED_MS }).toBe(1);
+    expect(performance.now() - parkedAt).toBeGreaterThanOrEqual(PARKED_MS * 0.9);
+    postgres.faults.resume();
+    expect((await held).status).toBe(200);
+    await expect.poll(() => refused.statuses).toEqual([503, 200]);
+  });
+
   it.each([1, 4])(
     "reads every parked connection as a drain begins, before idle ones are closed: a request waiting on one is answered, not cut (%i listening sockets)",
     async (acceptors) => {

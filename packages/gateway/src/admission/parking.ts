@@ -26,7 +26,7 @@ import { FairQueue } from "./fair-queue.js";
 export const SWEEP_MS = 10;
 
 export interface ParkingSettings<F> {
-  /** The requests family `family` can take now without refusing one: its limit and its queue's places, less those in flight and waiting. */
+  /** The requests family `family` can let in now, each at once: its limit, less those in flight and those waiting for a slot. */
   readonly room: (family: F) => number;
   /** Whether the gateway keeps up with its own work (the fair share binds nobody, or nothing is in flight): parked connections are then read as they fit. */
   readonly keepingUp: () => boolean;
