@@ -65,8 +65,8 @@ function raw(method: string, path: string, body: unknown, headers: Record<string
 }
 
 /** A record write as raw HTTP/1.1, for a socket the test controls. */
-function rawPut(key: string): string {
-  return raw("PUT", `/v1/records/${key}`, { value: 1 }, writeHeaders(KEYS.admin, 1n, { "fencing-resource": key }));
+function rawPut(key: string, apiKey: string = KEYS.admin): string {
+  return raw("PUT", `/v1/records/${key}`, { value: 1 }, writeHeaders(apiKey, 1n, { "fencing-resource": key }));
 }
 
 /** A raw connection to the gateway, and the status of each answer on it as it arrives. */
@@ -299,32 +299,69 @@ describe("admission control", () => {
     expect((await held).status).toBe(200);
   });
 
-  it("reads a parked connection again into a free slot, never into a place in the queue: its request waits unread, not queued", async () => {
+  it("reads a parked connection into a place in the queue only while its key has nothing waiting there: its own queue is not lengthened", async () => {
     // gate.ts' MAX_PARK_MS.
     const PARKED_MS = 1_000;
-    await using gw = await run({ minConcurrency: 1, maxConcurrency: 1, queueLength: 1, queueTimeoutMs: 60_000 }, "parked_slot");
+    await using gw = await run({ minConcurrency: 1, maxConcurrency: 1, queueLength: 2, queueTimeoutMs: 60_000 }, "parked_own_queue");
     postgres.faults.pause();
     const held = put(gw.client, "team-a/held");
     await expect.poll(() => gw.metric("fenced_gateway_admission_inflight", 'route="records"')).toBe(1);
-    const queued = rawConnection(gw.port);
-    queued.socket.write(rawPut("team-a/queued"));
+    const [first, second] = [rawConnection(gw.port), rawConnection(gw.port)];
+    first.socket.write(rawPut("team-a/first"));
     await expect.poll(() => gw.metric("fenced_gateway_admission_queued", 'route="records"')).toBe(1);
+    second.socket.write(rawPut("team-a/second"));
+    await expect.poll(() => gw.metric("fenced_gateway_admission_queued", 'route="records"')).toBe(2);
     // The queue is full: refused, and parked with its next write unread.
     const refused = rawConnection(gw.port);
     refused.socket.write(rawPut("team-a/refused"));
     await expect.poll(() => refused.statuses).toEqual([503]);
     const parkedAt = performance.now();
     refused.socket.write(rawPut("team-a/next"));
-    // The queued write's client leaves: a place in the queue is free, the slot is not.
-    queued.socket.destroy();
+    // One queued write's client leaves: a place in the queue is free, no slot, and the key still has a write waiting.
+    second.socket.destroy();
     await expect
       .poll(() => gw.metric("fenced_gateway_request_duration_seconds_count", 'route="records",method="PUT",status="499"'))
       .toBe(1);
     // Read into that place, the write would wait in the queue at once; it stays parked until its time is up.
-    await expect.poll(() => gw.metric("fenced_gateway_admission_queued", 'route="records"'), { timeout: 4 * PARKED_MS }).toBe(1);
+    await expect.poll(() => gw.metric("fenced_gateway_admission_queued", 'route="records"'), { timeout: 4 * PARKED_MS }).toBe(2);
     expect(performance.now() - parkedAt).toBeGreaterThanOrEqual(PARKED_MS * 0.9);
     postgres.faults.resume();
     expect((await held).status).toBe(200);
+    await expect.poll(() => first.statuses).toEqual([200]);
+    await expect.poll(() => refused.statuses).toEqual([503, 200]);
+  });
+
+  it("reads a parked connection of a key with nothing queued into a place in the queue at once: another key keeping the queue does not hold it to Retry-After", async () => {
+    // gate.ts' MAX_PARK_MS.
+    const PARKED_MS = 1_000;
+    await using gw = await run({ minConcurrency: 1, maxConcurrency: 1, queueLength: 2, queueTimeoutMs: 60_000 }, "parked_other_key");
+    postgres.faults.pause();
+    const held = put(gw.client, "team-a/held");
+    await expect.poll(() => gw.metric("fenced_gateway_admission_inflight", 'route="records"')).toBe(1);
+    // team-a waits in the queue beside admin's write, which keeps its place throughout.
+    const [mine, admins] = [rawConnection(gw.port), rawConnection(gw.port)];
+    mine.socket.write(rawPut("team-a/mine", KEYS.teamA));
+    await expect.poll(() => gw.metric("fenced_gateway_admission_queued", 'route="records"')).toBe(1);
+    admins.socket.write(rawPut("team-a/admins"));
+    await expect.poll(() => gw.metric("fenced_gateway_admission_queued", 'route="records"')).toBe(2);
+    // team-a's second write finds the queue full, and no place it may take: refused, and parked.
+    const refused = rawConnection(gw.port);
+    refused.socket.write(rawPut("team-a/refused", KEYS.teamA));
+    await expect.poll(() => refused.statuses).toEqual([503]);
+    const parkedAt = performance.now();
+    refused.socket.write(rawPut("team-a/next", KEYS.teamA));
+    // team-a's queued write's client leaves: team-a has nothing waiting, admin keeps its place, no slot is free.
+    mine.socket.destroy();
+    await expect
+      .poll(() => gw.metric("fenced_gateway_request_duration_seconds_count", 'route="records",method="PUT",status="499"'))
+      .toBe(1);
+    // Read into the free place at the next sweep (10 ms; about 60 ms from the refusal here, measured),
+    // not a second after its refusal: half of that second tells the two apart.
+    await expect.poll(() => gw.metric("fenced_gateway_admission_queued", 'route="records"'), { timeout: 4 * PARKED_MS }).toBe(2);
+    expect(performance.now() - parkedAt).toBeLessThan(PARKED_MS / 2);
+    postgres.faults.resume();
+    expect((await held).status).toBe(200);
+    await expect.poll(() => admins.statuses).toEqual([200]);
     await expect.poll(() => refused.statuses).toEqual([503, 200]);
   });
 

@@ -7,7 +7,7 @@ import { describe, expect, it } from "vitest";
 import { Admission, type Release } from "./admission.js";
 import { FairQueue } from "./fair-queue.js";
 import { FairShare } from "./fair-share.js";
-import { familyLimit } from "./gate.js";
+import { familyLimit, roomFor } from "./gate.js";
 import { GradientLimit } from "./limit.js";
 
 describe("the fair queue", () => {
@@ -243,5 +243,27 @@ describe("the fair share (the event loop running late)", () => {
     const after = offer(fair, { big: 500 }, 500, 3_000, 1_000);
     expect(fair.share).toBe(Infinity);
     expect(after.big!.admitted).toBeGreaterThan(after.big!.sent * 0.8);
+  });
+});
+
+describe("the room a parked connection is read into (roomFor)", () => {
+  const gate = (limit: number, inflight: number, queued: Record<string, number>) => ({
+    limit,
+    inflight,
+    queued: Object.values(queued).reduce((a, b) => a + b, 0),
+    queuedOf: (key: string) => queued[key] ?? 0,
+  });
+
+  it("is each free slot; with none free, one place in the queue for a key with nothing waiting there", () => {
+    expect(roomFor(gate(4, 1, {}), 8, "a")).toBe(3);
+    expect(roomFor(gate(4, 4, {}), 8, "a")).toBe(1);
+    expect(roomFor(gate(4, 4, { b: 5 }), 8, "a")).toBe(1);
+  });
+
+  it("is none for a key with a request waiting (its own queue is not lengthened), and none when the queue is full", () => {
+    expect(roomFor(gate(4, 4, { a: 1 }), 8, "a")).toBe(0);
+    expect(roomFor(gate(4, 4, { b: 8 }), 8, "a")).toBe(0);
+    // A limit that shrank below those in flight.
+    expect(roomFor(gate(2, 4, { a: 1 }), 8, "a")).toBe(0);
   });
 });

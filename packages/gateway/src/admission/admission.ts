@@ -77,6 +77,10 @@ export class Admission {
   get queued(): number {
     return this.#queue.size;
   }
+  /** Requests of `key` waiting for a slot. */
+  queuedOf(key: string): number {
+    return this.#queue.sizeOf(key);
+  }
 
   /**
    * A release at once; "queue-full" when refused at once (a value, not an error: under overload that

@@ -17,6 +17,13 @@ export class FairQueue<T> {
     return this.#size;
   }
 
+  /** The entries `key` has waiting, at every priority. */
+  sizeOf(key: string): number {
+    let n = 0;
+    for (const level of this.#levels) n += level.get(key)?.length ?? 0;
+    return n;
+  }
+
   push(priority: number, key: string, item: T): void {
     const level = this.#level(priority);
     const entries = level.get(key);

@@ -91,16 +91,7 @@ export function admissionGate(options: GateOptions): {
   const gates = familyGates(config, loop, options.recordsPoolSize);
   const fair = new FairShare();
   const parking = new Parking<Family>({
-    // A slot to run in, not a place in the queue: a parked connection's request read into the queue
-    // waits there behind the others (a standing queue, each write in it waiting up to
-    // queueTimeoutMs and some refused for that), while it could wait unread, at no cost, until a
-    // slot frees. The queue is left to the requests the gateway reads anyway (connections not parked).
-    // Measured: a closed loop of 1,024 kept 230 writes queued and refused 100–200 a second past the
-    // wait; with slots only it keeps none and refuses none after its opening (docs/benchmarks.md).
-    room: (family) => {
-      const gate = gates.get(family) as Admission;
-      return gate.limit - gate.inflight - gate.queued;
-    },
+    room: (family, key) => roomFor(gates.get(family) as Admission, config.queueLength, key),
     // The share is adjusted only as requests are read: with nothing in flight it says nothing of now.
     keepingUp: () => fair.share === Infinity || [...gates.values()].every((gate) => gate.inflight === 0),
     maxParkMs: MAX_PARK_MS,
@@ -182,6 +173,23 @@ function decision(
     if (typeof admitted === "string") return refuse(admitted);
     admitted.then(held, (err: unknown) => (err instanceof OverloadedError ? refuse(err.reason) : fail(err)));
   };
+}
+
+/**
+ * How many parked connections of `key` the family can read now (parking.ts): each free slot; and,
+ * with none free, one place in the queue while the key has nothing waiting there. A key's own
+ * standing queue is not lengthened by its parked connections — read into it, a request waits behind
+ * the others (each up to queueTimeoutMs, some refused for that) where it could wait unread at no
+ * cost; measured, a closed loop of 1,024 over one key kept 230 writes queued for good, and a
+ * burst of them refused whenever a stall pushed the wait past the timeout (docs/benchmarks.md).
+ * A key with nothing queued gets its place, so that another key keeping the queue full without
+ * being refused (a closed loop larger than the limit, smaller than the queue) takes turns with it
+ * rather than have every slot (the queue's turns go across keys) while it waits out Retry-After.
+ */
+export function roomFor(gate: Pick<Admission, "limit" | "inflight" | "queued" | "queuedOf">, queueLength: number, key: string): number {
+  const free = gate.limit - gate.inflight - gate.queued;
+  if (free > 0) return free;
+  return gate.queued < queueLength && gate.queuedOf(key) === 0 ? 1 : 0;
 }
 
 /**

@@ -26,8 +26,8 @@ import { FairQueue } from "./fair-queue.js";
 export const SWEEP_MS = 10;
 
 export interface ParkingSettings<F> {
-  /** The requests family `family` can let in now, each at once: its limit, less those in flight and those waiting for a slot. */
-  readonly room: (family: F) => number;
+  /** The parked connections of `key` family `family` can read now without refusing their requests (gate.ts' roomFor). */
+  readonly room: (family: F, key: string) => number;
   /** Whether the gateway keeps up with its own work (the fair share binds nobody, or nothing is in flight): parked connections are then read as they fit. */
   readonly keepingUp: () => boolean;
   /** The longest a connection stays parked before it is read again, room or not. */
@@ -82,7 +82,8 @@ export class Parking<F> {
   answered(socket: Socket | null, key: string, family: F, freed: boolean): void {
     // Its key has connections of the family parked, at least its share of them: a served one takes its turn behind them (below).
     const behind = freed && this.#overShare(family, key);
-    if (freed && this.#turns.size > 0 && this.settings.room(family) > 0) this.#readNext();
+    const next = freed ? this.#turns.peek() : undefined;
+    if (next !== undefined && this.settings.room(family, next.key) > 0) this.#readNext();
     if ((!freed || behind) && socket !== null && parkable(socket)) this.#park(socket, key, family);
   }
 
@@ -169,7 +170,7 @@ export class Parking<F> {
     if (this.settings.keepingUp())
       for (
         let next = this.#turns.peek();
-        next !== undefined && this.settings.room(next.family) > this.#readSinceSweep;
+        next !== undefined && this.settings.room(next.family, next.key) > this.#readSinceSweep;
         next = this.#turns.peek()
       )
         this.#readNext();
