@@ -32,11 +32,16 @@ export class FairQueue<T> {
     this.#size++;
   }
 
-  /** The next to serve: the highest priority's key whose turn it is, which then goes to the back of the turn. */
-  shift(): T | undefined {
+  /**
+   * The next to serve: the highest priority's key whose turn it is, which then goes to the back of the
+   * turn — with `accept`, the first key in turn whose next entry it accepts, each key passed over
+   * keeping its place.
+   */
+  shift(accept?: (item: T) => boolean): T | undefined {
     for (let p = this.#levels.length - 1; p >= 0; p--) {
       const level = this.#level(p);
       for (const [key, entries] of level) {
+        if (accept !== undefined && !accept(entries[0] as T)) continue;
         const item = entries.shift() as T;
         level.delete(key);
         if (entries.length > 0) level.set(key, entries);
@@ -44,12 +49,6 @@ export class FairQueue<T> {
         return item;
       }
     }
-    return undefined;
-  }
-
-  /** The next shift() would give, left in its place. */
-  peek(): T | undefined {
-    for (let p = this.#levels.length - 1; p >= 0; p--) for (const entries of this.#level(p).values()) return entries[0];
     return undefined;
   }
 

@@ -21,7 +21,7 @@ async function connection(): Promise<Conn> {
   return { socket: peer, client };
 }
 
-function parking(room: () => number, more: Partial<ParkingSettings<string>> = {}): Parking<string> {
+function parking(room: ParkingSettings<string>["room"], more: Partial<ParkingSettings<string>> = {}): Parking<string> {
   const p = new Parking<string>({ room, keepingUp: () => false, maxParkMs: 60_000, ...more });
   pairs.push(() => p.stop());
   return p;
@@ -142,6 +142,25 @@ describe("parked connections", () => {
       order.push(...before.filter((c) => !c.socket.isPaused()).map((c) => names[cs.indexOf(c)] as string));
     }
     expect(order).toEqual(["a1", "b1", "a2", "a3"]);
+  });
+
+  it("passes over a key with no room for its request, which keeps its turn: the next key in turn with room is read", async () => {
+    const cs = await Promise.all(Array.from({ length: 3 }, connection));
+    const names = ["a1", "b1", "a2"];
+    // Key a has no room (a request of its own waits in the queue), key b has.
+    let roomOfA = 0;
+    const p = parking((_family, key) => (key === "a" ? roomOfA : 1));
+    cs.forEach((c, i) => p.answered(c.socket, (names[i] as string)[0] as string, "records", false));
+    const readNow = (): string[] => cs.filter((c) => !c.socket.isPaused()).map((c) => names[cs.indexOf(c)] as string);
+    p.answered(null, "b", "records", true);
+    expect(readNow()).toEqual(["b1"]);
+    // Nothing else has room: a slot that frees reads nobody.
+    p.answered(null, "b", "records", true);
+    expect(readNow()).toEqual(["b1"]);
+    // Key a has room again, and was first in turn all along.
+    roomOfA = 1;
+    p.answered(null, "b", "records", true);
+    expect(readNow()).toEqual(["a1", "b1"]);
   });
 
   it("reads every connection parked for maxParkMs again, room or not", async () => {

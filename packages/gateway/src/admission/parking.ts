@@ -83,8 +83,8 @@ export class Parking<F> {
   answered(socket: Socket | null, key: string, family: F, freed: boolean): void {
     // Its key has connections of the family parked, at least its share of them: a served one takes its turn behind them (below).
     const behind = freed && this.#overShare(family, key);
-    const next = freed ? this.#turns.peek() : undefined;
-    if (next !== undefined && this.settings.room(family, next.key) > 0) this.#readNext();
+    // One for the slot it freed: the first in turn with room for its request (a key passed over keeps its turn).
+    if (freed) this.#readNext((next) => this.settings.room(next.family, next.key) > 0);
     if ((!freed || behind) && socket !== null && parkable(socket)) this.#park(socket, key, family);
   }
 
@@ -117,9 +117,9 @@ export class Parking<F> {
     this.#timer ??= setInterval(() => this.#sweep(), SWEEP_MS).unref();
   }
 
-  /** Reads the next connection in turn again; false when none is parked. */
-  #readNext(): boolean {
-    const entry = this.#turns.shift();
+  /** Reads the next connection in turn again (the first `accept` takes); false when none is. */
+  #readNext(accept?: (entry: Parked<F>) => boolean): boolean {
+    const entry = this.#turns.shift(accept);
     if (entry === undefined) return false;
     this.#unpark(entry);
     return true;
@@ -167,14 +167,9 @@ export class Parking<F> {
       this.#byAge = this.#byAge.slice(this.#head);
       this.#head = 0;
     }
-    // As many as there is room for now, less those read again whose requests may not have arrived.
-    if (this.settings.keepingUp())
-      for (
-        let next = this.#turns.peek();
-        next !== undefined && this.settings.room(next.family, next.key) > this.#readSinceSweep;
-        next = this.#turns.peek()
-      )
-        this.#readNext();
+    // As many as there is room for now, less those read again whose requests may not have arrived;
+    // in turn, a key with no room for its request passed over (it keeps its turn).
+    if (this.settings.keepingUp()) while (this.#readNext((next) => this.settings.room(next.family, next.key) > this.#readSinceSweep));
     this.#readSinceSweep = 0;
   }
 
