@@ -145,22 +145,25 @@ describe("parked connections", () => {
   });
 
   it("passes over a key with no room for its request, which keeps its turn: the next key in turn with room is read", async () => {
-    const cs = await Promise.all(Array.from({ length: 3 }, connection));
-    const names = ["a1", "b1", "a2"];
-    // Key a has no room (a request of its own waits in the queue), key b has.
-    let roomOfA = 0;
-    const p = parking((_family, key) => (key === "a" ? roomOfA : 1));
+    const cs = await Promise.all(Array.from({ length: 4 }, connection));
+    const names = ["a1", "b1", "c1", "a2"];
+    // Key a has no room (a request of its own waits in the queue); b and c have.
+    const room: Record<string, number> = { a: 0, b: 1, c: 1 };
+    const p = parking((_family, key) => room[key] ?? 0);
     cs.forEach((c, i) => p.answered(c.socket, (names[i] as string)[0] as string, "records", false));
     const readNow = (): string[] => cs.filter((c) => !c.socket.isPaused()).map((c) => names[cs.indexOf(c)] as string);
     p.answered(null, "b", "records", true);
     expect(readNow()).toEqual(["b1"]);
-    // Nothing else has room: a slot that frees reads nobody.
-    p.answered(null, "b", "records", true);
-    expect(readNow()).toEqual(["b1"]);
-    // Key a has room again, and was first in turn all along.
-    roomOfA = 1;
+    // Key a has room again: still first in turn, ahead of c.
+    room.a = 1;
     p.answered(null, "b", "records", true);
     expect(readNow()).toEqual(["a1", "b1"]);
+    p.answered(null, "b", "records", true);
+    expect(readNow()).toEqual(["a1", "b1", "c1"]);
+    // Nobody with room: a slot that frees reads nobody.
+    room.a = 0;
+    p.answered(null, "b", "records", true);
+    expect(readNow()).toEqual(["a1", "b1", "c1"]);
   });
 
   it("reads every connection parked for maxParkMs again, room or not", async () => {

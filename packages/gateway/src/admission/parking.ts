@@ -15,8 +15,9 @@ import { FairQueue } from "./fair-queue.js";
  * that is read on, so another key's flood never holds it up. Parked connections are read again in turn
  * across API keys, each key's in the order parked, a key with no room passed over (it keeps its
  * turn): one for each slot a request's end frees while there is room for it (`room`: a free slot,
- * or a place in the queue for a key with nothing waiting there), as many as there is room for while the gateway keeps up with its own work, and every one
- * that has waited `maxParkMs` (the refusal's Retry-After), room or not.
+ * or a place in the queue for a key with nothing waiting there), as many as there is room for
+ * while the gateway keeps up with its own work, and every one that has waited `maxParkMs` (the
+ * refusal's Retry-After), room or not.
  *
  * It only decides when a connection is read: no fence, token or write depends on it. A request read
  * is judged as before; a request on a parked connection (a lease's extension too) waits at most
