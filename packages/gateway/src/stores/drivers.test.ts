@@ -25,14 +25,7 @@ describe("store drivers", () => {
     // PostgreSQL's driver loads pg and @fenced/store/postgres: the sweep's one line for it needs neither.
     const load = vi.spyOn(postgresRecords, "load").mockRejectedValue(new Error("Cannot find package 'pg'"));
     try {
-      const config = loadSweepConfig({ postgres: "postgres://gateway@db.invalid/fenced" }, {});
-      const out: string[] = [];
-      const err: string[] = [];
-      const code = await sweepCommand(
-        config,
-        { minAgeMs: 0, dryRun: true },
-        { stdout: (t) => void out.push(t), stderr: (t) => void err.push(t), signals: [] },
-      );
+      const { code, out, err } = await dryRun({ postgres: "postgres://gateway@db.invalid/fenced" });
       expect(err).toEqual([expect.stringMatching(/^fenced-gateway sweep: PostgreSQL: nothing to sweep: .*one transaction/)]);
       expect(code).toBe(0);
       expect(JSON.parse(out.join(""))).toEqual({ postgres: { swept: false, why: postgresRecords.nothingToSweep } });
@@ -46,14 +39,7 @@ describe("store drivers", () => {
     // As an install without the S3 SDK would: the registration's import() rejects.
     const load = vi.spyOn(s3Objects, "load").mockRejectedValue(new Error("Cannot find package '@aws-sdk/client-s3'"));
     try {
-      const config = loadSweepConfig({ s3Bucket: "bucket", s3Endpoint: "http://127.0.0.1:9" }, {});
-      const out: string[] = [];
-      const err: string[] = [];
-      const code = await sweepCommand(
-        config,
-        { minAgeMs: 0, dryRun: true },
-        { stdout: (t) => void out.push(t), stderr: (t) => void err.push(t), signals: [] },
-      );
+      const { code, out, err } = await dryRun({ s3Bucket: "bucket", s3Endpoint: "http://127.0.0.1:9" });
       expect(code).toBe(1);
       expect(err).toEqual([
         expect.stringMatching(/^fenced-gateway sweep: the S3 store's SDK could not be loaded: reinstall the gateway \(Cannot find package/),
@@ -64,3 +50,15 @@ describe("store drivers", () => {
     }
   });
 });
+
+/** A dry-run sweep of the configuration `flags` give, in process: its exit code, and what it wrote on stdout and stderr. */
+async function dryRun(flags: Parameters<typeof loadSweepConfig>[0]): Promise<{ code: number; out: string[]; err: string[] }> {
+  const out: string[] = [];
+  const err: string[] = [];
+  const code = await sweepCommand(
+    loadSweepConfig(flags, {}),
+    { minAgeMs: 0, dryRun: true },
+    { stdout: (t) => void out.push(t), stderr: (t) => void err.push(t), signals: [] },
+  );
+  return { code, out, err };
+}
