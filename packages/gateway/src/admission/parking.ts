@@ -85,7 +85,7 @@ export class Parking<F> {
     // Its key has connections of the family parked, at least its share of them: a served one takes its turn behind them (below).
     const behind = freed && this.#overShare(family, key);
     // One for the slot it freed: the first in turn with room for its request (a key passed over keeps its turn).
-    if (freed) this.#readNext((next) => this.settings.room(next.family, next.key) > 0);
+    if (freed && this.#turns.size > 0) this.#readNext((next) => this.settings.room(next.family, next.key) > 0);
     if ((!freed || behind) && socket !== null && parkable(socket)) this.#park(socket, key, family);
   }
 
