@@ -26,9 +26,8 @@ const CLIENTS = 64;
  */
 const CORES = 0.25;
 /**
- * Judged rounds; each an uncapped warm-up, then the quota. Ten: with six, the median of one side
- * moved by a fifth between runs beside CI's two CPU hogs (on ÷ off 0.73 in one run whose rounds,
- * each both sides at once, read 0.63–1.04), as far as the bound below.
+ * Judged rounds; each an uncapped warm-up, then the quota. Each round is a chance for the storm
+ * (docs/benchmarks.md: it refused in some rounds of a run and not in others).
  */
 const ROUNDS = 10;
 const WARM_MS = 700;
@@ -157,7 +156,10 @@ function closedLoop(port: number, stop: { done: boolean; from: number }): Promis
     .finally(() => agent.destroy());
 }
 
-type Round = Record<Side, { okPerSec: number; other: Record<number, number>; throttledPeriods: number; cpuUsPerOk: number }>;
+type Round = Record<Side, { okPerSec: number; other: Record<number, number>; throttledPeriods: number; cpuUsPerOk: number }> & {
+  /** The on-gateway's records limit at the round's end. */
+  limit: number;
+};
 
 function cpuMs(gw: Gateway): number {
   const stat = readFileSync(`/proc/${gw.child.process.pid}/stat`, "utf8");
@@ -183,7 +185,8 @@ async function round(gw: Record<Side, Gateway>, warmMs = WARM_MS): Promise<Round
   await delay(CAPPED_MS);
   stop.done = true;
   const counts = await Promise.all(loops);
-  const result = {} as Round;
+  const metrics = await (await fetch(`http://127.0.0.1:${gw.on.port}/metrics`)).text();
+  const result = { limit: Number(/^fenced_gateway_admission_limit\{route="records"\} (\S+)$/m.exec(metrics)?.[1]) } as Round;
   for (const [k, side] of sides.entries()) {
     gw[side].quota.uncap();
     const c = counts[k] as Awaited<ReturnType<typeof closedLoop>>;
@@ -198,7 +201,7 @@ async function round(gw: Record<Side, Gateway>, warmMs = WARM_MS): Promise<Round
 }
 
 describe("under a CPU quota", () => {
-  it(`serves ${CLIENTS} closed-loop clients as admission off does: refusing none of them in any round`, async () => {
+  it(`serves ${CLIENTS} closed-loop clients as admission off does: refusing none and holding none back in any round`, async () => {
     const gw = gateways as Record<Side, Gateway>;
     // A fresh gateway runs at about half speed until V8 has optimised its hot paths, and V8 compiles
     // them on threads of the process, under its quota once capped: a first round, not judged.
@@ -218,11 +221,13 @@ describe("under a CPU quota", () => {
       const refused = Object.values(r.on.other).reduce((a, b) => a + b, 0) / ((CAPPED_MS - SETTLE_MS) / 1000);
       expect(refused / r.on.okPerSec, seen).toBeLessThanOrEqual(0.01);
     }
-    // Two identical gateways side by side differ by up to half in one round on this busy machine
-    // (measured: both with admission off, one spending 2–3 times the CPU per write of the other for
-    // a round, 0.53–0.81 of each other in their worst round; their medians over the rounds after
-    // the unjudged one, 0.93–1.13): the medians are compared.
-    const median = (side: Side): number => rounds.map((r) => r[side].okPerSec).sort((a, b) => a - b)[Math.floor(ROUNDS / 2)] as number;
-    expect(median("on") / median("off"), seen).toBeGreaterThanOrEqual(0.8);
+    // Nor is any held back: the limit stayed above the clients, so none of them waited for a slot
+    // (learning from throttled calls once took it from 512 to 21, docs/benchmarks.md). How many
+    // writes each side served is not judged here: on this busy machine two identical gateways side
+    // by side served 0.53–0.81 of each other in their worst round; the medians, on ÷ off, read
+    // 0.74–0.98 over six runs of this build and the one before, and 0.75 and 0.85 with the on side's
+    // limit fixed at 2 and at 8. `pnpm bench overload`'s closed loop of 64 judges it (on ÷ off
+    // ≥ 0.95; quiet, interleaved rounds).
+    for (const r of rounds) expect(r.limit, seen).toBeGreaterThanOrEqual(CLIENTS);
   }, 180_000);
 });
