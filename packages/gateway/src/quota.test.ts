@@ -10,14 +10,15 @@ import { API_KEYS, bearer, FENCE_KEYS, KEYS } from "./test-support.js";
 /**
  * The gateway under a CPU limit (as `--cpus` or a Kubernetes CPU limit) serves what it can: 64
  * clients in a closed loop — each sends its next write when the last is answered, so at most 64 are
- * in flight and the load is never more than the gateway carries — are served as by the same gateway
- * with admission control off, and none is refused. The quota arrives after an uncapped warm-up, as a
- * limit or a noisy neighbour does; CFS throttling then stops the process for most of every 100 ms
- * period, which its event loop saw as lateness of its own: admission refused several times what it
- * served (the storm, docs/benchmarks.md).
+ * in flight and the load is never more than the gateway carries — are neither refused nor queued.
+ * The quota arrives after an uncapped warm-up, as a limit or a noisy neighbour does; CFS throttling
+ * then stops the process for most of every 100 ms period, which its event loop saw as lateness of
+ * its own: admission refused several times what it served (the storm, docs/benchmarks.md).
  *
- * Both gateways run at once, each a process in a cgroup of its own (cgroup v1 or v2; as root — CI
- * runs as root — and the test fails where none can be made: it cannot judge without one).
+ * The same gateway with admission control off runs beside it under the same loop and quota: the
+ * machine as busy as it is for the judged one, and its figures beside the judged one's in a failure.
+ * Each is a process in a cgroup of its own (cgroup v1 or v2; as root — CI runs as root — and the
+ * test fails where none can be made: it cannot judge without one).
  */
 const CLIENTS = 64;
 /**
@@ -201,7 +202,7 @@ async function round(gw: Record<Side, Gateway>, warmMs = WARM_MS): Promise<Round
 }
 
 describe("under a CPU quota", () => {
-  it(`serves ${CLIENTS} closed-loop clients as admission off does: refusing none and holding none back in any round`, async () => {
+  it(`serves ${CLIENTS} closed-loop clients under a CPU quota, refusing none and queueing none in any round`, async () => {
     const gw = gateways as Record<Side, Gateway>;
     // A fresh gateway runs at about half speed until V8 has optimised its hot paths, and V8 compiles
     // them on threads of the process, under its quota once capped: a first round, not judged.
@@ -213,21 +214,23 @@ describe("under a CPU quota", () => {
       .split("\n")
       .filter((l) => /^fenced_gateway_(requests_shed_total|admission_limit\{route="records"|event_loop)/.test(l))
       .join("\n")}`;
-    // The quota bit (the condition of the test): each capped phase was throttled.
-    for (const r of rounds) expect(Math.min(r.on.throttledPeriods, r.off.throttledPeriods), seen).toBeGreaterThan(0);
+    // The quota bit (the condition of the test): each capped phase of the judged gateway was throttled.
+    for (const r of rounds) expect(r.on.throttledPeriods, seen).toBeGreaterThan(0);
     for (const r of rounds) {
       // A closed loop is never more than the gateway carries: every refusal is of a write it could
       // serve (the storm refused several times what it served; a few, at most, as a tick may misjudge).
       const refused = Object.values(r.on.other).reduce((a, b) => a + b, 0) / ((CAPPED_MS - SETTLE_MS) / 1000);
       expect(refused / r.on.okPerSec, seen).toBeLessThanOrEqual(0.01);
     }
-    // Nor is any held back: the limit stayed above the clients, so none of them waited for a slot
-    // (learning from throttled calls once took it from 512 to 21, docs/benchmarks.md). How many
-    // writes each side served is not judged here: on this busy machine two identical gateways side
-    // by side served 0.53–0.81 of each other in their worst round; the medians, on ÷ off, read
-    // 0.74–0.98 over six runs of this build and the one before, and 0.75 and 0.85 with the on side's
-    // limit fixed at 2 and at 8. `pnpm bench overload`'s closed loop of 64 judges it (on ÷ off
-    // ≥ 0.95; quiet, interleaved rounds).
+    // Nor is any queued: the limit, read after each round, is above the clients, so none waited for
+    // a slot. The limit learns only from windows with at least half of it in flight (limit.ts), so
+    // from its start at admission.maxConcurrency (512) this loop cannot lower it: the line holds the
+    // defaults and that rule, as a limit of 2 (`--max-concurrency 2`) fails it. How many writes each
+    // side served is not judged: on this busy machine two identical gateways side by side served
+    // 0.53–0.81 of each other in their worst round, and on ÷ off, medians over ten rounds, read
+    // 0.74–0.98 over six runs of e28c5d7 and 994e428, and 0.75 and 0.85 with the on side's limit
+    // fixed at 2 and at 8 (both sides CPU-bound throughout: it measured CPU per write). `pnpm bench
+    // overload`'s closed loop of 64 measures that (on ÷ off ≥ 0.95; quiet, interleaved rounds).
     for (const r of rounds) expect(r.limit, seen).toBeGreaterThanOrEqual(CLIENTS);
   }, 180_000);
 });

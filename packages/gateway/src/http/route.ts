@@ -18,8 +18,9 @@ export type Route = RouteFamily | "healthz" | "livez" | "readyz" | "metrics" | "
  * refuses): the caller decides what that means. Worked out on each ask (admission control before
  * express, the scope, the accounting): a few prefix comparisons on a path express parses once. Kept
  * on the request instead, the gateway with admission on served less of what the same gateway with it
- * off served under a quarter-core quota (quota.test.ts, the mean of each run's median ratio): 0.84
- * as a symbol property (six runs), 0.88 in a WeakMap (three), 0.94 asked each time (nine).
+ * off served under a quarter-core quota (quota.test.ts's comparison then, the mean of each run's
+ * median ratio): 0.84 as a symbol property (six runs), 0.88 in a WeakMap (three), 0.94 asked each
+ * time (nine).
  */
 export function routeOf(req: Request): Route {
   return routeOfPath(req.path);
