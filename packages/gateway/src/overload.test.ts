@@ -231,8 +231,9 @@ describe("admission control", () => {
     postgres.faults.resume();
     expect((await held).status).toBe(200);
     await expect.poll(() => statuses).toEqual([503, 200]);
-    // Nothing stays parked: the held write's connection, parked behind this one when its slot freed
-    // (its key had a connection parked), is read again by the next sweep, this one in turn after it.
+    // Nothing stays parked. The held write's own connection was parked behind this one when its slot
+    // freed (its key had this one parked); the second write's freed slot reads it and parks this one
+    // behind it in turn, and a sweep reads this one.
     await expect.poll(() => parked(gw)).toBe(0);
     const { rows } = await pool.query<{ key: string }>("SELECT key FROM parked.records ORDER BY key");
     expect(rows.map((r) => r.key)).toEqual(["team-a/held", "team-a/second"]);
