@@ -65,7 +65,10 @@ describe("losing the majority while holding a lease in using()", () => {
         ),
       );
       // A healthy node is named only if it missed nodeTimeoutMs (100 ms), which a busy machine can make it do.
-      expect(lost.nodes.filter((n) => n.node < 2).every((n) => n.reason === "timeout")).toBe(true);
+      expect(
+        lost.nodes.filter((n) => n.node < 2).every((n) => n.reason === "timeout"),
+        JSON.stringify(lost.nodes),
+      ).toBe(true);
       expect(outcome).toHaveProperty("error");
       expect((outcome as { error: unknown }).error).toBe(reason);
     });
