@@ -42,7 +42,11 @@ const KEY = "bench-key-0123456789abcdef";
 /** An ordinary client: it writes only with fence credentials. */
 const SERVICE_KEY = "service-key-0123456789abcdef";
 const FENCE_KEY: CredentialKey = { id: "bench", secret: randomBytes(32) };
-/** BENCH_GATEWAY_CLI: another build's cli.js to measure (e.g. a copy of an earlier dist), for before/after runs. */
+/**
+ * BENCH_GATEWAY_CLI: another build's cli.js to measure (e.g. a copy of an earlier dist), for before/after
+ * runs. Only the gateway process changes: a copy inside packages/gateway loads the checkout's @fenced/*
+ * packages, and the in-process lines (FencedPostgres, the credential check) measure the checkout's.
+ */
 const CLI = process.env.BENCH_GATEWAY_CLI ?? fileURLToPath(new URL("../packages/gateway/dist/cli.js", import.meta.url));
 /**
  * The gateway's node flags: its systemd unit's (--max-semi-space-size), then any extra, e.g.
