@@ -9,7 +9,7 @@ import { statSync } from "node:fs";
 import { createRequire } from "node:module";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
-import { BlobServiceClient, StorageSharedKeyCredential } from "@azure/storage-blob";
+import { BlobServiceClient, newPipeline, StorageSharedKeyCredential } from "@azure/storage-blob";
 import { startEmulator } from "./emulator.js";
 import { waitFor } from "./processes.js";
 import type { ServerFaults } from "./faults.js";
@@ -31,6 +31,14 @@ export interface StartedAzureBlob {
    * azurite saves nothing, and it throws after 15 s.
    */
   saved(): Promise<void>;
+  /**
+   * Resolves once azurite answers a request on a connection of its own. Call it after
+   * `faults.resume()`, before a request on a client used before the pause: a pause lets azurite's
+   * keep-alive timer (5 s; it does not read its --blobKeepAliveTimeout flag) run out on the
+   * connections the client keeps idle, and on resume azurite closes them, so that a request sent on
+   * one is reset (ECONNRESET). It runs those overdue timers before it answers this request.
+   */
+  settled(): Promise<void>;
   /** SIGSTOP, SIGCONT, SIGKILL and a restart (on the same port, with the blobs it had saved) of the azurite process. */
   readonly faults: ServerFaults;
   /** Stops it and removes its files; idempotent. */
@@ -100,6 +108,10 @@ export async function startAzureBlob(): Promise<StartedAzureBlob> {
         () => Promise.resolve(DB_FILES.every((file) => savedAt(file) > since)),
         3 * AUTOSAVE_MS,
       );
+    },
+    async settled(): Promise<void> {
+      const unpooled = newPipeline(credential, { keepAliveOptions: { enable: false }, retryOptions: { maxTries: 1 } });
+      await new BlobServiceClient(url, unpooled).getProperties();
     },
     faults: running.faults,
     stop: () => running.stop(),

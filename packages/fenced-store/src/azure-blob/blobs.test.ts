@@ -155,6 +155,7 @@ describe("faults of the azurite process", () => {
     } finally {
       azure.faults.resume();
     }
+    await azure.settled();
     expect(["before", "during"]).toContain((await p.read(key))?.body.toString());
   });
 

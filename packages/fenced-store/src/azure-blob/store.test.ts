@@ -116,6 +116,7 @@ describe("FencedAzureBlob under faults of the azurite process", () => {
     }
     expect(performance.now() - started).toBeLessThan(TIMEOUT_MS * 4);
     expect(err instanceof OutcomeUnknownError || err instanceof StoreUnavailableError, String(err)).toBe(true);
+    await azure.settled();
     await expect(store.put(k, "stale", { fence: fence(1, "other") })).rejects.toBeInstanceOf(StaleTokenError);
     await store.put(k, "v3", { fence: fence(3) });
     expect(await text(store, k)).toBe("v3");
