@@ -85,7 +85,7 @@ export class Parking<F> {
     // Its key has connections of the family parked, at least its share of them: a served one takes its turn behind them (below).
     const behind = freed && this.#overShare(family, key);
     // One for the slot it freed: the first in turn with room for its request (a key passed over keeps its turn).
-    if (freed && this.#turns.size > 0) this.#readNext((next) => this.settings.room(next.family, next.key) > 0);
+    if (freed && this.#turns.size > 0) this.#readNext(0);
     if ((!freed || behind) && socket !== null && parkable(socket)) this.#park(socket, key, family);
   }
 
@@ -118,9 +118,12 @@ export class Parking<F> {
     this.#timer ??= setInterval(() => this.#sweep(), SWEEP_MS).unref();
   }
 
-  /** Reads the next connection in turn again (the first `accept` takes); false when none is. */
-  #readNext(accept?: (entry: Parked<F>) => boolean): boolean {
-    const entry = this.#turns.shift(accept);
+  /**
+   * Reads the next connection in turn again, the first whose request has more than `over` of room
+   * (any, without `over`); false when none is.
+   */
+  #readNext(over?: number): boolean {
+    const entry = this.#turns.shift(over === undefined ? undefined : (next) => this.settings.room(next.family, next.key) > over);
     if (entry === undefined) return false;
     this.#unpark(entry);
     return true;
@@ -170,7 +173,7 @@ export class Parking<F> {
     }
     // As many as there is room for now, less those read again whose requests may not have arrived;
     // in turn, a key with no room for its request passed over (it keeps its turn).
-    if (this.settings.keepingUp()) while (this.#readNext((next) => this.settings.room(next.family, next.key) > this.#readSinceSweep));
+    if (this.settings.keepingUp()) while (this.#readNext(this.#readSinceSweep));
     this.#readSinceSweep = 0;
   }
 
