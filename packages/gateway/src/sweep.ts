@@ -8,8 +8,8 @@ import { loadDriver, STORES } from "./stores/registry.js";
 /**
  * `fenced-gateway sweep`: each configured store's sweep (stores/registry.ts: S3's deletes what no
  * manifest names under the gateway's bucket and prefix; PostgreSQL, DynamoDB and Azure Blob have
- * nothing to sweep, which their registrations say), with
- * progress on stderr and the report, as one JSON line, on stdout: each store's part under its name.
+ * nothing to sweep, which their registrations say), with progress on stderr and the report, as one
+ * JSON line, on stdout: each store's part under its name.
  */
 
 export interface SweepRun {
