@@ -6,10 +6,11 @@
 // every 5 s (LokiJS's autosave), so a SIGKILL loses the writes of the last seconds, answered or not.
 // A test that kills it and counts on a write waits for `saved()` first.
 import { statSync } from "node:fs";
+import { get } from "node:http";
 import { createRequire } from "node:module";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
-import { BlobServiceClient, newPipeline, StorageSharedKeyCredential } from "@azure/storage-blob";
+import { BlobServiceClient, StorageSharedKeyCredential } from "@azure/storage-blob";
 import { startEmulator } from "./emulator.js";
 import { waitFor } from "./processes.js";
 import type { ServerFaults } from "./faults.js";
@@ -32,11 +33,14 @@ export interface StartedAzureBlob {
    */
   saved(): Promise<void>;
   /**
-   * Resolves once azurite answers a request on a connection of its own. Call it after
-   * `faults.resume()`, before a request on a client used before the pause: a pause lets azurite's
-   * keep-alive timer (5 s; it does not read its --blobKeepAliveTimeout flag) run out on the
-   * connections the client keeps idle, and on resume azurite closes them, so that a request sent on
-   * one is reset (ECONNRESET). It runs those overdue timers before it answers this request.
+   * Resolves once azurite has answered two requests in turn, each on a connection of its own. Call
+   * it after `faults.resume()`, before a request on a client used before the pause. The Azure SDK's
+   * clients in a process share one pool of keep-alive connections, which it keeps open however long
+   * they idle; azurite closes one idle for 6 s (Node's default 5 s and its 1 s buffer: azurite does
+   * not read its own --blobKeepAliveTimeout flag). A pause lets those timers run out, and on resume
+   * azurite closes the connections just as a request may be sent on one, which is then reset
+   * (ECONNRESET). Azurite runs its overdue timers in the turn of its loop after the one it resumes
+   * in, at the latest: by its second answer here, those connections are closed.
    */
   settled(): Promise<void>;
   /** SIGSTOP, SIGCONT, SIGKILL and a restart (on the same port, with the blobs it had saved) of the azurite process. */
@@ -110,10 +114,25 @@ export async function startAzureBlob(): Promise<StartedAzureBlob> {
       );
     },
     async settled(): Promise<void> {
-      const unpooled = newPipeline(credential, { keepAliveOptions: { enable: false }, retryOptions: { maxTries: 1 } });
-      await new BlobServiceClient(url, unpooled).getProperties();
+      for (let i = 0; i < 2; i++) await answered(url);
     },
     faults: running.faults,
     stop: () => running.stop(),
   };
+}
+
+/** Resolves once `url` answers (any status) a GET sent on a new connection, closed after it. */
+function answered(url: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const request = get(
+      url,
+      { agent: false, headers: { connection: "close" }, signal: AbortSignal.timeout(START_TIMEOUT_MS) },
+      (response) => {
+        response.resume();
+        response.once("end", resolve);
+        response.once("error", reject);
+      },
+    );
+    request.once("error", reject);
+  });
 }

@@ -12,7 +12,7 @@ import { startDynamo, type StartedDynamo } from "./dynamodb.js";
  * has its data. A request to a paused emulator is given this long before it counts as unanswered.
  */
 const SILENT_MS = 500;
-/** Longer than azurite's keep-alive timeout for an idle connection: 5 s, and 1 s more on Node 24 (keepAliveTimeoutBuffer). */
+/** Longer than azurite keeps an idle connection open: 6 s (Node's keep-alive timeout of 5 s and its 1 s buffer). */
 const PAST_KEEP_ALIVE_MS = 7_000;
 
 const nameOf = (err: unknown): string | undefined => (err instanceof Error ? err.name : undefined);
@@ -120,6 +120,7 @@ describe("startAzureBlob (azurite)", () => {
     } finally {
       azure.faults.resume();
     }
+    await azure.settled();
     expect(await text("kept")).toBe("here");
     // Answered, not yet saved (saved() returned just after a save, and the next is 5 s after it): a
     // store's fault test must not read this loss as the store's.
@@ -132,7 +133,7 @@ describe("startAzureBlob (azurite)", () => {
     expect(await blob("unsaved").exists()).toBe(false);
   }, 120_000);
 
-  it("settled(): after a pause past azurite's keep-alive timeout, a client sent once on the connections it kept idle is answered", async () => {
+  it("settled(): after a pause past azurite's keep-alive timeout, a request sent once on a pooled connection left idle across the pause is answered", async () => {
     // Sent once, as the stores send: the SDK's default retry would hide a reset.
     const oneTry = () =>
       new BlobServiceClient(
@@ -150,7 +151,7 @@ describe("startAzureBlob (azurite)", () => {
     } finally {
       azure.faults.resume();
     }
-    // Without this line, measured: 4 reads of 4 sent right after the resume were reset (ECONNRESET).
+    // Without it, the read below, sent right after the resume, is reset (ECONNRESET).
     await azure.settled();
     expect(await oneTry().exists()).toBe(true);
   }, 60_000);

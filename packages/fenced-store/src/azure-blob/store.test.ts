@@ -132,6 +132,7 @@ describe("FencedAzureBlob under faults of the azurite process", () => {
     } finally {
       azure.faults.resume();
     }
+    await azure.settled();
   });
 
   it("killed: a put is StoreUnavailableError or OutcomeUnknownError, never a plain error; restarted, the body and the ratchet are as saved", async () => {
