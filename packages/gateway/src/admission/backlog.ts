@@ -25,6 +25,7 @@ export class Backlog {
   /** The minima of the last RISES + 1 intervals, the latest last. */
   #minima: number[] = [];
   #growing = false;
+  #empty = true;
   /** Whether some request waited for a slot at every observation of this interval. */
   #queuedThrough = false;
 
@@ -37,8 +38,14 @@ export class Backlog {
     return this.#growing;
   }
 
+  /** Whether nothing was admitted and unanswered at the last observation: the gateway had finished all it took in. */
+  get empty(): boolean {
+    return this.#empty;
+  }
+
   /** The backlog at `now`: `admitted` requests not yet answered, `queued` of them waiting for a slot. */
   observe(now: number, admitted: number, queued: number): void {
+    this.#empty = admitted === 0;
     if (now - this.#start >= INTERVAL_MS) {
       // Over a gap of several intervals nothing was observed: what came before says nothing of now.
       if (now - this.#start >= 2 * INTERVAL_MS) this.#minima = [];
@@ -65,18 +72,20 @@ export class Backlog {
 }
 
 /**
- * The loop as the fair share reads it. Behind only while late at every tick of the last 100 ms (its
- * standing lateness, less any time its thread waited for a CPU, above `targetMs`), working (at
- * least `ownWork` of its time on a CPU: late while it works less, it is short of a CPU another
- * process has) and with a growing backlog: then it takes in more than it finishes, and only taking
- * fewer helps. Keeping up otherwise, so that a share that binds grows back as soon as the backlog
- * stops growing.
+ * The loop as the fair share reads it. Idle while nothing admitted is unanswered: the gateway has
+ * done all it took in, so no share holds anyone back. Behind only while late at every tick of the
+ * last 100 ms (its standing lateness, less any time its thread waited for a CPU, above `targetMs`),
+ * working (at least `ownWork` of its time on a CPU: late while it works less, it is short of a CPU
+ * another process has) and with a growing backlog: then it takes in more than it finishes, and only
+ * taking fewer helps. Keeping up otherwise, so that a share that binds grows back as soon as the
+ * backlog stops growing.
  */
 export function loopState(
   loop: { readonly standingMs: number; readonly utilization: number },
-  backlogGrowing: boolean,
+  backlog: Pick<Backlog, "growing" | "empty">,
   targetMs: number,
   ownWork: number,
 ): LoopState {
-  return loop.standingMs > targetMs && loop.utilization >= ownWork && backlogGrowing ? "behind" : "keeping-up";
+  if (backlog.empty) return "idle";
+  return loop.standingMs > targetMs && loop.utilization >= ownWork && backlog.growing ? "behind" : "keeping-up";
 }

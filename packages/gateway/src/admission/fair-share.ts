@@ -28,9 +28,10 @@ const FORGET_MS = 10_000;
 
 /**
  * The event loop as the share reads it (backlog.ts's loopState): behind on its own work — late at
- * every tick, working nearly all the time, its backlog growing — or keeping up.
+ * every tick, working nearly all the time, its backlog growing — keeping up, or idle: nothing it
+ * admitted is unanswered.
  */
-export type LoopState = "behind" | "keeping-up";
+export type LoopState = "behind" | "keeping-up" | "idle";
 
 interface KeyRate {
   /** Requests per second, averaged over RATE_WINDOW_MS. */
@@ -63,9 +64,19 @@ export class FairShare {
 
   /**
    * Adjusts the share to the loop, at most every ADJUST_EVERY_MS: it shrinks while the loop is behind
-   * on its own work and grows back while it keeps up.
+   * on its own work and grows back while it keeps up. Idle, it binds nobody at once. Grown back step
+   * by step from there instead, it held a closed loop of clients cut by a moment of lateness below
+   * its own rate for a second and more: its refused connections parked and its served ones behind
+   * them (parking.ts), each read again only as a slot freed, and each refused again lost that read,
+   * until nothing was in flight and all were read at once, most of them into refusals again — it
+   * refused hundreds a second while the loop kept up (the storm of quota.test.ts, docs/benchmarks.md).
    */
   adjust(now: number, loop: LoopState): void {
+    // Nothing of the loop's own is waiting: whatever it was behind on is done, and a share that binds now only refuses work it has room for.
+    if (loop === "idle") {
+      this.#share = Infinity;
+      return;
+    }
     if (now - this.#adjusted < ADJUST_EVERY_MS) return;
     this.#adjusted = now;
     if (loop === "behind") {

@@ -144,7 +144,7 @@ function decision(
       queued += gate.queued;
     }
     backlog.observe(now, admitted, queued);
-    fair.adjust(now, loopState(loop, backlog.growing, config.maxEventLoopDelayMs, OWN_WORK_UTILIZATION));
+    fair.adjust(now, loopState(loop, backlog, config.maxEventLoopDelayMs, OWN_WORK_UTILIZATION));
     return fair.admit(key, priority === "acquire" ? 0.5 : 1, now, Math.random());
   };
   return (seen, res, answer, next, fail) => {

@@ -14,6 +14,8 @@ const TARGET_MS = 25;
 const OWN_WORK = 0.8;
 const PERIOD_MS = 100;
 const RUN_MS = 25;
+/** A backlog read as growing, with work in it. */
+const GROWING = { growing: true, empty: false } as const;
 
 /** The ticks of a 10 ms timer on that process, as `[ms since the last tick, ms of it throttled]`, for `periods` periods. */
 function throttledTicks(periods: number): [number, number][] {
@@ -102,27 +104,52 @@ describe("the overload signal", () => {
     for (let i = 0; i < 4_500; i++) {
       const now = i / 0.9;
       backlog.observe(now, 60 + (i % 5), 0);
-      share.adjust(now, loopState(late, backlog.growing, TARGET_MS, OWN_WORK));
+      share.adjust(now, loopState(late, backlog, TARGET_MS, OWN_WORK));
       if (!share.admit("key", 1, now, (i * 0.618) % 1)) refused++;
     }
     expect({ refused, share: share.share }).toEqual({ refused: 0, share: Infinity });
     // The same, as the loop was read before (late and working was behind, whatever the backlog): it binds.
     const before = new FairShare();
-    for (let i = 0; i < 4_500; i++) before.adjust(i / 0.9, loopState(late, true, TARGET_MS, OWN_WORK));
+    for (let i = 0; i < 4_500; i++) before.adjust(i / 0.9, loopState(late, GROWING, TARGET_MS, OWN_WORK));
     expect(before.share).toBeLessThan(Infinity);
     // An open loop past capacity: admitted work piles up by 1 a ms while the loop is late: the share binds.
     const open = new Backlog();
     for (let i = 0; i < 1_000; i++) {
       open.observe(i, 64 + i, 0);
-      share.adjust(i + 5_000, loopState(late, open.growing, TARGET_MS, OWN_WORK));
+      share.adjust(i + 5_000, loopState(late, open, TARGET_MS, OWN_WORK));
       share.admit("key", 1, i + 5_000, 0.5);
     }
     expect(share.share).toBeLessThan(Infinity);
   });
 
+  it("lets a closed loop cut by a moment of lateness in whole once the gateway has done all it took in", () => {
+    const late = { standingMs: 4 * TARGET_MS, utilization: 1 };
+    const share = new FairShare();
+    const backlog = new Backlog();
+    // One key's closed loop at 900 requests a second, 60 of them in the gateway, read as behind for
+    // 150 ms (a slowdown the loop absorbed): the share binds it.
+    let now = 0;
+    for (; now < 150; now += 1 / 0.9) {
+      backlog.observe(now, 60, 0);
+      share.adjust(now, loopState(late, GROWING, TARGET_MS, OWN_WORK));
+      share.admit("key", 1, now, 0.5);
+    }
+    const cut = share.share;
+    expect(cut).toBeLessThan(900);
+    // Its refused connections parked, its served ones behind them (parking.ts): its work in the
+    // gateway drains, and the next request read finds nothing admitted. The share binds nobody then,
+    // late as the loop still reads and however fast the key sent; grown back step by step, it was
+    // still under the key's rate, and refused the connections read again at once.
+    backlog.observe(now, 0, 0);
+    expect(loopState(late, backlog, TARGET_MS, OWN_WORK)).toBe("idle");
+    share.adjust(now, loopState(late, backlog, TARGET_MS, OWN_WORK));
+    expect({ cut, share: share.share }).toEqual({ cut, share: Infinity });
+    expect(share.admit("key", 1, now, 0.999)).toBe(true);
+  });
+
   it("reads neither a loop on time nor one short of a CPU (working under 0.8 of its time) as behind", () => {
-    expect(loopState({ standingMs: TARGET_MS / 2, utilization: 1 }, true, TARGET_MS, OWN_WORK)).toBe("keeping-up");
-    expect(loopState({ standingMs: 4 * TARGET_MS, utilization: 0.5 }, true, TARGET_MS, OWN_WORK)).toBe("keeping-up");
-    expect(loopState({ standingMs: 4 * TARGET_MS, utilization: 1 }, true, TARGET_MS, OWN_WORK)).toBe("behind");
+    expect(loopState({ standingMs: TARGET_MS / 2, utilization: 1 }, GROWING, TARGET_MS, OWN_WORK)).toBe("keeping-up");
+    expect(loopState({ standingMs: 4 * TARGET_MS, utilization: 0.5 }, GROWING, TARGET_MS, OWN_WORK)).toBe("keeping-up");
+    expect(loopState({ standingMs: 4 * TARGET_MS, utilization: 1 }, GROWING, TARGET_MS, OWN_WORK)).toBe("behind");
   });
 });
