@@ -7,7 +7,7 @@ import { fenceKeySchema } from "./auth/credentials.js";
 import { SERVER_DEFAULTS } from "./http/server.js";
 import { STORE_SECTIONS, STORES } from "./stores/registry.js";
 import { configIssues, ConfigurationError, type ConfigSources } from "./config-issues.js";
-import { CONFIG_VARIABLE, fromEnv, fromFlags, givenFor, type ConfigFlags, type Raw } from "./settings.js";
+import { CONFIG_VARIABLE, enabledBy, fromEnv, fromFlags, givenFor, type ConfigFlags, type Raw } from "./settings.js";
 
 export type { ConfigFlags } from "./settings.js";
 
@@ -333,12 +333,10 @@ function readConfigFile(path: string, readFile: (path: string) => string): Raw {
 
 /** The field without which a backend's section means nothing, and where it can be given: each store's, and the lock's. */
 const SECTIONS: readonly Section[] = [
-  ...STORES.map(({ name, config: { enabledBy } }) => ({
-    name,
-    field: enabledBy.field,
-    variable: enabledBy.variable,
-    flag: enabledBy.flag,
-  })),
+  ...STORES.map((store) => {
+    const { field, variable, flag } = enabledBy(store);
+    return { name: store.name, field, variable, flag };
+  }),
   { name: "redis", field: "urls", variable: "FENCED_GATEWAY_REDIS_URLS", flag: "--redis" },
 ];
 

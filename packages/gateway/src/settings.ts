@@ -1,9 +1,12 @@
 import { Option } from "commander";
+import { STORES } from "./stores/registry.js";
+import type { StoreRegistration } from "./stores/registration.js";
 
 /**
  * Every configuration field that can also be given by environment variable or flag, in one table:
  * config.ts reads the environment and the flags through it, cli-program.ts makes the flags of it and
  * writes both names into `--help`. A field the table does not name is read from the config file only.
+ * A store's fields are its registration's (`config.settings`), under its section.
  */
 export interface Setting {
   /** The configuration field it sets, dotted (`s3.bucket`). */
@@ -24,24 +27,7 @@ export const SETTINGS: readonly Setting[] = [
   { path: "redis.urls", variable: "FENCED_GATEWAY_REDIS_URLS", flag: "--redis <urls>", read: "list" },
   { path: "redis.nodeTimeoutMs", variable: "FENCED_GATEWAY_REDIS_NODE_TIMEOUT_MS", flag: "--redis-node-timeout-ms <ms>", read: "number" },
   { path: "redis.acquireTimeoutMs", variable: "FENCED_GATEWAY_ACQUIRE_TIMEOUT_MS", flag: "--acquire-timeout-ms <ms>", read: "number" },
-  { path: "postgres.url", variable: "FENCED_GATEWAY_POSTGRES_URL", flag: "--postgres <url>", read: "text" },
-  { path: "postgres.schema", variable: "FENCED_GATEWAY_POSTGRES_SCHEMA", flag: "--postgres-schema <name>", read: "text" },
-  { path: "postgres.poolSize", variable: "FENCED_GATEWAY_POSTGRES_POOL_SIZE", flag: "--postgres-pool-size <n>", read: "number" },
-  { path: "s3.bucket", variable: "FENCED_GATEWAY_S3_BUCKET", flag: "--s3-bucket <bucket>", read: "text" },
-  { path: "s3.endpoint", variable: "FENCED_GATEWAY_S3_ENDPOINT", flag: "--s3-endpoint <url>", read: "text" },
-  { path: "s3.region", variable: "FENCED_GATEWAY_S3_REGION", flag: "--s3-region <region>", read: "text" },
-  { path: "s3.prefix", variable: "FENCED_GATEWAY_S3_PREFIX", flag: "--s3-prefix <prefix>", read: "text" },
-  { path: "s3.accessKeyId", variable: "FENCED_GATEWAY_S3_ACCESS_KEY_ID", read: "text" },
-  { path: "s3.secretAccessKey", variable: "FENCED_GATEWAY_S3_SECRET_ACCESS_KEY", read: "text" },
-  { path: "dynamodb.table", variable: "FENCED_GATEWAY_DYNAMODB_TABLE", flag: "--dynamodb-table <table>", read: "text" },
-  { path: "dynamodb.endpoint", variable: "FENCED_GATEWAY_DYNAMODB_ENDPOINT", flag: "--dynamodb-endpoint <url>", read: "text" },
-  { path: "dynamodb.region", variable: "FENCED_GATEWAY_DYNAMODB_REGION", flag: "--dynamodb-region <region>", read: "text" },
-  { path: "dynamodb.prefix", variable: "FENCED_GATEWAY_DYNAMODB_PREFIX", flag: "--dynamodb-prefix <prefix>", read: "text" },
-  { path: "dynamodb.accessKeyId", variable: "FENCED_GATEWAY_DYNAMODB_ACCESS_KEY_ID", read: "text" },
-  { path: "dynamodb.secretAccessKey", variable: "FENCED_GATEWAY_DYNAMODB_SECRET_ACCESS_KEY", read: "text" },
-  { path: "azure-blob.container", variable: "FENCED_GATEWAY_AZURE_BLOB_CONTAINER", flag: "--azure-blob-container <name>", read: "text" },
-  { path: "azure-blob.connectionString", variable: "FENCED_GATEWAY_AZURE_BLOB_CONNECTION_STRING", read: "text" },
-  { path: "azure-blob.prefix", variable: "FENCED_GATEWAY_AZURE_BLOB_PREFIX", flag: "--azure-blob-prefix <prefix>", read: "text" },
+  ...storeSettings(),
   { path: "storeTimeoutMs", variable: "FENCED_GATEWAY_STORE_TIMEOUT_MS", flag: "--store-timeout-ms <ms>", read: "number" },
   { path: "limits.recordBytes", variable: "FENCED_GATEWAY_MAX_RECORD_BYTES", flag: "--max-record-bytes <n>", read: "number" },
   { path: "limits.objectBytes", variable: "FENCED_GATEWAY_MAX_OBJECT_BYTES", flag: "--max-object-bytes <n>", read: "number" },
@@ -77,6 +63,30 @@ export const SETTINGS: readonly Setting[] = [
   { path: "verify", flag: "--no-verify", read: "boolean" },
   { path: "startChecks", variable: "FENCED_GATEWAY_START_CHECKS", flag: "--no-start-checks", read: "boolean" },
 ];
+
+/** Each registered store's settings, in registry order, as `<store name>.<field>`. */
+function storeSettings(): Setting[] {
+  return STORES.flatMap(({ name, config }) =>
+    config.settings.map(({ field, variable, flag, read }) => ({
+      path: `${name}.${field}`,
+      variable,
+      ...(flag === undefined ? {} : { flag }),
+      read,
+    })),
+  );
+}
+
+/**
+ * The field that enables a store's section, for an operator: what it names, and where else it can
+ * be given (its variable, and its flag as a user types it).
+ */
+export function enabledBy(store: StoreRegistration): { field: string; what: string; variable: string; flag: string } {
+  const { field, what } = store.config.enabledBy;
+  const setting = store.config.settings.find((s) => s.field === field);
+  // A registration whose enabling field has no flag is a mistake in it, which every start and test would meet here.
+  if (setting?.flag === undefined) throw new Error(`the ${store.name} registration's enabledBy.field ${field} has no setting with a flag`);
+  return { field, what, variable: setting.variable, flag: flagNames(setting.flag).long };
+}
 
 /** The variable that names the config file (also `--config`). */
 export const CONFIG_VARIABLE = "FENCED_GATEWAY_CONFIG";

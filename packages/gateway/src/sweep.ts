@@ -2,6 +2,7 @@ import { InvalidArgumentError } from "@fenced/fence";
 import { CorruptStateError, StoreSetupError, StoreUnavailableError } from "@fenced/store";
 import type { SweepConfig } from "./config.js";
 import { SETUP_FIXES } from "./ops/start-checks.js";
+import { enabledBy } from "./settings.js";
 import { DriverLoadError, type StoreRegistration, type SweepRequest } from "./stores/registration.js";
 import { loadDriver, STORES } from "./stores/registry.js";
 
@@ -51,10 +52,10 @@ export async function sweepCommand(config: SweepConfig, run: SweepRun, io: Sweep
   const sections: Readonly<Record<string, unknown>> = config;
   const configured = STORES.filter((store) => sections[store.name] !== undefined);
   if (configured.length === 0) {
-    const where = STORES.filter((store) => store.nothingToSweep === undefined).map(
-      ({ title, name, family, config: { enabledBy: e } }) =>
-        `the ${title} ${e.what} (${e.flag}, ${e.variable} or ${name}.${e.field}) the gateway writes ${family} to`,
-    );
+    const where = STORES.filter((store) => store.nothingToSweep === undefined).map((store) => {
+      const e = enabledBy(store);
+      return `the ${store.title} ${e.what} (${e.flag}, ${e.variable} or ${store.name}.${e.field}) the gateway writes ${store.family} to`;
+    });
     line(`no store is configured: give ${where.join(", or ")}`);
     return 2;
   }

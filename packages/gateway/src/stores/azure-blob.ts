@@ -28,7 +28,12 @@ export const azureBlobObjects: StoreDefinition<"objects", "azure-blob", typeof a
     fenceDescription: "Azure Blob's fence blob (present when the gateway serves objects from Azure Blob)",
     config: {
       section: azureBlobSection,
-      enabledBy: { field: "container", what: "container", variable: "FENCED_GATEWAY_AZURE_BLOB_CONTAINER", flag: "--azure-blob-container" },
+      settings: [
+        { field: "container", variable: "FENCED_GATEWAY_AZURE_BLOB_CONTAINER", flag: "--azure-blob-container <name>", read: "text" },
+        { field: "connectionString", variable: "FENCED_GATEWAY_AZURE_BLOB_CONNECTION_STRING", read: "text" },
+        { field: "prefix", variable: "FENCED_GATEWAY_AZURE_BLOB_PREFIX", flag: "--azure-blob-prefix <prefix>", read: "text" },
+      ],
+      enabledBy: { field: "container", what: "container" },
       sweepFields: [],
     },
 

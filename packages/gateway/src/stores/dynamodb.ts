@@ -34,7 +34,15 @@ export const dynamoRecords: StoreDefinition<"records", "dynamodb", typeof dynamo
   fenceDescription: "DynamoDB's fence item (present when the gateway serves records from DynamoDB)",
   config: {
     section: dynamoSection,
-    enabledBy: { field: "table", what: "table", variable: "FENCED_GATEWAY_DYNAMODB_TABLE", flag: "--dynamodb-table" },
+    settings: [
+      { field: "table", variable: "FENCED_GATEWAY_DYNAMODB_TABLE", flag: "--dynamodb-table <table>", read: "text" },
+      { field: "endpoint", variable: "FENCED_GATEWAY_DYNAMODB_ENDPOINT", flag: "--dynamodb-endpoint <url>", read: "text" },
+      { field: "region", variable: "FENCED_GATEWAY_DYNAMODB_REGION", flag: "--dynamodb-region <region>", read: "text" },
+      { field: "prefix", variable: "FENCED_GATEWAY_DYNAMODB_PREFIX", flag: "--dynamodb-prefix <prefix>", read: "text" },
+      { field: "accessKeyId", variable: "FENCED_GATEWAY_DYNAMODB_ACCESS_KEY_ID", read: "text" },
+      { field: "secretAccessKey", variable: "FENCED_GATEWAY_DYNAMODB_SECRET_ACCESS_KEY", read: "text" },
+    ],
+    enabledBy: { field: "table", what: "table" },
     sweepFields: [],
   },
 

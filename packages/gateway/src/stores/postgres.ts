@@ -41,7 +41,12 @@ export const postgresRecords: StoreDefinition<"records", "postgres", typeof post
   fenceDescription: "PostgreSQL's fence row (present when the gateway serves records)",
   config: {
     section: postgresSection,
-    enabledBy: { field: "url", what: "connection string", variable: "FENCED_GATEWAY_POSTGRES_URL", flag: "--postgres" },
+    settings: [
+      { field: "url", variable: "FENCED_GATEWAY_POSTGRES_URL", flag: "--postgres <url>", read: "text" },
+      { field: "schema", variable: "FENCED_GATEWAY_POSTGRES_SCHEMA", flag: "--postgres-schema <name>", read: "text" },
+      { field: "poolSize", variable: "FENCED_GATEWAY_POSTGRES_POOL_SIZE", flag: "--postgres-pool-size <n>", read: "number" },
+    ],
+    enabledBy: { field: "url", what: "connection string" },
     sweepFields: ["url"],
   },
 

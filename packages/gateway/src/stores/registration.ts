@@ -40,6 +40,20 @@ export const FAMILY_VERSIONS: Readonly<Record<Family, RegExp>> = {
   objects: OBJECT_VERSION,
 };
 
+/**
+ * A field of a store's section that can also be given by environment variable or flag: settings.ts
+ * puts it in its table as `<store name>.<field>`, and config.ts reads it from there.
+ */
+interface SectionSetting {
+  /** The field of the section (`bucket`). */
+  readonly field: string;
+  readonly variable: string;
+  /** Its flag, as commander declares it (`--s3-bucket <bucket>`); absent for secrets, which never go on a command line. */
+  readonly flag?: string;
+  /** How its text is read: as is, or a number. */
+  readonly read: "text" | "number";
+}
+
 /** What a store's options are made with from the configuration. */
 interface OpenContext {
   readonly storeTimeoutMs: number;
@@ -91,10 +105,12 @@ export interface StoreDefinition<
   /** Its entry in GET /v1/fences' answer, as the API document describes it. */
   readonly fenceDescription: string;
   readonly config: {
-    /** Its section of the configuration (each field's flag and variable: settings.ts). */
+    /** Its section of the configuration. */
     readonly section: Section;
-    /** The field without which its section means nothing (`what` it names, for an operator), and where else it can be given. */
-    readonly enabledBy: { readonly field: string; readonly what: string; readonly variable: string; readonly flag: string };
+    /** The fields of its section that can also be given by environment variable or flag. */
+    readonly settings: readonly SectionSetting[];
+    /** The field without which its section means nothing (`what` it names, for an operator); one of `settings`, with a flag. */
+    readonly enabledBy: { readonly field: string; readonly what: string };
     /** The fields of its section `fenced-gateway sweep` reads ("": all of them). */
     readonly sweepFields: readonly string[];
   };

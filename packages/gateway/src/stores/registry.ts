@@ -9,8 +9,8 @@ import { azureBlobObjects } from "./azure-blob.js";
  * The stores the gateway can serve, one registration each (registration.ts says what one provides).
  * Everything in the gateway that concerns a store — its routes' family, readiness, problems, fences,
  * lease grants, start checks, sweep, configuration and the API document — loops over this list.
- * Adding a store: its registration and its driver beside these, its line here and in drivers.ts, its
- * flags in ../settings.ts.
+ * Adding a store: its registration (its flags and variables too) and its driver beside these, its
+ * line here and in drivers.ts.
  *
  *   check.ts        a store's readiness check, as every driver makes it (within a deadline)
  *   registration.ts what a store registers, and the two families of routes; what its driver does

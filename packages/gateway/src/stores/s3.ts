@@ -44,7 +44,15 @@ export const s3Objects: StoreDefinition<"objects", "s3", typeof s3Section, S3Obj
   fenceDescription: "S3's fence object (present when the gateway serves objects)",
   config: {
     section: s3Section,
-    enabledBy: { field: "bucket", what: "bucket", variable: "FENCED_GATEWAY_S3_BUCKET", flag: "--s3-bucket" },
+    settings: [
+      { field: "bucket", variable: "FENCED_GATEWAY_S3_BUCKET", flag: "--s3-bucket <bucket>", read: "text" },
+      { field: "endpoint", variable: "FENCED_GATEWAY_S3_ENDPOINT", flag: "--s3-endpoint <url>", read: "text" },
+      { field: "region", variable: "FENCED_GATEWAY_S3_REGION", flag: "--s3-region <region>", read: "text" },
+      { field: "prefix", variable: "FENCED_GATEWAY_S3_PREFIX", flag: "--s3-prefix <prefix>", read: "text" },
+      { field: "accessKeyId", variable: "FENCED_GATEWAY_S3_ACCESS_KEY_ID", read: "text" },
+      { field: "secretAccessKey", variable: "FENCED_GATEWAY_S3_SECRET_ACCESS_KEY", read: "text" },
+    ],
+    enabledBy: { field: "bucket", what: "bucket" },
     sweepFields: [""],
   },
 
