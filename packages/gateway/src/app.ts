@@ -25,27 +25,22 @@ import { fencesRouter } from "./routes/fences.js";
 import { leasesRouter, type LeaseBackendOptions, type Registrar } from "./routes/leases.js";
 import { objectsRouter } from "./routes/objects.js";
 import { recordsRouter } from "./routes/records.js";
-import type { PostgresRecordsOptions } from "./stores/postgres.js";
-import type { DynamoRecordsOptions } from "./stores/dynamodb.js";
-import type { AzureBlobObjectsOptions } from "./stores/azure-blob.js";
 import type { AnyStoreDriver, Family, FamilyStores, Prepare, StoreRegistration } from "./stores/registration.js";
-import { STORES, type StoreDrivers, type StoreName } from "./stores/registry.js";
-import type { S3ObjectsOptions } from "./stores/s3.js";
+import { STORES, type FamilyOptions, type StoreDrivers, type StoreName } from "./stores/registry.js";
 
 export interface GatewayOptions {
   readonly apiKeys: readonly ApiKeyConfig[];
   /**
-   * /v1/records: the records family's store, PostgreSQL (stores/postgres.ts) on this pool, or
-   * DynamoDB (stores/dynamodb.ts) with this client and table (no POST /v1/records: no transaction).
+   * /v1/records: the options of one of the records family's stores (stores/registry.ts): PostgreSQL
+   * on a pool, or DynamoDB with a client and table (no POST /v1/records: no transaction).
    * Omitted: the routes answer 404.
    */
-  readonly records?: PostgresRecordsOptions | DynamoRecordsOptions;
+  readonly records?: FamilyOptions<"records">;
   /**
-   * /v1/objects: the objects family's store, S3 (stores/s3.ts) with this client (create it with
-   * requestChecksumCalculation "WHEN_REQUIRED" for radosgw), or Azure Blob (stores/azure-blob.ts) on
-   * this container, whose maxBodyBytes caps limits.objectBytes.
+   * /v1/objects: the options of one of the objects family's stores: S3 with a client and bucket, or
+   * Azure Blob on a container. Omitted: the routes answer 404.
    */
-  readonly objects?: S3ObjectsOptions | AzureBlobObjectsOptions;
+  readonly objects?: FamilyOptions<"objects">;
   /** /v1/leases: Redlock over these Redis nodes. */
   readonly leases?: LeaseBackendOptions;
   /**

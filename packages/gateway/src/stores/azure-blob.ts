@@ -5,7 +5,7 @@ import { said } from "./check.js";
 import type { StoreDefinition } from "./registration.js";
 import { restError } from "./azure-code.js";
 
-/** createGateway's `objects` on Azure Blob: FencedAzureBlob on this container (its client's URL and credential). */
+/** createGateway's `objects` on Azure Blob: FencedAzureBlob on this container (its client's URL and credential); its maxBodyBytes caps limits.objectBytes. */
 export type AzureBlobObjectsOptions = { readonly container: ContainerClient } & FencedAzureBlobOptions;
 
 export const azureBlobSection = z.strictObject({

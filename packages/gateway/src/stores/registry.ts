@@ -1,6 +1,6 @@
 import type { z } from "zod";
 import { postgresRecords } from "./postgres.js";
-import { DriverLoadError, type AnyStoreDriver, type StoreRegistration } from "./registration.js";
+import { DriverLoadError, type AnyStoreDriver, type Family, type StoreDefinition, type StoreRegistration } from "./registration.js";
 import { s3Objects } from "./s3.js";
 import { dynamoRecords } from "./dynamodb.js";
 import { azureBlobObjects } from "./azure-blob.js";
@@ -28,6 +28,17 @@ export const STORES: readonly StoreRegistration[] = REGISTERED;
 
 /** Each registered store's driver, by its name, as its registration's `load()` types it. */
 export type DriverOfEach = { readonly [S in (typeof REGISTERED)[number] as S["name"]]: Awaited<ReturnType<S["load"]>> };
+
+/**
+ * What createGateway takes for `family`: the options of any registered store of that family (each
+ * registration's `Options`, which its own module describes), told apart by their shape (`accepts`).
+ */
+export type FamilyOptions<F extends Family> =
+  Extract<(typeof REGISTERED)[number], { readonly family: F }> extends infer S
+    ? S extends StoreDefinition<F, string, z.ZodType, infer Options>
+      ? Options
+      : never
+    : never;
 
 /** A registered store's name, as the wire spells it (readiness checks, fence answers, problems, configuration sections). */
 export type StoreName = (typeof REGISTERED)[number]["name"];
