@@ -38,7 +38,13 @@ export class Backlog {
     return this.#growing;
   }
 
-  /** Whether nothing was admitted and unanswered at the last observation: the gateway had finished all it took in. */
+  /**
+   * Whether nothing admitted was unanswered at the last observation (taken as a request is judged,
+   * before it is counted). It counts only what admission judged, in every family: refusals, requests
+   * it never judges (lease extensions and releases, health, metrics, unauthenticated ones) and work
+   * outside requests are not in it; one long request (an object's stream, an acquisition's wait)
+   * keeps it from being empty.
+   */
   get empty(): boolean {
     return this.#empty;
   }
@@ -56,6 +62,8 @@ export class Backlog {
       this.#min = Infinity;
       this.#queuedThrough = true;
     }
+    // Emptied, it grows no more: not until its minima rise again from the 0 this interval now holds.
+    if (admitted === 0) this.#growing = false;
     this.#min = Math.min(this.#min, admitted);
     this.#queuedThrough &&= queued > 0;
   }
@@ -72,8 +80,9 @@ export class Backlog {
 }
 
 /**
- * The loop as the fair share reads it. Idle while nothing admitted is unanswered: the gateway has
- * done all it took in, so no share holds anyone back. Behind only while late at every tick of the
+ * The loop as the fair share reads it. Idle while on time (its standing lateness at most `targetMs`)
+ * with nothing admitted unanswered: it has time for what it is sent, and no share holds anyone
+ * back (late, the loop may be behind on work the backlog does not count). Behind only while late at every tick of the
  * last 100 ms (its standing lateness, less any time its thread waited for a CPU, above `targetMs`),
  * working (at least `ownWork` of its time on a CPU: late while it works less, it is short of a CPU
  * another process has) and with a growing backlog: then it takes in more than it finishes, and only
@@ -86,6 +95,6 @@ export function loopState(
   targetMs: number,
   ownWork: number,
 ): LoopState {
-  if (backlog.empty) return "idle";
+  if (backlog.empty && loop.standingMs <= targetMs) return "idle";
   return loop.standingMs > targetMs && loop.utilization >= ownWork && backlog.growing ? "behind" : "keeping-up";
 }

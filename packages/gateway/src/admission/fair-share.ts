@@ -28,8 +28,8 @@ const FORGET_MS = 10_000;
 
 /**
  * The event loop as the share reads it (backlog.ts's loopState): behind on its own work — late at
- * every tick, working nearly all the time, its backlog growing — keeping up, or idle: nothing it
- * admitted is unanswered.
+ * every tick, working nearly all the time, its backlog growing — keeping up, or idle: on time, and
+ * nothing it admitted unanswered.
  */
 export type LoopState = "behind" | "keeping-up" | "idle";
 
@@ -46,7 +46,7 @@ export class FairShare {
   #swept = 0;
   readonly #keys = new Map<string, KeyRate>();
 
-  /** The share now, requests per second per key (Infinity while the loop keeps up). */
+  /** The share now, requests per second per key (Infinity: it binds nobody). */
   get share(): number {
     return this.#share;
   }
@@ -72,7 +72,9 @@ export class FairShare {
    * refused hundreds a second while the loop kept up (the storm of quota.test.ts, docs/benchmarks.md).
    */
   adjust(now: number, loop: LoopState): void {
-    // Nothing of the loop's own is waiting: whatever it was behind on is done, and a share that binds now only refuses work it has room for.
+    if (now - this.#swept > FORGET_MS) this.#sweep(now);
+    // On time with nothing admitted unanswered (loopState): a share that binds now holds back work
+    // the loop has time for. Not throttled to ADJUST_EVERY_MS: each request read until then would be refused by it.
     if (loop === "idle") {
       this.#share = Infinity;
       return;
@@ -88,7 +90,6 @@ export class FairShare {
       // No key sends that much: the share binds nobody.
       if (![...this.#keys.values()].some((k) => k.rate > this.#share)) this.#share = Infinity;
     }
-    if (now - this.#swept > FORGET_MS) this.#sweep(now);
   }
 
   /** The key's rate with this request counted: an average over about RATE_WINDOW_MS, whatever the gaps between requests. */
