@@ -37,8 +37,9 @@ export interface GatewayOptions {
    */
   readonly records?: FamilyOptions<"records">;
   /**
-   * /v1/objects: the options of one of the objects family's stores: S3 with a client and bucket, or
-   * Azure Blob on a container. Omitted: the routes answer 404.
+   * /v1/objects: the options of one of the objects family's stores: S3 with a client and bucket (create
+   * the client with requestChecksumCalculation "WHEN_REQUIRED" for radosgw), or Azure Blob on a
+   * container. Omitted: the routes answer 404.
    */
   readonly objects?: FamilyOptions<"objects">;
   /** /v1/leases: Redlock over these Redis nodes. */

@@ -44,9 +44,14 @@ export const FAMILY_VERSIONS: Readonly<Record<Family, RegExp>> = {
  * A field of a store's section that can also be given by environment variable or flag: settings.ts
  * puts it in its table as `<store name>.<field>`, and config.ts reads it from there.
  */
-interface SectionSetting {
+/** A field of a section's input, so that a setting naming no field does not compile; any text for a registration of any section. */
+type SectionField<Section extends z.ZodType> = [Extract<keyof z.input<Section>, string>] extends [never]
+  ? string
+  : Extract<keyof z.input<Section>, string>;
+
+interface SectionSetting<Field extends string> {
   /** The field of the section (`bucket`). */
-  readonly field: string;
+  readonly field: Field;
   readonly variable: string;
   /** Its flag, as commander declares it (`--s3-bucket <bucket>`); absent for secrets, which never go on a command line. */
   readonly flag?: string;
@@ -108,9 +113,9 @@ export interface StoreDefinition<
     /** Its section of the configuration. */
     readonly section: Section;
     /** The fields of its section that can also be given by environment variable or flag. */
-    readonly settings: readonly SectionSetting[];
+    readonly settings: readonly SectionSetting<SectionField<Section>>[];
     /** The field without which its section means nothing (`what` it names, for an operator); one of `settings`, with a flag. */
-    readonly enabledBy: { readonly field: string; readonly what: string };
+    readonly enabledBy: { readonly field: SectionField<Section>; readonly what: string };
     /** The fields of its section `fenced-gateway sweep` reads ("": all of them). */
     readonly sweepFields: readonly string[];
   };
