@@ -64,9 +64,11 @@ describe("losing the majority while holding a lease in using()", () => {
           fault === "killed" ? expect.objectContaining({ node, reason: "refused" }) : { node, reason: "timeout" },
         ),
       );
-      // A healthy node is named only if it missed nodeTimeoutMs (100 ms), which a busy machine can make it do.
+      // A healthy node is named only if it missed nodeTimeoutMs (100 ms), which a busy machine can make
+      // it do: in this round (timeout), or in an earlier extension, its key then gone by its TTL when
+      // this one came (not-held; seen beside CI's CPU hogs).
       expect(
-        lost.nodes.filter((n) => n.node < 2).every((n) => n.reason === "timeout"),
+        lost.nodes.filter((n) => n.node < 2).every((n) => n.reason === "timeout" || n.reason === "not-held"),
         JSON.stringify(lost.nodes),
       ).toBe(true);
       expect(outcome).toHaveProperty("error");
