@@ -80,14 +80,14 @@ export class Backlog {
 }
 
 /**
- * The loop as the fair share reads it. Idle while on time (its standing lateness at most `targetMs`)
- * with nothing admitted unanswered: it has time for what it is sent, and no share holds anyone
- * back (late, the loop may be behind on work the backlog does not count). Behind only while late at every tick of the
- * last 100 ms (its standing lateness, less any time its thread waited for a CPU, above `targetMs`),
- * working (at least `ownWork` of its time on a CPU: late while it works less, it is short of a CPU
- * another process has) and with a growing backlog: then it takes in more than it finishes, and only
- * taking fewer helps. Keeping up otherwise, so that a share that binds grows back as soon as the
- * backlog stops growing.
+ * The loop as the fair share reads it. Idle while on time (its standing lateness at most
+ * `targetMs`) with nothing admitted unanswered: it has time for what it is sent, and no share holds
+ * anyone back (late, the loop may be behind on work the backlog does not count). Behind only while
+ * late at every tick of the last 100 ms (its standing lateness, less any time its thread waited for
+ * a CPU, above `targetMs`), working (at least `ownWork` of its time on a CPU: late while it works
+ * less, it is short of a CPU another process has) and with a growing backlog: then it takes in more
+ * than it finishes, and only taking fewer helps. Keeping up otherwise, so that a share that binds
+ * grows back as soon as the backlog stops growing.
  */
 export function loopState(
   loop: { readonly standingMs: number; readonly utilization: number },
