@@ -40,15 +40,15 @@ export const FAMILY_VERSIONS: Readonly<Record<Family, RegExp>> = {
   objects: OBJECT_VERSION,
 };
 
-/**
- * A field of a store's section that can also be given by environment variable or flag: settings.ts
- * puts it in its table as `<store name>.<field>`, and config.ts reads it from there.
- */
 /** A field of a section's input, so that a setting naming no field does not compile; any text for a registration of any section. */
 type SectionField<Section extends z.ZodType> = [Extract<keyof z.input<Section>, string>] extends [never]
   ? string
   : Extract<keyof z.input<Section>, string>;
 
+/**
+ * A field of a store's section that can also be given by environment variable or flag: settings.ts
+ * puts it in its table as `<store name>.<field>`, and config.ts reads it from there.
+ */
 interface SectionSetting<Field extends string> {
   /** The field of the section (`bucket`). */
   readonly field: Field;
