@@ -149,7 +149,7 @@ function cpuWaits(): readonly (() => number)[] {
 export class LoopDelay {
   readonly #lateness = new Lateness();
   #utilization = 0;
-  #last = performance.now();
+  #last: number;
   #elu: EventLoopUtilization = performance.eventLoopUtilization();
   #cpu = cpuUsage();
   readonly #timer: NodeJS.Timeout;
@@ -162,6 +162,10 @@ export class LoopDelay {
   constructor(windowMs = UTILIZATION_WINDOW_MS, waits: readonly (() => number)[] = cpuWaits()) {
     this.#windowMs = windowMs;
     let before = waits.map((read) => read());
+    // The loop's time starts after the counters are read, never before: a wait between the two
+    // would be in the first tick's time and not in what it takes out (a loop at nice 19 beside a busy
+    // CPU waited 1.2 s right there, and read as 123 ms late at the end of its 1.5 s).
+    this.#last = performance.now();
     this.#timer = setInterval(() => {
       const now = performance.now();
       const elapsed = now - this.#last;
