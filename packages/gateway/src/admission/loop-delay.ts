@@ -162,9 +162,11 @@ export class LoopDelay {
   constructor(windowMs = UTILIZATION_WINDOW_MS, waits: readonly (() => number)[] = cpuWaits()) {
     this.#windowMs = windowMs;
     let before = waits.map((read) => read());
-    // The loop's time starts after the counters are read, never before: a wait between the two
-    // would be in the first tick's time and not in what it takes out (a loop at nice 19 beside a busy
-    // CPU waited 1.2 s right there, and read as 123 ms late at the end of its 1.5 s).
+    // A tick's time starts after the counters are read, never before: a wait between the two would
+    // be in the next tick's time and not in what it takes out, so the loop would read as late by it
+    // (a loop at nice 19 beside a busy CPU waited 1.2 s right there, before its first tick, and read
+    // as 123 ms late at the end of its 1.5 s). Stamped after, a wait during a read is taken out of a
+    // tick whose time does not hold it: the loop can read as less late than it was, never as more.
     this.#last = performance.now();
     this.#timer = setInterval(() => {
       const now = performance.now();
@@ -176,6 +178,7 @@ export class LoopDelay {
         const after = waits.map((read) => read());
         for (const [i, ms] of after.entries()) taken = Math.max(taken, ms - (before[i] as number));
         before = after;
+        this.#last = performance.now();
       }
       this.#lateness.tick(elapsed, taken);
       this.#measure();
