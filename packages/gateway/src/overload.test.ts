@@ -421,7 +421,7 @@ describe("admission control", () => {
   });
 
   // Before, this burst was refused for the event loop's lateness after 3 s of blocking; lateness
-  // alone no longer refuses (only a loop late at every tick while its backlog grows: signal.test.ts),
+  // alone no longer refuses (only a loop late at every tick while a queue stands: signal.test.ts),
   // so the priorities are pinned here with the limit and the queue, which refuse the same way.
   it("never refuses a lease's extension or release, while a burst of acquisitions and writes past the limit is refused", async () => {
     // One request in flight per family, none waiting.

@@ -28,8 +28,8 @@ const FORGET_MS = 10_000;
 
 /**
  * The event loop as the share reads it (backlog.ts's loopState): behind on its own work — late at
- * every tick, working nearly all the time, its backlog growing — keeping up, or idle: on time, and
- * nothing it admitted unanswered.
+ * every tick, working nearly all the time, requests waiting for a slot throughout — keeping up, or
+ * idle: on time, and nothing it admitted unanswered.
  */
 export type LoopState = "behind" | "keeping-up" | "idle";
 
