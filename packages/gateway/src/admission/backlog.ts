@@ -5,16 +5,19 @@ import type { LoopState } from "./fair-share.js";
  * observation of the last interval — a standing queue, as CoDel reads one, so that a burst the
  * limits take in at once does not count. A loop that runs late while nothing waits for a slot is
  * doing all it is given (a closed loop of clients, each sending its next request when the last is
- * answered, is never more than the gateway carries, and fewer clients than the limit never queue);
- * refusing then only costs CPU, and each refused client is back at once. Pure: the caller passes
- * the time and the counts.
+ * answered, is never more than the gateway carries, and fewer clients than the family's limit never
+ * queue; a limit learns only from windows with half of it in flight, so fewer than half cannot lower
+ * it): refusing then only costs CPU, and each refused client is back at once. Pure: the caller
+ * passes the time and the counts.
  *
  * The backlog's minimum rising over three intervals was read as growth too, and it misjudged a
  * closed loop: under a CPU quota a turn of the loop spans several intervals, and 64 clients at a
  * quarter of a core read as growing in 19 of 154 rounds of quota.test.ts (their minimum 32, 34, 36,
  * 40, nothing queued); with one late tick that made the loop read as behind and 52 writes refused. In
  * a 4× flood it added little: the rise alone, with no standing queue, at 0.3–0.5 % of the requests
- * judged (two runs of `pnpm bench overload`'s two keys).
+ * judged (two runs of `pnpm bench overload`'s two keys). Without it a mild overload under a limit far
+ * above what the gateway serves (the default 512) is seen only once the slots are full and a queue
+ * stands: seconds later at 1.1×, while each request waits at most the limit ÷ the rate served.
  *
  * It only bounds how much work is let in: no fence, token or write depends on it.
  */

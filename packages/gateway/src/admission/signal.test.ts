@@ -69,21 +69,34 @@ describe("the overload signal", () => {
     for (let t = 0; t < 2_000; t++) {
       // 64 in flight, dipping as answers go out and the next requests come in.
       flat.observe(t, 60 + (t % 5), 0);
-      // Growing by 1 a ms under the limits: each is let run at once (the queue's turn comes at the limit).
-      filling.observe(t, 64 + t, 0);
+      // Growing by 1 a ms up to the limit: each is let run at once (the queue's turn comes at the limit).
+      filling.observe(t, 64 + Math.min(t, 440), 0);
       // At the limit, with requests waiting for a slot all the time.
       queued.observe(t, 520, 8 + (t % 3));
       seen = { flat: seen.flat || flat.queueing, filling: seen.filling || filling.queueing };
-      if (t >= 200 && !queued.queueing) missed++;
+      if (t >= 100 && !queued.queueing) missed++;
+      if (t === 99 && queued.queueing) missed++;
     }
     expect({ ...seen, missed }).toEqual({ flat: false, filling: false, missed: 0 });
+  });
+
+  it("reads a queue that comes and goes within each interval as no standing queue", () => {
+    const backlog = new Backlog();
+    let seen = false;
+    // At the limit, requests waiting for a slot half of each 20 ms and none the other half: the limits catch up every time.
+    for (let t = 0; t < 2_000; t++) {
+      backlog.observe(t, 520, (t + 5) % 20 < 10 ? 5 : 0);
+      seen ||= backlog.queueing;
+    }
+    expect(seen).toBe(false);
   });
 
   it("reads a queue seen before a gap of two intervals with nothing observed as saying nothing of now", () => {
     const backlog = new Backlog();
     for (let t = 0; t < 300; t += 10) backlog.observe(t, 520, 8);
     const before = backlog.queueing;
-    // Nothing judged for 250 ms (a stall), then one request, with a queue: one observation is no standing queue.
+    // Nothing judged for 240 ms (two intervals and more from the last one's start), then one request
+    // with a queue: a queue seen before the gap is not taken to have stood through it.
     backlog.observe(540, 520, 8);
     expect({ before, after: backlog.queueing }).toEqual({ before: true, after: false });
   });
