@@ -5,8 +5,8 @@ import type { LoopState } from "./fair-share.js";
  * observation of the last interval — a standing queue, as CoDel reads one, so that a burst the
  * limits take in at once does not count. A loop that runs late while nothing waits for a slot is
  * doing all it is given (a closed loop of clients, each sending its next request when the last is
- * answered, is never more than the gateway carries, and fewer clients than the family's limit never
- * queue; a limit learns only from windows with half of it in flight, so fewer than half cannot lower
+ * answered, is never more than the gateway carries, and fewer clients than half a family's limit
+ * never queue: a limit learns only from windows with half of it in flight, so they cannot lower
  * it): refusing then only costs CPU, and each refused client is back at once. Pure: the caller
  * passes the time and the counts.
  *
@@ -17,7 +17,8 @@ import type { LoopState } from "./fair-share.js";
  * a 4× flood it added little: the rise alone, with no standing queue, at 0.3–0.5 % of the requests
  * judged (two runs of `pnpm bench overload`'s two keys). Without it a mild overload under a limit far
  * above what the gateway serves (the default 512) is seen only once the slots are full and a queue
- * stands: seconds later at 1.1×, while each request waits at most the limit ÷ the rate served.
+ * stands: seconds later at 1.1×, while each request waits at most about the limit ÷ the rate served,
+ * plus admission.queueTimeoutMs.
  *
  * It only bounds how much work is let in: no fence, token or write depends on it.
  */

@@ -41,7 +41,7 @@ export class AdmissionMetrics {
     gauge("fenced_gateway_admission_queued", "Requests of each route family waiting for a slot", (g) => g.queued);
     new Gauge({
       name: "fenced_gateway_event_loop_delay_seconds",
-      help: "How late the event loop runs on average, less any time its thread waited for a CPU: throttled for a CPU quota, or in the run queue while another process had it (past --max-event-loop-delay-ms at every tick over 100 ms, while requests wait for a slot throughout 100 ms and the loop works at least 0.8 of its time, each API key is held to a fair share)",
+      help: "How late the event loop runs on average, less any time its thread waited for a CPU: throttled for a CPU quota, or in the run queue while another process had it (past --max-event-loop-delay-ms at every tick over 100 ms, while requests waited for a slot at every request judged over 100 ms and the loop works at least 0.8 of its time, each API key is held to a fair share)",
       registers,
       collect() {
         const delay = loop();
