@@ -14,6 +14,6 @@ trap 'kill "$hogs" 2>/dev/null || true; wait "$hogs" 2>/dev/null || true' EXIT
 sleep 1
 kill -0 "$hogs" 2>/dev/null || { echo "stress-ng did not start: this run would not be loaded" >&2; exit 1; }
 [ "${1:-}" != "--" ] || shift # pnpm test:loaded -- <vitest arguments>
-# Two files at once, not vitest.config.ts's three: a third would take CPU from the hogs and load the
-# run less than the runs its tests were measured in.
+# Two files at once, not vitest.config.ts's three: the load its tests were measured to hold under is
+# the hogs and one other file.
 pnpm test --maxWorkers=2 "$@"
