@@ -12,7 +12,7 @@ import { BaseSequencer, type TestSpecification } from "vitest/node";
 /**
  * The files that run a whole system for minutes each (the tarballs built and installed, the SPIN
  * model check, the chaos runs, the demo): 60–280 s apiece on two cores, where the median file takes
- * 3 s. Vitest starts the longest files first when it has their last durations (node_modules/.vite),
+ * 4 s. Vitest starts the longest files first when it has their last durations (node_modules/.vite),
  * but a clean clone has none, and then it goes by size: the chaos files, among the smallest, came
  * late, where a file of minutes can leave one worker running it alone at the end. These start first
  * instead (in vitest's order among themselves).
