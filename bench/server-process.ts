@@ -61,25 +61,40 @@ export async function startServer(args: string[], env: Record<string, string>, c
     stdio: ["ignore", "pipe", "inherit"],
   });
   const pid = child.pid ?? 0;
-  const port = await new Promise<number>((resolve, reject) => {
-    let buffered = "";
-    child.stdout?.on("data", (d: Buffer) => {
-      if (LOG !== undefined) appendFileSync(LOG, d);
-      buffered += d.toString();
-      for (const line of buffered.split("\n")) {
-        if (line.includes('"msg":"listening"')) resolve(Number((JSON.parse(line) as { port: number }).port));
-      }
-      buffered = buffered.slice(buffered.lastIndexOf("\n") + 1);
+  const exited = (): boolean => child.exitCode !== null || child.signalCode !== null;
+  let port: number;
+  let quota: CpuQuota | undefined;
+  try {
+    port = await new Promise<number>((resolve, reject) => {
+      let buffered = "";
+      child.stdout?.on("data", (d: Buffer) => {
+        if (LOG !== undefined) appendFileSync(LOG, d);
+        buffered += d.toString();
+        for (const line of buffered.split("\n")) {
+          if (!line.includes('"msg":"listening"')) continue;
+          try {
+            resolve(Number((JSON.parse(line) as { port: number }).port));
+          } catch (err) {
+            reject(err instanceof Error ? err : new Error(String(err)));
+          }
+        }
+        buffered = buffered.slice(buffered.lastIndexOf("\n") + 1);
+      });
+      child.once("exit", (code) => reject(new Error(`${args.join(" ")} exited with ${String(code)} before listening`)));
     });
-    child.once("exit", (code) => reject(new Error(`${args.join(" ")} exited with ${String(code)} before listening`)));
-  });
-  child.stdout?.resume();
-  // In a group of its own, ahead of the machine's other processes while they compete for a CPU, so
-  // that its quota, not the machine, is what limits it.
-  const quota = cpuQuota > 0 ? makeCpuQuota(`fenced-bench-${process.pid}-${pid}`) : undefined;
-  quota?.add(pid);
-  quota?.boost();
-  quota?.cap(cpuQuota);
+    child.stdout?.resume();
+    // In a group of its own, ahead of the machine's other processes while they compete for a CPU, so
+    // that its quota, not the machine, is what limits it.
+    quota = cpuQuota > 0 ? makeCpuQuota(`fenced-bench-${process.pid}-${pid}`) : undefined;
+    quota?.add(pid);
+    quota?.boost();
+    quota?.cap(cpuQuota);
+  } catch (err) {
+    // A server that never became usable is not left running (nor its piped stdout keeping this process alive).
+    if (!exited()) child.kill("SIGKILL");
+    quota?.remove();
+    throw err;
+  }
   const status = (field: string): number =>
     Number(new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0) / 1024;
   return {
@@ -99,9 +114,12 @@ export async function startServer(args: string[], env: Record<string, string>, c
     },
     quota,
     stop: async () => {
-      const exited = once(child, "exit");
-      child.kill("SIGTERM");
-      await exited;
+      // A server that has exited already (crashed, or killed) emits no second "exit" to wait for.
+      if (!exited()) {
+        const gone = once(child, "exit");
+        child.kill("SIGTERM");
+        await gone;
+      }
       quota?.remove();
     },
   };
