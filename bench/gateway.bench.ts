@@ -21,7 +21,7 @@
 //   (gateway-stream.ts).
 // Every process (benchmark, gateway, anchors, PostgreSQL, radosgw) shares this machine's cores.
 import { randomBytes } from "node:crypto";
-import { availableParallelism } from "node:os";
+import { availableParallelism, loadavg } from "node:os";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { Pool } from "undici";
@@ -64,6 +64,11 @@ const ANCHOR_NODE_ARGS = nodeArgs("BENCH_ANCHOR_NODE_ARGS");
  * for the closed-loop rounds; the open-loop latency phases and the streams run uncapped.
  */
 const CPU_QUOTA = cpuQuotaSetting(0.5);
+/**
+ * The machine's 1-minute load average as the bench starts, before any server of its own: other work
+ * on the machine moves every server's CPU per write, the anchors' too, and with it every ratio.
+ */
+const LOAD_AT_START = round3(loadavg()[0] ?? Number.NaN);
 const ANCHORS = {
   "express-prod-pg": fileURLToPath(new URL("anchor-express-prod.js", import.meta.url)),
   "express-pg": fileURLToPath(new URL("anchor-express.js", import.meta.url)),
@@ -166,6 +171,7 @@ try {
     concurrency: CONCURRENCY,
     cores: availableParallelism(),
     serverCpuQuota: CPU_QUOTA === 0 ? "uncapped" : `${CPU_QUOTA} core each (cgroup ${gw.quota?.version ?? "?"})`,
+    loadAverageAtStart: LOAD_AT_START,
   };
 
   // 64 keep-alive connections, one per client; undici costs this process less CPU per request than
