@@ -2,7 +2,7 @@ import { connect as netConnect, createServer, type Server, type Socket } from "n
 import { Cluster, Redis } from "ioredis";
 import { Cluster as Cluster6 } from "ioredis-6";
 import { startRedisCluster } from "@fenced/servers";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import type { RedisClient } from "./client.js";
 import { resourceKeys } from "./keys.js";
 import { Redlock } from "./redlock.js";
@@ -65,7 +65,15 @@ describe.each(PIPELINE_KINDS)("scripts of one tick, one write per node (%s)", (k
       expect(leases.map((l) => l.token)).toEqual(Array.from({ length: N }, () => 1n));
       await Promise.all(leases.map((l) => l.release()));
       await drained(t.clients);
-      for (let i = 0; i < N; i++) expect(await leaseValuesOn(t.admin, `${prefix}/${i}`)).toEqual([null, null, null]);
+      // A release resolves once a majority answered: the last node's may still be on its way, as an
+      // EVALSHA answered NOSCRIPT whose EVAL is sent after the PING above was. Wait for it, well under
+      // the leases' 5 s TTL, so that a release that never arrives still fails (the keys outlive the wait).
+      await vi.waitFor(
+        async () => {
+          for (let i = 0; i < N; i++) expect(await leaseValuesOn(t.admin, `${prefix}/${i}`)).toEqual([null, null, null]);
+        },
+        { timeout: 2_000, interval: 20 },
+      );
       return writes;
     } finally {
       for (const c of counters) c.stop();
