@@ -4,11 +4,10 @@
 // per layer with that layer taken out (gateway-layers.ts), each a process under the same CPU quota,
 // in interleaved rounds. A layer's cost is the median over rounds of the full build's CPU per write
 // minus the copy's in the same round; its share, that cost over the full build's median.
-import { randomBytes } from "node:crypto";
 import { rmSync } from "node:fs";
 import { Pool } from "undici";
-import { mintFenceCredential, type CredentialKey } from "@fenced/fence/credentials";
 import { startPostgres } from "@fenced/servers";
+import { credentialWrites } from "./credential-writes.js";
 import { gatewayWithout, LAYERS, type Layer } from "./gateway-layers.js";
 import { scopeCost } from "./gateway-scope.js";
 import { emit, measure, median, round3, type Op } from "./measure.js";
@@ -20,8 +19,6 @@ const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 7);
 const WARM_MS = 1_500;
 const CONCURRENCY = 64;
 const POOL_SIZE = 16;
-const SERVICE_KEY = "service-key-0123456789abcdef";
-const FENCE_KEY: CredentialKey = { id: "bench", secret: randomBytes(32) };
 const NODE_ARGS = [...unitNodeFlags(), ...nodeArgs("BENCH_GATEWAY_NODE_ARGS")];
 const CPU_QUOTA = cpuQuotaSetting(0.5);
 /** BENCH_LAYERS: the layers to measure, comma-separated (default: all of LAYERS). */
@@ -47,6 +44,7 @@ const servers: ServerProcess[] = [];
 const copies: string[] = [];
 const pools: Pool[] = [];
 try {
+  const writes = credentialWrites(CONCURRENCY);
   const layers = [FULL, ...LAYERS.filter((l) => ONLY === undefined || ONLY.includes(l.name))];
   // The full build runs from a copy too, made as the others are with nothing patched, so that a pair
   // differs in its layer and in nothing else (where the files live, how they resolve their imports).
@@ -72,37 +70,15 @@ try {
         String(POOL_SIZE),
         ...(layer.flags ?? []),
       ],
-      {
-        FENCED_GATEWAY_API_KEYS: JSON.stringify([{ id: "service", key: SERVICE_KEY, resources: [""], keys: [""] }]),
-        FENCED_GATEWAY_FENCE_KEYS: JSON.stringify([{ id: FENCE_KEY.id, secret: Buffer.from(FENCE_KEY.secret).toString("base64") }]),
-      },
+      writes.gatewayEnv,
       CPU_QUOTA,
     );
-  const credentials = Array.from({ length: CONCURRENCY }, (_, w) =>
-    mintFenceCredential({ resource: `cred-writer/${w}`, token: 1n, holder: `bench-${w}` }, FENCE_KEY, {
-      expiresAt: Date.now() + 86_400_000,
-    }),
-  );
   const ops = new Map<string, { server: ServerProcess; op: Op }>();
   for (const layer of layers) {
     const server = await start(layer);
     servers.push(server);
-    const pool = new Pool(`http://127.0.0.1:${server.port}`, { connections: CONCURRENCY, pipelining: 1 });
+    const { pool, op } = writes.writesTo(server.port, `the gateway without ${layer.name}`);
     pools.push(pool);
-    const op: Op = async (w, i) => {
-      const res = await pool.request({
-        method: "PUT",
-        path: `/v1/records/cred/${w}`,
-        headers: {
-          authorization: `Bearer ${SERVICE_KEY}`,
-          "fencing-credential": credentials[w] as string,
-          "content-type": "application/json",
-        },
-        body: JSON.stringify({ writer: w, seq: i, note: "invoice total updated" }),
-      });
-      await res.body.dump();
-      if (res.statusCode !== 200) throw new Error(`the gateway without ${layer.name} answered ${res.statusCode}`);
-    };
     ops.set(layer.name, { server, op });
     await measure(op, CONCURRENCY, 3_000); // warm: JIT, the young generation, prepared statements
   }

@@ -12,12 +12,11 @@
 //   `name=<cli.js>:flags` runs another build for that set: a patched copy of dist/, which must carry
 //   its own copy of any dependency it patches (gateway-layers.ts's copies share node_modules).
 // - BENCH_GATEWAY_CLI: another build for every set. BENCH_ROUNDS (7), BENCH_DURATION_MS (3,000).
-import { randomBytes } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import { Pool } from "undici";
-import { mintFenceCredential, type CredentialKey } from "@fenced/fence/credentials";
 import { startPostgres } from "@fenced/servers";
+import { credentialWrites } from "./credential-writes.js";
 import { emit, measure, median, round3, type Op } from "./measure.js";
 import { cpuQuotaSetting, startServer, unitNodeFlags, type ServerProcess } from "./server-process.js";
 
@@ -28,8 +27,6 @@ const WARM_MS = 1_500;
 /** After the rounds, RSS is read while every gateway idles, at these seconds after the last round. */
 const IDLE_AT_S = [0, 10, 30];
 const CONCURRENCY = 64;
-const SERVICE_KEY = "service-key-0123456789abcdef";
-const FENCE_KEY: CredentialKey = { id: "bench", secret: randomBytes(32) };
 const CLI = process.env.BENCH_GATEWAY_CLI ?? fileURLToPath(new URL("../packages/gateway/dist/cli.js", import.meta.url));
 /** A set's PostgreSQL schema: its name, made an identifier. */
 const schemaOf = (name: string): string => `bench_flags_${name.toLowerCase().replace(/\W/g, "_")}`;
@@ -60,11 +57,7 @@ const started: ServerProcess[] = [];
 const servers = new Map<string, { server: ServerProcess; op: Op }>();
 const pools: Pool[] = [];
 try {
-  const credentials = Array.from({ length: CONCURRENCY }, (_, w) =>
-    mintFenceCredential({ resource: `cred-writer/${w}`, token: 1n, holder: `bench-${w}` }, FENCE_KEY, {
-      expiresAt: Date.now() + 86_400_000,
-    }),
-  );
+  const writes = credentialWrites(CONCURRENCY);
   for (const { name, cli, flags } of SETS) {
     const server = await startServer(
       [
@@ -82,29 +75,12 @@ try {
         "--postgres-pool-size",
         "16",
       ],
-      {
-        FENCED_GATEWAY_API_KEYS: JSON.stringify([{ id: "service", key: SERVICE_KEY, resources: [""], keys: [""] }]),
-        FENCED_GATEWAY_FENCE_KEYS: JSON.stringify([{ id: FENCE_KEY.id, secret: Buffer.from(FENCE_KEY.secret).toString("base64") }]),
-      },
+      writes.gatewayEnv,
       CPU_QUOTA,
     );
     started.push(server);
-    const pool = new Pool(`http://127.0.0.1:${server.port}`, { connections: CONCURRENCY, pipelining: 1 });
+    const { pool, op } = writes.writesTo(server.port, `the gateway with ${name}'s flags`);
     pools.push(pool);
-    const op: Op = async (w, i) => {
-      const res = await pool.request({
-        method: "PUT",
-        path: `/v1/records/cred/${w}`,
-        headers: {
-          authorization: `Bearer ${SERVICE_KEY}`,
-          "fencing-credential": credentials[w] as string,
-          "content-type": "application/json",
-        },
-        body: JSON.stringify({ writer: w, seq: i, note: "invoice total updated" }),
-      });
-      await res.body.dump();
-      if (res.statusCode !== 200) throw new Error(`the gateway with ${name}'s flags answered ${res.statusCode}`);
-    };
     servers.set(name, { server, op });
     await measure(op, CONCURRENCY, 3_000); // warm: JIT, the young generation, prepared statements
   }
