@@ -116,6 +116,25 @@ describe("a key", () => {
     );
   });
 
+  it("names the first bad segment's problem, as reading the segments in order would", () => {
+    // The definition keyProblem's one regular expression stands for.
+    const bySegments = (key: string): string | undefined => {
+      for (const segment of key.split("/")) {
+        if (segment === "") return "must not contain empty segments ('//' or a trailing '/')";
+        if (segment === "." || segment === "..") return "must not contain '.' or '..' segments";
+      }
+      return undefined;
+    };
+    const part = fc.constantFrom("", ".", "..", "...", ".a", "a.", "a", "é");
+    fc.assert(
+      fc.property(fc.array(part, { minLength: 1, maxLength: 6 }), (parts) => {
+        const key = parts.join("/");
+        fc.pre(key !== "" && !key.startsWith("/"));
+        expect(keyProblem(key)).toBe(bySegments(key));
+      }),
+    );
+  });
+
   it(`is measured in UTF-8 bytes: ${MAX_KEY_LENGTH} pass, one more is refused, however many characters that is`, () => {
     fc.assert(
       fc.property(fc.constantFrom("a", "é", "€", "😀"), (c) => {

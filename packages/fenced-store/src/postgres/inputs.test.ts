@@ -35,6 +35,9 @@ describe("a value to store as jsonb", () => {
       [[1, , 3], "value[1]"], // eslint-disable-line no-sparse-arrays
       [{ [Symbol("s")]: 1 }, "value"],
       [undefined, "value"],
+      // The path runs through every level: objects and arrays, nested.
+      [{ a: [0, { b: [1, Number.NaN] }] }, "value.a[1].b[1]"],
+      [[[{ c: { d: () => 1 } }]], "value[0][0].c.d"],
     ];
     for (const [value, path] of cases) refusedAs(path, () => assertJsonValue(value));
   });
@@ -50,6 +53,7 @@ describe("a value to store as jsonb", () => {
   it("what jsonb refuses is refused before sending: U+0000 and lone surrogates in strings or keys, circular and too deep nesting", () => {
     refusedAs("value.s", () => assertJsonValue({ s: "a\u0000b" }));
     refusedAs(`value key ${JSON.stringify("k\u0000")}`, () => assertJsonValue({ "k\u0000": 1 }));
+    refusedAs(`value.a[0] key ${JSON.stringify("\uDC00")}`, () => assertJsonValue({ a: [{ ok: 1, "\uDC00": 1 }] }));
     refusedAs("value[0]", () => assertJsonValue(["\uD800"]));
     const loop: Record<string, unknown> = {};
     loop.self = loop;
@@ -61,6 +65,17 @@ describe("a value to store as jsonb", () => {
     const shared = { x: 1 };
     expect(() => assertJsonValue({ p: shared, q: [shared] })).not.toThrow();
     expect(() => assertJsonValue({ s: "😀" })).not.toThrow();
+  });
+
+  it("an error the value itself throws (a getter) passes through as it is, not as a refusal", () => {
+    const thrown = new RangeError("the getter's own");
+    const value = {
+      ok: 1,
+      get bad(): never {
+        throw thrown;
+      },
+    };
+    expect(() => assertJsonValue({ nested: [value] })).toThrow(thrown);
   });
 });
 
