@@ -25,7 +25,7 @@ import { fencesRouter } from "./routes/fences.js";
 import { leasesRouter, type LeaseBackendOptions, type Registrar } from "./routes/leases.js";
 import { objectsRouter } from "./routes/objects.js";
 import { recordsRouter } from "./routes/records.js";
-import type { AnyStoreDriver, Family, FamilyStores, Prepare, StoreRegistration } from "./stores/registration.js";
+import type { AnyStoreDriver, Family, FamilyStores, Prepare, StorePool, StoreRegistration } from "./stores/registration.js";
 import { STORES, type FamilyOptions, type StoreDrivers, type StoreName } from "./stores/registry.js";
 
 export interface GatewayOptions {
@@ -132,7 +132,7 @@ export function createGatewayOn(options: GatewayOptions, drivers: StoreDrivers):
   const objects = storeOf(served, "objects");
   const app = newApp(ctx);
   // Before every route, after the request's id and accounting: a refused request does no lock or store work.
-  const admission = admissionOf(options, ctx, metrics, logger);
+  const admission = admissionOf(options, served, ctx, metrics, logger);
   app.use(admission.handler);
   if (admission.early !== undefined) setEarlyHandler(app, admission.early);
   onDrain(app, () => admission.beginDrain());
@@ -206,6 +206,7 @@ async function prepareStores(served: readonly Served[], metrics: GatewayMetrics,
 /** Admission control (admission/gate.ts), its refusals counted as every answer is; the records family's limit floored at its pool's size. */
 function admissionOf(
   options: GatewayOptions,
+  served: readonly Served[],
   ctx: RouteContext,
   metrics: GatewayMetrics,
   logger: Logger,
@@ -216,12 +217,12 @@ function admissionOf(
     metrics: metrics.admission,
     logger,
     answered: (route, method, status, seconds) => metrics.request(route, method, status, seconds),
-    recordsPoolSize: poolSizeOf(options.records !== undefined && "pool" in options.records ? options.records.pool : undefined),
+    recordsPoolSize: poolSizeOf(served.find(({ registration }) => registration.family === "records")?.pool),
   });
 }
 
 /** A pool's connections at most: pg's Pool sets `options.max` (10 when not given); a pool-like object of the user's may not say. */
-function poolSizeOf(pool: { readonly options?: { readonly max?: number | undefined } } | undefined): number | undefined {
+function poolSizeOf(pool: StorePool | undefined): number | undefined {
   const max = pool?.options?.max;
   return typeof max === "number" && Number.isInteger(max) && max > 0 ? max : undefined;
 }
@@ -260,6 +261,8 @@ interface Served {
   readonly driver: AnyStoreDriver;
   readonly options: unknown;
   readonly store: FamilyStores[Family];
+  /** Its pool of connections, if it has one (StoreDefinition.pool). */
+  readonly pool: StorePool | undefined;
 }
 
 /**
@@ -283,9 +286,9 @@ function servedStores(options: GatewayOptions, drivers: StoreDrivers, metrics: G
     // The bin loads the driver of every store it configures, createGateway every driver there is.
     if (driver === undefined) throw new Error(`no driver loaded for the ${registration.title} store`);
     const pool = registration.pool?.(given);
-    if (pool !== undefined) metrics.postgresPool(pool);
+    if (pool !== undefined) metrics.storePool(registration, pool);
     metrics.servedBy(family, registration);
-    return [{ registration, driver, options: given, store: driver.create(given, storeTimeoutMs) }];
+    return [{ registration, driver, options: given, store: driver.create(given, storeTimeoutMs), pool }];
   });
 }
 

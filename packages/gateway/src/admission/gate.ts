@@ -114,7 +114,7 @@ interface GateOptions {
   readonly auth: ApiKeys;
   readonly metrics: AdmissionMetrics;
   readonly logger: Logger;
-  /** The records store's PostgreSQL connections at most (its pool's `max`): the records family's limit never falls below it. */
+  /** The records store's connections at most (its pool's `max`, StoreDefinition.pool): the records family's limit never falls below it. */
   readonly recordsPoolSize?: number | undefined;
   /** Counts an answered request as the request metrics do (route, method, status, seconds): for the refusals answered early. */
   readonly answered: (route: string, method: string, status: number, seconds: number) => void;

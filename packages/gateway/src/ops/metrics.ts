@@ -7,17 +7,10 @@ import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom
 import { GATEWAY_VERSION } from "../version.js";
 import { AdmissionMetrics } from "../admission/metrics.js";
 import type { MalformedReason } from "../http/client-errors.js";
-import type { Family, StoreRegistration } from "../stores/registration.js";
+import type { Family, StorePool, StoreRegistration } from "../stores/registration.js";
 
 /** A write's operation: put_all is POST /v1/records (several records at once), counted once per request. */
 export type WriteOp = "put" | "delete" | "put_all";
-
-/** What postgresPool() reads of a pool: pg's Pool has these; a pool-like object of the user's may not. */
-interface PoolCounts {
-  readonly totalCount: number;
-  readonly idleCount: number;
-  readonly waitingCount: number;
-}
 
 /**
  * One registry per gateway, so that two gateways in one process (tests, embedding) never share or
@@ -39,7 +32,6 @@ export class GatewayMetrics {
   readonly #lockNodeLatency: Histogram<"node" | "address">;
   readonly #lockNodeFailures: Counter<"node" | "address" | "kind">;
   readonly #malformed: Counter<"reason">;
-  #pool: PoolCounts | undefined;
   /** The registration serving each store family: whose backend a failed call of that family reached. */
   readonly #served = new Map<string, StoreRegistration>();
   /** Admission control's refusals and each route family's gate (admission/metrics.ts). */
@@ -122,7 +114,6 @@ export class GatewayMetrics {
       buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1],
       registers,
     });
-    poolGauge(registers, () => this.#pool);
     this.#lockNodeFailures = new Counter({
       name: "fenced_gateway_lock_node_failures_total",
       help: "Lock calls a node did not count for, by kind: refused (its connection is refused), timeout (no answer within nodeTimeoutMs), error",
@@ -221,11 +212,11 @@ export class GatewayMetrics {
   }
 
   /**
-   * The records store's pool as each scrape finds it (pg's Pool counts): `waiting` above 0 means calls
-   * queue for a connection — the pool, not PostgreSQL, bounds the writes then, and each waits its turn.
+   * The pool of a store `registration` serves, as each scrape finds it: `waiting` above 0 means calls
+   * queue for a connection — the pool, not the backend, bounds the writes then, and each waits its turn.
    */
-  postgresPool(pool: PoolCounts): void {
-    this.#pool = pool;
+  storePool(registration: StoreRegistration, pool: StorePool): void {
+    poolGauge([this.registry], registration, pool);
   }
 
   /** `family`'s calls reach `registration`'s backend: its own errors are told by it (time()). */
@@ -251,18 +242,21 @@ export class GatewayMetrics {
   }
 }
 
-/** fenced_gateway_postgres_pool, read at each scrape from the pool `read` gives: no series without one. */
-function poolGauge(registers: Registry[], read: () => PoolCounts | undefined): void {
+/**
+ * fenced_gateway_<store>_pool (PostgreSQL's: fenced_gateway_postgres_pool), read from `pool` at each
+ * scrape: named by the store, as a store's own metric, so that a store's registration is all it
+ * takes to report its pool.
+ */
+function poolGauge(registers: Registry[], registration: StoreRegistration, pool: StorePool): void {
   const gauge: Gauge<"state"> = new Gauge({
-    name: "fenced_gateway_postgres_pool",
-    help: "The records store's PostgreSQL pool when scraped: connections busy and idle, and calls waiting for one (waiting)",
+    name: `fenced_gateway_${registration.name}_pool`,
+    help: `The ${registration.family} store's ${registration.title} pool when scraped: connections busy and idle, and calls waiting for one (waiting)`,
     labelNames: ["state"],
     registers,
     collect: () => {
       gauge.reset();
-      const pool = read();
       // A pool-like object of the user's may not count (a wrapper, another driver): then there is nothing to show.
-      if (pool === undefined || ![pool.totalCount, pool.idleCount, pool.waitingCount].every(Number.isFinite)) return;
+      if (![pool.totalCount, pool.idleCount, pool.waitingCount].every(Number.isFinite)) return;
       gauge.set({ state: "busy" }, pool.totalCount - pool.idleCount);
       gauge.set({ state: "idle" }, pool.idleCount);
       gauge.set({ state: "waiting" }, pool.waitingCount);

@@ -126,8 +126,8 @@ export interface StoreDefinition<
    * sweeps, since an SDK is tens of MB of code (createGateway, the embedding API, loads every one).
    */
   load(): Promise<StoreDriver<Section, Options, Store>>;
-  /** A pool whose connections /metrics reports, if it has one. */
-  pool?(options: Options): { readonly totalCount: number; readonly idleCount: number; readonly waitingCount: number } | undefined;
+  /** Its pool of connections, if it has one: /metrics reports it (fenced_gateway_<name>_pool), and admission floors its family's limit at its size. */
+  pool?(options: Options): StorePool | undefined;
   /** The start work: `call` times each call into the store as a request's are (metrics.time). */
   prepare(store: Store, prepare: Prepare, call: (operation: string, work: () => Promise<unknown>) => Promise<unknown>): Promise<void>;
   /** The backend's own code in an error no store classifies (an SQLSTATE, an S3 error code); undefined: not the backend's. */
@@ -158,6 +158,18 @@ export interface StoreDriver<Section extends z.ZodType, Options, Store> {
   check(store: Store, options: Options, timeoutMs: number): Promise<StoreCheck>;
   /** `fenced-gateway sweep`'s part for this store; only a store that can leave something behind has one (nothingToSweep). */
   sweep?(section: z.output<Section>, request: SweepRequest): Promise<SweepDone>;
+}
+
+/**
+ * A store's pool of connections, as pg's Pool shows it. A pool-like object of the user's may have
+ * none of it: what it lacks is not reported.
+ */
+export interface StorePool {
+  readonly totalCount: number;
+  readonly idleCount: number;
+  readonly waitingCount: number;
+  /** Its connections at most (pg's Pool: 10 when not given). */
+  readonly options?: { readonly max?: number | undefined } | undefined;
 }
 
 /** A registration of any family and options: what the gateway's loops take (each hook gets only what its own registration made). */
