@@ -84,7 +84,9 @@ afterAll(async () => {
 
 describe("pnpm demo --json --backend all (all scenarios, every backend, real servers)", () => {
   it("exits 0; every line has a scenario; the output ends with one result line per scenario and backend", () => {
-    expect(exitCode, stderr).toBe(0);
+    // A run that threw says why on stdout (its "run" line's error), not on stderr: both go in the message.
+    const failedRuns = lines.filter((l) => l.type === "run" && l.error !== undefined).map((l) => JSON.stringify(l));
+    expect(exitCode, [stderr, ...failedRuns].join("\n")).toBe(0);
     for (const l of lines) expect(typeof l.scenario).toBe("string");
     const resultCount = Object.keys(SCENARIOS).length * BACKENDS.length;
     const results = lines.slice(-resultCount);
