@@ -1,3 +1,4 @@
+import { Agent, request, type IncomingMessage } from "node:http";
 import { connect } from "node:net";
 import { once } from "node:events";
 import { Readable } from "node:stream";
@@ -134,5 +135,92 @@ describe("JSON bodies, read with Content-Length and chunked", () => {
     const read = await gw.client.send({ method: "GET", path: "/v1/records/bodies/left", headers: bearer(KEYS.admin) });
     expect(read.status).toBe(404);
     expect((await write("bodies/after-left", bytes('{"n":6}'), JSON_TYPE, false)).stored).toEqual({ n: 6 });
+  });
+
+  it("a compressed body is 415, never inflated, and nothing is stored", async () => {
+    const answer = await gw.client.send({
+      method: "PUT",
+      path: "/v1/records/bodies/gzip",
+      headers: { ...writeHeaders(KEYS.admin, ++token), "content-type": JSON_TYPE, "content-encoding": "gzip" },
+      body: '{"n":7}',
+    });
+    expect(answer.status).toBe(415);
+    const read = await gw.client.send({ method: "GET", path: "/v1/records/bodies/gzip", headers: bearer(KEYS.admin) });
+    expect(read.status).toBe(404);
+  });
+});
+
+describe("a body over the limit, on a kept-alive connection", () => {
+  /** One request on `agent`: its status, whether it went on a connection used before, and whether "100 Continue" came. */
+  const put = (agent: Agent, key: string, body: string, headers: Record<string, string> = {}) =>
+    new Promise<{ status: number; reused: boolean; continued: boolean }>((resolve, reject) => {
+      const req = request({
+        agent,
+        port: gw.serving.port,
+        host: "127.0.0.1",
+        method: "PUT",
+        path: `/v1/records/${key}`,
+        headers: { ...writeHeaders(KEYS.admin, ++token), "content-type": JSON_TYPE, "content-length": String(body.length), ...headers },
+      });
+      let continued = false;
+      req.on("continue", () => {
+        continued = true;
+        req.end(body);
+      });
+      req.on("response", (res: IncomingMessage) => {
+        res.resume();
+        res.on("end", () => resolve({ status: res.statusCode ?? 0, reused: req.reusedSocket, continued }));
+      });
+      req.on("error", reject);
+      if (headers.expect === undefined) req.end(body);
+    });
+
+  it("is 413, and the connection serves the next request once the rest is discarded", async () => {
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    try {
+      expect(await put(agent, "bodies/kept/first", '{"n":1}')).toMatchObject({ status: 200, reused: false });
+      expect(await put(agent, "bodies/kept/over", JSON.stringify({ s: "x".repeat(LIMIT) }))).toMatchObject({ status: 413, reused: true });
+      expect(await put(agent, "bodies/kept/after", '{"n":2}')).toMatchObject({ status: 200, reused: true });
+    } finally {
+      agent.destroy();
+    }
+  });
+
+  it("announced with Expect: 100-continue, is 413 before the client sends a byte of it", async () => {
+    const agent = new Agent({ keepAlive: false });
+    try {
+      const over = await put(agent, "bodies/continue/over", JSON.stringify({ s: "x".repeat(LIMIT) }), { expect: "100-continue" });
+      expect(over).toMatchObject({ status: 413, continued: false });
+      const within = await put(agent, "bodies/continue/within", '{"n":3}', { expect: "100-continue" });
+      expect(within).toMatchObject({ status: 200, continued: true });
+    } finally {
+      agent.destroy();
+    }
+  });
+
+  it("announced far over the limit, is 413 at once, and the connection closes rather than read it all", async () => {
+    const socket = connect(gw.serving.port, "127.0.0.1");
+    await once(socket, "connect");
+    let answer = "";
+    socket.setEncoding("latin1");
+    socket.on("data", (chunk: string) => (answer += chunk));
+    const closed = once(socket, "close");
+    socket.write(
+      [
+        "PUT /v1/records/bodies/huge HTTP/1.1",
+        "Host: localhost",
+        `Authorization: Bearer ${KEYS.admin}`,
+        `Fencing-Token: ${++token}`,
+        "Content-Type: application/json",
+        // More than the limit, and more than the gateway reads to discard a refused body (1 MiB).
+        `Content-Length: ${2 * 1024 * 1024}`,
+        "",
+        '{"s":"',
+      ].join("\r\n"),
+    );
+    // Without its Connection: close, the gateway would wait for the rest of the 2 MiB, and the connection would stay open.
+    await closed;
+    expect(answer).toMatch(/^HTTP\/1\.1 413 /);
+    expect(answer).toMatch(/\r\nconnection: close\r\n/i);
   });
 });

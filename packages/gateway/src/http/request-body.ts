@@ -24,7 +24,7 @@ export function expectsContinue(req: IncomingMessage): boolean {
  * (curl does for large uploads) then sends nothing at all for a request refused on its headers or
  * by the ratchet: a stale holder's 512 MiB upload never leaves its machine.
  */
-export function sendContinue(req: Request, res: Response): void {
+function sendContinue(req: Request, res: Response): void {
   if (res.locals.continued === true) return;
   res.locals.continued = true;
   if (expectsContinue(req) && !res.headersSent) res.writeContinue();
@@ -79,6 +79,15 @@ export function streamUpload(req: Request, res: Response, limit: number): Upload
 
 function abandon(req: Request, res: Response, body: Readable, received: number): void {
   body.destroy();
+  discardRest(req, res, received);
+}
+
+/**
+ * After a refusal with `received` bytes of the body read: discard what is still coming, so that the
+ * parser reaches the end of this request and reads the next, or close the connection after the
+ * answer when that is cheaper or the client waits for it before sending anything.
+ */
+function discardRest(req: Request, res: Response, received: number): void {
   if (req.complete || req.destroyed) return;
   const announced = Number(req.headers["content-length"]);
   if (expectsContinue(req) && res.locals.continued !== true) {
@@ -92,6 +101,62 @@ function abandon(req: Request, res: Response, body: Readable, received: number):
   }
   // Discard what is still coming, so the parser reaches the end of this request and sees the next.
   req.resume();
+}
+
+/**
+ * A body read whole, up to `limit` bytes: 413 at once when Content-Length announces more, or as soon
+ * as more arrives, the rest discarded or the connection closed after the answer (discardRest);
+ * ClientGoneError when the client leaves before its end. "100 Continue" is sent when reading starts.
+ */
+export function readWhole(req: Request, res: Response, limit: number): Promise<Buffer> {
+  // Gone before its body was wanted (a request that waited for admission): Node destroyed the request
+  // with its connection, so no 'data', 'end' or 'close' will come to wait for.
+  if (req.destroyed) return Promise.reject(new ClientGoneError("body"));
+  const announced = Number(req.headers["content-length"]);
+  const tooLarge = (): HttpProblem => new HttpProblem("tooLarge", `body: more than ${limit} bytes`);
+  if (announced > limit) {
+    discardRest(req, res, 0);
+    return Promise.reject(tooLarge());
+  }
+  sendContinue(req, res);
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const onData = (chunk: Buffer): void => {
+      size += chunk.length;
+      if (size <= limit) {
+        chunks.push(chunk);
+        return;
+      }
+      stop();
+      discardRest(req, res, size);
+      reject(tooLarge());
+    };
+    const onEnd = (): void => {
+      stop();
+      resolve(chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks, size));
+    };
+    const onClose = (): void => {
+      if (req.complete) return; // 'end' is on its way
+      stop();
+      reject(new ClientGoneError("body"));
+    };
+    const onError = (err: Error): void => {
+      stop();
+      reject(err);
+    };
+    function stop(): void {
+      req.off("data", onData);
+      req.off("end", onEnd);
+      req.off("close", onClose);
+      req.off("error", onError);
+    }
+    req.on("data", onData);
+    req.on("end", onEnd);
+    // 'close' before the body is complete: the client left mid-body.
+    req.on("close", onClose);
+    req.on("error", onError);
+  });
 }
 
 /** A body of known, small length read whole (it goes inline into the manifest: one PUT, no data object). */

@@ -95,10 +95,10 @@ export function classify(err: unknown): Classified {
     return make("invalid", errors.map((e) => (e.path === "" ? e.message : `${e.path}: ${e.message}`)).join("; "), { errors });
   }
   const e = err as { status?: unknown; expose?: unknown; type?: unknown; message?: unknown; code?: unknown; limit?: unknown } | null;
-  // http-errors from body-parser and express (entity.too.large, entity.parse.failed, charset.unsupported, …).
+  // http-errors (express's own, and a middleware's an embedding adds): their status says which problem.
   if (e !== null && typeof e === "object" && typeof e.status === "number" && e.status >= 400 && e.status < 500 && e.expose === true) {
     const detail = typeof e.message === "string" ? e.message : undefined;
-    // body-parser's entity.too.large carries the limit: the answer names it, as the streamed routes' do.
+    // An entity.too.large carries the limit: the answer names it, as the gateway's own body readers do.
     if (e.status === 413) return make("tooLarge", typeof e.limit === "number" ? `body: more than ${e.limit} bytes` : detail);
     if (e.status === 415) return make("mediaType", detail);
     return make("invalid", detail);

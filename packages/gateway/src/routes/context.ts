@@ -1,5 +1,6 @@
 import { isUtf8 } from "node:buffer";
-import express, { type Request, type RequestHandler, type Response } from "express";
+import { parse as parseContentType } from "content-type";
+import type { Request, Response } from "express";
 import type { Logger } from "pino";
 import { z } from "zod";
 import type { WriteAnswer } from "../schemas/answers.js";
@@ -10,7 +11,7 @@ import type { GatewayMetrics, WriteOp } from "../ops/metrics.js";
 import type { Family } from "../stores/registration.js";
 import type { ProblemKind } from "../problems/kinds.js";
 import { HttpProblem } from "../problems/problem.js";
-import { sendContinue } from "../http/request-body.js";
+import { readWhole } from "../http/request-body.js";
 import type { RequestLocals } from "../http/request-scope.js";
 
 export interface Limits {
@@ -79,44 +80,40 @@ export function markAccepted(res: Response): void {
   accounting(res).accepted = true;
 }
 
+/** A UTF-8 byte order mark: JSON may start with one (RFC 8259 §8.1 lets a parser ignore it). */
+const BOM = Buffer.from([0xef, 0xbb, 0xbf]);
+
 /**
- * A JSON body parser for one route: media type checked first (415), then the size limit (413, also
- * when Content-Length alone announces too much), then the syntax (400). Compressed bodies are
- * refused (415) rather than inflated: the limit must bound what the gateway holds, not what it received.
+ * A JSON body reader for one route: media type checked first (415), then that there is a body (400),
+ * that it is not compressed and is UTF-8 (415) — all before "100 Continue" — then the size limit
+ * (413, also when Content-Length alone announces too much: http/request-body.ts, readWhole), then
+ * the bytes (400 unless well-formed UTF-8 holding a value), then the syntax (400). Compressed bodies
+ * are refused rather than inflated: the limit must bound what the gateway holds, not what it received.
  */
 export function jsonBody(limitBytes: number): (req: Request, res: Response) => Promise<unknown> {
-  const parser: RequestHandler = express.json({
-    limit: limitBytes,
-    inflate: false,
-    strict: false,
-    type: () => true,
-    // JSON in well-formed UTF-8 only (RFC 8259 §8.1); a body that is empty or only a byte order mark is a client
-    // mistake — body-parser would parse it as {} and the route would store that.
-    verify: (_req, _res, buf, encoding) => {
-      if (encoding !== "utf-8") throw new HttpProblem("mediaType", `body: JSON must be UTF-8, got charset ${JSON.stringify(encoding)}`);
-      if (buf.length === 0 || (buf.length === 3 && buf[0] === 0xef && buf[1] === 0xbb && buf[2] === 0xbf))
-        throw new HttpProblem("invalid", "body: a JSON value is required");
-      // Decoding would put U+FFFD in place of every ill-formed sequence: a value the client never sent.
-      if (!isUtf8(buf)) throw new HttpProblem("invalid", "body: not well-formed UTF-8");
-    },
-  });
-  return (req, res) => {
+  return async (req, res) => {
     const type = req.headers["content-type"];
-    if (type === undefined || req.is("application/json") === false) {
-      return Promise.reject(
-        new HttpProblem("mediaType", `body: expected Content-Type application/json, got ${JSON.stringify(type ?? null)}`),
-      );
+    const media = type === undefined ? undefined : parseContentType(type);
+    if (media?.type !== "application/json")
+      throw new HttpProblem("mediaType", `body: expected Content-Type application/json, got ${JSON.stringify(type ?? null)}`);
+    if (req.headers["content-length"] === undefined && req.headers["transfer-encoding"] === undefined)
+      throw new HttpProblem("invalid", "body: a JSON value is required");
+    const coding = (req.headers["content-encoding"] ?? "identity").toLowerCase();
+    if (coding !== "identity") throw new HttpProblem("mediaType", `body: not accepted with Content-Encoding ${JSON.stringify(coding)}`);
+    // JSON in well-formed UTF-8 only (RFC 8259 §8.1): no charset parameter, or utf-8.
+    const charset = (media.parameters.charset ?? "").toLowerCase() || "utf-8";
+    if (charset !== "utf-8") throw new HttpProblem("mediaType", `body: JSON must be UTF-8, got charset ${JSON.stringify(charset)}`);
+    const bytes = await readWhole(req, res, limitBytes);
+    const start = bytes.subarray(0, 3).equals(BOM) ? 3 : 0;
+    // An empty body, or one of only a byte order mark, is a client mistake, never a value to store.
+    if (bytes.length === start) throw new HttpProblem("invalid", "body: a JSON value is required");
+    // Decoding would put U+FFFD in place of every ill-formed sequence: a value the client never sent.
+    if (!isUtf8(bytes)) throw new HttpProblem("invalid", "body: not well-formed UTF-8");
+    try {
+      return JSON.parse(bytes.toString("utf8", start)) as unknown;
+    } catch (err) {
+      throw new HttpProblem("invalid", `body: not JSON (${err instanceof Error ? err.message : String(err)})`);
     }
-    if (req.headers["content-length"] === undefined && req.headers["transfer-encoding"] === undefined) {
-      return Promise.reject(new HttpProblem("invalid", "body: a JSON value is required"));
-    }
-    sendContinue(req, res);
-    return new Promise((resolve, reject) => {
-      parser(req, res, (err?: unknown) => {
-        if (err === undefined) resolve((req as { body?: unknown }).body);
-        else reject(err instanceof Error ? err : new Error("the body parser failed"));
-      });
-    });
   };
 }
 
