@@ -1,7 +1,8 @@
 import { Agent, request, type IncomingMessage } from "node:http";
 import { connect } from "node:net";
 import { once } from "node:events";
-import { Readable } from "node:stream";
+import { Readable, Writable } from "node:stream";
+import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { KEYS, bearer, runGateway, startBackends, writeHeaders, type Backends, type RunningGateway } from "./test-support.js";
 
@@ -13,10 +14,18 @@ const LIMIT = 4096;
 let backends: Backends;
 let gw: RunningGateway;
 let token = 0n;
+/** The gateway's log lines, parsed. */
+const logged: Record<string, unknown>[] = [];
+const sink = new Writable({
+  write(chunk: Buffer, _encoding, done) {
+    for (const line of chunk.toString().split("\n")) if (line !== "") logged.push(JSON.parse(line) as Record<string, unknown>);
+    done();
+  },
+});
 
 beforeAll(async () => {
   backends = await startBackends({ postgres: true });
-  gw = await runGateway(backends.gatewayOptions({ limits: { recordBytes: LIMIT } }));
+  gw = await runGateway(backends.gatewayOptions({ limits: { recordBytes: LIMIT }, logger: pino({ level: "info" }, sink) }));
 });
 afterAll(async () => {
   await gw?.close();
@@ -134,6 +143,9 @@ describe("JSON bodies, read with Content-Length and chunked", () => {
     await new Promise((resolve) => setTimeout(resolve, 100));
     const read = await gw.client.send({ method: "GET", path: "/v1/records/bodies/left", headers: bearer(KEYS.admin) });
     expect(read.status).toBe(404);
+    // Its request's line: cut by the client (499), not a failure of the gateway's logged with a stack.
+    await expect.poll(() => logged.some((l) => l.status === 499 && l.route === "records"), { timeout: 5_000 }).toBe(true);
+    expect(logged.filter((l) => l.msg === "request failed")).toEqual([]);
     expect((await write("bodies/after-left", bytes('{"n":6}'), JSON_TYPE, false)).stored).toEqual({ n: 6 });
   });
 
@@ -147,6 +159,14 @@ describe("JSON bodies, read with Content-Length and chunked", () => {
     expect(answer.status).toBe(415);
     const read = await gw.client.send({ method: "GET", path: "/v1/records/bodies/gzip", headers: bearer(KEYS.admin) });
     expect(read.status).toBe(404);
+    // identity is no coding at all.
+    const identity = await gw.client.send({
+      method: "PUT",
+      path: "/v1/records/bodies/identity",
+      headers: { ...writeHeaders(KEYS.admin, ++token), "content-type": JSON_TYPE, "content-encoding": "Identity" },
+      body: '{"n":8}',
+    });
+    expect(identity.status).toBe(200);
   });
 });
 
@@ -160,7 +180,12 @@ describe("a body over the limit, on a kept-alive connection", () => {
         host: "127.0.0.1",
         method: "PUT",
         path: `/v1/records/${key}`,
-        headers: { ...writeHeaders(KEYS.admin, ++token), "content-type": JSON_TYPE, "content-length": String(body.length), ...headers },
+        headers: {
+          ...writeHeaders(KEYS.admin, ++token),
+          "content-type": JSON_TYPE,
+          ...(headers["transfer-encoding"] === undefined ? { "content-length": String(body.length) } : {}),
+          ...headers,
+        },
       });
       let continued = false;
       req.on("continue", () => {
@@ -172,7 +197,11 @@ describe("a body over the limit, on a kept-alive connection", () => {
         res.on("end", () => resolve({ status: res.statusCode ?? 0, reused: req.reusedSocket, continued }));
       });
       req.on("error", reject);
-      if (headers.expect === undefined) req.end(body);
+      if (headers.expect === undefined) {
+        // Chunked: in two writes, so that the limit is passed in the second.
+        req.write(body.slice(0, 10));
+        req.end(body.slice(10));
+      }
     });
 
   it("is 413, and the connection serves the next request once the rest is discarded", async () => {
@@ -181,6 +210,21 @@ describe("a body over the limit, on a kept-alive connection", () => {
       expect(await put(agent, "bodies/kept/first", '{"n":1}')).toMatchObject({ status: 200, reused: false });
       expect(await put(agent, "bodies/kept/over", JSON.stringify({ s: "x".repeat(LIMIT) }))).toMatchObject({ status: 413, reused: true });
       expect(await put(agent, "bodies/kept/after", '{"n":2}')).toMatchObject({ status: 200, reused: true });
+    } finally {
+      agent.destroy();
+    }
+  });
+
+  it("chunked, a little over the limit: 413, and the rest is read and discarded on a connection kept alive", async () => {
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    const chunked = { "transfer-encoding": "chunked" };
+    try {
+      expect(await put(agent, "bodies/chunked/first", '{"n":1}', chunked)).toMatchObject({ status: 200, reused: false });
+      expect(await put(agent, "bodies/chunked/over", JSON.stringify({ s: "x".repeat(LIMIT) }), chunked)).toMatchObject({
+        status: 413,
+        reused: true,
+      });
+      expect(await put(agent, "bodies/chunked/after", '{"n":2}', chunked)).toMatchObject({ status: 200, reused: true });
     } finally {
       agent.destroy();
     }

@@ -8,6 +8,14 @@ import { HttpProblem } from "../problems/problem.js";
 const DISCARD_BUDGET = 1024 * 1024;
 
 /**
+ * What an 'error' of the request means while its body is read: Node destroys a request with an error
+ * (ECONNRESET "aborted") when its connection closes before the body is complete, or the server's
+ * request timeout cuts it — either way the client's request is gone, as nginx's 499 says, never a
+ * failure of the gateway's.
+ */
+const bodyGone = (): ClientGoneError => new ClientGoneError("body");
+
+/**
  * Node's own reading of `Expect` (its continueExpression, in _http_common): a request it matches is the
  * one Node hands over as waiting for "100 Continue" (checkContinue), "100-continue" among others too.
  * Read any other way, such a client would wait for a "100 Continue" nobody sends.
@@ -67,9 +75,9 @@ export function streamUpload(req: Request, res: Response, limit: number): Upload
         if (!body.push(chunk)) req.pause();
       });
       req.once("end", () => body.push(null));
-      req.once("error", (err) => body.destroy(err));
+      req.once("error", () => body.destroy(bodyGone()));
       req.once("close", () => {
-        if (!req.complete && !body.destroyed) body.destroy(new ClientGoneError("body"));
+        if (!req.complete && !body.destroyed) body.destroy(bodyGone());
       });
       req.resume();
     },
@@ -84,8 +92,11 @@ function abandon(req: Request, res: Response, body: Readable, received: number):
 
 /**
  * After a refusal with `received` bytes of the body read: discard what is still coming, so that the
- * parser reaches the end of this request and reads the next, or close the connection after the
- * answer when that is cheaper or the client waits for it before sending anything.
+ * parser reaches the end of this request and reads the next, or close the connection when that is
+ * cheaper or the client waits for the answer before sending anything. A length announced: closed
+ * after the answer when more than DISCARD_BUDGET is left. A length not announced (chunked): read and
+ * discarded up to DISCARD_BUDGET, the connection closed only past it — a client that sends a little
+ * too much keeps its connection, and reads the answer before any close could reset it.
  */
 function discardRest(req: Request, res: Response, received: number): void {
   if (req.complete || req.destroyed) return;
@@ -95,9 +106,18 @@ function discardRest(req: Request, res: Response, received: number): void {
     res.setHeader("Connection", "close");
     return;
   }
-  if (!Number.isFinite(announced) || announced - received > DISCARD_BUDGET) {
+  if (Number.isFinite(announced)) {
     // Too much to read for nothing: answer, then close (the client stops sending when it sees the answer).
-    res.setHeader("Connection", "close");
+    if (announced - received > DISCARD_BUDGET) res.setHeader("Connection", "close");
+  } else {
+    let discarded = 0;
+    const count = (chunk: Buffer): void => {
+      discarded += chunk.length;
+      if (discarded <= DISCARD_BUDGET) return;
+      req.off("data", count);
+      req.socket.destroy();
+    };
+    req.on("data", count);
   }
   // Discard what is still coming, so the parser reaches the end of this request and sees the next.
   req.resume();
@@ -111,7 +131,7 @@ function discardRest(req: Request, res: Response, received: number): void {
 export function readWhole(req: Request, res: Response, limit: number): Promise<Buffer> {
   // Gone before its body was wanted (a request that waited for admission): Node destroyed the request
   // with its connection, so no 'data', 'end' or 'close' will come to wait for.
-  if (req.destroyed) return Promise.reject(new ClientGoneError("body"));
+  if (req.destroyed) return Promise.reject(bodyGone());
   const announced = Number(req.headers["content-length"]);
   const tooLarge = (): HttpProblem => new HttpProblem("tooLarge", `body: more than ${limit} bytes`);
   if (announced > limit) {
@@ -136,26 +156,23 @@ export function readWhole(req: Request, res: Response, limit: number): Promise<B
       stop();
       resolve(chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks, size));
     };
-    const onClose = (): void => {
-      if (req.complete) return; // 'end' is on its way
+    // 'close' or 'error' before 'end' (which stops listening): the body will not be complete.
+    const onGone = (): void => {
       stop();
-      reject(new ClientGoneError("body"));
-    };
-    const onError = (err: Error): void => {
-      stop();
-      reject(err);
+      reject(bodyGone());
     };
     function stop(): void {
       req.off("data", onData);
       req.off("end", onEnd);
-      req.off("close", onClose);
-      req.off("error", onError);
+      req.off("close", onGone);
+      req.off("error", onGone);
     }
     req.on("data", onData);
     req.on("end", onEnd);
-    // 'close' before the body is complete: the client left mid-body.
-    req.on("close", onClose);
-    req.on("error", onError);
+    req.on("close", onGone);
+    req.on("error", onGone);
+    // Flowing even if something paused it.
+    req.resume();
   });
 }
 
@@ -173,8 +190,8 @@ export function readSmall(req: Request, res: Response, length: number): Promise<
       size === length ? resolve(Buffer.concat(chunks, size)) : reject(new HttpProblem("invalid", "body: shorter than Content-Length")),
     );
     req.once("close", () => {
-      if (!req.complete) reject(new ClientGoneError("body"));
+      if (!req.complete) reject(bodyGone());
     });
-    req.once("error", reject);
+    req.once("error", () => reject(bodyGone()));
   });
 }

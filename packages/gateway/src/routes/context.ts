@@ -98,7 +98,8 @@ export function jsonBody(limitBytes: number): (req: Request, res: Response) => P
       throw new HttpProblem("mediaType", `body: expected Content-Type application/json, got ${JSON.stringify(type ?? null)}`);
     if (req.headers["content-length"] === undefined && req.headers["transfer-encoding"] === undefined)
       throw new HttpProblem("invalid", "body: a JSON value is required");
-    const coding = (req.headers["content-encoding"] ?? "identity").toLowerCase();
+    const given = req.headers["content-encoding"];
+    const coding = given === undefined || given === "" ? "identity" : given.toLowerCase();
     if (coding !== "identity") throw new HttpProblem("mediaType", `body: not accepted with Content-Encoding ${JSON.stringify(coding)}`);
     // JSON in well-formed UTF-8 only (RFC 8259 §8.1): no charset parameter, or utf-8.
     const charset = (media.parameters.charset ?? "").toLowerCase() || "utf-8";
