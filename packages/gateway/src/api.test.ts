@@ -122,6 +122,31 @@ describe("records", () => {
 describe("objects", () => {
   const bytes = (n: number, seed: number): Buffer => Buffer.from(Array.from({ length: n }, (_, i) => (i * 31 + seed) % 251));
 
+  it("a body of known length within the S3 store's inlineLimit, above the gateway's 64 KiB default, is kept inside its manifest", async () => {
+    // Read whole only up to the store's limit (StoreDefinition.bodyLimits): a body the gateway streamed
+    // instead would reach the store as a stream of unknown size, and land in a data object of its own.
+    const { objects, ...others } = backends.gatewayOptions({ limits: { objectBytes: 1024 * 1024 } });
+    if (objects === undefined) throw new Error("the backends serve objects");
+    const wide = await runGateway({ ...others, objects: { ...objects, inlineLimit: 128 * 1024 } });
+    try {
+      const body = bytes(96 * 1024, 5);
+      const put = await wide.client.send({
+        method: "PUT",
+        path: "/v1/objects/inline/wide",
+        headers: { ...writeHeaders(KEYS.admin, 10n), "content-type": "application/octet-stream" },
+        body,
+      });
+      expect(put.status, put.text()).toBe(200);
+      const own = objects.prefix ?? "";
+      const keys = await listKeys(backends.s3Client as NonNullable<Backends["s3Client"]>, backends.bucket ?? "", own);
+      expect(keys.filter((k) => k.includes("inline/wide"))).toEqual([`${own}manifests/inline/wide`]);
+      const got = await wide.client.send({ method: "GET", path: "/v1/objects/inline/wide", headers: bearer(KEYS.admin) });
+      expect(got.body.equals(body)).toBe(true);
+    } finally {
+      await wide.close();
+    }
+  });
+
   it.each([
     { kind: "inline (small, known length)", size: 100, chunked: false },
     { kind: "streamed (known length)", size: 300 * 1024, chunked: false },

@@ -25,7 +25,7 @@ import { fencesRouter } from "./routes/fences.js";
 import { leasesRouter, type LeaseBackendOptions, type Registrar } from "./routes/leases.js";
 import { objectsRouter } from "./routes/objects.js";
 import { recordsRouter } from "./routes/records.js";
-import type { AnyStoreDriver, Family, FamilyStores, Prepare, StorePool, StoreRegistration } from "./stores/registration.js";
+import type { AnyStoreDriver, BodyLimits, Family, FamilyStores, Prepare, StorePool, StoreRegistration } from "./stores/registration.js";
 import { STORES, type FamilyOptions, type StoreDrivers, type StoreName } from "./stores/registry.js";
 
 export interface GatewayOptions {
@@ -126,7 +126,7 @@ export function createGatewayOn(options: GatewayOptions, drivers: StoreDrivers):
   });
   const healthTimeoutMs = options.healthTimeoutMs ?? 2_000;
   const served = servedStores(options, drivers, metrics);
-  const ctx = routeContext(options, logger, metrics, storeOf(served, "objects"));
+  const ctx = routeContext(options, logger, metrics, bodyLimitsOf(served));
   const { limits, credentials } = ctx;
   const records = storeOf(served, "records");
   const objects = storeOf(served, "objects");
@@ -228,13 +228,11 @@ function poolSizeOf(pool: StorePool | undefined): number | undefined {
 }
 
 /** What every route gets: API keys, metrics, the request's logger, the limits and the fence credentials (required with leases). */
-function routeContext(options: GatewayOptions, logger: Logger, metrics: GatewayMetrics, objects: ObjectStore | undefined): RouteContext {
+function routeContext(options: GatewayOptions, logger: Logger, metrics: GatewayMetrics, bodies: BodyLimits): RouteContext {
   const given = limitsSchema.parse(options.limits ?? {});
-  // A store that keeps each body whole in one request (Azure Blob: maxBodyBytes) takes no more than that: a larger body is a 413 before any I/O.
-  const storeMax = (objects as { readonly maxBodyBytes?: unknown } | undefined)?.maxBodyBytes;
-  const objectBytes = typeof storeMax === "number" ? Math.min(given.objectBytes, storeMax) : given.objectBytes;
-  const inlineLimit = options.objects !== undefined && "inlineLimit" in options.objects ? options.objects.inlineLimit : undefined;
-  const limits: Limits = { ...given, objectBytes, inlineBytes: inlineLimit ?? DEFAULT_INLINE };
+  // A store that keeps each body whole in one request (Azure Blob) takes no more than it says: a larger body is a 413 before any I/O.
+  const objectBytes = bodies.maxBodyBytes === undefined ? given.objectBytes : Math.min(given.objectBytes, bodies.maxBodyBytes);
+  const limits: Limits = { ...given, objectBytes, inlineBytes: bodies.inlineBytes ?? DEFAULT_INLINE };
   const credentials =
     options.fenceKeys === undefined || options.fenceKeys.length === 0 ? undefined : new FenceCredentials(options.fenceKeys);
   if (options.leases !== undefined && credentials === undefined) {
@@ -306,6 +304,12 @@ function mountFamilies(app: Express, ctx: RouteContext, served: readonly Served[
 }
 
 /** The store serving `family`, of that family's contract. */
+/** What the objects store takes of a body, as its registration says (none without one). */
+function bodyLimitsOf(served: readonly Served[]): BodyLimits {
+  const objects = served.find(({ registration }) => registration.family === "objects");
+  return objects?.registration.bodyLimits?.(objects.options, objects.store) ?? {};
+}
+
 function storeOf<F extends Family>(served: readonly Served[], family: F): FamilyStores[F] | undefined {
   // A registration of `family` makes a store of its contract (StoreDriver.create).
   return served.find(({ registration }) => registration.family === family)?.store as FamilyStores[F] | undefined;

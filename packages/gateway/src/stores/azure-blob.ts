@@ -5,7 +5,7 @@ import { said } from "./check.js";
 import type { StoreDefinition } from "./registration.js";
 import { restError } from "./azure-code.js";
 
-/** createGateway's `objects` on Azure Blob: FencedAzureBlob on this container (its client's URL and credential); its maxBodyBytes caps limits.objectBytes. */
+/** createGateway's `objects` on Azure Blob: FencedAzureBlob on this container (its client's URL and credential); its maxBodyBytes caps limits.objectBytes (bodyLimits). */
 export type AzureBlobObjectsOptions = { readonly container: ContainerClient } & FencedAzureBlobOptions;
 
 export const azureBlobSection = z.strictObject({
@@ -38,6 +38,9 @@ export const azureBlobObjects: StoreDefinition<"objects", "azure-blob", typeof a
     },
 
     accepts: (options): options is AzureBlobObjectsOptions => "container" in options,
+
+    // Each body is kept whole in its manifest blob: a larger one than it takes is a 413 before any I/O.
+    bodyLimits: (_options, store) => ({ maxBodyBytes: store.maxBodyBytes }),
 
     load: () => import("./azure-blob-driver.js").then((driver) => driver.azureBlobDriver),
 

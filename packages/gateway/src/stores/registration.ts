@@ -128,6 +128,8 @@ export interface StoreDefinition<
   load(): Promise<StoreDriver<Section, Options, Store>>;
   /** Its pool of connections, if it has one: /metrics reports it (fenced_gateway_<name>_pool), and admission floors its family's limit at its size. */
   pool?(options: Options): StorePool | undefined;
+  /** What an objects store takes of a body, where it says (BodyLimits); absent: the gateway's own limits. */
+  bodyLimits?(options: Options, store: Store): BodyLimits;
   /** The start work: `call` times each call into the store as a request's are (metrics.time). */
   prepare(store: Store, prepare: Prepare, call: (operation: string, work: () => Promise<unknown>) => Promise<unknown>): Promise<void>;
   /** The backend's own code in an error no store classifies (an SQLSTATE, an S3 error code); undefined: not the backend's. */
@@ -170,6 +172,14 @@ export interface StorePool {
   readonly waitingCount: number;
   /** Its connections at most (pg's Pool: 10 when not given). */
   readonly options?: { readonly max?: number | undefined } | undefined;
+}
+
+/** What an objects store takes of a body (StoreDefinition.bodyLimits). */
+export interface BodyLimits {
+  /** The largest body it can write: the gateway's objectBytes is capped at it, so a larger body is a 413 before any I/O. */
+  readonly maxBodyBytes?: number | undefined;
+  /** Bodies of known length up to this size are read whole, for the store to keep inside its manifest (default 64 KiB). */
+  readonly inlineBytes?: number | undefined;
 }
 
 /** A registration of any family and options: what the gateway's loops take (each hook gets only what its own registration made). */

@@ -58,6 +58,9 @@ export const s3Objects: StoreDefinition<"objects", "s3", typeof s3Section, S3Obj
 
   accepts: (options): options is S3ObjectsOptions => "bucket" in options,
 
+  // A body up to the store's inlineLimit, read whole, goes inside its manifest: one PUT, no data object.
+  bodyLimits: ({ inlineLimit }) => (inlineLimit === undefined ? {} : { inlineBytes: inlineLimit }),
+
   load: () => import("./s3-driver.js").then((driver) => driver.s3Driver),
 
   async prepare(store, { verify }, call) {
