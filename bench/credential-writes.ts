@@ -1,7 +1,8 @@
 // The credential writes gateway-layers.bench.ts and gateway-node-flags.ts send, as gateway.bench.ts's:
 // client w of `concurrency` writes record cred/w under the credential of a lease on cred-writer/w,
-// with a service API key that may write anything. `gatewayEnv` configures a gateway to accept both;
-// `writesTo` opens one keep-alive connection per client and returns the write as an Op.
+// with a service API key that may write anything. `gatewayEnv` configures a gateway to accept both
+// (server-process.ts's gatewayArgs, to write them to PostgreSQL); `writesTo` opens one keep-alive
+// connection per client and returns the write as an Op.
 import { randomBytes } from "node:crypto";
 import { Pool } from "undici";
 import { mintFenceCredential, type CredentialKey } from "@fenced/fence/credentials";

@@ -11,7 +11,7 @@ import { credentialWrites } from "./credential-writes.js";
 import { gatewayWithout, LAYERS, type Layer } from "./gateway-layers.js";
 import { scopeCost } from "./gateway-scope.js";
 import { emit, measure, median, round3, type Op } from "./measure.js";
-import { cpuQuotaSetting, nodeArgs, startServer, unitNodeFlags, type ServerProcess } from "./server-process.js";
+import { cpuQuotaSetting, gatewayArgs, nodeArgs, type ServerProcess, startServer, unitNodeFlags } from "./server-process.js";
 
 const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 3_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 7);
@@ -55,21 +55,7 @@ try {
   };
   const start = (layer: Layer): Promise<ServerProcess> =>
     startServer(
-      [
-        ...NODE_ARGS,
-        cliOf(layer),
-        "--port",
-        "0",
-        "--log-level",
-        "info",
-        "--postgres",
-        postgres.url,
-        "--postgres-schema",
-        `bench_layers_${layer.name}`,
-        "--postgres-pool-size",
-        String(POOL_SIZE),
-        ...(layer.flags ?? []),
-      ],
+      [...NODE_ARGS, cliOf(layer), ...gatewayArgs(postgres.url, `bench_layers_${layer.name}`, POOL_SIZE), ...(layer.flags ?? [])],
       writes.gatewayEnv,
       CPU_QUOTA,
     );

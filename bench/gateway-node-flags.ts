@@ -18,7 +18,7 @@ import { Pool } from "undici";
 import { startPostgres } from "@fenced/servers";
 import { credentialWrites } from "./credential-writes.js";
 import { emit, measure, median, round3, type Op } from "./measure.js";
-import { cpuQuotaSetting, startServer, unitNodeFlags, type ServerProcess } from "./server-process.js";
+import { cpuQuotaSetting, gatewayArgs, type ServerProcess, startServer, unitNodeFlags } from "./server-process.js";
 
 const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 3_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 7);
@@ -60,21 +60,7 @@ try {
   const writes = credentialWrites(CONCURRENCY);
   for (const { name, cli, flags } of SETS) {
     const server = await startServer(
-      [
-        ...unitNodeFlags(),
-        ...flags,
-        cli,
-        "--port",
-        "0",
-        "--log-level",
-        "info",
-        "--postgres",
-        postgres.url,
-        "--postgres-schema",
-        schemaOf(name),
-        "--postgres-pool-size",
-        "16",
-      ],
+      [...unitNodeFlags(), ...flags, cli, ...gatewayArgs(postgres.url, schemaOf(name), 16)],
       writes.gatewayEnv,
       CPU_QUOTA,
     );

@@ -47,7 +47,7 @@ import { runAnchors } from "./overload-anchors.js";
 import { emitOpenGoals, emitOpenMedians, FAIRNESS, FAIRNESS_LOADS, FRACTIONS, openLoopCapacity } from "./overload-goals.js";
 import { ceilings, measureRefusals, ONE_SLOT_FLAGS, refusalCostFigures, type RefusalContext } from "./overload-refusal.js";
 import { cpuUsPerAnswer, openFigures, perSec, phase, schedule, type Load, type Measured } from "./overload-phase.js";
-import { cpuQuotaSetting, nodeArgs, startServer, type ServerProcess } from "./server-process.js";
+import { cpuQuotaSetting, gatewayArgs, nodeArgs, type ServerProcess, startServer } from "./server-process.js";
 import type { Sample } from "./gateway-watch.js";
 
 const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 5_000);
@@ -124,19 +124,7 @@ const setting = {
 function startGateway(postgresUrl: string, side: Side | "one-slot"): Promise<ServerProcess> {
   const flags = side === "off" ? offFlags : side === "on" ? ADMISSION_ON_FLAGS : [...ONE_SLOT_FLAGS, "--store-timeout-ms", "600000"];
   return startServer(
-    [
-      ...NODE_ARGS,
-      CLI,
-      "--port",
-      "0",
-      "--log-level",
-      "info",
-      "--postgres",
-      postgresUrl,
-      "--postgres-schema",
-      `bench_overload_${side.replace("-", "_")}`,
-      ...flags,
-    ],
+    [...NODE_ARGS, CLI, ...gatewayArgs(postgresUrl, `bench_overload_${side.replace("-", "_")}`), ...flags],
     {
       FENCED_GATEWAY_API_KEYS: JSON.stringify(
         Object.values(KEYS).map((k) => ({ id: k.id, key: k.key, resources: [k.resources], keys: [k.records] })),

@@ -23,6 +23,15 @@ export function unitNodeFlags(): string[] {
 }
 
 /** Node flags from an environment variable (e.g. BENCH_GATEWAY_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/gw"), split at spaces. */
+/**
+ * A built gateway's flags for the benches' writes: any free port, info logs, records in `schema` on
+ * PostgreSQL at `postgresUrl`, with a pool of `poolSize` connections (the gateway's default without).
+ */
+export function gatewayArgs(postgresUrl: string, schema: string, poolSize?: number): string[] {
+  const pool = poolSize === undefined ? [] : ["--postgres-pool-size", String(poolSize)];
+  return ["--port", "0", "--log-level", "info", "--postgres", postgresUrl, "--postgres-schema", schema, ...pool];
+}
+
 export const nodeArgs = (variable: string): string[] => (process.env[variable] ?? "").split(" ").filter((a) => a !== "");
 
 export interface ServerProcess {
