@@ -217,7 +217,7 @@ function admissionOf(
     metrics: metrics.admission,
     logger,
     answered: (route, method, status, seconds) => metrics.request(route, method, status, seconds),
-    recordsPoolSize: poolSizeOf(served.find(({ registration }) => registration.family === "records")?.pool),
+    recordsPoolSize: poolSizeOf(servedOf(served, "records")?.pool),
   });
 }
 
@@ -295,7 +295,7 @@ function mountFamilies(app: Express, ctx: RouteContext, served: readonly Served[
   const records = storeOf(served, "records");
   const objects = storeOf(served, "objects");
   // The records store's name: a problem it cannot avoid (POST /v1/records without a transaction) names it.
-  const recordsName = served.find(({ registration }) => registration.family === "records")?.registration.name as StoreName | undefined;
+  const recordsName = servedOf(served, "records")?.registration.name as StoreName | undefined;
   app.use(
     "/v1/records",
     records === undefined || recordsName === undefined ? disabled("records") : recordsRouter(ctx, records, recordsName),
@@ -306,13 +306,18 @@ function mountFamilies(app: Express, ctx: RouteContext, served: readonly Served[
 /** The store serving `family`, of that family's contract. */
 /** What the objects store takes of a body, as its registration says (none without one). */
 function bodyLimitsOf(served: readonly Served[]): BodyLimits {
-  const objects = served.find(({ registration }) => registration.family === "objects");
+  const objects = servedOf(served, "objects");
   return objects?.registration.bodyLimits?.(objects.options, objects.store) ?? {};
+}
+
+/** The store serving `family`, if one is configured (one per family at most: servedStores). */
+function servedOf(served: readonly Served[], family: Family): Served | undefined {
+  return served.find(({ registration }) => registration.family === family);
 }
 
 function storeOf<F extends Family>(served: readonly Served[], family: F): FamilyStores[F] | undefined {
   // A registration of `family` makes a store of its contract (StoreDriver.create).
-  return served.find(({ registration }) => registration.family === family)?.store as FamilyStores[F] | undefined;
+  return servedOf(served, family)?.store as FamilyStores[F] | undefined;
 }
 
 /**

@@ -177,21 +177,8 @@ export function readWhole(req: Request, res: Response, limit: number): Promise<B
 }
 
 /** A body of known, small length read whole (it goes inline into the manifest: one PUT, no data object). */
-export function readSmall(req: Request, res: Response, length: number): Promise<Buffer> {
-  sendContinue(req, res);
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    req.on("data", (chunk: Buffer) => {
-      size += chunk.length;
-      chunks.push(chunk);
-    });
-    req.once("end", () =>
-      size === length ? resolve(Buffer.concat(chunks, size)) : reject(new HttpProblem("invalid", "body: shorter than Content-Length")),
-    );
-    req.once("close", () => {
-      if (!req.complete) reject(bodyGone());
-    });
-    req.once("error", () => reject(bodyGone()));
-  });
+export async function readSmall(req: Request, res: Response, length: number): Promise<Buffer> {
+  const bytes = await readWhole(req, res, length);
+  if (bytes.length !== length) throw new HttpProblem("invalid", "body: shorter than Content-Length");
+  return bytes;
 }
