@@ -74,8 +74,17 @@ function walk(value: unknown, ancestors: Set<object>, depth: number): void {
   if (value === null) return;
   if (depth >= MAX_JSON_DEPTH) throw new Refused(`nested deeper than ${MAX_JSON_DEPTH} levels`);
   if (ancestors.has(value)) throw new Refused("circular reference");
+  const array = Array.isArray(value);
+  const proto: unknown = Object.getPrototypeOf(value);
+  if (array ? proto !== Array.prototype : proto !== Object.prototype && proto !== null) {
+    const name = (value as { constructor?: { name?: unknown } }).constructor?.name;
+    throw new Refused(`only plain objects and arrays are stored (got ${typeof name === "string" ? name : "a non-plain object"})`);
+  }
+  // JSON.stringify calls a toJSON it finds on the value, own or not, enumerable or not, and writes what
+  // it returns instead (undefined: no value at all). Data under the key "toJSON" is not a function.
+  if (typeof (value as { toJSON?: unknown }).toJSON === "function") throw new Refused("a toJSON method would be written in its place");
   ancestors.add(value);
-  if (Array.isArray(value)) {
+  if (array) {
     // Index loop, not forEach: holes must be seen (JSON would write them as null).
     let i = 0;
     try {
@@ -84,11 +93,6 @@ function walk(value: unknown, ancestors: Set<object>, depth: number): void {
       throw leaving(err, () => `[${i}]`);
     }
   } else {
-    const proto: unknown = Object.getPrototypeOf(value);
-    if (proto !== Object.prototype && proto !== null) {
-      const name = (value as { constructor?: { name?: unknown } }).constructor?.name;
-      throw new Refused(`only plain objects and arrays are stored (got ${typeof name === "string" ? name : "a non-plain object"})`);
-    }
     if (Object.getOwnPropertySymbols(value).length > 0) throw new Refused("symbol-keyed properties are not JSON-serialisable");
     // Own enumerable string keys, as JSON.stringify writes them (Object.keys, never for…in).
     for (const key of Object.keys(value)) {

@@ -67,6 +67,19 @@ describe("a value to store as jsonb", () => {
     expect(() => assertJsonValue({ s: "😀" })).not.toThrow();
   });
 
+  it("a toJSON that JSON.stringify would call is refused: what it returns is not the value given", () => {
+    // Not enumerable, so no key shows it; JSON.stringify calls it all the same (here: undefined, a NULL value).
+    const hidden = Object.defineProperty({ a: 1 }, "toJSON", { value: () => undefined });
+    refusedAs("value", () => assertJsonValue(hidden));
+    refusedAs("value.v[1]", () => assertJsonValue({ v: [0, hidden] }));
+    const list = Object.defineProperty([1, 2], "toJSON", { value: () => "not a list" });
+    refusedAs("value", () => assertJsonValue(list));
+    class Listed extends Array<number> {}
+    refusedAs("value", () => assertJsonValue(Listed.from([1])));
+    // A key named toJSON holding data is data: JSON.stringify calls only a function.
+    expect(() => assertJsonValue(JSON.parse('{"toJSON":"x"}'))).not.toThrow();
+  });
+
   it("an error the value itself throws (a getter) passes through as it is, not as a refusal", () => {
     const thrown = new RangeError("the getter's own");
     const value = {
