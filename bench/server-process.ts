@@ -22,7 +22,6 @@ export function unitNodeFlags(): string[] {
   return words.slice(1, cli);
 }
 
-/** Node flags from an environment variable (e.g. BENCH_GATEWAY_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/gw"), split at spaces. */
 /**
  * A built gateway's flags for the benches' writes: any free port, info logs, records in `schema` on
  * PostgreSQL at `postgresUrl`, with a pool of `poolSize` connections (the gateway's default without).
@@ -32,6 +31,7 @@ export function gatewayArgs(postgresUrl: string, schema: string, poolSize?: numb
   return ["--port", "0", "--log-level", "info", "--postgres", postgresUrl, "--postgres-schema", schema, ...pool];
 }
 
+/** Node flags from an environment variable (e.g. BENCH_GATEWAY_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/gw"), split at spaces. */
 export const nodeArgs = (variable: string): string[] => (process.env[variable] ?? "").split(" ").filter((a) => a !== "");
 
 export interface ServerProcess {

@@ -56,16 +56,20 @@ const writes = channel(STORE_CHANNELS.write);
 const tracer = trace.getTracer("@fenced/store");
 
 function callAttributes(call: StoreCall): Attributes {
-  const first = call.fences?.[0];
-  return {
-    "fenced.store": call.store,
-    "fenced.operation": call.operation,
-    ...(call.key === undefined ? {} : { "fenced.key": call.key }),
-    ...(first === undefined ? {} : { "fenced.resource": first.resource, "fenced.token": first.token.toString() }),
-    ...(call.fences !== undefined && call.fences.length > 1
-      ? { "fenced.resources": call.fences.map((f) => f.resource), "fenced.tokens": call.fences.map((f) => f.token.toString()) }
-      : {}),
-  };
+  // Built field by field, not spread: every call builds it, a span recording or not (a sampler reads it at the start).
+  const attributes: Attributes = { "fenced.store": call.store, "fenced.operation": call.operation };
+  if (call.key !== undefined) attributes["fenced.key"] = call.key;
+  const fences = call.fences ?? [];
+  const first = fences[0];
+  if (first !== undefined) {
+    attributes["fenced.resource"] = first.resource;
+    attributes["fenced.token"] = first.token.toString();
+  }
+  if (fences.length > 1) {
+    attributes["fenced.resources"] = fences.map((f) => f.resource);
+    attributes["fenced.tokens"] = fences.map((f) => f.token.toString());
+  }
+  return attributes;
 }
 
 /** The version a write resolved with (its WriteResult), if any. */

@@ -1,4 +1,4 @@
-import { readFileSync } from "node:fs";
+import { openSync, readFileSync, readSync } from "node:fs";
 import { performance, type EventLoopUtilization } from "node:perf_hooks";
 
 /** How often the timer looks. */
@@ -71,6 +71,30 @@ export class Lateness {
   }
 }
 
+/** kernelFile()'s readers by path, for this thread (a worker has its own module, and so its own). */
+const kernelFiles = new Map<string, (() => string) | undefined>();
+
+/**
+ * A small file the kernel writes as it is read (/proc, a cgroup's cpu.stat), read again after every
+ * late tick: opened once, then each read is one pread from its start, where readFileSync would open,
+ * stat, read and close it (1.4 against 5.3 µs a read here). Undefined when it cannot be opened. One
+ * descriptor a path, open for the thread's life, shared by every LoopDelay: cpuWaits()' two paths
+ * are fixed, and "thread-self" is the opening thread's, the one every timer here runs on.
+ */
+function kernelFile(path: string): (() => string) | undefined {
+  if (kernelFiles.has(path)) return kernelFiles.get(path);
+  let reader: (() => string) | undefined;
+  try {
+    const fd = openSync(path, "r");
+    const buffer = Buffer.alloc(4096);
+    reader = () => buffer.toString("latin1", 0, readSync(fd, buffer, 0, buffer.length, 0));
+  } catch {
+    reader = undefined;
+  }
+  kernelFiles.set(path, reader);
+  return reader;
+}
+
 /**
  * The process's cgroup's throttled time so far in ms (cgroup v1 `cpu.stat` throttled_time, v2
  * throttled_usec), or undefined when it has no CPU cgroup to read.
@@ -90,9 +114,11 @@ function cgroupThrottle(procCgroup = "/proc/self/cgroup", root = "/sys/fs/cgroup
     if (controllers === "") candidates.push({ file: `${root}${path}/cpu.stat`, field: /^throttled_usec (\d+)$/m, toMs: 1e-3 });
   }
   for (const c of candidates) {
+    const text = kernelFile(c.file);
+    if (text === undefined) continue;
     const read = (): number | undefined => {
       try {
-        const m = c.field.exec(readFileSync(c.file, "utf8"));
+        const m = c.field.exec(text());
         return m === null ? undefined : Number(m[1]) * c.toMs;
       } catch {
         return undefined;
@@ -110,9 +136,11 @@ function cgroupThrottle(procCgroup = "/proc/self/cgroup", root = "/sys/fs/cgroup
  * where the kernel does not keep it. Read on the thread the timer runs on: the event loop's.
  */
 function runQueueWait(file = "/proc/thread-self/schedstat"): (() => number) | undefined {
+  const text = kernelFile(file);
+  if (text === undefined) return undefined;
   const read = (): number | undefined => {
     try {
-      const waited = Number(readFileSync(file, "utf8").split(" ")[1]);
+      const waited = Number(text().split(" ")[1]);
       return Number.isFinite(waited) ? waited / 1e6 : undefined;
     } catch {
       return undefined;

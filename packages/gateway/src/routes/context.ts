@@ -80,8 +80,8 @@ export function markAccepted(res: Response): void {
   accounting(res).accepted = true;
 }
 
-/** A UTF-8 byte order mark: JSON may start with one (RFC 8259 §8.1 lets a parser ignore it). */
-const BOM = Buffer.from([0xef, 0xbb, 0xbf]);
+/** Whether `bytes` start with a UTF-8 byte order mark: JSON may (RFC 8259 §8.1 lets a parser ignore it). */
+const startsWithBom = (bytes: Buffer): boolean => bytes[0] === 0xef && bytes[1] === 0xbb && bytes[2] === 0xbf;
 
 /**
  * A JSON body reader for one route: media type checked first (415), then that there is a body (400),
@@ -105,7 +105,7 @@ export function jsonBody(limitBytes: number): (req: Request, res: Response) => P
     const charset = (media.parameters.charset ?? "").toLowerCase() || "utf-8";
     if (charset !== "utf-8") throw new HttpProblem("mediaType", `body: JSON must be UTF-8, got charset ${JSON.stringify(charset)}`);
     const bytes = await readWhole(req, res, limitBytes);
-    const start = bytes.subarray(0, 3).equals(BOM) ? 3 : 0;
+    const start = startsWithBom(bytes) ? 3 : 0;
     // An empty body, or one of only a byte order mark, is a client mistake, never a value to store.
     if (bytes.length === start) throw new HttpProblem("invalid", "body: a JSON value is required");
     // Decoding would put U+FFFD in place of every ill-formed sequence: a value the client never sent.
