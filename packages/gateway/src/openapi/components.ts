@@ -62,7 +62,8 @@ const JSON_SCALARS: readonly JsonSchema[] = [{ type: "null" }, { type: "boolean"
 function jsonValueSchemas(): Record<string, JsonSchema> {
   return {
     JsonValue: {
-      description: "Any JSON value: null, a boolean, a number, a string, an array, or an object of JSON values",
+      description:
+        "Any JSON value: null, a boolean, a number, a string, an array, or an object of JSON values. A number is kept as a double: one it would write back as another number (an integer past ±9007199254740991, more than 15 significant digits) is refused with 400; send such a number as a string",
       anyOf: [
         ...JSON_SCALARS,
         // The inner array's items: {} (any JSON value), which every linter reads as an array of anything.

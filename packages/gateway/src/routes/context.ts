@@ -11,6 +11,7 @@ import type { GatewayMetrics, WriteOp } from "../ops/metrics.js";
 import type { Family } from "../stores/registration.js";
 import type { ProblemKind } from "../problems/kinds.js";
 import { HttpProblem } from "../problems/problem.js";
+import { parseJsonText } from "../http/json-text.js";
 import { readWhole } from "../http/request-body.js";
 import type { RequestLocals } from "../http/request-scope.js";
 
@@ -87,7 +88,8 @@ const startsWithBom = (bytes: Buffer): boolean => bytes[0] === 0xef && bytes[1] 
  * A JSON body reader for one route: media type checked first (415), then that there is a body (400),
  * that it is not compressed and is UTF-8 (415) — all before "100 Continue" — then the size limit
  * (413, also when Content-Length alone announces too much: http/request-body.ts, readWhole), then
- * the bytes (400 unless well-formed UTF-8 holding a value), then the syntax (400). Compressed bodies
+ * the bytes (400 unless well-formed UTF-8 holding a value), then the syntax (400) and the numbers (400
+ * for one a double would change: http/json-text.ts). Compressed bodies
  * are refused rather than inflated: the limit must bound what the gateway holds, not what it received.
  */
 export function jsonBody(limitBytes: number): (req: Request, res: Response) => Promise<unknown> {
@@ -111,8 +113,9 @@ export function jsonBody(limitBytes: number): (req: Request, res: Response) => P
     // Decoding would put U+FFFD in place of every ill-formed sequence: a value the client never sent.
     if (!isUtf8(bytes)) throw new HttpProblem("invalid", "body: not well-formed UTF-8");
     try {
-      return JSON.parse(bytes.toString("utf8", start)) as unknown;
+      return parseJsonText(bytes.toString("utf8", start));
     } catch (err) {
+      if (err instanceof HttpProblem) throw err;
       throw new HttpProblem("invalid", `body: not JSON (${err instanceof Error ? err.message : String(err)})`);
     }
   };
