@@ -25,16 +25,23 @@ class CallOver extends Error {
 }
 
 export class Deadline {
-  /** Aborts when the deadline passes (reason: DeadlineExceeded) or the caller's signal aborts (its reason). */
-  readonly signal: AbortSignal;
-  private readonly controller = new AbortController();
+  /**
+   * Why the call is over early, once it is: DeadlineExceeded, the caller's reason, or CallOver (end,
+   * abandoning). Set once, never cleared: everything below reads it, the signal included.
+   */
+  #reason: Error | undefined;
+  #stopped = false;
+  /** Made on the first ask for `signal` (S3's requests carry it; a PostgreSQL call never asks). */
+  #controller: AbortController | undefined;
+  /** Rejects race()'s `aborted` once the call stops: set by race()'s first call. */
+  #rejectRace: ((reason: Error) => void) | undefined;
   private timer: NodeJS.Timeout | undefined;
   /** Milliseconds left when the clock was last started. */
   private left: number;
   private startedAt = 0;
   private suspended = 0;
-  private readonly onCallerAbort = (): void => this.controller.abort(this.caller?.reason);
-  /** Rejects with the signal's reason once it aborts: what race() races against (created by its first call). */
+  private readonly onCallerAbort = (): void => this.stop(this.caller?.reason as Error);
+  /** Rejects with the reason the call stopped: what race() races against (created by its first call). */
   private aborted: Promise<never> | undefined;
 
   constructor(
@@ -42,21 +49,33 @@ export class Deadline {
     /** The caller's own signal, if any: its abort is the caller's decision, not a timeout. */
     readonly caller: AbortSignal | undefined,
   ) {
-    this.signal = this.controller.signal;
     this.left = timeoutMs;
-    if (caller?.aborted === true) this.controller.abort(caller.reason);
+    if (caller?.aborted === true) this.stop(caller.reason as Error);
     else caller?.addEventListener("abort", this.onCallerAbort, { once: true });
     this.run();
   }
 
+  /**
+   * Aborts when the deadline passes (reason: DeadlineExceeded) or the caller's signal aborts (its
+   * reason), or on end(true) (CallOver). Made when first asked for, already aborted if the call stopped
+   * before: an AbortController and its listener cost a call that never asks about 0.5 µs.
+   */
+  get signal(): AbortSignal {
+    if (this.#controller === undefined) {
+      this.#controller = new AbortController();
+      if (this.#stopped) this.#controller.abort(this.#reason);
+    }
+    return this.#controller.signal;
+  }
+
   /** Whether the deadline passed (not the caller's abort). */
   get timedOut(): boolean {
-    return this.signal.aborted && this.signal.reason instanceof DeadlineExceeded;
+    return this.#stopped && this.#reason instanceof DeadlineExceeded;
   }
 
   /** Whether the caller's own signal aborted the call. */
   get callerAborted(): boolean {
-    return this.signal.aborted && !(this.signal.reason instanceof DeadlineExceeded);
+    return this.#stopped && !(this.#reason instanceof DeadlineExceeded);
   }
 
   /** Whole milliseconds left, at least 1: what PostgreSQL is told to allow a statement. */
@@ -65,11 +84,20 @@ export class Deadline {
     return Math.max(1, Math.ceil(left));
   }
 
+  /** The call stops, for `reason`, the first time only: the signal (if made) aborts, and every race rejects. */
+  private stop(reason: Error): void {
+    if (this.#stopped) return;
+    this.#stopped = true;
+    this.#reason = reason;
+    this.#controller?.abort(reason);
+    this.#rejectRace?.(reason);
+  }
+
   private run(): void {
-    if (this.signal.aborted) return;
+    if (this.#stopped) return;
     this.startedAt = performance.now();
     // Unref'd: a pending deadline alone never keeps the process alive (a request in flight does).
-    this.timer = setTimeout(() => this.controller.abort(new DeadlineExceeded(this.timeoutMs)), Math.max(0, this.left)).unref();
+    this.timer = setTimeout(() => this.stop(new DeadlineExceeded(this.timeoutMs)), Math.max(0, this.left)).unref();
   }
 
   /**
@@ -92,22 +120,19 @@ export class Deadline {
   }
 
   /**
-   * Settles as `work` does, or rejects with the signal's reason as soon as it aborts, whichever comes
-   * first. What `work` does after that is its own business (its requests are aborted with it).
+   * Settles as `work` does, or rejects with the reason the call stopped as soon as it does, whichever
+   * comes first. What `work` does after that is its own business (its requests are aborted with it).
    */
   race<T>(work: Promise<T>): Promise<T> {
-    const { signal } = this;
-    if (signal.aborted) {
+    if (this.#stopped) {
       work.catch(() => undefined); // settles later; never an unhandled rejection
-      return Promise.reject(signal.reason as Error);
+      return Promise.reject(this.#reason as Error);
     }
-    // One abort listener for the whole call, however many waits it races (a PostgreSQL call races
-    // each statement): a listener added and removed per wait cost twice the old per-call timer.
+    // One rejection for the whole call, however many waits it races (a PostgreSQL call races each
+    // statement): a listener added and removed per wait cost twice the old per-call timer.
     if (this.aborted === undefined) {
-      this.aborted = new Promise<never>((_, reject) =>
-        signal.addEventListener("abort", () => reject(signal.reason as Error), { once: true }),
-      );
-      // Nobody may be racing at the moment it aborts: that rejection must not count as unhandled.
+      this.aborted = new Promise<never>((_, reject) => (this.#rejectRace = reject));
+      // Nobody may be racing at the moment it stops: that rejection must not count as unhandled.
       this.aborted.catch(() => undefined);
     }
     return Promise.race([work, this.aborted]);
@@ -123,7 +148,7 @@ export class Deadline {
     this.timer = undefined;
     this.suspended = Number.POSITIVE_INFINITY;
     this.caller?.removeEventListener("abort", this.onCallerAbort);
-    if (abandon && !this.signal.aborted) this.controller.abort(new CallOver());
+    if (abandon) this.stop(new CallOver());
   }
 }
 
