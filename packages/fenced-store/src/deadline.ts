@@ -29,18 +29,18 @@ export class Deadline {
    * Why the call is over early, once it is: DeadlineExceeded, the caller's reason, or CallOver (end,
    * abandoning). Set once, never cleared: everything below reads it, the signal included.
    */
-  #reason: Error | undefined;
+  #reason: unknown;
   #stopped = false;
   /** Made on the first ask for `signal` (S3's requests carry it; a PostgreSQL call never asks). */
   #controller: AbortController | undefined;
   /** Rejects race()'s `aborted` once the call stops: set by race()'s first call. */
-  #rejectRace: ((reason: Error) => void) | undefined;
+  #rejectRace: ((reason: unknown) => void) | undefined;
   private timer: NodeJS.Timeout | undefined;
   /** Milliseconds left when the clock was last started. */
   private left: number;
   private startedAt = 0;
   private suspended = 0;
-  private readonly onCallerAbort = (): void => this.stop(this.caller?.reason as Error);
+  private readonly onCallerAbort = (): void => this.stop(this.caller?.reason);
   /** Rejects with the reason the call stopped: what race() races against (created by its first call). */
   private aborted: Promise<never> | undefined;
 
@@ -50,7 +50,7 @@ export class Deadline {
     readonly caller: AbortSignal | undefined,
   ) {
     this.left = timeoutMs;
-    if (caller?.aborted === true) this.stop(caller.reason as Error);
+    if (caller?.aborted === true) this.stop(caller.reason);
     else caller?.addEventListener("abort", this.onCallerAbort, { once: true });
     this.run();
   }
@@ -85,7 +85,7 @@ export class Deadline {
   }
 
   /** The call stops, for `reason`, the first time only: the signal (if made) aborts, and every race rejects. */
-  private stop(reason: Error): void {
+  private stop(reason: unknown): void {
     if (this.#stopped) return;
     this.#stopped = true;
     this.#reason = reason;
@@ -126,7 +126,8 @@ export class Deadline {
   race<T>(work: Promise<T>): Promise<T> {
     if (this.#stopped) {
       work.catch(() => undefined); // settles later; never an unhandled rejection
-      return Promise.reject(this.#reason as Error);
+      const reason = this.#reason as Error; // the caller's reason may be any value: passed on as it is
+      return Promise.reject(reason);
     }
     // One rejection for the whole call, however many waits it races (a PostgreSQL call races each
     // statement): a listener added and removed per wait cost twice the old per-call timer.
