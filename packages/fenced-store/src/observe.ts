@@ -3,6 +3,7 @@ import { performance } from "node:perf_hooks";
 import { outcomeOf, type Outcome } from "@fenced/fence/internal";
 import { context, SpanKind, SpanStatusCode, trace, type Attributes, type Context, type Span } from "@opentelemetry/api";
 import type { StoreBackend } from "./errors.js";
+import { Lru } from "./lru.js";
 
 /**
  * What the stores tell an observer, without the caller's help: each write's outcome on
@@ -146,10 +147,13 @@ interface StatementSpan {
 }
 
 /**
- * The spans of the store's own named statements, made once each: a fixed set (the names of
- * postgres/sql.ts's statementNames), each name always for the same text. Others are made each time.
+ * The spans of the store's own named statements, made once each: each name is always for the same
+ * text (postgres/sql.ts's statementNames: its digest is in the name). Others are made each time. At
+ * most NAMED_SPANS, the least recently made dropped first: about 40 statements a schema, and a process
+ * may make stores on any number of schemas.
  */
-const namedSpans = new Map<string, StatementSpan>();
+const NAMED_SPANS = 1_024;
+const namedSpans = new Lru<string, StatementSpan>(NAMED_SPANS);
 
 /** The statement's span `postgresql <name>`: the store's statement (`fenced:<name>:<digest>`), else the SQL's first word; its text, never its parameters. */
 function statementSpan(config: { readonly name?: string | undefined; readonly text: string }): StatementSpan {

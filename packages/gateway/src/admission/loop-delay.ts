@@ -1,4 +1,4 @@
-import { openSync, readFileSync, readSync } from "node:fs";
+import { closeSync, openSync, readFileSync, readSync } from "node:fs";
 import { performance, type EventLoopUtilization } from "node:perf_hooks";
 
 /** How often the timer looks. */
@@ -86,6 +86,8 @@ function kernelFile(path: string): (() => string) | undefined {
   let reader: (() => string) | undefined;
   try {
     const fd = openSync(path, "r");
+    // Closed when the thread exits: descriptors are the process's, and a worker thread's would outlive it.
+    process.once("exit", () => closeSync(fd));
     const buffer = Buffer.alloc(4096);
     reader = () => buffer.toString("latin1", 0, readSync(fd, buffer, 0, buffer.length, 0));
   } catch {

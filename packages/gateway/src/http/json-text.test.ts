@@ -49,6 +49,43 @@ describe("a JSON body's numbers (http/json-text.ts)", () => {
     );
   });
 
+  it("a number is refused exactly when it reads back as another value, wherever it stands and however it is spelt", () => {
+    // The oracle: the number's value as its text says and as String() of its double says, compared as
+    // exact decimals (digits and a power of ten), with no prefilter: what parseJsonText must agree with.
+    const exact = (text: string): string => {
+      const [, sign = "", whole = "", fraction = "", exponent = "0"] = /^(-?)(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/.exec(text) ?? [];
+      const digits = BigInt(whole + fraction);
+      if (digits === 0n) return "0";
+      let scaled = digits;
+      let power = Number(exponent) - fraction.length;
+      while (scaled % 10n === 0n) {
+        scaled /= 10n;
+        power++;
+      }
+      return `${sign}${scaled}e${power}`;
+    };
+    const spelling = fc
+      .tuple(
+        fc.boolean(),
+        fc.stringMatching(/^(0|[1-9][0-9]{0,24})$/),
+        fc.option(fc.stringMatching(/^[0-9]{1,25}$/), { nil: undefined }),
+        fc.option(fc.tuple(fc.constantFrom("e", "E"), fc.constantFrom("", "+", "-"), fc.integer({ min: 0, max: 400 })), { nil: undefined }),
+      )
+      .map(
+        ([minus, whole, fraction, e]) =>
+          `${minus ? "-" : ""}${whole}${fraction === undefined ? "" : `.${fraction}`}${e === undefined ? "" : `${e[0]}${e[1]}${e[2]}`}`,
+      );
+    const placed = fc.tuple(spelling, fc.constantFrom("%", "[%]", '{"k": %}', "[1,%, 2]", '{"a":"x","b":\n\t%}'));
+    fc.assert(
+      fc.property(placed, ([number, where]) => {
+        const value = Number(number);
+        const changed = !Number.isFinite(value) || exact(number) !== exact(String(value));
+        expect(refusal(where.replace("%", number)) === undefined ? "kept" : "refused", number).toBe(changed ? "refused" : "kept");
+      }),
+      { numRuns: 5_000 },
+    );
+  });
+
   it("digits in strings are not numbers, and a syntax error stays a SyntaxError", () => {
     expect(parseJsonText('["12345678901234567890", "1e999"]')).toEqual(["12345678901234567890", "1e999"]);
     expect(refusal("[12345678901234567890")).toBeInstanceOf(SyntaxError);

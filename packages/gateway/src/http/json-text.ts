@@ -4,12 +4,13 @@
 import { HttpProblem } from "../problems/problem.js";
 
 /**
- * Where a text may hold a number a double does not carry as written: 16 digits or more in a row
- * (dots between them counted), or an exponent. A number with at most 15 significant digits and no
- * exponent always reads back as written (a double holds 15 decimal digits exactly, DBL_DIG), so a
- * text without a match — nearly every record — is parsed once, the plain way.
+ * Where a text may hold a number a double does not carry as written: a number (after the text's start,
+ * `[`, `,` or `:`) of 16 digits or more (dots between them counted), or with an exponent. A number with
+ * at most 15 significant digits and no exponent always reads back as written (a double holds 15
+ * decimal digits exactly, DBL_DIG), so a text without a match is parsed once, the plain way. A string
+ * may match too (`"a:1e5"`), which costs only the slower parse; a hex id such as a UUID does not.
  */
-const MAY_NOT_BE_EXACT = /\d[\d.]{15}|\d[eE]/;
+const MAY_NOT_BE_EXACT = /(?:^|[[,:])\s*-?(?:\d[\d.]{15}|[\d.]*\d[eE])/;
 
 /** A JSON number's spelling (or a double's, String(n)): sign, digits, fraction, exponent. */
 const NUMBER = /^(-?)(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/;
@@ -33,8 +34,8 @@ function decimal(text: string): string | undefined {
 
 /**
  * JSON.parse's reviver: each number's value against its source text (what the client wrote). A
- * number whose double is another value — an integer beyond ±(2^53 − 1), more significant digits than
- * a double holds, a magnitude it cannot reach — is refused: stored, it would read back as a number the
+ * number whose double is another value — most integers beyond ±(2^53 − 1), more significant digits
+ * than a double holds, a magnitude it cannot reach — is refused: stored, it would read back as a number the
  * client never sent (RFC 7493 §2.2: such numbers are not interoperable), with nothing to tell it so.
  */
 function exactly(_key: string, value: unknown, context?: { readonly source?: string }): unknown {
@@ -45,7 +46,7 @@ function exactly(_key: string, value: unknown, context?: { readonly source?: str
   throw new HttpProblem(
     "invalid",
     Number.isFinite(value)
-      ? `body: the number ${quoted} would be stored as ${value}: a JSON number is kept as a double (integers up to ±${Number.MAX_SAFE_INTEGER}, 15 significant digits) — send a longer number as a string`
+      ? `body: the number ${quoted} would be stored as ${value}: a JSON number is kept as a double, which holds every integer up to ±${Number.MAX_SAFE_INTEGER} and any 15 significant digits — send a longer number as a string`
       : `body: the number ${quoted} is beyond a double's range — send it as a string`,
   );
 }

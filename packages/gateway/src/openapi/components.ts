@@ -63,7 +63,7 @@ function jsonValueSchemas(): Record<string, JsonSchema> {
   return {
     JsonValue: {
       description:
-        "Any JSON value: null, a boolean, a number, a string, an array, or an object of JSON values. A number is kept as a double: one it would write back as another number (an integer past ±9007199254740991, more than 15 significant digits) is refused with 400; send such a number as a string",
+        "Any JSON value: null, a boolean, a number, a string, an array, or an object of JSON values. A number is kept as a double, which holds every integer up to ±9007199254740991 and any 15 significant digits: a number its double would write back as another (9007199254740993, 0.1234567890123456789, 1e-400) is refused with 400; send such a number as a string",
       anyOf: [
         ...JSON_SCALARS,
         // The inner array's items: {} (any JSON value), which every linter reads as an array of anything.
