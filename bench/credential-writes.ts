@@ -1,8 +1,9 @@
 // The credential writes gateway-layers.bench.ts and gateway-node-flags.ts send, as gateway.bench.ts's:
 // client w of `concurrency` writes record cred/w under the credential of a lease on cred-writer/w,
-// with a service API key that may write anything. `gatewayEnv` configures a gateway to accept both
-// (server-process.ts's gatewayArgs, to write them to PostgreSQL); `writesTo` opens one keep-alive
-// connection per client and returns the write as an Op.
+// with a service API key that may write anything. `gatewayEnv` configures a gateway process to accept
+// both (server-process.ts's gatewayArgs, to write them to PostgreSQL), `gatewayKeys` a gateway made in
+// process (gateway-overhead.bench.ts); `writesTo` opens one keep-alive connection per client and
+// returns the write as an Op.
 import { randomBytes } from "node:crypto";
 import { Pool } from "undici";
 import { mintFenceCredential, type CredentialKey } from "@fenced/fence/credentials";
@@ -13,6 +14,10 @@ const SERVICE_KEY = "service-key-0123456789abcdef";
 export interface CredentialWrites {
   /** The gateway's API-key and fence-key environment. */
   gatewayEnv: Record<string, string>;
+  /** The same for a gateway made in process (createGateway's options). */
+  gatewayKeys: { apiKeys: { id: string; key: string; resources: string[]; keys: string[] }[]; fenceKeys: CredentialKey[] };
+  /** The Authorization header every write sends: what an anchor server checks. */
+  authorization: string;
   /** A pool of `concurrency` connections to the gateway on `port`, and the write; `what` names it in errors. */
   writesTo(port: number, what: string): { pool: Pool; op: Op };
 }
@@ -24,11 +29,14 @@ export function credentialWrites(concurrency: number): CredentialWrites {
       expiresAt: Date.now() + 86_400_000,
     }),
   );
+  const apiKeys = [{ id: "service", key: SERVICE_KEY, resources: [""], keys: [""] }];
   return {
     gatewayEnv: {
-      FENCED_GATEWAY_API_KEYS: JSON.stringify([{ id: "service", key: SERVICE_KEY, resources: [""], keys: [""] }]),
+      FENCED_GATEWAY_API_KEYS: JSON.stringify(apiKeys),
       FENCED_GATEWAY_FENCE_KEYS: JSON.stringify([{ id: fenceKey.id, secret: Buffer.from(fenceKey.secret).toString("base64") }]),
     },
+    gatewayKeys: { apiKeys, fenceKeys: [fenceKey] },
+    authorization: `Bearer ${SERVICE_KEY}`,
     writesTo(port, what) {
       const pool = new Pool(`http://127.0.0.1:${port}`, { connections: concurrency, pipelining: 1 });
       const op: Op = async (w, i) => {

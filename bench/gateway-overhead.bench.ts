@@ -13,23 +13,21 @@
 // is the server's own. Interleaved rounds; medians of µs per write and of their ratio in a round.
 // BENCH_BASE_GATEWAY=<another build's packages/gateway/dist/index.js> adds that build, on its own
 // @fenced/store, as a third line in the same rounds: a before/after of the gateway's and store's work.
-import { randomBytes } from "node:crypto";
 import { once } from "node:events";
 import { createRequire } from "node:module";
 import { createServer, type IncomingMessage, type RequestListener, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { pino } from "pino";
-import { Pool } from "undici";
-import { mintFenceCredential, type CredentialKey } from "@fenced/fence/credentials";
+import type { Pool } from "undici";
 import { createGateway, serve, type GatewayOptions } from "@fenced/gateway";
-import { emit, median, round3 } from "./measure.js";
+import { credentialWrites } from "./credential-writes.js";
+import { emit, median, overBase, round3, type Op } from "./measure.js";
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 9);
 const CLIENTS = 64;
 /** Writes a round makes to each server: about half a second each, short enough for pnpm bench. */
 const WRITES = Number(process.env.BENCH_WRITES ?? 20_000);
-const SERVICE_KEY = "service-key-0123456789abcdef";
-const FENCE_KEY: CredentialKey = { id: "bench", secret: randomBytes(32) };
+const writes = credentialWrites(CLIENTS);
 
 /** A client that answers at once, a turn later as a socket's answer would come: one row, a version. */
 const answer = { rows: [{ version: "7" }], rowCount: 1, command: "INSERT" };
@@ -59,19 +57,12 @@ const pool = {
 
 type Create = (options: GatewayOptions) => { app: Parameters<typeof serve>[0] };
 const options = (): GatewayOptions => ({
-  apiKeys: [{ id: "service", key: SERVICE_KEY, resources: [""], keys: [""] }],
-  fenceKeys: [FENCE_KEY],
+  ...writes.gatewayKeys,
   records: { pool: pool as never, schema: "overhead" },
   // At info, as the bench's gateway process logs: a write that succeeds logs no line.
   logger: pino({ level: "info" }, pino.destination({ dest: "/dev/null", sync: false })),
   defaultMetrics: false,
 });
-
-const credentials = Array.from({ length: CLIENTS }, (_, w) =>
-  mintFenceCredential({ resource: `cred-writer/${w}`, token: 1n, holder: `bench-${w}` }, FENCE_KEY, {
-    expiresAt: Date.now() + 86_400_000,
-  }),
-);
 
 /** The floor: the same request read whole and answered with a write's JSON and its headers. */
 function bareServer(): Server {
@@ -106,7 +97,7 @@ function expressServer(): Server {
   const app = express();
   app.use(express.json());
   const check: ExpressHandler = (req, res, next) => {
-    if (req.headers.authorization === `Bearer ${SERVICE_KEY}`) next();
+    if (req.headers.authorization === writes.authorization) next();
     else res.status(401).json({ error: "unauthorized" });
   };
   app.use(check);
@@ -121,29 +112,21 @@ interface Side {
   readonly name: string;
   readonly what: string;
   readonly clients: Pool;
+  readonly write: Op;
   close(): Promise<void>;
 }
 
 async function gatewaySide(name: string, what: string, create: Create, serveIt: typeof serve): Promise<Side> {
   const serving = await serveIt(create(options()).app, { port: 0, host: "127.0.0.1" });
-  return {
-    name,
-    what,
-    clients: new Pool(`http://127.0.0.1:${serving.port}`, { connections: CLIENTS, pipelining: 1 }),
-    close: () => serving.drain(2_000).then(() => undefined),
-  };
+  const { pool: clients, op: write } = writes.writesTo(serving.port, name);
+  return { name, what, clients, write, close: () => serving.drain(2_000).then(() => undefined) };
 }
 
 async function anchorSide(name: string, what: string, server: Server): Promise<Side> {
   server.listen(0, "127.0.0.1");
   await once(server, "listening");
-  const { port } = server.address() as AddressInfo;
-  return {
-    name,
-    what,
-    clients: new Pool(`http://127.0.0.1:${port}`, { connections: CLIENTS, pipelining: 1 }),
-    close: () => new Promise((resolve) => server.close(() => resolve())),
-  };
+  const { pool: clients, op: write } = writes.writesTo((server.address() as AddressInfo).port, name);
+  return { name, what, clients, write, close: () => new Promise((resolve) => server.close(() => resolve())) };
 }
 
 /** Microseconds a write: WRITES writes by CLIENTS clients at once, each its own record. */
@@ -152,34 +135,10 @@ async function usPerWrite(side: Side): Promise<number> {
   const started = process.hrtime.bigint();
   await Promise.all(
     Array.from({ length: CLIENTS }, async (_, w) => {
-      while (next < WRITES) {
-        const i = next++;
-        const res = await side.clients.request({
-          method: "PUT",
-          path: `/v1/records/cred/${w}`,
-          headers: {
-            authorization: `Bearer ${SERVICE_KEY}`,
-            "fencing-credential": credentials[w] as string,
-            "content-type": "application/json",
-          },
-          body: JSON.stringify({ writer: w, seq: i, note: "invoice total updated" }),
-        });
-        await res.body.dump();
-        if (res.statusCode !== 200) throw new Error(`${side.name} answered ${res.statusCode}`);
-      }
+      while (next < WRITES) await side.write(w, next++);
     }),
   );
   return Number(process.hrtime.bigint() - started) / 1000 / WRITES;
-}
-
-/** This build's µs per write ÷ the base build's, by round: the median, and the least and most. */
-function overBase(now: readonly number[], base: readonly number[]): Record<string, number> {
-  const ratios = now.map((n, i) => n / (base[i] as number));
-  return {
-    thisOverBase: round3(median(ratios)),
-    thisOverBaseMin: round3(Math.min(...ratios)),
-    thisOverBaseMax: round3(Math.max(...ratios)),
-  };
 }
 
 const ANCHORS = {

@@ -65,6 +65,19 @@ export function round3(x: number): number {
   return Number(x.toFixed(3));
 }
 
+/** One build's figures ÷ another's, round by round (interleaved): the median, and the least and most. */
+export function overBase(
+  now: readonly number[],
+  base: readonly number[],
+): Record<"thisOverBase" | "thisOverBaseMin" | "thisOverBaseMax", number> {
+  const ratios = now.map((n, i) => n / (base[i] as number));
+  return {
+    thisOverBase: round3(median(ratios)),
+    thisOverBaseMin: round3(Math.min(...ratios)),
+    thisOverBaseMax: round3(Math.max(...ratios)),
+  };
+}
+
 /**
  * Open-loop load: starts one `op` every 1000/rate ms for `durationMs`, whether or not earlier ones
  * have finished, and times each from its scheduled start (a stalled server delays every op behind

@@ -10,7 +10,7 @@
 // BENCH_BASE_STORE=<another build's packages/fenced-store/dist/postgres/index.js> adds that build's
 // put as a third line, in the same rounds (a before/after of the store's own work).
 import { FencedPostgres } from "@fenced/store/postgres";
-import { emit, median, round3 } from "./measure.js";
+import { emit, median, overBase, round3 } from "./measure.js";
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 9);
 const WRITERS = 64;
@@ -61,16 +61,6 @@ const baseStore = process.env.BENCH_BASE_STORE;
 if (baseStore !== undefined) {
   const base = (await import(baseStore)) as { FencedPostgres: typeof FencedPostgres };
   impls.push(["base-put", fenced(new base.FencedPostgres(pool as never, { schema: "overhead" })), `FencedPostgres.put of ${baseStore}`]);
-}
-
-/** This build's ns per write ÷ the base build's, by round: the median, and the least and most. */
-function overBase(now: readonly number[], base: readonly number[]): Record<string, number> {
-  const ratios = now.map((n, i) => n / (base[i] as number));
-  return {
-    thisOverBase: round3(median(ratios)),
-    thisOverBaseMin: round3(Math.min(...ratios)),
-    thisOverBaseMax: round3(Math.max(...ratios)),
-  };
 }
 
 /** Nanoseconds a write, `WRITES` writes by WRITERS writers at once. */
