@@ -35,8 +35,9 @@ function decimal(text: string): string | undefined {
 /**
  * JSON.parse's reviver: each number's value against its source text (what the client wrote). A
  * number whose double is another value — most integers beyond ±(2^53 − 1), more significant digits
- * than a double holds, a magnitude it cannot reach — is refused: stored, it would read back as a number the
- * client never sent (RFC 7493 §2.2: such numbers are not interoperable), with nothing to tell it so.
+ * than a double holds, a magnitude it cannot reach — is refused: stored, it would read back as a
+ * number the client never sent (RFC 7493 §2.2: such numbers are not interoperable), with nothing to
+ * tell it so.
  */
 function exactly(_key: string, value: unknown, context?: { readonly source?: string }): unknown {
   const source = context?.source;
