@@ -21,7 +21,8 @@ import { pino } from "pino";
 import type { Pool } from "undici";
 import { createGateway, serve, type GatewayOptions } from "@fenced/gateway";
 import { credentialWrites } from "./credential-writes.js";
-import { emit, median, overBase, round3, type Op } from "./measure.js";
+import { answeringPool } from "./answering-pool.js";
+import { emit, median, nsPerOp, overBase, round3, type Op } from "./measure.js";
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 9);
 const CLIENTS = 64;
@@ -29,36 +30,10 @@ const CLIENTS = 64;
 const WRITES = Number(process.env.BENCH_WRITES ?? 20_000);
 const writes = credentialWrites(CLIENTS);
 
-/** A client that answers at once, a turn later as a socket's answer would come: one row, a version. */
-const answer = { rows: [{ version: "7" }], rowCount: 1, command: "INSERT" };
-const client = {
-  query: async (): Promise<typeof answer> => {
-    await Promise.resolve();
-    return answer;
-  },
-  release: (): void => undefined,
-  on: (): void => undefined,
-  removeListener: (): void => undefined,
-};
-/** pg.Pool's shape as the gateway reads it: both forms of connect(), and its size (the admission floor). */
-const pool = {
-  options: { max: 16 },
-  totalCount: 16,
-  idleCount: 16,
-  waitingCount: 0,
-  query: client.query,
-  connect: (callback?: (err: undefined, c: typeof client) => void): Promise<typeof client> | undefined => {
-    if (callback === undefined) return Promise.resolve(client);
-    process.nextTick(() => callback(undefined, client));
-    return undefined;
-  },
-  on: (): void => undefined,
-};
-
 type Create = (options: GatewayOptions) => { app: Parameters<typeof serve>[0] };
 const options = (): GatewayOptions => ({
   ...writes.gatewayKeys,
-  records: { pool: pool as never, schema: "overhead" },
+  records: { pool: answeringPool() as never, schema: "overhead" },
   // At info, as the bench's gateway process logs: a write that succeeds logs no line.
   logger: pino({ level: "info" }, pino.destination({ dest: "/dev/null", sync: false })),
   defaultMetrics: false,
@@ -130,16 +105,7 @@ async function anchorSide(name: string, what: string, server: Server): Promise<S
 }
 
 /** Microseconds a write: WRITES writes by CLIENTS clients at once, each its own record. */
-async function usPerWrite(side: Side): Promise<number> {
-  let next = 0;
-  const started = process.hrtime.bigint();
-  await Promise.all(
-    Array.from({ length: CLIENTS }, async (_, w) => {
-      while (next < WRITES) await side.write(w, next++);
-    }),
-  );
-  return Number(process.hrtime.bigint() - started) / 1000 / WRITES;
-}
+const usPerWrite = async (side: Side): Promise<number> => (await nsPerOp(side.write, CLIENTS, WRITES)) / 1000;
 
 const ANCHORS = {
   "node-http": "bare node:http reading the request whole and answering a write's JSON",

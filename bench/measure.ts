@@ -32,6 +32,21 @@ export async function closedLoop(op: Op, concurrency: number, durationMs: number
   return performance.now() - start;
 }
 
+/**
+ * The closed loop by count: `count` ops by `concurrency` workers, each starting its next as soon as
+ * the last one answered. Resolves with the nanoseconds an op (the elapsed time ÷ `count`).
+ */
+export async function nsPerOp(op: (worker: number, i: number) => Promise<unknown>, concurrency: number, count: number): Promise<number> {
+  let next = 0;
+  const started = process.hrtime.bigint();
+  await Promise.all(
+    Array.from({ length: concurrency }, async (_, worker) => {
+      while (next < count) await op(worker, next++);
+    }),
+  );
+  return Number(process.hrtime.bigint() - started) / count;
+}
+
 /** The value at fraction `p` of `sorted` (ascending), 0 for none. */
 export function percentile(sorted: readonly number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))] ?? 0;

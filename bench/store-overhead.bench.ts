@@ -10,33 +10,15 @@
 // BENCH_BASE_STORE=<another build's packages/fenced-store/dist/postgres/index.js> adds that build's
 // put as a third line, in the same rounds (a before/after of the store's own work).
 import { FencedPostgres } from "@fenced/store/postgres";
-import { emit, median, overBase, round3 } from "./measure.js";
+import { answeringPool } from "./answering-pool.js";
+import { emit, median, nsPerOp, overBase, round3 } from "./measure.js";
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 9);
 const WRITERS = 64;
 /** Writes a round makes of each: long enough for a stable figure (about 0.2 s), short enough for pnpm bench. */
 const WRITES = 40_000;
 
-/** A client that answers at once, a turn later as a socket's answer would come: one row, a version. */
-const answer = { rows: [{ version: "7" }], rowCount: 1, command: "INSERT" };
-const client = {
-  query: async (_config?: unknown): Promise<typeof answer> => {
-    await Promise.resolve();
-    return answer;
-  },
-  release: (): void => undefined,
-  on: (): void => undefined,
-  removeListener: (): void => undefined,
-};
-/** pg.Pool's two forms of connect(): a callback a turn later, or a promise. */
-function connect(): Promise<typeof client>;
-function connect(callback: (err: undefined, c: typeof client) => void): undefined;
-function connect(callback?: (err: undefined, c: typeof client) => void): Promise<typeof client> | undefined {
-  if (callback === undefined) return Promise.resolve(client);
-  process.nextTick(() => callback(undefined, client));
-  return undefined;
-}
-const pool = { query: client.query, connect };
+const pool = answeringPool();
 
 type Put = (w: number, i: number) => Promise<unknown>;
 const value = (w: number, i: number): Record<string, unknown> => ({ writer: w, seq: i, note: "invoice total updated" });
@@ -64,16 +46,7 @@ if (baseStore !== undefined) {
 }
 
 /** Nanoseconds a write, `WRITES` writes by WRITERS writers at once. */
-async function nsPerWrite(put: Put): Promise<number> {
-  let next = 0;
-  const started = process.hrtime.bigint();
-  await Promise.all(
-    Array.from({ length: WRITERS }, async (_, w) => {
-      while (next < WRITES) await put(w, next++);
-    }),
-  );
-  return Number(process.hrtime.bigint() - started) / WRITES;
-}
+const nsPerWrite = (put: Put): Promise<number> => nsPerOp(put, WRITERS, WRITES);
 
 for (const [, put] of impls) await nsPerWrite(put); // warm: JIT
 const ns = new Map<string, number[]>(impls.map(([name]) => [name, []]));

@@ -303,7 +303,6 @@ function mountFamilies(app: Express, ctx: RouteContext, served: readonly Served[
   app.use("/v1/objects", objects === undefined ? disabled("objects") : objectsRouter(ctx, objects));
 }
 
-/** The store serving `family`, of that family's contract. */
 /** What the objects store takes of a body, as its registration says (none without one). */
 function bodyLimitsOf(served: readonly Served[]): BodyLimits {
   const objects = servedOf(served, "objects");
@@ -315,6 +314,7 @@ function servedOf(served: readonly Served[], family: Family): Served | undefined
   return served.find(({ registration }) => registration.family === family);
 }
 
+/** The store serving `family`, of that family's contract. */
 function storeOf<F extends Family>(served: readonly Served[], family: F): FamilyStores[F] | undefined {
   // A registration of `family` makes a store of its contract (StoreDriver.create).
   return servedOf(served, family)?.store as FamilyStores[F] | undefined;

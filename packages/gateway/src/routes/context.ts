@@ -88,9 +88,9 @@ const startsWithBom = (bytes: Buffer): boolean => bytes[0] === 0xef && bytes[1] 
  * A JSON body reader for one route: media type checked first (415), then that there is a body (400),
  * that it is not compressed and is UTF-8 (415) — all before "100 Continue" — then the size limit
  * (413, also when Content-Length alone announces too much: http/request-body.ts, readWhole), then
- * the bytes (400 unless well-formed UTF-8 holding a value), then the syntax (400) and the numbers (400
- * for one a double would change: http/json-text.ts). Compressed bodies
- * are refused rather than inflated: the limit must bound what the gateway holds, not what it received.
+ * the bytes (400 unless well-formed UTF-8 holding a value), then the syntax (400) and the numbers
+ * (400 for one a double would change: http/json-text.ts). Compressed bodies are refused rather than
+ * inflated: the limit must bound what the gateway holds, not what it received.
  */
 export function jsonBody(limitBytes: number): (req: Request, res: Response) => Promise<unknown> {
   return async (req, res) => {
