@@ -3,7 +3,6 @@ import { performance } from "node:perf_hooks";
 import { outcomeOf, type Outcome } from "@fenced/fence/internal";
 import { context, SpanKind, SpanStatusCode, trace, type Attributes, type Context, type Span } from "@opentelemetry/api";
 import type { StoreBackend } from "./errors.js";
-import { Lru } from "./lru.js";
 
 /**
  * What the stores tell an observer, without the caller's help: each write's outcome on
@@ -140,33 +139,10 @@ function message(
   return { ...call, fences: call.fences ?? [], outcome, ...more, durationMs: performance.now() - started };
 }
 
-/** A statement's span: its name and options. */
-interface StatementSpan {
-  readonly name: string;
-  readonly options: { readonly kind: SpanKind; readonly attributes: Attributes };
-}
-
-/**
- * The spans of the store's own named statements, made once each: each name is always for the same
- * text (postgres/sql.ts's statementNames: its digest is in the name). Others are made each time. At
- * most NAMED_SPANS, the least recently made dropped first: about 40 statements a schema, and a process
- * may make stores on any number of schemas.
- */
-const NAMED_SPANS = 1_024;
-const namedSpans = new Lru<string, StatementSpan>(NAMED_SPANS);
-
-/** The statement's span `postgresql <name>`: the store's statement (`fenced:<name>:<digest>`), else the SQL's first word; its text, never its parameters. */
-function statementSpan(config: { readonly name?: string | undefined; readonly text: string }): StatementSpan {
-  const { name: given, text } = config;
-  const known = given === undefined ? undefined : namedSpans.get(given);
-  if (known !== undefined) return known;
-  const named = given?.split(":")[1];
-  const span: StatementSpan = {
-    name: `postgresql ${named ?? text.trimStart().split(/\s/, 1)[0] ?? "query"}`,
-    options: { kind: SpanKind.CLIENT, attributes: Object.freeze({ "db.system.name": "postgresql", "db.query.text": text }) },
-  };
-  if (given !== undefined && named !== undefined && given.startsWith("fenced:")) namedSpans.set(given, span);
-  return span;
+/** The statement's name as its span names it: the store's statement (`fenced:<name>:<digest>`), else the SQL's first word. */
+function statementName(config: { readonly name?: string | undefined; readonly text: string }): string {
+  const named = config.name?.split(":")[1];
+  return named ?? config.text.trimStart().split(/\s/, 1)[0] ?? "query";
 }
 
 /** One SQL statement sent to PostgreSQL, as a client span `postgresql <name>` with its text (parameters are never recorded). */
@@ -174,18 +150,21 @@ export function observedStatement<T>(
   config: { readonly name?: string | undefined; readonly text: string },
   run: () => Promise<T>,
 ): Promise<T> {
-  const { name, options } = statementSpan(config);
-  return tracer.startActiveSpan(name, options, async (span) => {
-    try {
-      return await run();
-    } catch (err) {
-      const code = (err as { code?: unknown } | null)?.code;
-      failed(span, { "error.type": typeof code === "string" ? code : err instanceof Error ? err.name : "error" }, err);
-      throw err;
-    } finally {
-      span.end();
-    }
-  });
+  return tracer.startActiveSpan(
+    `postgresql ${statementName(config)}`,
+    { kind: SpanKind.CLIENT, attributes: { "db.system.name": "postgresql", "db.query.text": config.text } },
+    async (span) => {
+      try {
+        return await run();
+      } catch (err) {
+        const code = (err as { code?: unknown } | null)?.code;
+        failed(span, { "error.type": typeof code === "string" ? code : err instanceof Error ? err.name : "error" }, err);
+        throw err;
+      } finally {
+        span.end();
+      }
+    },
+  );
 }
 
 /** A command as the AWS SDK v3 sends it: its class names the operation, its input the bucket and key, or the table. */

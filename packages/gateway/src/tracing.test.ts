@@ -128,7 +128,7 @@ describe("OpenTelemetry spans of a traced write", () => {
     });
     expect(children(putRecord).every((s) => s.name.startsWith("postgresql "))).toBe(true);
     expect(children(putRecord).length).toBeGreaterThan(0);
-    // Each statement's span is its own (observe.ts keeps one a named statement): the put's writes the record, the register's do not.
+    // Each statement's span is its own statement's: the put's writes the record, the register's do not.
     const writesRecord = (s: ReadableSpan): boolean => /INSERT INTO \S*records/.test(String(s.attributes["db.query.text"]));
     expect(children(putRecord).some(writesRecord)).toBe(true);
     expect(statements.some(writesRecord)).toBe(false);
