@@ -40,6 +40,24 @@ describe("Deadline: its signal, made when first asked for, says what the call's 
     deadline.end();
   });
 
+  it("the first reason to stop is the one kept: a timeout then end(true) is still a timeout, a caller's abort then the deadline still the caller's", async () => {
+    const timed = new Deadline(1, undefined);
+    const exceeded = await timed.race(never()).catch((err: unknown) => err);
+    timed.end(true);
+    expect(timed.timedOut).toBe(true);
+    await expect(timed.race(never())).rejects.toBe(exceeded);
+    const caller = new AbortController();
+    const reason = new Error("the caller gave up");
+    const aborted = new Deadline(1, caller.signal);
+    caller.abort(reason);
+    await expect(aborted.race(never())).rejects.toBe(reason);
+    // Its clock still runs (only end() stops it): past the deadline, the caller's reason stays.
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(aborted.callerAborted).toBe(true);
+    expect(aborted.signal.reason).toBe(reason);
+    aborted.end();
+  });
+
   it("end(true) aborts what the call left running, asked for before or after; end() never aborts it", () => {
     const abandoned = new Deadline(60_000, undefined);
     const before = abandoned.signal;

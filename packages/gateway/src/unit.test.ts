@@ -326,6 +326,15 @@ describe("API keys", () => {
       expect(() => keys.authenticate(forged)).toThrow(HttpProblem);
     }
   });
+
+  it("a request another set of keys authenticated is judged again by these: the kept answer is its own keys'", () => {
+    const one = new ApiKeys([{ id: "a", key: "a".repeat(16), resources: [""], keys: [""] }]);
+    const other = new ApiKeys([{ id: "z", key: "z".repeat(16), resources: [""], keys: [""] }]);
+    const asked = req(`Bearer ${"a".repeat(16)}`);
+    expect(one.authenticate(asked).id).toBe("a");
+    expect(() => other.authenticate(asked)).toThrow(HttpProblem);
+    expect(one.authenticate(asked).id).toBe("a");
+  });
 });
 
 describe("configuration", () => {
