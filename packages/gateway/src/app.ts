@@ -248,6 +248,7 @@ function routeContext(options: GatewayOptions, logger: Logger, metrics: GatewayM
     get logger() {
       return requestLogger(logger);
     },
+    logs: (level) => logger.isLevelEnabled(level),
     limits,
     credentials,
   };
@@ -425,7 +426,7 @@ function account(ctx: RouteContext, req: Request, res: Response, route: string, 
         : status >= 400
           ? "info"
           : "debug";
-  if (!ctx.logger.isLevelEnabled(level)) return;
+  if (!ctx.logs(level)) return;
   // In the request's scope: its line is logged by the request's own logger, with its requestId.
   inRequestScope(a, () =>
     ctx.logger[level](

@@ -112,3 +112,35 @@ describe("malformed HTTP (the server's clientError)", () => {
     expect(await gateway.metrics.registry.getSingleMetricAsString("fenced_gateway_malformed_requests_total")).toBe(before);
   });
 });
+
+describe("the request's logger", () => {
+  it("is made only for a request that logs: a success at info makes none, a refusal one, whose line carries the id", async () => {
+    const written: Record<string, unknown>[] = [];
+    const logger = pino({ level: "info" }, { write: (line: string) => void written.push(JSON.parse(line) as Record<string, unknown>) });
+    let made = 0;
+    const child = logger.child.bind(logger);
+    logger.child = ((...args: Parameters<typeof child>) => {
+      made++;
+      return child(...args);
+    }) as typeof logger.child;
+    const quiet = createGateway({ apiKeys: API_KEYS, logger, defaultMetrics: false });
+    const at = await serve(quiet.app, { port: 0 });
+    const to = httpClient(at.port);
+    try {
+      // A success is logged at debug: under an info logger its request writes no line and makes no logger.
+      for (let i = 0; i < 3; i++) expect((await to.send({ method: "GET", path: "/openapi.json" })).status).toBe(200);
+      expect(made).toBe(0);
+      const missing = await to.send({ method: "GET", path: "/v1/records/a", headers: bearer(KEYS.admin) });
+      expect(missing.status).toBe(404);
+      const id = missing.headers["x-request-id"];
+      for (;;) {
+        if (written.some((l) => l.requestId === id)) break;
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      expect(made).toBe(1);
+    } finally {
+      to.close();
+      await at.drain(1_000);
+    }
+  });
+});

@@ -1,7 +1,7 @@
 import { isUtf8 } from "node:buffer";
 import { parse as parseContentType } from "content-type";
 import type { Request, Response } from "express";
-import type { Logger } from "pino";
+import type { Level, Logger } from "pino";
 import { z } from "zod";
 import type { WriteAnswer } from "../schemas/answers.js";
 import type { RecordWritesAnswer } from "../schemas/record-writes.js";
@@ -52,7 +52,13 @@ export const limitsSchema = z.strictObject({
 export interface RouteContext {
   readonly auth: ApiKeys;
   readonly metrics: GatewayMetrics;
+  /** Inside a request, that request's logger (a child carrying its requestId, made on first use). */
   readonly logger: Logger;
+  /**
+   * Whether a line at `level` is written. Asked of the gateway's logger, whose level every request's
+   * logger takes: asking makes no request logger, so a request that logs nothing allocates none.
+   */
+  logs(level: Level): boolean;
   readonly limits: Limits;
   /** Fence credentials: minted for granted leases, required on writes from keys that are not trusted lock clients. */
   readonly credentials: FenceCredentials | undefined;
