@@ -3,6 +3,7 @@ import type { AddressInfo, Socket } from "node:net";
 import { performance } from "node:perf_hooks";
 import type { Express, Request, Response } from "express";
 import { clientErrorListener } from "./client-errors.js";
+import { InFlight } from "./in-flight.js";
 import { listenOn, type Listening } from "./listeners.js";
 
 /**
@@ -180,7 +181,7 @@ export function arrivalOf(req: IncomingMessage): number | undefined {
 }
 
 /** Per connection, its pipelined responses still waiting for their turn (closeWithConnection). */
-const waitingTurn = new WeakMap<Socket, Set<ServerResponse>>();
+const waitingTurn = new WeakMap<Socket, InFlight<ServerResponse>>();
 
 /**
  * Ends `res` with its connection: Node 22 never emits "close" on a pipelined request's response whose
@@ -193,24 +194,24 @@ function closeWithConnection(req: IncomingMessage, res: ServerResponse): void {
   // Not pipelined: the response has its connection already, and Node closes it with it.
   if (res.socket !== null) return;
   const waiting = waitingTurnOn(req.socket);
-  waiting.add(res);
-  res.once("close", () => waiting.delete(res));
+  const slot = waiting.add(res);
+  res.once("close", () => waiting.remove(slot));
 }
 
 /** The connection's responses waiting for their turn; the first time, with the listener that ends them with it. */
-function waitingTurnOn(socket: Socket): Set<ServerResponse> {
+function waitingTurnOn(socket: Socket): InFlight<ServerResponse> {
   const known = waitingTurn.get(socket);
   if (known !== undefined) return known;
-  const waiting = new Set<ServerResponse>();
+  const waiting = new InFlight<ServerResponse>();
   waitingTurn.set(socket, waiting);
   socket.once("close", () => {
     // After Node's own handling of the connection's end (a tick later), each response still open is
     // ended as Node 24 ends it: destroyed, `closed` (what waits for "close" may look there first:
     // admission control's hold, the accounting), then "close". Each on a turn of its own, as Node 24
     // ends each on a tick of its own.
-    for (const res of waiting)
+    for (const [slot, res] of waiting.entries())
       setImmediate(() => {
-        if (!waiting.has(res)) return;
+        if (!waiting.holds(slot, res)) return;
         res.destroy();
         Object.defineProperty(res, "closed", { value: true, configurable: true });
         res.emit("close");
@@ -232,7 +233,9 @@ export async function serve(app: Express, options: ServeOptions = {}): Promise<S
   });
   server.keepAliveTimeout = options.keepAliveTimeoutMs ?? SERVER_DEFAULTS.keepAliveTimeoutMs;
   server.maxConnections = options.maxConnections ?? SERVER_DEFAULTS.maxConnections;
-  const active = new Set<ServerResponse>();
+  // Not a Set: one that takes and drops a response a request keeps every response alive past its
+  // end once a mark-compact has promoted its table (in-flight.ts).
+  const active = new InFlight<ServerResponse>();
   let draining = false;
 
   server.on("request", (req: IncomingMessage, res: ServerResponse) => {
@@ -240,8 +243,8 @@ export async function serve(app: Express, options: ServeOptions = {}): Promise<S
     // Arrived on a kept-alive connection while draining: serve it, then close that connection.
     if (draining) res.setHeader("Connection", "close");
     res.setMaxListeners(RESPONSE_MAX_LISTENERS);
-    active.add(res);
-    res.once("close", () => active.delete(res));
+    const slot = active.add(res);
+    res.once("close", () => active.remove(slot));
     closeWithConnection(req, res);
   });
   const early = EARLY.get(app);
@@ -287,7 +290,7 @@ export async function serve(app: Express, options: ServeOptions = {}): Promise<S
  * closes each connection as it falls idle; at `timeoutMs` cuts what is left. Resolves whether
  * everything finished.
  */
-function drainServer(server: Server, listening: Listening, active: ReadonlySet<ServerResponse>, timeoutMs: number): Promise<boolean> {
+function drainServer(server: Server, listening: Listening, active: Iterable<ServerResponse>, timeoutMs: number): Promise<boolean> {
   return new Promise((resolve) => {
     const closed = listening.close();
     // Every listening socket stops accepting; a response not yet started learns to close its
