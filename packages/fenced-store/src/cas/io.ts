@@ -96,7 +96,14 @@ export class StoreIo {
    * since fence ETags never repeat.
    */
   private readonly fences = new Lru<string, FenceSnapshot>(CACHE_ENTRIES);
-  private readonly pending = new Set<Promise<void>>();
+  /**
+   * Background tasks still running, and what flush() has left waiting for none to be. A count, not a
+   * Set of the tasks: a Set that takes and drops an entry a write would, once a mark-compact has
+   * promoted its hash table, keep every task (and what its closures hold) alive into old space, through
+   * the chain V8 links from each table it replaces to the next.
+   */
+  private running = 0;
+  private readonly idle: (() => void)[] = [];
 
   constructor(
     readonly objects: ConditionalPort,
@@ -272,14 +279,18 @@ export class StoreIo {
 
   /** A best-effort deletion or cleanup that outlives its call; flush() waits for it. */
   background(work: () => Promise<void>): void {
-    const task: Promise<void> = work()
+    const task = work();
+    this.running++;
+    void task
       .catch(() => undefined)
-      .finally(() => this.pending.delete(task));
-    this.pending.add(task);
+      .finally(() => {
+        if (--this.running > 0) return;
+        for (const wake of this.idle.splice(0)) wake();
+      });
   }
 
-  /** Waits for every background task, those started meanwhile included. */
-  async flush(): Promise<void> {
-    while (this.pending.size > 0) await Promise.all([...this.pending]);
+  /** Waits for every background task, those started meanwhile included: until none is running. */
+  flush(): Promise<void> {
+    return this.running === 0 ? Promise.resolve() : new Promise((resolve) => this.idle.push(resolve));
   }
 }

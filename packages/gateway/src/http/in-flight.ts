@@ -1,6 +1,6 @@
 /**
- * What a server has in flight (its responses; a connection's pipelined responses), held without a
- * hash table. A `Set` or `Map` that takes one entry and drops another with every request is the wrong
+ * What the gateway has in flight (serve()'s responses, a connection's pipelined responses, the lease
+ * grants a drain waits for), held without a hash table. A `Set` or `Map` that takes one entry and drops another with every request is the wrong
  * container in a process that serves for months: V8 replaces a Set's hash table as its entries come
  * and go, and links each table it replaces to the one after it (for iterators still on the old one).
  * Once a mark-compact has moved the live table to old space, that chain — every later table, and

@@ -10,6 +10,7 @@ import { requireResource, requireWrite, type Principal } from "../auth/api-keys.
 import type { FenceCredentials } from "../auth/credentials.js";
 import { jsonBody, methodNotAllowed, type RouteContext } from "./context.js";
 import { clientGone } from "../http/client-gone.js";
+import { InFlight } from "../http/in-flight.js";
 import { leaseBodySchema } from "../schemas/validation.js";
 import type { LockProbe } from "../ops/health-routes.js";
 import { nodeAddress } from "../ops/readiness.js";
@@ -100,8 +101,8 @@ export function leasesRouter(
   const bodies = leaseBodySchema(ctx.limits.maxTtlMs);
   const readBody = jsonBody(BODY_LIMIT);
   const router = Router({ caseSensitive: true, strict: true });
-  /** Grants in flight (grant()): settled() waits for them. */
-  const inFlight = new Set<Promise<unknown>>();
+  /** Grants in flight (grant()): settled() waits for them. Not a Set: see http/in-flight.ts. */
+  const inFlight = new InFlight<Promise<unknown>>();
 
   router.post("/", async (req, res) => {
     const principal = principalFor(ctx, req, res);
@@ -109,8 +110,8 @@ export function leasesRouter(
     // Every resource of the lease: a set outside the key's scope in any part is refused whole.
     for (const resource of resources) requireResource(principal, resource);
     const granting = grant(leases, resources, ttlMs, register, clientGone(res));
-    inFlight.add(granting);
-    const lease = await granting.finally(() => inFlight.delete(granting));
+    const slot = inFlight.add(granting);
+    const lease = await granting.finally(() => inFlight.remove(slot));
     // The client has gone: there is nobody to answer (the request is accounted as cut).
     if (lease === undefined) return;
     ctx.metrics.lease("granted");
@@ -120,8 +121,8 @@ export function leasesRouter(
     res.once("close", () => {
       if (res.writableFinished) return;
       const abandoning = abandon(leases, lease, "the client left while the lease was answered");
-      inFlight.add(abandoning);
-      void abandoning.finally(() => inFlight.delete(abandoning));
+      const slot = inFlight.add(abandoning);
+      void abandoning.finally(() => inFlight.remove(slot));
     });
     // No Location header: a lease id is a capability (extend, release), and Location headers are logged.
     res.status(201).json(body);
