@@ -94,7 +94,7 @@ export class NodeWatch {
     const seen = connectionError(err);
     if (seen === undefined) return;
     this.#record(seen);
-    if (this.down !== undefined) for (const listener of [...downListeners]) listener();
+    if (this.down !== undefined) for (const listener of downListeners.slice()) listener?.();
   }
 
   #record(last: ConnectionError | undefined): void {
@@ -118,14 +118,25 @@ export class NodeWatch {
 // One watch per client, shared by every Redlock using it: listeners never pile up on a client.
 const watches = new WeakMap<object, NodeWatch>();
 
-// The rounds waiting for nodes. One entry per round, not per node: registering costs a round one Set
-// insertion, and a node seen down (rare) has each round check its own nodes.
-const downListeners = new Set<() => void>();
+// The rounds waiting for nodes. One entry per round, not per node: registering costs a round a slot,
+// and a node seen down (rare) has each round check its own nodes. A slot of a plain array, emptied
+// when the round stops watching, not a Set entry: a Set taking and dropping one entry a round would,
+// once a mark-compact under load had promoted its hash table, keep every round's listener (and what
+// its closure holds) alive into old space, through the chain V8 links from each hash table it
+// replaces to the next.
+const downListeners: ((() => void) | undefined)[] = [];
+/** Empty slots of downListeners, taken before it grows. */
+const freeSlots: number[] = [];
 
 /** Calls `listener` whenever any watched node is seen down, until the returned function is called. */
 export function onAnyDown(listener: () => void): () => void {
-  downListeners.add(listener);
-  return () => downListeners.delete(listener);
+  const slot = freeSlots.pop() ?? downListeners.length;
+  downListeners[slot] = listener;
+  return () => {
+    if (downListeners[slot] !== listener) return;
+    downListeners[slot] = undefined;
+    freeSlots.push(slot);
+  };
 }
 
 /** The client's watch, started on first use; undefined for a client that has no events to watch, or has ended. */
