@@ -279,14 +279,13 @@ export class StoreIo {
 
   /** A best-effort deletion or cleanup that outlives its call; flush() waits for it. */
   background(work: () => Promise<void>): void {
-    const task = work();
+    // Chained before it is counted: whatever throws here throws before the count could go up.
+    const task = work().catch(() => undefined);
     this.running++;
-    void task
-      .catch(() => undefined)
-      .finally(() => {
-        if (--this.running > 0) return;
-        for (const wake of this.idle.splice(0)) wake();
-      });
+    void task.finally(() => {
+      if (--this.running > 0) return;
+      for (const wake of this.idle.splice(0)) wake();
+    });
   }
 
   /** Waits for every background task, those started meanwhile included: until none is running. */

@@ -14,8 +14,8 @@ describe("InFlight", () => {
     const slotB = inFlight.add(b);
     expect(inFlight.size).toBe(2);
     expect([...inFlight]).toEqual([a, b]);
-    inFlight.remove(slotA);
-    inFlight.remove(slotA);
+    inFlight.remove(slotA, a);
+    inFlight.remove(slotA, a);
     expect(inFlight.size).toBe(1);
     expect(inFlight.holds(slotA, a)).toBe(false);
     // The freed slot is taken again before the array grows.
@@ -27,6 +27,24 @@ describe("InFlight", () => {
       [slotC, c],
       [slotB, b],
     ]);
+    // A late removal of what the slot held before takes nothing from its new item.
+    inFlight.remove(slotC, a);
+    expect(inFlight.holds(slotC, c)).toBe(true);
+    expect(inFlight.size).toBe(2);
+  });
+
+  it("starts over once nothing is in flight", () => {
+    const inFlight = new InFlight<{ n: number }>();
+    const items = Array.from({ length: 100 }, (_, n) => ({ n }));
+    const slots = items.map((item) => inFlight.add(item));
+    items.forEach((item, i) => inFlight.remove(slots[i] as number, item));
+    expect(inFlight.size).toBe(0);
+    // The burst's 100 slots are gone: the next item takes the first.
+    const next = { n: 100 };
+    expect(inFlight.add(next)).toBe(0);
+    // A late removal of a slot past the new end does nothing.
+    inFlight.remove(99, items[99] as { n: number });
+    expect([...inFlight]).toEqual([next]);
   });
 });
 

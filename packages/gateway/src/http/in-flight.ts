@@ -6,7 +6,8 @@
  * Once a mark-compact has moved the live table to old space, that chain — every later table, and
  * every response any of them held, with its request — stays reachable from old space until the next
  * mark-compact: each request's objects outlive the scavenges and are promoted. Under 64 writers that
- * was 20–25 MB of promoted garbage a second, and RSS 250 against 180 MB (docs/benchmarks.md).
+ * was about 20–25 MB of promoted garbage a second, and RSS 250–270 against 183–189 MB now
+ * (docs/benchmarks.md).
  *
  * Here each item has a slot of a plain array, emptied when it leaves: an item that left is referenced
  * by nothing kept here. The array grows to the most items ever in flight at once, and no further.
@@ -25,12 +26,17 @@ export class InFlight<T extends object> {
     return slot;
   }
 
-  /** Lets go of the item in `slot`, once: `add` answered this slot, and it was not removed since. */
-  remove(slot: number): void {
-    if (this.#slots[slot] === undefined) return;
+  /**
+   * Lets go of `item`, which `add` gave `slot`. Nothing when the slot no longer holds it (removed
+   * already, and maybe given to another item since). Once nothing is in flight the slots go too, so
+   * that a burst does not keep its array for good.
+   */
+  remove(slot: number, item: T): void {
+    if (this.#slots[slot] !== item) return;
     this.#slots[slot] = undefined;
-    this.#free.push(slot);
     this.#size--;
+    if (this.#size > 0) this.#free.push(slot);
+    else this.#slots.length = this.#free.length = 0;
   }
 
   /** Whether `slot` still holds `item` (it was not removed, nor given to another item since). */
@@ -42,7 +48,7 @@ export class InFlight<T extends object> {
     return this.#size;
   }
 
-  /** Every item in flight, with its slot. */
+  /** Every item in flight, with its slot. An item added during the walk may or may not be met. */
   *entries(): IterableIterator<[number, T]> {
     for (let slot = 0; slot < this.#slots.length; slot++) {
       const item = this.#slots[slot];

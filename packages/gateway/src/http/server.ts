@@ -195,7 +195,7 @@ function closeWithConnection(req: IncomingMessage, res: ServerResponse): void {
   if (res.socket !== null) return;
   const waiting = waitingTurnOn(req.socket);
   const slot = waiting.add(res);
-  res.once("close", () => waiting.remove(slot));
+  res.once("close", () => waiting.remove(slot, res));
 }
 
 /** The connection's responses waiting for their turn; the first time, with the listener that ends them with it. */
@@ -244,7 +244,7 @@ export async function serve(app: Express, options: ServeOptions = {}): Promise<S
     if (draining) res.setHeader("Connection", "close");
     res.setMaxListeners(RESPONSE_MAX_LISTENERS);
     const slot = active.add(res);
-    res.once("close", () => active.remove(slot));
+    res.once("close", () => active.remove(slot, res));
     closeWithConnection(req, res);
   });
   const early = EARLY.get(app);

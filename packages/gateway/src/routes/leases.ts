@@ -111,7 +111,7 @@ export function leasesRouter(
     for (const resource of resources) requireResource(principal, resource);
     const granting = grant(leases, resources, ttlMs, register, clientGone(res));
     const slot = inFlight.add(granting);
-    const lease = await granting.finally(() => inFlight.remove(slot));
+    const lease = await granting.finally(() => inFlight.remove(slot, granting));
     // The client has gone: there is nobody to answer (the request is accounted as cut).
     if (lease === undefined) return;
     ctx.metrics.lease("granted");
@@ -122,7 +122,7 @@ export function leasesRouter(
       if (res.writableFinished) return;
       const abandoning = abandon(leases, lease, "the client left while the lease was answered");
       const slot = inFlight.add(abandoning);
-      void abandoning.finally(() => inFlight.remove(slot));
+      void abandoning.finally(() => inFlight.remove(slot, abandoning));
     });
     // No Location header: a lease id is a capability (extend, release), and Location headers are logged.
     res.status(201).json(body);
