@@ -56,7 +56,8 @@ export interface RouteContext {
   readonly logger: Logger;
   /**
    * Whether a line at `level` is written. Asked of the gateway's logger, whose level every request's
-   * logger takes: asking makes no request logger, so a request that logs nothing allocates none.
+   * logger takes: asking makes no request logger, so a request that logs nothing allocates none. (A
+   * logger given whose children change their own level, through pino's `onChild`, is asked at its own.)
    */
   logs(level: Level): boolean;
   readonly limits: Limits;
