@@ -28,18 +28,13 @@ export interface Layer {
 export const LAYERS: readonly Layer[] = [
   {
     name: "auth",
-    removed: "the API key's SHA-256 and constant-time comparison (the principal is looked up by the header's text)",
+    removed: "the API key's SHA-256 and its lookup (the principal is looked up by the header's text)",
     patches: [
       {
         file: "auth/api-keys.js",
-        find: "const digest = sha256(presented ?? header);",
+        find: "const principal = presented === undefined ? undefined : this.#byDigest.get(sha256(presented));",
         replace:
-          "const remembered = (globalThis.__layerAuth ??= new Map()).get(header); if (remembered !== undefined) return remembered; const digest = sha256(presented ?? header);",
-      },
-      {
-        file: "auth/api-keys.js",
-        find: "this.#authenticated.set(req, principal);",
-        replace: "this.#authenticated.set(req, principal); globalThis.__layerAuth.set(header, principal);",
+          "const remembered = (globalThis.__layerAuth ??= new Map()).get(header); const principal = remembered ?? (presented === undefined ? undefined : this.#byDigest.get(sha256(presented))); if (remembered === undefined && principal !== undefined) globalThis.__layerAuth.set(header, principal);",
       },
     ],
   },

@@ -2,6 +2,7 @@ import { postgresRecords } from "./stores/postgres.js";
 import { dynamoRecords } from "./stores/dynamodb.js";
 import { azureBlobObjects } from "./stores/azure-blob.js";
 import { s3Objects } from "./stores/s3.js";
+import { createHash } from "node:crypto";
 import fc from "fast-check";
 import pg from "pg";
 import type { Request } from "express";
@@ -309,6 +310,20 @@ describe("API keys", () => {
     ]) {
       expect(() => keys.authenticate(req(bad)), String(bad)).toThrow(HttpProblem);
     }
+  });
+
+  it("find each of many keys by its digest; the digest itself is no key", () => {
+    const secret = (i: number): string => `key-${String(i).padStart(4, "0")}-0123456789abcdef`;
+    const digestOf = (text: string): string => createHash("sha256").update(text).digest("hex");
+    const configs = Array.from({ length: 1_000 }, (_, i) =>
+      i % 2 === 0
+        ? { id: `k${i}`, key: secret(i), resources: [""], keys: [""] }
+        : { id: `k${i}`, sha256: digestOf(secret(i)), resources: [""], keys: [""] },
+    );
+    const keys = new ApiKeys(configs);
+    for (let i = 0; i < 1_000; i++) expect(keys.authenticate(req(`Bearer ${secret(i)}`)).id).toBe(`k${i}`);
+    // What a configuration may hold in the clear does not authenticate: a key must hash to it.
+    for (const i of [0, 1, 999]) expect(() => keys.authenticate(req(`Bearer ${digestOf(secret(i))}`))).toThrow(HttpProblem);
   });
 
   it("answer each request once: a request asked about again gets its own answer, never another request's", () => {
