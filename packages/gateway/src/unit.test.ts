@@ -324,6 +324,11 @@ describe("API keys", () => {
     for (let i = 0; i < 1_000; i++) expect(keys.authenticate(req(`Bearer ${secret(i)}`)).id).toBe(`k${i}`);
     // What a configuration may hold in the clear does not authenticate: a key must hash to it.
     for (const i of [0, 1, 999]) expect(() => keys.authenticate(req(`Bearer ${digestOf(secret(i))}`))).toThrow(HttpProblem);
+    // A key that looks like a digest (`openssl rand -hex 32`) is a key like any other.
+    const hexKey = digestOf("a random key");
+    const hexKeys = new ApiKeys([{ id: "hex", key: hexKey, resources: [""], keys: [""] }]);
+    expect(hexKeys.authenticate(req(`Bearer ${hexKey}`)).id).toBe("hex");
+    expect(() => hexKeys.authenticate(req(`Bearer ${digestOf(hexKey)}`))).toThrow(HttpProblem);
   });
 
   it("answer each request once: a request asked about again gets its own answer, never another request's", () => {

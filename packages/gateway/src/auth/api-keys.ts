@@ -93,10 +93,10 @@ export class ApiKeys {
 
   /**
    * The principal for the request's bearer key, or 401. The key is looked up by its SHA-256, in one
-   * step whatever the number of keys. What the lookup's time could depend on is how much of the
-   * presented key's digest a configured key's digest shares: never the secret itself. A digest is what
-   * a configuration may hold in the clear (`sha256`), and it does not authenticate: a request must
-   * present a key that hashes to it.
+   * step whatever the number of keys. The lookup's time may depend on how much of a configured key's
+   * digest the presented key's digest shares, but a client cannot choose its digest, so it cannot
+   * find a configured one piece by piece; and a digest does not authenticate (a request must present
+   * a key that hashes to it). The digests are unsalted, so each key must be random (README).
    */
   authenticate(req: Request): Principal {
     const known = (req as Authenticated)[AUTHENTICATED];
