@@ -5,7 +5,11 @@
 // - closed: `connections` clients, each sending its next write once the last was answered;
 // - open: one write every 1000/rate ms whatever the answers, each timed from its scheduled send, over
 //   `connections` keep-alive sockets opened before the phase (Generator.open, as a load balancer
-//   keeps its connections): a write that waits for a free socket waits in its latency.
+//   keeps its connections): a write that waits for a free socket waits in its latency. A closed job
+//   runs on connections opened before it too, when its phase asks for them.
+// Connections opened before a job are closed when the phase asks (Generator.close, once it has read
+// the server), not as the job ends (unless writes are still out on them): their closing is not in
+// the phase's figures.
 // Answers are sorted into accepted (2xx), shed (503 with the problem type /problems/overloaded) and
 // other (by status, and for a 503 by its problem type; transport errors by code).
 import { fork, type ChildProcess } from "node:child_process";
@@ -63,7 +67,7 @@ export interface JobResult {
   /** Writes that found every socket busy and waited for one (the wait is in their latency), and the longest wait (ms). */
   readonly socketWaits: number;
   readonly socketWaitMaxMs: number;
-  /** Connections opened and answered before the phase's start (open jobs), of `connections`. */
+  /** Connections opened and answered before the phase's start (when the phase opened them), of `connections`. */
   readonly preopened: number;
 }
 
@@ -101,9 +105,9 @@ class Connections {
   /** The connections open() made that answered before the phase. */
   preopened = 0;
 
-  /** Whether these connections were opened for `job`: an open one, to the same server, as many. */
-  isFor(job: Pick<Job, "mode" | "origin" | "connections">): boolean {
-    return job.mode === "open" && job.origin === this.origin && job.connections === this.max;
+  /** Whether these connections were opened for `job`: to the same server, as many. */
+  isFor(job: Pick<Job, "origin" | "connections">): boolean {
+    return job.origin === this.origin && job.connections === this.max;
   }
 
   /** A free connection, or the promise of the next one to free up. */
@@ -155,9 +159,10 @@ class Connections {
     return this.preopened;
   }
 
-  /** Closes every connection; writes still waiting for one never get it (they count as unanswered). */
+  /** Closes every connection (once); writes still waiting for one never get it (they count as unanswered). */
   async destroy(): Promise<void> {
-    await Promise.all(this.all.map((c) => c.destroy()));
+    const all = this.all.splice(0);
+    await Promise.all(all.map((c) => c.destroy()));
   }
 }
 
@@ -240,7 +245,10 @@ function gcPauses(): { stop(): { maxMs: number; totalMs: number } } {
   };
 }
 
-/** Runs one job in this process, on `opened` (Connections.open) when they were opened for it. */
+/**
+ * Runs one job in this process, on `opened` (Connections.open) when they were opened for it: those
+ * are left open for the caller to close, unless writes are still out on them.
+ */
 async function run(job: Job, opened: Connections | undefined): Promise<JobResult> {
   const connections = opened ?? new Connections(job.origin, job.connections);
   const tally: Tally = {
@@ -321,7 +329,7 @@ async function run(job: Job, opened: Connections | undefined): Promise<JobResult
     socketWaitMaxMs: Math.round(tally.socketWaitMaxMs),
     preopened: connections.preopened,
   };
-  await connections.destroy();
+  if (opened === undefined || unanswered > 0) await connections.destroy();
   return result;
 }
 
@@ -332,6 +340,8 @@ export interface Generator {
   /** Opens `connections` to `origin` for its next job there (Connections.open); resolves with how many answered. */
   open(origin: string, connections: number): Promise<number>;
   run(job: Job): Promise<JobResult>;
+  /** Closes the connections opened for the last job, which it left open. */
+  close(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -372,6 +382,11 @@ export async function startGenerator(): Promise<Generator> {
       child.send({ job } satisfies Message);
       return (await Promise.race([answer, exited]))[0];
     },
+    close: async () => {
+      const answer = once(child, "message");
+      child.send({ close: true } satisfies Message);
+      await Promise.race([answer, exited]);
+    },
     stop: async () => {
       child.disconnect();
       await exited.catch(() => undefined);
@@ -379,8 +394,9 @@ export async function startGenerator(): Promise<Generator> {
   };
 }
 
-/** What the benchmark sends a generator: connections to open for the next job, or the job. */
-type Message = { readonly open: { readonly origin: string; readonly connections: number } } | { readonly job: Job };
+/** What the benchmark sends a generator: connections to open for the next job, the job, or to close the last job's. */
+type Message =
+  { readonly open: { readonly origin: string; readonly connections: number } } | { readonly job: Job } | { readonly close: true };
 /** The longest a generator takes to open a job's connections. */
 const OPEN_LIMIT_MS = 10_000;
 
@@ -388,19 +404,25 @@ const OPEN_LIMIT_MS = 10_000;
 if (process.argv[1] === fileURLToPath(import.meta.url) && process.send !== undefined) {
   let queue = Promise.resolve();
   let opened: Connections | undefined;
+  /** The last job's connections, opened before it and left open by it. */
+  let spent: Connections | undefined;
   process.on("message", (message: Message) => {
     queue = queue.then(async () => {
-      if ("open" in message) {
+      await spent?.destroy();
+      spent = undefined;
+      if ("close" in message) process.send?.(0);
+      else if ("open" in message) {
         await opened?.destroy();
         opened = new Connections(message.open.origin, message.open.connections);
         process.send?.(await opened.open(message.open.connections, performance.now() + OPEN_LIMIT_MS));
       } else {
         const prepared = opened;
         opened = undefined;
-        // Connections opened for another job (another server, size or mode) are not this one's.
+        // Connections opened for another job (another server, or as many) are not this one's.
         const forJob = prepared?.isFor(message.job) === true ? prepared : undefined;
         if (prepared !== undefined && forJob === undefined) await prepared.destroy();
         process.send?.(await run(message.job, forJob));
+        spent = forJob;
       }
     });
   });

@@ -28,6 +28,8 @@ export interface Measured {
   readonly rssAfterMb: number;
   /** The gateway's CPU time (user + system) from the start to the last answer, seconds, and as a share of a core. */
   readonly cpuSeconds: number;
+  /** The wall-clock time cpuSeconds was read over, seconds. */
+  readonly cpuWindowSeconds: number;
   readonly gatewayCores: number;
   /** The machine's 1-minute load average as the phase ends: how many processes wanted its cores. */
   readonly loadAverage: number;
@@ -71,11 +73,16 @@ export async function phase(
   loads: readonly Load[],
   durationMs: number,
   drainLimitMs: number,
-  { watch = false, served: timed = false }: { readonly watch?: boolean; readonly served?: boolean } = {},
+  {
+    watch = false,
+    served: timed = false,
+    preopen = false,
+  }: { readonly watch?: boolean; readonly served?: boolean; readonly preopen?: boolean } = {},
 ): Promise<Measured> {
-  // Each open load's connections are made first (Connections.open), and the gateway let settle after them.
+  // Each open load's connections are made first (Connections.open), and the gateway let settle after
+  // them; a closed load's too with `preopen`, so that its figures hold no connection's opening.
   const origin = `http://127.0.0.1:${gw.port}`;
-  for (const l of loads.filter((load) => load.job.mode === "open")) {
+  for (const l of loads.filter((load) => load.job.mode === "open" || preopen)) {
     const opened = await l.generator.open(origin, l.job.connections);
     if (opened < l.job.connections) process.stderr.write(`${opened} of ${l.job.connections} connections opened before the phase\n`);
   }
@@ -84,6 +91,7 @@ export async function phase(
   gw.resetPeak();
   const rssStartMb = gw.rssMb().now;
   const cpu0 = gw.cpuSeconds();
+  const t0 = performance.now();
   const busy0 = machineBusySeconds();
   const overflows0 = listenOverflows();
   const startAtMs = Date.now() + 200;
@@ -94,18 +102,26 @@ export async function phase(
   clearTimeout(atEnd);
   const timeline = await watching?.stop();
   const cpuSeconds = gw.cpuSeconds() - cpu0;
+  const cpuWindowSeconds = (performance.now() - t0) / 1000;
+  const sinceStart = (Date.now() - startAtMs) / 1000;
+  const machineBusyCores = round3((machineBusySeconds() - busy0) / sinceStart);
+  const rss = gw.rssMb();
+  const overflows = listenOverflows() - overflows0;
+  // The connections opened before the phase close now, once the gateway and the machine are read.
+  await Promise.all(loads.map((l) => l.generator.close()));
   const served = servedBefore === undefined ? undefined : servedBetween(servedBefore, await readServed(origin));
   return {
     results,
     rssStartMb,
     rssEndMb,
-    rssPeakMb: gw.rssMb().peak,
-    rssAfterMb: gw.rssMb().now,
+    rssPeakMb: rss.peak,
+    rssAfterMb: rss.now,
     cpuSeconds,
-    gatewayCores: round3(cpuSeconds / ((Date.now() - startAtMs) / 1000)),
+    cpuWindowSeconds,
+    gatewayCores: round3(cpuSeconds / sinceStart),
     loadAverage: round3(loadavg()[0] ?? Number.NaN),
-    machineBusyCores: round3((machineBusySeconds() - busy0) / ((Date.now() - startAtMs) / 1000)),
-    listenOverflows: listenOverflows() - overflows0,
+    machineBusyCores,
+    listenOverflows: overflows,
     settledMs,
     ...(timeline === undefined ? {} : { timeline }),
     ...(served === undefined ? {} : { served }),

@@ -5,6 +5,15 @@
 // overload-refusal-cost's figure is a residual (an overload phase's CPU less the accepted writes'
 // share at their closed-loop cost), which charges the refusals with anything a write costs more under
 // overload; this one is the refusals' own.
+// A refused connection is parked (admission/parking.ts): with no room, it is read again only after
+// the refusal's Retry-After, so a closed loop of n connections is answered about n times a second,
+// and its CPU per answer holds whatever the gateway spends by the second (its timers, parking's
+// sweeps) divided among few answers. A refusal's own CPU is the slope between two loops: the extra
+// CPU a second of 1,024 connections over 64, per extra answer a second. node:http's 503 is measured
+// the same way, sent at the rates the gateway answered over as many connections (an open loop), and
+// once more in a closed loop of 64, where it answers as fast as it can (its floor: one wake-up
+// reads many requests). Every connection is opened before its phase and closed after it, outside
+// the figures.
 import { setTimeout as delay } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import { request } from "undici";
@@ -19,30 +28,70 @@ const ANCHOR = fileURLToPath(new URL("./anchor-answer.js", import.meta.url));
 export const ONE_SLOT_FLAGS = ["--min-concurrency", "1", "--max-concurrency", "1", "--admission-queue", "0"] as const;
 
 export interface RefusalRounds {
-  /** Per round, CPU µs per answer: the gateway refusing every write, node:http answering 503. */
+  /** Per round, the gateway's CPU µs per refusal: the slope from `few`'s connections to `many`'s. */
   readonly gatewayUs: number[];
+  /** Per round, node:http's CPU µs per 503 by the same slope, sent at the gateway's rates. */
+  readonly anchorSlopeUs: number[];
+  /** Per round, node:http's CPU µs per 503 answering `few` as fast as it can. */
   readonly anchorUs: number[];
+  /** Per round, the gateway's CPU µs per answer to `few` and to `many`. */
+  readonly perAnswerFewUs: number[];
+  readonly perAnswerManyUs: number[];
+  /** Per round, answers a second: the gateway's to `few` and to `many`. */
+  readonly answersPerSecFew: number[];
+  readonly answersPerSecMany: number[];
+  /** Per round, the gateway's CPU a second that the slope leaves unexplained (cores): what it spends by the second. */
+  readonly fixedCores: number[];
   /** Answers other than a refusal, over the gateway's rounds (none expected: all but the held write are refused). */
   readonly notRefused: number;
 }
 
+/** Answers a second, and CPU seconds a second, of a phase. */
+function rates(m: Measured): { answers: number; cores: number } {
+  const n = m.results.reduce((sum, r) => sum + answers(r), 0);
+  return { answers: n / m.cpuWindowSeconds, cores: m.cpuSeconds / m.cpuWindowSeconds };
+}
+
 /**
- * `gateway`: started with ONE_SLOT_FLAGS on `postgres`; `load`: a closed-loop load of writes it is
- * sent; `held`: the write that takes the one slot. Stops PostgreSQL while it measures, and resumes it.
+ * The extra CPU a second per extra answer a second, from phase `f` to phase `m` (cores per answer/s:
+ * seconds); NaN unless `m` was answered at least twice as often as `f` and cost more: too close, the
+ * two phases' noise is the figure.
+ */
+function slope(f: Measured, m: Measured): { perAnswer: number; fixedCores: number } {
+  const a = rates(f);
+  const b = rates(m);
+  const perAnswer = b.answers >= 2 * a.answers && b.cores > a.cores ? (b.cores - a.cores) / (b.answers - a.answers) : Number.NaN;
+  return { perAnswer, fixedCores: a.cores - perAnswer * a.answers };
+}
+
+/**
+ * After a phase of the parked gateway: its connections were closed with the phase, but a parked one
+ * is not read, so its close is seen only when it is read again, the refusal's Retry-After (1 s) and
+ * a sweep (10 ms) after it was parked. The next phase waits for those, not to count them.
+ */
+const PARKED_CLOSES_MS = 1_000 + 2 * 10;
+
+/**
+ * `gateway`: started with ONE_SLOT_FLAGS on `postgres`; `few`, `many`: closed-loop loads of writes
+ * over two numbers of connections; `held`: the write that takes the one slot; node:http runs under
+ * `cpuQuota` as the gateway does. Stops PostgreSQL while it measures, and resumes it.
  */
 export async function measureRefusals(options: {
   gateway: ServerProcess;
   postgres: ServerFaults;
-  load: Load;
+  few: Load;
+  many: Load;
   held: { path: string; headers: Record<string, string> };
   rounds: number;
   durationMs: number;
   drainLimitMs: number;
+  cpuQuota: number;
 }): Promise<RefusalRounds> {
-  const { gateway, postgres, load, rounds, durationMs, drainLimitMs } = options;
-  const anchor = await startServer([ANCHOR], { ANCHOR_STATUS: "503" });
-  // Warm: the refusal's path is compiled before it is measured (most of these are refused already).
-  await phase(gateway, [load], 2_000, drainLimitMs);
+  const { gateway, postgres, few, many, rounds, durationMs, drainLimitMs } = options;
+  const anchor = await startServer([ANCHOR], { ANCHOR_STATUS: "503" }, options.cpuQuota);
+  // Warm: each path is compiled before it is measured (most of the gateway's are refused already).
+  await phase(gateway, [few], 2_000, drainLimitMs);
+  await phase(anchor, [few], 2_000, drainLimitMs);
   postgres.pause();
   const held = request(`http://127.0.0.1:${gateway.port}${options.held.path}`, {
     method: "PUT",
@@ -54,14 +103,50 @@ export async function measureRefusals(options: {
   );
   try {
     await holding(gateway);
-    const result = { gatewayUs: [] as number[], anchorUs: [] as number[], notRefused: 0 };
+    const result: { -readonly [K in keyof RefusalRounds]: RefusalRounds[K] } = {
+      gatewayUs: [],
+      anchorSlopeUs: [],
+      anchorUs: [],
+      perAnswerFewUs: [],
+      perAnswerManyUs: [],
+      answersPerSecFew: [],
+      answersPerSecMany: [],
+      fixedCores: [],
+      notRefused: 0,
+    };
+    const measure = async (server: ServerProcess, load: Load): Promise<Measured> => {
+      const m = await phase(server, [load], durationMs, drainLimitMs, { preopen: true });
+      if (server === gateway) await delay(PARKED_CLOSES_MS);
+      return m;
+    };
+    /** node:http sent `load`'s writes at the rate `at` was answered, on at most as many connections. */
+    const pacedAs = (load: Load, at: Measured): Load => ({
+      generator: load.generator,
+      job: { ...load.job, mode: "open", ratePerSec: Math.max(1, Math.round(rates(at).answers)) },
+    });
     for (let round = 0; round < rounds; round++) {
-      for (const server of round % 2 === 0 ? [gateway, anchor] : [anchor, gateway]) {
-        const m = await phase(server, [load], durationMs, drainLimitMs);
-        (server === gateway ? result.gatewayUs : result.anchorUs).push(cpuUsPerAnswer(m));
-        const r = m.results[0] as JobResult;
-        if (server === gateway) result.notRefused += answers(r) - r.shed;
-      }
+      // The gateway's two loops, then node:http's at their rates, each pair in turn first; then the floor.
+      const [atFew, atMany] = await inTurn(
+        round,
+        () => measure(gateway, few),
+        () => measure(gateway, many),
+      );
+      const [pacedFew, pacedMany] = await inTurn(
+        round,
+        () => measure(anchor, pacedAs(few, atFew)),
+        () => measure(anchor, pacedAs(many, atMany)),
+      );
+      const atFloor = await measure(anchor, few);
+      for (const m of [atFew, atMany]) result.notRefused += answers(m.results[0] as JobResult) - (m.results[0] as JobResult).shed;
+      const gatewaySlope = slope(atFew, atMany);
+      result.gatewayUs.push(Math.round(gatewaySlope.perAnswer * 1e6)); // NaN: a round that measured nothing
+      result.fixedCores.push(round3(gatewaySlope.fixedCores));
+      result.anchorSlopeUs.push(Math.round(slope(pacedFew, pacedMany).perAnswer * 1e6));
+      result.anchorUs.push(cpuUsPerAnswer(atFloor));
+      result.perAnswerFewUs.push(cpuUsPerAnswer(atFew));
+      result.perAnswerManyUs.push(cpuUsPerAnswer(atMany));
+      result.answersPerSecFew.push(Math.round(rates(atFew).answers));
+      result.answersPerSecMany.push(Math.round(rates(atMany).answers));
     }
     return result;
   } finally {
@@ -69,6 +154,16 @@ export async function measureRefusals(options: {
     await held;
     await anchor.stop();
   }
+}
+
+/** Runs `a` and `b` one after the other, `b` first in odd rounds; their results in the order a, b. */
+async function inTurn<T>(round: number, a: () => Promise<T>, b: () => Promise<T>): Promise<[T, T]> {
+  if (round % 2 === 0) {
+    const first = await a();
+    return [first, await b()];
+  }
+  const second = await b();
+  return [await a(), second];
 }
 
 /** Waits until the held write has the records family's one slot (its gauge reads 1). */
@@ -82,7 +177,7 @@ async function holding(gateway: ServerProcess): Promise<void> {
 }
 
 /** How much more than node:http's own 503 a refusal may cost the gateway, in CPU µs. */
-const REFUSAL_SLACK_US = 10;
+export const REFUSAL_SLACK_US = 10;
 
 /** What the refusal lines read: the admission gateway's open-loop phases, its closed-loop cost per write, the CPU it gets. */
 export interface RefusalContext {
@@ -139,16 +234,18 @@ export function refusalCostFigures(c: RefusalContext, floorUs: { readonly at2: n
     admission: "on",
     cpuUsPerAccepted: c.closedWriteUs,
     cpuUsPerShed: perShed ?? null,
-    ratio: perShed === undefined ? null : round3(perShed / c.closedWriteUs),
+    ratio: perShed === undefined || perShed <= 0 ? null : round3(perShed / c.closedWriteUs),
     ratioOf: "gateway CPU per shed answer ÷ per accepted write",
     // A refusal is to cost what node:http's own 503 costs in the same load, give or take REFUSAL_SLACK_US.
     goal: `<= node:http's 503 at 4× (${floorUs.at4} µs) + ${REFUSAL_SLACK_US} µs`,
-    met: perShed !== undefined && perShed <= floorUs.at4 + REFUSAL_SLACK_US,
-    ...(perShed === undefined ? {} : ceilings(c, perShed)),
+    // No residual left (the accepted writes cost less at 4× than paced ones, or few were refused):
+    // it says nothing of a refusal, and overload-refusal-isolated's figure is the one to read.
+    met: perShed !== undefined && perShed > 0 ? perShed <= floorUs.at4 + REFUSAL_SLACK_US : null,
+    ...(perShed === undefined || perShed <= 0 ? {} : ceilings(c, perShed)),
     ceilingOf: `accepted/s at 2× such that accepted × CPU per write + shed × CPU per shed answer fits the CPU one event loop gets (${c.coresServed} of a core): what any admission policy in the gateway can reach when it answers every write as it arrives; a write at the closed loop's cost, and (Paced) at the open loop's, the admission-off gateway's CPU per answer at 0.5×`,
     // node:http's own refusal (anchor-answer.js): the least a refusal can cost a Node HTTP server here.
     floorCpuUsPerShed: floorUs.at4,
-    ratioToFloor: perShed === undefined ? null : round3(perShed / floorUs.at4),
+    ratioToFloor: perShed === undefined || perShed <= 0 ? null : round3(perShed / floorUs.at4),
     acceptedCeilingAt2xAtFloor: atFloor.acceptedCeilingAt2x,
     acceptedCeilingAt2xAtFloorPaced: atFloor.acceptedCeilingAt2xPaced ?? null,
     floorOf: "the same ceiling with each shed answer at node:http's own cost at 2× (overload-anchor, 503)",

@@ -25,7 +25,8 @@
 // - overload-refusal-cost: the gateway's CPU per shed answer by the residual at 4× (accepted writes at
 //   the paced cost) against per accepted write, and against node:http's 503 in the same load (≤ it + 10 µs);
 // - overload-refusal-isolated: the same, measured directly (overload-refusal.ts): a gateway that
-//   refuses every write but one against node:http answering 503, interleaved rounds;
+//   refuses every write but one, by the slope between a closed loop of 64 and one of 1,024, against
+//   node:http answering 503 at the rates the gateway answered (the same slope) and as fast as it can;
 // - overload-anchor, overload-anchor-fairness: the same loads against bare node:http answering at once
 //   (overload-anchors.ts), 200 and 503: the latency and fairness this setup gives a server with no
 //   work, and the floor of a refusal's CPU, which the gateway's figures are read against;
@@ -45,7 +46,14 @@ import { startGenerator, type Generator, type Job, type JobResult } from "./open
 import { runShedAnchor } from "./overload-anchor-shed.js";
 import { runAnchors } from "./overload-anchors.js";
 import { emitOpenGoals, emitOpenMedians, FAIRNESS, FAIRNESS_LOADS, FRACTIONS, openLoopCapacity } from "./overload-goals.js";
-import { ceilings, measureRefusals, ONE_SLOT_FLAGS, refusalCostFigures, type RefusalContext } from "./overload-refusal.js";
+import {
+  ceilings,
+  measureRefusals,
+  ONE_SLOT_FLAGS,
+  REFUSAL_SLACK_US,
+  refusalCostFigures,
+  type RefusalContext,
+} from "./overload-refusal.js";
 import { cpuUsPerAnswer, openFigures, perSec, phase, schedule, type Load, type Measured } from "./overload-phase.js";
 import { cpuQuotaSetting, gatewayArgs, nodeArgs, type ServerProcess, startServer } from "./server-process.js";
 import type { Sample } from "./gateway-watch.js";
@@ -84,10 +92,11 @@ const DRAIN_LIMIT_MS = 3 * STORE_DEADLINE_MS;
 /** BENCH_GATEWAY_CLI: another build's cli.js to measure (e.g. a copy of an earlier dist), for before/after runs. */
 const CLI = process.env.BENCH_GATEWAY_CLI ?? fileURLToPath(new URL("../packages/gateway/dist/cli.js", import.meta.url));
 /**
- * BENCH_PHASES: the phases to run, comma-separated, of "open", "closed1024", "fairness", "anchors", "refusal"
+ * BENCH_PHASES: the phases to run, comma-separated, of "open", "closed1024", "fairness", "anchors",
+ * "refusal" (by the residual of the open loop's phases) and "isolated" (a refusal measured alone)
  * (default all); capacity is always measured (every rate is a multiple of it).
  */
-const PHASES = new Set((process.env.BENCH_PHASES ?? "open,closed1024,fairness,anchors,refusal").split(","));
+const PHASES = new Set((process.env.BENCH_PHASES ?? "open,closed1024,fairness,anchors,refusal,isolated").split(","));
 const FENCE_KEY: CredentialKey = { id: "bench", secret: randomBytes(32) };
 /** Two ordinary API keys, each with its own resources and records. */
 const KEYS = {
@@ -424,23 +433,28 @@ try {
   }
 
   // 4. What a refusal costs the gateway, by the residual of the 2× and 4× phases (overload-refusal.ts).
-  if (PHASES.has("refusal") && anchors !== undefined && runs !== undefined) {
-    const refusalContext: RefusalContext = {
-      on: runs.on as RefusalContext["on"],
-      closedWriteUs: cpuPerWriteOf("on"),
-      // A write as the open loop sends them, one by one: the admission-off gateway's CPU per answer at 0.5× (all accepted).
-      pacedWriteUs: openCapacities.off.pacedUs,
-      capacity: openCapacity,
-      coresServed: CPU_CORES_SERVED,
-    };
+  const refusalContext: RefusalContext | undefined =
+    anchors !== undefined && runs !== undefined
+      ? {
+          on: runs.on as RefusalContext["on"],
+          closedWriteUs: cpuPerWriteOf("on"),
+          // A write as the open loop sends them, one by one: the admission-off gateway's CPU per answer at 0.5× (all accepted).
+          pacedWriteUs: openCapacities.off.pacedUs,
+          capacity: openCapacity,
+          coresServed: CPU_CORES_SERVED,
+        }
+      : undefined;
+  if (PHASES.has("refusal") && refusalContext !== undefined && anchors !== undefined)
     emit({ bench: "overload-refusal-cost", ...setting, ...refusalCostFigures(refusalContext, anchors.refusalFloorUs) });
 
-    // 5. A refusal's CPU measured directly: every write but one refused, against node:http's own 503.
+  // 5. A refusal's CPU measured directly: every write but one refused, against node:http's own 503.
+  if (PHASES.has("isolated")) {
     gateways.oneSlot = await startGateway(postgres.url, "one-slot");
     const refusals = await measureRefusals({
       gateway: gateways.oneSlot,
       postgres: postgres.faults,
-      load: closed,
+      few: closed,
+      many: big1024,
       held: {
         path: `/v1/records/${KEYS.big.records}held`,
         headers: {
@@ -452,22 +466,45 @@ try {
       rounds: ROUNDS,
       durationMs: DURATION_MS,
       drainLimitMs: DRAIN_LIMIT_MS,
+      cpuQuota: CPU_QUOTA,
     });
-    const perRefusal = median(refusals.gatewayUs);
+    // A round whose slope measured nothing (NaN) is left out; with none left the line says so (null).
+    const finite = (xs: readonly number[]): number[] => xs.filter((x) => Number.isFinite(x));
+    const perRefusal = median(finite(refusals.gatewayUs));
+    const anchorSlope = median(finite(refusals.anchorSlopeUs));
     const floor = median(refusals.anchorUs);
+    const measured = perRefusal > 0 && anchorSlope > 0;
     emit({
       bench: "overload-refusal-isolated",
       ...setting,
-      cpuUsPerShed: perRefusal,
+      cpuUsPerShed: Number.isFinite(perRefusal) ? perRefusal : null,
+      anchorCpuUsPerShed: Number.isFinite(anchorSlope) ? anchorSlope : null,
+      ratio: measured ? round3(perRefusal / anchorSlope) : null,
+      ratioOf: `the gateway's CPU per refusal ÷ node:http's per 503 at the same rates, medians of ${ROUNDS} interleaved rounds of ${DURATION_MS} ms`,
+      // The goal of the residual line (overload-refusal-cost): node:http's 503 in the same load, + 10 µs.
+      goal: `<= node:http's 503 at the same rates + ${REFUSAL_SLACK_US} µs`,
+      met: measured ? perRefusal <= anchorSlope + REFUSAL_SLACK_US : null,
+      roundsMeasured: { gateway: finite(refusals.gatewayUs).length, anchor: finite(refusals.anchorSlopeUs).length, of: ROUNDS },
       floorCpuUsPerShed: floor,
-      ratio: round3(perRefusal / floor),
-      ratioOf: `the gateway's CPU per refusal ÷ node:http's per 503 answer, medians of ${ROUNDS} interleaved closed-loop rounds of ${DURATION_MS} ms`,
-      goal: "(reported)",
-      ratioToWrite: round3(perRefusal / cpuPerWriteOf("on")),
-      ...ceilings(refusalContext, perRefusal),
+      floorOf: `node:http's CPU per 503 answering a closed loop of ${CLIENTS} as fast as it can`,
+      ratioToWrite: measured ? round3(perRefusal / cpuPerWriteOf("on")) : null,
+      ...(refusalContext === undefined || !measured ? {} : ceilings(refusalContext, perRefusal)),
       ceilingOf: "as overload-refusal-cost's, with this CPU per refusal",
+      perAnswerWith: {
+        [CLIENTS]: median(refusals.perAnswerFewUs),
+        [BIG_CLOSED]: median(refusals.perAnswerManyUs),
+      },
+      answersPerSecWith: {
+        [CLIENTS]: median(refusals.answersPerSecFew),
+        [BIG_CLOSED]: median(refusals.answersPerSecMany),
+      },
+      fixedCores: median(finite(refusals.fixedCores)),
       notRefused: refusals.notRefused,
-      how: `a gateway with ${ONE_SLOT_FLAGS.join(" ")}, its one records slot held by a write on a stopped PostgreSQL: every other write is refused queue-full by the early handler; ${CLIENTS} keep-alive clients, closed loop; /proc/<pid>/stat utime+stime ÷ answers`,
+      how:
+        `a gateway with ${ONE_SLOT_FLAGS.join(" ")}, its one records slot held by a write on a stopped PostgreSQL: every other write is refused queue-full by the early handler, and its connection parked for the refusal's Retry-After; ` +
+        `closed loops of ${CLIENTS} and ${BIG_CLOSED} keep-alive clients, each connection opened before its phase; /proc/<pid>/stat utime+stime; ` +
+        `per refusal: the slope, (CPU/s with ${BIG_CLOSED} − with ${CLIENTS}) ÷ (answers/s with ${BIG_CLOSED} − with ${CLIENTS}); fixedCores: the CPU/s the slope leaves (timers, parking's sweeps); ` +
+        `node:http (anchor-answer.js, 503, the same quota): the same slope over open loops at the rates the gateway answered, on at most as many connections (a free one is reused first)`,
       rounds: refusals,
     });
   }
