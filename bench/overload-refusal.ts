@@ -5,15 +5,15 @@
 // overload-refusal-cost's figure is a residual (an overload phase's CPU less the accepted writes'
 // share at their closed-loop cost), which charges the refusals with anything a write costs more under
 // overload; this one is the refusals' own.
-// A refused connection is parked (admission/parking.ts): with no room, it is read again only after
-// the refusal's Retry-After, so a closed loop of n connections is answered about n times a second,
-// and its CPU per answer holds whatever the gateway spends by the second (its timers, parking's
-// sweeps) divided among few answers. A refusal's own CPU is the slope between two loops: the extra
-// CPU a second of 1,024 connections over 64, per extra answer a second. node:http's 503 is measured
-// the same way, sent at the rates the gateway answered over as many connections (an open loop), and
-// once more in a closed loop of 64, where it answers as fast as it can (its floor: one wake-up
-// reads many requests). Every connection is opened before its phase and closed after it, outside
-// the figures.
+// A refused connection is parked (admission/parking.ts): with the one slot held there is never room,
+// so it is read again only after the refusal's Retry-After, a closed loop of n connections is
+// answered about n times a second, and its CPU per answer holds whatever the gateway spends by the
+// second (its timers, parking's sweeps) divided among few answers. A refusal's own CPU is the slope
+// between two loops: the extra CPU a second of 1,024 connections over 64, per extra answer a second.
+// node:http's 503 is measured the same way, sent by an open loop at the rates the gateway answered
+// (on at most as many connections: a free one is reused first), and once more in a closed loop of
+// 64, where it answers as fast as it can (its floor: one wake-up reads many requests). Every
+// connection is opened before its phase and closed after it, outside the figures.
 import { setTimeout as delay } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import { request } from "undici";
