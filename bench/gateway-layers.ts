@@ -117,7 +117,8 @@ export const LAYERS: readonly Layer[] = [
 
 const GATEWAY = fileURLToPath(new URL("../packages/gateway/", import.meta.url));
 
-function occurrences(text: string, find: string | RegExp): number {
+/** How often `find` occurs in `text` (a patch must find its text once). */
+export function occurrences(text: string, find: string | RegExp): number {
   if (typeof find === "string") return text.split(find).length - 1;
   return [...text.matchAll(new RegExp(find.source, `${find.flags.replace("g", "")}g`))].length;
 }
