@@ -5,7 +5,7 @@
 // nanoseconds, the floor's, and their ratio in the same round, and its ratio to authenticate with one
 // key. The goal: a key is found in one step, however many keys there are.
 import { hash } from "node:crypto";
-import { emit, median, round3 } from "./measure.js";
+import { emit, median, nsPerCall, round3 } from "./measure.js";
 
 const { ApiKeys } = (await import(new URL("../packages/gateway/dist/auth/api-keys.js", import.meta.url).href)) as {
   ApiKeys: new (configs: readonly { id: string; key: string; resources: string[]; keys: string[] }[]) => {
@@ -28,23 +28,13 @@ const cases = SIZES.map((size) => {
   return { size, keys, headers };
 });
 
-/** Nanoseconds a call of `f` over `calls` calls, each given the next of `inputs`. */
-function time<T>(inputs: readonly T[], calls: number, f: (input: T) => unknown): number {
-  let sink = 0;
-  const t0 = process.hrtime.bigint();
-  for (let i = 0; i < calls; i++) if (f(inputs[i % inputs.length] as T) !== undefined) sink++;
-  const ns = Number(process.hrtime.bigint() - t0) / calls;
-  if (sink !== calls) throw new Error("a call returned nothing");
-  return ns;
-}
-
 const perCase = new Map<number, { ns: number[]; floorNs: number[] }>(SIZES.map((s) => [s, { ns: [], floorNs: [] }]));
 for (let round = -1; round < ROUNDS; round++) {
   // Round -1 warms every path; each later round times the cases in another order.
   const order = round < 0 ? cases : [...cases.slice(round % cases.length), ...cases.slice(0, round % cases.length)];
   for (const c of order) {
-    const floor = time(c.headers, CALLS, (h) => hash("sha256", h.slice(7), "hex"));
-    const ns = time(c.headers, CALLS, (h) => c.keys.authenticate({ headers: { authorization: h } }).id);
+    const floor = nsPerCall(c.headers, (h) => hash("sha256", h.slice(7), "hex"), CALLS);
+    const ns = nsPerCall(c.headers, (h) => c.keys.authenticate({ headers: { authorization: h } }).id, CALLS);
     if (round < 0) continue;
     const figures = perCase.get(c.size) as { ns: number[]; floorNs: number[] };
     figures.ns.push(ns);

@@ -6,7 +6,7 @@
 // check's nanoseconds, its anchor's, and their ratio in the same round.
 import { keyProblem } from "@fenced/fence/internal";
 import { assertJsonValue } from "@fenced/store/internal";
-import { emit, median, round3 } from "./measure.js";
+import { emit, median, nsPerCall, round3 } from "./measure.js";
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 7);
 /** Calls a round makes of each, per case: long enough for a stable figure, short enough for pnpm bench. */
@@ -49,16 +49,6 @@ const CASES = [
     calls: CALLS * 5,
   },
 ] as const;
-
-/** What the calls return, kept so that no call is dropped as dead code. */
-const kept: unknown[] = new Array(64);
-
-/** Nanoseconds a call of `f` over `inputs`, in turn. */
-function nsPerCall<T>(inputs: readonly T[], f: (input: T) => unknown, calls: number): number {
-  const started = process.hrtime.bigint();
-  for (let i = 0; i < calls; i++) kept[i & 63] = f(inputs[i % inputs.length] as T);
-  return Number(process.hrtime.bigint() - started) / calls;
-}
 
 for (const c of CASES) {
   const check = c.check as (input: unknown) => unknown;
