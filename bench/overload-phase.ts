@@ -13,6 +13,14 @@ import { CLK_TCK, type ServerProcess } from "./server-process.js";
 const LAG_LIMIT_MS = 10;
 /** The longest wait for a gateway to go idle between phases. */
 const SETTLE_LIMIT_MS = 30_000;
+/**
+ * The window a gateway must stay idle in before a phase. A parked connection is not read, so its
+ * close is seen only when the gateway reads it again: at most the refusal's Retry-After (1 s) and a
+ * sweep (10 ms) after it was parked. A window longer than that sees the last phase's closes through.
+ */
+const QUIET_MS = 1_050;
+/** Idle: under 2 % of a core over the window. */
+const QUIET_CPU_SECONDS = (0.02 * QUIET_MS) / 1000;
 
 export interface Load {
   readonly generator: Generator;
@@ -50,16 +58,16 @@ export interface Measured {
 }
 
 /**
- * Waits until `gw` is idle: under 2 % of a core over half a second (SETTLE_LIMIT_MS at most). A phase
- * whose writes were cut at the drain limit leaves the gateway working through them; the next phase
- * must not pay for that work in its latency or its CPU.
+ * Waits until `gw` is idle over QUIET_MS (SETTLE_LIMIT_MS at most). A phase whose writes were cut at
+ * the drain limit leaves the gateway working through them, and one that parked connections leaves
+ * their closes to come; the next phase must not pay for that work in its latency or its CPU.
  */
 async function settle(gw: ServerProcess): Promise<number> {
   const t0 = performance.now();
   for (;;) {
     const cpu0 = gw.cpuSeconds();
-    await delay(500);
-    if (gw.cpuSeconds() - cpu0 <= 0.01 || performance.now() - t0 > SETTLE_LIMIT_MS) return Math.round(performance.now() - t0);
+    await delay(QUIET_MS);
+    if (gw.cpuSeconds() - cpu0 <= QUIET_CPU_SECONDS || performance.now() - t0 > SETTLE_LIMIT_MS) return Math.round(performance.now() - t0);
   }
 }
 

@@ -65,13 +65,6 @@ function slope(f: Measured, m: Measured): { perAnswer: number; fixedCores: numbe
 }
 
 /**
- * After a phase of the parked gateway: its connections were closed with the phase, but a parked one
- * is not read, so its close is seen only when it is read again, the refusal's Retry-After (1 s) and
- * a sweep (10 ms) after it was parked. The next phase waits for those, not to count them.
- */
-const PARKED_CLOSES_MS = 1_000 + 2 * 10;
-
-/**
  * `gateway`: started with ONE_SLOT_FLAGS on `postgres`; `few`, `many`: closed-loop loads of writes
  * over two numbers of connections; `held`: the write that takes the one slot; node:http runs under
  * `cpuQuota` as the gateway does. Stops PostgreSQL while it measures, and resumes it.
@@ -114,11 +107,8 @@ export async function measureRefusals(options: {
       fixedCores: [],
       notRefused: 0,
     };
-    const measure = async (server: ServerProcess, load: Load): Promise<Measured> => {
-      const m = await phase(server, [load], durationMs, drainLimitMs, { preopen: true });
-      if (server === gateway) await delay(PARKED_CLOSES_MS);
-      return m;
-    };
+    const measure = (server: ServerProcess, load: Load): Promise<Measured> =>
+      phase(server, [load], durationMs, drainLimitMs, { preopen: true });
     /** node:http sent `load`'s writes at the rate `at` was answered, on at most as many connections. */
     const pacedAs = (load: Load, at: Measured): Load => ({
       generator: load.generator,
