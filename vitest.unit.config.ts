@@ -13,7 +13,7 @@ import base from "./vitest.config.js";
  */
 // The subpaths of @fenced/servers that load nothing else of it (no server, no process), each saying so
 // at its top; any other subpath is taken to start servers.
-const SERVER_FREE_SUBPATHS = ["random", "sockets", "s3-keys"];
+const SERVER_FREE_SUBPATHS = ["random", "sockets", "s3-keys", "heap"];
 const STARTS_SERVERS = new RegExp(
   `["'](@fenced/(chaos|demo|servers(/(?!(${SERVER_FREE_SUBPATHS.join("|")})["'])[^"']*)?)|(node:)?child_process|testcontainers)["']`,
 );

@@ -1,5 +1,4 @@
-import { getHeapSpaceStatistics, setFlagsFromString } from "node:v8";
-import { runInNewContext } from "node:vm";
+import { collect, oldSpaceMb } from "@fenced/servers/heap";
 import { describe, expect, it } from "vitest";
 import { Lru } from "./lru.js";
 
@@ -34,18 +33,14 @@ describe("Lru", () => {
    * stayed reachable from old space until the next mark-compact.
    */
   it("keeps no value it was set over alive through the collections", () => {
-    setFlagsFromString("--expose-gc");
-    const gc = runInNewContext("gc") as (options?: { type: "minor" | "major" }) => void;
-    const oldSpaceMb = (): number =>
-      (getHeapSpaceStatistics().find((s) => s.space_name === "old_space")?.space_used_size ?? 0) / 1024 / 1024;
     const lru = new Lru<number, number[]>(64);
     for (let k = 0; k < 64; k++) lru.set(k, [k]);
-    gc({ type: "major" });
+    collect("major");
     const before = oldSpaceMb();
     // Each about 4 KB; the 64 last set (256 KB) are live, and may be promoted.
     for (let i = 0; i < 2_500; i++) lru.set(i % 64, new Array<number>(500).fill(i));
-    gc({ type: "minor" });
-    gc({ type: "minor" });
+    collect("minor");
+    collect("minor");
     expect(oldSpaceMb() - before).toBeLessThan(2);
   });
 });

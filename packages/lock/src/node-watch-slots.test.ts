@@ -1,6 +1,5 @@
-import { getHeapSpaceStatistics, setFlagsFromString } from "node:v8";
-import { runInNewContext } from "node:vm";
-import { beforeAll, describe, expect, it } from "vitest";
+import { collect, oldSpaceMb } from "@fenced/servers/heap";
+import { describe, expect, it } from "vitest";
 import { onAnyDown } from "./node-watch.js";
 
 /**
@@ -10,12 +9,6 @@ import { onAnyDown } from "./node-watch.js";
  * table had held, and each listener's closure, in old space until the next mark-compact.
  */
 describe("onAnyDown's registrations", () => {
-  let gc: (options?: { type: "minor" | "major" }) => void;
-  beforeAll(() => {
-    setFlagsFromString("--expose-gc");
-    gc = runInNewContext("gc") as typeof gc;
-  });
-  const oldSpaceMb = (): number => (getHeapSpaceStatistics().find((s) => s.space_name === "old_space")?.space_used_size ?? 0) / 1024 / 1024;
   /** A round's registration: its listener holds about 4 KB, as a round's closure holds its state. */
   const register = (): (() => void) => {
     const state = new Array<number>(500).fill(Math.random());
@@ -25,15 +18,15 @@ describe("onAnyDown's registrations", () => {
   it("are not kept past their end by a collection that ran while rounds were watching", () => {
     // 64 rounds watching at once, as under load, each round replaced by the next as it ends.
     const watching = Array.from({ length: 64 }, register);
-    gc({ type: "major" });
+    collect("major");
     const before = oldSpaceMb();
     for (let i = 0; i < 2_000; i++) {
       watching.shift()?.();
       watching.push(register());
     }
     for (const stop of watching.splice(0)) stop();
-    gc({ type: "minor" });
-    gc({ type: "minor" });
+    collect("minor");
+    collect("minor");
     // With the Set, the listeners and their state were promoted: about 8 MB here.
     expect(oldSpaceMb() - before).toBeLessThan(2);
   });

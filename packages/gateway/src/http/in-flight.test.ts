@@ -1,6 +1,5 @@
 import { Agent, request } from "node:http";
-import { getHeapSpaceStatistics, setFlagsFromString } from "node:v8";
-import { runInNewContext } from "node:vm";
+import { collect, oldSpaceMb } from "@fenced/servers/heap";
 import express from "express";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { InFlight } from "./in-flight.js";
@@ -57,11 +56,8 @@ describe("InFlight", () => {
 describe("serve()'s responses in flight", () => {
   let serving: Serving;
   let agent: Agent;
-  let gc: (options?: { type: "minor" | "major" }) => void;
 
   beforeAll(async () => {
-    setFlagsFromString("--expose-gc");
-    gc = runInNewContext("gc") as typeof gc;
     const app = express();
     // Answered a turn later, so that several are in flight at any moment, as under load.
     app.get("/x", (_req, res) => void setImmediate(() => res.end("ok")));
@@ -93,18 +89,17 @@ describe("serve()'s responses in flight", () => {
     };
     await Promise.all(Array.from({ length: 32 }, worker));
   };
-  const oldSpaceMb = (): number => (getHeapSpaceStatistics().find((s) => s.space_name === "old_space")?.space_used_size ?? 0) / 1024 / 1024;
 
   it("is not kept past its end by a collection that ran while it was in flight", async () => {
     await load(1_000);
     // A mark-compact with responses in flight: what is live then, serve()'s own bookkeeping included,
     // moves to old space.
-    await load(200, () => gc({ type: "major" }));
+    await load(200, () => collect("major"));
     const before = oldSpaceMb();
     await load(8_000);
     // Two scavenges: a young object that nothing live refers to is gone after them.
-    gc({ type: "minor" });
-    gc({ type: "minor" });
+    collect("minor");
+    collect("minor");
     const grown = oldSpaceMb() - before;
     // With the Set, the 8,000 responses, their requests and what they refer to were promoted: 6.8-22 MB
     // here, in four runs. Without, what grows is what the requests left in flight at a scavenge.
