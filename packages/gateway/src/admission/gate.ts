@@ -6,13 +6,13 @@ import type { ApiKeys } from "../auth/api-keys.js";
 import { ClientGoneError } from "../http/client-gone.js";
 import { expectsContinue } from "../http/request-body.js";
 import { arrivalOf, type EarlyHandler } from "../http/server.js";
-import { REQUEST_ID_HEADER, requestIdOf } from "../http/request-scope.js";
 import { familyOf, ROUTE_FAMILIES, type RouteFamily as Family } from "../http/route.js";
 import { PROBLEM_TYPES } from "../problems/kinds.js";
-import { make, sendProblem, type Classified } from "../problems/problem.js";
+import { make, sendProblem } from "../problems/problem.js";
 import type { ShedReason } from "../vocabulary/shed-reasons.js";
 import { Admission, OverloadedError, REFUSALS, type Priority, type Release } from "./admission.js";
 import { Backlog, loopState } from "./backlog.js";
+import { answerRefusal } from "./early-answer.js";
 import { FairShare } from "./fair-share.js";
 import type { LimitSettings } from "./limit.js";
 import { LoopDelay } from "./loop-delay.js";
@@ -203,9 +203,10 @@ const OWN_WORK_UTILIZATION = 0.8;
 /**
  * Every request, before express (serve() calls it first): under overload the gateway's CPU is what is
  * short, and a refusal through every middleware costs about 5 times what node:http alone takes to
- * answer. A refusal is answered here as the middleware's would be — 503 overloaded, Retry-After, the
- * request id in header and body, counted, its time from arrival — and the request is marked as
- * judged, so that the middleware lets it through (or passes on the error its wait ended with).
+ * answer. A refusal is answered here as the middleware's would be (early-answer.ts) — 503
+ * overloaded, Retry-After, the request id in header and body, counted, its time from arrival — and
+ * the request is marked as judged, so that the middleware lets it through (or passes on the error its
+ * wait ended with).
  */
 function earlyHandler(options: GateOptions, decide: Decide): EarlyHandler {
   return (req, res, next) => {
@@ -214,7 +215,7 @@ function earlyHandler(options: GateOptions, decide: Decide): EarlyHandler {
     judged[JUDGED] = true;
     if (seen === undefined) return next();
     const refuse = (reason: ShedReason): void => {
-      const requestId = answerEarly(req, res, make("overloaded", REFUSALS[reason], { reason }));
+      const requestId = answerRefusal(req, res, reason);
       const ms = performance.now() - (arrivalOf(req) ?? performance.now());
       options.answered(seen.family, req.method, 503, ms / 1000);
       // As the request's line of every other refusal: at debug (a line each would cost a write each under overload).
@@ -311,22 +312,6 @@ function judgeable(auth: ApiKeys, req: Request): Seen | undefined {
 /** A request the early handler judged: true, let in (or not judged: no key, or never refused); else the error its wait ended with. */
 const JUDGED = Symbol("fenced.admission.judged");
 type Judged = Request & { [JUDGED]?: unknown };
-
-/** Answers a refusal on the bare response: the request id, the problem with it, Retry-After; no express. */
-function answerEarly(req: Request, res: Response, problem: Classified): string {
-  const requestId = requestIdOf(req.headers);
-  const text = JSON.stringify({ ...problem.body, requestId });
-  res.writeHead(problem.body.status, {
-    ...problem.headers,
-    "Content-Type": "application/problem+json; charset=utf-8",
-    "Content-Length": Buffer.byteLength(text),
-    [REQUEST_ID_HEADER]: requestId,
-    // A client waiting for "100 Continue" will not send its body: this connection cannot carry another request.
-    ...(expectsContinue(req) ? { Connection: "close" } : {}),
-  });
-  res.end(text);
-  return requestId;
-}
 
 /** The slot is the request's until its response is over (or its client gone). */
 function hold(res: Response, release: Release, next: () => void, fail: (err: unknown) => void): void {
