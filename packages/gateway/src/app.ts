@@ -2,25 +2,23 @@ import { performance } from "node:perf_hooks";
 import express, { type Express, type NextFunction, type Request, type Response } from "express";
 import { pino, type Logger } from "pino";
 import type { ObjectStore } from "@fenced/store";
-import { FencedError, InvalidArgumentError } from "@fenced/fence";
+import { InvalidArgumentError } from "@fenced/fence";
 import type { CredentialKey } from "@fenced/fence/credentials";
 import { admissionGate, type AdmissionOptions } from "./admission/gate.js";
 import type { FenceSet } from "@fenced/store/internal";
 import type { HealthAnswer } from "./schemas/answers.js";
 import { ApiKeys, type ApiKeyConfig } from "./auth/api-keys.js";
 import { FenceCredentials } from "./auth/credentials.js";
-import { accounting, limitsSchema, type Limits, type RouteContext } from "./routes/context.js";
-import { ClientGoneError } from "./http/client-gone.js";
+import { limitsSchema, type Limits, type RouteContext } from "./routes/context.js";
 import { routeOf } from "./http/route.js";
 import { onMalformed } from "./http/client-errors.js";
-import { expectsContinue } from "./http/request-body.js";
-import { endRequestSpan, inRequestScope, requestLogger, scopeRequest } from "./http/request-scope.js";
-import { arrivalOf, onAcceptError, onDrain, setEarlyHandler, wasCutByDrain } from "./http/server.js";
+import { requestLogger, scopeRequest } from "./http/request-scope.js";
+import { arrivalOf, onAcceptError, onDrain, setEarlyHandler } from "./http/server.js";
 import { gatewayReadiness, healthRoutes, type Readiness } from "./ops/health-routes.js";
 import { GatewayMetrics } from "./ops/metrics.js";
 import { openApiDocument, type OpenApiDocument } from "./openapi/document.js";
-import { PROBLEM_TYPES, type ProblemKind } from "./problems/kinds.js";
-import { classify, HttpProblem, sendProblem } from "./problems/problem.js";
+import { account, fail } from "./outcomes.js";
+import { HttpProblem } from "./problems/problem.js";
 import { fencesRouter } from "./routes/fences.js";
 import { leasesRouter, type LeaseBackendOptions, type Registrar } from "./routes/leases.js";
 import { objectsRouter } from "./routes/objects.js";
@@ -373,84 +371,3 @@ function disabled(what: string) {
     throw new HttpProblem("notFound", `${what} are not enabled on this gateway`);
   };
 }
-
-function fail(_ctx: RouteContext, err: unknown, req: Request, res: Response): void {
-  const problem = classify(err);
-  // Logged once, with the request's line, when the response is over (account).
-  accounting(res).failure = { err, kind: problem.kind, detail: problem.body.detail };
-  if (res.headersSent) {
-    // Mid-stream (a GET whose source failed): a cut connection is the only honest signal left.
-    res.destroy();
-    return;
-  }
-  // The client still waits for "100 Continue" and will not send the body: this connection cannot carry another request.
-  if (expectsContinue(req) && res.locals.continued !== true) res.setHeader("Connection", "close");
-  sendProblem(res, problem);
-}
-
-function account(ctx: RouteContext, req: Request, res: Response, route: string, ms: number): void {
-  const a = accounting(res);
-  // A response cut short: by the drain at its deadline (503: the gateway stopped serving it), or
-  // because the client went away or a server timeout closed the connection (499, as nginx logs it).
-  const cut = res.writableFinished ? undefined : wasCutByDrain(res) ? "drain" : "connection";
-  const status = cut === undefined ? res.statusCode : cut === "drain" ? 503 : 499;
-  ctx.metrics.request(route, req.method, status, ms / 1000);
-  if (a.write !== undefined) {
-    if (a.accepted === true) ctx.metrics.writeAccepted(a.write.store, a.write.op);
-    else
-      ctx.metrics.writeRejected(
-        a.write.store,
-        a.write.op,
-        a.problem === undefined
-          ? cut === "drain"
-            ? "drained"
-            : cut === "connection"
-              ? "aborted"
-              : "error"
-          : PROBLEM_TYPES[a.problem].reason,
-      );
-  }
-  const slug = a.problem === undefined ? undefined : PROBLEM_TYPES[a.problem].log;
-  endRequestSpan(a, status, slug ?? (cut === undefined ? "ok" : cut === "drain" ? "drained" : "aborted"));
-  const failure = a.failure;
-  const unexpected = failure !== undefined && !(failure.err instanceof ClientGoneError) && UNEXPECTED.has(failure.kind);
-  // One line per request. A refusal the gateway expects (a stale token, a version, a held lock, a
-  // backend down) is a warning without a stack; only a failure of the gateway or of a backend's
-  // answer is an error, with the stack. Checked first: a successful request costs no log object.
-  const level = unexpected
-    ? "error"
-    : a.problem !== undefined && QUIET.has(a.problem)
-      ? "debug"
-      : status >= 500 || status === 409 || status === 412
-        ? "warn"
-        : status >= 400
-          ? "info"
-          : "debug";
-  if (!ctx.logs(level)) return;
-  // In the request's scope: its line is logged by the request's own logger, with its requestId.
-  inRequestScope(a, () =>
-    ctx.logger[level](
-      {
-        method: req.method,
-        route,
-        status,
-        ms: Math.round(ms * 10) / 10,
-        apiKey: a.principal,
-        // The kind's slug, as its problem `type` and its metric `reason` spell it (kinds.ts, outcomeNames).
-        problem: slug,
-        ...(failure === undefined || level === "info"
-          ? {}
-          : unexpected
-            ? { err: failure.err }
-            : { code: failure.err instanceof FencedError ? failure.err.code : undefined, detail: failure.detail }),
-        cut,
-      },
-      cut === "drain" ? "request cut by the drain" : unexpected ? "request failed" : "request",
-    ),
-  );
-}
-
-/** The problems that are failures of the gateway, or of a backend's answer (an operator must look): logged as errors, with the stack. */
-const UNEXPECTED: ReadonlySet<ProblemKind> = new Set(["internal", "backendError"]);
-/** Refusals counted in /metrics and summed up in a warning every few seconds (admission/gate.ts): a line each would cost a write each under overload. */
-const QUIET: ReadonlySet<ProblemKind> = new Set(["overloaded"]);
