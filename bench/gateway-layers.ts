@@ -81,8 +81,8 @@ export const LAYERS: readonly Layer[] = [
         find: 'await ctx.metrics.time("records", "put", () => store.put(key, value, options));',
         replace: "await store.put(key, value, options);",
       },
-      { file: "app.js", find: "ctx.metrics.request(route, req.method, status, ms / 1000);", replace: "" },
-      { file: "app.js", find: "if (a.write !== undefined) {", replace: "if (false) {" },
+      { file: "outcomes.js", find: "ctx.metrics.request(route, req.method, status, ms / 1000);", replace: "" },
+      { file: "outcomes.js", find: "if (a.write !== undefined) {", replace: "if (false) {" },
     ],
   },
   {
