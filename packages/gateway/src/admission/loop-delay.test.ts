@@ -111,6 +111,9 @@ describe("LoopDelay", () => {
  * runnable, it waits in the run queue for most of each tick, as a gateway beside a busy neighbour
  * does. Its timer is as late as the wait, and none of that lateness is its own.
  */
+/** Under the suite's test timeout (60 s): the child at nice 19 has taken up to 28 s beside the hog on an otherwise idle machine. */
+const CHILD_DEADLINE_MS = 50_000;
+
 async function besideAHog(): Promise<{ ms: number; rawMs: number; utilization: number }> {
   const source = fileURLToPath(new URL("./loop-delay.ts", import.meta.url));
   const measure = `
@@ -147,7 +150,16 @@ async function besideAHog(): Promise<{ ms: number; rawMs: number; utilization: n
     await Promise.race([ready, exited]);
     processes.push(spawn("taskset", ["-c", "0", "sh", "-c", "while :; do :; done"], { stdio: "ignore" }));
     child.stdin?.write("go\n");
-    const [code] = await exited;
+    // Bounded under the test's timeout, so that the processes are killed below whatever happens: a
+    // test that times out does not stop its function, and a hog left spinning slows everything after.
+    let deadline: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      deadline = setTimeout(
+        () => reject(new Error(`the child at nice 19 did not finish its 1.5 s loop in ${CHILD_DEADLINE_MS} ms: ${out}`)),
+        CHILD_DEADLINE_MS,
+      );
+    });
+    const [code] = await Promise.race([exited, late]).finally(() => clearTimeout(deadline));
     expect(code, out).toBe(0);
     return JSON.parse(out.slice("ready\n".length)) as { ms: number; rawMs: number; utilization: number };
   } finally {
