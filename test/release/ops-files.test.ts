@@ -19,7 +19,7 @@ import { ROOT } from "./tarballs.js";
 const OPS = join(ROOT, "packages", "gateway", "ops");
 /** Series Prometheus makes itself for every scrape target, which no exporter declares. */
 const PROMETHEUS_OWN = new Set(["up", "scrape_duration_seconds", "scrape_samples_scraped"]);
-/** writes_rejected_total's reasons besides the problem slugs: app.ts's drained, aborted and error. */
+/** writes_rejected_total's reasons besides the problem slugs: outcomes.ts' drained, aborted and error. */
 const REASONS = new Set([...Object.values(PROBLEM_TYPES).map((p) => p.reason), "drained", "aborted", "error"]);
 
 function which(tool: string): string | undefined {

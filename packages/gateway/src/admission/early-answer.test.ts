@@ -1,5 +1,5 @@
 import { once } from "node:events";
-import { createServer, type RequestListener, type Server } from "node:http";
+import { createServer, request, type IncomingMessage, type RequestListener, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import express from "express";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -56,8 +56,8 @@ async function ask(server: Server, reason: string, headers: Record<string, strin
   return { status: res.status, headers: Object.fromEntries(named.map((n) => [n, res.headers.get(n)])), body };
 }
 
-/** Every character SANE_REQUEST_ID lets in, as one id (its length within the 128 it allows). */
-const SANE_CHARACTERS = Array.from({ length: 128 }, (_, code) => String.fromCharCode(code))
+/** Every character of the Basic Multilingual Plane SANE_REQUEST_ID lets in, as one id (its length within the 128 it allows). */
+const SANE_CHARACTERS = Array.from({ length: 0x10000 }, (_, code) => String.fromCharCode(code))
   .filter((c) => SANE_REQUEST_ID.test(c))
   .join("");
 
@@ -78,6 +78,26 @@ describe("a refusal answered before express", () => {
     expect((JSON.parse(mine.body) as { requestId: string }).requestId).toBe(SANE_CHARACTERS);
     expect(mine.headers["x-request-id"]).toBe(SANE_CHARACTERS);
     expect(Number(mine.headers["content-length"])).toBe(Buffer.byteLength(mine.body));
+  });
+
+  it("closes the connection of a client waiting for 100 Continue, which will not send its body", async () => {
+    const port = (early.address() as AddressInfo).port;
+    const answer = await new Promise<IncomingMessage>((resolve, reject) => {
+      const req = request({
+        host: "127.0.0.1",
+        port,
+        method: "PUT",
+        path: "/queue-full",
+        headers: { Expect: "100-continue", "Content-Length": "2" },
+      });
+      req.on("response", resolve).on("error", reject);
+      // Node's client sends the body only on "100 Continue", which never comes.
+      req.on("continue", () => req.end("{}"));
+    });
+    answer.resume();
+    expect(answer.statusCode).toBe(503);
+    expect(answer.headers.connection).toBe("close");
+    expect(answer.headers["retry-after"]).toBe("1");
   });
 
   it("answers with a new id in header and body when the client's is not sane", async () => {

@@ -237,7 +237,7 @@ function middleware(auth: ApiKeys, decide: Decide): RequestHandler {
     const seen = requestOf(auth, req);
     if (seen === undefined) return next();
     const refuse = (reason: ShedReason): void => {
-      // A client waiting for "100 Continue" will not send its body: this connection cannot carry another request (as app.ts's fail()).
+      // A client waiting for "100 Continue" will not send its body: this connection cannot carry another request (as outcomes.ts' fail()).
       if (expectsContinue(req)) res.setHeader("Connection", "close");
       sendProblem(res, make("overloaded", REFUSALS[reason], { reason }));
     };

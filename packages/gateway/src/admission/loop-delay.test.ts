@@ -111,7 +111,7 @@ describe("LoopDelay", () => {
  * runnable, it waits in the run queue for most of each tick, as a gateway beside a busy neighbour
  * does. Its timer is as late as the wait, and none of that lateness is its own.
  */
-/** Under the suite's test timeout (60 s): the child at nice 19 has taken up to 28 s beside the hog on an otherwise idle machine. */
+/** Under the suite's test timeout (60 s): the child at nice 19 has taken up to 41 s from its start beside the hog on an otherwise idle machine. */
 const CHILD_DEADLINE_MS = 50_000;
 
 async function besideAHog(): Promise<{ ms: number; rawMs: number; utilization: number }> {
@@ -133,13 +133,23 @@ async function besideAHog(): Promise<{ ms: number; rawMs: number; utilization: n
     loop.stop();
     process.exit(0);`;
   const processes: ChildProcess[] = [];
+  let out = "";
+  // Bounded under the test's timeout from the child's start, so that the processes are killed below
+  // whatever happens: a test that times out does not stop its function, and a hog left spinning
+  // slows everything after it.
+  let deadline: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    deadline = setTimeout(
+      () => reject(new Error(`the child at nice 19 did not finish its 1.5 s loop in ${CHILD_DEADLINE_MS} ms: ${out}`)),
+      CHILD_DEADLINE_MS,
+    );
+  });
   try {
     const child = spawn("taskset", ["-c", "0", process.execPath, "--import", "tsx", "--input-type=module", "-e", measure], {
       stdio: ["pipe", "pipe", "inherit"],
       cwd: fileURLToPath(new URL("../../../../", import.meta.url)),
     });
     processes.push(child);
-    let out = "";
     const ready = new Promise<void>((resolve) =>
       child.stdout?.on("data", (d: Buffer) => {
         out += d.toString();
@@ -147,22 +157,15 @@ async function besideAHog(): Promise<{ ms: number; rawMs: number; utilization: n
       }),
     );
     const exited = once(child, "exit") as Promise<[number | null]>;
-    await Promise.race([ready, exited]);
+    await Promise.race([ready, exited, late]);
+    expect(out.startsWith("ready\n"), out).toBe(true);
     processes.push(spawn("taskset", ["-c", "0", "sh", "-c", "while :; do :; done"], { stdio: "ignore" }));
     child.stdin?.write("go\n");
-    // Bounded under the test's timeout, so that the processes are killed below whatever happens: a
-    // test that times out does not stop its function, and a hog left spinning slows everything after.
-    let deadline: NodeJS.Timeout | undefined;
-    const late = new Promise<never>((_, reject) => {
-      deadline = setTimeout(
-        () => reject(new Error(`the child at nice 19 did not finish its 1.5 s loop in ${CHILD_DEADLINE_MS} ms: ${out}`)),
-        CHILD_DEADLINE_MS,
-      );
-    });
-    const [code] = await Promise.race([exited, late]).finally(() => clearTimeout(deadline));
+    const [code] = await Promise.race([exited, late]);
     expect(code, out).toBe(0);
     return JSON.parse(out.slice("ready\n".length)) as { ms: number; rawMs: number; utilization: number };
   } finally {
+    clearTimeout(deadline);
     for (const p of processes) p.kill("SIGKILL");
   }
 }

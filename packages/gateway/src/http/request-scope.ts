@@ -46,7 +46,7 @@ export function requestLogger(base: Logger): Logger {
   return (scope.logger ??= base.child({ requestId: scope.requestId }));
 }
 
-/** What the scope leaves on res.locals for the accounting once the response is over (app.ts). */
+/** What the scope leaves on res.locals for the accounting once the response is over (outcomes.ts). */
 export interface RequestLocals {
   requestId?: string;
   span?: Span;

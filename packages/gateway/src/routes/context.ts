@@ -65,7 +65,7 @@ export interface RouteContext {
   readonly credentials: FenceCredentials | undefined;
 }
 
-/** res.locals fields the request accounting in app.ts reads once the response is over. */
+/** res.locals fields the request accounting (outcomes.ts' account) reads once the response is over. */
 export interface Accounting extends RequestLocals {
   write?: { readonly store: Family; readonly op: WriteOp };
   /** Set the moment the store accepted the write: a client that hangs up afterwards does not undo it. */
