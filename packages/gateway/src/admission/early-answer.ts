@@ -47,6 +47,7 @@ const ANSWERS = new Map(SHED_REASONS.map((reason) => [reason, made(reason)]));
 export function answerRefusal(req: IncomingMessage, res: ServerResponse, reason: ShedReason): string {
   const requestId = requestIdOf(req.headers);
   const answer = ANSWERS.get(reason) as Made;
+  // The id is ASCII (above): its length is its bytes.
   const headers = [...answer.headers, "Content-Length", String(answer.bytes + requestId.length), REQUEST_ID_HEADER, requestId];
   // A client waiting for "100 Continue" will not send its body: this connection cannot carry another request.
   if (expectsContinue(req)) headers.push("Connection", "close");
